@@ -1,0 +1,262 @@
+//! Event configuration: the stored settings of one sale and the validated patch that
+//! creates or updates them (`PUT /admin/events/{id}`).
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use super::QueueError;
+
+/// Longest accepted event id; ids are also used in Redis keys and URLs, so they stay short.
+pub const MAX_EVENT_ID_LEN: usize = 64;
+/// Upper bound on every `*_sec` setting (one year): larger values are almost certainly typos
+/// and would overflow millisecond arithmetic in no useful way.
+pub const MAX_SECONDS: u64 = 365 * 24 * 3600;
+/// Upper bound on `max_active`, `admit_per_minute` and `max_queue_length`.
+pub const MAX_COUNT: u64 = 100_000_000;
+
+/// The settings of one event, as stored and as answered by the admin API.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EventConfig {
+    pub name: String,
+    pub max_active: u32,
+    pub overbooking_ratio: f64,
+    /// `None`: no rate cap, admission is bounded by capacity alone.
+    pub admit_per_minute: Option<u32>,
+    pub ready_ttl_sec: u32,
+    pub session_idle_sec: u32,
+    pub session_max_sec: u32,
+    pub waiting_idle_sec: u32,
+    pub max_queue_length: Option<u32>,
+    /// Paused events keep accepting joins but admit nobody.
+    pub paused: bool,
+    /// When false, joins are refused with `409 EVENT_CLOSED` (the sale has not opened or is over).
+    pub accept_joins: bool,
+    pub target_url: Option<String>,
+}
+
+impl Default for EventConfig {
+    fn default() -> Self {
+        EventConfig {
+            name: String::new(),
+            max_active: 100,
+            overbooking_ratio: 1.0,
+            admit_per_minute: None,
+            ready_ttl_sec: 60,
+            session_idle_sec: 120,
+            session_max_sec: 600,
+            waiting_idle_sec: 300,
+            max_queue_length: None,
+            paused: false,
+            accept_joins: true,
+            target_url: None,
+        }
+    }
+}
+
+impl EventConfig {
+    /// floor(`max_active` × `overbooking_ratio`): admitted + active never exceed it.
+    pub fn capacity(&self) -> u64 {
+        let c = (f64::from(self.max_active) * self.overbooking_ratio).floor();
+        // The ratio is validated into [1, 10], so this is within u64 and ≥ max_active.
+        c.max(1.0) as u64
+    }
+}
+
+/// A partial update. Absent fields keep their value; for the nullable fields an explicit
+/// `null` clears them, which is why they are `Option<Option<_>>`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EventPatch {
+    /// Accepted so that a `GET` answer can be sent back; must match the path when given.
+    #[serde(default)]
+    pub event_id: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub max_active: Option<u64>,
+    #[serde(default)]
+    pub overbooking_ratio: Option<f64>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub admit_per_minute: Option<Option<u64>>,
+    #[serde(default)]
+    pub ready_ttl_sec: Option<u64>,
+    #[serde(default)]
+    pub session_idle_sec: Option<u64>,
+    #[serde(default)]
+    pub session_max_sec: Option<u64>,
+    #[serde(default)]
+    pub waiting_idle_sec: Option<u64>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub max_queue_length: Option<Option<u64>>,
+    #[serde(default)]
+    pub paused: Option<bool>,
+    #[serde(default)]
+    pub accept_joins: Option<bool>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub target_url: Option<Option<String>>,
+}
+
+/// Distinguishes "field absent" (outer `None`, via `#[serde(default)]`) from "field is null"
+/// (`Some(None)`).
+fn nullable<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
+fn bad(msg: impl Into<String>) -> QueueError {
+    QueueError::Invalid(msg.into())
+}
+
+fn count(field: &str, v: u64, min: u64) -> Result<u32, QueueError> {
+    if v < min || v > MAX_COUNT {
+        return Err(bad(format!(
+            "{field} must be between {min} and {MAX_COUNT}"
+        )));
+    }
+    Ok(v as u32)
+}
+
+fn seconds(field: &str, v: u64) -> Result<u32, QueueError> {
+    if !(1..=MAX_SECONDS).contains(&v) {
+        return Err(bad(format!("{field} must be between 1 and {MAX_SECONDS}")));
+    }
+    Ok(v as u32)
+}
+
+/// Checks an event id against `[A-Za-z0-9._-]{1,64}`.
+pub fn validate_event_id(id: &str) -> Result<(), QueueError> {
+    let ok = !id.is_empty()
+        && id.len() <= MAX_EVENT_ID_LEN
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(bad("event_id must be 1-64 characters of [A-Za-z0-9._-]"))
+    }
+}
+
+impl EventPatch {
+    /// Applies the patch on top of `base` (the stored config, or the defaults for a new
+    /// event) and validates the result as a whole.
+    pub fn apply(&self, event_id: &str, base: &EventConfig) -> Result<EventConfig, QueueError> {
+        validate_event_id(event_id)?;
+        if let Some(id) = &self.event_id {
+            if id != event_id {
+                return Err(bad("event_id in the body does not match the path"));
+            }
+        }
+        let mut c = base.clone();
+        if let Some(n) = &self.name {
+            if n.chars().count() > 200 {
+                return Err(bad("name must be at most 200 characters"));
+            }
+            c.name = n.clone();
+        }
+        if let Some(v) = self.max_active {
+            c.max_active = count("max_active", v, 1)?;
+        }
+        if let Some(r) = self.overbooking_ratio {
+            if !(1.0..=10.0).contains(&r) {
+                return Err(bad("overbooking_ratio must be between 1 and 10"));
+            }
+            c.overbooking_ratio = r;
+        }
+        if let Some(v) = self.admit_per_minute {
+            c.admit_per_minute = v.map(|v| count("admit_per_minute", v, 1)).transpose()?;
+        }
+        if let Some(v) = self.ready_ttl_sec {
+            c.ready_ttl_sec = seconds("ready_ttl_sec", v)?;
+        }
+        if let Some(v) = self.session_idle_sec {
+            c.session_idle_sec = seconds("session_idle_sec", v)?;
+        }
+        if let Some(v) = self.session_max_sec {
+            c.session_max_sec = seconds("session_max_sec", v)?;
+        }
+        if let Some(v) = self.waiting_idle_sec {
+            c.waiting_idle_sec = seconds("waiting_idle_sec", v)?;
+        }
+        if let Some(v) = self.max_queue_length {
+            c.max_queue_length = v.map(|v| count("max_queue_length", v, 1)).transpose()?;
+        }
+        if let Some(p) = self.paused {
+            c.paused = p;
+        }
+        if let Some(a) = self.accept_joins {
+            c.accept_joins = a;
+        }
+        if let Some(u) = &self.target_url {
+            if let Some(u) = u {
+                let scheme_ok =
+                    u.starts_with("https://") || u.starts_with("http://") || u.starts_with('/');
+                if !scheme_ok || u.len() > 2048 || u.chars().any(char::is_whitespace) {
+                    return Err(bad(
+                        "target_url must be an http(s) URL or an absolute path, at most 2048 characters",
+                    ));
+                }
+            }
+            c.target_url = u.clone();
+        }
+        if c.name.is_empty() {
+            c.name = event_id.to_string();
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn patch(json: &str) -> EventPatch {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn null_clears_and_absent_keeps() {
+        let base = EventConfig {
+            admit_per_minute: Some(10),
+            ..EventConfig::default()
+        };
+        let kept = patch("{}").apply("e", &base).unwrap();
+        assert_eq!(kept.admit_per_minute, Some(10));
+        let cleared = patch(r#"{"admit_per_minute": null}"#)
+            .apply("e", &base)
+            .unwrap();
+        assert_eq!(cleared.admit_per_minute, None);
+    }
+
+    #[test]
+    fn validation_rejects_out_of_range() {
+        let base = EventConfig::default();
+        for bad in [
+            r#"{"max_active": 0}"#,
+            r#"{"overbooking_ratio": 0.5}"#,
+            r#"{"overbooking_ratio": 11}"#,
+            r#"{"ready_ttl_sec": 0}"#,
+            r#"{"admit_per_minute": 0}"#,
+            r#"{"target_url": "javascript:alert(1)"}"#,
+            r#"{"event_id": "other"}"#,
+        ] {
+            assert!(patch(bad).apply("e", &base).is_err(), "{bad} accepted");
+        }
+        assert!(serde_json::from_str::<EventPatch>(r#"{"max_activ": 3}"#).is_err());
+        assert!(serde_json::from_str::<EventPatch>(r#"{"max_active": -3}"#).is_err());
+        assert!(EventPatch::default().apply("bad id!", &base).is_err());
+        assert!(EventPatch::default().apply(&"x".repeat(65), &base).is_err());
+    }
+
+    #[test]
+    fn capacity_floors_the_product() {
+        let c = EventConfig {
+            max_active: 10,
+            overbooking_ratio: 1.25,
+            ..EventConfig::default()
+        };
+        assert_eq!(c.capacity(), 12);
+    }
+}

@@ -1,0 +1,990 @@
+//! [`EventQueue`]: every place of one event and the rules that move them.
+//!
+//! A place is `Waiting` → `Admitted` (a slot is reserved) → `Active` (entered, holds a
+//! session) → ended (`Completed`, `Left`, `Expired`, `Cleared`). The invariants that every
+//! operation keeps, and that the property tests check after every step:
+//!
+//! - admitted + active ≤ capacity;
+//! - admission is FIFO by join sequence;
+//! - a place's position is exactly the number of waiting places that joined before it, + 1;
+//! - a user holds at most one live place;
+//! - every operation first ends the places whose deadline has passed, so a ghost never counts
+//!   in a position once its deadline is behind `now`, even before the background sweep runs.
+//!
+//! Mutating operations append the state changes they made to an `Effect` list: the durable
+//! store writes them to its log and the notifier pushes them to live clients.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+
+use serde::Serialize;
+
+use super::rank::RankIndex;
+use super::{EventConfig, Millis, PlaceKey, QueueError};
+
+/// How long the token of an expired place keeps answering `TOKEN_EXPIRED` rather than
+/// `TOKEN_NOT_FOUND`. Bounded so that a long sale does not accumulate tombstones forever.
+pub const EXPIRED_RETENTION_MS: Millis = 3600 * 1000;
+/// Width of the sliding window of admissions behind the ETA and `admitted_last_minute`.
+const RATE_WINDOW_MS: Millis = 60_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlaceState {
+    Waiting,
+    Admitted,
+    Active,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EndReason {
+    Left,
+    Completed,
+    Expired,
+    Cleared,
+}
+
+/// One state change, in the order it happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    Joined {
+        seq: u64,
+        nonce: u128,
+        user_id: Option<Box<str>>,
+        metadata: Option<Box<str>>,
+        at: Millis,
+    },
+    Admitted {
+        seq: u64,
+        at: Millis,
+    },
+    Entered {
+        seq: u64,
+        at: Millis,
+    },
+    Ended {
+        seq: u64,
+        reason: EndReason,
+        at: Millis,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct Place {
+    nonce: u128,
+    user_id: Option<Box<str>>,
+    metadata: Option<Box<str>>,
+    joined_at: Millis,
+    /// Last heartbeat: of the waiting page while waiting, of the session while active.
+    last_seen: Millis,
+    admitted_at: Millis,
+    entered_at: Millis,
+    state: PlaceState,
+    /// Check time of this place's authoritative entry in the deadline heap; other entries
+    /// for the same place are stale and skipped. Renewing a heartbeat only moves
+    /// `last_seen`, so it costs O(1); the heap entry is re-filed when it comes due.
+    sched: Millis,
+}
+
+/// What a client learns about its place.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlaceView {
+    #[serde(skip)]
+    pub key: PlaceKey,
+    pub status: PlaceState,
+    pub user_id: Option<String>,
+    pub position: Option<u64>,
+    pub queue_length: u64,
+    pub eta_sec: Option<u64>,
+    pub waited_sec: u64,
+    pub joined_at: Millis,
+    pub enter_within_sec: Option<u64>,
+    pub entered_at: Option<Millis>,
+    /// When the session ends at the latest (entered + `session_max_sec`); also the `exp` of
+    /// its access tokens.
+    pub session_ends_at: Option<Millis>,
+    pub session_expires_in_sec: Option<u64>,
+}
+
+/// One row of `GET /admin/events/{id}/queue`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HeadEntry {
+    pub position: u64,
+    pub user_id: Option<String>,
+    pub joined_at: Millis,
+    pub eta_sec: u64,
+}
+
+/// Counts and rates of one event.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct EventFigures {
+    pub waiting: u64,
+    pub admitted: u64,
+    pub active: u64,
+    pub completed: u64,
+    pub left: u64,
+    pub expired: u64,
+    pub capacity: u64,
+    pub available_slots: u64,
+    pub avg_wait_sec: f64,
+    pub admitted_last_minute: u64,
+    pub joins: u64,
+    pub admissions: u64,
+}
+
+/// Token bucket behind `admit_per_minute`. Its burst is one second's worth (at least one),
+/// so the pace stays even instead of a whole minute's budget going out at once.
+#[derive(Debug, Clone, Default)]
+struct Bucket {
+    tokens: f64,
+    last: Millis,
+    primed: bool,
+}
+
+impl Bucket {
+    fn burst(per_minute: u32) -> f64 {
+        (f64::from(per_minute) / 60.0).ceil().max(1.0)
+    }
+
+    fn refill(&mut self, per_minute: u32, now: Millis) {
+        let burst = Self::burst(per_minute);
+        if !self.primed {
+            self.tokens = burst;
+            self.primed = true;
+        } else if now > self.last {
+            let add = (now - self.last) as f64 * f64::from(per_minute) / 60_000.0;
+            self.tokens = (self.tokens + add).min(burst);
+        }
+        self.last = self.last.max(now);
+    }
+
+    /// When the next whole token will be there.
+    fn next_token_at(&self, per_minute: u32) -> Millis {
+        let missing = (1.0 - self.tokens).max(0.0);
+        self.last + (missing * 60_000.0 / f64::from(per_minute)).ceil() as Millis
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct EventQueue {
+    config: EventConfig,
+    next_seq: u64,
+    places: HashMap<u64, Place, BuildSeqHasher>,
+    /// Live places by user id, for the one-place-per-user rule.
+    users: HashMap<Box<str>, u64>,
+    /// The waiting places, by join sequence.
+    rank: RankIndex,
+    admitted: u64,
+    active: u64,
+    completed: u64,
+    left: u64,
+    expired: u64,
+    joins: u64,
+    admissions: u64,
+    deadlines: BinaryHeap<Reverse<(Millis, u64)>>,
+    /// Expired places still answered with `TOKEN_EXPIRED`, pruned in time order.
+    tombstones: HashMap<u64, u128, BuildSeqHasher>,
+    tombstone_order: VecDeque<(Millis, u64)>,
+    bucket: Bucket,
+    /// Admission times in the last minute, oldest first.
+    window: VecDeque<Millis>,
+    first_admission_at: Option<Millis>,
+    wait_sum_ms: u128,
+    session_sum_ms: u128,
+    session_count: u64,
+}
+
+/// Sequence numbers are ours, never chosen by a client, so a trivial hash is safe and fast.
+type BuildSeqHasher = std::hash::BuildHasherDefault<SeqHasher>;
+
+#[derive(Default)]
+pub struct SeqHasher(u64);
+
+impl std::hash::Hasher for SeqHasher {
+    fn finish(&self) -> u64 {
+        // Fibonacci hashing spreads consecutive numbers over the table's high bits.
+        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8) | u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+fn secs_ceil(ms: Millis) -> u64 {
+    ms.div_ceil(1000)
+}
+
+impl EventQueue {
+    pub fn new(config: EventConfig) -> Self {
+        EventQueue {
+            config,
+            next_seq: 1,
+            places: HashMap::default(),
+            users: HashMap::new(),
+            rank: RankIndex::default(),
+            admitted: 0,
+            active: 0,
+            completed: 0,
+            left: 0,
+            expired: 0,
+            joins: 0,
+            admissions: 0,
+            deadlines: BinaryHeap::new(),
+            tombstones: HashMap::default(),
+            tombstone_order: VecDeque::new(),
+            bucket: Bucket::default(),
+            window: VecDeque::new(),
+            first_admission_at: None,
+            wait_sum_ms: 0,
+            session_sum_ms: 0,
+            session_count: 0,
+        }
+    }
+
+    pub fn config(&self) -> &EventConfig {
+        &self.config
+    }
+
+    pub fn waiting(&self) -> u64 {
+        self.rank.len()
+    }
+
+    /// Replaces the settings. Deadlines are re-filed (timeouts may have shrunk) and the
+    /// queue is re-admitted (capacity may have grown, the event may be resumed).
+    pub fn set_config(&mut self, config: EventConfig, now: Millis, fx: &mut Vec<Effect>) {
+        self.config = config;
+        self.deadlines.clear();
+        let mut entries = Vec::with_capacity(self.places.len());
+        for (seq, p) in self.places.iter_mut() {
+            let d = Self::deadline_of(&self.config, p);
+            p.sched = d;
+            entries.push(Reverse((d, *seq)));
+        }
+        self.deadlines = BinaryHeap::from(entries);
+        self.advance(now, fx);
+    }
+
+    fn deadline_of(c: &EventConfig, p: &Place) -> Millis {
+        let s = |v: u32| Millis::from(v) * 1000;
+        match p.state {
+            PlaceState::Waiting => p.last_seen + s(c.waiting_idle_sec),
+            PlaceState::Admitted => p.admitted_at + s(c.ready_ttl_sec),
+            PlaceState::Active => {
+                (p.last_seen + s(c.session_idle_sec)).min(p.entered_at + s(c.session_max_sec))
+            }
+        }
+    }
+
+    /// Files the place's current deadline if it is earlier than the one on file.
+    fn schedule(&mut self, seq: u64) {
+        if let Some(p) = self.places.get_mut(&seq) {
+            let d = Self::deadline_of(&self.config, p);
+            if d < p.sched {
+                p.sched = d;
+                self.deadlines.push(Reverse((d, seq)));
+            }
+        }
+    }
+
+    /// Ends every place whose deadline is at or before `now`, then admits into freed slots.
+    /// Called first by every operation; the background sweep calls it through [`Self::tick`].
+    fn advance(&mut self, now: Millis, fx: &mut Vec<Effect>) {
+        while let Some(&Reverse((at, seq))) = self.deadlines.peek() {
+            if at > now {
+                break;
+            }
+            self.deadlines.pop();
+            let Some(p) = self.places.get_mut(&seq) else {
+                continue;
+            };
+            if p.sched != at {
+                continue; // superseded by an earlier entry that was already handled
+            }
+            let d = Self::deadline_of(&self.config, p);
+            if d <= now {
+                self.end(seq, EndReason::Expired, d, now, fx);
+            } else {
+                p.sched = d;
+                self.deadlines.push(Reverse((d, seq)));
+            }
+        }
+        while let Some(&(at, seq)) = self.tombstone_order.front() {
+            if at + EXPIRED_RETENTION_MS > now {
+                break;
+            }
+            self.tombstone_order.pop_front();
+            self.tombstones.remove(&seq);
+        }
+        while self
+            .window
+            .front()
+            .is_some_and(|&t| t + RATE_WINDOW_MS <= now)
+        {
+            self.window.pop_front();
+        }
+        self.admit(now, fx);
+    }
+
+    fn admit(&mut self, now: Millis, fx: &mut Vec<Effect>) {
+        if self.config.paused {
+            return;
+        }
+        let cap = self.config.capacity();
+        while self.admitted + self.active < cap && !self.rank.is_empty() {
+            if let Some(rate) = self.config.admit_per_minute {
+                self.bucket.refill(rate, now);
+                if self.bucket.tokens < 1.0 {
+                    break;
+                }
+                self.bucket.tokens -= 1.0;
+            }
+            let seq = self.rank.kth(1).expect("rank is not empty");
+            self.rank.remove(seq);
+            let p = self.places.get_mut(&seq).expect("ranked places exist");
+            p.state = PlaceState::Admitted;
+            p.admitted_at = now;
+            self.wait_sum_ms += u128::from(now.saturating_sub(p.joined_at));
+            self.admitted += 1;
+            self.admissions += 1;
+            self.window.push_back(now);
+            self.first_admission_at.get_or_insert(now);
+            fx.push(Effect::Admitted { seq, at: now });
+            self.schedule(seq);
+        }
+    }
+
+    /// Removes a live place. `at` is when it ended (its deadline, for expiries).
+    fn end(&mut self, seq: u64, reason: EndReason, at: Millis, now: Millis, fx: &mut Vec<Effect>) {
+        let Some(p) = self.places.remove(&seq) else {
+            return;
+        };
+        match p.state {
+            PlaceState::Waiting => self.rank.remove(seq),
+            PlaceState::Admitted => self.admitted -= 1,
+            PlaceState::Active => {
+                self.active -= 1;
+                self.session_sum_ms += u128::from(at.saturating_sub(p.entered_at));
+                self.session_count += 1;
+            }
+        }
+        if let Some(u) = &p.user_id {
+            if self.users.get(u) == Some(&seq) {
+                self.users.remove(u);
+            }
+        }
+        match reason {
+            EndReason::Left | EndReason::Cleared => self.left += 1,
+            EndReason::Completed => self.completed += 1,
+            EndReason::Expired => {
+                self.expired += 1;
+                self.tombstones.insert(seq, p.nonce);
+                self.tombstone_order.push_back((now, seq));
+            }
+        }
+        fx.push(Effect::Ended { seq, reason, at });
+    }
+
+    fn lookup(&self, key: PlaceKey) -> Result<&Place, QueueError> {
+        match self.places.get(&key.seq) {
+            Some(p) if p.nonce == key.nonce => Ok(p),
+            _ if self.tombstones.get(&key.seq) == Some(&key.nonce) => Err(QueueError::TokenExpired),
+            _ => Err(QueueError::TokenNotFound),
+        }
+    }
+
+    fn lookup_mut(&mut self, key: PlaceKey) -> Result<&mut Place, QueueError> {
+        self.lookup(key)?;
+        Ok(self.places.get_mut(&key.seq).expect("looked up"))
+    }
+
+    /// Places per second, for the ETA: observed over the last minute, else the configured
+    /// pace, else capacity over the average session length.
+    fn rate_per_sec(&self, now: Millis) -> f64 {
+        let recent = self.window.len() as f64;
+        let cfg_rate = self.config.admit_per_minute.map(|r| f64::from(r) / 60.0);
+        if recent > 0.0 {
+            let since = now.saturating_sub(self.first_admission_at.unwrap_or(now));
+            let span = since.clamp(1000, RATE_WINDOW_MS) as f64 / 1000.0;
+            let observed = recent / span;
+            return cfg_rate.map_or(observed, |c| observed.min(c));
+        }
+        if let Some(c) = cfg_rate {
+            return c;
+        }
+        let avg_session = if self.session_count > 0 {
+            (self.session_sum_ms / u128::from(self.session_count)) as f64 / 1000.0
+        } else {
+            f64::from(self.config.session_max_sec)
+        };
+        self.config.capacity() as f64 / avg_session.max(1.0)
+    }
+
+    fn eta(&self, position: u64, now: Millis) -> u64 {
+        (position as f64 / self.rate_per_sec(now).max(1e-6)).ceil() as u64
+    }
+
+    fn view(&self, seq: u64, now: Millis) -> PlaceView {
+        let p = &self.places[&seq];
+        let position = (p.state == PlaceState::Waiting).then(|| self.rank.count_below(seq) + 1);
+        let c = &self.config;
+        let session_ends_at = (p.state == PlaceState::Active)
+            .then(|| p.entered_at + Millis::from(c.session_max_sec) * 1000);
+        PlaceView {
+            key: PlaceKey {
+                seq,
+                nonce: p.nonce,
+            },
+            status: p.state,
+            user_id: p.user_id.as_deref().map(str::to_string),
+            position,
+            queue_length: self.rank.len(),
+            eta_sec: Some(position.map_or(0, |pos| self.eta(pos, now))),
+            waited_sec: now.saturating_sub(p.joined_at) / 1000,
+            joined_at: p.joined_at,
+            enter_within_sec: (p.state == PlaceState::Admitted)
+                .then(|| secs_ceil(Self::deadline_of(c, p).saturating_sub(now))),
+            entered_at: (p.state == PlaceState::Active).then_some(p.entered_at),
+            session_ends_at,
+            session_expires_in_sec: (p.state == PlaceState::Active)
+                .then(|| secs_ceil(Self::deadline_of(c, p).saturating_sub(now))),
+        }
+    }
+
+    /// Joins the queue, or returns the live place the user already holds (with its
+    /// heartbeat renewed). A new place is admitted at once when there is room, budget and
+    /// nobody waiting ahead.
+    pub fn join(
+        &mut self,
+        nonce: u128,
+        user_id: Option<&str>,
+        metadata: Option<&str>,
+        now: Millis,
+        fx: &mut Vec<Effect>,
+    ) -> Result<PlaceView, QueueError> {
+        self.advance(now, fx);
+        if let Some(&seq) = user_id.and_then(|u| self.users.get(u)) {
+            let p = self
+                .places
+                .get_mut(&seq)
+                .expect("user index points at live places");
+            if p.state == PlaceState::Waiting {
+                p.last_seen = now;
+            }
+            return Ok(self.view(seq, now));
+        }
+        if !self.config.accept_joins {
+            return Err(QueueError::EventClosed);
+        }
+        if let Some(max) = self.config.max_queue_length {
+            if self.rank.len() >= u64::from(max) {
+                return Err(QueueError::QueueFull);
+            }
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let user_id: Option<Box<str>> = user_id.map(Into::into);
+        let metadata: Option<Box<str>> = metadata.map(Into::into);
+        self.insert_waiting(seq, nonce, user_id.clone(), metadata.clone(), now);
+        self.joins += 1;
+        fx.push(Effect::Joined {
+            seq,
+            nonce,
+            user_id,
+            metadata,
+            at: now,
+        });
+        self.admit(now, fx);
+        Ok(self.view(seq, now))
+    }
+
+    fn insert_waiting(
+        &mut self,
+        seq: u64,
+        nonce: u128,
+        user_id: Option<Box<str>>,
+        metadata: Option<Box<str>>,
+        now: Millis,
+    ) {
+        if self.rank.needs_rebuild(seq) {
+            let base = self.rank.kth(1).unwrap_or(seq).min(seq);
+            let waiting = self
+                .places
+                .iter()
+                .filter(|(_, p)| p.state == PlaceState::Waiting)
+                .map(|(s, _)| *s);
+            self.rank = RankIndex::rebuild(base, seq - base + 1, waiting);
+        }
+        self.rank.insert(seq);
+        if let Some(u) = &user_id {
+            self.users.insert(u.clone(), seq);
+        }
+        let mut p = Place {
+            nonce,
+            user_id,
+            metadata,
+            joined_at: now,
+            last_seen: now,
+            admitted_at: 0,
+            entered_at: 0,
+            state: PlaceState::Waiting,
+            sched: Millis::MAX,
+        };
+        p.sched = Self::deadline_of(&self.config, &p);
+        self.deadlines.push(Reverse((p.sched, seq)));
+        self.places.insert(seq, p);
+    }
+
+    /// The place's status; renews its heartbeat (waiting page or session).
+    pub fn status(
+        &mut self,
+        key: PlaceKey,
+        now: Millis,
+        fx: &mut Vec<Effect>,
+    ) -> Result<PlaceView, QueueError> {
+        self.heartbeat(key, now, fx)?;
+        Ok(self.view(key.seq, now))
+    }
+
+    /// Renews the heartbeat of a waiting place or an active session. O(1).
+    pub fn heartbeat(
+        &mut self,
+        key: PlaceKey,
+        now: Millis,
+        fx: &mut Vec<Effect>,
+    ) -> Result<(), QueueError> {
+        self.advance(now, fx);
+        let p = self.lookup_mut(key)?;
+        if matches!(p.state, PlaceState::Waiting | PlaceState::Active) {
+            p.last_seen = p.last_seen.max(now);
+        }
+        Ok(())
+    }
+
+    /// The place's status without renewing anything (for live pushes and admin views).
+    pub fn peek(
+        &mut self,
+        key: PlaceKey,
+        now: Millis,
+        fx: &mut Vec<Effect>,
+    ) -> Result<PlaceView, QueueError> {
+        self.advance(now, fx);
+        self.lookup(key)?;
+        Ok(self.view(key.seq, now))
+    }
+
+    /// Turns an admitted place into an active session; idempotent for an active one.
+    pub fn enter(
+        &mut self,
+        key: PlaceKey,
+        now: Millis,
+        fx: &mut Vec<Effect>,
+    ) -> Result<PlaceView, QueueError> {
+        self.advance(now, fx);
+        let p = self.lookup_mut(key)?;
+        match p.state {
+            PlaceState::Waiting => return Err(QueueError::NotReady),
+            PlaceState::Admitted => {
+                p.state = PlaceState::Active;
+                p.entered_at = now;
+                p.last_seen = now;
+                self.admitted -= 1;
+                self.active += 1;
+                fx.push(Effect::Entered {
+                    seq: key.seq,
+                    at: now,
+                });
+                self.schedule(key.seq);
+            }
+            PlaceState::Active => {}
+        }
+        Ok(self.view(key.seq, now))
+    }
+
+    /// Ends a place of any state; `Ok(false)` if it was already gone.
+    pub fn leave(
+        &mut self,
+        key: PlaceKey,
+        now: Millis,
+        fx: &mut Vec<Effect>,
+    ) -> Result<bool, QueueError> {
+        self.advance(now, fx);
+        match self.lookup(key) {
+            Ok(_) => {
+                self.end(key.seq, EndReason::Left, now, now, fx);
+                self.admit(now, fx);
+                Ok(true)
+            }
+            Err(QueueError::TokenNotFound | QueueError::TokenExpired) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The active session of the place, or `NoSession`.
+    fn session(
+        &mut self,
+        key: PlaceKey,
+        now: Millis,
+        fx: &mut Vec<Effect>,
+    ) -> Result<&mut Place, QueueError> {
+        self.advance(now, fx);
+        match self.lookup_mut(key) {
+            Ok(p) if p.state == PlaceState::Active => Ok(p),
+            _ => Err(QueueError::NoSession),
+        }
+    }
+
+    /// Renews an active session's idle deadline.
+    pub fn session_heartbeat(
+        &mut self,
+        key: PlaceKey,
+        now: Millis,
+        fx: &mut Vec<Effect>,
+    ) -> Result<PlaceView, QueueError> {
+        let p = self.session(key, now, fx)?;
+        p.last_seen = p.last_seen.max(now);
+        Ok(self.view(key.seq, now))
+    }
+
+    /// The active session, for verification; renews nothing.
+    pub fn session_view(
+        &mut self,
+        key: PlaceKey,
+        now: Millis,
+        fx: &mut Vec<Effect>,
+    ) -> Result<PlaceView, QueueError> {
+        self.session(key, now, fx)?;
+        Ok(self.view(key.seq, now))
+    }
+
+    /// Ends an active session as used and hands its slot on.
+    pub fn complete(
+        &mut self,
+        key: PlaceKey,
+        now: Millis,
+        fx: &mut Vec<Effect>,
+    ) -> Result<(), QueueError> {
+        self.session(key, now, fx)?;
+        self.end(key.seq, EndReason::Completed, now, now, fx);
+        self.admit(now, fx);
+        Ok(())
+    }
+
+    /// Removes every waiting place; answers how many.
+    pub fn clear(&mut self, now: Millis, fx: &mut Vec<Effect>) -> u64 {
+        self.advance(now, fx);
+        let mut seqs: Vec<u64> = self
+            .places
+            .iter()
+            .filter(|(_, p)| p.state == PlaceState::Waiting)
+            .map(|(s, _)| *s)
+            .collect();
+        seqs.sort_unstable();
+        for &seq in &seqs {
+            self.end(seq, EndReason::Cleared, now, now, fx);
+        }
+        seqs.len() as u64
+    }
+
+    /// Background work: expiries and rate-paced admissions. Answers when it next needs to
+    /// run (the earliest deadline or the next rate token), if ever.
+    pub fn tick(&mut self, now: Millis, fx: &mut Vec<Effect>) -> Option<Millis> {
+        self.advance(now, fx);
+        let mut next = self.deadlines.peek().map(|r| r.0 .0);
+        if let Some(rate) = self.config.admit_per_minute {
+            let room = self.admitted + self.active < self.config.capacity();
+            if room && !self.config.paused && !self.rank.is_empty() {
+                let t = self.bucket.next_token_at(rate).max(now + 1);
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        }
+        if let Some(&(at, _)) = self.tombstone_order.front() {
+            let t = at + EXPIRED_RETENTION_MS;
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
+        next
+    }
+
+    /// The first `limit` waiting places, in order.
+    pub fn head(&mut self, limit: usize, now: Millis, fx: &mut Vec<Effect>) -> Vec<HeadEntry> {
+        self.advance(now, fx);
+        (1..=limit as u64)
+            .map_while(|k| self.rank.kth(k).map(|seq| (k, seq)))
+            .map(|(k, seq)| {
+                let p = &self.places[&seq];
+                HeadEntry {
+                    position: k,
+                    user_id: p.user_id.as_deref().map(str::to_string),
+                    joined_at: p.joined_at,
+                    eta_sec: self.eta(k, now),
+                }
+            })
+            .collect()
+    }
+
+    pub fn figures(&mut self, now: Millis, fx: &mut Vec<Effect>) -> EventFigures {
+        self.advance(now, fx);
+        let capacity = self.config.capacity();
+        EventFigures {
+            waiting: self.rank.len(),
+            admitted: self.admitted,
+            active: self.active,
+            completed: self.completed,
+            left: self.left,
+            expired: self.expired,
+            capacity,
+            available_slots: capacity.saturating_sub(self.admitted + self.active),
+            avg_wait_sec: if self.admissions > 0 {
+                (self.wait_sum_ms / u128::from(self.admissions)) as f64 / 1000.0
+            } else {
+                0.0
+            },
+            admitted_last_minute: self.window.len() as u64,
+            joins: self.joins,
+            admissions: self.admissions,
+        }
+    }
+
+    /// The metadata a place joined with (raw JSON), if any.
+    pub fn metadata(&self, key: PlaceKey) -> Result<Option<&str>, QueueError> {
+        Ok(self.lookup(key)?.metadata.as_deref())
+    }
+
+    /// Checks the structural invariants; used by tests after every step.
+    #[doc(hidden)]
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let waiting = self
+            .places
+            .values()
+            .filter(|p| p.state == PlaceState::Waiting)
+            .count() as u64;
+        let admitted = self
+            .places
+            .values()
+            .filter(|p| p.state == PlaceState::Admitted)
+            .count() as u64;
+        let active = self
+            .places
+            .values()
+            .filter(|p| p.state == PlaceState::Active)
+            .count() as u64;
+        if waiting != self.rank.len() || admitted != self.admitted || active != self.active {
+            return Err(format!(
+                "counts drifted: waiting {waiting}/{} admitted {admitted}/{} active {active}/{}",
+                self.rank.len(),
+                self.admitted,
+                self.active
+            ));
+        }
+        if admitted + active > self.config.capacity() {
+            return Err(format!(
+                "over capacity: {admitted} + {active} > {}",
+                self.config.capacity()
+            ));
+        }
+        for (u, seq) in &self.users {
+            match self.places.get(seq) {
+                Some(p) if p.user_id.as_deref() == Some(&**u) => {}
+                _ => return Err(format!("user index of {u} points at no live place")),
+            }
+        }
+        let with_user = self.places.values().filter(|p| p.user_id.is_some()).count();
+        if with_user != self.users.len() {
+            return Err("a user holds two places".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Millis = 1000;
+
+    fn queue(max_active: u32) -> EventQueue {
+        EventQueue::new(EventConfig {
+            max_active,
+            ..EventConfig::default()
+        })
+    }
+
+    fn join(q: &mut EventQueue, n: u128, user: Option<&str>, now: Millis) -> PlaceView {
+        q.join(n, user, None, now, &mut Vec::new()).unwrap()
+    }
+
+    #[test]
+    fn direct_entry_then_fifo_positions() {
+        let mut q = queue(1);
+        let a = join(&mut q, 1, Some("a"), 0);
+        assert_eq!(a.status, PlaceState::Admitted);
+        let b = join(&mut q, 2, Some("b"), 0);
+        let c = join(&mut q, 3, None, 0);
+        assert_eq!((b.position, c.position), (Some(1), Some(2)));
+        assert_eq!(c.queue_length, 2);
+        // Same user again: the same place, not a second one.
+        assert_eq!(join(&mut q, 9, Some("b"), 0).key, b.key);
+        // a leaves: b is admitted at once, c moves to 1.
+        let mut fx = Vec::new();
+        assert!(q.leave(a.key, S, &mut fx).unwrap());
+        assert!(fx.contains(&Effect::Admitted {
+            seq: b.key.seq,
+            at: S
+        }));
+        assert_eq!(q.status(c.key, S, &mut fx).unwrap().position, Some(1));
+        assert_eq!(q.enter(c.key, S, &mut fx), Err(QueueError::NotReady));
+        q.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn ghosts_expire_without_polling_and_stop_counting() {
+        // Paused, so nobody is admitted and only expiry moves the queue.
+        let mut q = EventQueue::new(EventConfig {
+            paused: true,
+            ..EventConfig::default()
+        });
+        let ghost = join(&mut q, 2, None, 0);
+        let me = join(&mut q, 3, None, 0);
+        assert_eq!(me.position, Some(2));
+        let mut fx = Vec::new();
+        // I keep polling; the ghost never does.
+        q.heartbeat(me.key, 200 * S, &mut fx).unwrap();
+        let later = q.status(me.key, 300 * S, &mut fx).unwrap();
+        assert_eq!(later.position, Some(1));
+        assert_eq!(
+            q.status(ghost.key, 300 * S, &mut fx),
+            Err(QueueError::TokenExpired)
+        );
+        q.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn admitted_places_lapse_and_hand_on_their_slot() {
+        let mut q = queue(1);
+        let a = join(&mut q, 1, None, 0);
+        let b = join(&mut q, 2, None, 0);
+        let mut fx = Vec::new();
+        // ready_ttl is 60 s: a never enters.
+        assert_eq!(q.tick(59 * S, &mut fx), Some(60 * S));
+        q.tick(60 * S, &mut fx);
+        assert_eq!(
+            q.peek(b.key, 60 * S, &mut fx).unwrap().status,
+            PlaceState::Admitted
+        );
+        assert_eq!(
+            q.enter(a.key, 60 * S, &mut fx),
+            Err(QueueError::TokenExpired)
+        );
+        let s = q.enter(b.key, 61 * S, &mut fx).unwrap();
+        assert_eq!(s.session_ends_at, Some(61 * S + 600 * S));
+        // Session idle 120 s unless heartbeats come; max 600 s regardless.
+        q.session_heartbeat(b.key, 150 * S, &mut fx).unwrap();
+        assert!(q.session_view(b.key, 250 * S, &mut fx).is_ok());
+        assert_eq!(
+            q.session_view(b.key, 271 * S, &mut fx),
+            Err(QueueError::NoSession)
+        );
+    }
+
+    #[test]
+    fn rate_budget_paces_admissions() {
+        let mut q = EventQueue::new(EventConfig {
+            max_active: 100,
+            admit_per_minute: Some(60),
+            ..EventConfig::default()
+        });
+        let views: Vec<_> = (0..5).map(|i| join(&mut q, i, None, 0)).collect();
+        assert_eq!(
+            views
+                .iter()
+                .filter(|v| v.status == PlaceState::Admitted)
+                .count(),
+            1
+        );
+        let mut fx = Vec::new();
+        let next = q.tick(0, &mut fx).unwrap();
+        assert_eq!(next, S);
+        q.tick(S, &mut fx);
+        q.tick(2 * S, &mut fx);
+        assert_eq!(q.figures(2 * S, &mut fx).admitted, 3);
+    }
+
+    #[test]
+    fn paused_admits_nobody_until_resumed() {
+        let mut q = EventQueue::new(EventConfig {
+            paused: true,
+            ..EventConfig::default()
+        });
+        let a = join(&mut q, 1, None, 0);
+        assert_eq!(a.status, PlaceState::Waiting);
+        let mut fx = Vec::new();
+        let mut c = q.config().clone();
+        c.paused = false;
+        q.set_config(c, S, &mut fx);
+        assert_eq!(
+            fx,
+            vec![Effect::Admitted {
+                seq: a.key.seq,
+                at: S
+            }]
+        );
+    }
+
+    #[test]
+    fn queue_full_and_closed() {
+        let mut q = EventQueue::new(EventConfig {
+            max_active: 1,
+            max_queue_length: Some(1),
+            ..EventConfig::default()
+        });
+        join(&mut q, 1, None, 0);
+        join(&mut q, 2, None, 0);
+        assert_eq!(
+            q.join(3, None, None, 0, &mut Vec::new()),
+            Err(QueueError::QueueFull)
+        );
+        let mut c = q.config().clone();
+        c.accept_joins = false;
+        q.set_config(c, 0, &mut Vec::new());
+        assert_eq!(
+            q.join(4, None, None, 0, &mut Vec::new()),
+            Err(QueueError::EventClosed)
+        );
+    }
+
+    #[test]
+    fn long_sale_keeps_rank_window_bounded() {
+        let mut q = queue(1);
+        let mut fx = Vec::new();
+        let mut prev = join(&mut q, 0, None, 0);
+        for i in 1..20_000u128 {
+            let v = join(&mut q, i, None, 0);
+            q.leave(prev.key, 0, &mut fx).unwrap();
+            prev = v;
+        }
+        assert!(
+            q.rank.base() > 15_000,
+            "window never slid: base {}",
+            q.rank.base()
+        );
+        q.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn eta_uses_configured_pace_before_any_admission() {
+        let mut q = EventQueue::new(EventConfig {
+            max_active: 1,
+            admit_per_minute: Some(30),
+            paused: true,
+            ..EventConfig::default()
+        });
+        join(&mut q, 1, None, 0);
+        let v = join(&mut q, 2, None, 0);
+        assert_eq!(v.eta_sec, Some(4)); // position 2 at 0.5/s
+    }
+}

@@ -1,0 +1,147 @@
+//! The store contract: everything the HTTP layer may ask of the queue state, backend-neutral.
+//!
+//! Every operation is **atomic per event**: it observes and changes one event's state as a
+//! single step, with no interleaving of another operation on the same event, on any node.
+//! Every operation that takes `now` first ends the places whose deadline is at or before
+//! `now` and hands their slots on, so answers never count ghosts. Time is passed in (rather
+//! than read inside) so the conformance suite drives the store with a fake clock.
+//!
+//! Backends: [`embedded::EmbeddedStore`] (in-process). The shared conformance suite lives in
+//! [`conformance`] and runs against every backend.
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+use crate::core::{
+    EventConfig, EventFigures, EventPatch, HeadEntry, Millis, PlaceKey, PlaceView, QueueError,
+};
+
+pub mod conformance;
+pub mod embedded;
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The request was refused by the queue rules.
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    /// The backend cannot be reached or did not answer in time. Maps to `503 UNAVAILABLE`.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl StoreError {
+    /// The queue-rule error, if that is what this is.
+    pub fn queue(&self) -> Option<&QueueError> {
+        match self {
+            StoreError::Queue(q) => Some(q),
+            StoreError::Unavailable(_) => None,
+        }
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// An event's settings with its current figures.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EventSnapshot {
+    pub event_id: String,
+    pub config: EventConfig,
+    pub figures: EventFigures,
+}
+
+/// A request to join an event's queue.
+#[derive(Debug, Clone, Default)]
+pub struct JoinRequest {
+    /// `None` for anonymous places, which are never deduplicated.
+    pub user_id: Option<String>,
+    /// Raw JSON, already size-checked by the caller.
+    pub metadata: Option<String>,
+    /// Fresh 128-bit randomness from the caller; becomes the place's nonce if a new place
+    /// is made.
+    pub nonce: u128,
+}
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Creates the event with `patch` over the defaults, or updates it with `patch` over its
+    /// stored settings; validates the result as a whole. Capacity or pace changes take
+    /// effect at once (waiting places are admitted into new room before this returns).
+    async fn put_event(
+        &self,
+        event_id: &str,
+        patch: &EventPatch,
+        now: Millis,
+    ) -> StoreResult<EventConfig>;
+
+    /// Settings and figures of one event; `EventNotFound` if unknown.
+    async fn get_event(&self, event_id: &str, now: Millis) -> StoreResult<EventSnapshot>;
+
+    /// Every event, ordered by id.
+    async fn list_events(&self, now: Millis) -> StoreResult<Vec<EventSnapshot>>;
+
+    /// Removes the event and every place in it. Its tokens then answer `TOKEN_NOT_FOUND`
+    /// (or `EVENT_NOT_FOUND`). `EventNotFound` if unknown.
+    async fn delete_event(&self, event_id: &str) -> StoreResult<()>;
+
+    /// Ends every waiting place (they answer `TOKEN_NOT_FOUND`); admitted and active places
+    /// stay. Answers how many were removed.
+    async fn clear(&self, event_id: &str, now: Millis) -> StoreResult<u64>;
+
+    /// The first `limit` waiting places in order.
+    async fn queue_head(
+        &self,
+        event_id: &str,
+        limit: usize,
+        now: Millis,
+    ) -> StoreResult<Vec<HeadEntry>>;
+
+    /// Joins the queue. Idempotent per (`event_id`, `user_id`): a user holding a live place
+    /// gets that place back (heartbeat renewed), even under concurrent calls. A new place is
+    /// admitted at once when there is room, rate budget, the event is not paused and nobody
+    /// waits ahead. Errors: `EventNotFound`, `EventClosed`, `QueueFull`.
+    async fn join(&self, event_id: &str, req: &JoinRequest, now: Millis) -> StoreResult<PlaceView>;
+
+    /// The place's status with its exact position; renews its heartbeat.
+    /// Errors: `TokenExpired` (ended by a deadline), `TokenNotFound` (any other end).
+    async fn status(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView>;
+
+    /// Renews the heartbeat of a waiting place (or an active session) without computing a
+    /// position. Errors as `status`.
+    async fn heartbeat(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<()>;
+
+    /// The place's status without renewing anything. Errors as `status`.
+    async fn peek(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView>;
+
+    /// Moves an admitted place to active; for an already active place answers the same
+    /// session. Errors: `NotReady` while waiting, and those of `status`.
+    async fn enter(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView>;
+
+    /// Ends the place whatever its state and hands its slot on at once. `Ok(false)` if it
+    /// had already ended.
+    async fn leave(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<bool>;
+
+    /// Renews an active session's idle deadline. `NoSession` unless active.
+    async fn session_heartbeat(
+        &self,
+        event_id: &str,
+        key: PlaceKey,
+        now: Millis,
+    ) -> StoreResult<PlaceView>;
+
+    /// The active session, renewing nothing. `NoSession` unless active.
+    async fn session(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView>;
+
+    /// Ends an active session as used and hands its slot on at once. `NoSession` unless active.
+    async fn complete(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<()>;
+
+    /// Periodic work for one event: expiries and rate-paced admissions up to `now`.
+    /// Answers when it next needs to run, if ever.
+    async fn tick(&self, event_id: &str, now: Millis) -> StoreResult<Option<Millis>>;
+
+    /// Ids of every event.
+    async fn event_ids(&self) -> StoreResult<Vec<String>>;
+
+    /// Answers when the backend is reachable (for `/readyz`).
+    async fn ping(&self) -> StoreResult<()>;
+}

@@ -1,0 +1,81 @@
+//! Metrics and logs. Counters are bumped where state changes (from the effects a store
+//! operation reports), per-event gauges are refreshed from the store when `/metrics` is
+//! scraped, and HTTP latency is recorded by a middleware.
+
+use metrics::counter;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::core::{Effect, EndReason};
+use crate::store::EventSnapshot;
+
+/// Installs the Prometheus recorder once per process and answers its handle. Later calls
+/// (several servers in one test process) share the first recorder.
+pub fn prometheus() -> PrometheusHandle {
+    static HANDLE: std::sync::OnceLock<PrometheusHandle> = std::sync::OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let buckets = [
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ];
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Full("waitroom_http_request_duration_seconds".into()),
+                    &buckets,
+                )
+                .expect("bucket list is not empty")
+                .build_recorder();
+            let handle = recorder.handle();
+            // Another recorder may already be installed (e.g. by an embedding program); then
+            // our metrics go there and the handle renders only what reaches ours.
+            let _ = metrics::set_global_recorder(recorder);
+            handle
+        })
+        .clone()
+}
+
+/// Counts what a store operation changed.
+pub fn record_effects(event_id: &str, fx: &[Effect]) {
+    for e in fx {
+        let (name, reason) = match e {
+            Effect::Joined { .. } => ("waitroom_joins_total", None),
+            Effect::Admitted { .. } => ("waitroom_admissions_total", None),
+            Effect::Entered { .. } => ("waitroom_entries_total", None),
+            Effect::Ended { reason, .. } => match reason {
+                EndReason::Expired => ("waitroom_expirations_total", None),
+                EndReason::Left => ("waitroom_leaves_total", None),
+                EndReason::Cleared => ("waitroom_leaves_total", Some("cleared")),
+                EndReason::Completed => ("waitroom_completions_total", None),
+            },
+        };
+        match reason {
+            Some(r) => counter!(name, "event" => event_id.to_string(), "reason" => r).increment(1),
+            None => counter!(name, "event" => event_id.to_string()).increment(1),
+        }
+    }
+}
+
+/// Sets the per-event gauges from fresh figures.
+pub fn record_gauges(events: &[EventSnapshot]) {
+    for e in events {
+        let f = &e.figures;
+        let id = e.event_id.clone();
+        metrics::gauge!("waitroom_waiting", "event" => id.clone()).set(f.waiting as f64);
+        metrics::gauge!("waitroom_admitted", "event" => id.clone()).set(f.admitted as f64);
+        metrics::gauge!("waitroom_active", "event" => id.clone()).set(f.active as f64);
+        metrics::gauge!("waitroom_capacity", "event" => id).set(f.capacity as f64);
+    }
+}
+
+/// Sets up `tracing` output: human-readable by default, JSON lines with `json`.
+pub fn init_logging(format: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if format == "json" {
+        builder.json().flatten_event(true).try_init()
+    } else {
+        builder.try_init()
+    };
+}

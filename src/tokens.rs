@@ -1,0 +1,338 @@
+//! Tokens: the opaque waiting token of a place, and the signed JWT access token of a session.
+//!
+//! **Waiting token** = base64url(version ‖ event id ‖ seq ‖ nonce ‖ MAC). The 128-bit nonce is
+//! fresh randomness per place; the MAC (HMAC-SHA256, truncated to 128 bits) is keyed by a
+//! secret derived from the signing key, so any node that shares `--signing-key` can route a
+//! token to its event and reject a forgery without a store lookup.
+//!
+//! **Access token** = a JWT signed with Ed25519 (`EdDSA`), key id in the header, public key
+//! at `/.well-known/jwks.json`. Its `sid` names the place (seq and nonce), so verification
+//! can check that the session is still active.
+
+use std::path::{Path, PathBuf};
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use base64::Engine as _;
+use ed25519_dalek::pkcs8::{DecodePrivateKey, EncodePrivateKey};
+use ed25519_dalek::SigningKey;
+use hmac::{Hmac, Mac};
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::core::{Millis, PlaceKey};
+
+const VERSION: u8 = 1;
+const MAC_LEN: usize = 16;
+/// Longest possible token: version, length byte, 64-byte event id, seq, nonce, MAC.
+const MAX_RAW: usize = 2 + 64 + 8 + 16 + MAC_LEN;
+const ISSUER: &str = "waitroom";
+
+/// 128 bits from the operating system's CSPRNG.
+pub fn random_u128() -> u128 {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).expect("the OS random source is available");
+    u128::from_le_bytes(b)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("malformed or forged token")]
+pub struct InvalidToken;
+
+/// Issues and checks waiting tokens.
+#[derive(Clone)]
+pub struct WaitingTokens {
+    key: [u8; 32],
+}
+
+impl WaitingTokens {
+    pub fn new(key: [u8; 32]) -> Self {
+        WaitingTokens { key }
+    }
+
+    fn mac(&self, body: &[u8]) -> [u8; MAC_LEN] {
+        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.key).expect("any key length");
+        m.update(body);
+        let full = m.finalize().into_bytes();
+        let mut out = [0u8; MAC_LEN];
+        out.copy_from_slice(&full[..MAC_LEN]);
+        out
+    }
+
+    pub fn issue(&self, event_id: &str, key: PlaceKey) -> String {
+        let mut raw = Vec::with_capacity(MAX_RAW);
+        raw.push(VERSION);
+        raw.push(event_id.len() as u8);
+        raw.extend_from_slice(event_id.as_bytes());
+        raw.extend_from_slice(&key.seq.to_be_bytes());
+        raw.extend_from_slice(&key.nonce.to_be_bytes());
+        let mac = self.mac(&raw);
+        raw.extend_from_slice(&mac);
+        B64.encode(raw)
+    }
+
+    /// The event and place a token names, if we issued it.
+    pub fn parse(&self, token: &str) -> Result<(String, PlaceKey), InvalidToken> {
+        if token.len() > MAX_RAW.div_ceil(3) * 4 {
+            return Err(InvalidToken);
+        }
+        let raw = B64.decode(token.trim()).map_err(|_| InvalidToken)?;
+        if raw.len() < 2 + 8 + 16 + MAC_LEN || raw[0] != VERSION {
+            return Err(InvalidToken);
+        }
+        let id_len = raw[1] as usize;
+        if raw.len() != 2 + id_len + 8 + 16 + MAC_LEN {
+            return Err(InvalidToken);
+        }
+        let (body, mac) = raw.split_at(raw.len() - MAC_LEN);
+        let expected = self.mac(body);
+        // Constant-time comparison so timing does not leak how much of a forgery matched.
+        let diff = expected
+            .iter()
+            .zip(mac)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        if diff != 0 {
+            return Err(InvalidToken);
+        }
+        let event_id = std::str::from_utf8(&body[2..2 + id_len]).map_err(|_| InvalidToken)?;
+        let rest = &body[2 + id_len..];
+        let seq = u64::from_be_bytes(rest[..8].try_into().expect("length checked"));
+        let nonce = u128::from_be_bytes(rest[8..24].try_into().expect("length checked"));
+        Ok((event_id.to_string(), PlaceKey { seq, nonce }))
+    }
+}
+
+/// The session id in access tokens: the place's seq and nonce.
+pub fn session_id(key: PlaceKey) -> String {
+    let mut raw = [0u8; 24];
+    raw[..8].copy_from_slice(&key.seq.to_be_bytes());
+    raw[8..].copy_from_slice(&key.nonce.to_be_bytes());
+    B64.encode(raw)
+}
+
+pub fn parse_session_id(sid: &str) -> Option<PlaceKey> {
+    let raw = B64.decode(sid).ok()?;
+    if raw.len() != 24 {
+        return None;
+    }
+    Some(PlaceKey {
+        seq: u64::from_be_bytes(raw[..8].try_into().ok()?),
+        nonce: u128::from_be_bytes(raw[8..].try_into().ok()?),
+    })
+}
+
+/// Claims of an access token.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AccessClaims {
+    pub iss: String,
+    pub aud: String,
+    pub sub: String,
+    pub sid: String,
+    pub iat: u64,
+    pub exp: u64,
+    pub jti: String,
+}
+
+/// Signs and verifies access tokens with one Ed25519 key.
+pub struct AccessTokens {
+    encoding: EncodingKey,
+    decoding: DecodingKey,
+    kid: String,
+    public: [u8; 32],
+    /// Secret for waiting-token MACs, derived from the private key so nodes that share the
+    /// signing key agree on it with nothing else to distribute.
+    waiting_secret: [u8; 32],
+}
+
+impl AccessTokens {
+    pub fn from_signing_key(key: &SigningKey) -> anyhow::Result<Self> {
+        let pem = key
+            .to_pkcs8_pem(Default::default())
+            .map_err(|e| anyhow::anyhow!("encoding the signing key: {e}"))?;
+        let encoding = EncodingKey::from_ed_pem(pem.as_bytes())?;
+        let public = key.verifying_key().to_bytes();
+        let decoding = DecodingKey::from_ed_der(&public);
+        let kid = hex_prefix(&Sha256::digest(public), 8);
+        let mut h = Sha256::new();
+        h.update(b"waitroom waiting-token key v1");
+        h.update(key.to_bytes());
+        Ok(AccessTokens {
+            encoding,
+            decoding,
+            kid,
+            public,
+            waiting_secret: h.finalize().into(),
+        })
+    }
+
+    pub fn waiting_tokens(&self) -> WaitingTokens {
+        WaitingTokens::new(self.waiting_secret)
+    }
+
+    pub fn kid(&self) -> &str {
+        &self.kid
+    }
+
+    /// Signs a token for the active session of `key`, valid until `expires_at`.
+    pub fn sign(
+        &self,
+        event_id: &str,
+        subject: &str,
+        key: PlaceKey,
+        now: Millis,
+        expires_at: Millis,
+    ) -> String {
+        let claims = AccessClaims {
+            iss: ISSUER.into(),
+            aud: event_id.into(),
+            sub: subject.into(),
+            sid: session_id(key),
+            iat: now / 1000,
+            exp: expires_at / 1000,
+            jti: format!("{:032x}", random_u128()),
+        };
+        let mut header = Header::new(Algorithm::EdDSA);
+        header.kid = Some(self.kid.clone());
+        jsonwebtoken::encode(&header, &claims, &self.encoding)
+            .expect("Ed25519 signing does not fail")
+    }
+
+    /// Checks signature, issuer and expiry (no leeway: an expired session is over). The
+    /// audience is left to the caller, which knows whether an event was asked for.
+    pub fn verify(&self, token: &str) -> Result<AccessClaims, InvalidToken> {
+        let mut v = Validation::new(Algorithm::EdDSA);
+        v.set_issuer(&[ISSUER]);
+        v.validate_aud = false;
+        v.leeway = 0;
+        v.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        jsonwebtoken::decode::<AccessClaims>(token, &self.decoding, &v)
+            .map(|d| d.claims)
+            .map_err(|_| InvalidToken)
+    }
+
+    /// The JWKS document of `/.well-known/jwks.json`.
+    pub fn jwks(&self) -> serde_json::Value {
+        serde_json::json!({"keys": [{
+            "kty": "OKP", "crv": "Ed25519", "alg": "EdDSA", "use": "sig",
+            "kid": self.kid, "x": B64.encode(self.public),
+        }]})
+    }
+}
+
+fn hex_prefix(bytes: &[u8], n: usize) -> String {
+    bytes[..n].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Loads the signing key from `path` (PEM, PKCS#8), or else from `data_dir/signing-key.pem`,
+/// generating that file (mode 0600) on first start so tokens keep verifying after restarts.
+pub fn load_or_generate_key(path: Option<&Path>, data_dir: &Path) -> anyhow::Result<SigningKey> {
+    if let Some(p) = path {
+        let pem = std::fs::read_to_string(p)
+            .map_err(|e| anyhow::anyhow!("reading signing key {}: {e}", p.display()))?;
+        return SigningKey::from_pkcs8_pem(&pem).map_err(|e| {
+            anyhow::anyhow!(
+                "signing key {} is not an Ed25519 PKCS#8 PEM key: {e}",
+                p.display()
+            )
+        });
+    }
+    let file: PathBuf = data_dir.join("signing-key.pem");
+    if file.exists() {
+        return load_or_generate_key(Some(&file), data_dir);
+    }
+    std::fs::create_dir_all(data_dir)?;
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).map_err(|e| anyhow::anyhow!("no OS randomness: {e}"))?;
+    let key = SigningKey::from_bytes(&seed);
+    let pem = key
+        .to_pkcs8_pem(Default::default())
+        .map_err(|e| anyhow::anyhow!("encoding the signing key: {e}"))?;
+    write_private(&file, pem.as_bytes())?;
+    tracing::info!(path = %file.display(), "generated a new signing key");
+    Ok(key)
+}
+
+/// Writes a secret file readable by its owner only, atomically (temp file + rename).
+pub fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let mut f = opts.open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> PlaceKey {
+        PlaceKey {
+            seq: 42,
+            nonce: random_u128(),
+        }
+    }
+
+    #[test]
+    fn waiting_token_round_trip_and_forgery() {
+        let t = WaitingTokens::new([7; 32]);
+        let k = key();
+        let tok = t.issue("concert-a", k);
+        assert_eq!(t.parse(&tok), Ok(("concert-a".to_string(), k)));
+        // Any flipped character breaks the MAC (or the encoding).
+        let mut bytes = tok.clone().into_bytes();
+        for i in [0, bytes.len() / 2, bytes.len() - 2] {
+            let orig = bytes[i];
+            bytes[i] = if orig == b'A' { b'B' } else { b'A' };
+            assert!(t.parse(std::str::from_utf8(&bytes).unwrap()).is_err());
+            bytes[i] = orig;
+        }
+        assert!(WaitingTokens::new([8; 32]).parse(&tok).is_err());
+        for junk in ["", "x", "!!!!", &"A".repeat(10_000)] {
+            assert!(t.parse(junk).is_err());
+        }
+    }
+
+    #[test]
+    fn access_token_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let sk = load_or_generate_key(None, dir.path()).unwrap();
+        let again = load_or_generate_key(None, dir.path()).unwrap();
+        assert_eq!(
+            sk.to_bytes(),
+            again.to_bytes(),
+            "the generated key is reused"
+        );
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(dir.path().join("signing-key.pem"))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        let a = AccessTokens::from_signing_key(&sk).unwrap();
+        let now = 1_700_000_000_000;
+        let k = key();
+        let jwt = a.sign("ev", "u1", k, now, now + 600_000);
+        // The clock here is real, so sign far in the future to stay valid.
+        let far = crate::clock::system_now() + 600_000;
+        let jwt_valid = a.sign("ev", "u1", k, far - 1000, far);
+        assert!(a.verify(&jwt).is_err(), "expired tokens are refused");
+        let c = a.verify(&jwt_valid).unwrap();
+        assert_eq!((c.aud.as_str(), c.sub.as_str()), ("ev", "u1"));
+        assert_eq!(parse_session_id(&c.sid), Some(k));
+        let other = AccessTokens::from_signing_key(&SigningKey::from_bytes(&[3; 32])).unwrap();
+        assert!(other.verify(&jwt_valid).is_err());
+        assert_eq!(a.jwks()["keys"][0]["kid"], a.kid());
+    }
+}
