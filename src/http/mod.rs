@@ -1,12 +1,140 @@
 //! The HTTP API (axum): end-user, admin and operations routes, all answering errors in the
 //! `{"error": {"code", "message"}}` shape of the API contract.
+//!
+//! - [`queue`]: the end-user API under `/api/v1` (join, status, enter, leave, verify, …).
+//! - [`admin`]: the admin API under `/api/v1/admin`, behind the admin bearer token.
+//! - [`ops`]: `/healthz`, `/readyz`, `/metrics`, and the request-metrics middleware.
+//! - [`error`]: [`AppError`], the one mapping from failures to statuses and codes.
+//! - [`extract`]: extractors whose rejections are `AppError`s, so that no malformed request
+//!   ever gets axum's plain-text answer.
+//!
+//! Around every route, from the outside in: tracing, metrics, a request timeout (a stuck
+//! store answers `503 UNAVAILABLE` instead of hanging the client), panic catching (a bug
+//! answers a JSON 500 instead of dropping the connection), and a body size limit.
 
-use axum::routing::get;
-use axum::Router;
+use std::any::Any;
+use std::time::Duration;
+
+use axum::error_handling::HandleErrorLayer;
+use axum::extract::DefaultBodyLimit;
+use axum::middleware;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{BoxError, Router};
+use tower::ServiceBuilder;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::trace::TraceLayer;
 
 use crate::app::AppState;
 
-/// The whole API as one router.
+pub mod admin;
+pub mod error;
+pub mod extract;
+pub mod ops;
+pub mod queue;
+
+pub use error::{AppError, AppResult};
+
+/// Limits applied to every request.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Longest a request may take before it is answered `503 UNAVAILABLE`. The contract
+    /// promises never to hang past a few seconds when the store is gone.
+    pub request_timeout: Duration,
+    /// Largest accepted request body. Our largest legitimate body (a join with 4 KiB of
+    /// metadata) is far below it; anything bigger is a mistake or an attack.
+    pub max_body_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            request_timeout: Duration::from_secs(10),
+            max_body_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// The whole API as one router, with the default [`Limits`].
 pub fn router(state: AppState) -> Router {
-    Router::new().route("/healthz", get(|| async { "ok" })).with_state(state)
+    router_with_limits(state, Limits::default())
+}
+
+/// The whole API as one router.
+pub fn router_with_limits(state: AppState, limits: Limits) -> Router {
+    let admin = Router::new()
+        .route("/events", get(admin::list_events))
+        .route(
+            "/events/{event_id}",
+            put(admin::put_event)
+                .get(admin::get_event)
+                .delete(admin::delete_event),
+        )
+        .route("/events/{event_id}/pause", post(admin::pause))
+        .route("/events/{event_id}/resume", post(admin::resume))
+        .route("/events/{event_id}/clear", post(admin::clear))
+        .route("/events/{event_id}/queue", get(admin::queue_head))
+        .route("/stats", get(admin::stats))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            admin::require_admin,
+        ));
+
+    let api = Router::new()
+        .route("/queue/join", post(queue::join))
+        .route("/queue/status", get(queue::status))
+        .route("/queue/heartbeat", post(queue::heartbeat))
+        .route("/queue/enter", post(queue::enter))
+        .route("/queue/leave", post(queue::leave).delete(queue::leave))
+        .route("/queue/verify", post(queue::verify))
+        .route("/queue/info", get(queue::info))
+        .route("/session/heartbeat", post(queue::session_heartbeat))
+        .route("/session/complete", post(queue::session_complete))
+        .nest("/admin", admin);
+
+    let layers = ServiceBuilder::new()
+        .layer(TraceLayer::new_for_http())
+        .layer(middleware::from_fn(ops::track_metrics))
+        .layer(HandleErrorLayer::new(timeout_error))
+        .timeout(limits.request_timeout)
+        .layer(CatchPanicLayer::custom(panic_response))
+        .layer(DefaultBodyLimit::max(limits.max_body_bytes));
+
+    Router::new()
+        .nest("/api/v1", api)
+        .route("/.well-known/jwks.json", get(queue::jwks))
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        // Both fallbacks before `.layer` so that they are measured and guarded too.
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(layers)
+        .with_state(state)
+}
+
+async fn not_found() -> AppError {
+    AppError::NotFound
+}
+
+async fn method_not_allowed() -> AppError {
+    AppError::MethodNotAllowed
+}
+
+/// The timeout layer's error (the only error any inner service can produce).
+async fn timeout_error(err: BoxError) -> AppError {
+    if err.is::<tower::timeout::error::Elapsed>() {
+        AppError::Unavailable("request timed out".into())
+    } else {
+        AppError::Internal(format!("unhandled middleware error: {err}"))
+    }
+}
+
+fn panic_response(err: Box<dyn Any + Send + 'static>) -> Response {
+    let detail = err
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| err.downcast_ref::<&str>().copied())
+        .unwrap_or("(no message)");
+    AppError::Internal(format!("handler panicked: {detail}")).into_response()
 }

@@ -6,8 +6,9 @@
 //! `now` and hands their slots on, so answers never count ghosts. Time is passed in (rather
 //! than read inside) so the conformance suite drives the store with a fake clock.
 //!
-//! Backends: [`embedded::EmbeddedStore`] (in-process). The shared conformance suite lives in
-//! [`conformance`] and runs against every backend.
+//! Backends: [`embedded::EmbeddedStore`] (in-process). One conformance suite
+//! (`tests/support/conformance.rs`) and one model-based property test
+//! (`tests/support/model.rs`) run against every backend.
 
 use async_trait::async_trait;
 use serde::Serialize;
@@ -16,7 +17,6 @@ use crate::core::{
     EventConfig, EventFigures, EventPatch, HeadEntry, Millis, PlaceKey, PlaceView, QueueError,
 };
 
-pub mod conformance;
 pub mod embedded;
 
 /// Why a store operation failed.

@@ -1,0 +1,233 @@
+//! [`AppError`]: every way a request can fail, and the one place that turns a failure into
+//! the contract's `{"error": {"code", "message"}}` body with its status and headers.
+//!
+//! Handlers and extractors return `AppError` (directly or through `?` on store and queue
+//! errors), so no response of ours can escape in axum's plain-text rejection format.
+//! Internal failures are logged in full and answered with a generic message, so a 500
+//! never leaks details of the server.
+
+use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection, QueryRejection};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::core::QueueError;
+use crate::store::StoreError;
+
+/// The stable error codes of the API contract, as constants so that handlers and tests
+/// cannot drift apart by a typo.
+pub mod code {
+    pub const INVALID_REQUEST: &str = "INVALID_REQUEST";
+    pub const MISSING_TOKEN: &str = "MISSING_TOKEN";
+    pub const TOKEN_INVALID: &str = "TOKEN_INVALID";
+    pub const ACCESS_DENIED: &str = "ACCESS_DENIED";
+    pub const UNAUTHORIZED: &str = "UNAUTHORIZED";
+    pub const NOT_READY: &str = "NOT_READY";
+    pub const TOKEN_EXPIRED: &str = "TOKEN_EXPIRED";
+    pub const TOKEN_NOT_FOUND: &str = "TOKEN_NOT_FOUND";
+    pub const EVENT_NOT_FOUND: &str = "EVENT_NOT_FOUND";
+    pub const NOT_FOUND: &str = "NOT_FOUND";
+    pub const METHOD_NOT_ALLOWED: &str = "METHOD_NOT_ALLOWED";
+    pub const EVENT_CLOSED: &str = "EVENT_CLOSED";
+    pub const RATE_LIMITED: &str = "RATE_LIMITED";
+    pub const QUEUE_FULL: &str = "QUEUE_FULL";
+    pub const UNAVAILABLE: &str = "UNAVAILABLE";
+    pub const INTERNAL: &str = "INTERNAL";
+}
+
+/// `Retry-After` of a full queue: long enough that a crowd of refused clients does not
+/// hammer the server, short enough that places freed by leavers are taken up quickly.
+pub const QUEUE_FULL_RETRY_AFTER_SEC: u64 = 10;
+/// `Retry-After` while the store is unreachable: a restart or failover usually takes seconds.
+pub const UNAVAILABLE_RETRY_AFTER_SEC: u64 = 5;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// Malformed JSON, wrong types, missing fields, out-of-range values.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// A body over the size limit; same code as other bad input, but status 413.
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    #[error("a token is required")]
+    MissingToken,
+    #[error("the token is malformed or was not issued by this server")]
+    TokenInvalid,
+    #[error("access denied: the token is invalid or expired, or its session has ended")]
+    AccessDenied,
+    #[error("a valid admin token is required")]
+    Unauthorized,
+    #[error("the place has not been admitted yet")]
+    NotReady,
+    #[error("the place expired")]
+    TokenExpired,
+    #[error("the place is gone")]
+    TokenNotFound,
+    #[error("unknown event")]
+    EventNotFound,
+    /// No route matches the path.
+    #[error("no such endpoint")]
+    NotFound,
+    /// The path exists, the method does not.
+    #[error("method not allowed on this endpoint")]
+    MethodNotAllowed,
+    #[error("the event does not accept joins now")]
+    EventClosed,
+    /// Per-client limits. Not enforced by this server yet, but part of the contract.
+    #[error("too many requests")]
+    RateLimited { retry_after_sec: u64 },
+    #[error("the queue is full")]
+    QueueFull,
+    /// The store cannot be reached or did not answer in time. The detail is logged, not sent.
+    #[error("the service is temporarily unavailable")]
+    Unavailable(String),
+    /// A bug. The detail is logged, not sent.
+    #[error("internal error")]
+    Internal(String),
+}
+
+impl AppError {
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        AppError::InvalidRequest(msg.into())
+    }
+
+    pub fn status(&self) -> StatusCode {
+        use AppError::*;
+        match self {
+            InvalidRequest(_) | MissingToken => StatusCode::BAD_REQUEST,
+            PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            TokenInvalid | AccessDenied | Unauthorized => StatusCode::UNAUTHORIZED,
+            NotReady => StatusCode::FORBIDDEN,
+            TokenExpired | TokenNotFound | EventNotFound | NotFound => StatusCode::NOT_FOUND,
+            MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            EventClosed => StatusCode::CONFLICT,
+            RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            QueueFull | Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        use AppError::*;
+        match self {
+            InvalidRequest(_) | PayloadTooLarge(_) => code::INVALID_REQUEST,
+            MissingToken => code::MISSING_TOKEN,
+            TokenInvalid => code::TOKEN_INVALID,
+            AccessDenied => code::ACCESS_DENIED,
+            Unauthorized => code::UNAUTHORIZED,
+            NotReady => code::NOT_READY,
+            TokenExpired => code::TOKEN_EXPIRED,
+            TokenNotFound => code::TOKEN_NOT_FOUND,
+            EventNotFound => code::EVENT_NOT_FOUND,
+            NotFound => code::NOT_FOUND,
+            MethodNotAllowed => code::METHOD_NOT_ALLOWED,
+            EventClosed => code::EVENT_CLOSED,
+            RateLimited { .. } => code::RATE_LIMITED,
+            QueueFull => code::QUEUE_FULL,
+            Unavailable(_) => code::UNAVAILABLE,
+            Internal(_) => code::INTERNAL,
+        }
+    }
+
+    fn retry_after(&self) -> Option<u64> {
+        match self {
+            AppError::RateLimited { retry_after_sec } => Some(*retry_after_sec),
+            AppError::QueueFull => Some(QUEUE_FULL_RETRY_AFTER_SEC),
+            AppError::Unavailable(_) => Some(UNAVAILABLE_RETRY_AFTER_SEC),
+            _ => None,
+        }
+    }
+
+    /// For the access-token endpoints every refusal by the store means the same thing to
+    /// the protected site ("this token does not grant access"), so queue-rule errors
+    /// collapse into `ACCESS_DENIED`; only an unreachable store stays distinct.
+    pub fn from_session_error(e: StoreError) -> Self {
+        match e {
+            StoreError::Queue(_) => AppError::AccessDenied,
+            StoreError::Unavailable(_) => e.into(),
+        }
+    }
+}
+
+impl From<QueueError> for AppError {
+    fn from(e: QueueError) -> Self {
+        match e {
+            QueueError::Invalid(m) => AppError::InvalidRequest(m),
+            QueueError::EventNotFound => AppError::EventNotFound,
+            QueueError::EventClosed => AppError::EventClosed,
+            QueueError::QueueFull => AppError::QueueFull,
+            QueueError::TokenNotFound => AppError::TokenNotFound,
+            QueueError::TokenExpired => AppError::TokenExpired,
+            QueueError::NotReady => AppError::NotReady,
+            QueueError::NoSession => AppError::AccessDenied,
+        }
+    }
+}
+
+impl From<StoreError> for AppError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Queue(q) => q.into(),
+            StoreError::Unavailable(m) => AppError::Unavailable(m),
+        }
+    }
+}
+
+/// Too large is the only body failure that is not plain bad input.
+fn body_error(status: StatusCode, text: String) -> AppError {
+    if status == StatusCode::PAYLOAD_TOO_LARGE {
+        AppError::PayloadTooLarge("the request body is too large".into())
+    } else {
+        AppError::InvalidRequest(text)
+    }
+}
+
+impl From<JsonRejection> for AppError {
+    fn from(r: JsonRejection) -> Self {
+        // axum answers 415 for a missing JSON content type and 422 for wrong types; the
+        // contract folds both into 400 INVALID_REQUEST.
+        body_error(r.status(), r.body_text())
+    }
+}
+
+impl From<BytesRejection> for AppError {
+    fn from(r: BytesRejection) -> Self {
+        body_error(r.status(), r.body_text())
+    }
+}
+
+impl From<QueryRejection> for AppError {
+    fn from(r: QueryRejection) -> Self {
+        AppError::InvalidRequest(r.body_text())
+    }
+}
+
+impl From<PathRejection> for AppError {
+    fn from(r: PathRejection) -> Self {
+        AppError::InvalidRequest(r.body_text())
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        match &self {
+            AppError::Internal(detail) => tracing::error!(%detail, "internal error"),
+            AppError::Unavailable(detail) => tracing::warn!(%detail, "store unavailable"),
+            _ => {}
+        }
+        let status = self.status();
+        let body = json!({"error": {"code": self.code(), "message": self.to_string()}});
+        let mut res = (status, axum::Json(body)).into_response();
+        if let Some(secs) = self.retry_after() {
+            res.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if matches!(self, AppError::Unauthorized) {
+            res.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        res
+    }
+}
+
+pub type AppResult<T> = Result<T, AppError>;

@@ -1,0 +1,157 @@
+//! Extractors that reject in our error format.
+//!
+//! axum's own `Json`, `Query` and `Path` answer bad input with plain text and statuses the
+//! contract does not use (415, 422); the wrappers here run them and turn their rejections
+//! into [`AppError`], so every client mistake gets `400 INVALID_REQUEST` (or 413) as JSON.
+//! [`OptionalJson`] also reads bodies that `navigator.sendBeacon` sends as `text/plain`, and
+//! bodies that are simply absent (the token came in the query or a header).
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
+use axum::http::request::Parts;
+use axum::http::HeaderMap;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+use super::error::AppError;
+
+/// `axum::Json` with our rejection.
+#[derive(FromRequest)]
+#[from_request(via(axum::Json), rejection(AppError))]
+pub struct AppJson<T>(pub T);
+
+/// `axum::extract::Query` with our rejection.
+#[derive(FromRequestParts)]
+#[from_request(via(axum::extract::Query), rejection(AppError))]
+pub struct AppQuery<T>(pub T);
+
+/// `axum::extract::Path` with our rejection.
+#[derive(FromRequestParts)]
+#[from_request(via(axum::extract::Path), rejection(AppError))]
+pub struct AppPath<T>(pub T);
+
+/// A JSON body that may be absent (`None` for an empty body), sent as `application/json`,
+/// `text/plain` (what `sendBeacon` uses for a string) or with no content type at all.
+/// Other content types are refused, so a form post is not misread as JSON.
+pub struct OptionalJson<T>(pub Option<T>);
+
+impl<S, T> FromRequest<S> for OptionalJson<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = AppError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let json_like = match req.headers().get(CONTENT_TYPE) {
+            None => true,
+            Some(v) => {
+                let essence = v
+                    .to_str()
+                    .unwrap_or("")
+                    .split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_ascii_lowercase();
+                essence == "application/json"
+                    || essence == "text/plain"
+                    || (essence.starts_with("application/") && essence.ends_with("+json"))
+            }
+        };
+        // Read first: the body limit applies whatever the content type.
+        let bytes = Bytes::from_request(req, state).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(OptionalJson(None));
+        }
+        if !json_like {
+            return Err(AppError::invalid(
+                "expected a JSON body (application/json or text/plain)",
+            ));
+        }
+        serde_json::from_slice(&bytes)
+            .map(|v| OptionalJson(Some(v)))
+            .map_err(|e| AppError::invalid(format!("invalid JSON body: {e}")))
+    }
+}
+
+/// The token of an `Authorization: Bearer …` header, if there is one. Other schemes are
+/// ignored rather than refused: a site may sit behind a proxy that adds its own.
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(AUTHORIZATION)?.to_str().ok()?.trim();
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// The bearer token of a request, or `MISSING_TOKEN`.
+pub struct BearerToken(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for BearerToken {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        bearer(&parts.headers)
+            .map(|t| BearerToken(t.to_string()))
+            .ok_or(AppError::MissingToken)
+    }
+}
+
+/// `?token=` of the end-user endpoints. Unknown parameters (cache busters) are ignored.
+#[derive(Debug, Default, Deserialize)]
+pub struct TokenQuery {
+    pub token: Option<String>,
+}
+
+/// A body carrying a waiting token; both field names of the contract are accepted.
+#[derive(Debug, Default, Deserialize)]
+pub struct TokenBody {
+    pub token: Option<String>,
+    pub waiting_token: Option<String>,
+}
+
+/// The waiting token of a request, from the query, the JSON body or the bearer header (in
+/// that order), or `MISSING_TOKEN`. Empty strings count as absent.
+pub struct WaitingToken(pub String);
+
+impl WaitingToken {
+    pub fn find(
+        query: &TokenQuery,
+        body: Option<&TokenBody>,
+        headers: &HeaderMap,
+    ) -> Result<Self, AppError> {
+        let non_empty = |s: &Option<String>| s.as_deref().filter(|t| !t.trim().is_empty());
+        non_empty(&query.token)
+            .or_else(|| body.and_then(|b| non_empty(&b.token).or(non_empty(&b.waiting_token))))
+            .or_else(|| bearer(headers))
+            .map(|t| WaitingToken(t.trim().to_string()))
+            .ok_or(AppError::MissingToken)
+    }
+}
+
+/// A waiting token for endpoints with a body: query, then body, then header.
+impl<S: Send + Sync> FromRequest<S> for WaitingToken {
+    type Rejection = AppError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let (mut parts, body) = req.into_parts();
+        let AppQuery(query) = AppQuery::<TokenQuery>::from_request_parts(&mut parts, state).await?;
+        let headers = parts.headers.clone();
+        let req = Request::from_parts(parts, body);
+        let OptionalJson(body) = OptionalJson::<TokenBody>::from_request(req, state).await?;
+        WaitingToken::find(&query, body.as_ref(), &headers)
+    }
+}
+
+/// A waiting token for body-less endpoints (`GET`, `DELETE`): query, then header.
+pub struct WaitingTokenNoBody(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for WaitingTokenNoBody {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let AppQuery(query) = AppQuery::<TokenQuery>::from_request_parts(parts, state).await?;
+        WaitingToken::find(&query, None, &parts.headers).map(|WaitingToken(t)| WaitingTokenNoBody(t))
+    }
+}

@@ -1,0 +1,96 @@
+//! Operations endpoints (`/healthz`, `/readyz`, `/metrics`) and the middleware that
+//! measures every request.
+//!
+//! `/healthz` says the process serves; `/readyz` says it can do useful work (the store
+//! answers), so a load balancer can take a node whose store is gone out of rotation while
+//! an orchestrator leaves the process running. `/metrics` refreshes the per-event gauges
+//! from the store on each scrape, so they are exact at the moment they are read.
+
+use std::time::{Duration, Instant};
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::error::{AppError, AppResult};
+use crate::app::AppState;
+use crate::telemetry;
+
+/// How long `/readyz` waits for the store: probes run every few seconds, and an answer
+/// that takes longer than this is as bad as none.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// `GET /healthz`
+pub async fn healthz() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// `GET /readyz`: `200` only when the store answers, in time.
+pub async fn readyz(State(state): State<AppState>) -> AppResult<Json<Value>> {
+    match tokio::time::timeout(READY_TIMEOUT, state.store.ping()).await {
+        Ok(Ok(())) => Ok(Json(json!({"status": "ready"}))),
+        Ok(Err(e)) => Err(AppError::Unavailable(e.to_string())),
+        Err(_) => Err(AppError::Unavailable("store ping timed out".into())),
+    }
+}
+
+/// `GET /metrics`: Prometheus text. A store outage must not blind the scrape (that is when
+/// metrics matter most), so the gauges are then left as they were and
+/// `waitroom_store_up` says why.
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let up = match state.store.list_events(state.clock.now()).await {
+        Ok(events) => {
+            telemetry::record_gauges(&events);
+            true
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics: cannot read events");
+            false
+        }
+    };
+    metrics::gauge!("waitroom_store_up").set(if up { 1.0 } else { 0.0 });
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        state.metrics.render(),
+    )
+}
+
+/// Label of a method; anything unusual is lumped together so a client inventing methods
+/// cannot grow the number of time series.
+fn method_label(m: &Method) -> &'static str {
+    match *m {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        Method::PATCH => "PATCH",
+        _ => "OTHER",
+    }
+}
+
+/// Middleware: a latency histogram and a request counter per method, route template and
+/// status. The route is the matched template (`/api/v1/admin/events/{event_id}`), never the
+/// raw path, for the same reason: ids in paths would make one series per id.
+pub async fn track_metrics(req: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let method = method_label(req.method());
+    let res = next.run(req).await;
+    let labels = [
+        ("method", method.to_string()),
+        ("route", route),
+        ("status", res.status().as_u16().to_string()),
+    ];
+    metrics::histogram!("waitroom_http_request_duration_seconds", &labels)
+        .record(start.elapsed().as_secs_f64());
+    metrics::counter!("waitroom_http_requests_total", &labels).increment(1);
+    res
+}

@@ -1,0 +1,284 @@
+//! The end-user API (`/api/v1`): joining, polling, entering and leaving a queue, and the
+//! access-token endpoints a protected site calls.
+//!
+//! Handlers are thin: they find and check the token (a forged or garbled waiting token is
+//! refused by its MAC before the store is asked anything), make one store call with the
+//! current time, and shape the answer. All queue rules live in the store.
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::error::{AppError, AppResult};
+use super::extract::{AppJson, AppQuery, BearerToken, WaitingToken, WaitingTokenNoBody};
+use crate::app::AppState;
+use crate::core::{validate_event_id, PlaceKey, PlaceState, PlaceView, QueueError};
+use crate::store::{JoinRequest, StoreError};
+use crate::tokens::{self, AccessClaims};
+
+/// Longest accepted `user_id`, in characters: room for an e-mail address or a UUID with a
+/// prefix, small enough that user ids cannot bloat the store.
+pub const MAX_USER_ID_CHARS: usize = 256;
+/// Largest accepted `metadata`, serialized, in bytes (the contract's 4 KiB).
+pub const MAX_METADATA_BYTES: usize = 4096;
+
+#[derive(Debug, Deserialize)]
+pub struct JoinBody {
+    pub event_id: String,
+    pub user_id: Option<String>,
+    pub metadata: Option<Map<String, Value>>,
+}
+
+/// The answer shared by `join` and `status`: the fields a waiting page needs, present
+/// according to the place's state as the contract describes.
+fn place_body(event_id: &str, v: &PlaceView) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("status".into(), json!(v.status));
+    m.insert("event_id".into(), json!(event_id));
+    if let Some(p) = v.position {
+        m.insert("position".into(), json!(p));
+    }
+    m.insert("queue_length".into(), json!(v.queue_length));
+    m.insert("eta_sec".into(), json!(v.eta_sec.unwrap_or(0)));
+    m.insert("waited_sec".into(), json!(v.waited_sec));
+    m.insert(
+        "ready_for_entry".into(),
+        json!(v.status == PlaceState::Admitted),
+    );
+    if let Some(s) = v.enter_within_sec {
+        m.insert("enter_within_sec".into(), json!(s));
+    }
+    if let Some(s) = v.session_expires_in_sec {
+        m.insert("session_expires_in_sec".into(), json!(s));
+    }
+    m
+}
+
+/// The event and place a waiting token names; no store lookup for forgeries.
+fn parse_waiting(state: &AppState, token: &str) -> AppResult<(String, PlaceKey)> {
+    state
+        .waiting
+        .parse(token)
+        .map_err(|_| AppError::TokenInvalid)
+}
+
+/// `POST /queue/join`
+pub async fn join(
+    State(state): State<AppState>,
+    AppJson(body): AppJson<JoinBody>,
+) -> AppResult<Json<Map<String, Value>>> {
+    validate_event_id(&body.event_id)?;
+    if let Some(u) = &body.user_id {
+        let n = u.chars().count();
+        if n == 0 || n > MAX_USER_ID_CHARS {
+            return Err(AppError::invalid(format!(
+                "user_id must be 1-{MAX_USER_ID_CHARS} characters"
+            )));
+        }
+    }
+    let metadata = match &body.metadata {
+        None => None,
+        Some(m) => {
+            let raw = serde_json::to_string(m).map_err(|e| AppError::Internal(e.to_string()))?;
+            if raw.len() > MAX_METADATA_BYTES {
+                return Err(AppError::invalid(format!(
+                    "metadata must be at most {MAX_METADATA_BYTES} bytes of JSON"
+                )));
+            }
+            Some(raw)
+        }
+    };
+    let req = JoinRequest {
+        user_id: body.user_id,
+        metadata,
+        nonce: tokens::random_u128(),
+    };
+    let view = state
+        .store
+        .join(&body.event_id, &req, state.clock.now())
+        .await?;
+    let mut out = place_body(&body.event_id, &view);
+    out.insert(
+        "waiting_token".into(),
+        json!(state.waiting.issue(&body.event_id, view.key)),
+    );
+    Ok(Json(out))
+}
+
+/// `GET /queue/status`: counts as a heartbeat.
+pub async fn status(
+    State(state): State<AppState>,
+    WaitingTokenNoBody(token): WaitingTokenNoBody,
+) -> AppResult<Json<Map<String, Value>>> {
+    let (event_id, key) = parse_waiting(&state, &token)?;
+    let view = state.store.status(&event_id, key, state.clock.now()).await?;
+    Ok(Json(place_body(&event_id, &view)))
+}
+
+/// `POST /queue/heartbeat`
+pub async fn heartbeat(
+    State(state): State<AppState>,
+    WaitingToken(token): WaitingToken,
+) -> AppResult<StatusCode> {
+    let (event_id, key) = parse_waiting(&state, &token)?;
+    state
+        .store
+        .heartbeat(&event_id, key, state.clock.now())
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /queue/enter`: admitted → active, with a signed access token. Repeating it for an
+/// active place signs a fresh token for the same session.
+pub async fn enter(
+    State(state): State<AppState>,
+    WaitingToken(token): WaitingToken,
+) -> AppResult<Json<Value>> {
+    let (event_id, key) = parse_waiting(&state, &token)?;
+    let now = state.clock.now();
+    let view = state.store.enter(&event_id, key, now).await?;
+    let ends_at = view
+        .session_ends_at
+        .ok_or_else(|| AppError::Internal("an entered place has no session end".into()))?;
+    let session_id = tokens::session_id(view.key);
+    // Anonymous places have no user id; the session id names them uniquely instead.
+    let subject = view.user_id.as_deref().unwrap_or(&session_id);
+    let jwt = state.access.sign(&event_id, subject, view.key, now, ends_at);
+    Ok(Json(json!({
+        "admission": "granted",
+        "access_token": jwt,
+        "token_type": "Bearer",
+        "session_id": session_id,
+        "expires_in": ends_at.saturating_sub(now) / 1000,
+        "expires_at": ends_at / 1000,
+        "event_id": event_id,
+    })))
+}
+
+/// `POST /queue/leave` and `DELETE /queue/leave`. A place that is already gone, even with
+/// its whole event, is simply not removed: a beacon sent on page unload must not error.
+pub async fn leave(
+    State(state): State<AppState>,
+    WaitingToken(token): WaitingToken,
+) -> AppResult<Json<Value>> {
+    let (event_id, key) = parse_waiting(&state, &token)?;
+    let removed = match state.store.leave(&event_id, key, state.clock.now()).await {
+        Ok(r) => r,
+        Err(StoreError::Queue(QueueError::EventNotFound)) => false,
+        Err(e) => return Err(e.into()),
+    };
+    Ok(Json(json!({ "removed": removed })))
+}
+
+/// The claims of a valid access token and the place its session names. Any flaw is
+/// `ACCESS_DENIED`: a protected site needs a yes or a no, not a diagnosis.
+fn access_claims(state: &AppState, jwt: &str) -> AppResult<(AccessClaims, PlaceKey)> {
+    let claims = state
+        .access
+        .verify(jwt)
+        .map_err(|_| AppError::AccessDenied)?;
+    let key = tokens::parse_session_id(&claims.sid).ok_or(AppError::AccessDenied)?;
+    Ok((claims, key))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct VerifyQuery {
+    pub event_id: Option<String>,
+}
+
+/// `POST /queue/verify`: for protected sites. Checks the signature and expiry, the event
+/// when asked, and that the session is still active in the store (so a completed or
+/// lapsed session is refused even before its token expires).
+pub async fn verify(
+    State(state): State<AppState>,
+    AppQuery(q): AppQuery<VerifyQuery>,
+    BearerToken(jwt): BearerToken,
+) -> AppResult<Json<Value>> {
+    let (claims, key) = access_claims(&state, &jwt)?;
+    if let Some(ev) = q.event_id.as_deref().filter(|e| !e.is_empty()) {
+        if ev != claims.aud {
+            return Err(AppError::AccessDenied);
+        }
+    }
+    let now = state.clock.now();
+    let view = state
+        .store
+        .session(&claims.aud, key, now)
+        .await
+        .map_err(AppError::from_session_error)?;
+    Ok(Json(json!({
+        "valid": true,
+        "event_id": claims.aud,
+        "user_id": view.user_id,
+        "sub": claims.sub,
+        "session_id": claims.sid,
+        "expires_at": claims.exp,
+        "session_expires_in_sec": view.session_expires_in_sec,
+    })))
+}
+
+/// `POST /session/heartbeat`
+pub async fn session_heartbeat(
+    State(state): State<AppState>,
+    BearerToken(jwt): BearerToken,
+) -> AppResult<StatusCode> {
+    let (claims, key) = access_claims(&state, &jwt)?;
+    state
+        .store
+        .session_heartbeat(&claims.aud, key, state.clock.now())
+        .await
+        .map_err(AppError::from_session_error)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /session/complete`: the user is done; the slot goes to the next in line at once.
+pub async fn session_complete(
+    State(state): State<AppState>,
+    BearerToken(jwt): BearerToken,
+) -> AppResult<Json<Value>> {
+    let (claims, key) = access_claims(&state, &jwt)?;
+    state
+        .store
+        .complete(&claims.aud, key, state.clock.now())
+        .await
+        .map_err(AppError::from_session_error)?;
+    Ok(Json(json!({ "completed": true })))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct InfoQuery {
+    pub event_id: String,
+}
+
+/// `GET /queue/info`: public figures of one event, no user data.
+pub async fn info(
+    State(state): State<AppState>,
+    AppQuery(q): AppQuery<InfoQuery>,
+) -> AppResult<Json<Value>> {
+    validate_event_id(&q.event_id)?;
+    let snap = state.store.get_event(&q.event_id, state.clock.now()).await?;
+    let (c, f) = (&snap.config, &snap.figures);
+    Ok(Json(json!({
+        "event_id": snap.event_id,
+        "name": c.name,
+        "queue_length": f.waiting,
+        "admitted": f.admitted,
+        "active": f.active,
+        "capacity": f.capacity,
+        "available_slots": f.available_slots,
+        "admitted_last_minute": f.admitted_last_minute,
+        "paused": c.paused,
+        "accept_joins": c.accept_joins,
+    })))
+}
+
+/// `GET /.well-known/jwks.json`: cacheable for a while; keys change only on redeploys.
+pub async fn jwks(State(state): State<AppState>) -> impl IntoResponse {
+    (
+        [(header::CACHE_CONTROL, "public, max-age=300")],
+        Json(state.access.jwks()),
+    )
+}

@@ -1,1 +1,0 @@
-//! Conformance suite (in progress).

@@ -1,0 +1,4 @@
+//! Test support shared by the backend test binaries.
+
+pub mod conformance;
+pub mod model;
