@@ -11,7 +11,10 @@ pub mod queue;
 pub mod rank;
 
 pub use config::{validate_event_id, EventConfig, EventPatch};
-pub use queue::{Effect, EndReason, EventFigures, EventQueue, HeadEntry, PlaceState, PlaceView};
+pub use queue::{
+    Effect, EndReason, EventFigures, EventQueue, HeadEntry, PlaceState, PlaceView, QueueMeta,
+    RestoredPlace,
+};
 
 /// Milliseconds since the Unix epoch. Wall-clock time, because deadlines must survive a
 /// restart and be comparable across nodes.

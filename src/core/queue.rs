@@ -66,9 +66,40 @@ pub enum Effect {
     },
     Ended {
         seq: u64,
+        nonce: u128,
         reason: EndReason,
         at: Millis,
     },
+    /// An expired place's token stops answering `TOKEN_EXPIRED` (its retention is over).
+    Forgotten {
+        seq: u64,
+    },
+}
+
+/// The counters of an event that outlive its places; persisted beside the config.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct QueueMeta {
+    pub next_seq: u64,
+    pub completed: u64,
+    pub left: u64,
+    pub expired: u64,
+    pub joins: u64,
+    pub admissions: u64,
+    pub wait_sum_ms: u64,
+    pub session_sum_ms: u64,
+    pub session_count: u64,
+}
+
+/// A live place as read back from disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoredPlace {
+    pub seq: u64,
+    pub nonce: u128,
+    pub user_id: Option<Box<str>>,
+    pub metadata: Option<Box<str>>,
+    pub joined_at: Millis,
+    pub admitted_at: Option<Millis>,
+    pub entered_at: Option<Millis>,
 }
 
 #[derive(Debug, Clone)]
@@ -192,8 +223,8 @@ pub struct EventQueue {
     /// Admission times in the last minute, oldest first.
     window: VecDeque<Millis>,
     first_admission_at: Option<Millis>,
-    wait_sum_ms: u128,
-    session_sum_ms: u128,
+    wait_sum_ms: u64,
+    session_sum_ms: u64,
     session_count: u64,
 }
 
@@ -251,6 +282,90 @@ impl EventQueue {
 
     pub fn config(&self) -> &EventConfig {
         &self.config
+    }
+
+    /// The counters to persist beside the config.
+    pub fn meta(&self) -> QueueMeta {
+        QueueMeta {
+            next_seq: self.next_seq,
+            completed: self.completed,
+            left: self.left,
+            expired: self.expired,
+            joins: self.joins,
+            admissions: self.admissions,
+            wait_sum_ms: self.wait_sum_ms,
+            session_sum_ms: self.session_sum_ms,
+            session_count: self.session_count,
+        }
+    }
+
+    /// Rebuilds a queue from what was persisted. Heartbeats are not persisted, so every
+    /// waiting place and every session gets a fresh idle grace period from `now`; ready
+    /// windows and session maxima keep their deadlines. Expired places within their
+    /// retention keep answering `TOKEN_EXPIRED`. Nothing is ended or admitted here: the
+    /// first operation or tick does that, and its effects are persisted like any other.
+    pub fn restore(
+        config: EventConfig,
+        meta: QueueMeta,
+        places: impl IntoIterator<Item = RestoredPlace>,
+        tombstones: impl IntoIterator<Item = (u64, u128, Millis)>,
+        now: Millis,
+    ) -> Self {
+        let mut q = EventQueue::new(config);
+        q.next_seq = meta.next_seq.max(1);
+        q.completed = meta.completed;
+        q.left = meta.left;
+        q.expired = meta.expired;
+        q.joins = meta.joins;
+        q.admissions = meta.admissions;
+        q.wait_sum_ms = meta.wait_sum_ms;
+        q.session_sum_ms = meta.session_sum_ms;
+        q.session_count = meta.session_count;
+        let mut waiting = Vec::new();
+        for r in places {
+            let state = match (r.admitted_at, r.entered_at) {
+                (_, Some(_)) => PlaceState::Active,
+                (Some(_), None) => PlaceState::Admitted,
+                (None, None) => PlaceState::Waiting,
+            };
+            match state {
+                PlaceState::Waiting => waiting.push(r.seq),
+                PlaceState::Admitted => q.admitted += 1,
+                PlaceState::Active => q.active += 1,
+            }
+            q.next_seq = q.next_seq.max(r.seq + 1);
+            if let Some(u) = &r.user_id {
+                q.users.insert(u.clone(), r.seq);
+            }
+            let mut p = Place {
+                nonce: r.nonce,
+                user_id: r.user_id,
+                metadata: r.metadata,
+                joined_at: r.joined_at,
+                last_seen: now,
+                admitted_at: r.admitted_at.unwrap_or(0),
+                entered_at: r.entered_at.unwrap_or(0),
+                state,
+                sched: 0,
+            };
+            p.sched = Self::deadline_of(&q.config, &p);
+            q.places.insert(r.seq, p);
+        }
+        waiting.sort_unstable();
+        let base = waiting.first().copied().unwrap_or(q.next_seq);
+        q.rank = RankIndex::rebuild(base, q.next_seq - base + 1, waiting.into_iter());
+        q.deadlines = q
+            .places
+            .iter()
+            .map(|(s, p)| Reverse((p.sched, *s)))
+            .collect();
+        let mut tombs: Vec<_> = tombstones.into_iter().collect();
+        tombs.sort_unstable_by_key(|t| t.2);
+        for (seq, nonce, at) in tombs {
+            q.tombstones.insert(seq, nonce);
+            q.tombstone_order.push_back((at, seq));
+        }
+        q
     }
 
     pub fn waiting(&self) -> u64 {
@@ -340,6 +455,7 @@ impl EventQueue {
             }
             self.tombstone_order.pop_front();
             self.tombstones.remove(&seq);
+            fx.push(Effect::Forgotten { seq });
         }
         while self
             .window
@@ -369,7 +485,9 @@ impl EventQueue {
             let p = self.places.get_mut(&seq).expect("ranked places exist");
             p.state = PlaceState::Admitted;
             p.admitted_at = now;
-            self.wait_sum_ms += u128::from(now.saturating_sub(p.joined_at));
+            self.wait_sum_ms = self
+                .wait_sum_ms
+                .saturating_add(now.saturating_sub(p.joined_at));
             self.admitted += 1;
             self.admissions += 1;
             self.window.push_back(now);
@@ -389,7 +507,9 @@ impl EventQueue {
             PlaceState::Admitted => self.admitted -= 1,
             PlaceState::Active => {
                 self.active -= 1;
-                self.session_sum_ms += u128::from(at.saturating_sub(p.entered_at));
+                self.session_sum_ms = self
+                    .session_sum_ms
+                    .saturating_add(at.saturating_sub(p.entered_at));
                 self.session_count += 1;
             }
         }
@@ -407,7 +527,12 @@ impl EventQueue {
                 self.tombstone_order.push_back((now, seq));
             }
         }
-        fx.push(Effect::Ended { seq, reason, at });
+        fx.push(Effect::Ended {
+            seq,
+            nonce: p.nonce,
+            reason,
+            at,
+        });
     }
 
     fn lookup(&self, key: PlaceKey) -> Result<&Place, QueueError> {
@@ -437,11 +562,10 @@ impl EventQueue {
         if let Some(c) = cfg_rate {
             return c;
         }
-        let avg_session = if self.session_count > 0 {
-            (self.session_sum_ms / u128::from(self.session_count)) as f64 / 1000.0
-        } else {
-            f64::from(self.config.session_max_sec)
-        };
+        let avg_session = self
+            .session_sum_ms
+            .checked_div(self.session_count)
+            .map_or(f64::from(self.config.session_max_sec), |ms| ms as f64 / 1000.0);
         self.config.capacity() as f64 / avg_session.max(1.0)
     }
 
@@ -760,11 +884,10 @@ impl EventQueue {
             expired: self.expired,
             capacity,
             available_slots: capacity.saturating_sub(self.admitted + self.active),
-            avg_wait_sec: if self.admissions > 0 {
-                (self.wait_sum_ms / u128::from(self.admissions)) as f64 / 1000.0
-            } else {
-                0.0
-            },
+            avg_wait_sec: self
+                .wait_sum_ms
+                .checked_div(self.admissions)
+                .map_or(0.0, |ms| ms as f64 / 1000.0),
             admitted_last_minute: self.window.len() as u64,
             joins: self.joins,
             admissions: self.admissions,

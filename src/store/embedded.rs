@@ -1,33 +1,85 @@
 //! The embedded backend: every event's [`EventQueue`] in this process, each behind its own
 //! mutex, so operations on one event are serialised (the atomicity the contract asks for)
-//! while different events proceed in parallel.
+//! while different events proceed in parallel. With a [`Journal`], every change is on disk
+//! before the operation answers.
 //!
 //! Operations on one event take microseconds, so a plain mutex held for the whole operation
-//! is both the simplest and the fastest way to make it atomic.
+//! is both the simplest and the fastest way to make it atomic. The disk wait happens after
+//! the lock is released: changes are queued to the journal under the lock (so they reach
+//! the disk in order) and many requests then share one fsync.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use parking_lot::{Mutex, RwLock};
 
-use super::{EventSnapshot, JoinRequest, Store, StoreResult};
+use super::journal::{Durability, Journal};
+use super::{EventSnapshot, JoinRequest, Store, StoreError, StoreResult};
 use crate::core::{
     Effect, EventConfig, EventPatch, EventQueue, HeadEntry, Millis, PlaceKey, PlaceView, QueueError,
 };
 use crate::telemetry;
 
+struct Slot {
+    id: Arc<str>,
+    queue: EventQueue,
+    /// Set under the lock when the event is deleted, so an operation that fetched the slot
+    /// just before cannot change (or write) an event that no longer exists.
+    deleted: bool,
+}
+
+type Shared = Arc<Mutex<Slot>>;
+
 #[derive(Default)]
 pub struct EmbeddedStore {
-    events: RwLock<BTreeMap<String, Arc<Mutex<EventQueue>>>>,
+    events: RwLock<BTreeMap<String, Shared>>,
+    journal: Option<Journal>,
 }
 
 impl EmbeddedStore {
+    /// A store that keeps everything in memory only (tests, benchmarks).
     pub fn new() -> Self {
         Self::default()
     }
 
-    fn event(&self, event_id: &str) -> Result<Arc<Mutex<EventQueue>>, QueueError> {
+    /// Opens the durable store in `dir`, restoring every event and place it holds.
+    pub fn open(dir: &Path, durability: Durability, now: Millis) -> anyhow::Result<Self> {
+        let started = std::time::Instant::now();
+        let (journal, recovered) = Journal::open(dir, durability, now)?;
+        let events = recovered
+            .events
+            .into_iter()
+            .map(|(id, queue)| {
+                let slot = Slot {
+                    id: id.as_str().into(),
+                    queue,
+                    deleted: false,
+                };
+                (id, Arc::new(Mutex::new(slot)))
+            })
+            .collect::<BTreeMap<_, _>>();
+        tracing::info!(
+            events = events.len(),
+            places = recovered.places,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            ?durability,
+            dir = %dir.display(),
+            "store recovered"
+        );
+        Ok(EmbeddedStore {
+            events: RwLock::new(events),
+            journal: Some(journal),
+        })
+    }
+
+    /// Bytes the durable store holds on disk (0 in memory).
+    pub fn disk_space(&self) -> u64 {
+        self.journal.as_ref().map_or(0, Journal::disk_space)
+    }
+
+    fn slot(&self, event_id: &str) -> Result<Shared, QueueError> {
         self.events
             .read()
             .get(event_id)
@@ -35,20 +87,44 @@ impl EmbeddedStore {
             .ok_or(QueueError::EventNotFound)
     }
 
-    /// Runs `f` on the event's queue under its lock and records the effects it produced.
-    fn with<T>(
+    /// Runs `f` on the slot under its lock, queues what it changed to the journal, and
+    /// answers once that is durable.
+    async fn run<T: Send>(
+        &self,
+        slot: &Shared,
+        config_changed: bool,
+        f: impl FnOnce(&mut EventQueue, &mut Vec<Effect>) -> Result<T, QueueError> + Send,
+    ) -> StoreResult<T> {
+        let mut fx = Vec::new();
+        let (out, ticket) = {
+            let mut s = slot.lock();
+            if s.deleted {
+                return Err(QueueError::EventNotFound.into());
+            }
+            let out = f(&mut s.queue, &mut fx);
+            telemetry::record_effects(&s.id, &fx);
+            let ticket = match &self.journal {
+                Some(j) => {
+                    let config = config_changed.then(|| s.queue.config().clone());
+                    Some(j.record(&s.id, fx, s.queue.meta(), config)?)
+                }
+                None => None,
+            };
+            (out, ticket)
+        };
+        if let (Some(j), Some(t)) = (&self.journal, ticket) {
+            j.wait(t).await?;
+        }
+        Ok(out?)
+    }
+
+    async fn with<T: Send>(
         &self,
         event_id: &str,
-        f: impl FnOnce(&mut EventQueue, &mut Vec<Effect>) -> Result<T, QueueError>,
+        f: impl FnOnce(&mut EventQueue, &mut Vec<Effect>) -> Result<T, QueueError> + Send,
     ) -> StoreResult<T> {
-        let ev = self.event(event_id)?;
-        let mut fx = Vec::new();
-        let out = {
-            let mut q = ev.lock();
-            f(&mut q, &mut fx)
-        };
-        telemetry::record_effects(event_id, &fx);
-        Ok(out?)
+        let slot = self.slot(event_id)?;
+        self.run(&slot, false, f).await
     }
 }
 
@@ -60,35 +136,31 @@ impl Store for EmbeddedStore {
         patch: &EventPatch,
         now: Millis,
     ) -> StoreResult<EventConfig> {
+        // Validate before creating anything, so a refused patch leaves no trace.
         let existing = self.events.read().get(event_id).cloned();
-        if let Some(ev) = existing {
-            let mut fx = Vec::new();
-            let config = {
-                let mut q = ev.lock();
-                let config = patch.apply(event_id, q.config())?;
-                q.set_config(config.clone(), now, &mut fx);
-                config
-            };
-            telemetry::record_effects(event_id, &fx);
-            return Ok(config);
-        }
-        let config = patch.apply(event_id, &EventConfig::default())?;
-        let mut events = self.events.write();
-        // Another request may have created it meanwhile: update that one instead.
-        let ev = events
-            .entry(event_id.to_string())
-            .or_insert_with(|| Arc::new(Mutex::new(EventQueue::new(config.clone()))))
-            .clone();
-        drop(events);
-        let mut fx = Vec::new();
-        let config = {
-            let mut q = ev.lock();
-            let config = patch.apply(event_id, q.config())?;
-            q.set_config(config.clone(), now, &mut fx);
-            config
+        let slot = match existing {
+            Some(s) => s,
+            None => {
+                let config = patch.apply(event_id, &EventConfig::default())?;
+                self.events
+                    .write()
+                    .entry(event_id.to_string())
+                    .or_insert_with(|| {
+                        Arc::new(Mutex::new(Slot {
+                            id: event_id.into(),
+                            queue: EventQueue::new(config),
+                            deleted: false,
+                        }))
+                    })
+                    .clone()
+            }
         };
-        telemetry::record_effects(event_id, &fx);
-        Ok(config)
+        self.run(&slot, true, |q, fx| {
+            let config = patch.apply(event_id, q.config())?;
+            q.set_config(config.clone(), now, fx);
+            Ok(config)
+        })
+        .await
     }
 
     async fn get_event(&self, event_id: &str, now: Millis) -> StoreResult<EventSnapshot> {
@@ -99,6 +171,7 @@ impl Store for EmbeddedStore {
                 figures: q.figures(now, fx),
             })
         })
+        .await
     }
 
     async fn list_events(&self, now: Millis) -> StoreResult<Vec<EventSnapshot>> {
@@ -115,14 +188,27 @@ impl Store for EmbeddedStore {
     }
 
     async fn delete_event(&self, event_id: &str) -> StoreResult<()> {
-        match self.events.write().remove(event_id) {
-            Some(_) => Ok(()),
-            None => Err(QueueError::EventNotFound.into()),
+        let slot = self
+            .events
+            .write()
+            .remove(event_id)
+            .ok_or(QueueError::EventNotFound)?;
+        let ticket = {
+            let mut s = slot.lock();
+            s.deleted = true;
+            match &self.journal {
+                Some(j) => Some(j.delete(&s.id)?),
+                None => None,
+            }
+        };
+        if let (Some(j), Some(t)) = (&self.journal, ticket) {
+            j.wait(t).await?;
         }
+        Ok(())
     }
 
     async fn clear(&self, event_id: &str, now: Millis) -> StoreResult<u64> {
-        self.with(event_id, |q, fx| Ok(q.clear(now, fx)))
+        self.with(event_id, |q, fx| Ok(q.clear(now, fx))).await
     }
 
     async fn queue_head(
@@ -132,6 +218,7 @@ impl Store for EmbeddedStore {
         now: Millis,
     ) -> StoreResult<Vec<HeadEntry>> {
         self.with(event_id, |q, fx| Ok(q.head(limit, now, fx)))
+            .await
     }
 
     async fn join(&self, event_id: &str, req: &JoinRequest, now: Millis) -> StoreResult<PlaceView> {
@@ -144,26 +231,27 @@ impl Store for EmbeddedStore {
                 fx,
             )
         })
+        .await
     }
 
     async fn status(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {
-        self.with(event_id, |q, fx| q.status(key, now, fx))
+        self.with(event_id, |q, fx| q.status(key, now, fx)).await
     }
 
     async fn heartbeat(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<()> {
-        self.with(event_id, |q, fx| q.heartbeat(key, now, fx))
+        self.with(event_id, |q, fx| q.heartbeat(key, now, fx)).await
     }
 
     async fn peek(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {
-        self.with(event_id, |q, fx| q.peek(key, now, fx))
+        self.with(event_id, |q, fx| q.peek(key, now, fx)).await
     }
 
     async fn enter(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {
-        self.with(event_id, |q, fx| q.enter(key, now, fx))
+        self.with(event_id, |q, fx| q.enter(key, now, fx)).await
     }
 
     async fn leave(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<bool> {
-        self.with(event_id, |q, fx| q.leave(key, now, fx))
+        self.with(event_id, |q, fx| q.leave(key, now, fx)).await
     }
 
     async fn session_heartbeat(
@@ -173,18 +261,20 @@ impl Store for EmbeddedStore {
         now: Millis,
     ) -> StoreResult<PlaceView> {
         self.with(event_id, |q, fx| q.session_heartbeat(key, now, fx))
+            .await
     }
 
     async fn session(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {
         self.with(event_id, |q, fx| q.session_view(key, now, fx))
+            .await
     }
 
     async fn complete(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<()> {
-        self.with(event_id, |q, fx| q.complete(key, now, fx))
+        self.with(event_id, |q, fx| q.complete(key, now, fx)).await
     }
 
     async fn tick(&self, event_id: &str, now: Millis) -> StoreResult<Option<Millis>> {
-        self.with(event_id, |q, fx| Ok(q.tick(now, fx)))
+        self.with(event_id, |q, fx| Ok(q.tick(now, fx))).await
     }
 
     async fn event_ids(&self) -> StoreResult<Vec<String>> {
@@ -192,6 +282,18 @@ impl Store for EmbeddedStore {
     }
 
     async fn ping(&self) -> StoreResult<()> {
+        match &self.journal {
+            Some(j) if !j.is_healthy() => Err(StoreError::Unavailable(
+                "the store cannot write to disk".into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    async fn close(&self) -> StoreResult<()> {
+        if let Some(j) = &self.journal {
+            j.close();
+        }
         Ok(())
     }
 }

@@ -18,6 +18,7 @@ use crate::core::{
 };
 
 pub mod embedded;
+pub mod journal;
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -144,4 +145,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Answers when the backend is reachable (for `/readyz`).
     async fn ping(&self) -> StoreResult<()>;
+
+    /// Makes everything acknowledged durable and releases the backend; called once at
+    /// shutdown, after the server stopped taking requests.
+    async fn close(&self) -> StoreResult<()> {
+        Ok(())
+    }
 }

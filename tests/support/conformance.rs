@@ -43,7 +43,10 @@ fn patch(json: serde_json::Value) -> EventPatch {
 }
 
 pub async fn make_event(store: &Arc<dyn Store>, id: &str, json: serde_json::Value) {
-    store.put_event(id, &patch(json), T0).await.expect("event created");
+    store
+        .put_event(id, &patch(json), T0)
+        .await
+        .expect("event created");
 }
 
 fn req(user: Option<&str>) -> JoinRequest {
@@ -54,7 +57,12 @@ fn req(user: Option<&str>) -> JoinRequest {
     }
 }
 
-pub async fn join(store: &Arc<dyn Store>, ev: &str, user: Option<&str>, now: Millis) -> waitroom::core::PlaceView {
+pub async fn join(
+    store: &Arc<dyn Store>,
+    ev: &str,
+    user: Option<&str>,
+    now: Millis,
+) -> waitroom::core::PlaceView {
     store.join(ev, &req(user), now).await.expect("join")
 }
 
@@ -65,19 +73,38 @@ fn queue_err<T: std::fmt::Debug>(r: Result<T, StoreError>) -> QueueError {
     }
 }
 
-async fn state(store: &Arc<dyn Store>, ev: &str, key: PlaceKey, now: Millis) -> Result<PlaceState, QueueError> {
-    store.peek(ev, key, now).await.map(|v| v.status).map_err(|e| queue_err::<()>(Err(e)))
+async fn state(
+    store: &Arc<dyn Store>,
+    ev: &str,
+    key: PlaceKey,
+    now: Millis,
+) -> Result<PlaceState, QueueError> {
+    store
+        .peek(ev, key, now)
+        .await
+        .map(|v| v.status)
+        .map_err(|e| queue_err::<()>(Err(e)))
 }
 
 pub async fn event_lifecycle(store: Arc<dyn Store>) {
     let c = store
-        .put_event("e1", &patch(serde_json::json!({"name": "Concert", "max_active": 5})), T0)
+        .put_event(
+            "e1",
+            &patch(serde_json::json!({"name": "Concert", "max_active": 5})),
+            T0,
+        )
         .await
         .unwrap();
     assert_eq!((c.name.as_str(), c.max_active), ("Concert", 5));
     // An update keeps what it does not mention.
-    let c = store.put_event("e1", &patch(serde_json::json!({"ready_ttl_sec": 9})), T0).await.unwrap();
-    assert_eq!((c.max_active, c.ready_ttl_sec, c.name.as_str()), (5, 9, "Concert"));
+    let c = store
+        .put_event("e1", &patch(serde_json::json!({"ready_ttl_sec": 9})), T0)
+        .await
+        .unwrap();
+    assert_eq!(
+        (c.max_active, c.ready_ttl_sec, c.name.as_str()),
+        (5, 9, "Concert")
+    );
     make_event(&store, "e0", serde_json::json!({})).await;
     let all = store.list_events(T0).await.unwrap();
     let ids: Vec<_> = all.iter().map(|e| e.event_id.as_str()).collect();
@@ -87,15 +114,24 @@ pub async fn event_lifecycle(store: Arc<dyn Store>) {
     ids.sort();
     assert_eq!(ids, ["e0", "e1"]);
     store.delete_event("e0").await.unwrap();
-    assert_eq!(queue_err(store.get_event("e0", T0).await), QueueError::EventNotFound);
-    assert_eq!(queue_err(store.delete_event("e0").await), QueueError::EventNotFound);
+    assert_eq!(
+        queue_err(store.get_event("e0", T0).await),
+        QueueError::EventNotFound
+    );
+    assert_eq!(
+        queue_err(store.delete_event("e0").await),
+        QueueError::EventNotFound
+    );
     store.ping().await.unwrap();
 }
 
 pub async fn validation_is_atomic(store: Arc<dyn Store>) {
     make_event(&store, "v", serde_json::json!({"max_active": 3})).await;
     let bad = patch(serde_json::json!({"max_active": 7, "overbooking_ratio": 20.0}));
-    assert!(matches!(queue_err(store.put_event("v", &bad, T0).await), QueueError::Invalid(_)));
+    assert!(matches!(
+        queue_err(store.put_event("v", &bad, T0).await),
+        QueueError::Invalid(_)
+    ));
     // Nothing of the refused patch was applied.
     assert_eq!(store.get_event("v", T0).await.unwrap().config.max_active, 3);
     assert!(matches!(
@@ -111,7 +147,10 @@ pub async fn direct_entry_and_positions(store: Arc<dyn Store>) {
     assert!(a.enter_within_sec.is_some());
     let b = join(&store, "d", Some("b"), T0).await;
     let c = join(&store, "d", None, T0).await;
-    assert_eq!((b.position, c.position, c.queue_length), (Some(1), Some(2), 2));
+    assert_eq!(
+        (b.position, c.position, c.queue_length),
+        (Some(1), Some(2), 2)
+    );
     let s = store.status("d", c.key, T0 + S).await.unwrap();
     assert_eq!((s.position, s.queue_length, s.waited_sec), (Some(2), 2, 1));
     assert!(s.eta_sec.unwrap() >= 1);
@@ -142,13 +181,21 @@ pub async fn concurrent_joins_of_one_user(store: Arc<dyn Store>) {
     for t in tasks {
         keys.push(t.await.unwrap());
     }
-    assert!(keys.iter().all(|k| *k == keys[0]), "one user got two places");
+    assert!(
+        keys.iter().all(|k| *k == keys[0]),
+        "one user got two places"
+    );
     let f = store.get_event("cu", T0).await.unwrap().figures;
     assert_eq!(f.waiting + f.admitted + f.active, 1);
 }
 
 pub async fn concurrent_joins_are_exact(store: Arc<dyn Store>) {
-    make_event(&store, "cj", serde_json::json!({"max_active": 10, "overbooking_ratio": 1.5})).await;
+    make_event(
+        &store,
+        "cj",
+        serde_json::json!({"max_active": 10, "overbooking_ratio": 1.5}),
+    )
+    .await;
     let tasks: Vec<_> = (0..300)
         .map(|i| {
             let s = store.clone();
@@ -181,21 +228,40 @@ pub async fn concurrent_joins_are_exact(store: Arc<dyn Store>) {
 }
 
 pub async fn heartbeat_keeps_and_lapse_expires(store: Arc<dyn Store>) {
-    make_event(&store, "h", serde_json::json!({"max_active": 1, "waiting_idle_sec": 10})).await;
+    make_event(
+        &store,
+        "h",
+        serde_json::json!({"max_active": 1, "waiting_idle_sec": 10}),
+    )
+    .await;
     join(&store, "h", None, T0).await;
     let w = join(&store, "h", None, T0).await;
     for t in 1..=5 {
         store.heartbeat("h", w.key, T0 + t * 8 * S).await.unwrap();
     }
     // Last heartbeat at 40 s: alive at 49.9 s, gone at 50 s.
-    assert_eq!(state(&store, "h", w.key, T0 + 49 * S + 900).await, Ok(PlaceState::Waiting));
-    assert_eq!(queue_err(store.status("h", w.key, T0 + 50 * S).await), QueueError::TokenExpired);
-    assert_eq!(queue_err(store.heartbeat("h", w.key, T0 + 51 * S).await), QueueError::TokenExpired);
+    assert_eq!(
+        state(&store, "h", w.key, T0 + 49 * S + 900).await,
+        Ok(PlaceState::Waiting)
+    );
+    assert_eq!(
+        queue_err(store.status("h", w.key, T0 + 50 * S).await),
+        QueueError::TokenExpired
+    );
+    assert_eq!(
+        queue_err(store.heartbeat("h", w.key, T0 + 51 * S).await),
+        QueueError::TokenExpired
+    );
     assert!(!store.leave("h", w.key, T0 + 51 * S).await.unwrap());
 }
 
 pub async fn ghosts_expire_without_polling(store: Arc<dyn Store>) {
-    make_event(&store, "g", serde_json::json!({"max_active": 1, "paused": true, "waiting_idle_sec": 10})).await;
+    make_event(
+        &store,
+        "g",
+        serde_json::json!({"max_active": 1, "paused": true, "waiting_idle_sec": 10}),
+    )
+    .await;
     let ghosts: Vec<_> = (0..5).map(|_| req(None)).collect();
     for g in &ghosts {
         store.join("g", g, T0).await.unwrap();
@@ -206,24 +272,40 @@ pub async fn ghosts_expire_without_polling(store: Arc<dyn Store>) {
     store.tick("g", T0 + 10 * S).await.unwrap();
     let f = store.get_event("g", T0 + 10 * S).await.unwrap().figures;
     assert_eq!((f.waiting, f.expired), (1, 5));
-    assert_eq!(store.status("g", me.key, T0 + 10 * S).await.unwrap().position, Some(1));
+    assert_eq!(
+        store
+            .status("g", me.key, T0 + 10 * S)
+            .await
+            .unwrap()
+            .position,
+        Some(1)
+    );
 }
 
 pub async fn enter_rules(store: Arc<dyn Store>) {
     make_event(&store, "en", serde_json::json!({"max_active": 1})).await;
     let a = join(&store, "en", None, T0).await;
     let b = join(&store, "en", None, T0).await;
-    assert_eq!(queue_err(store.enter("en", b.key, T0).await), QueueError::NotReady);
+    assert_eq!(
+        queue_err(store.enter("en", b.key, T0).await),
+        QueueError::NotReady
+    );
     let s1 = store.enter("en", a.key, T0 + S).await.unwrap();
     assert_eq!(s1.status, PlaceState::Active);
     let s2 = store.enter("en", a.key, T0 + 2 * S).await.unwrap();
-    assert_eq!(s2.session_ends_at, s1.session_ends_at, "re-entering answers the same session");
+    assert_eq!(
+        s2.session_ends_at, s1.session_ends_at,
+        "re-entering answers the same session"
+    );
     assert_eq!(s1.session_ends_at, Some(T0 + S + 600 * S));
     let forged = PlaceKey {
         seq: a.key.seq,
         nonce: a.key.nonce ^ 1,
     };
-    assert_eq!(queue_err(store.enter("en", forged, T0).await), QueueError::TokenNotFound);
+    assert_eq!(
+        queue_err(store.enter("en", forged, T0).await),
+        QueueError::TokenNotFound
+    );
 }
 
 pub async fn leave_hands_slot_on(store: Arc<dyn Store>) {
@@ -232,29 +314,56 @@ pub async fn leave_hands_slot_on(store: Arc<dyn Store>) {
     let b = join(&store, "l", None, T0).await;
     let c = join(&store, "l", None, T0).await;
     assert!(store.leave("l", a.key, T0 + S).await.unwrap());
-    assert_eq!(state(&store, "l", b.key, T0 + S).await, Ok(PlaceState::Admitted));
-    assert_eq!(store.status("l", c.key, T0 + S).await.unwrap().position, Some(1));
-    assert_eq!(queue_err(store.status("l", a.key, T0 + S).await), QueueError::TokenNotFound);
+    assert_eq!(
+        state(&store, "l", b.key, T0 + S).await,
+        Ok(PlaceState::Admitted)
+    );
+    assert_eq!(
+        store.status("l", c.key, T0 + S).await.unwrap().position,
+        Some(1)
+    );
+    assert_eq!(
+        queue_err(store.status("l", a.key, T0 + S).await),
+        QueueError::TokenNotFound
+    );
     assert!(!store.leave("l", a.key, T0 + S).await.unwrap());
     // A waiting place leaving shifts those behind it.
     let d = join(&store, "l", None, T0 + S).await;
     assert!(store.leave("l", c.key, T0 + S).await.unwrap());
-    assert_eq!(store.status("l", d.key, T0 + S).await.unwrap().position, Some(1));
+    assert_eq!(
+        store.status("l", d.key, T0 + S).await.unwrap().position,
+        Some(1)
+    );
 }
 
 pub async fn complete_hands_slot_on(store: Arc<dyn Store>) {
     make_event(&store, "c", serde_json::json!({"max_active": 1})).await;
     let a = join(&store, "c", None, T0).await;
     let b = join(&store, "c", None, T0).await;
-    assert_eq!(queue_err(store.complete("c", a.key, T0).await), QueueError::NoSession);
+    assert_eq!(
+        queue_err(store.complete("c", a.key, T0).await),
+        QueueError::NoSession
+    );
     store.enter("c", a.key, T0).await.unwrap();
     store.session_heartbeat("c", a.key, T0 + S).await.unwrap();
     store.session("c", a.key, T0 + S).await.unwrap();
     store.complete("c", a.key, T0 + 2 * S).await.unwrap();
-    assert_eq!(queue_err(store.session("c", a.key, T0 + 2 * S).await), QueueError::NoSession);
-    assert_eq!(state(&store, "c", b.key, T0 + 2 * S).await, Ok(PlaceState::Admitted));
-    assert_eq!(queue_err(store.complete("c", a.key, T0 + 2 * S).await), QueueError::NoSession);
-    assert_eq!(queue_err(store.session_heartbeat("c", b.key, T0 + 2 * S).await), QueueError::NoSession);
+    assert_eq!(
+        queue_err(store.session("c", a.key, T0 + 2 * S).await),
+        QueueError::NoSession
+    );
+    assert_eq!(
+        state(&store, "c", b.key, T0 + 2 * S).await,
+        Ok(PlaceState::Admitted)
+    );
+    assert_eq!(
+        queue_err(store.complete("c", a.key, T0 + 2 * S).await),
+        QueueError::NoSession
+    );
+    assert_eq!(
+        queue_err(store.session_heartbeat("c", b.key, T0 + 2 * S).await),
+        QueueError::NoSession
+    );
 }
 
 pub async fn session_deadlines(store: Arc<dyn Store>) {
@@ -268,20 +377,35 @@ pub async fn session_deadlines(store: Arc<dyn Store>) {
     let b = join(&store, "sd", None, T0).await;
     // a never enters: its admission lapses after 5 s and b gets the slot.
     store.tick("sd", T0 + 5 * S).await.unwrap();
-    assert_eq!(queue_err(store.enter("sd", a.key, T0 + 5 * S).await), QueueError::TokenExpired);
+    assert_eq!(
+        queue_err(store.enter("sd", a.key, T0 + 5 * S).await),
+        QueueError::TokenExpired
+    );
     store.enter("sd", b.key, T0 + 6 * S).await.unwrap();
     // Idle: 10 s without a session heartbeat ends it.
-    store.session_heartbeat("sd", b.key, T0 + 15 * S).await.unwrap();
+    store
+        .session_heartbeat("sd", b.key, T0 + 15 * S)
+        .await
+        .unwrap();
     assert!(store.session("sd", b.key, T0 + 24 * S).await.is_ok());
-    assert_eq!(queue_err(store.session("sd", b.key, T0 + 25 * S).await), QueueError::NoSession);
+    assert_eq!(
+        queue_err(store.session("sd", b.key, T0 + 25 * S).await),
+        QueueError::NoSession
+    );
     // Max: heartbeats cannot keep a session past session_max_sec.
     let c = join(&store, "sd", None, T0 + 25 * S).await;
     assert_eq!(c.status, PlaceState::Admitted);
     store.enter("sd", c.key, T0 + 25 * S).await.unwrap();
     for t in (30..55).step_by(5) {
-        store.session_heartbeat("sd", c.key, T0 + t * S).await.unwrap();
+        store
+            .session_heartbeat("sd", c.key, T0 + t * S)
+            .await
+            .unwrap();
     }
-    assert_eq!(queue_err(store.session("sd", c.key, T0 + 55 * S).await), QueueError::NoSession);
+    assert_eq!(
+        queue_err(store.session("sd", c.key, T0 + 55 * S).await),
+        QueueError::NoSession
+    );
     let f = store.get_event("sd", T0 + 55 * S).await.unwrap().figures;
     assert_eq!((f.expired, f.active, f.admitted), (3, 0, 0));
 }
@@ -289,29 +413,66 @@ pub async fn session_deadlines(store: Arc<dyn Store>) {
 pub async fn clear_removes_waiting(store: Arc<dyn Store>) {
     make_event(&store, "cl", serde_json::json!({"max_active": 1})).await;
     let a = join(&store, "cl", None, T0).await;
-    let w: Vec<_> = [join(&store, "cl", None, T0).await, join(&store, "cl", Some("x"), T0).await].to_vec();
+    let w: Vec<_> = [
+        join(&store, "cl", None, T0).await,
+        join(&store, "cl", Some("x"), T0).await,
+    ]
+    .to_vec();
     assert_eq!(store.clear("cl", T0).await.unwrap(), 2);
     for v in &w {
-        assert_eq!(queue_err(store.status("cl", v.key, T0).await), QueueError::TokenNotFound);
+        assert_eq!(
+            queue_err(store.status("cl", v.key, T0).await),
+            QueueError::TokenNotFound
+        );
     }
-    assert_eq!(state(&store, "cl", a.key, T0).await, Ok(PlaceState::Admitted));
+    assert_eq!(
+        state(&store, "cl", a.key, T0).await,
+        Ok(PlaceState::Admitted)
+    );
     assert_eq!(store.get_event("cl", T0).await.unwrap().figures.waiting, 0);
     // The user may join again.
     assert_eq!(join(&store, "cl", Some("x"), T0).await.position, Some(1));
 }
 
 pub async fn pause_and_resume(store: Arc<dyn Store>) {
-    make_event(&store, "p", serde_json::json!({"max_active": 2, "paused": true})).await;
+    make_event(
+        &store,
+        "p",
+        serde_json::json!({"max_active": 2, "paused": true}),
+    )
+    .await;
     let a = join(&store, "p", None, T0).await;
-    assert_eq!(a.status, PlaceState::Waiting, "a paused event admits nobody, joins still queue");
+    assert_eq!(
+        a.status,
+        PlaceState::Waiting,
+        "a paused event admits nobody, joins still queue"
+    );
     store.tick("p", T0 + 10 * S).await.unwrap();
-    assert_eq!(state(&store, "p", a.key, T0 + 10 * S).await, Ok(PlaceState::Waiting));
-    store.put_event("p", &patch(serde_json::json!({"paused": false})), T0 + 10 * S).await.unwrap();
-    assert_eq!(state(&store, "p", a.key, T0 + 10 * S).await, Ok(PlaceState::Admitted));
+    assert_eq!(
+        state(&store, "p", a.key, T0 + 10 * S).await,
+        Ok(PlaceState::Waiting)
+    );
+    store
+        .put_event(
+            "p",
+            &patch(serde_json::json!({"paused": false})),
+            T0 + 10 * S,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        state(&store, "p", a.key, T0 + 10 * S).await,
+        Ok(PlaceState::Admitted)
+    );
 }
 
 pub async fn rate_budget_paces(store: Arc<dyn Store>) {
-    make_event(&store, "r", serde_json::json!({"max_active": 100, "admit_per_minute": 60})).await;
+    make_event(
+        &store,
+        "r",
+        serde_json::json!({"max_active": 100, "admit_per_minute": 60}),
+    )
+    .await;
     for _ in 0..10 {
         join(&store, "r", None, T0).await;
     }
@@ -327,34 +488,76 @@ pub async fn rate_budget_paces(store: Arc<dyn Store>) {
     }
     assert_eq!(admitted(T0 + 4 * S).await, 5);
     // Clearing the cap lets everyone in who fits.
-    store.put_event("r", &patch(serde_json::json!({"admit_per_minute": null})), T0 + 4 * S).await.unwrap();
+    store
+        .put_event(
+            "r",
+            &patch(serde_json::json!({"admit_per_minute": null})),
+            T0 + 4 * S,
+        )
+        .await
+        .unwrap();
     assert_eq!(admitted(T0 + 4 * S).await, 10);
 }
 
 pub async fn queue_full_and_closed(store: Arc<dyn Store>) {
-    make_event(&store, "f", serde_json::json!({"max_active": 1, "max_queue_length": 2})).await;
+    make_event(
+        &store,
+        "f",
+        serde_json::json!({"max_active": 1, "max_queue_length": 2}),
+    )
+    .await;
     join(&store, "f", None, T0).await; // admitted, does not count as waiting
     join(&store, "f", None, T0).await;
     let last = join(&store, "f", Some("last"), T0).await;
-    assert_eq!(queue_err(store.join("f", &req(None), T0).await), QueueError::QueueFull);
+    assert_eq!(
+        queue_err(store.join("f", &req(None), T0).await),
+        QueueError::QueueFull
+    );
     // A user already in line still gets their place back.
     assert_eq!(join(&store, "f", Some("last"), T0).await.key, last.key);
-    store.put_event("f", &patch(serde_json::json!({"accept_joins": false, "max_queue_length": null})), T0).await.unwrap();
-    assert_eq!(queue_err(store.join("f", &req(None), T0).await), QueueError::EventClosed);
+    store
+        .put_event(
+            "f",
+            &patch(serde_json::json!({"accept_joins": false, "max_queue_length": null})),
+            T0,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        queue_err(store.join("f", &req(None), T0).await),
+        QueueError::EventClosed
+    );
 }
 
 pub async fn capacity_growth_admits(store: Arc<dyn Store>) {
     make_event(&store, "cg", serde_json::json!({"max_active": 1})).await;
-    let v: Vec<_> = [join(&store, "cg", None, T0).await, join(&store, "cg", None, T0).await, join(&store, "cg", None, T0).await].to_vec();
-    store.put_event("cg", &patch(serde_json::json!({"max_active": 3})), T0 + S).await.unwrap();
+    let v: Vec<_> = [
+        join(&store, "cg", None, T0).await,
+        join(&store, "cg", None, T0).await,
+        join(&store, "cg", None, T0).await,
+    ]
+    .to_vec();
+    store
+        .put_event("cg", &patch(serde_json::json!({"max_active": 3})), T0 + S)
+        .await
+        .unwrap();
     for p in &v {
-        assert_eq!(state(&store, "cg", p.key, T0 + S).await, Ok(PlaceState::Admitted));
+        assert_eq!(
+            state(&store, "cg", p.key, T0 + S).await,
+            Ok(PlaceState::Admitted)
+        );
     }
     // Lowering capacity ends nobody, and admits nobody until they fit again.
-    store.put_event("cg", &patch(serde_json::json!({"max_active": 1})), T0 + S).await.unwrap();
+    store
+        .put_event("cg", &patch(serde_json::json!({"max_active": 1})), T0 + S)
+        .await
+        .unwrap();
     let w = join(&store, "cg", None, T0 + S).await;
     assert!(store.leave("cg", v[0].key, T0 + S).await.unwrap());
-    assert_eq!(state(&store, "cg", w.key, T0 + S).await, Ok(PlaceState::Waiting));
+    assert_eq!(
+        state(&store, "cg", w.key, T0 + S).await,
+        Ok(PlaceState::Waiting)
+    );
 }
 
 pub async fn queue_head_in_order(store: Arc<dyn Store>) {
@@ -366,9 +569,15 @@ pub async fn queue_head_in_order(store: Arc<dyn Store>) {
     let head = store.queue_head("qh", 3, T0 + 5 * S).await.unwrap();
     let users: Vec<_> = head.iter().map(|h| h.user_id.clone().unwrap()).collect();
     assert_eq!(users, ["w0", "w1", "w2"]);
-    assert_eq!(head.iter().map(|h| h.position).collect::<Vec<_>>(), [1, 2, 3]);
+    assert_eq!(
+        head.iter().map(|h| h.position).collect::<Vec<_>>(),
+        [1, 2, 3]
+    );
     assert_eq!(head[1].joined_at, T0 + S);
-    assert_eq!(store.queue_head("qh", 100, T0 + 5 * S).await.unwrap().len(), 5);
+    assert_eq!(
+        store.queue_head("qh", 100, T0 + 5 * S).await.unwrap().len(),
+        5
+    );
 }
 
 pub async fn delete_event_removes_places(store: Arc<dyn Store>) {
@@ -376,15 +585,26 @@ pub async fn delete_event_removes_places(store: Arc<dyn Store>) {
     let a = join(&store, "del", None, T0).await;
     store.delete_event("del").await.unwrap();
     let e = queue_err(store.status("del", a.key, T0).await);
-    assert!(matches!(e, QueueError::EventNotFound | QueueError::TokenNotFound), "{e:?}");
+    assert!(
+        matches!(e, QueueError::EventNotFound | QueueError::TokenNotFound),
+        "{e:?}"
+    );
     // A new event of the same name does not revive old tokens.
     make_event(&store, "del", serde_json::json!({})).await;
     join(&store, "del", None, T0).await;
-    assert_eq!(queue_err(store.status("del", a.key, T0).await), QueueError::TokenNotFound);
+    assert_eq!(
+        queue_err(store.status("del", a.key, T0).await),
+        QueueError::TokenNotFound
+    );
 }
 
 pub async fn figures_count_outcomes(store: Arc<dyn Store>) {
-    make_event(&store, "fg", serde_json::json!({"max_active": 2, "waiting_idle_sec": 5})).await;
+    make_event(
+        &store,
+        "fg",
+        serde_json::json!({"max_active": 2, "waiting_idle_sec": 5}),
+    )
+    .await;
     let a = join(&store, "fg", None, T0).await;
     let b = join(&store, "fg", None, T0).await;
     let c = join(&store, "fg", None, T0).await;
@@ -394,21 +614,53 @@ pub async fn figures_count_outcomes(store: Arc<dyn Store>) {
     store.leave("fg", b.key, T0 + 2 * S).await.unwrap(); // d admitted at 2 s
     store.enter("fg", c.key, T0 + 3 * S).await.unwrap();
     let f = store.get_event("fg", T0 + 3 * S).await.unwrap().figures;
-    assert_eq!((f.waiting, f.admitted, f.active, f.completed, f.left), (0, 1, 1, 1, 1));
-    assert_eq!((f.admitted_last_minute, f.capacity, f.available_slots), (4, 2, 0));
-    assert!((f.avg_wait_sec - 1.0).abs() < 1e-9, "avg wait (0+0+2+2)/4 = 1 s, got {}", f.avg_wait_sec);
-    assert_eq!(store.get_event("fg", T0 + 70 * S).await.unwrap().figures.admitted_last_minute, 0);
+    assert_eq!(
+        (f.waiting, f.admitted, f.active, f.completed, f.left),
+        (0, 1, 1, 1, 1)
+    );
+    assert_eq!(
+        (f.admitted_last_minute, f.capacity, f.available_slots),
+        (4, 2, 0)
+    );
+    assert!(
+        (f.avg_wait_sec - 1.0).abs() < 1e-9,
+        "avg wait (0+0+2+2)/4 = 1 s, got {}",
+        f.avg_wait_sec
+    );
+    assert_eq!(
+        store
+            .get_event("fg", T0 + 70 * S)
+            .await
+            .unwrap()
+            .figures
+            .admitted_last_minute,
+        0
+    );
 }
 
 pub async fn tick_reports_next_deadline(store: Arc<dyn Store>) {
-    make_event(&store, "t", serde_json::json!({"max_active": 1, "ready_ttl_sec": 7, "waiting_idle_sec": 20})).await;
-    assert_eq!(store.tick("t", T0).await.unwrap(), None, "nothing to do in an empty event");
+    make_event(
+        &store,
+        "t",
+        serde_json::json!({"max_active": 1, "ready_ttl_sec": 7, "waiting_idle_sec": 20}),
+    )
+    .await;
+    assert_eq!(
+        store.tick("t", T0).await.unwrap(),
+        None,
+        "nothing to do in an empty event"
+    );
     join(&store, "t", None, T0).await;
     assert_eq!(store.tick("t", T0).await.unwrap(), Some(T0 + 7 * S));
 }
 
 pub async fn overbooking_capacity(store: Arc<dyn Store>) {
-    make_event(&store, "ob", serde_json::json!({"max_active": 3, "overbooking_ratio": 1.7})).await;
+    make_event(
+        &store,
+        "ob",
+        serde_json::json!({"max_active": 3, "overbooking_ratio": 1.7}),
+    )
+    .await;
     for _ in 0..8 {
         join(&store, "ob", None, T0).await;
     }
@@ -418,8 +670,20 @@ pub async fn overbooking_capacity(store: Arc<dyn Store>) {
 
 pub async fn unknown_event(store: Arc<dyn Store>) {
     let k = PlaceKey { seq: 1, nonce: 1 };
-    assert_eq!(queue_err(store.join("nope", &req(None), T0).await), QueueError::EventNotFound);
-    assert_eq!(queue_err(store.status("nope", k, T0).await), QueueError::EventNotFound);
-    assert_eq!(queue_err(store.clear("nope", T0).await), QueueError::EventNotFound);
-    assert_eq!(queue_err(store.queue_head("nope", 1, T0).await), QueueError::EventNotFound);
+    assert_eq!(
+        queue_err(store.join("nope", &req(None), T0).await),
+        QueueError::EventNotFound
+    );
+    assert_eq!(
+        queue_err(store.status("nope", k, T0).await),
+        QueueError::EventNotFound
+    );
+    assert_eq!(
+        queue_err(store.clear("nope", T0).await),
+        QueueError::EventNotFound
+    );
+    assert_eq!(
+        queue_err(store.queue_head("nope", 1, T0).await),
+        QueueError::EventNotFound
+    );
 }

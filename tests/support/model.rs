@@ -142,7 +142,9 @@ impl Model {
         match p.state {
             MState::Waiting => Some(p.last_seen + s(c.waiting_idle_sec)),
             MState::Admitted => Some(p.admitted_at + s(c.ready_ttl_sec)),
-            MState::Active => Some((p.last_seen + s(c.session_idle_sec)).min(p.entered_at + s(c.session_max_sec))),
+            MState::Active => {
+                Some((p.last_seen + s(c.session_idle_sec)).min(p.entered_at + s(c.session_max_sec)))
+            }
             _ => None,
         }
     }
@@ -157,23 +159,32 @@ impl Model {
     }
 
     fn waiting_indices(&self) -> Vec<usize> {
-        (0..self.places.len()).filter(|&i| self.places[i].state == MState::Waiting).collect()
+        (0..self.places.len())
+            .filter(|&i| self.places[i].state == MState::Waiting)
+            .collect()
     }
 
     fn position(&self, i: usize) -> u64 {
-        self.places[..i].iter().filter(|p| p.state == MState::Waiting).count() as u64 + 1
+        self.places[..i]
+            .iter()
+            .filter(|p| p.state == MState::Waiting)
+            .count() as u64
+            + 1
     }
 
     fn live_place_of(&self, user: usize) -> Option<usize> {
-        self.places
-            .iter()
-            .position(|p| p.user == Some(user) && matches!(p.state, MState::Waiting | MState::Admitted | MState::Active))
+        self.places.iter().position(|p| {
+            p.user == Some(user)
+                && matches!(p.state, MState::Waiting | MState::Admitted | MState::Active)
+        })
     }
 
     /// The error a token of an ended place answers.
     fn ended_error(&self, i: usize) -> Option<QueueError> {
         match self.places[i].state {
-            MState::Expired(at) if at + EXPIRED_RETENTION_MS > self.now => Some(QueueError::TokenExpired),
+            MState::Expired(at) if at + EXPIRED_RETENTION_MS > self.now => {
+                Some(QueueError::TokenExpired)
+            }
             MState::Expired(_) | MState::Gone => Some(QueueError::TokenNotFound),
             _ => None,
         }
@@ -200,7 +211,10 @@ impl Model {
 }
 
 fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 fn qerr<T>(r: Result<T, StoreError>) -> Result<T, QueueError> {
@@ -237,7 +251,9 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
         max_queue_length: None,
         accept_joins: true,
     };
-    let cfg = rt.block_on(store.put_event(ev, &patch_of(&initial), T0)).unwrap();
+    let cfg = rt
+        .block_on(store.put_event(ev, &patch_of(&initial), T0))
+        .unwrap();
     let mut m = Model {
         cfg,
         places: Vec::new(),
@@ -275,17 +291,30 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                 )));
                 let waiting = m.waiting_indices().len() as u64;
                 if let Some(i) = user.and_then(|u| m.live_place_of(u)) {
-                    let v = got.map_err(|e| TestCaseError::fail(format!("step {step}: rejoin failed {e:?}")))?;
-                    prop_assert_eq!(v.key, m.places[i].key, "step {}: a user got a second place", step);
+                    let v = got.map_err(|e| {
+                        TestCaseError::fail(format!("step {step}: rejoin failed {e:?}"))
+                    })?;
+                    prop_assert_eq!(
+                        v.key,
+                        m.places[i].key,
+                        "step {}: a user got a second place",
+                        step
+                    );
                     if m.places[i].state == MState::Waiting {
                         m.places[i].last_seen = m.now;
                     }
                 } else if !m.cfg.accept_joins {
                     prop_assert_eq!(got.map(|v| v.key), Err(QueueError::EventClosed));
-                } else if m.cfg.max_queue_length.is_some_and(|q| waiting >= u64::from(q)) {
+                } else if m
+                    .cfg
+                    .max_queue_length
+                    .is_some_and(|q| waiting >= u64::from(q))
+                {
                     prop_assert_eq!(got.map(|v| v.key), Err(QueueError::QueueFull));
                 } else {
-                    let v = got.map_err(|e| TestCaseError::fail(format!("step {step}: join failed {e:?}")))?;
+                    let v = got.map_err(|e| {
+                        TestCaseError::fail(format!("step {step}: join failed {e:?}"))
+                    })?;
                     m.places.push(MPlace {
                         key: v.key,
                         user: *user,
@@ -316,10 +345,13 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
             }
             Op::Enter(ix) => {
                 let Some(i) = pick(ix, &m) else { continue };
-                let got = qerr(rt.block_on(store.enter(ev, m.places[i].key, m.now))).map(|v| v.status);
+                let got =
+                    qerr(rt.block_on(store.enter(ev, m.places[i].key, m.now))).map(|v| v.status);
                 match (m.ended_error(i), m.places[i].state) {
                     (Some(e), _) => prop_assert_eq!(got, Err(e), "step {}", step),
-                    (None, MState::Waiting) => prop_assert_eq!(got, Err(QueueError::NotReady), "step {}", step),
+                    (None, MState::Waiting) => {
+                        prop_assert_eq!(got, Err(QueueError::NotReady), "step {}", step)
+                    }
                     (None, s) => {
                         prop_assert_eq!(got, Ok(PlaceState::Active), "step {}", step);
                         if s == MState::Admitted {
@@ -402,12 +434,27 @@ fn settle_admissions(
         match s.map(|v| v.status) {
             Ok(PlaceState::Waiting) => {}
             Ok(PlaceState::Admitted) => admitted.push(i),
-            other => return Err(TestCaseError::fail(format!("step {step}: waiting place became {other:?}"))),
+            other => {
+                return Err(TestCaseError::fail(format!(
+                    "step {step}: waiting place became {other:?}"
+                )))
+            }
         }
     }
     let n = admitted.len();
-    prop_assert!(n <= room, "step {}: admitted {} into room for {}", step, n, room);
-    prop_assert_eq!(&admitted[..], &waiting[..n], "step {}: admission out of order", step);
+    prop_assert!(
+        n <= room,
+        "step {}: admitted {} into room for {}",
+        step,
+        n,
+        room
+    );
+    prop_assert_eq!(
+        &admitted[..],
+        &waiting[..n],
+        "step {}: admission out of order",
+        step
+    );
     if m.cfg.admit_per_minute.is_none() {
         prop_assert_eq!(n, room, "step {}: a free slot was not handed on", step);
     }
@@ -443,15 +490,50 @@ fn after_step(
         let p = &m.places[i];
         match (p.state, got) {
             (MState::Waiting, Ok(v)) => {
-                prop_assert_eq!(v.status, PlaceState::Waiting, "step {} ({:?}): place {}", step, op, i);
-                prop_assert_eq!(v.position, Some(m.position(i)), "step {} ({:?}): position of {}", step, op, i);
+                prop_assert_eq!(
+                    v.status,
+                    PlaceState::Waiting,
+                    "step {} ({:?}): place {}",
+                    step,
+                    op,
+                    i
+                );
+                prop_assert_eq!(
+                    v.position,
+                    Some(m.position(i)),
+                    "step {} ({:?}): position of {}",
+                    step,
+                    op,
+                    i
+                );
                 prop_assert_eq!(v.queue_length, waiting_total, "step {}: queue length", step);
             }
-            (MState::Admitted, Ok(v)) => prop_assert_eq!(v.status, PlaceState::Admitted, "step {} ({:?}): place {}", step, op, i),
-            (MState::Active, Ok(v)) => prop_assert_eq!(v.status, PlaceState::Active, "step {} ({:?}): place {}", step, op, i),
+            (MState::Admitted, Ok(v)) => prop_assert_eq!(
+                v.status,
+                PlaceState::Admitted,
+                "step {} ({:?}): place {}",
+                step,
+                op,
+                i
+            ),
+            (MState::Active, Ok(v)) => prop_assert_eq!(
+                v.status,
+                PlaceState::Active,
+                "step {} ({:?}): place {}",
+                step,
+                op,
+                i
+            ),
             (_, got) => {
                 let want = m.ended_error(i).expect("ended");
-                prop_assert_eq!(got.map(|v| v.status), Err(want), "step {} ({:?}): ended place {}", step, op, i);
+                prop_assert_eq!(
+                    got.map(|v| v.status),
+                    Err(want),
+                    "step {} ({:?}): ended place {}",
+                    step,
+                    op,
+                    i
+                );
             }
         }
     }
@@ -465,7 +547,9 @@ fn after_step(
         held,
         m.capacity()
     );
-    let f = qerr(rt.block_on(store.get_event(ev, m.now))).unwrap().figures;
+    let f = qerr(rt.block_on(store.get_event(ev, m.now)))
+        .unwrap()
+        .figures;
     prop_assert_eq!(f.waiting, waiting_total, "step {}: figures.waiting", step);
     prop_assert_eq!(f.admitted + f.active, held, "step {}: figures held", step);
     // One place per user.
@@ -473,7 +557,10 @@ fn after_step(
         let live = m
             .places
             .iter()
-            .filter(|p| p.user == Some(u) && matches!(p.state, MState::Waiting | MState::Admitted | MState::Active))
+            .filter(|p| {
+                p.user == Some(u)
+                    && matches!(p.state, MState::Waiting | MState::Admitted | MState::Active)
+            })
             .count();
         prop_assert!(live <= 1, "step {}: user {} holds {} places", step, u, live);
     }

@@ -1,0 +1,593 @@
+//! Durability of the embedded store: every state change is written to a fjall database
+//! (an LSM tree with a checksummed write-ahead journal) by one writer thread with group
+//! commit, and read back on start.
+//!
+//! Why this shape:
+//! - **Group commit.** Requests hand their changes to the writer through a FIFO channel and
+//!   wait for their ticket to become durable. The writer drains whatever has queued, writes
+//!   it as one atomic batch and syncs once, so a hundred concurrent joins share one fsync.
+//! - **State, not history.** Keys hold the current state of each live place (a join
+//!   record, plus small records when it is admitted and when it enters); an ended place's
+//!   keys are deleted. The LSM compaction then keeps disk proportional to the live places,
+//!   and a restart scans live places only, never the whole history of a long sale.
+//! - **Heartbeats are never written**: they are the bulk of the traffic and only matter to
+//!   the running process. After a restart every place gets a fresh grace period.
+//! - **Torn tails**: fjall checks every journal batch's checksum on recovery and drops an
+//!   incomplete or damaged tail; we compare journal sizes around the open to log it.
+//!
+//! Key layout (keyspace `places`): `event_id ‖ 0x00 ‖ seq (u64 BE) ‖ kind`, with kind
+//! 0 = joined, 1 = admitted, 2 = entered, 3 = expired (kept while `TOKEN_EXPIRED` is
+//! answered). Event ids never contain 0x00, so one prefix scan reads one event in join
+//! order. Keyspace `events`: `event_id` → config and counters.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use super::StoreError;
+use crate::core::{Effect, EndReason, EventConfig, EventQueue, Millis, QueueMeta, RestoredPlace};
+
+const KIND_JOINED: u8 = 0;
+const KIND_ADMITTED: u8 = 1;
+const KIND_ENTERED: u8 = 2;
+const KIND_EXPIRED: u8 = 3;
+/// Most submissions the writer puts in one batch; bounds a batch's memory and latency.
+const MAX_GROUP: usize = 8192;
+/// How often `relaxed` durability syncs (like Redis `appendfsync everysec`, but tighter).
+const RELAXED_SYNC_EVERY: Duration = Duration::from_millis(100);
+
+/// When a change is acknowledged relative to reaching the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// Answer only after the change is synced to disk (group commit).
+    #[default]
+    Sync,
+    /// Answer at once; sync about every 100 ms. A crash loses at most that window.
+    Relaxed,
+}
+
+impl std::str::FromStr for Durability {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sync" => Ok(Durability::Sync),
+            "relaxed" => Ok(Durability::Relaxed),
+            other => Err(format!(
+                "unknown durability {other:?} (expected sync or relaxed)"
+            )),
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct JoinRec {
+    nonce: u128,
+    user_id: Option<String>,
+    metadata: Option<String>,
+    joined_at: Millis,
+}
+
+#[derive(Serialize, Deserialize)]
+struct EventRec {
+    config: EventConfig,
+    meta: QueueMeta,
+}
+
+/// One request's changes to one event.
+enum Change {
+    /// Effects of an operation, the event's counters after it, and its config when it
+    /// changed.
+    Event {
+        event_id: Arc<str>,
+        effects: Vec<Effect>,
+        meta: QueueMeta,
+        config: Option<EventConfig>,
+    },
+    Delete {
+        event_id: Arc<str>,
+    },
+}
+
+/// Everything read back on start.
+pub struct Recovered {
+    pub events: Vec<(String, EventQueue)>,
+    pub places: u64,
+}
+
+pub struct Journal {
+    /// The writer's queue; `None` once closed. Sending and numbering happen under this
+    /// lock so ticket numbers follow the queue's order.
+    tx: Mutex<Option<mpsc::Sender<Change>>>,
+    /// Changes queued so far: the ticket of the latest one.
+    queued: AtomicU64,
+    durable: watch::Receiver<u64>,
+    failed: Arc<AtomicBool>,
+    mode: Durability,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    db: Database,
+}
+
+fn place_key(event_id: &str, seq: u64, kind: u8) -> Vec<u8> {
+    let mut k = Vec::with_capacity(event_id.len() + 10);
+    k.extend_from_slice(event_id.as_bytes());
+    k.push(0);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k.push(kind);
+    k
+}
+
+fn event_prefix(event_id: &str) -> Vec<u8> {
+    let mut k = event_id.as_bytes().to_vec();
+    k.push(0);
+    k
+}
+
+fn enc<T: Serialize>(v: &T) -> Vec<u8> {
+    postcard::to_stdvec(v).expect("serialising to memory does not fail")
+}
+
+/// fjall's journal files (`N.jnl`) in the database folder.
+fn journal_files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = rd
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jnl"))
+        .collect();
+    out.sort();
+    out
+}
+
+/// Where the written bytes of a journal end. Journals are preallocated with zeros, so this
+/// is just past the last non-zero byte. Recovery cuts a journal back to its last intact
+/// batch; if it cuts below this point, a damaged or half-written batch was discarded.
+pub fn written_end(path: &Path) -> std::io::Result<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path)?;
+    let mut end = f.metadata()?.len();
+    let mut buf = vec![0u8; 64 * 1024];
+    while end > 0 {
+        let start = end.saturating_sub(buf.len() as u64);
+        let n = (end - start) as usize;
+        f.seek(SeekFrom::Start(start))?;
+        f.read_exact(&mut buf[..n])?;
+        if let Some(i) = buf[..n].iter().rposition(|&b| b != 0) {
+            return Ok(start + i as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(0)
+}
+
+impl Journal {
+    /// Opens (or creates) the database under `dir`, reads back every event, and starts the
+    /// writer. `now` is the restart time that idle grace periods count from.
+    pub fn open(dir: &Path, mode: Durability, now: Millis) -> anyhow::Result<(Journal, Recovered)> {
+        std::fs::create_dir_all(dir)?;
+        let before: Vec<(PathBuf, u64)> = journal_files(dir)
+            .into_iter()
+            .filter_map(|p| written_end(&p).ok().map(|e| (p, e)))
+            .collect();
+        let db = Database::builder(dir)
+            .manual_journal_persist(true)
+            .cache_size(16 * 1024 * 1024)
+            .max_journaling_size(64 * 1024 * 1024)
+            .open()
+            .map_err(|e| anyhow::anyhow!("opening the store in {}: {e}", dir.display()))?;
+        for (path, written) in before {
+            let Ok(after) = std::fs::metadata(&path).map(|m| m.len()) else {
+                continue;
+            };
+            if after < written {
+                {
+                    tracing::error!(
+                        journal = %path.display(),
+                        discarded_bytes = written - after,
+                        "the store's journal ended in a damaged or incomplete batch (a crash mid-write); \
+                         it was cut back to the last intact batch, and changes after it were never acknowledged"
+                    );
+                }
+            }
+        }
+        let events = db.keyspace("events", KeyspaceCreateOptions::default)?;
+        let places = db.keyspace("places", KeyspaceCreateOptions::default)?;
+        let recovered = recover(&events, &places, now)?;
+        let configs: HashMap<String, EventConfig> = recovered
+            .events
+            .iter()
+            .map(|(id, q)| (id.clone(), q.config().clone()))
+            .collect();
+        let (tx, rx) = mpsc::channel();
+        let (durable_tx, durable_rx) = watch::channel(0u64);
+        let failed = Arc::new(AtomicBool::new(false));
+        let writer = Writer {
+            db: db.clone(),
+            events,
+            places,
+            configs,
+            mode,
+            durable: durable_tx,
+            failed: failed.clone(),
+            done: AtomicU64::new(0),
+        };
+        let handle = std::thread::Builder::new()
+            .name("waitroom-journal".into())
+            .spawn(move || writer.run(rx))?;
+        Ok((
+            Journal {
+                tx: Mutex::new(Some(tx)),
+                queued: AtomicU64::new(0),
+                durable: durable_rx,
+                failed,
+                mode,
+                writer: Mutex::new(Some(handle)),
+                db,
+            },
+            recovered,
+        ))
+    }
+
+    fn submit(&self, change: Change) -> Result<u64, StoreError> {
+        let guard = self.tx.lock();
+        let Some(tx) = guard.as_ref() else {
+            return Err(StoreError::Unavailable("the store is shutting down".into()));
+        };
+        tx.send(change)
+            .map_err(|_| StoreError::Unavailable("the store's writer stopped".into()))?;
+        Ok(self.queued.fetch_add(1, Ordering::AcqRel) + 1)
+    }
+
+    /// Queues an operation's changes; must be called under the event's lock so changes to
+    /// one event reach the disk in the order they were made. Answers the ticket to wait for.
+    pub fn record(
+        &self,
+        event_id: &Arc<str>,
+        effects: Vec<Effect>,
+        meta: QueueMeta,
+        config: Option<EventConfig>,
+    ) -> Result<u64, StoreError> {
+        if effects.is_empty() && config.is_none() {
+            return Ok(self.ticket());
+        }
+        self.submit(Change::Event {
+            event_id: event_id.clone(),
+            effects,
+            meta,
+            config,
+        })
+    }
+
+    /// Queues the removal of an event and all its keys.
+    pub fn delete(&self, event_id: &Arc<str>) -> Result<u64, StoreError> {
+        self.submit(Change::Delete {
+            event_id: event_id.clone(),
+        })
+    }
+
+    /// The ticket of the last queued change: an operation that only read state waits for
+    /// it, so it never answers with something a crash could still take back.
+    pub fn ticket(&self) -> u64 {
+        self.queued.load(Ordering::Acquire)
+    }
+
+    /// Waits until `ticket` is durable (immediately in `relaxed` mode).
+    pub async fn wait(&self, ticket: u64) -> Result<(), StoreError> {
+        if self.failed.load(Ordering::Acquire) {
+            return Err(StoreError::Unavailable(
+                "the store cannot write to disk".into(),
+            ));
+        }
+        if self.mode == Durability::Relaxed || *self.durable.borrow() >= ticket {
+            return Ok(());
+        }
+        let mut rx = self.durable.clone();
+        let failed = &self.failed;
+        rx.wait_for(|d| *d >= ticket || failed.load(Ordering::Acquire))
+            .await
+            .map_err(|_| StoreError::Unavailable("the store's writer stopped".into()))?;
+        if failed.load(Ordering::Acquire) {
+            return Err(StoreError::Unavailable(
+                "the store cannot write to disk".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn is_healthy(&self) -> bool {
+        !self.failed.load(Ordering::Acquire)
+    }
+
+    /// Bytes on disk (journals and tables).
+    pub fn disk_space(&self) -> u64 {
+        self.db.disk_space().unwrap_or(0)
+    }
+
+    /// Stops accepting changes, writes and syncs what is queued, and stops the writer.
+    pub fn close(&self) {
+        self.tx.lock().take();
+        if let Some(h) = self.writer.lock().take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn recover(events: &Keyspace, places: &Keyspace, now: Millis) -> anyhow::Result<Recovered> {
+    let mut out = Vec::new();
+    let mut total = 0u64;
+    let mut known = HashMap::new();
+    for kv in events.iter() {
+        let (k, v) = kv.into_inner()?;
+        let id = String::from_utf8(k.to_vec())
+            .map_err(|_| anyhow::anyhow!("the store holds an event with a non-UTF-8 id"))?;
+        let rec: EventRec = postcard::from_bytes(&v).map_err(|e| {
+            anyhow::anyhow!("the store's record of event {id:?} is unreadable: {e}")
+        })?;
+        known.insert(id, rec);
+    }
+    let mut ids: Vec<String> = known.keys().cloned().collect();
+    ids.sort();
+    for id in ids {
+        let rec = known.remove(&id).expect("listed");
+        let mut restored: Vec<RestoredPlace> = Vec::new();
+        let mut tombstones = Vec::new();
+        for kv in places.prefix(event_prefix(&id)) {
+            let (k, v) = kv.into_inner()?;
+            let tail = &k[id.len() + 1..];
+            if tail.len() != 9 {
+                anyhow::bail!("the store holds a malformed key in event {id:?}");
+            }
+            let seq = u64::from_be_bytes(tail[..8].try_into().expect("length checked"));
+            let bad = |what: &str, e: postcard::Error| {
+                anyhow::anyhow!(
+                    "the {what} record of place {seq} in event {id:?} is unreadable: {e}"
+                )
+            };
+            match tail[8] {
+                KIND_JOINED => {
+                    let j: JoinRec = postcard::from_bytes(&v).map_err(|e| bad("join", e))?;
+                    restored.push(RestoredPlace {
+                        seq,
+                        nonce: j.nonce,
+                        user_id: j.user_id.map(Into::into),
+                        metadata: j.metadata.map(Into::into),
+                        joined_at: j.joined_at,
+                        admitted_at: None,
+                        entered_at: None,
+                    });
+                }
+                KIND_ADMITTED | KIND_ENTERED => {
+                    let at: Millis = postcard::from_bytes(&v).map_err(|e| bad("state", e))?;
+                    // Keys sort by seq then kind, so the join record came just before.
+                    match restored.last_mut() {
+                        Some(p) if p.seq == seq => {
+                            if tail[8] == KIND_ADMITTED {
+                                p.admitted_at = Some(at);
+                            } else {
+                                p.entered_at = Some(at);
+                            }
+                        }
+                        _ => anyhow::bail!(
+                            "place {seq} in event {id:?} has a state record but no join record"
+                        ),
+                    }
+                }
+                KIND_EXPIRED => {
+                    let (nonce, at): (u128, Millis) =
+                        postcard::from_bytes(&v).map_err(|e| bad("expiry", e))?;
+                    tombstones.push((seq, nonce, at));
+                }
+                other => anyhow::bail!(
+                    "place {seq} in event {id:?} has a record of unknown kind {other}"
+                ),
+            }
+        }
+        total += restored.len() as u64;
+        out.push((
+            id,
+            EventQueue::restore(rec.config, rec.meta, restored, tombstones, now),
+        ));
+    }
+    Ok(Recovered {
+        events: out,
+        places: total,
+    })
+}
+
+struct Writer {
+    db: Database,
+    events: Keyspace,
+    places: Keyspace,
+    /// Latest config per event, so changes that carry only counters can still write the
+    /// whole event record.
+    configs: HashMap<String, EventConfig>,
+    mode: Durability,
+    durable: watch::Sender<u64>,
+    failed: Arc<AtomicBool>,
+    done: AtomicU64,
+}
+
+impl Writer {
+    fn run(mut self, rx: mpsc::Receiver<Change>) {
+        let _span = tracing::info_span!("journal_writer").entered();
+        let mut last_sync = Instant::now();
+        let mut unsynced = false;
+        loop {
+            let first = if self.mode == Durability::Relaxed && unsynced {
+                match rx.recv_timeout(RELAXED_SYNC_EVERY.saturating_sub(last_sync.elapsed())) {
+                    Ok(c) => Some(c),
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                }
+            } else {
+                match rx.recv() {
+                    Ok(c) => Some(c),
+                    Err(_) => break,
+                }
+            };
+            if let Some(first) = first {
+                let mut group = vec![first];
+                while group.len() < MAX_GROUP {
+                    match rx.try_recv() {
+                        Ok(c) => group.push(c),
+                        Err(_) => break,
+                    }
+                }
+                let n = group.len() as u64;
+                if let Err(e) = self.write(group) {
+                    self.fail(&e);
+                    return;
+                }
+                unsynced = true;
+                if self.mode == Durability::Sync {
+                    if let Err(e) = self.db.persist(PersistMode::SyncData) {
+                        self.fail(&e);
+                        return;
+                    }
+                    unsynced = false;
+                    last_sync = Instant::now();
+                }
+                let done = self.done.fetch_add(n, Ordering::Relaxed) + n;
+                self.durable.send_replace(done);
+            }
+            if unsynced && last_sync.elapsed() >= RELAXED_SYNC_EVERY {
+                if let Err(e) = self.db.persist(PersistMode::SyncData) {
+                    self.fail(&e);
+                    return;
+                }
+                unsynced = false;
+                last_sync = Instant::now();
+            }
+        }
+        if let Err(e) = self.db.persist(PersistMode::SyncAll) {
+            self.fail(&e);
+        }
+    }
+
+    fn fail(&self, e: &dyn std::fmt::Display) {
+        tracing::error!(error = %e, "writing to the store failed; refusing further changes");
+        self.failed.store(true, Ordering::Release);
+        // Wake every waiter so it can see the failure.
+        self.durable.send_modify(|_| {});
+    }
+
+    /// Writes one group as one atomic batch. Later changes to a key override earlier ones
+    /// in the group (a batch must not hold one key twice).
+    fn write(&mut self, group: Vec<Change>) -> fjall::Result<()> {
+        let mut place_ops: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
+        let mut event_ops: BTreeMap<String, Option<Vec<u8>>> = BTreeMap::new();
+        for change in group {
+            match change {
+                Change::Event {
+                    event_id,
+                    effects,
+                    meta,
+                    config,
+                } => {
+                    for fx in effects {
+                        apply_effect(&mut place_ops, &event_id, fx);
+                    }
+                    if let Some(c) = config {
+                        self.configs.insert(event_id.to_string(), c);
+                    }
+                    if let Some(c) = self.configs.get(&*event_id) {
+                        let rec = EventRec {
+                            config: c.clone(),
+                            meta,
+                        };
+                        event_ops.insert(event_id.to_string(), Some(enc(&rec)));
+                    }
+                }
+                Change::Delete { event_id } => {
+                    let prefix = event_prefix(&event_id);
+                    let pending: Vec<Vec<u8>> = place_ops
+                        .range(prefix.clone()..)
+                        .take_while(|(k, _)| k.starts_with(&prefix))
+                        .map(|(k, _)| k.clone())
+                        .collect();
+                    for k in pending {
+                        place_ops.insert(k, None);
+                    }
+                    for kv in self.places.prefix(&prefix) {
+                        let k = kv.key()?;
+                        place_ops.insert(k.to_vec(), None);
+                    }
+                    self.configs.remove(&*event_id);
+                    event_ops.insert(event_id.to_string(), None);
+                }
+            }
+        }
+        let mut batch = self.db.batch();
+        for (k, v) in place_ops {
+            match v {
+                Some(v) => batch.insert(&self.places, k, v),
+                None => batch.remove(&self.places, k),
+            }
+        }
+        for (k, v) in event_ops {
+            match v {
+                Some(v) => batch.insert(&self.events, k, v),
+                None => batch.remove(&self.events, k),
+            }
+        }
+        batch.commit()
+    }
+}
+
+fn apply_effect(ops: &mut BTreeMap<Vec<u8>, Option<Vec<u8>>>, ev: &str, fx: Effect) {
+    match fx {
+        Effect::Joined {
+            seq,
+            nonce,
+            user_id,
+            metadata,
+            at,
+        } => {
+            let rec = JoinRec {
+                nonce,
+                user_id: user_id.map(String::from),
+                metadata: metadata.map(String::from),
+                joined_at: at,
+            };
+            ops.insert(place_key(ev, seq, KIND_JOINED), Some(enc(&rec)));
+        }
+        Effect::Admitted { seq, at } => {
+            ops.insert(place_key(ev, seq, KIND_ADMITTED), Some(enc(&at)));
+        }
+        Effect::Entered { seq, at } => {
+            ops.insert(place_key(ev, seq, KIND_ENTERED), Some(enc(&at)));
+        }
+        Effect::Ended {
+            seq,
+            nonce,
+            reason,
+            at,
+        } => {
+            for kind in [KIND_JOINED, KIND_ADMITTED, KIND_ENTERED] {
+                ops.insert(place_key(ev, seq, kind), None);
+            }
+            if reason == EndReason::Expired {
+                ops.insert(place_key(ev, seq, KIND_EXPIRED), Some(enc(&(nonce, at))));
+            }
+        }
+        Effect::Forgotten { seq } => {
+            ops.insert(place_key(ev, seq, KIND_EXPIRED), None);
+        }
+    }
+}

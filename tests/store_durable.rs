@@ -1,0 +1,231 @@
+//! The durable embedded store: the same conformance suite and property test as the memory
+//! store, plus restart and damaged-journal recovery.
+
+mod support;
+
+use std::sync::Arc;
+
+use support::conformance::{join, make_event, S, T0};
+use waitroom::core::{PlaceState, QueueError};
+use waitroom::store::embedded::EmbeddedStore;
+use waitroom::store::journal::Durability;
+use waitroom::store::{Store, StoreError};
+
+/// A durable store in a fresh directory that outlives the test's store handle.
+fn durable() -> Arc<dyn Store> {
+    let dir = tempfile::tempdir().unwrap().keep();
+    Arc::new(EmbeddedStore::open(&dir, Durability::Sync, T0).unwrap())
+}
+
+store_conformance!(async { durable() });
+
+#[test]
+fn queue_rules_match_the_reference_model() {
+    support::model::check_backend(durable, 40, 80);
+}
+
+fn qerr<T: std::fmt::Debug>(r: Result<T, StoreError>) -> QueueError {
+    match r {
+        Err(StoreError::Queue(q)) => q,
+        other => panic!("expected a queue error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn restart_restores_places_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, c, d, e, gone, ghost);
+    {
+        let store: Arc<dyn Store> =
+            Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, T0).unwrap());
+        make_event(
+            &store,
+            "ev",
+            serde_json::json!({"max_active": 2, "waiting_idle_sec": 30, "name": "Show"}),
+        )
+        .await;
+        make_event(&store, "doomed", serde_json::json!({})).await;
+        join(&store, "doomed", None, T0).await;
+        store.delete_event("doomed").await.unwrap();
+        a = join(&store, "ev", Some("a"), T0).await; // admitted
+        b = join(&store, "ev", Some("b"), T0).await; // admitted, then enters
+        store.enter("ev", b.key, T0 + S).await.unwrap();
+        ghost = join(&store, "ev", None, T0).await;
+        c = join(&store, "ev", Some("c"), T0 + 10 * S).await;
+        gone = join(&store, "ev", None, T0 + 10 * S).await;
+        d = join(&store, "ev", None, T0 + 10 * S).await;
+        e = join(&store, "ev", Some("e"), T0 + 10 * S).await;
+        store.leave("ev", gone.key, T0 + 11 * S).await.unwrap();
+        // The ghost stops polling and expires at 30 s; the others keep polling.
+        for k in [c.key, d.key, e.key] {
+            store.heartbeat("ev", k, T0 + 25 * S).await.unwrap();
+        }
+        store.tick("ev", T0 + 30 * S).await.unwrap();
+        store.close().await.unwrap();
+    }
+    let t1 = T0 + 40 * S;
+    let store: Arc<dyn Store> =
+        Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, t1).unwrap());
+    assert_eq!(
+        qerr(store.get_event("doomed", t1).await),
+        QueueError::EventNotFound
+    );
+    let snap = store.get_event("ev", t1).await.unwrap();
+    assert_eq!(snap.config.name, "Show");
+    let f = snap.figures;
+    assert_eq!(
+        (f.waiting, f.admitted, f.active, f.left, f.expired),
+        (3, 1, 1, 1, 1)
+    );
+    assert_eq!(
+        store.peek("ev", a.key, t1).await.unwrap().status,
+        PlaceState::Admitted
+    );
+    let sb = store.session("ev", b.key, t1).await.unwrap();
+    assert_eq!(
+        sb.session_ends_at,
+        Some(T0 + S + 600 * S),
+        "the session keeps its deadline"
+    );
+    for (k, pos) in [(c.key, 1), (d.key, 2), (e.key, 3)] {
+        assert_eq!(store.status("ev", k, t1).await.unwrap().position, Some(pos));
+    }
+    assert_eq!(
+        qerr(store.status("ev", ghost.key, t1).await),
+        QueueError::TokenExpired
+    );
+    assert_eq!(
+        qerr(store.status("ev", gone.key, t1).await),
+        QueueError::TokenNotFound
+    );
+    // One place per user survives the restart.
+    assert_eq!(join(&store, "ev", Some("c"), t1).await.key, c.key);
+    // New places line up behind the restored ones, with fresh sequence numbers.
+    let f2 = join(&store, "ev", None, t1).await;
+    assert_eq!(f2.position, Some(4));
+    assert!(f2.key.seq > e.key.seq);
+    // Every restored place got a fresh grace period from the restart: alive at t1 + 29 s.
+    // (By then a's ready window, kept from before the restart, has lapsed and c has its slot.)
+    assert_eq!(
+        store
+            .status("ev", d.key, t1 + 29 * S)
+            .await
+            .unwrap()
+            .position,
+        Some(1)
+    );
+    // The admitted place kept its ready deadline (admitted at T0, 60 s): gone by then.
+    assert_eq!(
+        qerr(store.enter("ev", a.key, T0 + 61 * S).await),
+        QueueError::TokenExpired
+    );
+}
+
+#[tokio::test]
+async fn relaxed_durability_survives_a_clean_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let key;
+    {
+        let store: Arc<dyn Store> =
+            Arc::new(EmbeddedStore::open(dir.path(), Durability::Relaxed, T0).unwrap());
+        make_event(&store, "r", serde_json::json!({"paused": true})).await;
+        for _ in 0..100 {
+            join(&store, "r", None, T0).await;
+        }
+        key = join(&store, "r", Some("last"), T0).await.key;
+        store.close().await.unwrap();
+    }
+    let store = EmbeddedStore::open(dir.path(), Durability::Relaxed, T0).unwrap();
+    assert_eq!(
+        store.status("r", key, T0).await.unwrap().position,
+        Some(101)
+    );
+}
+
+/// The newest journal file of a store directory and where its written bytes end.
+fn journal(dir: &std::path::Path) -> (std::path::PathBuf, u64) {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jnl"))
+        .collect();
+    files.sort();
+    let last = files.pop().expect("a journal file");
+    let end = waitroom::store::journal::written_end(&last).unwrap();
+    assert!(end > 0);
+    (last, end)
+}
+
+async fn fill(dir: &std::path::Path, n: usize) -> Vec<waitroom::core::PlaceKey> {
+    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir, Durability::Sync, T0).unwrap());
+    make_event(&store, "t", serde_json::json!({"paused": true})).await;
+    let mut keys = Vec::new();
+    for _ in 0..n {
+        keys.push(join(&store, "t", None, T0).await.key);
+    }
+    store.close().await.unwrap();
+    keys
+}
+
+/// Checks that the store opens, and that what it restored is a prefix of what was written:
+/// positions 1..k for the first k places, nothing after.
+async fn check_prefix(dir: &std::path::Path, keys: &[waitroom::core::PlaceKey]) -> usize {
+    let store = EmbeddedStore::open(dir, Durability::Sync, T0)
+        .expect("a damaged tail must not stop the start");
+    let mut k = 0;
+    for (i, key) in keys.iter().enumerate() {
+        match store.status("t", *key, T0).await {
+            Ok(v) => {
+                assert_eq!(i, k, "place {i} survived after a lost one: not a prefix");
+                assert_eq!(v.position, Some(i as u64 + 1));
+                k += 1;
+            }
+            Err(StoreError::Queue(QueueError::TokenNotFound | QueueError::EventNotFound)) => {}
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
+    k
+}
+
+#[tokio::test]
+async fn garbled_journal_tail_recovers_the_intact_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = fill(dir.path(), 200).await;
+    let (last, end) = journal(dir.path());
+    let mut bytes = std::fs::read(&last).unwrap();
+    for b in &mut bytes[end as usize - 40..end as usize] {
+        *b ^= 0x5A;
+    }
+    std::fs::write(&last, &bytes).unwrap();
+    let k = check_prefix(dir.path(), &keys).await;
+    assert!(
+        k >= 150,
+        "only {k} of 200 places survived a 40-byte tail corruption"
+    );
+    assert!(k < 200, "the garbled last batch was served as if intact");
+}
+
+#[tokio::test]
+async fn truncated_journal_recovers_the_intact_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = fill(dir.path(), 200).await;
+    let (last, end) = journal(dir.path());
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&last)
+        .unwrap()
+        .set_len(end - 37)
+        .unwrap();
+    let k = check_prefix(dir.path(), &keys).await;
+    assert!((150..200).contains(&k), "{k} of 200 survived a torn tail");
+    // Appending random garbage after intact data is also a torn write.
+    let dir2 = tempfile::tempdir().unwrap();
+    let keys2 = fill(dir2.path(), 50).await;
+    let (last, end) = journal(dir2.path());
+    let mut bytes = std::fs::read(&last).unwrap();
+    bytes.truncate(end as usize);
+    bytes.extend_from_slice(&[0xA7; 100]);
+    std::fs::write(&last, &bytes).unwrap();
+    assert_eq!(check_prefix(dir2.path(), &keys2).await, 50);
+}
