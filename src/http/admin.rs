@@ -27,7 +27,10 @@ pub const MAX_HEAD_LIMIT: usize = 1000;
 /// byte by byte from response times.
 fn constant_time_eq(a: &str, b: &str) -> bool {
     let (ha, hb) = (Sha256::digest(a.as_bytes()), Sha256::digest(b.as_bytes()));
-    ha.iter().zip(hb.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    ha.iter()
+        .zip(hb.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
 }
 
 /// Middleware: `401 UNAUTHORIZED` unless `Authorization: Bearer <admin token>`.
@@ -48,7 +51,9 @@ pub async fn require_admin(
 fn object(value: &impl Serialize) -> AppResult<Map<String, Value>> {
     match serde_json::to_value(value) {
         Ok(Value::Object(m)) => Ok(m),
-        Ok(other) => Err(AppError::Internal(format!("expected an object, got {other}"))),
+        Ok(other) => Err(AppError::Internal(format!(
+            "expected an object, got {other}"
+        ))),
         Err(e) => Err(AppError::Internal(e.to_string())),
     }
 }
@@ -81,7 +86,10 @@ pub async fn put_event(
 ) -> AppResult<Json<Map<String, Value>>> {
     let id = event_id(path)?;
     let patch = patch.unwrap_or_default();
-    let config = state.store.put_event(&id, &patch, state.clock.now()).await?;
+    let config = state
+        .store
+        .put_event(&id, &patch, state.clock.now())
+        .await?;
     state.wake.notify_one();
     Ok(Json(config_json(&id, &config)?))
 }
@@ -119,7 +127,11 @@ pub async fn delete_event(
 
 /// Pause or resume an existing event. `put_event` would create a missing event, so the
 /// event's existence is checked first: pausing a typo must not conjure a new sale.
-async fn set_paused(state: &AppState, id: &str, paused: bool) -> AppResult<Json<Map<String, Value>>> {
+async fn set_paused(
+    state: &AppState,
+    id: &str,
+    paused: bool,
+) -> AppResult<Json<Map<String, Value>>> {
     let now = state.clock.now();
     state.store.get_event(id, now).await?;
     let patch = EventPatch {
@@ -148,10 +160,7 @@ pub async fn resume(
 }
 
 /// `POST /events/{event_id}/clear`: every waiting place ends (`TOKEN_NOT_FOUND`).
-pub async fn clear(
-    State(state): State<AppState>,
-    path: AppPath<String>,
-) -> AppResult<Json<Value>> {
+pub async fn clear(State(state): State<AppState>, path: AppPath<String>) -> AppResult<Json<Value>> {
     let id = event_id(path)?;
     let n = state.store.clear(&id, state.clock.now()).await?;
     state.wake.notify_one();
@@ -176,7 +185,10 @@ pub async fn queue_head(
             "limit must be between 1 and {MAX_HEAD_LIMIT}"
         )));
     }
-    let head = state.store.queue_head(&id, limit, state.clock.now()).await?;
+    let head = state
+        .store
+        .queue_head(&id, limit, state.clock.now())
+        .await?;
     Ok(Json(json!(head)))
 }
 

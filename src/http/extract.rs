@@ -121,13 +121,16 @@ impl WaitingToken {
         body: Option<&TokenBody>,
         headers: &HeaderMap,
     ) -> Result<Self, AppError> {
-        let non_empty = |s: &Option<String>| s.as_deref().filter(|t| !t.trim().is_empty());
         non_empty(&query.token)
             .or_else(|| body.and_then(|b| non_empty(&b.token).or(non_empty(&b.waiting_token))))
             .or_else(|| bearer(headers))
             .map(|t| WaitingToken(t.trim().to_string()))
             .ok_or(AppError::MissingToken)
     }
+}
+
+fn non_empty(s: &Option<String>) -> Option<&str> {
+    s.as_deref().filter(|t| !t.trim().is_empty())
 }
 
 /// A waiting token for endpoints with a body: query, then body, then header.
@@ -152,6 +155,7 @@ impl<S: Send + Sync> FromRequestParts<S> for WaitingTokenNoBody {
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let AppQuery(query) = AppQuery::<TokenQuery>::from_request_parts(parts, state).await?;
-        WaitingToken::find(&query, None, &parts.headers).map(|WaitingToken(t)| WaitingTokenNoBody(t))
+        WaitingToken::find(&query, None, &parts.headers)
+            .map(|WaitingToken(t)| WaitingTokenNoBody(t))
     }
 }

@@ -53,7 +53,10 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     };
     metrics::gauge!("waitroom_store_up").set(if up { 1.0 } else { 0.0 });
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         state.metrics.render(),
     )
 }

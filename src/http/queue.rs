@@ -114,7 +114,10 @@ pub async fn status(
     WaitingTokenNoBody(token): WaitingTokenNoBody,
 ) -> AppResult<Json<Map<String, Value>>> {
     let (event_id, key) = parse_waiting(&state, &token)?;
-    let view = state.store.status(&event_id, key, state.clock.now()).await?;
+    let view = state
+        .store
+        .status(&event_id, key, state.clock.now())
+        .await?;
     Ok(Json(place_body(&event_id, &view)))
 }
 
@@ -146,7 +149,9 @@ pub async fn enter(
     let session_id = tokens::session_id(view.key);
     // Anonymous places have no user id; the session id names them uniquely instead.
     let subject = view.user_id.as_deref().unwrap_or(&session_id);
-    let jwt = state.access.sign(&event_id, subject, view.key, now, ends_at);
+    let jwt = state
+        .access
+        .sign(&event_id, subject, view.key, now, ends_at);
     Ok(Json(json!({
         "admission": "granted",
         "access_token": jwt,
@@ -259,7 +264,10 @@ pub async fn info(
     AppQuery(q): AppQuery<InfoQuery>,
 ) -> AppResult<Json<Value>> {
     validate_event_id(&q.event_id)?;
-    let snap = state.store.get_event(&q.event_id, state.clock.now()).await?;
+    let snap = state
+        .store
+        .get_event(&q.event_id, state.clock.now())
+        .await?;
     let (c, f) = (&snap.config, &snap.figures);
     Ok(Json(json!({
         "event_id": snap.event_id,

@@ -1,0 +1,1416 @@
+//! The HTTP API against the contract of `API.md`, request by request, through
+//! `router(state).oneshot(…)` with the embedded store and a manual clock.
+//!
+//! Access tokens are checked by `jsonwebtoken` against the real wall clock, so the tests
+//! that verify them start their manual clock at the real time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::body::Body;
+use axum::http::{header, HeaderMap, Method, Request, StatusCode};
+use axum::Router;
+use ed25519_dalek::SigningKey;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use waitroom::clock::{system_now, Clock};
+use waitroom::core::{EventConfig, EventPatch, HeadEntry, Millis, PlaceKey, PlaceView};
+use waitroom::http::{router, router_with_limits, Limits};
+use waitroom::store::embedded::EmbeddedStore;
+use waitroom::store::{EventSnapshot, JoinRequest, Store, StoreError, StoreResult};
+use waitroom::tokens::AccessTokens;
+use waitroom::AppState;
+
+const ADMIN: &str = "test-admin-token";
+const T0: Millis = 1_700_000_000_000;
+const SEC: Millis = 1000;
+
+fn key() -> SigningKey {
+    SigningKey::from_bytes(&[7; 32])
+}
+
+struct TestApp {
+    router: Router,
+    state: AppState,
+    clock: Clock,
+}
+
+struct Resp {
+    status: StatusCode,
+    headers: HeaderMap,
+    text: String,
+    body: Value,
+}
+
+impl Resp {
+    #[track_caller]
+    fn ok(self) -> Value {
+        assert_eq!(self.status, StatusCode::OK, "body: {}", self.text);
+        self.body
+    }
+
+    /// Asserts the contract's error shape, status and code.
+    #[track_caller]
+    fn err(&self, status: StatusCode, code: &str) {
+        assert_eq!(self.status, status, "body: {}", self.text);
+        assert_eq!(self.body["error"]["code"], code, "body: {}", self.text);
+        assert!(
+            self.body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "error without a message: {}",
+            self.text
+        );
+        assert_eq!(
+            self.headers[header::CONTENT_TYPE],
+            "application/json",
+            "errors are JSON"
+        );
+    }
+
+    fn retry_after(&self) -> Option<u64> {
+        self.headers
+            .get(header::RETRY_AFTER)
+            .map(|v| v.to_str().unwrap().parse().unwrap())
+    }
+}
+
+fn app_with(store: Arc<dyn Store>, clock: Clock, limits: Limits) -> TestApp {
+    let state = AppState::new(store, &key(), ADMIN, clock.clone()).unwrap();
+    TestApp {
+        router: router_with_limits(state.clone(), limits),
+        state,
+        clock,
+    }
+}
+
+/// A fresh embedded store and a manual clock at `T0`.
+fn app() -> TestApp {
+    app_with(
+        Arc::new(EmbeddedStore::new()),
+        Clock::manual(T0),
+        Limits::default(),
+    )
+}
+
+/// Like [`app`] but with the clock at the real time, for tests that verify access tokens.
+fn live_app() -> TestApp {
+    app_with(
+        Arc::new(EmbeddedStore::new()),
+        Clock::manual(system_now()),
+        Limits::default(),
+    )
+}
+
+fn req(method: Method, uri: &str) -> axum::http::request::Builder {
+    Request::builder().method(method).uri(uri)
+}
+
+fn json_req(method: Method, uri: &str, body: &Value) -> Request<Body> {
+    req(method, uri)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap()
+}
+
+fn bearer(method: Method, uri: &str, token: &str) -> Request<Body> {
+    req(method, uri)
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .body(Body::empty())
+        .unwrap()
+}
+
+impl TestApp {
+    async fn send(&self, request: Request<Body>) -> Resp {
+        let res = self.router.clone().oneshot(request).await.unwrap();
+        let status = res.status();
+        let headers = res.headers().clone();
+        let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let text = String::from_utf8(bytes.to_vec()).unwrap();
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Resp {
+            status,
+            headers,
+            text,
+            body,
+        }
+    }
+
+    async fn get(&self, uri: &str) -> Resp {
+        self.send(req(Method::GET, uri).body(Body::empty()).unwrap())
+            .await
+    }
+
+    async fn post(&self, uri: &str, body: Value) -> Resp {
+        self.send(json_req(Method::POST, uri, &body)).await
+    }
+
+    async fn admin(&self, method: Method, uri: &str, body: Option<Value>) -> Resp {
+        let b = req(method, &format!("/api/v1/admin{uri}"))
+            .header(header::AUTHORIZATION, format!("Bearer {ADMIN}"));
+        let r = match body {
+            Some(v) => b
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(v.to_string())),
+            None => b.body(Body::empty()),
+        };
+        self.send(r.unwrap()).await
+    }
+
+    async fn put_event(&self, id: &str, body: Value) -> Value {
+        self.admin(Method::PUT, &format!("/events/{id}"), Some(body))
+            .await
+            .ok()
+    }
+
+    async fn join(&self, event: &str, user: Option<&str>) -> Value {
+        let mut body = json!({ "event_id": event });
+        if let Some(u) = user {
+            body["user_id"] = json!(u);
+        }
+        self.post("/api/v1/queue/join", body).await.ok()
+    }
+
+    async fn status(&self, token: &str) -> Resp {
+        self.get(&format!("/api/v1/queue/status?token={token}"))
+            .await
+    }
+
+    async fn enter(&self, token: &str) -> Resp {
+        self.post("/api/v1/queue/enter", json!({ "waiting_token": token }))
+            .await
+    }
+
+    async fn figures(&self, id: &str) -> Value {
+        self.admin(Method::GET, &format!("/events/{id}"), None)
+            .await
+            .ok()
+    }
+}
+
+fn token(v: &Value) -> String {
+    v["waiting_token"].as_str().unwrap().to_string()
+}
+
+// ---------------------------------------------------------------------------------------
+// Operations
+
+#[tokio::test]
+async fn healthz_readyz_and_jwks() {
+    let app = app();
+    assert_eq!(app.get("/healthz").await.ok(), json!({"status": "ok"}));
+    assert_eq!(app.get("/readyz").await.ok()["status"], "ready");
+
+    let jwks = app.get("/.well-known/jwks.json").await.ok();
+    let keys = jwks["keys"].as_array().unwrap();
+    assert_eq!(keys.len(), 1);
+    let k = &keys[0];
+    assert_eq!(
+        (&k["kty"], &k["crv"], &k["alg"], &k["use"]),
+        (
+            &json!("OKP"),
+            &json!("Ed25519"),
+            &json!("EdDSA"),
+            &json!("sig")
+        )
+    );
+    assert_eq!(k["kid"], app.state.access.kid());
+    // The public key of the fixed test key, base64url without padding.
+    use base64::Engine as _;
+    let x = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(k["x"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(x, key().verifying_key().to_bytes());
+}
+
+#[tokio::test]
+async fn metrics_expose_gauges_counters_and_latency_by_route() {
+    let app = app();
+    app.put_event("metrics-ev", json!({"max_active": 1})).await;
+    app.join("metrics-ev", Some("m1")).await;
+    app.join("metrics-ev", Some("m2")).await;
+    app.figures("metrics-ev").await;
+
+    let res = app.get("/metrics").await;
+    assert_eq!(res.status, StatusCode::OK);
+    assert!(res.headers[header::CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain"));
+    let text = res.text;
+    for needle in [
+        "waitroom_waiting{event=\"metrics-ev\"} 1",
+        "waitroom_admitted{event=\"metrics-ev\"} 1",
+        "waitroom_active{event=\"metrics-ev\"} 0",
+        "waitroom_capacity{event=\"metrics-ev\"} 1",
+        "waitroom_joins_total{event=\"metrics-ev\"}",
+        "waitroom_admissions_total{event=\"metrics-ev\"}",
+        "waitroom_http_request_duration_seconds_bucket",
+        "waitroom_http_requests_total",
+        // The route is the matched template, never the raw path with its id.
+        "route=\"/api/v1/admin/events/{event_id}\"",
+        "route=\"/api/v1/queue/join\"",
+    ] {
+        assert!(text.contains(needle), "/metrics lacks {needle}:\n{text}");
+    }
+    assert!(
+        !text.contains("route=\"/api/v1/admin/events/metrics-ev\""),
+        "raw paths leak into route labels"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Joining and waiting
+
+#[tokio::test]
+async fn direct_entry_then_exact_positions_that_move() {
+    let app = app();
+    app.put_event("ev", json!({"max_active": 1})).await;
+
+    let a = app.join("ev", Some("alice")).await;
+    assert_eq!(a["status"], "admitted", "{a}");
+    assert_eq!(a["event_id"], "ev");
+    assert_eq!(a["ready_for_entry"], true);
+    assert_eq!(a["enter_within_sec"], 60);
+    assert!(
+        a.get("position").is_none(),
+        "no position once admitted: {a}"
+    );
+
+    let b = app.join("ev", Some("bob")).await;
+    let c = app.join("ev", None).await;
+    assert_eq!(b["status"], "waiting");
+    assert_eq!(b["ready_for_entry"], false);
+    assert_eq!((&b["position"], &c["position"]), (&json!(1), &json!(2)));
+    assert_eq!(c["queue_length"], 2);
+    assert!(c["eta_sec"].as_u64().unwrap() >= 1, "{c}");
+    assert!(b.get("enter_within_sec").is_none());
+
+    // Idempotent per user: the same place and token, never a second one.
+    let b_again = app.join("ev", Some("bob")).await;
+    assert_eq!(token(&b_again), token(&b));
+    assert_eq!(b_again["position"], 1);
+    assert_eq!(app.figures("ev").await["waiting"], 2);
+
+    app.clock.advance(15 * SEC);
+    let s = app.status(&token(&c)).await.ok();
+    assert_eq!(s["status"], "waiting");
+    assert_eq!(s["position"], 2);
+    assert_eq!(s["waited_sec"], 15);
+    assert_eq!(s["queue_length"], 2);
+
+    // alice leaves: bob is admitted at once, the anonymous place moves up.
+    let left = app
+        .send(
+            req(
+                Method::DELETE,
+                &format!("/api/v1/queue/leave?token={}", token(&a)),
+            )
+            .body(Body::empty())
+            .unwrap(),
+        )
+        .await
+        .ok();
+    assert_eq!(left, json!({"removed": true}));
+    let sb = app.status(&token(&b)).await.ok();
+    assert_eq!(sb["status"], "admitted");
+    assert_eq!(sb["ready_for_entry"], true);
+    assert_eq!(sb["enter_within_sec"], 60);
+    assert!(sb.get("position").is_none());
+    let sc = app.status(&token(&c)).await.ok();
+    assert_eq!(
+        (&sc["position"], &sc["queue_length"]),
+        (&json!(1), &json!(1))
+    );
+
+    // Leaving twice: already gone.
+    let again = app
+        .post("/api/v1/queue/leave", json!({"token": token(&a)}))
+        .await
+        .ok();
+    assert_eq!(again, json!({"removed": false}));
+}
+
+#[tokio::test]
+async fn send_beacon_leave_with_text_plain_body() {
+    let app = app();
+    app.put_event("ev", json!({"max_active": 1})).await;
+    app.join("ev", Some("a")).await;
+    let b = app.join("ev", Some("b")).await;
+    let c = app.join("ev", Some("c")).await;
+    assert_eq!(c["position"], 2);
+
+    let beacon = req(Method::POST, "/api/v1/queue/leave")
+        .header(header::CONTENT_TYPE, "text/plain;charset=UTF-8")
+        .body(Body::from(json!({"token": token(&b)}).to_string()))
+        .unwrap();
+    assert_eq!(app.send(beacon).await.ok(), json!({"removed": true}));
+    assert_eq!(app.status(&token(&c)).await.ok()["position"], 1);
+    app.status(&token(&b))
+        .await
+        .err(StatusCode::NOT_FOUND, "TOKEN_NOT_FOUND");
+    assert_eq!(app.figures("ev").await["left"], 1);
+}
+
+#[tokio::test]
+async fn token_comes_from_query_body_or_bearer() {
+    let app = app();
+    app.put_event("ev", json!({"paused": true})).await;
+    let t = token(&app.join("ev", None).await);
+
+    // status: query and bearer
+    assert_eq!(app.status(&t).await.ok()["position"], 1);
+    let r = app
+        .send(bearer(Method::GET, "/api/v1/queue/status", &t))
+        .await
+        .ok();
+    assert_eq!(r["status"], "waiting");
+
+    // heartbeat: every source answers 204 with no body
+    for request in [
+        json_req(
+            Method::POST,
+            "/api/v1/queue/heartbeat",
+            &json!({"token": t}),
+        ),
+        json_req(
+            Method::POST,
+            "/api/v1/queue/heartbeat",
+            &json!({"waiting_token": t}),
+        ),
+        req(Method::POST, &format!("/api/v1/queue/heartbeat?token={t}"))
+            .body(Body::empty())
+            .unwrap(),
+        bearer(Method::POST, "/api/v1/queue/heartbeat", &t),
+    ] {
+        let r = app.send(request).await;
+        assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+        assert!(r.text.is_empty());
+    }
+
+    // enter while waiting, token in the bearer header: recognised, and not ready.
+    app.send(bearer(Method::POST, "/api/v1/queue/enter", &t))
+        .await
+        .err(StatusCode::FORBIDDEN, "NOT_READY");
+}
+
+#[tokio::test]
+async fn missing_and_invalid_waiting_tokens() {
+    let app = app();
+    app.put_event("ev", json!({})).await;
+    let good = token(&app.join("ev", None).await);
+
+    // No token at all.
+    app.get("/api/v1/queue/status")
+        .await
+        .err(StatusCode::BAD_REQUEST, "MISSING_TOKEN");
+    app.get("/api/v1/queue/status?token=")
+        .await
+        .err(StatusCode::BAD_REQUEST, "MISSING_TOKEN");
+    app.post("/api/v1/queue/heartbeat", json!({}))
+        .await
+        .err(StatusCode::BAD_REQUEST, "MISSING_TOKEN");
+    app.send(
+        req(Method::POST, "/api/v1/queue/enter")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await
+    .err(StatusCode::BAD_REQUEST, "MISSING_TOKEN");
+    app.send(
+        req(Method::DELETE, "/api/v1/queue/leave")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await
+    .err(StatusCode::BAD_REQUEST, "MISSING_TOKEN");
+
+    // Garbage, a tampered token, and a token from another server's key.
+    let mut tampered = good.clone().into_bytes();
+    let mid = tampered.len() / 2;
+    tampered[mid] = if tampered[mid] == b'A' { b'B' } else { b'A' };
+    let tampered = String::from_utf8(tampered).unwrap();
+    let other = AccessTokens::from_signing_key(&SigningKey::from_bytes(&[9; 32]))
+        .unwrap()
+        .waiting_tokens()
+        .issue(
+            "ev",
+            PlaceKey {
+                seq: 1,
+                nonce: 12345,
+            },
+        );
+    for bad in ["garbage", "!!!", tampered.as_str(), other.as_str()] {
+        app.status(bad)
+            .await
+            .err(StatusCode::UNAUTHORIZED, "TOKEN_INVALID");
+        app.post("/api/v1/queue/heartbeat", json!({ "token": bad }))
+            .await
+            .err(StatusCode::UNAUTHORIZED, "TOKEN_INVALID");
+        app.enter(bad)
+            .await
+            .err(StatusCode::UNAUTHORIZED, "TOKEN_INVALID");
+        app.post("/api/v1/queue/leave", json!({ "token": bad }))
+            .await
+            .err(StatusCode::UNAUTHORIZED, "TOKEN_INVALID");
+    }
+    // The good one still works.
+    assert_eq!(app.status(&good).await.ok()["status"], "admitted");
+}
+
+#[tokio::test]
+async fn join_input_validation() {
+    let app = app();
+    app.put_event("ev", json!({})).await;
+    let join = |body: Value| app.post("/api/v1/queue/join", body);
+
+    // Malformed JSON, wrong types, missing fields, bad ids.
+    let malformed = req(Method::POST, "/api/v1/queue/join")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from("{\"event_id\": "))
+        .unwrap();
+    app.send(malformed)
+        .await
+        .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    for body in [
+        json!({"event_id": 5}),
+        json!({"event_id": "ev", "user_id": 7}),
+        json!({"event_id": "ev", "metadata": "not an object"}),
+        json!({"event_id": "ev", "metadata": [1, 2]}),
+        json!({}),
+        json!({"user_id": "u"}),
+        json!(["ev"]),
+        json!({"event_id": "bad id!"}),
+        json!({"event_id": ""}),
+        json!({"event_id": "x".repeat(65)}),
+        json!({"event_id": "ev", "user_id": ""}),
+        json!({"event_id": "ev", "user_id": "u".repeat(257)}),
+        json!({"event_id": "ev", "metadata": {"k": "x".repeat(4100)}}),
+    ] {
+        join(body.clone())
+            .await
+            .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    }
+
+    // A form post is not JSON.
+    let form = req(Method::POST, "/api/v1/queue/join")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Body::from("event_id=ev"))
+        .unwrap();
+    app.send(form)
+        .await
+        .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+
+    // Oversized body: refused before it is parsed.
+    let huge = json!({"event_id": "ev", "metadata": {"k": "x".repeat(70 * 1024)}});
+    app.send(json_req(Method::POST, "/api/v1/queue/join", &huge))
+        .await
+        .err(StatusCode::PAYLOAD_TOO_LARGE, "INVALID_REQUEST");
+
+    // Nothing above created a place; the limits themselves are accepted.
+    assert_eq!(app.figures("ev").await["joins"], 0);
+    let ok = join(json!({
+        "event_id": "ev",
+        "user_id": "u".repeat(256),
+        "metadata": {"k": "x".repeat(4000)},
+    }))
+    .await
+    .ok();
+    assert_eq!(ok["status"], "admitted");
+    let anon_null = join(json!({"event_id": "ev", "user_id": null, "metadata": null}))
+        .await
+        .ok();
+    assert_eq!(anon_null["status"], "admitted");
+
+    // Malformed JSON in an optional body is refused too.
+    let bad_hb = req(Method::POST, "/api/v1/queue/heartbeat")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from("{nope"))
+        .unwrap();
+    app.send(bad_hb)
+        .await
+        .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+}
+
+#[tokio::test]
+async fn unknown_closed_and_full_events() {
+    let app = app();
+    app.post("/api/v1/queue/join", json!({"event_id": "nope"}))
+        .await
+        .err(StatusCode::NOT_FOUND, "EVENT_NOT_FOUND");
+
+    app.put_event("closed", json!({"accept_joins": false}))
+        .await;
+    app.post("/api/v1/queue/join", json!({"event_id": "closed"}))
+        .await
+        .err(StatusCode::CONFLICT, "EVENT_CLOSED");
+
+    app.put_event("full", json!({"max_active": 1, "max_queue_length": 1}))
+        .await;
+    assert_eq!(app.join("full", None).await["status"], "admitted");
+    assert_eq!(app.join("full", None).await["status"], "waiting");
+    let r = app
+        .post("/api/v1/queue/join", json!({"event_id": "full"}))
+        .await;
+    r.err(StatusCode::SERVICE_UNAVAILABLE, "QUEUE_FULL");
+    assert!(r.retry_after().is_some_and(|s| s >= 1), "{:?}", r.headers);
+}
+
+#[tokio::test]
+async fn lapsed_heartbeat_answers_token_expired() {
+    let app = app();
+    // Paused: nobody is admitted, so only the heartbeat decides.
+    app.put_event("ev", json!({"paused": true, "waiting_idle_sec": 30}))
+        .await;
+    let ghost = token(&app.join("ev", None).await);
+    let me = token(&app.join("ev", None).await);
+    let third = token(&app.join("ev", None).await);
+    assert_eq!(app.status(&me).await.ok()["position"], 2);
+
+    app.clock.advance(20 * SEC);
+    let hb = app
+        .post("/api/v1/queue/heartbeat", json!({"token": me}))
+        .await;
+    assert_eq!(hb.status, StatusCode::NO_CONTENT);
+    app.status(&third).await.ok();
+    app.clock.advance(15 * SEC);
+
+    // Expired by the background sweep (`tick`) before anyone asks...
+    app.state.store.tick("ev", app.clock.now()).await.unwrap();
+    app.status(&ghost)
+        .await
+        .err(StatusCode::NOT_FOUND, "TOKEN_EXPIRED");
+    // ...and the live places moved up.
+    assert_eq!(app.status(&me).await.ok()["position"], 1);
+    assert_eq!(app.status(&third).await.ok()["position"], 2);
+
+    // Expired without any tick: the request itself ends the lapsed place first.
+    app.clock.advance(31 * SEC);
+    app.post("/api/v1/queue/heartbeat", json!({"token": third}))
+        .await
+        .err(StatusCode::NOT_FOUND, "TOKEN_EXPIRED");
+    app.enter(&me)
+        .await
+        .err(StatusCode::NOT_FOUND, "TOKEN_EXPIRED");
+    assert_eq!(app.figures("ev").await["expired"], 3);
+}
+
+#[tokio::test]
+async fn admitted_place_that_never_enters_expires() {
+    let app = app();
+    app.put_event("ev", json!({"max_active": 1, "ready_ttl_sec": 10}))
+        .await;
+    let a = token(&app.join("ev", None).await);
+    let b = token(&app.join("ev", None).await);
+    app.clock.advance(10 * SEC);
+    app.enter(&a)
+        .await
+        .err(StatusCode::NOT_FOUND, "TOKEN_EXPIRED");
+    // Its slot went to the next in line.
+    assert_eq!(app.status(&b).await.ok()["status"], "admitted");
+}
+
+#[tokio::test]
+async fn cleared_and_left_places_answer_token_not_found() {
+    let app = app();
+    app.put_event("ev", json!({"max_active": 1})).await;
+    let admitted = token(&app.join("ev", None).await);
+    let w1 = token(&app.join("ev", None).await);
+    let w2 = token(&app.join("ev", None).await);
+
+    let r = app.admin(Method::POST, "/events/ev/clear", None).await.ok();
+    assert_eq!(r, json!({"cleared": 2}));
+    for t in [&w1, &w2] {
+        app.status(t)
+            .await
+            .err(StatusCode::NOT_FOUND, "TOKEN_NOT_FOUND");
+        app.enter(t)
+            .await
+            .err(StatusCode::NOT_FOUND, "TOKEN_NOT_FOUND");
+    }
+    // Admitted places stay.
+    assert_eq!(app.status(&admitted).await.ok()["status"], "admitted");
+    app.post("/api/v1/queue/leave", json!({"token": admitted}))
+        .await
+        .ok();
+    app.post("/api/v1/queue/heartbeat", json!({"token": admitted}))
+        .await
+        .err(StatusCode::NOT_FOUND, "TOKEN_NOT_FOUND");
+}
+
+#[tokio::test]
+async fn queue_info_is_public() {
+    let app = app();
+    app.put_event(
+        "ev",
+        json!({"name": "Concert A", "max_active": 2, "overbooking_ratio": 1.5}),
+    )
+    .await;
+    app.join("ev", None).await;
+    for _ in 0..4 {
+        app.join("ev", None).await;
+    }
+    let info = app.get("/api/v1/queue/info?event_id=ev").await.ok();
+    assert_eq!(
+        info,
+        json!({
+            "event_id": "ev", "name": "Concert A", "queue_length": 2, "admitted": 3,
+            "active": 0, "capacity": 3, "available_slots": 0, "admitted_last_minute": 3,
+            "paused": false, "accept_joins": true,
+        })
+    );
+    app.get("/api/v1/queue/info?event_id=nope")
+        .await
+        .err(StatusCode::NOT_FOUND, "EVENT_NOT_FOUND");
+    app.get("/api/v1/queue/info")
+        .await
+        .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    app.get("/api/v1/queue/info?event_id=bad%20id")
+        .await
+        .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+}
+
+// ---------------------------------------------------------------------------------------
+// Entering, access tokens and sessions
+
+#[tokio::test]
+async fn enter_verify_heartbeat_complete_hands_slot_on() {
+    let app = live_app();
+    app.put_event("ev", json!({"max_active": 1})).await;
+    let a = token(&app.join("ev", Some("alice")).await);
+    let b = token(&app.join("ev", Some("bob")).await);
+
+    app.enter(&b).await.err(StatusCode::FORBIDDEN, "NOT_READY");
+
+    let granted = app.enter(&a).await.ok();
+    assert_eq!(granted["admission"], "granted");
+    assert_eq!(granted["token_type"], "Bearer");
+    assert_eq!(granted["expires_in"], 600);
+    let jwt = granted["access_token"].as_str().unwrap().to_string();
+    let sid = granted["session_id"].as_str().unwrap().to_string();
+    assert_eq!(jwt.split('.').count(), 3, "a JWT");
+
+    // Entering again: a token for the same session.
+    let again = app.enter(&a).await.ok();
+    assert_eq!(again["session_id"], sid);
+
+    let claims = app.state.access.verify(&jwt).unwrap();
+    assert_eq!(
+        (
+            claims.iss.as_str(),
+            claims.aud.as_str(),
+            claims.sub.as_str()
+        ),
+        ("waitroom", "ev", "alice")
+    );
+    assert_eq!(claims.sid, sid);
+    assert_eq!(claims.exp, (app.clock.now() + 600 * SEC) / 1000);
+
+    let st = app.status(&a).await.ok();
+    assert_eq!(st["status"], "active");
+    assert_eq!(st["session_expires_in_sec"], 120);
+    assert_eq!(st["ready_for_entry"], false);
+
+    let v = app
+        .send(bearer(Method::POST, "/api/v1/queue/verify", &jwt))
+        .await
+        .ok();
+    assert_eq!(v["valid"], true);
+    assert_eq!(v["event_id"], "ev");
+    assert_eq!(v["user_id"], "alice");
+    assert_eq!(v["session_id"], sid);
+    assert_eq!(v["expires_at"], claims.exp);
+    let v = app
+        .send(bearer(
+            Method::POST,
+            "/api/v1/queue/verify?event_id=ev",
+            &jwt,
+        ))
+        .await
+        .ok();
+    assert_eq!(v["valid"], true);
+    app.send(bearer(
+        Method::POST,
+        "/api/v1/queue/verify?event_id=other",
+        &jwt,
+    ))
+    .await
+    .err(StatusCode::UNAUTHORIZED, "ACCESS_DENIED");
+
+    // Session heartbeat keeps it alive past the idle limit.
+    app.clock.advance(100 * SEC);
+    let hb = app
+        .send(bearer(Method::POST, "/api/v1/session/heartbeat", &jwt))
+        .await;
+    assert_eq!(hb.status, StatusCode::NO_CONTENT, "{}", hb.text);
+    app.clock.advance(100 * SEC);
+    app.send(bearer(Method::POST, "/api/v1/queue/verify", &jwt))
+        .await
+        .ok();
+
+    // Complete: the slot goes to bob at once.
+    assert_eq!(
+        app.status(&b).await.ok()["status"],
+        "waiting",
+        "no slot before completion"
+    );
+    let done = app
+        .send(bearer(Method::POST, "/api/v1/session/complete", &jwt))
+        .await
+        .ok();
+    assert_eq!(done, json!({"completed": true}));
+    assert_eq!(app.status(&b).await.ok()["status"], "admitted");
+    let f = app.figures("ev").await;
+    assert_eq!((&f["completed"], &f["admitted"]), (&json!(1), &json!(1)));
+
+    // The ended session is refused everywhere, though its JWT has not expired.
+    for uri in [
+        "/api/v1/queue/verify",
+        "/api/v1/session/heartbeat",
+        "/api/v1/session/complete",
+    ] {
+        app.send(bearer(Method::POST, uri, &jwt))
+            .await
+            .err(StatusCode::UNAUTHORIZED, "ACCESS_DENIED");
+    }
+    app.status(&a)
+        .await
+        .err(StatusCode::NOT_FOUND, "TOKEN_NOT_FOUND");
+}
+
+#[tokio::test]
+async fn anonymous_session_and_idle_lapse() {
+    let app = live_app();
+    app.put_event("ev", json!({"session_idle_sec": 30})).await;
+    let t = token(&app.join("ev", None).await);
+    let granted = app.enter(&t).await.ok();
+    let jwt = granted["access_token"].as_str().unwrap();
+    let claims = app.state.access.verify(jwt).unwrap();
+    // Anonymous: the subject is the session (place) id.
+    assert_eq!(claims.sub, granted["session_id"].as_str().unwrap());
+    let v = app
+        .send(bearer(Method::POST, "/api/v1/queue/verify", jwt))
+        .await
+        .ok();
+    assert_eq!(v["user_id"], Value::Null);
+
+    // No heartbeat for longer than session_idle_sec: the session is over.
+    app.clock.advance(31 * SEC);
+    app.send(bearer(Method::POST, "/api/v1/queue/verify", jwt))
+        .await
+        .err(StatusCode::UNAUTHORIZED, "ACCESS_DENIED");
+    app.send(bearer(Method::POST, "/api/v1/session/heartbeat", jwt))
+        .await
+        .err(StatusCode::UNAUTHORIZED, "ACCESS_DENIED");
+    assert_eq!(app.figures("ev").await["active"], 0);
+}
+
+#[tokio::test]
+async fn forged_expired_and_missing_access_tokens() {
+    let app = live_app();
+    app.put_event("ev", json!({})).await;
+    let t = token(&app.join("ev", Some("u")).await);
+    let granted = app.enter(&t).await.ok();
+    let jwt = granted["access_token"].as_str().unwrap().to_string();
+    let claims = app.state.access.verify(&jwt).unwrap();
+    let key = waitroom::tokens::parse_session_id(&claims.sid).unwrap();
+    let now = system_now();
+
+    // Same claims, another key: a forgery.
+    let forger = AccessTokens::from_signing_key(&SigningKey::from_bytes(&[3; 32])).unwrap();
+    let forged = forger.sign("ev", "u", key, now, now + 600 * SEC);
+    // Our key, but already expired.
+    let expired = app
+        .state
+        .access
+        .sign("ev", "u", key, now - 700 * SEC, now - 100 * SEC);
+    // A flipped signature character.
+    let mut tampered = jwt.clone().into_bytes();
+    let i = tampered.len() - 5;
+    tampered[i] = if tampered[i] == b'A' { b'B' } else { b'A' };
+    let tampered = String::from_utf8(tampered).unwrap();
+
+    for bad in [
+        forged.as_str(),
+        expired.as_str(),
+        tampered.as_str(),
+        "x.y.z",
+    ] {
+        for uri in [
+            "/api/v1/queue/verify",
+            "/api/v1/session/heartbeat",
+            "/api/v1/session/complete",
+        ] {
+            app.send(bearer(Method::POST, uri, bad))
+                .await
+                .err(StatusCode::UNAUTHORIZED, "ACCESS_DENIED");
+        }
+    }
+    for uri in [
+        "/api/v1/queue/verify",
+        "/api/v1/session/heartbeat",
+        "/api/v1/session/complete",
+    ] {
+        app.send(req(Method::POST, uri).body(Body::empty()).unwrap())
+            .await
+            .err(StatusCode::BAD_REQUEST, "MISSING_TOKEN");
+    }
+    // A token for a session of a deleted event.
+    app.admin(Method::DELETE, "/events/ev", None).await.ok();
+    app.send(bearer(Method::POST, "/api/v1/queue/verify", &jwt))
+        .await
+        .err(StatusCode::UNAUTHORIZED, "ACCESS_DENIED");
+}
+
+// ---------------------------------------------------------------------------------------
+// Admin
+
+#[tokio::test]
+async fn admin_requires_the_admin_token() {
+    let app = app();
+    app.put_event("ev", json!({})).await;
+    let routes = [
+        (Method::GET, "/api/v1/admin/events"),
+        (Method::PUT, "/api/v1/admin/events/ev"),
+        (Method::GET, "/api/v1/admin/events/ev"),
+        (Method::DELETE, "/api/v1/admin/events/ev"),
+        (Method::POST, "/api/v1/admin/events/ev/pause"),
+        (Method::POST, "/api/v1/admin/events/ev/resume"),
+        (Method::POST, "/api/v1/admin/events/ev/clear"),
+        (Method::GET, "/api/v1/admin/events/ev/queue"),
+        (Method::GET, "/api/v1/admin/stats"),
+    ];
+    for (method, uri) in routes {
+        for auth in [
+            None,
+            Some("Bearer wrong"),
+            Some("Bearer test-admin-toke"),
+            Some("Bearer test-admin-token-and-more"),
+            Some("Basic dGVzdC1hZG1pbi10b2tlbg=="),
+            Some("test-admin-token"),
+        ] {
+            let mut b = req(method.clone(), uri);
+            if let Some(a) = auth {
+                b = b.header(header::AUTHORIZATION, a);
+            }
+            let r = app.send(b.body(Body::empty()).unwrap()).await;
+            r.err(StatusCode::UNAUTHORIZED, "UNAUTHORIZED");
+            assert_eq!(r.headers[header::WWW_AUTHENTICATE], "Bearer");
+        }
+    }
+    // Nothing was deleted or paused by the refused calls.
+    assert_eq!(app.figures("ev").await["paused"], false);
+}
+
+#[tokio::test]
+async fn admin_put_validates_and_answers_the_stored_config() {
+    let app = app();
+    let created = app
+        .put_event(
+            "concert-a",
+            json!({"name": "Concert A", "max_active": 100, "overbooking_ratio": 1.2,
+                   "admit_per_minute": 30, "target_url": "https://tickets.example.com/book"}),
+        )
+        .await;
+    assert_eq!(created["event_id"], "concert-a");
+    assert_eq!(created["name"], "Concert A");
+    assert_eq!(created["max_active"], 100);
+    assert_eq!(created["overbooking_ratio"], 1.2);
+    assert_eq!(created["admit_per_minute"], 30);
+    assert_eq!(created["ready_ttl_sec"], 60);
+    assert_eq!(created["paused"], false);
+    assert_eq!(created["target_url"], "https://tickets.example.com/book");
+
+    // Update: absent fields keep their values, null clears a nullable one.
+    let updated = app
+        .put_event(
+            "concert-a",
+            json!({"admit_per_minute": null, "ready_ttl_sec": 30}),
+        )
+        .await;
+    assert_eq!(updated["admit_per_minute"], Value::Null);
+    assert_eq!(updated["ready_ttl_sec"], 30);
+    assert_eq!(updated["name"], "Concert A");
+    assert_eq!(updated["max_active"], 100);
+
+    // An empty body creates an event with the defaults; its name is its id.
+    let plain = app.admin(Method::PUT, "/events/plain", None).await.ok();
+    assert_eq!(plain["name"], "plain");
+    assert_eq!(plain["max_active"], 100);
+
+    for bad in [
+        json!({"max_active": 0}),
+        json!({"max_active": -1}),
+        json!({"max_active": "ten"}),
+        json!({"overbooking_ratio": 0.5}),
+        json!({"overbooking_ratio": 11}),
+        json!({"admit_per_minute": 0}),
+        json!({"ready_ttl_sec": 0}),
+        json!({"session_idle_sec": 0}),
+        json!({"session_max_sec": 0}),
+        json!({"waiting_idle_sec": 0}),
+        json!({"max_queue_length": 0}),
+        json!({"target_url": "javascript:alert(1)"}),
+        json!({"event_id": "other"}),
+        json!({"no_such_field": 1}),
+        json!([1]),
+    ] {
+        app.admin(Method::PUT, "/events/concert-a", Some(bad.clone()))
+            .await
+            .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    }
+    let malformed = req(Method::PUT, "/api/v1/admin/events/concert-a")
+        .header(header::AUTHORIZATION, format!("Bearer {ADMIN}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from("{\"max_active\": }"))
+        .unwrap();
+    app.send(malformed)
+        .await
+        .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    for bad_id in ["bad%20id", "semi%3Bcolon", &"x".repeat(65)] {
+        app.admin(Method::PUT, &format!("/events/{bad_id}"), Some(json!({})))
+            .await
+            .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+        app.admin(Method::GET, &format!("/events/{bad_id}"), None)
+            .await
+            .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    }
+    // The refused updates changed nothing.
+    let f = app.figures("concert-a").await;
+    assert_eq!(
+        (&f["max_active"], &f["ready_ttl_sec"]),
+        (&json!(100), &json!(30))
+    );
+}
+
+#[tokio::test]
+async fn admin_changes_wake_the_scheduler() {
+    let app = app();
+    let wait = || tokio::time::timeout(Duration::from_millis(200), app.state.wake.notified());
+    app.put_event("ev", json!({})).await;
+    assert!(wait().await.is_ok(), "PUT did not wake the scheduler");
+    app.admin(Method::POST, "/events/ev/pause", None).await.ok();
+    assert!(wait().await.is_ok(), "pause did not wake the scheduler");
+    app.figures("ev").await;
+    assert!(wait().await.is_err(), "a read woke the scheduler");
+}
+
+#[tokio::test]
+async fn admin_reads_events_queue_head_and_stats() {
+    let app = app();
+    app.put_event("a-ev", json!({"name": "A", "max_active": 1}))
+        .await;
+    app.put_event("b-ev", json!({"name": "B"})).await;
+    app.join("a-ev", Some("first")).await;
+    app.clock.advance(SEC);
+    app.join("a-ev", Some("second")).await;
+    app.join("a-ev", None).await;
+    app.join("a-ev", Some("fourth")).await;
+
+    let one = app.figures("a-ev").await;
+    for field in [
+        "waiting",
+        "admitted",
+        "active",
+        "completed",
+        "left",
+        "expired",
+        "avg_wait_sec",
+        "admitted_last_minute",
+        "capacity",
+        "available_slots",
+    ] {
+        assert!(
+            one.get(field).is_some(),
+            "GET /events/{{id}} lacks {field}: {one}"
+        );
+    }
+    assert_eq!(one["event_id"], "a-ev");
+    assert_eq!(one["name"], "A");
+    assert_eq!(one["max_active"], 1);
+    assert_eq!((&one["waiting"], &one["admitted"]), (&json!(3), &json!(1)));
+    assert_eq!(
+        (&one["capacity"], &one["available_slots"]),
+        (&json!(1), &json!(0))
+    );
+
+    let list = app.admin(Method::GET, "/events", None).await.ok();
+    let list = list.as_array().unwrap();
+    assert_eq!(list.len(), 2);
+    assert_eq!(list[0]["event_id"], "a-ev");
+    assert_eq!(list[0]["waiting"], 3);
+    assert_eq!(list[1]["event_id"], "b-ev");
+    assert_eq!(list[1]["name"], "B");
+    assert_eq!(list[1]["waiting"], 0);
+
+    let head = app
+        .admin(Method::GET, "/events/a-ev/queue", None)
+        .await
+        .ok();
+    let head = head.as_array().unwrap();
+    assert_eq!(head.len(), 3);
+    assert_eq!(head[0]["position"], 1);
+    assert_eq!(head[0]["user_id"], "second");
+    assert_eq!(head[0]["joined_at"], T0 + SEC);
+    assert!(head[0]["eta_sec"].as_u64().is_some());
+    assert_eq!(head[1]["user_id"], Value::Null);
+    assert_eq!(head[2]["position"], 3);
+    let two = app
+        .admin(Method::GET, "/events/a-ev/queue?limit=2", None)
+        .await
+        .ok();
+    assert_eq!(two.as_array().unwrap().len(), 2);
+    for bad in ["0", "1001", "abc", "-1", ""] {
+        app.admin(
+            Method::GET,
+            &format!("/events/a-ev/queue?limit={bad}"),
+            None,
+        )
+        .await
+        .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    }
+    app.admin(Method::GET, "/events/none/queue", None)
+        .await
+        .err(StatusCode::NOT_FOUND, "EVENT_NOT_FOUND");
+
+    // Complete one session so used_count moves.
+    let t = app.join("b-ev", Some("x")).await;
+    app.clock.advance(2 * SEC);
+    let s = app.enter(&token(&t)).await.ok();
+    assert_eq!(s["admission"], "granted");
+
+    let stats = app.admin(Method::GET, "/stats", None).await.ok();
+    assert_eq!(
+        stats,
+        json!([
+            {"event_id": "a-ev", "name": "A", "waiting_count": 3, "active_count": 0,
+             "used_count": 0, "average_wait_time_sec": 0.0},
+            {"event_id": "b-ev", "name": "B", "waiting_count": 0, "active_count": 1,
+             "used_count": 0, "average_wait_time_sec": 0.0},
+        ])
+    );
+}
+
+#[tokio::test]
+async fn stats_count_completed_sessions_as_used() {
+    let app = live_app();
+    app.put_event("ev", json!({"max_active": 1})).await;
+    let a = token(&app.join("ev", None).await);
+    let b = token(&app.join("ev", None).await);
+    let jwt = app.enter(&a).await.ok()["access_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    app.clock.advance(4 * SEC);
+    app.send(bearer(Method::POST, "/api/v1/session/complete", &jwt))
+        .await
+        .ok();
+    assert_eq!(app.status(&b).await.ok()["status"], "admitted");
+    let stats = app.admin(Method::GET, "/stats", None).await.ok();
+    let row = &stats[0];
+    assert_eq!(row["used_count"], 1);
+    assert_eq!(row["waiting_count"], 0);
+    // b waited 4 s, a none: 2 s on average.
+    assert_eq!(row["average_wait_time_sec"], 2.0);
+}
+
+#[tokio::test]
+async fn pause_resume_and_delete() {
+    let app = app();
+    app.put_event("ev", json!({"max_active": 2})).await;
+    let paused = app.admin(Method::POST, "/events/ev/pause", None).await.ok();
+    assert_eq!(
+        (&paused["event_id"], &paused["paused"]),
+        (&json!("ev"), &json!(true))
+    );
+
+    // Joins still queue while paused, but nobody is admitted.
+    let a = token(&app.join("ev", None).await);
+    let b = token(&app.join("ev", None).await);
+    let c = token(&app.join("ev", None).await);
+    assert_eq!(app.status(&a).await.ok()["status"], "waiting");
+    assert_eq!(
+        app.get("/api/v1/queue/info?event_id=ev").await.ok()["paused"],
+        true
+    );
+
+    let resumed = app
+        .admin(Method::POST, "/events/ev/resume", None)
+        .await
+        .ok();
+    assert_eq!(resumed["paused"], false);
+    assert_eq!(app.status(&a).await.ok()["status"], "admitted");
+    assert_eq!(app.status(&b).await.ok()["status"], "admitted");
+    assert_eq!(app.status(&c).await.ok()["position"], 1);
+
+    // Pausing an unknown event does not create it.
+    app.admin(Method::POST, "/events/ghost/pause", None)
+        .await
+        .err(StatusCode::NOT_FOUND, "EVENT_NOT_FOUND");
+    app.admin(Method::POST, "/events/ghost/resume", None)
+        .await
+        .err(StatusCode::NOT_FOUND, "EVENT_NOT_FOUND");
+    app.admin(Method::GET, "/events/ghost", None)
+        .await
+        .err(StatusCode::NOT_FOUND, "EVENT_NOT_FOUND");
+
+    let deleted = app.admin(Method::DELETE, "/events/ev", None).await.ok();
+    assert_eq!(deleted["deleted"], true);
+    app.admin(Method::GET, "/events/ev", None)
+        .await
+        .err(StatusCode::NOT_FOUND, "EVENT_NOT_FOUND");
+    app.admin(Method::DELETE, "/events/ev", None)
+        .await
+        .err(StatusCode::NOT_FOUND, "EVENT_NOT_FOUND");
+    app.admin(Method::POST, "/events/ev/clear", None)
+        .await
+        .err(StatusCode::NOT_FOUND, "EVENT_NOT_FOUND");
+    // Places of a deleted event are gone: not found, and a beacon's leave does not fail.
+    let r = app.status(&c).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
+    assert_eq!(
+        app.post("/api/v1/queue/leave", json!({"token": c}))
+            .await
+            .ok(),
+        json!({"removed": false})
+    );
+    app.post("/api/v1/queue/join", json!({"event_id": "ev"}))
+        .await
+        .err(StatusCode::NOT_FOUND, "EVENT_NOT_FOUND");
+    assert_eq!(
+        app.admin(Method::GET, "/events", None).await.ok(),
+        json!([])
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Routing and robustness
+
+#[tokio::test]
+async fn unknown_routes_and_methods_answer_json() {
+    let app = app();
+    for uri in [
+        "/nope",
+        "/api/v1/queue/nope",
+        "/api/v1/admin/nope",
+        "/api/v2/queue/join",
+    ] {
+        app.get(uri).await.err(StatusCode::NOT_FOUND, "NOT_FOUND");
+    }
+    let r = app.get("/api/v1/queue/join").await;
+    r.err(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED");
+    assert!(r.headers[header::ALLOW].to_str().unwrap().contains("POST"));
+    app.post("/api/v1/queue/status", json!({}))
+        .await
+        .err(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED");
+    app.post("/healthz", json!({}))
+        .await
+        .err(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED");
+    app.send(
+        req(Method::PATCH, "/api/v1/admin/events/ev")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await
+    .err(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED");
+}
+
+/// A store that fails every call in one way, for the failure paths of the HTTP layer.
+#[derive(Clone, Copy)]
+enum Failure {
+    /// Every call answers `Unavailable` (the backend is down).
+    Down,
+    /// Every call panics (a bug).
+    Panic,
+    /// Every call hangs (the backend stopped answering).
+    Hang,
+}
+
+struct FailingStore(Failure);
+
+impl FailingStore {
+    async fn fail<T>(&self) -> StoreResult<T> {
+        match self.0 {
+            Failure::Down => Err(StoreError::Unavailable("connection refused".into())),
+            Failure::Panic => panic!("the store blew up"),
+            Failure::Hang => std::future::pending().await,
+        }
+    }
+}
+
+#[async_trait]
+impl Store for FailingStore {
+    async fn put_event(&self, _: &str, _: &EventPatch, _: Millis) -> StoreResult<EventConfig> {
+        self.fail().await
+    }
+    async fn get_event(&self, _: &str, _: Millis) -> StoreResult<EventSnapshot> {
+        self.fail().await
+    }
+    async fn list_events(&self, _: Millis) -> StoreResult<Vec<EventSnapshot>> {
+        self.fail().await
+    }
+    async fn delete_event(&self, _: &str) -> StoreResult<()> {
+        self.fail().await
+    }
+    async fn clear(&self, _: &str, _: Millis) -> StoreResult<u64> {
+        self.fail().await
+    }
+    async fn queue_head(&self, _: &str, _: usize, _: Millis) -> StoreResult<Vec<HeadEntry>> {
+        self.fail().await
+    }
+    async fn join(&self, _: &str, _: &JoinRequest, _: Millis) -> StoreResult<PlaceView> {
+        self.fail().await
+    }
+    async fn status(&self, _: &str, _: PlaceKey, _: Millis) -> StoreResult<PlaceView> {
+        self.fail().await
+    }
+    async fn heartbeat(&self, _: &str, _: PlaceKey, _: Millis) -> StoreResult<()> {
+        self.fail().await
+    }
+    async fn peek(&self, _: &str, _: PlaceKey, _: Millis) -> StoreResult<PlaceView> {
+        self.fail().await
+    }
+    async fn enter(&self, _: &str, _: PlaceKey, _: Millis) -> StoreResult<PlaceView> {
+        self.fail().await
+    }
+    async fn leave(&self, _: &str, _: PlaceKey, _: Millis) -> StoreResult<bool> {
+        self.fail().await
+    }
+    async fn session_heartbeat(&self, _: &str, _: PlaceKey, _: Millis) -> StoreResult<PlaceView> {
+        self.fail().await
+    }
+    async fn session(&self, _: &str, _: PlaceKey, _: Millis) -> StoreResult<PlaceView> {
+        self.fail().await
+    }
+    async fn complete(&self, _: &str, _: PlaceKey, _: Millis) -> StoreResult<()> {
+        self.fail().await
+    }
+    async fn tick(&self, _: &str, _: Millis) -> StoreResult<Option<Millis>> {
+        self.fail().await
+    }
+    async fn event_ids(&self) -> StoreResult<Vec<String>> {
+        self.fail().await
+    }
+    async fn ping(&self) -> StoreResult<()> {
+        self.fail().await
+    }
+}
+
+fn failing_app(f: Failure, limits: Limits) -> TestApp {
+    app_with(Arc::new(FailingStore(f)), Clock::manual(T0), limits)
+}
+
+/// A valid waiting token for the failing stores (the token is checked before the store).
+fn some_token(app: &TestApp) -> String {
+    app.state
+        .waiting
+        .issue("ev", PlaceKey { seq: 1, nonce: 99 })
+}
+
+#[tokio::test]
+async fn unreachable_store_answers_503_with_retry_after() {
+    let app = failing_app(Failure::Down, Limits::default());
+    let t = some_token(&app);
+    let join = app
+        .post("/api/v1/queue/join", json!({"event_id": "ev"}))
+        .await;
+    join.err(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE");
+    assert!(join.retry_after().is_some_and(|s| s >= 1));
+    assert!(
+        !join.text.contains("connection refused"),
+        "internals leak: {}",
+        join.text
+    );
+
+    let ready = app.get("/readyz").await;
+    ready.err(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE");
+    assert!(ready.retry_after().is_some());
+
+    app.status(&t)
+        .await
+        .err(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE");
+    app.post("/api/v1/queue/leave", json!({"token": t}))
+        .await
+        .err(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE");
+    app.admin(Method::GET, "/stats", None)
+        .await
+        .err(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE");
+    // Session endpoints keep the outage distinct from a denial.
+    let now = system_now();
+    let jwt = app.state.access.sign(
+        "ev",
+        "u",
+        PlaceKey { seq: 1, nonce: 99 },
+        now,
+        now + 60 * SEC,
+    );
+    app.send(bearer(Method::POST, "/api/v1/queue/verify", &jwt))
+        .await
+        .err(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE");
+
+    // The healthz and metrics endpoints still answer.
+    assert_eq!(app.get("/healthz").await.status, StatusCode::OK);
+    let m = app.get("/metrics").await;
+    assert_eq!(m.status, StatusCode::OK);
+    assert!(m.text.contains("waitroom_store_up"), "{}", m.text);
+}
+
+#[tokio::test]
+async fn hanging_store_times_out_as_503() {
+    let app = failing_app(
+        Failure::Hang,
+        Limits {
+            request_timeout: Duration::from_millis(300),
+            ..Limits::default()
+        },
+    );
+    let started = std::time::Instant::now();
+    let r = app
+        .post("/api/v1/queue/join", json!({"event_id": "ev"}))
+        .await;
+    r.err(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE");
+    assert!(r.retry_after().is_some());
+    app.get("/readyz")
+        .await
+        .err(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn a_panicking_handler_answers_json_500_and_the_router_lives_on() {
+    let app = failing_app(Failure::Panic, Limits::default());
+    let r = app
+        .post("/api/v1/queue/join", json!({"event_id": "ev"}))
+        .await;
+    r.err(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL");
+    assert!(
+        !r.text.contains("blew up"),
+        "panic message leaks: {}",
+        r.text
+    );
+    // Same router, next request: still served.
+    assert_eq!(app.get("/healthz").await.status, StatusCode::OK);
+    let r = app.status(&some_token(&app)).await;
+    r.err(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL");
+}
+
+#[tokio::test]
+async fn the_default_router_serves_too() {
+    // `router` (what the server calls) is the same API with the default limits.
+    let state = AppState::new(
+        Arc::new(EmbeddedStore::new()),
+        &key(),
+        ADMIN,
+        Clock::manual(T0),
+    )
+    .unwrap();
+    let r = router(state)
+        .oneshot(req(Method::GET, "/healthz").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+}
