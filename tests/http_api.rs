@@ -1298,6 +1298,9 @@ impl Store for FailingStore {
     async fn ping(&self) -> StoreResult<()> {
         self.fail().await
     }
+    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<waitroom::store::Notice> {
+        tokio::sync::broadcast::channel(1).1
+    }
 }
 
 fn failing_app(f: Failure, limits: Limits) -> TestApp {

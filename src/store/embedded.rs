@@ -14,9 +14,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use parking_lot::{Mutex, RwLock};
+use tokio::sync::broadcast;
 
 use super::journal::{Durability, Journal};
-use super::{EventSnapshot, JoinRequest, Store, StoreError, StoreResult};
+use super::{
+    notices_of, EventSnapshot, JoinRequest, Notice, Store, StoreError, StoreResult, NOTICE_BUFFER,
+};
 use crate::core::{
     Effect, EventConfig, EventPatch, EventQueue, HeadEntry, Millis, PlaceKey, PlaceView, QueueError,
 };
@@ -32,10 +35,20 @@ struct Slot {
 
 type Shared = Arc<Mutex<Slot>>;
 
-#[derive(Default)]
 pub struct EmbeddedStore {
     events: RwLock<BTreeMap<String, Shared>>,
     journal: Option<Journal>,
+    notices: broadcast::Sender<Notice>,
+}
+
+impl Default for EmbeddedStore {
+    fn default() -> Self {
+        EmbeddedStore {
+            events: RwLock::default(),
+            journal: None,
+            notices: broadcast::channel(NOTICE_BUFFER).0,
+        }
+    }
 }
 
 impl EmbeddedStore {
@@ -71,6 +84,7 @@ impl EmbeddedStore {
         Ok(EmbeddedStore {
             events: RwLock::new(events),
             journal: Some(journal),
+            notices: broadcast::channel(NOTICE_BUFFER).0,
         })
     }
 
@@ -96,13 +110,18 @@ impl EmbeddedStore {
         f: impl FnOnce(&mut EventQueue, &mut Vec<Effect>) -> Result<T, QueueError> + Send,
     ) -> StoreResult<T> {
         let mut fx = Vec::new();
-        let (out, ticket) = {
+        let (out, ticket, notices) = {
             let mut s = slot.lock();
             if s.deleted {
                 return Err(QueueError::EventNotFound.into());
             }
             let out = f(&mut s.queue, &mut fx);
             telemetry::record_effects(&s.id, &fx);
+            let notices = if self.notices.receiver_count() > 0 {
+                notices_of(&s.id, &fx)
+            } else {
+                Vec::new()
+            };
             let ticket = match &self.journal {
                 Some(j) => {
                     let config = config_changed.then(|| s.queue.config().clone());
@@ -110,10 +129,13 @@ impl EmbeddedStore {
                 }
                 None => None,
             };
-            (out, ticket)
+            (out, ticket, notices)
         };
         if let (Some(j), Some(t)) = (&self.journal, ticket) {
             j.wait(t).await?;
+        }
+        for n in notices {
+            let _ = self.notices.send(n); // nobody listening is fine
         }
         Ok(out?)
     }
@@ -288,6 +310,10 @@ impl Store for EmbeddedStore {
             )),
             _ => Ok(()),
         }
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<Notice> {
+        self.notices.subscribe()
     }
 
     async fn close(&self) -> StoreResult<()> {

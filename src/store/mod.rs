@@ -10,11 +10,15 @@
 //! (`tests/support/conformance.rs`) and one model-based property test
 //! (`tests/support/model.rs`) run against every backend.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use serde::Serialize;
+use tokio::sync::broadcast;
 
 use crate::core::{
-    EventConfig, EventFigures, EventPatch, HeadEntry, Millis, PlaceKey, PlaceView, QueueError,
+    Effect, EndReason, EventConfig, EventFigures, EventPatch, HeadEntry, Millis, PlaceKey,
+    PlaceView, QueueError,
 };
 
 pub mod embedded;
@@ -42,6 +46,61 @@ impl StoreError {
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A change that live clients may need to hear about, published by the store after the
+/// operation that made it is durable. With several nodes, each node's store also relays
+/// the notices of the others (Redis pub/sub), so a client connected anywhere hears them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// The place's turn came: it may enter now.
+    Admitted { event_id: Arc<str>, seq: u64 },
+    /// The place ended (left, completed, expired or cleared).
+    Ended {
+        event_id: Arc<str>,
+        seq: u64,
+        reason: EndReason,
+    },
+    /// Positions in the event's queue may have changed (someone joined, left, was admitted
+    /// or expired). Live clients re-read their position, coalesced.
+    Moved { event_id: Arc<str> },
+}
+
+/// How many notices may queue for a slow subscriber before it is told it lagged (and then
+/// re-reads everything it follows).
+pub const NOTICE_BUFFER: usize = 8192;
+
+/// Turns an operation's effects into notices (at most one `Moved` per operation).
+pub fn notices_of(event_id: &Arc<str>, fx: &[Effect]) -> Vec<Notice> {
+    let mut out = Vec::new();
+    let mut moved = false;
+    for e in fx {
+        match e {
+            Effect::Admitted { seq, .. } => {
+                out.push(Notice::Admitted {
+                    event_id: event_id.clone(),
+                    seq: *seq,
+                });
+                moved = true;
+            }
+            Effect::Ended { seq, reason, .. } => {
+                out.push(Notice::Ended {
+                    event_id: event_id.clone(),
+                    seq: *seq,
+                    reason: *reason,
+                });
+                moved = true;
+            }
+            Effect::Joined { .. } => moved = true,
+            Effect::Entered { .. } | Effect::Forgotten { .. } => {}
+        }
+    }
+    if moved {
+        out.push(Notice::Moved {
+            event_id: event_id.clone(),
+        });
+    }
+    out
+}
 
 /// An event's settings with its current figures.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -145,6 +204,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Answers when the backend is reachable (for `/readyz`).
     async fn ping(&self) -> StoreResult<()>;
+
+    /// Notices of changes on any node, for live updates. Every call answers a new receiver.
+    fn subscribe(&self) -> broadcast::Receiver<Notice>;
 
     /// Makes everything acknowledged durable and releases the backend; called once at
     /// shutdown, after the server stopped taking requests.
