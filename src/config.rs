@@ -154,19 +154,7 @@ impl LogFormat {
     }
 }
 
-/// When the embedded store acknowledges a change (read by the durable embedded store; the
-/// in-memory store of this version keeps nothing on disk and ignores it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Durability {
-    /// A request is answered only after its change is on disk (one fsync shared by many
-    /// requests): nothing acknowledged is lost in a crash. The contract's guarantee.
-    #[default]
-    Sync,
-    /// A request is answered before the fsync, which follows within milliseconds: faster,
-    /// but a crash of the machine may lose the last moments of acknowledged changes.
-    Relaxed,
-}
+pub use crate::store::journal::Durability;
 
 /// Which store backs the queues.
 #[derive(Clone, PartialEq, Eq)]
@@ -481,12 +469,6 @@ impl<'de> serde::de::Visitor<'de> for LenientBool {
 }
 
 impl Settings {
-    /// Reads the command line of this process and every layer below it. Exits with clap's
-    /// usage message on a malformed command line (as every command-line tool does).
-    pub fn from_command_line() -> Result<Self, ConfigError> {
-        Self::load(Cli::parse().serve_args())
-    }
-
     /// Parses `args` (the first is the program name) as a command line, then loads. A
     /// malformed command line is an error here rather than an exit, for tests and embedding.
     pub fn from_args<I, T>(args: I) -> Result<Self, anyhow::Error>
@@ -607,6 +589,9 @@ pub fn generate_admin_token() -> String {
 }
 
 #[cfg(test)]
+// `Jail::expect_with` takes closures returning `figment::Error`, which is large; the type is
+// figment's, not ours to box.
+#[allow(clippy::result_large_err)]
 mod tests {
     use super::*;
     use figment::Jail;
@@ -627,7 +612,11 @@ mod tests {
             assert_eq!(s.data_dir, PathBuf::from("./waitroom-data"));
             assert!(s.demo, "demo is on for the embedded store");
             assert_eq!(s.durability, Durability::Sync);
-            assert_eq!(load(&["serve"]).unwrap(), s, "bare waitroom = waitroom serve");
+            assert_eq!(
+                load(&["serve"]).unwrap(),
+                s,
+                "bare waitroom = waitroom serve"
+            );
             Ok(())
         });
     }
@@ -713,7 +702,11 @@ mod tests {
                     url: "redis://localhost:6379/0".into()
                 }
             );
-            assert!(load(&["--store", "redis://localhost", "--demo"]).unwrap().demo);
+            assert!(
+                load(&["--store", "redis://localhost", "--demo"])
+                    .unwrap()
+                    .demo
+            );
             assert!(!load(&["--demo", "--no-demo"]).unwrap().demo, "last wins");
             assert!(load(&["--no-demo", "--demo"]).unwrap().demo, "last wins");
             jail.set_env("WAITROOM_DEMO", "0");
@@ -761,7 +754,12 @@ mod tests {
 
     #[test]
     fn listen_accepts_names_and_v6() {
-        for ok in ["localhost:8080", "[::1]:0", "0.0.0.0:8080", "example.org:80"] {
+        for ok in [
+            "localhost:8080",
+            "[::1]:0",
+            "0.0.0.0:8080",
+            "example.org:80",
+        ] {
             assert!(check_listen(ok).is_ok(), "{ok}");
         }
         for bad in ["8080", ":8080", "host:", "a b:80"] {
@@ -777,7 +775,10 @@ mod tests {
             ..Settings::default()
         };
         let dbg = format!("{s:?}");
-        assert!(!dbg.contains("sup3r-secret") && !dbg.contains("hunter2"), "{dbg}");
+        assert!(
+            !dbg.contains("sup3r-secret") && !dbg.contains("hunter2"),
+            "{dbg}"
+        );
         assert!(dbg.contains("redis.example:6379/1"), "{dbg}");
         let args = Cli::try_parse_from(["waitroom", "--admin-token", "sup3r-secret"]).unwrap();
         assert!(!format!("{args:?}").contains("sup3r-secret"));

@@ -565,7 +565,9 @@ impl EventQueue {
         let avg_session = self
             .session_sum_ms
             .checked_div(self.session_count)
-            .map_or(f64::from(self.config.session_max_sec), |ms| ms as f64 / 1000.0);
+            .map_or(f64::from(self.config.session_max_sec), |ms| {
+                ms as f64 / 1000.0
+            });
         self.config.capacity() as f64 / avg_session.max(1.0)
     }
 

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The project's one test command, for developers and CI alike:
+#   1. installs what the checks need and is missing (guarded by `command -v`, so a machine
+#      that has everything installs nothing);
+#   2. checks formatting, lints, and runs every test target.
+# Plain `cargo test` output is kept on purpose: CI and people read its `test result:` lines.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+have() { command -v "$1" >/dev/null 2>&1; }
+
+# apt_install PKG...: installs Debian packages (as root, or through sudo when available).
+# `apt-get update` runs once per script run, only when something is to be installed.
+APT_UPDATED=""
+apt_install() {
+    if ! have apt-get; then
+        echo "test.sh: cannot install $* (no apt-get); install it by hand" >&2
+        return 1
+    fi
+    local sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+        if have sudo; then sudo="sudo"; else
+            echo "test.sh: cannot install $* (not root, no sudo)" >&2
+            return 1
+        fi
+    fi
+    if [ -z "$APT_UPDATED" ]; then
+        $sudo apt-get update -qq
+        APT_UPDATED=1
+    fi
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@"
+}
+
+ensure_tools() {
+    if ! have cargo; then
+        echo "test.sh: cargo not found; install a Rust toolchain (rustup) first" >&2
+        exit 1
+    fi
+    if ! cargo fmt --version >/dev/null 2>&1; then rustup component add rustfmt; fi
+    if ! cargo clippy --version >/dev/null 2>&1; then rustup component add clippy; fi
+
+    # Nothing beyond Rust is needed yet. When the Redis backend and the browser tests land,
+    # they install their servers here, e.g.:
+    #   have redis-server || apt_install redis-server
+    #   { have chromium && have chromedriver; } || apt_install chromium chromium-driver
+}
+
+step() { printf '\n==> %s\n' "$*"; }
+
+ensure_tools
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy --all-targets -- -D warnings"
+cargo clippy --all-targets -- -D warnings
+
+step "cargo test --all-targets"
+cargo test --all-targets

@@ -1,0 +1,516 @@
+//! End-to-end tests of the `waitroom` binary, run the way a user runs it: a child process
+//! with flags, environment and a config file, talked to over HTTP, stopped with SIGTERM.
+//!
+//! The server picks a free port (`--listen 127.0.0.1:0`) and reports it on stdout as
+//! `listening on http://ADDR`; when it generates an admin token it prints
+//! `admin token: T` first. Both lines are part of the command-line contract.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_waitroom");
+const ADMIN: &str = "e2e-admin-token";
+
+/// A running `waitroom` process.
+struct Server {
+    child: Child,
+    base: String,
+    /// Lines printed to stdout before `listening on`.
+    banner: Vec<String>,
+    stderr_file: PathBuf,
+}
+
+impl Server {
+    /// Starts the binary in `cwd` and waits until it reports its address.
+    fn start(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+        let stderr_file = cwd.join(format!("stderr-{}.log", rand_suffix()));
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .current_dir(cwd)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr_file).unwrap());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("the binary starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        // Keeps draining stdout for the whole life of the process.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut banner = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(addr) = line.strip_prefix("listening on ") {
+                        return Server {
+                            child,
+                            base: addr.trim().to_string(),
+                            banner,
+                            stderr_file,
+                        };
+                    }
+                    banner.push(line);
+                }
+                Err(_) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!(
+                        "no `listening on` line; stdout so far: {banner:?}; stderr: {}",
+                        std::fs::read_to_string(&stderr_file).unwrap_or_default()
+                    );
+                }
+            }
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// The generated admin token printed at start, if any.
+    fn printed_admin_token(&self) -> Option<String> {
+        self.banner
+            .iter()
+            .find_map(|l| l.strip_prefix("admin token: "))
+            .map(|t| t.trim().to_string())
+    }
+
+    /// Sends SIGTERM and waits for the exit.
+    fn terminate(mut self, within: Duration) -> ExitStatus {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+        wait_exit(&mut self.child, within).unwrap_or_else(|| {
+            panic!(
+                "still running {within:?} after SIGTERM; stderr: {}",
+                std::fs::read_to_string(&self.stderr_file).unwrap_or_default()
+            )
+        })
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // A failed assertion must not leave a server running.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_exit(child: &mut Child, within: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+fn rand_suffix() -> String {
+    format!("{:x}", waitroom::tokens::random_u128())
+}
+
+/// Runs the binary to its exit (it must not serve) and answers (status, stderr).
+fn run_to_exit(cwd: &Path, args: &[&str]) -> (ExitStatus, String) {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait_exit(&mut child, Duration::from_secs(20));
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{args:?} did not exit");
+    };
+    let mut err = String::new();
+    use std::io::Read as _;
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (status, err)
+}
+
+/// One HTTP call; answers the status and the JSON body (`Null` when empty).
+async fn call(
+    method: Method,
+    url: &str,
+    bearer: Option<&str>,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let client = reqwest::Client::new();
+    let mut req = client.request(method, url);
+    if let Some(t) = bearer {
+        req = req.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().await.expect("request sent");
+    let status = resp.status();
+    let text = resp.text().await.unwrap();
+    let value = if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or(Value::String(text))
+    };
+    (status, value)
+}
+
+async fn get(url: &str) -> (StatusCode, Value) {
+    call(Method::GET, url, None, None).await
+}
+
+async fn post(url: &str, body: Value) -> (StatusCode, Value) {
+    call(Method::POST, url, None, Some(body)).await
+}
+
+async fn kid(s: &Server) -> String {
+    let (st, jwks) = get(&s.url("/.well-known/jwks.json")).await;
+    assert_eq!(st, StatusCode::OK);
+    jwks["keys"][0]["kid"].as_str().unwrap().to_string()
+}
+
+fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+#[tokio::test]
+async fn a_whole_journey_over_http_then_sigterm() {
+    let dir = tempdir();
+    let data = dir.path().join("data");
+    let s = Server::start(
+        dir.path(),
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--admin-token",
+            ADMIN,
+            "--no-demo",
+        ],
+        &[],
+    );
+    assert!(s.base.starts_with("http://127.0.0.1:"), "{}", s.base);
+    assert_eq!(
+        s.printed_admin_token(),
+        None,
+        "a configured token is not printed"
+    );
+
+    let (st, _) = get(&s.url("/healthz")).await;
+    assert_eq!(st, StatusCode::OK);
+
+    let ev = json!({"name": "Show", "max_active": 1, "ready_ttl_sec": 60});
+    let admin_event = s.url("/api/v1/admin/events/show");
+    let (st, body) = call(Method::PUT, &admin_event, None, Some(ev.clone())).await;
+    assert_eq!(st, StatusCode::UNAUTHORIZED);
+    assert_eq!(body["error"]["code"], "UNAUTHORIZED");
+    let (st, body) = call(Method::PUT, &admin_event, Some("wrong"), Some(ev.clone())).await;
+    assert_eq!(
+        (st, &body["error"]["code"]),
+        (StatusCode::UNAUTHORIZED, &json!("UNAUTHORIZED"))
+    );
+    let (st, body) = call(Method::PUT, &admin_event, Some(ADMIN), Some(ev)).await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    assert_eq!(body["max_active"], 1);
+
+    // Alice gets straight in; Bob waits behind her slot.
+    let join = s.url("/api/v1/queue/join");
+    let (st, alice) = post(&join, json!({"event_id": "show", "user_id": "alice"})).await;
+    assert_eq!(st, StatusCode::OK, "{alice}");
+    assert_eq!(alice["status"], "admitted");
+    assert_eq!(alice["ready_for_entry"], true);
+    let (_, bob) = post(&join, json!({"event_id": "show", "user_id": "bob"})).await;
+    assert_eq!(bob["status"], "waiting");
+    assert_eq!(
+        (bob["position"].as_u64(), bob["queue_length"].as_u64()),
+        (Some(1), Some(1))
+    );
+    let alice_t = alice["waiting_token"].as_str().unwrap().to_string();
+    let bob_t = bob["waiting_token"].as_str().unwrap().to_string();
+
+    let (st, status) = get(&s.url(&format!("/api/v1/queue/status?token={bob_t}"))).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(
+        (status["status"].as_str(), status["position"].as_u64()),
+        (Some("waiting"), Some(1))
+    );
+
+    let enter = s.url("/api/v1/queue/enter");
+    let (st, body) = post(&enter, json!({"waiting_token": bob_t})).await;
+    assert_eq!(
+        (st, &body["error"]["code"]),
+        (StatusCode::FORBIDDEN, &json!("NOT_READY"))
+    );
+    let (st, granted) = post(&enter, json!({"waiting_token": alice_t})).await;
+    assert_eq!(st, StatusCode::OK, "{granted}");
+    assert_eq!(granted["admission"], "granted");
+    let access = granted["access_token"].as_str().unwrap().to_string();
+
+    let verify = s.url("/api/v1/queue/verify");
+    let (st, v) = call(Method::POST, &verify, Some(&access), None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(
+        (
+            v["valid"].as_bool(),
+            v["event_id"].as_str(),
+            v["user_id"].as_str()
+        ),
+        (Some(true), Some("show"), Some("alice"))
+    );
+
+    let (st, done) = call(
+        Method::POST,
+        &s.url("/api/v1/session/complete"),
+        Some(&access),
+        None,
+    )
+    .await;
+    assert_eq!((st, &done["completed"]), (StatusCode::OK, &json!(true)));
+    let (st, v) = call(Method::POST, &verify, Some(&access), None).await;
+    assert_eq!(
+        (st, &v["error"]["code"]),
+        (StatusCode::UNAUTHORIZED, &json!("ACCESS_DENIED"))
+    );
+
+    // Alice's slot went to Bob at once.
+    let (_, status) = get(&s.url(&format!("/api/v1/queue/status?token={bob_t}"))).await;
+    assert_eq!(status["status"], "admitted", "{status}");
+    let leave = s.url(&format!("/api/v1/queue/leave?token={bob_t}"));
+    let (st, removed) = call(Method::DELETE, &leave, None, None).await;
+    assert_eq!((st, &removed["removed"]), (StatusCode::OK, &json!(true)));
+    let (_, removed) = call(Method::DELETE, &leave, None, None).await;
+    assert_eq!(removed["removed"], false);
+
+    let (st, fig) = call(Method::GET, &admin_event, Some(ADMIN), None).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(
+        (
+            fig["completed"].as_u64(),
+            fig["left"].as_u64(),
+            fig["waiting"].as_u64()
+        ),
+        (Some(1), Some(1), Some(0)),
+        "{fig}"
+    );
+
+    let started = Instant::now();
+    let status = s.terminate(Duration::from_secs(8));
+    assert_eq!(status.code(), Some(0), "clean exit on SIGTERM");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "prompt exit: {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn bare_waitroom_serves_the_demo_with_a_generated_admin_token() {
+    let dir = tempdir();
+    // No arguments at all: the settings come from the environment and the defaults
+    // (the data dir is ./waitroom-data under the working directory).
+    let s = Server::start(dir.path(), &[], &[("WAITROOM_LISTEN", "127.0.0.1:0")]);
+    let token = s.printed_admin_token().expect("`admin token: T` printed");
+    assert_eq!(token.len(), 64);
+    assert!(token.bytes().all(|b| b.is_ascii_hexdigit()));
+
+    let (st, info) = get(&s.url("/api/v1/queue/info?event_id=demo")).await;
+    assert_eq!(st, StatusCode::OK, "{info}");
+    assert_eq!(info["name"], "Demo concert");
+    assert_eq!(info["capacity"], 3);
+    let (st, events) = call(
+        Method::GET,
+        &s.url("/api/v1/admin/events"),
+        Some(&token),
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["event_id"] == "demo"),
+        "{events}"
+    );
+    assert!(dir.path().join("waitroom-data/signing-key.pem").is_file());
+
+    // The simulated crowd fills the demo queue within a few seconds, so a newcomer waits.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, info) = get(&s.url("/api/v1/queue/info?event_id=demo")).await;
+        if info["queue_length"].as_u64().unwrap_or(0) >= 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no demo crowd: {info}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_, me) = post(&s.url("/api/v1/queue/join"), json!({"event_id": "demo"})).await;
+    assert_eq!(me["status"], "waiting", "{me}");
+
+    assert_eq!(s.terminate(Duration::from_secs(8)).code(), Some(0));
+}
+
+#[tokio::test]
+async fn a_config_file_is_read_and_env_and_flags_override_it() {
+    let dir = tempdir();
+    let data = dir.path().join("from-file");
+    let file = dir.path().join("waitroom.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "listen = \"127.0.0.1:0\"\ndata_dir = {:?}\nadmin_token = \"file-token\"\ndemo = false\nlog_format = \"json\"\n",
+            data.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let cfg = file.to_str().unwrap();
+
+    // The file alone.
+    let s = Server::start(dir.path(), &["serve", "--config", cfg], &[]);
+    let events = s.url("/api/v1/admin/events");
+    let (st, _) = call(Method::GET, &events, Some("file-token"), None).await;
+    assert_eq!(st, StatusCode::OK);
+    let (st, body) = get(&s.url("/api/v1/queue/info?event_id=demo")).await;
+    assert_eq!(
+        (st, &body["error"]["code"]),
+        (StatusCode::NOT_FOUND, &json!("EVENT_NOT_FOUND")),
+        "demo = false"
+    );
+    assert!(
+        data.join("signing-key.pem").is_file(),
+        "data_dir from the file"
+    );
+    assert_eq!(s.terminate(Duration::from_secs(8)).code(), Some(0));
+
+    // The environment over the file, a flag over both.
+    let s = Server::start(
+        dir.path(),
+        &["--config", cfg, "--demo"],
+        &[
+            ("WAITROOM_ADMIN_TOKEN", "env-token"),
+            ("WAITROOM_DEMO", "false"),
+        ],
+    );
+    let events = s.url("/api/v1/admin/events");
+    let (st, _) = call(Method::GET, &events, Some("file-token"), None).await;
+    assert_eq!(st, StatusCode::UNAUTHORIZED);
+    let (st, _) = call(Method::GET, &events, Some("env-token"), None).await;
+    assert_eq!(st, StatusCode::OK);
+    let (st, _) = get(&s.url("/api/v1/queue/info?event_id=demo")).await;
+    assert_eq!(
+        st,
+        StatusCode::OK,
+        "--demo wins over WAITROOM_DEMO and the file"
+    );
+    assert_eq!(s.terminate(Duration::from_secs(8)).code(), Some(0));
+}
+
+#[test]
+fn bad_command_lines_and_settings_fail_with_a_message() {
+    let dir = tempdir();
+    let d = dir.path();
+    let (st, err) = run_to_exit(d, &["--bogus"]);
+    assert_eq!(st.code(), Some(2));
+    assert!(err.contains("--bogus"), "{err}");
+
+    let (st, err) = run_to_exit(d, &["serve", "--store", "mysql://db"]);
+    assert_eq!(st.code(), Some(2));
+    assert!(err.contains("store") && err.contains("mysql://db"), "{err}");
+
+    let (st, err) = run_to_exit(d, &["--listen", "no-port-here"]);
+    assert_eq!(st.code(), Some(2));
+    assert!(err.contains("listen"), "{err}");
+
+    let (st, err) = run_to_exit(d, &["--config", "/nonexistent/waitroom.toml"]);
+    assert_eq!(st.code(), Some(2));
+    assert!(err.contains("/nonexistent/waitroom.toml"), "{err}");
+
+    let (st, err) = run_to_exit(
+        d,
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            "redis://127.0.0.1:6379",
+        ],
+    );
+    assert_eq!(st.code(), Some(1));
+    assert!(err.contains("redis"), "{err}");
+
+    let (st, err) = run_to_exit(
+        d,
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--signing-key",
+            "/nonexistent/key.pem",
+        ],
+    );
+    assert_eq!(st.code(), Some(1));
+    assert!(err.contains("signing key"), "{err}");
+}
+
+#[tokio::test]
+async fn the_generated_signing_key_is_private_and_survives_restarts() {
+    let dir = tempdir();
+    let data = dir.path().join("data");
+    let args = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--admin-token",
+        ADMIN,
+    ];
+    let s = Server::start(dir.path(), &args, &[]);
+    let first = kid(&s).await;
+    assert_eq!(s.terminate(Duration::from_secs(8)).code(), Some(0));
+
+    let key = data.join("signing-key.pem");
+    let pem = std::fs::read_to_string(&key).unwrap();
+    assert!(pem.starts_with("-----BEGIN PRIVATE KEY-----"), "PKCS#8 PEM");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&key).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "owner-only");
+    }
+
+    let s = Server::start(dir.path(), &args, &[]);
+    assert_eq!(kid(&s).await, first, "same key after a restart");
+    assert_eq!(s.terminate(Duration::from_secs(8)).code(), Some(0));
+    assert_eq!(std::fs::read_to_string(&key).unwrap(), pem, "not rewritten");
+}
