@@ -170,13 +170,14 @@ async fn verify(s: &Server, ledger: &Ledger) {
             positions.push((v["position"].as_u64().unwrap(), *sent, *acked));
         }
     }
-    // In order: a join acknowledged before another was sent stands ahead of it.
+    // In order: a join acknowledged before another was sent stands ahead of it. So for
+    // every place `a`, each place `b` ahead of it was sent before `a` was acknowledged.
     positions.sort_by_key(|p| p.0);
     for (i, a) in positions.iter().enumerate() {
         for b in &positions[..i] {
             assert!(
-                !(a.2 < b.1),
-                "a join acknowledged earlier stands behind a later one"
+                b.1 <= a.2,
+                "a join acknowledged earlier stands behind one sent after that"
             );
         }
     }
