@@ -31,6 +31,9 @@ struct Slot {
     /// Set under the lock when the event is deleted, so an operation that fetched the slot
     /// just before cannot change (or write) an event that no longer exists.
     deleted: bool,
+    /// Journal ticket of this event's latest queued change. A read waits for this one
+    /// only, not for every other event's writes.
+    last_ticket: u64,
 }
 
 type Shared = Arc<Mutex<Slot>>;
@@ -69,6 +72,7 @@ impl EmbeddedStore {
                     id: id.as_str().into(),
                     queue,
                     deleted: false,
+                    last_ticket: 0,
                 };
                 (id, Arc::new(Mutex::new(slot)))
             })
@@ -123,10 +127,15 @@ impl EmbeddedStore {
                 Vec::new()
             };
             let ticket = match &self.journal {
-                Some(j) => {
+                Some(j) if !fx.is_empty() || config_changed => {
                     let config = config_changed.then(|| s.queue.config().clone());
-                    Some(j.record(&s.id, fx, s.queue.meta(), config)?)
+                    let t = j.record(&s.id, fx, s.queue.meta(), config)?;
+                    s.last_ticket = t;
+                    Some(t)
                 }
+                // Nothing changed: answer once what this read observed is durable, which
+                // is at most this event's last queued change (usually already synced).
+                Some(_) => Some(s.last_ticket),
                 None => None,
             };
             (out, ticket, notices)
@@ -172,6 +181,7 @@ impl Store for EmbeddedStore {
                             id: event_id.into(),
                             queue: EventQueue::new(config),
                             deleted: false,
+                            last_ticket: 0,
                         }))
                     })
                     .clone()
