@@ -455,6 +455,14 @@ impl Writer {
                     return;
                 }
                 unsynced = true;
+                if self.mode == Durability::Relaxed {
+                    // Hand the batch to the OS at once: a crash of the process then loses
+                    // nothing; only a crash of the machine can lose the unsynced window.
+                    if let Err(e) = self.db.persist(PersistMode::Buffer) {
+                        self.fail(&e);
+                        return;
+                    }
+                }
                 if self.mode == Durability::Sync {
                     if let Err(e) = self.db.persist(PersistMode::SyncData) {
                         self.fail(&e);
