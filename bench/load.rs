@@ -1,1 +1,896 @@
-fn main() {}
+//! `waitroom-bench`: the HTTP load generator behind `docs/PERFORMANCE.md`.
+//!
+//! ```text
+//! cargo build --release --bins
+//! target/release/waitroom-bench suite                       # the budget suite, both durabilities
+//! target/release/waitroom-bench run --scenario join          # closed loop, max throughput
+//! target/release/waitroom-bench run --scenario status --rate 10000   # open loop, fixed rate
+//! target/release/waitroom-bench run --url http://127.0.0.1:8080 --admin-token T --scenario healthz
+//! ```
+//!
+//! Unless `--url` names a running server, each run starts the release `waitroom` binary as a
+//! child (`--listen 127.0.0.1:0`, a temporary `--data-dir`, `--no-demo`), creates its own
+//! events through the admin API (paused, `max_active` 1, a month of `waiting_idle_sec`, so
+//! every join stays waiting and nothing expires) and pre-joins places for `status`.
+//!
+//! - **Closed loop** (default): N keep-alive connections, each sending its next request as
+//!   soon as the previous answer arrived. Measures the most requests/s the server gives.
+//! - **Open loop** (`--rate R`): a pacer thread releases request slots at exactly R per
+//!   second; whichever connection is free takes the next one. Latency is measured from the
+//!   slot's *intended* send time, so a server stall counts against every request it delayed
+//!   (no coordinated omission). The service time (from the actual send) and the send lag
+//!   (how late the client itself was) are reported beside it.
+//!
+//! The load generator shares the machine with the server, so the budgets are ratios of
+//! rates measured side by side in one run. Every phase reports the CPU used by the server,
+//! by this process, and by everything else on the machine (other tenants and steal).
+
+#[path = "common.rs"]
+mod common;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use common::{
+    delete_event, get_request, json_request, ms, percentiles, put_event, thousands, CpuSnap,
+    CpuUse, Pcts, ServerProc, Tally, Target,
+};
+
+#[derive(Parser)]
+#[command(
+    name = "waitroom-bench",
+    about = "HTTP load generator for waitroom: closed-loop throughput and open-loop latency."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// One scenario: closed loop (max throughput), or open loop with --rate.
+    Run(RunArgs),
+    /// The budget suite: healthz, join and status rates for sync and relaxed durability
+    /// side by side, their ratios, then p99 latency at a fixed rate.
+    Suite(SuiteArgs),
+}
+
+#[derive(Args, Clone)]
+struct Common {
+    /// Benchmark a running server (e.g. http://127.0.0.1:8080) instead of starting one.
+    #[arg(long)]
+    url: Option<String>,
+    /// Admin token of the server named by --url (generated for a server we start).
+    #[arg(long, env = "WAITROOM_ADMIN_TOKEN")]
+    admin_token: Option<String>,
+    /// The server binary to start (default: `waitroom` next to this binary).
+    #[arg(long)]
+    bin: Option<std::path::PathBuf>,
+    /// Worker threads of the load generator's runtime.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Places joined before a status or mixed phase (their tokens are polled at random).
+    #[arg(long, default_value_t = 10_000)]
+    places: usize,
+    /// Seconds of load before each measured window (not counted).
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    #[command(flatten)]
+    common: Common,
+    #[arg(long, value_enum, default_value_t = Scenario::Healthz)]
+    scenario: Scenario,
+    /// Durability of the server we start (ignored with --url).
+    #[arg(long, value_enum, default_value_t = Durability::Sync)]
+    durability: Durability,
+    /// Concurrent keep-alive connections.
+    #[arg(long, default_value_t = 64)]
+    connections: usize,
+    /// Seconds measured.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Open loop at this many requests/s (latency from the intended send time).
+    #[arg(long)]
+    rate: Option<u32>,
+    /// Share of joins in the mixed scenario, in percent (the rest are status polls).
+    #[arg(long, default_value_t = 10)]
+    join_percent: u32,
+}
+
+#[derive(Args)]
+struct SuiteArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Connections of the closed-loop (throughput) phases.
+    #[arg(long, default_value_t = 64)]
+    connections: usize,
+    /// Seconds measured per closed-loop phase.
+    #[arg(long, default_value_t = 5.0)]
+    phase: f64,
+    /// Rounds of healthz, join, status per durability (interleaved, so noise spreads).
+    #[arg(long, default_value_t = 2)]
+    rounds: usize,
+    /// Rate of the open-loop (latency) phases, requests/s.
+    #[arg(long, default_value_t = 10_000)]
+    rate: u32,
+    /// Seconds measured per open-loop phase.
+    #[arg(long, default_value_t = 10.0)]
+    rate_duration: f64,
+    /// Connections available to the open-loop phases.
+    #[arg(long, default_value_t = 128)]
+    rate_connections: usize,
+    /// Before each phase, wait up to this many seconds for the machine to be quiet (less
+    /// than 0.3 cores busy for a second); 0 to never wait.
+    #[arg(long, default_value_t = 20.0)]
+    settle: f64,
+    /// Durabilities to measure (servers we start only).
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Durability::Sync, Durability::Relaxed])]
+    durability: Vec<Durability>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Scenario {
+    Healthz,
+    Join,
+    Status,
+    Mixed,
+}
+
+impl Scenario {
+    fn name(self) -> &'static str {
+        match self {
+            Scenario::Healthz => "healthz",
+            Scenario::Join => "join",
+            Scenario::Status => "status",
+            Scenario::Mixed => "mixed",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Durability {
+    Sync,
+    Relaxed,
+}
+
+impl Durability {
+    fn name(self) -> &'static str {
+        match self {
+            Durability::Sync => "sync",
+            Durability::Relaxed => "relaxed",
+        }
+    }
+}
+
+/// Every bench event: joins stay waiting (paused, one slot) and nothing expires.
+const EVENT_CONFIG: &str =
+    r#"{"name": "bench", "max_active": 1, "paused": true, "waiting_idle_sec": 2592000}"#;
+
+/// Distinguishes user ids of different phases (and of different bench processes against
+/// one server), so every join of a phase makes a new place.
+static PHASE: AtomicU64 = AtomicU64::new(0);
+
+/// What a phase sends.
+struct Workload {
+    scenario: Scenario,
+    host: String,
+    event: String,
+    tokens: Arc<Vec<String>>,
+    join_percent: u32,
+    tag: String,
+}
+
+impl Workload {
+    fn new(target: &Target, scenario: Scenario, event: &str, tokens: Arc<Vec<String>>) -> Self {
+        Workload {
+            scenario,
+            host: target.host.clone(),
+            event: event.to_string(),
+            tokens,
+            join_percent: 10,
+            tag: format!(
+                "b{}p{}",
+                std::process::id(),
+                PHASE.fetch_add(1, Ordering::Relaxed)
+            ),
+        }
+    }
+
+    /// Writes request `n` of connection `conn` into `out`.
+    fn build(&self, conn: usize, n: u64, rng: &mut u64, out: &mut Vec<u8>) {
+        out.clear();
+        let kind = match self.scenario {
+            Scenario::Mixed if (common::next_rand(rng) % 100) < u64::from(self.join_percent) => {
+                Scenario::Join
+            }
+            Scenario::Mixed => Scenario::Status,
+            s => s,
+        };
+        match kind {
+            Scenario::Healthz => get_request(&self.host, "/healthz", out),
+            Scenario::Join => {
+                let body = format!(
+                    r#"{{"event_id":"{}","user_id":"{}-{conn}-{n}"}}"#,
+                    self.event, self.tag
+                );
+                json_request("POST", &self.host, "/api/v1/queue/join", None, &body, out);
+            }
+            Scenario::Status | Scenario::Mixed => {
+                let i = (common::next_rand(rng) % self.tokens.len() as u64) as usize;
+                let path = format!("/api/v1/queue/status?token={}", self.tokens[i]);
+                get_request(&self.host, &path, out);
+            }
+        }
+    }
+}
+
+/// The measured outcome of one phase.
+struct Phase {
+    label: String,
+    connections: usize,
+    secs: f64,
+    /// Open loop: the target rate.
+    rate: Option<u32>,
+    tally: Tally,
+    cpu: CpuUse,
+}
+
+impl Phase {
+    fn rps(&self) -> f64 {
+        self.tally.count() as f64 / self.secs
+    }
+}
+
+/// Closed loop over the workload (see [`common::closed_loop`]).
+async fn closed_loop(
+    target: &Target,
+    server_pid: Option<u32>,
+    w: Arc<Workload>,
+    label: String,
+    connections: usize,
+    warmup: Duration,
+    dur: Duration,
+) -> Result<Phase> {
+    let build: Arc<common::BuildFn> =
+        Arc::new(move |id, n, rng: &mut u64, out: &mut Vec<u8>| w.build(id, n, rng, out));
+    let (tally, cpu) =
+        common::closed_loop(target, server_pid, build, connections, warmup, dur).await?;
+    Ok(Phase {
+        label,
+        connections,
+        secs: dur.as_secs_f64(),
+        rate: None,
+        tally,
+        cpu,
+    })
+}
+
+/// Open-loop slots not yet taken by a connection, and the connections waiting for one.
+struct Dispatch {
+    backlog: VecDeque<Instant>,
+    idle: Vec<usize>,
+}
+
+/// Open loop: a pacer thread releases `rate` request slots per second on an exact
+/// schedule; a free connection takes the next slot. Latency counts from the slot's time.
+#[allow(clippy::too_many_arguments)]
+async fn open_loop(
+    target: &Target,
+    server_pid: Option<u32>,
+    w: Arc<Workload>,
+    label: String,
+    connections: usize,
+    rate: u32,
+    warmup: Duration,
+    dur: Duration,
+) -> Result<Phase> {
+    if rate == 0 {
+        bail!("--rate must be positive");
+    }
+    let conns = common::connect_all(target, connections).await?;
+    let start = Instant::now() + Duration::from_millis(20);
+    let measure_from = start + warmup;
+    let end = measure_from + dur;
+    // Slots still unsent this long after the end are dropped (and reported).
+    let give_up = end + Duration::from_secs(5);
+    // Slots go to idle connections directly (one channel each); when none is idle they
+    // wait in the backlog, which a connection drains before it goes idle again.
+    let dispatch = Arc::new(std::sync::Mutex::new(Dispatch {
+        backlog: VecDeque::new(),
+        idle: (0..connections).collect(),
+    }));
+    let mut senders = Vec::with_capacity(connections);
+    let mut receivers = Vec::with_capacity(connections);
+    for _ in 0..connections {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
+        senders.push(tx);
+        receivers.push(rx);
+    }
+    let pacer_dispatch = dispatch.clone();
+    let pacer = std::thread::Builder::new()
+        .name("pacer".into())
+        .spawn(move || {
+            let interval = Duration::from_secs_f64(1.0 / f64::from(rate));
+            let mut i: u32 = 0;
+            loop {
+                let t = start + interval * i;
+                if t >= end {
+                    break;
+                }
+                let now = Instant::now();
+                if t > now {
+                    std::thread::sleep(t - now);
+                }
+                // Release every slot that is due by now (several after an oversleep).
+                let now = Instant::now();
+                let mut d = pacer_dispatch.lock().expect("not poisoned");
+                loop {
+                    let t = start + interval * i;
+                    if t > now || t >= end {
+                        break;
+                    }
+                    match d.idle.pop() {
+                        Some(id) => {
+                            let _ = senders[id].send(t);
+                        }
+                        None => d.backlog.push_back(t),
+                    }
+                    i += 1;
+                }
+            }
+            // Dropping the senders ends every connection once it has nothing left.
+        })?;
+    let dropped = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::with_capacity(connections);
+    for ((id, mut conn), mut rx) in conns.into_iter().enumerate().zip(receivers) {
+        let w = w.clone();
+        let dispatch = dispatch.clone();
+        let target = target.clone();
+        let dropped = dropped.clone();
+        handles.push(tokio::spawn(async move {
+            let mut tally = Tally::default();
+            let mut req = Vec::with_capacity(512);
+            let mut rng = 0xFACE_0000 + id as u64;
+            let mut n = 0u64;
+            let mut next = rx.recv().await;
+            while let Some(intended) = next {
+                let sent = Instant::now();
+                if sent > give_up {
+                    dropped.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    w.build(id, n, &mut rng, &mut req);
+                    n += 1;
+                    let res = conn.call(&req).await;
+                    let done = Instant::now();
+                    let measured = intended >= measure_from;
+                    match res {
+                        Ok((status, _)) => {
+                            if measured {
+                                tally
+                                    .lat_us
+                                    .push(common::micros(done.duration_since(intended)));
+                                tally.svc_us.push(common::micros(done.duration_since(sent)));
+                                tally
+                                    .lag_us
+                                    .push(common::micros(sent.duration_since(intended)));
+                                *tally.by_status.entry(status).or_default() += 1;
+                            }
+                        }
+                        Err(_) => {
+                            if measured {
+                                tally.io_errors += 1;
+                            }
+                            match common::reconnect(&target, give_up).await {
+                                Some(c) => conn = c,
+                                None => break,
+                            }
+                        }
+                    }
+                }
+                let queued = {
+                    let mut d = dispatch.lock().expect("not poisoned");
+                    let t = d.backlog.pop_front();
+                    if t.is_none() {
+                        d.idle.push(id);
+                    }
+                    t
+                };
+                next = match queued {
+                    Some(t) => Some(t),
+                    None => rx.recv().await,
+                };
+            }
+            tally
+        }));
+    }
+    tokio::time::sleep_until(measure_from.into()).await;
+    let before = CpuSnap::take(server_pid);
+    tokio::time::sleep_until(end.into()).await;
+    let after = CpuSnap::take(server_pid);
+    let _ = tokio::task::spawn_blocking(move || pacer.join()).await;
+    let mut tally = Tally::default();
+    for h in handles {
+        tally.merge(h.await?);
+    }
+    let dropped = dropped.load(Ordering::Relaxed);
+    if dropped > 0 {
+        eprintln!("  {label}: {dropped} slots never sent (client fell behind by > 5 s)");
+    }
+    Ok(Phase {
+        label,
+        connections,
+        secs: dur.as_secs_f64(),
+        rate: Some(rate),
+        tally,
+        cpu: after.since(&before),
+    })
+}
+
+/// Joins `n` places into `event` over `connections` connections; answers their tokens.
+async fn prejoin(
+    target: &Target,
+    event: &str,
+    n: usize,
+    connections: usize,
+) -> Result<Vec<String>> {
+    let conns = common::connect_all(target, connections.min(n.max(1))).await?;
+    let next = Arc::new(AtomicU64::new(0));
+    let tag = format!(
+        "pre{}p{}",
+        std::process::id(),
+        PHASE.fetch_add(1, Ordering::Relaxed)
+    );
+    let mut handles = Vec::new();
+    for mut conn in conns {
+        let next = next.clone();
+        let host = target.host.clone();
+        let event = event.to_string();
+        let tag = tag.clone();
+        handles.push(tokio::spawn(async move {
+            let mut out = Vec::new();
+            let mut req = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n as u64 {
+                    break;
+                }
+                req.clear();
+                let body = format!(r#"{{"event_id":"{event}","user_id":"{tag}-{i}"}}"#);
+                json_request("POST", &host, "/api/v1/queue/join", None, &body, &mut req);
+                let (status, body) = conn.call(&req).await?;
+                if status != 200 {
+                    bail!(
+                        "pre-join answered {status}: {}",
+                        String::from_utf8_lossy(body)
+                    );
+                }
+                let v: serde_json::Value = serde_json::from_slice(body)?;
+                let t = v["waiting_token"]
+                    .as_str()
+                    .context("a join answer without waiting_token")?;
+                out.push(t.to_string());
+            }
+            Ok::<_, anyhow::Error>(out)
+        }));
+    }
+    let mut tokens = Vec::with_capacity(n);
+    for h in handles {
+        tokens.extend(h.await??);
+    }
+    Ok(tokens)
+}
+
+/// A server to load: ours (started now) or the one named by --url.
+struct Server {
+    target: Target,
+    admin: String,
+    pid: Option<u32>,
+    proc: Option<ServerProc>,
+    label: String,
+}
+
+fn random_token() -> String {
+    let mut s = 0u64;
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1)
+        ^ u64::from(std::process::id());
+    for _ in 0..2 {
+        s ^= common::next_rand(&mut seed);
+    }
+    format!("bench-{s:016x}")
+}
+
+impl Server {
+    fn get(c: &Common, durability: Durability) -> Result<Server> {
+        if let Some(url) = &c.url {
+            let admin = c
+                .admin_token
+                .clone()
+                .context("--url needs --admin-token (or WAITROOM_ADMIN_TOKEN)")?;
+            return Ok(Server {
+                target: Target::from_url(url)?,
+                admin,
+                pid: None,
+                proc: None,
+                label: "external".into(),
+            });
+        }
+        let bin = match &c.bin {
+            Some(b) => b.clone(),
+            None => common::default_server_bin()?,
+        };
+        let admin = random_token();
+        let proc = ServerProc::start(&bin, None, durability.name(), &admin)?;
+        Ok(Server {
+            target: proc.target.clone(),
+            admin,
+            pid: Some(proc.pid()),
+            proc: Some(proc),
+            label: durability.name().into(),
+        })
+    }
+
+    /// A fresh bench event (unique name), created on the server.
+    async fn event(&self, scenario: &str) -> Result<String> {
+        let id = format!(
+            "bench-{scenario}-{}-{}",
+            std::process::id(),
+            PHASE.fetch_add(1, Ordering::Relaxed)
+        );
+        put_event(&self.target, &self.admin, &id, EVENT_CONFIG).await?;
+        Ok(id)
+    }
+
+    fn rss(&self) -> Option<u64> {
+        self.pid
+            .and_then(|p| common::rss(&p.to_string()))
+            .map(|r| r.0)
+    }
+}
+
+// ---- output ----------------------------------------------------------------------------
+
+fn print_closed_header() {
+    println!("| phase | conns | req/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | errors | cpu server | cpu bench | cpu other |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|");
+}
+
+fn print_closed(p: &mut Phase) {
+    let rps = p.rps();
+    let pc = percentiles(&mut p.tally.lat_us);
+    let [cs, cb, co] = p.cpu.cells();
+    println!(
+        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {cs} | {cb} | {co} |",
+        p.label,
+        p.connections,
+        thousands(rps),
+        ms(pc.p50),
+        ms(pc.p90),
+        ms(pc.p99),
+        ms(pc.p999),
+        ms(pc.max),
+        p.tally.error_summary()
+    );
+}
+
+fn print_open_header() {
+    println!("| phase | conns | target/s | achieved/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | service p99 ms | send lag p99 ms | errors | cpu server | cpu bench | cpu other |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|");
+}
+
+/// Prints an open-loop row; answers the latency percentiles (from the intended time).
+fn print_open(p: &mut Phase) -> Pcts {
+    let rps = p.rps();
+    let pc = percentiles(&mut p.tally.lat_us);
+    let svc = percentiles(&mut p.tally.svc_us);
+    let lag = percentiles(&mut p.tally.lag_us);
+    let [cs, cb, co] = p.cpu.cells();
+    println!(
+        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {cs} | {cb} | {co} |",
+        p.label,
+        p.connections,
+        thousands(f64::from(p.rate.unwrap_or(0))),
+        thousands(rps),
+        ms(pc.p50),
+        ms(pc.p90),
+        ms(pc.p99),
+        ms(pc.p999),
+        ms(pc.max),
+        ms(svc.p99),
+        ms(lag.p99),
+        p.tally.error_summary()
+    );
+    pc
+}
+
+// ---- commands --------------------------------------------------------------------------
+
+async fn run(a: RunArgs) -> Result<()> {
+    let c = &a.common;
+    let server = Server::get(c, a.durability)?;
+    let event = server.event(a.scenario.name()).await?;
+    let tokens = if matches!(a.scenario, Scenario::Status | Scenario::Mixed) {
+        eprintln!("pre-joining {} places…", c.places);
+        prejoin(&server.target, &event, c.places, a.connections).await?
+    } else {
+        Vec::new()
+    };
+    let mut w = Workload::new(&server.target, a.scenario, &event, Arc::new(tokens));
+    w.join_percent = a.join_percent;
+    let label = format!("{} ({})", a.scenario.name(), server.label);
+    let warmup = Duration::from_secs_f64(c.warmup);
+    let dur = Duration::from_secs_f64(a.duration);
+    let w = Arc::new(w);
+    match a.rate {
+        None => {
+            let mut p = closed_loop(
+                &server.target,
+                server.pid,
+                w,
+                label,
+                a.connections,
+                warmup,
+                dur,
+            )
+            .await?;
+            print_closed_header();
+            print_closed(&mut p);
+        }
+        Some(rate) => {
+            let mut p = open_loop(
+                &server.target,
+                server.pid,
+                w,
+                label,
+                a.connections,
+                rate,
+                warmup,
+                dur,
+            )
+            .await?;
+            print_open_header();
+            print_open(&mut p);
+        }
+    }
+    if let Some(r) = server.rss() {
+        println!("\nserver resident memory at the end: {} MB", common::mb(r));
+    }
+    if server.proc.is_none() {
+        let _ = delete_event(&server.target, &server.admin, &event).await;
+    }
+    Ok(())
+}
+
+/// One round of the throughput part of the suite.
+struct Round {
+    durability: String,
+    healthz: f64,
+    join: f64,
+    status: f64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "met"
+    } else {
+        "MISSED"
+    }
+}
+
+async fn suite(a: SuiteArgs) -> Result<()> {
+    let c = &a.common;
+    let warmup = Duration::from_secs_f64(c.warmup);
+    let phase = Duration::from_secs_f64(a.phase);
+    let rate_dur = Duration::from_secs_f64(a.rate_duration);
+    let settle = Duration::from_secs_f64(a.settle);
+    let durabilities: Vec<Option<Durability>> = if c.url.is_some() {
+        vec![None]
+    } else {
+        a.durability.iter().copied().map(Some).collect()
+    };
+    let mut rounds = Vec::new();
+    let mut open_rows: Vec<(String, Pcts)> = Vec::new();
+    let started = Instant::now();
+    println!(
+        "waitroom-bench suite: {} closed-loop connections, {} s per phase, {} rounds; \
+         open loop at {}/s for {} s with up to {} connections; {} client threads; \
+         up to {} s of settling before each phase",
+        a.connections,
+        a.phase,
+        a.rounds,
+        a.rate,
+        a.rate_duration,
+        a.rate_connections,
+        c.threads,
+        a.settle
+    );
+    for d in durabilities {
+        let server = Server::get(c, d.unwrap_or(Durability::Sync))?;
+        let label = server.label.clone();
+        let join_event = server.event("join").await?;
+        let status_event = server.event("status").await?;
+        eprintln!("[{label}] pre-joining {} places…", c.places);
+        let tokens =
+            Arc::new(prejoin(&server.target, &status_event, c.places, a.connections).await?);
+        println!("\n### durability: {label}\n");
+        print_closed_header();
+        // Everything warms up once (connections, allocator, page cache) before measuring.
+        let hw = Arc::new(Workload::new(
+            &server.target,
+            Scenario::Healthz,
+            "",
+            tokens.clone(),
+        ));
+        closed_loop(
+            &server.target,
+            server.pid,
+            hw,
+            String::new(),
+            a.connections,
+            Duration::ZERO,
+            warmup,
+        )
+        .await?;
+        for r in 1..=a.rounds {
+            let mut rates = [0.0; 3];
+            for (i, (s, ev)) in [
+                (Scenario::Healthz, ""),
+                (Scenario::Join, join_event.as_str()),
+                (Scenario::Status, status_event.as_str()),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let w = Arc::new(Workload::new(&server.target, s, ev, tokens.clone()));
+                common::settle(settle, 0.3).await;
+                let mut p = closed_loop(
+                    &server.target,
+                    server.pid,
+                    w,
+                    format!("{} ({label}) r{r}", s.name()),
+                    a.connections,
+                    warmup,
+                    phase,
+                )
+                .await?;
+                rates[i] = p.rps();
+                print_closed(&mut p);
+            }
+            rounds.push(Round {
+                durability: label.clone(),
+                healthz: rates[0],
+                join: rates[1],
+                status: rates[2],
+            });
+        }
+        println!();
+        print_open_header();
+        // The fixed-rate joins go to a fresh event: the throughput phases leave hundreds of
+        // thousands of places in `join_event` (a number that depends on how fast this
+        // machine was), and growing an event's indexes has one-off costs of its own
+        // (measured by `waitroom-scale`).
+        let rate_event = server.event("join-rate").await?;
+        for s in [Scenario::Healthz, Scenario::Join, Scenario::Status] {
+            let ev = match s {
+                Scenario::Join => rate_event.as_str(),
+                Scenario::Status => status_event.as_str(),
+                _ => "",
+            };
+            let w = Arc::new(Workload::new(&server.target, s, ev, tokens.clone()));
+            common::settle(settle, 0.3).await;
+            let mut p = open_loop(
+                &server.target,
+                server.pid,
+                w,
+                format!("{} ({label}) @{}/s", s.name(), a.rate),
+                a.rate_connections,
+                a.rate,
+                warmup,
+                rate_dur,
+            )
+            .await?;
+            let pc = print_open(&mut p);
+            open_rows.push((format!("{} ({label})", s.name()), pc));
+        }
+        if let Some(r) = server.rss() {
+            println!("\nserver resident memory at the end: {} MB", common::mb(r));
+        }
+        if server.proc.is_none() {
+            let _ = delete_event(&server.target, &server.admin, &join_event).await;
+            let _ = delete_event(&server.target, &server.admin, &status_event).await;
+            let _ = delete_event(&server.target, &server.admin, &rate_event).await;
+        }
+    }
+
+    println!("\n### ratios (budgets: join ≥ 0.5 × healthz with sync, status ≥ 0.7 × healthz)\n");
+    println!("| durability | round | healthz req/s | join req/s | status req/s | join / healthz | status / healthz |");
+    println!("|---|---|---:|---:|---:|---:|---:|");
+    let mut labels: Vec<String> = rounds.iter().map(|r| r.durability.clone()).collect();
+    labels.dedup();
+    for l in &labels {
+        let mine: Vec<&Round> = rounds.iter().filter(|r| &r.durability == l).collect();
+        for (i, r) in mine.iter().enumerate() {
+            println!(
+                "| {l} | {} | {} | {} | {} | {:.2} | {:.2} |",
+                i + 1,
+                thousands(r.healthz),
+                thousands(r.join),
+                thousands(r.status),
+                r.join / r.healthz,
+                r.status / r.healthz
+            );
+        }
+        let jr = median(mine.iter().map(|r| r.join / r.healthz).collect());
+        let sr = median(mine.iter().map(|r| r.status / r.healthz).collect());
+        println!(
+            "| {l} | median | {} | {} | {} | **{jr:.2}** ({}) | **{sr:.2}** ({}) |",
+            thousands(median(mine.iter().map(|r| r.healthz).collect())),
+            thousands(median(mine.iter().map(|r| r.join).collect())),
+            thousands(median(mine.iter().map(|r| r.status).collect())),
+            verdict(jr >= 0.5),
+            verdict(sr >= 0.7)
+        );
+    }
+    println!(
+        "\n### latency at {}/s (budget: p99 ≤ 5 ms for join and status)\n",
+        a.rate
+    );
+    println!("| phase | p50 ms | p99 ms | p99.9 ms | p99 verdict |");
+    println!("|---|---:|---:|---:|---|");
+    for (l, pc) in &open_rows {
+        let budgeted = !l.starts_with("healthz");
+        println!(
+            "| {l} | {} | {} | {} | {} |",
+            ms(pc.p50),
+            ms(pc.p99),
+            ms(pc.p999),
+            if budgeted {
+                verdict(pc.p99 <= 5000)
+            } else {
+                "(baseline)"
+            }
+        );
+    }
+    println!(
+        "\nsuite finished in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let threads = match &cli.cmd {
+        Cmd::Run(a) => a.common.threads,
+        Cmd::Suite(a) => a.common.threads,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(1))
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        match cli.cmd {
+            Cmd::Run(a) => run(a).await,
+            Cmd::Suite(a) => suite(a).await,
+        }
+    })
+}

@@ -39,10 +39,13 @@ ensure_tools() {
     if ! cargo fmt --version >/dev/null 2>&1; then rustup component add rustfmt; fi
     if ! cargo clippy --version >/dev/null 2>&1; then rustup component add clippy; fi
 
-    # Nothing beyond Rust is needed yet. When the Redis backend and the browser tests land,
-    # they install their servers here, e.g.:
-    #   have redis-server || apt_install redis-server
-    #   { have chromium && have chromedriver; } || apt_install chromium chromium-driver
+    # The Redis backend's tests start their own redis-server processes (standalone and a
+    # three-master Cluster made with redis-cli); Debian's redis-server brings redis-cli.
+    { have redis-server && have redis-cli; } || apt_install redis-server
+    # The browser tests (tests/browser.rs) drive Debian's chromium through chromedriver;
+    # a Korean font lets the Korean page render (and its screenshot show) real glyphs.
+    { have chromium && have chromedriver; } || apt_install chromium chromium-driver
+    if have fc-list && ! fc-list :lang=ko | grep -q .; then apt_install fonts-nanum; fi
 }
 
 step() { printf '\n==> %s\n' "$*"; }

@@ -3,9 +3,10 @@
 use std::sync::Arc;
 
 use metrics_exporter_prometheus::PrometheusHandle;
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 
 use crate::clock::Clock;
+use crate::live::Live;
 use crate::store::Store;
 use crate::tokens::{AccessTokens, WaitingTokens};
 
@@ -22,6 +23,13 @@ pub struct AppState {
     /// Wakes the background scheduler early (an event was created or changed), so new
     /// deadlines and rate budgets are honoured without waiting for its next pass.
     pub wake: Arc<Notify>,
+    /// Routes the store's notices to live connections (WebSocket, SSE).
+    pub live: Arc<Live>,
+    /// Turns `true` when the server begins to shut down. Long-lived streams watch it and
+    /// close at once: otherwise they would hold the graceful shutdown until its deadline.
+    /// A sender (not a receiver) so that any holder can subscribe, and so that a state made
+    /// without a server (tests, embedding) never reads as "shutting down".
+    pub shutdown: Arc<watch::Sender<bool>>,
 }
 
 impl AppState {
@@ -42,6 +50,8 @@ impl AppState {
             clock,
             metrics: crate::telemetry::prometheus(),
             wake: Arc::new(Notify::new()),
+            live: Arc::new(Live::new()),
+            shutdown: Arc::new(watch::Sender::new(false)),
         })
     }
 }

@@ -9,6 +9,9 @@
 //!   conformance suite that every backend passes.
 //! - [`tokens`]: waiting tokens (random + MAC) and access tokens (Ed25519 JWT).
 //! - [`http`]: the axum router: end-user, admin and operations API, JSON errors.
+//! - [`live`]: live updates of one place over WebSocket or SSE, fed by one hub that routes
+//!   the store's notices (coalesced position refreshes, instant admissions).
+//! - [`http::pages`]: the embedded pages: waiting room, landing, demo booking, dashboard.
 //! - [`scheduler`]: background work: expiries and rate-paced admissions, on time.
 //! - [`server`]: startup: config to a running server, graceful shutdown.
 //! - [`config`]: layered settings (defaults, TOML, environment, flags).
@@ -19,6 +22,7 @@ pub mod clock;
 pub mod config;
 pub mod core;
 pub mod http;
+pub mod live;
 pub mod scheduler;
 pub mod server;
 pub mod store;

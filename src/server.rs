@@ -26,6 +26,7 @@ use crate::clock::Clock;
 use crate::config::{generate_admin_token, Settings, StoreBackend};
 use crate::scheduler::{self, spawn_task};
 use crate::store::embedded::EmbeddedStore;
+use crate::store::redis::{RedisOptions, RedisStore};
 use crate::store::Store;
 use crate::tokens;
 
@@ -59,9 +60,12 @@ pub async fn run(
                 .with_context(|| format!("opening the store in {}", dir.display()))?;
             Arc::new(store)
         }
-        StoreBackend::Redis { .. } => anyhow::bail!(
-            "the redis backend is not available in this version yet; use --store embedded"
-        ),
+        StoreBackend::Redis { url } => {
+            let store = RedisStore::connect(url, RedisOptions::default())
+                .await
+                .with_context(|| format!("opening the store at {}", settings.store))?;
+            Arc::new(store)
+        }
     };
     let key = tokens::load_or_generate_key(settings.signing_key.as_deref(), &settings.data_dir)?;
 
@@ -96,6 +100,7 @@ pub async fn run(
         .local_addr()
         .context("reading the listening address")?;
     let store = state.store.clone();
+    let streams_stop = state.shutdown.clone();
     let app = crate::http::router(state);
     tracing::info!(%addr, store = %settings.store, demo = settings.demo, "serving");
     println!("listening on http://{addr}");
@@ -106,6 +111,8 @@ pub async fn run(
     let graceful = async move {
         shutdown.await;
         tracing::info!("shutdown requested; finishing in-flight requests");
+        // Live streams (WebSocket, SSE) close now rather than hold the drain to its end.
+        streams_stop.send_replace(true);
         let _ = fired_tx.send(true);
     };
     // Connection info lets handlers key per-client limits by peer address.

@@ -4,6 +4,9 @@
 //! - [`queue`]: the end-user API under `/api/v1` (join, status, enter, leave, verify, …).
 //! - [`admin`]: the admin API under `/api/v1/admin`, behind the admin bearer token.
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics`, and the request-metrics middleware.
+//! - [`live`]: live updates of one place, `/queue/ws` (WebSocket) and `/queue/events` (SSE).
+//! - [`pages`]: the embedded pages (`/`, `/wait/{event_id}`, `/demo/booking`, `/admin`) and
+//!   the public event list they read (`/api/v1/events`).
 //! - [`error`]: [`AppError`], the one mapping from failures to statuses and codes.
 //! - [`extract`]: extractors whose rejections are `AppError`s, so that no malformed request
 //!   ever gets axum's plain-text answer.
@@ -30,7 +33,9 @@ use crate::app::AppState;
 pub mod admin;
 pub mod error;
 pub mod extract;
+pub mod live;
 pub mod ops;
+pub mod pages;
 pub mod queue;
 
 pub use error::{AppError, AppResult};
@@ -88,6 +93,10 @@ pub fn router_with_limits(state: AppState, limits: Limits) -> Router {
         .route("/queue/leave", post(queue::leave).delete(queue::leave))
         .route("/queue/verify", post(queue::verify))
         .route("/queue/info", get(queue::info))
+        .route("/queue/ws", get(live::ws))
+        .route("/queue/events", get(live::events))
+        .route("/events", get(pages::list_events))
+        .route("/events/{event_id}", get(pages::get_event))
         .route("/session/heartbeat", post(queue::session_heartbeat))
         .route("/session/complete", post(queue::session_complete))
         .nest("/admin", admin);
@@ -106,6 +115,11 @@ pub fn router_with_limits(state: AppState, limits: Limits) -> Router {
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
+        .route("/", get(pages::index))
+        .route("/wait/{event_id}", get(pages::wait))
+        .route("/demo/booking", get(pages::booking))
+        .route("/admin", get(pages::admin))
+        .route("/assets/{file}", get(pages::asset))
         // Both fallbacks before `.layer` so that they are measured and guarded too.
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -23,6 +23,7 @@ use crate::core::{
 
 pub mod embedded;
 pub mod journal;
+pub mod redis;
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -3,3 +3,5 @@
 pub mod binary;
 pub mod conformance;
 pub mod model;
+#[allow(dead_code)]
+pub mod redis;

@@ -1,0 +1,377 @@
+// The operator's dashboard. Asks for the admin token (kept in sessionStorage: this tab only),
+// polls GET /api/v1/admin/events every 1.5 s, keeps the last ten minutes of figures in
+// memory and draws them as inline SVG (no chart library), and performs the admin actions:
+// create/update, pause/resume, clear.
+'use strict';
+
+(() => {
+  const TEXT = {
+    en: {
+      brand: 'waitroom dashboard', logout: 'Sign out', signin: 'Operator sign-in',
+      signinLead: 'Enter the admin token. The server prints it at start (admin token: …) unless one was configured. It is kept in this tab only.',
+      token: 'Admin token', signinButton: 'Sign in', refused: 'This token was refused.', unreachable: 'The server cannot be reached.',
+      events: 'Events', sumWaiting: 'Waiting', sumInside: 'Admitted + active', sumRate: 'Admitted last minute', sumEvents: 'Events',
+      noEvents: 'No events yet. Create one below.', updated: 'Updated {t}', stale: 'Connection lost; retrying…',
+      waiting: 'Waiting', admitted: 'Admitted', active: 'Active', capacity: 'Capacity', perMin: 'Admitted/min',
+      avgWait: 'Average wait', completed: 'Completed', expired: 'Expired',
+      chartQueue: 'Queue length', chartRate: 'Admissions per minute', now: 'now', ago: '−{m} min', agoSec: '−{s} s', collecting: 'Collecting data…',
+      admitting: 'Admitting', paused: 'Paused', closed: 'Joins closed',
+      pause: 'Pause', resume: 'Resume', edit: 'Edit', clear: 'Clear line', confirmClear: 'Confirm: remove {n} waiting',
+      open: 'Open waiting page', cleared: 'Removed {n} waiting places from {id}.', saved: 'Saved {id}.',
+      pausedMsg: '{id} is paused: nobody is admitted until it resumes.', resumedMsg: '{id} admits again.',
+      editor: 'Create or edit an event', fEventId: 'Event id', hEventId: '1–64 of A–Z a–z 0–9 . _ -', fName: 'Name',
+      fMaxActive: 'Max active', fOver: 'Overbooking ratio', fRate: 'Admissions per minute', fMaxQueue: 'Max queue length',
+      hEmptyNone: 'empty: no cap', fReady: 'Enter within (s)', fWaitIdle: 'Waiting heartbeat (s)', fSessIdle: 'Session idle (s)',
+      fSessMax: 'Session max (s)', fTarget: 'Target URL', fPaused: 'Paused (admit nobody)', fJoins: 'Accept joins',
+      save: 'Save event', resetForm: 'Clear form', badId: 'The event id must be 1–64 of A–Z a–z 0–9 . _ -',
+      durSoon: '< 1 min', durMin: '{m} min', durHour: '{h} h {m} min', secs: '{s} s',
+    },
+    ko: {
+      brand: 'waitroom 대시보드', logout: '로그아웃', signin: '운영자 로그인',
+      signinLead: '관리자 토큰을 입력하세요. 따로 설정하지 않았다면 서버가 시작할 때 출력합니다 (admin token: …). 이 탭에만 보관됩니다.',
+      token: '관리자 토큰', signinButton: '로그인', refused: '토큰이 거부되었습니다.', unreachable: '서버에 연결할 수 없습니다.',
+      events: '이벤트', sumWaiting: '대기 중', sumInside: '입장 허용 + 이용 중', sumRate: '최근 1분 입장', sumEvents: '이벤트 수',
+      noEvents: '아직 이벤트가 없습니다. 아래에서 만드세요.', updated: '{t} 갱신', stale: '연결이 끊겼습니다. 다시 시도하는 중…',
+      waiting: '대기', admitted: '입장 허용', active: '이용 중', capacity: '수용 인원', perMin: '분당 입장',
+      avgWait: '평균 대기', completed: '완료', expired: '만료',
+      chartQueue: '대기열 길이', chartRate: '분당 입장 수', now: '지금', ago: '−{m}분', agoSec: '−{s}초', collecting: '데이터 수집 중…',
+      admitting: '입장 중', paused: '일시 중지', closed: '대기 접수 중지',
+      pause: '일시 중지', resume: '재개', edit: '수정', clear: '대기열 비우기', confirmClear: '확인: 대기 {n}명 제거',
+      open: '대기실 열기', cleared: '{id}에서 대기 {n}명을 제거했습니다.', saved: '{id}를 저장했습니다.',
+      pausedMsg: '{id} 일시 중지: 재개할 때까지 아무도 입장하지 않습니다.', resumedMsg: '{id} 입장을 재개했습니다.',
+      editor: '이벤트 만들기 또는 수정', fEventId: '이벤트 ID', hEventId: 'A–Z a–z 0–9 . _ - 중 1–64자', fName: '이름',
+      fMaxActive: '최대 동시 이용', fOver: '오버부킹 비율', fRate: '분당 입장 수', fMaxQueue: '최대 대기열 길이',
+      hEmptyNone: '비우면 제한 없음', fReady: '입장 제한 시간 (초)', fWaitIdle: '대기 하트비트 (초)', fSessIdle: '세션 유휴 (초)',
+      fSessMax: '세션 최대 (초)', fTarget: '이동할 URL', fPaused: '일시 중지 (입장 없음)', fJoins: '대기 접수',
+      save: '이벤트 저장', resetForm: '양식 비우기', badId: '이벤트 ID는 A–Z a–z 0–9 . _ - 중 1–64자여야 합니다',
+      durSoon: '1분 미만', durMin: '{m}분', durHour: '{h}시간 {m}분', secs: '{s}초',
+    },
+  };
+  const { t, api, el, show, store } = WR;
+  const TOKEN_KEY = 'waitroom:admin';
+  const POLL_MS = 1500;
+  const HISTORY_MS = 10 * 60 * 1000;
+  const SVG_NS = 'http://www.w3.org/2000/svg';
+
+  let token = store.get('sessionStorage', TOKEN_KEY);
+  let events = [];
+  const history = new Map();     // event id → [{t, q, a}]
+  const cards = new Map();       // event id → {root, refs}
+  let pollTimer = null;
+  let lastOk = 0;
+
+  // ---- sign-in -----------------------------------------------------------------------------
+
+  function signedIn(yes) {
+    show('login', !yes);
+    show('dash', yes);
+    show('logout', yes);
+    if (yes) { poll(); } else { clearTimeout(pollTimer); el('admin-token').focus(); }
+  }
+
+  el('login-form').addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const candidate = el('admin-token').value.trim();
+    el('login-error').textContent = '';
+    const r = await api('GET', '/api/v1/admin/events', { token: candidate });
+    if (r.ok) {
+      token = candidate;
+      store.set('sessionStorage', TOKEN_KEY, token);
+      el('admin-token').value = '';
+      events = r.data;
+      signedIn(true);
+    } else {
+      el('login-error').textContent = t(r.status === 401 ? 'refused' : 'unreachable');
+    }
+  });
+
+  el('logout').addEventListener('click', () => {
+    token = null;
+    store.del('sessionStorage', TOKEN_KEY);
+    signedIn(false);
+  });
+
+  // ---- polling and history -----------------------------------------------------------------
+
+  async function poll() {
+    clearTimeout(pollTimer);
+    if (!token) return;
+    const r = await api('GET', '/api/v1/admin/events', { token });
+    if (r.status === 401) {
+      token = null;
+      store.del('sessionStorage', TOKEN_KEY);
+      signedIn(false);
+      el('login-error').textContent = t('refused');
+      return;
+    }
+    if (r.ok) {
+      events = r.data;
+      lastOk = Date.now();
+      record();
+    }
+    render();
+    pollTimer = setTimeout(poll, POLL_MS);
+  }
+
+  function record() {
+    const now = Date.now();
+    for (const e of events) {
+      let h = history.get(e.event_id);
+      if (!h) { h = []; history.set(e.event_id, h); }
+      h.push({ t: now, q: e.waiting, a: e.admitted_last_minute });
+      while (h.length && h[0].t < now - HISTORY_MS) h.shift();
+    }
+  }
+
+  // ---- rendering ---------------------------------------------------------------------------
+
+  function secs(s) {
+    if (!s) return '–';
+    return s < 60 ? t('secs', { s: Math.round(s) }) : WR.duration(s);
+  }
+
+  function render() {
+    const sum = (k) => events.reduce((n, e) => n + (e[k] || 0), 0);
+    el('sum-waiting').textContent = WR.num(sum('waiting'));
+    el('sum-inside').textContent = WR.num(sum('admitted') + sum('active'));
+    el('sum-rate').textContent = WR.num(sum('admitted_last_minute'));
+    el('sum-events').textContent = WR.num(events.length);
+    el('updated').textContent = Date.now() - lastOk > POLL_MS * 4
+      ? t('stale')
+      : t('updated', { t: new Date(lastOk).toLocaleTimeString(WR.locale()) });
+    show('no-events', events.length === 0);
+
+    const seen = new Set();
+    const box = el('events');
+    for (const e of events) {
+      seen.add(e.event_id);
+      let c = cards.get(e.event_id);
+      if (!c) { c = makeCard(e.event_id); cards.set(e.event_id, c); }
+      if (c.root.parentNode !== box || box.lastElementChild !== c.root) box.append(c.root);
+      updateCard(c, e);
+    }
+    for (const [id, c] of cards) {
+      if (!seen.has(id)) { c.root.remove(); cards.delete(id); history.delete(id); }
+    }
+  }
+
+  function node(tag, cls, text) {
+    const n = document.createElement(tag);
+    if (cls) n.className = cls;
+    if (text !== undefined) n.textContent = text;
+    return n;
+  }
+
+  function makeCard(id) {
+    const root = node('article', 'card event-card');
+    root.dataset.event = id;
+    const head = node('header');
+    const h2 = node('h2');
+    const name = node('span');
+    const idSpan = node('span', 'id', id);
+    h2.append(name, idSpan);
+    const pill = node('span', 'pill');
+    head.append(h2, pill);
+
+    const figs = node('div', 'figs');
+    const refs = { name, pill };
+    for (const k of ['waiting', 'admitted', 'active', 'capacity', 'perMin', 'avgWait', 'completed', 'expired']) {
+      const d = node('div');
+      const label = node('span', '', t(k));
+      label.dataset.i18n = k;
+      const v = node('strong', 'fig-' + k, '–');
+      d.append(label, v);
+      figs.append(d);
+      refs[k] = v;
+    }
+
+    const charts = node('div', 'charts');
+    refs.chartQueue = chart(charts, 'chartQueue', '');
+    refs.chartRate = chart(charts, 'chartRate', 'alt');
+
+    const actions = node('div', 'card-actions');
+    const pause = node('button', 'button small pause');
+    pause.type = 'button';
+    pause.addEventListener('click', () => togglePause(id));
+    const edit = node('button', 'button small edit');
+    edit.type = 'button';
+    edit.dataset.i18n = 'edit';
+    edit.textContent = t('edit');
+    edit.addEventListener('click', () => fillForm(id));
+    const clear = node('button', 'button small danger clear');
+    clear.type = 'button';
+    clear.addEventListener('click', () => clearLine(id, clear));
+    const open = node('a', 'button small quiet');
+    open.href = '/wait/' + encodeURIComponent(id);
+    open.target = '_blank';
+    open.rel = 'noopener';
+    open.dataset.i18n = 'open';
+    open.textContent = t('open');
+    actions.append(pause, edit, clear, open);
+    Object.assign(refs, { pause, clear });
+
+    root.append(head, figs, charts, actions);
+    return { root, refs, armed: 0 };
+  }
+
+  function chart(parent, titleKey, cls) {
+    const box = node('figure', 'chart ' + cls);
+    const h = node('h3', '', t(titleKey));
+    h.dataset.i18n = titleKey;
+    const svg = document.createElementNS(SVG_NS, 'svg');
+    svg.setAttribute('viewBox', '0 0 320 120');
+    svg.setAttribute('role', 'img');
+    box.append(h, svg);
+    parent.append(box);
+    return { svg, titleKey };
+  }
+
+  function updateCard(c, e) {
+    const r = c.refs;
+    r.name.textContent = e.name || e.event_id;
+    const state = !e.accept_joins ? 'closed' : e.paused ? 'paused' : 'admitting';
+    r.pill.className = 'pill ' + state;
+    r.pill.textContent = t(state);
+    r.waiting.textContent = WR.num(e.waiting);
+    r.admitted.textContent = WR.num(e.admitted);
+    r.active.textContent = WR.num(e.active);
+    r.capacity.textContent = WR.num(e.capacity);
+    r.perMin.textContent = WR.num(e.admitted_last_minute);
+    r.avgWait.textContent = secs(e.avg_wait_sec);
+    r.completed.textContent = WR.num(e.completed);
+    r.expired.textContent = WR.num(e.expired);
+    r.pause.textContent = t(e.paused ? 'resume' : 'pause');
+    r.pause.dataset.paused = e.paused ? 'true' : 'false';
+    if (!c.armed || Date.now() > c.armed) {
+      c.armed = 0;
+      r.clear.textContent = t('clear');
+    }
+    const h = history.get(e.event_id) || [];
+    draw(r.chartQueue, h, (p) => p.q);
+    draw(r.chartRate, h, (p) => p.a);
+  }
+
+  // A line chart with a light area under it, a zero line, a top line labelled with the
+  // scale, and the time span along the bottom. Hand-drawn: a polyline in a 320×120 box.
+  function draw(ch, h, value) {
+    const svg = ch.svg;
+    svg.replaceChildren();
+    const W = 320, H = 120, L = 34, R = 6, T = 8, B = 18;
+    const add = (tag, attrs, text) => {
+      const n = document.createElementNS(SVG_NS, tag);
+      for (const k of Object.keys(attrs)) n.setAttribute(k, attrs[k]);
+      if (text !== undefined) n.textContent = text;
+      svg.append(n);
+      return n;
+    };
+    const values = h.map(value);
+    const max = niceMax(Math.max(1, ...values));
+    svg.setAttribute('aria-label', t(ch.titleKey) + ': ' + (values.length ? WR.num(values[values.length - 1]) : '–'));
+    add('line', { x1: L, x2: W - R, y1: T, y2: T, class: 'axis' });
+    add('line', { x1: L, x2: W - R, y1: H - B, y2: H - B, class: 'axis' });
+    add('text', { x: L - 6, y: T + 4, 'text-anchor': 'end', class: 'tick' }, WR.num(max));
+    add('text', { x: L - 6, y: H - B + 4, 'text-anchor': 'end', class: 'tick' }, '0');
+    if (h.length < 2) {
+      add('text', { x: (L + W - R) / 2, y: H / 2, 'text-anchor': 'middle', class: 'tick' }, t('collecting'));
+      return;
+    }
+    // The window grows with the data (at least 10 s) up to ten minutes, then scrolls.
+    const now = Date.now();
+    const span = Math.min(HISTORY_MS, Math.max(10 * 1000, now - h[0].t));
+    const x = (ts) => L + ((ts - (now - span)) / span) * (W - L - R);
+    const y = (v) => H - B - (v / max) * (H - T - B);
+    const pts = h.map((p) => [x(p.t).toFixed(1), y(value(p)).toFixed(1)]);
+    const line = pts.map((p, i) => (i ? 'L' : 'M') + p[0] + ',' + p[1]).join(' ');
+    const area = line + ' L' + pts[pts.length - 1][0] + ',' + (H - B) + ' L' + pts[0][0] + ',' + (H - B) + ' Z';
+    add('path', { d: area, class: 'area' });
+    add('path', { d: line, class: 'line' });
+    const ago = span < 90 * 1000 ? t('agoSec', { s: Math.round(span / 1000) }) : t('ago', { m: Math.round(span / 60000) });
+    add('text', { x: L, y: H - 4, class: 'tick' }, ago);
+    add('text', { x: W - R, y: H - 4, 'text-anchor': 'end', class: 'tick' }, t('now'));
+  }
+
+  function niceMax(v) {
+    const p = Math.pow(10, Math.floor(Math.log10(v)));
+    for (const m of [1, 2, 5, 10]) if (v <= m * p) return m * p;
+    return 10 * p;
+  }
+
+  // ---- actions -----------------------------------------------------------------------------
+
+  // A short confirmation under the summary; it fades after a few seconds.
+  let toastTimer = null;
+  function toast(msg) {
+    const n = el('toast');
+    n.textContent = msg;
+    clearTimeout(toastTimer);
+    toastTimer = setTimeout(() => { n.textContent = ''; }, 6000);
+  }
+
+  function failed(r) {
+    toast(r.data && r.data.error ? r.data.error.message : t('unreachable'));
+  }
+
+  async function togglePause(id) {
+    const e = events.find((x) => x.event_id === id);
+    if (!e) return;
+    const action = e.paused ? 'resume' : 'pause';
+    const r = await api('POST', '/api/v1/admin/events/' + encodeURIComponent(id) + '/' + action, { token });
+    if (!r.ok) { failed(r); return; }
+    toast(t(action === 'pause' ? 'pausedMsg' : 'resumedMsg', { id }));
+    poll();
+  }
+
+  // Clearing removes every waiting person: the first click arms the button for five
+  // seconds, the second one clears. No modal dialog to trap keyboard or screen reader users.
+  async function clearLine(id, button) {
+    const c = cards.get(id);
+    const e = events.find((x) => x.event_id === id);
+    if (!c || !e) return;
+    if (!c.armed || Date.now() > c.armed) {
+      c.armed = Date.now() + 5000;
+      button.textContent = t('confirmClear', { n: WR.num(e.waiting) });
+      return;
+    }
+    c.armed = 0;
+    const r = await api('POST', '/api/v1/admin/events/' + encodeURIComponent(id) + '/clear', { token });
+    if (!r.ok) { failed(r); return; }
+    toast(t('cleared', { n: WR.num(r.data.cleared), id }));
+    poll();
+  }
+
+  const FIELDS = ['name', 'max_active', 'overbooking_ratio', 'admit_per_minute', 'max_queue_length',
+    'ready_ttl_sec', 'waiting_idle_sec', 'session_idle_sec', 'session_max_sec', 'target_url'];
+  const NULLABLE = new Set(['admit_per_minute', 'max_queue_length', 'target_url']);
+
+  function fillForm(id) {
+    const e = events.find((x) => x.event_id === id);
+    if (!e) return;
+    el('f-event_id').value = e.event_id;
+    for (const f of FIELDS) el('f-' + f).value = e[f] === null || e[f] === undefined ? '' : e[f];
+    el('f-paused').checked = !!e.paused;
+    el('f-accept_joins').checked = e.accept_joins !== false;
+    el('editor').open = true;
+    el('editor').scrollIntoView({ behavior: 'smooth', block: 'start' });
+    el('f-name').focus({ preventScroll: true });
+  }
+
+  el('event-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    el('form-error').textContent = '';
+    const id = el('f-event_id').value.trim();
+    if (!/^[A-Za-z0-9._-]{1,64}$/.test(id)) { el('form-error').textContent = t('badId'); return; }
+    const body = { paused: el('f-paused').checked, accept_joins: el('f-accept_joins').checked };
+    for (const f of FIELDS) {
+      const raw = el('f-' + f).value.trim();
+      if (raw === '') { if (NULLABLE.has(f)) body[f] = null; continue; }
+      body[f] = f === 'name' || f === 'target_url' ? raw : Number(raw);
+    }
+    const r = await api('PUT', '/api/v1/admin/events/' + encodeURIComponent(id), { token, body });
+    if (!r.ok) { el('form-error').textContent = r.data && r.data.error ? r.data.error.message : t('unreachable'); return; }
+    toast(t('saved', { id }));
+    poll();
+  });
+
+  WR.setup(TEXT, () => { if (token) render(); });
+  signedIn(!!token);
+})();

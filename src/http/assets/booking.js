@@ -1,0 +1,112 @@
+// The demo event's protected site. It does what a real booking site does with waitroom:
+// takes ?waitroom_token=, verifies it (POST /queue/verify), keeps the session alive while
+// the person books (POST /session/heartbeat), and ends it when they are done
+// (POST /session/complete), which hands the slot to the next person at once.
+'use strict';
+
+(() => {
+  const TEXT = {
+    en: {
+      brand: 'Demo booking', checking: 'Checking your access…', verified: '✓ Access verified',
+      welcome: 'Choose your seats', welcomeLead: 'Your turn came: the seats below are held for you while you book.',
+      left: 'Session time left: {t}', pick: 'Choose your seats',
+      floor: 'Floor, standing', balcony: 'Balcony, seated', complete: 'Complete booking',
+      doneTitle: 'Booking complete', doneLead: 'Thank you! Your seats are booked and your place was handed to the next person.',
+      invalid: 'This link is not valid', invalidLead: 'The access token is missing, expired, or its session has ended. Please join the line again.',
+      back: 'Back to the start', rejoin: 'Go to the waiting room', failed: 'Could not complete the booking. Please try again.',
+      demoNote: 'This is the built-in demo site: nothing is charged.', title: 'Demo booking',
+    },
+    ko: {
+      brand: '데모 예매', checking: '입장 권한을 확인하는 중…', verified: '✓ 입장이 확인되었습니다',
+      welcome: '좌석을 선택하세요', welcomeLead: '차례가 되었습니다. 예매하는 동안 아래 좌석이 확보되어 있습니다.',
+      left: '남은 세션 시간: {t}', pick: '좌석 선택',
+      floor: '플로어 스탠딩', balcony: '발코니 지정석', complete: '예매 완료하기',
+      doneTitle: '예매가 완료되었습니다', doneLead: '감사합니다! 좌석이 예매되었고, 자리는 다음 분께 넘어갔습니다.',
+      invalid: '유효하지 않은 링크입니다', invalidLead: '입장 토큰이 없거나 만료되었거나 세션이 끝났습니다. 다시 줄을 서 주세요.',
+      back: '처음으로', rejoin: '대기실로 가기', failed: '예매를 완료하지 못했습니다. 다시 시도해 주세요.',
+      demoNote: '내장 데모 사이트입니다. 실제로 결제되지 않습니다.', title: '데모 예매',
+    },
+  };
+  const { t, api, el, show, store } = WR;
+  const KEY = 'waitroom:access';
+  let token = null;
+  let claims = null;
+  let phase = 'checking';
+  let timer = null;
+
+  // Take the token out of the address bar (it should not linger in history or be shared by
+  // copying the URL); keep it for reloads of this tab only.
+  const params = new URLSearchParams(location.search);
+  if (params.get('waitroom_token')) {
+    token = params.get('waitroom_token');
+    store.set('sessionStorage', KEY, token);
+    params.delete('waitroom_token');
+    const rest = params.toString();
+    history.replaceState(null, '', location.pathname + (rest ? '?' + rest : ''));
+  } else {
+    token = store.get('sessionStorage', KEY);
+  }
+
+  function mmss(sec) {
+    sec = Math.max(0, Math.floor(sec));
+    return Math.floor(sec / 60) + ':' + String(sec % 60).padStart(2, '0');
+  }
+
+  function render() {
+    const titles = { checking: 'checking', booking: 'welcome', done: 'doneTitle', invalid: 'invalid' };
+    const leads = { checking: '', booking: 'welcomeLead', done: 'doneLead', invalid: 'invalidLead' };
+    el('booking-status').textContent = t(titles[phase]);
+    el('booking-lead').textContent = leads[phase] ? t(leads[phase]) : '';
+    show('booking-form', phase === 'booking');
+    show('done', phase === 'done');
+    show('invalid', phase === 'invalid');
+    show('badge', phase === 'done');
+    if (claims && phase === 'booking') {
+      el('session-left').textContent = t('left', { t: mmss(claims.expires_at - Date.now() / 1000) });
+    }
+    const waitUrl = claims ? '/wait/' + encodeURIComponent(claims.event_id) : '/';
+    el('rejoin').href = waitUrl;
+    el('back').href = waitUrl;
+    document.title = t('title');
+  }
+
+  async function verify() {
+    if (!token) { phase = 'invalid'; render(); return; }
+    const r = await api('POST', '/api/v1/queue/verify', { token });
+    if (!r.ok) { phase = 'invalid'; store.del('sessionStorage', KEY); render(); return; }
+    claims = r.data;
+    phase = 'booking';
+    const ev = await api('GET', '/api/v1/events/' + encodeURIComponent(claims.event_id));
+    if (ev.ok) el('event-name').textContent = ev.data.name || ev.data.event_id;
+    render();
+    // Countdown each second; a session heartbeat every 20 s keeps an idle session open.
+    let n = 0;
+    timer = setInterval(() => {
+      n += 1;
+      if (n % 20 === 0) api('POST', '/api/v1/session/heartbeat', { token });
+      render();
+    }, 1000);
+  }
+
+  async function complete(e) {
+    e.preventDefault();
+    el('complete').disabled = true;
+    el('booking-error').textContent = '';
+    const r = await api('POST', '/api/v1/session/complete', { token });
+    el('complete').disabled = false;
+    if (!r.ok) {
+      if (r.status === 401) { phase = 'invalid'; render(); } else el('booking-error').textContent = t('failed');
+      return;
+    }
+    clearInterval(timer);
+    store.del('sessionStorage', KEY);
+    // The place in the waiting room is over; a later visit should join afresh.
+    store.del('localStorage', 'waitroom:place:' + claims.event_id);
+    phase = 'done';
+    render();
+  }
+
+  WR.setup(TEXT, render);
+  el('booking-form').addEventListener('submit', complete);
+  verify();
+})();

@@ -1,0 +1,111 @@
+// Shared by every waitroom page: language choice (Korean or English, from the browser,
+// switchable and remembered), text lookup, number and duration formatting, and one fetch
+// helper that always answers {ok, status, code, data} so pages never deal with exceptions.
+'use strict';
+
+window.WR = (() => {
+  const LANG_KEY = 'waitroom:lang';
+  const store = {
+    get(area, k) { try { return window[area].getItem(k); } catch (_) { return null; } },
+    set(area, k, v) { try { window[area].setItem(k, v); } catch (_) { /* private mode */ } },
+    del(area, k) { try { window[area].removeItem(k); } catch (_) { /* private mode */ } },
+  };
+
+  function pickLang() {
+    const q = new URLSearchParams(location.search).get('lang');
+    if (q === 'ko' || q === 'en') { store.set('localStorage', LANG_KEY, q); return q; }
+    const saved = store.get('localStorage', LANG_KEY);
+    if (saved === 'ko' || saved === 'en') return saved;
+    const first = (navigator.languages && navigator.languages[0]) || navigator.language || 'en';
+    return first.toLowerCase().startsWith('ko') ? 'ko' : 'en';
+  }
+
+  let lang = pickLang();
+  let texts = { en: {}, ko: {} };
+  const listeners = [];
+
+  function t(key, vars) {
+    let s = texts[lang][key];
+    if (s === undefined) s = texts.en[key];
+    if (s === undefined) s = key;
+    if (vars) for (const k of Object.keys(vars)) s = s.split('{' + k + '}').join(String(vars[k]));
+    return s;
+  }
+
+  function apply() {
+    document.documentElement.lang = lang;
+    for (const el of document.querySelectorAll('[data-i18n]')) el.textContent = t(el.dataset.i18n);
+    for (const el of document.querySelectorAll('[data-i18n-placeholder]')) {
+      el.placeholder = t(el.dataset.i18nPlaceholder);
+    }
+    for (const el of document.querySelectorAll('[data-i18n-label]')) {
+      el.setAttribute('aria-label', t(el.dataset.i18nLabel));
+    }
+    const btn = document.getElementById('lang');
+    if (btn) {
+      // The button names the *other* language, in that language.
+      btn.textContent = lang === 'ko' ? 'English' : '한국어';
+      btn.lang = lang === 'ko' ? 'en' : 'ko';
+      btn.setAttribute('aria-label', lang === 'ko' ? 'Switch to English' : '한국어로 보기');
+    }
+    for (const f of listeners) f(lang);
+  }
+
+  function setup(dict, onChange) {
+    texts = dict;
+    if (onChange) listeners.push(onChange);
+    const btn = document.getElementById('lang');
+    if (btn) {
+      btn.addEventListener('click', () => {
+        lang = lang === 'ko' ? 'en' : 'ko';
+        store.set('localStorage', LANG_KEY, lang);
+        apply();
+      });
+    }
+    apply();
+  }
+
+  function locale() { return lang === 'ko' ? 'ko-KR' : 'en-US'; }
+
+  function num(n) {
+    if (n === null || n === undefined || Number.isNaN(n)) return '–';
+    return new Intl.NumberFormat(locale()).format(n);
+  }
+
+  // "about 3 min" / "약 3분": waits are estimates, so they are rounded up to whole minutes.
+  function duration(sec) {
+    sec = Math.max(0, Math.round(sec || 0));
+    if (sec < 60) return t('durSoon');
+    const mins = Math.ceil(sec / 60);
+    if (mins < 60) return t('durMin', { m: mins });
+    return t('durHour', { h: Math.floor(mins / 60), m: mins % 60 });
+  }
+
+  // One call to the API. `token` goes to `Authorization: Bearer`.
+  async function api(method, path, opts = {}) {
+    const headers = {};
+    let body;
+    if (opts.body !== undefined) {
+      headers['content-type'] = 'application/json';
+      body = JSON.stringify(opts.body);
+    }
+    if (opts.token) headers.authorization = 'Bearer ' + opts.token;
+    let res;
+    try {
+      res = await fetch(path, { method, headers, body, cache: 'no-store' });
+    } catch (_) {
+      return { ok: false, status: 0, code: 'NETWORK', data: null };
+    }
+    let data = null;
+    try { data = await res.json(); } catch (_) { /* empty body */ }
+    const code = !res.ok && data && data.error ? data.error.code : null;
+    const retry = Number(res.headers.get('retry-after')) || null;
+    return { ok: res.ok, status: res.status, code, data, retry };
+  }
+
+  function el(id) { return document.getElementById(id); }
+
+  function show(id, visible) { const e = el(id); if (e) e.hidden = !visible; }
+
+  return { t, setup, apply, num, duration, api, el, show, store, lang: () => lang, locale };
+})();

@@ -1,0 +1,55 @@
+// The landing page: the events a person can join, refreshed every few seconds.
+'use strict';
+
+(() => {
+  const TEXT = {
+    en: {
+      brand: 'Waiting room', title: 'Choose an event', empty: 'No sale is open right now.',
+      lead: 'Join the line of the sale you came for. Your place is kept while this page stays open.',
+      inLine: '{n} in line', paused: 'paused', closed: 'not taking new people', join: 'Join the line',
+      operators: 'Operator dashboard',
+    },
+    ko: {
+      brand: '대기실', title: '이벤트를 선택하세요', empty: '지금 열려 있는 판매가 없습니다.',
+      lead: '원하는 판매의 대기열에 들어가세요. 페이지를 열어 두는 동안 순서가 유지됩니다.',
+      inLine: '{n}명 대기 중', paused: '입장 일시 중지', closed: '새 입장 받지 않음', join: '줄 서기',
+      operators: '운영자 대시보드',
+    },
+  };
+  const { t, api, el } = WR;
+  let events = [];
+
+  function render() {
+    const list = el('events');
+    list.replaceChildren();
+    for (const e of events) {
+      const li = document.createElement('li');
+      const text = document.createElement('div');
+      const name = document.createElement('strong');
+      name.textContent = e.name || e.event_id;
+      const meta = document.createElement('span');
+      meta.className = 'meta';
+      const bits = [t('inLine', { n: WR.num(e.queue_length) })];
+      if (e.paused) bits.push(t('paused'));
+      if (!e.accept_joins) bits.push(t('closed'));
+      meta.textContent = bits.join(' · ');
+      text.append(name, meta);
+      const a = document.createElement('a');
+      a.className = 'button primary small';
+      a.href = '/wait/' + encodeURIComponent(e.event_id);
+      a.textContent = t('join');
+      li.append(text, a);
+      list.append(li);
+    }
+    el('empty').hidden = events.length > 0;
+  }
+
+  async function load() {
+    const r = await api('GET', '/api/v1/events');
+    if (r.ok) { events = r.data; render(); }
+  }
+
+  WR.setup(TEXT, render);
+  load();
+  setInterval(load, 5000);
+})();

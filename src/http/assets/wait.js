@@ -1,0 +1,354 @@
+// The waiting room: joins (or resumes the place kept in localStorage, so a reload never
+// loses it), shows position, people in line and estimated wait, follows the place live over
+// a WebSocket (polling GET /queue/status while the socket is down), and when the turn comes,
+// enters and forwards to the event's target_url with ?waitroom_token=<access token>.
+//
+// Closing the tab sends nothing on purpose: a closed tab or a network blip must not cost the
+// place; only its heartbeat lapsing does. Only the Leave button gives the place up.
+'use strict';
+
+(() => {
+  const TEXT = {
+    en: {
+      brand: 'Waiting room', yourPosition: 'Your place in line', inLine: 'People in line',
+      eta: 'Estimated wait', progress: 'Progress through the line',
+      joining: 'Joining the line…', resuming: 'Finding your place…',
+      waiting: 'You are in line', waitingLead: 'Keep this page open. When it is your turn, you will be taken to the site automatically.',
+      paused: 'Admissions are paused for a moment. Your place is kept.',
+      ready: 'It is your turn!', readyLead: 'Taking you to the site…',
+      active: 'You are in', activeLead: 'Your session is open. Continue to the site.',
+      left: 'You left the line', leftLead: 'Your place was given up. You can join again at the back of the line.',
+      expired: 'Your place expired', expiredLead: 'This page was closed or offline for too long. You can join again.',
+      cleared: 'The line was cleared', clearedLead: 'The organiser closed this line. You can try to join again.',
+      gone: 'Your place has ended', goneLead: 'This place is no longer in the line. You can join again.',
+      notFound: 'This event does not exist', notFoundLead: 'Please check the address of this page.',
+      closed: 'This line is closed', closedLead: 'The event is not taking new people right now. Please try again later.',
+      full: 'The line is full', fullLead: 'Trying again in a few seconds…',
+      offline: 'Reconnecting…', offlineLead: 'Your place is kept while we reconnect.',
+      noTarget: 'You are admitted, but this event has no site to continue to.',
+      joinAgain: 'Join the line again', leave: 'Leave the line', continue: 'Continue to the site',
+      live: 'Live updates', polling: 'Updating every few seconds', connecting: 'Connecting…',
+      fineprint: 'Reloading this page keeps your place. If it stays closed for more than {d}, your place is given up.',
+      announce: 'You are number {n} in line.', announceReady: 'It is your turn.',
+      durSoon: 'under 1 min', durMin: 'about {m} min', durHour: 'about {h} h {m} min',
+      durExact: '{m} minutes', durOne: '1 minute', title: 'Waiting room',
+    },
+    ko: {
+      brand: '대기실', yourPosition: '나의 대기 순서', inLine: '대기 인원',
+      eta: '예상 대기 시간', progress: '대기 진행률',
+      joining: '대기열에 들어가는 중…', resuming: '순서를 확인하는 중…',
+      waiting: '대기 중입니다', waitingLead: '이 페이지를 열어 두세요. 차례가 되면 자동으로 사이트로 이동합니다.',
+      paused: '입장이 잠시 멈췄습니다. 대기 순서는 그대로 유지됩니다.',
+      ready: '입장 차례입니다!', readyLead: '사이트로 이동하는 중…',
+      active: '입장했습니다', activeLead: '세션이 열려 있습니다. 사이트로 이동하세요.',
+      left: '대기열에서 나왔습니다', leftLead: '대기 순서를 포기했습니다. 다시 들어가면 맨 뒤에 줄을 섭니다.',
+      expired: '대기 순서가 만료되었습니다', expiredLead: '페이지가 너무 오래 닫혀 있었거나 연결이 끊겼습니다. 다시 들어갈 수 있습니다.',
+      cleared: '대기열이 정리되었습니다', clearedLead: '주최 측이 대기열을 닫았습니다. 다시 들어가 볼 수 있습니다.',
+      gone: '대기 순서가 끝났습니다', goneLead: '이 순서는 더 이상 대기열에 없습니다. 다시 들어갈 수 있습니다.',
+      notFound: '존재하지 않는 이벤트입니다', notFoundLead: '페이지 주소를 확인해 주세요.',
+      closed: '대기열이 닫혀 있습니다', closedLead: '지금은 새로 입장을 받지 않습니다. 나중에 다시 시도해 주세요.',
+      full: '대기열이 가득 찼습니다', fullLead: '잠시 후 다시 시도합니다…',
+      offline: '다시 연결하는 중…', offlineLead: '연결하는 동안 대기 순서는 유지됩니다.',
+      noTarget: '입장이 허용되었지만 이 이벤트에는 이동할 사이트가 없습니다.',
+      joinAgain: '다시 줄 서기', leave: '대기열 나가기', continue: '사이트로 이동',
+      live: '실시간 업데이트 중', polling: '몇 초마다 업데이트 중', connecting: '연결 중…',
+      fineprint: '새로고침해도 대기 순서는 유지됩니다. 페이지를 {d} 넘게 닫아 두면 순서가 취소됩니다.',
+      announce: '현재 대기 순서는 {n}번입니다.', announceReady: '입장 차례입니다.',
+      durSoon: '1분 미만', durMin: '약 {m}분', durHour: '약 {h}시간 {m}분',
+      durExact: '{m}분', durOne: '1분', title: '대기실',
+    },
+  };
+
+  const { t, api, el, show, store } = WR;
+  const eventId = decodeURIComponent(location.pathname.replace(/^\/wait\//, '').replace(/\/+$/, ''));
+  const PLACE_KEY = 'waitroom:place:' + eventId;
+  const UID_KEY = 'waitroom:uid';
+  const POLL_MS = 3000;
+  const CLIENT_HEARTBEAT_MS = 15000;
+
+  let info = null;              // the public event (name, target_url, paused)
+  let place = loadPlace();      // {token, start}
+  let phase = 'init';           // init | joining | waiting | ready | active | ended | offline
+  let ended = null;             // which ended screen
+  let figures = null;           // last {position, queue_length, eta_sec}
+  let ws = null;
+  let wsTimer = null, pollTimer = null, reconnectTimer = null, infoTimer = null;
+  let backoff = 1000;
+  let lastAnnounced = { n: null, at: 0 };
+  let liveMode = 'connecting';
+
+  function loadPlace() {
+    try { return JSON.parse(store.get('localStorage', PLACE_KEY)) || null; } catch (_) { return null; }
+  }
+  function savePlace() { store.set('localStorage', PLACE_KEY, JSON.stringify(place)); }
+  function forgetPlace() { place = null; store.del('localStorage', PLACE_KEY); }
+
+  // One anonymous id per browser, so that two tabs share one place (joins are idempotent per
+  // user) instead of queueing twice.
+  function userId() {
+    let u = store.get('localStorage', UID_KEY);
+    if (!u) {
+      const b = new Uint8Array(16);
+      crypto.getRandomValues(b);
+      u = 'web-' + Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
+      store.set('localStorage', UID_KEY, u);
+    }
+    return u;
+  }
+
+  // ---- rendering --------------------------------------------------------------------------
+
+  function render() {
+    const card = el('card');
+    card.classList.toggle('state-ended', phase === 'ended');
+    el('event-name').textContent = info ? (info.name || info.event_id) : eventId;
+    const waitingLike = phase === 'waiting' || phase === 'joining' || phase === 'init' || phase === 'offline';
+    show('figures', waitingLike || phase === 'ready');
+    show('leave', phase === 'waiting' || phase === 'offline');
+    show('join', phase === 'ended' && ended !== 'notFound');
+    show('continue', phase === 'active');
+    show('live-note', phase === 'waiting' || phase === 'offline');
+    show('paused', phase === 'waiting' && info && info.paused);
+    el('paused').textContent = t('paused');
+
+    let title, lead;
+    const badge = el('badge');
+    badge.hidden = true;
+    switch (phase) {
+      case 'init': title = t(place ? 'resuming' : 'joining'); lead = ''; break;
+      case 'joining': title = t('joining'); lead = ''; break;
+      case 'waiting': title = t('waiting'); lead = t('waitingLead'); break;
+      case 'offline': title = t('offline'); lead = t('offlineLead'); break;
+      case 'ready': title = t('ready'); lead = info && info.target_url ? t('readyLead') : t('noTarget');
+        badge.hidden = false; badge.textContent = '✓'; break;
+      case 'active': title = t('active'); lead = t('activeLead'); badge.hidden = false; badge.textContent = '✓'; break;
+      case 'ended': title = t(ended); lead = t(ended + 'Lead'); badge.hidden = false; badge.textContent = '–'; break;
+      default: title = ''; lead = '';
+    }
+    el('status').textContent = title;
+    el('message').textContent = lead;
+
+    const f = figures;
+    const ready = phase === 'ready';
+    el('position').textContent = ready ? '✓' : f && f.position ? WR.num(f.position) : '–';
+    el('queue-length').textContent = f ? WR.num(f.queue_length) : '–';
+    el('eta').textContent = ready ? '–' : f && f.position ? WR.duration(f.eta_sec) : '–';
+    let pct = 0;
+    if (ready) pct = 100;
+    else if (f && f.position && place && place.start) {
+      pct = ((place.start - f.position + 1) / place.start) * 100;
+    }
+    pct = Math.max(3, Math.min(100, Math.round(pct)));
+    el('bar').style.width = pct + '%';
+    el('progress').setAttribute('aria-valuenow', String(pct));
+
+    el('live-dot').className = 'dot ' + liveMode;
+    el('live-text').textContent = t(liveMode);
+    const idle = info && info.waiting_idle_sec ? info.waiting_idle_sec : 300;
+    el('fineprint').textContent = phase === 'waiting' || phase === 'offline'
+      ? t('fineprint', { d: idleText(idle) })
+      : '';
+    const base = t('title');
+    document.title = phase === 'waiting' && f && f.position
+      ? '(' + WR.num(f.position) + ') ' + (info && info.name ? info.name : base)
+      : (info && info.name ? info.name + ' · ' : '') + base;
+  }
+
+  function idleText(sec) {
+    if (sec < 60) return sec + (WR.lang() === 'ko' ? '초' : ' seconds');
+    const m = Math.round(sec / 60);
+    return m === 1 ? t('durOne') : t('durExact', { m });
+  }
+
+  // Screen readers hear the position when it changes, but not more than every 15 s (a
+  // fast-moving line would otherwise talk over everything); the last few places always.
+  function announce() {
+    if (phase === 'ready') { el('announce').textContent = t('announceReady'); return; }
+    if (phase !== 'waiting' || !figures || !figures.position) return;
+    const n = figures.position;
+    const now = Date.now();
+    if (n !== lastAnnounced.n && (now - lastAnnounced.at > 15000 || n <= 3)) {
+      lastAnnounced = { n, at: now };
+      el('announce').textContent = t('announce', { n: WR.num(n) });
+    }
+  }
+
+  function setPhase(p, which) {
+    phase = p;
+    if (which !== undefined) ended = which;
+    render();
+    announce();
+  }
+
+  // ---- the place ---------------------------------------------------------------------------
+
+  async function loadInfo() {
+    const r = await api('GET', '/api/v1/events/' + encodeURIComponent(eventId));
+    if (r.ok) info = r.data;
+    return r;
+  }
+
+  async function start() {
+    const r = await loadInfo();
+    if (r.code === 'EVENT_NOT_FOUND' || r.code === 'INVALID_REQUEST') { endWith('notFound'); return; }
+    render();
+    if (place && place.token) await resume();
+    else await join();
+    infoTimer = setInterval(async () => { if (phase === 'waiting') { await loadInfo(); render(); } }, 15000);
+  }
+
+  async function resume() {
+    const r = await api('GET', '/api/v1/queue/status?token=' + encodeURIComponent(place.token));
+    if (r.ok) { onStatus(r.data); connect(); return; }
+    if (r.status === 0 || r.status >= 500) { setPhase('offline'); setTimeout(resume, POLL_MS); return; }
+    forgetPlace();
+    endWith(r.code === 'TOKEN_EXPIRED' ? 'expired' : 'gone');
+  }
+
+  async function join() {
+    stopLive();
+    figures = null;
+    setPhase('joining');
+    const r = await api('POST', '/api/v1/queue/join', { body: { event_id: eventId, user_id: userId() } });
+    if (r.ok) {
+      const prev = place && place.token === r.data.waiting_token ? place.start : null;
+      place = { token: r.data.waiting_token, start: prev || r.data.position || 1 };
+      savePlace();
+      onStatus(r.data);
+      connect();
+      return;
+    }
+    if (r.code === 'EVENT_NOT_FOUND') endWith('notFound');
+    else if (r.code === 'EVENT_CLOSED') endWith('closed');
+    else if (r.code === 'QUEUE_FULL') { endWith('full'); setTimeout(join, (r.retry || 10) * 1000); }
+    else { setPhase('offline'); setTimeout(join, POLL_MS); }
+  }
+
+  function endWith(which) {
+    stopLive();
+    figures = null;
+    setPhase('ended', which);
+  }
+
+  // A status answer or a queue-update message.
+  function onStatus(d) {
+    if (d.status === 'admitted') { onReady(); return; }
+    if (d.status === 'active') { stopLive(); setPhase('active'); return; }
+    figures = { position: d.position, queue_length: d.queue_length, eta_sec: d.eta_sec };
+    if (place && d.position > (place.start || 0)) { place.start = d.position; savePlace(); }
+    if (phase !== 'ready') setPhase('waiting');
+  }
+
+  function onReady() {
+    if (phase === 'ready') return;
+    stopLive();
+    setPhase('ready');
+    enter();
+  }
+
+  async function enter() {
+    const r = await api('POST', '/api/v1/queue/enter', { body: { waiting_token: place.token } });
+    if (r.ok) { go(r.data.access_token); return; }
+    if (r.code === 'NOT_READY') { phase = 'waiting'; resume(); return; }
+    if (r.code === 'TOKEN_EXPIRED') { forgetPlace(); endWith('expired'); return; }
+    if (r.code === 'TOKEN_NOT_FOUND') { forgetPlace(); endWith('gone'); return; }
+    setTimeout(enter, 2000);
+  }
+
+  function go(accessToken) {
+    const target = info && info.target_url;
+    if (!target) { render(); return; }
+    const url = new URL(target, location.href);
+    url.searchParams.set('waitroom_token', accessToken);
+    location.assign(url.toString());
+  }
+
+  function leave() {
+    if (!place) return;
+    const body = JSON.stringify({ token: place.token });
+    // A beacon survives the tab closing right after the click; fetch is the fallback.
+    const queued = navigator.sendBeacon && navigator.sendBeacon('/api/v1/queue/leave', body);
+    if (!queued) {
+      fetch('/api/v1/queue/leave', {
+        method: 'POST', headers: { 'content-type': 'application/json' }, body, keepalive: true,
+      }).catch(() => {});
+    }
+    forgetPlace();
+    endWith('left');
+  }
+
+  // ---- live updates ------------------------------------------------------------------------
+
+  function handle(msg) {
+    switch (msg.type) {
+      case 'queue-update': onStatus(msg); break;
+      case 'queue-ready': onReady(); break;
+      case 'queue-expired': forgetPlace(); endWith('expired'); break;
+      case 'queue-cleared': forgetPlace(); endWith('cleared'); break;
+      case 'queue-left': forgetPlace(); endWith(msg.reason === 'completed' ? 'gone' : 'left'); break;
+      default: break;
+    }
+  }
+
+  function following() { return phase === 'waiting' || phase === 'offline'; }
+
+  function setLive(mode) { liveMode = mode; render(); }
+
+  function connect() {
+    if (!place || ws || !following()) return;
+    if (!('WebSocket' in window)) { startPolling(); return; }
+    const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
+    const sock = new WebSocket(proto + '//' + location.host + '/api/v1/queue/ws?token=' + encodeURIComponent(place.token));
+    ws = sock;
+    sock.onopen = () => {
+      backoff = 1000;
+      stopPolling();
+      setLive('live');
+      // The browser answers the server's pings by itself; this is a second, visible sign.
+      wsTimer = setInterval(() => { if (sock.readyState === 1) sock.send('{"type":"heartbeat"}'); }, CLIENT_HEARTBEAT_MS);
+    };
+    sock.onmessage = (e) => { try { handle(JSON.parse(e.data)); } catch (_) { /* not ours */ } };
+    sock.onclose = () => {
+      clearInterval(wsTimer);
+      if (ws === sock) ws = null;
+      if (!following()) return;
+      startPolling();
+      reconnectTimer = setTimeout(connect, backoff);
+      backoff = Math.min(backoff * 2, 30000);
+    };
+  }
+
+  function startPolling() {
+    if (pollTimer) return;
+    setLive('polling');
+    const tick = async () => {
+      if (!place || !following()) { stopPolling(); return; }
+      const r = await api('GET', '/api/v1/queue/status?token=' + encodeURIComponent(place.token));
+      if (r.ok) onStatus(r.data);
+      else if (r.code === 'TOKEN_EXPIRED') { forgetPlace(); endWith('expired'); }
+      else if (r.code === 'TOKEN_NOT_FOUND' || r.code === 'EVENT_NOT_FOUND') { forgetPlace(); endWith('gone'); }
+      else if (phase === 'waiting') setPhase('offline');
+    };
+    tick();
+    pollTimer = setInterval(tick, POLL_MS);
+  }
+
+  function stopPolling() { clearInterval(pollTimer); pollTimer = null; }
+
+  function stopLive() {
+    stopPolling();
+    clearTimeout(reconnectTimer);
+    clearInterval(wsTimer);
+    if (ws) { const s = ws; ws = null; s.onclose = null; s.close(); }
+  }
+
+  // ---- wiring -----------------------------------------------------------------------------
+
+  WR.setup(TEXT, render);
+  el('leave').addEventListener('click', leave);
+  el('join').addEventListener('click', join);
+  el('continue').addEventListener('click', (e) => { e.preventDefault(); enter(); });
+  // Back from the site through the browser's cache: the page may be stale; look again.
+  window.addEventListener('pageshow', (e) => { if (e.persisted && place) { phase = 'init'; resume(); } });
+  start();
+})();

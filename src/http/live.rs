@@ -1,0 +1,194 @@
+//! The live endpoints: `GET /queue/ws` (WebSocket) and `GET /queue/events` (Server-Sent
+//! Events). Both run one [`Follower`] (see [`crate::live`]) and differ only in framing and
+//! in how the client shows it is still there.
+//!
+//! The token is checked and the place read *before* the upgrade or the stream starts, so a
+//! forged token or an ended place gets the same JSON error as `GET /queue/status`, and a
+//! stream once open always begins with a `queue-update`.
+//!
+//! - **WebSocket**: text frames with the JSON messages. The server pings once per heartbeat
+//!   period; a pong, a `{"type": "heartbeat"}` or any other client message is the sign of
+//!   life that lets the next period renew the place's heartbeat. A client that stops
+//!   answering is not disconnected (its place lapses on its own if it never comes back);
+//!   a closed socket ends nothing.
+//! - **SSE**: `event: queue-update` / `data: {…}`; an open stream counts as a heartbeat,
+//!   and a comment every [`SSE_KEEP_ALIVE`] keeps proxies from timing it out and reveals a
+//!   vanished client through a failed write.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::Stream;
+
+use super::error::{AppError, AppResult};
+use super::extract::WaitingTokenNoBody;
+use crate::app::AppState;
+use crate::live::{Follower, LiveMessage};
+
+/// Read buffer of a live WebSocket. Clients send only tiny frames (heartbeats, pongs);
+/// tungstenite's default (128 KiB per connection) would cost gigabytes at 20,000 clients.
+pub const WS_READ_BUFFER: usize = 4 * 1024;
+/// Largest accepted client frame or message: a heartbeat is 20 bytes.
+pub const WS_MAX_MESSAGE: usize = 16 * 1024;
+/// Interval of SSE keep-alive comments.
+pub const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// WebSocket close codes (RFC 6455): normal closure after the final message; "going
+/// away" when the server shuts down (a client should reconnect later).
+const CLOSE_NORMAL: u16 = 1000;
+const CLOSE_GOING_AWAY: u16 = 1001;
+/// How long the server waits for the client's close frame after sending its own.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+/// `WebSocketUpgrade` with our rejection: a plain `GET` (no upgrade headers) gets
+/// `400 INVALID_REQUEST` rather than axum's plain-text 426.
+pub struct Upgrade(WebSocketUpgrade);
+
+impl<S: Send + Sync> FromRequestParts<S> for Upgrade {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        WebSocketUpgrade::from_request_parts(parts, state)
+            .await
+            .map(Upgrade)
+            .map_err(|r| AppError::invalid(format!("a WebSocket upgrade is required: {r}")))
+    }
+}
+
+/// `GET /queue/ws?token=…`
+pub async fn ws(
+    State(state): State<AppState>,
+    WaitingTokenNoBody(token): WaitingTokenNoBody,
+    upgrade: Result<Upgrade, AppError>,
+) -> AppResult<Response> {
+    // The token first, as on every end-user endpoint; then whether this is an upgrade.
+    state
+        .waiting
+        .parse(&token)
+        .map_err(|_| AppError::TokenInvalid)?;
+    let Upgrade(upgrade) = upgrade?;
+    let (follower, first) = Follower::start(&state, &token).await?;
+    Ok(upgrade
+        .read_buffer_size(WS_READ_BUFFER)
+        // Each message is written at once; live messages are small and rare per client.
+        .write_buffer_size(0)
+        .max_message_size(WS_MAX_MESSAGE)
+        .max_frame_size(WS_MAX_MESSAGE)
+        .on_upgrade(move |socket| serve_ws(socket, follower, first)))
+}
+
+async fn send(socket: &mut WebSocket, m: &LiveMessage) -> bool {
+    socket.send(Message::text(m.to_json())).await.is_ok()
+}
+
+/// Sends the close frame and waits (briefly) for the client's, as the closing handshake
+/// asks: dropping the connection at once could reset it before the client has read the
+/// final message.
+async fn close(socket: &mut WebSocket, code: u16, reason: &'static str) {
+    let frame = CloseFrame {
+        code,
+        reason: reason.into(),
+    };
+    if socket.send(Message::Close(Some(frame))).await.is_err() {
+        return;
+    }
+    let _ = tokio::time::timeout(CLOSE_WAIT, async {
+        while let Some(Ok(m)) = socket.recv().await {
+            if matches!(m, Message::Close(_)) {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
+async fn serve_ws(mut socket: WebSocket, mut follower: Follower, first: Vec<LiveMessage>) {
+    for m in &first {
+        if !send(&mut socket, m).await {
+            return;
+        }
+    }
+    if follower.is_done() {
+        close(&mut socket, CLOSE_NORMAL, "place ended").await;
+        return;
+    }
+    // The connection itself was the first sign of life.
+    let mut alive = true;
+    loop {
+        tokio::select! {
+            wake = follower.wait() => {
+                let step = follower.step(wake, alive).await;
+                if step.liveness_used {
+                    alive = false;
+                }
+                for m in &step.messages {
+                    if !send(&mut socket, m).await {
+                        return;
+                    }
+                }
+                if follower.is_done() {
+                    let ended = step.messages.last().is_some_and(LiveMessage::is_final);
+                    if ended {
+                        close(&mut socket, CLOSE_NORMAL, "place ended").await;
+                    } else {
+                        close(&mut socket, CLOSE_GOING_AWAY, "server shutting down").await;
+                    }
+                    return;
+                }
+                if step.ping && socket.send(Message::Ping(Bytes::new())).await.is_err() {
+                    return;
+                }
+            }
+            msg = socket.recv() => match msg {
+                // Gone or closed by the client: the place stays until its heartbeat lapses.
+                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return,
+                // Pongs, `{"type": "heartbeat"}`, anything: the client is there. (Pings are
+                // answered by the WebSocket layer itself.)
+                Some(Ok(_)) => alive = true,
+            }
+        }
+    }
+}
+
+/// `GET /queue/events?token=…`
+pub async fn events(
+    State(state): State<AppState>,
+    WaitingTokenNoBody(token): WaitingTokenNoBody,
+) -> AppResult<impl IntoResponse> {
+    let (follower, first) = Follower::start(&state, &token).await?;
+    Ok(Sse::new(sse_stream(follower, first)).keep_alive(KeepAlive::new().interval(SSE_KEEP_ALIVE)))
+}
+
+fn sse_event(m: &LiveMessage) -> Result<Event, Infallible> {
+    Ok(Event::default().event(m.kind()).data(m.to_json()))
+}
+
+/// The follower's messages as a stream that ends after the final one (or at shutdown).
+fn sse_stream(
+    follower: Follower,
+    first: Vec<LiveMessage>,
+) -> impl Stream<Item = Result<Event, Infallible>> + Send + 'static {
+    let pending: std::collections::VecDeque<LiveMessage> = first.into();
+    futures_util::stream::unfold(
+        (follower, pending),
+        |(mut follower, mut pending)| async move {
+            loop {
+                if let Some(m) = pending.pop_front() {
+                    return Some((sse_event(&m), (follower, pending)));
+                }
+                if follower.is_done() {
+                    return None;
+                }
+                let wake = follower.wait().await;
+                // An open stream is the sign of life.
+                pending.extend(follower.step(wake, true).await.messages);
+            }
+        },
+    )
+}

@@ -1,0 +1,211 @@
+//! The pages people see, embedded in the binary: the waiting room (`/wait/{event_id}`), the
+//! landing page (`/`), the demo event's booking page (`/demo/booking`) and the operator's
+//! dashboard (`/admin`), plus the public event list they read (`/api/v1/events`).
+//!
+//! Everything is plain HTML, CSS and JavaScript under `src/http/assets/`, compiled in with
+//! `include_str!`: one binary serves the whole journey, and no page loads anything from
+//! outside the server (no CDN, no web fonts). The pages are static; all data comes from the
+//! public API, so operators can restyle or replace them without touching the server. A
+//! strict Content-Security-Policy (same origin only, no inline script) makes an injected
+//! string in an event name harmless even if a page forgot to escape it.
+//!
+//! Assets answer with an `ETag` (a hash of their bytes) and `no-cache`, so browsers revalidate
+//! cheaply and never run a stale script after an upgrade.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::Json;
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::error::{AppError, AppResult};
+use super::extract::AppPath;
+use crate::app::AppState;
+use crate::core::validate_event_id;
+use crate::store::EventSnapshot;
+
+/// One embedded file.
+struct Asset {
+    content_type: &'static str,
+    body: &'static str,
+    etag: HeaderValue,
+}
+
+const HTML: &str = "text/html; charset=utf-8";
+const CSS: &str = "text/css; charset=utf-8";
+const JS: &str = "text/javascript; charset=utf-8";
+const SVG: &str = "image/svg+xml";
+
+/// Pages by name, and the files under `/assets/`.
+static ASSETS: LazyLock<HashMap<&'static str, Asset>> = LazyLock::new(|| {
+    let files: [(&str, &str, &str); 11] = [
+        ("index.html", HTML, include_str!("assets/index.html")),
+        ("wait.html", HTML, include_str!("assets/wait.html")),
+        ("booking.html", HTML, include_str!("assets/booking.html")),
+        ("admin.html", HTML, include_str!("assets/admin.html")),
+        ("style.css", CSS, include_str!("assets/style.css")),
+        ("common.js", JS, include_str!("assets/common.js")),
+        ("index.js", JS, include_str!("assets/index.js")),
+        ("wait.js", JS, include_str!("assets/wait.js")),
+        ("booking.js", JS, include_str!("assets/booking.js")),
+        ("admin.js", JS, include_str!("assets/admin.js")),
+        ("icon.svg", SVG, include_str!("assets/icon.svg")),
+    ];
+    files
+        .into_iter()
+        .map(|(name, content_type, body)| {
+            let hash = Sha256::digest(body.as_bytes());
+            let tag: String = hash[..8].iter().map(|b| format!("{b:02x}")).collect();
+            let etag = HeaderValue::from_str(&format!("\"{tag}\"")).expect("hex is a valid header");
+            (
+                name,
+                Asset {
+                    content_type,
+                    body,
+                    etag,
+                },
+            )
+        })
+        .collect()
+});
+
+/// Same origin only; no inline script or style. `connect-src 'self'` covers the page's own
+/// `ws://`/`wss://` origin in current browsers; both are named for older ones.
+const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+     connect-src 'self' ws: wss:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
+
+fn serve(name: &str, request: &HeaderMap) -> Response {
+    let Some(asset) = ASSETS.get(name) else {
+        return AppError::NotFound.into_response();
+    };
+    let fresh = request
+        .get(header::IF_NONE_MATCH)
+        .is_some_and(|v| v.as_bytes() == asset.etag.as_bytes());
+    let mut res = if fresh {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        ([(header::CONTENT_TYPE, asset.content_type)], asset.body).into_response()
+    };
+    let h = res.headers_mut();
+    h.insert(header::ETAG, asset.etag.clone());
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    if asset.content_type == HTML {
+        h.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(CSP),
+        );
+        // The booking page's URL carries an access token; it must not leak to other sites.
+        h.insert(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("no-referrer"),
+        );
+    }
+    res
+}
+
+/// `GET /`: the events a person can join; straight to the waiting room when there is just
+/// one (typically the demo), so a newcomer lands in a queue at once.
+pub async fn index(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if let Ok(events) = state.store.list_events(state.clock.now()).await {
+        if let [only] = events.as_slice() {
+            return Redirect::to(&format!("/wait/{}", only.event_id)).into_response();
+        }
+    }
+    serve("index.html", &headers)
+}
+
+/// `GET /wait/{event_id}`: the waiting room. Served for any well-formed id; the page itself
+/// tells the person when the event does not exist.
+pub async fn wait(path: AppPath<String>, headers: HeaderMap) -> AppResult<Response> {
+    let AppPath(id) = path;
+    validate_event_id(&id)?;
+    Ok(serve("wait.html", &headers))
+}
+
+/// `GET /demo/booking`: the demo event's protected site.
+pub async fn booking(headers: HeaderMap) -> Response {
+    serve("booking.html", &headers)
+}
+
+/// `GET /admin`: the dashboard; it asks for the admin token itself and calls the admin API.
+pub async fn admin(headers: HeaderMap) -> Response {
+    serve("admin.html", &headers)
+}
+
+/// `GET /assets/{file}`
+pub async fn asset(AppPath(name): AppPath<String>, headers: HeaderMap) -> Response {
+    if name.ends_with(".html") {
+        return AppError::NotFound.into_response();
+    }
+    serve(&name, &headers)
+}
+
+/// The public face of an event: what a person deciding to join may see. No user data, no
+/// admin settings beyond where the line leads.
+fn public_event(s: &EventSnapshot) -> Map<String, Value> {
+    let (c, f) = (&s.config, &s.figures);
+    let mut m = Map::new();
+    m.insert("event_id".into(), json!(s.event_id));
+    m.insert("name".into(), json!(c.name));
+    m.insert("queue_length".into(), json!(f.waiting));
+    m.insert("admitted".into(), json!(f.admitted));
+    m.insert("active".into(), json!(f.active));
+    m.insert("capacity".into(), json!(f.capacity));
+    m.insert("admitted_last_minute".into(), json!(f.admitted_last_minute));
+    m.insert("paused".into(), json!(c.paused));
+    m.insert("accept_joins".into(), json!(c.accept_joins));
+    m.insert("target_url".into(), json!(c.target_url));
+    // How long a closed page keeps its place: the waiting room tells people.
+    m.insert("waiting_idle_sec".into(), json!(c.waiting_idle_sec));
+    m
+}
+
+/// `GET /api/v1/events`: every event, public figures only, ordered by id.
+pub async fn list_events(State(state): State<AppState>) -> AppResult<Json<Vec<Value>>> {
+    let events = state.store.list_events(state.clock.now()).await?;
+    Ok(Json(
+        events
+            .iter()
+            .map(|s| Value::Object(public_event(s)))
+            .collect(),
+    ))
+}
+
+/// `GET /api/v1/events/{event_id}`: one event's public figures and its `target_url`.
+pub async fn get_event(
+    State(state): State<AppState>,
+    AppPath(id): AppPath<String>,
+) -> AppResult<Json<Map<String, Value>>> {
+    validate_event_id(&id)?;
+    let snap = state.store.get_event(&id, state.clock.now()).await?;
+    Ok(Json(public_event(&snap)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_asset_is_embedded_and_small() {
+        let total: usize = ASSETS.values().map(|a| a.body.len()).sum();
+        assert_eq!(ASSETS.len(), 11);
+        // Small enough to load instantly on a phone on a poor network.
+        assert!(total < 120 * 1024, "assets grew to {total} bytes");
+        for (name, a) in ASSETS.iter() {
+            // The SVG namespace is a name, not a download; any other absolute URL would be.
+            let outside = a.body.replace("http://www.w3.org/2000/svg", "");
+            assert!(
+                !outside.contains("http://") && !outside.contains("https://"),
+                "{name} must not load anything from outside the server"
+            );
+        }
+    }
+}

@@ -1,0 +1,774 @@
+//! Live updates: what the WebSocket (`/queue/ws`) and Server-Sent Events (`/queue/events`)
+//! endpoints push to one place, and the hub that turns the store's notices into those pushes.
+//!
+//! **Why a hub.** The store publishes a broadcast of [`Notice`]s (admitted, ended, moved),
+//! relayed from every node when the backend is shared. Giving each of ~20,000 connections its
+//! own broadcast receiver would make every notice cost O(connections) wake-ups and clones,
+//! and a crowd moving at once would wake every connection once per move. Instead, **one**
+//! task, [`Live`]'s hub, receives the notices and routes them:
+//! - `Admitted` and `Ended` name one place: the hub looks it up in a map (event → seq →
+//!   signal) and wakes only that place's connections, at once. Places followed by no
+//!   connection on this node cost one map lookup.
+//! - `Moved` says "positions in this event may have changed". The hub marks the event dirty
+//!   and, at most every [`COALESCE`], bumps one `watch` per event; the connections of that
+//!   event then re-read their own position (a `peek`, which renews nothing) and push an
+//!   update only when it changed. A storm of a thousand moves costs each connection at most
+//!   one re-read per [`COALESCE`]; a lone move is pushed at once.
+//! - A lagged receiver (the hub fell more than the store's buffer behind) may have missed
+//!   admissions and ends: every followed event is then treated as moved, and since a re-read
+//!   also reveals admission and ends, nobody is left waiting on a lost notice.
+//!
+//! The hub starts on the first live connection (so any [`AppState`], tests and embedders
+//! included, gets working pushes without a wiring step, and a node nobody follows pays
+//! nothing: the embedded store skips building notices without subscribers). It stops with
+//! the server's shutdown signal or when the store goes away.
+//!
+//! **One place, one [`Follower`].** Both transports run the same follower, which decides
+//! what to send: `queue-update` on connect, on a position change, and at least every
+//! [`REFRESH`]; `queue-ready` on admission; `queue-expired` / `queue-left` /
+//! `queue-cleared` when the place ends, after which the stream is closed. While the client
+//! shows it is there, the follower renews the place's heartbeat every third of the event's
+//! `waiting_idle_sec` (at most every [`HEARTBEAT_MAX`]), on a timer rather than per
+//! message, so a message storm never turns into a heartbeat storm. A connection that drops
+//! does nothing to the place: only the lapse of its heartbeat ends it.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Once};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde::Serialize;
+use tokio::sync::{broadcast, watch};
+use tokio::time::Instant;
+
+use crate::app::AppState;
+use crate::core::{EndReason, PlaceKey, PlaceState, PlaceView, QueueError};
+use crate::scheduler::{spawn_task, stopped, Stop};
+use crate::store::{Notice, StoreError};
+
+/// Shortest time between two position refreshes of one event: "at most a few per second"
+/// and "within about a second of a change" of the contract.
+pub const COALESCE: Duration = Duration::from_millis(500);
+/// A big event's followers are split into this many shards (by join sequence number), and
+/// a refresh sweeps through them over one [`COALESCE`] window instead of waking every
+/// follower at once. Waking 20,000 connections together would queue a `queue-ready` (the
+/// message that matters most) behind 20,000 position refreshes; a sweep bounds that queue
+/// to one shard's worth.
+pub const SHARDS: usize = 16;
+/// Followers per sweep slot: an event with fewer followers than this is refreshed in one
+/// go (at once, for a lone change); a bigger one is spread over more slots, up to [`SHARDS`].
+pub const FOLLOWERS_PER_SLOT: usize = 1000;
+/// Time between two slots of a sweep.
+const SLOT: Duration = Duration::from_micros(COALESCE.as_micros() as u64 / SHARDS as u64);
+
+/// Longest time without a `queue-update`: the contract's "at least every 10 s". A little
+/// under it, so that timer slack never makes it late.
+pub const REFRESH: Duration = Duration::from_millis(9_500);
+/// Bounds of the heartbeat renewal period (a third of the event's `waiting_idle_sec`). The
+/// floor keeps a tiny idle setting from becoming a busy loop; the ceiling bounds how long
+/// a silently vanished WebSocket client can go unnoticed before pings stop being answered.
+pub const HEARTBEAT_MIN: Duration = Duration::from_millis(250);
+pub const HEARTBEAT_MAX: Duration = Duration::from_secs(10);
+/// How long a follower that found its place gone waits for the notice that says why (left,
+/// cleared or completed). Notices are published once the change is durable, a few
+/// milliseconds after it is visible; lost ones (a lagged hub) fall back to "left".
+const END_NOTICE_WAIT: Duration = Duration::from_secs(2);
+
+/// One message of the live contract. Serialized as `{"type": "queue-update", …}`; over SSE
+/// the `type` is also the `event:` name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum LiveMessage {
+    QueueUpdate {
+        /// `waiting`, `admitted` or `active`: lets a client that connects after its turn came
+        /// tell which screen to show (an extension of the contract's fields).
+        status: PlaceState,
+        /// Present while waiting, as in `GET /queue/status`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        position: Option<u64>,
+        queue_length: u64,
+        eta_sec: u64,
+    },
+    QueueReady {
+        enter_within_sec: u64,
+    },
+    QueueExpired,
+    /// Left by the person, or completed (`reason` tells which).
+    QueueLeft {
+        reason: EndReason,
+    },
+    QueueCleared,
+}
+
+impl LiveMessage {
+    /// The contract's name of the message (`queue-update`, …).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LiveMessage::QueueUpdate { .. } => "queue-update",
+            LiveMessage::QueueReady { .. } => "queue-ready",
+            LiveMessage::QueueExpired => "queue-expired",
+            LiveMessage::QueueLeft { .. } => "queue-left",
+            LiveMessage::QueueCleared => "queue-cleared",
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("live messages serialize")
+    }
+
+    /// Whether the place ended with this message (the stream closes after it).
+    pub fn is_final(&self) -> bool {
+        matches!(
+            self,
+            LiveMessage::QueueExpired | LiveMessage::QueueLeft { .. } | LiveMessage::QueueCleared
+        )
+    }
+
+    fn update(v: &PlaceView) -> Self {
+        LiveMessage::QueueUpdate {
+            status: v.status,
+            position: v.position,
+            queue_length: v.queue_length,
+            eta_sec: v.eta_sec.unwrap_or(0),
+        }
+    }
+
+    fn ended(reason: EndReason) -> Self {
+        match reason {
+            EndReason::Expired => LiveMessage::QueueExpired,
+            EndReason::Cleared => LiveMessage::QueueCleared,
+            EndReason::Left | EndReason::Completed => LiveMessage::QueueLeft { reason },
+        }
+    }
+}
+
+/// What the hub knows about one place from the notices: each flag only ever turns on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlaceSignal {
+    pub admitted: bool,
+    pub ended: Option<EndReason>,
+}
+
+/// The connections of one event on this node.
+struct EventEntry {
+    /// Bumped (coalesced, swept shard by shard) when positions in the event may have
+    /// changed. A follower watches shard `seq % SHARDS`.
+    moved: [watch::Sender<u64>; SHARDS],
+    /// Connections following a place of this event; sizes the sweep.
+    followers: usize,
+    /// Keyed by join sequence number. Notices carry no nonce, so a signal may in theory
+    /// reach the place that reused a sequence number after its event was deleted and
+    /// created again; followers therefore confirm every signal with a `peek`.
+    places: HashMap<u64, watch::Sender<PlaceSignal>>,
+}
+
+#[derive(Default)]
+struct Hub {
+    /// One lock for routing and for (un)registering: both are map operations of a few
+    /// hundred nanoseconds, done once per notice and once per connection.
+    events: Mutex<HashMap<Arc<str>, EventEntry>>,
+}
+
+impl Hub {
+    fn signal(&self, event_id: &str, seq: u64, f: impl FnOnce(&mut PlaceSignal)) {
+        let events = self.events.lock();
+        if let Some(tx) = events.get(event_id).and_then(|e| e.places.get(&seq)) {
+            tx.send_modify(f);
+        }
+    }
+
+    /// Slot `slot` of a sweep over `ids` (every event with `None`): bumps the shards of each
+    /// event that fall in this slot. An event spread over `n` slots has shards `slot`,
+    /// `slot + n`, … bumped now; one with a single slot has all of them bumped in slot 0.
+    fn bump_slot(&self, ids: Option<&HashSet<Arc<str>>>, slot: usize) {
+        let events = self.events.lock();
+        let bump = |e: &EventEntry| {
+            let slots = e.followers.div_ceil(FOLLOWERS_PER_SLOT).clamp(1, SHARDS);
+            if slot < slots {
+                for shard in (slot..SHARDS).step_by(slots) {
+                    e.moved[shard].send_modify(|g| *g = g.wrapping_add(1));
+                }
+            }
+        };
+        match ids {
+            Some(ids) => ids.iter().filter_map(|id| events.get(id)).for_each(bump),
+            None => events.values().for_each(bump),
+        }
+    }
+}
+
+/// The live-update hub of one node. Cheap to share (`Arc` inside [`AppState`]).
+pub struct Live {
+    hub: Arc<Hub>,
+    started: Once,
+}
+
+impl Default for Live {
+    fn default() -> Self {
+        Live {
+            hub: Arc::default(),
+            started: Once::new(),
+        }
+    }
+}
+
+impl Live {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many connections follow a place on this node (for metrics and tests).
+    pub fn followers(&self) -> usize {
+        self.hub
+            .events
+            .lock()
+            .values()
+            .flat_map(|e| e.places.values())
+            .map(|tx| tx.receiver_count())
+            .sum()
+    }
+
+    /// Starts the routing task unless it runs. Called on each new connection, so it must be
+    /// inside a tokio runtime.
+    fn ensure_started(&self, state: &AppState) {
+        self.started.call_once(|| {
+            let notices = state.store.subscribe();
+            let stop = state.shutdown.subscribe();
+            spawn_task("live-hub", route(self.hub.clone(), notices, stop));
+        });
+    }
+
+    /// Registers interest in one place (and its event's moves) before its state is read, so
+    /// that no notice can fall between the read and the registration.
+    fn subscribe(&self, event_id: &str, seq: u64) -> Subscription {
+        let mut events = self.hub.events.lock();
+        let entry = match events.get_mut(event_id) {
+            Some(e) => e,
+            None => events.entry(Arc::from(event_id)).or_insert(EventEntry {
+                moved: std::array::from_fn(|_| watch::channel(0).0),
+                followers: 0,
+                places: HashMap::new(),
+            }),
+        };
+        entry.followers += 1;
+        metrics::gauge!("waitroom_live_connections").increment(1.0);
+        let moved = entry.moved[(seq % SHARDS as u64) as usize].subscribe();
+        let place = entry
+            .places
+            .entry(seq)
+            .or_insert_with(|| watch::channel(PlaceSignal::default()).0)
+            .subscribe();
+        Subscription {
+            hub: self.hub.clone(),
+            event_id: Arc::from(event_id),
+            seq,
+            place: Some(place),
+            moved: Some(moved),
+        }
+    }
+}
+
+/// A refresh in progress: which events, and the next slot to bump.
+struct Sweep {
+    /// `None`: every event (after a lag).
+    events: Option<HashSet<Arc<str>>>,
+    slot: usize,
+    next_at: Instant,
+}
+
+/// The hub's task: routes notices until shutdown or until the store's channel closes.
+///
+/// Moves are collected into a dirty set; a sweep starts at most once per [`COALESCE`] and
+/// walks its slots over that window, and what turns dirty meanwhile waits for the next
+/// sweep. So each follower is refreshed at most once per window, and a lone change in a
+/// quiet event is pushed at once.
+async fn route(hub: Arc<Hub>, mut notices: broadcast::Receiver<Notice>, mut stop: Stop) {
+    let mut dirty: HashSet<Arc<str>> = HashSet::new();
+    let mut everything = false;
+    let mut sweep: Option<Sweep> = None;
+    let mut last_start = Instant::now() - COALESCE;
+    loop {
+        // The next thing the timer must do: a slot of the running sweep, or the start of
+        // the next one once something is dirty.
+        let due = match &sweep {
+            Some(s) => Some(s.next_at),
+            None if everything || !dirty.is_empty() => Some(last_start + COALESCE),
+            None => None,
+        };
+        let timer = async {
+            match due {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            // The timer before reading: under a storm of notices `recv` is always ready, and
+            // the coalesced refresh must still go out on time.
+            biased;
+            _ = stopped(&mut stop) => break,
+            _ = timer => {
+                let mut s = sweep.take().unwrap_or_else(|| {
+                    last_start = Instant::now();
+                    let events = (!everything).then(|| std::mem::take(&mut dirty));
+                    dirty.clear();
+                    everything = false;
+                    Sweep { events, slot: 0, next_at: last_start }
+                });
+                hub.bump_slot(s.events.as_ref(), s.slot);
+                s.slot += 1;
+                s.next_at += SLOT;
+                if s.slot < SHARDS {
+                    sweep = Some(s);
+                }
+            }
+            r = notices.recv() => match r {
+                Ok(Notice::Admitted { event_id, seq }) => {
+                    hub.signal(&event_id, seq, |s| s.admitted = true);
+                }
+                Ok(Notice::Ended { event_id, seq, reason }) => {
+                    hub.signal(&event_id, seq, |s| s.ended = Some(reason));
+                }
+                Ok(Notice::Moved { event_id }) => {
+                    if !everything && !dirty.contains(&*event_id) {
+                        dirty.insert(event_id);
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    tracing::warn!(missed, "live hub lagged behind the store's notices; refreshing every follower");
+                    everything = true;
+                }
+                Err(broadcast::error::RecvError::Closed) => break,
+            },
+        }
+    }
+}
+
+/// A connection's registration with the hub; unregisters on drop (the place itself stays).
+struct Subscription {
+    hub: Arc<Hub>,
+    event_id: Arc<str>,
+    seq: u64,
+    /// `Option` only so that `drop` can release them before counting who is left.
+    place: Option<watch::Receiver<PlaceSignal>>,
+    moved: Option<watch::Receiver<u64>>,
+}
+
+impl Subscription {
+    fn place(&mut self) -> &mut watch::Receiver<PlaceSignal> {
+        self.place.as_mut().expect("present until drop")
+    }
+
+    fn moved(&mut self) -> &mut watch::Receiver<u64> {
+        self.moved.as_mut().expect("present until drop")
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        // Under the lock, so that a connection subscribing at the same moment either sees
+        // the entry (and keeps it) or makes a new one.
+        metrics::gauge!("waitroom_live_connections").decrement(1.0);
+        let mut events = self.hub.events.lock();
+        self.place = None;
+        self.moved = None;
+        if let Some(e) = events.get_mut(&*self.event_id) {
+            e.followers = e.followers.saturating_sub(1);
+            if e.places
+                .get(&self.seq)
+                .is_some_and(|tx| tx.receiver_count() == 0)
+            {
+                e.places.remove(&self.seq);
+            }
+            if e.places.is_empty() {
+                events.remove(&*self.event_id);
+            }
+        }
+    }
+}
+
+/// What woke a follower.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// The place's own signal changed (admitted or ended).
+    Place,
+    /// Positions in the event may have changed.
+    Moved,
+    /// A heartbeat or refresh deadline came.
+    Timer,
+    /// The server is shutting down.
+    Shutdown,
+}
+
+/// What the transport should do after a [`Follower::step`].
+#[derive(Debug, Default)]
+pub struct Step {
+    /// Messages to send, in order.
+    pub messages: Vec<LiveMessage>,
+    /// A heartbeat period began: a WebSocket transport sends a ping now, and the client's
+    /// answer (or any message) is what lets the next period renew the heartbeat.
+    pub ping: bool,
+    /// The client's liveness was used up by a heartbeat renewal; the transport must see a
+    /// new sign of life before the next one counts.
+    pub liveness_used: bool,
+}
+
+/// The live state of one connection following one place. Transport-neutral: the
+/// WebSocket and SSE handlers loop on [`wait`](Follower::wait) and [`step`](Follower::step).
+pub struct Follower {
+    state: AppState,
+    event_id: Arc<str>,
+    key: PlaceKey,
+    sub: Subscription,
+    shutdown: Stop,
+    /// The last state seen; heartbeats are renewed only while waiting.
+    status: PlaceState,
+    /// What the last `queue-update` said (position, queue length): unchanged figures are
+    /// not pushed again before the refresh is due.
+    last: Option<(Option<u64>, u64)>,
+    ready_sent: bool,
+    done: bool,
+    heartbeat_every: Duration,
+    next_heartbeat: Instant,
+    next_refresh: Instant,
+}
+
+impl Follower {
+    /// Starts following the place a waiting token names: refuses forged tokens and ended
+    /// places with the error `GET /queue/status` would answer, renews the heartbeat (the
+    /// connection is a sign of life), and answers the first messages to send.
+    pub async fn start(
+        state: &AppState,
+        token: &str,
+    ) -> Result<(Follower, Vec<LiveMessage>), crate::http::AppError> {
+        use crate::http::AppError;
+        let (event_id, key) = state
+            .waiting
+            .parse(token)
+            .map_err(|_| AppError::TokenInvalid)?;
+        state.live.ensure_started(state);
+        // Subscribe first: an admission between the read below and a later subscription
+        // would otherwise be missed.
+        let sub = state.live.subscribe(&event_id, key.seq);
+        let now = state.clock.now();
+        let snapshot = state.store.get_event(&event_id, now).await?;
+        let view = state.store.status(&event_id, key, now).await?;
+        let idle = Duration::from_secs(u64::from(snapshot.config.waiting_idle_sec.max(1)));
+        let heartbeat_every = (idle / 3).clamp(HEARTBEAT_MIN, HEARTBEAT_MAX);
+        let t = Instant::now();
+        let mut f = Follower {
+            state: state.clone(),
+            event_id: Arc::from(event_id),
+            key,
+            sub,
+            shutdown: state.shutdown.subscribe(),
+            status: view.status,
+            last: None,
+            ready_sent: false,
+            done: false,
+            heartbeat_every,
+            next_heartbeat: t + heartbeat_every,
+            next_refresh: t + REFRESH,
+        };
+        // Whatever the signals said before this point is reflected in `view`.
+        f.sub.place().mark_unchanged();
+        f.sub.moved().mark_unchanged();
+        let mut first = Vec::new();
+        f.observe(&view, true, &mut first);
+        Ok((f, first))
+    }
+
+    /// The place's event id.
+    pub fn event_id(&self) -> &str {
+        &self.event_id
+    }
+
+    /// How often the follower renews the heartbeat (and a WebSocket pings).
+    pub fn heartbeat_every(&self) -> Duration {
+        self.heartbeat_every
+    }
+
+    /// True once the place ended (its final message was handed out) or shutdown began:
+    /// the transport closes the stream.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// Waits until there is something to do. Cancel-safe, so transports can `select!` it
+    /// against reading the client.
+    pub async fn wait(&mut self) -> Wake {
+        let deadline = self.next_heartbeat.min(self.next_refresh);
+        let Subscription { place, moved, .. } = &mut self.sub;
+        let place = place.as_mut().expect("present until drop");
+        let moved = moved.as_mut().expect("present until drop");
+        tokio::select! {
+            biased;
+            _ = stopped(&mut self.shutdown) => Wake::Shutdown,
+            r = place.changed() => match r {
+                Ok(()) => Wake::Place,
+                // The hub dropped the entry: cannot happen while we hold a receiver, but
+                // a shutdown is the only sane reading if it did.
+                Err(_) => Wake::Shutdown,
+            },
+            r = moved.changed() => match r {
+                Ok(()) => Wake::Moved,
+                Err(_) => Wake::Shutdown,
+            },
+            _ = tokio::time::sleep_until(deadline) => Wake::Timer,
+        }
+    }
+
+    /// Handles one wake-up. `alive`: the client showed a sign of life since the last
+    /// heartbeat renewal (always true for SSE, where an open stream is the sign).
+    pub async fn step(&mut self, wake: Wake, alive: bool) -> Step {
+        let mut out = Step::default();
+        if self.done {
+            return out;
+        }
+        match wake {
+            Wake::Shutdown => self.done = true,
+            Wake::Place => {
+                let signal = *self.sub.place().borrow_and_update();
+                if signal.admitted || signal.ended.is_some() {
+                    self.refresh(false, &mut out.messages).await;
+                }
+            }
+            Wake::Moved => {
+                self.sub.moved().mark_unchanged();
+                self.refresh(false, &mut out.messages).await;
+            }
+            Wake::Timer => {
+                let now = Instant::now();
+                if now >= self.next_heartbeat {
+                    self.next_heartbeat = now + self.heartbeat_every;
+                    out.ping = true;
+                    if alive && self.status == PlaceState::Waiting {
+                        out.liveness_used = true;
+                        let at = self.state.clock.now();
+                        if let Err(e) = self
+                            .state
+                            .store
+                            .heartbeat(&self.event_id, self.key, at)
+                            .await
+                        {
+                            self.on_error(e, &mut out.messages).await;
+                        }
+                    }
+                }
+                if !self.done && now >= self.next_refresh {
+                    self.refresh(true, &mut out.messages).await;
+                }
+            }
+        }
+        out
+    }
+
+    /// Re-reads the place (renewing nothing) and pushes what changed; `force` pushes the
+    /// figures even when unchanged (the periodic refresh).
+    async fn refresh(&mut self, force: bool, out: &mut Vec<LiveMessage>) {
+        let now = self.state.clock.now();
+        match self.state.store.peek(&self.event_id, self.key, now).await {
+            Ok(view) => self.observe(&view, force, out),
+            Err(e) => self.on_error(e, out).await,
+        }
+    }
+
+    fn observe(&mut self, view: &PlaceView, force: bool, out: &mut Vec<LiveMessage>) {
+        self.status = view.status;
+        let figures = (view.position, view.queue_length);
+        if force || self.last != Some(figures) {
+            // After the turn came, only the first update (on connect) is worth sending:
+            // the figures of others no longer concern this place.
+            if view.status == PlaceState::Waiting || self.last.is_none() {
+                out.push(LiveMessage::update(view));
+            }
+            self.last = Some(figures);
+            self.next_refresh = Instant::now() + REFRESH;
+        }
+        if view.status != PlaceState::Waiting && !self.ready_sent {
+            self.ready_sent = true;
+            if view.status == PlaceState::Admitted {
+                out.push(LiveMessage::QueueReady {
+                    enter_within_sec: view.enter_within_sec.unwrap_or(0),
+                });
+            }
+        }
+    }
+
+    /// A read failed: the place ended (its final message), or the store is unreachable
+    /// (nothing to say; the next timer tries again).
+    async fn on_error(&mut self, e: StoreError, out: &mut Vec<LiveMessage>) {
+        let q = match e {
+            StoreError::Unavailable(detail) => {
+                tracing::debug!(%detail, "live follower cannot read its place; retrying later");
+                return;
+            }
+            StoreError::Queue(q) => q,
+        };
+        let reason = match q {
+            QueueError::TokenExpired => EndReason::Expired,
+            // Deleted event: every place in it was removed by an operator.
+            QueueError::EventNotFound => EndReason::Cleared,
+            // Gone, but the store's answer cannot tell a place that left from one that was
+            // cleared or completed; the notice can. It follows the change once that is
+            // durable, so a read may see the end first: wait for it briefly.
+            _ => {
+                let place = self.sub.place();
+                match tokio::time::timeout(END_NOTICE_WAIT, place.wait_for(|s| s.ended.is_some()))
+                    .await
+                {
+                    Ok(Ok(s)) => s.ended.unwrap_or(EndReason::Left),
+                    _ => EndReason::Left,
+                }
+            }
+        };
+        out.push(LiveMessage::ended(reason));
+        self.done = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn messages_have_the_contract_shape() {
+        let m = LiveMessage::QueueUpdate {
+            status: PlaceState::Waiting,
+            position: Some(3),
+            queue_length: 118,
+            eta_sec: 9,
+        };
+        assert_eq!(
+            serde_json::to_value(&m).unwrap(),
+            json!({"type": "queue-update", "status": "waiting", "position": 3,
+                   "queue_length": 118, "eta_sec": 9})
+        );
+        assert_eq!(
+            serde_json::to_value(LiveMessage::QueueReady {
+                enter_within_sec: 60
+            })
+            .unwrap(),
+            json!({"type": "queue-ready", "enter_within_sec": 60})
+        );
+        assert_eq!(
+            LiveMessage::QueueExpired.to_json(),
+            r#"{"type":"queue-expired"}"#
+        );
+        assert_eq!(
+            LiveMessage::QueueCleared.to_json(),
+            r#"{"type":"queue-cleared"}"#
+        );
+        assert_eq!(
+            serde_json::to_value(LiveMessage::ended(EndReason::Completed)).unwrap(),
+            json!({"type": "queue-left", "reason": "completed"})
+        );
+        for m in [
+            LiveMessage::QueueExpired,
+            LiveMessage::QueueCleared,
+            LiveMessage::ended(EndReason::Left),
+        ] {
+            assert!(m.is_final());
+            let v = serde_json::to_value(&m).unwrap();
+            assert_eq!(v["type"], m.kind());
+        }
+    }
+
+    #[tokio::test]
+    async fn subscriptions_unregister_when_the_last_connection_goes() {
+        let live = Live::new();
+        let a = live.subscribe("ev", 1);
+        let b = live.subscribe("ev", 1);
+        let c = live.subscribe("ev", 2);
+        assert_eq!(live.followers(), 3);
+        drop(a);
+        assert_eq!(live.followers(), 2);
+        live.hub.signal("ev", 1, |s| s.admitted = true);
+        assert!(b.place.as_ref().unwrap().has_changed().unwrap());
+        drop(b);
+        drop(c);
+        assert_eq!(live.followers(), 0);
+        assert!(live.hub.events.lock().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn moves_are_coalesced_and_lag_refreshes_everyone() {
+        let hub = Arc::new(Hub::default());
+        let live = Live {
+            hub: hub.clone(),
+            started: Once::new(),
+        };
+        let mut a = live.subscribe("a", 1);
+        let mut b = live.subscribe("b", 1);
+        let (tx, rx) = broadcast::channel(4);
+        let (stop_tx, stop_rx) = crate::scheduler::stop_channel();
+        let task = tokio::spawn(route(hub, rx, stop_rx));
+        let moved = |id: &str| Notice::Moved {
+            event_id: Arc::from(id),
+        };
+
+        // A lone move goes out at once.
+        tx.send(moved("a")).unwrap();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(*a.moved().borrow_and_update(), 1);
+
+        // A burst within the coalescing window is one bump, at the end of the window.
+        for _ in 0..3 {
+            tx.send(moved("a")).unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!a.moved().has_changed().unwrap());
+        tokio::time::sleep(COALESCE).await;
+        assert_eq!(*a.moved().borrow_and_update(), 2);
+        assert!(
+            !b.moved().has_changed().unwrap(),
+            "other events are untouched"
+        );
+
+        // Overflowing the buffer: every event counts as moved.
+        for _ in 0..10 {
+            tx.send(moved("a")).unwrap();
+        }
+        tokio::time::sleep(COALESCE * 2).await;
+        assert!(b.moved().has_changed().unwrap());
+
+        stop_tx.send(true).unwrap();
+        task.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_big_event_is_refreshed_shard_by_shard() {
+        let hub = Arc::new(Hub::default());
+        let live = Live {
+            hub: hub.clone(),
+            started: Once::new(),
+        };
+        // 3,000 followers: three slots, so shards 0, 3, 6, … go first, then 1, 4, … .
+        let mut subs: Vec<Subscription> = (0..3000).map(|seq| live.subscribe("big", seq)).collect();
+        let (tx, rx) = broadcast::channel(4);
+        let (stop_tx, stop_rx) = crate::scheduler::stop_channel();
+        let task = tokio::spawn(route(hub, rx, stop_rx));
+        tx.send(Notice::Moved {
+            event_id: Arc::from("big"),
+        })
+        .unwrap();
+
+        let changed =
+            |subs: &mut Vec<Subscription>, seq: usize| subs[seq].moved().has_changed().unwrap();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(changed(&mut subs, 0) && changed(&mut subs, 3) && changed(&mut subs, 16));
+        assert!(!changed(&mut subs, 1) && !changed(&mut subs, 2));
+        tokio::time::sleep(SLOT).await;
+        assert!(changed(&mut subs, 1) && changed(&mut subs, 4));
+        assert!(!changed(&mut subs, 2));
+        tokio::time::sleep(SLOT).await;
+        assert!(changed(&mut subs, 2) && changed(&mut subs, 5));
+        assert!(
+            subs.iter_mut().all(|s| s.moved().has_changed().unwrap()),
+            "everyone is refreshed within one window"
+        );
+
+        stop_tx.send(true).unwrap();
+        task.await.unwrap();
+    }
+}

@@ -1,0 +1,189 @@
+
+-- Entry points: ARGV[1] names the operation, ARGV[2] is the time, the rest is its own.
+-- Each mirrors the EventQueue method of the same name in queue.rs.
+local OP = ARGV[1]
+
+if OP == 'put' then
+  -- ARGV: expected config version (0: the event must not exist yet), config JSON, then
+  -- capacity, rate per minute (0: none), ready ttl, session idle, session max, waiting idle
+  -- (all ms), max queue length (0: none), paused, accept joins (0/1).
+  local expected = tonumber(ARGV[3])
+  local exists = load_meta()
+  local ver = tonumber(redis.call('HGET', K_META, 'ver')) or 0
+  if not exists then ver = 0 end
+  if ver ~= expected then return finish('CONFLICT') end
+  if exists then
+    -- What fell due under the old settings ends under them.
+    advance()
+  else
+    for _, f in ipairs(FIELDS) do M[f] = 0 end
+    M.fadm = nil
+    LOADED = true
+    set('seq', 1)
+  end
+  redis.call('HSET', K_META, 'cfg', ARGV[4], 'ver', fmt(ver + 1))
+  for i = 1, 9 do set(FIELDS[i], tonumber(ARGV[4 + i])) end
+  -- Deadlines are measured with the new settings: sweep and recompute nd now.
+  set('nd', 0)
+  expire_due()
+  admit()
+  return finish('OK', ver + 1)
+end
+
+if not load_meta() then return finish('EVENT_NOT_FOUND') end
+
+if OP == 'get' then
+  advance()
+  return finish('OK', {redis.call('HGET', K_META, 'cfg'), N_W, N_AD, N_AC, M.completed, M.left,
+    M.expired, M.cap, M.wsum, M.admissions, M.wn, M.joins})
+end
+
+if OP == 'delete' then
+  redis.call('UNLINK', K_META, K_PLACES, K_USERS, K_RANK, K_WSEEN, K_ADM, K_ASEEN, K_AENT,
+    K_TOMB, K_TORDER, K_WINDOW, K_METADATA, K_LEASE)
+  return {'OK', false, FX, ctx()}
+end
+
+if OP == 'clear' then
+  advance()
+  local seqs = redis.call('ZRANGE', K_RANK, 0, -1)
+  for _, seq in ipairs(seqs) do end_place(seq, place(seq), FX_CLEARED, NOW, true) end
+  redis.call('DEL', K_RANK, K_WSEEN)
+  return finish('OK', #seqs)
+end
+
+if OP == 'head' then
+  advance()
+  local limit = tonumber(ARGV[3])
+  local out = {}
+  if limit > 0 then
+    local seqs = redis.call('ZRANGE', K_RANK, 0, limit - 1)
+    for _, seq in ipairs(seqs) do
+      local p = place(seq)
+      out[#out + 1] = p.user or false
+      out[#out + 1] = p.joined
+    end
+  end
+  return finish('OK', out)
+end
+
+if OP == 'join' then
+  -- ARGV: nonce (16 bytes), has user (0/1), user id, has metadata (0/1), metadata.
+  advance()
+  local user = nil
+  if ARGV[4] == '1' then user = ARGV[5] end
+  if user then
+    local seq = redis.call('HGET', K_USERS, user)
+    if seq then
+      local p = place(seq)
+      if p.state == 'w' then
+        redis.call('ZADD', K_WSEEN, 'XX', fmt(NOW), seq)
+        lower_nd(NOW + M.widle)
+      end
+      return finish('OK', view(seq, p))
+    end
+  end
+  if M.accept ~= 1 then return finish('EVENT_CLOSED') end
+  if M.maxq > 0 and N_W >= M.maxq then return finish('QUEUE_FULL') end
+  local seq = fmt(M.seq)
+  set('seq', M.seq + 1)
+  local p = {nonce = ARGV[3], state = 'w', joined = NOW, adm = 0, ent = 0, user = user}
+  redis.call('HSET', K_PLACES, seq, encode(p))
+  redis.call('ZADD', K_RANK, seq, seq)
+  redis.call('ZADD', K_WSEEN, fmt(NOW), seq)
+  lower_nd(NOW + M.widle)
+  N_W = N_W + 1
+  if user then redis.call('HSET', K_USERS, user, seq) end
+  if ARGV[6] == '1' then redis.call('HSET', K_METADATA, seq, ARGV[7]) end
+  set('joins', M.joins + 1)
+  fx(FX_JOINED, seq, NOW)
+  admit()
+  return finish('OK', view(seq))
+end
+
+if OP == 'tick' then
+  -- ARGV: the lease value this node believes it holds ('' if none), this node's id, lease
+  -- length (ms). Only the holder does the periodic work; checking the fencing value in the
+  -- same script as the work means a node that lost its lease can never act on it.
+  local held, node, lease_ms = ARGV[3], ARGV[4], ARGV[5]
+  local cur = redis.call('GET', K_LEASE)
+  local mine
+  if cur and cur == held then
+    redis.call('PEXPIRE', K_LEASE, lease_ms)
+    mine = cur
+  elseif not cur then
+    mine = node .. ':' .. redis.call('HINCRBY', K_META, 'lepoch', 1)
+    redis.call('SET', K_LEASE, mine, 'NX', 'PX', lease_ms)
+  else
+    return finish('LEASED', redis.call('PTTL', K_LEASE))
+  end
+  expire_due()
+  admit()
+  local next = next_deadline()
+  local function sooner(t)
+    if t < next then next = t end
+  end
+  if M.rate > 0 and N_AD + N_AC < M.cap and M.paused ~= 1 and N_W > 0 then
+    sooner(math.max(next_token_at(), NOW + 1))
+  end
+  local front = redis.call('LINDEX', K_TORDER, 0)
+  if front then
+    sooner(tonumber(string.match(front, '^(%d+):')) + RETENTION)
+  end
+  if next == NEVER then next = -1 end
+  return finish('OK', {next, mine})
+end
+
+if OP == 'release' then
+  -- ARGV: the lease value to give up (at shutdown), so another node takes over at once.
+  if redis.call('GET', K_LEASE) == ARGV[3] then redis.call('DEL', K_LEASE) end
+  return {'OK', false, FX, ctx()}
+end
+
+-- Operations on one place: ARGV[3] is its seq, ARGV[4] its nonce.
+local seq, nonce = ARGV[3], ARGV[4]
+advance()
+local p, err = lookup(seq, nonce)
+
+if OP == 'leave' then
+  if not p then return finish('OK', 0) end
+  end_place(seq, p, FX_LEFT, NOW)
+  admit()
+  return finish('OK', 1)
+end
+
+if OP == 'status' or OP == 'heartbeat' or OP == 'peek' or OP == 'enter' then
+  if not p then return finish(err) end
+  if OP == 'status' or OP == 'heartbeat' then renew(seq, p) end
+  if OP == 'heartbeat' then return finish('OK', 1) end
+  if OP == 'enter' then
+    if p.state == 'w' then return finish('NOT_READY') end
+    if p.state == 'a' then
+      p.state = 's'
+      p.ent = NOW
+      redis.call('HSET', K_PLACES, seq, encode(p))
+      redis.call('ZREM', K_ADM, seq)
+      redis.call('ZADD', K_ASEEN, fmt(NOW), seq)
+      redis.call('ZADD', K_AENT, fmt(NOW), seq)
+      lower_nd(NOW + math.min(M.sidle, M.smax))
+      N_AD = N_AD - 1
+      N_AC = N_AC + 1
+      fx(FX_ENTERED, seq, NOW)
+    end
+  end
+  return finish('OK', view(seq, p))
+end
+
+-- Session operations: only an active place has a session.
+if not p or p.state ~= 's' then return finish('NO_SESSION') end
+if OP == 'session_heartbeat' then
+  renew(seq, p)
+  return finish('OK', view(seq, p))
+elseif OP == 'session' then
+  return finish('OK', view(seq, p))
+elseif OP == 'complete' then
+  end_place(seq, p, FX_COMPLETED, NOW)
+  admit()
+  return finish('OK', 1)
+end
+return redis.error_reply('unknown operation ' .. tostring(OP))

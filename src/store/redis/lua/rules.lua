@@ -1,0 +1,346 @@
+-- The queue rules of src/core/queue.rs, over one event's keys, run inside Redis so that every
+-- transition is one atomic script (EVALSHA) without any lock. This file is the prelude of the
+-- one script the Redis store runs (`ops.lua` follows it); keep both in step with queue.rs:
+-- the conformance suite and the model-based property test compare the two backends.
+--
+-- Time is ARGV[2] (milliseconds), the caller's clock, never Redis TIME: the tests drive the
+-- store with a fake clock, and every node must apply the same deadlines.
+--
+-- Numbers: Lua numbers are doubles. Every integer here stays below 2^53 (epoch milliseconds,
+-- counters), so arithmetic on them is exact. They are written back with string.format('%d'),
+-- because Redis turns a bare Lua number into a string in exponent form from 1e15 on. The
+-- token bucket is a true double and is stored with '%.17g', which reads back bit for bit,
+-- so the Lua bucket and the Rust bucket make the same decisions.
+
+-- Every key of the event; all share the hash tag {prefix:event}, so one Cluster slot.
+local K_META     = KEYS[1]  -- HASH: config (JSON and the numbers the rules use), counters, bucket
+local K_PLACES   = KEYS[2]  -- HASH seq -> place record (see encode)
+local K_USERS    = KEYS[3]  -- HASH user id -> seq of the user's live place
+local K_RANK     = KEYS[4]  -- ZSET waiting seqs scored by seq: ZRANK is the exact position
+local K_WSEEN    = KEYS[5]  -- ZSET waiting seqs scored by last heartbeat
+local K_ADM      = KEYS[6]  -- ZSET admitted seqs scored by admission time
+local K_ASEEN    = KEYS[7]  -- ZSET active seqs scored by last session heartbeat
+local K_AENT     = KEYS[8]  -- ZSET active seqs scored by entry time
+local K_TOMB     = KEYS[9]  -- HASH seq -> nonce of expired places (answer TOKEN_EXPIRED)
+local K_TORDER   = KEYS[10] -- LIST "at:seq" of tombstones, oldest first
+local K_WINDOW   = KEYS[11] -- LIST "at:count" of admissions in the last minute, oldest first
+local K_METADATA = KEYS[12] -- HASH seq -> metadata JSON (only places that sent some)
+local K_LEASE    = KEYS[13] -- STRING: holder of the periodic-work lease (node:epoch)
+
+local NOW = tonumber(ARGV[2])
+-- Mirrors EXPIRED_RETENTION_MS and RATE_WINDOW_MS of queue.rs.
+local RETENTION = 3600000
+local WINDOW = 60000
+-- "No deadline": 2^53, above any time and still exact as a double.
+local NEVER = 9007199254740992
+
+-- Effect kinds, as the Rust side decodes them.
+local FX_JOINED, FX_ADMITTED, FX_ENTERED = 1, 2, 3
+local FX_LEFT, FX_COMPLETED, FX_EXPIRED, FX_CLEARED = 4, 5, 6, 7
+local FX_FORGOTTEN = 8
+
+local FX = {}  -- flat triples: kind, seq, at
+local function fx(kind, seq, at)
+  FX[#FX + 1] = kind
+  FX[#FX + 1] = tonumber(seq)
+  FX[#FX + 1] = at
+end
+
+local function fmt(n) return string.format('%d', n) end
+
+-- Meta: the numbers the rules read, kept as one MessagePack array in the meta's field `n`
+-- (decoding one string is several times cheaper than reading 27 hash fields, and an
+-- operation that changes nothing writes nothing back). Beside it: `cfg` (the config as
+-- JSON, for the admin API), `ver` (the config version, for optimistic updates) and
+-- `lepoch` (the lease epoch). MessagePack keeps integers and doubles exact, so the token
+-- bucket reads back bit for bit. Times are in ms where the config says seconds.
+--
+-- Besides the settings and the counters of queue.rs, the numbers are:
+-- - nw, nad, nac: how many places wait, are admitted, are in session (the sizes of the
+--   ZSETs, kept here so that no operation pays a ZCARD for them);
+-- - nd: a time no deadline is earlier than (places, the admission window, tombstones).
+--   Most operations find NOW < nd and skip the sweep altogether; it is lowered whenever an
+--   earlier deadline appears (heartbeats only ever move deadlines later) and recomputed
+--   exactly after each sweep;
+-- - fadm: the first admission's time, -1 before it.
+local FIELDS = {'cap', 'rate', 'ttl', 'sidle', 'smax', 'widle', 'maxq', 'paused', 'accept',
+  'seq', 'completed', 'left', 'expired', 'joins', 'admissions', 'wsum', 'ssum', 'scnt', 'wn',
+  'btok', 'blast', 'bprimed', 'nw', 'nad', 'nac', 'nd', 'fadm'}
+local M = {}
+local DIRTY = false
+local function set(f, v) M[f] = v; DIRTY = true end
+
+-- Live counts, kept in step by the rules below and written back by finish().
+local N_W, N_AD, N_AC = 0, 0, 0
+-- Whether the event exists (its meta was loaded or is being created): only then does
+-- finish() write the meta back.
+local LOADED = false
+
+local function load_meta()
+  local raw = redis.call('HGET', K_META, 'n')
+  if not raw then return false end
+  LOADED = true
+  local v = cmsgpack.unpack(raw)
+  for i, f in ipairs(FIELDS) do M[f] = v[i] or 0 end
+  if M.fadm < 0 then M.fadm = nil end -- nil until the first admission
+  N_W, N_AD, N_AC = M.nw, M.nad, M.nac
+  return true
+end
+
+local function lower_nd(t)
+  if t < M.nd then set('nd', t) end
+end
+
+local function flush_meta()
+  if not LOADED then return end
+  if N_W ~= M.nw then set('nw', N_W) end
+  if N_AD ~= M.nad then set('nad', N_AD) end
+  if N_AC ~= M.nac then set('nac', N_AC) end
+  if not DIRTY then return end
+  local v = {}
+  for i, f in ipairs(FIELDS) do v[i] = M[f] end
+  v[#FIELDS] = M.fadm or -1
+  redis.call('HSET', K_META, 'n', cmsgpack.pack(v))
+end
+
+-- What the Rust side needs to compute ETAs and deadlines in seconds, exactly as queue.rs does.
+local function ctx()
+  if not M.cap then return {0, -1, 0, 0, 0, 0, 0, 0, 0} end -- no such event
+  return {M.wn, M.fadm or -1, M.rate, M.cap, M.ssum, M.scnt, M.ttl, M.sidle, M.smax}
+end
+
+-- The one way out: writes the meta back and answers {code, payload, effects, context}.
+local function finish(code, payload)
+  flush_meta()
+  if payload == nil then payload = false end
+  return {code, payload, FX, ctx()}
+end
+
+-- A place record: nonce (16 raw bytes), state ('w' waiting, 'a' admitted, 's' in session),
+-- then "joined,admitted,entered," and the user id ('=' .. id, empty for anonymous places).
+-- Heartbeats live in the ZSET scores, so renewing one never rewrites the record.
+local function parse(rec)
+  local j, a, e, u = string.match(rec, '^(%d+),(%d+),(%d+),(.*)$', 18)
+  local user = nil
+  if u ~= '' then user = string.sub(u, 2) end
+  return {nonce = string.sub(rec, 1, 16), state = string.sub(rec, 17, 17),
+    joined = tonumber(j), adm = tonumber(a), ent = tonumber(e), user = user}
+end
+
+local function encode(p)
+  local u = ''
+  if p.user then u = '=' .. p.user end
+  return p.nonce .. p.state .. fmt(p.joined) .. ',' .. fmt(p.adm) .. ',' .. fmt(p.ent) .. ',' .. u
+end
+
+local function place(seq)
+  return parse(redis.call('HGET', K_PLACES, seq))
+end
+
+-- Removes a live place (queue.rs `end`). `at` is when it ended (its deadline, for expiries).
+-- `bulk`: the caller drops the waiting ZSETs whole afterwards (clear), so skip the ZREMs.
+local function end_place(seq, p, kind, at, bulk)
+  redis.call('HDEL', K_PLACES, seq)
+  redis.call('HDEL', K_METADATA, seq)
+  if p.state == 'w' then
+    if not bulk then
+      redis.call('ZREM', K_RANK, seq)
+      redis.call('ZREM', K_WSEEN, seq)
+    end
+    N_W = N_W - 1
+  elseif p.state == 'a' then
+    redis.call('ZREM', K_ADM, seq)
+    N_AD = N_AD - 1
+  else
+    redis.call('ZREM', K_ASEEN, seq)
+    redis.call('ZREM', K_AENT, seq)
+    N_AC = N_AC - 1
+    set('ssum', M.ssum + math.max(at - p.ent, 0))
+    set('scnt', M.scnt + 1)
+  end
+  if p.user and redis.call('HGET', K_USERS, p.user) == seq then
+    redis.call('HDEL', K_USERS, p.user)
+  end
+  if kind == FX_COMPLETED then
+    set('completed', M.completed + 1)
+  elseif kind == FX_EXPIRED then
+    set('expired', M.expired + 1)
+    redis.call('HSET', K_TOMB, seq, p.nonce)
+    redis.call('RPUSH', K_TORDER, fmt(NOW) .. ':' .. seq)
+    lower_nd(NOW + RETENTION)
+  else
+    set('left', M.left + 1)
+  end
+  fx(kind, seq, at)
+end
+
+-- The earliest of: a ZSET's lowest score + add; a "time:…" list's first time + add.
+local function zfront(key, add)
+  local r = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if r[2] then return tonumber(r[2]) + add end
+  return NEVER
+end
+
+local function lfront(key, add)
+  local h = redis.call('LINDEX', key, 0)
+  if h then return tonumber(string.match(h, '^(%d+):')) + add end
+  return NEVER
+end
+
+-- The earliest deadline of any live place (a session's is min(seen + idle, entered + max),
+-- so the minimum over sessions is the smaller of the two ZSET fronts), or NEVER.
+local function next_deadline()
+  return math.min(zfront(K_WSEEN, M.widle), zfront(K_ADM, M.ttl), zfront(K_ASEEN, M.sidle),
+    zfront(K_AENT, M.smax))
+end
+
+-- Ends every place whose deadline is at or before NOW; answers whether anything ended.
+-- Also forgets tombstones past their retention and slides the admission window.
+local function expire_due()
+  if NOW < M.nd then return false end
+  local due = {}
+  local seen = {}
+  local r = redis.call('ZRANGEBYSCORE', K_WSEEN, '-inf', fmt(NOW - M.widle), 'WITHSCORES')
+  for i = 1, #r, 2 do due[#due + 1] = {tonumber(r[i + 1]) + M.widle, r[i]} end
+  r = redis.call('ZRANGEBYSCORE', K_ADM, '-inf', fmt(NOW - M.ttl), 'WITHSCORES')
+  for i = 1, #r, 2 do due[#due + 1] = {tonumber(r[i + 1]) + M.ttl, r[i]} end
+  -- A session ends at min(last heartbeat + idle, entry + max): due when either is.
+  local function session_due(seq)
+    if seen[seq] then return end
+    seen[seq] = true
+    local ls = tonumber(redis.call('ZSCORE', K_ASEEN, seq))
+    local en = tonumber(redis.call('ZSCORE', K_AENT, seq))
+    due[#due + 1] = {math.min(ls + M.sidle, en + M.smax), seq}
+  end
+  r = redis.call('ZRANGEBYSCORE', K_ASEEN, '-inf', fmt(NOW - M.sidle))
+  for i = 1, #r do session_due(r[i]) end
+  r = redis.call('ZRANGEBYSCORE', K_AENT, '-inf', fmt(NOW - M.smax))
+  for i = 1, #r do session_due(r[i]) end
+  if #due > 1 then
+    table.sort(due, function(x, y)
+      if x[1] ~= y[1] then return x[1] < y[1] end
+      return tonumber(x[2]) < tonumber(y[2])
+    end)
+  end
+  for _, d in ipairs(due) do
+    end_place(d[2], place(d[2]), FX_EXPIRED, d[1])
+  end
+  while true do
+    local h = redis.call('LINDEX', K_TORDER, 0)
+    if not h then break end
+    local at, s = string.match(h, '^(%d+):(%d+)$')
+    if tonumber(at) + RETENTION > NOW then break end
+    redis.call('LPOP', K_TORDER)
+    redis.call('HDEL', K_TOMB, s)
+    fx(FX_FORGOTTEN, s, NOW)
+  end
+  while M.wn > 0 do
+    local h = redis.call('LINDEX', K_WINDOW, 0)
+    if not h then set('wn', 0); break end
+    local at, n = string.match(h, '^(%d+):(%d+)$')
+    if tonumber(at) + WINDOW > NOW then break end
+    redis.call('LPOP', K_WINDOW)
+    set('wn', M.wn - tonumber(n))
+  end
+  set('nd', math.min(next_deadline(), lfront(K_TORDER, RETENTION), lfront(K_WINDOW, WINDOW)))
+  return #due > 0
+end
+
+-- Token bucket behind admit_per_minute (queue.rs `Bucket`), operation for operation.
+local function burst()
+  return math.max(math.ceil(M.rate / 60.0), 1.0)
+end
+
+local function refill()
+  local b = burst()
+  if M.bprimed ~= 1 then
+    set('btok', b)
+    set('bprimed', 1)
+  elseif NOW > M.blast then
+    set('btok', M.btok + (NOW - M.blast) * M.rate / 60000.0)
+  end
+  set('btok', math.min(M.btok, b))
+  set('blast', math.max(M.blast, NOW))
+end
+
+local function next_token_at()
+  local missing = math.max(1.0 - M.btok, 0.0)
+  return M.blast + math.ceil(missing * 60000.0 / M.rate)
+end
+
+-- Admits the first in line while there is room and budget (queue.rs `admit`).
+local function admit()
+  if M.paused == 1 then return end
+  local k = 0
+  while N_AD + N_AC < M.cap and N_W > 0 do
+    if M.rate > 0 then
+      refill()
+      if M.btok < 1.0 then break end
+      set('btok', M.btok - 1.0)
+    end
+    local seq = redis.call('ZPOPMIN', K_RANK)[1]
+    redis.call('ZREM', K_WSEEN, seq)
+    local p = place(seq)
+    p.state = 'a'
+    p.adm = NOW
+    redis.call('HSET', K_PLACES, seq, encode(p))
+    redis.call('ZADD', K_ADM, fmt(NOW), seq)
+    lower_nd(NOW + M.ttl)
+    set('wsum', M.wsum + math.max(NOW - p.joined, 0))
+    set('admissions', M.admissions + 1)
+    N_W = N_W - 1
+    N_AD = N_AD + 1
+    k = k + 1
+    fx(FX_ADMITTED, seq, NOW)
+  end
+  if k > 0 then
+    -- Admissions at the same instant share one window entry.
+    local tail = redis.call('LINDEX', K_WINDOW, -1)
+    local at, n = nil, nil
+    if tail then at, n = string.match(tail, '^(%d+):(%d+)$') end
+    if at and tonumber(at) == NOW then
+      redis.call('LSET', K_WINDOW, -1, fmt(NOW) .. ':' .. fmt(tonumber(n) + k))
+    else
+      redis.call('RPUSH', K_WINDOW, fmt(NOW) .. ':' .. fmt(k))
+    end
+    set('wn', M.wn + k)
+    lower_nd(NOW + WINDOW)
+    if not M.fadm then set('fadm', NOW) end
+  end
+end
+
+-- Ends what is due and admits into the room that made (queue.rs `advance`). Only an ending
+-- admits here: fresh rate budget is spent by the tick.
+local function advance()
+  if expire_due() then admit() end
+end
+
+-- The place behind a token, or the error its token answers.
+local function lookup(seq, nonce)
+  local rec = redis.call('HGET', K_PLACES, seq)
+  if rec and string.sub(rec, 1, 16) == nonce then return parse(rec) end
+  if redis.call('HGET', K_TOMB, seq) == nonce then return nil, 'TOKEN_EXPIRED' end
+  return nil, 'TOKEN_NOT_FOUND'
+end
+
+-- Renews the heartbeat of a waiting place or a session (never moves it back).
+local function renew(seq, p)
+  if p.state == 'w' then
+    redis.call('ZADD', K_WSEEN, 'XX', 'GT', fmt(NOW), seq)
+  elseif p.state == 's' then
+    redis.call('ZADD', K_ASEEN, 'XX', 'GT', fmt(NOW), seq)
+  end
+end
+
+-- The raw facts of a place; the Rust side turns them into a PlaceView. (The last heartbeat
+-- matters only for a session's deadline.)
+local function view(seq, p)
+  p = p or place(seq)
+  local pos, ls = 0, 0
+  if p.state == 'w' then
+    pos = redis.call('ZRANK', K_RANK, seq) + 1
+  elseif p.state == 's' then
+    ls = tonumber(redis.call('ZSCORE', K_ASEEN, seq))
+  end
+  return {seq, p.nonce, p.state, p.user or false, p.joined, p.adm, p.ent, ls, pos, N_W}
+end

@@ -1,0 +1,1043 @@
+//! The Redis backend: many stateless `waitroom` nodes share one Redis (or Redis Cluster), and
+//! every node answers every request with the same rules as the embedded store.
+//!
+//! How it stays exact without locks:
+//! - **One script per operation.** The queue rules of [`crate::core::queue`] are mirrored in
+//!   Lua (`lua/rules.lua`, `lua/ops.lua`, sent as one script with EVALSHA and reloaded on
+//!   NOSCRIPT). Redis runs a script alone, so each operation observes and changes one event
+//!   as a single step, whichever node sends it; a join, status or heartbeat is one round trip.
+//!   Time comes from the caller (`now`), never from Redis, as the [`Store`] contract asks.
+//! - **One slot per event.** Every key of an event carries the hash tag `{event}`
+//!   (`wr:{concert-a}:q`, …), so on a Cluster each script touches one slot and events spread
+//!   over the shards. Only the list of event ids (`wr:events`) lives elsewhere; it is written
+//!   before an event is created and after it is deleted, so no event is ever invisible.
+//! - **Exact positions in O(log n).** Waiting places sit in a ZSET scored by their join
+//!   sequence number: a position is `ZRANK + 1`. Heartbeats are ZSET scores (`ZADD XX GT`),
+//!   so renewing one never rewrites a place, and a sweep is a `ZRANGEBYSCORE` up to `now`.
+//!   Deadlines are kept as "last seen" and "admitted at" times rather than absolute
+//!   deadlines, so a settings change re-times every place without touching any. The
+//!   event's numbers (settings, counters, token bucket, a lower bound of the next deadline)
+//!   are one MessagePack value, so a status poll costs four Redis calls inside its script
+//!   (read the numbers, read the place, renew, rank) and writes nothing else.
+//! - **Periodic work on one node.** [`Store::tick`] first takes or renews the event's lease
+//!   (`SET NX PX`, value `node:epoch`) inside the same script that does the work, so a node
+//!   that lost its lease can never act on it (the fencing check and the work are one atomic
+//!   step). The generic scheduler calls `tick` at least every 250 ms, which renews a 3 s
+//!   lease long before it lapses; a node that sees another holder waits until that lease
+//!   would lapse and then tries again, so a dead node's work is taken over within the lease
+//!   time. Event-driven admission (a slot freed, a join into an empty queue) needs no lease:
+//!   it happens inside the script of the operation that made the room.
+//! - **Notices across nodes.** Scripts answer their effects; the node counts them, hands
+//!   them to its own subscribers at once, and relays them to the other nodes over Redis
+//!   pub/sub ([`relay`]), batched so that a busy node sends few messages.
+//! - **Outages.** Every call is bounded by [`RedisOptions::op_timeout`]; past it, or on any
+//!   connection error, the operation fails with [`StoreError::Unavailable`] (503). The
+//!   connection reconnects by itself in the background (redis-rs `ConnectionManager`, or
+//!   the cluster client), so service resumes when Redis returns.
+//!
+//! Nodes sharing a Redis must also share `--signing-key`: waiting tokens are checked with a
+//! MAC derived from it, so a token made on one node is only accepted by another with the
+//! same key.
+
+mod relay;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Script, Value};
+use tokio::sync::{broadcast, mpsc, OnceCell};
+use tokio::task::JoinHandle;
+
+use super::{
+    notices_of, EventSnapshot, JoinRequest, Notice, Store, StoreError, StoreResult, NOTICE_BUFFER,
+};
+use crate::core::{
+    validate_event_id, Effect, EndReason, EventConfig, EventFigures, EventPatch, HeadEntry, Millis,
+    PlaceKey, PlaceState, PlaceView, QueueError,
+};
+use crate::telemetry;
+
+/// The one script every operation runs: the rules, then the entry points.
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("lua/rules.lua"),
+        include_str!("lua/ops.lua")
+    ))
+});
+
+/// Suffixes of an event's keys, in the order the script expects them as `KEYS`.
+const KEY_SUFFIXES: [&str; 13] = [
+    "m", "p", "u", "q", "ws", "ad", "as", "ae", "t", "to", "w", "md", "l",
+];
+
+/// How long a connection attempt may take before it counts as failed.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long opening the store's connection may take, Cluster discovery included. (Only a
+/// store built with [`RedisStore::new`] opens on a request; a server opens at startup.)
+const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
+/// How many times `put_event` re-reads and re-applies a patch that raced another update.
+const PUT_ATTEMPTS: usize = 8;
+/// Largest `queue_head` page; the admin API asks for far fewer.
+const MAX_HEAD: usize = 100_000;
+/// Width of the sliding window of admissions behind the ETA (as in `core::queue`).
+const RATE_WINDOW_MS: Millis = 60_000;
+
+/// Settings of the Redis backend beyond its URL.
+#[derive(Debug, Clone)]
+pub struct RedisOptions {
+    /// Prefix of every key and of the notice channel. Nodes serving the same events must
+    /// use the same one; tests use a fresh one per store to stay apart on one server.
+    pub key_prefix: String,
+    /// How long an event's periodic-work lease lasts without renewal: the longest a dead
+    /// node's expiry sweeps and paced admissions wait before another node takes them over.
+    pub lease: Duration,
+    /// The longest any store call may take before it answers `Unavailable`, so a request
+    /// never hangs on a stopped or unreachable Redis.
+    pub op_timeout: Duration,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        RedisOptions {
+            key_prefix: "wr".into(),
+            lease: Duration::from_secs(3),
+            op_timeout: Duration::from_millis(1500),
+        }
+    }
+}
+
+/// A connection to a standalone Redis or to a Cluster; both reconnect by themselves.
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// What this node knows of one event's periodic-work lease.
+#[derive(Default)]
+struct Lease {
+    /// The lease value (`node:epoch`) this node holds, if it believes it holds one.
+    held: Option<String>,
+    /// Another node holds the lease: no point asking Redis again before this instant, when
+    /// that lease would lapse unless renewed.
+    idle_until: Option<Instant>,
+}
+
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The URL's node: the only one for a standalone Redis, the seed for a Cluster.
+    client: redis::Client,
+    options: RedisOptions,
+    /// Random per process: the lease holder's name and the origin of relayed notices.
+    node_id: String,
+    events_key: String,
+    channel: String,
+    /// Opened on first use, in the runtime of that use (tests build a store outside any
+    /// runtime, and the connection's driver task must live in the one that uses it).
+    conn: OnceCell<Conn>,
+    notices: broadcast::Sender<Notice>,
+    /// Notices for the other nodes, to the relay's publisher; taken at `close`.
+    outbox: Mutex<Option<mpsc::Sender<Vec<Notice>>>>,
+    leases: Mutex<HashMap<String, Lease>>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for t in self.tasks.get_mut().drain(..) {
+            t.abort();
+        }
+    }
+}
+
+/// One script answer: a code (`OK` or an error code), the payload, and the event's ETA
+/// context. (Its effects, flat (kind, seq, at) triples, are counted and relayed as soon as
+/// the answer is decoded.)
+struct Reply {
+    code: Vec<u8>,
+    payload: Value,
+    ctx: Ctx,
+}
+
+/// What the ETA and the deadlines in seconds are computed from (mirrors
+/// `EventQueue::rate_per_sec` and `view`).
+#[derive(Debug, Default, Clone, Copy)]
+struct Ctx {
+    window: u64,
+    first_admission_at: Option<Millis>,
+    rate: Option<u32>,
+    capacity: u64,
+    session_sum_ms: u64,
+    session_count: u64,
+    ready_ttl_ms: Millis,
+    session_idle_ms: Millis,
+    session_max_ms: Millis,
+}
+
+impl Ctx {
+    fn rate_per_sec(&self, now: Millis) -> f64 {
+        let recent = self.window as f64;
+        let cfg_rate = self.rate.map(|r| f64::from(r) / 60.0);
+        if recent > 0.0 {
+            let since = now.saturating_sub(self.first_admission_at.unwrap_or(now));
+            let span = since.clamp(1000, RATE_WINDOW_MS) as f64 / 1000.0;
+            let observed = recent / span;
+            return cfg_rate.map_or(observed, |c| observed.min(c));
+        }
+        if let Some(c) = cfg_rate {
+            return c;
+        }
+        let avg_session = self
+            .session_sum_ms
+            .checked_div(self.session_count)
+            .map_or((self.session_max_ms / 1000) as f64, |ms| ms as f64 / 1000.0);
+        self.capacity as f64 / avg_session.max(1.0)
+    }
+
+    fn eta(&self, position: u64, now: Millis) -> u64 {
+        (position as f64 / self.rate_per_sec(now).max(1e-6)).ceil() as u64
+    }
+}
+
+/// A malformed script answer: a bug or a foreign writer, never a user error. It is logged
+/// and answered as `Unavailable` (the contract has no other server-side error).
+#[derive(Debug)]
+struct Malformed(&'static str);
+
+impl From<Malformed> for StoreError {
+    fn from(Malformed(what): Malformed) -> Self {
+        tracing::error!(expected = what, "malformed answer from redis");
+        StoreError::Unavailable(format!("malformed answer from redis (expected {what})"))
+    }
+}
+
+/// The error for a script code that is not `OK`: its queue error, or `Unavailable` for a
+/// code this version does not know.
+fn unexpected(code: &[u8]) -> StoreError {
+    match queue_error(code) {
+        Some(e) => e.into(),
+        None => StoreError::Unavailable(format!(
+            "unexpected answer {:?} from redis",
+            String::from_utf8_lossy(code)
+        )),
+    }
+}
+
+fn int(v: &Value) -> Result<i64, Malformed> {
+    match v {
+        Value::Int(i) => Ok(*i),
+        Value::BulkString(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or(Malformed("a number")),
+        _ => Err(Malformed("a number")),
+    }
+}
+
+fn uint(v: &Value) -> Result<u64, Malformed> {
+    u64::try_from(int(v)?).map_err(|_| Malformed("a non-negative number"))
+}
+
+fn bytes(v: &Value) -> Result<Option<&[u8]>, Malformed> {
+    match v {
+        Value::BulkString(b) => Ok(Some(b)),
+        Value::Nil => Ok(None),
+        _ => Err(Malformed("a string")),
+    }
+}
+
+fn text(v: &Value) -> Result<Option<String>, Malformed> {
+    bytes(v)?
+        .map(|b| String::from_utf8(b.to_vec()).map_err(|_| Malformed("UTF-8 text")))
+        .transpose()
+}
+
+fn array(v: &Value) -> Result<&[Value], Malformed> {
+    match v {
+        Value::Array(a) => Ok(a),
+        // An empty Lua table arrives as an empty array, but be lenient with nil.
+        Value::Nil => Ok(&[]),
+        _ => Err(Malformed("an array")),
+    }
+}
+
+fn field(a: &[Value], i: usize) -> Result<&Value, Malformed> {
+    a.get(i).ok_or(Malformed("a missing field"))
+}
+
+/// The raw facts of a place as `view` in `rules.lua` answers them.
+fn place_view(payload: &Value, ctx: &Ctx, now: Millis) -> Result<PlaceView, Malformed> {
+    let a = array(payload)?;
+    let seq = uint(field(a, 0)?)?;
+    let nonce = bytes(field(a, 1)?)?
+        .and_then(|b| <[u8; 16]>::try_from(b).ok())
+        .map(u128::from_be_bytes)
+        .ok_or(Malformed("a nonce"))?;
+    let state = match bytes(field(a, 2)?)? {
+        Some(b"w") => PlaceState::Waiting,
+        Some(b"a") => PlaceState::Admitted,
+        Some(b"s") => PlaceState::Active,
+        _ => return Err(Malformed("a state")),
+    };
+    let user_id = text(field(a, 3)?)?;
+    let joined_at = uint(field(a, 4)?)?;
+    let admitted_at = uint(field(a, 5)?)?;
+    let entered_at = uint(field(a, 6)?)?;
+    let last_seen = uint(field(a, 7)?)?;
+    let rank = uint(field(a, 8)?)?;
+    let queue_length = uint(field(a, 9)?)?;
+    let secs_ceil = |ms: Millis| ms.div_ceil(1000);
+    let position = (state == PlaceState::Waiting).then_some(rank);
+    let active = state == PlaceState::Active;
+    let session_deadline = (last_seen + ctx.session_idle_ms).min(entered_at + ctx.session_max_ms);
+    Ok(PlaceView {
+        key: PlaceKey { seq, nonce },
+        status: state,
+        user_id,
+        position,
+        queue_length,
+        eta_sec: Some(position.map_or(0, |pos| ctx.eta(pos, now))),
+        waited_sec: now.saturating_sub(joined_at) / 1000,
+        joined_at,
+        enter_within_sec: (state == PlaceState::Admitted)
+            .then(|| secs_ceil((admitted_at + ctx.ready_ttl_ms).saturating_sub(now))),
+        entered_at: active.then_some(entered_at),
+        session_ends_at: active.then_some(entered_at + ctx.session_max_ms),
+        session_expires_in_sec: active.then(|| secs_ceil(session_deadline.saturating_sub(now))),
+    })
+}
+
+fn parse_ctx(v: &Value) -> Result<Ctx, Malformed> {
+    let a = array(v)?;
+    let n = |i| uint(field(a, i)?);
+    let first = int(field(a, 1)?)?;
+    let rate = n(2)?;
+    Ok(Ctx {
+        window: n(0)?,
+        first_admission_at: u64::try_from(first).ok(),
+        rate: (rate > 0).then_some(rate as u32),
+        capacity: n(3)?,
+        session_sum_ms: n(4)?,
+        session_count: n(5)?,
+        ready_ttl_ms: n(6)?,
+        session_idle_ms: n(7)?,
+        session_max_ms: n(8)?,
+    })
+}
+
+/// Decodes the effect triples of a script answer.
+fn parse_effects(v: &Value, join: Option<&JoinRequest>) -> Result<Vec<Effect>, Malformed> {
+    let a = array(v)?;
+    let mut out = Vec::with_capacity(a.len() / 3);
+    for t in a.chunks(3) {
+        let [kind, seq, at] = t else {
+            return Err(Malformed("effect triples"));
+        };
+        let (kind, seq, at) = (int(kind)?, uint(seq)?, uint(at)?);
+        // Nothing downstream of a store reads the nonce of an ended place (telemetry and
+        // notices go by seq), so the scripts do not send it back.
+        let ended = |reason| Effect::Ended {
+            seq,
+            nonce: 0,
+            reason,
+            at,
+        };
+        out.push(match kind {
+            1 => Effect::Joined {
+                seq,
+                nonce: join.map_or(0, |j| j.nonce),
+                user_id: join.and_then(|j| j.user_id.as_deref().map(Into::into)),
+                metadata: join.and_then(|j| j.metadata.as_deref().map(Into::into)),
+                at,
+            },
+            2 => Effect::Admitted { seq, at },
+            3 => Effect::Entered { seq, at },
+            4 => ended(EndReason::Left),
+            5 => ended(EndReason::Completed),
+            6 => ended(EndReason::Expired),
+            7 => ended(EndReason::Cleared),
+            8 => Effect::Forgotten { seq },
+            _ => return Err(Malformed("an effect kind")),
+        });
+    }
+    Ok(out)
+}
+
+/// The queue error a script's code names; `None` for `OK` and the internal codes.
+fn queue_error(code: &[u8]) -> Option<QueueError> {
+    Some(match code {
+        b"EVENT_NOT_FOUND" => QueueError::EventNotFound,
+        b"EVENT_CLOSED" => QueueError::EventClosed,
+        b"QUEUE_FULL" => QueueError::QueueFull,
+        b"TOKEN_NOT_FOUND" => QueueError::TokenNotFound,
+        b"TOKEN_EXPIRED" => QueueError::TokenExpired,
+        b"NOT_READY" => QueueError::NotReady,
+        b"NO_SESSION" => QueueError::NoSession,
+        _ => return None,
+    })
+}
+
+fn unavailable(e: redis::RedisError) -> StoreError {
+    StoreError::Unavailable(format!("redis: {e}"))
+}
+
+impl RedisStore {
+    /// A store for `url` (`redis://[user:password@]host:port[/db]` or `rediss://…`) that
+    /// connects on first use. Fails only on a URL that redis-rs cannot read.
+    pub fn new(url: &str, options: RedisOptions) -> anyhow::Result<Self> {
+        let client = redis::Client::open(url)?;
+        let prefix = options.key_prefix.clone();
+        Ok(RedisStore {
+            inner: Arc::new(Inner {
+                client,
+                options,
+                node_id: format!("{:032x}", crate::tokens::random_u128()),
+                events_key: format!("{prefix}:events"),
+                channel: format!("{prefix}:notices"),
+                conn: OnceCell::new(),
+                notices: broadcast::channel(NOTICE_BUFFER).0,
+                outbox: Mutex::new(None),
+                leases: Mutex::new(HashMap::new()),
+                tasks: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+
+    /// A store for `url`, connected: fails when Redis cannot be reached within a few
+    /// seconds, so that a misconfigured node stops at startup rather than serving 503s.
+    pub async fn connect(url: &str, options: RedisOptions) -> anyhow::Result<Self> {
+        let store = Self::new(url, options)?;
+        match store.inner.connection().await {
+            Ok(_) => Ok(store),
+            Err(e) => Err(anyhow::anyhow!("cannot connect to Redis: {e}")),
+        }
+    }
+
+    /// Whether the URL's server is a Cluster node (the store then talks to the Cluster).
+    pub async fn is_cluster(&self) -> StoreResult<bool> {
+        let conn = self.inner.connection().await?;
+        Ok(matches!(conn, Conn::Cluster(_)))
+    }
+}
+
+impl Inner {
+    /// The connection, opened on first use (within [`OPEN_TIMEOUT`]). Once open it stays:
+    /// it reconnects by itself, so later calls only clone a handle.
+    async fn connection(&self) -> StoreResult<Conn> {
+        if let Some(c) = self.conn.get() {
+            return Ok(c.clone());
+        }
+        match tokio::time::timeout(OPEN_TIMEOUT, self.conn.get_or_try_init(|| self.open())).await {
+            Ok(Ok(c)) => Ok(c.clone()),
+            Ok(Err(e)) => Err(unavailable(e)),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "redis did not answer within {} s",
+                OPEN_TIMEOUT.as_secs()
+            ))),
+        }
+    }
+
+    /// Opens the connection (standalone or Cluster, told apart by `INFO cluster`) and
+    /// starts the notice relay.
+    async fn open(&self) -> RedisResult<Conn> {
+        let mut probe = self
+            .client
+            .get_multiplexed_async_connection_with_config(
+                &redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                    .set_response_timeout(Some(self.options.op_timeout)),
+            )
+            .await?;
+        let info: String = redis::cmd("INFO")
+            .arg("cluster")
+            .query_async(&mut probe)
+            .await?;
+        let cluster = info.contains("cluster_enabled:1");
+        let conn = if cluster {
+            let info = self.client.get_connection_info().clone();
+            let client = redis::cluster::ClusterClientBuilder::new(vec![info])
+                .connection_timeout(CONNECT_TIMEOUT)
+                .response_timeout(self.options.op_timeout)
+                .retries(2)
+                .min_retry_wait(50)
+                .max_retry_wait(500)
+                .build()?;
+            Conn::Cluster(client.get_async_connection().await?)
+        } else {
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                .set_response_timeout(Some(self.options.op_timeout))
+                .set_number_of_retries(2)
+                .set_min_delay(Duration::from_millis(50))
+                .set_max_delay(Duration::from_millis(500));
+            Conn::Single(ConnectionManager::new_with_config(self.client.clone(), config).await?)
+        };
+        // Every node of a Cluster relays PUBLISH to all others, so the subscriber may listen
+        // on any of them; it moves on to the next when one fails.
+        let mut targets = vec![self.client.get_connection_info().clone()];
+        if cluster {
+            targets
+                .extend(relay::cluster_nodes(&mut probe, self.client.get_connection_info()).await);
+        }
+        let (tx, rx) = mpsc::channel(relay::OUTBOX);
+        *self.outbox.lock() = Some(tx);
+        let publisher = tokio::spawn(relay::publish(
+            conn.clone(),
+            self.channel.clone(),
+            self.node_id.clone(),
+            rx,
+            self.options.op_timeout,
+        ));
+        let subscriber = tokio::spawn(relay::subscribe(relay::Subscriber {
+            targets,
+            channel: self.channel.clone(),
+            node_id: self.node_id.clone(),
+            notices: self.notices.clone(),
+            conn: conn.clone(),
+            events_key: self.events_key.clone(),
+            op_timeout: self.options.op_timeout,
+        }));
+        self.tasks.lock().extend([publisher, subscriber]);
+        tracing::info!(cluster, node = %self.node_id, "connected to redis");
+        Ok(conn)
+    }
+
+    /// Runs `fut` within the operation timeout; any failure is `Unavailable`.
+    async fn bounded<T>(&self, fut: impl Future<Output = RedisResult<T>>) -> StoreResult<T> {
+        match tokio::time::timeout(self.options.op_timeout, fut).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(unavailable(e)),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "redis did not answer within {} ms",
+                self.options.op_timeout.as_millis()
+            ))),
+        }
+    }
+
+    fn keys(&self, event_id: &str) -> [String; 13] {
+        let base = format!("{}:{{{}}}:", self.options.key_prefix, event_id);
+        KEY_SUFFIXES.map(|s| format!("{base}{s}"))
+    }
+
+    /// Runs the script's operation `op` on one event; counts and relays its effects.
+    async fn run(
+        &self,
+        event_id: &str,
+        op: &str,
+        now: Millis,
+        args: &[&[u8]],
+        join: Option<&JoinRequest>,
+    ) -> StoreResult<Reply> {
+        let keys = self.keys(event_id);
+        let mut conn = self.connection().await?;
+        let value = self
+            .bounded(async {
+                let mut inv = SCRIPT.prepare_invoke();
+                for k in &keys {
+                    inv.key(k);
+                }
+                inv.arg(op).arg(now);
+                for a in args {
+                    inv.arg(*a);
+                }
+                inv.invoke_async::<Value>(&mut conn).await
+            })
+            .await?;
+        Ok(self.decode(event_id, &value, join)?)
+    }
+
+    fn decode(
+        &self,
+        event_id: &str,
+        value: &Value,
+        join: Option<&JoinRequest>,
+    ) -> Result<Reply, Malformed> {
+        let a = array(value)?;
+        let code = bytes(field(a, 0)?)?.ok_or(Malformed("a code"))?.to_vec();
+        let fx = parse_effects(field(a, 2)?, join)?;
+        let ctx = parse_ctx(field(a, 3)?)?;
+        self.announce(event_id, &fx);
+        Ok(Reply {
+            code,
+            payload: field(a, 1)?.clone(),
+            ctx,
+        })
+    }
+
+    /// Counts what an operation changed, tells this node's subscribers, and queues the
+    /// notices for the other nodes.
+    fn announce(&self, event_id: &str, fx: &[Effect]) {
+        if fx.is_empty() {
+            return;
+        }
+        telemetry::record_effects(event_id, fx);
+        let id: Arc<str> = event_id.into();
+        let notices = notices_of(&id, fx);
+        if notices.is_empty() {
+            return;
+        }
+        if self.notices.receiver_count() > 0 {
+            for n in &notices {
+                let _ = self.notices.send(n.clone());
+            }
+        }
+        if let Some(tx) = self.outbox.lock().as_ref() {
+            // Full only while Redis is unreachable for long: notices are best effort
+            // (live clients re-read on their own at least every few seconds).
+            let _ = tx.try_send(notices);
+        }
+    }
+
+    /// Runs `op` and maps its code: `OK` answers the reply, an error code its error.
+    async fn op(
+        &self,
+        event_id: &str,
+        op: &str,
+        now: Millis,
+        args: &[&[u8]],
+        join: Option<&JoinRequest>,
+    ) -> StoreResult<Reply> {
+        let reply = self.run(event_id, op, now, args, join).await?;
+        if reply.code == b"OK" {
+            Ok(reply)
+        } else {
+            Err(unexpected(&reply.code))
+        }
+    }
+
+    async fn place_op(
+        &self,
+        event_id: &str,
+        op: &str,
+        key: PlaceKey,
+        now: Millis,
+    ) -> StoreResult<Reply> {
+        let seq = key.seq.to_string();
+        let nonce = key.nonce.to_be_bytes();
+        self.op(event_id, op, now, &[seq.as_bytes(), &nonce], None)
+            .await
+    }
+
+    async fn view_op(
+        &self,
+        event_id: &str,
+        op: &str,
+        key: PlaceKey,
+        now: Millis,
+    ) -> StoreResult<PlaceView> {
+        let r = self.place_op(event_id, op, key, now).await?;
+        self.view(&r, now)
+    }
+
+    fn view(&self, r: &Reply, now: Millis) -> StoreResult<PlaceView> {
+        Ok(place_view(&r.payload, &r.ctx, now)?)
+    }
+
+    async fn snapshot(&self, event_id: &str, now: Millis) -> StoreResult<EventSnapshot> {
+        let r = self.op(event_id, "get", now, &[], None).await?;
+        let parse = || -> Result<(String, Vec<u64>), Malformed> {
+            let a = array(&r.payload)?;
+            let cfg = text(field(a, 0)?)?.ok_or(Malformed("a config"))?;
+            let nums = a[1..].iter().map(uint).collect::<Result<Vec<_>, _>>()?;
+            if nums.len() != 11 {
+                return Err(Malformed("eleven figures"));
+            }
+            Ok((cfg, nums))
+        };
+        let (cfg, n) = parse()?;
+        let config: EventConfig =
+            serde_json::from_str(&cfg).map_err(|_| Malformed("a config in JSON"))?;
+        let [waiting, admitted, active, completed, left, expired, capacity, wait_sum_ms, admissions, window, joins] =
+            n[..]
+        else {
+            unreachable!("length checked")
+        };
+        Ok(EventSnapshot {
+            event_id: event_id.to_string(),
+            config,
+            figures: EventFigures {
+                waiting,
+                admitted,
+                active,
+                completed,
+                left,
+                expired,
+                capacity,
+                available_slots: capacity.saturating_sub(admitted + active),
+                avg_wait_sec: wait_sum_ms
+                    .checked_div(admissions)
+                    .map_or(0.0, |ms| ms as f64 / 1000.0),
+                admitted_last_minute: window,
+                joins,
+                admissions,
+            },
+        })
+    }
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    async fn put_event(
+        &self,
+        event_id: &str,
+        patch: &EventPatch,
+        now: Millis,
+    ) -> StoreResult<EventConfig> {
+        validate_event_id(event_id)?;
+        let s = &self.inner;
+        let meta = &s.keys(event_id)[0];
+        let mut conn = s.connection().await?;
+        for _ in 0..PUT_ATTEMPTS {
+            // Read, apply and validate here; the script then writes only if nobody changed
+            // the settings in between (optimistic: updates are rare, and no lock is held).
+            let (cfg, ver): (Option<String>, Option<u64>) = s
+                .bounded(async {
+                    redis::cmd("HMGET")
+                        .arg(meta)
+                        .arg("cfg")
+                        .arg("ver")
+                        .query_async(&mut conn)
+                        .await
+                })
+                .await?;
+            let base = match &cfg {
+                Some(json) => {
+                    serde_json::from_str(json).map_err(|_| Malformed("a config in JSON"))?
+                }
+                None => EventConfig::default(),
+            };
+            let config = patch.apply(event_id, &base)?;
+            let expected = if cfg.is_some() { ver.unwrap_or(0) } else { 0 };
+            if expected == 0 {
+                // Listed before it exists, so the scheduler of every node finds it.
+                s.bounded(
+                    redis::cmd("SADD")
+                        .arg(&s.events_key)
+                        .arg(event_id)
+                        .query_async::<i64>(&mut conn),
+                )
+                .await?;
+            }
+            let json = serde_json::to_string(&config).expect("config serialises");
+            let ms = |sec: u32| (u64::from(sec) * 1000).to_string();
+            let nums = [
+                expected.to_string(),
+                json,
+                config.capacity().to_string(),
+                config.admit_per_minute.unwrap_or(0).to_string(),
+                ms(config.ready_ttl_sec),
+                ms(config.session_idle_sec),
+                ms(config.session_max_sec),
+                ms(config.waiting_idle_sec),
+                config.max_queue_length.unwrap_or(0).to_string(),
+                u8::from(config.paused).to_string(),
+                u8::from(config.accept_joins).to_string(),
+            ];
+            let args: Vec<&[u8]> = nums.iter().map(|a| a.as_bytes()).collect();
+            let r = s.run(event_id, "put", now, &args, None).await?;
+            match &r.code[..] {
+                b"OK" => return Ok(config),
+                b"CONFLICT" => continue,
+                other => return Err(unexpected(other)),
+            }
+        }
+        Err(StoreError::Unavailable(
+            "the event's settings kept changing under concurrent updates".into(),
+        ))
+    }
+
+    async fn get_event(&self, event_id: &str, now: Millis) -> StoreResult<EventSnapshot> {
+        self.inner.snapshot(event_id, now).await
+    }
+
+    async fn list_events(&self, now: Millis) -> StoreResult<Vec<EventSnapshot>> {
+        let mut out = Vec::new();
+        for id in self.event_ids().await? {
+            match self.inner.snapshot(&id, now).await {
+                Ok(s) => out.push(s),
+                // Listed but deleted meanwhile (or listed just before being created).
+                Err(StoreError::Queue(QueueError::EventNotFound)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    async fn delete_event(&self, event_id: &str) -> StoreResult<()> {
+        let s = &self.inner;
+        s.op(event_id, "delete", 0, &[], None).await?;
+        s.leases.lock().remove(event_id);
+        let meta = &s.keys(event_id)[0];
+        let mut conn = s.connection().await?;
+        s.bounded(async {
+            redis::cmd("SREM")
+                .arg(&s.events_key)
+                .arg(event_id)
+                .query_async::<i64>(&mut conn)
+                .await?;
+            // Created again by another node between the delete and the SREM: list it again.
+            let back: bool = redis::cmd("EXISTS")
+                .arg(meta)
+                .query_async(&mut conn)
+                .await?;
+            if back {
+                redis::cmd("SADD")
+                    .arg(&s.events_key)
+                    .arg(event_id)
+                    .query_async::<i64>(&mut conn)
+                    .await?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn clear(&self, event_id: &str, now: Millis) -> StoreResult<u64> {
+        let r = self.inner.op(event_id, "clear", now, &[], None).await?;
+        Ok(uint(&r.payload)?)
+    }
+
+    async fn queue_head(
+        &self,
+        event_id: &str,
+        limit: usize,
+        now: Millis,
+    ) -> StoreResult<Vec<HeadEntry>> {
+        let limit = limit.min(MAX_HEAD).to_string();
+        let r = self
+            .inner
+            .op(event_id, "head", now, &[limit.as_bytes()], None)
+            .await?;
+        let parse = || -> Result<Vec<HeadEntry>, Malformed> {
+            let a = array(&r.payload)?;
+            let mut out = Vec::with_capacity(a.len() / 2);
+            for (i, pair) in a.chunks(2).enumerate() {
+                let [user, joined] = pair else {
+                    return Err(Malformed("head pairs"));
+                };
+                let position = i as u64 + 1;
+                out.push(HeadEntry {
+                    position,
+                    user_id: text(user)?,
+                    joined_at: uint(joined)?,
+                    eta_sec: r.ctx.eta(position, now),
+                });
+            }
+            Ok(out)
+        };
+        Ok(parse()?)
+    }
+
+    async fn join(&self, event_id: &str, req: &JoinRequest, now: Millis) -> StoreResult<PlaceView> {
+        let nonce = req.nonce.to_be_bytes();
+        let user = req.user_id.as_deref().unwrap_or("");
+        let meta = req.metadata.as_deref().unwrap_or("");
+        let flag = |b: bool| if b { &b"1"[..] } else { &b"0"[..] };
+        let args: [&[u8]; 5] = [
+            &nonce,
+            flag(req.user_id.is_some()),
+            user.as_bytes(),
+            flag(req.metadata.is_some()),
+            meta.as_bytes(),
+        ];
+        let r = self
+            .inner
+            .op(event_id, "join", now, &args, Some(req))
+            .await?;
+        self.inner.view(&r, now)
+    }
+
+    async fn status(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {
+        self.inner.view_op(event_id, "status", key, now).await
+    }
+
+    async fn heartbeat(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<()> {
+        self.inner
+            .place_op(event_id, "heartbeat", key, now)
+            .await
+            .map(|_| ())
+    }
+
+    async fn peek(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {
+        self.inner.view_op(event_id, "peek", key, now).await
+    }
+
+    async fn enter(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {
+        self.inner.view_op(event_id, "enter", key, now).await
+    }
+
+    async fn leave(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<bool> {
+        let r = self.inner.place_op(event_id, "leave", key, now).await?;
+        Ok(uint(&r.payload)? == 1)
+    }
+
+    async fn session_heartbeat(
+        &self,
+        event_id: &str,
+        key: PlaceKey,
+        now: Millis,
+    ) -> StoreResult<PlaceView> {
+        self.inner
+            .view_op(event_id, "session_heartbeat", key, now)
+            .await
+    }
+
+    async fn session(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {
+        self.inner.view_op(event_id, "session", key, now).await
+    }
+
+    async fn complete(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<()> {
+        self.inner
+            .place_op(event_id, "complete", key, now)
+            .await
+            .map(|_| ())
+    }
+
+    /// Periodic work, on the lease holder only (see the module doc). A node that does not
+    /// hold the lease answers `None`: the holder reports its own deadlines.
+    async fn tick(&self, event_id: &str, now: Millis) -> StoreResult<Option<Millis>> {
+        let s = &self.inner;
+        let held = {
+            let leases = s.leases.lock();
+            let lease = leases.get(event_id);
+            if lease
+                .and_then(|l| l.idle_until)
+                .is_some_and(|t| Instant::now() < t)
+            {
+                return Ok(None);
+            }
+            lease.and_then(|l| l.held.clone()).unwrap_or_default()
+        };
+        let lease_ms = s.options.lease.as_millis() as u64;
+        let lease_arg = lease_ms.to_string();
+        let args: [&[u8]; 3] = [held.as_bytes(), s.node_id.as_bytes(), lease_arg.as_bytes()];
+        let r = s.run(event_id, "tick", now, &args, None).await?;
+        match &r.code[..] {
+            b"OK" => {}
+            b"LEASED" => {
+                // Ask again when that lease would lapse unless its holder renews it.
+                let pttl = int(&r.payload)?.clamp(1, lease_ms as i64) as u64;
+                let idle_until = Instant::now() + Duration::from_millis(pttl);
+                let mut leases = s.leases.lock();
+                let lease = leases.entry(event_id.to_string()).or_default();
+                if lease.held.take().is_some() {
+                    tracing::warn!(event = event_id, "lost the periodic-work lease");
+                }
+                lease.idle_until = Some(idle_until);
+                return Ok(None);
+            }
+            code => {
+                if queue_error(code) == Some(QueueError::EventNotFound) {
+                    s.leases.lock().remove(event_id);
+                }
+                return Err(unexpected(code));
+            }
+        }
+        let a = array(&r.payload)?;
+        let next = int(field(a, 0)?)?;
+        let mine = text(field(a, 1)?)?;
+        if mine.as_deref() != Some(held.as_str()) {
+            tracing::info!(event = event_id, lease = ?mine, "took the periodic-work lease");
+        }
+        s.leases.lock().insert(
+            event_id.to_string(),
+            Lease {
+                held: mine,
+                idle_until: None,
+            },
+        );
+        Ok(u64::try_from(next).ok())
+    }
+
+    async fn event_ids(&self) -> StoreResult<Vec<String>> {
+        let s = &self.inner;
+        let mut conn = s.connection().await?;
+        let mut ids: Vec<String> = s
+            .bounded(
+                redis::cmd("SMEMBERS")
+                    .arg(&s.events_key)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        ids.sort();
+        Ok(ids)
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        let s = &self.inner;
+        let mut conn = s.connection().await?;
+        s.bounded(redis::cmd("PING").query_async::<String>(&mut conn))
+            .await
+            .map(|_| ())
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<Notice> {
+        self.inner.notices.subscribe()
+    }
+
+    /// Gives up this node's leases (so another node takes the periodic work over at once)
+    /// and sends the notices still queued for the other nodes.
+    async fn close(&self) -> StoreResult<()> {
+        let s = &self.inner;
+        let held: Vec<(String, String)> = s
+            .leases
+            .lock()
+            .drain()
+            .filter_map(|(id, l)| l.held.map(|h| (id, h)))
+            .collect();
+        for (id, value) in held {
+            if let Err(e) = s.run(&id, "release", 0, &[value.as_bytes()], None).await {
+                tracing::debug!(event = %id, error = %e, "could not release the lease");
+            }
+        }
+        s.outbox.lock().take();
+        let tasks: Vec<_> = s.tasks.lock().drain(..).collect();
+        let mut tasks = tasks.into_iter();
+        // The publisher ends once its queue is drained (its sender is gone); the
+        // subscriber never ends by itself.
+        if let Some(publisher) = tasks.next() {
+            let _ = tokio::time::timeout(s.options.op_timeout, publisher).await;
+        }
+        for t in tasks {
+            t.abort();
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,365 @@
+//! Relays [`Notice`]s between the nodes that share a Redis, over pub/sub, so that a live
+//! client connected to any node hears what any other node changed.
+//!
+//! Each node already hands its own notices to its own subscribers the moment a script
+//! answers; this module only carries them to the *other* nodes:
+//! - the **publisher** drains the node's outbox and sends what piled up meanwhile as one
+//!   `PUBLISH` (a busy node sends a few messages per round trip, not one per request);
+//! - the **subscriber** listens on the channel, drops its own node's messages, and
+//!   re-broadcasts the rest locally. When its connection is lost it reconnects (to the next
+//!   Cluster node, if any), and then announces `Moved` for every event, so live clients
+//!   re-read what they may have missed.
+//!
+//! Pub/sub is at-most-once: a notice sent while a node is disconnected is lost. That is
+//! acceptable for notices (clients also refresh on their own, and the announcement after a
+//! reconnect covers the gap); nothing in the queue state depends on them.
+//!
+//! Message format (text, one item a line):
+//! `node-id`, then per event `@event-id` followed by `A<seq>` (admitted) and
+//! `E<seq><reason>` (ended: `l`eft, `c`ompleted, `e`xpired, cleared `x`). Each event section
+//! also means `Moved` for that event.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::aio::ConnectionLike;
+use redis::{ConnectionAddr, ConnectionInfo};
+use tokio::sync::{broadcast, mpsc};
+
+use super::Conn;
+use crate::core::EndReason;
+use crate::store::Notice;
+
+/// Operations' notice lists that may wait for the publisher before new ones are dropped.
+pub(super) const OUTBOX: usize = 16_384;
+/// Largest message; a bigger batch (clearing a long queue) is split.
+const MAX_MESSAGE: usize = 64 * 1024;
+/// How often an idle subscription checks that its connection still answers.
+const PING_EVERY: Duration = Duration::from_secs(5);
+const BACKOFF_START: Duration = Duration::from_millis(250);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+fn reason_char(r: EndReason) -> char {
+    match r {
+        EndReason::Left => 'l',
+        EndReason::Completed => 'c',
+        EndReason::Expired => 'e',
+        EndReason::Cleared => 'x',
+    }
+}
+
+fn reason_of(c: u8) -> Option<EndReason> {
+    Some(match c {
+        b'l' => EndReason::Left,
+        b'c' => EndReason::Completed,
+        b'e' => EndReason::Expired,
+        b'x' => EndReason::Cleared,
+        _ => return None,
+    })
+}
+
+/// Encodes a batch of notices as one or more messages of at most [`MAX_MESSAGE`] bytes.
+pub(super) fn encode(node_id: &str, batch: &[Notice]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut msg = String::new();
+    let mut current: Option<&str> = None;
+    for n in batch {
+        let (event, item) = match n {
+            Notice::Admitted { event_id, seq } => (event_id, Some(format!("A{seq}"))),
+            Notice::Ended {
+                event_id,
+                seq,
+                reason,
+            } => (event_id, Some(format!("E{seq}{}", reason_char(*reason)))),
+            Notice::Moved { event_id } => (event_id, None),
+        };
+        if msg.len() > MAX_MESSAGE {
+            out.push(std::mem::take(&mut msg));
+            current = None;
+        }
+        if msg.is_empty() {
+            msg.push_str(node_id);
+            msg.push('\n');
+        }
+        if current != Some(&**event) {
+            msg.push('@');
+            msg.push_str(event);
+            msg.push('\n');
+            current = Some(event);
+        }
+        if let Some(item) = item {
+            msg.push_str(&item);
+            msg.push('\n');
+        }
+    }
+    if !msg.is_empty() {
+        out.push(msg);
+    }
+    out
+}
+
+/// Decodes a message from another node; answers nothing for this node's own messages or
+/// a message it cannot read.
+pub(super) fn decode(own_node: &str, msg: &[u8]) -> Vec<Notice> {
+    let Ok(text) = std::str::from_utf8(msg) else {
+        return Vec::new();
+    };
+    let mut lines = text.lines();
+    if lines.next().is_none_or(|origin| origin == own_node) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let mut event: Option<Arc<str>> = None;
+    for line in lines {
+        if let Some(id) = line.strip_prefix('@') {
+            if let Some(e) = event.take() {
+                out.push(Notice::Moved { event_id: e });
+            }
+            event = Some(id.into());
+            continue;
+        }
+        let Some(event_id) = event.clone() else {
+            continue;
+        };
+        let (kind, rest) = line.split_at(line.len().min(1));
+        match kind {
+            "A" => {
+                if let Ok(seq) = rest.parse() {
+                    out.push(Notice::Admitted { event_id, seq });
+                }
+            }
+            "E" if rest.len() > 1 => {
+                let (seq, r) = rest.split_at(rest.len() - 1);
+                if let (Ok(seq), Some(reason)) = (seq.parse(), reason_of(r.as_bytes()[0])) {
+                    out.push(Notice::Ended {
+                        event_id,
+                        seq,
+                        reason,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(e) = event {
+        out.push(Notice::Moved { event_id: e });
+    }
+    out
+}
+
+/// The publisher: sends the outbox to the channel until the store closes it.
+pub(super) async fn publish(
+    mut conn: Conn,
+    channel: String,
+    node_id: String,
+    mut outbox: mpsc::Receiver<Vec<Notice>>,
+    op_timeout: Duration,
+) {
+    let mut batch = Vec::new();
+    while let Some(first) = outbox.recv().await {
+        batch.clear();
+        batch.extend(first);
+        // Whatever piled up while the last PUBLISH was in flight goes in this one.
+        while batch.len() < 8192 {
+            match outbox.try_recv() {
+                Ok(more) => batch.extend(more),
+                Err(_) => break,
+            }
+        }
+        for msg in encode(&node_id, &batch) {
+            let sent = tokio::time::timeout(
+                op_timeout,
+                redis::cmd("PUBLISH")
+                    .arg(&channel)
+                    .arg(msg)
+                    .query_async::<i64>(&mut conn),
+            )
+            .await;
+            if !matches!(sent, Ok(Ok(_))) {
+                tracing::debug!("could not relay notices to the other nodes");
+            }
+        }
+    }
+}
+
+/// What the subscriber needs.
+pub(super) struct Subscriber {
+    /// Nodes to listen on, tried in turn.
+    pub targets: Vec<ConnectionInfo>,
+    pub channel: String,
+    pub node_id: String,
+    pub notices: broadcast::Sender<Notice>,
+    /// For the event ids announced after a reconnect.
+    pub conn: Conn,
+    pub events_key: String,
+    pub op_timeout: Duration,
+}
+
+/// The subscriber: listens until the store drops it (the task is aborted).
+pub(super) async fn subscribe(mut s: Subscriber) {
+    let mut target = 0;
+    let mut backoff = BACKOFF_START;
+    let mut missed = false;
+    loop {
+        let info = s.targets[target % s.targets.len()].clone();
+        let opened = tokio::time::timeout(s.op_timeout, async {
+            let client = redis::Client::open(info)?;
+            let mut pubsub = client.get_async_pubsub().await?;
+            pubsub.subscribe(&s.channel).await?;
+            Ok::<_, redis::RedisError>(pubsub)
+        })
+        .await;
+        match opened {
+            Ok(Ok(pubsub)) => {
+                backoff = BACKOFF_START;
+                if missed {
+                    tracing::info!("notice relay listening again");
+                    announce_all(&mut s).await;
+                }
+                listen(&s, pubsub).await;
+                missed = true;
+            }
+            _ => {
+                target += 1;
+                missed = true;
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+        }
+    }
+}
+
+/// Relays messages until the connection is lost.
+async fn listen(s: &Subscriber, pubsub: redis::aio::PubSub) {
+    let (mut sink, mut stream) = pubsub.split();
+    loop {
+        tokio::select! {
+            msg = stream.next() => {
+                let Some(msg) = msg else { return };
+                for n in decode(&s.node_id, msg.get_payload_bytes()) {
+                    let _ = s.notices.send(n);
+                }
+            }
+            _ = tokio::time::sleep(PING_EVERY) => {
+                let pong = tokio::time::timeout(s.op_timeout, sink.ping::<String>()).await;
+                if !matches!(pong, Ok(Ok(_))) {
+                    tracing::debug!("notice relay connection stopped answering");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// After a gap in the subscription: every event may have moved.
+async fn announce_all(s: &mut Subscriber) {
+    let ids = tokio::time::timeout(
+        s.op_timeout,
+        redis::cmd("SMEMBERS")
+            .arg(&s.events_key)
+            .query_async::<Vec<String>>(&mut s.conn),
+    )
+    .await;
+    if let Ok(Ok(ids)) = ids {
+        for id in ids {
+            let _ = s.notices.send(Notice::Moved {
+                event_id: id.into(),
+            });
+        }
+    }
+}
+
+/// The other nodes of a Cluster (from `CLUSTER NODES`), reached like `seed`.
+pub(super) async fn cluster_nodes(
+    conn: &mut impl ConnectionLike,
+    seed: &ConnectionInfo,
+) -> Vec<ConnectionInfo> {
+    let nodes: String = match redis::cmd("CLUSTER").arg("NODES").query_async(conn).await {
+        Ok(n) => n,
+        Err(_) => return Vec::new(),
+    };
+    let mut out = Vec::new();
+    for line in nodes.lines() {
+        // `<id> <ip:port@cport[,hostname]> <flags> …`
+        let Some(addr) = line.split_whitespace().nth(1) else {
+            continue;
+        };
+        let addr = addr.split(['@', ',']).next().unwrap_or_default();
+        let Some((host, port)) = addr.rsplit_once(':') else {
+            continue;
+        };
+        let (Ok(port), false) = (port.parse::<u16>(), host.is_empty()) else {
+            continue;
+        };
+        let addr = match seed.addr() {
+            ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => ConnectionAddr::TcpTls {
+                host: host.to_string(),
+                port,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
+            _ => ConnectionAddr::Tcp(host.to_string(), port),
+        };
+        out.push(seed.clone().set_addr(addr));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notices_round_trip_and_own_messages_are_dropped() {
+        let a: Arc<str> = "a".into();
+        let b: Arc<str> = "b.2".into();
+        let batch = vec![
+            Notice::Admitted {
+                event_id: a.clone(),
+                seq: 7,
+            },
+            Notice::Ended {
+                event_id: a.clone(),
+                seq: 3,
+                reason: EndReason::Cleared,
+            },
+            Notice::Moved {
+                event_id: a.clone(),
+            },
+            Notice::Moved {
+                event_id: b.clone(),
+            },
+        ];
+        let msgs = encode("n1", &batch);
+        assert_eq!(msgs.len(), 1);
+        assert_eq!(decode("n2", msgs[0].as_bytes()), batch);
+        assert!(decode("n1", msgs[0].as_bytes()).is_empty());
+        assert!(decode("n2", b"\xff").is_empty());
+    }
+
+    #[test]
+    fn big_batches_are_split() {
+        let e: Arc<str> = "e".into();
+        let batch: Vec<_> = (0..50_000u64)
+            .map(|seq| Notice::Ended {
+                event_id: e.clone(),
+                seq,
+                reason: EndReason::Cleared,
+            })
+            .collect();
+        let msgs = encode("n", &batch);
+        assert!(msgs.len() > 1);
+        assert!(msgs.iter().all(|m| m.len() <= MAX_MESSAGE + 64));
+        let back: Vec<_> = msgs
+            .iter()
+            .flat_map(|m| decode("other", m.as_bytes()))
+            .filter(|n| !matches!(n, Notice::Moved { .. }))
+            .collect();
+        assert_eq!(back, batch);
+    }
+}

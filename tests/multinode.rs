@@ -1,0 +1,538 @@
+//! Several real `waitroom` processes on one Redis, as users run them behind a load balancer:
+//! any node serves any place, concurrent joins spread over the nodes stay exact, a node
+//! killed with SIGKILL leaves its periodic work to the others, and a Redis outage turns
+//! into fast 503s and then recovers by itself.
+//!
+//! Each test starts its own `redis-server` (tests/support/redis.rs) and nodes
+//! (tests/support/binary.rs), and stops them all at the end, whatever happens.
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use support::binary::{call, Server};
+use support::redis::{free_port, raw_command, RedisServer};
+
+const ADMIN: &str = "multinode-admin";
+
+/// A data directory holding one signing key, shared by every node of a test (nodes on one
+/// Redis must share `--signing-key`: waiting tokens carry a MAC derived from it).
+struct Cluster {
+    dir: tempfile::TempDir,
+    key: PathBuf,
+}
+
+impl Cluster {
+    fn new() -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        waitroom::tokens::load_or_generate_key(None, dir.path()).unwrap();
+        let key = dir.path().join("signing-key.pem");
+        assert!(key.exists());
+        Cluster { dir, key }
+    }
+
+    /// Starts a node on `redis_url` with a data directory of its own.
+    fn node(&self, redis_url: &str) -> Server {
+        let data = self
+            .dir
+            .path()
+            .join(format!("node-{}", support::binary::rand_suffix()));
+        std::fs::create_dir_all(&data).unwrap();
+        Server::start(
+            self.dir.path(),
+            &[
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--store",
+                redis_url,
+                "--signing-key",
+                self.key.to_str().unwrap(),
+                "--admin-token",
+                ADMIN,
+                "--no-demo",
+                "--data-dir",
+                data.to_str().unwrap(),
+            ],
+            &[],
+        )
+    }
+}
+
+async fn admin_put(node: &Server, event: &str, body: Value) {
+    let (s, b) = call(
+        Method::PUT,
+        &node.url(&format!("/api/v1/admin/events/{event}")),
+        Some(ADMIN),
+        Some(body),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+}
+
+async fn join(node: &Server, event: &str, user: Option<&str>) -> Value {
+    let mut body = json!({"event_id": event});
+    if let Some(u) = user {
+        body["user_id"] = json!(u);
+    }
+    let (s, b) = call(
+        Method::POST,
+        &node.url("/api/v1/queue/join"),
+        None,
+        Some(body),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    b
+}
+
+async fn status(node: &Server, token: &str) -> (StatusCode, Value) {
+    call(
+        Method::GET,
+        &node.url(&format!("/api/v1/queue/status?token={token}")),
+        None,
+        None,
+    )
+    .await
+}
+
+async fn info(node: &Server, event: &str) -> Value {
+    let (s, b) = call(
+        Method::GET,
+        &node.url(&format!("/api/v1/queue/info?event_id={event}")),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    b
+}
+
+/// Polls `check` every 50 ms until it answers `Some`, for at most `within`.
+async fn eventually<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn redis_cli(port: u16, cmd: &str) -> String {
+    raw_command(port, cmd).unwrap()
+}
+
+/// A place made on one node is served by the others; concurrent joins spread over three
+/// nodes never exceed capacity, give exact positions, and one place per user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_nodes_share_one_exact_queue() {
+    let redis = RedisServer::start();
+    let c = Cluster::new();
+    let nodes: Vec<Server> = (0..3).map(|_| c.node(&redis.url())).collect();
+    admin_put(
+        &nodes[0],
+        "show",
+        json!({"max_active": 4, "overbooking_ratio": 1.5}),
+    )
+    .await;
+
+    // One place, three nodes: the same answer from each.
+    let first = join(&nodes[1], "show", Some("first")).await;
+    let token = first["waiting_token"].as_str().unwrap().to_string();
+    for n in &nodes {
+        let (s, b) = status(n, &token).await;
+        assert_eq!(s, StatusCode::OK, "{b}");
+        assert_eq!(b["status"], "admitted");
+    }
+
+    // 150 joins of 100 users (a third join twice), round-robin over the nodes, at once.
+    let bases: Vec<String> = nodes.iter().map(|n| n.base.clone()).collect();
+    let tasks: Vec<_> = (0..150)
+        .map(|i| {
+            let base = bases[i % 3].clone();
+            tokio::spawn(async move {
+                let user = format!("u{}", i % 100);
+                let (s, b) = call(
+                    Method::POST,
+                    &format!("{base}/api/v1/queue/join"),
+                    None,
+                    Some(json!({"event_id": "show", "user_id": user})),
+                )
+                .await;
+                assert_eq!(s, StatusCode::OK, "{b}");
+                (user, b["waiting_token"].as_str().unwrap().to_string())
+            })
+        })
+        .collect();
+    let mut by_user = std::collections::HashMap::new();
+    for t in tasks {
+        let (user, token) = t.await.unwrap();
+        let prev = by_user.insert(user.clone(), token.clone());
+        assert!(
+            prev.is_none_or(|p| p == token),
+            "{user} got two different places"
+        );
+    }
+    assert_eq!(by_user.len(), 100);
+
+    // Capacity floor(4 × 1.5) = 6: "first" and five others admitted, the rest waiting with
+    // positions exactly 1..=95, whichever node answers.
+    let mut positions = Vec::new();
+    let mut admitted = 0;
+    for (i, token) in by_user.values().enumerate() {
+        let (s, b) = status(&nodes[i % 3], token).await;
+        assert_eq!(s, StatusCode::OK, "{b}");
+        match b["status"].as_str().unwrap() {
+            "waiting" => positions.push(b["position"].as_u64().unwrap()),
+            "admitted" => admitted += 1,
+            other => panic!("unexpected {other}"),
+        }
+    }
+    positions.sort_unstable();
+    assert_eq!(admitted, 5);
+    assert_eq!(positions, (1..=95).collect::<Vec<_>>());
+    for n in &nodes {
+        let i = info(n, "show").await;
+        assert_eq!(
+            (i["admitted"].as_u64(), i["queue_length"].as_u64()),
+            (Some(6), Some(95)),
+            "{i}"
+        );
+    }
+
+    // Leaving on one node hands the slot on at once; the next in line sees it on another.
+    let (s, _) = call(
+        Method::POST,
+        &nodes[2].url("/api/v1/queue/leave"),
+        None,
+        Some(json!({"token": token})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    let i = info(&nodes[0], "show").await;
+    assert_eq!(
+        (i["admitted"].as_u64(), i["queue_length"].as_u64()),
+        (Some(6), Some(94))
+    );
+}
+
+/// The node holding an event's lease is killed with SIGKILL mid-load: the other node takes
+/// the periodic work over within the lease time (3 s): paced admissions go on, and an idle
+/// session ends and hands its slot on with no request touching the event at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_node_hands_its_periodic_work_over() {
+    let redis = RedisServer::start();
+    let c = Cluster::new();
+    // `a` starts first, so its scheduler takes the leases of the events it creates.
+    let a = c.node(&redis.url());
+    admin_put(
+        &a,
+        "paced",
+        json!({"max_active": 100, "admit_per_minute": 120}),
+    )
+    .await;
+    admin_put(
+        &a,
+        "idle",
+        json!({"max_active": 1, "session_idle_sec": 2, "waiting_idle_sec": 600}),
+    )
+    .await;
+    let lease = |ev: &str| redis_cli(redis.port, &format!("GET wr:{{{ev}}}:l"));
+    eventually("a takes the leases", Duration::from_secs(5), || async {
+        (!lease("paced").is_empty() && !lease("idle").is_empty()).then_some(())
+    })
+    .await;
+    let held = (lease("paced"), lease("idle"));
+    let b = c.node(&redis.url());
+
+    // The paced event: a crowd joins through both nodes; ticks admit two a second.
+    let mut tokens = Vec::new();
+    for i in 0..40 {
+        let v = join(if i % 2 == 0 { &a } else { &b }, "paced", None).await;
+        tokens.push(v["waiting_token"].as_str().unwrap().to_string());
+    }
+    // The idle event: one session that will go idle, one place waiting behind it.
+    let s1 = join(&b, "idle", Some("s1")).await;
+    let t1 = s1["waiting_token"].as_str().unwrap();
+    let (s, e) = call(
+        Method::POST,
+        &b.url("/api/v1/queue/enter"),
+        None,
+        Some(json!({"waiting_token": t1})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{e}");
+    join(&b, "idle", Some("s2")).await;
+
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let before = info(&b, "paced").await["admitted"].as_u64().unwrap();
+    assert!(before >= 1, "a was ticking");
+
+    // Load on b throughout: status polls of the paced event, ~100 a second. (Polls, not
+    // joins: a join may spend fresh rate budget, and this test wants to see the ticks.)
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (base, stop) = (b.base.clone(), stop.clone());
+        tokio::spawn(async move {
+            let (mut ok, mut failed) = (0usize, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let t = &tokens[ok % tokens.len()];
+                let url = format!("{base}/api/v1/queue/status?token={t}");
+                match reqwest::get(&url).await {
+                    Ok(r) if r.status() == StatusCode::OK => ok += 1,
+                    Ok(r) => failed.push(format!("{}", r.status())),
+                    Err(e) => failed.push(e.to_string()),
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            (ok, failed)
+        })
+    };
+
+    // SIGKILL the lease holder mid-load.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let killed_at = Instant::now();
+    a.kill();
+
+    // Paced admissions go on once b holds the lease (3 s at most, plus a tick or two).
+    // Reading /queue/info spends no rate budget: only a tick admits here.
+    let after = eventually("b admits at the pace", Duration::from_secs(8), || async {
+        let n = info(&b, "paced").await["admitted"].as_u64().unwrap();
+        (n >= before + 3).then_some(n)
+    })
+    .await;
+    let took = killed_at.elapsed();
+    eprintln!("paced admissions resumed {took:?} after the SIGKILL");
+    assert!(after > before);
+    assert!(took < Duration::from_secs(7), "took over after {took:?}");
+    assert_ne!(lease("paced"), held.0, "b holds the lease now");
+
+    // Nobody touches the idle event: its session lapses (2 s idle) and s2 is admitted, as
+    // Redis itself shows (reading Redis directly runs no rule).
+    eventually(
+        "the idle session ends by itself",
+        Duration::from_secs(8),
+        || async {
+            let active = redis_cli(redis.port, "ZCARD wr:{idle}:as");
+            let admitted = redis_cli(redis.port, "ZCARD wr:{idle}:ad");
+            (active.trim() == ":0" && admitted.trim() == ":1").then_some(())
+        },
+    )
+    .await;
+    assert_ne!(lease("idle"), held.1);
+
+    // b kept serving all along.
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (ok, failed) = load.await.unwrap();
+    assert!(failed.is_empty(), "b failed requests: {failed:?}");
+    assert!(ok > 50, "b served {ok} requests under load");
+}
+
+/// Redis stops answering (SIGSTOP), then dies (SIGKILL) and comes back on the same port
+/// and files: requests answer 503 UNAVAILABLE with Retry-After within about two seconds,
+/// `/readyz` says 503, and service resumes by itself each time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_redis_outage_answers_503_fast_and_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port(false);
+    let redis = RedisServer::start_durable(port, dir.path());
+    let c = Cluster::new();
+    let node = c.node(&redis.url());
+    admin_put(&node, "o", json!({"max_active": 1})).await;
+    join(&node, "o", None).await;
+    let mine = join(&node, "o", Some("me")).await;
+    let token = mine["waiting_token"].as_str().unwrap().to_string();
+    assert_eq!(mine["position"], 1);
+
+    let expect_503 = |what: &'static str| {
+        let node = &node;
+        let token = token.clone();
+        async move {
+            let started = Instant::now();
+            let resp = reqwest::Client::new()
+                .get(node.url(&format!("/api/v1/queue/status?token={token}")))
+                .timeout(Duration::from_secs(10))
+                .send()
+                .await
+                .unwrap();
+            let took = started.elapsed();
+            assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE, "{what}");
+            assert!(resp.headers().contains_key("retry-after"), "{what}");
+            let body: Value = resp.json().await.unwrap();
+            assert_eq!(body["error"]["code"], "UNAVAILABLE", "{what}");
+            assert!(took < Duration::from_millis(2500), "{what}: took {took:?}");
+            let started = Instant::now();
+            let (s, _) = call(Method::GET, &node.url("/readyz"), None, None).await;
+            assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{what}: readyz");
+            assert!(started.elapsed() < Duration::from_millis(2500));
+            let (s, _) = call(Method::GET, &node.url("/healthz"), None, None).await;
+            assert_eq!(s, StatusCode::OK, "{what}: the process itself is fine");
+        }
+    };
+    let recovered = |what: &'static str| {
+        let node = &node;
+        let token = token.clone();
+        async move {
+            let b = eventually(what, Duration::from_secs(15), || async {
+                let (s, b) = status(node, &token).await;
+                (s == StatusCode::OK).then_some(b)
+            })
+            .await;
+            assert_eq!(b["position"], 1, "{what}: the place survived");
+            let (s, _) = call(Method::GET, &node.url("/readyz"), None, None).await;
+            assert_eq!(s, StatusCode::OK, "{what}: ready again");
+        }
+    };
+
+    // Frozen: connections stay open, nothing answers.
+    redis.pause();
+    expect_503("redis frozen").await;
+    redis.resume();
+    recovered("after SIGCONT").await;
+
+    // Dead, then back on the same port from its append-only file.
+    redis.kill();
+    expect_503("redis dead").await;
+    let redis = RedisServer::start_durable(port, dir.path());
+    recovered("after a restart").await;
+    let i = info(&node, "o").await;
+    assert_eq!(i["queue_length"], 1);
+    drop(redis);
+    drop(node);
+}
+
+/// `rediss://`: a node reaches Redis over TLS, verifying its certificate against the
+/// system's roots (here a test CA given through `SSL_CERT_FILE`), and refuses to start
+/// when the certificate cannot be verified.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_reaches_redis_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(d)
+            .output()
+            .expect("openssl runs");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ed25519",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=waitroom-test-ca",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "ed25519",
+        "-nodes",
+        "-keyout",
+        "srv.key",
+        "-out",
+        "srv.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    std::fs::write(d.join("ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "srv.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "srv.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "ext",
+    ]);
+    let tls_port = free_port(false).to_string();
+    let path = |f: &str| d.join(f).to_str().unwrap().to_string();
+    let (cert, key, ca) = (path("srv.crt"), path("srv.key"), path("ca.crt"));
+    let _redis = RedisServer::start_with(
+        free_port(false),
+        &d.join("redis"),
+        &[
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--tls-port",
+            &tls_port,
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &ca,
+            "--tls-auth-clients",
+            "no",
+        ],
+    );
+    let url = format!("rediss://localhost:{tls_port}");
+    let c = Cluster::new();
+    let args = |data: &str| {
+        vec![
+            "serve".to_string(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--store".into(),
+            url.clone(),
+            "--signing-key".into(),
+            c.key.to_str().unwrap().into(),
+            "--admin-token".into(),
+            ADMIN.into(),
+            "--no-demo".into(),
+            "--data-dir".into(),
+            c.dir.path().join(data).to_str().unwrap().into(),
+        ]
+    };
+
+    // With only the system's roots, the test CA is unknown: the node says so and exits.
+    let out = std::process::Command::new(support::binary::BIN)
+        .args(args("untrusting"))
+        .env_remove("SSL_CERT_FILE")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("UnknownIssuer"), "{stderr}");
+
+    let a = args("trusting");
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let node = Server::start(c.dir.path(), &a, &[("SSL_CERT_FILE", &ca)]);
+    admin_put(&node, "tls", json!({"max_active": 1})).await;
+    join(&node, "tls", None).await;
+    let w = join(&node, "tls", Some("w")).await;
+    let (s, b) = status(&node, w["waiting_token"].as_str().unwrap()).await;
+    assert_eq!(
+        (s, b["position"].as_u64()),
+        (StatusCode::OK, Some(1)),
+        "{b}"
+    );
+}

@@ -1,0 +1,372 @@
+//! The Redis store against real servers: the same conformance suite and model-based
+//! property test as the embedded store, on a standalone Redis and on a three-master
+//! Cluster, plus what only Redis has (the periodic-work lease, notices across stores,
+//! cost per operation).
+//!
+//! One server (and one Cluster) per test binary; each store gets a key prefix of its own,
+//! so tests that reuse event ids never meet.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use support::conformance::{join, make_event, S, T0};
+use support::redis::{shared, shared_cluster, unique_prefix};
+use waitroom::core::PlaceState;
+use waitroom::store::redis::{RedisOptions, RedisStore};
+use waitroom::store::{Notice, Store};
+
+fn options() -> RedisOptions {
+    RedisOptions {
+        key_prefix: unique_prefix(),
+        ..RedisOptions::default()
+    }
+}
+
+fn standalone() -> Arc<dyn Store> {
+    Arc::new(RedisStore::new(&shared().url(), options()).unwrap())
+}
+
+fn cluster() -> Arc<dyn Store> {
+    Arc::new(RedisStore::new(&shared_cluster().url(), options()).unwrap())
+}
+
+store_conformance!(async { standalone() });
+
+#[test]
+fn queue_rules_match_the_reference_model() {
+    support::model::check_backend(standalone, 30, 80);
+}
+
+mod on_a_cluster {
+    use super::*;
+
+    store_conformance!(async { cluster() });
+
+    #[tokio::test]
+    async fn talks_to_the_cluster() {
+        let store = RedisStore::new(&shared_cluster().url(), options()).unwrap();
+        assert!(store.is_cluster().await.unwrap());
+        let store = RedisStore::new(&shared().url(), options()).unwrap();
+        assert!(!store.is_cluster().await.unwrap());
+    }
+
+    #[test]
+    fn queue_rules_match_the_reference_model() {
+        support::model::check_backend(cluster, 10, 60);
+    }
+}
+
+/// Two stores (two nodes) on one Redis: only one does an event's periodic work at a time,
+/// and when it goes away the other takes over once the lease lapses.
+#[tokio::test]
+async fn one_lease_holder_per_event_and_takeover() {
+    let opts = RedisOptions {
+        lease: Duration::from_millis(600),
+        ..options()
+    };
+    let url = shared().url();
+    let a: Arc<dyn Store> = Arc::new(RedisStore::new(&url, opts.clone()).unwrap());
+    let b: Arc<dyn Store> = Arc::new(RedisStore::new(&url, opts.clone()).unwrap());
+    make_event(
+        &a,
+        "l",
+        serde_json::json!({"max_active": 1, "ready_ttl_sec": 7}),
+    )
+    .await;
+    join(&a, "l", None, T0).await;
+    // a takes the lease; b is told to stand by.
+    assert_eq!(a.tick("l", T0).await.unwrap(), Some(T0 + 7 * S));
+    assert_eq!(b.tick("l", T0).await.unwrap(), None);
+    // b stands by without asking Redis again until the lease could lapse.
+    assert_eq!(b.tick("l", T0 + 8 * S).await.unwrap(), None);
+    assert_eq!(
+        b.get_event("l", T0).await.unwrap().figures.admitted,
+        1,
+        "b did no periodic work"
+    );
+    // a goes quiet (a crashed node renews nothing); after the lease, b does the work.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Next: the expired place's token stops answering TOKEN_EXPIRED an hour later.
+    assert_eq!(
+        b.tick("l", T0 + 8 * S).await.unwrap(),
+        Some(T0 + 8 * S + 3600 * S)
+    );
+    let f = b.get_event("l", T0 + 8 * S).await.unwrap().figures;
+    assert_eq!(
+        (f.admitted, f.expired),
+        (0, 1),
+        "b swept the lapsed admission"
+    );
+    // And now a is the one standing by.
+    assert_eq!(a.tick("l", T0 + 8 * S).await.unwrap(), None);
+    // A clean shutdown gives the lease up, so a newcomer need not wait for it to lapse.
+    b.close().await.unwrap();
+    let c: Arc<dyn Store> = Arc::new(RedisStore::new(&url, opts).unwrap());
+    join(&c, "l", None, T0 + 9 * S).await;
+    assert_eq!(c.tick("l", T0 + 9 * S).await.unwrap(), Some(T0 + 16 * S));
+}
+
+/// What one node changes reaches the subscribers of another node.
+#[tokio::test]
+async fn notices_reach_other_nodes() {
+    notices_travel(shared().url()).await;
+}
+
+/// The same across a Cluster: PUBLISH on one shard reaches a subscriber on another.
+#[tokio::test]
+async fn notices_reach_other_nodes_on_a_cluster() {
+    notices_travel(shared_cluster().url()).await;
+}
+
+async fn notices_travel(url: String) {
+    let opts = options();
+    let a: Arc<dyn Store> = Arc::new(RedisStore::new(&url, opts.clone()).unwrap());
+    let b: Arc<dyn Store> = Arc::new(RedisStore::new(&url, opts).unwrap());
+    make_event(&a, "n", serde_json::json!({"max_active": 1})).await;
+    // Both connected (b's relay subscribed) before anything happens.
+    b.ping().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut on_b = b.subscribe();
+    let first = join(&a, "n", None, T0).await;
+    let second = join(&a, "n", None, T0).await;
+    assert_eq!(second.status, PlaceState::Waiting);
+    assert!(a.leave("n", first.key, T0 + S).await.unwrap());
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !seen.contains(&Notice::Admitted {
+        event_id: "n".into(),
+        seq: second.key.seq,
+    }) {
+        let n = tokio::time::timeout_at(deadline, on_b.recv())
+            .await
+            .expect("b hears a's changes")
+            .unwrap();
+        seen.push(n);
+    }
+    assert!(seen.contains(&Notice::Ended {
+        event_id: "n".into(),
+        seq: first.key.seq,
+        reason: waitroom::core::EndReason::Left,
+    }));
+    assert!(seen.contains(&Notice::Moved {
+        event_id: "n".into()
+    }));
+}
+
+/// Differential check, stricter than the model test: the Redis store and the embedded store
+/// (the reference) get the same random operations at the same times and must give the same
+/// answers, field for field: views with positions and ETAs, error codes, figures, the head
+/// of the queue.
+mod same_as_embedded {
+    use super::*;
+    use proptest::prelude::*;
+    use waitroom::core::{EventPatch, Millis, PlaceKey};
+    use waitroom::store::embedded::EmbeddedStore;
+    use waitroom::store::{JoinRequest, StoreError};
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Join(Option<u8>, bool),
+        Status(usize),
+        Heartbeat(usize),
+        Peek(usize),
+        Enter(usize),
+        Leave(usize),
+        SessionHeartbeat(usize),
+        Session(usize),
+        Complete(usize),
+        Clear,
+        Tick,
+        Head(usize),
+        Advance(Millis),
+        Configure(serde_json::Value),
+    }
+
+    fn patch() -> impl Strategy<Value = serde_json::Value> {
+        (
+            1u64..5,
+            prop_oneof![Just(1.0), Just(1.5), Just(2.5)],
+            prop::bool::weighted(0.2),
+            prop_oneof![2 => Just(None), 1 => (1u64..300).prop_map(Some)],
+            (1u64..8, 1u64..8, 2u64..15, 1u64..10),
+            prop_oneof![3 => Just(None), 1 => (1u64..6).prop_map(Some)],
+            prop::bool::weighted(0.9),
+        )
+            .prop_map(|(m, r, p, apm, (rt, si, sm, wi), mq, aj)| {
+                serde_json::json!({
+                    "max_active": m, "overbooking_ratio": r, "paused": p,
+                    "admit_per_minute": apm, "ready_ttl_sec": rt, "session_idle_sec": si,
+                    "session_max_sec": sm, "waiting_idle_sec": wi, "max_queue_length": mq,
+                    "accept_joins": aj,
+                })
+            })
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let i = 0usize..64;
+        prop_oneof![
+            6 => (prop::option::weighted(0.6, 0u8..4), prop::bool::weighted(0.3))
+                .prop_map(|(u, m)| Op::Join(u, m)),
+            3 => i.clone().prop_map(Op::Status),
+            2 => i.clone().prop_map(Op::Heartbeat),
+            1 => i.clone().prop_map(Op::Peek),
+            3 => i.clone().prop_map(Op::Enter),
+            2 => i.clone().prop_map(Op::Leave),
+            2 => i.clone().prop_map(Op::SessionHeartbeat),
+            1 => i.clone().prop_map(Op::Session),
+            2 => i.prop_map(Op::Complete),
+            1 => Just(Op::Clear),
+            2 => Just(Op::Tick),
+            1 => (0usize..6).prop_map(Op::Head),
+            4 => prop_oneof![9 => 1u64..5000, 1 => 3_000_000u64..4_000_000].prop_map(Op::Advance),
+            1 => patch().prop_map(Op::Configure),
+        ]
+    }
+
+    fn q<T>(r: Result<T, StoreError>) -> Result<T, waitroom::core::QueueError> {
+        r.map_err(|e| match e {
+            StoreError::Queue(q) => q,
+            other => panic!("store failed: {other}"),
+        })
+    }
+
+    fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let emb: Arc<dyn Store> = Arc::new(EmbeddedStore::new());
+        let red = standalone();
+        let ev = "diff";
+        let first: EventPatch = serde_json::from_value(serde_json::json!({
+            "max_active": 2, "ready_ttl_sec": 3, "session_idle_sec": 3,
+            "session_max_sec": 8, "waiting_idle_sec": 4
+        }))
+        .unwrap();
+        let mut now = T0;
+        rt.block_on(async {
+            let a = q(emb.put_event(ev, &first, now).await);
+            let b = q(red.put_event(ev, &first, now).await);
+            prop_assert_eq!(a, b);
+            let mut keys: Vec<PlaceKey> = Vec::new();
+            let mut nonce = 0u128;
+            for (step, op) in ops.into_iter().enumerate() {
+                let pick = |i: usize| keys.get(i % keys.len().max(1)).copied();
+                macro_rules! both {
+                    ($s:ident => $call:expr) => {{
+                        let a = {
+                            let $s = &emb;
+                            q($call.await)
+                        };
+                        let b = {
+                            let $s = &red;
+                            q($call.await)
+                        };
+                        prop_assert_eq!(&a, &b, "step {}: {:?}", step, op);
+                        a.ok()
+                    }};
+                }
+                match &op {
+                    Op::Join(user, meta) => {
+                        nonce += 1;
+                        let req = JoinRequest {
+                            user_id: user.map(|u| format!("user-{u}")),
+                            metadata: meta.then(|| r#"{"seat":"A1"}"#.to_string()),
+                            nonce: nonce * 0x9E37_79B9_7F4A_7C15_F39C,
+                        };
+                        if let Some(v) = both!(s => s.join(ev, &req, now)) {
+                            if !keys.contains(&v.key) {
+                                keys.push(v.key);
+                            }
+                        }
+                    }
+                    Op::Status(i) => {
+                        if let Some(k) = pick(*i) {
+                            both!(s => s.status(ev, k, now));
+                        }
+                    }
+                    Op::Heartbeat(i) => {
+                        if let Some(k) = pick(*i) {
+                            both!(s => s.heartbeat(ev, k, now));
+                        }
+                    }
+                    Op::Peek(i) => {
+                        if let Some(k) = pick(*i) {
+                            both!(s => s.peek(ev, k, now));
+                        }
+                    }
+                    Op::Enter(i) => {
+                        if let Some(k) = pick(*i) {
+                            both!(s => s.enter(ev, k, now));
+                        }
+                    }
+                    Op::Leave(i) => {
+                        if let Some(k) = pick(*i) {
+                            both!(s => s.leave(ev, k, now));
+                        }
+                    }
+                    Op::SessionHeartbeat(i) => {
+                        if let Some(k) = pick(*i) {
+                            both!(s => s.session_heartbeat(ev, k, now));
+                        }
+                    }
+                    Op::Session(i) => {
+                        if let Some(k) = pick(*i) {
+                            both!(s => s.session(ev, k, now));
+                        }
+                    }
+                    Op::Complete(i) => {
+                        if let Some(k) = pick(*i) {
+                            both!(s => s.complete(ev, k, now));
+                        }
+                    }
+                    Op::Clear => {
+                        both!(s => s.clear(ev, now));
+                    }
+                    Op::Head(n) => {
+                        both!(s => s.queue_head(ev, *n, now));
+                    }
+                    Op::Tick | Op::Advance(_) => {
+                        if let Op::Advance(ms) = op {
+                            now += ms;
+                        }
+                        // The embedded store may report an earlier wake-up (a superseded
+                        // deadline still on its heap, even of a place that is gone); what
+                        // the tick did must be the same.
+                        let a = q(emb.tick(ev, now).await).unwrap();
+                        let b = q(red.tick(ev, now).await).unwrap();
+                        prop_assert!(
+                            b.is_none() || a.is_some_and(|a| Some(a) <= b),
+                            "step {}: next tick {:?} vs {:?}",
+                            step,
+                            a,
+                            b
+                        );
+                    }
+                    Op::Configure(p) => {
+                        let p: EventPatch = serde_json::from_value(p.clone()).unwrap();
+                        both!(s => s.put_event(ev, &p, now));
+                    }
+                }
+                let a = q(emb.get_event(ev, now).await).unwrap();
+                let b = q(red.get_event(ev, now).await).unwrap();
+                prop_assert_eq!(a, b, "step {}: figures after {:?}", step, op);
+            }
+            Ok(())
+        })
+    }
+
+    #[test]
+    fn answers_match_the_embedded_store() {
+        let config = ProptestConfig {
+            cases: 60,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        };
+        proptest!(config, |(ops in proptest::collection::vec(op(), 1..120))| {
+            run(ops)?;
+        });
+    }
+}
