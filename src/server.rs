@@ -67,6 +67,14 @@ pub async fn run(
             Arc::new(store)
         }
     };
+    if matches!(settings.store, StoreBackend::Redis { .. }) && settings.signing_key.is_none() {
+        // A key generated per node would make every token one node issued invalid on the
+        // others (waiting-token MACs and access-token signatures both derive from it).
+        anyhow::bail!(
+            "with a Redis store every node must use the same --signing-key FILE \
+             (generate one with `openssl genpkey -algorithm ed25519 -out key.pem`)"
+        );
+    }
     let key = tokens::load_or_generate_key(settings.signing_key.as_deref(), &settings.data_dir)?;
 
     let admin_token = match &settings.admin_token {

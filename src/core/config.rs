@@ -66,7 +66,7 @@ impl EventConfig {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct EventPatch {
-    /// Accepted so that a `GET` answer can be sent back; must match the path when given.
+    /// Accepted so a body may name its event; must match the path when given.
     #[serde(default)]
     pub event_id: Option<String>,
     #[serde(default)]
@@ -191,9 +191,14 @@ impl EventPatch {
         }
         if let Some(u) = &self.target_url {
             if let Some(u) = u {
-                let scheme_ok =
-                    u.starts_with("https://") || u.starts_with("http://") || u.starts_with('/');
-                if !scheme_ok || u.len() > 2048 || u.chars().any(char::is_whitespace) {
+                // A path must stay on this host: `//host` and `/\host` are read by browsers
+                // as another host, which would hand the access token to a stranger.
+                let path_ok = u.starts_with('/') && !u.starts_with("//") && !u.starts_with("/\\");
+                let scheme_ok = u.starts_with("https://") || u.starts_with("http://") || path_ok;
+                let clean = !u
+                    .chars()
+                    .any(|c| c.is_whitespace() || c.is_control() || c == '\\');
+                if !scheme_ok || u.len() > 2048 || !clean {
                     return Err(bad(
                         "target_url must be an http(s) URL or an absolute path, at most 2048 characters",
                     ));
@@ -240,6 +245,8 @@ mod tests {
             r#"{"ready_ttl_sec": 0}"#,
             r#"{"admit_per_minute": 0}"#,
             r#"{"target_url": "javascript:alert(1)"}"#,
+            r#"{"target_url": "//evil.example/book"}"#,
+            r#"{"target_url": "/\\evil.example"}"#,
             r#"{"event_id": "other"}"#,
         ] {
             assert!(patch(bad).apply("e", &base).is_err(), "{bad} accepted");

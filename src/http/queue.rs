@@ -217,7 +217,8 @@ pub async fn verify(
     Ok(Json(json!({
         "valid": true,
         "event_id": claims.aud,
-        "user_id": view.user_id,
+        // Anonymous places have no user id; their subject (the session) stands in.
+        "user_id": view.user_id.as_deref().unwrap_or(&claims.sub),
         "sub": claims.sub,
         "session_id": claims.sid,
         "expires_at": claims.exp,

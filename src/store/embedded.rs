@@ -173,18 +173,29 @@ impl Store for EmbeddedStore {
             Some(s) => s,
             None => {
                 let config = patch.apply(event_id, &EventConfig::default())?;
-                self.events
-                    .write()
-                    .entry(event_id.to_string())
-                    .or_insert_with(|| {
-                        Arc::new(Mutex::new(Slot {
+                let mut events = self.events.write();
+                match events.get(event_id) {
+                    Some(s) => s.clone(), // created meanwhile: update that one
+                    None => {
+                        // The new event's record is queued to the journal before the event
+                        // becomes visible, under the map's lock (as deletions are), so its
+                        // changes can never reach the disk ahead of it, and a creation and
+                        // a deletion of the same id reach it in the order they happened.
+                        let mut slot = Slot {
                             id: event_id.into(),
-                            queue: EventQueue::new(config),
+                            queue: EventQueue::new(config.clone()),
                             deleted: false,
                             last_ticket: 0,
-                        }))
-                    })
-                    .clone()
+                        };
+                        if let Some(j) = &self.journal {
+                            slot.last_ticket =
+                                j.record(&slot.id, Vec::new(), slot.queue.meta(), Some(config))?;
+                        }
+                        let slot = Arc::new(Mutex::new(slot));
+                        events.insert(event_id.to_string(), slot.clone());
+                        slot
+                    }
+                }
             }
         };
         self.run(&slot, true, |q, fx| {
@@ -220,12 +231,11 @@ impl Store for EmbeddedStore {
     }
 
     async fn delete_event(&self, event_id: &str) -> StoreResult<()> {
-        let slot = self
-            .events
-            .write()
-            .remove(event_id)
-            .ok_or(QueueError::EventNotFound)?;
+        // Under the map's lock, so that a re-creation of the same id is journaled after
+        // this deletion (see `put_event`).
         let ticket = {
+            let mut events = self.events.write();
+            let slot = events.remove(event_id).ok_or(QueueError::EventNotFound)?;
             let mut s = slot.lock();
             s.deleted = true;
             match &self.journal {

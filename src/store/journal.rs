@@ -41,6 +41,8 @@ const KIND_ENTERED: u8 = 2;
 const KIND_EXPIRED: u8 = 3;
 /// Most submissions the writer puts in one batch; bounds a batch's memory and latency.
 const MAX_GROUP: usize = 8192;
+/// Longest a request waits for its change to be synced before it answers `UNAVAILABLE`.
+const MAX_DURABLE_WAIT: Duration = Duration::from_secs(3);
 /// How often `relaxed` durability syncs (like Redis `appendfsync everysec`, but tighter).
 const RELAXED_SYNC_EVERY: Duration = Duration::from_millis(100);
 
@@ -293,8 +295,15 @@ impl Journal {
         }
         let mut rx = self.durable.clone();
         let failed = &self.failed;
-        rx.wait_for(|d| *d >= ticket || failed.load(Ordering::Acquire))
+        let synced = rx.wait_for(|d| *d >= ticket || failed.load(Ordering::Acquire));
+        // A stalled disk must not hang requests: answer UNAVAILABLE after a bound. The
+        // change may still become durable later; the client retries, and joins are
+        // idempotent per user.
+        tokio::time::timeout(MAX_DURABLE_WAIT, synced)
             .await
+            .map_err(|_| {
+                StoreError::Unavailable("the disk did not confirm the write in time".into())
+            })?
             .map_err(|_| StoreError::Unavailable("the store's writer stopped".into()))?;
         if failed.load(Ordering::Acquire) {
             return Err(StoreError::Unavailable(

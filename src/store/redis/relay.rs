@@ -122,6 +122,11 @@ pub(super) fn decode(own_node: &str, msg: &[u8]) -> Vec<Notice> {
         let Some(event_id) = event.clone() else {
             continue;
         };
+        // Only ASCII is ever published; anything else (someone else's PUBLISH) is skipped
+        // rather than split inside a character.
+        if !line.is_ascii() {
+            continue;
+        }
         let (kind, rest) = line.split_at(line.len().min(1));
         match kind {
             "A" => {
