@@ -286,7 +286,10 @@ async fn route(hub: Arc<Hub>, mut notices: broadcast::Receiver<Notice>, mut stop
     let mut dirty: HashSet<Arc<str>> = HashSet::new();
     let mut everything = false;
     let mut sweep: Option<Sweep> = None;
-    let mut last_start = Instant::now() - COALESCE;
+    // As if the last sweep were long over, so that the first change is pushed at once.
+    let mut last_start = Instant::now()
+        .checked_sub(COALESCE)
+        .unwrap_or_else(Instant::now);
     loop {
         // The next thing the timer must do: a slot of the running sweep, or the start of
         // the next one once something is dirty.

@@ -1,0 +1,194 @@
+//! Live updates across nodes: two `waitroom` processes on one Redis, a WebSocket open on one
+//! node, and the change made on the other. The pushes must still arrive, through the Redis
+//! backend's notice relay (pub/sub): the admission (`queue-ready`), position changes, and
+//! the end of the place.
+//!
+//! Each test starts its own `redis-server` and nodes (tests/support), and stops them all at
+//! the end.
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use support::binary::{call, Server};
+use support::redis::RedisServer;
+use tokio_tungstenite::tungstenite::Message;
+
+const ADMIN: &str = "live-multinode-admin";
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// A data directory with the signing key every node shares (waiting tokens carry a MAC
+/// derived from it, so any node can serve any token).
+struct Nodes {
+    dir: tempfile::TempDir,
+    key: PathBuf,
+}
+
+impl Nodes {
+    fn new() -> Nodes {
+        let dir = tempfile::tempdir().unwrap();
+        waitroom::tokens::load_or_generate_key(None, dir.path()).unwrap();
+        let key = dir.path().join("signing-key.pem");
+        Nodes { dir, key }
+    }
+
+    fn start(&self, redis_url: &str) -> Server {
+        let data = self
+            .dir
+            .path()
+            .join(format!("node-{}", support::binary::rand_suffix()));
+        std::fs::create_dir_all(&data).unwrap();
+        Server::start(
+            self.dir.path(),
+            &[
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--store",
+                redis_url,
+                "--signing-key",
+                self.key.to_str().unwrap(),
+                "--admin-token",
+                ADMIN,
+                "--no-demo",
+                "--data-dir",
+                data.to_str().unwrap(),
+            ],
+            &[],
+        )
+    }
+}
+
+async fn ok(method: Method, url: String, bearer: Option<&str>, body: Option<Value>) -> Value {
+    let (st, v) = call(method, &url, bearer, body).await;
+    assert_eq!(st, StatusCode::OK, "{url}: {v}");
+    v
+}
+
+async fn join(node: &Server, event: &str, user: &str) -> Value {
+    ok(
+        Method::POST,
+        node.url("/api/v1/queue/join"),
+        None,
+        Some(json!({"event_id": event, "user_id": user})),
+    )
+    .await
+}
+
+fn token(v: &Value) -> String {
+    v["waiting_token"].as_str().unwrap().to_string()
+}
+
+async fn ws_connect(node: &Server, token: &str) -> Ws {
+    let url = format!(
+        "{}/api/v1/queue/ws?token={token}",
+        node.base.replacen("http://", "ws://", 1)
+    );
+    tokio_tungstenite::connect_async(url).await.unwrap().0
+}
+
+/// The next JSON message (`None` once the socket closed); panics after `within`.
+async fn next(ws: &mut Ws, within: Duration) -> Option<Value> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let item = tokio::time::timeout_at(deadline, ws.next())
+            .await
+            .unwrap_or_else(|_| panic!("nothing from the socket within {within:?}"));
+        match item {
+            Some(Ok(Message::Text(t))) => return Some(serde_json::from_str(&t).unwrap()),
+            Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return None,
+            Some(Ok(_)) => {}
+        }
+    }
+}
+
+async fn until(ws: &mut Ws, within: Duration, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let v = next(ws, left).await.expect("the socket is open");
+        if pred(&v) {
+            return v;
+        }
+    }
+}
+
+#[tokio::test]
+async fn pushes_reach_a_socket_on_another_node() {
+    let redis = RedisServer::start();
+    let nodes = Nodes::new();
+    let a = nodes.start(&redis.url());
+    let b = nodes.start(&redis.url());
+
+    ok(
+        Method::PUT,
+        a.url("/api/v1/admin/events/ev"),
+        Some(ADMIN),
+        Some(json!({"max_active": 1, "ready_ttl_sec": 60, "waiting_idle_sec": 60})),
+    )
+    .await;
+    let holder = join(&b, "ev", "holder").await;
+    assert_eq!(holder["status"], "admitted", "{holder}");
+    let x = token(&join(&a, "ev", "x").await);
+    let y = token(&join(&a, "ev", "y").await);
+
+    // Both sockets on node A.
+    let mut ws_x = ws_connect(&a, &x).await;
+    let mut ws_y = ws_connect(&a, &y).await;
+    assert_eq!(
+        next(&mut ws_x, Duration::from_secs(5)).await.unwrap()["position"],
+        1
+    );
+    assert_eq!(
+        next(&mut ws_y, Duration::from_secs(5)).await.unwrap()["position"],
+        2
+    );
+
+    // A join on node B behind them: A's sockets hear that the line grew.
+    join(&b, "ev", "z").await;
+    until(&mut ws_y, Duration::from_secs(3), |v| {
+        v["queue_length"] == 3
+    })
+    .await;
+
+    // The holder leaves through node B, which admits x there: x's socket on node A gets
+    // its queue-ready, and y moves up.
+    let t = Instant::now();
+    ok(
+        Method::POST,
+        b.url("/api/v1/queue/leave"),
+        None,
+        Some(json!({"token": token(&holder)})),
+    )
+    .await;
+    let ready = until(&mut ws_x, Duration::from_secs(3), |v| {
+        v["type"] == "queue-ready"
+    })
+    .await;
+    let took = t.elapsed();
+    eprintln!("queue-ready across nodes {took:?} after the slot freed");
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    assert!(ready["enter_within_sec"].as_u64().unwrap() >= 59, "{ready}");
+    until(&mut ws_y, Duration::from_secs(3), |v| v["position"] == 1).await;
+
+    // An operator clears the line on node B: y's socket on node A says so and closes.
+    ok(
+        Method::POST,
+        b.url("/api/v1/admin/events/ev/clear"),
+        Some(ADMIN),
+        None,
+    )
+    .await;
+    let gone = until(&mut ws_y, Duration::from_secs(3), |v| {
+        v["type"] != "queue-update"
+    })
+    .await;
+    assert_eq!(gone, json!({"type": "queue-cleared"}));
+    assert!(next(&mut ws_y, Duration::from_secs(3)).await.is_none());
+}
