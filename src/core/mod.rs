@@ -12,7 +12,7 @@ pub mod rank;
 
 pub use config::{validate_event_id, EventConfig, EventPatch};
 pub use queue::{
-    Effect, EndReason, EventFigures, EventQueue, HeadEntry, PlaceState, PlaceView, QueueMeta,
+    Effect, EndReason, EventFigures, EventQueue, HeadEntry, Pace, PlaceState, PlaceView, QueueMeta,
     RestoredPlace,
 };
 

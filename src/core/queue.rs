@@ -165,6 +165,47 @@ pub struct EventFigures {
     pub admissions: u64,
 }
 
+/// What the admission pace, and so the ETA, is estimated from. Every backend estimates
+/// through this one function, so an ETA does not depend on where the queue lives.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Pace {
+    /// Admissions in the last minute.
+    pub recent_admissions: u64,
+    pub first_admission_at: Option<Millis>,
+    pub admit_per_minute: Option<u32>,
+    pub capacity: u64,
+    pub session_sum_ms: u64,
+    pub session_count: u64,
+    pub session_max_sec: u32,
+}
+
+impl Pace {
+    /// Places per second: observed over the last minute (capped by the configured pace),
+    /// else the configured pace, else capacity over the average session length.
+    pub fn rate_per_sec(&self, now: Millis) -> f64 {
+        let cfg_rate = self.admit_per_minute.map(|r| f64::from(r) / 60.0);
+        if self.recent_admissions > 0 {
+            let since = now.saturating_sub(self.first_admission_at.unwrap_or(now));
+            let span = since.clamp(1000, RATE_WINDOW_MS) as f64 / 1000.0;
+            let observed = self.recent_admissions as f64 / span;
+            return cfg_rate.map_or(observed, |c| observed.min(c));
+        }
+        if let Some(c) = cfg_rate {
+            return c;
+        }
+        let avg_session = self
+            .session_sum_ms
+            .checked_div(self.session_count)
+            .map_or(f64::from(self.session_max_sec), |ms| ms as f64 / 1000.0);
+        self.capacity as f64 / avg_session.max(1.0)
+    }
+
+    /// Seconds until `position` is admitted at this pace, rounded up.
+    pub fn eta(&self, position: u64, now: Millis) -> u64 {
+        (position as f64 / self.rate_per_sec(now).max(1e-6)).ceil() as u64
+    }
+}
+
 /// Token bucket behind `admit_per_minute`. Its burst is one second's worth (at least one),
 /// so the pace stays even instead of a whole minute's budget going out at once.
 #[derive(Debug, Clone, Default)]
@@ -548,31 +589,21 @@ impl EventQueue {
         Ok(self.places.get_mut(&key.seq).expect("looked up"))
     }
 
-    /// Places per second, for the ETA: observed over the last minute, else the configured
-    /// pace, else capacity over the average session length.
-    fn rate_per_sec(&self, now: Millis) -> f64 {
-        let recent = self.window.len() as f64;
-        let cfg_rate = self.config.admit_per_minute.map(|r| f64::from(r) / 60.0);
-        if recent > 0.0 {
-            let since = now.saturating_sub(self.first_admission_at.unwrap_or(now));
-            let span = since.clamp(1000, RATE_WINDOW_MS) as f64 / 1000.0;
-            let observed = recent / span;
-            return cfg_rate.map_or(observed, |c| observed.min(c));
+    /// What this event's pace is estimated from.
+    fn pace(&self) -> Pace {
+        Pace {
+            recent_admissions: self.window.len() as u64,
+            first_admission_at: self.first_admission_at,
+            admit_per_minute: self.config.admit_per_minute,
+            capacity: self.config.capacity(),
+            session_sum_ms: self.session_sum_ms,
+            session_count: self.session_count,
+            session_max_sec: self.config.session_max_sec,
         }
-        if let Some(c) = cfg_rate {
-            return c;
-        }
-        let avg_session = self
-            .session_sum_ms
-            .checked_div(self.session_count)
-            .map_or(f64::from(self.config.session_max_sec), |ms| {
-                ms as f64 / 1000.0
-            });
-        self.config.capacity() as f64 / avg_session.max(1.0)
     }
 
     fn eta(&self, position: u64, now: Millis) -> u64 {
-        (position as f64 / self.rate_per_sec(now).max(1e-6)).ceil() as u64
+        self.pace().eta(position, now)
     }
 
     fn view(&self, seq: u64, now: Millis) -> PlaceView {

@@ -59,7 +59,7 @@ use super::{
 };
 use crate::core::{
     validate_event_id, Effect, EndReason, EventConfig, EventFigures, EventPatch, HeadEntry, Millis,
-    PlaceKey, PlaceState, PlaceView, QueueError,
+    Pace, PlaceKey, PlaceState, PlaceView, QueueError,
 };
 use crate::telemetry;
 
@@ -85,8 +85,6 @@ const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
 const PUT_ATTEMPTS: usize = 8;
 /// Largest `queue_head` page; the admin API asks for far fewer.
 const MAX_HEAD: usize = 100_000;
-/// Width of the sliding window of admissions behind the ETA (as in `core::queue`).
-const RATE_WINDOW_MS: Millis = 60_000;
 
 /// Settings of the Redis backend beyond its URL.
 #[derive(Debug, Clone)]
@@ -196,43 +194,19 @@ struct Reply {
     ctx: Ctx,
 }
 
-/// What the ETA and the deadlines in seconds are computed from (mirrors
-/// `EventQueue::rate_per_sec` and `view`).
+/// What the ETA and the deadlines in seconds are computed from (the pace estimate is the
+/// core's own, as for the embedded store; the deadlines mirror `EventQueue::view`).
 #[derive(Debug, Default, Clone, Copy)]
 struct Ctx {
-    window: u64,
-    first_admission_at: Option<Millis>,
-    rate: Option<u32>,
-    capacity: u64,
-    session_sum_ms: u64,
-    session_count: u64,
+    pace: Pace,
     ready_ttl_ms: Millis,
     session_idle_ms: Millis,
     session_max_ms: Millis,
 }
 
 impl Ctx {
-    fn rate_per_sec(&self, now: Millis) -> f64 {
-        let recent = self.window as f64;
-        let cfg_rate = self.rate.map(|r| f64::from(r) / 60.0);
-        if recent > 0.0 {
-            let since = now.saturating_sub(self.first_admission_at.unwrap_or(now));
-            let span = since.clamp(1000, RATE_WINDOW_MS) as f64 / 1000.0;
-            let observed = recent / span;
-            return cfg_rate.map_or(observed, |c| observed.min(c));
-        }
-        if let Some(c) = cfg_rate {
-            return c;
-        }
-        let avg_session = self
-            .session_sum_ms
-            .checked_div(self.session_count)
-            .map_or((self.session_max_ms / 1000) as f64, |ms| ms as f64 / 1000.0);
-        self.capacity as f64 / avg_session.max(1.0)
-    }
-
     fn eta(&self, position: u64, now: Millis) -> u64 {
-        (position as f64 / self.rate_per_sec(now).max(1e-6)).ceil() as u64
+        self.pace.eta(position, now)
     }
 }
 
@@ -349,16 +323,20 @@ fn parse_ctx(v: &Value) -> Result<Ctx, Malformed> {
     let n = |i| uint(field(a, i)?);
     let first = int(field(a, 1)?)?;
     let rate = n(2)?;
+    let session_max_ms = n(8)?;
     Ok(Ctx {
-        window: n(0)?,
-        first_admission_at: u64::try_from(first).ok(),
-        rate: (rate > 0).then_some(rate as u32),
-        capacity: n(3)?,
-        session_sum_ms: n(4)?,
-        session_count: n(5)?,
+        pace: Pace {
+            recent_admissions: n(0)?,
+            first_admission_at: u64::try_from(first).ok(),
+            admit_per_minute: (rate > 0).then_some(rate as u32),
+            capacity: n(3)?,
+            session_sum_ms: n(4)?,
+            session_count: n(5)?,
+            session_max_sec: (session_max_ms / 1000) as u32,
+        },
         ready_ttl_ms: n(6)?,
         session_idle_ms: n(7)?,
-        session_max_ms: n(8)?,
+        session_max_ms,
     })
 }
 
