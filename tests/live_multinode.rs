@@ -8,13 +8,12 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use support::binary::{call, Server};
+use support::binary::{call, Nodes, Server};
 use support::redis::RedisServer;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -22,48 +21,6 @@ const ADMIN: &str = "live-multinode-admin";
 
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-/// A data directory with the signing key every node shares (waiting tokens carry a MAC
-/// derived from it, so any node can serve any token).
-struct Nodes {
-    dir: tempfile::TempDir,
-    key: PathBuf,
-}
-
-impl Nodes {
-    fn new() -> Nodes {
-        let dir = tempfile::tempdir().unwrap();
-        waitroom::tokens::load_or_generate_key(None, dir.path()).unwrap();
-        let key = dir.path().join("signing-key.pem");
-        Nodes { dir, key }
-    }
-
-    fn start(&self, redis_url: &str) -> Server {
-        let data = self
-            .dir
-            .path()
-            .join(format!("node-{}", support::binary::rand_suffix()));
-        std::fs::create_dir_all(&data).unwrap();
-        Server::start(
-            self.dir.path(),
-            &[
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--store",
-                redis_url,
-                "--signing-key",
-                self.key.to_str().unwrap(),
-                "--admin-token",
-                ADMIN,
-                "--no-demo",
-                "--data-dir",
-                data.to_str().unwrap(),
-            ],
-            &[],
-        )
-    }
-}
 
 async fn ok(method: Method, url: String, bearer: Option<&str>, body: Option<Value>) -> Value {
     let (st, v) = call(method, &url, bearer, body).await;
@@ -122,7 +79,7 @@ async fn until(ws: &mut Ws, within: Duration, pred: impl Fn(&Value) -> bool) -> 
 #[tokio::test]
 async fn pushes_reach_a_socket_on_another_node() {
     let redis = RedisServer::start();
-    let nodes = Nodes::new();
+    let nodes = Nodes::new(ADMIN);
     let a = nodes.start(&redis.url());
     let b = nodes.start(&redis.url());
 

@@ -8,59 +8,14 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use support::binary::{call, Server};
+use support::binary::{call, Nodes, Server};
 use support::redis::{free_port, raw_command, RedisServer};
 
 const ADMIN: &str = "multinode-admin";
-
-/// A data directory holding one signing key, shared by every node of a test (nodes on one
-/// Redis must share `--signing-key`: waiting tokens carry a MAC derived from it).
-struct Cluster {
-    dir: tempfile::TempDir,
-    key: PathBuf,
-}
-
-impl Cluster {
-    fn new() -> Cluster {
-        let dir = tempfile::tempdir().unwrap();
-        waitroom::tokens::load_or_generate_key(None, dir.path()).unwrap();
-        let key = dir.path().join("signing-key.pem");
-        assert!(key.exists());
-        Cluster { dir, key }
-    }
-
-    /// Starts a node on `redis_url` with a data directory of its own.
-    fn node(&self, redis_url: &str) -> Server {
-        let data = self
-            .dir
-            .path()
-            .join(format!("node-{}", support::binary::rand_suffix()));
-        std::fs::create_dir_all(&data).unwrap();
-        Server::start(
-            self.dir.path(),
-            &[
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--store",
-                redis_url,
-                "--signing-key",
-                self.key.to_str().unwrap(),
-                "--admin-token",
-                ADMIN,
-                "--no-demo",
-                "--data-dir",
-                data.to_str().unwrap(),
-            ],
-            &[],
-        )
-    }
-}
 
 async fn admin_put(node: &Server, event: &str, body: Value) {
     let (s, b) = call(
@@ -136,8 +91,8 @@ fn redis_cli(port: u16, cmd: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_nodes_share_one_exact_queue() {
     let redis = RedisServer::start();
-    let c = Cluster::new();
-    let nodes: Vec<Server> = (0..3).map(|_| c.node(&redis.url())).collect();
+    let c = Nodes::new(ADMIN);
+    let nodes: Vec<Server> = (0..3).map(|_| c.start(&redis.url())).collect();
     admin_put(
         &nodes[0],
         "show",
@@ -231,9 +186,9 @@ async fn three_nodes_share_one_exact_queue() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_node_hands_its_periodic_work_over() {
     let redis = RedisServer::start();
-    let c = Cluster::new();
+    let c = Nodes::new(ADMIN);
     // `a` starts first, so its scheduler takes the leases of the events it creates.
-    let a = c.node(&redis.url());
+    let a = c.start(&redis.url());
     admin_put(
         &a,
         "paced",
@@ -252,7 +207,7 @@ async fn a_killed_node_hands_its_periodic_work_over() {
     })
     .await;
     let held = (lease("paced"), lease("idle"));
-    let b = c.node(&redis.url());
+    let b = c.start(&redis.url());
 
     // The paced event: a crowd joins through both nodes; ticks admit two a second.
     let mut tokens = Vec::new();
@@ -345,8 +300,8 @@ async fn a_redis_outage_answers_503_fast_and_recovers() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port(false);
     let redis = RedisServer::start_durable(port, dir.path());
-    let c = Cluster::new();
-    let node = c.node(&redis.url());
+    let c = Nodes::new(ADMIN);
+    let node = c.start(&redis.url());
     admin_put(&node, "o", json!({"max_active": 1})).await;
     join(&node, "o", None).await;
     let mine = join(&node, "o", Some("me")).await;
@@ -494,7 +449,7 @@ async fn a_node_reaches_redis_over_tls() {
         ],
     );
     let url = format!("rediss://localhost:{tls_port}");
-    let c = Cluster::new();
+    let c = Nodes::new(ADMIN);
     let args = |data: &str| {
         vec![
             "serve".to_string(),

@@ -168,3 +168,50 @@ pub async fn call(
     };
     (status, value)
 }
+
+/// Nodes that share one Redis, as users run them behind a load balancer: one directory
+/// holding the signing key they all use (nodes on one Redis must share `--signing-key`:
+/// waiting tokens carry a MAC derived from it), and a data directory per node.
+pub struct Nodes {
+    pub dir: tempfile::TempDir,
+    pub key: PathBuf,
+    admin: String,
+}
+
+impl Nodes {
+    pub fn new(admin: &str) -> Nodes {
+        let dir = tempfile::tempdir().unwrap();
+        waitroom::tokens::load_or_generate_key(None, dir.path()).unwrap();
+        let key = dir.path().join("signing-key.pem");
+        assert!(key.exists());
+        Nodes {
+            dir,
+            key,
+            admin: admin.to_string(),
+        }
+    }
+
+    /// Starts a node on `redis_url` with a data directory of its own.
+    pub fn start(&self, redis_url: &str) -> Server {
+        let data = self.dir.path().join(format!("node-{}", rand_suffix()));
+        std::fs::create_dir_all(&data).unwrap();
+        Server::start(
+            self.dir.path(),
+            &[
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--store",
+                redis_url,
+                "--signing-key",
+                self.key.to_str().unwrap(),
+                "--admin-token",
+                &self.admin,
+                "--no-demo",
+                "--data-dir",
+                data.to_str().unwrap(),
+            ],
+            &[],
+        )
+    }
+}
