@@ -80,3 +80,16 @@ pub fn init_logging(format: &str) {
         builder.try_init()
     };
 }
+
+/// Zeroes the gauges of a deleted event, so a scrape does not keep reporting its last
+/// figures (another node's deletion is caught up by the next scrape of the figures there).
+pub fn forget_event(event_id: &str) {
+    for name in [
+        "waitroom_waiting",
+        "waitroom_admitted",
+        "waitroom_active",
+        "waitroom_capacity",
+    ] {
+        metrics::gauge!(name, "event" => event_id.to_string()).set(0.0);
+    }
+}

@@ -121,6 +121,7 @@ pub async fn delete_event(
 ) -> AppResult<Json<Value>> {
     let id = event_id(path)?;
     state.store.delete_event(&id).await?;
+    crate::telemetry::forget_event(&id);
     state.wake.notify_one();
     Ok(Json(json!({"deleted": true, "event_id": id})))
 }
