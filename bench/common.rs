@@ -215,6 +215,9 @@ pub struct Tally {
     /// schedule.
     pub svc_us: Vec<u32>,
     pub lag_us: Vec<u32>,
+    /// Open loop only: each sample's intended send time, in ms from the measured window's
+    /// start (for `--timeline`).
+    pub at_ms: Vec<u32>,
     pub by_status: BTreeMap<u16, u64>,
     pub io_errors: u64,
 }
@@ -228,6 +231,7 @@ impl Tally {
         self.lat_us.extend(other.lat_us);
         self.svc_us.extend(other.svc_us);
         self.lag_us.extend(other.lag_us);
+        self.at_ms.extend(other.at_ms);
         for (k, v) in other.by_status {
             *self.by_status.entry(k).or_default() += v;
         }

@@ -64,8 +64,8 @@ struct Cli {
 enum Cmd {
     /// Every step, each in a child process, then a summary.
     All(AllArgs),
-    /// In-process store (in memory, or durable with --dir) grown to --places; status cost
-    /// and VmRSS at each power of ten.
+    /// The in-memory store grown to --places in-process; status cost and VmRSS at each
+    /// power of ten.
     Memory(MemoryArgs),
     /// Loads the durable store in DIR/store with --places places (and a 1k-place event).
     Load(LoadArgs),
@@ -759,6 +759,23 @@ async fn all(a: AllArgs) -> Result<()> {
         );
     }
     let last_mem = mem.last().cloned().unwrap_or_default();
+    if let Some(slow) = last_mem["slow_joins"].as_array() {
+        let mut slow: Vec<(u64, u64)> = slow
+            .iter()
+            .filter_map(|p| Some((p[0].as_u64()?, p[1].as_u64()?)))
+            .collect();
+        slow.sort_by_key(|p| std::cmp::Reverse(p.1));
+        let list: Vec<String> = slow
+            .iter()
+            .take(8)
+            .map(|(n, us)| format!("{} ms at place {}", ms(*us as u32), thousands(*n as f64)))
+            .collect();
+        println!(
+            "\nslowest single joins while growing to {} places (in-process, in-memory store): {}",
+            thousands(a.places as f64),
+            list.join(", ")
+        );
+    }
     let last_anon = anon.last().cloned().unwrap_or_default();
     let l = load.first().cloned().unwrap_or_default();
     let r1 = reopen1.first().cloned().unwrap_or_default();
