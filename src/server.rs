@@ -124,6 +124,10 @@ pub async fn run(
         let _ = fired_tx.send(true);
     };
     // Connection info lets handlers key per-client limits by peer address.
+    // No Nagle delay: live frames written back to back must not wait for ACKs.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |s| {
+        let _ = s.set_nodelay(true);
+    });
     let serve = axum::serve(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),

@@ -25,6 +25,15 @@ pub fn prometheus() -> PrometheusHandle {
                 .expect("bucket list is not empty")
                 .build_recorder();
             let handle = recorder.handle();
+            // Histogram samples pile up until drained; without a scrape they would grow
+            // without bound, so drain them on a timer of our own.
+            let upkeep = handle.clone();
+            let _ = std::thread::Builder::new()
+                .name("metrics-upkeep".into())
+                .spawn(move || loop {
+                    std::thread::sleep(std::time::Duration::from_secs(5));
+                    upkeep.run_upkeep();
+                });
             // Another recorder may already be installed (e.g. by an embedding program); then
             // our metrics go there and the handle renders only what reaches ours.
             let _ = metrics::set_global_recorder(recorder);
