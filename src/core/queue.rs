@@ -244,7 +244,7 @@ impl Bucket {
 pub struct EventQueue {
     config: EventConfig,
     next_seq: u64,
-    places: HashMap<u64, Place, BuildSeqHasher>,
+    places: PlaceTable,
     /// Live places by user id, for the one-place-per-user rule.
     users: HashMap<Box<str>, u64>,
     /// The waiting places, by join sequence.
@@ -290,6 +290,96 @@ impl std::hash::Hasher for SeqHasher {
     }
 }
 
+/// Places by join sequence number: a deque indexed by `seq - base`. Sequence numbers are
+/// dense and only grow, so a million places sit in one allocation of about 100 MB, with no
+/// rehash pauses under the event lock (a hash map needed over twice that, and stalled for
+/// hundreds of milliseconds each time it doubled). The slots of ended places are reclaimed
+/// once every place before them has ended too.
+#[derive(Debug, Clone, Default)]
+struct PlaceTable {
+    base: u64,
+    slots: VecDeque<Option<Place>>,
+    len: usize,
+}
+
+impl PlaceTable {
+    fn slot_of(&self, seq: u64) -> Option<usize> {
+        let i = usize::try_from(seq.checked_sub(self.base)?).ok()?;
+        (i < self.slots.len()).then_some(i)
+    }
+
+    fn get(&self, seq: &u64) -> Option<&Place> {
+        self.slot_of(*seq).and_then(|i| self.slots[i].as_ref())
+    }
+
+    fn get_mut(&mut self, seq: &u64) -> Option<&mut Place> {
+        self.slot_of(*seq).and_then(|i| self.slots[i].as_mut())
+    }
+
+    fn insert(&mut self, seq: u64, place: Place) {
+        if self.slots.is_empty() {
+            self.base = seq;
+        }
+        while seq < self.base {
+            self.slots.push_front(None);
+            self.base -= 1;
+        }
+        let i = (seq - self.base) as usize;
+        if i >= self.slots.len() {
+            self.slots.resize_with(i + 1, || None);
+        }
+        if self.slots[i].replace(place).is_none() {
+            self.len += 1;
+        }
+    }
+
+    fn remove(&mut self, seq: &u64) -> Option<Place> {
+        let i = self.slot_of(*seq)?;
+        let place = self.slots[i].take()?;
+        self.len -= 1;
+        while matches!(self.slots.front(), Some(None)) {
+            self.slots.pop_front();
+            self.base += 1;
+        }
+        Some(place)
+    }
+
+    fn reserve(&mut self, n: usize) {
+        self.slots.reserve(n);
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u64, &Place)> {
+        let base = self.base;
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(move |(i, p)| p.as_ref().map(|p| (base + i as u64, p)))
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = (u64, &mut Place)> {
+        let base = self.base;
+        self.slots
+            .iter_mut()
+            .enumerate()
+            .filter_map(move |(i, p)| p.as_mut().map(|p| (base + i as u64, p)))
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Place> {
+        self.slots.iter().flatten()
+    }
+}
+
+impl std::ops::Index<&u64> for PlaceTable {
+    type Output = Place;
+    fn index(&self, seq: &u64) -> &Place {
+        self.get(seq).expect("a live place")
+    }
+}
+
 fn secs_ceil(ms: Millis) -> u64 {
     ms.div_ceil(1000)
 }
@@ -299,7 +389,7 @@ impl EventQueue {
         EventQueue {
             config,
             next_seq: 1,
-            places: HashMap::default(),
+            places: PlaceTable::default(),
             users: HashMap::new(),
             rank: RankIndex::default(),
             admitted: 0,
@@ -402,7 +492,7 @@ impl EventQueue {
         q.deadlines = q
             .places
             .iter()
-            .map(|(s, p)| Reverse((p.sched, *s)))
+            .map(|(s, p)| Reverse((p.sched, s)))
             .collect();
         let mut tombs: Vec<_> = tombstones.into_iter().collect();
         tombs.sort_unstable_by_key(|t| t.2);
@@ -428,7 +518,7 @@ impl EventQueue {
         for (seq, p) in self.places.iter_mut() {
             let d = Self::deadline_of(&self.config, p);
             p.sched = d;
-            entries.push(Reverse((d, *seq)));
+            entries.push(Reverse((d, seq)));
         }
         self.deadlines = BinaryHeap::from(entries);
         self.expire_due(now, fx);
@@ -698,7 +788,7 @@ impl EventQueue {
                 .places
                 .iter()
                 .filter(|(_, p)| p.state == PlaceState::Waiting)
-                .map(|(s, _)| *s);
+                .map(|(s, _)| s);
             self.rank = RankIndex::rebuild(base, seq - base + 1, waiting);
         }
         self.rank.insert(seq);
@@ -863,7 +953,7 @@ impl EventQueue {
             .places
             .iter()
             .filter(|(_, p)| p.state == PlaceState::Waiting)
-            .map(|(s, _)| *s)
+            .map(|(s, _)| s)
             .collect();
         seqs.sort_unstable();
         for &seq in &seqs {
@@ -1147,6 +1237,22 @@ mod tests {
             "window never slid: base {}",
             q.rank.base()
         );
+        q.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn place_table_reclaims_slots_behind_the_oldest_live_place() {
+        let mut q = queue(1);
+        let keys: Vec<_> = (0..5).map(|i| join(&mut q, i, None, 0).key).collect();
+        let mut fx = Vec::new();
+        q.leave(keys[3], 0, &mut fx).unwrap(); // a hole in the middle stays
+        assert_eq!((q.places.base, q.places.slots.len()), (keys[0].seq, 5));
+        q.leave(keys[0], 0, &mut fx).unwrap();
+        q.leave(keys[1], 0, &mut fx).unwrap();
+        assert_eq!(q.places.base, keys[2].seq);
+        q.leave(keys[2], 0, &mut fx).unwrap(); // reclaims through the hole
+        assert_eq!((q.places.base, q.places.len()), (keys[4].seq, 1));
+        assert!(q.places.get(&keys[3].seq).is_none());
         q.check_invariants().unwrap();
     }
 

@@ -183,7 +183,8 @@ impl Journal {
             .collect();
         let db = Database::builder(dir)
             .manual_journal_persist(true)
-            .cache_size(16 * 1024 * 1024)
+            // Read only at start (the full scan); a small cache is enough.
+            .cache_size(8 * 1024 * 1024)
             .max_journaling_size(64 * 1024 * 1024)
             .open()
             .map_err(|e| anyhow::anyhow!("opening the store in {}: {e}", dir.display()))?;
@@ -202,8 +203,14 @@ impl Journal {
                 }
             }
         }
-        let events = db.keyspace("events", KeyspaceCreateOptions::default)?;
-        let places = db.keyspace("places", KeyspaceCreateOptions::default)?;
+        // Small memtables: everything live is in memory already (the queues), so the store
+        // only needs enough buffer to batch its flushes, not 64 MiB per keyspace.
+        let events = db.keyspace("events", || {
+            KeyspaceCreateOptions::default().max_memtable_size(4 * 1024 * 1024)
+        })?;
+        let places = db.keyspace("places", || {
+            KeyspaceCreateOptions::default().max_memtable_size(16 * 1024 * 1024)
+        })?;
         let recovered = recover(&events, &places, now)?;
         let configs: HashMap<String, EventConfig> = recovered
             .events
