@@ -246,7 +246,7 @@ pub struct EventQueue {
     next_seq: u64,
     places: PlaceTable,
     /// Live places by user id, for the one-place-per-user rule.
-    users: HashMap<Box<str>, u64>,
+    users: UserIndex,
     /// The waiting places, by join sequence.
     rank: RankIndex,
     admitted: u64,
@@ -380,6 +380,58 @@ impl std::ops::Index<&u64> for PlaceTable {
     }
 }
 
+/// Live places by user id, for the one-place-per-user rule. Keyed by a keyed 64-bit hash
+/// of the id (SipHash with a random key, so clients cannot aim collisions), which keeps the
+/// id stored once, in its place, instead of twice; a lookup confirms the id against the
+/// place. The rare id whose hash another live id already holds goes to a small spill map
+/// keyed by its full text.
+#[derive(Debug, Clone, Default)]
+struct UserIndex {
+    hasher: std::hash::RandomState,
+    by_hash: HashMap<u64, u64, BuildSeqHasher>,
+    spill: HashMap<Box<str>, u64>,
+}
+
+impl UserIndex {
+    fn hash(&self, user: &str) -> u64 {
+        std::hash::BuildHasher::hash_one(&self.hasher, user)
+    }
+
+    fn get(&self, user: &str, places: &PlaceTable) -> Option<u64> {
+        if let Some(&seq) = self.by_hash.get(&self.hash(user)) {
+            if places.get(&seq).and_then(|p| p.user_id.as_deref()) == Some(user) {
+                return Some(seq);
+            }
+        }
+        self.spill.get(user).copied()
+    }
+
+    /// Files a user who holds no live place yet.
+    fn insert(&mut self, user: &str, seq: u64) {
+        match self.by_hash.entry(self.hash(user)) {
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(seq);
+            }
+            std::collections::hash_map::Entry::Occupied(_) => {
+                self.spill.insert(user.into(), seq);
+            }
+        }
+    }
+
+    fn remove(&mut self, user: &str, seq: u64) {
+        let h = self.hash(user);
+        if self.by_hash.get(&h) == Some(&seq) {
+            self.by_hash.remove(&h);
+        } else if self.spill.get(user) == Some(&seq) {
+            self.spill.remove(user);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.by_hash.len() + self.spill.len()
+    }
+}
+
 fn secs_ceil(ms: Millis) -> u64 {
     ms.div_ceil(1000)
 }
@@ -390,7 +442,7 @@ impl EventQueue {
             config,
             next_seq: 1,
             places: PlaceTable::default(),
-            users: HashMap::new(),
+            users: UserIndex::default(),
             rank: RankIndex::default(),
             admitted: 0,
             active: 0,
@@ -470,7 +522,7 @@ impl EventQueue {
             }
             q.next_seq = q.next_seq.max(r.seq + 1);
             if let Some(u) = &r.user_id {
-                q.users.insert(u.clone(), r.seq);
+                q.users.insert(u, r.seq);
             }
             let mut p = Place {
                 nonce: r.nonce,
@@ -649,9 +701,7 @@ impl EventQueue {
             }
         }
         if let Some(u) = &p.user_id {
-            if self.users.get(u) == Some(&seq) {
-                self.users.remove(u);
-            }
+            self.users.remove(u, seq);
         }
         match reason {
             EndReason::Left | EndReason::Cleared => self.left += 1,
@@ -739,7 +789,7 @@ impl EventQueue {
         fx: &mut Vec<Effect>,
     ) -> Result<PlaceView, QueueError> {
         self.advance(now, fx);
-        if let Some(&seq) = user_id.and_then(|u| self.users.get(u)) {
+        if let Some(seq) = user_id.and_then(|u| self.users.get(u, &self.places)) {
             let p = self
                 .places
                 .get_mut(&seq)
@@ -793,7 +843,7 @@ impl EventQueue {
         }
         self.rank.insert(seq);
         if let Some(u) = &user_id {
-            self.users.insert(u.clone(), seq);
+            self.users.insert(u, seq);
         }
         let mut p = Place {
             nonce,
@@ -1052,10 +1102,11 @@ impl EventQueue {
                 self.active
             ));
         }
-        for (u, seq) in &self.users {
-            match self.places.get(seq) {
-                Some(p) if p.user_id.as_deref() == Some(&**u) => {}
-                _ => return Err(format!("user index of {u} points at no live place")),
+        for (seq, p) in self.places.iter() {
+            if let Some(u) = &p.user_id {
+                if self.users.get(u, &self.places) != Some(seq) {
+                    return Err(format!("the user index does not lead {u} to place {seq}"));
+                }
             }
         }
         let with_user = self.places.values().filter(|p| p.user_id.is_some()).count();
@@ -1254,6 +1305,40 @@ mod tests {
         assert_eq!((q.places.base, q.places.len()), (keys[4].seq, 1));
         assert!(q.places.get(&keys[3].seq).is_none());
         q.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn user_index_spills_a_colliding_hash() {
+        let place = |u: &str| Place {
+            nonce: 0,
+            user_id: Some(u.into()),
+            metadata: None,
+            joined_at: 0,
+            last_seen: 0,
+            admitted_at: 0,
+            entered_at: 0,
+            state: PlaceState::Waiting,
+            sched: 0,
+        };
+        let mut places = PlaceTable::default();
+        places.insert(1, place("a"));
+        places.insert(2, place("b"));
+        let mut idx = UserIndex::default();
+        idx.insert("a", 1);
+        // Make "b" collide with "a": its hash slot is taken by a's place.
+        let hb = idx.hash("b");
+        idx.by_hash.insert(hb, 1);
+        idx.insert("b", 2);
+        assert_eq!(idx.spill.len(), 1);
+        assert_eq!(
+            idx.get("b", &places),
+            Some(2),
+            "found through the spill map"
+        );
+        assert_eq!(idx.get("a", &places), Some(1));
+        idx.remove("b", 2);
+        assert_eq!(idx.get("b", &places), None);
+        assert_eq!(idx.get("c", &places), None);
     }
 
     #[test]
