@@ -1,13 +1,15 @@
-//! [`AppState`]: what every request handler and background task shares.
+//! [`AppState`]: what every request handler shares, and the one call that starts the
+//! node's background tasks over it ([`AppState::start_background`]).
 
 use std::sync::Arc;
 
 use metrics_exporter_prometheus::PrometheusHandle;
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 
 use crate::clock::Clock;
 use crate::live::Live;
 use crate::store::Store;
+use crate::tasks::Tasks;
 use crate::tokens::{AccessTokens, WaitingTokens};
 
 #[derive(Clone)]
@@ -20,10 +22,8 @@ pub struct AppState {
     pub admin_token: Arc<str>,
     pub clock: Clock,
     pub metrics: PrometheusHandle,
-    /// Wakes the background scheduler early (an event was created or changed), so new
-    /// deadlines and rate budgets are honoured without waiting for its next pass.
-    pub wake: Arc<Notify>,
-    /// Routes the store's notices to live connections (WebSocket, SSE).
+    /// Routes the store's notices to live connections (WebSocket, SSE); its routing task
+    /// runs among the background tasks.
     pub live: Arc<Live>,
     /// Turns `true` when the server begins to shut down. Long-lived streams watch it and
     /// close at once: otherwise they would hold the graceful shutdown until its deadline.
@@ -34,7 +34,7 @@ pub struct AppState {
 
 impl AppState {
     /// A state around `store` with a fixed test key and admin token `admin`; for tests and
-    /// for embedding.
+    /// for embedding. It starts nothing: see [`start_background`](Self::start_background).
     pub fn new(
         store: Arc<dyn Store>,
         signing_key: &ed25519_dalek::SigningKey,
@@ -49,9 +49,17 @@ impl AppState {
             admin_token: admin_token.into(),
             clock,
             metrics: crate::telemetry::prometheus(),
-            wake: Arc::new(Notify::new()),
             live: Arc::new(Live::new()),
             shutdown: Arc::new(watch::Sender::new(false)),
         })
+    }
+
+    /// Starts the node's background tasks over this state: the live hub (without it, live
+    /// clients hear of changes only at their periodic refresh), the scheduler and the gauge
+    /// upkeep (see [`crate::background`]). The server calls it once; a test that serves
+    /// live updates without a server calls it too. Dropping the answer stops them.
+    /// Must be called inside a tokio runtime.
+    pub fn start_background(&self) -> Tasks {
+        crate::background::start(&self.store, &self.clock, &self.live)
     }
 }

@@ -44,8 +44,4 @@ impl Clock {
             m.fetch_add(ms, Ordering::SeqCst);
         }
     }
-
-    pub fn is_manual(&self) -> bool {
-        self.manual.is_some()
-    }
 }

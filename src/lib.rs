@@ -2,30 +2,41 @@
 //! position, and are let through at a pace the protected site can bear, each with a signed
 //! access token.
 //!
-//! How the pieces fit:
+//! How the pieces fit, from the bottom up (a module imports only from modules above it in
+//! this list, never from one below):
 //! - [`core`]: the queue rules, pure (time is an argument): states, capacity, pace, ETA,
-//!   exact positions, expiry.
+//!   exact positions, expiry. Imports nothing from the crate.
+//! - [`clock`], [`tasks`], [`tokens`], [`telemetry`]: the time source; the stop signal and
+//!   named background tasks; waiting tokens (random + MAC) and access tokens (Ed25519 JWT);
+//!   Prometheus metrics and `tracing` logs.
 //! - [`store`]: the [`store::Store`] contract (atomic per event) and its backends; the
-//!   conformance suite that every backend passes.
-//! - [`tokens`]: waiting tokens (random + MAC) and access tokens (Ed25519 JWT).
-//! - [`http`]: the axum router: end-user, admin and operations API, JSON errors.
-//! - [`live`]: live updates of one place over WebSocket or SSE, fed by one hub that routes
-//!   the store's notices (coalesced position refreshes, instant admissions).
-//! - [`http::pages`]: the embedded pages: waiting room, landing, demo booking, dashboard.
-//! - [`scheduler`]: background work: expiries and rate-paced admissions, on time.
-//! - [`server`]: startup: config to a running server, graceful shutdown.
+//!   conformance suite that every backend passes. Every change is also a [`store::Notice`],
+//!   relayed to every node.
 //! - [`config`]: layered settings (defaults, TOML, environment, flags).
-//! - [`telemetry`]: Prometheus metrics and `tracing` logs.
+//! - [`scheduler`]: the tick that ends lapsed places and paces admissions, on time.
+//! - [`live`]: live updates of one place, fed by one hub that routes the store's notices
+//!   (coalesced position refreshes, instant admissions and ends).
+//! - [`demo`]: the demo event and its simulated crowd.
+//! - [`background`]: starts the node's background tasks (live hub, scheduler, gauge upkeep),
+//!   each reacting to the store's notices.
+//! - [`app`]: [`AppState`], what every request handler shares.
+//! - [`http`]: the axum router: end-user, admin and operations API, live endpoints, the
+//!   embedded pages ([`http::pages`]), JSON errors.
+//! - [`server`]: startup: config to a running server, background tasks started and joined
+//!   by name, graceful shutdown.
 
 pub mod app;
+pub mod background;
 pub mod clock;
 pub mod config;
 pub mod core;
+pub mod demo;
 pub mod http;
 pub mod live;
 pub mod scheduler;
 pub mod server;
 pub mod store;
+pub mod tasks;
 pub mod telemetry;
 pub mod tokens;
 

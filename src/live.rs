@@ -18,10 +18,14 @@
 //!   admissions and ends: every followed event is then treated as moved, and since a re-read
 //!   also reveals admission and ends, nobody is left waiting on a lost notice.
 //!
-//! The hub starts on the first live connection (so any [`AppState`], tests and embedders
-//! included, gets working pushes without a wiring step, and a node nobody follows pays
-//! nothing: the embedded store skips building notices without subscribers). It stops with
-//! the server's shutdown signal or when the store goes away.
+//! - `EventDeleted` ends every followed place of the event at once (`queue-cleared`), on
+//!   every node, rather than leaving its followers to find out at their next refresh.
+//!   `EventChanged` counts as a move: new settings may change positions' ETAs or admit.
+//!
+//! The hub's routing task is started by whoever runs the node ([`crate::server`], or a
+//! test through [`crate::AppState::start_background`]) with [`Live::run`]; it stops with
+//! the node's stop signal or when the store goes away. This module knows nothing of HTTP:
+//! its errors are the store's, and the HTTP layer maps them.
 //!
 //! **One place, one [`Follower`].** Both transports run the same follower, which decides
 //! what to send: `queue-update` on connect, on a position change, and at least every
@@ -33,7 +37,8 @@
 //! does nothing to the place: only the lapse of its heartbeat ends it.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Once};
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -41,10 +46,10 @@ use serde::Serialize;
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 
-use crate::app::AppState;
+use crate::clock::Clock;
 use crate::core::{EndReason, PlaceKey, PlaceState, PlaceView, QueueError};
-use crate::scheduler::{spawn_task, stopped, Stop};
-use crate::store::{Notice, StoreError};
+use crate::store::{Notice, Store, StoreError};
+use crate::tasks::{stopped, Stop};
 
 /// Shortest time between two position refreshes of one event: "at most a few per second"
 /// and "within about a second of a change" of the contract.
@@ -177,6 +182,16 @@ impl Hub {
         }
     }
 
+    /// Signals every followed place of one event.
+    fn signal_all(&self, event_id: &str, f: impl Fn(&mut PlaceSignal)) {
+        let events = self.events.lock();
+        if let Some(e) = events.get(event_id) {
+            for tx in e.places.values() {
+                tx.send_modify(&f);
+            }
+        }
+    }
+
     /// Slot `slot` of a sweep over `ids` (every event with `None`): bumps the shards of each
     /// event that fall in this slot. An event spread over `n` slots has shards `slot`,
     /// `slot + n`, … bumped now; one with a single slot has all of them bumped in slot 0.
@@ -197,19 +212,10 @@ impl Hub {
     }
 }
 
-/// The live-update hub of one node. Cheap to share (`Arc` inside [`AppState`]).
+/// The live-update hub of one node. Cheap to share (`Arc` inside [`crate::AppState`]).
+#[derive(Default)]
 pub struct Live {
     hub: Arc<Hub>,
-    started: Once,
-}
-
-impl Default for Live {
-    fn default() -> Self {
-        Live {
-            hub: Arc::default(),
-            started: Once::new(),
-        }
-    }
 }
 
 impl Live {
@@ -228,14 +234,15 @@ impl Live {
             .sum()
     }
 
-    /// Starts the routing task unless it runs. Called on each new connection, so it must be
-    /// inside a tokio runtime.
-    fn ensure_started(&self, state: &AppState) {
-        self.started.call_once(|| {
-            let notices = state.store.subscribe();
-            let stop = state.shutdown.subscribe();
-            spawn_task("live-hub", route(self.hub.clone(), notices, stop));
-        });
+    /// The hub's routing task: routes `notices` (the store's) to this node's connections
+    /// until `stop` or until the store's channel closes. Run exactly one per `Live`; without
+    /// it, followers hear of changes only at their periodic refresh.
+    pub fn run(
+        &self,
+        notices: broadcast::Receiver<Notice>,
+        stop: Stop,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        route(self.hub.clone(), notices, stop)
     }
 
     /// Registers interest in one place (and its event's moves) before its state is read, so
@@ -331,10 +338,13 @@ async fn route(hub: Arc<Hub>, mut notices: broadcast::Receiver<Notice>, mut stop
                 Ok(Notice::Ended { event_id, seq, reason }) => {
                     hub.signal(&event_id, seq, |s| s.ended = Some(reason));
                 }
-                Ok(Notice::Moved { event_id }) => {
+                Ok(Notice::Moved { event_id } | Notice::EventChanged { event_id }) => {
                     if !everything && !dirty.contains(&*event_id) {
                         dirty.insert(event_id);
                     }
+                }
+                Ok(Notice::EventDeleted { event_id }) => {
+                    hub.signal_all(&event_id, |s| s.ended = Some(EndReason::Cleared));
                 }
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
                     tracing::warn!(missed, "live hub lagged behind the store's notices; refreshing every follower");
@@ -418,7 +428,8 @@ pub struct Step {
 /// The live state of one connection following one place. Transport-neutral: the
 /// WebSocket and SSE handlers loop on [`wait`](Follower::wait) and [`step`](Follower::step).
 pub struct Follower {
-    state: AppState,
+    store: Arc<dyn Store>,
+    clock: Clock,
     event_id: Arc<str>,
     key: PlaceKey,
     sub: Subscription,
@@ -436,34 +447,34 @@ pub struct Follower {
 }
 
 impl Follower {
-    /// Starts following the place a waiting token names: refuses forged tokens and ended
-    /// places with the error `GET /queue/status` would answer, renews the heartbeat (the
-    /// connection is a sign of life), and answers the first messages to send.
+    /// Starts following one place (its waiting token already checked by the caller):
+    /// refuses ended places with the error `GET /queue/status` would answer, renews the
+    /// heartbeat (the connection is a sign of life), and answers the first messages to send.
+    /// `shutdown` closes the stream when it fires.
     pub async fn start(
-        state: &AppState,
-        token: &str,
-    ) -> Result<(Follower, Vec<LiveMessage>), crate::http::AppError> {
-        use crate::http::AppError;
-        let (event_id, key) = state
-            .waiting
-            .parse(token)
-            .map_err(|_| AppError::TokenInvalid)?;
-        state.live.ensure_started(state);
+        live: &Live,
+        store: Arc<dyn Store>,
+        clock: Clock,
+        shutdown: Stop,
+        event_id: &str,
+        key: PlaceKey,
+    ) -> Result<(Follower, Vec<LiveMessage>), StoreError> {
         // Subscribe first: an admission between the read below and a later subscription
         // would otherwise be missed.
-        let sub = state.live.subscribe(&event_id, key.seq);
-        let now = state.clock.now();
-        let snapshot = state.store.get_event(&event_id, now).await?;
-        let view = state.store.status(&event_id, key, now).await?;
+        let sub = live.subscribe(event_id, key.seq);
+        let now = clock.now();
+        let snapshot = store.get_event(event_id, now).await?;
+        let view = store.status(event_id, key, now).await?;
         let idle = Duration::from_secs(u64::from(snapshot.config.waiting_idle_sec.max(1)));
         let heartbeat_every = (idle / 3).clamp(HEARTBEAT_MIN, HEARTBEAT_MAX);
         let t = Instant::now();
         let mut f = Follower {
-            state: state.clone(),
+            store,
+            clock,
             event_id: Arc::from(event_id),
             key,
             sub,
-            shutdown: state.shutdown.subscribe(),
+            shutdown,
             status: view.status,
             last: None,
             ready_sent: false,
@@ -546,13 +557,8 @@ impl Follower {
                     out.ping = true;
                     if alive && self.status == PlaceState::Waiting {
                         out.liveness_used = true;
-                        let at = self.state.clock.now();
-                        if let Err(e) = self
-                            .state
-                            .store
-                            .heartbeat(&self.event_id, self.key, at)
-                            .await
-                        {
+                        let at = self.clock.now();
+                        if let Err(e) = self.store.heartbeat(&self.event_id, self.key, at).await {
                             self.on_error(e, &mut out.messages).await;
                         }
                     }
@@ -568,8 +574,8 @@ impl Follower {
     /// Re-reads the place (renewing nothing) and pushes what changed; `force` pushes the
     /// figures even when unchanged (the periodic refresh).
     async fn refresh(&mut self, force: bool, out: &mut Vec<LiveMessage>) {
-        let now = self.state.clock.now();
-        match self.state.store.peek(&self.event_id, self.key, now).await {
+        let now = self.clock.now();
+        match self.store.peek(&self.event_id, self.key, now).await {
             Ok(view) => self.observe(&view, force, out),
             Err(e) => self.on_error(e, out).await,
         }
@@ -697,14 +703,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn moves_are_coalesced_and_lag_refreshes_everyone() {
         let hub = Arc::new(Hub::default());
-        let live = Live {
-            hub: hub.clone(),
-            started: Once::new(),
-        };
+        let live = Live { hub: hub.clone() };
         let mut a = live.subscribe("a", 1);
         let mut b = live.subscribe("b", 1);
         let (tx, rx) = broadcast::channel(4);
-        let (stop_tx, stop_rx) = crate::scheduler::stop_channel();
+        let (stop_tx, stop_rx) = crate::tasks::stop_channel();
         let task = tokio::spawn(route(hub, rx, stop_rx));
         let moved = |id: &str| Notice::Moved {
             event_id: Arc::from(id),
@@ -742,14 +745,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_big_event_is_refreshed_shard_by_shard() {
         let hub = Arc::new(Hub::default());
-        let live = Live {
-            hub: hub.clone(),
-            started: Once::new(),
-        };
+        let live = Live { hub: hub.clone() };
         // 3,000 followers: three slots, so shards 0, 3, 6, … go first, then 1, 4, … .
         let mut subs: Vec<Subscription> = (0..3000).map(|seq| live.subscribe("big", seq)).collect();
         let (tx, rx) = broadcast::channel(4);
-        let (stop_tx, stop_rx) = crate::scheduler::stop_channel();
+        let (stop_tx, stop_rx) = crate::tasks::stop_channel();
         let task = tokio::spawn(route(hub, rx, stop_rx));
         tx.send(Notice::Moved {
             event_id: Arc::from("big"),

@@ -24,7 +24,7 @@ use tokio::net::TcpListener;
 use crate::app::AppState;
 use crate::clock::Clock;
 use crate::config::{generate_admin_token, Settings, StoreBackend};
-use crate::scheduler::{self, spawn_task};
+use crate::demo;
 use crate::store::embedded::EmbeddedStore;
 use crate::store::redis::{RedisOptions, RedisStore};
 use crate::store::Store;
@@ -34,12 +34,15 @@ use crate::tokens;
 /// signal. Long-lived streams (WebSocket, SSE) would otherwise hold the process forever;
 /// it stays under the 10 s that container runtimes wait before killing.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-/// How long background tasks get to stop once the server is done.
+/// How long background tasks get to stop, all together, once the server is done.
 const TASK_GRACE: Duration = Duration::from_secs(2);
+/// Name of the demo crowd's task.
+const DEMO_CROWD: &str = "demo-crowd";
 
 /// Serves the API on `listener` until `shutdown` resolves, then stops accepting, lets
 /// in-flight requests finish (for at most [`SHUTDOWN_GRACE`]), stops the background tasks
-/// and answers `Ok`. Startup problems (an unusable data dir or signing key, an unavailable
+/// (the live hub, the scheduler, the gauge upkeep and the demo crowd; those that did not
+/// stop in time are logged by name) and answers `Ok`. Startup problems (an unusable data dir or signing key, an unavailable
 /// backend) are errors before anything is served.
 pub async fn run(
     settings: Settings,
@@ -89,19 +92,17 @@ pub async fn run(
     };
     let state = AppState::new(store, &key, &admin_token, Clock::system())?;
 
-    let (stop_tx, stop_rx) = scheduler::stop_channel();
-    let mut tasks = vec![spawn_task(
-        "scheduler",
-        scheduler::run(state.clone(), stop_rx.clone()),
-    )];
+    // Before anything can change the store, so that no notice is missed.
+    let mut tasks = state.start_background();
     if settings.demo {
-        scheduler::ensure_demo_event(&state)
+        demo::ensure_demo_event(state.store.as_ref(), state.clock.now())
             .await
             .context("creating the demo event")?;
-        tasks.push(spawn_task(
-            "demo-crowd",
-            scheduler::run_demo_crowd(state.clone(), stop_rx.clone()),
-        ));
+        let stop = tasks.stop_signal();
+        tasks.spawn(
+            DEMO_CROWD,
+            demo::run_demo_crowd(state.store.clone(), state.clock.clone(), stop),
+        );
     }
 
     let addr = listener
@@ -123,7 +124,8 @@ pub async fn run(
         streams_stop.send_replace(true);
         let _ = fired_tx.send(true);
     };
-    // Connection info lets handlers key per-client limits by peer address.
+    // Connection info (the peer address) is not read by any handler yet: it is there for
+    // the per-client limits that come next, which will key on it.
     // No Nagle delay: live frames written back to back must not wait for ACKs.
     let listener = axum::serve::ListenerExt::tap_io(listener, |s| {
         let _ = s.set_nodelay(true);
@@ -148,12 +150,8 @@ pub async fn run(
         }
     };
 
-    let _ = stop_tx.send(true);
-    for t in tasks {
-        if tokio::time::timeout(TASK_GRACE, t).await.is_err() {
-            tracing::warn!("a background task did not stop in time");
-        }
-    }
+    // Each one that did not stop in time is logged by name.
+    tasks.stop(TASK_GRACE).await;
     // Last, once nothing can change the state any more: make what was acknowledged durable.
     let closed = store.close().await.context("closing the store");
     tracing::info!("stopped");
@@ -170,33 +168,106 @@ pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        let term = signal(SignalKind::terminate());
-        let int = signal(SignalKind::interrupt());
-        async move {
-            match (term, int) {
-                (Ok(mut term), Ok(mut int)) => {
-                    tokio::select! {
-                        _ = term.recv() => tracing::info!("SIGTERM received"),
-                        _ = int.recv() => tracing::info!("SIGINT received"),
-                    }
-                }
-                (term, int) => {
-                    // Without handlers the default actions still end the process; we only
-                    // lose the graceful part.
-                    let e = term.err().or(int.err());
-                    tracing::error!(error = ?e, "cannot install signal handlers");
-                    std::future::pending::<()>().await;
-                }
-            }
-        }
+        let handler = |kind: SignalKind| {
+            signal(kind).map(|mut s| -> SignalFuture {
+                Box::pin(async move {
+                    s.recv().await;
+                })
+            })
+        };
+        first_signal(vec![
+            ("SIGTERM", handler(SignalKind::terminate())),
+            ("SIGINT", handler(SignalKind::interrupt())),
+        ])
     }
     #[cfg(not(unix))]
     {
-        async {
+        let ctrl_c: SignalFuture = Box::pin(async {
             if let Err(e) = tokio::signal::ctrl_c().await {
                 tracing::error!(error = %e, "cannot listen for Ctrl-C");
                 std::future::pending::<()>().await;
             }
+        });
+        first_signal(vec![("Ctrl-C", Ok(ctrl_c))])
+    }
+}
+
+/// A signal handler's wait for its signal.
+type SignalFuture = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Resolves when the first of the installed handlers fires. A handler that could not be
+/// installed is logged and left out, and the others still count; with none at all it never
+/// resolves (the signals' default actions still end the process: only the graceful part is
+/// lost).
+async fn first_signal(handlers: Vec<(&'static str, std::io::Result<SignalFuture>)>) {
+    let mut installed = Vec::new();
+    for (name, handler) in handlers {
+        match handler {
+            Ok(wait) => installed.push(Box::pin(async move {
+                wait.await;
+                name
+            })),
+            Err(e) => tracing::error!(signal = name, error = %e, "cannot install signal handler"),
         }
+    }
+    if installed.is_empty() {
+        std::future::pending::<()>().await;
+    }
+    let (name, _, _) = futures_util::future::select_all(installed).await;
+    tracing::info!("{name} received");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed() -> std::io::Result<SignalFuture> {
+        Err(std::io::Error::other("no handler"))
+    }
+
+    /// A handler that fires when the answered sender sends.
+    fn handler() -> (
+        tokio::sync::oneshot::Sender<()>,
+        std::io::Result<SignalFuture>,
+    ) {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        (
+            tx,
+            Ok(Box::pin(async move {
+                let _ = rx.await;
+            })),
+        )
+    }
+
+    async fn resolves(f: impl Future<Output = ()>) -> bool {
+        tokio::time::timeout(Duration::from_millis(100), f)
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_handler_does_not_drop_the_other() {
+        // SIGINT failed, SIGTERM installed: SIGTERM still shuts down gracefully.
+        let (term, ok) = handler();
+        let wait = first_signal(vec![("SIGTERM", ok), ("SIGINT", failed())]);
+        term.send(()).unwrap();
+        assert!(resolves(wait).await);
+
+        // And the other way round.
+        let (int, ok) = handler();
+        let wait = first_signal(vec![("SIGTERM", failed()), ("SIGINT", ok)]);
+        int.send(()).unwrap();
+        assert!(resolves(wait).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waits_for_a_signal_and_forever_without_handlers() {
+        let (_term, ok) = handler();
+        let (int, ok2) = handler();
+        let mut wait = Box::pin(first_signal(vec![("SIGTERM", ok), ("SIGINT", ok2)]));
+        assert!(!resolves(wait.as_mut()).await, "nothing fired yet");
+        int.send(()).unwrap();
+        assert!(resolves(wait).await);
+        assert!(!resolves(first_signal(vec![("SIGTERM", failed()), ("SIGINT", failed())])).await);
     }
 }

@@ -1,12 +1,15 @@
 //! Metrics and logs. Counters are bumped where state changes (from the effects a store
 //! operation reports), per-event gauges are refreshed from the store when `/metrics` is
-//! scraped, and HTTP latency is recorded by a middleware.
+//! scraped and zeroed when the store says an event was deleted (on every node, see
+//! [`crate::background`]), and HTTP latency is recorded by a middleware.
+//!
+//! It knows only the core's types, so the stores (which count their effects here) can use
+//! it without a circle.
 
 use metrics::counter;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::core::{Effect, EndReason};
-use crate::store::EventSnapshot;
+use crate::core::{Effect, EndReason, EventFigures};
 
 /// Installs the Prometheus recorder once per process and answers its handle. Later calls
 /// (several servers in one test process) share the first recorder.
@@ -64,11 +67,10 @@ pub fn record_effects(event_id: &str, fx: &[Effect]) {
     }
 }
 
-/// Sets the per-event gauges from fresh figures.
-pub fn record_gauges(events: &[EventSnapshot]) {
-    for e in events {
-        let f = &e.figures;
-        let id = e.event_id.clone();
+/// Sets the per-event gauges from fresh figures, given as (event id, figures).
+pub fn record_gauges<'a>(events: impl IntoIterator<Item = (&'a str, &'a EventFigures)>) {
+    for (id, f) in events {
+        let id = id.to_string();
         metrics::gauge!("waitroom_waiting", "event" => id.clone()).set(f.waiting as f64);
         metrics::gauge!("waitroom_admitted", "event" => id.clone()).set(f.admitted as f64);
         metrics::gauge!("waitroom_active", "event" => id.clone()).set(f.active as f64);
@@ -91,7 +93,8 @@ pub fn init_logging(format: &str) {
 }
 
 /// Zeroes the gauges of a deleted event, so a scrape does not keep reporting its last
-/// figures (another node's deletion is caught up by the next scrape of the figures there).
+/// figures. A scrape only refreshes the events that exist, so nothing else would: every
+/// node calls this when it hears the store's deletion notice.
 pub fn forget_event(event_id: &str) {
     for name in [
         "waitroom_waiting",

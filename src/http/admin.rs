@@ -2,7 +2,8 @@
 //!
 //! Every route sits behind [`require_admin`], which runs before any extractor, so an
 //! unauthenticated caller learns nothing (not even whether its body would have parsed).
-//! Each change wakes the scheduler, whose plan (deadlines, rate budget) may now be stale.
+//! Side effects of a change (waking the scheduler, forgetting a deleted event's gauges)
+//! follow from the store's notices, on every node, not from these handlers.
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;
@@ -90,7 +91,6 @@ pub async fn put_event(
         .store
         .put_event(&id, &patch, state.clock.now())
         .await?;
-    state.wake.notify_one();
     Ok(Json(config_json(&id, &config)?))
 }
 
@@ -121,26 +121,24 @@ pub async fn delete_event(
 ) -> AppResult<Json<Value>> {
     let id = event_id(path)?;
     state.store.delete_event(&id).await?;
-    crate::telemetry::forget_event(&id);
-    state.wake.notify_one();
     Ok(Json(json!({"deleted": true, "event_id": id})))
 }
 
-/// Pause or resume an existing event. `put_event` would create a missing event, so the
-/// event's existence is checked first: pausing a typo must not conjure a new sale.
+/// Pause or resume an existing event. An update, never a creation: pausing a typo must
+/// not conjure a new sale, and a pause racing a deletion must not bring the event back.
 async fn set_paused(
     state: &AppState,
     id: &str,
     paused: bool,
 ) -> AppResult<Json<Map<String, Value>>> {
-    let now = state.clock.now();
-    state.store.get_event(id, now).await?;
     let patch = EventPatch {
         paused: Some(paused),
         ..EventPatch::default()
     };
-    let config = state.store.put_event(id, &patch, now).await?;
-    state.wake.notify_one();
+    let config = state
+        .store
+        .update_event(id, &patch, state.clock.now())
+        .await?;
     Ok(Json(config_json(id, &config)?))
 }
 
@@ -164,7 +162,6 @@ pub async fn resume(
 pub async fn clear(State(state): State<AppState>, path: AppPath<String>) -> AppResult<Json<Value>> {
     let id = event_id(path)?;
     let n = state.store.clear(&id, state.clock.now()).await?;
-    state.wake.notify_one();
     Ok(Json(json!({ "cleared": n })))
 }
 

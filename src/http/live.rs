@@ -29,6 +29,7 @@ use futures_util::Stream;
 use super::error::{AppError, AppResult};
 use super::extract::WaitingTokenNoBody;
 use crate::app::AppState;
+use crate::core::PlaceKey;
 use crate::live::{Follower, LiveMessage};
 
 /// Read buffer of a live WebSocket. Clients send only tiny frames (heartbeats, pongs);
@@ -68,12 +69,9 @@ pub async fn ws(
     upgrade: Result<Upgrade, AppError>,
 ) -> AppResult<Response> {
     // The token first, as on every end-user endpoint; then whether this is an upgrade.
-    state
-        .waiting
-        .parse(&token)
-        .map_err(|_| AppError::TokenInvalid)?;
+    let place = parse(&state, &token)?;
     let Upgrade(upgrade) = upgrade?;
-    let (follower, first) = Follower::start(&state, &token).await?;
+    let (follower, first) = follow(&state, place).await?;
     Ok(upgrade
         .read_buffer_size(WS_READ_BUFFER)
         // Each message is written at once; live messages are small and rare per client.
@@ -81,6 +79,30 @@ pub async fn ws(
         .max_message_size(WS_MAX_MESSAGE)
         .max_frame_size(WS_MAX_MESSAGE)
         .on_upgrade(move |socket| serve_ws(socket, follower, first)))
+}
+
+/// The place a waiting token names; `401 TOKEN_INVALID` for a forged one.
+fn parse(state: &AppState, token: &str) -> AppResult<(String, PlaceKey)> {
+    state
+        .waiting
+        .parse(token)
+        .map_err(|_| AppError::TokenInvalid)
+}
+
+/// Starts following the place (store errors as `GET /queue/status` answers them).
+async fn follow(
+    state: &AppState,
+    (event_id, key): (String, PlaceKey),
+) -> AppResult<(Follower, Vec<LiveMessage>)> {
+    Ok(Follower::start(
+        &state.live,
+        state.store.clone(),
+        state.clock.clone(),
+        state.shutdown.subscribe(),
+        &event_id,
+        key,
+    )
+    .await?)
 }
 
 async fn send(socket: &mut WebSocket, m: &LiveMessage) -> bool {
@@ -161,7 +183,8 @@ pub async fn events(
     State(state): State<AppState>,
     WaitingTokenNoBody(token): WaitingTokenNoBody,
 ) -> AppResult<impl IntoResponse> {
-    let (follower, first) = Follower::start(&state, &token).await?;
+    let place = parse(&state, &token)?;
+    let (follower, first) = follow(&state, place).await?;
     Ok(Sse::new(sse_stream(follower, first)).keep_alive(KeepAlive::new().interval(SSE_KEEP_ALIVE)))
 }
 

@@ -43,7 +43,7 @@ pub async fn readyz(State(state): State<AppState>) -> AppResult<Json<Value>> {
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let up = match state.store.list_events(state.clock.now()).await {
         Ok(events) => {
-            telemetry::record_gauges(&events);
+            telemetry::record_gauges(events.iter().map(|e| (e.event_id.as_str(), &e.figures)));
             true
         }
         Err(e) => {

@@ -149,6 +149,27 @@ impl EmbeddedStore {
         Ok(out?)
     }
 
+    /// Applies `patch` to an existing slot's settings, then tells every node.
+    async fn reconfigure(
+        &self,
+        event_id: &str,
+        slot: &Shared,
+        patch: &EventPatch,
+        now: Millis,
+    ) -> StoreResult<EventConfig> {
+        let config = self
+            .run(slot, true, |q, fx| {
+                let config = patch.apply(event_id, q.config())?;
+                q.set_config(config.clone(), now, fx);
+                Ok(config)
+            })
+            .await?;
+        let _ = self.notices.send(Notice::EventChanged {
+            event_id: event_id.into(),
+        });
+        Ok(config)
+    }
+
     async fn with<T: Send>(
         &self,
         event_id: &str,
@@ -198,12 +219,19 @@ impl Store for EmbeddedStore {
                 }
             }
         };
-        self.run(&slot, true, |q, fx| {
-            let config = patch.apply(event_id, q.config())?;
-            q.set_config(config.clone(), now, fx);
-            Ok(config)
-        })
-        .await
+        self.reconfigure(event_id, &slot, patch, now).await
+    }
+
+    async fn update_event(
+        &self,
+        event_id: &str,
+        patch: &EventPatch,
+        now: Millis,
+    ) -> StoreResult<EventConfig> {
+        // Never creates: a slot deleted after this lookup is refused under its lock by
+        // `run`, and the deletion is journaled after this change (it takes the same lock).
+        let slot = self.slot(event_id)?;
+        self.reconfigure(event_id, &slot, patch, now).await
     }
 
     async fn get_event(&self, event_id: &str, now: Millis) -> StoreResult<EventSnapshot> {
@@ -246,6 +274,9 @@ impl Store for EmbeddedStore {
         if let (Some(j), Some(t)) = (&self.journal, ticket) {
             j.wait(t).await?;
         }
+        let _ = self.notices.send(Notice::EventDeleted {
+            event_id: event_id.into(),
+        });
         Ok(())
     }
 

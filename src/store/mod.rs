@@ -64,6 +64,12 @@ pub enum Notice {
     /// Positions in the event's queue may have changed (someone joined, left, was admitted
     /// or expired). Live clients re-read their position, coalesced.
     Moved { event_id: Arc<str> },
+    /// The event was created or its settings changed (`put_event`, `update_event`): the
+    /// scheduler's plan (deadlines, rate budget) may be stale.
+    EventChanged { event_id: Arc<str> },
+    /// The event and every place in it were removed (`delete_event`). Every node forgets
+    /// the event's gauges and ends its live followers.
+    EventDeleted { event_id: Arc<str> },
 }
 
 /// How many notices may queue for a slow subscriber before it is told it lagged (and then
@@ -128,7 +134,20 @@ pub trait Store: Send + Sync + 'static {
     /// Creates the event with `patch` over the defaults, or updates it with `patch` over its
     /// stored settings; validates the result as a whole. Capacity or pace changes take
     /// effect at once (waiting places are admitted into new room before this returns).
+    /// Publishes [`Notice::EventChanged`] (to every node).
     async fn put_event(
+        &self,
+        event_id: &str,
+        patch: &EventPatch,
+        now: Millis,
+    ) -> StoreResult<EventConfig>;
+
+    /// Updates an existing event with `patch` over its stored settings, as `put_event`
+    /// does, but never creates one: `EventNotFound` if the event does not exist. Atomic
+    /// against `delete_event`: a deletion that lands first is never undone (the event
+    /// does not come back with default settings), one that lands after removes the
+    /// updated event.
+    async fn update_event(
         &self,
         event_id: &str,
         patch: &EventPatch,
@@ -142,7 +161,8 @@ pub trait Store: Send + Sync + 'static {
     async fn list_events(&self, now: Millis) -> StoreResult<Vec<EventSnapshot>>;
 
     /// Removes the event and every place in it. Its tokens then answer `TOKEN_NOT_FOUND`
-    /// (or `EVENT_NOT_FOUND`). `EventNotFound` if unknown.
+    /// (or `EVENT_NOT_FOUND`). `EventNotFound` if unknown. Publishes
+    /// [`Notice::EventDeleted`] (to every node).
     async fn delete_event(&self, event_id: &str) -> StoreResult<()>;
 
     /// Ends every waiting place (they answer `TOKEN_NOT_FOUND`); admitted and active places
@@ -206,7 +226,8 @@ pub trait Store: Send + Sync + 'static {
     /// Answers when the backend is reachable (for `/readyz`).
     async fn ping(&self) -> StoreResult<()>;
 
-    /// Notices of changes on any node, for live updates. Every call answers a new receiver.
+    /// Notices of changes on any node (live updates, the scheduler's wake-ups, gauges of
+    /// deleted events). Every call answers a new receiver.
     fn subscribe(&self) -> broadcast::Receiver<Notice>;
 
     /// Makes everything acknowledged durable and releases the backend; called once at

@@ -587,7 +587,11 @@ impl Inner {
         }
         telemetry::record_effects(event_id, fx);
         let id: Arc<str> = event_id.into();
-        let notices = notices_of(&id, fx);
+        self.tell(notices_of(&id, fx));
+    }
+
+    /// Hands notices to this node's subscribers and queues them for the other nodes.
+    fn tell(&self, notices: Vec<Notice>) {
         if notices.is_empty() {
             return;
         }
@@ -648,6 +652,93 @@ impl Inner {
         Ok(place_view(&r.payload, &r.ctx, now)?)
     }
 
+    /// Writes `patch` over the event's stored settings (over the defaults when `create` and
+    /// the event does not exist; `EventNotFound` when not `create` and it does not).
+    async fn configure(
+        &self,
+        event_id: &str,
+        patch: &EventPatch,
+        now: Millis,
+        create: bool,
+    ) -> StoreResult<EventConfig> {
+        validate_event_id(event_id)?;
+        let s = self;
+        let meta = &s.keys(event_id)[0];
+        let mut conn = s.connection().await?;
+        for _ in 0..PUT_ATTEMPTS {
+            // Read, apply and validate here; the script then writes only if nobody changed
+            // the settings in between (optimistic: updates are rare, and no lock is held).
+            let (cfg, ver): (Option<String>, Option<u64>) = s
+                .bounded(async {
+                    redis::cmd("HMGET")
+                        .arg(meta)
+                        .arg("cfg")
+                        .arg("ver")
+                        .query_async(&mut conn)
+                        .await
+                })
+                .await?;
+            let base = match &cfg {
+                Some(json) => {
+                    serde_json::from_str(json).map_err(|_| Malformed("a config in JSON"))?
+                }
+                None if create => EventConfig::default(),
+                // Missing, or deleted since the last attempt read it: an update never
+                // creates (the script's version check refuses a write over a deletion,
+                // and this refuses to retry it as a creation).
+                None => return Err(QueueError::EventNotFound.into()),
+            };
+            let config = patch.apply(event_id, &base)?;
+            // The version the script must still find: 0 for "must not exist yet". Every
+            // stored config has one of at least 1, so an update can never pass for a creation.
+            let expected = match (&cfg, ver) {
+                (None, _) => 0,
+                (Some(_), Some(v)) if v > 0 => v,
+                (Some(_), _) => return Err(Malformed("a config version").into()),
+            };
+            if expected == 0 {
+                // Listed before it exists, so the scheduler of every node finds it.
+                s.bounded(
+                    redis::cmd("SADD")
+                        .arg(&s.events_key)
+                        .arg(event_id)
+                        .query_async::<i64>(&mut conn),
+                )
+                .await?;
+            }
+            let json = serde_json::to_string(&config).expect("config serialises");
+            let ms = |sec: u32| (u64::from(sec) * 1000).to_string();
+            let nums = [
+                expected.to_string(),
+                json,
+                config.capacity().to_string(),
+                config.admit_per_minute.unwrap_or(0).to_string(),
+                ms(config.ready_ttl_sec),
+                ms(config.session_idle_sec),
+                ms(config.session_max_sec),
+                ms(config.waiting_idle_sec),
+                config.max_queue_length.unwrap_or(0).to_string(),
+                u8::from(config.paused).to_string(),
+                u8::from(config.accept_joins).to_string(),
+            ];
+            let args: Vec<&[u8]> = nums.iter().map(|a| a.as_bytes()).collect();
+            let r = s.run(event_id, "put", now, &args, None).await?;
+            match &r.code[..] {
+                b"OK" => {
+                    s.tell(vec![Notice::EventChanged {
+                        event_id: event_id.into(),
+                    }]);
+                    return Ok(config);
+                }
+                b"CONFLICT" => continue,
+                other => return Err(unexpected(other)),
+            }
+        }
+        Err(StoreError::Unavailable(
+            "the event's settings kept changing under concurrent updates".into(),
+        ))
+    }
+
     async fn snapshot(&self, event_id: &str, now: Millis) -> StoreResult<EventSnapshot> {
         let r = self.op(event_id, "get", now, &[], None).await?;
         let parse = || -> Result<(String, Vec<u64>), Malformed> {
@@ -698,72 +789,22 @@ impl Store for RedisStore {
         patch: &EventPatch,
         now: Millis,
     ) -> StoreResult<EventConfig> {
-        validate_event_id(event_id)?;
-        let s = &self.inner;
-        let meta = &s.keys(event_id)[0];
-        let mut conn = s.connection().await?;
-        for _ in 0..PUT_ATTEMPTS {
-            // Read, apply and validate here; the script then writes only if nobody changed
-            // the settings in between (optimistic: updates are rare, and no lock is held).
-            let (cfg, ver): (Option<String>, Option<u64>) = s
-                .bounded(async {
-                    redis::cmd("HMGET")
-                        .arg(meta)
-                        .arg("cfg")
-                        .arg("ver")
-                        .query_async(&mut conn)
-                        .await
-                })
-                .await?;
-            let base = match &cfg {
-                Some(json) => {
-                    serde_json::from_str(json).map_err(|_| Malformed("a config in JSON"))?
-                }
-                None => EventConfig::default(),
-            };
-            let config = patch.apply(event_id, &base)?;
-            let expected = if cfg.is_some() { ver.unwrap_or(0) } else { 0 };
-            if expected == 0 {
-                // Listed before it exists, so the scheduler of every node finds it.
-                s.bounded(
-                    redis::cmd("SADD")
-                        .arg(&s.events_key)
-                        .arg(event_id)
-                        .query_async::<i64>(&mut conn),
-                )
-                .await?;
-            }
-            let json = serde_json::to_string(&config).expect("config serialises");
-            let ms = |sec: u32| (u64::from(sec) * 1000).to_string();
-            let nums = [
-                expected.to_string(),
-                json,
-                config.capacity().to_string(),
-                config.admit_per_minute.unwrap_or(0).to_string(),
-                ms(config.ready_ttl_sec),
-                ms(config.session_idle_sec),
-                ms(config.session_max_sec),
-                ms(config.waiting_idle_sec),
-                config.max_queue_length.unwrap_or(0).to_string(),
-                u8::from(config.paused).to_string(),
-                u8::from(config.accept_joins).to_string(),
-            ];
-            let args: Vec<&[u8]> = nums.iter().map(|a| a.as_bytes()).collect();
-            let r = s.run(event_id, "put", now, &args, None).await?;
-            match &r.code[..] {
-                b"OK" => return Ok(config),
-                b"CONFLICT" => continue,
-                other => return Err(unexpected(other)),
-            }
-        }
-        Err(StoreError::Unavailable(
-            "the event's settings kept changing under concurrent updates".into(),
-        ))
+        self.inner.configure(event_id, patch, now, true).await
+    }
+
+    async fn update_event(
+        &self,
+        event_id: &str,
+        patch: &EventPatch,
+        now: Millis,
+    ) -> StoreResult<EventConfig> {
+        self.inner.configure(event_id, patch, now, false).await
     }
 
     async fn get_event(&self, event_id: &str, now: Millis) -> StoreResult<EventSnapshot> {
         self.inner.snapshot(event_id, now).await
     }
+
 
     async fn list_events(&self, now: Millis) -> StoreResult<Vec<EventSnapshot>> {
         let mut out = Vec::new();
@@ -782,6 +823,9 @@ impl Store for RedisStore {
         let s = &self.inner;
         s.op(event_id, "delete", 0, &[], None).await?;
         s.leases.lock().remove(event_id);
+        s.tell(vec![Notice::EventDeleted {
+            event_id: event_id.into(),
+        }]);
         let meta = &s.keys(event_id)[0];
         let mut conn = s.connection().await?;
         s.bounded(async {

@@ -15,9 +15,9 @@
 //! reconnect covers the gap); nothing in the queue state depends on them.
 //!
 //! Message format (text, one item a line):
-//! `node-id`, then per event `@event-id` followed by `A<seq>` (admitted) and
-//! `E<seq><reason>` (ended: `l`eft, `c`ompleted, `e`xpired, cleared `x`). Each event section
-//! also means `Moved` for that event.
+//! `node-id`, then per event `@event-id` followed by `A<seq>` (admitted),
+//! `E<seq><reason>` (ended: `l`eft, `c`ompleted, `e`xpired, cleared `x`), `C` (settings
+//! changed) and `D` (deleted). Each event section also means `Moved` for that event.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,6 +73,8 @@ pub(super) fn encode(node_id: &str, batch: &[Notice]) -> Vec<String> {
                 reason,
             } => (event_id, Some(format!("E{seq}{}", reason_char(*reason)))),
             Notice::Moved { event_id } => (event_id, None),
+            Notice::EventChanged { event_id } => (event_id, Some("C".to_string())),
+            Notice::EventDeleted { event_id } => (event_id, Some("D".to_string())),
         };
         if msg.len() > MAX_MESSAGE {
             out.push(std::mem::take(&mut msg));
@@ -134,6 +136,8 @@ pub(super) fn decode(own_node: &str, msg: &[u8]) -> Vec<Notice> {
                     out.push(Notice::Admitted { event_id, seq });
                 }
             }
+            "C" => out.push(Notice::EventChanged { event_id }),
+            "D" => out.push(Notice::EventDeleted { event_id }),
             "E" if rest.len() > 1 => {
                 let (seq, r) = rest.split_at(rest.len() - 1);
                 if let (Ok(seq), Some(reason)) = (seq.parse(), reason_of(r.as_bytes()[0])) {
@@ -335,6 +339,15 @@ mod tests {
             },
             Notice::Moved {
                 event_id: a.clone(),
+            },
+            Notice::EventChanged {
+                event_id: a.clone(),
+            },
+            Notice::Moved {
+                event_id: a.clone(),
+            },
+            Notice::EventDeleted {
+                event_id: b.clone(),
             },
             Notice::Moved {
                 event_id: b.clone(),

@@ -1,0 +1,58 @@
+//! The node's background tasks, started together by [`start`]: the live hub, the scheduler
+//! and the gauge upkeep. The server adds the demo crowd when asked, and stops and joins them
+//! all by name at shutdown; tests that build an [`crate::AppState`] without a server start
+//! the same set with [`crate::AppState::start_background`].
+//!
+//! Each task reacts to the store's [`Notice`]s, which the store publishes for changes made
+//! on any node, so a side effect of a change (waking the scheduler, forgetting a deleted
+//! event's gauges, ending its live followers) happens on every node, not only on the one
+//! that served the request.
+
+use std::sync::Arc;
+
+use tokio::sync::broadcast;
+
+use crate::clock::Clock;
+use crate::live::Live;
+use crate::scheduler;
+use crate::store::{Notice, Store};
+use crate::tasks::{stopped, Stop, Tasks};
+use crate::telemetry;
+
+/// Task names, as logs and shutdown warnings show them.
+pub const LIVE_HUB: &str = "live-hub";
+pub const SCHEDULER: &str = "scheduler";
+pub const GAUGES: &str = "gauges";
+
+/// Starts the live hub, the scheduler and the gauge upkeep over `store`. Each subscribes to
+/// the store's notices here, before this returns, so nothing published afterwards is
+/// missed. Must be called inside a tokio runtime.
+pub fn start(store: &Arc<dyn Store>, clock: &Clock, live: &Live) -> Tasks {
+    let mut tasks = Tasks::new();
+    let stop = tasks.stop_signal();
+    tasks.spawn(LIVE_HUB, live.run(store.subscribe(), stop.clone()));
+    tasks.spawn(
+        SCHEDULER,
+        scheduler::run(store.clone(), clock.clone(), store.subscribe(), stop.clone()),
+    );
+    tasks.spawn(GAUGES, forget_deleted_events(store.subscribe(), stop));
+    tasks
+}
+
+/// Zeroes the gauges of every event the store says was deleted, until `stop`.
+pub async fn forget_deleted_events(mut notices: broadcast::Receiver<Notice>, mut stop: Stop) {
+    loop {
+        tokio::select! {
+            biased;
+            _ = stopped(&mut stop) => break,
+            r = notices.recv() => match r {
+                Ok(Notice::EventDeleted { event_id }) => telemetry::forget_event(&event_id),
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    tracing::warn!(missed, "gauge upkeep lagged; a deleted event's gauges may linger");
+                }
+                Err(broadcast::error::RecvError::Closed) => break,
+            },
+        }
+    }
+}

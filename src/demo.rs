@@ -1,0 +1,218 @@
+//! The demo event and its simulated crowd.
+//!
+//! A newcomer who runs `cargo run --release` and opens the demo page should see a queue that
+//! moves, not an empty one that admits them at once. So the server creates a small event
+//! (three active sessions at most) and keeps a crowd of bots in it. Each bot behaves like a
+//! patient person: joins as `demo-bot-N`, keeps its place alive (a status call per step,
+//! which is a heartbeat), and when admitted, enters after a short pause, "books" for a few
+//! seconds and completes. The crowd is topped up by at most two joins per step, to a size
+//! that drifts between 10 and 20. Bots use the store directly rather than HTTP, so the
+//! driver needs no address and no admin token, and their traffic does not skew the HTTP
+//! metrics.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::Clock;
+use crate::core::{EventPatch, Millis, PlaceKey, PlaceState, QueueError};
+use crate::store::{JoinRequest, Store, StoreError};
+use crate::tasks::{stopped, Stop};
+use crate::tokens::random_u128;
+
+/// Id of the demo event.
+pub const DEMO_EVENT: &str = "demo";
+/// Time between two steps of the crowd.
+const DEMO_STEP: Duration = Duration::from_secs(1);
+/// Crowd size bounds; the target is redrawn within them every [`DEMO_REDRAW_STEPS`] steps.
+const DEMO_CROWD_MIN: u64 = 10;
+const DEMO_CROWD_MAX: u64 = 20;
+const DEMO_REDRAW_STEPS: u64 = 20;
+/// New bots per step at most, so the queue grows in a trickle rather than jumps.
+const DEMO_JOINS_PER_STEP: u64 = 2;
+/// How long a bot waits before entering once admitted, and how long it "books" once
+/// active, in milliseconds (drawn uniformly). Together about 3 to 9 s per slot, so with
+/// three slots a newcomer behind a dozen bots waits well under a minute.
+const DEMO_THINK_MS: (Millis, Millis) = (1_000, 3_000);
+const DEMO_BOOK_MS: (Millis, Millis) = (2_000, 6_000);
+
+/// Settings of the demo event. Its booking page (`/demo/booking`) is served by the server.
+pub fn demo_event_patch() -> EventPatch {
+    EventPatch {
+        name: Some("Demo concert".into()),
+        max_active: Some(3),
+        overbooking_ratio: Some(1.0),
+        admit_per_minute: Some(None),
+        ready_ttl_sec: Some(30),
+        session_idle_sec: Some(60),
+        session_max_sec: Some(120),
+        waiting_idle_sec: Some(60),
+        target_url: Some(Some("/demo/booking".into())),
+        ..EventPatch::default()
+    }
+}
+
+/// Creates the demo event unless it exists (an operator may have changed it, and a
+/// durable store keeps it across restarts: their settings win). The store's change notice
+/// wakes the scheduler.
+pub async fn ensure_demo_event(store: &dyn Store, now: Millis) -> Result<(), StoreError> {
+    match store.get_event(DEMO_EVENT, now).await {
+        Ok(_) => Ok(()),
+        Err(StoreError::Queue(QueueError::EventNotFound)) => {
+            store.put_event(DEMO_EVENT, &demo_event_patch(), now).await?;
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// One simulated person.
+struct Bot {
+    user_id: String,
+    key: PlaceKey,
+    /// The state it was in at the last step, and since when (by the state clock).
+    state: PlaceState,
+    since: Millis,
+    /// How long it stays in its current state before acting (entering or completing).
+    linger: Millis,
+}
+
+/// A uniform draw in `[lo, hi]`.
+fn draw((lo, hi): (Millis, Millis)) -> Millis {
+    lo + (random_u128() % u128::from(hi - lo + 1)) as Millis
+}
+
+/// Drives the crowd of the demo event until `stop`.
+pub async fn run_demo_crowd(store: Arc<dyn Store>, clock: Clock, mut stop: Stop) {
+    let mut bots: Vec<Bot> = Vec::new();
+    let mut next_bot: u64 = 1;
+    let mut target = (DEMO_CROWD_MIN + DEMO_CROWD_MAX) / 2;
+    let mut steps: u64 = 0;
+    loop {
+        if steps % DEMO_REDRAW_STEPS == 0 && steps > 0 {
+            target = draw((DEMO_CROWD_MIN, DEMO_CROWD_MAX));
+        }
+        steps += 1;
+        demo_step(store.as_ref(), clock.now(), &mut bots, &mut next_bot, target).await;
+        tokio::select! {
+            biased;
+            _ = stopped(&mut stop) => break,
+            _ = tokio::time::sleep(DEMO_STEP) => {}
+        }
+    }
+}
+
+/// Advances every bot by one step, then tops the crowd up towards `target`.
+async fn demo_step(
+    store: &dyn Store,
+    now: Millis,
+    bots: &mut Vec<Bot>,
+    next_bot: &mut u64,
+    target: u64,
+) {
+    let mut kept = Vec::with_capacity(bots.len());
+    for mut bot in bots.drain(..) {
+        match store.status(DEMO_EVENT, bot.key, now).await {
+            Ok(view) => {
+                if view.status != bot.state {
+                    bot.state = view.status;
+                    bot.since = now;
+                    bot.linger = match view.status {
+                        PlaceState::Waiting => 0,
+                        PlaceState::Admitted => draw(DEMO_THINK_MS),
+                        PlaceState::Active => draw(DEMO_BOOK_MS),
+                    };
+                }
+                let due = now.saturating_sub(bot.since) >= bot.linger;
+                match bot.state {
+                    PlaceState::Admitted if due => {
+                        if store.enter(DEMO_EVENT, bot.key, now).await.is_ok() {
+                            bot.state = PlaceState::Active;
+                            bot.since = now;
+                            bot.linger = draw(DEMO_BOOK_MS);
+                        }
+                        kept.push(bot);
+                    }
+                    PlaceState::Active if due => {
+                        // Done booking; its slot goes to the next in line at once.
+                        if let Err(e) = store.complete(DEMO_EVENT, bot.key, now).await {
+                            tracing::debug!(bot = %bot.user_id, error = %e, "demo bot could not complete");
+                        }
+                    }
+                    _ => kept.push(bot),
+                }
+            }
+            // The store is unreachable for now: keep the bot and try again next step.
+            Err(StoreError::Unavailable(_)) => kept.push(bot),
+            // Its place ended (cleared, expired) or the event was deleted: forget it.
+            Err(_) => {}
+        }
+    }
+    *bots = kept;
+
+    let missing = target.saturating_sub(bots.len() as u64);
+    for _ in 0..missing.min(DEMO_JOINS_PER_STEP) {
+        let user_id = format!("demo-bot-{next_bot}");
+        *next_bot += 1;
+        let req = JoinRequest {
+            user_id: Some(user_id.clone()),
+            metadata: None,
+            nonce: random_u128(),
+        };
+        match store.join(DEMO_EVENT, &req, now).await {
+            Ok(view) => bots.push(Bot {
+                user_id,
+                key: view.key,
+                state: view.status,
+                since: now,
+                linger: match view.status {
+                    PlaceState::Waiting => 0,
+                    PlaceState::Admitted => draw(DEMO_THINK_MS),
+                    PlaceState::Active => draw(DEMO_BOOK_MS),
+                },
+            }),
+            // Deleted, closed or full: an operator's choice; the crowd waits until it changes.
+            Err(e) => {
+                tracing::debug!(error = %e, "demo crowd cannot join");
+                break;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+
+    use super::*;
+    use crate::store::embedded::EmbeddedStore;
+    use crate::tasks::{spawn_task, stop_channel};
+
+    #[tokio::test(start_paused = true)]
+    async fn the_demo_crowd_keeps_the_queue_moving() {
+        let clock = Clock::manual(1_000_000);
+        let store: Arc<dyn Store> = Arc::new(EmbeddedStore::new());
+        ensure_demo_event(store.as_ref(), clock.now()).await.unwrap();
+        // A second call keeps what is there.
+        ensure_demo_event(store.as_ref(), clock.now()).await.unwrap();
+        let (_tx, rx) = stop_channel();
+        let _h = spawn_task("demo-crowd", run_demo_crowd(store.clone(), clock.clone(), rx));
+        let mut seen = VecDeque::new();
+        for _ in 0..60 {
+            clock.advance(1_000);
+            tokio::time::sleep(DEMO_STEP).await;
+            let f = store.get_event(DEMO_EVENT, clock.now()).await.unwrap();
+            let f = f.figures;
+            assert!(f.admitted + f.active <= 3);
+            seen.push_back(f);
+        }
+        let last = seen.back().unwrap();
+        let crowd = last.waiting + last.admitted + last.active;
+        assert!((5..=DEMO_CROWD_MAX).contains(&crowd), "crowd of {crowd}");
+        assert!(last.waiting >= 3, "people wait: {last:?}");
+        assert!(last.completed >= 10, "bots get through: {last:?}");
+        assert_eq!(last.expired, 0, "bots keep their places alive");
+        let snap = store.get_event(DEMO_EVENT, clock.now()).await.unwrap();
+        assert_eq!(snap.config.name, "Demo concert");
+        assert_eq!(snap.config.target_url.as_deref(), Some("/demo/booking"));
+    }
+}
