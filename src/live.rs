@@ -743,6 +743,29 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_deleted_event_ends_its_followers_at_once() {
+        let hub = Arc::new(Hub::default());
+        let live = Live { hub: hub.clone() };
+        let mut a = live.subscribe("gone", 1);
+        let mut b = live.subscribe("gone", 2);
+        let mut other = live.subscribe("stays", 1);
+        let (tx, rx) = broadcast::channel(4);
+        let (stop_tx, stop_rx) = crate::tasks::stop_channel();
+        let task = tokio::spawn(route(hub, rx, stop_rx));
+        tx.send(Notice::EventDeleted {
+            event_id: Arc::from("gone"),
+        })
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        for s in [&mut a, &mut b] {
+            assert_eq!(s.place().borrow_and_update().ended, Some(EndReason::Cleared));
+        }
+        assert!(!other.place().has_changed().unwrap());
+        stop_tx.send(true).unwrap();
+        task.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_big_event_is_refreshed_shard_by_shard() {
         let hub = Arc::new(Hub::default());
         let live = Live { hub: hub.clone() };

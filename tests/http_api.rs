@@ -19,7 +19,7 @@ use waitroom::clock::{system_now, Clock};
 use waitroom::core::{EventConfig, EventPatch, HeadEntry, Millis, PlaceKey, PlaceView};
 use waitroom::http::{router, router_with_limits, Limits};
 use waitroom::store::embedded::EmbeddedStore;
-use waitroom::store::{EventSnapshot, JoinRequest, Store, StoreError, StoreResult};
+use waitroom::store::{EventSnapshot, JoinRequest, Notice, Store, StoreError, StoreResult};
 use waitroom::tokens::AccessTokens;
 use waitroom::AppState;
 
@@ -988,16 +988,136 @@ async fn admin_put_validates_and_answers_the_stored_config() {
     );
 }
 
+/// Admin changes are notices of the store (which wake the scheduler and reach every node),
+/// whoever served them; reads are not.
 #[tokio::test]
-async fn admin_changes_wake_the_scheduler() {
+async fn admin_changes_are_store_notices() {
     let app = app();
-    let wait = || tokio::time::timeout(Duration::from_millis(200), app.state.wake.notified());
+    let mut notices = app.state.store.subscribe();
+    let mut next = || {
+        // Only the event-level notices; places' notices are not what this is about.
+        let mut seen = Vec::new();
+        while let Ok(n) = notices.try_recv() {
+            if matches!(n, Notice::EventChanged { .. } | Notice::EventDeleted { .. }) {
+                seen.push(n);
+            }
+        }
+        seen
+    };
+    let changed = Notice::EventChanged {
+        event_id: "ev".into(),
+    };
     app.put_event("ev", json!({})).await;
-    assert!(wait().await.is_ok(), "PUT did not wake the scheduler");
+    assert_eq!(next(), [changed.clone()], "PUT");
     app.admin(Method::POST, "/events/ev/pause", None).await.ok();
-    assert!(wait().await.is_ok(), "pause did not wake the scheduler");
+    assert_eq!(next(), [changed.clone()], "pause");
+    app.admin(Method::POST, "/events/ev/resume", None).await.ok();
+    assert_eq!(next(), [changed], "resume");
     app.figures("ev").await;
-    assert!(wait().await.is_err(), "a read woke the scheduler");
+    assert_eq!(next(), [], "a read");
+    app.admin(Method::DELETE, "/events/ev", None).await.ok();
+    assert_eq!(
+        next(),
+        [Notice::EventDeleted {
+            event_id: "ev".into()
+        }],
+        "DELETE"
+    );
+}
+
+/// The value of one series in the Prometheus text, if it is there.
+fn series(text: &str, name: &str, event: &str) -> Option<f64> {
+    let needle = format!("{name}{{event=\"{event}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&needle))
+        .map(|v| v.trim().parse().unwrap())
+}
+
+/// A deleted event's gauges stop reporting its last figures, however it was deleted: the
+/// gauge upkeep reacts to the store's notice, not to the handler (defect: only the DELETE
+/// handler zeroed them, so a deletion it did not serve left them as they were).
+#[tokio::test]
+async fn deleting_an_event_in_the_store_zeroes_its_gauges() {
+    let app = app();
+    let _tasks = app.state.start_background();
+    app.put_event("gauge-gone", json!({"max_active": 1})).await;
+    for u in ["g1", "g2", "g3"] {
+        app.join("gauge-gone", Some(u)).await;
+    }
+    let text = app.get("/metrics").await.text;
+    assert_eq!(series(&text, "waitroom_waiting", "gauge-gone"), Some(2.0));
+    assert_eq!(series(&text, "waitroom_admitted", "gauge-gone"), Some(1.0));
+
+    // Deleted behind the API's back (as another node would).
+    app.state.store.delete_event("gauge-gone").await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        let text = app.get("/metrics").await.text;
+        let left: Vec<_> = ["waitroom_waiting", "waitroom_admitted", "waitroom_capacity"]
+            .into_iter()
+            .filter(|n| series(&text, n, "gauge-gone").is_some_and(|v| v != 0.0))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still reported after the deletion: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Pause and resume racing a DELETE never bring the event back (defect: they read the
+/// event, then wrote it whole, so a DELETE in between was undone and the event came back,
+/// paused, with default settings). And pausing a missing event is a 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pause_and_resume_racing_a_delete_never_resurrect_the_event() {
+    let app = Arc::new(app());
+    for i in 0..200 {
+        let id = format!("race-{i}");
+        app.put_event(&id, json!({"max_active": 7})).await;
+        let mut tasks = Vec::new();
+        for t in 0..6 {
+            let (app, id) = (app.clone(), id.clone());
+            tasks.push(tokio::spawn(async move {
+                for k in 0..4 {
+                    let op = if (t + k) % 2 == 0 { "pause" } else { "resume" };
+                    let r = app
+                        .admin(Method::POST, &format!("/events/{id}/{op}"), None)
+                        .await;
+                    if r.status != StatusCode::OK {
+                        r.err(StatusCode::NOT_FOUND, "EVENT_NOT_FOUND");
+                    }
+                    tokio::task::yield_now().await;
+                }
+            }));
+        }
+        let deleter = {
+            let (app, id) = (app.clone(), id.clone());
+            tokio::spawn(async move {
+                tokio::task::yield_now().await;
+                app.admin(Method::DELETE, &format!("/events/{id}"), None)
+                    .await
+                    .ok();
+            })
+        };
+        for t in tasks {
+            t.await.unwrap();
+        }
+        deleter.await.unwrap();
+        app.admin(Method::GET, &format!("/events/{id}"), None)
+            .await
+            .err(StatusCode::NOT_FOUND, "EVENT_NOT_FOUND");
+    }
+    for op in ["pause", "resume"] {
+        app.admin(Method::POST, &format!("/events/never-made/{op}"), None)
+            .await
+            .err(StatusCode::NOT_FOUND, "EVENT_NOT_FOUND");
+    }
+    app.admin(Method::GET, "/events/never-made", None)
+        .await
+        .err(StatusCode::NOT_FOUND, "EVENT_NOT_FOUND");
 }
 
 #[tokio::test]
@@ -1246,6 +1366,9 @@ impl FailingStore {
 #[async_trait]
 impl Store for FailingStore {
     async fn put_event(&self, _: &str, _: &EventPatch, _: Millis) -> StoreResult<EventConfig> {
+        self.fail().await
+    }
+    async fn update_event(&self, _: &str, _: &EventPatch, _: Millis) -> StoreResult<EventConfig> {
         self.fail().await
     }
     async fn get_event(&self, _: &str, _: Millis) -> StoreResult<EventSnapshot> {

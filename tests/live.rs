@@ -326,6 +326,30 @@ async fn ws_ended_places_get_their_message_and_a_closed_socket() {
     }
 }
 
+/// Deleting an event ends its followers at once (`queue-cleared`), rather than at their
+/// next periodic refresh (up to ten seconds later).
+#[tokio::test]
+async fn ws_deleting_the_event_ends_its_followers_at_once() {
+    let s = TestServer::start().await;
+    event_with_holder(&s, "doomed", json!({"waiting_idle_sec": 60})).await;
+    let b = s.join_token("doomed", "b").await;
+    let mut ws_b = ws_connect(&s, &b).await;
+    msg(ws_next(&mut ws_b, Duration::from_secs(5)).await);
+
+    let started = Instant::now();
+    s.admin(Method::DELETE, "/events/doomed").await;
+    let gone = ws_until(&mut ws_b, Duration::from_secs(3), |v| {
+        v["type"] != "queue-update"
+    })
+    .await;
+    assert_eq!(gone, json!({"type": "queue-cleared"}));
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(matches!(
+        ws_next(&mut ws_b, Duration::from_secs(3)).await,
+        Got::Closed(_)
+    ));
+}
+
 #[tokio::test]
 async fn ws_a_burst_of_changes_is_coalesced() {
     let s = TestServer::start().await;

@@ -491,3 +491,130 @@ async fn a_node_reaches_redis_over_tls() {
         "{b}"
     );
 }
+
+/// The value of one series of one event in a node's `/metrics`, if it is there.
+async fn gauge(node: &Server, name: &str, event: &str) -> Option<f64> {
+    let text = reqwest::get(node.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let needle = format!("{name}{{event=\"{event}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&needle))
+        .map(|v| v.trim().parse().unwrap())
+}
+
+/// A DELETE served by one node stops every node reporting the event's gauges (defect: only
+/// the node that served it zeroed them; the others reported its last figures forever, since
+/// a scrape refreshes only the events that still exist).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deletion_on_one_node_clears_the_gauges_on_every_node() {
+    let redis = RedisServer::start();
+    let c = Nodes::new(ADMIN);
+    let a = c.start(&redis.url());
+    let b = c.start(&redis.url());
+    admin_put(&a, "gauged", json!({"max_active": 1})).await;
+    for u in ["g1", "g2", "g3"] {
+        join(&a, "gauged", Some(u)).await;
+    }
+    // b reports the event's figures once it has scraped them.
+    assert_eq!(gauge(&b, "waitroom_waiting", "gauged").await, Some(2.0));
+    assert_eq!(gauge(&b, "waitroom_admitted", "gauged").await, Some(1.0));
+
+    let (s, body) = call(
+        Method::DELETE,
+        &a.url("/api/v1/admin/events/gauged"),
+        Some(ADMIN),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    for node in [&b, &a] {
+        eventually("the deleted event's gauges cleared", Duration::from_secs(3), || async {
+            let mut stale = Vec::new();
+            for name in ["waitroom_waiting", "waitroom_admitted", "waitroom_capacity"] {
+                if gauge(node, name, "gauged").await.is_some_and(|v| v != 0.0) {
+                    stale.push(name);
+                }
+            }
+            stale.is_empty().then_some(())
+        })
+        .await;
+    }
+}
+
+/// Pause and resume sent to two nodes while one of them deletes the event never bring it
+/// back (defect: they read the event, then wrote it whole, so a DELETE in between was
+/// undone and the event came back, paused, with default settings).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pause_and_resume_racing_a_delete_on_two_nodes_never_resurrect_the_event() {
+    let redis = RedisServer::start();
+    let c = Nodes::new(ADMIN);
+    let nodes = [c.start(&redis.url()), c.start(&redis.url())];
+    let bases: Vec<String> = nodes.iter().map(|n| n.base.clone()).collect();
+    for round in 0..40 {
+        let id = format!("race-{round}");
+        admin_put(&nodes[0], &id, json!({"max_active": 7})).await;
+        let mut tasks = Vec::new();
+        for t in 0..6usize {
+            let (base, id) = (bases[t % 2].clone(), id.clone());
+            tasks.push(tokio::spawn(async move {
+                for k in 0..3 {
+                    let op = if (t + k) % 2 == 0 { "pause" } else { "resume" };
+                    let (s, b) = call(
+                        Method::POST,
+                        &format!("{base}/api/v1/admin/events/{id}/{op}"),
+                        Some(ADMIN),
+                        None,
+                    )
+                    .await;
+                    assert!(
+                        s == StatusCode::OK
+                            || (s == StatusCode::NOT_FOUND
+                                && b["error"]["code"] == "EVENT_NOT_FOUND"),
+                        "{op}: {s} {b}"
+                    );
+                }
+            }));
+        }
+        let deleter = {
+            let (base, id) = (bases[(round % 2) as usize].clone(), id.clone());
+            tokio::spawn(async move {
+                let (s, b) = call(
+                    Method::DELETE,
+                    &format!("{base}/api/v1/admin/events/{id}"),
+                    Some(ADMIN),
+                    None,
+                )
+                .await;
+                assert_eq!(s, StatusCode::OK, "{b}");
+            })
+        };
+        for t in tasks {
+            t.await.unwrap();
+        }
+        deleter.await.unwrap();
+        for base in &bases {
+            let (s, b) = call(
+                Method::GET,
+                &format!("{base}/api/v1/admin/events/{id}"),
+                Some(ADMIN),
+                None,
+            )
+            .await;
+            assert_eq!(s, StatusCode::NOT_FOUND, "round {round}: the event came back: {b}");
+            assert_eq!(b["error"]["code"], "EVENT_NOT_FOUND");
+        }
+    }
+    let (s, b) = call(
+        Method::POST,
+        &nodes[1].url("/api/v1/admin/events/never-made/pause"),
+        Some(ADMIN),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{b}");
+    assert_eq!(b["error"]["code"], "EVENT_NOT_FOUND");
+}

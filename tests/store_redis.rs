@@ -153,6 +153,34 @@ async fn notices_travel(url: String) {
     assert!(seen.contains(&Notice::Moved {
         event_id: "n".into()
     }));
+
+    // Settings changes and deletions travel too: every node wakes its scheduler, forgets
+    // the event's gauges and ends its live followers.
+    let paused = serde_json::from_value(serde_json::json!({"paused": true})).unwrap();
+    a.update_event("n", &paused, T0 + S).await.unwrap();
+    a.delete_event("n").await.unwrap();
+    let mut events = Vec::new();
+    while events.len() < 2 {
+        match tokio::time::timeout_at(deadline, on_b.recv())
+            .await
+            .expect("b hears a's event changes")
+            .unwrap()
+        {
+            n @ (Notice::EventChanged { .. } | Notice::EventDeleted { .. }) => events.push(n),
+            _ => {}
+        }
+    }
+    assert_eq!(
+        events,
+        [
+            Notice::EventChanged {
+                event_id: "n".into()
+            },
+            Notice::EventDeleted {
+                event_id: "n".into()
+            }
+        ]
+    );
 }
 
 /// Differential check, stricter than the model test: the Redis store and the embedded store

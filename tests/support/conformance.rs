@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use waitroom::core::{EventPatch, Millis, PlaceKey, PlaceState, QueueError};
-use waitroom::store::{JoinRequest, Store, StoreError};
+use waitroom::store::{JoinRequest, Notice, Store, StoreError};
 use waitroom::tokens::random_u128;
 
 pub const T0: Millis = 1_700_000_000_000;
@@ -25,7 +25,9 @@ macro_rules! store_conformance {
             leave_hands_slot_on, complete_hands_slot_on, session_deadlines, clear_removes_waiting,
             pause_and_resume, rate_budget_paces, queue_full_and_closed, capacity_growth_admits,
             queue_head_in_order, delete_event_removes_places, figures_count_outcomes,
-            tick_reports_next_deadline, overbooking_capacity, unknown_event);
+            tick_reports_next_deadline, overbooking_capacity, unknown_event,
+            update_never_creates, update_racing_delete_never_resurrects,
+            event_changes_are_notices);
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
         $(
@@ -685,5 +687,129 @@ pub async fn unknown_event(store: Arc<dyn Store>) {
     assert_eq!(
         queue_err(store.queue_head("nope", 1, T0).await),
         QueueError::EventNotFound
+    );
+}
+
+pub async fn update_never_creates(store: Arc<dyn Store>) {
+    let paused = patch(serde_json::json!({"paused": true}));
+    assert_eq!(
+        queue_err(store.update_event("upd", &paused, T0).await),
+        QueueError::EventNotFound
+    );
+    assert_eq!(
+        queue_err(store.get_event("upd", T0).await),
+        QueueError::EventNotFound,
+        "a refused update leaves no event behind"
+    );
+
+    // On an existing event it is a patch over the stored settings, like `put_event`.
+    make_event(&store, "upd", serde_json::json!({"max_active": 1, "name": "U"})).await;
+    let a = join(&store, "upd", None, T0).await;
+    let b = join(&store, "upd", None, T0).await;
+    assert_eq!(b.status, PlaceState::Waiting);
+    let c = store.update_event("upd", &paused, T0).await.unwrap();
+    assert!(c.paused);
+    assert_eq!((c.max_active, c.name.as_str()), (1, "U"));
+    let wider = patch(serde_json::json!({"max_active": 2, "paused": false}));
+    store.update_event("upd", &wider, T0).await.unwrap();
+    assert_eq!(
+        state(&store, "upd", b.key, T0).await,
+        Ok(PlaceState::Admitted),
+        "capacity changes take effect at once"
+    );
+    // Validated as a whole; a refused patch changes nothing.
+    let bad = patch(serde_json::json!({"max_active": 0}));
+    assert!(store.update_event("upd", &bad, T0).await.is_err());
+    let snap = store.get_event("upd", T0).await.unwrap();
+    assert_eq!((snap.config.max_active, snap.config.paused), (2, false));
+
+    // After a deletion it refuses, and does not bring the event back.
+    store.delete_event("upd").await.unwrap();
+    assert_eq!(
+        queue_err(store.update_event("upd", &paused, T0).await),
+        QueueError::EventNotFound
+    );
+    assert_eq!(
+        queue_err(store.get_event("upd", T0).await),
+        QueueError::EventNotFound
+    );
+    assert!(!store.event_ids().await.unwrap().contains(&"upd".to_string()));
+    let e = queue_err(store.status("upd", a.key, T0).await);
+    assert!(
+        matches!(e, QueueError::EventNotFound | QueueError::TokenNotFound),
+        "{e:?}"
+    );
+}
+
+/// Updates racing a deletion, for real (concurrent tasks, many rounds): whatever the
+/// interleaving, the event is gone afterwards, and every update either applied to the
+/// event before the deletion or answered `EventNotFound`.
+pub async fn update_racing_delete_never_resurrects(store: Arc<dyn Store>) {
+    for round in 0..40 {
+        let id = format!("race-{round}");
+        make_event(&store, &id, serde_json::json!({"max_active": 3})).await;
+        let mut tasks = Vec::new();
+        for t in 0..4u32 {
+            let (store, id) = (store.clone(), id.clone());
+            tasks.push(tokio::spawn(async move {
+                for k in 0..4u32 {
+                    let p = patch(serde_json::json!({"paused": (t + k) % 2 == 0}));
+                    match store.update_event(&id, &p, T0).await {
+                        Ok(_) => {}
+                        Err(e) => assert_eq!(queue_err::<()>(Err(e)), QueueError::EventNotFound),
+                    }
+                }
+            }));
+        }
+        let deleter = {
+            let (store, id) = (store.clone(), id.clone());
+            tokio::spawn(async move { store.delete_event(&id).await.unwrap() })
+        };
+        for t in tasks {
+            t.await.unwrap();
+        }
+        deleter.await.unwrap();
+        assert_eq!(
+            queue_err(store.get_event(&id, T0).await),
+            QueueError::EventNotFound,
+            "round {round}: the event came back"
+        );
+    }
+}
+
+/// Waits (briefly) for the first event-level notice, skipping places' notices.
+async fn next_event_notice(rx: &mut tokio::sync::broadcast::Receiver<Notice>) -> Notice {
+    tokio::time::timeout(std::time::Duration::from_secs(2), async {
+        loop {
+            match rx.recv().await.expect("notices flow") {
+                n @ (Notice::EventChanged { .. } | Notice::EventDeleted { .. }) => return n,
+                _ => {}
+            }
+        }
+    })
+    .await
+    .expect("an event notice within 2 s")
+}
+
+/// Creating, updating and deleting an event are notices (which every node hears); a
+/// refused change is not.
+pub async fn event_changes_are_notices(store: Arc<dyn Store>) {
+    let mut rx = store.subscribe();
+    let changed = Notice::EventChanged {
+        event_id: "nt".into(),
+    };
+    make_event(&store, "nt", serde_json::json!({})).await;
+    assert_eq!(next_event_notice(&mut rx).await, changed);
+    let bad = patch(serde_json::json!({"max_active": 0}));
+    assert!(store.put_event("nt", &bad, T0).await.is_err());
+    let paused = patch(serde_json::json!({"paused": true}));
+    store.update_event("nt", &paused, T0).await.unwrap();
+    assert_eq!(next_event_notice(&mut rx).await, changed);
+    store.delete_event("nt").await.unwrap();
+    assert_eq!(
+        next_event_notice(&mut rx).await,
+        Notice::EventDeleted {
+            event_id: "nt".into()
+        }
     );
 }

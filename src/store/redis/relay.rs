@@ -337,9 +337,6 @@ mod tests {
                 seq: 3,
                 reason: EndReason::Cleared,
             },
-            Notice::Moved {
-                event_id: a.clone(),
-            },
             Notice::EventChanged {
                 event_id: a.clone(),
             },
