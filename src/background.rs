@@ -33,7 +33,12 @@ pub fn start(store: &Arc<dyn Store>, clock: &Clock, live: &Live) -> Tasks {
     tasks.spawn(LIVE_HUB, live.run(store.subscribe(), stop.clone()));
     tasks.spawn(
         SCHEDULER,
-        scheduler::run(store.clone(), clock.clone(), store.subscribe(), stop.clone()),
+        scheduler::run(
+            store.clone(),
+            clock.clone(),
+            store.subscribe(),
+            stop.clone(),
+        ),
     );
     tasks.spawn(GAUGES, forget_deleted_events(store.subscribe(), stop));
     tasks

@@ -58,7 +58,9 @@ pub async fn ensure_demo_event(store: &dyn Store, now: Millis) -> Result<(), Sto
     match store.get_event(DEMO_EVENT, now).await {
         Ok(_) => Ok(()),
         Err(StoreError::Queue(QueueError::EventNotFound)) => {
-            store.put_event(DEMO_EVENT, &demo_event_patch(), now).await?;
+            store
+                .put_event(DEMO_EVENT, &demo_event_patch(), now)
+                .await?;
             Ok(())
         }
         Err(e) => Err(e),
@@ -92,7 +94,14 @@ pub async fn run_demo_crowd(store: Arc<dyn Store>, clock: Clock, mut stop: Stop)
             target = draw((DEMO_CROWD_MIN, DEMO_CROWD_MAX));
         }
         steps += 1;
-        demo_step(store.as_ref(), clock.now(), &mut bots, &mut next_bot, target).await;
+        demo_step(
+            store.as_ref(),
+            clock.now(),
+            &mut bots,
+            &mut next_bot,
+            target,
+        )
+        .await;
         tokio::select! {
             biased;
             _ = stopped(&mut stop) => break,
@@ -191,11 +200,18 @@ mod tests {
     async fn the_demo_crowd_keeps_the_queue_moving() {
         let clock = Clock::manual(1_000_000);
         let store: Arc<dyn Store> = Arc::new(EmbeddedStore::new());
-        ensure_demo_event(store.as_ref(), clock.now()).await.unwrap();
+        ensure_demo_event(store.as_ref(), clock.now())
+            .await
+            .unwrap();
         // A second call keeps what is there.
-        ensure_demo_event(store.as_ref(), clock.now()).await.unwrap();
+        ensure_demo_event(store.as_ref(), clock.now())
+            .await
+            .unwrap();
         let (_tx, rx) = stop_channel();
-        let _h = spawn_task("demo-crowd", run_demo_crowd(store.clone(), clock.clone(), rx));
+        let _h = spawn_task(
+            "demo-crowd",
+            run_demo_crowd(store.clone(), clock.clone(), rx),
+        );
         let mut seen = VecDeque::new();
         for _ in 0..60 {
             clock.advance(1_000);

@@ -758,7 +758,10 @@ mod tests {
         .unwrap();
         tokio::time::sleep(Duration::from_millis(1)).await;
         for s in [&mut a, &mut b] {
-            assert_eq!(s.place().borrow_and_update().ended, Some(EndReason::Cleared));
+            assert_eq!(
+                s.place().borrow_and_update().ended,
+                Some(EndReason::Cleared)
+            );
         }
         assert!(!other.place().has_changed().unwrap());
         stop_tx.send(true).unwrap();

@@ -394,11 +394,7 @@ mod tests {
         assert_eq!(expirations("sched-paused"), 0);
         clock.advance(1_000);
         tokio::time::sleep(Duration::from_millis(300)).await;
-        assert_eq!(
-            expirations("sched-paused"),
-            1,
-            "swept with nobody polling"
-        );
+        assert_eq!(expirations("sched-paused"), 1, "swept with nobody polling");
     }
 
     /// Wall clock and real time: the waiting place of a person who went away disappears

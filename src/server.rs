@@ -268,6 +268,12 @@ mod tests {
         assert!(!resolves(wait.as_mut()).await, "nothing fired yet");
         int.send(()).unwrap();
         assert!(resolves(wait).await);
-        assert!(!resolves(first_signal(vec![("SIGTERM", failed()), ("SIGINT", failed())])).await);
+        assert!(
+            !resolves(first_signal(vec![
+                ("SIGTERM", failed()),
+                ("SIGINT", failed())
+            ]))
+            .await
+        );
     }
 }

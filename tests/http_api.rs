@@ -1008,10 +1008,12 @@ async fn admin_changes_are_store_notices() {
         event_id: "ev".into(),
     };
     app.put_event("ev", json!({})).await;
-    assert_eq!(next(), [changed.clone()], "PUT");
+    assert_eq!(next(), vec![changed.clone()], "PUT");
     app.admin(Method::POST, "/events/ev/pause", None).await.ok();
-    assert_eq!(next(), [changed.clone()], "pause");
-    app.admin(Method::POST, "/events/ev/resume", None).await.ok();
+    assert_eq!(next(), vec![changed.clone()], "pause");
+    app.admin(Method::POST, "/events/ev/resume", None)
+        .await
+        .ok();
     assert_eq!(next(), [changed], "resume");
     app.figures("ev").await;
     assert_eq!(next(), [], "a read");

@@ -532,15 +532,19 @@ async fn a_deletion_on_one_node_clears_the_gauges_on_every_node() {
     .await;
     assert_eq!(s, StatusCode::OK, "{body}");
     for node in [&b, &a] {
-        eventually("the deleted event's gauges cleared", Duration::from_secs(3), || async {
-            let mut stale = Vec::new();
-            for name in ["waitroom_waiting", "waitroom_admitted", "waitroom_capacity"] {
-                if gauge(node, name, "gauged").await.is_some_and(|v| v != 0.0) {
-                    stale.push(name);
+        eventually(
+            "the deleted event's gauges cleared",
+            Duration::from_secs(3),
+            || async {
+                let mut stale = Vec::new();
+                for name in ["waitroom_waiting", "waitroom_admitted", "waitroom_capacity"] {
+                    if gauge(node, name, "gauged").await.is_some_and(|v| v != 0.0) {
+                        stale.push(name);
+                    }
                 }
-            }
-            stale.is_empty().then_some(())
-        })
+                stale.is_empty().then_some(())
+            },
+        )
         .await;
     }
 }
@@ -604,7 +608,11 @@ async fn pause_and_resume_racing_a_delete_on_two_nodes_never_resurrect_the_event
                 None,
             )
             .await;
-            assert_eq!(s, StatusCode::NOT_FOUND, "round {round}: the event came back: {b}");
+            assert_eq!(
+                s,
+                StatusCode::NOT_FOUND,
+                "round {round}: the event came back: {b}"
+            );
             assert_eq!(b["error"]["code"], "EVENT_NOT_FOUND");
         }
     }

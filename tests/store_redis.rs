@@ -161,13 +161,12 @@ async fn notices_travel(url: String) {
     a.delete_event("n").await.unwrap();
     let mut events = Vec::new();
     while events.len() < 2 {
-        match tokio::time::timeout_at(deadline, on_b.recv())
+        let n = tokio::time::timeout_at(deadline, on_b.recv())
             .await
             .expect("b hears a's event changes")
-            .unwrap()
-        {
-            n @ (Notice::EventChanged { .. } | Notice::EventDeleted { .. }) => events.push(n),
-            _ => {}
+            .unwrap();
+        if matches!(n, Notice::EventChanged { .. } | Notice::EventDeleted { .. }) {
+            events.push(n);
         }
     }
     assert_eq!(

@@ -703,7 +703,12 @@ pub async fn update_never_creates(store: Arc<dyn Store>) {
     );
 
     // On an existing event it is a patch over the stored settings, like `put_event`.
-    make_event(&store, "upd", serde_json::json!({"max_active": 1, "name": "U"})).await;
+    make_event(
+        &store,
+        "upd",
+        serde_json::json!({"max_active": 1, "name": "U"}),
+    )
+    .await;
     let a = join(&store, "upd", None, T0).await;
     let b = join(&store, "upd", None, T0).await;
     assert_eq!(b.status, PlaceState::Waiting);
@@ -733,7 +738,11 @@ pub async fn update_never_creates(store: Arc<dyn Store>) {
         queue_err(store.get_event("upd", T0).await),
         QueueError::EventNotFound
     );
-    assert!(!store.event_ids().await.unwrap().contains(&"upd".to_string()));
+    assert!(!store
+        .event_ids()
+        .await
+        .unwrap()
+        .contains(&"upd".to_string()));
     let e = queue_err(store.status("upd", a.key, T0).await);
     assert!(
         matches!(e, QueueError::EventNotFound | QueueError::TokenNotFound),
@@ -781,9 +790,9 @@ pub async fn update_racing_delete_never_resurrects(store: Arc<dyn Store>) {
 async fn next_event_notice(rx: &mut tokio::sync::broadcast::Receiver<Notice>) -> Notice {
     tokio::time::timeout(std::time::Duration::from_secs(2), async {
         loop {
-            match rx.recv().await.expect("notices flow") {
-                n @ (Notice::EventChanged { .. } | Notice::EventDeleted { .. }) => return n,
-                _ => {}
+            let n = rx.recv().await.expect("notices flow");
+            if matches!(n, Notice::EventChanged { .. } | Notice::EventDeleted { .. }) {
+                return n;
             }
         }
     })

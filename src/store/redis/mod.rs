@@ -805,7 +805,6 @@ impl Store for RedisStore {
         self.inner.snapshot(event_id, now).await
     }
 
-
     async fn list_events(&self, now: Millis) -> StoreResult<Vec<EventSnapshot>> {
         let mut out = Vec::new();
         for id in self.event_ids().await? {
