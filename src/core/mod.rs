@@ -5,16 +5,22 @@
 //! - [`config`]: event settings and their validation.
 //! - [`rank`]: the Fenwick tree behind exact O(log n) positions.
 //! - [`queue`]: [`EventQueue`], the state machine of one event's places.
+//! - [`places`]: how the queue stores its places (by sequence, and by user).
+//! - [`pace`]: the admission pace behind ETAs, and the token bucket of `admit_per_minute`.
+//! - [`view`]: what clients and admins are told (place views, event figures), computed from
+//!   raw facts so that every backend answers with the same arithmetic.
 
 pub mod config;
+pub mod pace;
+mod places;
 pub mod queue;
 pub mod rank;
+pub mod view;
 
 pub use config::{validate_event_id, EventConfig, EventPatch};
-pub use queue::{
-    Effect, EndReason, EventFigures, EventQueue, HeadEntry, Pace, PlaceState, PlaceView, QueueMeta,
-    RestoredPlace,
-};
+pub use pace::{Pace, RATE_WINDOW_MS};
+pub use queue::{Effect, EndReason, EventQueue, QueueMeta, RestoredPlace, EXPIRED_RETENTION_MS};
+pub use view::{EventCounts, EventFigures, HeadEntry, PlaceFacts, PlaceState, PlaceView, Timeouts};
 
 /// Milliseconds since the Unix epoch. Wall-clock time, because deadlines must survive a
 /// restart and be comparable across nodes.

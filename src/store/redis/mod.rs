@@ -356,6 +356,7 @@ fn parse_effects(v: &Value, join: Option<&JoinRequest>) -> Result<Vec<Effect>, M
             nonce: 0,
             reason,
             at,
+            noticed_at: at,
         };
         out.push(match kind {
             1 => Effect::Joined {
