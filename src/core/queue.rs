@@ -25,57 +25,13 @@ use super::places::{BuildSeqHasher, Place, PlaceTable, UserIndex};
 use super::rank::RankIndex;
 use super::view::{EventCounts, PlaceFacts, Timeouts};
 use super::{
-    EventConfig, EventFigures, HeadEntry, Millis, Pace, PlaceKey, PlaceState, PlaceView, QueueError,
+    Effect, EndReason, EventConfig, EventFigures, HeadEntry, Millis, Pace, PlaceKey, PlaceState,
+    PlaceView, QueueError,
 };
 
 /// How long the token of an expired place keeps answering `TOKEN_EXPIRED` rather than
 /// `TOKEN_NOT_FOUND`. Bounded so that a long sale does not accumulate tombstones forever.
 pub const EXPIRED_RETENTION_MS: Millis = 3600 * 1000;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EndReason {
-    Left,
-    Completed,
-    Expired,
-    Cleared,
-}
-
-/// One state change, in the order it happened.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Effect {
-    Joined {
-        seq: u64,
-        nonce: u128,
-        user_id: Option<Box<str>>,
-        metadata: Option<Box<str>>,
-        at: Millis,
-    },
-    Admitted {
-        seq: u64,
-        at: Millis,
-    },
-    Entered {
-        seq: u64,
-        at: Millis,
-    },
-    Ended {
-        seq: u64,
-        nonce: u128,
-        reason: EndReason,
-        /// When the place ended: its deadline, for an expiry.
-        at: Millis,
-        /// When the queue ended it: the operation's time, later than `at` when an expiry
-        /// is noticed late. An expired place answers `TOKEN_EXPIRED` for
-        /// [`EXPIRED_RETENTION_MS`] from this moment, so a restored store must count from
-        /// it too.
-        noticed_at: Millis,
-    },
-    /// An expired place's token stops answering `TOKEN_EXPIRED` (its retention is over).
-    Forgotten {
-        seq: u64,
-    },
-}
 
 /// The counters of an event that outlive its places; persisted beside the config.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
