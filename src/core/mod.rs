@@ -6,7 +6,7 @@
 //! - [`rank`]: the Fenwick tree behind exact O(log n) positions.
 //! - [`queue`]: [`EventQueue`], the state machine of one event's places.
 //! - [`effect`]: the state changes it reports ([`Effect`]).
-//! - [`places`]: how the queue stores its places (by sequence, and by user).
+//! - `places`: how the queue stores its places (by sequence, and by user).
 //! - [`pace`]: the admission pace behind ETAs, and the token bucket of `admit_per_minute`.
 //! - [`view`]: what clients and admins are told (place views, event figures), computed from
 //!   raw facts so that every backend answers with the same arithmetic.

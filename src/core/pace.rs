@@ -1,5 +1,5 @@
 //! The admission pace: [`Pace`], what every backend estimates an ETA from, and the token
-//! [`Bucket`] behind `admit_per_minute` (mirrored operation for operation by the Redis
+//! `Bucket` behind `admit_per_minute` (mirrored operation for operation by the Redis
 //! script, so both backends admit at the same instants).
 
 use super::Millis;

@@ -3,9 +3,11 @@
 //!
 //! How it stays exact without locks:
 //! - **One script per operation.** The queue rules of [`crate::core::queue`] are mirrored in
-//!   Lua (`lua/rules.lua`, `lua/ops.lua`, sent as one script with EVALSHA and reloaded on
-//!   NOSCRIPT). Redis runs a script alone, so each operation observes and changes one event
-//!   as a single step, whichever node sends it; a join, status or heartbeat is one round trip.
+//!   Lua (`lua/rules.lua`, `lua/ops.lua`, after a prelude generated from the Rust constants
+//!   by `script.rs`, sent as one script with EVALSHA and reloaded on NOSCRIPT); `decode.rs`
+//!   reads its answers, and the core computes views and figures from them. Redis runs a
+//!   script alone, so each operation observes and changes one event as a single step,
+//!   whichever node sends it; a join, status or heartbeat is one round trip.
 //!   Time comes from the caller (`now`), never from Redis, as the [`Store`] contract asks.
 //! - **One slot per event.** Every key of an event carries the hash tag `{event}`
 //!   (`wr:{concert-a}:q`, …), so on a Cluster each script touches one slot and events spread
