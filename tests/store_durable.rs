@@ -3,18 +3,134 @@
 
 mod support;
 
+use std::path::Path;
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use support::conformance::{join, make_event, S, T0};
-use waitroom::core::{PlaceState, QueueError};
+use tempfile::TempDir;
+use tokio::sync::broadcast;
+use waitroom::core::QueueError;
+use waitroom::core::{EventConfig, EventPatch, HeadEntry, Millis, PlaceKey, PlaceState, PlaceView};
 use waitroom::store::embedded::EmbeddedStore;
 use waitroom::store::journal::Durability;
-use waitroom::store::{Store, StoreError};
+use waitroom::store::{EventSnapshot, JoinRequest, Notice, Store, StoreError, StoreResult};
 
-/// A durable store in a fresh directory that outlives the test's store handle.
+/// A durable store that owns its temporary directory: the directory is removed when the
+/// last handle to the store is dropped, and not before, since the store keeps writing
+/// files into it.
+struct InTempDir {
+    // Declared first so it is dropped (its journal closed) before the directory goes.
+    store: EmbeddedStore,
+    dir: TempDir,
+}
+
+impl InTempDir {
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// Plain delegation: only dropping differs from the inner store.
+#[async_trait]
+impl Store for InTempDir {
+    async fn put_event(&self, id: &str, p: &EventPatch, now: Millis) -> StoreResult<EventConfig> {
+        self.store.put_event(id, p, now).await
+    }
+    async fn update_event(
+        &self,
+        id: &str,
+        p: &EventPatch,
+        now: Millis,
+    ) -> StoreResult<EventConfig> {
+        self.store.update_event(id, p, now).await
+    }
+    async fn get_event(&self, id: &str, now: Millis) -> StoreResult<EventSnapshot> {
+        self.store.get_event(id, now).await
+    }
+    async fn list_events(&self, now: Millis) -> StoreResult<Vec<EventSnapshot>> {
+        self.store.list_events(now).await
+    }
+    async fn delete_event(&self, id: &str) -> StoreResult<()> {
+        self.store.delete_event(id).await
+    }
+    async fn clear(&self, id: &str, now: Millis) -> StoreResult<u64> {
+        self.store.clear(id, now).await
+    }
+    async fn queue_head(&self, id: &str, limit: usize, now: Millis) -> StoreResult<Vec<HeadEntry>> {
+        self.store.queue_head(id, limit, now).await
+    }
+    async fn join(&self, id: &str, req: &JoinRequest, now: Millis) -> StoreResult<PlaceView> {
+        self.store.join(id, req, now).await
+    }
+    async fn status(&self, id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {
+        self.store.status(id, key, now).await
+    }
+    async fn heartbeat(&self, id: &str, key: PlaceKey, now: Millis) -> StoreResult<()> {
+        self.store.heartbeat(id, key, now).await
+    }
+    async fn peek(&self, id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {
+        self.store.peek(id, key, now).await
+    }
+    async fn enter(&self, id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {
+        self.store.enter(id, key, now).await
+    }
+    async fn leave(&self, id: &str, key: PlaceKey, now: Millis) -> StoreResult<bool> {
+        self.store.leave(id, key, now).await
+    }
+    async fn session_heartbeat(
+        &self,
+        id: &str,
+        key: PlaceKey,
+        now: Millis,
+    ) -> StoreResult<PlaceView> {
+        self.store.session_heartbeat(id, key, now).await
+    }
+    async fn session(&self, id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {
+        self.store.session(id, key, now).await
+    }
+    async fn complete(&self, id: &str, key: PlaceKey, now: Millis) -> StoreResult<()> {
+        self.store.complete(id, key, now).await
+    }
+    async fn tick(&self, id: &str, now: Millis) -> StoreResult<Option<Millis>> {
+        self.store.tick(id, now).await
+    }
+    async fn event_ids(&self) -> StoreResult<Vec<String>> {
+        self.store.event_ids().await
+    }
+    async fn ping(&self) -> StoreResult<()> {
+        self.store.ping().await
+    }
+    fn subscribe(&self) -> broadcast::Receiver<Notice> {
+        self.store.subscribe()
+    }
+    async fn close(&self) -> StoreResult<()> {
+        self.store.close().await
+    }
+}
+
+fn in_temp_dir() -> InTempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(dir.path(), Durability::Sync, T0).unwrap();
+    InTempDir { store, dir }
+}
+
+/// A durable store in a fresh directory that lives as long as the store.
 fn durable() -> Arc<dyn Store> {
-    let dir = tempfile::tempdir().unwrap().keep();
-    Arc::new(EmbeddedStore::open(&dir, Durability::Sync, T0).unwrap())
+    Arc::new(in_temp_dir())
+}
+
+#[tokio::test]
+async fn a_test_store_removes_its_directory() {
+    let store = in_temp_dir();
+    let path = store.path().to_path_buf();
+    make_event(
+        &(Arc::new(store) as Arc<dyn Store>),
+        "ev",
+        serde_json::json!({}),
+    )
+    .await;
+    assert!(!path.exists(), "{} was left behind", path.display());
 }
 
 store_conformance!(async { durable() });
@@ -118,6 +234,40 @@ async fn restart_restores_places_in_order() {
     assert_eq!(
         qerr(store.enter("ev", a.key, T0 + 61 * S).await),
         QueueError::TokenExpired
+    );
+}
+
+/// A place whose deadline passed long before anyone noticed keeps answering
+/// `TOKEN_EXPIRED` for the retention counted from when it was noticed (as the memory store
+/// does), and a restart does not move that moment.
+#[tokio::test]
+async fn expired_answers_keep_their_retention_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let retention = waitroom::core::EXPIRED_RETENTION_MS;
+    let deadline = T0 + 30 * S;
+    // Noticed 40 minutes after its deadline.
+    let noticed = deadline + 40 * 60 * S;
+    let ghost;
+    {
+        let store: Arc<dyn Store> =
+            Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, T0).unwrap());
+        let settings = serde_json::json!({"waiting_idle_sec": 30, "paused": true});
+        make_event(&store, "ev", settings).await;
+        ghost = join(&store, "ev", None, T0).await;
+        store.tick("ev", noticed).await.unwrap();
+        store.close().await.unwrap();
+    }
+    let store: Arc<dyn Store> =
+        Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, noticed + S).unwrap());
+    // Past an hour from the deadline, within an hour from the moment it was noticed.
+    let later = deadline + retention + 10 * 60 * S;
+    assert_eq!(
+        qerr(store.status("ev", ghost.key, later).await),
+        QueueError::TokenExpired
+    );
+    assert_eq!(
+        qerr(store.status("ev", ghost.key, noticed + retention).await),
+        QueueError::TokenNotFound
     );
 }
 

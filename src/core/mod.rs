@@ -5,16 +5,25 @@
 //! - [`config`]: event settings and their validation.
 //! - [`rank`]: the Fenwick tree behind exact O(log n) positions.
 //! - [`queue`]: [`EventQueue`], the state machine of one event's places.
+//! - [`effect`]: the state changes it reports ([`Effect`]).
+//! - `places`: how the queue stores its places (by sequence, and by user).
+//! - [`pace`]: the admission pace behind ETAs, and the token bucket of `admit_per_minute`.
+//! - [`view`]: what clients and admins are told (place views, event figures), computed from
+//!   raw facts so that every backend answers with the same arithmetic.
 
 pub mod config;
+pub mod effect;
+pub mod pace;
+mod places;
 pub mod queue;
 pub mod rank;
+pub mod view;
 
 pub use config::{validate_event_id, EventConfig, EventPatch};
-pub use queue::{
-    Effect, EndReason, EventFigures, EventQueue, HeadEntry, Pace, PlaceState, PlaceView, QueueMeta,
-    RestoredPlace,
-};
+pub use effect::{Effect, EndReason};
+pub use pace::{Pace, RATE_WINDOW_MS};
+pub use queue::{EventQueue, QueueMeta, RestoredPlace, EXPIRED_RETENTION_MS};
+pub use view::{EventCounts, EventFigures, HeadEntry, PlaceFacts, PlaceState, PlaceView, Timeouts};
 
 /// Milliseconds since the Unix epoch. Wall-clock time, because deadlines must survive a
 /// restart and be comparable across nodes.
@@ -41,6 +50,45 @@ pub enum QueueError {
     NoSession,
 }
 
+impl QueueError {
+    /// Every error that carries no detail, so can be named by its code alone (what the
+    /// Redis script answers). `Invalid` carries a message and is never sent by a script.
+    pub const NAMED: [QueueError; 7] = [
+        QueueError::EventNotFound,
+        QueueError::EventClosed,
+        QueueError::QueueFull,
+        QueueError::TokenNotFound,
+        QueueError::TokenExpired,
+        QueueError::NotReady,
+        QueueError::NoSession,
+    ];
+
+    /// The code of [`QueueError::Invalid`], which is also the API's code of any bad input.
+    pub const INVALID_CODE: &'static str = "INVALID_REQUEST";
+
+    /// The stable code of the error: the one table of them, used by the HTTP error body
+    /// and by the Redis store's decoder (the Lua scripts are checked against it by a test).
+    /// (`NoSession` is answered as `ACCESS_DENIED` over HTTP; it has its own code for the
+    /// Redis protocol.)
+    pub const fn code(&self) -> &'static str {
+        match self {
+            QueueError::Invalid(_) => Self::INVALID_CODE,
+            QueueError::EventNotFound => "EVENT_NOT_FOUND",
+            QueueError::EventClosed => "EVENT_CLOSED",
+            QueueError::QueueFull => "QUEUE_FULL",
+            QueueError::TokenNotFound => "TOKEN_NOT_FOUND",
+            QueueError::TokenExpired => "TOKEN_EXPIRED",
+            QueueError::NotReady => "NOT_READY",
+            QueueError::NoSession => "NO_SESSION",
+        }
+    }
+
+    /// The error a code names, among [`Self::NAMED`].
+    pub fn from_code(code: &str) -> Option<QueueError> {
+        Self::NAMED.into_iter().find(|e| e.code() == code)
+    }
+}
+
 /// The identity of a place inside its event, as carried by tokens: the join sequence number
 /// (its order in the queue) and a 128-bit random nonce that a new place with a reused
 /// sequence number (after an event was deleted and created again) cannot match.
@@ -48,4 +96,41 @@ pub enum QueueError {
 pub struct PlaceKey {
     pub seq: u64,
     pub nonce: u128,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::QueueError;
+
+    #[test]
+    fn every_named_error_reads_back_from_its_code() {
+        let mut codes: Vec<_> = QueueError::NAMED.iter().map(QueueError::code).collect();
+        for e in QueueError::NAMED {
+            assert_eq!(QueueError::from_code(e.code()), Some(e));
+        }
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(
+            codes.len(),
+            QueueError::NAMED.len(),
+            "two errors share a code"
+        );
+        assert_eq!(QueueError::from_code("INVALID_REQUEST"), None);
+        assert_eq!(QueueError::from_code("OK"), None);
+    }
+
+    /// Fails to compile when a variant is added, as a reminder to list it in `NAMED`.
+    #[allow(dead_code)]
+    fn named_is_complete(e: QueueError) {
+        match e {
+            QueueError::Invalid(_) => {}
+            QueueError::EventNotFound
+            | QueueError::EventClosed
+            | QueueError::QueueFull
+            | QueueError::TokenNotFound
+            | QueueError::TokenExpired
+            | QueueError::NotReady
+            | QueueError::NoSession => {}
+        }
+    }
 }

@@ -20,61 +20,18 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use serde::Serialize;
 
+use super::pace::{Bucket, RATE_WINDOW_MS};
+use super::places::{BuildSeqHasher, Place, PlaceTable, UserIndex};
 use super::rank::RankIndex;
-use super::{EventConfig, Millis, PlaceKey, QueueError};
+use super::view::{EventCounts, PlaceFacts, Timeouts};
+use super::{
+    Effect, EndReason, EventConfig, EventFigures, HeadEntry, Millis, Pace, PlaceKey, PlaceState,
+    PlaceView, QueueError,
+};
 
 /// How long the token of an expired place keeps answering `TOKEN_EXPIRED` rather than
 /// `TOKEN_NOT_FOUND`. Bounded so that a long sale does not accumulate tombstones forever.
 pub const EXPIRED_RETENTION_MS: Millis = 3600 * 1000;
-/// Width of the sliding window of admissions behind the ETA and `admitted_last_minute`.
-const RATE_WINDOW_MS: Millis = 60_000;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PlaceState {
-    Waiting,
-    Admitted,
-    Active,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EndReason {
-    Left,
-    Completed,
-    Expired,
-    Cleared,
-}
-
-/// One state change, in the order it happened.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Effect {
-    Joined {
-        seq: u64,
-        nonce: u128,
-        user_id: Option<Box<str>>,
-        metadata: Option<Box<str>>,
-        at: Millis,
-    },
-    Admitted {
-        seq: u64,
-        at: Millis,
-    },
-    Entered {
-        seq: u64,
-        at: Millis,
-    },
-    Ended {
-        seq: u64,
-        nonce: u128,
-        reason: EndReason,
-        at: Millis,
-    },
-    /// An expired place's token stops answering `TOKEN_EXPIRED` (its retention is over).
-    Forgotten {
-        seq: u64,
-    },
-}
 
 /// The counters of an event that outlive its places; persisted beside the config.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -100,144 +57,6 @@ pub struct RestoredPlace {
     pub joined_at: Millis,
     pub admitted_at: Option<Millis>,
     pub entered_at: Option<Millis>,
-}
-
-#[derive(Debug, Clone)]
-struct Place {
-    nonce: u128,
-    user_id: Option<Box<str>>,
-    metadata: Option<Box<str>>,
-    joined_at: Millis,
-    /// Last heartbeat: of the waiting page while waiting, of the session while active.
-    last_seen: Millis,
-    admitted_at: Millis,
-    entered_at: Millis,
-    state: PlaceState,
-    /// Check time of this place's authoritative entry in the deadline heap; other entries
-    /// for the same place are stale and skipped. Renewing a heartbeat only moves
-    /// `last_seen`, so it costs O(1); the heap entry is re-filed when it comes due.
-    sched: Millis,
-}
-
-/// What a client learns about its place.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PlaceView {
-    #[serde(skip)]
-    pub key: PlaceKey,
-    pub status: PlaceState,
-    pub user_id: Option<String>,
-    pub position: Option<u64>,
-    pub queue_length: u64,
-    pub eta_sec: Option<u64>,
-    pub waited_sec: u64,
-    pub joined_at: Millis,
-    pub enter_within_sec: Option<u64>,
-    pub entered_at: Option<Millis>,
-    /// When the session ends at the latest (entered + `session_max_sec`); also the `exp` of
-    /// its access tokens.
-    pub session_ends_at: Option<Millis>,
-    pub session_expires_in_sec: Option<u64>,
-}
-
-/// One row of `GET /admin/events/{id}/queue`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct HeadEntry {
-    pub position: u64,
-    pub user_id: Option<String>,
-    pub joined_at: Millis,
-    pub eta_sec: u64,
-}
-
-/// Counts and rates of one event.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
-pub struct EventFigures {
-    pub waiting: u64,
-    pub admitted: u64,
-    pub active: u64,
-    pub completed: u64,
-    pub left: u64,
-    pub expired: u64,
-    pub capacity: u64,
-    pub available_slots: u64,
-    pub avg_wait_sec: f64,
-    pub admitted_last_minute: u64,
-    pub joins: u64,
-    pub admissions: u64,
-}
-
-/// What the admission pace, and so the ETA, is estimated from. Every backend estimates
-/// through this one function, so an ETA does not depend on where the queue lives.
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-pub struct Pace {
-    /// Admissions in the last minute.
-    pub recent_admissions: u64,
-    pub first_admission_at: Option<Millis>,
-    pub admit_per_minute: Option<u32>,
-    pub capacity: u64,
-    pub session_sum_ms: u64,
-    pub session_count: u64,
-    pub session_max_sec: u32,
-}
-
-impl Pace {
-    /// Places per second: observed over the last minute (capped by the configured pace),
-    /// else the configured pace, else capacity over the average session length.
-    pub fn rate_per_sec(&self, now: Millis) -> f64 {
-        let cfg_rate = self.admit_per_minute.map(|r| f64::from(r) / 60.0);
-        if self.recent_admissions > 0 {
-            let since = now.saturating_sub(self.first_admission_at.unwrap_or(now));
-            let span = since.clamp(1000, RATE_WINDOW_MS) as f64 / 1000.0;
-            let observed = self.recent_admissions as f64 / span;
-            return cfg_rate.map_or(observed, |c| observed.min(c));
-        }
-        if let Some(c) = cfg_rate {
-            return c;
-        }
-        let avg_session = self
-            .session_sum_ms
-            .checked_div(self.session_count)
-            .map_or(f64::from(self.session_max_sec), |ms| ms as f64 / 1000.0);
-        self.capacity as f64 / avg_session.max(1.0)
-    }
-
-    /// Seconds until `position` is admitted at this pace, rounded up.
-    pub fn eta(&self, position: u64, now: Millis) -> u64 {
-        (position as f64 / self.rate_per_sec(now).max(1e-6)).ceil() as u64
-    }
-}
-
-/// Token bucket behind `admit_per_minute`. Its burst is one second's worth (at least one),
-/// so the pace stays even instead of a whole minute's budget going out at once.
-#[derive(Debug, Clone, Default)]
-struct Bucket {
-    tokens: f64,
-    last: Millis,
-    primed: bool,
-}
-
-impl Bucket {
-    fn burst(per_minute: u32) -> f64 {
-        (f64::from(per_minute) / 60.0).ceil().max(1.0)
-    }
-
-    fn refill(&mut self, per_minute: u32, now: Millis) {
-        let burst = Self::burst(per_minute);
-        if !self.primed {
-            self.tokens = burst;
-            self.primed = true;
-        } else if now > self.last {
-            self.tokens += (now - self.last) as f64 * f64::from(per_minute) / 60_000.0;
-        }
-        // Also caps what was saved under a faster pace when the pace is lowered.
-        self.tokens = self.tokens.min(burst);
-        self.last = self.last.max(now);
-    }
-
-    /// When the next whole token will be there.
-    fn next_token_at(&self, per_minute: u32) -> Millis {
-        let missing = (1.0 - self.tokens).max(0.0);
-        self.last + (missing * 60_000.0 / f64::from(per_minute)).ceil() as Millis
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -267,173 +86,6 @@ pub struct EventQueue {
     wait_sum_ms: u64,
     session_sum_ms: u64,
     session_count: u64,
-}
-
-/// Sequence numbers are ours, never chosen by a client, so a trivial hash is safe and fast.
-type BuildSeqHasher = std::hash::BuildHasherDefault<SeqHasher>;
-
-#[derive(Default)]
-pub struct SeqHasher(u64);
-
-impl std::hash::Hasher for SeqHasher {
-    fn finish(&self) -> u64 {
-        // Fibonacci hashing spreads consecutive numbers over the table's high bits.
-        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 << 8) | u64::from(*b);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
-/// Places by join sequence number: a deque indexed by `seq - base`. Sequence numbers are
-/// dense and only grow, so a million places sit in one allocation of about 100 MB, with no
-/// rehash pauses under the event lock (a hash map needed over twice that, and stalled for
-/// hundreds of milliseconds each time it doubled). The slots of ended places are reclaimed
-/// once every place before them has ended too.
-#[derive(Debug, Clone, Default)]
-struct PlaceTable {
-    base: u64,
-    slots: VecDeque<Option<Place>>,
-    len: usize,
-}
-
-impl PlaceTable {
-    fn slot_of(&self, seq: u64) -> Option<usize> {
-        let i = usize::try_from(seq.checked_sub(self.base)?).ok()?;
-        (i < self.slots.len()).then_some(i)
-    }
-
-    fn get(&self, seq: &u64) -> Option<&Place> {
-        self.slot_of(*seq).and_then(|i| self.slots[i].as_ref())
-    }
-
-    fn get_mut(&mut self, seq: &u64) -> Option<&mut Place> {
-        self.slot_of(*seq).and_then(|i| self.slots[i].as_mut())
-    }
-
-    fn insert(&mut self, seq: u64, place: Place) {
-        if self.slots.is_empty() {
-            self.base = seq;
-        }
-        while seq < self.base {
-            self.slots.push_front(None);
-            self.base -= 1;
-        }
-        let i = (seq - self.base) as usize;
-        if i >= self.slots.len() {
-            self.slots.resize_with(i + 1, || None);
-        }
-        if self.slots[i].replace(place).is_none() {
-            self.len += 1;
-        }
-    }
-
-    fn remove(&mut self, seq: &u64) -> Option<Place> {
-        let i = self.slot_of(*seq)?;
-        let place = self.slots[i].take()?;
-        self.len -= 1;
-        while matches!(self.slots.front(), Some(None)) {
-            self.slots.pop_front();
-            self.base += 1;
-        }
-        Some(place)
-    }
-
-    fn reserve(&mut self, n: usize) {
-        self.slots.reserve(n);
-    }
-
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (u64, &Place)> {
-        let base = self.base;
-        self.slots
-            .iter()
-            .enumerate()
-            .filter_map(move |(i, p)| p.as_ref().map(|p| (base + i as u64, p)))
-    }
-
-    fn iter_mut(&mut self) -> impl Iterator<Item = (u64, &mut Place)> {
-        let base = self.base;
-        self.slots
-            .iter_mut()
-            .enumerate()
-            .filter_map(move |(i, p)| p.as_mut().map(|p| (base + i as u64, p)))
-    }
-
-    fn values(&self) -> impl Iterator<Item = &Place> {
-        self.slots.iter().flatten()
-    }
-}
-
-impl std::ops::Index<&u64> for PlaceTable {
-    type Output = Place;
-    fn index(&self, seq: &u64) -> &Place {
-        self.get(seq).expect("a live place")
-    }
-}
-
-/// Live places by user id, for the one-place-per-user rule. Keyed by a keyed 64-bit hash
-/// of the id (SipHash with a random key, so clients cannot aim collisions), which keeps the
-/// id stored once, in its place, instead of twice; a lookup confirms the id against the
-/// place. The rare id whose hash another live id already holds goes to a small spill map
-/// keyed by its full text.
-#[derive(Debug, Clone, Default)]
-struct UserIndex {
-    hasher: std::hash::RandomState,
-    by_hash: HashMap<u64, u64, BuildSeqHasher>,
-    spill: HashMap<Box<str>, u64>,
-}
-
-impl UserIndex {
-    fn hash(&self, user: &str) -> u64 {
-        std::hash::BuildHasher::hash_one(&self.hasher, user)
-    }
-
-    fn get(&self, user: &str, places: &PlaceTable) -> Option<u64> {
-        if let Some(&seq) = self.by_hash.get(&self.hash(user)) {
-            if places.get(&seq).and_then(|p| p.user_id.as_deref()) == Some(user) {
-                return Some(seq);
-            }
-        }
-        self.spill.get(user).copied()
-    }
-
-    /// Files a user who holds no live place yet.
-    fn insert(&mut self, user: &str, seq: u64) {
-        match self.by_hash.entry(self.hash(user)) {
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(seq);
-            }
-            std::collections::hash_map::Entry::Occupied(_) => {
-                self.spill.insert(user.into(), seq);
-            }
-        }
-    }
-
-    fn remove(&mut self, user: &str, seq: u64) {
-        let h = self.hash(user);
-        if self.by_hash.get(&h) == Some(&seq) {
-            self.by_hash.remove(&h);
-        } else if self.spill.get(user) == Some(&seq) {
-            self.spill.remove(user);
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.by_hash.len() + self.spill.len()
-    }
-}
-
-fn secs_ceil(ms: Millis) -> u64 {
-    ms.div_ceil(1000)
 }
 
 impl EventQueue {
@@ -485,7 +137,8 @@ impl EventQueue {
     /// Rebuilds a queue from what was persisted. Heartbeats are not persisted, so every
     /// waiting place and every session gets a fresh idle grace period from `now`; ready
     /// windows and session maxima keep their deadlines. Expired places within their
-    /// retention keep answering `TOKEN_EXPIRED`. Nothing is ended or admitted here: the
+    /// retention keep answering `TOKEN_EXPIRED`: each tombstone is `(seq, nonce, noticed_at)`,
+    /// the retention counting from when the expiry was noticed (`Effect::Ended::noticed_at`). Nothing is ended or admitted here: the
     /// first operation or tick does that, and its effects are persisted like any other.
     pub fn restore(
         config: EventConfig,
@@ -578,14 +231,7 @@ impl EventQueue {
     }
 
     fn deadline_of(c: &EventConfig, p: &Place) -> Millis {
-        let s = |v: u32| Millis::from(v) * 1000;
-        match p.state {
-            PlaceState::Waiting => p.last_seen + s(c.waiting_idle_sec),
-            PlaceState::Admitted => p.admitted_at + s(c.ready_ttl_sec),
-            PlaceState::Active => {
-                (p.last_seen + s(c.session_idle_sec)).min(p.entered_at + s(c.session_max_sec))
-            }
-        }
+        Timeouts::of(c).deadline(p.state, p.last_seen, p.admitted_at, p.entered_at)
     }
 
     /// Files the place's current deadline if it is earlier than the one on file.
@@ -717,6 +363,7 @@ impl EventQueue {
             nonce: p.nonce,
             reason,
             at,
+            noticed_at: now,
         });
     }
 
@@ -752,29 +399,24 @@ impl EventQueue {
 
     fn view(&self, seq: u64, now: Millis) -> PlaceView {
         let p = &self.places[&seq];
-        let position = (p.state == PlaceState::Waiting).then(|| self.rank.count_below(seq) + 1);
-        let c = &self.config;
-        let session_ends_at = (p.state == PlaceState::Active)
-            .then(|| p.entered_at + Millis::from(c.session_max_sec) * 1000);
-        PlaceView {
+        let facts = PlaceFacts {
             key: PlaceKey {
                 seq,
                 nonce: p.nonce,
             },
-            status: p.state,
+            state: p.state,
             user_id: p.user_id.as_deref().map(str::to_string),
-            position,
-            queue_length: self.rank.len(),
-            eta_sec: Some(position.map_or(0, |pos| self.eta(pos, now))),
-            waited_sec: now.saturating_sub(p.joined_at) / 1000,
             joined_at: p.joined_at,
-            enter_within_sec: (p.state == PlaceState::Admitted)
-                .then(|| secs_ceil(Self::deadline_of(c, p).saturating_sub(now))),
-            entered_at: (p.state == PlaceState::Active).then_some(p.entered_at),
-            session_ends_at,
-            session_expires_in_sec: (p.state == PlaceState::Active)
-                .then(|| secs_ceil(Self::deadline_of(c, p).saturating_sub(now))),
-        }
+            admitted_at: p.admitted_at,
+            entered_at: p.entered_at,
+            last_seen: p.last_seen,
+            position: match p.state {
+                PlaceState::Waiting => self.rank.count_below(seq) + 1,
+                _ => 0,
+            },
+            queue_length: self.rank.len(),
+        };
+        PlaceView::new(facts, &Timeouts::of(&self.config), &self.pace(), now)
     }
 
     /// Joins the queue, or returns the live place the user already holds (with its
@@ -1051,24 +693,20 @@ impl EventQueue {
 
     pub fn figures(&mut self, now: Millis, fx: &mut Vec<Effect>) -> EventFigures {
         self.advance(now, fx);
-        let capacity = self.config.capacity();
-        EventFigures {
+        EventCounts {
             waiting: self.rank.len(),
             admitted: self.admitted,
             active: self.active,
             completed: self.completed,
             left: self.left,
             expired: self.expired,
-            capacity,
-            available_slots: capacity.saturating_sub(self.admitted + self.active),
-            avg_wait_sec: self
-                .wait_sum_ms
-                .checked_div(self.admissions)
-                .map_or(0.0, |ms| ms as f64 / 1000.0),
-            admitted_last_minute: self.window.len() as u64,
+            capacity: self.config.capacity(),
+            wait_sum_ms: self.wait_sum_ms,
+            recent_admissions: self.window.len() as u64,
             joins: self.joins,
             admissions: self.admissions,
         }
+        .into()
     }
 
     /// The metadata a place joined with (raw JSON), if any.
@@ -1297,48 +935,14 @@ mod tests {
         let keys: Vec<_> = (0..5).map(|i| join(&mut q, i, None, 0).key).collect();
         let mut fx = Vec::new();
         q.leave(keys[3], 0, &mut fx).unwrap(); // a hole in the middle stays
-        assert_eq!((q.places.base, q.places.slots.len()), (keys[0].seq, 5));
+        assert_eq!(q.places.window(), (keys[0].seq, 5));
         q.leave(keys[0], 0, &mut fx).unwrap();
         q.leave(keys[1], 0, &mut fx).unwrap();
-        assert_eq!(q.places.base, keys[2].seq);
+        assert_eq!(q.places.window().0, keys[2].seq);
         q.leave(keys[2], 0, &mut fx).unwrap(); // reclaims through the hole
-        assert_eq!((q.places.base, q.places.len()), (keys[4].seq, 1));
+        assert_eq!((q.places.window().0, q.places.len()), (keys[4].seq, 1));
         assert!(q.places.get(&keys[3].seq).is_none());
         q.check_invariants().unwrap();
-    }
-
-    #[test]
-    fn user_index_spills_a_colliding_hash() {
-        let place = |u: &str| Place {
-            nonce: 0,
-            user_id: Some(u.into()),
-            metadata: None,
-            joined_at: 0,
-            last_seen: 0,
-            admitted_at: 0,
-            entered_at: 0,
-            state: PlaceState::Waiting,
-            sched: 0,
-        };
-        let mut places = PlaceTable::default();
-        places.insert(1, place("a"));
-        places.insert(2, place("b"));
-        let mut idx = UserIndex::default();
-        idx.insert("a", 1);
-        // Make "b" collide with "a": its hash slot is taken by a's place.
-        let hb = idx.hash("b");
-        idx.by_hash.insert(hb, 1);
-        idx.insert("b", 2);
-        assert_eq!(idx.spill.len(), 1);
-        assert_eq!(
-            idx.get("b", &places),
-            Some(2),
-            "found through the spill map"
-        );
-        assert_eq!(idx.get("a", &places), Some(1));
-        idx.remove("b", 2);
-        assert_eq!(idx.get("b", &places), None);
-        assert_eq!(idx.get("c", &places), None);
     }
 
     #[test]

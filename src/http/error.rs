@@ -15,22 +15,25 @@ use crate::core::QueueError;
 use crate::store::StoreError;
 
 /// The stable error codes of the API contract, as constants so that handlers and tests
-/// cannot drift apart by a typo.
+/// cannot drift apart by a typo. Those of queue errors are the core's own
+/// ([`QueueError::code`]), so a store and the API cannot name one error two ways.
 pub mod code {
-    pub const INVALID_REQUEST: &str = "INVALID_REQUEST";
+    use crate::core::QueueError;
+
+    pub const INVALID_REQUEST: &str = QueueError::INVALID_CODE;
     pub const MISSING_TOKEN: &str = "MISSING_TOKEN";
     pub const TOKEN_INVALID: &str = "TOKEN_INVALID";
     pub const ACCESS_DENIED: &str = "ACCESS_DENIED";
     pub const UNAUTHORIZED: &str = "UNAUTHORIZED";
-    pub const NOT_READY: &str = "NOT_READY";
-    pub const TOKEN_EXPIRED: &str = "TOKEN_EXPIRED";
-    pub const TOKEN_NOT_FOUND: &str = "TOKEN_NOT_FOUND";
-    pub const EVENT_NOT_FOUND: &str = "EVENT_NOT_FOUND";
+    pub const NOT_READY: &str = QueueError::NotReady.code();
+    pub const TOKEN_EXPIRED: &str = QueueError::TokenExpired.code();
+    pub const TOKEN_NOT_FOUND: &str = QueueError::TokenNotFound.code();
+    pub const EVENT_NOT_FOUND: &str = QueueError::EventNotFound.code();
     pub const NOT_FOUND: &str = "NOT_FOUND";
     pub const METHOD_NOT_ALLOWED: &str = "METHOD_NOT_ALLOWED";
-    pub const EVENT_CLOSED: &str = "EVENT_CLOSED";
+    pub const EVENT_CLOSED: &str = QueueError::EventClosed.code();
     pub const RATE_LIMITED: &str = "RATE_LIMITED";
-    pub const QUEUE_FULL: &str = "QUEUE_FULL";
+    pub const QUEUE_FULL: &str = QueueError::QueueFull.code();
     pub const UNAVAILABLE: &str = "UNAVAILABLE";
     pub const INTERNAL: &str = "INTERNAL";
 }

@@ -16,9 +16,9 @@
 //!   incomplete or damaged tail; we compare journal sizes around the open to log it.
 //!
 //! Key layout (keyspace `places`): `event_id ‖ 0x00 ‖ seq (u64 BE) ‖ kind`, with kind
-//! 0 = joined, 1 = admitted, 2 = entered, 3 = expired (kept while `TOKEN_EXPIRED` is
-//! answered). Event ids never contain 0x00, so one prefix scan reads one event in join
-//! order. Keyspace `events`: `event_id` → config and counters.
+//! 0 = joined, 1 = admitted, 2 = entered, 3 = expired (the nonce and when the expiry was
+//! noticed, kept while `TOKEN_EXPIRED` is answered). Event ids never contain 0x00, so one
+//! prefix scan reads one event in join order. Keyspace `events`: `event_id` → config and counters.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -601,13 +601,18 @@ fn apply_effect(ops: &mut BTreeMap<Vec<u8>, Option<Vec<u8>>>, ev: &str, fx: Effe
             seq,
             nonce,
             reason,
-            at,
+            noticed_at,
+            ..
         } => {
             for kind in [KIND_JOINED, KIND_ADMITTED, KIND_ENTERED] {
                 ops.insert(place_key(ev, seq, kind), None);
             }
             if reason == EndReason::Expired {
-                ops.insert(place_key(ev, seq, KIND_EXPIRED), Some(enc(&(nonce, at))));
+                // Retention counts from when the expiry was noticed, as in memory.
+                ops.insert(
+                    place_key(ev, seq, KIND_EXPIRED),
+                    Some(enc(&(nonce, noticed_at))),
+                );
             }
         }
         Effect::Forgotten { seq } => {

@@ -14,13 +14,13 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use proptest::sample::Index;
-use waitroom::core::{EventConfig, EventPatch, Millis, PlaceKey, PlaceState, QueueError};
+use waitroom::core::{
+    EventConfig, EventPatch, Millis, PlaceKey, PlaceState, QueueError, EXPIRED_RETENTION_MS,
+};
 use waitroom::store::{JoinRequest, Store, StoreError};
 
 const T0: Millis = 1_700_000_000_000;
 const USERS: [&str; 4] = ["ann", "bob", "cy", "dee"];
-/// Mirrors the engine's retention of `TOKEN_EXPIRED` answers (an hour).
-const EXPIRED_RETENTION_MS: Millis = 3_600_000;
 
 #[derive(Debug, Clone)]
 pub enum Op {

@@ -3,9 +3,11 @@
 //!
 //! How it stays exact without locks:
 //! - **One script per operation.** The queue rules of [`crate::core::queue`] are mirrored in
-//!   Lua (`lua/rules.lua`, `lua/ops.lua`, sent as one script with EVALSHA and reloaded on
-//!   NOSCRIPT). Redis runs a script alone, so each operation observes and changes one event
-//!   as a single step, whichever node sends it; a join, status or heartbeat is one round trip.
+//!   Lua (`lua/rules.lua`, `lua/ops.lua`, after a prelude generated from the Rust constants
+//!   by `script.rs`, sent as one script with EVALSHA and reloaded on NOSCRIPT); `decode.rs`
+//!   reads its answers, and the core computes views and figures from them. Redis runs a
+//!   script alone, so each operation observes and changes one event as a single step,
+//!   whichever node sends it; a join, status or heartbeat is one round trip.
 //!   Time comes from the caller (`now`), never from Redis, as the [`Store`] contract asks.
 //! - **One slot per event.** Every key of an event carries the hash tag `{event}`
 //!   (`wr:{concert-a}:q`, …), so on a Cluster each script touches one slot and events spread
@@ -39,18 +41,20 @@
 //! MAC derived from it, so a token made on one node is only accepted by another with the
 //! same key.
 
+mod decode;
 mod relay;
+mod script;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Script, Value};
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 use tokio::sync::{broadcast, mpsc, OnceCell};
 use tokio::task::JoinHandle;
 
@@ -58,23 +62,12 @@ use super::{
     notices_of, EventSnapshot, JoinRequest, Notice, Store, StoreError, StoreResult, NOTICE_BUFFER,
 };
 use crate::core::{
-    validate_event_id, Effect, EndReason, EventConfig, EventFigures, EventPatch, HeadEntry, Millis,
-    Pace, PlaceKey, PlaceState, PlaceView, QueueError,
+    validate_event_id, Effect, EventConfig, EventPatch, HeadEntry, Millis, PlaceKey, PlaceView,
+    QueueError,
 };
 use crate::telemetry;
-
-/// The one script every operation runs: the rules, then the entry points.
-static SCRIPT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("lua/rules.lua"),
-        include_str!("lua/ops.lua")
-    ))
-});
-
-/// Suffixes of an event's keys, in the order the script expects them as `KEYS`.
-const KEY_SUFFIXES: [&str; 13] = [
-    "m", "p", "u", "q", "ws", "ad", "as", "ae", "t", "to", "w", "md", "l",
-];
+use decode::{array, field, int, queue_error, text, uint, unexpected, Malformed, Reply};
+use script::{CONFLICT, KEYS, LEASED, OK, SCRIPT};
 
 /// How long a connection attempt may take before it counts as failed.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -183,213 +176,6 @@ impl Drop for Inner {
             t.abort();
         }
     }
-}
-
-/// One script answer: a code (`OK` or an error code), the payload, and the event's ETA
-/// context. (Its effects, flat (kind, seq, at) triples, are counted and relayed as soon as
-/// the answer is decoded.)
-struct Reply {
-    code: Vec<u8>,
-    payload: Value,
-    ctx: Ctx,
-}
-
-/// What the ETA and the deadlines in seconds are computed from (the pace estimate is the
-/// core's own, as for the embedded store; the deadlines mirror `EventQueue::view`).
-#[derive(Debug, Default, Clone, Copy)]
-struct Ctx {
-    pace: Pace,
-    ready_ttl_ms: Millis,
-    session_idle_ms: Millis,
-    session_max_ms: Millis,
-}
-
-impl Ctx {
-    fn eta(&self, position: u64, now: Millis) -> u64 {
-        self.pace.eta(position, now)
-    }
-}
-
-/// A malformed script answer: a bug or a foreign writer, never a user error. It is logged
-/// and answered as `Unavailable` (the contract has no other server-side error).
-#[derive(Debug)]
-struct Malformed(&'static str);
-
-impl From<Malformed> for StoreError {
-    fn from(Malformed(what): Malformed) -> Self {
-        tracing::error!(expected = what, "malformed answer from redis");
-        StoreError::Unavailable(format!("malformed answer from redis (expected {what})"))
-    }
-}
-
-/// The error for a script code that is not `OK`: its queue error, or `Unavailable` for a
-/// code this version does not know.
-fn unexpected(code: &[u8]) -> StoreError {
-    match queue_error(code) {
-        Some(e) => e.into(),
-        None => StoreError::Unavailable(format!(
-            "unexpected answer {:?} from redis",
-            String::from_utf8_lossy(code)
-        )),
-    }
-}
-
-fn int(v: &Value) -> Result<i64, Malformed> {
-    match v {
-        Value::Int(i) => Ok(*i),
-        Value::BulkString(b) => std::str::from_utf8(b)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .ok_or(Malformed("a number")),
-        _ => Err(Malformed("a number")),
-    }
-}
-
-fn uint(v: &Value) -> Result<u64, Malformed> {
-    u64::try_from(int(v)?).map_err(|_| Malformed("a non-negative number"))
-}
-
-fn bytes(v: &Value) -> Result<Option<&[u8]>, Malformed> {
-    match v {
-        Value::BulkString(b) => Ok(Some(b)),
-        Value::Nil => Ok(None),
-        _ => Err(Malformed("a string")),
-    }
-}
-
-fn text(v: &Value) -> Result<Option<String>, Malformed> {
-    bytes(v)?
-        .map(|b| String::from_utf8(b.to_vec()).map_err(|_| Malformed("UTF-8 text")))
-        .transpose()
-}
-
-fn array(v: &Value) -> Result<&[Value], Malformed> {
-    match v {
-        Value::Array(a) => Ok(a),
-        // An empty Lua table arrives as an empty array, but be lenient with nil.
-        Value::Nil => Ok(&[]),
-        _ => Err(Malformed("an array")),
-    }
-}
-
-fn field(a: &[Value], i: usize) -> Result<&Value, Malformed> {
-    a.get(i).ok_or(Malformed("a missing field"))
-}
-
-/// The raw facts of a place as `view` in `rules.lua` answers them.
-fn place_view(payload: &Value, ctx: &Ctx, now: Millis) -> Result<PlaceView, Malformed> {
-    let a = array(payload)?;
-    let seq = uint(field(a, 0)?)?;
-    let nonce = bytes(field(a, 1)?)?
-        .and_then(|b| <[u8; 16]>::try_from(b).ok())
-        .map(u128::from_be_bytes)
-        .ok_or(Malformed("a nonce"))?;
-    let state = match bytes(field(a, 2)?)? {
-        Some(b"w") => PlaceState::Waiting,
-        Some(b"a") => PlaceState::Admitted,
-        Some(b"s") => PlaceState::Active,
-        _ => return Err(Malformed("a state")),
-    };
-    let user_id = text(field(a, 3)?)?;
-    let joined_at = uint(field(a, 4)?)?;
-    let admitted_at = uint(field(a, 5)?)?;
-    let entered_at = uint(field(a, 6)?)?;
-    let last_seen = uint(field(a, 7)?)?;
-    let rank = uint(field(a, 8)?)?;
-    let queue_length = uint(field(a, 9)?)?;
-    let secs_ceil = |ms: Millis| ms.div_ceil(1000);
-    let position = (state == PlaceState::Waiting).then_some(rank);
-    let active = state == PlaceState::Active;
-    let session_deadline = (last_seen + ctx.session_idle_ms).min(entered_at + ctx.session_max_ms);
-    Ok(PlaceView {
-        key: PlaceKey { seq, nonce },
-        status: state,
-        user_id,
-        position,
-        queue_length,
-        eta_sec: Some(position.map_or(0, |pos| ctx.eta(pos, now))),
-        waited_sec: now.saturating_sub(joined_at) / 1000,
-        joined_at,
-        enter_within_sec: (state == PlaceState::Admitted)
-            .then(|| secs_ceil((admitted_at + ctx.ready_ttl_ms).saturating_sub(now))),
-        entered_at: active.then_some(entered_at),
-        session_ends_at: active.then_some(entered_at + ctx.session_max_ms),
-        session_expires_in_sec: active.then(|| secs_ceil(session_deadline.saturating_sub(now))),
-    })
-}
-
-fn parse_ctx(v: &Value) -> Result<Ctx, Malformed> {
-    let a = array(v)?;
-    let n = |i| uint(field(a, i)?);
-    let first = int(field(a, 1)?)?;
-    let rate = n(2)?;
-    let session_max_ms = n(8)?;
-    Ok(Ctx {
-        pace: Pace {
-            recent_admissions: n(0)?,
-            first_admission_at: u64::try_from(first).ok(),
-            admit_per_minute: (rate > 0).then_some(rate as u32),
-            capacity: n(3)?,
-            session_sum_ms: n(4)?,
-            session_count: n(5)?,
-            session_max_sec: (session_max_ms / 1000) as u32,
-        },
-        ready_ttl_ms: n(6)?,
-        session_idle_ms: n(7)?,
-        session_max_ms,
-    })
-}
-
-/// Decodes the effect triples of a script answer.
-fn parse_effects(v: &Value, join: Option<&JoinRequest>) -> Result<Vec<Effect>, Malformed> {
-    let a = array(v)?;
-    let mut out = Vec::with_capacity(a.len() / 3);
-    for t in a.chunks(3) {
-        let [kind, seq, at] = t else {
-            return Err(Malformed("effect triples"));
-        };
-        let (kind, seq, at) = (int(kind)?, uint(seq)?, uint(at)?);
-        // Nothing downstream of a store reads the nonce of an ended place (telemetry and
-        // notices go by seq), so the scripts do not send it back.
-        let ended = |reason| Effect::Ended {
-            seq,
-            nonce: 0,
-            reason,
-            at,
-        };
-        out.push(match kind {
-            1 => Effect::Joined {
-                seq,
-                nonce: join.map_or(0, |j| j.nonce),
-                user_id: join.and_then(|j| j.user_id.as_deref().map(Into::into)),
-                metadata: join.and_then(|j| j.metadata.as_deref().map(Into::into)),
-                at,
-            },
-            2 => Effect::Admitted { seq, at },
-            3 => Effect::Entered { seq, at },
-            4 => ended(EndReason::Left),
-            5 => ended(EndReason::Completed),
-            6 => ended(EndReason::Expired),
-            7 => ended(EndReason::Cleared),
-            8 => Effect::Forgotten { seq },
-            _ => return Err(Malformed("an effect kind")),
-        });
-    }
-    Ok(out)
-}
-
-/// The queue error a script's code names; `None` for `OK` and the internal codes.
-fn queue_error(code: &[u8]) -> Option<QueueError> {
-    Some(match code {
-        b"EVENT_NOT_FOUND" => QueueError::EventNotFound,
-        b"EVENT_CLOSED" => QueueError::EventClosed,
-        b"QUEUE_FULL" => QueueError::QueueFull,
-        b"TOKEN_NOT_FOUND" => QueueError::TokenNotFound,
-        b"TOKEN_EXPIRED" => QueueError::TokenExpired,
-        b"NOT_READY" => QueueError::NotReady,
-        b"NO_SESSION" => QueueError::NoSession,
-        _ => return None,
-    })
 }
 
 fn unavailable(e: redis::RedisError) -> StoreError {
@@ -531,7 +317,7 @@ impl Inner {
 
     fn keys(&self, event_id: &str) -> [String; 13] {
         let base = format!("{}:{{{}}}:", self.options.key_prefix, event_id);
-        KEY_SUFFIXES.map(|s| format!("{base}{s}"))
+        KEYS.map(|(suffix, _)| format!("{base}{suffix}"))
     }
 
     /// Runs the script's operation `op` on one event; counts and relays its effects.
@@ -558,25 +344,9 @@ impl Inner {
                 inv.invoke_async::<Value>(&mut conn).await
             })
             .await?;
-        Ok(self.decode(event_id, &value, join)?)
-    }
-
-    fn decode(
-        &self,
-        event_id: &str,
-        value: &Value,
-        join: Option<&JoinRequest>,
-    ) -> Result<Reply, Malformed> {
-        let a = array(value)?;
-        let code = bytes(field(a, 0)?)?.ok_or(Malformed("a code"))?.to_vec();
-        let fx = parse_effects(field(a, 2)?, join)?;
-        let ctx = parse_ctx(field(a, 3)?)?;
+        let (reply, fx) = decode::reply(&value, join, now)?;
         self.announce(event_id, &fx);
-        Ok(Reply {
-            code,
-            payload: field(a, 1)?.clone(),
-            ctx,
-        })
+        Ok(reply)
     }
 
     /// Counts what an operation changed, tells this node's subscribers, and queues the
@@ -617,7 +387,7 @@ impl Inner {
         join: Option<&JoinRequest>,
     ) -> StoreResult<Reply> {
         let reply = self.run(event_id, op, now, args, join).await?;
-        if reply.code == b"OK" {
+        if reply.code == OK {
             Ok(reply)
         } else {
             Err(unexpected(&reply.code))
@@ -649,7 +419,7 @@ impl Inner {
     }
 
     fn view(&self, r: &Reply, now: Millis) -> StoreResult<PlaceView> {
-        Ok(place_view(&r.payload, &r.ctx, now)?)
+        Ok(decode::place_view(&r.payload, &r.ctx, now)?)
     }
 
     /// Writes `patch` over the event's stored settings (over the defaults when `create` and
@@ -724,13 +494,13 @@ impl Inner {
             let args: Vec<&[u8]> = nums.iter().map(|a| a.as_bytes()).collect();
             let r = s.run(event_id, "put", now, &args, None).await?;
             match &r.code[..] {
-                b"OK" => {
+                OK => {
                     s.tell(vec![Notice::EventChanged {
                         event_id: event_id.into(),
                     }]);
                     return Ok(config);
                 }
-                b"CONFLICT" => continue,
+                CONFLICT => continue,
                 other => return Err(unexpected(other)),
             }
         }
@@ -741,43 +511,7 @@ impl Inner {
 
     async fn snapshot(&self, event_id: &str, now: Millis) -> StoreResult<EventSnapshot> {
         let r = self.op(event_id, "get", now, &[], None).await?;
-        let parse = || -> Result<(String, Vec<u64>), Malformed> {
-            let a = array(&r.payload)?;
-            let cfg = text(field(a, 0)?)?.ok_or(Malformed("a config"))?;
-            let nums = a[1..].iter().map(uint).collect::<Result<Vec<_>, _>>()?;
-            if nums.len() != 11 {
-                return Err(Malformed("eleven figures"));
-            }
-            Ok((cfg, nums))
-        };
-        let (cfg, n) = parse()?;
-        let config: EventConfig =
-            serde_json::from_str(&cfg).map_err(|_| Malformed("a config in JSON"))?;
-        let [waiting, admitted, active, completed, left, expired, capacity, wait_sum_ms, admissions, window, joins] =
-            n[..]
-        else {
-            unreachable!("length checked")
-        };
-        Ok(EventSnapshot {
-            event_id: event_id.to_string(),
-            config,
-            figures: EventFigures {
-                waiting,
-                admitted,
-                active,
-                completed,
-                left,
-                expired,
-                capacity,
-                available_slots: capacity.saturating_sub(admitted + active),
-                avg_wait_sec: wait_sum_ms
-                    .checked_div(admissions)
-                    .map_or(0.0, |ms| ms as f64 / 1000.0),
-                admitted_last_minute: window,
-                joins,
-                admissions,
-            },
-        })
+        Ok(decode::snapshot(event_id, &r.payload)?)
     }
 }
 
@@ -866,24 +600,7 @@ impl Store for RedisStore {
             .inner
             .op(event_id, "head", now, &[limit.as_bytes()], None)
             .await?;
-        let parse = || -> Result<Vec<HeadEntry>, Malformed> {
-            let a = array(&r.payload)?;
-            let mut out = Vec::with_capacity(a.len() / 2);
-            for (i, pair) in a.chunks(2).enumerate() {
-                let [user, joined] = pair else {
-                    return Err(Malformed("head pairs"));
-                };
-                let position = i as u64 + 1;
-                out.push(HeadEntry {
-                    position,
-                    user_id: text(user)?,
-                    joined_at: uint(joined)?,
-                    eta_sec: r.ctx.eta(position, now),
-                });
-            }
-            Ok(out)
-        };
-        Ok(parse()?)
+        Ok(decode::head(&r.payload, &r.ctx, now)?)
     }
 
     async fn join(&self, event_id: &str, req: &JoinRequest, now: Millis) -> StoreResult<PlaceView> {
@@ -971,8 +688,8 @@ impl Store for RedisStore {
         let args: [&[u8]; 3] = [held.as_bytes(), s.node_id.as_bytes(), lease_arg.as_bytes()];
         let r = s.run(event_id, "tick", now, &args, None).await?;
         match &r.code[..] {
-            b"OK" => {}
-            b"LEASED" => {
+            OK => {}
+            LEASED => {
                 // Ask again when that lease would lapse unless its holder renews it.
                 let pttl = int(&r.payload)?.clamp(1, lease_ms as i64) as u64;
                 let idle_until = Instant::now() + Duration::from_millis(pttl);

@@ -39,8 +39,7 @@ if OP == 'get' then
 end
 
 if OP == 'delete' then
-  redis.call('UNLINK', K_META, K_PLACES, K_USERS, K_RANK, K_WSEEN, K_ADM, K_ASEEN, K_AENT,
-    K_TOMB, K_TORDER, K_WINDOW, K_METADATA, K_LEASE)
+  redis.call('UNLINK', unpack(KEYS))
   return {'OK', false, FX, ctx()}
 end
 

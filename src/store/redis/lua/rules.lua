@@ -1,6 +1,7 @@
 -- The queue rules of src/core/queue.rs, over one event's keys, run inside Redis so that every
--- transition is one atomic script (EVALSHA) without any lock. This file is the prelude of the
--- one script the Redis store runs (`ops.lua` follows it); keep both in step with queue.rs:
+-- transition is one atomic script (EVALSHA) without any lock. This file opens the
+-- one script the Redis store runs, after a prelude generated from the Rust constants
+-- (`src/store/redis/script.rs`), and `ops.lua` follows it; keep both in step with queue.rs:
 -- the conformance suite and the model-based property test compare the two backends.
 --
 -- Time is ARGV[2] (milliseconds), the caller's clock, never Redis TIME: the tests drive the
@@ -12,32 +13,28 @@
 -- token bucket is a true double and is stored with '%.17g', which reads back bit for bit,
 -- so the Lua bucket and the Rust bucket make the same decisions.
 
--- Every key of the event; all share the hash tag {prefix:event}, so one Cluster slot.
-local K_META     = KEYS[1]  -- HASH: config (JSON and the numbers the rules use), counters, bucket
-local K_PLACES   = KEYS[2]  -- HASH seq -> place record (see encode)
-local K_USERS    = KEYS[3]  -- HASH user id -> seq of the user's live place
-local K_RANK     = KEYS[4]  -- ZSET waiting seqs scored by seq: ZRANK is the exact position
-local K_WSEEN    = KEYS[5]  -- ZSET waiting seqs scored by last heartbeat
-local K_ADM      = KEYS[6]  -- ZSET admitted seqs scored by admission time
-local K_ASEEN    = KEYS[7]  -- ZSET active seqs scored by last session heartbeat
-local K_AENT     = KEYS[8]  -- ZSET active seqs scored by entry time
-local K_TOMB     = KEYS[9]  -- HASH seq -> nonce of expired places (answer TOKEN_EXPIRED)
-local K_TORDER   = KEYS[10] -- LIST "at:seq" of tombstones, oldest first
-local K_WINDOW   = KEYS[11] -- LIST "at:count" of admissions in the last minute, oldest first
-local K_METADATA = KEYS[12] -- HASH seq -> metadata JSON (only places that sent some)
-local K_LEASE    = KEYS[13] -- STRING: holder of the periodic-work lease (node:epoch)
+-- Every key of the event; all share the hash tag {prefix:event}, so one Cluster slot. The
+-- locals K_* are bound to KEYS by the generated prelude (src/store/redis/script.rs), in the
+-- order of its table:
+-- K_META     HASH: config (JSON and the numbers the rules use), counters, bucket
+-- K_PLACES   HASH seq -> place record (see encode)
+-- K_USERS    HASH user id -> seq of the user's live place
+-- K_RANK     ZSET waiting seqs scored by seq: ZRANK is the exact position
+-- K_WSEEN    ZSET waiting seqs scored by last heartbeat
+-- K_ADM      ZSET admitted seqs scored by admission time
+-- K_ASEEN    ZSET active seqs scored by last session heartbeat
+-- K_AENT     ZSET active seqs scored by entry time
+-- K_TOMB     HASH seq -> nonce of expired places (answer TOKEN_EXPIRED)
+-- K_TORDER   LIST "at:seq" of tombstones, oldest first
+-- K_WINDOW   LIST "at:count" of admissions in the last minute, oldest first
+-- K_METADATA HASH seq -> metadata JSON (only places that sent some)
+-- K_LEASE    STRING: holder of the periodic-work lease (node:epoch)
+--
+-- The prelude also defines, from the Rust constants: RETENTION (EXPIRED_RETENTION_MS),
+-- WINDOW (RATE_WINDOW_MS), NEVER ("no deadline": 2^53, above any time and still exact as a
+-- double) and the effect kinds FX_* that the Rust side decodes.
 
 local NOW = tonumber(ARGV[2])
--- Mirrors EXPIRED_RETENTION_MS and RATE_WINDOW_MS of queue.rs.
-local RETENTION = 3600000
-local WINDOW = 60000
--- "No deadline": 2^53, above any time and still exact as a double.
-local NEVER = 9007199254740992
-
--- Effect kinds, as the Rust side decodes them.
-local FX_JOINED, FX_ADMITTED, FX_ENTERED = 1, 2, 3
-local FX_LEFT, FX_COMPLETED, FX_EXPIRED, FX_CLEARED = 4, 5, 6, 7
-local FX_FORGOTTEN = 8
 
 local FX = {}  -- flat triples: kind, seq, at
 local function fx(kind, seq, at)
@@ -105,8 +102,8 @@ end
 
 -- What the Rust side needs to compute ETAs and deadlines in seconds, exactly as queue.rs does.
 local function ctx()
-  if not M.cap then return {0, -1, 0, 0, 0, 0, 0, 0, 0} end -- no such event
-  return {M.wn, M.fadm or -1, M.rate, M.cap, M.ssum, M.scnt, M.ttl, M.sidle, M.smax}
+  if not M.cap then return {0, -1, 0, 0, 0, 0, 0, 0, 0, 0} end -- no such event
+  return {M.wn, M.fadm or -1, M.rate, M.cap, M.ssum, M.scnt, M.ttl, M.sidle, M.smax, M.widle}
 end
 
 -- The one way out: writes the meta back and answers {code, payload, effects, context}.

@@ -1,0 +1,55 @@
+//! The state changes an operation on [`super::EventQueue`] reports, in order: the durable
+//! store writes them to its journal, the notifier turns them into notices for live
+//! clients, and telemetry counts them. The Redis store decodes the same changes from its
+//! script's answers.
+
+use serde::Serialize;
+
+use super::Millis;
+#[cfg(doc)]
+use super::EXPIRED_RETENTION_MS;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EndReason {
+    Left,
+    Completed,
+    Expired,
+    Cleared,
+}
+
+/// One state change, in the order it happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    Joined {
+        seq: u64,
+        nonce: u128,
+        user_id: Option<Box<str>>,
+        metadata: Option<Box<str>>,
+        at: Millis,
+    },
+    Admitted {
+        seq: u64,
+        at: Millis,
+    },
+    Entered {
+        seq: u64,
+        at: Millis,
+    },
+    Ended {
+        seq: u64,
+        nonce: u128,
+        reason: EndReason,
+        /// When the place ended: its deadline, for an expiry.
+        at: Millis,
+        /// When the queue ended it: the operation's time, later than `at` when an expiry
+        /// is noticed late. An expired place answers `TOKEN_EXPIRED` for
+        /// [`EXPIRED_RETENTION_MS`] from this moment, so a restored store must count from
+        /// it too.
+        noticed_at: Millis,
+    },
+    /// An expired place's token stops answering `TOKEN_EXPIRED` (its retention is over).
+    Forgotten {
+        seq: u64,
+    },
+}

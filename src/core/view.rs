@@ -1,0 +1,194 @@
+//! What the queue tells the outside: a client's [`PlaceView`], the admin's [`HeadEntry`]
+//! and [`EventFigures`]. Each is computed here, from the raw facts a backend holds
+//! ([`PlaceFacts`], [`EventCounts`]), so the in-memory queue and the Redis store answer
+//! with one formula rather than two copies of it.
+
+use serde::Serialize;
+
+use super::{EventConfig, Millis, Pace, PlaceKey};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlaceState {
+    Waiting,
+    Admitted,
+    Active,
+}
+
+/// What a client learns about its place.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlaceView {
+    #[serde(skip)]
+    pub key: PlaceKey,
+    pub status: PlaceState,
+    pub user_id: Option<String>,
+    pub position: Option<u64>,
+    pub queue_length: u64,
+    pub eta_sec: Option<u64>,
+    pub waited_sec: u64,
+    pub joined_at: Millis,
+    pub enter_within_sec: Option<u64>,
+    pub entered_at: Option<Millis>,
+    /// When the session ends at the latest (entered + `session_max_sec`); also the `exp` of
+    /// its access tokens.
+    pub session_ends_at: Option<Millis>,
+    pub session_expires_in_sec: Option<u64>,
+}
+
+/// One row of `GET /admin/events/{id}/queue`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HeadEntry {
+    pub position: u64,
+    pub user_id: Option<String>,
+    pub joined_at: Millis,
+    pub eta_sec: u64,
+}
+
+/// Counts and rates of one event.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct EventFigures {
+    pub waiting: u64,
+    pub admitted: u64,
+    pub active: u64,
+    pub completed: u64,
+    pub left: u64,
+    pub expired: u64,
+    pub capacity: u64,
+    pub available_slots: u64,
+    pub avg_wait_sec: f64,
+    pub admitted_last_minute: u64,
+    pub joins: u64,
+    pub admissions: u64,
+}
+
+fn secs_ceil(ms: Millis) -> u64 {
+    ms.div_ceil(1000)
+}
+
+/// The timeouts of an event in milliseconds: what a place's deadline is computed from.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    pub waiting_idle_ms: Millis,
+    pub ready_ttl_ms: Millis,
+    pub session_idle_ms: Millis,
+    pub session_max_ms: Millis,
+}
+
+impl Timeouts {
+    pub fn of(c: &EventConfig) -> Self {
+        let ms = |sec: u32| Millis::from(sec) * 1000;
+        Timeouts {
+            waiting_idle_ms: ms(c.waiting_idle_sec),
+            ready_ttl_ms: ms(c.ready_ttl_sec),
+            session_idle_ms: ms(c.session_idle_sec),
+            session_max_ms: ms(c.session_max_sec),
+        }
+    }
+
+    /// When a place in `state` ends unless something renews it: a waiting place when its
+    /// page stops polling, an admitted one when its ready window closes, a session when it
+    /// idles or reaches its maximum, whichever comes first. (`last_seen` is the last
+    /// heartbeat of the waiting page or of the session.)
+    pub fn deadline(
+        &self,
+        state: PlaceState,
+        last_seen: Millis,
+        admitted_at: Millis,
+        entered_at: Millis,
+    ) -> Millis {
+        match state {
+            PlaceState::Waiting => last_seen + self.waiting_idle_ms,
+            PlaceState::Admitted => admitted_at + self.ready_ttl_ms,
+            PlaceState::Active => {
+                (last_seen + self.session_idle_ms).min(entered_at + self.session_max_ms)
+            }
+        }
+    }
+}
+
+/// The raw facts of one live place, as a backend holds them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlaceFacts {
+    pub key: PlaceKey,
+    pub state: PlaceState,
+    pub user_id: Option<String>,
+    pub joined_at: Millis,
+    /// Meaningful once admitted.
+    pub admitted_at: Millis,
+    /// Meaningful once entered.
+    pub entered_at: Millis,
+    /// The last heartbeat; only a session's deadline is shown, so only a session's matters.
+    pub last_seen: Millis,
+    /// The 1-based position; only read for a waiting place.
+    pub position: u64,
+    /// How many places wait.
+    pub queue_length: u64,
+}
+
+impl PlaceView {
+    /// The view of a place at `now`, given its event's timeouts and pace.
+    pub fn new(f: PlaceFacts, t: &Timeouts, pace: &Pace, now: Millis) -> Self {
+        let position = (f.state == PlaceState::Waiting).then_some(f.position);
+        let active = f.state == PlaceState::Active;
+        let left_sec = || {
+            secs_ceil(
+                t.deadline(f.state, f.last_seen, f.admitted_at, f.entered_at)
+                    .saturating_sub(now),
+            )
+        };
+        PlaceView {
+            key: f.key,
+            status: f.state,
+            position,
+            queue_length: f.queue_length,
+            eta_sec: Some(position.map_or(0, |pos| pace.eta(pos, now))),
+            waited_sec: now.saturating_sub(f.joined_at) / 1000,
+            joined_at: f.joined_at,
+            enter_within_sec: (f.state == PlaceState::Admitted).then(left_sec),
+            entered_at: active.then_some(f.entered_at),
+            session_ends_at: active.then_some(f.entered_at + t.session_max_ms),
+            session_expires_in_sec: active.then(left_sec),
+            user_id: f.user_id,
+        }
+    }
+}
+
+/// The counts of one event that its figures are computed from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EventCounts {
+    pub waiting: u64,
+    pub admitted: u64,
+    pub active: u64,
+    pub completed: u64,
+    pub left: u64,
+    pub expired: u64,
+    pub capacity: u64,
+    /// Total time admitted places waited, behind the average wait.
+    pub wait_sum_ms: u64,
+    /// Admissions in the last [`super::pace::RATE_WINDOW_MS`].
+    pub recent_admissions: u64,
+    pub joins: u64,
+    pub admissions: u64,
+}
+
+impl From<EventCounts> for EventFigures {
+    fn from(c: EventCounts) -> Self {
+        EventFigures {
+            waiting: c.waiting,
+            admitted: c.admitted,
+            active: c.active,
+            completed: c.completed,
+            left: c.left,
+            expired: c.expired,
+            capacity: c.capacity,
+            available_slots: c.capacity.saturating_sub(c.admitted + c.active),
+            avg_wait_sec: c
+                .wait_sum_ms
+                .checked_div(c.admissions)
+                .map_or(0.0, |ms| ms as f64 / 1000.0),
+            admitted_last_minute: c.recent_admissions,
+            joins: c.joins,
+            admissions: c.admissions,
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! The one Lua script of the Redis store, and the facts it shares with the Rust side.
+//!
+//! The rules live in `lua/rules.lua` and `lua/ops.lua`. Everything both sides must agree
+//! on is written once, here, and handed to the Lua as a generated prelude: the order of
+//! an event's keys (the same table builds `KEYS`), the effect kinds (the same table
+//! decodes them), the retention of expired tokens and the admission window (the core's
+//! constants). The answer codes the script can send are checked against
+//! [`QueueError::code`] by a test that reads the Lua sources.
+
+use std::fmt::Write;
+use std::sync::LazyLock;
+
+use redis::Script;
+
+#[cfg(doc)]
+use crate::core::QueueError;
+use crate::core::{EndReason, Millis, EXPIRED_RETENTION_MS, RATE_WINDOW_MS};
+
+/// An event's keys, in the order the script receives them as `KEYS`: the suffix after
+/// `prefix:{event}:` and the Lua name it is bound to (`lua/rules.lua` says what each holds).
+pub(super) const KEYS: [(&str, &str); 13] = [
+    ("m", "K_META"),
+    ("p", "K_PLACES"),
+    ("u", "K_USERS"),
+    ("q", "K_RANK"),
+    ("ws", "K_WSEEN"),
+    ("ad", "K_ADM"),
+    ("as", "K_ASEEN"),
+    ("ae", "K_AENT"),
+    ("t", "K_TOMB"),
+    ("to", "K_TORDER"),
+    ("w", "K_WINDOW"),
+    ("md", "K_METADATA"),
+    ("l", "K_LEASE"),
+];
+
+/// What an effect triple of a script answer reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FxKind {
+    Joined,
+    Admitted,
+    Entered,
+    Ended(EndReason),
+    Forgotten,
+}
+
+/// The effect kinds: the Lua name of each, bound to its position + 1 (the number the
+/// script sends).
+pub(super) const FX_KINDS: [(&str, FxKind); 8] = [
+    ("FX_JOINED", FxKind::Joined),
+    ("FX_ADMITTED", FxKind::Admitted),
+    ("FX_ENTERED", FxKind::Entered),
+    ("FX_LEFT", FxKind::Ended(EndReason::Left)),
+    ("FX_COMPLETED", FxKind::Ended(EndReason::Completed)),
+    ("FX_EXPIRED", FxKind::Ended(EndReason::Expired)),
+    ("FX_CLEARED", FxKind::Ended(EndReason::Cleared)),
+    ("FX_FORGOTTEN", FxKind::Forgotten),
+];
+
+impl FxKind {
+    /// The kind a script sent as `n`.
+    pub(super) fn from_number(n: i64) -> Option<FxKind> {
+        let i = usize::try_from(n).ok()?.checked_sub(1)?;
+        FX_KINDS.get(i).map(|(_, k)| *k)
+    }
+}
+
+/// "No deadline" in the script: 2^53, above any time and still exact as a Lua double.
+const NEVER: Millis = 1 << 53;
+
+/// The answer codes of the script that are not queue errors.
+pub(super) const OK: &[u8] = b"OK";
+/// `put`: the settings changed since they were read; read and apply the patch again.
+pub(super) const CONFLICT: &[u8] = b"CONFLICT";
+/// `tick`: another node holds the event's periodic-work lease.
+pub(super) const LEASED: &[u8] = b"LEASED";
+
+/// The generated prelude: the shared facts as Lua locals.
+fn prelude() -> String {
+    let mut h = String::from("-- Generated from src/store/redis/script.rs; not a source file.\n");
+    for (i, (_, name)) in KEYS.iter().enumerate() {
+        writeln!(h, "local {name} = KEYS[{}]", i + 1).expect("writing to a string");
+    }
+    for (i, (name, _)) in FX_KINDS.iter().enumerate() {
+        writeln!(h, "local {name} = {}", i + 1).expect("writing to a string");
+    }
+    writeln!(h, "local RETENTION = {EXPIRED_RETENTION_MS}").expect("writing to a string");
+    writeln!(h, "local WINDOW = {RATE_WINDOW_MS}").expect("writing to a string");
+    writeln!(h, "local NEVER = {NEVER}").expect("writing to a string");
+    h
+}
+
+const RULES: &str = include_str!("lua/rules.lua");
+const OPS: &str = include_str!("lua/ops.lua");
+
+/// The one script every operation runs: the prelude, the rules, then the entry points.
+pub(super) static SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{}{RULES}{OPS}", prelude())));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::QueueError;
+
+    /// Every answer code the Lua sources can send: the string literal a `finish(` call,
+    /// a returned table (`return {'OK', …}`) or an error return (`return nil, '…'`)
+    /// starts with.
+    fn lua_codes() -> Vec<String> {
+        let src = format!("{RULES}{OPS}");
+        let mut out = Vec::new();
+        for lead in ["finish(", "return {", "return nil, "] {
+            for (i, _) in src.match_indices(lead) {
+                let rest = &src[i + lead.len()..];
+                let Some(q) = rest.chars().next().filter(|c| *c == '\'' || *c == '"') else {
+                    continue; // a variable: checked where its value is a literal
+                };
+                let end = rest[1..].find(q).expect("a closed string literal");
+                out.push(rest[1..1 + end].to_string());
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    #[test]
+    fn every_lua_answer_code_is_known_to_rust() {
+        let codes = lua_codes();
+        // The scan must see the codes at all, or it checks nothing.
+        for expected in ["OK", "TOKEN_EXPIRED", "EVENT_NOT_FOUND", "NO_SESSION"] {
+            assert!(
+                codes.iter().any(|c| c == expected),
+                "scan missed {expected}"
+            );
+        }
+        for code in &codes {
+            let internal = [OK, CONFLICT, LEASED].contains(&code.as_bytes());
+            assert!(
+                internal || QueueError::from_code(code).is_some(),
+                "the Lua scripts can answer {code:?}, which the Rust side does not know"
+            );
+        }
+    }
+
+    #[test]
+    fn every_shared_name_in_the_lua_comes_from_the_prelude() {
+        let prelude = prelude();
+        let src = format!("{RULES}{OPS}");
+        let defined = |name: &str| prelude.contains(&format!("local {name} = "));
+        let names = src
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| {
+                ["K_", "FX_"]
+                    .iter()
+                    .any(|p| w.len() > p.len() && w.starts_with(p))
+            });
+        for name in names {
+            assert!(defined(name), "{name} is used by the Lua but not generated");
+        }
+        for hand in ["local RETENTION", "local WINDOW", "local NEVER", "= KEYS["] {
+            assert!(!src.contains(hand), "the Lua defines {hand:?} by hand");
+        }
+    }
+
+    #[test]
+    fn effect_kinds_read_back_from_their_numbers() {
+        for (i, (_, kind)) in FX_KINDS.iter().enumerate() {
+            assert_eq!(FxKind::from_number(i as i64 + 1), Some(*kind));
+        }
+        assert_eq!(FxKind::from_number(0), None);
+        assert_eq!(FxKind::from_number(FX_KINDS.len() as i64 + 1), None);
+    }
+}
