@@ -122,142 +122,66 @@ fn delay_until(next: Option<Millis>, now: Millis) -> Duration {
 
 #[cfg(test)]
 mod tests {
-    use async_trait::async_trait;
-    use parking_lot::Mutex;
     use tokio::sync::watch;
     use tokio::task::JoinHandle;
-    use tokio::time::Instant;
 
     use super::*;
-    use crate::core::{EventConfig, EventPatch, HeadEntry, PlaceKey, PlaceView};
+    use crate::core::EventPatch;
     use crate::store::embedded::EmbeddedStore;
-    use crate::store::{EventSnapshot, JoinRequest, StoreResult};
+    use crate::store::fault::{Fault, FaultStore, Op};
+    use crate::store::JoinRequest;
     use crate::tasks::{spawn_task, stop_channel};
     use crate::tokens::random_u128;
 
-    /// What the fake store answers to `tick`.
-    #[derive(Clone, Copy)]
-    enum Plan {
-        /// The next deadline is this many ms after `now`.
-        In(Millis),
-        Never,
-        Fail,
+    /// The manual clock of the loop tests. It never moves, so a deadline the store reports
+    /// stays the same distance ahead on every pass.
+    const T: Millis = 1_000_000;
+
+    /// A store with one event, `e`, whose tick reports a next deadline `due_in` ms after
+    /// [`T`] (`None`: no deadline at all). The event is paused, so its one place waits and
+    /// its only deadline is the place's heartbeat, renewed by nobody: joined at
+    /// `T + due_in - waiting_idle`.
+    async fn store_due_in(due_in: Option<Millis>) -> Arc<FaultStore> {
+        let store = Arc::new(FaultStore::embedded());
+        let Some(due_in) = due_in else {
+            store
+                .put_event("e", &EventPatch::default(), T)
+                .await
+                .unwrap();
+            return store;
+        };
+        let idle_sec = due_in.div_ceil(1000).max(1);
+        let joined = T + due_in - idle_sec * 1000;
+        let patch = EventPatch {
+            paused: Some(true),
+            waiting_idle_sec: Some(idle_sec),
+            ..EventPatch::default()
+        };
+        store.put_event("e", &patch, joined).await.unwrap();
+        let req = JoinRequest {
+            nonce: random_u128(),
+            ..JoinRequest::default()
+        };
+        store.join("e", &req, joined).await.unwrap();
+        assert_eq!(store.tick("e", T).await.unwrap(), Some(T + due_in));
+        store.forget_calls();
+        store
     }
 
-    /// A store with one event whose `tick` follows a plan and records when it was called
-    /// (in tokio time, which the tests pause). Nothing else is ever called; its notices are
-    /// sent by hand.
-    struct FakeStore {
-        plan: Mutex<Plan>,
-        ticks: Mutex<Vec<Instant>>,
-        notices: broadcast::Sender<Notice>,
-    }
-
-    impl FakeStore {
-        fn new(plan: Plan) -> Arc<Self> {
-            Arc::new(FakeStore {
-                plan: Mutex::new(plan),
-                ticks: Mutex::new(Vec::new()),
-                notices: broadcast::channel(16).0,
-            })
-        }
-
-        /// Gaps between consecutive ticks, in ms.
-        fn gaps(&self) -> Vec<u64> {
-            let t = self.ticks.lock();
-            t.windows(2)
-                .map(|w| (w[1] - w[0]).as_millis() as u64)
-                .collect()
-        }
-    }
-
-    #[async_trait]
-    impl Store for FakeStore {
-        async fn tick(&self, _: &str, now: Millis) -> StoreResult<Option<Millis>> {
-            self.ticks.lock().push(Instant::now());
-            match *self.plan.lock() {
-                Plan::In(ms) => Ok(Some(now + ms)),
-                Plan::Never => Ok(None),
-                Plan::Fail => Err(StoreError::Unavailable("down".into())),
-            }
-        }
-        async fn event_ids(&self) -> StoreResult<Vec<String>> {
-            Ok(vec!["e".into()])
-        }
-        async fn put_event(&self, _: &str, _: &EventPatch, _: Millis) -> StoreResult<EventConfig> {
-            unreachable!()
-        }
-        async fn update_event(
-            &self,
-            _: &str,
-            _: &EventPatch,
-            _: Millis,
-        ) -> StoreResult<EventConfig> {
-            unreachable!()
-        }
-        async fn get_event(&self, _: &str, _: Millis) -> StoreResult<EventSnapshot> {
-            unreachable!()
-        }
-        async fn list_events(&self, _: Millis) -> StoreResult<Vec<EventSnapshot>> {
-            unreachable!()
-        }
-        async fn delete_event(&self, _: &str) -> StoreResult<()> {
-            unreachable!()
-        }
-        async fn clear(&self, _: &str, _: Millis) -> StoreResult<u64> {
-            unreachable!()
-        }
-        async fn queue_head(&self, _: &str, _: usize, _: Millis) -> StoreResult<Vec<HeadEntry>> {
-            unreachable!()
-        }
-        async fn join(&self, _: &str, _: &JoinRequest, _: Millis) -> StoreResult<PlaceView> {
-            unreachable!()
-        }
-        async fn status(&self, _: &str, _: PlaceKey, _: Millis) -> StoreResult<PlaceView> {
-            unreachable!()
-        }
-        async fn heartbeat(&self, _: &str, _: PlaceKey, _: Millis) -> StoreResult<()> {
-            unreachable!()
-        }
-        async fn peek(&self, _: &str, _: PlaceKey, _: Millis) -> StoreResult<PlaceView> {
-            unreachable!()
-        }
-        async fn enter(&self, _: &str, _: PlaceKey, _: Millis) -> StoreResult<PlaceView> {
-            unreachable!()
-        }
-        async fn leave(&self, _: &str, _: PlaceKey, _: Millis) -> StoreResult<bool> {
-            unreachable!()
-        }
-        async fn session_heartbeat(
-            &self,
-            _: &str,
-            _: PlaceKey,
-            _: Millis,
-        ) -> StoreResult<PlaceView> {
-            unreachable!()
-        }
-        async fn session(&self, _: &str, _: PlaceKey, _: Millis) -> StoreResult<PlaceView> {
-            unreachable!()
-        }
-        async fn complete(&self, _: &str, _: PlaceKey, _: Millis) -> StoreResult<()> {
-            unreachable!()
-        }
-        async fn ping(&self) -> StoreResult<()> {
-            Ok(())
-        }
-        fn subscribe(&self) -> broadcast::Receiver<Notice> {
-            self.notices.subscribe()
-        }
+    /// Gaps between consecutive ticks, in ms.
+    fn gaps(store: &FaultStore) -> Vec<u64> {
+        store
+            .call_times(Op::Tick)
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_millis() as u64)
+            .collect()
     }
 
     /// Starts the scheduler over `store` on a manual clock; answers its stop sender.
-    fn start(store: Arc<FakeStore>) -> (watch::Sender<bool>, JoinHandle<()>) {
+    fn start(store: Arc<FaultStore>) -> (watch::Sender<bool>, JoinHandle<()>) {
         let (tx, rx) = stop_channel();
         let notices = store.subscribe();
-        let h = spawn_task(
-            "scheduler",
-            run(store, Clock::manual(1_000_000), notices, rx),
-        );
+        let h = spawn_task("scheduler", run(store, Clock::manual(T), notices, rx));
         (tx, h)
     }
 
@@ -271,72 +195,101 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn sleeps_until_the_next_deadline() {
-        let store = FakeStore::new(Plan::In(100));
+        let store = store_due_in(Some(100)).await;
         let (_tx, _h) = start(store.clone());
         tokio::time::sleep(Duration::from_millis(1_050)).await;
-        let gaps = store.gaps();
+        let gaps = gaps(&store);
         assert_eq!(gaps.len(), 10, "{gaps:?}");
         assert!(gaps.iter().all(|&g| g == 100), "{gaps:?}");
     }
 
     #[tokio::test(start_paused = true)]
     async fn passes_at_least_every_250ms() {
-        for plan in [Plan::Never, Plan::In(60_000)] {
-            let store = FakeStore::new(plan);
+        for due_in in [None, Some(60_000)] {
+            let store = store_due_in(due_in).await;
             let (_tx, _h) = start(store.clone());
             tokio::time::sleep(Duration::from_millis(1_010)).await;
-            assert_eq!(store.gaps(), vec![250; 4]);
+            assert_eq!(gaps(&store), vec![250; 4]);
         }
     }
 
+    /// A deadline due at once (here the next admission of a fast rate cap whose burst is
+    /// spent, 1 ms ahead on a clock that does not move) must not turn the loop into a spin.
     #[tokio::test(start_paused = true)]
-    async fn a_past_deadline_does_not_spin() {
-        let store = FakeStore::new(Plan::In(0));
+    async fn a_deadline_due_at_once_does_not_spin() {
+        let store = Arc::new(FaultStore::embedded());
+        let patch = EventPatch {
+            max_active: Some(10_000),
+            // One admission per ms, in bursts of 1000.
+            admit_per_minute: Some(Some(60_000)),
+            ..EventPatch::default()
+        };
+        store.put_event("e", &patch, T).await.unwrap();
+        for _ in 0..1001 {
+            let req = JoinRequest {
+                nonce: random_u128(),
+                ..JoinRequest::default()
+            };
+            store.join("e", &req, T).await.unwrap();
+        }
+        assert_eq!(store.tick("e", T).await.unwrap(), Some(T + 1));
+        store.forget_calls();
         let (_tx, _h) = start(store.clone());
         tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(store.gaps().iter().all(|&g| g >= 5), "{:?}", store.gaps());
+        assert!(gaps(&store).iter().all(|&g| g >= 5), "{:?}", gaps(&store));
     }
 
+    /// A change of settings (on any node: it is a store notice) runs a pass at once; a mere
+    /// move of the queue does not, since the store already acted on it.
     #[tokio::test(start_paused = true)]
     async fn a_change_notice_runs_a_pass_at_once() {
-        let store = FakeStore::new(Plan::Never);
+        let store = store_due_in(None).await;
         let (_tx, _h) = start(store.clone());
-        let changed = || Notice::EventChanged {
-            event_id: Arc::from("e"),
+        let pause = |paused| EventPatch {
+            paused: Some(paused),
+            ..EventPatch::default()
         };
         tokio::time::sleep(Duration::from_millis(50)).await;
-        store.notices.send(changed()).unwrap();
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        // Moves do not wake it: the store already acted on them.
         store
-            .notices
-            .send(Notice::Moved {
-                event_id: Arc::from("e"),
-            })
+            .inner()
+            .update_event("e", &pause(true), T)
+            .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(10)).await;
-        store.notices.send(changed()).unwrap();
+        // A join into the paused event: a `Moved` notice only.
+        let req = JoinRequest {
+            nonce: random_u128(),
+            ..JoinRequest::default()
+        };
+        store.inner().join("e", &req, T).await.unwrap();
         tokio::time::sleep(Duration::from_millis(10)).await;
-        assert_eq!(store.gaps(), vec![50, 20]);
+        store
+            .inner()
+            .update_event("e", &pause(true), T)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(gaps(&store), vec![50, 20]);
     }
 
     #[tokio::test(start_paused = true)]
     async fn errors_back_off_then_recover() {
-        let store = FakeStore::new(Plan::Fail);
+        let store = store_due_in(None).await;
+        store.inject(Op::Tick, Fault::Unavailable("down".into()));
         let (_tx, h) = start(store.clone());
         tokio::time::sleep(Duration::from_millis(18_000)).await;
-        assert_eq!(store.gaps(), vec![250, 500, 1000, 2000, 4000, 5000, 5000]);
+        assert_eq!(gaps(&store), vec![250, 500, 1000, 2000, 4000, 5000, 5000]);
         assert!(!h.is_finished(), "errors never end the loop");
-        *store.plan.lock() = Plan::Never;
-        store.ticks.lock().clear();
+        store.heal(Op::Tick);
+        store.forget_calls();
         tokio::time::sleep(Duration::from_millis(5_000 + 600)).await;
-        let gaps = store.gaps();
+        let gaps = gaps(&store);
         assert_eq!(&gaps[gaps.len() - 2..], &[250, 250], "{gaps:?}");
     }
 
     #[tokio::test(start_paused = true)]
     async fn stops_on_the_signal_or_when_the_sender_is_gone() {
-        let store = FakeStore::new(Plan::Never);
+        let store = store_due_in(None).await;
         let (tx, h) = start(store.clone());
         tokio::time::sleep(Duration::from_millis(100)).await;
         tx.send(true).unwrap();

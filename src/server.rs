@@ -64,7 +64,7 @@ pub async fn run(
             Arc::new(store)
         }
         StoreBackend::Redis { url } => {
-            let store = RedisStore::connect(url, RedisOptions::default())
+            let store = RedisStore::connect(url.expose(), RedisOptions::default())
                 .await
                 .with_context(|| format!("opening the store at {}", settings.store))?;
             Arc::new(store)
@@ -81,7 +81,7 @@ pub async fn run(
     let key = tokens::load_or_generate_key(settings.signing_key.as_deref(), &settings.data_dir)?;
 
     let admin_token = match &settings.admin_token {
-        Some(t) => t.clone(),
+        Some(t) => t.expose().clone(),
         None => {
             let t = generate_admin_token();
             // stdout, not the log: a newcomer reads it from the terminal, and a log

@@ -211,12 +211,38 @@ impl AccessTokens {
     }
 
     /// The JWKS document of `/.well-known/jwks.json`.
-    pub fn jwks(&self) -> serde_json::Value {
-        serde_json::json!({"keys": [{
-            "kty": "OKP", "crv": "Ed25519", "alg": "EdDSA", "use": "sig",
-            "kid": self.kid, "x": B64.encode(self.public),
-        }]})
+    pub fn jwks(&self) -> Jwks {
+        Jwks {
+            keys: vec![Jwk {
+                kty: "OKP",
+                crv: "Ed25519",
+                alg: "EdDSA",
+                use_: "sig",
+                kid: self.kid.clone(),
+                x: B64.encode(self.public),
+            }],
+        }
     }
+}
+
+/// A JSON Web Key Set (RFC 7517): the public keys that verify access tokens.
+#[derive(Debug, Clone, Serialize)]
+pub struct Jwks {
+    pub keys: Vec<Jwk>,
+}
+
+/// One public key (RFC 8037: an Ed25519 key is an `OKP` key whose `x` is the raw public
+/// key, base64url without padding).
+#[derive(Debug, Clone, Serialize)]
+pub struct Jwk {
+    pub kty: &'static str,
+    pub crv: &'static str,
+    pub alg: &'static str,
+    #[serde(rename = "use")]
+    pub use_: &'static str,
+    /// Matches the `kid` header of the tokens it verifies.
+    pub kid: String,
+    pub x: String,
 }
 
 fn hex_prefix(bytes: &[u8], n: usize) -> String {
@@ -333,6 +359,6 @@ mod tests {
         assert_eq!(parse_session_id(&c.sid), Some(k));
         let other = AccessTokens::from_signing_key(&SigningKey::from_bytes(&[3; 32])).unwrap();
         assert!(other.verify(&jwt_valid).is_err());
-        assert_eq!(a.jwks()["keys"][0]["kid"], a.kid());
+        assert_eq!(a.jwks().keys[0].kid, a.kid());
     }
 }

@@ -7,7 +7,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, Method, Request, StatusCode};
 use axum::Router;
@@ -16,10 +15,11 @@ use serde_json::{json, Value};
 use tower::ServiceExt;
 
 use waitroom::clock::{system_now, Clock};
-use waitroom::core::{EventConfig, EventPatch, HeadEntry, Millis, PlaceKey, PlaceView};
+use waitroom::core::{Millis, PlaceKey};
 use waitroom::http::{router, router_with_limits, Limits};
 use waitroom::store::embedded::EmbeddedStore;
-use waitroom::store::{EventSnapshot, JoinRequest, Notice, Store, StoreError, StoreResult};
+use waitroom::store::fault::{Fault, FaultStore};
+use waitroom::store::{Notice, Store};
 use waitroom::tokens::AccessTokens;
 use waitroom::AppState;
 
@@ -1342,95 +1342,12 @@ async fn unknown_routes_and_methods_answer_json() {
     .err(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED");
 }
 
-/// A store that fails every call in one way, for the failure paths of the HTTP layer.
-#[derive(Clone, Copy)]
-enum Failure {
-    /// Every call answers `Unavailable` (the backend is down).
-    Down,
-    /// Every call panics (a bug).
-    Panic,
-    /// Every call hangs (the backend stopped answering).
-    Hang,
-}
-
-struct FailingStore(Failure);
-
-impl FailingStore {
-    async fn fail<T>(&self) -> StoreResult<T> {
-        match self.0 {
-            Failure::Down => Err(StoreError::Unavailable("connection refused".into())),
-            Failure::Panic => panic!("the store blew up"),
-            Failure::Hang => std::future::pending().await,
-        }
-    }
-}
-
-#[async_trait]
-impl Store for FailingStore {
-    async fn put_event(&self, _: &str, _: &EventPatch, _: Millis) -> StoreResult<EventConfig> {
-        self.fail().await
-    }
-    async fn update_event(&self, _: &str, _: &EventPatch, _: Millis) -> StoreResult<EventConfig> {
-        self.fail().await
-    }
-    async fn get_event(&self, _: &str, _: Millis) -> StoreResult<EventSnapshot> {
-        self.fail().await
-    }
-    async fn list_events(&self, _: Millis) -> StoreResult<Vec<EventSnapshot>> {
-        self.fail().await
-    }
-    async fn delete_event(&self, _: &str) -> StoreResult<()> {
-        self.fail().await
-    }
-    async fn clear(&self, _: &str, _: Millis) -> StoreResult<u64> {
-        self.fail().await
-    }
-    async fn queue_head(&self, _: &str, _: usize, _: Millis) -> StoreResult<Vec<HeadEntry>> {
-        self.fail().await
-    }
-    async fn join(&self, _: &str, _: &JoinRequest, _: Millis) -> StoreResult<PlaceView> {
-        self.fail().await
-    }
-    async fn status(&self, _: &str, _: PlaceKey, _: Millis) -> StoreResult<PlaceView> {
-        self.fail().await
-    }
-    async fn heartbeat(&self, _: &str, _: PlaceKey, _: Millis) -> StoreResult<()> {
-        self.fail().await
-    }
-    async fn peek(&self, _: &str, _: PlaceKey, _: Millis) -> StoreResult<PlaceView> {
-        self.fail().await
-    }
-    async fn enter(&self, _: &str, _: PlaceKey, _: Millis) -> StoreResult<PlaceView> {
-        self.fail().await
-    }
-    async fn leave(&self, _: &str, _: PlaceKey, _: Millis) -> StoreResult<bool> {
-        self.fail().await
-    }
-    async fn session_heartbeat(&self, _: &str, _: PlaceKey, _: Millis) -> StoreResult<PlaceView> {
-        self.fail().await
-    }
-    async fn session(&self, _: &str, _: PlaceKey, _: Millis) -> StoreResult<PlaceView> {
-        self.fail().await
-    }
-    async fn complete(&self, _: &str, _: PlaceKey, _: Millis) -> StoreResult<()> {
-        self.fail().await
-    }
-    async fn tick(&self, _: &str, _: Millis) -> StoreResult<Option<Millis>> {
-        self.fail().await
-    }
-    async fn event_ids(&self) -> StoreResult<Vec<String>> {
-        self.fail().await
-    }
-    async fn ping(&self) -> StoreResult<()> {
-        self.fail().await
-    }
-    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<waitroom::store::Notice> {
-        tokio::sync::broadcast::channel(1).1
-    }
-}
-
-fn failing_app(f: Failure, limits: Limits) -> TestApp {
-    app_with(Arc::new(FailingStore(f)), Clock::manual(T0), limits)
+/// An app over a store whose every call does `fault`, for the failure paths of the HTTP
+/// layer.
+fn failing_app(fault: Fault, limits: Limits) -> TestApp {
+    let store = FaultStore::embedded();
+    store.inject_all(fault);
+    app_with(Arc::new(store), Clock::manual(T0), limits)
 }
 
 /// A valid waiting token for the failing stores (the token is checked before the store).
@@ -1442,7 +1359,7 @@ fn some_token(app: &TestApp) -> String {
 
 #[tokio::test]
 async fn unreachable_store_answers_503_with_retry_after() {
-    let app = failing_app(Failure::Down, Limits::default());
+    let app = failing_app(Fault::unavailable(), Limits::default());
     let t = some_token(&app);
     let join = app
         .post("/api/v1/queue/join", json!({"event_id": "ev"}))
@@ -1491,7 +1408,7 @@ async fn unreachable_store_answers_503_with_retry_after() {
 #[tokio::test]
 async fn hanging_store_times_out_as_503() {
     let app = failing_app(
-        Failure::Hang,
+        Fault::Hang,
         Limits {
             request_timeout: Duration::from_millis(300),
             ..Limits::default()
@@ -1511,7 +1428,7 @@ async fn hanging_store_times_out_as_503() {
 
 #[tokio::test]
 async fn a_panicking_handler_answers_json_500_and_the_router_lives_on() {
-    let app = failing_app(Failure::Panic, Limits::default());
+    let app = failing_app(Fault::Panic("the store blew up".into()), Limits::default());
     let r = app
         .post("/api/v1/queue/join", json!({"event_id": "ev"}))
         .await;

@@ -3,127 +3,35 @@
 
 mod support;
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use support::conformance::{join, make_event, S, T0};
-use tempfile::TempDir;
-use tokio::sync::broadcast;
+use waitroom::core::PlaceState;
 use waitroom::core::QueueError;
-use waitroom::core::{EventConfig, EventPatch, HeadEntry, Millis, PlaceKey, PlaceState, PlaceView};
 use waitroom::store::embedded::EmbeddedStore;
+use waitroom::store::fault::FaultStore;
 use waitroom::store::journal::Durability;
-use waitroom::store::{EventSnapshot, JoinRequest, Notice, Store, StoreError, StoreResult};
+use waitroom::store::{Store, StoreError};
 
-/// A durable store that owns its temporary directory: the directory is removed when the
-/// last handle to the store is dropped, and not before, since the store keeps writing
-/// files into it.
-struct InTempDir {
-    // Declared first so it is dropped (its journal closed) before the directory goes.
-    store: EmbeddedStore,
-    dir: TempDir,
-}
-
-impl InTempDir {
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-/// Plain delegation: only dropping differs from the inner store.
-#[async_trait]
-impl Store for InTempDir {
-    async fn put_event(&self, id: &str, p: &EventPatch, now: Millis) -> StoreResult<EventConfig> {
-        self.store.put_event(id, p, now).await
-    }
-    async fn update_event(
-        &self,
-        id: &str,
-        p: &EventPatch,
-        now: Millis,
-    ) -> StoreResult<EventConfig> {
-        self.store.update_event(id, p, now).await
-    }
-    async fn get_event(&self, id: &str, now: Millis) -> StoreResult<EventSnapshot> {
-        self.store.get_event(id, now).await
-    }
-    async fn list_events(&self, now: Millis) -> StoreResult<Vec<EventSnapshot>> {
-        self.store.list_events(now).await
-    }
-    async fn delete_event(&self, id: &str) -> StoreResult<()> {
-        self.store.delete_event(id).await
-    }
-    async fn clear(&self, id: &str, now: Millis) -> StoreResult<u64> {
-        self.store.clear(id, now).await
-    }
-    async fn queue_head(&self, id: &str, limit: usize, now: Millis) -> StoreResult<Vec<HeadEntry>> {
-        self.store.queue_head(id, limit, now).await
-    }
-    async fn join(&self, id: &str, req: &JoinRequest, now: Millis) -> StoreResult<PlaceView> {
-        self.store.join(id, req, now).await
-    }
-    async fn status(&self, id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {
-        self.store.status(id, key, now).await
-    }
-    async fn heartbeat(&self, id: &str, key: PlaceKey, now: Millis) -> StoreResult<()> {
-        self.store.heartbeat(id, key, now).await
-    }
-    async fn peek(&self, id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {
-        self.store.peek(id, key, now).await
-    }
-    async fn enter(&self, id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {
-        self.store.enter(id, key, now).await
-    }
-    async fn leave(&self, id: &str, key: PlaceKey, now: Millis) -> StoreResult<bool> {
-        self.store.leave(id, key, now).await
-    }
-    async fn session_heartbeat(
-        &self,
-        id: &str,
-        key: PlaceKey,
-        now: Millis,
-    ) -> StoreResult<PlaceView> {
-        self.store.session_heartbeat(id, key, now).await
-    }
-    async fn session(&self, id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {
-        self.store.session(id, key, now).await
-    }
-    async fn complete(&self, id: &str, key: PlaceKey, now: Millis) -> StoreResult<()> {
-        self.store.complete(id, key, now).await
-    }
-    async fn tick(&self, id: &str, now: Millis) -> StoreResult<Option<Millis>> {
-        self.store.tick(id, now).await
-    }
-    async fn event_ids(&self) -> StoreResult<Vec<String>> {
-        self.store.event_ids().await
-    }
-    async fn ping(&self) -> StoreResult<()> {
-        self.store.ping().await
-    }
-    fn subscribe(&self) -> broadcast::Receiver<Notice> {
-        self.store.subscribe()
-    }
-    async fn close(&self) -> StoreResult<()> {
-        self.store.close().await
-    }
-}
-
-fn in_temp_dir() -> InTempDir {
+/// A durable store that owns its temporary directory (removed when the last handle to the
+/// store is dropped, and not before, since the store keeps writing files into it), and
+/// the directory's path.
+fn in_temp_dir() -> (FaultStore, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
     let store = EmbeddedStore::open(dir.path(), Durability::Sync, T0).unwrap();
-    InTempDir { store, dir }
+    (FaultStore::owning(Arc::new(store), dir), path)
 }
 
 /// A durable store in a fresh directory that lives as long as the store.
 fn durable() -> Arc<dyn Store> {
-    Arc::new(in_temp_dir())
+    Arc::new(in_temp_dir().0)
 }
 
 #[tokio::test]
 async fn a_test_store_removes_its_directory() {
-    let store = in_temp_dir();
-    let path = store.path().to_path_buf();
+    let (store, path) = in_temp_dir();
     make_event(
         &(Arc::new(store) as Arc<dyn Store>),
         "ev",

@@ -9,15 +9,14 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::Json;
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use super::body::{AdminEvent, Cleared, Deleted, EventSettings, StatsRow};
 use super::error::{AppError, AppResult};
 use super::extract::{bearer, AppPath, AppQuery, OptionalJson};
 use crate::app::AppState;
-use crate::core::{validate_event_id, EventConfig, EventPatch};
-use crate::store::EventSnapshot;
+use crate::core::{validate_event_id, EventPatch, HeadEntry};
 
 /// Default and largest `limit` of `GET /events/{id}/queue`.
 pub const DEFAULT_HEAD_LIMIT: usize = 10;
@@ -48,32 +47,6 @@ pub async fn require_admin(
     Ok(next.run(req).await)
 }
 
-/// Serializes `value` (a struct) as a JSON object; our structs always are one.
-fn object(value: &impl Serialize) -> AppResult<Map<String, Value>> {
-    match serde_json::to_value(value) {
-        Ok(Value::Object(m)) => Ok(m),
-        Ok(other) => Err(AppError::Internal(format!(
-            "expected an object, got {other}"
-        ))),
-        Err(e) => Err(AppError::Internal(e.to_string())),
-    }
-}
-
-/// A stored config with its id, as `PUT`, pause and resume answer it.
-fn config_json(event_id: &str, config: &EventConfig) -> AppResult<Map<String, Value>> {
-    let mut m = Map::new();
-    m.insert("event_id".into(), json!(event_id));
-    m.extend(object(config)?);
-    Ok(m)
-}
-
-/// Config and figures side by side in one flat object (their field names do not overlap).
-fn snapshot_json(s: &EventSnapshot) -> AppResult<Map<String, Value>> {
-    let mut m = config_json(&s.event_id, &s.config)?;
-    m.extend(object(&s.figures)?);
-    Ok(m)
-}
-
 fn event_id(AppPath(id): AppPath<String>) -> AppResult<String> {
     validate_event_id(&id)?;
     Ok(id)
@@ -84,53 +57,51 @@ pub async fn put_event(
     State(state): State<AppState>,
     path: AppPath<String>,
     OptionalJson(patch): OptionalJson<EventPatch>,
-) -> AppResult<Json<Map<String, Value>>> {
+) -> AppResult<Json<EventSettings>> {
     let id = event_id(path)?;
     let patch = patch.unwrap_or_default();
     let config = state
         .store
         .put_event(&id, &patch, state.clock.now())
         .await?;
-    Ok(Json(config_json(&id, &config)?))
+    Ok(Json(EventSettings {
+        event_id: id,
+        config,
+    }))
 }
 
 /// `GET /events`
-pub async fn list_events(State(state): State<AppState>) -> AppResult<Json<Vec<Value>>> {
+pub async fn list_events(State(state): State<AppState>) -> AppResult<Json<Vec<AdminEvent>>> {
     let events = state.store.list_events(state.clock.now()).await?;
-    let rows = events
-        .iter()
-        .map(|s| snapshot_json(s).map(Value::Object))
-        .collect::<AppResult<_>>()?;
-    Ok(Json(rows))
+    Ok(Json(events.into_iter().map(AdminEvent::new).collect()))
 }
 
 /// `GET /events/{event_id}`
 pub async fn get_event(
     State(state): State<AppState>,
     path: AppPath<String>,
-) -> AppResult<Json<Map<String, Value>>> {
+) -> AppResult<Json<AdminEvent>> {
     let id = event_id(path)?;
     let snap = state.store.get_event(&id, state.clock.now()).await?;
-    Ok(Json(snapshot_json(&snap)?))
+    Ok(Json(AdminEvent::new(snap)))
 }
 
 /// `DELETE /events/{event_id}`
 pub async fn delete_event(
     State(state): State<AppState>,
     path: AppPath<String>,
-) -> AppResult<Json<Value>> {
+) -> AppResult<Json<Deleted>> {
     let id = event_id(path)?;
     state.store.delete_event(&id).await?;
-    Ok(Json(json!({"deleted": true, "event_id": id})))
+    Ok(Json(Deleted {
+        deleted: true,
+        event_id: id,
+    }))
 }
 
 /// Pause or resume an existing event. An update, never a creation: pausing a typo must
 /// not conjure a new sale, and a pause racing a deletion must not bring the event back.
-async fn set_paused(
-    state: &AppState,
-    id: &str,
-    paused: bool,
-) -> AppResult<Json<Map<String, Value>>> {
+async fn set_paused(state: &AppState, id: &str, paused: bool) -> AppResult<Json<EventSettings>> {
     let patch = EventPatch {
         paused: Some(paused),
         ..EventPatch::default()
@@ -139,14 +110,17 @@ async fn set_paused(
         .store
         .update_event(id, &patch, state.clock.now())
         .await?;
-    Ok(Json(config_json(id, &config)?))
+    Ok(Json(EventSettings {
+        event_id: id.to_string(),
+        config,
+    }))
 }
 
 /// `POST /events/{event_id}/pause`: stop admissions; joins still queue.
 pub async fn pause(
     State(state): State<AppState>,
     path: AppPath<String>,
-) -> AppResult<Json<Map<String, Value>>> {
+) -> AppResult<Json<EventSettings>> {
     set_paused(&state, &event_id(path)?, true).await
 }
 
@@ -154,15 +128,18 @@ pub async fn pause(
 pub async fn resume(
     State(state): State<AppState>,
     path: AppPath<String>,
-) -> AppResult<Json<Map<String, Value>>> {
+) -> AppResult<Json<EventSettings>> {
     set_paused(&state, &event_id(path)?, false).await
 }
 
 /// `POST /events/{event_id}/clear`: every waiting place ends (`TOKEN_NOT_FOUND`).
-pub async fn clear(State(state): State<AppState>, path: AppPath<String>) -> AppResult<Json<Value>> {
+pub async fn clear(
+    State(state): State<AppState>,
+    path: AppPath<String>,
+) -> AppResult<Json<Cleared>> {
     let id = event_id(path)?;
     let n = state.store.clear(&id, state.clock.now()).await?;
-    Ok(Json(json!({ "cleared": n })))
+    Ok(Json(Cleared { cleared: n }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -175,7 +152,7 @@ pub async fn queue_head(
     State(state): State<AppState>,
     path: AppPath<String>,
     AppQuery(q): AppQuery<HeadQuery>,
-) -> AppResult<Json<Value>> {
+) -> AppResult<Json<Vec<HeadEntry>>> {
     let id = event_id(path)?;
     let limit = q.limit.unwrap_or(DEFAULT_HEAD_LIMIT);
     if !(1..=MAX_HEAD_LIMIT).contains(&limit) {
@@ -187,24 +164,11 @@ pub async fn queue_head(
         .store
         .queue_head(&id, limit, state.clock.now())
         .await?;
-    Ok(Json(json!(head)))
+    Ok(Json(head))
 }
 
 /// `GET /stats`: one summary row per event.
-pub async fn stats(State(state): State<AppState>) -> AppResult<Json<Value>> {
+pub async fn stats(State(state): State<AppState>) -> AppResult<Json<Vec<StatsRow>>> {
     let events = state.store.list_events(state.clock.now()).await?;
-    let rows: Vec<Value> = events
-        .iter()
-        .map(|s| {
-            json!({
-                "event_id": s.event_id,
-                "name": s.config.name,
-                "waiting_count": s.figures.waiting,
-                "active_count": s.figures.active,
-                "used_count": s.figures.completed,
-                "average_wait_time_sec": s.figures.avg_wait_sec,
-            })
-        })
-        .collect();
-    Ok(Json(Value::Array(rows)))
+    Ok(Json(events.into_iter().map(StatsRow::new).collect()))
 }

@@ -7,6 +7,7 @@
 //! - [`live`]: live updates of one place, `/queue/ws` (WebSocket) and `/queue/events` (SSE).
 //! - [`pages`]: the embedded pages (`/`, `/wait/{event_id}`, `/demo/booking`, `/admin`) and
 //!   the public event list they read (`/api/v1/events`).
+//! - [`body`]: the typed JSON bodies of every successful answer: the contract in types.
 //! - [`error`]: [`AppError`], the one mapping from failures to statuses and codes.
 //! - [`extract`]: extractors whose rejections are `AppError`s, so that no malformed request
 //!   ever gets axum's plain-text answer.
@@ -31,6 +32,7 @@ use tower_http::trace::TraceLayer;
 use crate::app::AppState;
 
 pub mod admin;
+pub mod body;
 pub mod error;
 pub mod extract;
 pub mod live;

@@ -13,8 +13,8 @@ use axum::http::{header, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Value};
 
+use super::body::Health;
 use super::error::{AppError, AppResult};
 use crate::app::AppState;
 use crate::telemetry;
@@ -24,14 +24,14 @@ use crate::telemetry;
 pub const READY_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// `GET /healthz`
-pub async fn healthz() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+pub async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok" })
 }
 
 /// `GET /readyz`: `200` only when the store answers, in time.
-pub async fn readyz(State(state): State<AppState>) -> AppResult<Json<Value>> {
+pub async fn readyz(State(state): State<AppState>) -> AppResult<Json<Health>> {
     match tokio::time::timeout(READY_TIMEOUT, state.store.ping()).await {
-        Ok(Ok(())) => Ok(Json(json!({"status": "ready"}))),
+        Ok(Ok(())) => Ok(Json(Health { status: "ready" })),
         Ok(Err(e)) => Err(AppError::Unavailable(e.to_string())),
         Err(_) => Err(AppError::Unavailable("store ping timed out".into())),
     }

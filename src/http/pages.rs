@@ -19,14 +19,13 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Json;
-use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
+use super::body::PublicEvent;
 use super::error::{AppError, AppResult};
 use super::extract::AppPath;
 use crate::app::AppState;
 use crate::core::validate_event_id;
-use crate::store::EventSnapshot;
 
 /// One embedded file.
 struct Asset {
@@ -148,45 +147,20 @@ pub async fn asset(AppPath(name): AppPath<String>, headers: HeaderMap) -> Respon
     serve(&name, &headers)
 }
 
-/// The public face of an event: what a person deciding to join may see. No user data, no
-/// admin settings beyond where the line leads.
-fn public_event(s: &EventSnapshot) -> Map<String, Value> {
-    let (c, f) = (&s.config, &s.figures);
-    let mut m = Map::new();
-    m.insert("event_id".into(), json!(s.event_id));
-    m.insert("name".into(), json!(c.name));
-    m.insert("queue_length".into(), json!(f.waiting));
-    m.insert("admitted".into(), json!(f.admitted));
-    m.insert("active".into(), json!(f.active));
-    m.insert("capacity".into(), json!(f.capacity));
-    m.insert("admitted_last_minute".into(), json!(f.admitted_last_minute));
-    m.insert("paused".into(), json!(c.paused));
-    m.insert("accept_joins".into(), json!(c.accept_joins));
-    m.insert("target_url".into(), json!(c.target_url));
-    // How long a closed page keeps its place: the waiting room tells people.
-    m.insert("waiting_idle_sec".into(), json!(c.waiting_idle_sec));
-    m
-}
-
 /// `GET /api/v1/events`: every event, public figures only, ordered by id.
-pub async fn list_events(State(state): State<AppState>) -> AppResult<Json<Vec<Value>>> {
+pub async fn list_events(State(state): State<AppState>) -> AppResult<Json<Vec<PublicEvent>>> {
     let events = state.store.list_events(state.clock.now()).await?;
-    Ok(Json(
-        events
-            .iter()
-            .map(|s| Value::Object(public_event(s)))
-            .collect(),
-    ))
+    Ok(Json(events.into_iter().map(PublicEvent::new).collect()))
 }
 
 /// `GET /api/v1/events/{event_id}`: one event's public figures and its `target_url`.
 pub async fn get_event(
     State(state): State<AppState>,
     AppPath(id): AppPath<String>,
-) -> AppResult<Json<Map<String, Value>>> {
+) -> AppResult<Json<PublicEvent>> {
     validate_event_id(&id)?;
     let snap = state.store.get_event(&id, state.clock.now()).await?;
-    Ok(Json(public_event(&snap)))
+    Ok(Json(PublicEvent::new(snap)))
 }
 
 #[cfg(test)]

@@ -10,12 +10,13 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
+use super::body::{Completed, Entered, Joined, Place, QueueInfo, Removed, Verified};
 use super::error::{AppError, AppResult};
 use super::extract::{AppJson, AppQuery, BearerToken, WaitingToken, WaitingTokenNoBody};
 use crate::app::AppState;
-use crate::core::{validate_event_id, PlaceKey, PlaceState, PlaceView, QueueError};
+use crate::core::{validate_event_id, PlaceKey, QueueError};
 use crate::store::{JoinRequest, StoreError};
 use crate::tokens::{self, AccessClaims};
 
@@ -32,31 +33,6 @@ pub struct JoinBody {
     pub metadata: Option<Map<String, Value>>,
 }
 
-/// The answer shared by `join` and `status`: the fields a waiting page needs, present
-/// according to the place's state as the contract describes.
-fn place_body(event_id: &str, v: &PlaceView) -> Map<String, Value> {
-    let mut m = Map::new();
-    m.insert("status".into(), json!(v.status));
-    m.insert("event_id".into(), json!(event_id));
-    if let Some(p) = v.position {
-        m.insert("position".into(), json!(p));
-    }
-    m.insert("queue_length".into(), json!(v.queue_length));
-    m.insert("eta_sec".into(), json!(v.eta_sec.unwrap_or(0)));
-    m.insert("waited_sec".into(), json!(v.waited_sec));
-    m.insert(
-        "ready_for_entry".into(),
-        json!(v.status == PlaceState::Admitted),
-    );
-    if let Some(s) = v.enter_within_sec {
-        m.insert("enter_within_sec".into(), json!(s));
-    }
-    if let Some(s) = v.session_expires_in_sec {
-        m.insert("session_expires_in_sec".into(), json!(s));
-    }
-    m
-}
-
 /// The event and place a waiting token names; no store lookup for forgeries.
 fn parse_waiting(state: &AppState, token: &str) -> AppResult<(String, PlaceKey)> {
     state
@@ -69,7 +45,7 @@ fn parse_waiting(state: &AppState, token: &str) -> AppResult<(String, PlaceKey)>
 pub async fn join(
     State(state): State<AppState>,
     AppJson(body): AppJson<JoinBody>,
-) -> AppResult<Json<Map<String, Value>>> {
+) -> AppResult<Json<Joined>> {
     validate_event_id(&body.event_id)?;
     if let Some(u) = &body.user_id {
         let n = u.chars().count();
@@ -100,25 +76,23 @@ pub async fn join(
         .store
         .join(&body.event_id, &req, state.clock.now())
         .await?;
-    let mut out = place_body(&body.event_id, &view);
-    out.insert(
-        "waiting_token".into(),
-        json!(state.waiting.issue(&body.event_id, view.key)),
-    );
-    Ok(Json(out))
+    Ok(Json(Joined {
+        waiting_token: state.waiting.issue(&body.event_id, view.key),
+        place: Place::new(body.event_id, &view),
+    }))
 }
 
 /// `GET /queue/status`: counts as a heartbeat.
 pub async fn status(
     State(state): State<AppState>,
     WaitingTokenNoBody(token): WaitingTokenNoBody,
-) -> AppResult<Json<Map<String, Value>>> {
+) -> AppResult<Json<Place>> {
     let (event_id, key) = parse_waiting(&state, &token)?;
     let view = state
         .store
         .status(&event_id, key, state.clock.now())
         .await?;
-    Ok(Json(place_body(&event_id, &view)))
+    Ok(Json(Place::new(event_id, &view)))
 }
 
 /// `POST /queue/heartbeat`
@@ -139,7 +113,7 @@ pub async fn heartbeat(
 pub async fn enter(
     State(state): State<AppState>,
     WaitingToken(token): WaitingToken,
-) -> AppResult<Json<Value>> {
+) -> AppResult<Json<Entered>> {
     let (event_id, key) = parse_waiting(&state, &token)?;
     let now = state.clock.now();
     let view = state.store.enter(&event_id, key, now).await?;
@@ -152,15 +126,15 @@ pub async fn enter(
     let jwt = state
         .access
         .sign(&event_id, subject, view.key, now, ends_at);
-    Ok(Json(json!({
-        "admission": "granted",
-        "access_token": jwt,
-        "token_type": "Bearer",
-        "session_id": session_id,
-        "expires_in": ends_at.saturating_sub(now) / 1000,
-        "expires_at": ends_at / 1000,
-        "event_id": event_id,
-    })))
+    Ok(Json(Entered {
+        admission: "granted",
+        access_token: jwt,
+        token_type: "Bearer",
+        session_id,
+        expires_in: ends_at.saturating_sub(now) / 1000,
+        expires_at: ends_at / 1000,
+        event_id,
+    }))
 }
 
 /// `POST /queue/leave` and `DELETE /queue/leave`. A place that is already gone, even with
@@ -168,14 +142,14 @@ pub async fn enter(
 pub async fn leave(
     State(state): State<AppState>,
     WaitingToken(token): WaitingToken,
-) -> AppResult<Json<Value>> {
+) -> AppResult<Json<Removed>> {
     let (event_id, key) = parse_waiting(&state, &token)?;
     let removed = match state.store.leave(&event_id, key, state.clock.now()).await {
         Ok(r) => r,
         Err(StoreError::Queue(QueueError::EventNotFound)) => false,
         Err(e) => return Err(e.into()),
     };
-    Ok(Json(json!({ "removed": removed })))
+    Ok(Json(Removed { removed }))
 }
 
 /// The claims of a valid access token and the place its session names. Any flaw is
@@ -201,7 +175,7 @@ pub async fn verify(
     State(state): State<AppState>,
     AppQuery(q): AppQuery<VerifyQuery>,
     BearerToken(jwt): BearerToken,
-) -> AppResult<Json<Value>> {
+) -> AppResult<Json<Verified>> {
     let (claims, key) = access_claims(&state, &jwt)?;
     if let Some(ev) = q.event_id.as_deref().filter(|e| !e.is_empty()) {
         if ev != claims.aud {
@@ -214,16 +188,16 @@ pub async fn verify(
         .session(&claims.aud, key, now)
         .await
         .map_err(AppError::from_session_error)?;
-    Ok(Json(json!({
-        "valid": true,
-        "event_id": claims.aud,
+    Ok(Json(Verified {
+        valid: true,
         // Anonymous places have no user id; their subject (the session) stands in.
-        "user_id": view.user_id.as_deref().unwrap_or(&claims.sub),
-        "sub": claims.sub,
-        "session_id": claims.sid,
-        "expires_at": claims.exp,
-        "session_expires_in_sec": view.session_expires_in_sec,
-    })))
+        user_id: view.user_id.unwrap_or_else(|| claims.sub.clone()),
+        event_id: claims.aud,
+        sub: claims.sub,
+        session_id: claims.sid,
+        expires_at: claims.exp,
+        session_expires_in_sec: view.session_expires_in_sec,
+    }))
 }
 
 /// `POST /session/heartbeat`
@@ -244,14 +218,14 @@ pub async fn session_heartbeat(
 pub async fn session_complete(
     State(state): State<AppState>,
     BearerToken(jwt): BearerToken,
-) -> AppResult<Json<Value>> {
+) -> AppResult<Json<Completed>> {
     let (claims, key) = access_claims(&state, &jwt)?;
     state
         .store
         .complete(&claims.aud, key, state.clock.now())
         .await
         .map_err(AppError::from_session_error)?;
-    Ok(Json(json!({ "completed": true })))
+    Ok(Json(Completed { completed: true }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -263,25 +237,13 @@ pub struct InfoQuery {
 pub async fn info(
     State(state): State<AppState>,
     AppQuery(q): AppQuery<InfoQuery>,
-) -> AppResult<Json<Value>> {
+) -> AppResult<Json<QueueInfo>> {
     validate_event_id(&q.event_id)?;
     let snap = state
         .store
         .get_event(&q.event_id, state.clock.now())
         .await?;
-    let (c, f) = (&snap.config, &snap.figures);
-    Ok(Json(json!({
-        "event_id": snap.event_id,
-        "name": c.name,
-        "queue_length": f.waiting,
-        "admitted": f.admitted,
-        "active": f.active,
-        "capacity": f.capacity,
-        "available_slots": f.available_slots,
-        "admitted_last_minute": f.admitted_last_minute,
-        "paused": c.paused,
-        "accept_joins": c.accept_joins,
-    })))
+    Ok(Json(QueueInfo::new(snap)))
 }
 
 /// `GET /.well-known/jwks.json`: cacheable for a while; keys change only on redeploys.

@@ -8,7 +8,8 @@
 //!
 //! Backends: [`embedded::EmbeddedStore`] (in-process). One conformance suite
 //! (`tests/support/conformance.rs`) and one model-based property test
-//! (`tests/support/model.rs`) run against every backend.
+//! (`tests/support/model.rs`) run against every backend. [`fault::FaultStore`] wraps any
+//! backend to make chosen operations fail, wait or hang in tests.
 
 use std::sync::Arc;
 
@@ -22,6 +23,7 @@ use crate::core::{
 };
 
 pub mod embedded;
+pub mod fault;
 pub mod journal;
 pub mod redis;
 

@@ -1,0 +1,114 @@
+//! The syntax of the two address-like settings: the store (`embedded` or a Redis URL) and
+//! the listening address. Syntax only: nothing is dialled or bound here.
+
+use std::fmt;
+
+use super::secret::SecretUrl;
+
+/// Which store backs the queues.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreBackend {
+    /// In-process, durable under the data dir.
+    Embedded,
+    /// A shared Redis, `redis://` or `rediss://` (TLS).
+    Redis { url: SecretUrl },
+}
+
+impl StoreBackend {
+    /// Parses `embedded` or a `redis://` / `rediss://` URL (syntax only; nothing is dialled).
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if s.eq_ignore_ascii_case("embedded") {
+            return Ok(StoreBackend::Embedded);
+        }
+        let redacted = SecretUrl::from(s);
+        let rest = s
+            .strip_prefix("redis://")
+            .or_else(|| s.strip_prefix("rediss://"))
+            .ok_or_else(|| {
+                format!("expected `embedded` or a redis://host:port[/db] URL, got `{redacted}`")
+            })?;
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        // Credentials come before the last `@`; a password may itself contain `@`.
+        let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        let (host, port) = split_host_port(host_port);
+        if host.is_empty() {
+            return Err(format!("the Redis URL `{redacted}` names no host"));
+        }
+        if let Some(p) = port {
+            if p.parse::<u16>().is_err() {
+                return Err(format!("the Redis URL `{redacted}` has a bad port"));
+            }
+        }
+        let db = path.split('?').next().unwrap_or("");
+        if !db.is_empty() && db.parse::<u32>().is_err() {
+            return Err(format!(
+                "the Redis URL `{redacted}` has a bad database number `{db}`"
+            ));
+        }
+        Ok(StoreBackend::Redis { url: redacted })
+    }
+
+    pub fn is_embedded(&self) -> bool {
+        matches!(self, StoreBackend::Embedded)
+    }
+}
+
+/// Shows a Redis URL with its password hidden, so it can be logged.
+impl fmt::Display for StoreBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreBackend::Embedded => f.write_str("embedded"),
+            StoreBackend::Redis { url } => fmt::Display::fmt(url, f),
+        }
+    }
+}
+
+/// Splits `host:port` or `[v6]:port`; the port is `None` when absent.
+fn split_host_port(s: &str) -> (&str, Option<&str>) {
+    if let Some(rest) = s.strip_prefix('[') {
+        return match rest.split_once(']') {
+            Some((h, tail)) => (h, tail.strip_prefix(':')),
+            None => ("", None),
+        };
+    }
+    match s.rsplit_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (s, None),
+    }
+}
+
+/// `host:port`, `[v6]:port` or an IP socket address; the host is resolved at bind time.
+pub fn check_listen(s: &str) -> Result<(), String> {
+    if s.parse::<std::net::SocketAddr>().is_ok() {
+        return Ok(());
+    }
+    let (host, port) = split_host_port(s);
+    let port_ok = port.is_some_and(|p| p.parse::<u16>().is_ok());
+    if host.is_empty() || !port_ok || host.contains(['/', ' ']) {
+        return Err(format!(
+            "expected host:port such as 127.0.0.1:8080 or 0.0.0.0:8080, got `{s}`"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_accepts_names_and_v6() {
+        for ok in [
+            "localhost:8080",
+            "[::1]:0",
+            "0.0.0.0:8080",
+            "example.org:80",
+        ] {
+            assert!(check_listen(ok).is_ok(), "{ok}");
+        }
+        for bad in ["8080", ":8080", "host:", "a b:80"] {
+            assert!(check_listen(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! The command line: `waitroom [serve] [FLAGS]`. The settings' flags are the fields of
+//! [`Layered`] (the same struct every layer fills); this module adds what only the command
+//! line has: the subcommand, `--config`, and the `--demo` / `--no-demo` pair.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use super::layers::Layered;
+
+/// The command line: `waitroom [serve] [FLAGS]`. With no subcommand the flags of `serve`
+/// apply directly, so a bare `waitroom` serves.
+#[derive(Debug, Parser)]
+#[command(
+    name = "waitroom",
+    version,
+    about = "A virtual waiting room: fair queues, exact positions, paced admission, signed access tokens.",
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Flags of `serve`, accepted without the subcommand too.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start the server (the default when no subcommand is given).
+    Serve(ServeArgs),
+}
+
+impl Cli {
+    /// The flags of the `serve` command, however it was spelled.
+    pub fn serve_args(&self) -> &ServeArgs {
+        match &self.command {
+            Some(Command::Serve(a)) => a,
+            None => &self.serve,
+        }
+    }
+}
+
+/// Flags of `waitroom serve`. Each overrides the same setting from every other layer, and
+/// only when it is given: an absent flag leaves the lower layers' value alone.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ServeArgs {
+    /// TOML file with settings; environment variables and flags override it.
+    #[arg(long, value_name = "FILE", env = "WAITROOM_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The settings given as flags.
+    #[command(flatten)]
+    pub settings: Layered,
+    /// Create a small `demo` event with a simulated crowd (default: on for the embedded store). [env: WAITROOM_DEMO]
+    #[arg(long, overrides_with = "no_demo")]
+    pub demo: bool,
+    /// Do not create the demo event.
+    #[arg(long, overrides_with = "demo")]
+    pub no_demo: bool,
+}
+
+impl ServeArgs {
+    /// The flag layer: the settings given as flags, `demo` included.
+    pub fn layer(&self) -> Layered {
+        Layered {
+            demo: match (self.demo, self.no_demo) {
+                (true, _) => Some(true),
+                (_, true) => Some(false),
+                _ => None,
+            },
+            ..self.settings.clone()
+        }
+    }
+}

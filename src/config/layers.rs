@@ -1,0 +1,225 @@
+//! The layers and how they merge: one struct, [`Layered`], is what the TOML file, the
+//! `WAITROOM_*` environment and the flags each provide (every field optional: a layer sets
+//! only what it names), and figment merges them in rising priority. Built-in defaults are
+//! applied after merging, in [`super::Settings::load`], from [`super::Settings::default`].
+
+use std::fmt;
+use std::path::PathBuf;
+
+use clap::Args;
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::value::{Dict, Map, Value};
+use figment::{Figment, Metadata, Profile, Provider};
+use serde::{Deserialize, Deserializer, Serialize};
+
+use super::secret::{Secret, SecretUrl};
+use super::{ConfigError, Durability, LogFormat};
+
+/// Prefix of every environment variable we read.
+pub const ENV_PREFIX: &str = "WAITROOM_";
+
+/// The settings an environment variable may set (`WAITROOM_` + the upper-cased name): the
+/// fields of [`Layered`] (a test checks they agree). Other `WAITROOM_*` variables (such as
+/// `WAITROOM_CONFIG`, read by the flag parser) are left alone rather than rejected, because
+/// a deployment's environment often carries more than we read.
+const ENV_KEYS: &[&str] = &[
+    "listen",
+    "store",
+    "data_dir",
+    "admin_token",
+    "signing_key",
+    "demo",
+    "log_format",
+    "durability",
+];
+
+/// One layer of settings: the TOML file, the environment or the flags. The same names in
+/// every layer; unknown keys are refused so that a typo in the TOML file is an error rather
+/// than silently ignored. Absent fields are not serialized, so a layer that does not name a
+/// setting leaves the lower layers' value alone.
+#[derive(Debug, Clone, Default, Args, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Layered {
+    /// HTTP address to listen on, e.g. 0.0.0.0:8080 (port 0 picks a free port). [env: WAITROOM_LISTEN] [default: 127.0.0.1:8080]
+    #[arg(long, value_name = "ADDR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    /// `embedded` (in-process, durable under --data-dir) or redis://host:port[/db]. [env: WAITROOM_STORE] [default: embedded]
+    #[arg(long, value_name = "URL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store: Option<SecretUrl>,
+    /// Directory of the embedded store's files and the generated signing key. [env: WAITROOM_DATA_DIR] [default: ./waitroom-data]
+    #[arg(long, value_name = "DIR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
+    /// Bearer token of the admin API; generated and printed at start when absent. Prefer the
+    /// environment or the config file: flags are visible to every user of the machine. [env: WAITROOM_ADMIN_TOKEN]
+    #[arg(long, value_name = "T")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_token: Option<Secret<String>>,
+    /// PEM (PKCS#8) Ed25519 private key for access tokens; generated into the data dir when absent. [env: WAITROOM_SIGNING_KEY]
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signing_key: Option<PathBuf>,
+    /// `None`: on for the embedded store, off for Redis (where many nodes would each create
+    /// it). On the command line it is the `--demo` / `--no-demo` pair of
+    /// [`super::ServeArgs`].
+    #[arg(skip)]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_bool"
+    )]
+    pub demo: Option<bool>,
+    /// Log lines as human-readable text or as JSON. [env: WAITROOM_LOG_FORMAT] [default: text]
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_format: Option<LogFormat>,
+    /// Embedded store: answer a change after it is on disk (`sync`) or before (`relaxed`). [env: WAITROOM_DURABILITY] [default: sync]
+    #[arg(long, value_enum, value_name = "MODE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub durability: Option<Durability>,
+}
+
+/// Merges the TOML file `file` (which must exist when named), the environment and `flags`,
+/// in rising priority.
+pub fn merge(file: Option<&PathBuf>, flags: Layered) -> Result<Layered, ConfigError> {
+    let mut figment = Figment::new();
+    if let Some(path) = file {
+        // figment skips a missing file silently; a file named on purpose must exist.
+        match std::fs::metadata(path) {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => {
+                return Err(ConfigError::File {
+                    path: path.clone(),
+                    reason: "not a regular file".into(),
+                })
+            }
+            Err(e) => {
+                return Err(ConfigError::File {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                })
+            }
+        }
+        figment = figment.merge(Toml::file_exact(path));
+    }
+    figment
+        .merge(RawEnv::new())
+        .merge(Serialized::defaults(flags))
+        .extract()
+        .map_err(|e| ConfigError::Layers(Box::new(e)))
+}
+
+/// `WAITROOM_*` variables taken as literal strings. figment's own `Env` provider parses
+/// values (`123` becomes a number, `[a]` an array), which would make an all-digit admin
+/// token fail to load; settings here are all strings, paths or words, so nothing is lost.
+struct RawEnv(Env);
+
+impl RawEnv {
+    fn new() -> Self {
+        RawEnv(Env::prefixed(ENV_PREFIX).only(ENV_KEYS))
+    }
+}
+
+impl Provider for RawEnv {
+    fn metadata(&self) -> Metadata {
+        self.0.metadata()
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        let dict: Dict = self
+            .0
+            .iter()
+            // `VAR=` (as env files and compose files write an unset value) means "not set".
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| (k.as_str().to_string(), Value::from(v)))
+            .collect();
+        Ok(Profile::Default.collect(dict))
+    }
+}
+
+/// Accepts a boolean, or from the environment `true/false`, `1/0`, `yes/no`, `on/off`.
+fn lenient_bool<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    d.deserialize_option(LenientBool)
+}
+
+struct LenientBool;
+
+impl<'de> serde::de::Visitor<'de> for LenientBool {
+    type Value = Option<bool>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a boolean (true/false, 1/0, yes/no, on/off)")
+    }
+
+    fn visit_bool<E>(self, b: bool) -> Result<Self::Value, E> {
+        Ok(Some(b))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Self::Value, E> {
+        match n {
+            0 => Ok(Some(false)),
+            1 => Ok(Some(true)),
+            _ => Err(E::invalid_value(serde::de::Unexpected::Unsigned(n), &self)),
+        }
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Self::Value, E> {
+        match n {
+            0 => Ok(Some(false)),
+            1 => Ok(Some(true)),
+            _ => Err(E::invalid_value(serde::de::Unexpected::Signed(n), &self)),
+        }
+    }
+
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Self::Value, E> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" | "on" => Ok(Some(true)),
+            "false" | "0" | "no" | "off" => Ok(Some(false)),
+            _ => Err(E::invalid_value(serde::de::Unexpected::Str(s), &self)),
+        }
+    }
+
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(LenientBool)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The environment reads exactly the settings a layer has: a new setting that is not
+    /// added to `ENV_KEYS` would silently be ignored in the environment.
+    #[test]
+    fn env_keys_are_the_fields_of_a_layer() {
+        let full = Layered {
+            listen: Some(String::new()),
+            store: Some(SecretUrl::default()),
+            data_dir: Some(PathBuf::new()),
+            admin_token: Some(Secret::default()),
+            signing_key: Some(PathBuf::new()),
+            demo: Some(true),
+            log_format: Some(LogFormat::Text),
+            durability: Some(Durability::Sync),
+        };
+        let dict = Serialized::defaults(full).data().unwrap();
+        let mut keys: Vec<&str> = dict[&Profile::Default].keys().map(String::as_str).collect();
+        let mut expected = ENV_KEYS.to_vec();
+        keys.sort_unstable();
+        expected.sort_unstable();
+        assert_eq!(keys, expected);
+        assert!(
+            Serialized::defaults(Layered::default()).data().unwrap()[&Profile::Default].is_empty(),
+            "an empty layer masks nothing"
+        );
+    }
+}

@@ -1,0 +1,396 @@
+//! Settings of a `waitroom` process, in layers of rising priority: built-in defaults, a TOML
+//! file (`--config FILE`), `WAITROOM_*` environment variables, command-line flags. The
+//! contract (flag and variable names, defaults) is API.md "Running"; this module is its one
+//! implementation, so the binary, the tests and embedding programs all read settings alike.
+//!
+//! The layers are merged with `figment`; the result is validated once into [`Settings`],
+//! whose fields are typed (an address, a backend, a path), so the rest of the program never
+//! re-checks a string. Secrets (the admin token, a Redis password) never show in `Debug`,
+//! because settings are logged at start.
+//!
+//! - [`cli`]: the command line (clap): subcommand, `--config`, `--demo`/`--no-demo`.
+//! - [`layers`]: [`Layered`], the one struct that the file, the environment and the flags
+//!   each fill, and the figment merge.
+//! - [`backend`]: the syntax of the store URL and the listening address.
+//! - [`secret`]: [`Secret`] and [`SecretUrl`], which print `<redacted>`.
+//!
+//! A TOML file uses the same names as the flags, with underscores:
+//!
+//! ```toml
+//! listen = "0.0.0.0:8080"
+//! store = "embedded"
+//! data_dir = "/var/lib/waitroom"
+//! admin_token = "change-me"
+//! signing_key = "/etc/waitroom/signing-key.pem"
+//! demo = false
+//! log_format = "json"
+//! durability = "sync"
+//! ```
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+use serde::{Deserialize, Serialize};
+
+pub mod backend;
+pub mod cli;
+pub mod layers;
+pub mod secret;
+
+use backend::check_listen;
+pub use backend::StoreBackend;
+pub use cli::{Cli, Command, ServeArgs};
+pub use layers::{Layered, ENV_PREFIX};
+pub use secret::{Secret, SecretUrl};
+
+/// How log lines are written (to stderr).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    #[default]
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+impl LogFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
+}
+
+pub use crate::store::journal::Durability;
+
+/// The validated settings of one process.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    /// Address to listen on, `host:port`; port 0 picks a free port (the chosen address is
+    /// printed as `listening on http://ADDR`).
+    pub listen: String,
+    pub store: StoreBackend,
+    /// Embedded store's files and the generated signing key.
+    pub data_dir: PathBuf,
+    /// Bearer token of the admin API. `None`: one is generated at start and printed to
+    /// stdout as `admin token: T`, so a newcomer can use the admin API without configuring.
+    pub admin_token: Option<Secret<String>>,
+    /// `None`: the key in the data dir, generated on first start.
+    pub signing_key: Option<PathBuf>,
+    /// Create the `demo` event and its simulated crowd.
+    pub demo: bool,
+    pub log_format: LogFormat,
+    pub durability: Durability,
+}
+
+impl Default for Settings {
+    /// The built-in defaults of API.md "Running".
+    fn default() -> Self {
+        Settings {
+            listen: "127.0.0.1:8080".into(),
+            store: StoreBackend::Embedded,
+            data_dir: PathBuf::from("./waitroom-data"),
+            admin_token: None,
+            signing_key: None,
+            demo: true,
+            log_format: LogFormat::Text,
+            durability: Durability::Sync,
+        }
+    }
+}
+
+/// Why the settings could not be loaded. Each message names the setting or the file at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config file {}: {reason}", path.display())]
+    File { path: PathBuf, reason: String },
+    /// A value of the wrong type, an unknown key in the TOML file, a malformed file.
+    #[error("{0}")]
+    Layers(Box<figment::Error>),
+    #[error("invalid {setting}: {reason}")]
+    Invalid {
+        setting: &'static str,
+        reason: String,
+    },
+}
+
+fn invalid(setting: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        setting,
+        reason: reason.into(),
+    }
+}
+
+impl Settings {
+    /// Parses `args` (the first is the program name) as a command line, then loads. A
+    /// malformed command line is an error here rather than an exit, for tests and embedding.
+    pub fn from_args<I, T>(args: I) -> Result<Self, anyhow::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let cli = Cli::try_parse_from(args)?;
+        Ok(Self::load(cli.serve_args())?)
+    }
+
+    /// Merges defaults, the TOML file named by `args.config`, the environment and the given
+    /// flags, then validates.
+    pub fn load(args: &ServeArgs) -> Result<Self, ConfigError> {
+        Self::validate(layers::merge(args.config.as_ref(), args.layer())?)
+    }
+
+    /// Checks the merged layers and fills what none of them set from the defaults.
+    fn validate(l: Layered) -> Result<Self, ConfigError> {
+        let d = Settings::default();
+        let listen = l.listen.map_or(d.listen, |s| s.trim().to_string());
+        check_listen(&listen).map_err(|r| invalid("listen", r))?;
+        let store = match &l.store {
+            Some(s) => StoreBackend::parse(s.expose()).map_err(|r| invalid("store", r))?,
+            None => d.store,
+        };
+        let data_dir = l.data_dir.unwrap_or(d.data_dir);
+        if data_dir.as_os_str().is_empty() {
+            return Err(invalid("data_dir", "must not be empty"));
+        }
+        if let Some(t) = &l.admin_token {
+            let t = t.expose();
+            // It travels in an `Authorization` header, so it must be a plain visible string.
+            if t.is_empty() {
+                return Err(invalid(
+                    "admin_token",
+                    "must not be empty (leave it unset to have one generated)",
+                ));
+            }
+            if !t.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(invalid(
+                    "admin_token",
+                    "must be printable ASCII without spaces",
+                ));
+            }
+        }
+        if let Some(p) = &l.signing_key {
+            if p.as_os_str().is_empty() {
+                return Err(invalid("signing_key", "must not be empty"));
+            }
+        }
+        let demo = l.demo.unwrap_or(store.is_embedded());
+        Ok(Settings {
+            listen,
+            store,
+            data_dir,
+            admin_token: l.admin_token,
+            signing_key: l.signing_key,
+            demo,
+            log_format: l.log_format.unwrap_or(d.log_format),
+            durability: l.durability.unwrap_or(d.durability),
+        })
+    }
+}
+
+/// A fresh admin token: 32 random bytes, hex.
+pub fn generate_admin_token() -> String {
+    let mut b = [0u8; 32];
+    getrandom::fill(&mut b).expect("the OS random source is available");
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[cfg(test)]
+// `Jail::expect_with` takes closures returning `figment::Error`, which is large; the type is
+// figment's, not ours to box.
+#[allow(clippy::result_large_err)]
+mod tests {
+    use super::*;
+    use figment::Jail;
+
+    fn load(args: &[&str]) -> Result<Settings, String> {
+        let mut argv = vec!["waitroom"];
+        argv.extend_from_slice(args);
+        Settings::from_args(argv).map_err(|e| format!("{e:#}"))
+    }
+
+    #[test]
+    fn defaults_match_the_contract() {
+        Jail::expect_with(|_| {
+            let s = load(&[]).unwrap();
+            assert_eq!(s, Settings::default());
+            assert_eq!(s.listen, "127.0.0.1:8080");
+            assert_eq!(s.store, StoreBackend::Embedded);
+            assert_eq!(s.data_dir, PathBuf::from("./waitroom-data"));
+            assert!(s.demo, "demo is on for the embedded store");
+            assert_eq!(s.durability, Durability::Sync);
+            assert_eq!(
+                load(&["serve"]).unwrap(),
+                s,
+                "bare waitroom = waitroom serve"
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn each_layer_overrides_the_one_below() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "w.toml",
+                r#"
+                listen = "127.0.0.1:1001"
+                store = "embedded"
+                data_dir = "from-file"
+                admin_token = "file-token"
+                log_format = "json"
+                demo = false
+                "#,
+            )?;
+            // File over defaults.
+            let s = load(&["--config", "w.toml"]).unwrap();
+            assert_eq!(s.listen, "127.0.0.1:1001");
+            assert_eq!(s.data_dir, PathBuf::from("from-file"));
+            assert_eq!(
+                s.admin_token
+                    .as_ref()
+                    .map(Secret::expose)
+                    .map(String::as_str),
+                Some("file-token")
+            );
+            assert_eq!(s.log_format, LogFormat::Json);
+            assert!(!s.demo);
+            assert_eq!(s.durability, Durability::Sync, "default kept");
+
+            // Environment over the file.
+            jail.set_env("WAITROOM_LISTEN", "127.0.0.1:1002");
+            jail.set_env("WAITROOM_ADMIN_TOKEN", "12345678901234567890");
+            jail.set_env("WAITROOM_DEMO", "on");
+            jail.set_env("WAITROOM_DURABILITY", "relaxed");
+            let s = load(&["serve", "--config", "w.toml"]).unwrap();
+            assert_eq!(s.listen, "127.0.0.1:1002");
+            assert_eq!(
+                s.admin_token
+                    .as_ref()
+                    .map(Secret::expose)
+                    .map(String::as_str),
+                Some("12345678901234567890"),
+                "an all-digit token stays a string"
+            );
+            assert!(s.demo);
+            assert_eq!(s.durability, Durability::Relaxed);
+            assert_eq!(s.data_dir, PathBuf::from("from-file"), "file kept");
+
+            // Flags over the environment.
+            let s = load(&[
+                "serve",
+                "--config",
+                "w.toml",
+                "--listen",
+                "127.0.0.1:1003",
+                "--no-demo",
+                "--durability",
+                "sync",
+                "--log-format",
+                "text",
+            ])
+            .unwrap();
+            assert_eq!(s.listen, "127.0.0.1:1003");
+            assert!(!s.demo);
+            assert_eq!(s.durability, Durability::Sync);
+            assert_eq!(s.log_format, LogFormat::Text);
+            assert_eq!(
+                s.admin_token
+                    .as_ref()
+                    .map(Secret::expose)
+                    .map(String::as_str),
+                Some("12345678901234567890")
+            );
+
+            // The config file may come from the environment too.
+            jail.set_env("WAITROOM_CONFIG", "w.toml");
+            assert_eq!(
+                load(&[]).unwrap().data_dir,
+                PathBuf::from("from-file"),
+                "WAITROOM_CONFIG names the file"
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn demo_follows_the_backend_unless_set() {
+        Jail::expect_with(|jail| {
+            let s = load(&["--store", "redis://localhost:6379/0"]).unwrap();
+            assert!(!s.demo, "demo is off for redis by default");
+            assert_eq!(
+                s.store,
+                StoreBackend::Redis {
+                    url: "redis://localhost:6379/0".into()
+                }
+            );
+            assert!(
+                load(&["--store", "redis://localhost", "--demo"])
+                    .unwrap()
+                    .demo
+            );
+            assert!(!load(&["--demo", "--no-demo"]).unwrap().demo, "last wins");
+            assert!(load(&["--no-demo", "--demo"]).unwrap().demo, "last wins");
+            jail.set_env("WAITROOM_DEMO", "0");
+            assert!(!load(&[]).unwrap().demo);
+            assert!(load(&["--demo"]).unwrap().demo, "flag over env");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn bad_values_are_clear_errors() {
+        Jail::expect_with(|jail| {
+            let cases: &[(&[&str], &str)] = &[
+                (&["--listen", "nonsense"], "listen"),
+                (&["--listen", "127.0.0.1:99999"], "listen"),
+                (&["--store", "mysql://x"], "store"),
+                (&["--store", "redis://"], "no host"),
+                (&["--store", "redis://h:port"], "port"),
+                (&["--store", "redis://h:6379/x"], "database"),
+                (&["--admin-token", "a b"], "admin_token"),
+                (&["--admin-token", ""], "admin_token"),
+                (&["--log-format", "xml"], "xml"),
+                (&["--bogus"], "--bogus"),
+                (&["--config", "missing.toml"], "missing.toml"),
+            ];
+            for (args, needle) in cases {
+                let err = load(args).expect_err(&format!("{args:?} accepted"));
+                assert!(err.contains(needle), "{args:?}: `{err}` lacks `{needle}`");
+            }
+            jail.create_file("typo.toml", "listn = \"127.0.0.1:1\"")?;
+            let err = load(&["--config", "typo.toml"]).unwrap_err();
+            assert!(err.contains("listn"), "{err}");
+            jail.create_file("type.toml", "demo = \"maybe\"")?;
+            let err = load(&["--config", "type.toml"]).unwrap_err();
+            assert!(err.contains("demo") && err.contains("maybe"), "{err}");
+            jail.set_env("WAITROOM_DURABILITY", "eventually");
+            let err = load(&[]).unwrap_err();
+            assert!(
+                err.contains("eventually") && err.contains("WAITROOM_"),
+                "{err}"
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn secrets_do_not_show_in_debug() {
+        let s = Settings {
+            admin_token: Some("sup3r-secret".into()),
+            store: StoreBackend::parse("redis://user:hunter2@redis.example:6379/1").unwrap(),
+            ..Settings::default()
+        };
+        let dbg = format!("{s:?}");
+        assert!(
+            !dbg.contains("sup3r-secret") && !dbg.contains("hunter2"),
+            "{dbg}"
+        );
+        assert!(dbg.contains("redis.example:6379/1"), "{dbg}");
+        let args = Cli::try_parse_from(["waitroom", "--admin-token", "sup3r-secret"]).unwrap();
+        assert!(!format!("{args:?}").contains("sup3r-secret"));
+        assert_eq!(generate_admin_token().len(), 64);
+        assert_ne!(generate_admin_token(), generate_admin_token());
+    }
+}

@@ -1,0 +1,148 @@
+//! Values that must never reach a log: [`Secret`] (the admin token) and [`SecretUrl`] (a
+//! store URL, whose password is hidden but whose host stays visible for diagnosis).
+//!
+//! Settings are logged at start and show up in panics and error chains, so redaction lives
+//! in the type, not at each place that prints: `Debug` and `Display` never show the value,
+//! and reading it takes an explicit [`Secret::expose`].
+
+use std::convert::Infallible;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// What a redacted value prints as.
+pub const REDACTED: &str = "<redacted>";
+
+/// A value whose `Debug` and `Display` print `<redacted>`.
+///
+/// It serializes as the bare value, because the config layers pass settings through figment
+/// as serialized data; nothing else serializes settings.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secret<T>(T);
+
+impl<T> Secret<T> {
+    pub fn new(value: T) -> Self {
+        Secret(value)
+    }
+
+    /// The value itself: the one way to read it, easy to find in a review.
+    pub fn expose(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> fmt::Debug for Secret<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(REDACTED)
+    }
+}
+
+impl<T> fmt::Display for Secret<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(REDACTED)
+    }
+}
+
+impl From<&str> for Secret<String> {
+    fn from(s: &str) -> Self {
+        Secret(s.to_string())
+    }
+}
+
+impl From<String> for Secret<String> {
+    fn from(s: String) -> Self {
+        Secret(s)
+    }
+}
+
+/// For the command line parser.
+impl FromStr for Secret<String> {
+    type Err = Infallible;
+    fn from_str(s: &str) -> Result<Self, Infallible> {
+        Ok(Secret(s.to_string()))
+    }
+}
+
+/// A URL that may carry a password (`redis://user:password@host/db`), or a plain word such
+/// as `embedded`. `Debug` and `Display` show it with the password replaced by `<redacted>`.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SecretUrl(String);
+
+impl SecretUrl {
+    /// The URL with its password, to dial the backend.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SecretUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&redact_url(&self.0))
+    }
+}
+
+impl fmt::Display for SecretUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&redact_url(&self.0))
+    }
+}
+
+impl From<&str> for SecretUrl {
+    fn from(s: &str) -> Self {
+        SecretUrl(s.to_string())
+    }
+}
+
+impl From<String> for SecretUrl {
+    fn from(s: String) -> Self {
+        SecretUrl(s)
+    }
+}
+
+/// For the command line parser.
+impl FromStr for SecretUrl {
+    type Err = Infallible;
+    fn from_str(s: &str) -> Result<Self, Infallible> {
+        Ok(SecretUrl(s.to_string()))
+    }
+}
+
+/// Replaces the password of a URL (`scheme://user:password@host`) with `<redacted>`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((cred, host)) => {
+            let user = cred.split_once(':').map_or("", |(u, _)| u);
+            format!("{scheme}://{user}:{REDACTED}@{host}{path}")
+        }
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_print_redacted() {
+        let s = Secret::from("sup3r-secret");
+        assert_eq!(format!("{s:?} {s}"), "<redacted> <redacted>");
+        assert_eq!(s.expose(), "sup3r-secret");
+        let u = SecretUrl::from("rediss://app:hun@ter2@redis.example:6379/1");
+        assert_eq!(
+            format!("{u:?} {u}"),
+            "rediss://app:<redacted>@redis.example:6379/1 rediss://app:<redacted>@redis.example:6379/1"
+        );
+        assert_eq!(format!("{}", SecretUrl::from("embedded")), "embedded");
+        assert_eq!(u.expose(), "rediss://app:hun@ter2@redis.example:6379/1");
+    }
+}

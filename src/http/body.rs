@@ -1,0 +1,329 @@
+//! The JSON bodies of every successful answer, one type per shape, in the order of
+//! `docs/API.md`. Handlers build one of these and hand it to `Json`; none assembles JSON by
+//! hand, so this file is the contract as the compiler sees it. Errors have their own body
+//! in [`super::error`]; live messages are [`crate::live::LiveMessage`].
+//!
+//! Field order follows the contract's examples. An `Option` that the contract shows only in
+//! some states is skipped when absent (`#[serde(skip_serializing_if)]`); one that the
+//! contract always carries is written as `null`.
+
+use serde::Serialize;
+
+use crate::core::{EventConfig, EventFigures, PlaceState, PlaceView};
+use crate::store::EventSnapshot;
+
+// ---------------------------------------------------------------------------------------
+// End-user API (`/api/v1/queue/…`, `/api/v1/session/…`)
+// ---------------------------------------------------------------------------------------
+
+/// What `status` answers, and `join` around its waiting token: the fields a waiting page
+/// needs, present according to the place's state.
+#[derive(Debug, Serialize)]
+pub struct Place {
+    pub status: PlaceState,
+    pub event_id: String,
+    /// Present while `waiting`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub position: Option<u64>,
+    pub queue_length: u64,
+    pub eta_sec: u64,
+    pub waited_sec: u64,
+    pub ready_for_entry: bool,
+    /// Present while `admitted`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enter_within_sec: Option<u64>,
+    /// Present while `active`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_expires_in_sec: Option<u64>,
+}
+
+impl Place {
+    pub fn new(event_id: String, v: &PlaceView) -> Self {
+        Place {
+            status: v.status,
+            event_id,
+            position: v.position,
+            queue_length: v.queue_length,
+            eta_sec: v.eta_sec.unwrap_or(0),
+            waited_sec: v.waited_sec,
+            ready_for_entry: v.status == PlaceState::Admitted,
+            enter_within_sec: v.enter_within_sec,
+            session_expires_in_sec: v.session_expires_in_sec,
+        }
+    }
+}
+
+/// `POST /queue/join`
+#[derive(Debug, Serialize)]
+pub struct Joined {
+    pub waiting_token: String,
+    #[serde(flatten)]
+    pub place: Place,
+}
+
+/// `POST /queue/enter`
+#[derive(Debug, Serialize)]
+pub struct Entered {
+    /// Always `"granted"`: a refusal is an error answer.
+    pub admission: &'static str,
+    pub access_token: String,
+    /// Always `"Bearer"`.
+    pub token_type: &'static str,
+    pub session_id: String,
+    /// Seconds until the session ends at the latest.
+    pub expires_in: u64,
+    /// The same moment in Unix seconds (the token's `exp`).
+    pub expires_at: u64,
+    pub event_id: String,
+}
+
+/// `POST /queue/leave`, `DELETE /queue/leave`
+#[derive(Debug, Serialize)]
+pub struct Removed {
+    /// `false` when the place had already ended.
+    pub removed: bool,
+}
+
+/// `POST /queue/verify`
+#[derive(Debug, Serialize)]
+pub struct Verified {
+    /// Always `true`: an invalid token is an error answer.
+    pub valid: bool,
+    pub event_id: String,
+    /// The user id, or for an anonymous place its subject (the session), never null.
+    pub user_id: String,
+    pub sub: String,
+    pub session_id: String,
+    pub expires_at: u64,
+    pub session_expires_in_sec: Option<u64>,
+}
+
+/// `POST /session/complete`
+#[derive(Debug, Serialize)]
+pub struct Completed {
+    pub completed: bool,
+}
+
+/// `GET /queue/info`: public figures, no user data.
+#[derive(Debug, Serialize)]
+pub struct QueueInfo {
+    pub event_id: String,
+    pub name: String,
+    pub queue_length: u64,
+    pub admitted: u64,
+    pub active: u64,
+    pub capacity: u64,
+    pub available_slots: u64,
+    pub admitted_last_minute: u64,
+    pub paused: bool,
+    pub accept_joins: bool,
+}
+
+impl QueueInfo {
+    pub fn new(s: EventSnapshot) -> Self {
+        let (c, f) = (s.config, s.figures);
+        QueueInfo {
+            event_id: s.event_id,
+            name: c.name,
+            queue_length: f.waiting,
+            admitted: f.admitted,
+            active: f.active,
+            capacity: f.capacity,
+            available_slots: f.available_slots,
+            admitted_last_minute: f.admitted_last_minute,
+            paused: c.paused,
+            accept_joins: c.accept_joins,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Public event list (`/api/v1/events`), read by the pages
+// ---------------------------------------------------------------------------------------
+
+/// The public face of an event: what a person deciding to join may see. No user data, no
+/// admin settings beyond where the line leads.
+#[derive(Debug, Serialize)]
+pub struct PublicEvent {
+    pub event_id: String,
+    pub name: String,
+    pub queue_length: u64,
+    pub admitted: u64,
+    pub active: u64,
+    pub capacity: u64,
+    pub admitted_last_minute: u64,
+    pub paused: bool,
+    pub accept_joins: bool,
+    pub target_url: Option<String>,
+    /// How long a closed page keeps its place: the waiting room tells people.
+    pub waiting_idle_sec: u32,
+}
+
+impl PublicEvent {
+    pub fn new(s: EventSnapshot) -> Self {
+        let (c, f) = (s.config, s.figures);
+        PublicEvent {
+            event_id: s.event_id,
+            name: c.name,
+            queue_length: f.waiting,
+            admitted: f.admitted,
+            active: f.active,
+            capacity: f.capacity,
+            admitted_last_minute: f.admitted_last_minute,
+            paused: c.paused,
+            accept_joins: c.accept_joins,
+            target_url: c.target_url,
+            waiting_idle_sec: c.waiting_idle_sec,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Admin API (`/api/v1/admin/…`)
+// ---------------------------------------------------------------------------------------
+
+/// A stored config with its id, as `PUT /events/{id}`, pause and resume answer it.
+#[derive(Debug, Serialize)]
+pub struct EventSettings {
+    pub event_id: String,
+    #[serde(flatten)]
+    pub config: EventConfig,
+}
+
+/// Config and figures side by side in one flat object (their field names do not overlap),
+/// as `GET /events/{id}` and each row of `GET /events` answer them.
+#[derive(Debug, Serialize)]
+pub struct AdminEvent {
+    pub event_id: String,
+    #[serde(flatten)]
+    pub config: EventConfig,
+    #[serde(flatten)]
+    pub figures: EventFigures,
+}
+
+impl AdminEvent {
+    pub fn new(s: EventSnapshot) -> Self {
+        AdminEvent {
+            event_id: s.event_id,
+            config: s.config,
+            figures: s.figures,
+        }
+    }
+}
+
+/// `DELETE /events/{id}`
+#[derive(Debug, Serialize)]
+pub struct Deleted {
+    pub deleted: bool,
+    pub event_id: String,
+}
+
+/// `POST /events/{id}/clear`
+#[derive(Debug, Serialize)]
+pub struct Cleared {
+    /// How many waiting places were removed.
+    pub cleared: u64,
+}
+
+/// One row of `GET /stats`. The names are the contract's (`used_count` counts completed
+/// sessions), not the figures' own.
+#[derive(Debug, Serialize)]
+pub struct StatsRow {
+    pub event_id: String,
+    pub name: String,
+    pub waiting_count: u64,
+    pub active_count: u64,
+    pub used_count: u64,
+    pub average_wait_time_sec: f64,
+}
+
+impl StatsRow {
+    pub fn new(s: EventSnapshot) -> Self {
+        StatsRow {
+            event_id: s.event_id,
+            name: s.config.name,
+            waiting_count: s.figures.waiting,
+            active_count: s.figures.active,
+            used_count: s.figures.completed,
+            average_wait_time_sec: s.figures.avg_wait_sec,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Operations (`/healthz`, `/readyz`)
+// ---------------------------------------------------------------------------------------
+
+/// `GET /healthz` (`"ok"`) and `GET /readyz` (`"ready"`).
+#[derive(Debug, Serialize)]
+pub struct Health {
+    pub status: &'static str,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::core::PlaceKey;
+
+    fn view(status: PlaceState) -> PlaceView {
+        PlaceView {
+            key: PlaceKey { seq: 1, nonce: 2 },
+            status,
+            user_id: None,
+            position: Some(3),
+            queue_length: 9,
+            eta_sec: None,
+            waited_sec: 4,
+            joined_at: 0,
+            enter_within_sec: None,
+            entered_at: None,
+            session_ends_at: None,
+            session_expires_in_sec: None,
+        }
+    }
+
+    /// Absent state-dependent fields are left out rather than written as `null`, and a
+    /// missing ETA is written as 0, as the hand-built bodies did.
+    #[test]
+    fn a_place_shows_only_the_fields_of_its_state() {
+        let v = serde_json::to_value(Place::new("ev".into(), &view(PlaceState::Waiting))).unwrap();
+        assert_eq!(
+            v,
+            json!({"status": "waiting", "event_id": "ev", "position": 3, "queue_length": 9,
+                   "eta_sec": 0, "waited_sec": 4, "ready_for_entry": false})
+        );
+        let mut admitted = view(PlaceState::Admitted);
+        admitted.position = None;
+        admitted.enter_within_sec = Some(60);
+        let joined = Joined {
+            waiting_token: "t".into(),
+            place: Place::new("ev".into(), &admitted),
+        };
+        assert_eq!(
+            serde_json::to_value(joined).unwrap(),
+            json!({"waiting_token": "t", "status": "admitted", "event_id": "ev",
+                   "queue_length": 9, "eta_sec": 0, "waited_sec": 4,
+                   "ready_for_entry": true, "enter_within_sec": 60})
+        );
+    }
+
+    /// Config and figures flatten into one object beside the id, with no name clash.
+    #[test]
+    fn an_admin_event_is_one_flat_object() {
+        let snap = EventSnapshot {
+            event_id: "ev".into(),
+            config: EventConfig::default(),
+            figures: EventFigures::default(),
+        };
+        let config = serde_json::to_value(&snap.config).unwrap();
+        let figures = serde_json::to_value(&snap.figures).unwrap();
+        let v = serde_json::to_value(AdminEvent::new(snap)).unwrap();
+        let obj = v.as_object().unwrap();
+        let (c, f) = (config.as_object().unwrap(), figures.as_object().unwrap());
+        assert_eq!(obj.len(), 1 + c.len() + f.len(), "{v}");
+        assert_eq!(obj["event_id"], "ev");
+        assert!(c.iter().chain(f.iter()).all(|(k, x)| &obj[k] == x));
+    }
+}
