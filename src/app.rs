@@ -6,6 +6,7 @@ use std::sync::Arc;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::watch;
 
+use crate::catalog::EventCatalog;
 use crate::clock::Clock;
 use crate::live::Live;
 use crate::store::Store;
@@ -16,6 +17,9 @@ use crate::tokens::{AccessTokens, WaitingTokens};
 pub struct AppState {
     /// The queue state; the HTTP layer knows it only through the trait.
     pub store: Arc<dyn Store>,
+    /// This node's copy of every event's settings, kept fresh by the store's notices: the
+    /// checks made before a store call read it instead of the store.
+    pub events: Arc<EventCatalog>,
     pub access: Arc<AccessTokens>,
     pub waiting: WaitingTokens,
     /// Bearer token of the admin API.
@@ -43,6 +47,7 @@ impl AppState {
     ) -> anyhow::Result<Self> {
         let access = AccessTokens::from_signing_key(signing_key)?;
         Ok(AppState {
+            events: Arc::new(EventCatalog::new(store.clone())),
             store,
             waiting: access.waiting_tokens(),
             access: Arc::new(access),
@@ -60,6 +65,6 @@ impl AppState {
     /// live updates without a server calls it too. Dropping the answer stops them.
     /// Must be called inside a tokio runtime.
     pub fn start_background(&self) -> Tasks {
-        crate::background::start(&self.store, &self.clock, &self.live)
+        crate::background::start(&self.store, &self.clock, &self.live, &self.events)
     }
 }

@@ -1,5 +1,5 @@
-//! The node's background tasks, started together by [`start`]: the live hub, the scheduler
-//! and the gauge upkeep. The server adds the demo crowd when asked, and stops and joins them
+//! The node's background tasks, started together by [`start`]: the live hub, the scheduler,
+//! the gauge upkeep and the event catalog's upkeep. The server adds the demo crowd when asked, and stops and joins them
 //! all by name at shutdown; tests that build an [`crate::AppState`] without a server start
 //! the same set with [`crate::AppState::start_background`].
 //!
@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use tokio::sync::broadcast;
 
+use crate::catalog::EventCatalog;
 use crate::clock::Clock;
 use crate::live::Live;
 use crate::scheduler;
@@ -23,11 +24,17 @@ use crate::telemetry;
 pub const LIVE_HUB: &str = "live-hub";
 pub const SCHEDULER: &str = "scheduler";
 pub const GAUGES: &str = "gauges";
+pub const CATALOG: &str = "catalog";
 
 /// Starts the live hub, the scheduler and the gauge upkeep over `store`. Each subscribes to
 /// the store's notices here, before this returns, so nothing published afterwards is
 /// missed. Must be called inside a tokio runtime.
-pub fn start(store: &Arc<dyn Store>, clock: &Clock, live: &Live) -> Tasks {
+pub fn start(
+    store: &Arc<dyn Store>,
+    clock: &Clock,
+    live: &Live,
+    catalog: &Arc<EventCatalog>,
+) -> Tasks {
     let mut tasks = Tasks::new();
     let stop = tasks.stop_signal();
     tasks.spawn(LIVE_HUB, live.run(store.subscribe(), stop.clone()));
@@ -39,6 +46,10 @@ pub fn start(store: &Arc<dyn Store>, clock: &Clock, live: &Live) -> Tasks {
             store.subscribe(),
             stop.clone(),
         ),
+    );
+    tasks.spawn(
+        CATALOG,
+        catalog.clone().run(store.subscribe(), stop.clone()),
     );
     tasks.spawn(GAUGES, forget_deleted_events(store.subscribe(), stop));
     tasks

@@ -12,6 +12,7 @@
 //! - [`store`]: the [`store::Store`] contract (atomic per event) and its backends; the
 //!   conformance suite that every backend passes. Every change is also a [`store::Notice`],
 //!   relayed to every node.
+//! - [`catalog`]: this node's copy of every event's settings, kept fresh by notices.
 //! - [`config`]: layered settings (defaults, TOML, environment, flags).
 //! - [`scheduler`]: the tick that ends lapsed places and paces admissions, on time.
 //! - [`live`]: live updates of one place, fed by one hub that routes the store's notices
@@ -27,6 +28,7 @@
 
 pub mod app;
 pub mod background;
+pub mod catalog;
 pub mod clock;
 pub mod config;
 pub mod core;
