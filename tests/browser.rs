@@ -5,7 +5,8 @@
 //! place; the Leave button; an admitted person entering, landing on the demo booking page
 //! and completing; the dashboard showing events with live figures, and pausing one; the
 //! Korean page (browser language) and the language switch. The tests also take the
-//! screenshots shown in the README (`docs/screenshot-*.png`).
+//! screenshots shown in the README, into `target/screenshots/` (tests never change tracked
+//! files; copy them to `docs/` by hand to refresh the README's pictures).
 //!
 //! `./scripts/test.sh` installs `chromium` and `chromium-driver` when missing. If they are
 //! missing or cannot start, these tests **fail** (they never pass silently without a browser).
@@ -241,10 +242,10 @@ impl Browser {
         self.c().current_url().await.unwrap().to_string()
     }
 
-    /// Saves a screenshot into `docs/` of the repository.
+    /// Saves a screenshot into `target/screenshots/`.
     async fn screenshot(&self, name: &str) {
         let png = self.c().screenshot().await.unwrap();
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs");
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/screenshots");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(name), png).unwrap();
     }
