@@ -166,6 +166,7 @@ async fn demo_step(
             user_id: Some(user_id.clone()),
             metadata: None,
             nonce: random_u128(),
+            ..JoinRequest::default()
         };
         match store.join(DEMO_EVENT, &req, now).await {
             Ok(view) => bots.push(Bot {

@@ -58,7 +58,9 @@ pub fn record_effects(event_id: &str, fx: &[Effect]) {
                 EndReason::Cleared => ("waitroom_leaves_total", Some("cleared")),
                 EndReason::Completed => ("waitroom_completions_total", None),
             },
-            Effect::Forgotten { .. } => continue,
+            Effect::Forgotten { .. } | Effect::Invited { .. } | Effect::InviteBound { .. } => {
+                continue
+            }
         };
         match reason {
             Some(r) => counter!(name, "event" => event_id.to_string(), "reason" => r).increment(1),

@@ -52,4 +52,21 @@ pub enum Effect {
     Forgotten {
         seq: u64,
     },
+    /// New invite codes, none of them seating anyone yet.
+    Invited {
+        codes: Vec<Box<str>>,
+    },
+    /// An invite code now seats `holder`, for good.
+    InviteBound {
+        code: Box<str>,
+        holder: InviteHolder,
+    },
+}
+
+/// Whom an invite code seats: a user (who may rejoin with it), or, for a join without a
+/// user id, the one place it made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub enum InviteHolder {
+    User(Box<str>),
+    Place(u64),
 }

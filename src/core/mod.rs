@@ -19,10 +19,10 @@ pub mod queue;
 pub mod rank;
 pub mod view;
 
-pub use config::{validate_event_id, EventConfig, EventPatch};
-pub use effect::{Effect, EndReason};
+pub use config::{validate_event_id, Access, EventConfig, EventPatch};
+pub use effect::{Effect, EndReason, InviteHolder};
 pub use pace::{Pace, RATE_WINDOW_MS};
-pub use queue::{EventQueue, QueueMeta, RestoredPlace, EXPIRED_RETENTION_MS};
+pub use queue::{EventQueue, JoinProof, QueueMeta, RestoredPlace, EXPIRED_RETENTION_MS};
 pub use view::{EventCounts, EventFigures, HeadEntry, PlaceFacts, PlaceState, PlaceView, Timeouts};
 
 /// Milliseconds since the Unix epoch. Wall-clock time, because deadlines must survive a
@@ -48,12 +48,21 @@ pub enum QueueError {
     NotReady,
     #[error("the place holds no active session")]
     NoSession,
+    /// A repeat join for a user who holds a place, without proof of being that user.
+    #[error("this user already holds a place; prove the identity (waiting token, user token or server key) to get it back")]
+    AlreadyJoined,
+    /// An invite-only event, joined without an invite code.
+    #[error("this event is invite-only: an invite code is required")]
+    InviteRequired,
+    /// An invite code that is unknown, or already seats someone else.
+    #[error("the invite code is unknown or already used")]
+    InviteInvalid,
 }
 
 impl QueueError {
     /// Every error that carries no detail, so can be named by its code alone (what the
     /// Redis script answers). `Invalid` carries a message and is never sent by a script.
-    pub const NAMED: [QueueError; 7] = [
+    pub const NAMED: [QueueError; 10] = [
         QueueError::EventNotFound,
         QueueError::EventClosed,
         QueueError::QueueFull,
@@ -61,6 +70,9 @@ impl QueueError {
         QueueError::TokenExpired,
         QueueError::NotReady,
         QueueError::NoSession,
+        QueueError::AlreadyJoined,
+        QueueError::InviteRequired,
+        QueueError::InviteInvalid,
     ];
 
     /// The code of [`QueueError::Invalid`], which is also the API's code of any bad input.
@@ -80,6 +92,9 @@ impl QueueError {
             QueueError::TokenExpired => "TOKEN_EXPIRED",
             QueueError::NotReady => "NOT_READY",
             QueueError::NoSession => "NO_SESSION",
+            QueueError::AlreadyJoined => "ALREADY_JOINED",
+            QueueError::InviteRequired => "INVITE_REQUIRED",
+            QueueError::InviteInvalid => "INVITE_INVALID",
         }
     }
 
@@ -130,7 +145,10 @@ mod tests {
             | QueueError::TokenNotFound
             | QueueError::TokenExpired
             | QueueError::NotReady
-            | QueueError::NoSession => {}
+            | QueueError::NoSession
+            | QueueError::AlreadyJoined
+            | QueueError::InviteRequired
+            | QueueError::InviteInvalid => {}
         }
     }
 }

@@ -25,7 +25,7 @@ use super::places::{BuildSeqHasher, Place, PlaceTable, UserIndex};
 use super::rank::RankIndex;
 use super::view::{EventCounts, PlaceFacts, Timeouts};
 use super::{
-    Effect, EndReason, EventConfig, EventFigures, HeadEntry, Millis, Pace, PlaceKey, PlaceState,
+    Access, Effect, EndReason, EventConfig, InviteHolder, EventFigures, HeadEntry, Millis, Pace, PlaceKey, PlaceState,
     PlaceView, QueueError,
 };
 
@@ -86,6 +86,19 @@ pub struct EventQueue {
     wait_sum_ms: u64,
     session_sum_ms: u64,
     session_count: u64,
+    /// Invite codes, each with whom it seats once used.
+    invites: HashMap<Box<str>, Option<InviteHolder>>,
+}
+
+/// What a joiner showed besides a user id.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JoinProof<'a> {
+    /// The caller proved it is the user (a user token, or the site's server key). Only then
+    /// does a repeat join get the user's live place back; otherwise it is `AlreadyJoined`,
+    /// so knowing someone's user id is not enough to take their place.
+    pub proven: bool,
+    /// The invite code, for an invite-only event.
+    pub invite: Option<&'a str>,
 }
 
 impl EventQueue {
@@ -112,6 +125,7 @@ impl EventQueue {
             wait_sum_ms: 0,
             session_sum_ms: 0,
             session_count: 0,
+            invites: HashMap::new(),
         }
     }
 
@@ -420,18 +434,24 @@ impl EventQueue {
     }
 
     /// Joins the queue, or returns the live place the user already holds (with its
-    /// heartbeat renewed). A new place is admitted at once when there is room, budget and
-    /// nobody waiting ahead.
+    /// heartbeat renewed) when the caller proved it is that user. A new place is admitted
+    /// at once when there is room, budget and nobody waiting ahead. An invite-only event
+    /// first checks the invite code; a new place binds an unused one for good.
     pub fn join(
         &mut self,
         nonce: u128,
         user_id: Option<&str>,
         metadata: Option<&str>,
+        proof: JoinProof<'_>,
         now: Millis,
         fx: &mut Vec<Effect>,
     ) -> Result<PlaceView, QueueError> {
         self.advance(now, fx);
+        let bind = self.check_invite(user_id, proof.invite)?;
         if let Some(seq) = user_id.and_then(|u| self.users.get(u, &self.places)) {
+            if !proof.proven {
+                return Err(QueueError::AlreadyJoined);
+            }
             let p = self
                 .places
                 .get_mut(&seq)
@@ -458,12 +478,62 @@ impl EventQueue {
         fx.push(Effect::Joined {
             seq,
             nonce,
-            user_id,
+            user_id: user_id.clone(),
             metadata,
             at: now,
         });
+        if let Some(code) = bind {
+            let holder = user_id.map_or(InviteHolder::Place(seq), InviteHolder::User);
+            self.invites.insert(code.clone(), Some(holder.clone()));
+            fx.push(Effect::InviteBound { code, holder });
+        }
         self.admit(now, fx);
         Ok(self.view(seq, now))
+    }
+
+    /// The invite rule: `Ok(Some(code))` for an unused code that a new place will bind,
+    /// `Ok(None)` when no binding is due (a public event, or the code's own user again).
+    fn check_invite(
+        &self,
+        user_id: Option<&str>,
+        invite: Option<&str>,
+    ) -> Result<Option<Box<str>>, QueueError> {
+        if self.config.access != Access::Invite {
+            return Ok(None);
+        }
+        let code = invite.ok_or(QueueError::InviteRequired)?;
+        match self.invites.get(code) {
+            None => Err(QueueError::InviteInvalid),
+            Some(None) => Ok(Some(code.into())),
+            Some(Some(InviteHolder::User(u))) if Some(&**u) == user_id => Ok(None),
+            Some(Some(_)) => Err(QueueError::InviteInvalid),
+        }
+    }
+
+    /// Adds invite codes, unused; a code already known is left as it is. Answers how many
+    /// were new.
+    pub fn add_invites(&mut self, codes: &[String], fx: &mut Vec<Effect>) -> u64 {
+        let mut added = Vec::new();
+        for c in codes {
+            if !self.invites.contains_key(c.as_str()) {
+                let code: Box<str> = c.as_str().into();
+                self.invites.insert(code.clone(), None);
+                added.push(code);
+            }
+        }
+        let n = added.len() as u64;
+        if n > 0 {
+            fx.push(Effect::Invited { codes: added });
+        }
+        n
+    }
+
+    /// Puts back the invite codes read from disk (after [`Self::restore`]).
+    pub fn restore_invites(
+        &mut self,
+        invites: impl IntoIterator<Item = (Box<str>, Option<InviteHolder>)>,
+    ) {
+        self.invites.extend(invites);
     }
 
     fn insert_waiting(
@@ -769,7 +839,11 @@ mod tests {
     }
 
     fn join(q: &mut EventQueue, n: u128, user: Option<&str>, now: Millis) -> PlaceView {
-        q.join(n, user, None, now, &mut Vec::new()).unwrap()
+        let proof = JoinProof {
+            proven: true,
+            invite: None,
+        };
+        q.join(n, user, None, proof, now, &mut Vec::new()).unwrap()
     }
 
     #[test]
@@ -899,14 +973,14 @@ mod tests {
         join(&mut q, 1, None, 0);
         join(&mut q, 2, None, 0);
         assert_eq!(
-            q.join(3, None, None, 0, &mut Vec::new()),
+            q.join(3, None, None, JoinProof::default(), 0, &mut Vec::new()),
             Err(QueueError::QueueFull)
         );
         let mut c = q.config().clone();
         c.accept_joins = false;
         q.set_config(c, 0, &mut Vec::new());
         assert_eq!(
-            q.join(4, None, None, 0, &mut Vec::new()),
+            q.join(4, None, None, JoinProof::default(), 0, &mut Vec::new()),
             Err(QueueError::EventClosed)
         );
     }

@@ -33,15 +33,18 @@ fn constant_time_eq(a: &str, b: &str) -> bool {
         == 0
 }
 
+/// Whether `token` is the admin token (the site's server key); never with none configured.
+pub fn is_admin_token(state: &AppState, token: &str) -> bool {
+    !state.admin_token.is_empty() && constant_time_eq(token, &state.admin_token)
+}
+
 /// Middleware: `401 UNAUTHORIZED` unless `Authorization: Bearer <admin token>`.
 pub async fn require_admin(
     State(state): State<AppState>,
     req: Request,
     next: Next,
 ) -> Result<Response, AppError> {
-    let ok = !state.admin_token.is_empty()
-        && bearer(req.headers()).is_some_and(|t| constant_time_eq(t, &state.admin_token));
-    if !ok {
+    if !bearer(req.headers()).is_some_and(|t| is_admin_token(&state, t)) {
         return Err(AppError::Unauthorized);
     }
     Ok(next.run(req).await)

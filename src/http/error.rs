@@ -25,6 +25,12 @@ pub mod code {
     pub const TOKEN_INVALID: &str = "TOKEN_INVALID";
     pub const ACCESS_DENIED: &str = "ACCESS_DENIED";
     pub const UNAUTHORIZED: &str = "UNAUTHORIZED";
+    pub const USER_TOKEN_INVALID: &str = "USER_TOKEN_INVALID";
+    pub const USER_TOKEN_EXPIRED: &str = "USER_TOKEN_EXPIRED";
+    pub const USER_TOKEN_REQUIRED: &str = "USER_TOKEN_REQUIRED";
+    pub const ALREADY_JOINED: &str = QueueError::AlreadyJoined.code();
+    pub const INVITE_REQUIRED: &str = QueueError::InviteRequired.code();
+    pub const INVITE_INVALID: &str = QueueError::InviteInvalid.code();
     pub const NOT_READY: &str = QueueError::NotReady.code();
     pub const TOKEN_EXPIRED: &str = QueueError::TokenExpired.code();
     pub const TOKEN_NOT_FOUND: &str = QueueError::TokenNotFound.code();
@@ -76,6 +82,20 @@ pub enum AppError {
     MethodNotAllowed,
     #[error("the event does not accept joins now")]
     EventClosed,
+    /// A `user_token` with a bad signature, garbled, for another event, or signed with a
+    /// key the event does not trust.
+    #[error("the user token is invalid: {0}")]
+    UserTokenInvalid(&'static str),
+    #[error("the user token has expired")]
+    UserTokenExpired,
+    #[error("this event requires a user token signed by the site")]
+    UserTokenRequired,
+    #[error("this user already holds a place; prove the identity (user token or server key) to get it back")]
+    AlreadyJoined,
+    #[error("this event is invite-only: an invite code is required")]
+    InviteRequired,
+    #[error("the invite code is unknown or already used")]
+    InviteInvalid,
     /// Per-client limits. Not enforced by this server yet, but part of the contract.
     #[error("too many requests")]
     RateLimited { retry_after_sec: u64 },
@@ -100,7 +120,11 @@ impl AppError {
             InvalidRequest(_) | MissingToken => StatusCode::BAD_REQUEST,
             PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             TokenInvalid | AccessDenied | Unauthorized => StatusCode::UNAUTHORIZED,
-            NotReady => StatusCode::FORBIDDEN,
+            UserTokenInvalid(_) | UserTokenExpired | UserTokenRequired => {
+                StatusCode::UNAUTHORIZED
+            }
+            NotReady | InviteRequired | InviteInvalid => StatusCode::FORBIDDEN,
+            AlreadyJoined => StatusCode::CONFLICT,
             TokenExpired | TokenNotFound | EventNotFound | NotFound => StatusCode::NOT_FOUND,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             EventClosed => StatusCode::CONFLICT,
@@ -125,6 +149,12 @@ impl AppError {
             NotFound => code::NOT_FOUND,
             MethodNotAllowed => code::METHOD_NOT_ALLOWED,
             EventClosed => code::EVENT_CLOSED,
+            UserTokenInvalid(_) => code::USER_TOKEN_INVALID,
+            UserTokenExpired => code::USER_TOKEN_EXPIRED,
+            UserTokenRequired => code::USER_TOKEN_REQUIRED,
+            AlreadyJoined => code::ALREADY_JOINED,
+            InviteRequired => code::INVITE_REQUIRED,
+            InviteInvalid => code::INVITE_INVALID,
             RateLimited { .. } => code::RATE_LIMITED,
             QueueFull => code::QUEUE_FULL,
             Unavailable(_) => code::UNAVAILABLE,
@@ -163,6 +193,9 @@ impl From<QueueError> for AppError {
             QueueError::TokenExpired => AppError::TokenExpired,
             QueueError::NotReady => AppError::NotReady,
             QueueError::NoSession => AppError::AccessDenied,
+            QueueError::AlreadyJoined => AppError::AlreadyJoined,
+            QueueError::InviteRequired => AppError::InviteRequired,
+            QueueError::InviteInvalid => AppError::InviteInvalid,
         }
     }
 }

@@ -6,7 +6,7 @@
 //! current time, and shape the answer. All queue rules live in the store.
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use serde::Deserialize;
@@ -14,11 +14,14 @@ use serde_json::{Map, Value};
 
 use super::body::{Completed, Entered, Joined, Place, QueueInfo, Removed, Verified};
 use super::error::{AppError, AppResult};
-use super::extract::{AppJson, AppQuery, BearerToken, WaitingToken, WaitingTokenNoBody};
+use super::admin::is_admin_token;
+use super::extract::{
+    bearer, AppJson, AppQuery, BearerToken, WaitingToken, WaitingTokenNoBody,
+};
 use crate::app::AppState;
-use crate::core::{validate_event_id, PlaceKey, QueueError};
+use crate::core::{validate_event_id, Millis, PlaceKey, QueueError};
 use crate::store::{JoinRequest, StoreError};
-use crate::tokens::{self, AccessClaims};
+use crate::tokens::{self, AccessClaims, UserTokenError};
 
 /// Longest accepted `user_id`, in characters: room for an e-mail address or a UUID with a
 /// prefix, small enough that user ids cannot bloat the store.
@@ -26,11 +29,61 @@ pub const MAX_USER_ID_CHARS: usize = 256;
 /// Largest accepted `metadata`, serialized, in bytes (the contract's 4 KiB).
 pub const MAX_METADATA_BYTES: usize = 4096;
 
+/// Longest accepted `invite` code (ours are 16 characters).
+pub const MAX_INVITE_CHARS: usize = 64;
+
 #[derive(Debug, Deserialize)]
 pub struct JoinBody {
     pub event_id: String,
     pub user_id: Option<String>,
     pub metadata: Option<Map<String, Value>>,
+    /// A JWT signed by the booking site; its `sub` is the user id, proven.
+    pub user_token: Option<String>,
+    /// The invite code of an invite-only event.
+    pub invite: Option<String>,
+}
+
+/// Who the joiner is and whether that is proven: by a valid user token (its `sub`) or by
+/// the site's server key (`Authorization: Bearer <admin token>`, a backend joining on a
+/// user's behalf). A bare `user_id` is a claim only, which the queue rules treat as such.
+async fn identity(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: &JoinBody,
+    now: Millis,
+) -> AppResult<(Option<String>, bool)> {
+    let server = match bearer(headers) {
+        Some(t) if is_admin_token(state, t) => true,
+        Some(_) => return Err(AppError::Unauthorized),
+        None => false,
+    };
+    if server && body.user_token.is_none() {
+        return Ok((body.user_id.clone(), true));
+    }
+    let config = state.events.config(&body.event_id, now).await?;
+    let Some(token) = body.user_token.as_deref() else {
+        if config.require_user_token {
+            return Err(AppError::UserTokenRequired);
+        }
+        return Ok((body.user_id.clone(), false));
+    };
+    let sub = tokens::verify_user_token(
+        token,
+        &body.event_id,
+        config.user_token_secret.as_deref(),
+        config.user_token_public_key.as_deref(),
+        now,
+    )
+    .map_err(|e| match e {
+        UserTokenError::Expired => AppError::UserTokenExpired,
+        UserTokenError::Invalid(why) => AppError::UserTokenInvalid(why),
+    })?;
+    if body.user_id.as_ref().is_some_and(|u| *u != sub) {
+        return Err(AppError::invalid(
+            "user_id differs from the user token's sub; send either, or both equal",
+        ));
+    }
+    Ok((Some(sub), true))
 }
 
 /// The event and place a waiting token names; no store lookup for forgeries.
@@ -44,10 +97,22 @@ fn parse_waiting(state: &AppState, token: &str) -> AppResult<(String, PlaceKey)>
 /// `POST /queue/join`
 pub async fn join(
     State(state): State<AppState>,
+    headers: HeaderMap,
     AppJson(body): AppJson<JoinBody>,
 ) -> AppResult<Json<Joined>> {
     validate_event_id(&body.event_id)?;
-    if let Some(u) = &body.user_id {
+    if body
+        .invite
+        .as_ref()
+        .is_some_and(|c| c.chars().count() > MAX_INVITE_CHARS)
+    {
+        return Err(AppError::invalid(format!(
+            "invite must be at most {MAX_INVITE_CHARS} characters"
+        )));
+    }
+    let now = state.clock.now();
+    let (user_id, proven) = identity(&state, &headers, &body, now).await?;
+    if let Some(u) = &user_id {
         let n = u.chars().count();
         if n == 0 || n > MAX_USER_ID_CHARS {
             return Err(AppError::invalid(format!(
@@ -68,14 +133,13 @@ pub async fn join(
         }
     };
     let req = JoinRequest {
-        user_id: body.user_id,
+        user_id,
         metadata,
         nonce: tokens::random_u128(),
+        proven,
+        invite: body.invite,
     };
-    let view = state
-        .store
-        .join(&body.event_id, &req, state.clock.now())
-        .await?;
+    let view = state.store.join(&body.event_id, &req, now).await?;
     Ok(Json(Joined {
         waiting_token: state.waiting.issue(&body.event_id, view.key),
         place: Place::new(body.event_id, &view),

@@ -300,11 +300,17 @@ impl Store for EmbeddedStore {
                 req.nonce,
                 req.user_id.as_deref(),
                 req.metadata.as_deref(),
+                req.proof(),
                 now,
                 fx,
             )
         })
         .await
+    }
+
+    async fn add_invites(&self, event_id: &str, codes: &[String], _now: Millis) -> StoreResult<u64> {
+        self.with(event_id, |q, fx| Ok(q.add_invites(codes, fx)))
+            .await
     }
 
     async fn status(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {

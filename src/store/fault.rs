@@ -41,6 +41,7 @@ pub enum Op {
     Clear,
     QueueHead,
     Join,
+    AddInvites,
     Status,
     Heartbeat,
     Peek,
@@ -241,6 +242,11 @@ impl Store for FaultStore {
     async fn join(&self, event_id: &str, req: &JoinRequest, now: Millis) -> StoreResult<PlaceView> {
         self.gate(Op::Join).await?;
         self.inner.join(event_id, req, now).await
+    }
+
+    async fn add_invites(&self, event_id: &str, codes: &[String], now: Millis) -> StoreResult<u64> {
+        self.gate(Op::AddInvites).await?;
+        self.inner.add_invites(event_id, codes, now).await
     }
 
     async fn status(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {

@@ -19,6 +19,7 @@
 //! 0 = joined, 1 = admitted, 2 = entered, 3 = expired (the nonce and when the expiry was
 //! noticed, kept while `TOKEN_EXPIRED` is answered). Event ids never contain 0x00, so one
 //! prefix scan reads one event in join order. Keyspace `events`: `event_id` → config and counters.
+//! Keyspace `invites`: `event_id ‖ 0x00 ‖ code` → whom the code seats (`None` while unused).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -33,7 +34,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::StoreError;
-use crate::core::{Effect, EndReason, EventConfig, EventQueue, Millis, QueueMeta, RestoredPlace};
+use crate::core::{
+    Effect, EndReason, EventConfig, EventQueue, InviteHolder, Millis, QueueMeta, RestoredPlace,
+};
 
 const KIND_JOINED: u8 = 0;
 const KIND_ADMITTED: u8 = 1;
@@ -211,7 +214,8 @@ impl Journal {
         let places = db.keyspace("places", || {
             KeyspaceCreateOptions::default().max_memtable_size(16 * 1024 * 1024)
         })?;
-        let recovered = recover(&events, &places, now)?;
+        let invites = db.keyspace("invites", KeyspaceCreateOptions::default)?;
+        let recovered = recover(&events, &places, &invites, now)?;
         let configs: HashMap<String, EventConfig> = recovered
             .events
             .iter()
@@ -224,6 +228,7 @@ impl Journal {
             db: db.clone(),
             events,
             places,
+            invites,
             configs,
             mode,
             durable: durable_tx,
@@ -344,7 +349,12 @@ impl Drop for Journal {
     }
 }
 
-fn recover(events: &Keyspace, places: &Keyspace, now: Millis) -> anyhow::Result<Recovered> {
+fn recover(
+    events: &Keyspace,
+    places: &Keyspace,
+    invites: &Keyspace,
+    now: Millis,
+) -> anyhow::Result<Recovered> {
     let mut out = Vec::new();
     let mut total = 0u64;
     let mut known = HashMap::new();
@@ -415,10 +425,19 @@ fn recover(events: &Keyspace, places: &Keyspace, now: Millis) -> anyhow::Result<
             }
         }
         total += restored.len() as u64;
-        out.push((
-            id,
-            EventQueue::restore(rec.config, rec.meta, restored, tombstones, now),
-        ));
+        let mut queue = EventQueue::restore(rec.config, rec.meta, restored, tombstones, now);
+        let mut codes = Vec::new();
+        for kv in invites.prefix(event_prefix(&id)) {
+            let (k, v) = kv.into_inner()?;
+            let code = std::str::from_utf8(&k[id.len() + 1..])
+                .map_err(|_| anyhow::anyhow!("event {id:?} holds a non-UTF-8 invite code"))?;
+            let holder: Option<InviteHolder> = postcard::from_bytes(&v).map_err(|e| {
+                anyhow::anyhow!("an invite record of event {id:?} is unreadable: {e}")
+            })?;
+            codes.push((code.into(), holder));
+        }
+        queue.restore_invites(codes);
+        out.push((id, queue));
     }
     Ok(Recovered {
         events: out,
@@ -430,6 +449,7 @@ struct Writer {
     db: Database,
     events: Keyspace,
     places: Keyspace,
+    invites: Keyspace,
     /// Latest config per event, so changes that carry only counters can still write the
     /// whole event record.
     configs: HashMap<String, EventConfig>,
@@ -516,6 +536,7 @@ impl Writer {
     fn write(&mut self, group: Vec<Change>) -> fjall::Result<()> {
         let mut place_ops: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
         let mut event_ops: BTreeMap<String, Option<Vec<u8>>> = BTreeMap::new();
+        let mut invite_ops: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
         for change in group {
             match change {
                 Change::Event {
@@ -525,7 +546,19 @@ impl Writer {
                     config,
                 } => {
                     for fx in effects {
-                        apply_effect(&mut place_ops, &event_id, fx);
+                        match fx {
+                            Effect::Invited { codes } => {
+                                for c in codes {
+                                    let k = [event_prefix(&event_id), c.as_bytes().to_vec()];
+                                    invite_ops.insert(k.concat(), Some(enc(&None::<InviteHolder>)));
+                                }
+                            }
+                            Effect::InviteBound { code, holder } => {
+                                let k = [event_prefix(&event_id), code.as_bytes().to_vec()];
+                                invite_ops.insert(k.concat(), Some(enc(&Some(holder))));
+                            }
+                            fx => apply_effect(&mut place_ops, &event_id, fx),
+                        }
                     }
                     if let Some(c) = config {
                         self.configs.insert(event_id.to_string(), c);
@@ -552,6 +585,17 @@ impl Writer {
                         let k = kv.key()?;
                         place_ops.insert(k.to_vec(), None);
                     }
+                    let pending: Vec<Vec<u8>> = invite_ops
+                        .range(prefix.clone()..)
+                        .take_while(|(k, _)| k.starts_with(&prefix))
+                        .map(|(k, _)| k.clone())
+                        .collect();
+                    for k in pending {
+                        invite_ops.insert(k, None);
+                    }
+                    for kv in self.invites.prefix(&prefix) {
+                        invite_ops.insert(kv.key()?.to_vec(), None);
+                    }
                     self.configs.remove(&*event_id);
                     event_ops.insert(event_id.to_string(), None);
                 }
@@ -562,6 +606,12 @@ impl Writer {
             match v {
                 Some(v) => batch.insert(&self.places, k, v),
                 None => batch.remove(&self.places, k),
+            }
+        }
+        for (k, v) in invite_ops {
+            match v {
+                Some(v) => batch.insert(&self.invites, k, v),
+                None => batch.remove(&self.invites, k),
             }
         }
         for (k, v) in event_ops {
@@ -618,5 +668,7 @@ fn apply_effect(ops: &mut BTreeMap<Vec<u8>, Option<Vec<u8>>>, ev: &str, fx: Effe
         Effect::Forgotten { seq } => {
             ops.insert(place_key(ev, seq, KIND_EXPIRED), None);
         }
+        // Written to the `invites` keyspace by `Writer::write`.
+        Effect::Invited { .. } | Effect::InviteBound { .. } => {}
     }
 }

@@ -100,7 +100,10 @@ pub fn notices_of(event_id: &Arc<str>, fx: &[Effect]) -> Vec<Notice> {
                 moved = true;
             }
             Effect::Joined { .. } => moved = true,
-            Effect::Entered { .. } | Effect::Forgotten { .. } => {}
+            Effect::Entered { .. }
+            | Effect::Forgotten { .. }
+            | Effect::Invited { .. }
+            | Effect::InviteBound { .. } => {}
         }
     }
     if moved {
@@ -129,6 +132,21 @@ pub struct JoinRequest {
     /// Fresh 128-bit randomness from the caller; becomes the place's nonce if a new place
     /// is made.
     pub nonce: u128,
+    /// The caller proved it is `user_id` (a user token or the server key): only then does a
+    /// repeat join get the user's live place back, otherwise it is `AlreadyJoined`.
+    pub proven: bool,
+    /// The invite code, for an invite-only event.
+    pub invite: Option<String>,
+}
+
+impl JoinRequest {
+    /// The proof part, as the queue rules take it.
+    pub fn proof(&self) -> crate::core::JoinProof<'_> {
+        crate::core::JoinProof {
+            proven: self.proven,
+            invite: self.invite.as_deref(),
+        }
+    }
 }
 
 #[async_trait]
@@ -179,11 +197,20 @@ pub trait Store: Send + Sync + 'static {
         now: Millis,
     ) -> StoreResult<Vec<HeadEntry>>;
 
-    /// Joins the queue. Idempotent per (`event_id`, `user_id`): a user holding a live place
-    /// gets that place back (heartbeat renewed), even under concurrent calls. A new place is
-    /// admitted at once when there is room, rate budget, the event is not paused and nobody
-    /// waits ahead. Errors: `EventNotFound`, `EventClosed`, `QueueFull`.
+    /// Joins the queue. Idempotent per (`event_id`, `user_id`) for a proven caller
+    /// (`req.proven`): a user holding a live place gets that place back (heartbeat
+    /// renewed), even under concurrent calls; an unproven caller gets `AlreadyJoined` and
+    /// the place is not touched. A new place is admitted at once when there is room, rate
+    /// budget, the event is not paused and nobody waits ahead. On an invite-only event the
+    /// invite is checked first (`InviteRequired`, `InviteInvalid`) and a new place binds an
+    /// unused code to its user (or to itself, without a user id) in the same atomic step.
+    /// Errors: `EventNotFound`, `EventClosed`, `QueueFull`, `AlreadyJoined`,
+    /// `InviteRequired`, `InviteInvalid`.
     async fn join(&self, event_id: &str, req: &JoinRequest, now: Millis) -> StoreResult<PlaceView>;
+
+    /// Adds unused invite codes to the event (codes it already knows keep their binding).
+    /// Answers how many were new. `EventNotFound` if unknown. Durable before it answers.
+    async fn add_invites(&self, event_id: &str, codes: &[String], now: Millis) -> StoreResult<u64>;
 
     /// The place's status with its exact position; renews its heartbeat.
     /// Errors: `TokenExpired` (ended by a deadline), `TokenNotFound` (any other end).

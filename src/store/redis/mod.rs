@@ -62,7 +62,7 @@ use super::{
     notices_of, EventSnapshot, JoinRequest, Notice, Store, StoreError, StoreResult, NOTICE_BUFFER,
 };
 use crate::core::{
-    validate_event_id, Effect, EventConfig, EventPatch, HeadEntry, Millis, PlaceKey, PlaceView,
+    validate_event_id, Access, Effect, EventConfig, EventPatch, HeadEntry, Millis, PlaceKey, PlaceView,
     QueueError,
 };
 use crate::telemetry;
@@ -315,7 +315,7 @@ impl Inner {
         }
     }
 
-    fn keys(&self, event_id: &str) -> [String; 13] {
+    fn keys(&self, event_id: &str) -> [String; KEYS.len()] {
         let base = format!("{}:{{{}}}:", self.options.key_prefix, event_id);
         KEYS.map(|(suffix, _)| format!("{base}{suffix}"))
     }
@@ -490,6 +490,7 @@ impl Inner {
                 config.max_queue_length.unwrap_or(0).to_string(),
                 u8::from(config.paused).to_string(),
                 u8::from(config.accept_joins).to_string(),
+                u8::from(config.access == Access::Invite).to_string(),
             ];
             let args: Vec<&[u8]> = nums.iter().map(|a| a.as_bytes()).collect();
             let r = s.run(event_id, "put", now, &args, None).await?;
@@ -608,18 +609,28 @@ impl Store for RedisStore {
         let user = req.user_id.as_deref().unwrap_or("");
         let meta = req.metadata.as_deref().unwrap_or("");
         let flag = |b: bool| if b { &b"1"[..] } else { &b"0"[..] };
-        let args: [&[u8]; 5] = [
+        let invite = req.invite.as_deref().unwrap_or("");
+        let args: [&[u8]; 8] = [
             &nonce,
             flag(req.user_id.is_some()),
             user.as_bytes(),
             flag(req.metadata.is_some()),
             meta.as_bytes(),
+            flag(req.proven),
+            flag(req.invite.is_some()),
+            invite.as_bytes(),
         ];
         let r = self
             .inner
             .op(event_id, "join", now, &args, Some(req))
             .await?;
         self.inner.view(&r, now)
+    }
+
+    async fn add_invites(&self, event_id: &str, codes: &[String], now: Millis) -> StoreResult<u64> {
+        let args: Vec<&[u8]> = codes.iter().map(|c| c.as_bytes()).collect();
+        let r = self.inner.op(event_id, "invite", now, &args, None).await?;
+        Ok(uint(&r.payload)?)
     }
 
     async fn status(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {

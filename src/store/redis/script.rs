@@ -18,7 +18,7 @@ use crate::core::{EndReason, Millis, EXPIRED_RETENTION_MS, RATE_WINDOW_MS};
 
 /// An event's keys, in the order the script receives them as `KEYS`: the suffix after
 /// `prefix:{event}:` and the Lua name it is bound to (`lua/rules.lua` says what each holds).
-pub(super) const KEYS: [(&str, &str); 13] = [
+pub(super) const KEYS: [(&str, &str); 14] = [
     ("m", "K_META"),
     ("p", "K_PLACES"),
     ("u", "K_USERS"),
@@ -32,6 +32,7 @@ pub(super) const KEYS: [(&str, &str); 13] = [
     ("w", "K_WINDOW"),
     ("md", "K_METADATA"),
     ("l", "K_LEASE"),
+    ("iv", "K_INVITES"),
 ];
 
 /// What an effect triple of a script answer reports.

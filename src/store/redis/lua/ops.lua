@@ -6,7 +6,7 @@ local OP = ARGV[1]
 if OP == 'put' then
   -- ARGV: expected config version (0: the event must not exist yet), config JSON, then
   -- capacity, rate per minute (0: none), ready ttl, session idle, session max, waiting idle
-  -- (all ms), max queue length (0: none), paused, accept joins (0/1).
+  -- (all ms), max queue length (0: none), paused, accept joins (0/1), invite-only (0/1).
   local expected = tonumber(ARGV[3])
   local exists = load_meta()
   local ver = tonumber(redis.call('HGET', K_META, 'ver')) or 0
@@ -21,7 +21,7 @@ if OP == 'put' then
     LOADED = true
     set('seq', 1)
   end
-  redis.call('HSET', K_META, 'cfg', ARGV[4], 'ver', fmt(ver + 1))
+  redis.call('HSET', K_META, 'cfg', ARGV[4], 'ver', fmt(ver + 1), 'inv', ARGV[14])
   for i = 1, 9 do set(FIELDS[i], tonumber(ARGV[4 + i])) end
   -- Deadlines are measured with the new settings: sweep and recompute nd now.
   set('nd', 0)
@@ -66,14 +66,37 @@ if OP == 'head' then
   return finish('OK', out)
 end
 
+if OP == 'invite' then
+  -- ARGV: the codes to add; a known code keeps its binding.
+  local added = 0
+  for i = 3, #ARGV do added = added + redis.call('HSETNX', K_INVITES, ARGV[i], '') end
+  return finish('OK', added)
+end
+
 if OP == 'join' then
-  -- ARGV: nonce (16 bytes), has user (0/1), user id, has metadata (0/1), metadata.
+  -- ARGV: nonce (16 bytes), has user (0/1), user id, has metadata (0/1), metadata, proven
+  -- (0/1), has invite (0/1), invite code.
   advance()
   local user = nil
   if ARGV[4] == '1' then user = ARGV[5] end
+  -- The invite rule (EventQueue::check_invite): an unused code is bound by a new place
+  -- below; a used one admits only the user it seats.
+  local bind = nil
+  if redis.call('HGET', K_META, 'inv') == '1' then
+    if ARGV[9] ~= '1' then return finish('INVITE_REQUIRED') end
+    local held = redis.call('HGET', K_INVITES, ARGV[10])
+    if not held then return finish('INVITE_INVALID') end
+    if held == '' then
+      bind = ARGV[10]
+    elseif not user or held ~= '=' .. user then
+      return finish('INVITE_INVALID')
+    end
+  end
   if user then
     local seq = redis.call('HGET', K_USERS, user)
     if seq then
+      -- Only a caller who proved it is the user gets the place back.
+      if ARGV[8] ~= '1' then return finish('ALREADY_JOINED') end
       local p = place(seq)
       if p.state == 'w' then
         redis.call('ZADD', K_WSEEN, 'XX', fmt(NOW), seq)
@@ -94,6 +117,7 @@ if OP == 'join' then
   N_W = N_W + 1
   if user then redis.call('HSET', K_USERS, user, seq) end
   if ARGV[6] == '1' then redis.call('HSET', K_METADATA, seq, ARGV[7]) end
+  if bind then redis.call('HSET', K_INVITES, bind, user and ('=' .. user) or ('#' .. seq)) end
   set('joins', M.joins + 1)
   fx(FX_JOINED, seq, NOW)
   admit()

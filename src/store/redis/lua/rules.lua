@@ -29,6 +29,8 @@
 -- K_WINDOW   LIST "at:count" of admissions in the last minute, oldest first
 -- K_METADATA HASH seq -> metadata JSON (only places that sent some)
 -- K_LEASE    STRING: holder of the periodic-work lease (node:epoch)
+-- K_INVITES  HASH invite code -> '' while unused, '=' .. user id or '#' .. seq once it seats
+--            someone (see the join in ops.lua)
 --
 -- The prelude also defines, from the Rust constants: RETENTION (EXPIRED_RETENTION_MS),
 -- WINDOW (RATE_WINDOW_MS), NEVER ("no deadline": 2^53, above any time and still exact as a
