@@ -35,6 +35,13 @@ pub fn random_u128() -> u128 {
     u128::from_le_bytes(b)
 }
 
+/// A fresh invite code: 96 bits from the CSPRNG as 16 URL-safe characters.
+pub fn invite_code() -> String {
+    let mut b = [0u8; 12];
+    getrandom::fill(&mut b).expect("the OS random source is available");
+    B64.encode(b)
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("malformed or forged token")]
 pub struct InvalidToken;

@@ -7,16 +7,18 @@
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::body::{AdminEvent, Cleared, Deleted, EventSettings, StatsRow};
+use super::body::{AdminEvent, Cleared, Deleted, EventSettings, Invites, StatsRow};
 use super::error::{AppError, AppResult};
-use super::extract::{bearer, AppPath, AppQuery, OptionalJson};
+use super::extract::{bearer, AppJson, AppPath, AppQuery, OptionalJson};
 use crate::app::AppState;
 use crate::core::{validate_event_id, EventPatch, HeadEntry};
+use crate::tokens;
 
 /// Default and largest `limit` of `GET /events/{id}/queue`.
 pub const DEFAULT_HEAD_LIMIT: usize = 10;
@@ -69,7 +71,7 @@ pub async fn put_event(
         .await?;
     Ok(Json(EventSettings {
         event_id: id,
-        config,
+        config: config.into(),
     }))
 }
 
@@ -115,7 +117,7 @@ async fn set_paused(state: &AppState, id: &str, paused: bool) -> AppResult<Json<
         .await?;
     Ok(Json(EventSettings {
         event_id: id.to_string(),
-        config,
+        config: config.into(),
     }))
 }
 
@@ -133,6 +135,70 @@ pub async fn resume(
     path: AppPath<String>,
 ) -> AppResult<Json<EventSettings>> {
     set_paused(&state, &event_id(path)?, false).await
+}
+
+/// Most invite codes one call makes.
+pub const MAX_INVITES_PER_CALL: u64 = 10_000;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InvitesBody {
+    pub count: u64,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct InvitesQuery {
+    pub format: Option<String>,
+}
+
+/// `POST /events/{event_id}/invites`: `count` fresh invite codes, stored (durably) before
+/// they are answered; as JSON, or as a CSV download with `Accept: text/csv` or
+/// `?format=csv`.
+pub async fn create_invites(
+    State(state): State<AppState>,
+    path: AppPath<String>,
+    AppQuery(q): AppQuery<InvitesQuery>,
+    headers: HeaderMap,
+    AppJson(body): AppJson<InvitesBody>,
+) -> AppResult<Response> {
+    let id = event_id(path)?;
+    let csv = match q.format.as_deref() {
+        Some("csv") => true,
+        Some("json") => false,
+        Some(_) => return Err(AppError::invalid("format must be json or csv")),
+        None => headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|a| a.contains("text/csv")),
+    };
+    if !(1..=MAX_INVITES_PER_CALL).contains(&body.count) {
+        return Err(AppError::invalid(format!(
+            "count must be between 1 and {MAX_INVITES_PER_CALL}"
+        )));
+    }
+    let codes: Vec<String> = (0..body.count).map(|_| tokens::invite_code()).collect();
+    state
+        .store
+        .add_invites(&id, &codes, state.clock.now())
+        .await?;
+    if !csv {
+        return Ok(Json(Invites { codes }).into_response());
+    }
+    let mut text = String::with_capacity(5 + codes.len() * 17);
+    text.push_str("code\n");
+    for c in &codes {
+        text.push_str(c);
+        text.push('\n');
+    }
+    let disposition = format!("attachment; filename=\"invites-{id}.csv\"");
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_string()),
+            (header::CONTENT_DISPOSITION, disposition),
+        ],
+        text,
+    )
+        .into_response())
 }
 
 /// `POST /events/{event_id}/clear`: every waiting place ends (`TOKEN_NOT_FOUND`).

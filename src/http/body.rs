@@ -7,7 +7,9 @@
 //! some states is skipped when absent (`#[serde(skip_serializing_if)]`); one that the
 //! contract always carries is written as `null`.
 
-use serde::Serialize;
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::ser::{Error as _, SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
 
 use crate::core::{EventConfig, EventFigures, PlaceState, PlaceView};
 use crate::store::EventSnapshot;
@@ -182,12 +184,63 @@ impl PublicEvent {
 // Admin API (`/api/v1/admin/…`)
 // ---------------------------------------------------------------------------------------
 
+/// An event's settings as every read answers them: the stored config, field for field and
+/// in its order, except that `user_token_secret` is never shown; `user_token_secret_set`
+/// (whether one is stored) stands in its place.
+#[derive(Debug)]
+pub struct Settings(pub EventConfig);
+
+impl From<EventConfig> for Settings {
+    fn from(c: EventConfig) -> Self {
+        Settings(c)
+    }
+}
+
+/// The stored config's JSON fields in their order (a `serde_json::Map` would sort them).
+struct OrderedFields(Vec<(String, serde_json::Value)>);
+
+impl<'de> Deserialize<'de> for OrderedFields {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = OrderedFields;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<OrderedFields, A::Error> {
+                let mut out = Vec::new();
+                while let Some(kv) = m.next_entry()? {
+                    out.push(kv);
+                }
+                Ok(OrderedFields(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+impl Serialize for Settings {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let json = serde_json::to_string(&self.0).map_err(S::Error::custom)?;
+        let OrderedFields(fields) = serde_json::from_str(&json).map_err(S::Error::custom)?;
+        let mut m = s.serialize_map(Some(fields.len()))?;
+        for (k, v) in fields {
+            if k == "user_token_secret" {
+                m.serialize_entry("user_token_secret_set", &!v.is_null())?;
+            } else {
+                m.serialize_entry(&k, &v)?;
+            }
+        }
+        m.end()
+    }
+}
+
 /// A stored config with its id, as `PUT /events/{id}`, pause and resume answer it.
 #[derive(Debug, Serialize)]
 pub struct EventSettings {
     pub event_id: String,
     #[serde(flatten)]
-    pub config: EventConfig,
+    pub config: Settings,
 }
 
 /// Config and figures side by side in one flat object (their field names do not overlap),
@@ -196,7 +249,7 @@ pub struct EventSettings {
 pub struct AdminEvent {
     pub event_id: String,
     #[serde(flatten)]
-    pub config: EventConfig,
+    pub config: Settings,
     #[serde(flatten)]
     pub figures: EventFigures,
 }
@@ -205,10 +258,16 @@ impl AdminEvent {
     pub fn new(s: EventSnapshot) -> Self {
         AdminEvent {
             event_id: s.event_id,
-            config: s.config,
+            config: s.config.into(),
             figures: s.figures,
         }
     }
+}
+
+/// `POST /events/{id}/invites` (as JSON; the CSV download lists the same codes).
+#[derive(Debug, Serialize)]
+pub struct Invites {
+    pub codes: Vec<String>,
 }
 
 /// `DELETE /events/{id}`
@@ -317,7 +376,7 @@ mod tests {
             config: EventConfig::default(),
             figures: EventFigures::default(),
         };
-        let config = serde_json::to_value(&snap.config).unwrap();
+        let config = serde_json::to_value(Settings(snap.config.clone())).unwrap();
         let figures = serde_json::to_value(&snap.figures).unwrap();
         let v = serde_json::to_value(AdminEvent::new(snap)).unwrap();
         let obj = v.as_object().unwrap();
@@ -325,5 +384,25 @@ mod tests {
         assert_eq!(obj.len(), 1 + c.len() + f.len(), "{v}");
         assert_eq!(obj["event_id"], "ev");
         assert!(c.iter().chain(f.iter()).all(|(k, x)| &obj[k] == x));
+    }
+
+    /// The user-token secret is stored but never shown; whether one is set is.
+    #[test]
+    fn settings_never_show_the_user_token_secret() {
+        let secret = "s".repeat(40);
+        let c = EventConfig {
+            user_token_secret: Some(secret.clone()),
+            ..EventConfig::default()
+        };
+        let text = serde_json::to_string(&EventSettings {
+            event_id: "ev".into(),
+            config: c.into(),
+        })
+        .unwrap();
+        assert!(!text.contains(&secret), "{text}");
+        assert!(!text.contains("\"user_token_secret\""), "{text}");
+        assert!(text.contains("\"user_token_secret_set\":true"), "{text}");
+        // Field order is the config's own.
+        assert!(text.find("\"name\"").unwrap() < text.find("\"max_active\"").unwrap());
     }
 }

@@ -80,6 +80,7 @@ pub fn router_with_limits(state: AppState, limits: Limits) -> Router {
         .route("/events/{event_id}/pause", post(admin::pause))
         .route("/events/{event_id}/resume", post(admin::resume))
         .route("/events/{event_id}/clear", post(admin::clear))
+        .route("/events/{event_id}/invites", post(admin::create_invites))
         .route("/events/{event_id}/queue", get(admin::queue_head))
         .route("/stats", get(admin::stats))
         .route_layer(middleware::from_fn_with_state(
