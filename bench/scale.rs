@@ -237,6 +237,7 @@ async fn memory(a: MemoryArgs) -> Result<()> {
                 user_id: user_id(a.user_ids, i),
                 metadata: None,
                 nonce: u128::from(i) * 0x9E37_79B9 + 7,
+                ..JoinRequest::default()
             };
             let t0 = Instant::now();
             let v = store.join(BIG, &req, now()).await?;
@@ -314,6 +315,7 @@ async fn join_many(
                     user_id: Some(format!("{prefix}{i:011}")),
                     metadata: None,
                     nonce: waitroom::tokens::random_u128(),
+                    ..JoinRequest::default()
                 };
                 let v = store.join(&event, &req, now()).await?;
                 keys.push(v.key);

@@ -332,6 +332,7 @@ mod tests {
                 user_id: Some(u.into()),
                 metadata: None,
                 nonce: random_u128(),
+                ..JoinRequest::default()
             };
             store.join(id, &req, now).await.unwrap();
         }

@@ -302,6 +302,9 @@ mod same_as_embedded {
                             user_id: user.map(|u| format!("user-{u}")),
                             metadata: meta.then(|| r#"{"seat":"A1"}"#.to_string()),
                             nonce: nonce * 0x9E37_79B9_7F4A_7C15_F39C,
+                            // Both kinds of repeat join, proven and not.
+                            proven: nonce % 3 != 0,
+                            invite: None,
                         };
                         if let Some(v) = both!(s => s.join(ev, &req, now)) {
                             if !keys.contains(&v.key) {

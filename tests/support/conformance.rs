@@ -27,7 +27,8 @@ macro_rules! store_conformance {
             queue_head_in_order, delete_event_removes_places, figures_count_outcomes,
             tick_reports_next_deadline, overbooking_capacity, unknown_event,
             update_never_creates, update_racing_delete_never_resurrects,
-            event_changes_are_notices);
+            event_changes_are_notices, unproven_repeat_join_is_refused,
+            invites_seat_one_person_each, racing_joins_cannot_share_an_invite);
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
         $(
@@ -51,11 +52,23 @@ pub async fn make_event(store: &Arc<dyn Store>, id: &str, json: serde_json::Valu
         .expect("event created");
 }
 
+/// A join by a caller who proved its user id (as the HTTP layer says of a user token).
 fn req(user: Option<&str>) -> JoinRequest {
     JoinRequest {
         user_id: user.map(str::to_string),
         metadata: None,
         nonce: random_u128(),
+        proven: true,
+        invite: None,
+    }
+}
+
+/// A join with a bare user id, proving nothing, and an optional invite code.
+fn claim(user: Option<&str>, invite: Option<&str>) -> JoinRequest {
+    JoinRequest {
+        proven: false,
+        invite: invite.map(str::to_string),
+        ..req(user)
     }
 }
 
@@ -821,4 +834,138 @@ pub async fn event_changes_are_notices(store: Arc<dyn Store>) {
             event_id: "nt".into()
         }
     );
+}
+
+/// Knowing a user id is not enough: a repeat join without proof answers `AlreadyJoined`
+/// and neither hands out nor renews the user's place; with proof it gets the place back.
+pub async fn unproven_repeat_join_is_refused(store: Arc<dyn Store>) {
+    make_event(
+        &store,
+        "id",
+        serde_json::json!({"max_active": 1, "waiting_idle_sec": 5}),
+    )
+    .await;
+    join(&store, "id", Some("first"), T0).await;
+    let victim = store.join("id", &claim(Some("v"), None), T0).await.unwrap();
+    assert_eq!(victim.position, Some(1));
+    let attack = store.join("id", &claim(Some("v"), None), T0 + 4 * S).await;
+    assert_eq!(queue_err(attack), QueueError::AlreadyJoined);
+    assert_eq!(store.get_event("id", T0 + 4 * S).await.unwrap().figures.joins, 2);
+    // Not renewed by the refused join: the place lapses 5 s after the victim's own join.
+    assert_eq!(
+        state(&store, "id", victim.key, T0 + 5 * S).await,
+        Err(QueueError::TokenExpired)
+    );
+    // A proven repeat join gets the user's live place back, renewed.
+    let mine = join(&store, "id", Some("w"), T0 + 5 * S).await;
+    let again = join(&store, "id", Some("w"), T0 + 9 * S).await;
+    assert_eq!(again.key, mine.key);
+    assert_eq!(
+        state(&store, "id", mine.key, T0 + 12 * S).await,
+        Ok(PlaceState::Waiting)
+    );
+    // Anonymous joins prove nothing and need nothing: each is a new place.
+    let a = store.join("id", &claim(None, None), T0 + 12 * S).await.unwrap();
+    let b = store.join("id", &claim(None, None), T0 + 12 * S).await.unwrap();
+    assert_ne!(a.key, b.key);
+}
+
+/// An invite-only event: a join needs a known code; the first place made with a code
+/// binds it to its user (or to itself when anonymous); only that user may use it again.
+pub async fn invites_seat_one_person_each(store: Arc<dyn Store>) {
+    make_event(
+        &store,
+        "inv",
+        serde_json::json!({"max_active": 1, "access": "invite"}),
+    )
+    .await;
+    let codes: Vec<String> = ["c1", "c2", "c3"].map(String::from).to_vec();
+    assert_eq!(store.add_invites("inv", &codes[..2], T0).await.unwrap(), 2);
+    // Known codes are left as they are; new ones are added.
+    assert_eq!(store.add_invites("inv", &codes, T0).await.unwrap(), 1);
+    assert_eq!(
+        queue_err(store.add_invites("nope", &codes, T0).await),
+        QueueError::EventNotFound
+    );
+    let j = |u: Option<&'static str>, c: Option<&'static str>| {
+        let store = store.clone();
+        async move { store.join("inv", &claim(u, c), T0).await }
+    };
+    assert_eq!(queue_err(j(Some("a"), None).await), QueueError::InviteRequired);
+    assert_eq!(queue_err(j(Some("a"), Some("zz")).await), QueueError::InviteInvalid);
+    let a = j(Some("a"), Some("c1")).await.unwrap();
+    // Someone else with the same code is refused, with or without proof.
+    assert_eq!(queue_err(j(Some("b"), Some("c1")).await), QueueError::InviteInvalid);
+    assert_eq!(queue_err(j(None, Some("c1")).await), QueueError::InviteInvalid);
+    let mut proven_b = req(Some("b"));
+    proven_b.invite = Some("c1".into());
+    assert_eq!(
+        queue_err(store.join("inv", &proven_b, T0).await),
+        QueueError::InviteInvalid
+    );
+    // The same person again: the identity rules apply (no proof, no place back).
+    assert_eq!(queue_err(j(Some("a"), Some("c1")).await), QueueError::AlreadyJoined);
+    let mut proven_a = req(Some("a"));
+    proven_a.invite = Some("c1".into());
+    assert_eq!(store.join("inv", &proven_a, T0).await.unwrap().key, a.key);
+    // An anonymous place binds its code to itself: nobody can use it again.
+    j(None, Some("c2")).await.unwrap();
+    assert_eq!(queue_err(j(None, Some("c2")).await), QueueError::InviteInvalid);
+    assert_eq!(queue_err(j(Some("c"), Some("c2")).await), QueueError::InviteInvalid);
+    // A refused join binds nothing: c3 is still free after a closed-event refusal.
+    store
+        .put_event("inv", &patch(serde_json::json!({"accept_joins": false})), T0)
+        .await
+        .unwrap();
+    assert_eq!(queue_err(j(Some("d"), Some("c3")).await), QueueError::EventClosed);
+    store
+        .put_event("inv", &patch(serde_json::json!({"accept_joins": true})), T0)
+        .await
+        .unwrap();
+    j(Some("e"), Some("c3")).await.unwrap();
+    // Its user may come back with it after the place ended.
+    assert!(store.leave("inv", a.key, T0).await.unwrap());
+    let back = j(Some("a"), Some("c1")).await.unwrap();
+    assert_ne!(back.key, a.key);
+    // A public event ignores codes; a deleted event forgets them.
+    store.delete_event("inv").await.unwrap();
+    make_event(&store, "inv", serde_json::json!({"access": "invite"})).await;
+    assert_eq!(queue_err(j(Some("f"), Some("c3")).await), QueueError::InviteInvalid);
+    make_event(&store, "pub", serde_json::json!({})).await;
+    store.join("pub", &claim(Some("g"), Some("any")), T0).await.unwrap();
+}
+
+/// One code, many simultaneous joins by different people: exactly one is seated.
+pub async fn racing_joins_cannot_share_an_invite(store: Arc<dyn Store>) {
+    make_event(
+        &store,
+        "race",
+        serde_json::json!({"max_active": 1, "access": "invite"}),
+    )
+    .await;
+    store
+        .add_invites("race", &["only".to_string()], T0)
+        .await
+        .unwrap();
+    let tasks: Vec<_> = (0..48)
+        .map(|i| {
+            let s = store.clone();
+            tokio::spawn(async move {
+                let user = (i % 3 != 0).then(|| format!("u{i}"));
+                let mut r = req(user.as_deref());
+                r.invite = Some("only".into());
+                s.join("race", &r, T0).await
+            })
+        })
+        .collect();
+    let mut seated = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(_) => seated += 1,
+            Err(e) => assert_eq!(queue_err::<()>(Err(e)), QueueError::InviteInvalid),
+        }
+    }
+    assert_eq!(seated, 1, "one invite code seated {seated} people");
+    let f = store.get_event("race", T0).await.unwrap().figures;
+    assert_eq!(f.waiting + f.admitted + f.active, 1);
 }

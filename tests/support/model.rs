@@ -24,7 +24,8 @@ const USERS: [&str; 4] = ["ann", "bob", "cy", "dee"];
 
 #[derive(Debug, Clone)]
 pub enum Op {
-    Join(Option<usize>),
+    /// A join, as a user or anonymous, with or without proof of being that user.
+    Join(Option<usize>, bool),
     Status(Index),
     Heartbeat(Index),
     Enter(Index),
@@ -80,7 +81,11 @@ fn settings() -> impl Strategy<Value = Settings> {
 
 pub fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => prop::option::weighted(0.6, 0usize..USERS.len()).prop_map(Op::Join),
+        6 => (
+            prop::option::weighted(0.6, 0usize..USERS.len()),
+            prop::bool::weighted(0.7)
+        )
+            .prop_map(|(u, proven)| Op::Join(u, proven)),
         3 => any::<Index>().prop_map(Op::Status),
         2 => any::<Index>().prop_map(Op::Heartbeat),
         3 => any::<Index>().prop_map(Op::Enter),
@@ -277,7 +282,7 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
             Op::Advance(_) | Op::Tick => {
                 qerr(rt.block_on(store.tick(ev, m.now))).unwrap();
             }
-            Op::Join(user) => {
+            Op::Join(user, proven) => {
                 nonce += 1;
                 let uname = user.map(|u| USERS[u].to_string());
                 let got = qerr(rt.block_on(store.join(
@@ -286,11 +291,22 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                         user_id: uname,
                         metadata: None,
                         nonce,
+                        proven: *proven,
+                        invite: None,
                     },
                     m.now,
                 )));
                 let waiting = m.waiting_indices().len() as u64;
-                if let Some(i) = user.and_then(|u| m.live_place_of(u)) {
+                let live = user.and_then(|u| m.live_place_of(u));
+                if live.is_some() && !proven {
+                    // Knowing a user id is not enough: no place back, nothing renewed.
+                    prop_assert_eq!(
+                        got.map(|v| v.key),
+                        Err(QueueError::AlreadyJoined),
+                        "step {}: an unproven repeat join got a place",
+                        step
+                    );
+                } else if let Some(i) = live {
                     let v = got.map_err(|e| {
                         TestCaseError::fail(format!("step {step}: rejoin failed {e:?}"))
                     })?;
