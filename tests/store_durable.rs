@@ -287,3 +287,47 @@ async fn truncated_journal_recovers_the_intact_prefix() {
     std::fs::write(&last, &bytes).unwrap();
     assert_eq!(check_prefix(dir2.path(), &keys2).await, 50);
 }
+
+/// Invite codes and whom they seat survive a restart; a deleted event's codes do not come
+/// back with a new event of the same id.
+#[tokio::test]
+async fn restart_keeps_invites_and_their_bindings() {
+    use waitroom::store::JoinRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let open = |t| -> Arc<dyn Store> {
+        Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, t).unwrap())
+    };
+    let with = |user: &str, code: &str| JoinRequest {
+        user_id: Some(user.into()),
+        invite: Some(code.into()),
+        nonce: waitroom::tokens::random_u128(),
+        ..JoinRequest::default()
+    };
+    let codes: Vec<String> = ["c1", "c2", "c3"].map(String::from).to_vec();
+    {
+        let store = open(T0);
+        make_event(&store, "gone", serde_json::json!({"access": "invite"})).await;
+        store.add_invites("gone", &codes, T0).await.unwrap();
+        store.delete_event("gone").await.unwrap();
+        make_event(&store, "ev", serde_json::json!({"access": "invite"})).await;
+        store.add_invites("ev", &codes, T0).await.unwrap();
+        store.join("ev", &with("a", "c1"), T0).await.unwrap();
+        store.close().await.unwrap();
+    }
+    let store = open(T0 + S);
+    let refused = |r: Result<_, StoreError>| qerr(r);
+    assert_eq!(
+        refused(store.join("ev", &with("b", "c1"), T0 + S).await),
+        QueueError::InviteInvalid
+    );
+    store.join("ev", &with("b", "c2"), T0 + S).await.unwrap();
+    assert_eq!(
+        refused(store.join("ev", &with("z", "c9"), T0 + S).await),
+        QueueError::InviteInvalid
+    );
+    make_event(&store, "gone", serde_json::json!({"access": "invite"})).await;
+    assert_eq!(
+        refused(store.join("gone", &with("a", "c3"), T0 + S).await),
+        QueueError::InviteInvalid
+    );
+}
