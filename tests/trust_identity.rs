@@ -1,0 +1,406 @@
+//! Identity and invite-only events, tried as an attacker would: taking someone's place
+//! with their user id, forged, expired or misdirected user tokens, bare joins where a
+//! user token is required, secrets read back, one invite code used by several people.
+//! Through `router(state).oneshot(…)` with the embedded store and a manual clock.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{header, Method, Request, StatusCode};
+use axum::Router;
+use ed25519_dalek::pkcs8::{EncodePrivateKey, EncodePublicKey};
+use ed25519_dalek::SigningKey;
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use waitroom::clock::Clock;
+use waitroom::core::Millis;
+use waitroom::http::router;
+use waitroom::store::embedded::EmbeddedStore;
+use waitroom::AppState;
+
+const ADMIN: &str = "test-admin-token";
+const T0: Millis = 1_700_000_000_000;
+const SECRET: &str = "a-booking-site-secret-of-32-bytes-or-more";
+
+struct Resp {
+    status: StatusCode,
+    headers: axum::http::HeaderMap,
+    text: String,
+    body: Value,
+}
+
+impl Resp {
+    #[track_caller]
+    fn ok(&self) -> &Value {
+        assert_eq!(self.status, StatusCode::OK, "{}", self.text);
+        &self.body
+    }
+
+    #[track_caller]
+    fn err(&self, status: StatusCode, code: &str) {
+        assert_eq!(self.status, status, "{}", self.text);
+        assert_eq!(self.body["error"]["code"], code, "{}", self.text);
+        assert!(self.body.get("waiting_token").is_none(), "{}", self.text);
+    }
+}
+
+fn app() -> Router {
+    let key = SigningKey::from_bytes(&[7; 32]);
+    let state = AppState::new(
+        Arc::new(EmbeddedStore::new()),
+        &key,
+        ADMIN,
+        Clock::manual(T0),
+    )
+    .unwrap();
+    router(state)
+}
+
+async fn call(app: &Router, method: Method, uri: &str, body: Option<Value>, auth: Option<&str>) -> Resp {
+    let mut b = Request::builder().method(method).uri(uri);
+    if let Some(t) = auth {
+        b = b.header(header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    let req = match body {
+        Some(v) => b
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(v.to_string())),
+        None => b.body(Body::empty()),
+    }
+    .unwrap();
+    let res = app.clone().oneshot(req).await.unwrap();
+    let status = res.status();
+    let headers = res.headers().clone();
+    let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+    Resp {
+        status,
+        headers,
+        text,
+        body,
+    }
+}
+
+async fn put_event(app: &Router, id: &str, settings: Value) -> Resp {
+    let r = call(app, Method::PUT, &format!("/api/v1/admin/events/{id}"), Some(settings), Some(ADMIN)).await;
+    r.ok();
+    r
+}
+
+async fn join(app: &Router, body: Value) -> Resp {
+    call(app, Method::POST, "/api/v1/queue/join", Some(body), None).await
+}
+
+async fn status(app: &Router, token: &str) -> Resp {
+    call(app, Method::GET, &format!("/api/v1/queue/status?token={token}"), None, None).await
+}
+
+/// An HS256 user token as a booking site mints it.
+fn hs256(secret: &str, sub: &str, aud: &str, exp_ms: Millis) -> String {
+    let claims = json!({"sub": sub, "aud": aud, "exp": exp_ms / 1000});
+    jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        &claims,
+        &EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .unwrap()
+}
+
+fn ed25519(key: &SigningKey, sub: &str, aud: &str, exp_ms: Millis) -> String {
+    let pem = key.to_pkcs8_pem(Default::default()).unwrap();
+    let claims = json!({"sub": sub, "aud": aud, "exp": exp_ms / 1000});
+    jsonwebtoken::encode(
+        &Header::new(Algorithm::EdDSA),
+        &claims,
+        &EncodingKey::from_ed_pem(pem.as_bytes()).unwrap(),
+    )
+    .unwrap()
+}
+
+/// The hijack of the issue: whoever knows a user's id joins with it. Without proof they
+/// get `409 ALREADY_JOINED` and no token, and the victim's place is untouched.
+#[tokio::test]
+async fn a_known_user_id_does_not_hand_over_the_place() {
+    let app = app();
+    put_event(&app, "show", json!({"max_active": 1})).await;
+    join(&app, json!({"event_id": "show"})).await.ok();
+    let victim = join(&app, json!({"event_id": "show", "user_id": "alice"})).await;
+    let token = victim.ok()["waiting_token"].as_str().unwrap().to_string();
+    let attack = join(&app, json!({"event_id": "show", "user_id": "alice"})).await;
+    attack.err(StatusCode::CONFLICT, "ALREADY_JOINED");
+    assert!(!attack.text.contains(&token));
+    let s = status(&app, &token).await;
+    assert_eq!(s.ok()["position"], 1);
+    // The site's backend, holding the server key, may get the place back for its user.
+    let site = call(
+        &app,
+        Method::POST,
+        "/api/v1/queue/join",
+        Some(json!({"event_id": "show", "user_id": "alice"})),
+        Some(ADMIN),
+    )
+    .await;
+    assert_eq!(site.ok()["waiting_token"], token.as_str());
+    // A wrong server key is refused outright, not treated as "no proof".
+    let wrong = call(
+        &app,
+        Method::POST,
+        "/api/v1/queue/join",
+        Some(json!({"event_id": "show", "user_id": "alice"})),
+        Some("guess"),
+    )
+    .await;
+    wrong.err(StatusCode::UNAUTHORIZED, "UNAUTHORIZED");
+}
+
+/// A signed user gets its own place back; forged, expired, misdirected, garbled and
+/// foreign-key tokens are refused with 401 and a code saying which.
+#[tokio::test]
+async fn user_tokens_prove_the_user_and_nothing_else_does() {
+    let app = app();
+    let site_key = SigningKey::from_bytes(&[9; 32]);
+    let public = site_key
+        .verifying_key()
+        .to_public_key_pem(Default::default())
+        .unwrap();
+    put_event(
+        &app,
+        "show",
+        json!({"user_token_secret": SECRET, "user_token_public_key": public}),
+    )
+    .await;
+    let later = T0 + 600_000;
+    let t = hs256(SECRET, "alice", "show", later);
+    let first = join(&app, json!({"event_id": "show", "user_token": t})).await;
+    let token = first.ok()["waiting_token"].clone();
+    // The same signed user gets the same place (and token) back, also with an Ed25519 token.
+    let again = join(&app, json!({"event_id": "show", "user_token": t, "user_id": "alice"})).await;
+    assert_eq!(again.ok()["waiting_token"], token);
+    let ed = ed25519(&site_key, "alice", "show", later);
+    let third = join(&app, json!({"event_id": "show", "user_token": ed})).await;
+    assert_eq!(third.ok()["waiting_token"], token);
+    // But not to whoever only names alice.
+    join(&app, json!({"event_id": "show", "user_id": "alice"}))
+        .await
+        .err(StatusCode::CONFLICT, "ALREADY_JOINED");
+
+    let refused = [
+        (hs256("another-secret-that-is-also-32-bytes-long", "alice", "show", later), "USER_TOKEN_INVALID"),
+        (hs256(SECRET, "alice", "other-show", later), "USER_TOKEN_INVALID"),
+        (hs256(SECRET, "alice", "show", T0 - 60_000), "USER_TOKEN_EXPIRED"),
+        (ed25519(&SigningKey::from_bytes(&[3; 32]), "alice", "show", later), "USER_TOKEN_INVALID"),
+        ("not.a.jwt".to_string(), "USER_TOKEN_INVALID"),
+        (format!("{t}x"), "USER_TOKEN_INVALID"),
+    ];
+    for (bad, code) in refused {
+        join(&app, json!({"event_id": "show", "user_token": bad}))
+            .await
+            .err(StatusCode::UNAUTHORIZED, code);
+    }
+    // `alg: none` and a token without `sub` are garbage too.
+    let none = format!(
+        "{}.{}.",
+        b64(r#"{"alg":"none","typ":"JWT"}"#),
+        b64(&json!({"sub": "alice", "aud": "show", "exp": later / 1000}).to_string())
+    );
+    join(&app, json!({"event_id": "show", "user_token": none}))
+        .await
+        .err(StatusCode::UNAUTHORIZED, "USER_TOKEN_INVALID");
+    let no_sub = jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        &json!({"aud": "show", "exp": later / 1000}),
+        &EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap();
+    join(&app, json!({"event_id": "show", "user_token": no_sub}))
+        .await
+        .err(StatusCode::UNAUTHORIZED, "USER_TOKEN_INVALID");
+    // A token for alice with a body naming bob is a contradiction.
+    join(&app, json!({"event_id": "show", "user_token": t, "user_id": "bob"}))
+        .await
+        .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    // An event without keys trusts no user token.
+    put_event(&app, "plain", json!({})).await;
+    join(&app, json!({"event_id": "plain", "user_token": hs256(SECRET, "a", "plain", later)}))
+        .await
+        .err(StatusCode::UNAUTHORIZED, "USER_TOKEN_INVALID");
+}
+
+fn b64(s: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s)
+}
+
+#[tokio::test]
+async fn require_user_token_refuses_bare_joins() {
+    let app = app();
+    put_event(&app, "strict", json!({"user_token_secret": SECRET, "require_user_token": true})).await;
+    for body in [
+        json!({"event_id": "strict"}),
+        json!({"event_id": "strict", "user_id": "alice"}),
+    ] {
+        join(&app, body)
+            .await
+            .err(StatusCode::UNAUTHORIZED, "USER_TOKEN_REQUIRED");
+    }
+    let t = hs256(SECRET, "alice", "strict", T0 + 60_000);
+    join(&app, json!({"event_id": "strict", "user_token": t})).await.ok();
+    // The site's server key stands in for a user token.
+    call(
+        &app,
+        Method::POST,
+        "/api/v1/queue/join",
+        Some(json!({"event_id": "strict", "user_id": "bob"})),
+        Some(ADMIN),
+    )
+    .await
+    .ok();
+    // Requiring tokens without a key to check them is refused.
+    let r = call(
+        &app,
+        Method::PUT,
+        "/api/v1/admin/events/nokey",
+        Some(json!({"require_user_token": true})),
+        Some(ADMIN),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+}
+
+/// The HS256 secret is stored but no read shows it.
+#[tokio::test]
+async fn no_read_shows_the_user_token_secret() {
+    let app = app();
+    let put = put_event(&app, "show", json!({"user_token_secret": SECRET})).await;
+    assert_eq!(put.body["user_token_secret_set"], true);
+    let paused = call(&app, Method::POST, "/api/v1/admin/events/show/pause", None, Some(ADMIN)).await;
+    let mut texts = vec![put.text, paused.text];
+    for (uri, auth) in [
+        ("/api/v1/admin/events/show", Some(ADMIN)),
+        ("/api/v1/admin/events", Some(ADMIN)),
+        ("/api/v1/admin/stats", Some(ADMIN)),
+        ("/api/v1/events", None),
+        ("/api/v1/events/show", None),
+        ("/api/v1/queue/info?event_id=show", None),
+    ] {
+        let r = call(&app, Method::GET, uri, None, auth).await;
+        assert_eq!(r.status, StatusCode::OK, "{uri}: {}", r.text);
+        texts.push(r.text);
+    }
+    for t in texts {
+        assert!(!t.contains(SECRET), "the secret leaked: {t}");
+        assert!(!t.contains("\"user_token_secret\""), "{t}");
+    }
+    // It is still in force.
+    join(&app, json!({"event_id": "show", "user_token": hs256(SECRET, "a", "show", T0 + 60_000)}))
+        .await
+        .ok();
+}
+
+#[tokio::test]
+async fn invite_codes_are_made_and_each_seats_one_person() {
+    let app = app();
+    put_event(&app, "vip", json!({"access": "invite", "max_active": 1})).await;
+    let uri = "/api/v1/admin/events/vip/invites";
+    call(&app, Method::POST, uri, Some(json!({"count": 2})), None)
+        .await
+        .err(StatusCode::UNAUTHORIZED, "UNAUTHORIZED");
+    for bad in [json!({"count": 0}), json!({"count": 10_001}), json!({"n": 2})] {
+        call(&app, Method::POST, uri, Some(bad), Some(ADMIN))
+            .await
+            .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    }
+    call(&app, Method::POST, "/api/v1/admin/events/nope/invites", Some(json!({"count": 1})), Some(ADMIN))
+        .await
+        .err(StatusCode::NOT_FOUND, "EVENT_NOT_FOUND");
+    let made = call(&app, Method::POST, uri, Some(json!({"count": 3})), Some(ADMIN)).await;
+    let codes: Vec<String> = made.ok()["codes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(codes.len(), 3);
+    for c in &codes {
+        assert_eq!(c.len(), 16, "{c}");
+        assert!(c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+    }
+    assert!(codes[0] != codes[1] && codes[1] != codes[2] && codes[0] != codes[2]);
+
+    // The CSV download, by Accept header or by query.
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri(uri)
+        .header(header::AUTHORIZATION, format!("Bearer {ADMIN}"))
+        .header(header::ACCEPT, "text/csv")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(json!({"count": 2}).to_string()))
+        .unwrap();
+    let res = app.clone().oneshot(req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(res.headers()[header::CONTENT_TYPE].to_str().unwrap().starts_with("text/csv"));
+    let csv = axum::body::to_bytes(res.into_body(), usize::MAX).await.unwrap();
+    let lines: Vec<&str> = std::str::from_utf8(&csv).unwrap().lines().collect();
+    assert_eq!((lines.len(), lines[0]), (3, "code"));
+    let by_query = call(&app, Method::POST, &format!("{uri}?format=csv"), Some(json!({"count": 1})), Some(ADMIN)).await;
+    assert!(by_query.headers[header::CONTENT_TYPE].to_str().unwrap().starts_with("text/csv"));
+    // A CSV code works like any other.
+    join(&app, json!({"event_id": "vip", "user_id": "carol", "invite": lines[1]})).await.ok();
+
+    join(&app, json!({"event_id": "vip", "user_id": "alice"}))
+        .await
+        .err(StatusCode::FORBIDDEN, "INVITE_REQUIRED");
+    join(&app, json!({"event_id": "vip", "user_id": "alice", "invite": "made-up"}))
+        .await
+        .err(StatusCode::FORBIDDEN, "INVITE_INVALID");
+    let alice = join(&app, json!({"event_id": "vip", "user_id": "alice", "invite": codes[0]})).await;
+    let token = alice.ok()["waiting_token"].clone();
+    join(&app, json!({"event_id": "vip", "user_id": "bob", "invite": codes[0]}))
+        .await
+        .err(StatusCode::FORBIDDEN, "INVITE_INVALID");
+    join(&app, json!({"event_id": "vip", "invite": codes[0]}))
+        .await
+        .err(StatusCode::FORBIDDEN, "INVITE_INVALID");
+    // Alice again with her code: the identity rules decide (server key: her place back).
+    let back = call(
+        &app,
+        Method::POST,
+        "/api/v1/queue/join",
+        Some(json!({"event_id": "vip", "user_id": "alice", "invite": codes[0]})),
+        Some(ADMIN),
+    )
+    .await;
+    assert_eq!(back.ok()["waiting_token"], token);
+}
+
+/// Many people racing with one code through the API: exactly one is seated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_joins_with_one_code_seat_one_person() {
+    let app = app();
+    put_event(&app, "vip", json!({"access": "invite"})).await;
+    let made = call(&app, Method::POST, "/api/v1/admin/events/vip/invites", Some(json!({"count": 1})), Some(ADMIN)).await;
+    let code = made.ok()["codes"][0].as_str().unwrap().to_string();
+    let tasks: Vec<_> = (0..40)
+        .map(|i| {
+            let (app, code) = (app.clone(), code.clone());
+            tokio::spawn(async move {
+                join(&app, json!({"event_id": "vip", "user_id": format!("u{i}"), "invite": code}))
+                    .await
+                    .status
+            })
+        })
+        .collect();
+    let mut seated = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            StatusCode::OK => seated += 1,
+            s => assert_eq!(s, StatusCode::FORBIDDEN),
+        }
+    }
+    assert_eq!(seated, 1);
+}
