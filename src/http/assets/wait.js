@@ -22,6 +22,7 @@
       cleared: 'The line was cleared', clearedLead: 'The organiser closed this line. You can try to join again.',
       gone: 'Your place has ended', goneLead: 'This place is no longer in the line. You can join again.',
       notFound: 'This event does not exist', notFoundLead: 'Please check the address of this page.',
+      refused: 'This link does not let you in', refusedLead: 'Your sign-in link or invite code is missing, expired or already used. Ask the organiser for a new link.',
       closed: 'This line is closed', closedLead: 'The event is not taking new people right now. Please try again later.',
       full: 'The line is full', fullLead: 'Trying again in a few seconds…',
       offline: 'Reconnecting…', offlineLead: 'Your place is kept while we reconnect.',
@@ -46,6 +47,7 @@
       cleared: '대기열이 정리되었습니다', clearedLead: '주최 측이 대기열을 닫았습니다. 다시 들어가 볼 수 있습니다.',
       gone: '대기 순서가 끝났습니다', goneLead: '이 순서는 더 이상 대기열에 없습니다. 다시 들어갈 수 있습니다.',
       notFound: '존재하지 않는 이벤트입니다', notFoundLead: '페이지 주소를 확인해 주세요.',
+      refused: '이 링크로는 입장할 수 없습니다', refusedLead: '로그인 링크나 초대 코드가 없거나, 만료되었거나, 이미 사용되었습니다. 주최 측에 새 링크를 요청해 주세요.',
       closed: '대기열이 닫혀 있습니다', closedLead: '지금은 새로 입장을 받지 않습니다. 나중에 다시 시도해 주세요.',
       full: '대기열이 가득 찼습니다', fullLead: '잠시 후 다시 시도합니다…',
       offline: '다시 연결하는 중…', offlineLead: '연결하는 동안 대기 순서는 유지됩니다.',
@@ -65,6 +67,12 @@
   const UID_KEY = 'waitroom:uid';
   const POLL_MS = 3000;
   const CLIENT_HEARTBEAT_MS = 15000;
+  // A booking site may link here with a signed user token and/or an invite code:
+  // /wait/{event}?user_token=…&invite=…
+  const params = new URLSearchParams(location.search);
+  const userToken = params.get('user_token');
+  const invite = params.get('invite');
+  const REFUSED = ['USER_TOKEN_INVALID', 'USER_TOKEN_EXPIRED', 'USER_TOKEN_REQUIRED', 'INVITE_REQUIRED', 'INVITE_INVALID'];
 
   let info = null;              // the public event (name, target_url, paused)
   let place = loadPlace();      // {token, start}
@@ -105,7 +113,7 @@
     const waitingLike = phase === 'waiting' || phase === 'joining' || phase === 'init' || phase === 'offline';
     show('figures', waitingLike || phase === 'ready');
     show('leave', phase === 'waiting' || phase === 'offline');
-    show('join', phase === 'ended' && ended !== 'notFound');
+    show('join', phase === 'ended' && ended !== 'notFound' && ended !== 'refused');
     show('continue', phase === 'active');
     show('live-note', phase === 'waiting' || phase === 'offline');
     show('paused', phase === 'waiting' && info && info.paused);
@@ -209,7 +217,10 @@
     stopLive();
     figures = null;
     setPhase('joining');
-    const r = await api('POST', '/api/v1/queue/join', { body: { event_id: eventId, user_id: userId() } });
+    // With a user token, its subject is the user id; otherwise this browser's own id.
+    const body = userToken ? { event_id: eventId, user_token: userToken } : { event_id: eventId, user_id: userId() };
+    if (invite) body.invite = invite;
+    const r = await api('POST', '/api/v1/queue/join', { body });
     if (r.ok) {
       const prev = place && place.token === r.data.waiting_token ? place.start : null;
       place = { token: r.data.waiting_token, start: prev || r.data.position || 1 };
@@ -218,7 +229,18 @@
       connect();
       return;
     }
+    if (r.code === 'ALREADY_JOINED') {
+      // This browser's id holds a place whose token is not here (another tab saved it, or
+      // the answer to an earlier join was lost): use the saved one, else start afresh
+      // under a new id and let the lost place lapse.
+      place = loadPlace();
+      if (place && place.token) { await resume(); return; }
+      store.del('localStorage', UID_KEY);
+      setTimeout(join, 0);
+      return;
+    }
     if (r.code === 'EVENT_NOT_FOUND') endWith('notFound');
+    else if (REFUSED.includes(r.code)) endWith('refused');
     else if (r.code === 'EVENT_CLOSED') endWith('closed');
     else if (r.code === 'QUEUE_FULL') { endWith('full'); setTimeout(join, (r.retry || 10) * 1000); }
     else { setPhase('offline'); setTimeout(join, POLL_MS); }
