@@ -186,7 +186,12 @@ pub fn verify_user_token(
             _ => Invalid("malformed"),
         })?
         .claims;
-    if claims.exp.saturating_mul(1000).saturating_add(USER_TOKEN_LEEWAY_MS) <= now {
+    if claims
+        .exp
+        .saturating_mul(1000)
+        .saturating_add(USER_TOKEN_LEEWAY_MS)
+        <= now
+    {
         return Err(UserTokenError::Expired);
     }
     Ok(claims.sub)

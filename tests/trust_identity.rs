@@ -58,7 +58,13 @@ fn app() -> Router {
     router(state)
 }
 
-async fn call(app: &Router, method: Method, uri: &str, body: Option<Value>, auth: Option<&str>) -> Resp {
+async fn call(
+    app: &Router,
+    method: Method,
+    uri: &str,
+    body: Option<Value>,
+    auth: Option<&str>,
+) -> Resp {
     let mut b = Request::builder().method(method).uri(uri);
     if let Some(t) = auth {
         b = b.header(header::AUTHORIZATION, format!("Bearer {t}"));
@@ -87,7 +93,14 @@ async fn call(app: &Router, method: Method, uri: &str, body: Option<Value>, auth
 }
 
 async fn put_event(app: &Router, id: &str, settings: Value) -> Resp {
-    let r = call(app, Method::PUT, &format!("/api/v1/admin/events/{id}"), Some(settings), Some(ADMIN)).await;
+    let r = call(
+        app,
+        Method::PUT,
+        &format!("/api/v1/admin/events/{id}"),
+        Some(settings),
+        Some(ADMIN),
+    )
+    .await;
     r.ok();
     r
 }
@@ -97,7 +110,14 @@ async fn join(app: &Router, body: Value) -> Resp {
 }
 
 async fn status(app: &Router, token: &str) -> Resp {
-    call(app, Method::GET, &format!("/api/v1/queue/status?token={token}"), None, None).await
+    call(
+        app,
+        Method::GET,
+        &format!("/api/v1/queue/status?token={token}"),
+        None,
+        None,
+    )
+    .await
 }
 
 /// An HS256 user token as a booking site mints it.
@@ -179,7 +199,11 @@ async fn user_tokens_prove_the_user_and_nothing_else_does() {
     let first = join(&app, json!({"event_id": "show", "user_token": t})).await;
     let token = first.ok()["waiting_token"].clone();
     // The same signed user gets the same place (and token) back, also with an Ed25519 token.
-    let again = join(&app, json!({"event_id": "show", "user_token": t, "user_id": "alice"})).await;
+    let again = join(
+        &app,
+        json!({"event_id": "show", "user_token": t, "user_id": "alice"}),
+    )
+    .await;
     assert_eq!(again.ok()["waiting_token"], token);
     let ed = ed25519(&site_key, "alice", "show", later);
     let third = join(&app, json!({"event_id": "show", "user_token": ed})).await;
@@ -190,10 +214,27 @@ async fn user_tokens_prove_the_user_and_nothing_else_does() {
         .err(StatusCode::CONFLICT, "ALREADY_JOINED");
 
     let refused = [
-        (hs256("another-secret-that-is-also-32-bytes-long", "alice", "show", later), "USER_TOKEN_INVALID"),
-        (hs256(SECRET, "alice", "other-show", later), "USER_TOKEN_INVALID"),
-        (hs256(SECRET, "alice", "show", T0 - 60_000), "USER_TOKEN_EXPIRED"),
-        (ed25519(&SigningKey::from_bytes(&[3; 32]), "alice", "show", later), "USER_TOKEN_INVALID"),
+        (
+            hs256(
+                "another-secret-that-is-also-32-bytes-long",
+                "alice",
+                "show",
+                later,
+            ),
+            "USER_TOKEN_INVALID",
+        ),
+        (
+            hs256(SECRET, "alice", "other-show", later),
+            "USER_TOKEN_INVALID",
+        ),
+        (
+            hs256(SECRET, "alice", "show", T0 - 60_000),
+            "USER_TOKEN_EXPIRED",
+        ),
+        (
+            ed25519(&SigningKey::from_bytes(&[3; 32]), "alice", "show", later),
+            "USER_TOKEN_INVALID",
+        ),
         ("not.a.jwt".to_string(), "USER_TOKEN_INVALID"),
         (format!("{t}x"), "USER_TOKEN_INVALID"),
     ];
@@ -221,14 +262,20 @@ async fn user_tokens_prove_the_user_and_nothing_else_does() {
         .await
         .err(StatusCode::UNAUTHORIZED, "USER_TOKEN_INVALID");
     // A token for alice with a body naming bob is a contradiction.
-    join(&app, json!({"event_id": "show", "user_token": t, "user_id": "bob"}))
-        .await
-        .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    join(
+        &app,
+        json!({"event_id": "show", "user_token": t, "user_id": "bob"}),
+    )
+    .await
+    .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
     // An event without keys trusts no user token.
     put_event(&app, "plain", json!({})).await;
-    join(&app, json!({"event_id": "plain", "user_token": hs256(SECRET, "a", "plain", later)}))
-        .await
-        .err(StatusCode::UNAUTHORIZED, "USER_TOKEN_INVALID");
+    join(
+        &app,
+        json!({"event_id": "plain", "user_token": hs256(SECRET, "a", "plain", later)}),
+    )
+    .await
+    .err(StatusCode::UNAUTHORIZED, "USER_TOKEN_INVALID");
 }
 
 fn b64(s: &str) -> String {
@@ -239,7 +286,12 @@ fn b64(s: &str) -> String {
 #[tokio::test]
 async fn require_user_token_refuses_bare_joins() {
     let app = app();
-    put_event(&app, "strict", json!({"user_token_secret": SECRET, "require_user_token": true})).await;
+    put_event(
+        &app,
+        "strict",
+        json!({"user_token_secret": SECRET, "require_user_token": true}),
+    )
+    .await;
     for body in [
         json!({"event_id": "strict"}),
         json!({"event_id": "strict", "user_id": "alice"}),
@@ -249,7 +301,9 @@ async fn require_user_token_refuses_bare_joins() {
             .err(StatusCode::UNAUTHORIZED, "USER_TOKEN_REQUIRED");
     }
     let t = hs256(SECRET, "alice", "strict", T0 + 60_000);
-    join(&app, json!({"event_id": "strict", "user_token": t})).await.ok();
+    join(&app, json!({"event_id": "strict", "user_token": t}))
+        .await
+        .ok();
     // The site's server key stands in for a user token.
     call(
         &app,
@@ -278,7 +332,14 @@ async fn no_read_shows_the_user_token_secret() {
     let app = app();
     let put = put_event(&app, "show", json!({"user_token_secret": SECRET})).await;
     assert_eq!(put.body["user_token_secret_set"], true);
-    let paused = call(&app, Method::POST, "/api/v1/admin/events/show/pause", None, Some(ADMIN)).await;
+    let paused = call(
+        &app,
+        Method::POST,
+        "/api/v1/admin/events/show/pause",
+        None,
+        Some(ADMIN),
+    )
+    .await;
     let mut texts = vec![put.text, paused.text];
     for (uri, auth) in [
         ("/api/v1/admin/events/show", Some(ADMIN)),
@@ -297,9 +358,12 @@ async fn no_read_shows_the_user_token_secret() {
         assert!(!t.contains("\"user_token_secret\""), "{t}");
     }
     // It is still in force.
-    join(&app, json!({"event_id": "show", "user_token": hs256(SECRET, "a", "show", T0 + 60_000)}))
-        .await
-        .ok();
+    join(
+        &app,
+        json!({"event_id": "show", "user_token": hs256(SECRET, "a", "show", T0 + 60_000)}),
+    )
+    .await
+    .ok();
 }
 
 #[tokio::test]
@@ -310,15 +374,32 @@ async fn invite_codes_are_made_and_each_seats_one_person() {
     call(&app, Method::POST, uri, Some(json!({"count": 2})), None)
         .await
         .err(StatusCode::UNAUTHORIZED, "UNAUTHORIZED");
-    for bad in [json!({"count": 0}), json!({"count": 10_001}), json!({"n": 2})] {
+    for bad in [
+        json!({"count": 0}),
+        json!({"count": 10_001}),
+        json!({"n": 2}),
+    ] {
         call(&app, Method::POST, uri, Some(bad), Some(ADMIN))
             .await
             .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
     }
-    call(&app, Method::POST, "/api/v1/admin/events/nope/invites", Some(json!({"count": 1})), Some(ADMIN))
-        .await
-        .err(StatusCode::NOT_FOUND, "EVENT_NOT_FOUND");
-    let made = call(&app, Method::POST, uri, Some(json!({"count": 3})), Some(ADMIN)).await;
+    call(
+        &app,
+        Method::POST,
+        "/api/v1/admin/events/nope/invites",
+        Some(json!({"count": 1})),
+        Some(ADMIN),
+    )
+    .await
+    .err(StatusCode::NOT_FOUND, "EVENT_NOT_FOUND");
+    let made = call(
+        &app,
+        Method::POST,
+        uri,
+        Some(json!({"count": 3})),
+        Some(ADMIN),
+    )
+    .await;
     let codes: Vec<String> = made.ok()["codes"]
         .as_array()
         .unwrap()
@@ -328,7 +409,9 @@ async fn invite_codes_are_made_and_each_seats_one_person() {
     assert_eq!(codes.len(), 3);
     for c in &codes {
         assert_eq!(c.len(), 16, "{c}");
-        assert!(c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+        assert!(c
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
     }
     assert!(codes[0] != codes[1] && codes[1] != codes[2] && codes[0] != codes[2]);
 
@@ -343,26 +426,56 @@ async fn invite_codes_are_made_and_each_seats_one_person() {
         .unwrap();
     let res = app.clone().oneshot(req).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
-    assert!(res.headers()[header::CONTENT_TYPE].to_str().unwrap().starts_with("text/csv"));
-    let csv = axum::body::to_bytes(res.into_body(), usize::MAX).await.unwrap();
+    assert!(res.headers()[header::CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .starts_with("text/csv"));
+    let csv = axum::body::to_bytes(res.into_body(), usize::MAX)
+        .await
+        .unwrap();
     let lines: Vec<&str> = std::str::from_utf8(&csv).unwrap().lines().collect();
     assert_eq!((lines.len(), lines[0]), (3, "code"));
-    let by_query = call(&app, Method::POST, &format!("{uri}?format=csv"), Some(json!({"count": 1})), Some(ADMIN)).await;
-    assert!(by_query.headers[header::CONTENT_TYPE].to_str().unwrap().starts_with("text/csv"));
+    let by_query = call(
+        &app,
+        Method::POST,
+        &format!("{uri}?format=csv"),
+        Some(json!({"count": 1})),
+        Some(ADMIN),
+    )
+    .await;
+    assert!(by_query.headers[header::CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .starts_with("text/csv"));
     // A CSV code works like any other.
-    join(&app, json!({"event_id": "vip", "user_id": "carol", "invite": lines[1]})).await.ok();
+    join(
+        &app,
+        json!({"event_id": "vip", "user_id": "carol", "invite": lines[1]}),
+    )
+    .await
+    .ok();
 
     join(&app, json!({"event_id": "vip", "user_id": "alice"}))
         .await
         .err(StatusCode::FORBIDDEN, "INVITE_REQUIRED");
-    join(&app, json!({"event_id": "vip", "user_id": "alice", "invite": "made-up"}))
-        .await
-        .err(StatusCode::FORBIDDEN, "INVITE_INVALID");
-    let alice = join(&app, json!({"event_id": "vip", "user_id": "alice", "invite": codes[0]})).await;
+    join(
+        &app,
+        json!({"event_id": "vip", "user_id": "alice", "invite": "made-up"}),
+    )
+    .await
+    .err(StatusCode::FORBIDDEN, "INVITE_INVALID");
+    let alice = join(
+        &app,
+        json!({"event_id": "vip", "user_id": "alice", "invite": codes[0]}),
+    )
+    .await;
     let token = alice.ok()["waiting_token"].clone();
-    join(&app, json!({"event_id": "vip", "user_id": "bob", "invite": codes[0]}))
-        .await
-        .err(StatusCode::FORBIDDEN, "INVITE_INVALID");
+    join(
+        &app,
+        json!({"event_id": "vip", "user_id": "bob", "invite": codes[0]}),
+    )
+    .await
+    .err(StatusCode::FORBIDDEN, "INVITE_INVALID");
     join(&app, json!({"event_id": "vip", "invite": codes[0]}))
         .await
         .err(StatusCode::FORBIDDEN, "INVITE_INVALID");
@@ -383,15 +496,25 @@ async fn invite_codes_are_made_and_each_seats_one_person() {
 async fn racing_joins_with_one_code_seat_one_person() {
     let app = app();
     put_event(&app, "vip", json!({"access": "invite"})).await;
-    let made = call(&app, Method::POST, "/api/v1/admin/events/vip/invites", Some(json!({"count": 1})), Some(ADMIN)).await;
+    let made = call(
+        &app,
+        Method::POST,
+        "/api/v1/admin/events/vip/invites",
+        Some(json!({"count": 1})),
+        Some(ADMIN),
+    )
+    .await;
     let code = made.ok()["codes"][0].as_str().unwrap().to_string();
     let tasks: Vec<_> = (0..40)
         .map(|i| {
             let (app, code) = (app.clone(), code.clone());
             tokio::spawn(async move {
-                join(&app, json!({"event_id": "vip", "user_id": format!("u{i}"), "invite": code}))
-                    .await
-                    .status
+                join(
+                    &app,
+                    json!({"event_id": "vip", "user_id": format!("u{i}"), "invite": code}),
+                )
+                .await
+                .status
             })
         })
         .collect();

@@ -254,7 +254,9 @@ impl EventPatch {
     /// The identity and access settings.
     fn apply_trust(&self, c: &mut EventConfig) -> Result<(), QueueError> {
         if let Some(s) = &self.user_token_secret {
-            if s.as_ref().is_some_and(|s| s.len() < MIN_USER_TOKEN_SECRET_BYTES) {
+            if s.as_ref()
+                .is_some_and(|s| s.len() < MIN_USER_TOKEN_SECRET_BYTES)
+            {
                 return Err(bad(format!(
                     "user_token_secret must be at least {MIN_USER_TOKEN_SECRET_BYTES} bytes"
                 )));

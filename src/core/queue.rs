@@ -25,8 +25,8 @@ use super::places::{BuildSeqHasher, Place, PlaceTable, UserIndex};
 use super::rank::RankIndex;
 use super::view::{EventCounts, PlaceFacts, Timeouts};
 use super::{
-    Access, Effect, EndReason, EventConfig, InviteHolder, EventFigures, HeadEntry, Millis, Pace, PlaceKey, PlaceState,
-    PlaceView, QueueError,
+    Access, Effect, EndReason, EventConfig, EventFigures, HeadEntry, InviteHolder, Millis, Pace,
+    PlaceKey, PlaceState, PlaceView, QueueError,
 };
 
 /// How long the token of an expired place keeps answering `TOKEN_EXPIRED` rather than

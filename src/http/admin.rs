@@ -6,8 +6,8 @@
 //! follow from the store's notices, on every node, not from these handlers.
 
 use axum::extract::{Request, State};
-use axum::middleware::Next;
 use axum::http::{header, HeaderMap};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;

@@ -120,9 +120,7 @@ impl AppError {
             InvalidRequest(_) | MissingToken => StatusCode::BAD_REQUEST,
             PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             TokenInvalid | AccessDenied | Unauthorized => StatusCode::UNAUTHORIZED,
-            UserTokenInvalid(_) | UserTokenExpired | UserTokenRequired => {
-                StatusCode::UNAUTHORIZED
-            }
+            UserTokenInvalid(_) | UserTokenExpired | UserTokenRequired => StatusCode::UNAUTHORIZED,
             NotReady | InviteRequired | InviteInvalid => StatusCode::FORBIDDEN,
             AlreadyJoined => StatusCode::CONFLICT,
             TokenExpired | TokenNotFound | EventNotFound | NotFound => StatusCode::NOT_FOUND,

@@ -12,12 +12,10 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::admin::is_admin_token;
 use super::body::{Completed, Entered, Joined, Place, QueueInfo, Removed, Verified};
 use super::error::{AppError, AppResult};
-use super::admin::is_admin_token;
-use super::extract::{
-    bearer, AppJson, AppQuery, BearerToken, WaitingToken, WaitingTokenNoBody,
-};
+use super::extract::{bearer, AppJson, AppQuery, BearerToken, WaitingToken, WaitingTokenNoBody};
 use crate::app::AppState;
 use crate::core::{validate_event_id, Millis, PlaceKey, QueueError};
 use crate::store::{JoinRequest, StoreError};

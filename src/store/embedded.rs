@@ -308,7 +308,12 @@ impl Store for EmbeddedStore {
         .await
     }
 
-    async fn add_invites(&self, event_id: &str, codes: &[String], _now: Millis) -> StoreResult<u64> {
+    async fn add_invites(
+        &self,
+        event_id: &str,
+        codes: &[String],
+        _now: Millis,
+    ) -> StoreResult<u64> {
         self.with(event_id, |q, fx| Ok(q.add_invites(codes, fx)))
             .await
     }

@@ -95,7 +95,8 @@ enum Change {
         event_id: Arc<str>,
         effects: Vec<Effect>,
         meta: QueueMeta,
-        config: Option<EventConfig>,
+        /// Boxed: settings changes are rare, and the queue holds many changes.
+        config: Option<Box<EventConfig>>,
     },
     Delete {
         event_id: Arc<str>,
@@ -278,7 +279,7 @@ impl Journal {
             event_id: event_id.clone(),
             effects,
             meta,
-            config,
+            config: config.map(Box::new),
         })
     }
 
@@ -561,7 +562,7 @@ impl Writer {
                         }
                     }
                     if let Some(c) = config {
-                        self.configs.insert(event_id.to_string(), c);
+                        self.configs.insert(event_id.to_string(), *c);
                     }
                     if let Some(c) = self.configs.get(&*event_id) {
                         let rec = EventRec {

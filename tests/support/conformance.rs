@@ -850,7 +850,15 @@ pub async fn unproven_repeat_join_is_refused(store: Arc<dyn Store>) {
     assert_eq!(victim.position, Some(1));
     let attack = store.join("id", &claim(Some("v"), None), T0 + 4 * S).await;
     assert_eq!(queue_err(attack), QueueError::AlreadyJoined);
-    assert_eq!(store.get_event("id", T0 + 4 * S).await.unwrap().figures.joins, 2);
+    assert_eq!(
+        store
+            .get_event("id", T0 + 4 * S)
+            .await
+            .unwrap()
+            .figures
+            .joins,
+        2
+    );
     // Not renewed by the refused join: the place lapses 5 s after the victim's own join.
     assert_eq!(
         state(&store, "id", victim.key, T0 + 5 * S).await,
@@ -865,8 +873,14 @@ pub async fn unproven_repeat_join_is_refused(store: Arc<dyn Store>) {
         Ok(PlaceState::Waiting)
     );
     // Anonymous joins prove nothing and need nothing: each is a new place.
-    let a = store.join("id", &claim(None, None), T0 + 12 * S).await.unwrap();
-    let b = store.join("id", &claim(None, None), T0 + 12 * S).await.unwrap();
+    let a = store
+        .join("id", &claim(None, None), T0 + 12 * S)
+        .await
+        .unwrap();
+    let b = store
+        .join("id", &claim(None, None), T0 + 12 * S)
+        .await
+        .unwrap();
     assert_ne!(a.key, b.key);
 }
 
@@ -891,12 +905,24 @@ pub async fn invites_seat_one_person_each(store: Arc<dyn Store>) {
         let store = store.clone();
         async move { store.join("inv", &claim(u, c), T0).await }
     };
-    assert_eq!(queue_err(j(Some("a"), None).await), QueueError::InviteRequired);
-    assert_eq!(queue_err(j(Some("a"), Some("zz")).await), QueueError::InviteInvalid);
+    assert_eq!(
+        queue_err(j(Some("a"), None).await),
+        QueueError::InviteRequired
+    );
+    assert_eq!(
+        queue_err(j(Some("a"), Some("zz")).await),
+        QueueError::InviteInvalid
+    );
     let a = j(Some("a"), Some("c1")).await.unwrap();
     // Someone else with the same code is refused, with or without proof.
-    assert_eq!(queue_err(j(Some("b"), Some("c1")).await), QueueError::InviteInvalid);
-    assert_eq!(queue_err(j(None, Some("c1")).await), QueueError::InviteInvalid);
+    assert_eq!(
+        queue_err(j(Some("b"), Some("c1")).await),
+        QueueError::InviteInvalid
+    );
+    assert_eq!(
+        queue_err(j(None, Some("c1")).await),
+        QueueError::InviteInvalid
+    );
     let mut proven_b = req(Some("b"));
     proven_b.invite = Some("c1".into());
     assert_eq!(
@@ -904,20 +930,36 @@ pub async fn invites_seat_one_person_each(store: Arc<dyn Store>) {
         QueueError::InviteInvalid
     );
     // The same person again: the identity rules apply (no proof, no place back).
-    assert_eq!(queue_err(j(Some("a"), Some("c1")).await), QueueError::AlreadyJoined);
+    assert_eq!(
+        queue_err(j(Some("a"), Some("c1")).await),
+        QueueError::AlreadyJoined
+    );
     let mut proven_a = req(Some("a"));
     proven_a.invite = Some("c1".into());
     assert_eq!(store.join("inv", &proven_a, T0).await.unwrap().key, a.key);
     // An anonymous place binds its code to itself: nobody can use it again.
     j(None, Some("c2")).await.unwrap();
-    assert_eq!(queue_err(j(None, Some("c2")).await), QueueError::InviteInvalid);
-    assert_eq!(queue_err(j(Some("c"), Some("c2")).await), QueueError::InviteInvalid);
+    assert_eq!(
+        queue_err(j(None, Some("c2")).await),
+        QueueError::InviteInvalid
+    );
+    assert_eq!(
+        queue_err(j(Some("c"), Some("c2")).await),
+        QueueError::InviteInvalid
+    );
     // A refused join binds nothing: c3 is still free after a closed-event refusal.
     store
-        .put_event("inv", &patch(serde_json::json!({"accept_joins": false})), T0)
+        .put_event(
+            "inv",
+            &patch(serde_json::json!({"accept_joins": false})),
+            T0,
+        )
         .await
         .unwrap();
-    assert_eq!(queue_err(j(Some("d"), Some("c3")).await), QueueError::EventClosed);
+    assert_eq!(
+        queue_err(j(Some("d"), Some("c3")).await),
+        QueueError::EventClosed
+    );
     store
         .put_event("inv", &patch(serde_json::json!({"accept_joins": true})), T0)
         .await
@@ -930,9 +972,15 @@ pub async fn invites_seat_one_person_each(store: Arc<dyn Store>) {
     // A public event ignores codes; a deleted event forgets them.
     store.delete_event("inv").await.unwrap();
     make_event(&store, "inv", serde_json::json!({"access": "invite"})).await;
-    assert_eq!(queue_err(j(Some("f"), Some("c3")).await), QueueError::InviteInvalid);
+    assert_eq!(
+        queue_err(j(Some("f"), Some("c3")).await),
+        QueueError::InviteInvalid
+    );
     make_event(&store, "pub", serde_json::json!({})).await;
-    store.join("pub", &claim(Some("g"), Some("any")), T0).await.unwrap();
+    store
+        .join("pub", &claim(Some("g"), Some("any")), T0)
+        .await
+        .unwrap();
 }
 
 /// One code, many simultaneous joins by different people: exactly one is seated.

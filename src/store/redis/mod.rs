@@ -62,8 +62,8 @@ use super::{
     notices_of, EventSnapshot, JoinRequest, Notice, Store, StoreError, StoreResult, NOTICE_BUFFER,
 };
 use crate::core::{
-    validate_event_id, Access, Effect, EventConfig, EventPatch, HeadEntry, Millis, PlaceKey, PlaceView,
-    QueueError,
+    validate_event_id, Access, Effect, EventConfig, EventPatch, HeadEntry, Millis, PlaceKey,
+    PlaceView, QueueError,
 };
 use crate::telemetry;
 use decode::{array, field, int, queue_error, text, uint, unexpected, Malformed, Reply};
