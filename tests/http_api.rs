@@ -290,8 +290,26 @@ async fn direct_entry_then_exact_positions_that_move() {
     assert!(c["eta_sec"].as_u64().unwrap() >= 1, "{c}");
     assert!(b.get("enter_within_sec").is_none());
 
-    // Idempotent per user: the same place and token, never a second one.
-    let b_again = app.join("ev", Some("bob")).await;
+    // One place per user: a repeat join that proves nothing gets no token; one with the
+    // site's server key gets the same place and token, never a second one.
+    app.post(
+        "/api/v1/queue/join",
+        json!({"event_id": "ev", "user_id": "bob"}),
+    )
+    .await
+    .err(StatusCode::CONFLICT, "ALREADY_JOINED");
+    let b_again = app
+        .send(
+            req(Method::POST, "/api/v1/queue/join")
+                .header(header::AUTHORIZATION, format!("Bearer {ADMIN}"))
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(
+                    json!({"event_id": "ev", "user_id": "bob"}).to_string(),
+                ))
+                .unwrap(),
+        )
+        .await
+        .ok();
     assert_eq!(token(&b_again), token(&b));
     assert_eq!(b_again["position"], 1);
     assert_eq!(app.figures("ev").await["waiting"], 2);

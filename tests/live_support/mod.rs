@@ -135,13 +135,14 @@ impl TestServer {
         self.admin(Method::GET, &format!("/events/{id}")).await
     }
 
-    /// Joins and answers the whole join response.
+    /// Joins and answers the whole join response. With the server key (the site joining
+    /// for its signed-in user), so a repeat join gets the user's place back.
     pub async fn join(&self, event: &str, user: &str) -> Value {
         let (st, v) = self
             .call(
                 Method::POST,
                 "/api/v1/queue/join",
-                None,
+                Some(ADMIN),
                 Some(json!({"event_id": event, "user_id": user})),
             )
             .await;
