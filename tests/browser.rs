@@ -564,3 +564,60 @@ async fn dashboard_shows_events_with_live_figures_and_pause_works() {
         .await;
     b.close().await;
 }
+
+/// A booking site links a signed-in person to the queue with a user token and an invite
+/// code in the URL: the page joins as that user with that code. A used code, linked again
+/// for someone else, is refused with a clear message.
+#[tokio::test]
+async fn the_page_joins_with_a_user_token_and_an_invite_from_its_link() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    let secret = "the-booking-site-secret-of-32-bytes-at-least";
+    s.put_event(
+        "vip",
+        json!({"max_active": 1, "access": "invite", "user_token_secret": secret}),
+    )
+    .await;
+    let (st, made) = s
+        .call(
+            Method::POST,
+            "/api/v1/admin/events/vip/invites",
+            Some(ADMIN),
+            Some(json!({"count": 1})),
+        )
+        .await;
+    assert_eq!(st, reqwest::StatusCode::OK, "{made}");
+    let code = made["codes"][0].as_str().unwrap().to_string();
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 600;
+    let token = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &json!({"sub": "member-7", "aud": "vip", "exp": exp}),
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .unwrap();
+    let b = Browser::start(&PHONE).await;
+    b.goto(&s.url(&format!("/wait/vip?user_token={token}&invite={code}")))
+        .await;
+    b.text_until("#status", |t| t == "It is your turn!" || t == "You are in")
+        .await;
+    let head = s.admin(Method::GET, "/events/vip").await;
+    assert_eq!(
+        head["admitted"].as_u64().unwrap() + head["active"].as_u64().unwrap(),
+        1
+    );
+    b.close().await;
+    // The same code in another person's browser (a fresh profile) is refused.
+    let other = Browser::start(&PHONE).await;
+    other
+        .goto(&s.url(&format!("/wait/vip?invite={code}")))
+        .await;
+    other
+        .text_until("#status", |t| t == "This link does not let you in")
+        .await;
+    assert!(!other.visible("#join").await);
+    other.close().await;
+}
