@@ -9,6 +9,7 @@ use tokio::sync::watch;
 use crate::catalog::EventCatalog;
 use crate::clock::Clock;
 use crate::live::Live;
+use crate::pow::PowChallenges;
 use crate::store::Store;
 use crate::tasks::Tasks;
 use crate::tokens::{AccessTokens, WaitingTokens};
@@ -22,6 +23,8 @@ pub struct AppState {
     pub events: Arc<EventCatalog>,
     pub access: Arc<AccessTokens>,
     pub waiting: WaitingTokens,
+    /// Issues and checks the proof-of-work challenges of joins.
+    pub pow: PowChallenges,
     /// Bearer token of the admin API.
     pub admin_token: Arc<str>,
     pub clock: Clock,
@@ -50,6 +53,7 @@ impl AppState {
             events: Arc::new(EventCatalog::new(store.clone())),
             store,
             waiting: access.waiting_tokens(),
+            pow: PowChallenges::new(access.pow_secret()),
             access: Arc::new(access),
             admin_token: admin_token.into(),
             clock,

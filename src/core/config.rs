@@ -12,6 +12,8 @@ pub const MAX_EVENT_ID_LEN: usize = 64;
 pub const MAX_SECONDS: u64 = 365 * 24 * 3600;
 /// Upper bound on `max_active`, `admit_per_minute` and `max_queue_length`.
 pub const MAX_COUNT: u64 = 100_000_000;
+/// Highest `pow_difficulty`: 2^28 hashes is minutes for a phone's browser already.
+pub const MAX_POW_BITS: u64 = 28;
 
 /// The settings of one event, as stored and as answered by the admin API.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -31,6 +33,10 @@ pub struct EventConfig {
     /// When false, joins are refused with `409 EVENT_CLOSED` (the sale has not opened or is over).
     pub accept_joins: bool,
     pub target_url: Option<String>,
+    /// Leading zero bits of the proof of work each join must bring; 0: none. Defaulted so
+    /// that settings stored before it existed still read.
+    #[serde(default)]
+    pub pow_difficulty: u32,
 }
 
 impl Default for EventConfig {
@@ -48,6 +54,7 @@ impl Default for EventConfig {
             paused: false,
             accept_joins: true,
             target_url: None,
+            pow_difficulty: 0,
         }
     }
 }
@@ -93,6 +100,8 @@ pub struct EventPatch {
     pub accept_joins: Option<bool>,
     #[serde(default, deserialize_with = "nullable")]
     pub target_url: Option<Option<String>>,
+    #[serde(default)]
+    pub pow_difficulty: Option<u64>,
 }
 
 /// Distinguishes "field absent" (outer `None`, via `#[serde(default)]`) from "field is null"
@@ -206,6 +215,14 @@ impl EventPatch {
             }
             c.target_url = u.clone();
         }
+        if let Some(b) = self.pow_difficulty {
+            if b > MAX_POW_BITS {
+                return Err(bad(format!(
+                    "pow_difficulty must be between 0 and {MAX_POW_BITS}"
+                )));
+            }
+            c.pow_difficulty = b as u32;
+        }
         if c.name.is_empty() {
             c.name = event_id.to_string();
         }
@@ -248,6 +265,7 @@ mod tests {
             r#"{"target_url": "//evil.example/book"}"#,
             r#"{"target_url": "/\\evil.example"}"#,
             r#"{"event_id": "other"}"#,
+            r#"{"pow_difficulty": 29}"#,
         ] {
             assert!(patch(bad).apply("e", &base).is_err(), "{bad} accepted");
         }

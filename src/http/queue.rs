@@ -15,6 +15,7 @@ use serde_json::{Map, Value};
 use super::body::{Completed, Entered, Joined, Place, QueueInfo, Removed, Verified};
 use super::error::{AppError, AppResult};
 use super::extract::{AppJson, AppQuery, BearerToken, WaitingToken, WaitingTokenNoBody};
+use super::pow::{check as check_pow, PowSolution};
 use crate::app::AppState;
 use crate::core::{validate_event_id, PlaceKey, QueueError};
 use crate::store::{JoinRequest, StoreError};
@@ -31,6 +32,8 @@ pub struct JoinBody {
     pub event_id: String,
     pub user_id: Option<String>,
     pub metadata: Option<Map<String, Value>>,
+    /// The solution of a proof-of-work challenge, for events that ask one.
+    pub pow: Option<PowSolution>,
 }
 
 /// The event and place a waiting token names; no store lookup for forgeries.
@@ -67,6 +70,7 @@ pub async fn join(
             Some(raw)
         }
     };
+    check_pow(&state, &body.event_id, body.pow.as_ref()).await?;
     let req = JoinRequest {
         user_id: body.user_id,
         metadata,
