@@ -32,6 +32,7 @@
       announce: 'You are number {n} in line.', announceReady: 'It is your turn.',
       durSoon: 'under 1 min', durMin: 'about {m} min', durHour: 'about {h} h {m} min',
       durExact: '{m} minutes', durOne: '1 minute', title: 'Waiting room',
+      checking: 'Checking your browser…', checkingLead: 'This takes a moment and keeps bots out of the line ({n} hashes so far).',
     },
     ko: {
       brand: '대기실', yourPosition: '나의 대기 순서', inLine: '대기 인원',
@@ -56,6 +57,7 @@
       announce: '현재 대기 순서는 {n}번입니다.', announceReady: '입장 차례입니다.',
       durSoon: '1분 미만', durMin: '약 {m}분', durHour: '약 {h}시간 {m}분',
       durExact: '{m}분', durOne: '1분', title: '대기실',
+      checking: '브라우저를 확인하는 중…', checkingLead: '잠시면 끝나며, 자동 프로그램이 줄을 서지 못하게 막습니다 (지금까지 {n}번 계산).',
     },
   };
 
@@ -70,6 +72,8 @@
   let place = loadPlace();      // {token, start}
   let phase = 'init';           // init | joining | waiting | ready | active | ended | offline
   let ended = null;             // which ended screen
+  let powHashes = null;         // proof of work: hashes tried so far while solving, else null
+  let powSolution;              // proof of work: sent with the next join, once
   let figures = null;           // last {position, queue_length, eta_sec}
   let ws = null;
   let wsTimer = null, pollTimer = null, reconnectTimer = null, infoTimer = null;
@@ -116,7 +120,8 @@
     badge.hidden = true;
     switch (phase) {
       case 'init': title = t(place ? 'resuming' : 'joining'); lead = ''; break;
-      case 'joining': title = t('joining'); lead = ''; break;
+      case 'joining': title = t(powHashes === null ? 'joining' : 'checking');
+        lead = powHashes === null ? '' : t('checkingLead', { n: WR.num(powHashes) }); break;
       case 'waiting': title = t('waiting'); lead = t('waitingLead'); break;
       case 'offline': title = t('offline'); lead = t('offlineLead'); break;
       case 'ready': title = t('ready'); lead = info && info.target_url ? t('readyLead') : t('noTarget');
@@ -209,7 +214,7 @@
     stopLive();
     figures = null;
     setPhase('joining');
-    const r = await api('POST', '/api/v1/queue/join', { body: { event_id: eventId, user_id: userId() } });
+    const r = await api('POST', '/api/v1/queue/join', { body: { event_id: eventId, user_id: userId(), pow: takePow() } });
     if (r.ok) {
       const prev = place && place.token === r.data.waiting_token ? place.start : null;
       place = { token: r.data.waiting_token, start: prev || r.data.position || 1 };
@@ -221,7 +226,29 @@
     if (r.code === 'EVENT_NOT_FOUND') endWith('notFound');
     else if (r.code === 'EVENT_CLOSED') endWith('closed');
     else if (r.code === 'QUEUE_FULL') { endWith('full'); setTimeout(join, (r.retry || 10) * 1000); }
+    else if (r.data && r.data.error && r.data.error.challenge) solvePow(r.data.error.challenge);
     else { setPhase('offline'); setTimeout(join, POLL_MS); }
+  }
+
+  // Proof of work (POW_REQUIRED / POW_INVALID): solved in a worker so the page stays
+  // responsive, with a progress note; then the join is sent again with the solution.
+  function takePow() { const p = powSolution; powSolution = undefined; return p; }
+  function solvePow(challenge) {
+    powHashes = 0;
+    setPhase('joining');
+    let worker;
+    try { worker = new Worker('/assets/pow-worker.js'); } catch (_) { // no workers here
+      powHashes = null; setPhase('offline'); setTimeout(join, POLL_MS); return;
+    }
+    const done = () => { worker.terminate(); powHashes = null; };
+    worker.onmessage = (e) => {
+      if (e.data.progress !== undefined) { powHashes = e.data.progress; render(); return; }
+      done();
+      powSolution = { prefix: challenge.prefix, nonce: e.data.nonce };
+      join();
+    };
+    worker.onerror = () => { done(); setPhase('offline'); setTimeout(join, POLL_MS); };
+    worker.postMessage(challenge);
   }
 
   function endWith(which) {
