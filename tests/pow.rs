@@ -294,3 +294,18 @@ async fn a_solution_is_spent_once_across_nodes_on_redis() {
     // And later, on the node that took it, still refused.
     refused(b.join(joined("ev", &p, &nonce)).await, &p, "already used");
 }
+
+#[tokio::test]
+async fn a_challenge_easier_than_the_current_difficulty_is_refused() {
+    let n = embedded();
+    n.event("ev", json!({ "pow_difficulty": BITS })).await;
+    let p = prefix(&n.challenge("ev").await);
+    let nonce = solve(&p, BITS as u32);
+    // The operator raises the difficulty under attack: older, easier work no longer counts.
+    n.event("ev", json!({ "pow_difficulty": BITS + 2 })).await;
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await; // the change notice
+    let (status, body) = n.join(joined("ev", &p, &nonce)).await;
+    assert_eq!(status, StatusCode::PRECONDITION_REQUIRED, "{body}");
+    assert_eq!(body["error"]["challenge"]["difficulty_bits"], BITS + 2);
+    refused((status, body), &p, "easier");
+}

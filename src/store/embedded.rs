@@ -414,3 +414,28 @@ impl Store for EmbeddedStore {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Claims;
+
+    #[test]
+    fn spent_claims_are_bounded_by_their_lifetime() {
+        let mut c = Claims::default();
+        // A flood of claims, each living 100 ms, over 100 s: only the live ones (and at
+        // most as many again, between sweeps) are held.
+        for i in 0..100_000u64 {
+            let now = i; // one claim per millisecond
+            assert!(c.claim("ev", &i.to_string(), now + 100, now));
+            assert!(
+                c.until.len() <= 2 * 1024 + 100,
+                "{} held at {i}",
+                c.until.len()
+            );
+        }
+        assert!(
+            !c.claim("ev", "99999", 100_099, 100_000),
+            "a live claim holds"
+        );
+    }
+}
