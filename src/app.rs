@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use crate::catalog::EventCatalog;
 use crate::clock::Clock;
 use crate::live::Live;
-use crate::pow::PowChallenges;
+use crate::pow::{JoinRates, PowChallenges};
 use crate::store::Store;
 use crate::tasks::Tasks;
 use crate::tokens::{AccessTokens, WaitingTokens};
@@ -25,6 +25,8 @@ pub struct AppState {
     pub waiting: WaitingTokens,
     /// Issues and checks the proof-of-work challenges of joins.
     pub pow: PowChallenges,
+    /// This node's join attempts per event, for proof of work that rises with load.
+    pub join_rates: Arc<JoinRates>,
     /// Bearer token of the admin API.
     pub admin_token: Arc<str>,
     pub clock: Clock,
@@ -54,6 +56,7 @@ impl AppState {
             store,
             waiting: access.waiting_tokens(),
             pow: PowChallenges::new(access.pow_secret()),
+            join_rates: Arc::default(),
             access: Arc::new(access),
             admin_token: admin_token.into(),
             clock,

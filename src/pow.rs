@@ -12,14 +12,17 @@
 //! random part, kept until the expiry), so memory for spent challenges is bounded by their
 //! lifetime.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
+use parking_lot::Mutex;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::core::config::MAX_POW_BITS;
 use crate::core::Millis;
 
 /// The only algorithm: named in every challenge so clients can check what they solve.
@@ -154,6 +157,55 @@ impl PowChallenges {
     }
 }
 
+/// This node's rate of join attempts per event, for difficulty that rises with load. Per
+/// node on purpose: it costs no store call, and with N nodes behind a balancer each sees
+/// about 1/N of the load, so a threshold is per node (documented so).
+#[derive(Default)]
+pub struct JoinRates {
+    events: Mutex<HashMap<String, Window>>,
+}
+
+/// Attempts in the current and the previous whole second.
+#[derive(Default)]
+struct Window {
+    second: u64,
+    current: u64,
+    previous: u64,
+}
+
+impl JoinRates {
+    /// Counts one attempt at `now`; answers attempts per second over the last 1000 ms (the
+    /// previous second weighted by how much of it is still inside that span).
+    pub fn hit(&self, event_id: &str, now: Millis) -> u64 {
+        let sec = now / 1000;
+        let mut events = self.events.lock();
+        // Only events that exist reach this (the catalog checked), so the map stays small.
+        let w = match events.get_mut(event_id) {
+            Some(w) => w,
+            None => events.entry(event_id.to_string()).or_default(),
+        };
+        if w.second != sec {
+            w.previous = if w.second + 1 == sec { w.current } else { 0 };
+            w.current = 0;
+            w.second = sec;
+        }
+        w.current += 1;
+        w.current + w.previous * (1000 - now % 1000) / 1000
+    }
+}
+
+/// The difficulty of new challenges: `base`, plus one bit per doubling of `rate` beyond
+/// `above`, at most [`MAX_POW_BITS`].
+pub fn difficulty(base: u32, rate: u64, above: Option<u32>) -> u32 {
+    let Some(above) = above else { return base };
+    let (mut bits, mut limit) = (base, u64::from(above));
+    while rate > limit && u64::from(bits) < MAX_POW_BITS {
+        bits += 1;
+        limit *= 2;
+    }
+    bits
+}
+
 /// sha256(prefix ‖ nonce).
 pub fn digest(prefix: &str, nonce: &str) -> [u8; 32] {
     let mut h = Sha256::new();
@@ -214,6 +266,25 @@ mod tests {
         assert_eq!(digest("waitroom-test:", "130")[..2], [0x00, 0xc4]);
         assert_eq!(solve("waitroom-test:", 12), "14729");
         assert_eq!(leading_zero_bits(&digest("waitroom-test:", "14729")), 12);
+    }
+
+    #[test]
+    fn difficulty_rises_one_bit_per_doubling_and_the_rate_decays() {
+        assert_eq!(difficulty(4, 1_000_000, None), 4);
+        assert_eq!(difficulty(4, 10, Some(10)), 4);
+        assert_eq!(difficulty(4, 11, Some(10)), 5);
+        assert_eq!(difficulty(4, 20, Some(10)), 5);
+        assert_eq!(difficulty(4, 21, Some(10)), 6);
+        assert_eq!(difficulty(0, 81, Some(10)), 4, "also from no work at all");
+        assert_eq!(difficulty(20, u64::MAX, Some(1)), 28, "capped");
+        let r = JoinRates::default();
+        for i in 1..=30 {
+            assert_eq!(r.hit("ev", NOW + 999), i);
+        }
+        assert_eq!(r.hit("other", NOW), 1, "per event");
+        // Half a second later, half of the last second still counts.
+        assert_eq!(r.hit("ev", NOW + 1500), 1 + 15);
+        assert_eq!(r.hit("ev", NOW + 3000), 1, "gone after a quiet second");
     }
 
     #[test]

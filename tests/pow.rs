@@ -309,3 +309,30 @@ async fn a_challenge_easier_than_the_current_difficulty_is_refused() {
     assert_eq!(body["error"]["challenge"]["difficulty_bits"], BITS + 2);
     refused((status, body), &p, "easier");
 }
+
+#[tokio::test]
+async fn difficulty_rises_with_the_join_rate_and_falls_back() {
+    let n = embedded();
+    let (status, cfg) = n
+        .event("ev", json!({ "pow_difficulty": 4, "pow_auto_above": 10 }))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{cfg}");
+    assert_eq!(cfg["pow_auto_above"], 10);
+    let calm = n.challenge("ev").await;
+    assert_eq!(calm["difficulty_bits"], 4);
+    // A burst of attempts (the clock stands still): one more bit per doubling beyond 10/s.
+    let mut last = Value::Null;
+    for _ in 0..24 {
+        last = n.challenge("ev").await;
+    }
+    assert_eq!(last["difficulty_bits"], 6, "25 attempts/s: 10 → 20 → 40");
+    // Work done on the calmer challenge still counts (the floor is the setting).
+    let p = prefix(&calm);
+    assert_eq!(
+        n.join(joined("ev", &p, &solve(&p, 4))).await.0,
+        StatusCode::OK
+    );
+    // A quiet moment later, the difficulty is back at the floor.
+    n.clock.advance(3000);
+    assert_eq!(n.challenge("ev").await["difficulty_bits"], 4);
+}

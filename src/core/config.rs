@@ -37,6 +37,10 @@ pub struct EventConfig {
     /// that settings stored before it existed still read.
     #[serde(default)]
     pub pow_difficulty: u32,
+    /// Join attempts per second (on one node) above which new challenges ask one more bit
+    /// per doubling, up to [`MAX_POW_BITS`]; `None`: the difficulty never rises by itself.
+    #[serde(default)]
+    pub pow_auto_above: Option<u32>,
 }
 
 impl Default for EventConfig {
@@ -55,6 +59,7 @@ impl Default for EventConfig {
             accept_joins: true,
             target_url: None,
             pow_difficulty: 0,
+            pow_auto_above: None,
         }
     }
 }
@@ -102,6 +107,8 @@ pub struct EventPatch {
     pub target_url: Option<Option<String>>,
     #[serde(default)]
     pub pow_difficulty: Option<u64>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub pow_auto_above: Option<Option<u64>>,
 }
 
 /// Distinguishes "field absent" (outer `None`, via `#[serde(default)]`) from "field is null"
@@ -223,6 +230,9 @@ impl EventPatch {
             }
             c.pow_difficulty = b as u32;
         }
+        if let Some(v) = self.pow_auto_above {
+            c.pow_auto_above = v.map(|v| count("pow_auto_above", v, 1)).transpose()?;
+        }
         if c.name.is_empty() {
             c.name = event_id.to_string();
         }
@@ -266,6 +276,7 @@ mod tests {
             r#"{"target_url": "/\\evil.example"}"#,
             r#"{"event_id": "other"}"#,
             r#"{"pow_difficulty": 29}"#,
+            r#"{"pow_auto_above": 0}"#,
         ] {
             assert!(patch(bad).apply("e", &base).is_err(), "{bad} accepted");
         }

@@ -28,7 +28,13 @@ pub async fn check(
 ) -> AppResult<()> {
     let now = state.clock.now();
     let config = state.events.config(event_id, now).await?;
-    let bits = config.pow_difficulty;
+    let rate = match config.pow_auto_above {
+        Some(_) => state.join_rates.hit(event_id, now),
+        None => 0,
+    };
+    // New challenges follow the load; a solution must meet the configured floor only, so
+    // work done a moment before a surge still counts (it is single-use and expires anyway).
+    let bits = crate::pow::difficulty(config.pow_difficulty, rate, config.pow_auto_above);
     if bits == 0 || !config.accept_joins {
         return Ok(());
     }
@@ -38,7 +44,7 @@ pub async fn check(
     };
     let solved = state
         .pow
-        .check(event_id, bits, &s.prefix, &s.nonce, now)
+        .check(event_id, config.pow_difficulty, &s.prefix, &s.nonce, now)
         .map_err(|e| AppError::PowInvalid(e, fresh()))?;
     let first = state
         .store
