@@ -92,7 +92,8 @@ enum Change {
         event_id: Arc<str>,
         effects: Vec<Effect>,
         meta: QueueMeta,
-        config: Option<EventConfig>,
+        /// Boxed: settings are large and rarely part of a change.
+        config: Option<Box<EventConfig>>,
     },
     Delete {
         event_id: Arc<str>,
@@ -273,7 +274,7 @@ impl Journal {
             event_id: event_id.clone(),
             effects,
             meta,
-            config,
+            config: config.map(Box::new),
         })
     }
 
@@ -528,7 +529,7 @@ impl Writer {
                         apply_effect(&mut place_ops, &event_id, fx);
                     }
                     if let Some(c) = config {
-                        self.configs.insert(event_id.to_string(), c);
+                        self.configs.insert(event_id.to_string(), *c);
                     }
                     if let Some(c) = self.configs.get(&*event_id) {
                         let rec = EventRec {
