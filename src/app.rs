@@ -9,6 +9,7 @@ use tokio::sync::watch;
 use crate::catalog::EventCatalog;
 use crate::clock::Clock;
 use crate::live::Live;
+use crate::pow::{JoinRates, PowChallenges};
 use crate::store::Store;
 use crate::tasks::Tasks;
 use crate::tokens::{AccessTokens, WaitingTokens};
@@ -22,6 +23,10 @@ pub struct AppState {
     pub events: Arc<EventCatalog>,
     pub access: Arc<AccessTokens>,
     pub waiting: WaitingTokens,
+    /// Issues and checks the proof-of-work challenges of joins.
+    pub pow: PowChallenges,
+    /// This node's join attempts per event, for proof of work that rises with load.
+    pub join_rates: Arc<JoinRates>,
     /// Bearer token of the admin API.
     pub admin_token: Arc<str>,
     pub clock: Clock,
@@ -50,6 +55,8 @@ impl AppState {
             events: Arc::new(EventCatalog::new(store.clone())),
             store,
             waiting: access.waiting_tokens(),
+            pow: PowChallenges::new(access.pow_secret()),
+            join_rates: Arc::default(),
             access: Arc::new(access),
             admin_token: admin_token.into(),
             clock,

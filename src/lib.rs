@@ -9,6 +9,7 @@
 //! - [`clock`], [`tasks`], [`tokens`], [`telemetry`]: the time source; the stop signal and
 //!   named background tasks; waiting tokens (random + MAC) and access tokens (Ed25519 JWT);
 //!   Prometheus metrics and `tracing` logs.
+//! - [`pow`]: proof-of-work challenges for joins (stateless, MAC'd) and their check.
 //! - [`store`]: the [`store::Store`] contract (atomic per event) and its backends; the
 //!   conformance suite that every backend passes. Every change is also a [`store::Notice`],
 //!   relayed to every node.
@@ -35,6 +36,7 @@ pub mod core;
 pub mod demo;
 pub mod http;
 pub mod live;
+pub mod pow;
 pub mod scheduler;
 pub mod server;
 pub mod store;

@@ -218,6 +218,8 @@ pub struct AccessTokens {
     /// Secret for waiting-token MACs, derived from the private key so nodes that share the
     /// signing key agree on it with nothing else to distribute.
     waiting_secret: [u8; 32],
+    /// Secret for proof-of-work challenge MACs, derived the same way for the same reason.
+    pow_secret: [u8; 32],
 }
 
 impl AccessTokens {
@@ -232,17 +234,26 @@ impl AccessTokens {
         let mut h = Sha256::new();
         h.update(b"waitroom waiting-token key v1");
         h.update(key.to_bytes());
+        let mut p = Sha256::new();
+        p.update(b"waitroom pow-challenge key v1");
+        p.update(key.to_bytes());
         Ok(AccessTokens {
             encoding,
             decoding,
             kid,
             public,
             waiting_secret: h.finalize().into(),
+            pow_secret: p.finalize().into(),
         })
     }
 
     pub fn waiting_tokens(&self) -> WaitingTokens {
         WaitingTokens::new(self.waiting_secret)
+    }
+
+    /// The secret of proof-of-work challenges (see `crate::pow`).
+    pub fn pow_secret(&self) -> [u8; 32] {
+        self.pow_secret
     }
 
     pub fn kid(&self) -> &str {

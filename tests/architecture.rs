@@ -11,6 +11,7 @@ const LAYERS: &[&str] = &[
     "core",
     "clock",
     "tokens",
+    "pow",
     "telemetry",
     "store",
     "tasks",

@@ -621,3 +621,33 @@ async fn the_page_joins_with_a_user_token_and_an_invite_from_its_link() {
     assert!(!other.visible("#join").await);
     other.close().await;
 }
+
+#[tokio::test]
+async fn the_page_does_the_proof_of_work_and_gets_a_place() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    // The slot is taken before the event asks for work, so the page's person waits at 1.
+    one_slot_event(&s, "fest", json!({})).await;
+    s.put_event("fest", json!({"pow_difficulty": 10})).await;
+    s.put_event("hard", json!({"name": "Hard", "pow_difficulty": 28}))
+        .await;
+    let b = Browser::start(&PHONE).await;
+
+    // At the highest difficulty the work takes long: the page says what it is doing and
+    // counts the hashes (from its worker: the strict CSP allows our own worker script).
+    b.goto(&s.url("/wait/hard")).await;
+    b.text_until("#status", |t| t == "Checking your browser…")
+        .await;
+    b.text_until("#message", |t| {
+        t.contains("hashes so far") && !t.contains("(0 ")
+    })
+    .await;
+    assert_eq!(s.figures("hard").await["waiting"], 0);
+
+    // At a small difficulty the person is in line after a moment.
+    b.goto(&s.url("/wait/fest")).await;
+    b.text_until("#position", |t| t == "1").await;
+    b.text_until("#status", |t| t == "You are in line").await;
+    assert_eq!(s.figures("fest").await["waiting"], 1);
+    b.close().await;
+}

@@ -12,6 +12,8 @@ pub const MAX_EVENT_ID_LEN: usize = 64;
 pub const MAX_SECONDS: u64 = 365 * 24 * 3600;
 /// Upper bound on `max_active`, `admit_per_minute` and `max_queue_length`.
 pub const MAX_COUNT: u64 = 100_000_000;
+/// Highest `pow_difficulty`: 2^28 hashes is minutes for a phone's browser already.
+pub const MAX_POW_BITS: u64 = 28;
 
 /// The settings of one event, as stored and as answered by the admin API.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -44,6 +46,14 @@ pub struct EventConfig {
     /// Who may join: anyone, or only holders of an invite code.
     #[serde(default)]
     pub access: Access,
+    /// Leading zero bits of the proof of work each join must bring; 0: none. Defaulted so
+    /// that settings stored before it existed still read.
+    #[serde(default)]
+    pub pow_difficulty: u32,
+    /// Join attempts per second (on one node) above which new challenges ask one more bit
+    /// per doubling, up to [`MAX_POW_BITS`]; `None`: the difficulty never rises by itself.
+    #[serde(default)]
+    pub pow_auto_above: Option<u32>,
 }
 
 /// Who may join an event.
@@ -78,6 +88,8 @@ impl Default for EventConfig {
             user_token_public_key: None,
             require_user_token: false,
             access: Access::Public,
+            pow_difficulty: 0,
+            pow_auto_above: None,
         }
     }
 }
@@ -131,6 +143,10 @@ pub struct EventPatch {
     pub require_user_token: Option<bool>,
     #[serde(default)]
     pub access: Option<Access>,
+    #[serde(default)]
+    pub pow_difficulty: Option<u64>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub pow_auto_above: Option<Option<u64>>,
 }
 
 /// Distinguishes "field absent" (outer `None`, via `#[serde(default)]`) from "field is null"
@@ -245,6 +261,17 @@ impl EventPatch {
             c.target_url = u.clone();
         }
         self.apply_trust(&mut c)?;
+        if let Some(b) = self.pow_difficulty {
+            if b > MAX_POW_BITS {
+                return Err(bad(format!(
+                    "pow_difficulty must be between 0 and {MAX_POW_BITS}"
+                )));
+            }
+            c.pow_difficulty = b as u32;
+        }
+        if let Some(v) = self.pow_auto_above {
+            c.pow_auto_above = v.map(|v| count("pow_auto_above", v, 1)).transpose()?;
+        }
         if c.name.is_empty() {
             c.name = event_id.to_string();
         }
@@ -331,6 +358,8 @@ mod tests {
             r#"{"user_token_public_key": "not a key"}"#,
             r#"{"require_user_token": true}"#,
             r#"{"access": "friends"}"#,
+            r#"{"pow_difficulty": 29}"#,
+            r#"{"pow_auto_above": 0}"#,
         ] {
             let refused = serde_json::from_str::<EventPatch>(bad)
                 .map_or(true, |p| p.apply("e", &base).is_err());

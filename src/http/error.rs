@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::core::QueueError;
+use crate::pow::{Challenge, PowError};
 use crate::store::StoreError;
 
 /// The stable error codes of the API contract, as constants so that handlers and tests
@@ -42,6 +43,8 @@ pub mod code {
     pub const QUEUE_FULL: &str = QueueError::QueueFull.code();
     pub const UNAVAILABLE: &str = "UNAVAILABLE";
     pub const INTERNAL: &str = "INTERNAL";
+    pub const POW_REQUIRED: &str = "POW_REQUIRED";
+    pub const POW_INVALID: &str = "POW_INVALID";
 }
 
 /// `Retry-After` of a full queue: long enough that a crowd of refused clients does not
@@ -107,6 +110,13 @@ pub enum AppError {
     /// A bug. The detail is logged, not sent.
     #[error("internal error")]
     Internal(String),
+    /// The event asks for proof of work and the join brought none; answers a challenge.
+    #[error("this event asks for proof of work: solve the challenge and join again")]
+    PowRequired(Box<Challenge>),
+    /// The proof of work was wrong, expired, for another event or already used; answers a
+    /// fresh challenge.
+    #[error("{0}: solve the new challenge and join again")]
+    PowInvalid(PowError, Box<Challenge>),
 }
 
 impl AppError {
@@ -129,6 +139,7 @@ impl AppError {
             RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             QueueFull | Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            PowRequired(_) | PowInvalid(..) => StatusCode::PRECONDITION_REQUIRED,
         }
     }
 
@@ -157,6 +168,8 @@ impl AppError {
             QueueFull => code::QUEUE_FULL,
             Unavailable(_) => code::UNAVAILABLE,
             Internal(_) => code::INTERNAL,
+            PowRequired(_) => code::POW_REQUIRED,
+            PowInvalid(..) => code::POW_INVALID,
         }
     }
 
@@ -250,7 +263,10 @@ impl IntoResponse for AppError {
             _ => {}
         }
         let status = self.status();
-        let body = json!({"error": {"code": self.code(), "message": self.to_string()}});
+        let mut body = json!({"error": {"code": self.code(), "message": self.to_string()}});
+        if let AppError::PowRequired(c) | AppError::PowInvalid(_, c) = &self {
+            body["error"]["challenge"] = json!(c);
+        }
         let mut res = (status, axum::Json(body)).into_response();
         if let Some(secs) = self.retry_after() {
             res.headers_mut()

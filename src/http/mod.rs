@@ -7,6 +7,7 @@
 //! - [`live`]: live updates of one place, `/queue/ws` (WebSocket) and `/queue/events` (SSE).
 //! - [`pages`]: the embedded pages (`/`, `/wait/{event_id}`, `/demo/booking`, `/admin`) and
 //!   the public event list they read (`/api/v1/events`).
+//! - [`pow`]: the proof-of-work gate of `join`.
 //! - [`body`]: the typed JSON bodies of every successful answer: the contract in types.
 //! - [`error`]: [`AppError`], the one mapping from failures to statuses and codes.
 //! - [`extract`]: extractors whose rejections are `AppError`s, so that no malformed request
@@ -38,6 +39,7 @@ pub mod extract;
 pub mod live;
 pub mod ops;
 pub mod pages;
+pub mod pow;
 pub mod queue;
 
 pub use error::{AppError, AppResult};

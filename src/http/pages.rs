@@ -41,7 +41,7 @@ const SVG: &str = "image/svg+xml";
 
 /// Pages by name, and the files under `/assets/`.
 static ASSETS: LazyLock<HashMap<&'static str, Asset>> = LazyLock::new(|| {
-    let files: [(&str, &str, &str); 11] = [
+    let files: [(&str, &str, &str); 12] = [
         ("index.html", HTML, include_str!("assets/index.html")),
         ("wait.html", HTML, include_str!("assets/wait.html")),
         ("booking.html", HTML, include_str!("assets/booking.html")),
@@ -52,6 +52,7 @@ static ASSETS: LazyLock<HashMap<&'static str, Asset>> = LazyLock::new(|| {
         ("wait.js", JS, include_str!("assets/wait.js")),
         ("booking.js", JS, include_str!("assets/booking.js")),
         ("admin.js", JS, include_str!("assets/admin.js")),
+        ("pow-worker.js", JS, include_str!("assets/pow-worker.js")),
         ("icon.svg", SVG, include_str!("assets/icon.svg")),
     ];
     files
@@ -73,9 +74,11 @@ static ASSETS: LazyLock<HashMap<&'static str, Asset>> = LazyLock::new(|| {
 });
 
 /// Same origin only; no inline script or style. `connect-src 'self'` covers the page's own
-/// `ws://`/`wss://` origin in current browsers; both are named for older ones.
+/// `ws://`/`wss://` origin in current browsers; both are named for older ones. The
+/// proof-of-work solver runs as a worker from our own origin (`worker-src 'self'`).
 const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
-     connect-src 'self' ws: wss:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
+     connect-src 'self' ws: wss:; worker-src 'self'; frame-ancestors 'none'; base-uri 'none'; \
+     form-action 'self'";
 
 fn serve(name: &str, request: &HeaderMap) -> Response {
     let Some(asset) = ASSETS.get(name) else {
@@ -170,7 +173,7 @@ mod tests {
     #[test]
     fn every_asset_is_embedded_and_small() {
         let total: usize = ASSETS.values().map(|a| a.body.len()).sum();
-        assert_eq!(ASSETS.len(), 11);
+        assert_eq!(ASSETS.len(), 12);
         // Small enough to load instantly on a phone on a poor network.
         assert!(total < 120 * 1024, "assets grew to {total} bytes");
         for (name, a) in ASSETS.iter() {

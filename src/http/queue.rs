@@ -16,6 +16,7 @@ use super::admin::is_admin_token;
 use super::body::{Completed, Entered, Joined, Place, QueueInfo, Removed, Verified};
 use super::error::{AppError, AppResult};
 use super::extract::{bearer, AppJson, AppQuery, BearerToken, WaitingToken, WaitingTokenNoBody};
+use super::pow::{check as check_pow, PowSolution};
 use crate::app::AppState;
 use crate::core::{validate_event_id, Millis, PlaceKey, QueueError};
 use crate::store::{JoinRequest, StoreError};
@@ -39,6 +40,8 @@ pub struct JoinBody {
     pub user_token: Option<String>,
     /// The invite code of an invite-only event.
     pub invite: Option<String>,
+    /// The solution of a proof-of-work challenge, for events that ask one.
+    pub pow: Option<PowSolution>,
 }
 
 /// Who the joiner is and whether that is proven: by a valid user token (its `sub`) or by
@@ -130,6 +133,7 @@ pub async fn join(
             Some(raw)
         }
     };
+    check_pow(&state, &body.event_id, body.pow.as_ref()).await?;
     let req = JoinRequest {
         user_id,
         metadata,

@@ -8,7 +8,7 @@
 //! the lock is released: changes are queued to the journal under the lock (so they reach
 //! the disk in order) and many requests then share one fsync.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -42,6 +42,34 @@ pub struct EmbeddedStore {
     events: RwLock<BTreeMap<String, Shared>>,
     journal: Option<Journal>,
     notices: broadcast::Sender<Notice>,
+    /// Single-use claims (`claim_once`), in memory only: see the contract.
+    claims: Mutex<Claims>,
+}
+
+/// Claimed keys with their expiry. Expired ones are swept whenever the map has doubled
+/// since the last sweep, so the cost is amortised O(1) per claim and the map holds at most
+/// twice the claims that are still live.
+#[derive(Default)]
+struct Claims {
+    until: HashMap<(Arc<str>, Box<str>), Millis>,
+    sweep_at: usize,
+}
+
+impl Claims {
+    fn claim(&mut self, event_id: &str, key: &str, expires_at: Millis, now: Millis) -> bool {
+        if self.until.len() >= self.sweep_at {
+            self.until.retain(|_, t| *t > now);
+            self.sweep_at = (self.until.len() * 2).max(1024);
+        }
+        let k = (Arc::from(event_id), Box::from(key));
+        match self.until.get(&k) {
+            Some(t) if *t > now => false,
+            _ => {
+                self.until.insert(k, expires_at);
+                true
+            }
+        }
+    }
 }
 
 impl Default for EmbeddedStore {
@@ -50,6 +78,7 @@ impl Default for EmbeddedStore {
             events: RwLock::default(),
             journal: None,
             notices: broadcast::channel(NOTICE_BUFFER).0,
+            claims: Mutex::default(),
         }
     }
 }
@@ -89,6 +118,7 @@ impl EmbeddedStore {
             events: RwLock::new(events),
             journal: Some(journal),
             notices: broadcast::channel(NOTICE_BUFFER).0,
+            claims: Mutex::default(),
         })
     }
 
@@ -361,6 +391,16 @@ impl Store for EmbeddedStore {
         self.with(event_id, |q, fx| Ok(q.tick(now, fx))).await
     }
 
+    async fn claim_once(
+        &self,
+        event_id: &str,
+        key: &str,
+        expires_at: Millis,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        Ok(self.claims.lock().claim(event_id, key, expires_at, now))
+    }
+
     async fn event_ids(&self) -> StoreResult<Vec<String>> {
         Ok(self.events.read().keys().cloned().collect())
     }
@@ -383,5 +423,30 @@ impl Store for EmbeddedStore {
             j.close();
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Claims;
+
+    #[test]
+    fn spent_claims_are_bounded_by_their_lifetime() {
+        let mut c = Claims::default();
+        // A flood of claims, each living 100 ms, over 100 s: only the live ones (and at
+        // most as many again, between sweeps) are held.
+        for i in 0..100_000u64 {
+            let now = i; // one claim per millisecond
+            assert!(c.claim("ev", &i.to_string(), now + 100, now));
+            assert!(
+                c.until.len() <= 2 * 1024 + 100,
+                "{} held at {i}",
+                c.until.len()
+            );
+        }
+        assert!(
+            !c.claim("ev", "99999", 100_099, 100_000),
+            "a live claim holds"
+        );
     }
 }

@@ -51,6 +51,7 @@ pub enum Op {
     Session,
     Complete,
     Tick,
+    ClaimOnce,
     EventIds,
     Ping,
     Close,
@@ -297,6 +298,17 @@ impl Store for FaultStore {
     async fn tick(&self, event_id: &str, now: Millis) -> StoreResult<Option<Millis>> {
         self.gate(Op::Tick).await?;
         self.inner.tick(event_id, now).await
+    }
+
+    async fn claim_once(
+        &self,
+        event_id: &str,
+        key: &str,
+        expires_at: Millis,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        self.gate(Op::ClaimOnce).await?;
+        self.inner.claim_once(event_id, key, expires_at, now).await
     }
 
     async fn event_ids(&self) -> StoreResult<Vec<String>> {

@@ -249,6 +249,20 @@ pub trait Store: Send + Sync + 'static {
     /// Answers when it next needs to run, if ever.
     async fn tick(&self, event_id: &str, now: Millis) -> StoreResult<Option<Millis>>;
 
+    /// Claims `key` within `event_id` once: `true` for the first claim on any node, `false`
+    /// for every later one until `expires_at`; after it the key is forgotten (so the memory
+    /// for claims is bounded by their lifetime: the caller refuses what has expired before
+    /// it asks). Independent of the event's existence and state. Spends proof-of-work
+    /// challenges. The embedded store keeps claims in memory only: a restart forgets them
+    /// (see docs/API.md).
+    async fn claim_once(
+        &self,
+        event_id: &str,
+        key: &str,
+        expires_at: Millis,
+        now: Millis,
+    ) -> StoreResult<bool>;
+
     /// Ids of every event.
     async fn event_ids(&self) -> StoreResult<Vec<String>>;
 

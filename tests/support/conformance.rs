@@ -28,7 +28,8 @@ macro_rules! store_conformance {
             tick_reports_next_deadline, overbooking_capacity, unknown_event,
             update_never_creates, update_racing_delete_never_resurrects,
             event_changes_are_notices, unproven_repeat_join_is_refused,
-            invites_seat_one_person_each, racing_joins_cannot_share_an_invite);
+            invites_seat_one_person_each, racing_joins_cannot_share_an_invite,
+            claims_are_single_use_until_expiry);
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
         $(
@@ -1016,4 +1017,44 @@ pub async fn racing_joins_cannot_share_an_invite(store: Arc<dyn Store>) {
     assert_eq!(seated, 1, "one invite code seated {seated} people");
     let f = store.get_event("race", T0).await.unwrap().figures;
     assert_eq!(f.waiting + f.admitted + f.active, 1);
+}
+
+/// A key is claimed once, concurrently too, per event; after its expiry it is forgotten.
+pub async fn claims_are_single_use_until_expiry(store: Arc<dyn Store>) {
+    let until = T0 + 120 * S;
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move { store.claim_once("cl", "k1", until, T0).await.unwrap() })
+        })
+        .collect();
+    let mut won = 0;
+    for t in tasks {
+        won += usize::from(t.await.unwrap());
+    }
+    assert_eq!(won, 1, "exactly one concurrent claim wins");
+    assert!(!store
+        .claim_once("cl", "k1", until, T0 + 119 * S)
+        .await
+        .unwrap());
+    assert!(
+        store.claim_once("cl", "k2", until, T0).await.unwrap(),
+        "another key"
+    );
+    assert!(
+        store.claim_once("other", "k1", until, T0).await.unwrap(),
+        "another event"
+    );
+    // Expired claims are forgotten (Redis counts in real time, hence the short sleep).
+    assert!(store.claim_once("cl", "k3", T0 + 50, T0).await.unwrap());
+    tokio::time::sleep(std::time::Duration::from_millis(120)).await;
+    assert!(store
+        .claim_once("cl", "k3", T0 + 400, T0 + 200)
+        .await
+        .unwrap());
+    // Nothing about the event itself is needed or changed.
+    assert_eq!(
+        queue_err(store.get_event("cl", T0).await),
+        QueueError::EventNotFound
+    );
 }

@@ -33,6 +33,7 @@
       announce: 'You are number {n} in line.', announceReady: 'It is your turn.',
       durSoon: 'under 1 min', durMin: 'about {m} min', durHour: 'about {h} h {m} min',
       durExact: '{m} minutes', durOne: '1 minute', title: 'Waiting room',
+      checking: 'Checking your browser…', checkingLead: 'This takes a moment and keeps bots out of the line ({n} hashes so far).',
     },
     ko: {
       brand: '대기실', yourPosition: '나의 대기 순서', inLine: '대기 인원',
@@ -58,6 +59,7 @@
       announce: '현재 대기 순서는 {n}번입니다.', announceReady: '입장 차례입니다.',
       durSoon: '1분 미만', durMin: '약 {m}분', durHour: '약 {h}시간 {m}분',
       durExact: '{m}분', durOne: '1분', title: '대기실',
+      checking: '브라우저를 확인하는 중…', checkingLead: '잠시면 끝나며, 자동 프로그램이 줄을 서지 못하게 막습니다 (지금까지 {n}번 계산).',
     },
   };
 
@@ -78,6 +80,8 @@
   let place = loadPlace();      // {token, start}
   let phase = 'init';           // init | joining | waiting | ready | active | ended | offline
   let ended = null;             // which ended screen
+  let powHashes = null;         // proof of work: hashes tried so far while solving, else null
+  let powSolution;              // proof of work: sent with the next join, once
   let figures = null;           // last {position, queue_length, eta_sec}
   let ws = null;
   let wsTimer = null, pollTimer = null, reconnectTimer = null, infoTimer = null;
@@ -124,7 +128,8 @@
     badge.hidden = true;
     switch (phase) {
       case 'init': title = t(place ? 'resuming' : 'joining'); lead = ''; break;
-      case 'joining': title = t('joining'); lead = ''; break;
+      case 'joining': title = t(powHashes === null ? 'joining' : 'checking');
+        lead = powHashes === null ? '' : t('checkingLead', { n: WR.num(powHashes) }); break;
       case 'waiting': title = t('waiting'); lead = t('waitingLead'); break;
       case 'offline': title = t('offline'); lead = t('offlineLead'); break;
       case 'ready': title = t('ready'); lead = info && info.target_url ? t('readyLead') : t('noTarget');
@@ -220,6 +225,7 @@
     // With a user token, its subject is the user id; otherwise this browser's own id.
     const body = userToken ? { event_id: eventId, user_token: userToken } : { event_id: eventId, user_id: userId() };
     if (invite) body.invite = invite;
+    body.pow = takePow();
     const r = await api('POST', '/api/v1/queue/join', { body });
     if (r.ok) {
       const prev = place && place.token === r.data.waiting_token ? place.start : null;
@@ -243,7 +249,29 @@
     else if (REFUSED.includes(r.code)) endWith('refused');
     else if (r.code === 'EVENT_CLOSED') endWith('closed');
     else if (r.code === 'QUEUE_FULL') { endWith('full'); setTimeout(join, (r.retry || 10) * 1000); }
+    else if (r.data && r.data.error && r.data.error.challenge) solvePow(r.data.error.challenge);
     else { setPhase('offline'); setTimeout(join, POLL_MS); }
+  }
+
+  // Proof of work (POW_REQUIRED / POW_INVALID): solved in a worker so the page stays
+  // responsive, with a progress note; then the join is sent again with the solution.
+  function takePow() { const p = powSolution; powSolution = undefined; return p; }
+  function solvePow(challenge) {
+    powHashes = 0;
+    setPhase('joining');
+    let worker;
+    try { worker = new Worker('/assets/pow-worker.js'); } catch (_) { // no workers here
+      powHashes = null; setPhase('offline'); setTimeout(join, POLL_MS); return;
+    }
+    const done = () => { worker.terminate(); powHashes = null; };
+    worker.onmessage = (e) => {
+      if (e.data.progress !== undefined) { powHashes = e.data.progress; render(); return; }
+      done();
+      powSolution = { prefix: challenge.prefix, nonce: e.data.nonce };
+      join();
+    };
+    worker.onerror = () => { done(); setPhase('offline'); setTimeout(join, POLL_MS); };
+    worker.postMessage(challenge);
   }
 
   function endWith(which) {

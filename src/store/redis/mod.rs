@@ -735,6 +735,35 @@ impl Store for RedisStore {
         Ok(u64::try_from(next).ok())
     }
 
+    /// `SET NX PX` under the event's hash tag: atomic across nodes, and Redis forgets the
+    /// key at its expiry.
+    async fn claim_once(
+        &self,
+        event_id: &str,
+        key: &str,
+        expires_at: Millis,
+        now: Millis,
+    ) -> StoreResult<bool> {
+        if expires_at <= now {
+            return Ok(true); // already expired: nothing to remember (the caller refuses it)
+        }
+        let s = &self.inner;
+        let name = format!("{}:{{{}}}:claim:{}", s.options.key_prefix, event_id, key);
+        let mut conn = s.connection().await?;
+        let set: Option<String> = s
+            .bounded(
+                redis::cmd("SET")
+                    .arg(&name)
+                    .arg(1)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(expires_at - now)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        Ok(set.is_some())
+    }
+
     async fn event_ids(&self) -> StoreResult<Vec<String>> {
         let s = &self.inner;
         let mut conn = s.connection().await?;
