@@ -34,12 +34,14 @@ use serde::{Deserialize, Serialize};
 
 pub mod backend;
 pub mod cli;
+pub mod guard;
 pub mod layers;
 pub mod secret;
 
 use backend::check_listen;
 pub use backend::StoreBackend;
 pub use cli::{Cli, Command, ServeArgs};
+pub use guard::{Cidr, ConnectionSettings, RateLimitSettings};
 pub use layers::{Layered, ENV_PREFIX};
 pub use secret::{Secret, SecretUrl};
 
@@ -83,6 +85,8 @@ pub struct Settings {
     pub demo: bool,
     pub log_format: LogFormat,
     pub durability: Durability,
+    pub rate_limits: RateLimitSettings,
+    pub connections: ConnectionSettings,
 }
 
 impl Default for Settings {
@@ -97,6 +101,8 @@ impl Default for Settings {
             demo: true,
             log_format: LogFormat::Text,
             durability: Durability::Sync,
+            rate_limits: RateLimitSettings::default(),
+            connections: ConnectionSettings::default(),
         }
     }
 }
@@ -144,6 +150,7 @@ impl Settings {
     /// Checks the merged layers and fills what none of them set from the defaults.
     fn validate(l: Layered) -> Result<Self, ConfigError> {
         let d = Settings::default();
+        let (rate_limits, connections) = guard_settings(&l, d.rate_limits, d.connections)?;
         let listen = l.listen.map_or(d.listen, |s| s.trim().to_string());
         check_listen(&listen).map_err(|r| invalid("listen", r))?;
         let store = match &l.store {
@@ -185,8 +192,56 @@ impl Settings {
             demo,
             log_format: l.log_format.unwrap_or(d.log_format),
             durability: l.durability.unwrap_or(d.durability),
+            rate_limits,
+            connections,
         })
     }
+}
+
+/// The limits and connection settings, each checked against a sane range.
+fn guard_settings(
+    l: &Layered,
+    mut r: RateLimitSettings,
+    mut c: ConnectionSettings,
+) -> Result<(RateLimitSettings, ConnectionSettings), ConfigError> {
+    let range = |setting, v: Option<u64>, max: u64| match v {
+        Some(n) if !(1..=max).contains(&n) => {
+            Err(invalid(setting, format!("must be between 1 and {max}")))
+        }
+        v => Ok(v),
+    };
+    r.enabled = l.rate_limits.unwrap_or(r.enabled);
+    if let Some(p) = &l.trusted_proxies {
+        r.trusted_proxies = Cidr::parse_list(p).map_err(|e| invalid("trusted_proxies", e))?;
+    }
+    let n = 1_000_000;
+    if let Some(v) = range("joins_per_minute", l.joins_per_minute, n)? {
+        r.joins_per_minute = v as u32;
+    }
+    if let Some(v) = range("polls_per_second", l.polls_per_second, n)? {
+        r.polls_per_second = v as u32;
+    }
+    if let Some(v) = range("admin_failures_per_minute", l.admin_failures_per_minute, n)? {
+        r.admin_failures_per_minute = v as u32;
+    }
+    // The bound: no connection may be held longer than 30 s without progress.
+    if let Some(v) = range("header_timeout_sec", l.header_timeout_sec, 30)? {
+        c.header_timeout = std::time::Duration::from_secs(v);
+    }
+    if let Some(v) = range("body_timeout_sec", l.body_timeout_sec, 30)? {
+        c.body_timeout = std::time::Duration::from_secs(v);
+    }
+    if let Some(v) = range("max_connections", l.max_connections, 10_000_000)? {
+        c.max_connections = Some(v as usize);
+    }
+    if let Some(v) = range(
+        "max_connections_per_client",
+        l.max_connections_per_client,
+        10_000_000,
+    )? {
+        c.max_connections_per_client = v as usize;
+    }
+    Ok((r, c))
 }
 
 /// A fresh admin token: 32 random bytes, hex.

@@ -31,7 +31,24 @@ pub struct EventConfig {
     /// When false, joins are refused with `409 EVENT_CLOSED` (the sale has not opened or is over).
     pub accept_joins: bool,
     pub target_url: Option<String>,
+    /// Per-client limits of this event over the server-wide ones; `None`: the server's.
+    #[serde(default)]
+    pub rate_limits: Option<RateLimits>,
 }
+
+/// Per-event overrides of the per-client limits (API.md "Per-client limits"); an absent
+/// field keeps the server-wide value.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub joins_per_minute: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub polls_per_second: Option<u32>,
+}
+
+/// Upper bound of each per-event limit.
+pub const MAX_RATE: u32 = 1_000_000;
 
 impl Default for EventConfig {
     fn default() -> Self {
@@ -48,6 +65,7 @@ impl Default for EventConfig {
             paused: false,
             accept_joins: true,
             target_url: None,
+            rate_limits: None,
         }
     }
 }
@@ -93,6 +111,8 @@ pub struct EventPatch {
     pub accept_joins: Option<bool>,
     #[serde(default, deserialize_with = "nullable")]
     pub target_url: Option<Option<String>>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub rate_limits: Option<Option<RateLimits>>,
 }
 
 /// Distinguishes "field absent" (outer `None`, via `#[serde(default)]`) from "field is null"
@@ -206,6 +226,19 @@ impl EventPatch {
             }
             c.target_url = u.clone();
         }
+        if let Some(r) = self.rate_limits {
+            for (field, v) in [
+                ("joins_per_minute", r.and_then(|r| r.joins_per_minute)),
+                ("polls_per_second", r.and_then(|r| r.polls_per_second)),
+            ] {
+                if v.is_some_and(|v| !(1..=MAX_RATE).contains(&v)) {
+                    return Err(bad(format!(
+                        "rate_limits.{field} must be between 1 and {MAX_RATE}"
+                    )));
+                }
+            }
+            c.rate_limits = r.filter(|r| *r != RateLimits::default());
+        }
         if c.name.is_empty() {
             c.name = event_id.to_string();
         }
@@ -248,6 +281,9 @@ mod tests {
             r#"{"target_url": "//evil.example/book"}"#,
             r#"{"target_url": "/\\evil.example"}"#,
             r#"{"event_id": "other"}"#,
+            r#"{"rate_limits": {"joins_per_minute": 0}}"#,
+            r#"{"rate_limits": {"polls_per_second": 1000001}}"#,
+            r#"{"rate_limits": {"joins": 3}}"#,
         ] {
             assert!(patch(bad).apply("e", &base).is_err(), "{bad} accepted");
         }

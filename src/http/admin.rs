@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 use super::body::{AdminEvent, Cleared, Deleted, EventSettings, StatsRow};
 use super::error::{AppError, AppResult};
 use super::extract::{bearer, AppPath, AppQuery, OptionalJson};
+use super::guard::Caller;
 use crate::app::AppState;
 use crate::core::{validate_event_id, EventPatch, HeadEntry};
 
@@ -34,14 +35,18 @@ fn constant_time_eq(a: &str, b: &str) -> bool {
 }
 
 /// Middleware: `401 UNAUTHORIZED` unless `Authorization: Bearer <admin token>`.
+/// A correct token is never limited; wrong ones are, per client (`429 RATE_LIMITED` once
+/// a client has tried too many).
 pub async fn require_admin(
     State(state): State<AppState>,
+    caller: Caller,
     req: Request,
     next: Next,
 ) -> Result<Response, AppError> {
     let ok = !state.admin_token.is_empty()
         && bearer(req.headers()).is_some_and(|t| constant_time_eq(t, &state.admin_token));
     if !ok {
+        caller.guard.check_admin_failure(caller.ip)?;
         return Err(AppError::Unauthorized);
     }
     Ok(next.run(req).await)

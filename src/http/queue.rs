@@ -15,6 +15,7 @@ use serde_json::{Map, Value};
 use super::body::{Completed, Entered, Joined, Place, QueueInfo, Removed, Verified};
 use super::error::{AppError, AppResult};
 use super::extract::{AppJson, AppQuery, BearerToken, WaitingToken, WaitingTokenNoBody};
+use super::guard::Caller;
 use crate::app::AppState;
 use crate::core::{validate_event_id, PlaceKey, QueueError};
 use crate::store::{JoinRequest, StoreError};
@@ -41,12 +42,31 @@ fn parse_waiting(state: &AppState, token: &str) -> AppResult<(String, PlaceKey)>
         .map_err(|_| AppError::TokenInvalid)
 }
 
+/// The place a waiting token names, once its poll is within the place's limit.
+async fn parse_polling(
+    state: &AppState,
+    caller: &Caller,
+    token: &str,
+) -> AppResult<(String, PlaceKey)> {
+    let (event_id, key) = parse_waiting(state, token)?;
+    caller
+        .guard
+        .check_poll(&state.events, state.clock.now(), &event_id, key)
+        .await?;
+    Ok((event_id, key))
+}
+
 /// `POST /queue/join`
 pub async fn join(
     State(state): State<AppState>,
+    caller: Caller,
     AppJson(body): AppJson<JoinBody>,
 ) -> AppResult<Json<Joined>> {
     validate_event_id(&body.event_id)?;
+    let now = state.clock.now();
+    (caller.guard)
+        .check_join(&state.events, now, caller.ip, &body.event_id)
+        .await?;
     if let Some(u) = &body.user_id {
         let n = u.chars().count();
         if n == 0 || n > MAX_USER_ID_CHARS {
@@ -85,9 +105,10 @@ pub async fn join(
 /// `GET /queue/status`: counts as a heartbeat.
 pub async fn status(
     State(state): State<AppState>,
+    caller: Caller,
     WaitingTokenNoBody(token): WaitingTokenNoBody,
 ) -> AppResult<Json<Place>> {
-    let (event_id, key) = parse_waiting(&state, &token)?;
+    let (event_id, key) = parse_polling(&state, &caller, &token).await?;
     let view = state
         .store
         .status(&event_id, key, state.clock.now())
@@ -98,9 +119,10 @@ pub async fn status(
 /// `POST /queue/heartbeat`
 pub async fn heartbeat(
     State(state): State<AppState>,
+    caller: Caller,
     WaitingToken(token): WaitingToken,
 ) -> AppResult<StatusCode> {
-    let (event_id, key) = parse_waiting(&state, &token)?;
+    let (event_id, key) = parse_polling(&state, &caller, &token).await?;
     state
         .store
         .heartbeat(&event_id, key, state.clock.now())
@@ -112,9 +134,10 @@ pub async fn heartbeat(
 /// active place signs a fresh token for the same session.
 pub async fn enter(
     State(state): State<AppState>,
+    caller: Caller,
     WaitingToken(token): WaitingToken,
 ) -> AppResult<Json<Entered>> {
-    let (event_id, key) = parse_waiting(&state, &token)?;
+    let (event_id, key) = parse_polling(&state, &caller, &token).await?;
     let now = state.clock.now();
     let view = state.store.enter(&event_id, key, now).await?;
     let ends_at = view
