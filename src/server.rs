@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 
 use crate::app::AppState;
 use crate::clock::Clock;
@@ -288,11 +288,18 @@ async fn serve(
                         .insert(axum::extract::ConnectInfo(peer));
                     req
                 });
-        let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(tcp), TowerToHyperService::new(svc))
-            .into_owned();
-        let conn = graceful.watch(conn);
+        let header_timeout = settings.connections.header_timeout;
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
         tokio::spawn(async move {
+            // The builder reads the first bytes to choose HTTP/1 or HTTP/2 before either's
+            // timeouts run: a silent or stalled client is bounded here instead.
+            if !version_readable(&tcp, header_timeout).await {
+                return;
+            }
+            let conn = builder
+                .serve_connection_with_upgrades(TokioIo::new(tcp), TowerToHyperService::new(svc));
+            let conn = watcher.watch(conn);
             // Errors here are the client's (a reset, a timeout, a malformed request).
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, %peer, "connection ended");
@@ -314,6 +321,24 @@ async fn serve(
         }
     }
     Ok(())
+}
+
+/// Whether enough of the request arrived within `limit` for the connection builder to tell
+/// HTTP/1 from HTTP/2 (a byte that differs from the HTTP/2 preface, or all of it).
+async fn version_readable(tcp: &TcpStream, limit: Duration) -> bool {
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let wait = async {
+        let mut buf = [0u8; 24];
+        loop {
+            match tcp.peek(&mut buf).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) if n >= PREFACE.len() || buf[..n] != PREFACE[..n] => return true,
+                // Part of the preface: peek answers at once while it sits unread.
+                Ok(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+    };
+    tokio::time::timeout(limit, wait).await.unwrap_or(false)
 }
 
 /// Resolves on SIGTERM or SIGINT (Ctrl-C).
