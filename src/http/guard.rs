@@ -494,7 +494,7 @@ mod tests {
         s.parse().unwrap()
     }
 
-    fn client(g: &Guard, peer: &str, headers: &[(&str, &str)]) -> IpAddr {
+    fn client(g: &Guard, peer: &str, headers: &[(&'static str, &str)]) -> IpAddr {
         let mut h = HeaderMap::new();
         for (k, v) in headers {
             h.append(*k, HeaderValue::from_str(v).unwrap());
