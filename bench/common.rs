@@ -576,6 +576,17 @@ impl ServerProc {
         durability: &str,
         admin_token: &str,
     ) -> Result<ServerProc> {
+        Self::start_with(bin, data_dir, durability, admin_token, &[])
+    }
+
+    /// [`start`](Self::start) with `extra` flags.
+    pub fn start_with(
+        bin: &Path,
+        data_dir: Option<&Path>,
+        durability: &str,
+        admin_token: &str,
+        extra: &[&str],
+    ) -> Result<ServerProc> {
         let (dir, temp_dir) = match data_dir {
             Some(d) => (d.to_path_buf(), None),
             None => {
@@ -592,6 +603,7 @@ impl ServerProc {
             .arg("--data-dir")
             .arg(&dir)
             .args(["--durability", durability, "--admin-token", admin_token])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))
