@@ -958,7 +958,7 @@ async fn limits(a: LimitsArgs) -> Result<()> {
         Some(b) => b.clone(),
         None => common::default_server_bin()?,
     };
-    let on_flags = ["--joins-per-minute", "1000000", "--polls-per-second", "1000000"];
+    let on_flags = ["--joins-per-minute", "100000000", "--polls-per-second", "1000000"];
     let variants: [(&str, &[&str]); 2] = [("on", &on_flags), ("off", &["--rate-limits", "off"])];
     let mut servers = Vec::new();
     for (label, flags) in variants {

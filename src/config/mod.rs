@@ -214,7 +214,7 @@ fn guard_settings(
     if let Some(p) = &l.trusted_proxies {
         r.trusted_proxies = Cidr::parse_list(p).map_err(|e| invalid("trusted_proxies", e))?;
     }
-    let n = 1_000_000;
+    let n = u64::from(crate::core::config::MAX_RATE);
     if let Some(v) = range("joins_per_minute", l.joins_per_minute, n)? {
         r.joins_per_minute = v as u32;
     }

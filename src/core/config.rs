@@ -48,7 +48,7 @@ pub struct RateLimits {
 }
 
 /// Upper bound of each per-event limit.
-pub const MAX_RATE: u32 = 1_000_000;
+pub const MAX_RATE: u32 = 100_000_000;
 
 impl Default for EventConfig {
     fn default() -> Self {
@@ -282,7 +282,7 @@ mod tests {
             r#"{"target_url": "/\\evil.example"}"#,
             r#"{"event_id": "other"}"#,
             r#"{"rate_limits": {"joins_per_minute": 0}}"#,
-            r#"{"rate_limits": {"polls_per_second": 1000001}}"#,
+            r#"{"rate_limits": {"polls_per_second": 100000001}}"#,
         ] {
             assert!(patch(bad).apply("e", &base).is_err(), "{bad} accepted");
         }
