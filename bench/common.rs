@@ -579,7 +579,12 @@ impl ServerProc {
     ) -> Result<ServerProc> {
         // One client (this process) makes every request: per-client limits this large are
         // still checked on every request but never refuse one.
-        let load = ["--joins-per-minute", "100000000", "--polls-per-second", "1000000"];
+        let load = [
+            "--joins-per-minute",
+            "100000000",
+            "--polls-per-second",
+            "1000000",
+        ];
         Self::start_with(bin, data_dir, durability, admin_token, &load)
     }
 

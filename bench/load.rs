@@ -958,7 +958,12 @@ async fn limits(a: LimitsArgs) -> Result<()> {
         Some(b) => b.clone(),
         None => common::default_server_bin()?,
     };
-    let on_flags = ["--joins-per-minute", "100000000", "--polls-per-second", "1000000"];
+    let on_flags = [
+        "--joins-per-minute",
+        "100000000",
+        "--polls-per-second",
+        "1000000",
+    ];
     let variants: [(&str, &[&str]); 2] = [("on", &on_flags), ("off", &["--rate-limits", "off"])];
     let mut servers = Vec::new();
     for (label, flags) in variants {
@@ -1100,7 +1105,10 @@ async fn limiter_micro() {
     use waitroom::store::Store;
 
     let store: Arc<dyn Store> = Arc::new(EmbeddedStore::new());
-    store.put_event("e", &EventPatch::default(), 0).await.unwrap();
+    store
+        .put_event("e", &EventPatch::default(), 0)
+        .await
+        .unwrap();
     let events = EventCatalog::new(store);
     let guard = Guard::new(RateLimitSettings {
         joins_per_minute: 1_000_000,
@@ -1112,13 +1120,17 @@ async fn limiter_micro() {
     let t = Instant::now();
     for i in 0..n {
         // Many clients, as a real crowd (4,096 distinct addresses).
-        let ip = ip.map(|_| std::net::IpAddr::from((0xCB00_0000u32 | (i as u32 & 4095)).to_be_bytes()));
+        let ip =
+            ip.map(|_| std::net::IpAddr::from((0xCB00_0000u32 | (i as u32 & 4095)).to_be_bytes()));
         let _ = guard.check_join(&events, 0, ip, "e").await;
     }
     let join_ns = t.elapsed().as_nanos() as f64 / n as f64;
     let t = Instant::now();
     for i in 0..n {
-        let key = PlaceKey { seq: i & 4095, nonce: 7 };
+        let key = PlaceKey {
+            seq: i & 4095,
+            nonce: 7,
+        };
         let _ = guard.check_poll(&events, 0, "e", key).await;
     }
     let poll_ns = t.elapsed().as_nanos() as f64 / n as f64;

@@ -139,8 +139,11 @@ struct ConnectionCaps {
     /// Peers exempt from the per-client cap: a proxy carries many clients.
     trusted: Vec<crate::config::Cidr>,
     open: Arc<std::sync::atomic::AtomicUsize>,
-    by_client: Arc<parking_lot::Mutex<HashMap<IpAddr, usize>>>,
+    by_client: ByClient,
 }
+
+/// Open connections per client address.
+type ByClient = Arc<parking_lot::Mutex<HashMap<IpAddr, usize>>>;
 
 impl ConnectionCaps {
     fn new(settings: &Settings) -> Self {
@@ -189,7 +192,7 @@ impl ConnectionCaps {
 /// One open connection's share of the caps, given back when dropped.
 struct ConnectionSlot {
     open: Arc<std::sync::atomic::AtomicUsize>,
-    client: Option<(Arc<parking_lot::Mutex<HashMap<IpAddr, usize>>>, IpAddr)>,
+    client: Option<(ByClient, IpAddr)>,
 }
 
 impl Drop for ConnectionSlot {

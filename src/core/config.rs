@@ -32,8 +32,9 @@ pub struct EventConfig {
     pub accept_joins: bool,
     pub target_url: Option<String>,
     /// Per-client limits of this event over the server-wide ones; `None`: the server's.
+    /// Boxed: rarely set, and configs travel inside journal records.
     #[serde(default)]
-    pub rate_limits: Option<RateLimits>,
+    pub rate_limits: Option<Box<RateLimits>>,
 }
 
 /// Per-event overrides of the per-client limits (API.md "Per-client limits"); an absent
@@ -237,7 +238,7 @@ impl EventPatch {
                     )));
                 }
             }
-            c.rate_limits = r.filter(|r| *r != RateLimits::default());
+            c.rate_limits = r.filter(|r| *r != RateLimits::default()).map(Box::new);
         }
         if c.name.is_empty() {
             c.name = event_id.to_string();

@@ -306,7 +306,7 @@ impl Guard {
             .config(event_id, now)
             .await
             .ok()
-            .and_then(|c| c.rate_limits)
+            .and_then(|c| c.rate_limits.as_deref().copied())
             .unwrap_or_default()
     }
 
