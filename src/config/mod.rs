@@ -25,6 +25,8 @@
 //! demo = false
 //! log_format = "json"
 //! durability = "sync"
+//! trusted_proxies = ["10.0.0.0/8"]
+//! joins_per_minute = 30
 //! ```
 
 use std::path::PathBuf;
@@ -426,6 +428,43 @@ mod tests {
                 err.contains("eventually") && err.contains("WAITROOM_"),
                 "{err}"
             );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn limits_and_timeouts_from_every_layer() {
+        Jail::expect_with(|jail| {
+            let d = load(&[]).unwrap();
+            assert!(d.rate_limits.enabled, "on by default");
+            assert!(d.connections.header_timeout <= std::time::Duration::from_secs(30));
+            jail.create_file(
+                "w.toml",
+                "trusted_proxies = [\"10.0.0.0/8\", \"::1\"]\nheader_timeout_sec = 5",
+            )?;
+            jail.set_env("WAITROOM_JOINS_PER_MINUTE", "12");
+            jail.set_env("WAITROOM_RATE_LIMITS", "off");
+            let s = load(&["--config", "w.toml", "--max-connections-per-client", "7"]).unwrap();
+            assert_eq!(s.rate_limits.trusted_proxies.len(), 2);
+            assert_eq!(
+                s.rate_limits.joins_per_minute, 12,
+                "a number from the environment"
+            );
+            assert!(!s.rate_limits.enabled);
+            assert_eq!(
+                s.connections.header_timeout,
+                std::time::Duration::from_secs(5)
+            );
+            assert_eq!(s.connections.max_connections_per_client, 7);
+            for (args, needle) in [
+                (&["--header-timeout-sec", "31"][..], "header_timeout_sec"),
+                (&["--trusted-proxies", "10.0.0.0/40"][..], "trusted_proxies"),
+                (&["--joins-per-minute", "0"][..], "joins_per_minute"),
+                (&["--rate-limits", "maybe"][..], "maybe"),
+            ] {
+                let err = load(args).expect_err(&format!("{args:?} accepted"));
+                assert!(err.contains(needle), "{args:?}: {err}");
+            }
             Ok(())
         });
     }
