@@ -569,12 +569,32 @@ pub fn fresh_temp_dir(tag: &str) -> Result<PathBuf> {
 
 impl ServerProc {
     /// Starts `bin serve --listen 127.0.0.1:0 --no-demo` on `data_dir` (a fresh temporary
-    /// one, deleted afterwards, when `None`) and waits for its `listening on` line.
+    /// one, deleted afterwards, when `None`) and waits for its `listening on` line. The
+    /// per-client limits stay on, with quotas no benchmark reaches.
     pub fn start(
         bin: &Path,
         data_dir: Option<&Path>,
         durability: &str,
         admin_token: &str,
+    ) -> Result<ServerProc> {
+        // One client (this process) makes every request: per-client limits this large are
+        // still checked on every request but never refuse one.
+        let load = [
+            "--joins-per-minute",
+            "100000000",
+            "--polls-per-second",
+            "1000000",
+        ];
+        Self::start_with(bin, data_dir, durability, admin_token, &load)
+    }
+
+    /// [`start`](Self::start) with `extra` flags.
+    pub fn start_with(
+        bin: &Path,
+        data_dir: Option<&Path>,
+        durability: &str,
+        admin_token: &str,
+        extra: &[&str],
     ) -> Result<ServerProc> {
         let (dir, temp_dir) = match data_dir {
             Some(d) => (d.to_path_buf(), None),
@@ -592,6 +612,7 @@ impl ServerProc {
             .arg("--data-dir")
             .arg(&dir)
             .args(["--durability", durability, "--admin-token", admin_token])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))

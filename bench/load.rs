@@ -6,6 +6,7 @@
 //! target/release/waitroom-bench run --scenario join          # closed loop, max throughput
 //! target/release/waitroom-bench run --scenario status --rate 10000   # open loop, fixed rate
 //! target/release/waitroom-bench run --url http://127.0.0.1:8080 --admin-token T --scenario healthz
+//! target/release/waitroom-bench limits --phase 3 --rounds 2   # per-client limits on vs off
 //! ```
 //!
 //! Unless `--url` names a running server, each run starts the release `waitroom` binary as a
@@ -58,6 +59,27 @@ enum Cmd {
     /// The budget suite: healthz, join and status rates for sync and relaxed durability
     /// side by side, their ratios, then p99 latency at a fixed rate.
     Suite(SuiteArgs),
+    /// The cost of the per-client limits: healthz, join and status rates of two servers,
+    /// limits on (quotas too large to refuse anything, so every request pays the whole
+    /// check) and `--rate-limits off`, interleaved round by round.
+    Limits(LimitsArgs),
+}
+
+#[derive(Args)]
+struct LimitsArgs {
+    #[command(flatten)]
+    common: Common,
+    #[arg(long, default_value_t = 64)]
+    connections: usize,
+    /// Seconds measured per phase.
+    #[arg(long, default_value_t = 3.0)]
+    phase: f64,
+    #[arg(long, default_value_t = 2)]
+    rounds: u32,
+    /// Durability of both servers (relaxed: the store costs least, so the limiter's share
+    /// shows most).
+    #[arg(long, value_enum, default_value_t = Durability::Relaxed)]
+    durability: Durability,
 }
 
 #[derive(Args, Clone)]
@@ -925,11 +947,204 @@ async fn suite(a: SuiteArgs) -> Result<()> {
     Ok(())
 }
 
+async fn limits(a: LimitsArgs) -> Result<()> {
+    let c = &a.common;
+    if c.url.is_some() {
+        bail!("`limits` starts its own two servers; --url is not supported");
+    }
+    let warmup = Duration::from_secs_f64(c.warmup);
+    let phase = Duration::from_secs_f64(a.phase);
+    let bin = match &c.bin {
+        Some(b) => b.clone(),
+        None => common::default_server_bin()?,
+    };
+    let on_flags = [
+        "--joins-per-minute",
+        "100000000",
+        "--polls-per-second",
+        "1000000",
+    ];
+    let variants: [(&str, &[&str]); 2] = [("on", &on_flags), ("off", &["--rate-limits", "off"])];
+    let mut servers = Vec::new();
+    for (label, flags) in variants {
+        let admin = random_token();
+        let proc = ServerProc::start_with(&bin, None, a.durability.name(), &admin, flags)?;
+        let server = Server {
+            target: proc.target.clone(),
+            admin,
+            pid: Some(proc.pid()),
+            proc: Some(proc),
+            label: label.into(),
+        };
+        let join_event = server.event("join").await?;
+        let status_event = server.event("status").await?;
+        eprintln!("[limits {label}] pre-joining {} places…", c.places);
+        let tokens =
+            Arc::new(prejoin(&server.target, &status_event, c.places, a.connections).await?);
+        servers.push((server, join_event, status_event, tokens));
+    }
+    println!(
+        "waitroom-bench limits: {} connections, {} s per phase, {} rounds, durability {}",
+        a.connections,
+        a.phase,
+        a.rounds,
+        a.durability.name()
+    );
+    print_closed_header();
+    // rates[round][server] = [healthz, join, status]; cpu: the server's CPU µs per request,
+    // which other tenants disturb far less than the rates.
+    let mut rates: Vec<[[f64; 3]; 2]> = Vec::new();
+    let mut cpu: Vec<[[f64; 3]; 2]> = Vec::new();
+    for r in 1..=a.rounds {
+        let mut row = [[0.0; 3]; 2];
+        let mut cpu_row = [[0.0; 3]; 2];
+        for (k, (server, join_event, status_event, tokens)) in servers.iter().enumerate() {
+            for (i, (s, ev)) in [
+                (Scenario::Healthz, ""),
+                (Scenario::Join, join_event.as_str()),
+                (Scenario::Status, status_event.as_str()),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let w = Arc::new(Workload::new(&server.target, s, ev, tokens.clone()));
+                common::settle(Duration::from_secs(2), 0.3).await;
+                let mut p = closed_loop(
+                    &server.target,
+                    server.pid,
+                    w,
+                    format!("{} (limits {}) r{r}", s.name(), server.label),
+                    a.connections,
+                    warmup,
+                    phase,
+                )
+                .await?;
+                row[k][i] = p.rps();
+                cpu_row[k][i] = p.cpu.server.unwrap_or(0.0) / p.rps().max(1.0) * 1e6;
+                print_closed(&mut p);
+            }
+        }
+        rates.push(row);
+        cpu.push(cpu_row);
+    }
+    println!("\n### limits on vs off (goal: on ≥ 0.95 × off for join and status)\n");
+    println!("| round | healthz on | healthz off | join on | join off | join on/off | status on | status off | status on/off | join/healthz on | join/healthz off | status/healthz on | status/healthz off |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (i, [on, off]) in rates.iter().enumerate() {
+        println!(
+            "| {} | {} | {} | {} | {} | {:.3} | {} | {} | {:.3} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            i + 1,
+            thousands(on[0]),
+            thousands(off[0]),
+            thousands(on[1]),
+            thousands(off[1]),
+            on[1] / off[1],
+            thousands(on[2]),
+            thousands(off[2]),
+            on[2] / off[2],
+            on[1] / on[0],
+            off[1] / off[0],
+            on[2] / on[0],
+            off[2] / off[0]
+        );
+    }
+    // Other tenants only take throughput away: each side's best round is the fairest.
+    let best = |k: usize, i: usize| rates.iter().map(|r| r[k][i]).fold(0.0, f64::max);
+    println!(
+        "| best | {} | {} | {} | {} | **{:.3}** | {} | {} | **{:.3}** | | | | |",
+        thousands(best(0, 0)),
+        thousands(best(1, 0)),
+        thousands(best(0, 1)),
+        thousands(best(1, 1)),
+        best(0, 1) / best(1, 1),
+        thousands(best(0, 2)),
+        thousands(best(1, 2)),
+        best(0, 2) / best(1, 2)
+    );
+    println!("\n### server CPU per request, µs (on / off)\n");
+    println!("| round | healthz on | healthz off | join on | join off | join on/off | status on | status off | status on/off |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (i, [on, off]) in cpu.iter().enumerate() {
+        println!(
+            "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.3} | {:.1} | {:.1} | {:.3} |",
+            i + 1,
+            on[0],
+            off[0],
+            on[1],
+            off[1],
+            on[1] / off[1],
+            on[2],
+            off[2],
+            on[2] / off[2]
+        );
+    }
+    let med = |k: usize, i: usize| median(cpu.iter().map(|r| r[k][i]).collect());
+    println!(
+        "| median | {:.1} | {:.1} | {:.1} | {:.1} | **{:.3}** | {:.1} | {:.1} | **{:.3}** |",
+        med(0, 0),
+        med(1, 0),
+        med(0, 1),
+        med(1, 1),
+        med(0, 1) / med(1, 1),
+        med(0, 2),
+        med(1, 2),
+        med(0, 2) / med(1, 2)
+    );
+    limiter_micro().await;
+    Ok(())
+}
+
+/// The limiter's own cost, in process: one join check and one poll check (the event's
+/// settings from the node's catalog, the key's hash, the GCRA update), without HTTP.
+async fn limiter_micro() {
+    use waitroom::catalog::EventCatalog;
+    use waitroom::config::RateLimitSettings;
+    use waitroom::core::{EventPatch, PlaceKey};
+    use waitroom::http::guard::Guard;
+    use waitroom::store::embedded::EmbeddedStore;
+    use waitroom::store::Store;
+
+    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::new());
+    store
+        .put_event("e", &EventPatch::default(), 0)
+        .await
+        .unwrap();
+    let events = EventCatalog::new(store);
+    let guard = Guard::new(RateLimitSettings {
+        joins_per_minute: 1_000_000,
+        polls_per_second: 1_000_000,
+        ..RateLimitSettings::default()
+    });
+    let n = 1_000_000u64;
+    let ip = Some(std::net::IpAddr::from([203, 0, 113, 7]));
+    let t = Instant::now();
+    for i in 0..n {
+        // Many clients, as a real crowd (4,096 distinct addresses).
+        let ip =
+            ip.map(|_| std::net::IpAddr::from((0xCB00_0000u32 | (i as u32 & 4095)).to_be_bytes()));
+        let _ = guard.check_join(&events, 0, ip, "e").await;
+    }
+    let join_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    let t = Instant::now();
+    for i in 0..n {
+        let key = PlaceKey {
+            seq: i & 4095,
+            nonce: 7,
+        };
+        let _ = guard.check_poll(&events, 0, "e", key).await;
+    }
+    let poll_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    println!(
+        "\nlimiter checks in process (one thread, {n} each): join {join_ns:.0} ns, poll {poll_ns:.0} ns"
+    );
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     let threads = match &cli.cmd {
         Cmd::Run(a) => a.common.threads,
         Cmd::Suite(a) => a.common.threads,
+        Cmd::Limits(a) => a.common.threads,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads.max(1))
@@ -939,6 +1154,7 @@ fn main() -> Result<()> {
         match cli.cmd {
             Cmd::Run(a) => run(a).await,
             Cmd::Suite(a) => suite(a).await,
+            Cmd::Limits(a) => limits(a).await,
         }
     })
 }

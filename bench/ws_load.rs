@@ -93,6 +93,15 @@ fn start_server(cli: &Cli) -> Result<Server> {
         .arg("--data-dir")
         .arg(dir.path())
         .args(["--durability", &cli.durability])
+        // Every client comes from this one address: no per-client limits or caps, and the
+        // descriptor limit is checked by this bench itself.
+        .args([
+            "--rate-limits",
+            "off",
+            "--max-connections-per-client",
+            "10000000",
+        ])
+        .args(["--max-connections", "10000000"])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

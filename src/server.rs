@@ -13,13 +13,14 @@
 //!
 //! Logs go to stderr through `tracing`.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 
 use crate::app::AppState;
 use crate::clock::Clock;
@@ -110,45 +111,18 @@ pub async fn run(
         .context("reading the listening address")?;
     let store = state.store.clone();
     let streams_stop = state.shutdown.clone();
-    let app = crate::http::router(state);
-    tracing::info!(%addr, store = %settings.store, demo = settings.demo, "serving");
+    let limits = crate::http::Limits {
+        body_timeout: settings.connections.body_timeout,
+        rate_limits: settings.rate_limits.clone(),
+        ..crate::http::Limits::default()
+    };
+    let app = crate::http::router_with_limits(state, limits);
+    let caps = ConnectionCaps::new(&settings);
+    tracing::info!(%addr, store = %settings.store, demo = settings.demo,
+        max_connections = caps.total, "serving");
     println!("listening on http://{addr}");
 
-    // Once `shutdown` fires, the server stops accepting and drains; the grace timer starts
-    // at that moment, not before.
-    let (fired_tx, mut fired_rx) = tokio::sync::watch::channel(false);
-    let graceful = async move {
-        shutdown.await;
-        tracing::info!("shutdown requested; finishing in-flight requests");
-        // Live streams (WebSocket, SSE) close now rather than hold the drain to its end.
-        streams_stop.send_replace(true);
-        let _ = fired_tx.send(true);
-    };
-    // Connection info (the peer address) is not read by any handler yet: it is there for
-    // the per-client limits that come next, which will key on it.
-    // No Nagle delay: live frames written back to back must not wait for ACKs.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |s| {
-        let _ = s.set_nodelay(true);
-    });
-    let serve = axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(graceful);
-    let grace = async move {
-        let _ = fired_rx.wait_for(|f| *f).await;
-        tokio::time::sleep(SHUTDOWN_GRACE).await;
-    };
-    let served = tokio::select! {
-        r = serve => r.context("serving HTTP"),
-        _ = grace => {
-            tracing::warn!(
-                grace_sec = SHUTDOWN_GRACE.as_secs(),
-                "connections still open after the grace period; closing them"
-            );
-            Ok(())
-        }
-    };
+    let served = serve(listener, app, &settings, caps, shutdown, streams_stop).await;
 
     // Each one that did not stop in time is logged by name.
     tasks.stop(TASK_GRACE).await;
@@ -156,6 +130,218 @@ pub async fn run(
     let closed = store.close().await.context("closing the store");
     tracing::info!("stopped");
     served.and(closed)
+}
+
+/// The caps on open connections: in total, and per client address.
+struct ConnectionCaps {
+    total: usize,
+    per_client: usize,
+    /// Peers exempt from the per-client cap: a proxy carries many clients.
+    trusted: Vec<crate::config::Cidr>,
+    open: Arc<std::sync::atomic::AtomicUsize>,
+    by_client: ByClient,
+}
+
+/// Open connections per client address.
+type ByClient = Arc<parking_lot::Mutex<HashMap<IpAddr, usize>>>;
+
+impl ConnectionCaps {
+    fn new(settings: &Settings) -> Self {
+        ConnectionCaps {
+            total: settings
+                .connections
+                .max_connections
+                .unwrap_or_else(default_max_connections),
+            per_client: settings.connections.max_connections_per_client,
+            trusted: settings.rate_limits.trusted_proxies.clone(),
+            open: Arc::default(),
+            by_client: Arc::default(),
+        }
+    }
+
+    /// A slot for a new connection from `peer`, or `None` when a cap is reached.
+    fn admit(&self, peer: IpAddr) -> Option<ConnectionSlot> {
+        use std::sync::atomic::Ordering;
+        if self.open.fetch_add(1, Ordering::AcqRel) >= self.total {
+            self.open.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        let mut slot = ConnectionSlot {
+            open: self.open.clone(),
+            client: None,
+        };
+        let peer = crate::config::guard::canonical(peer);
+        if !self.trusted.iter().any(|c| c.contains(peer)) {
+            // IPv6 by /64, as the rate limits key it.
+            let key = match peer {
+                IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) >> 64 << 64).into()),
+                v4 => v4,
+            };
+            let mut by_client = self.by_client.lock();
+            let n = by_client.entry(key).or_insert(0);
+            if *n >= self.per_client {
+                return None;
+            }
+            *n += 1;
+            slot.client = Some((self.by_client.clone(), key));
+        }
+        Some(slot)
+    }
+}
+
+/// One open connection's share of the caps, given back when dropped.
+struct ConnectionSlot {
+    open: Arc<std::sync::atomic::AtomicUsize>,
+    client: Option<(ByClient, IpAddr)>,
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.open.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        if let Some((map, key)) = &self.client {
+            let mut map = map.lock();
+            if let Some(n) = map.get_mut(key) {
+                *n -= 1;
+                if *n == 0 {
+                    map.remove(key);
+                }
+            }
+        }
+    }
+}
+
+/// Three quarters of the descriptor limit: the rest is for the store's files, the Redis
+/// connections and the logs. Without a limit to read, 10,000.
+fn default_max_connections() -> usize {
+    #[cfg(unix)]
+    {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `getrlimit` writes into the struct we pass and reads nothing else.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0
+            && lim.rlim_cur != libc::RLIM_INFINITY
+        {
+            return ((lim.rlim_cur as usize) / 4 * 3).max(16);
+        }
+    }
+    10_000
+}
+
+/// Accepts connections and serves each with hyper-util's connection builder (HTTP/1 and
+/// HTTP/2, with upgrades for WebSocket) until `shutdown`; then stops accepting and lets
+/// the open connections finish, for [`SHUTDOWN_GRACE`] at most.
+///
+/// `axum::serve` does the same but exposes no timeouts: here HTTP/1's
+/// `header_read_timeout` bounds both the wait for a request head (a request line or
+/// headers trickled a line at a time) and the idle wait between keep-alive requests (in
+/// hyper 1.x the timer starts whenever the connection is ready to read a head). A
+/// connection over a cap is closed at once, before anything is read.
+async fn serve(
+    listener: TcpListener,
+    app: axum::Router,
+    settings: &Settings,
+    caps: ConnectionCaps,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    streams_stop: Arc<tokio::sync::watch::Sender<bool>>,
+) -> anyhow::Result<()> {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto;
+    use hyper_util::server::graceful::GracefulShutdown;
+    use hyper_util::service::TowerToHyperService;
+    use tower::ServiceExt as _;
+
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(settings.connections.header_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(settings.connections.header_timeout)
+        .keep_alive_timeout(settings.connections.header_timeout);
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of descriptors, or a connection reset before it was accepted:
+                    // wait a little rather than spin, as `axum::serve` does.
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let Some(slot) = caps.admit(peer.ip()) else {
+            metrics::counter!("waitroom_connections_refused_total").increment(1);
+            continue; // dropped: closed at once
+        };
+        // No Nagle delay: live frames written back to back must not wait for ACKs.
+        let _ = tcp.set_nodelay(true);
+        let svc =
+            app.clone()
+                .map_request(move |mut req: axum::http::Request<hyper::body::Incoming>| {
+                    req.extensions_mut()
+                        .insert(axum::extract::ConnectInfo(peer));
+                    req
+                });
+        let header_timeout = settings.connections.header_timeout;
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            // The builder reads the first bytes to choose HTTP/1 or HTTP/2 before either's
+            // timeouts run: a silent or stalled client is bounded here instead.
+            if !version_readable(&tcp, header_timeout).await {
+                return;
+            }
+            let conn = builder
+                .serve_connection_with_upgrades(TokioIo::new(tcp), TowerToHyperService::new(svc));
+            let conn = watcher.watch(conn);
+            // Errors here are the client's (a reset, a timeout, a malformed request).
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, %peer, "connection ended");
+            }
+            drop(slot);
+        });
+    }
+    drop(listener);
+    tracing::info!("shutdown requested; finishing in-flight requests");
+    // Live streams (WebSocket, SSE) close now rather than hold the drain to its end.
+    streams_stop.send_replace(true);
+    tokio::select! {
+        _ = graceful.shutdown() => {}
+        _ = tokio::time::sleep(SHUTDOWN_GRACE) => {
+            tracing::warn!(
+                grace_sec = SHUTDOWN_GRACE.as_secs(),
+                "connections still open after the grace period; closing them"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Whether enough of the request arrived within `limit` for the connection builder to tell
+/// HTTP/1 from HTTP/2 (a byte that differs from the HTTP/2 preface, or all of it).
+async fn version_readable(tcp: &TcpStream, limit: Duration) -> bool {
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let wait = async {
+        let mut buf = [0u8; 24];
+        loop {
+            match tcp.peek(&mut buf).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) if n >= PREFACE.len() || buf[..n] != PREFACE[..n] => return true,
+                // Part of the preface: peek answers at once while it sits unread.
+                Ok(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+    };
+    tokio::time::timeout(limit, wait).await.unwrap_or(false)
 }
 
 /// Resolves on SIGTERM or SIGINT (Ctrl-C).

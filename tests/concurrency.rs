@@ -38,6 +38,15 @@ impl TestServer {
             data_dir: dir.path().to_path_buf(),
             admin_token: Some(ADMIN.into()),
             demo: false,
+            // Hundreds of clients from one address: a load test, as `--rate-limits off`.
+            rate_limits: waitroom::config::RateLimitSettings {
+                enabled: false,
+                ..Default::default()
+            },
+            connections: waitroom::config::ConnectionSettings {
+                max_connections_per_client: 100_000,
+                ..Default::default()
+            },
             ..Settings::default()
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -30,6 +30,11 @@ fn start(dir: &std::path::Path) -> Server {
             "--admin-token",
             ADMIN,
             "--no-demo",
+            // A race of many clients from one address: a load test.
+            "--rate-limits",
+            "off",
+            "--max-connections-per-client",
+            "100000",
         ],
         &[],
     )

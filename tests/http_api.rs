@@ -527,7 +527,7 @@ async fn join_input_validation() {
     let huge = json!({"event_id": "ev", "metadata": {"k": "x".repeat(70 * 1024)}});
     app.send(json_req(Method::POST, "/api/v1/queue/join", &huge))
         .await
-        .err(StatusCode::PAYLOAD_TOO_LARGE, "INVALID_REQUEST");
+        .err(StatusCode::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE");
 
     // Nothing above created a place; the limits themselves are accepted.
     assert_eq!(app.figures("ev").await["joins"], 0);

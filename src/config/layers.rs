@@ -10,6 +10,7 @@ use clap::Args;
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
+use serde::de::Visitor as _;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::secret::{Secret, SecretUrl};
@@ -31,6 +32,15 @@ const ENV_KEYS: &[&str] = &[
     "demo",
     "log_format",
     "durability",
+    "rate_limits",
+    "trusted_proxies",
+    "joins_per_minute",
+    "polls_per_second",
+    "admin_failures_per_minute",
+    "header_timeout_sec",
+    "body_timeout_sec",
+    "max_connections",
+    "max_connections_per_client",
 ];
 
 /// One layer of settings: the TOML file, the environment or the flags. The same names in
@@ -78,6 +88,108 @@ pub struct Layered {
     #[arg(long, value_enum, value_name = "MODE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub durability: Option<Durability>,
+    /// Per-client limits, `on` or `off` (off only for load tests). [env: WAITROOM_RATE_LIMITS] [default: on]
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_bool"
+    )]
+    pub rate_limits: Option<bool>,
+    /// Comma-separated addresses or CIDR blocks of proxies whose X-Forwarded-For / Forwarded headers name the client (a list in TOML). [env: WAITROOM_TRUSTED_PROXIES] [default: none]
+    #[arg(long, value_name = "CIDRS")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "string_or_list"
+    )]
+    pub trusted_proxies: Option<String>,
+    /// Joins per client per event: a burst of N, refilled over a minute. [env: WAITROOM_JOINS_PER_MINUTE] [default: 30]
+    #[arg(long, value_name = "N")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_u64"
+    )]
+    pub joins_per_minute: Option<u64>,
+    /// Polls per place per second (status, heartbeat, enter, live connects); bursts of 5 s. [env: WAITROOM_POLLS_PER_SECOND] [default: 2]
+    #[arg(long, value_name = "N")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_u64"
+    )]
+    pub polls_per_second: Option<u64>,
+    /// Wrong admin tokens per client: a burst of N, refilled over a minute. [env: WAITROOM_ADMIN_FAILURES_PER_MINUTE] [default: 10]
+    #[arg(long, value_name = "N")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_u64"
+    )]
+    pub admin_failures_per_minute: Option<u64>,
+    /// Seconds to receive a request head, and the idle keep-alive timeout. [env: WAITROOM_HEADER_TIMEOUT_SEC] [default: 10]
+    #[arg(long, value_name = "SEC")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_u64"
+    )]
+    pub header_timeout_sec: Option<u64>,
+    /// Seconds to receive a request body. [env: WAITROOM_BODY_TIMEOUT_SEC] [default: 10]
+    #[arg(long, value_name = "SEC")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_u64"
+    )]
+    pub body_timeout_sec: Option<u64>,
+    /// Most open connections in total. [env: WAITROOM_MAX_CONNECTIONS] [default: 3/4 of the descriptor limit]
+    #[arg(long, value_name = "N")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_u64"
+    )]
+    pub max_connections: Option<u64>,
+    /// Most open connections per client address. [env: WAITROOM_MAX_CONNECTIONS_PER_CLIENT] [default: 256]
+    #[arg(long, value_name = "N")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_u64"
+    )]
+    pub max_connections_per_client: Option<u64>,
+}
+
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    LenientBool
+        .visit_str::<serde::de::value::Error>(s)
+        .ok()
+        .flatten()
+        .ok_or_else(|| format!("`{s}` is not on or off"))
+}
+
+/// A number, or from the environment its digits.
+fn lenient_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum N {
+        N(u64),
+        S(String),
+    }
+    match Option::<N>::deserialize(d)? {
+        None => Ok(None),
+        Some(N::N(n)) => Ok(Some(n)),
+        Some(N::S(s)) => s.trim().parse().map(Some).map_err(|_| {
+            serde::de::Error::invalid_value(serde::de::Unexpected::Str(&s), &"a whole number")
+        }),
+    }
+}
+
+/// A comma-separated string, or (in TOML) a list of strings.
+fn string_or_list<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum L {
+        S(String),
+        L(Vec<String>),
+    }
+    Ok(Option::<L>::deserialize(d)?.map(|l| match l {
+        L::S(s) => s,
+        L::L(v) => v.join(","),
+    }))
 }
 
 /// Merges the TOML file `file` (which must exist when named), the environment and `flags`,
@@ -210,6 +322,15 @@ mod tests {
             demo: Some(true),
             log_format: Some(LogFormat::Text),
             durability: Some(Durability::Sync),
+            rate_limits: Some(true),
+            trusted_proxies: Some(String::new()),
+            joins_per_minute: Some(1),
+            polls_per_second: Some(1),
+            admin_failures_per_minute: Some(1),
+            header_timeout_sec: Some(1),
+            body_timeout_sec: Some(1),
+            max_connections: Some(1),
+            max_connections_per_client: Some(1),
         };
         let dict = Serialized::defaults(full).data().unwrap();
         let mut keys: Vec<&str> = dict[&Profile::Default].keys().map(String::as_str).collect();

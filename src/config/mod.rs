@@ -25,6 +25,8 @@
 //! demo = false
 //! log_format = "json"
 //! durability = "sync"
+//! trusted_proxies = ["10.0.0.0/8"]
+//! joins_per_minute = 30
 //! ```
 
 use std::path::PathBuf;
@@ -34,12 +36,14 @@ use serde::{Deserialize, Serialize};
 
 pub mod backend;
 pub mod cli;
+pub mod guard;
 pub mod layers;
 pub mod secret;
 
 use backend::check_listen;
 pub use backend::StoreBackend;
 pub use cli::{Cli, Command, ServeArgs};
+pub use guard::{Cidr, ConnectionSettings, RateLimitSettings};
 pub use layers::{Layered, ENV_PREFIX};
 pub use secret::{Secret, SecretUrl};
 
@@ -83,6 +87,8 @@ pub struct Settings {
     pub demo: bool,
     pub log_format: LogFormat,
     pub durability: Durability,
+    pub rate_limits: RateLimitSettings,
+    pub connections: ConnectionSettings,
 }
 
 impl Default for Settings {
@@ -97,6 +103,8 @@ impl Default for Settings {
             demo: true,
             log_format: LogFormat::Text,
             durability: Durability::Sync,
+            rate_limits: RateLimitSettings::default(),
+            connections: ConnectionSettings::default(),
         }
     }
 }
@@ -144,6 +152,7 @@ impl Settings {
     /// Checks the merged layers and fills what none of them set from the defaults.
     fn validate(l: Layered) -> Result<Self, ConfigError> {
         let d = Settings::default();
+        let (rate_limits, connections) = guard_settings(&l, d.rate_limits, d.connections)?;
         let listen = l.listen.map_or(d.listen, |s| s.trim().to_string());
         check_listen(&listen).map_err(|r| invalid("listen", r))?;
         let store = match &l.store {
@@ -185,8 +194,56 @@ impl Settings {
             demo,
             log_format: l.log_format.unwrap_or(d.log_format),
             durability: l.durability.unwrap_or(d.durability),
+            rate_limits,
+            connections,
         })
     }
+}
+
+/// The limits and connection settings, each checked against a sane range.
+fn guard_settings(
+    l: &Layered,
+    mut r: RateLimitSettings,
+    mut c: ConnectionSettings,
+) -> Result<(RateLimitSettings, ConnectionSettings), ConfigError> {
+    let range = |setting, v: Option<u64>, max: u64| match v {
+        Some(n) if !(1..=max).contains(&n) => {
+            Err(invalid(setting, format!("must be between 1 and {max}")))
+        }
+        v => Ok(v),
+    };
+    r.enabled = l.rate_limits.unwrap_or(r.enabled);
+    if let Some(p) = &l.trusted_proxies {
+        r.trusted_proxies = Cidr::parse_list(p).map_err(|e| invalid("trusted_proxies", e))?;
+    }
+    let n = u64::from(crate::core::config::MAX_RATE);
+    if let Some(v) = range("joins_per_minute", l.joins_per_minute, n)? {
+        r.joins_per_minute = v as u32;
+    }
+    if let Some(v) = range("polls_per_second", l.polls_per_second, n)? {
+        r.polls_per_second = v as u32;
+    }
+    if let Some(v) = range("admin_failures_per_minute", l.admin_failures_per_minute, n)? {
+        r.admin_failures_per_minute = v as u32;
+    }
+    // The issue's bound: no connection may be held longer than 30 s without progress.
+    if let Some(v) = range("header_timeout_sec", l.header_timeout_sec, 30)? {
+        c.header_timeout = std::time::Duration::from_secs(v);
+    }
+    if let Some(v) = range("body_timeout_sec", l.body_timeout_sec, 30)? {
+        c.body_timeout = std::time::Duration::from_secs(v);
+    }
+    if let Some(v) = range("max_connections", l.max_connections, 10_000_000)? {
+        c.max_connections = Some(v as usize);
+    }
+    if let Some(v) = range(
+        "max_connections_per_client",
+        l.max_connections_per_client,
+        10_000_000,
+    )? {
+        c.max_connections_per_client = v as usize;
+    }
+    Ok((r, c))
 }
 
 /// A fresh admin token: 32 random bytes, hex.
@@ -371,6 +428,43 @@ mod tests {
                 err.contains("eventually") && err.contains("WAITROOM_"),
                 "{err}"
             );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn limits_and_timeouts_from_every_layer() {
+        Jail::expect_with(|jail| {
+            let d = load(&[]).unwrap();
+            assert!(d.rate_limits.enabled, "on by default");
+            assert!(d.connections.header_timeout <= std::time::Duration::from_secs(30));
+            jail.create_file(
+                "w.toml",
+                "trusted_proxies = [\"10.0.0.0/8\", \"::1\"]\nheader_timeout_sec = 5",
+            )?;
+            jail.set_env("WAITROOM_JOINS_PER_MINUTE", "12");
+            jail.set_env("WAITROOM_RATE_LIMITS", "off");
+            let s = load(&["--config", "w.toml", "--max-connections-per-client", "7"]).unwrap();
+            assert_eq!(s.rate_limits.trusted_proxies.len(), 2);
+            assert_eq!(
+                s.rate_limits.joins_per_minute, 12,
+                "a number from the environment"
+            );
+            assert!(!s.rate_limits.enabled);
+            assert_eq!(
+                s.connections.header_timeout,
+                std::time::Duration::from_secs(5)
+            );
+            assert_eq!(s.connections.max_connections_per_client, 7);
+            for (args, needle) in [
+                (&["--header-timeout-sec", "31"][..], "header_timeout_sec"),
+                (&["--trusted-proxies", "10.0.0.0/40"][..], "trusted_proxies"),
+                (&["--joins-per-minute", "0"][..], "joins_per_minute"),
+                (&["--rate-limits", "maybe"][..], "maybe"),
+            ] {
+                let err = load(args).expect_err(&format!("{args:?} accepted"));
+                assert!(err.contains(needle), "{args:?}: {err}");
+            }
             Ok(())
         });
     }

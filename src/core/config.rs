@@ -54,6 +54,10 @@ pub struct EventConfig {
     /// per doubling, up to [`MAX_POW_BITS`]; `None`: the difficulty never rises by itself.
     #[serde(default)]
     pub pow_auto_above: Option<u32>,
+    /// Per-client limits of this event over the server-wide ones; `None`: the server's.
+    /// Boxed: rarely set, and configs travel inside journal records.
+    #[serde(default)]
+    pub rate_limits: Option<Box<RateLimits>>,
 }
 
 /// Who may join an event.
@@ -68,6 +72,20 @@ pub enum Access {
 
 /// Shortest accepted `user_token_secret`, in bytes: 256 bits, as HS256 wants.
 pub const MIN_USER_TOKEN_SECRET_BYTES: usize = 32;
+
+/// Per-event overrides of the per-client limits (API.md "Per-client limits"); an absent
+/// field keeps the server-wide value.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub joins_per_minute: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub polls_per_second: Option<u32>,
+}
+
+/// Upper bound of each per-event limit.
+pub const MAX_RATE: u32 = 100_000_000;
 
 impl Default for EventConfig {
     fn default() -> Self {
@@ -90,6 +108,7 @@ impl Default for EventConfig {
             access: Access::Public,
             pow_difficulty: 0,
             pow_auto_above: None,
+            rate_limits: None,
         }
     }
 }
@@ -147,6 +166,8 @@ pub struct EventPatch {
     pub pow_difficulty: Option<u64>,
     #[serde(default, deserialize_with = "nullable")]
     pub pow_auto_above: Option<Option<u64>>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub rate_limits: Option<Option<RateLimits>>,
 }
 
 /// Distinguishes "field absent" (outer `None`, via `#[serde(default)]`) from "field is null"
@@ -272,6 +293,19 @@ impl EventPatch {
         if let Some(v) = self.pow_auto_above {
             c.pow_auto_above = v.map(|v| count("pow_auto_above", v, 1)).transpose()?;
         }
+        if let Some(r) = self.rate_limits {
+            for (field, v) in [
+                ("joins_per_minute", r.and_then(|r| r.joins_per_minute)),
+                ("polls_per_second", r.and_then(|r| r.polls_per_second)),
+            ] {
+                if v.is_some_and(|v| !(1..=MAX_RATE).contains(&v)) {
+                    return Err(bad(format!(
+                        "rate_limits.{field} must be between 1 and {MAX_RATE}"
+                    )));
+                }
+            }
+            c.rate_limits = r.filter(|r| *r != RateLimits::default()).map(Box::new);
+        }
         if c.name.is_empty() {
             c.name = event_id.to_string();
         }
@@ -360,12 +394,15 @@ mod tests {
             r#"{"access": "friends"}"#,
             r#"{"pow_difficulty": 29}"#,
             r#"{"pow_auto_above": 0}"#,
+            r#"{"rate_limits": {"joins_per_minute": 0}}"#,
+            r#"{"rate_limits": {"polls_per_second": 100000001}}"#,
         ] {
             let refused = serde_json::from_str::<EventPatch>(bad)
                 .map_or(true, |p| p.apply("e", &base).is_err());
             assert!(refused, "{bad} accepted");
         }
         assert!(serde_json::from_str::<EventPatch>(r#"{"max_activ": 3}"#).is_err());
+        assert!(serde_json::from_str::<EventPatch>(r#"{"rate_limits": {"joins": 3}}"#).is_err());
         assert!(serde_json::from_str::<EventPatch>(r#"{"max_active": -3}"#).is_err());
         assert!(EventPatch::default().apply("bad id!", &base).is_err());
         assert!(EventPatch::default().apply(&"x".repeat(65), &base).is_err());

@@ -19,7 +19,7 @@ pub mod queue;
 pub mod rank;
 pub mod view;
 
-pub use config::{validate_event_id, Access, EventConfig, EventPatch};
+pub use config::{validate_event_id, Access, EventConfig, EventPatch, RateLimits};
 pub use effect::{Effect, EndReason, InviteHolder};
 pub use pace::{Pace, RATE_WINDOW_MS};
 pub use queue::{EventQueue, JoinProof, QueueMeta, RestoredPlace, EXPIRED_RETENTION_MS};

@@ -16,6 +16,7 @@ use sha2::{Digest, Sha256};
 use super::body::{AdminEvent, Cleared, Deleted, EventSettings, Invites, StatsRow};
 use super::error::{AppError, AppResult};
 use super::extract::{bearer, AppJson, AppPath, AppQuery, OptionalJson};
+use super::guard::Caller;
 use crate::app::AppState;
 use crate::core::{validate_event_id, EventPatch, HeadEntry};
 use crate::tokens;
@@ -41,12 +42,16 @@ pub fn is_admin_token(state: &AppState, token: &str) -> bool {
 }
 
 /// Middleware: `401 UNAUTHORIZED` unless `Authorization: Bearer <admin token>`.
+/// A correct token is never limited; wrong ones are, per client (`429 RATE_LIMITED` once
+/// a client has tried too many).
 pub async fn require_admin(
     State(state): State<AppState>,
+    caller: Caller,
     req: Request,
     next: Next,
 ) -> Result<Response, AppError> {
     if !bearer(req.headers()).is_some_and(|t| is_admin_token(&state, t)) {
+        caller.guard.check_admin_failure(caller.ip)?;
         return Err(AppError::Unauthorized);
     }
     Ok(next.run(req).await)

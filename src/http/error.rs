@@ -40,6 +40,7 @@ pub mod code {
     pub const METHOD_NOT_ALLOWED: &str = "METHOD_NOT_ALLOWED";
     pub const EVENT_CLOSED: &str = QueueError::EventClosed.code();
     pub const RATE_LIMITED: &str = "RATE_LIMITED";
+    pub const PAYLOAD_TOO_LARGE: &str = "PAYLOAD_TOO_LARGE";
     pub const QUEUE_FULL: &str = QueueError::QueueFull.code();
     pub const UNAVAILABLE: &str = "UNAVAILABLE";
     pub const INTERNAL: &str = "INTERNAL";
@@ -50,6 +51,8 @@ pub mod code {
 /// `Retry-After` of a full queue: long enough that a crowd of refused clients does not
 /// hammer the server, short enough that places freed by leavers are taken up quickly.
 pub const QUEUE_FULL_RETRY_AFTER_SEC: u64 = 10;
+/// `Retry-After` past the live-stream cap: a stream closes when its tab does.
+pub const TOO_MANY_STREAMS_RETRY_AFTER_SEC: u64 = 30;
 /// `Retry-After` while the store is unreachable: a restart or failover usually takes seconds.
 pub const UNAVAILABLE_RETRY_AFTER_SEC: u64 = 5;
 
@@ -99,9 +102,12 @@ pub enum AppError {
     InviteRequired,
     #[error("the invite code is unknown or already used")]
     InviteInvalid,
-    /// Per-client limits. Not enforced by this server yet, but part of the contract.
+    /// A per-client limit (see [`super::guard`]).
     #[error("too many requests")]
-    RateLimited { retry_after_sec: u64 },
+    RateLimited(super::guard::Refusal),
+    /// More live streams of one place than [`super::guard::MAX_STREAMS_PER_PLACE`].
+    #[error("too many live streams for this place")]
+    TooManyStreams,
     #[error("the queue is full")]
     QueueFull,
     /// The store cannot be reached or did not answer in time. The detail is logged, not sent.
@@ -136,7 +142,7 @@ impl AppError {
             TokenExpired | TokenNotFound | EventNotFound | NotFound => StatusCode::NOT_FOUND,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             EventClosed => StatusCode::CONFLICT,
-            RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            RateLimited(_) | TooManyStreams => StatusCode::TOO_MANY_REQUESTS,
             QueueFull | Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             PowRequired(_) | PowInvalid(..) => StatusCode::PRECONDITION_REQUIRED,
@@ -146,7 +152,8 @@ impl AppError {
     pub fn code(&self) -> &'static str {
         use AppError::*;
         match self {
-            InvalidRequest(_) | PayloadTooLarge(_) => code::INVALID_REQUEST,
+            InvalidRequest(_) => code::INVALID_REQUEST,
+            PayloadTooLarge(_) => code::PAYLOAD_TOO_LARGE,
             MissingToken => code::MISSING_TOKEN,
             TokenInvalid => code::TOKEN_INVALID,
             AccessDenied => code::ACCESS_DENIED,
@@ -164,7 +171,7 @@ impl AppError {
             AlreadyJoined => code::ALREADY_JOINED,
             InviteRequired => code::INVITE_REQUIRED,
             InviteInvalid => code::INVITE_INVALID,
-            RateLimited { .. } => code::RATE_LIMITED,
+            RateLimited(_) | TooManyStreams => code::RATE_LIMITED,
             QueueFull => code::QUEUE_FULL,
             Unavailable(_) => code::UNAVAILABLE,
             Internal(_) => code::INTERNAL,
@@ -175,7 +182,8 @@ impl AppError {
 
     fn retry_after(&self) -> Option<u64> {
         match self {
-            AppError::RateLimited { retry_after_sec } => Some(*retry_after_sec),
+            AppError::RateLimited(r) => Some(r.retry_after_sec),
+            AppError::TooManyStreams => Some(TOO_MANY_STREAMS_RETRY_AFTER_SEC),
             AppError::QueueFull => Some(QUEUE_FULL_RETRY_AFTER_SEC),
             AppError::Unavailable(_) => Some(UNAVAILABLE_RETRY_AFTER_SEC),
             _ => None,
@@ -190,6 +198,12 @@ impl AppError {
             StoreError::Queue(_) => AppError::AccessDenied,
             StoreError::Unavailable(_) => e.into(),
         }
+    }
+}
+
+impl From<super::guard::Refusal> for AppError {
+    fn from(r: super::guard::Refusal) -> Self {
+        AppError::RateLimited(r)
     }
 }
 
@@ -271,6 +285,9 @@ impl IntoResponse for AppError {
         if let Some(secs) = self.retry_after() {
             res.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if let AppError::RateLimited(r) = &self {
+            r.write_headers(res.headers_mut());
         }
         if matches!(self, AppError::Unauthorized) {
             res.headers_mut()

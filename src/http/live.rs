@@ -28,6 +28,7 @@ use futures_util::Stream;
 
 use super::error::{AppError, AppResult};
 use super::extract::WaitingTokenNoBody;
+use super::guard::{Caller, StreamPermit};
 use crate::app::AppState;
 use crate::core::PlaceKey;
 use crate::live::{Follower, LiveMessage};
@@ -65,11 +66,13 @@ impl<S: Send + Sync> FromRequestParts<S> for Upgrade {
 /// `GET /queue/ws?token=…`
 pub async fn ws(
     State(state): State<AppState>,
+    caller: Caller,
     WaitingTokenNoBody(token): WaitingTokenNoBody,
     upgrade: Result<Upgrade, AppError>,
 ) -> AppResult<Response> {
     // The token first, as on every end-user endpoint; then whether this is an upgrade.
     let place = parse(&state, &token)?;
+    let permit = admit(&state, &caller, &place).await?;
     let Upgrade(upgrade) = upgrade?;
     let (follower, first) = follow(&state, place).await?;
     Ok(upgrade
@@ -78,7 +81,25 @@ pub async fn ws(
         .write_buffer_size(0)
         .max_message_size(WS_MAX_MESSAGE)
         .max_frame_size(WS_MAX_MESSAGE)
-        .on_upgrade(move |socket| serve_ws(socket, follower, first)))
+        .on_upgrade(move |socket| async move {
+            serve_ws(socket, follower, first).await;
+            drop(permit);
+        }))
+}
+
+/// A live connect counts as a poll of the place, and takes one of its stream slots.
+async fn admit(
+    state: &AppState,
+    caller: &Caller,
+    (event_id, key): &(String, PlaceKey),
+) -> AppResult<StreamPermit> {
+    (caller.guard)
+        .check_poll(&state.events, state.clock.now(), event_id, *key)
+        .await?;
+    caller
+        .guard
+        .open_stream(*key)
+        .ok_or(AppError::TooManyStreams)
 }
 
 /// The place a waiting token names; `401 TOKEN_INVALID` for a forged one.
@@ -181,11 +202,14 @@ async fn serve_ws(mut socket: WebSocket, mut follower: Follower, first: Vec<Live
 /// `GET /queue/events?token=…`
 pub async fn events(
     State(state): State<AppState>,
+    caller: Caller,
     WaitingTokenNoBody(token): WaitingTokenNoBody,
 ) -> AppResult<impl IntoResponse> {
     let place = parse(&state, &token)?;
+    let permit = admit(&state, &caller, &place).await?;
     let (follower, first) = follow(&state, place).await?;
-    Ok(Sse::new(sse_stream(follower, first)).keep_alive(KeepAlive::new().interval(SSE_KEEP_ALIVE)))
+    Ok(Sse::new(sse_stream(follower, first, permit))
+        .keep_alive(KeepAlive::new().interval(SSE_KEEP_ALIVE)))
 }
 
 fn sse_event(m: &LiveMessage) -> Result<Event, Infallible> {
@@ -193,17 +217,19 @@ fn sse_event(m: &LiveMessage) -> Result<Event, Infallible> {
 }
 
 /// The follower's messages as a stream that ends after the final one (or at shutdown).
+/// The stream holds `permit` until it ends or is dropped.
 fn sse_stream(
     follower: Follower,
     first: Vec<LiveMessage>,
+    permit: StreamPermit,
 ) -> impl Stream<Item = Result<Event, Infallible>> + Send + 'static {
     let pending: std::collections::VecDeque<LiveMessage> = first.into();
     futures_util::stream::unfold(
-        (follower, pending),
-        |(mut follower, mut pending)| async move {
+        (follower, pending, permit),
+        |(mut follower, mut pending, permit)| async move {
             loop {
                 if let Some(m) = pending.pop_front() {
-                    return Some((sse_event(&m), (follower, pending)));
+                    return Some((sse_event(&m), (follower, pending, permit)));
                 }
                 if follower.is_done() {
                     return None;

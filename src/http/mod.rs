@@ -13,29 +13,39 @@
 //! - [`extract`]: extractors whose rejections are `AppError`s, so that no malformed request
 //!   ever gets axum's plain-text answer.
 //!
-//! Around every route, from the outside in: tracing, metrics, a request timeout (a stuck
-//! store answers `503 UNAVAILABLE` instead of hanging the client), panic catching (a bug
-//! answers a JSON 500 instead of dropping the connection), and a body size limit.
+//! - [`guard`]: per-client limits (who the client is, 429s) and the live-stream cap.
+//!
+//! Around every route, from the outside in: tracing, metrics, a declared-size check (a
+//! `Content-Length` over the limit answers `413 PAYLOAD_TOO_LARGE` before any body is
+//! read), a request timeout (a stuck store answers `503 UNAVAILABLE` instead of hanging the
+//! client), panic catching (a bug answers a JSON 500 instead of dropping the connection), a
+//! body-read timeout (a body trickled byte by byte is cut off), and a body size limit for
+//! bodies without a declared length.
 
 use std::any::Any;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::DefaultBodyLimit;
+use axum::http::header;
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
-use axum::{BoxError, Router};
+use axum::{BoxError, Extension, Router};
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::app::AppState;
+use crate::config::RateLimitSettings;
 
 pub mod admin;
 pub mod body;
 pub mod error;
 pub mod extract;
+pub mod guard;
 pub mod live;
 pub mod ops;
 pub mod pages;
@@ -45,7 +55,7 @@ pub mod queue;
 pub use error::{AppError, AppResult};
 
 /// Limits applied to every request.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Limits {
     /// Longest a request may take before it is answered `503 UNAVAILABLE`. The contract
     /// promises never to hang past a few seconds when the store is gone.
@@ -53,6 +63,10 @@ pub struct Limits {
     /// Largest accepted request body. Our largest legitimate body (a join with 4 KiB of
     /// metadata) is far below it; anything bigger is a mistake or an attack.
     pub max_body_bytes: usize,
+    /// Longest a request body may take to arrive.
+    pub body_timeout: Duration,
+    /// The per-client limits.
+    pub rate_limits: RateLimitSettings,
 }
 
 impl Default for Limits {
@@ -60,6 +74,8 @@ impl Default for Limits {
         Limits {
             request_timeout: Duration::from_secs(10),
             max_body_bytes: 64 * 1024,
+            body_timeout: Duration::from_secs(10),
+            rate_limits: RateLimitSettings::default(),
         }
     }
 }
@@ -71,6 +87,12 @@ pub fn router(state: AppState) -> Router {
 
 /// The whole API as one router.
 pub fn router_with_limits(state: AppState, limits: Limits) -> Router {
+    let guard = Arc::new(guard::Guard::new(limits.rate_limits.clone()));
+    router_with_guard(state, limits, guard)
+}
+
+/// The whole API as one router, limiting through `guard` (which a test may inspect).
+pub fn router_with_guard(state: AppState, limits: Limits, guard: Arc<guard::Guard>) -> Router {
     let admin = Router::new()
         .route("/events", get(admin::list_events))
         .route(
@@ -109,10 +131,15 @@ pub fn router_with_limits(state: AppState, limits: Limits) -> Router {
     let layers = ServiceBuilder::new()
         .layer(TraceLayer::new_for_http())
         .layer(middleware::from_fn(ops::track_metrics))
+        .layer(middleware::from_fn_with_state(
+            limits.max_body_bytes,
+            refuse_declared_oversize,
+        ))
         .layer(HandleErrorLayer::new(timeout_error))
         .timeout(limits.request_timeout)
         .layer(CatchPanicLayer::custom(panic_response))
-        .layer(DefaultBodyLimit::max(limits.max_body_bytes));
+        .layer(DefaultBodyLimit::max(limits.max_body_bytes))
+        .layer(Extension(guard));
 
     Router::new()
         .nest("/api/v1", api)
@@ -128,6 +155,8 @@ pub fn router_with_limits(state: AppState, limits: Limits) -> Router {
         // Both fallbacks before `.layer` so that they are measured and guarded too.
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        // A layer of its own: it changes the body type, which the stack below must not see.
+        .layer(RequestBodyTimeoutLayer::new(limits.body_timeout))
         .layer(layers)
         .with_state(state)
 }
@@ -138,6 +167,25 @@ async fn not_found() -> AppError {
 
 async fn method_not_allowed() -> AppError {
     AppError::MethodNotAllowed
+}
+
+/// A declared `Content-Length` over the limit is answered `413 PAYLOAD_TOO_LARGE` at once,
+/// without reading the body (bodies of no declared length are cut off by
+/// `DefaultBodyLimit` as they are read).
+async fn refuse_declared_oversize(
+    axum::extract::State(max): axum::extract::State<usize>,
+    req: axum::extract::Request,
+    next: middleware::Next,
+) -> Response {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return AppError::PayloadTooLarge("the request body is too large".into()).into_response();
+    }
+    next.run(req).await
 }
 
 /// The timeout layer's error (the only error any inner service can produce).

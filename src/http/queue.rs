@@ -16,6 +16,7 @@ use super::admin::is_admin_token;
 use super::body::{Completed, Entered, Joined, Place, QueueInfo, Removed, Verified};
 use super::error::{AppError, AppResult};
 use super::extract::{bearer, AppJson, AppQuery, BearerToken, WaitingToken, WaitingTokenNoBody};
+use super::guard::Caller;
 use super::pow::{check as check_pow, PowSolution};
 use crate::app::AppState;
 use crate::core::{validate_event_id, Millis, PlaceKey, QueueError};
@@ -95,10 +96,25 @@ fn parse_waiting(state: &AppState, token: &str) -> AppResult<(String, PlaceKey)>
         .map_err(|_| AppError::TokenInvalid)
 }
 
+/// The place a waiting token names, once its poll is within the place's limit.
+async fn parse_polling(
+    state: &AppState,
+    caller: &Caller,
+    token: &str,
+) -> AppResult<(String, PlaceKey)> {
+    let (event_id, key) = parse_waiting(state, token)?;
+    caller
+        .guard
+        .check_poll(&state.events, state.clock.now(), &event_id, key)
+        .await?;
+    Ok((event_id, key))
+}
+
 /// `POST /queue/join`
 pub async fn join(
     State(state): State<AppState>,
     headers: HeaderMap,
+    caller: Caller,
     AppJson(body): AppJson<JoinBody>,
 ) -> AppResult<Json<Joined>> {
     validate_event_id(&body.event_id)?;
@@ -112,6 +128,9 @@ pub async fn join(
         )));
     }
     let now = state.clock.now();
+    (caller.guard)
+        .check_join(&state.events, now, caller.ip, &body.event_id)
+        .await?;
     let (user_id, proven) = identity(&state, &headers, &body, now).await?;
     if let Some(u) = &user_id {
         let n = u.chars().count();
@@ -151,9 +170,10 @@ pub async fn join(
 /// `GET /queue/status`: counts as a heartbeat.
 pub async fn status(
     State(state): State<AppState>,
+    caller: Caller,
     WaitingTokenNoBody(token): WaitingTokenNoBody,
 ) -> AppResult<Json<Place>> {
-    let (event_id, key) = parse_waiting(&state, &token)?;
+    let (event_id, key) = parse_polling(&state, &caller, &token).await?;
     let view = state
         .store
         .status(&event_id, key, state.clock.now())
@@ -164,9 +184,10 @@ pub async fn status(
 /// `POST /queue/heartbeat`
 pub async fn heartbeat(
     State(state): State<AppState>,
+    caller: Caller,
     WaitingToken(token): WaitingToken,
 ) -> AppResult<StatusCode> {
-    let (event_id, key) = parse_waiting(&state, &token)?;
+    let (event_id, key) = parse_polling(&state, &caller, &token).await?;
     state
         .store
         .heartbeat(&event_id, key, state.clock.now())
@@ -178,9 +199,10 @@ pub async fn heartbeat(
 /// active place signs a fresh token for the same session.
 pub async fn enter(
     State(state): State<AppState>,
+    caller: Caller,
     WaitingToken(token): WaitingToken,
 ) -> AppResult<Json<Entered>> {
-    let (event_id, key) = parse_waiting(&state, &token)?;
+    let (event_id, key) = parse_polling(&state, &caller, &token).await?;
     let now = state.clock.now();
     let view = state.store.enter(&event_id, key, now).await?;
     let ends_at = view

@@ -33,6 +33,11 @@ impl TestServer {
             data_dir: dir.path().to_path_buf(),
             admin_token: Some(ADMIN.into()),
             demo,
+            // Every test client shares one address: joins are not what these test.
+            rate_limits: waitroom::config::RateLimitSettings {
+                joins_per_minute: 100_000,
+                ..Default::default()
+            },
             ..Settings::default()
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

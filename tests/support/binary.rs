@@ -210,6 +210,9 @@ impl Nodes {
                 "--no-demo",
                 "--data-dir",
                 data.to_str().unwrap(),
+                // Every test client shares one address: joins are not what these test.
+                "--joins-per-minute",
+                "100000",
             ],
             &[],
         )

@@ -1,0 +1,550 @@
+//! Per-client limits and the live-stream cap: who the client is, and whether it may go on.
+//!
+//! - **The client** is the peer address, or, when the peer is a trusted proxy
+//!   (`--trusted-proxies`), the first untrusted address of `X-Forwarded-For` (else of
+//!   `Forwarded`), walking from the right: the rightmost entries were written by our own
+//!   proxies, the leftmost by whoever sent the request, so only the first one a trusted
+//!   proxy vouches for counts. IPv6 clients are keyed by their /64 (one subscriber's usual
+//!   allocation), so cycling addresses inside it does not escape a limit. A request that
+//!   carries no peer address (a router driven in-process, without a server) is not limited.
+//! - **The limits** are keyed GCRA buckets (`governor`): joins per client per event, polls
+//!   per place, wrong admin tokens per client. Each answers `429 RATE_LIMITED` with
+//!   `Retry-After` and the `RateLimit` / `RateLimit-Policy` headers
+//!   (draft-ietf-httpapi-ratelimit-headers). Events may override the first two; the
+//!   override is read from [`EventCatalog`], this node's copy, never from the store.
+//! - **Memory** is bounded: each limiter tracks at most `max_tracked` keys; past it, new
+//!   keys share one overflow bucket until a sweep (at most once a second while full, and
+//!   every [`SWEEP_EVERY`] checks anyway) drops the keys whose buckets are full again.
+//! - **Live streams**: at most [`MAX_STREAMS_PER_PLACE`] WebSocket + SSE streams per place.
+//!
+//! Limits are per node: on Redis, a client spread over N nodes gets up to N times a limit
+//! (exactly once with a load balancer that is sticky per client address).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash};
+use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue};
+use governor::clock::{Clock as _, DefaultClock};
+use governor::middleware::NoOpMiddleware;
+use governor::nanos::Nanos;
+use governor::state::keyed::{DashMapStateStore, ShrinkableKeyedStateStore};
+use governor::state::StateStore;
+use governor::{Quota, RateLimiter};
+use parking_lot::Mutex;
+
+use super::error::AppError;
+use crate::catalog::EventCatalog;
+use crate::config::guard::canonical;
+use crate::config::RateLimitSettings;
+use crate::core::{Millis, PlaceKey, RateLimits};
+
+/// Most live streams (WebSocket and SSE together) open at once for one place: a few tabs
+/// and devices of one person, not a bot's thousands.
+pub const MAX_STREAMS_PER_PLACE: u32 = 16;
+/// Checks between two sweeps of a limiter's idle keys.
+pub const SWEEP_EVERY: u64 = 1 << 14;
+/// The key every client past the cap shares.
+const OVERFLOW: u64 = u64::MAX;
+
+/// One limit as the `RateLimit-Policy` header names it: `q` units per `w` seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    pub name: &'static str,
+    pub quota: u32,
+    pub window_sec: u32,
+}
+
+/// A refused request: which policy, and when to come back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub policy: Policy,
+    pub retry_after_sec: u64,
+}
+
+impl Refusal {
+    /// `RateLimit-Policy: "join";q=30;w=60` and `RateLimit: "join";r=0;t=2`.
+    pub fn write_headers(&self, headers: &mut HeaderMap) {
+        let p = self.policy;
+        let policy = format!("\"{}\";q={};w={}", p.name, p.quota, p.window_sec);
+        let now = format!("\"{}\";r=0;t={}", p.name, self.retry_after_sec);
+        for (name, value) in [("ratelimit-policy", policy), ("ratelimit", now)] {
+            if let Ok(v) = HeaderValue::from_str(&value) {
+                headers.insert(name, v);
+            }
+        }
+    }
+}
+
+/// A limiter's state: governor's DashMap store with a cap on the number of keys.
+struct Capped {
+    map: DashMapStateStore<u64>,
+    cap: usize,
+    /// Set when a new key was sent to the overflow bucket: the next check sweeps.
+    full: Arc<AtomicBool>,
+}
+
+impl StateStore for Capped {
+    type Key = u64;
+
+    fn measure_and_replace<T, F, E>(&self, key: &u64, f: F) -> Result<T, E>
+    where
+        F: Fn(Option<Nanos>) -> Result<(T, Nanos), E>,
+    {
+        let key = if self.map.contains_key(key) || self.map.len() < self.cap {
+            key
+        } else {
+            self.full.store(true, Ordering::Relaxed);
+            &OVERFLOW
+        };
+        self.map.measure_and_replace(key, f)
+    }
+}
+
+impl ShrinkableKeyedStateStore<u64> for Capped {
+    fn retain_recent(&self, drop_below: Nanos) {
+        self.map.retain_recent(drop_below)
+    }
+    fn shrink_to_fit(&self) {
+        ShrinkableKeyedStateStore::shrink_to_fit(&self.map)
+    }
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+    fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+/// One keyed limiter with its policy and sweep bookkeeping.
+struct Limiter {
+    limiter: RateLimiter<
+        u64,
+        Capped,
+        DefaultClock,
+        NoOpMiddleware<<DefaultClock as governor::clock::Clock>::Instant>,
+    >,
+    policy: Policy,
+    checks: AtomicU64,
+    last_sweep: Mutex<Instant>,
+    /// Shared with the store (governor does not lend it back).
+    full: Arc<AtomicBool>,
+}
+
+impl Limiter {
+    /// A burst of `burst` that refills completely in `window`.
+    fn new(
+        name: &'static str,
+        burst: u32,
+        window_sec: u32,
+        cap: usize,
+        clock: &DefaultClock,
+    ) -> Self {
+        let burst_nz = NonZeroU32::new(burst.max(1)).expect("not zero");
+        let period = Duration::from_secs(u64::from(window_sec)) / burst.max(1);
+        let quota = Quota::with_period(period.max(Duration::from_nanos(1)))
+            .expect("a positive period")
+            .allow_burst(burst_nz);
+        let full = Arc::new(AtomicBool::new(false));
+        let store = Capped {
+            map: DashMapStateStore::default(),
+            cap: cap.max(1),
+            full: full.clone(),
+        };
+        Limiter {
+            limiter: RateLimiter::new(quota, store, clock.clone()),
+            policy: Policy {
+                name,
+                quota: burst,
+                window_sec,
+            },
+            checks: AtomicU64::new(0),
+            last_sweep: Mutex::new(Instant::now()),
+            full,
+        }
+    }
+
+    fn check(&self, key: u64, clock: &DefaultClock) -> Result<(), Refusal> {
+        let n = self.checks.fetch_add(1, Ordering::Relaxed);
+        let full = self.limiter_full();
+        if n % SWEEP_EVERY == SWEEP_EVERY - 1 || full {
+            self.sweep(full);
+        }
+        self.limiter.check_key(&key).map_err(|not_until| {
+            metrics::counter!("waitroom_rate_limited_total", "limit" => self.policy.name)
+                .increment(1);
+            let wait = not_until.wait_time_from(clock.now());
+            Refusal {
+                policy: self.policy,
+                // Rounded up: a client that waits this long is let through.
+                retry_after_sec: wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
+            }
+        })
+    }
+
+    fn limiter_full(&self) -> bool {
+        self.full.load(Ordering::Relaxed)
+    }
+
+    /// Drops keys whose buckets are full again; when full, at most once a second.
+    fn sweep(&self, full: bool) {
+        let mut last = self.last_sweep.lock();
+        if full && last.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        *last = Instant::now();
+        self.limiter.retain_recent();
+        self.limiter.shrink_to_fit();
+        self.full.store(false, Ordering::Relaxed);
+    }
+}
+
+/// What the limits of one kind are keyed by, and their burst and window.
+#[derive(Clone, Copy)]
+enum Kind {
+    Join,
+    Poll,
+    Admin,
+}
+
+impl Kind {
+    /// (name, burst, window) for a rate `n` of this kind.
+    fn shape(self, n: u32) -> (&'static str, u32, u32) {
+        match self {
+            Kind::Join => ("join", n, 60),
+            Kind::Poll => ("poll", n.saturating_mul(5), 5),
+            Kind::Admin => ("admin", n, 60),
+        }
+    }
+}
+
+/// The limiters of one kind: one per distinct rate (the server's, and each event override).
+struct Limiters {
+    kind: Kind,
+    by_rate: Mutex<HashMap<u32, Arc<Limiter>>>,
+}
+
+/// The per-client limits and the live-stream counts of one node.
+pub struct Guard {
+    settings: RateLimitSettings,
+    clock: DefaultClock,
+    hasher: std::hash::RandomState,
+    joins: Limiters,
+    polls: Limiters,
+    admin: Limiters,
+    streams: Mutex<HashMap<PlaceKey, u32>>,
+}
+
+impl Guard {
+    pub fn new(settings: RateLimitSettings) -> Self {
+        let limiters = |kind| Limiters {
+            kind,
+            by_rate: Mutex::new(HashMap::new()),
+        };
+        Guard {
+            settings,
+            clock: DefaultClock::default(),
+            hasher: std::hash::RandomState::new(),
+            joins: limiters(Kind::Join),
+            polls: limiters(Kind::Poll),
+            admin: limiters(Kind::Admin),
+            streams: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.settings.enabled
+    }
+
+    /// Keys tracked by every limiter together (bounded by `max_tracked` per limiter).
+    pub fn tracked(&self) -> usize {
+        [&self.joins, &self.polls, &self.admin]
+            .iter()
+            .flat_map(|l| {
+                l.by_rate
+                    .lock()
+                    .values()
+                    .map(|l| l.limiter.len())
+                    .collect::<Vec<_>>()
+            })
+            .sum()
+    }
+
+    fn check(&self, limiters: &Limiters, rate: u32, key: impl Hash) -> Result<(), Refusal> {
+        let limiter = {
+            let mut map = limiters.by_rate.lock();
+            map.entry(rate)
+                .or_insert_with(|| {
+                    let (name, burst, window) = limiters.kind.shape(rate);
+                    Arc::new(Limiter::new(
+                        name,
+                        burst,
+                        window,
+                        self.settings.max_tracked,
+                        &self.clock,
+                    ))
+                })
+                .clone()
+        };
+        let mut key = self.hasher.hash_one(key);
+        if key == OVERFLOW {
+            key = 0;
+        }
+        limiter.check(key, &self.clock)
+    }
+
+    /// The event's overrides; the server's values when it has none or cannot be read (a
+    /// join to an unknown event then fails in the store as it would have).
+    async fn overrides(&self, events: &EventCatalog, event_id: &str, now: Millis) -> RateLimits {
+        events
+            .config(event_id, now)
+            .await
+            .ok()
+            .and_then(|c| c.rate_limits.as_deref().copied())
+            .unwrap_or_default()
+    }
+
+    /// A join by `client` to `event_id`.
+    pub async fn check_join(
+        &self,
+        events: &EventCatalog,
+        now: Millis,
+        client: Option<IpAddr>,
+        event_id: &str,
+    ) -> Result<(), AppError> {
+        let Some(ip) = client.filter(|_| self.enabled()) else {
+            return Ok(());
+        };
+        let rate = self
+            .overrides(events, event_id, now)
+            .await
+            .joins_per_minute
+            .unwrap_or(self.settings.joins_per_minute);
+        Ok(self.check(&self.joins, rate, (event_id, client_key(ip)))?)
+    }
+
+    /// A poll of the place `key` (status, heartbeat, enter, live connect), whoever asks.
+    pub async fn check_poll(
+        &self,
+        events: &EventCatalog,
+        now: Millis,
+        event_id: &str,
+        key: PlaceKey,
+    ) -> Result<(), AppError> {
+        if !self.enabled() {
+            return Ok(());
+        }
+        let rate = self
+            .overrides(events, event_id, now)
+            .await
+            .polls_per_second
+            .unwrap_or(self.settings.polls_per_second);
+        Ok(self.check(&self.polls, rate, (event_id, key))?)
+    }
+
+    /// A wrong admin token from `client`; `Err` once it has tried too often.
+    pub fn check_admin_failure(&self, client: Option<IpAddr>) -> Result<(), AppError> {
+        let Some(ip) = client.filter(|_| self.enabled()) else {
+            return Ok(());
+        };
+        let rate = self.settings.admin_failures_per_minute;
+        Ok(self.check(&self.admin, rate, client_key(ip))?)
+    }
+
+    /// A slot for one more live stream of `key`, or `None` past [`MAX_STREAMS_PER_PLACE`].
+    pub fn open_stream(self: &Arc<Self>, key: PlaceKey) -> Option<StreamPermit> {
+        let mut streams = self.streams.lock();
+        let n = streams.entry(key).or_insert(0);
+        if *n >= MAX_STREAMS_PER_PLACE {
+            return None;
+        }
+        *n += 1;
+        Some(StreamPermit {
+            guard: self.clone(),
+            key,
+        })
+    }
+
+    /// The client of a request: see the module documentation.
+    pub fn client_ip(&self, peer: Option<IpAddr>, headers: &HeaderMap) -> Option<IpAddr> {
+        let peer = canonical(peer?);
+        if !self.trusted(peer) {
+            return Some(peer);
+        }
+        let mut hops: Vec<&str> = headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .collect();
+        if hops.is_empty() {
+            hops = headers
+                .get_all("forwarded")
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(','))
+                .filter_map(|e| {
+                    e.split(';').find_map(|p| {
+                        let (k, v) = p.split_once('=')?;
+                        k.trim().eq_ignore_ascii_case("for").then_some(v)
+                    })
+                })
+                .collect();
+        }
+        let mut last = peer;
+        for hop in hops.iter().rev() {
+            match parse_hop(hop) {
+                Some(ip) if self.trusted(ip) => last = ip,
+                Some(ip) => return Some(ip),
+                // Garbage (or `unknown`) where an address should be: the last hop we trust
+                // is the best we know.
+                None => break,
+            }
+        }
+        Some(last)
+    }
+
+    fn trusted(&self, ip: IpAddr) -> bool {
+        self.settings.trusted_proxies.iter().any(|c| c.contains(ip))
+    }
+}
+
+/// One open live stream; its slot is freed when dropped.
+pub struct StreamPermit {
+    guard: Arc<Guard>,
+    key: PlaceKey,
+}
+
+impl Drop for StreamPermit {
+    fn drop(&mut self) {
+        let mut streams = self.guard.streams.lock();
+        if let Some(n) = streams.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                streams.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// An address as a limit key: IPv6 by its /64.
+fn client_key(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(v4) => u128::from(u32::from(v4)),
+        IpAddr::V6(v6) => (u128::from(v6) >> 64 << 64) | 1,
+    }
+}
+
+/// One hop of `X-Forwarded-For` or the `for=` of `Forwarded`: `1.2.3.4`, `1.2.3.4:5`,
+/// `2001:db8::1`, `"[2001:db8::1]:5"`.
+fn parse_hop(hop: &str) -> Option<IpAddr> {
+    let h = hop.trim().trim_matches('"');
+    if let Ok(ip) = h.parse::<IpAddr>() {
+        return Some(canonical(ip));
+    }
+    if let Some(rest) = h.strip_prefix('[') {
+        return rest.split_once(']')?.0.parse().ok().map(canonical);
+    }
+    h.parse::<SocketAddr>().ok().map(|s| canonical(s.ip()))
+}
+
+/// The guard and the client of a request, for handlers that limit.
+pub struct Caller {
+    pub guard: Arc<Guard>,
+    pub ip: Option<IpAddr>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let guard = parts
+            .extensions
+            .get::<Arc<Guard>>()
+            .cloned()
+            .ok_or_else(|| AppError::Internal("the router has no guard".into()))?;
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip());
+        let ip = guard.client_ip(peer, &parts.headers);
+        Ok(Caller { guard, ip })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Cidr;
+
+    fn guard(proxies: &str) -> Guard {
+        Guard::new(RateLimitSettings {
+            trusted_proxies: Cidr::parse_list(proxies).unwrap(),
+            ..RateLimitSettings::default()
+        })
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn client(g: &Guard, peer: &str, headers: &[(&'static str, &str)]) -> IpAddr {
+        let mut h = HeaderMap::new();
+        for (k, v) in headers {
+            h.append(*k, HeaderValue::from_str(v).unwrap());
+        }
+        g.client_ip(Some(ip(peer)), &h).unwrap()
+    }
+
+    #[test]
+    fn the_client_is_the_first_untrusted_hop_from_the_right() {
+        let g = guard("10.0.0.0/8");
+        let xff = [("x-forwarded-for", "6.6.6.6, 1.2.3.4, 10.0.0.2")];
+        assert_eq!(
+            client(&g, "10.0.0.1", &xff),
+            ip("1.2.3.4"),
+            "spoofed left entry ignored"
+        );
+        assert_eq!(
+            client(&g, "9.9.9.9", &xff),
+            ip("9.9.9.9"),
+            "untrusted peer: headers ignored"
+        );
+        assert_eq!(client(&g, "10.0.0.1", &[]), ip("10.0.0.1"));
+        let fwd = [(
+            "forwarded",
+            r#"for=6.6.6.6, for="[2001:db8::1]:443";proto=https"#,
+        )];
+        assert_eq!(client(&g, "10.0.0.1", &fwd), ip("2001:db8::1"));
+        let garbage = [("x-forwarded-for", "nonsense, 10.0.0.3")];
+        assert_eq!(client(&g, "10.0.0.1", &garbage), ip("10.0.0.3"));
+        assert_eq!(
+            client(&g, "::ffff:10.0.0.1", &xff),
+            ip("1.2.3.4"),
+            "v4-mapped peer"
+        );
+        assert_eq!(
+            client_key(ip("2001:db8::1")),
+            client_key(ip("2001:db8::ffff:1")),
+            "one /64, one client"
+        );
+    }
+
+    #[test]
+    fn streams_per_place_are_capped_and_freed() {
+        let g = Arc::new(guard(""));
+        let key = PlaceKey { seq: 1, nonce: 2 };
+        let permits: Vec<_> = (0..MAX_STREAMS_PER_PLACE)
+            .map(|_| g.open_stream(key).unwrap())
+            .collect();
+        assert!(g.open_stream(key).is_none());
+        drop(permits);
+        assert!(g.open_stream(key).is_some());
+    }
+}

@@ -1,0 +1,444 @@
+//! Attack tests of the per-client limits and connection hygiene: a real server on port 0
+//! (in-process), attacked as a bot would, with short timeouts set in its settings.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use reqwest::{Client, StatusCode};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use waitroom::config::{Cidr, ConnectionSettings, RateLimitSettings, Settings};
+
+const ADMIN: &str = "trust-admin";
+
+struct Server {
+    base: String,
+    addr: std::net::SocketAddr,
+    http: Client,
+    _stop: oneshot::Sender<()>,
+    _dir: tempfile::TempDir,
+}
+
+async fn start(f: impl FnOnce(&mut Settings)) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = Settings {
+        data_dir: dir.path().to_path_buf(),
+        admin_token: Some(ADMIN.into()),
+        demo: false,
+        ..Settings::default()
+    };
+    f(&mut settings);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = oneshot::channel::<()>();
+    tokio::spawn(waitroom::server::run(settings, listener, async move {
+        let _ = rx.await;
+    }));
+    let s = Server {
+        base: format!("http://{addr}"),
+        addr,
+        // No pooled connections: the connection-cap test counts every open one.
+        http: Client::builder()
+            .pool_max_idle_per_host(0)
+            .timeout(Duration::from_secs(20))
+            .build()
+            .unwrap(),
+        _stop: tx,
+        _dir: dir,
+    };
+    for _ in 0..200 {
+        if s.http.get(s.url("/healthz")).send().await.is_ok() {
+            return s;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("server did not start");
+}
+
+impl Server {
+    fn url(&self, p: &str) -> String {
+        format!("{}{p}", self.base)
+    }
+
+    async fn put_event(&self, id: &str, body: Value) -> Value {
+        let r = self
+            .http
+            .put(self.url(&format!("/api/v1/admin/events/{id}")))
+            .bearer_auth(ADMIN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        r.json().await.unwrap()
+    }
+
+    async fn join(&self, event: &str, xff: Option<&str>) -> reqwest::Response {
+        let mut req = self
+            .http
+            .post(self.url("/api/v1/queue/join"))
+            .json(&json!({"event_id": event}));
+        if let Some(x) = xff {
+            req = req.header("x-forwarded-for", x);
+        }
+        req.send().await.unwrap()
+    }
+}
+
+async fn code(r: reqwest::Response) -> (StatusCode, String) {
+    let s = r.status();
+    let v: Value = r.json().await.unwrap();
+    (s, v["error"]["code"].as_str().unwrap_or("").to_string())
+}
+
+fn trusting_localhost(s: &mut Settings) {
+    s.rate_limits.trusted_proxies = vec![Cidr::parse("127.0.0.1").unwrap()];
+}
+
+#[tokio::test]
+async fn joins_from_one_address_are_limited_and_cannot_fill_the_queue() {
+    let s = start(trusting_localhost).await;
+    s.put_event("sale", json!({"max_queue_length": 100})).await;
+    let mut ok = 0;
+    let mut limited = None;
+    for _ in 0..300 {
+        let r = s.join("sale", Some("203.0.113.7")).await;
+        match r.status() {
+            StatusCode::OK => ok += 1,
+            StatusCode::TOO_MANY_REQUESTS => limited = Some(r),
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert_eq!(ok, 30, "the default burst of joins per client");
+    let r = limited.expect("some joins were refused");
+    let h = r.headers().clone();
+    assert!(h["retry-after"].to_str().unwrap().parse::<u64>().unwrap() >= 1);
+    assert_eq!(h["ratelimit-policy"], "\"join\";q=30;w=60");
+    let rl = h["ratelimit"].to_str().unwrap();
+    assert!(rl.starts_with("\"join\";r=0;t="), "{rl}");
+    assert_eq!(
+        code(r).await,
+        (StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED".into())
+    );
+    // Everyone else still gets in: one client did not fill max_queue_length.
+    for i in 0..50 {
+        let r = s.join("sale", Some(&format!("198.51.100.{i}"))).await;
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+    // A spoofed left-most entry does not make a new client: the proxy's entry counts.
+    let r = s.join("sale", Some("10.9.9.9, 203.0.113.7")).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[tokio::test]
+async fn per_event_overrides_apply_and_show_in_admin_reads() {
+    let s = start(|_| {}).await;
+    let cfg = s
+        .put_event("small", json!({"rate_limits": {"joins_per_minute": 3}}))
+        .await;
+    assert_eq!(cfg["rate_limits"], json!({"joins_per_minute": 3}));
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        statuses.push(s.join("small", None).await.status().as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    let r = s.join("small", None).await;
+    assert_eq!(r.headers()["ratelimit-policy"], "\"join\";q=3;w=60");
+}
+
+#[tokio::test]
+async fn polls_of_one_place_are_limited() {
+    let s = start(|_| {}).await;
+    s.put_event("e", json!({})).await;
+    let v: Value = s.join("e", None).await.json().await.unwrap();
+    let token = v["waiting_token"].as_str().unwrap().to_string();
+    let mut codes = Vec::new();
+    for _ in 0..20 {
+        let r = s
+            .http
+            .get(s.url(&format!("/api/v1/queue/status?token={token}")))
+            .send()
+            .await
+            .unwrap();
+        codes.push(r.status().as_u16());
+    }
+    assert_eq!(codes.iter().filter(|c| **c == 200).count(), 10, "{codes:?}");
+    assert!(codes.contains(&429), "{codes:?}");
+}
+
+#[tokio::test]
+async fn wrong_admin_tokens_are_limited_but_the_right_one_never() {
+    let s = start(|_| {}).await;
+    let mut codes = Vec::new();
+    for i in 0..15 {
+        let r = s
+            .http
+            .get(s.url("/api/v1/admin/events"))
+            .bearer_auth(format!("guess-{i}"))
+            .send()
+            .await
+            .unwrap();
+        codes.push(r.status().as_u16());
+    }
+    assert_eq!(&codes[..10], &[401; 10]);
+    assert_eq!(&codes[10..], &[429; 5]);
+    for _ in 0..20 {
+        let r = s
+            .http
+            .get(s.url("/api/v1/admin/events"))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+}
+
+#[tokio::test]
+async fn rate_limits_off_disables_them() {
+    let s = start(|s| s.rate_limits.enabled = false).await;
+    s.put_event("e", json!({})).await;
+    for _ in 0..100 {
+        assert_eq!(s.join("e", None).await.status(), StatusCode::OK);
+    }
+    let parsed = Settings::from_args(["waitroom", "--rate-limits", "off"]).unwrap();
+    assert!(!parsed.rate_limits.enabled);
+}
+
+/// Reads until the server closes the connection; how long that took.
+async fn closed_within(mut sock: TcpStream, limit: Duration) -> Duration {
+    let started = Instant::now();
+    let mut buf = [0u8; 1024];
+    let r = tokio::time::timeout(limit, async {
+        loop {
+            match sock.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(r.is_ok(), "the connection was still open after {limit:?}");
+    started.elapsed()
+}
+
+fn short_timeouts(s: &mut Settings) {
+    s.connections = ConnectionSettings {
+        header_timeout: Duration::from_secs(1),
+        body_timeout: Duration::from_secs(1),
+        ..ConnectionSettings::default()
+    };
+}
+
+#[tokio::test]
+async fn idle_half_sent_and_trickled_requests_are_closed() {
+    let s = start(short_timeouts).await;
+    // Idle: nothing sent at all.
+    let idle = TcpStream::connect(s.addr).await.unwrap();
+    // Half a request line.
+    let mut half = TcpStream::connect(s.addr).await.unwrap();
+    half.write_all(b"GET /healthz HT").await.unwrap();
+    let (a, b) = tokio::join!(
+        closed_within(idle, Duration::from_secs(5)),
+        closed_within(half, Duration::from_secs(5))
+    );
+    assert!(a >= Duration::from_millis(500) && b >= Duration::from_millis(500));
+
+    // Headers a line at a time, each well within the timeout: the whole head is bounded.
+    let mut trickle = TcpStream::connect(s.addr).await.unwrap();
+    let started = Instant::now();
+    trickle
+        .write_all(b"GET /healthz HTTP/1.1\r\n")
+        .await
+        .unwrap();
+    let mut closed = false;
+    for i in 0..40 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if trickle
+            .write_all(format!("x-h{i}: v\r\n").as_bytes())
+            .await
+            .is_err()
+        {
+            closed = true;
+            break;
+        }
+    }
+    if !closed {
+        closed_within(trickle, Duration::from_secs(1)).await;
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "trickle held {:?}",
+        started.elapsed()
+    );
+
+    // Keep-alive: after one answered request, an idle connection is closed too.
+    let mut ka = TcpStream::connect(s.addr).await.unwrap();
+    ka.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let n = ka.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    closed_within(ka, Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn a_slow_body_is_cut_off() {
+    let s = start(short_timeouts).await;
+    let mut sock = TcpStream::connect(s.addr).await.unwrap();
+    sock.write_all(
+        b"POST /api/v1/queue/join HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"ev",
+    )
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), sock.read(&mut buf))
+        .await
+        .expect("answered before the request timeout")
+        .unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(text.starts_with("HTTP/1.1 4"), "{text}");
+    assert!(text.contains("\"error\""), "{text}");
+}
+
+#[tokio::test]
+async fn a_declared_oversize_body_is_refused_at_once() {
+    let s = start(|_| {}).await;
+    let mut sock = TcpStream::connect(s.addr).await.unwrap();
+    sock.write_all(
+        b"POST /api/v1/queue/join HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100000000\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(3), sock.read(&mut buf))
+        .await
+        .expect("413 well under the 10 s request timeout")
+        .unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert!(text.contains("PAYLOAD_TOO_LARGE"), "{text}");
+}
+
+#[tokio::test]
+async fn connections_per_client_are_capped() {
+    let s = start(|s| s.connections.max_connections_per_client = 5).await;
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        let mut c = TcpStream::connect(s.addr).await.unwrap();
+        c.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 256];
+        assert!(c.read(&mut buf).await.unwrap() > 0);
+        held.push(c);
+    }
+    let extra = TcpStream::connect(s.addr).await.unwrap();
+    let took = closed_within(extra, Duration::from_secs(2)).await;
+    assert!(
+        took < Duration::from_millis(900),
+        "closed at once, not by a timeout"
+    );
+    drop(held.pop());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut again = TcpStream::connect(s.addr).await.unwrap();
+    again
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 256];
+    assert!(
+        again.read(&mut buf).await.unwrap() > 0,
+        "a freed slot is usable"
+    );
+}
+
+#[tokio::test]
+async fn the_seventeenth_stream_of_a_place_is_refused() {
+    let s = start(|_| {}).await;
+    s.put_event("e", json!({"rate_limits": {"polls_per_second": 100}}))
+        .await;
+    let v: Value = s.join("e", None).await.json().await.unwrap();
+    let token = v["waiting_token"].as_str().unwrap().to_string();
+    let url = s.url(&format!("/api/v1/queue/events?token={token}"));
+    let mut streams = Vec::new();
+    for _ in 0..16 {
+        let r = s.http.get(&url).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        streams.push(r);
+    }
+    let r = s.http.get(&url).send().await.unwrap();
+    assert_eq!(
+        code(r).await,
+        (StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED".into())
+    );
+    drop(streams.pop());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        s.http.get(&url).send().await.unwrap().status(),
+        StatusCode::OK
+    );
+}
+
+/// Handler level: a flood of distinct addresses through a trusted proxy keeps the
+/// limiter's memory bounded.
+#[tokio::test]
+async fn a_flood_of_distinct_addresses_keeps_limiter_memory_bounded() {
+    use axum::extract::ConnectInfo;
+    use tower::ServiceExt as _;
+    use waitroom::app::AppState;
+    use waitroom::clock::Clock;
+    use waitroom::http::guard::Guard;
+    use waitroom::http::{router_with_guard, Limits};
+    use waitroom::store::embedded::EmbeddedStore;
+
+    let store = Arc::new(EmbeddedStore::new());
+    let key = ed25519_dalek::SigningKey::from_bytes(&[7u8; 32]);
+    let state = AppState::new(store, &key, ADMIN, Clock::system()).unwrap();
+    let rate = RateLimitSettings {
+        trusted_proxies: vec![Cidr::parse("10.0.0.1").unwrap()],
+        max_tracked: 500,
+        ..RateLimitSettings::default()
+    };
+    let guard = Arc::new(Guard::new(rate.clone()));
+    let app = router_with_guard(
+        state,
+        Limits {
+            rate_limits: rate,
+            ..Limits::default()
+        },
+        guard.clone(),
+    );
+    let proxy = std::net::SocketAddr::from(([10, 0, 0, 1], 4000));
+    let mut limited = 0;
+    for i in 0..5000u32 {
+        let req = axum::http::Request::post("/api/v1/queue/join")
+            .header("content-type", "application/json")
+            .header(
+                "x-forwarded-for",
+                format!("100.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255),
+            )
+            .body(axum::body::Body::from(r#"{"event_id": "nope"}"#))
+            .unwrap();
+        let mut req = req;
+        req.extensions_mut().insert(ConnectInfo(proxy));
+        let r = app.clone().oneshot(req).await.unwrap();
+        if r.status() == StatusCode::TOO_MANY_REQUESTS.as_u16() {
+            limited += 1;
+        }
+        assert!(guard.tracked() <= 501, "tracked {} at {i}", guard.tracked());
+    }
+    // Past the cap new clients share one bucket, so the flood itself is limited.
+    assert!(limited > 0);
+}
