@@ -9,7 +9,7 @@
 use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection, QueryRejection};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
 
 use crate::core::QueueError;
 use crate::pow::{Challenge, PowError};
@@ -269,6 +269,21 @@ impl From<PathRejection> for AppError {
     }
 }
 
+/// The one error body of the contract: `{"error": {"code", "message"}}`, plus the
+/// challenge of a proof-of-work refusal.
+#[derive(Debug, Serialize)]
+pub struct ErrorBody<'a> {
+    pub error: ErrorDetail<'a>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ErrorDetail<'a> {
+    pub code: &'static str,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub challenge: Option<&'a Challenge>,
+}
+
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         match &self {
@@ -277,10 +292,17 @@ impl IntoResponse for AppError {
             _ => {}
         }
         let status = self.status();
-        let mut body = json!({"error": {"code": self.code(), "message": self.to_string()}});
-        if let AppError::PowRequired(c) | AppError::PowInvalid(_, c) = &self {
-            body["error"]["challenge"] = json!(c);
-        }
+        let challenge = match &self {
+            AppError::PowRequired(c) | AppError::PowInvalid(_, c) => Some(&**c),
+            _ => None,
+        };
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code(),
+                message: self.to_string(),
+                challenge,
+            },
+        };
         let mut res = (status, axum::Json(body)).into_response();
         if let Some(secs) = self.retry_after() {
             res.headers_mut()
