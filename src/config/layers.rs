@@ -31,6 +31,7 @@ const ENV_KEYS: &[&str] = &[
     "demo",
     "log_format",
     "durability",
+    "repair",
 ];
 
 /// One layer of settings: the TOML file, the environment or the flags. The same names in
@@ -78,6 +79,13 @@ pub struct Layered {
     #[arg(long, value_enum, value_name = "MODE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub durability: Option<Durability>,
+    /// Start even if the embedded store's journal is damaged (cut back at the damage, logging how many acknowledged records were dropped) or its signing key was lost (the places are kept and expire unheard). [env: WAITROOM_REPAIR] [default: false]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_bool"
+    )]
+    pub repair: Option<bool>,
 }
 
 /// Merges the TOML file `file` (which must exist when named), the environment and `flags`,
@@ -210,6 +218,7 @@ mod tests {
             demo: Some(true),
             log_format: Some(LogFormat::Text),
             durability: Some(Durability::Sync),
+            repair: Some(true),
         };
         let dict = Serialized::defaults(full).data().unwrap();
         let mut keys: Vec<&str> = dict[&Profile::Default].keys().map(String::as_str).collect();

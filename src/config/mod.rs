@@ -25,6 +25,7 @@
 //! demo = false
 //! log_format = "json"
 //! durability = "sync"
+//! repair = false
 //! ```
 
 use std::path::PathBuf;
@@ -83,6 +84,8 @@ pub struct Settings {
     pub demo: bool,
     pub log_format: LogFormat,
     pub durability: Durability,
+    /// Start on a damaged journal or a lost signing key instead of refusing (API.md "Running").
+    pub repair: bool,
 }
 
 impl Default for Settings {
@@ -97,6 +100,7 @@ impl Default for Settings {
             demo: true,
             log_format: LogFormat::Text,
             durability: Durability::Sync,
+            repair: false,
         }
     }
 }
@@ -185,6 +189,7 @@ impl Settings {
             demo,
             log_format: l.log_format.unwrap_or(d.log_format),
             durability: l.durability.unwrap_or(d.durability),
+            repair: l.repair.unwrap_or(d.repair),
         })
     }
 }
@@ -331,6 +336,12 @@ mod tests {
                     .demo
             );
             assert!(!load(&["--demo", "--no-demo"]).unwrap().demo, "last wins");
+            assert!(!load(&[]).unwrap().repair, "no repair unless asked");
+            assert!(load(&["--repair"]).unwrap().repair);
+            jail.set_env("WAITROOM_REPAIR", "yes");
+            assert!(load(&[]).unwrap().repair);
+            assert!(!load(&["--repair=false"]).unwrap().repair, "flag over env");
+            jail.set_env("WAITROOM_REPAIR", "");
             assert!(load(&["--no-demo", "--demo"]).unwrap().demo, "last wins");
             jail.set_env("WAITROOM_DEMO", "0");
             assert!(!load(&[]).unwrap().demo);
