@@ -63,13 +63,8 @@ async fn call(router: &Router, method: Method, uri: &str, body: Value, admin: bo
 
 async fn target() -> Target {
     let key = SigningKey::from_bytes(&[9; 32]);
-    let state = AppState::new(
-        Arc::new(EmbeddedStore::new()),
-        &key,
-        ADMIN,
-        Clock::system(),
-    )
-    .unwrap();
+    let state =
+        AppState::new(Arc::new(EmbeddedStore::new()), &key, ADMIN, Clock::system()).unwrap();
     let router = waitroom::http::router(state);
     let mut tokens = vec![ADMIN.to_string()];
     for (id, cfg) in [
@@ -194,10 +189,9 @@ fn json_value(tokens: Vec<String>) -> impl Strategy<Value = Value> {
     leaf.prop_recursive(3, 24, 6, |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-            prop::collection::vec((prop::sample::select(FIELDS.to_vec()), inner), 0..6)
-                .prop_map(|kv| Value::Object(
-                    kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
-                )),
+            prop::collection::vec((prop::sample::select(FIELDS.to_vec()), inner), 0..6).prop_map(
+                |kv| Value::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+            ),
         ]
     })
 }
@@ -236,8 +230,17 @@ fn shape(tokens: Vec<String>) -> impl Strategy<Value = Shape> {
     ];
     let query = prop::option::of(prop_oneof![
         prop::sample::select(tokens.clone()).prop_map(|t| format!("token={t}")),
-        prop::sample::select(vec!["event_id=", "event_id=concert-a", "event_id=..", "token=", "token=%ZZ", "a=b&a=c", "=", "&&"])
-            .prop_map(String::from),
+        prop::sample::select(vec![
+            "event_id=",
+            "event_id=concert-a",
+            "event_id=..",
+            "token=",
+            "token=%ZZ",
+            "a=b&a=c",
+            "=",
+            "&&"
+        ])
+        .prop_map(String::from),
         "[a-zA-Z0-9%./_~!$&'()*+,;=:@?-]{0,40}",
     ]);
     let version = prop_oneof![
@@ -249,7 +252,10 @@ fn shape(tokens: Vec<String>) -> impl Strategy<Value = Shape> {
             ("content-type", "application/json"),
             ("content-type", "text/plain"),
             ("content-type", "application/x-www-form-urlencoded"),
-            ("content-type", "application/merge-patch+json; charset=utf-8"),
+            (
+                "content-type",
+                "application/merge-patch+json; charset=utf-8"
+            ),
             ("content-type", ""),
             ("connection", "upgrade"),
             ("upgrade", "websocket"),
@@ -317,8 +323,9 @@ impl Shape {
             out.extend_from_slice(format!("{k}: {v}\r\n").as_bytes());
         }
         match &self.length {
-            LengthMode::Exact => out
-                .extend_from_slice(format!("content-length: {}\r\n", self.body.len()).as_bytes()),
+            LengthMode::Exact => {
+                out.extend_from_slice(format!("content-length: {}\r\n", self.body.len()).as_bytes())
+            }
             LengthMode::None => {}
             LengthMode::Wrong(n) => {
                 out.extend_from_slice(format!("content-length: {n}\r\n").as_bytes())

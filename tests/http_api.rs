@@ -712,9 +712,13 @@ async fn verify_refuses_an_empty_event_id() {
     app.send(bearer(Method::POST, "/api/v1/queue/verify?event_id=", &jwt))
         .await
         .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
-    app.send(bearer(Method::POST, "/api/v1/queue/verify?event_id=ev", &jwt))
-        .await
-        .ok();
+    app.send(bearer(
+        Method::POST,
+        "/api/v1/queue/verify?event_id=ev",
+        &jwt,
+    ))
+    .await
+    .ok();
 }
 
 #[tokio::test]

@@ -234,7 +234,13 @@ impl Marker {
             let new = scan_from(&path, old.len)?;
             let mut tally = old.tally;
             tally.add(new.tally);
-            self.marks.insert(id, FileMark { len: new.len, tally });
+            self.marks.insert(
+                id,
+                FileMark {
+                    len: new.len,
+                    tally,
+                },
+            );
         }
         self.write()
     }
@@ -349,7 +355,10 @@ pub fn check(dir: &Path) -> std::io::Result<Option<Damage>> {
             return Ok(Some(Damage {
                 file: dir.join(format!("{id}.jnl")),
                 offset: 0,
-                why: format!("the file is missing; {} bytes of it were known durable", m.len),
+                why: format!(
+                    "the file is missing; {} bytes of it were known durable",
+                    m.len
+                ),
                 lost,
                 uncounted_batches: 0,
                 exact: true,
@@ -400,10 +409,7 @@ pub fn check(dir: &Path) -> std::io::Result<Option<Damage>> {
             continue;
         };
         let mut lost = mark.map_or(Tally::default(), |m| m.tally.minus(scan.tally));
-        let later: Vec<PathBuf> = files
-            .range(id + 1..)
-            .map(|(_, p)| p.clone())
-            .collect();
+        let later: Vec<PathBuf> = files.range(id + 1..).map(|(_, p)| p.clone()).collect();
         for p in &later {
             lost.add(scan_from(p, 0)?.tally);
         }
