@@ -403,7 +403,12 @@ pub fn check(dir: &Path) -> std::io::Result<Option<Damage>> {
                     offset = scan.len,
                     discarded_bytes = written - scan.len,
                     "the journal ends in an unfinished batch (a crash mid-write); it is cut \
-                     back to the last intact batch. Nothing after it was known durable"
+                     back to the last intact batch. {}",
+                    if mark.is_some() {
+                        "Nothing after it was known durable, so nothing acknowledged is lost"
+                    } else {
+                        "Without a watermark, whether it was acknowledged cannot be known"
+                    }
                 );
             }
             continue;
