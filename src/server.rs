@@ -51,17 +51,26 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     tracing::info!(?settings, "starting");
-    std::fs::create_dir_all(&settings.data_dir).with_context(|| {
+    // Every file the process creates (the store's, the key's) is its owner's only.
+    #[cfg(unix)]
+    // SAFETY: umask only swaps the process's file-creation mask; it cannot fail.
+    unsafe {
+        libc::umask(0o077);
+    }
+    crate::store::journal::create_private_dir(&settings.data_dir).with_context(|| {
         format!(
             "cannot create the data directory {}",
             settings.data_dir.display()
         )
     })?;
+    let mut places = 0;
     let store: Arc<dyn Store> = match &settings.store {
         StoreBackend::Embedded => {
             let dir = settings.data_dir.join("store");
-            let store = EmbeddedStore::open(&dir, settings.durability, crate::clock::system_now())
+            let now = crate::clock::system_now();
+            let store = EmbeddedStore::open_with(&dir, settings.durability, now, settings.repair)
                 .with_context(|| format!("opening the store in {}", dir.display()))?;
+            places = store.restored_places();
             Arc::new(store)
         }
         StoreBackend::Redis { url } => {
@@ -79,7 +88,12 @@ pub async fn run(
              (generate one with `openssl genpkey -algorithm ed25519 -out key.pem`)"
         );
     }
-    let key = tokens::load_or_generate_key(settings.signing_key.as_deref(), &settings.data_dir)?;
+    let key = tokens::load_key_for_store(
+        settings.signing_key.as_deref(),
+        &settings.data_dir,
+        places,
+        settings.repair,
+    )?;
 
     let admin_token = match &settings.admin_token {
         Some(t) => t.expose().clone(),

@@ -365,6 +365,74 @@ pub fn load_or_generate_key(path: Option<&Path>, data_dir: &Path) -> anyhow::Res
     Ok(key)
 }
 
+/// File in the data dir that records which signing key the store's places were issued
+/// under (a hash of the public key, hex): a store whose key went missing or changed would
+/// otherwise hold places that no waiting token can reach any more.
+pub const KEY_FINGERPRINT_FILE: &str = "signing-key.fingerprint";
+
+/// The fingerprint of a signing key: SHA-256 of its public key, hex.
+pub fn key_fingerprint(key: &SigningKey) -> String {
+    hex_prefix(&Sha256::digest(key.verifying_key().as_bytes()), 32)
+}
+
+/// Loads the signing key as [`load_or_generate_key`], but refuses when the store holds
+/// `places` that were issued under another key (or a key file that has gone missing),
+/// unless `repair`: then the places are kept (no token reaches them, so they expire after
+/// their idle period) and the new key is recorded. Records the key's fingerprint in the
+/// data dir on first use.
+pub fn load_key_for_store(
+    path: Option<&Path>,
+    data_dir: &Path,
+    places: u64,
+    repair: bool,
+) -> anyhow::Result<SigningKey> {
+    let generated = data_dir.join("signing-key.pem");
+    let record = data_dir.join(KEY_FINGERPRINT_FILE);
+    let recorded = std::fs::read_to_string(&record).ok();
+    if places > 0 && !repair && path.is_none() && !generated.exists() {
+        anyhow::bail!(
+            "the store in {} holds {places} places, but its signing key {} is missing: a new \
+             key would invalidate every waiting token while the orphaned places keep everyone's \
+             position inflated. Restore the key file, or start with --repair to continue with \
+             a new key (the orphaned places expire after their idle period)",
+            data_dir.display(),
+            generated.display()
+        );
+    }
+    let key = load_or_generate_key(path, data_dir)?;
+    let fingerprint = key_fingerprint(&key);
+    match recorded.as_deref().map(str::trim) {
+        Some(old) if old == fingerprint => return Ok(key),
+        Some(old) if places > 0 => {
+            if !repair {
+                anyhow::bail!(
+                    "the store in {} holds {places} places issued under the signing key with \
+                     fingerprint {old}, but the key in use has fingerprint {fingerprint}: every \
+                     waiting token would be invalid. Use the original key, or start with \
+                     --repair to continue with this one (the orphaned places expire after \
+                     their idle period)",
+                    data_dir.display()
+                );
+            }
+            tracing::error!(
+                places,
+                old_fingerprint = old,
+                fingerprint,
+                "repair: the signing key changed; the store's places are orphaned and expire \
+                 after their idle period"
+            );
+        }
+        _ if places > 0 && recorded.is_none() && repair => tracing::warn!(
+            places,
+            "repair: recording the signing key in use; places issued under a lost key expire \
+             after their idle period"
+        ),
+        _ => {}
+    }
+    write_private(&record, format!("{fingerprint}\n").as_bytes())?;
+    Ok(key)
+}
+
 /// Writes a secret file readable by its owner only, atomically (temp file + rename).
 pub fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     use std::io::Write;

@@ -355,7 +355,12 @@ async fn join_from_the_page_reload_keeps_the_place_then_leave() {
 async fn admitted_person_enters_books_on_the_demo_page_and_completes() {
     let _one = BROWSER_LOCK.lock().await;
     let s = TestServer::start().await;
-    let holder = one_slot_event(&s, "fest", json!({"target_url": "/demo/booking"})).await;
+    let holder = one_slot_event(
+        &s,
+        "fest",
+        json!({"target_url": "/demo/booking?event=fest"}),
+    )
+    .await;
     let b = Browser::start(&PHONE).await;
 
     b.goto(&s.url("/wait/fest")).await;

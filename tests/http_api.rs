@@ -696,6 +696,66 @@ async fn queue_info_is_public() {
 // Entering, access tokens and sessions
 
 #[tokio::test]
+async fn json_bodies_must_be_objects() {
+    let app = app();
+    app.put_event("concert-a", json!({})).await;
+    // serde would read the join request from an array, field by field.
+    app.post("/api/v1/queue/join", json!(["concert-a", "u1"]))
+        .await
+        .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    app.post("/api/v1/queue/join", json!("concert-a"))
+        .await
+        .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    assert_eq!(app.figures("concert-a").await["waiting"], 0);
+    let t = token(&app.join("concert-a", Some("u1")).await);
+    // Bodies that carry only a token too.
+    app.post("/api/v1/queue/leave", json!([t]))
+        .await
+        .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    app.status(&t).await.ok();
+    app.admin(Method::PUT, "/events/concert-b", Some(json!([])))
+        .await
+        .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+}
+
+#[tokio::test]
+async fn verify_refuses_an_empty_event_id() {
+    let app = live_app();
+    app.put_event("ev", json!({"max_active": 1})).await;
+    let a = token(&app.join("ev", Some("alice")).await);
+    let jwt = app.enter(&a).await.ok()["access_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    app.send(bearer(Method::POST, "/api/v1/queue/verify?event_id=", &jwt))
+        .await
+        .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    app.send(bearer(
+        Method::POST,
+        "/api/v1/queue/verify?event_id=ev",
+        &jwt,
+    ))
+    .await
+    .ok();
+}
+
+#[tokio::test]
+async fn event_ids_of_only_dots_are_refused() {
+    let app = app();
+    for id in [".", "..", "...", "%2E%2E"] {
+        app.admin(Method::PUT, &format!("/events/{id}"), Some(json!({})))
+            .await
+            .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    }
+    app.post("/api/v1/queue/join", json!({"event_id": ".."}))
+        .await
+        .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    // Dots among other characters are fine.
+    app.put_event("a.b", json!({})).await;
+    app.put_event(".a", json!({})).await;
+}
+
+#[tokio::test]
 async fn enter_verify_heartbeat_complete_hands_slot_on() {
     let app = live_app();
     app.put_event("ev", json!({"max_active": 1})).await;

@@ -146,3 +146,28 @@ async fn the_public_event_list_shows_figures_but_no_admin_settings() {
         (StatusCode::BAD_REQUEST, &json!("INVALID_REQUEST"))
     );
 }
+
+/// The demo booking page verifies access tokens for its own event (the demo event, or the
+/// one its `?event=` names), never for any event: an empty or absent `event_id` would let a
+/// token of another event through. How it behaves in a browser is `tests/browser.rs`.
+#[tokio::test]
+async fn the_booking_page_verifies_for_its_event() {
+    let s = TestServer::start().await;
+    let js = reqwest::get(s.url("/assets/booking.js"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        js.contains("'/api/v1/queue/verify?event_id=' + encodeURIComponent(EVENT)"),
+        "booking.js calls verify without its event"
+    );
+    assert!(
+        js.contains(&format!(
+            "params.get('event') || '{}'",
+            waitroom::demo::DEMO_EVENT
+        )),
+        "booking.js does not default to the demo event"
+    );
+}

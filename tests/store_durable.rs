@@ -246,38 +246,125 @@ async fn check_prefix(dir: &std::path::Path, keys: &[waitroom::core::PlaceKey]) 
     k
 }
 
-#[tokio::test]
-async fn garbled_journal_tail_recovers_the_intact_prefix() {
-    let dir = tempfile::tempdir().unwrap();
-    let keys = fill(dir.path(), 200).await;
-    let (last, end) = journal(dir.path());
-    let mut bytes = std::fs::read(&last).unwrap();
-    for b in &mut bytes[end as usize - 40..end as usize] {
+/// Joins `n` more places to event `t` of the store in `dir` (made by [`fill`]).
+async fn more(dir: &std::path::Path, n: usize) -> Vec<waitroom::core::PlaceKey> {
+    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir, Durability::Sync, T0).unwrap());
+    let mut keys = Vec::new();
+    for _ in 0..n {
+        keys.push(join(&store, "t", None, T0).await.key);
+    }
+    store.close().await.unwrap();
+    keys
+}
+
+/// Opening must refuse; answers the message, which must name the journal and an offset.
+fn refused(dir: &std::path::Path, journal: &std::path::Path) -> String {
+    let err = match EmbeddedStore::open(dir, Durability::Sync, T0) {
+        Ok(_) => panic!("a damaged journal was opened as if intact"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(
+        err.contains(&journal.display().to_string()) && err.contains("byte offset"),
+        "{err}"
+    );
+    err
+}
+
+/// Repairs the store in `dir`, then checks that what it holds is a prefix of `keys`.
+async fn repaired_prefix(dir: &std::path::Path, keys: &[waitroom::core::PlaceKey]) -> usize {
+    drop(EmbeddedStore::open_with(dir, Durability::Sync, T0, true).expect("repair opens"));
+    check_prefix(dir, keys).await
+}
+
+fn flip(path: &std::path::Path, at: usize, len: usize) {
+    let mut bytes = std::fs::read(path).unwrap();
+    for b in &mut bytes[at..at + len] {
         *b ^= 0x5A;
     }
-    std::fs::write(&last, &bytes).unwrap();
-    let k = check_prefix(dir.path(), &keys).await;
-    assert!(
-        k >= 150,
-        "only {k} of 200 places survived a 40-byte tail corruption"
-    );
-    assert!(k < 200, "the garbled last batch was served as if intact");
+    std::fs::write(path, &bytes).unwrap();
+}
+
+fn truncate(path: &std::path::Path, len: u64) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
 }
 
 #[tokio::test]
-async fn truncated_journal_recovers_the_intact_prefix() {
+async fn a_flip_early_in_the_journal_refuses_to_start_and_repair_counts_the_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = fill(dir.path(), 200).await;
+    let (last, _) = journal(dir.path());
+    flip(&last, 100, 16);
+    let err = refused(dir.path(), &last);
+    // Each join was its own batch: the message counts the joins after the damage.
+    let k = repaired_prefix(dir.path(), &keys).await;
+    assert!(k < 10, "{k} places survived a flip at byte 100");
+    assert!(
+        err.contains(&format!("{} place joins", 200 - k)),
+        "the loss is not counted exactly: {err}"
+    );
+    // Repaired for good: the next start is a normal one.
+    drop(EmbeddedStore::open(dir.path(), Durability::Sync, T0).expect("repaired store opens"));
+}
+
+#[tokio::test]
+async fn a_truncated_journal_refuses_to_start() {
     let dir = tempfile::tempdir().unwrap();
     let keys = fill(dir.path(), 200).await;
     let (last, end) = journal(dir.path());
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&last)
-        .unwrap()
-        .set_len(end - 37)
-        .unwrap();
+    truncate(&last, end / 2);
+    let err = refused(dir.path(), &last);
+    assert!(err.contains("truncated"), "{err}");
+    let k = repaired_prefix(dir.path(), &keys).await;
+    assert!((50..150).contains(&k), "{k} of 200 survived a cut in half");
+    assert!(err.contains(&format!("{} place joins", 200 - k)), "{err}");
+
+    // Even the last acknowledged batch is known durable: cutting into it is damage too.
+    let dir = tempfile::tempdir().unwrap();
+    fill(dir.path(), 20).await;
+    let (last, end) = journal(dir.path());
+    truncate(&last, end - 37);
+    refused(dir.path(), &last);
+    let dir = tempfile::tempdir().unwrap();
+    fill(dir.path(), 20).await;
+    let (last, end) = journal(dir.path());
+    flip(&last, end as usize - 40, 40);
+    refused(dir.path(), &last);
+}
+
+#[tokio::test]
+async fn without_a_watermark_intact_batches_after_the_damage_still_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = fill(dir.path(), 200).await;
+    std::fs::remove_file(dir.path().join(waitroom::store::watermark::MARK_FILE)).unwrap();
+    let (last, end) = journal(dir.path());
+    flip(&last, end as usize / 2, 16);
+    let err = refused(dir.path(), &last);
+    assert!(err.contains("at least"), "{err}");
+    let k = repaired_prefix(dir.path(), &keys).await;
+    assert!((50..150).contains(&k), "{k}");
+}
+
+#[tokio::test]
+async fn a_torn_tail_after_the_watermark_starts_normally() {
+    // The watermark as it was after 150 places; 50 more were written but their sync was
+    // never recorded (the crash came first): the end of the journal is a torn tail.
+    let dir = tempfile::tempdir().unwrap();
+    let mut keys = fill(dir.path(), 150).await;
+    let mark = dir.path().join(waitroom::store::watermark::MARK_FILE);
+    let old_mark = std::fs::read(&mark).unwrap();
+    keys.extend(more(dir.path(), 50).await);
+    std::fs::write(&mark, &old_mark).unwrap();
+    let (last, end) = journal(dir.path());
+    truncate(&last, end - 37);
     let k = check_prefix(dir.path(), &keys).await;
     assert!((150..200).contains(&k), "{k} of 200 survived a torn tail");
-    // Appending random garbage after intact data is also a torn write.
+
+    // Random garbage after the intact data is a torn write as well.
     let dir2 = tempfile::tempdir().unwrap();
     let keys2 = fill(dir2.path(), 50).await;
     let (last, end) = journal(dir2.path());
@@ -330,4 +417,33 @@ async fn restart_keeps_invites_and_their_bindings() {
         refused(store.join("gone", &with("a", "c3"), T0 + S).await),
         QueueError::InviteInvalid
     );
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn the_store_directory_and_files_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let store_dir = dir.path().join("store");
+    std::fs::create_dir(&store_dir).unwrap();
+    std::fs::set_permissions(&store_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    fill(&store_dir, 10).await;
+    // Opened again: whatever fjall created with the default umask is narrowed on open.
+    drop(EmbeddedStore::open(&store_dir, Durability::Sync, T0).unwrap());
+    let mut seen = 0;
+    let mut stack = vec![store_dir.clone()];
+    while let Some(d) = stack.pop() {
+        let mode = std::fs::metadata(&d).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{} is {mode:o}", d.display());
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else {
+                let mode = e.metadata().unwrap().permissions().mode() & 0o777;
+                assert_eq!(mode, 0o600, "{} is {mode:o}", e.path().display());
+                seen += 1;
+            }
+        }
+    }
+    assert!(seen >= 3, "only {seen} files checked");
 }

@@ -41,6 +41,7 @@ const ENV_KEYS: &[&str] = &[
     "body_timeout_sec",
     "max_connections",
     "max_connections_per_client",
+    "repair",
 ];
 
 /// One layer of settings: the TOML file, the environment or the flags. The same names in
@@ -88,6 +89,13 @@ pub struct Layered {
     #[arg(long, value_enum, value_name = "MODE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub durability: Option<Durability>,
+    /// Start even if the embedded store's journal is damaged (cut back at the damage, logging how many acknowledged records were dropped) or its signing key was lost (the places are kept and expire unheard). [env: WAITROOM_REPAIR] [default: false]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_bool"
+    )]
+    pub repair: Option<bool>,
     /// Per-client limits, `on` or `off` (off only for load tests). [env: WAITROOM_RATE_LIMITS] [default: on]
     #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
     #[serde(
@@ -331,6 +339,7 @@ mod tests {
             body_timeout_sec: Some(1),
             max_connections: Some(1),
             max_connections_per_client: Some(1),
+            repair: Some(true),
         };
         let dict = Serialized::defaults(full).data().unwrap();
         let mut keys: Vec<&str> = dict[&Profile::Default].keys().map(String::as_str).collect();

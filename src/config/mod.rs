@@ -27,6 +27,7 @@
 //! durability = "sync"
 //! trusted_proxies = ["10.0.0.0/8"]
 //! joins_per_minute = 30
+//! repair = false
 //! ```
 
 use std::path::PathBuf;
@@ -89,6 +90,8 @@ pub struct Settings {
     pub durability: Durability,
     pub rate_limits: RateLimitSettings,
     pub connections: ConnectionSettings,
+    /// Start on a damaged journal or a lost signing key instead of refusing (API.md "Running").
+    pub repair: bool,
 }
 
 impl Default for Settings {
@@ -105,6 +108,7 @@ impl Default for Settings {
             durability: Durability::Sync,
             rate_limits: RateLimitSettings::default(),
             connections: ConnectionSettings::default(),
+            repair: false,
         }
     }
 }
@@ -196,6 +200,7 @@ impl Settings {
             durability: l.durability.unwrap_or(d.durability),
             rate_limits,
             connections,
+            repair: l.repair.unwrap_or(d.repair),
         })
     }
 }
@@ -388,6 +393,12 @@ mod tests {
                     .demo
             );
             assert!(!load(&["--demo", "--no-demo"]).unwrap().demo, "last wins");
+            assert!(!load(&[]).unwrap().repair, "no repair unless asked");
+            assert!(load(&["--repair"]).unwrap().repair);
+            jail.set_env("WAITROOM_REPAIR", "yes");
+            assert!(load(&[]).unwrap().repair);
+            assert!(!load(&["--repair=false"]).unwrap().repair, "flag over env");
+            jail.set_env("WAITROOM_REPAIR", "");
             assert!(load(&["--no-demo", "--demo"]).unwrap().demo, "last wins");
             jail.set_env("WAITROOM_DEMO", "0");
             assert!(!load(&[]).unwrap().demo);

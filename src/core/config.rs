@@ -200,17 +200,24 @@ fn seconds(field: &str, v: u64) -> Result<u32, QueueError> {
     Ok(v as u32)
 }
 
-/// Checks an event id against `[A-Za-z0-9._-]{1,64}`.
+/// Checks an event id against `[A-Za-z0-9._-]{1,64}`, not only dots. Ids appear in URL
+/// paths (`/wait/{id}`, `/api/v1/events/{id}`), where `.` and `..` are dot segments that
+/// browsers and proxies resolve away, so such an event could not be reached (or would
+/// reach another route); `...` and longer are refused alike. The other characters are
+/// plain in paths, queries, store keys and Redis key names.
 pub fn validate_event_id(id: &str) -> Result<(), QueueError> {
     let ok = !id.is_empty()
         && id.len() <= MAX_EVENT_ID_LEN
         && id
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && !id.bytes().all(|b| b == b'.');
     if ok {
         Ok(())
     } else {
-        Err(bad("event_id must be 1-64 characters of [A-Za-z0-9._-]"))
+        Err(bad(
+            "event_id must be 1-64 characters of [A-Za-z0-9._-], not only dots",
+        ))
     }
 }
 

@@ -16,10 +16,35 @@ use serde::Deserialize;
 
 use super::error::AppError;
 
-/// `axum::Json` with our rejection.
-#[derive(FromRequest)]
-#[from_request(via(axum::Json), rejection(AppError))]
+/// `axum::Json` with our rejection, for a JSON object only: serde reads a struct from an
+/// array too (`["concert-a","u1"]` as a join), which the contract does not allow.
 pub struct AppJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for AppJson<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = AppError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let (parts, body) = req.into_parts();
+        let bytes = Bytes::from_request(Request::from_parts(parts.clone(), body), state).await?;
+        let req = Request::from_parts(parts, axum::body::Body::from(bytes.clone()));
+        // axum's checks (content type, syntax) first, so their answers stay as they were.
+        let axum::Json(v) = axum::Json::<T>::from_request(req, state).await?;
+        object_only(&bytes)?;
+        Ok(AppJson(v))
+    }
+}
+
+/// Refuses a JSON body that is not an object.
+fn object_only(bytes: &[u8]) -> Result<(), AppError> {
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => Ok(()),
+        _ => Err(AppError::invalid("the JSON body must be an object")),
+    }
+}
 
 /// `axum::extract::Query` with our rejection.
 #[derive(FromRequestParts)]
@@ -70,9 +95,10 @@ where
                 "expected a JSON body (application/json or text/plain)",
             ));
         }
-        serde_json::from_slice(&bytes)
-            .map(|v| OptionalJson(Some(v)))
-            .map_err(|e| AppError::invalid(format!("invalid JSON body: {e}")))
+        let v = serde_json::from_slice(&bytes)
+            .map_err(|e| AppError::invalid(format!("invalid JSON body: {e}")))?;
+        object_only(&bytes)?;
+        Ok(OptionalJson(Some(v)))
     }
 }
 

@@ -264,8 +264,13 @@ pub async fn verify(
     AppQuery(q): AppQuery<VerifyQuery>,
     BearerToken(jwt): BearerToken,
 ) -> AppResult<Json<Verified>> {
+    // `?event_id=` with nothing after it is a site's bug (an unset variable), not "any
+    // event": refuse it rather than skip the check the site meant to make.
+    if q.event_id.as_deref().is_some_and(str::is_empty) {
+        return Err(AppError::invalid("event_id must not be empty"));
+    }
     let (claims, key) = access_claims(&state, &jwt)?;
-    if let Some(ev) = q.event_id.as_deref().filter(|e| !e.is_empty()) {
+    if let Some(ev) = q.event_id.as_deref() {
         if ev != claims.aud {
             return Err(AppError::AccessDenied);
         }

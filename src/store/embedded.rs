@@ -44,6 +44,8 @@ pub struct EmbeddedStore {
     notices: broadcast::Sender<Notice>,
     /// Single-use claims (`claim_once`), in memory only: see the contract.
     claims: Mutex<Claims>,
+    /// Places read back on open: a store that holds some must keep its signing key.
+    restored: u64,
 }
 
 /// Claimed keys with their expiry. Expired ones are swept whenever the map has doubled
@@ -79,6 +81,7 @@ impl Default for EmbeddedStore {
             journal: None,
             notices: broadcast::channel(NOTICE_BUFFER).0,
             claims: Mutex::default(),
+            restored: 0,
         }
     }
 }
@@ -91,8 +94,19 @@ impl EmbeddedStore {
 
     /// Opens the durable store in `dir`, restoring every event and place it holds.
     pub fn open(dir: &Path, durability: Durability, now: Millis) -> anyhow::Result<Self> {
+        Self::open_with(dir, durability, now, false)
+    }
+
+    /// [`EmbeddedStore::open`]; with `repair`, a damaged journal is cut back at the damage
+    /// (logging what was dropped) rather than refused.
+    pub fn open_with(
+        dir: &Path,
+        durability: Durability,
+        now: Millis,
+        repair: bool,
+    ) -> anyhow::Result<Self> {
         let started = std::time::Instant::now();
-        let (journal, recovered) = Journal::open(dir, durability, now)?;
+        let (journal, recovered) = Journal::open_with(dir, durability, now, repair)?;
         let events = recovered
             .events
             .into_iter()
@@ -119,7 +133,13 @@ impl EmbeddedStore {
             journal: Some(journal),
             notices: broadcast::channel(NOTICE_BUFFER).0,
             claims: Mutex::default(),
+            restored: recovered.places,
         })
+    }
+
+    /// Places read back from disk when the store was opened (0 in memory).
+    pub fn restored_places(&self) -> u64 {
+        self.restored
     }
 
     /// Bytes the durable store holds on disk (0 in memory).

@@ -12,8 +12,11 @@
 //!   and a restart scans live places only, never the whole history of a long sale.
 //! - **Heartbeats are never written**: they are the bulk of the traffic and only matter to
 //!   the running process. After a restart every place gets a fresh grace period.
-//! - **Torn tails**: fjall checks every journal batch's checksum on recovery and drops an
-//!   incomplete or damaged tail; we compare journal sizes around the open to log it.
+//! - **Torn tails, not damage**: fjall cuts a journal back at its first unreadable batch,
+//!   wherever that is. Before it opens, [`super::watermark`] tells an unfinished last batch
+//!   (dropped, as it was never acknowledged) from damage to what was known durable (refused
+//!   unless repairing); after every sync the writer records what is durable there.
+//! - **Private files**: the store's directory is 0700 and its files 0600.
 //!
 //! Key layout (keyspace `places`): `event_id ‖ 0x00 ‖ seq (u64 BE) ‖ kind`, with kind
 //! 0 = joined, 1 = admitted, 2 = entered, 3 = expired (the nonce and when the expiry was
@@ -22,7 +25,7 @@
 //! Keyspace `invites`: `event_id ‖ 0x00 ‖ code` → whom the code seats (`None` while unused).
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -33,7 +36,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use super::StoreError;
+use super::{watermark, StoreError};
 use crate::core::{
     Effect, EndReason, EventConfig, EventQueue, InviteHolder, Millis, QueueMeta, RestoredPlace,
 };
@@ -141,18 +144,39 @@ fn enc<T: Serialize>(v: &T) -> Vec<u8> {
     postcard::to_stdvec(v).expect("serialising to memory does not fail")
 }
 
-/// fjall's journal files (`N.jnl`) in the database folder.
-fn journal_files(dir: &Path) -> Vec<PathBuf> {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut out: Vec<PathBuf> = rd
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "jnl"))
-        .collect();
-    out.sort();
-    out
+/// Creates `dir` (and its parents) readable by its owner only, and makes it so if it was
+/// not: the store holds user ids and metadata.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// Makes every directory under `dir` 0700 and every file 0600: fjall creates its files with
+/// the process's umask (`server::run` narrows it, but an embedding program or an older data
+/// dir may not have).
+fn restrict_tree(dir: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let ty = entry.file_type()?;
+            if ty.is_dir() {
+                std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o700))?;
+                restrict_tree(&entry.path())?;
+            } else if ty.is_file() {
+                std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o600))?;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
 }
 
 /// Where the written bytes of a journal end. Journals are preallocated with zeros, so this
@@ -178,13 +202,44 @@ pub fn written_end(path: &Path) -> std::io::Result<u64> {
 
 impl Journal {
     /// Opens (or creates) the database under `dir`, reads back every event, and starts the
-    /// writer. `now` is the restart time that idle grace periods count from.
+    /// writer. `now` is the restart time that idle grace periods count from. A damaged
+    /// journal (not a torn tail: see [`super::watermark`]) is an error.
     pub fn open(dir: &Path, mode: Durability, now: Millis) -> anyhow::Result<(Journal, Recovered)> {
-        std::fs::create_dir_all(dir)?;
-        let before: Vec<(PathBuf, u64)> = journal_files(dir)
-            .into_iter()
-            .filter_map(|p| written_end(&p).ok().map(|e| (p, e)))
-            .collect();
+        Self::open_with(dir, mode, now, false)
+    }
+
+    /// [`Journal::open`]; with `repair`, a damaged journal is cut back at the damage (and
+    /// what was dropped logged) instead of refusing to open.
+    pub fn open_with(
+        dir: &Path,
+        mode: Durability,
+        now: Millis,
+        repair: bool,
+    ) -> anyhow::Result<(Journal, Recovered)> {
+        create_private_dir(dir)?;
+        if let Some(damage) = watermark::check(dir)
+            .map_err(|e| anyhow::anyhow!("reading the journals in {}: {e}", dir.display()))?
+        {
+            if !repair {
+                anyhow::bail!(
+                    "{damage}. Refusing to start: restore the data directory from a backup, or \
+                     start with --repair to drop everything from that offset on"
+                );
+            }
+            watermark::repair(&damage)?;
+            tracing::error!(
+                journal = %damage.file.display(),
+                offset = damage.offset,
+                dropped_records = damage.lost.records,
+                dropped_place_joins = damage.lost.joins,
+                dropped_batches = damage.lost.batches,
+                exact = damage.exact,
+                uncounted_batches = damage.uncounted_batches,
+                "repair: {damage}; they were dropped. The counts are exact for what the \
+                 durability watermark recorded (exact = false: no watermark, a lower bound); \
+                 batches written after its last update cannot be counted"
+            );
+        }
         let db = Database::builder(dir)
             .manual_journal_persist(true)
             // Read only at start (the full scan); a small cache is enough.
@@ -192,21 +247,6 @@ impl Journal {
             .max_journaling_size(64 * 1024 * 1024)
             .open()
             .map_err(|e| anyhow::anyhow!("opening the store in {}: {e}", dir.display()))?;
-        for (path, written) in before {
-            let Ok(after) = std::fs::metadata(&path).map(|m| m.len()) else {
-                continue;
-            };
-            if after < written {
-                {
-                    tracing::error!(
-                        journal = %path.display(),
-                        discarded_bytes = written - after,
-                        "the store's journal ended in a damaged or incomplete batch (a crash mid-write); \
-                         it was cut back to the last intact batch, and changes after it were never acknowledged"
-                    );
-                }
-            }
-        }
         // Small memtables: everything live is in memory already (the queues), so the store
         // only needs enough buffer to batch its flushes, not 64 MiB per keyspace.
         let events = db.keyspace("events", || {
@@ -217,6 +257,8 @@ impl Journal {
         })?;
         let invites = db.keyspace("invites", KeyspaceCreateOptions::default)?;
         let recovered = recover(&events, &places, &invites, now)?;
+        restrict_tree(dir)?;
+        let marker = watermark::Marker::new(dir)?;
         let configs: HashMap<String, EventConfig> = recovered
             .events
             .iter()
@@ -235,6 +277,7 @@ impl Journal {
             durable: durable_tx,
             failed: failed.clone(),
             done: AtomicU64::new(0),
+            marker,
         };
         let handle = std::thread::Builder::new()
             .name("waitroom-journal".into())
@@ -458,6 +501,8 @@ struct Writer {
     durable: watch::Sender<u64>,
     failed: Arc<AtomicBool>,
     done: AtomicU64,
+    /// The durability watermark, rewritten after each sync.
+    marker: watermark::Marker,
 }
 
 impl Writer {
@@ -501,7 +546,7 @@ impl Writer {
                     }
                 }
                 if self.mode == Durability::Sync {
-                    if let Err(e) = self.db.persist(PersistMode::SyncData) {
+                    if let Err(e) = self.sync(PersistMode::SyncData) {
                         self.fail(&e);
                         return;
                     }
@@ -512,7 +557,7 @@ impl Writer {
                 self.durable.send_replace(done);
             }
             if unsynced && last_sync.elapsed() >= RELAXED_SYNC_EVERY {
-                if let Err(e) = self.db.persist(PersistMode::SyncData) {
+                if let Err(e) = self.sync(PersistMode::SyncData) {
                     self.fail(&e);
                     return;
                 }
@@ -520,9 +565,16 @@ impl Writer {
                 last_sync = Instant::now();
             }
         }
-        if let Err(e) = self.db.persist(PersistMode::SyncAll) {
+        if let Err(e) = self.sync(PersistMode::SyncAll) {
             self.fail(&e);
         }
+    }
+
+    /// Syncs the journal, then records what is now durable in the watermark.
+    fn sync(&mut self, mode: PersistMode) -> anyhow::Result<()> {
+        self.db.persist(mode)?;
+        self.marker.synced()?;
+        Ok(())
     }
 
     fn fail(&self, e: &dyn std::fmt::Display) {

@@ -26,6 +26,7 @@ pub mod embedded;
 pub mod fault;
 pub mod journal;
 pub mod redis;
+pub mod watermark;
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]

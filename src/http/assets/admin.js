@@ -359,7 +359,7 @@
     ev.preventDefault();
     el('form-error').textContent = '';
     const id = el('f-event_id').value.trim();
-    if (!/^[A-Za-z0-9._-]{1,64}$/.test(id)) { el('form-error').textContent = t('badId'); return; }
+    if (!/^[A-Za-z0-9._-]{1,64}$/.test(id) || /^\.+$/.test(id)) { el('form-error').textContent = t('badId'); return; }
     const body = { paused: el('f-paused').checked, accept_joins: el('f-accept_joins').checked };
     for (const f of FIELDS) {
       const raw = el('f-' + f).value.trim();

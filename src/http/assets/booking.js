@@ -37,6 +37,9 @@
   // Take the token out of the address bar (it should not linger in history or be shared by
   // copying the URL); keep it for reloads of this tab only.
   const params = new URLSearchParams(location.search);
+  // The event this site protects: the demo event, or the one named by ?event= (an event
+  // whose target_url is this page with its id). Verify checks the token is for it.
+  const EVENT = params.get('event') || 'demo';
   if (params.get('waitroom_token')) {
     token = params.get('waitroom_token');
     store.set('sessionStorage', KEY, token);
@@ -72,7 +75,7 @@
 
   async function verify() {
     if (!token) { phase = 'invalid'; render(); return; }
-    const r = await api('POST', '/api/v1/queue/verify', { token });
+    const r = await api('POST', '/api/v1/queue/verify?event_id=' + encodeURIComponent(EVENT), { token });
     if (!r.ok) { phase = 'invalid'; store.del('sessionStorage', KEY); render(); return; }
     claims = r.data;
     phase = 'booking';

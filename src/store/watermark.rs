@@ -1,0 +1,463 @@
+//! Telling a torn journal tail from a damaged journal, on open.
+//!
+//! fjall cuts a journal back to its last intact batch wherever the damage is, so on its own
+//! a flipped byte near the start of a journal silently drops every change after it. We
+//! read the journal files before fjall does and decide:
+//!
+//! - **Torn tail** (the last batch was being written when the process or machine died):
+//!   nothing after the cut was ever known durable. fjall drops it; we start normally.
+//! - **Damage**: the cut falls inside what is known durable, or intact batches follow the
+//!   cut (a torn write leaves at most one unfinished batch, never intact ones after it), or
+//!   a sealed journal does not read to its end, or a journal known durable is missing. We
+//!   refuse to start, naming the file and the byte offset, unless asked to repair: then we
+//!   cut the journals at the damage ourselves and log how much acknowledged data went.
+//!
+//! "Known durable" is the **watermark**: a small sidecar file ([`MARK_FILE`]) that the
+//! journal writer rewrites after each sync, listing each journal file with its length and
+//! the batches, records and place joins it holds up to that length. It is written without
+//! its own fsync (a process crash keeps it in the page cache; a machine crash may leave it
+//! older than the journal, which only makes the check more lenient, never wrong in the
+//! strict direction) and carries a checksum, so a torn sidecar is recognised and ignored.
+//! Without a readable watermark (a data dir from before it existed) a truncation cannot be
+//! told from a torn tail; intact batches after the cut still can.
+//!
+//! The journal format read here is fjall 3's: per batch a start entry (tag 1, item count,
+//! seqno), the items (tag 2, or tag 4 for a cleared keyspace), and an end entry (tag 3,
+//! xxh3 of the items' bytes, magic `FJL\x03`).
+
+use std::collections::BTreeMap;
+use std::io::{BufReader, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The watermark's file name, inside the store's directory.
+pub const MARK_FILE: &str = "durable.mark";
+
+const TAG_START: u8 = 1;
+const TAG_ITEM: u8 = 2;
+const TAG_END: u8 = 3;
+const TAG_CLEAR: u8 = 4;
+const MAGIC: &[u8; 4] = b"FJL\x03";
+/// fjall's own keyspace of keyspace names; its writes are not ours to count.
+const META_KEYSPACE: u64 = 0;
+
+/// What some batches of a journal hold.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tally {
+    pub batches: u64,
+    /// Key writes (inserts and removals) of ours.
+    pub records: u64,
+    /// Of those, the join records of places (one per place that joined).
+    pub joins: u64,
+}
+
+impl Tally {
+    fn add(&mut self, o: Tally) {
+        self.batches += o.batches;
+        self.records += o.records;
+        self.joins += o.joins;
+    }
+
+    fn minus(self, o: Tally) -> Tally {
+        Tally {
+            batches: self.batches.saturating_sub(o.batches),
+            records: self.records.saturating_sub(o.records),
+            joins: self.joins.saturating_sub(o.joins),
+        }
+    }
+}
+
+/// One journal file known durable up to `len` bytes, holding `tally` there.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileMark {
+    pub len: u64,
+    pub tally: Tally,
+}
+
+/// Journal id (`N` of `N.jnl`) → what of it is known durable.
+pub type Marks = BTreeMap<u64, FileMark>;
+
+fn journal_id(p: &Path) -> Option<u64> {
+    if p.extension()? != "jnl" {
+        return None;
+    }
+    p.file_stem()?.to_str()?.parse().ok()
+}
+
+/// The journal files of a store directory, by id.
+pub fn journals(dir: &Path) -> BTreeMap<u64, PathBuf> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return BTreeMap::new();
+    };
+    rd.flatten()
+        .map(|e| e.path())
+        .filter_map(|p| journal_id(&p).map(|id| (id, p)))
+        .collect()
+}
+
+/// Reads intact batches of the journal at `path` from byte `from` (a batch boundary) on.
+/// Answers where the last intact batch ends and what the batches read hold.
+pub fn scan_from(path: &Path, from: u64) -> std::io::Result<FileMark> {
+    let mut f = std::fs::File::open(path)?;
+    let size = f.metadata()?.len();
+    f.seek(SeekFrom::Start(from))?;
+    let mut r = BufReader::with_capacity(64 * 1024, f);
+    let mut mark = FileMark {
+        len: from,
+        tally: Tally::default(),
+    };
+    while let Some((len, batch)) = read_batch(&mut r, size - mark.len.min(size)) {
+        mark.len += len;
+        mark.tally.add(batch);
+    }
+    Ok(mark)
+}
+
+/// One intact batch: its length in bytes and what it holds; `None` at the end of the
+/// intact part (end of file, the zeros of preallocation, a torn or damaged batch).
+fn read_batch(r: &mut impl Read, left: u64) -> Option<(u64, Tally)> {
+    fn take<const N: usize>(r: &mut impl Read, seen: &mut Vec<u8>) -> Option<[u8; N]> {
+        let mut b = [0u8; N];
+        r.read_exact(&mut b).ok()?;
+        seen.extend_from_slice(&b);
+        Some(b)
+    }
+    let mut head = Vec::new();
+    if take::<1>(r, &mut head)?[0] != TAG_START {
+        return None;
+    }
+    let count = u32::from_le_bytes(take::<4>(r, &mut head)?);
+    take::<8>(r, &mut head)?;
+    let mut items = Vec::new();
+    let mut tally = Tally {
+        batches: 1,
+        ..Tally::default()
+    };
+    for _ in 0..count {
+        match take::<1>(r, &mut items)?[0] {
+            TAG_ITEM => {
+                let [value_type, _compression] = take::<2>(r, &mut items)?;
+                let keyspace = u64::from_le_bytes(take::<8>(r, &mut items)?);
+                let key_len = u16::from_le_bytes(take::<2>(r, &mut items)?) as u64;
+                take::<4>(r, &mut items)?;
+                let disk_len = u32::from_le_bytes(take::<4>(r, &mut items)?) as u64;
+                // A damaged length must not make us allocate gigabytes.
+                if (head.len() + items.len()) as u64 + key_len + disk_len > left {
+                    return None;
+                }
+                let start = items.len();
+                items.resize(start + (key_len + disk_len) as usize, 0);
+                r.read_exact(&mut items[start..]).ok()?;
+                if keyspace != META_KEYSPACE {
+                    tally.records += 1;
+                    let key = &items[start..start + key_len as usize];
+                    // A place's join record: `event_id ‖ 0 ‖ seq ‖ 0` (see journal.rs),
+                    // inserted (value type 0).
+                    if value_type == 0
+                        && key.len() >= 11
+                        && key[key.len() - 10] == 0
+                        && key[key.len() - 1] == 0
+                    {
+                        tally.joins += 1;
+                    }
+                }
+            }
+            TAG_CLEAR => {
+                take::<8>(r, &mut items)?;
+            }
+            _ => return None,
+        }
+    }
+    let mut tail = Vec::new();
+    if take::<1>(r, &mut tail)?[0] != TAG_END {
+        return None;
+    }
+    let checksum = u64::from_le_bytes(take::<8>(r, &mut tail)?);
+    if &take::<4>(r, &mut tail)? != MAGIC || xxhash_rust::xxh3::xxh3_64(&items) != checksum {
+        return None;
+    }
+    Some(((head.len() + items.len() + tail.len()) as u64, tally))
+}
+
+/// Complete-looking batch ends (an end tag, 8 bytes, the magic) in `bytes`.
+fn batch_ends(bytes: &[u8]) -> u64 {
+    bytes
+        .windows(13)
+        .filter(|w| w[0] == TAG_END && &w[9..13] == MAGIC)
+        .count() as u64
+}
+
+/// Reads the watermark of a store directory; `None` when absent or unreadable.
+pub fn read_marks(dir: &Path) -> Option<Marks> {
+    let bytes = std::fs::read(dir.join(MARK_FILE)).ok()?;
+    let len = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
+    let body = bytes.get(4..4 + len)?;
+    let sum = u64::from_le_bytes(bytes.get(4 + len..12 + len)?.try_into().ok()?);
+    if xxhash_rust::xxh3::xxh3_64(body) != sum {
+        tracing::warn!(
+            file = %dir.join(MARK_FILE).display(),
+            "the journal's durability watermark is torn; checking the journal without it"
+        );
+        return None;
+    }
+    postcard::from_bytes(body).ok()
+}
+
+/// The journal writer's view of the watermark: what it last wrote, kept up to date after
+/// each sync by reading only the bytes written since.
+pub struct Marker {
+    dir: PathBuf,
+    marks: Marks,
+    file: Option<std::fs::File>,
+}
+
+impl Marker {
+    /// Starts from the journals as they are now (just opened, so all intact).
+    pub fn new(dir: &Path) -> std::io::Result<Marker> {
+        let mut m = Marker {
+            dir: dir.to_path_buf(),
+            marks: Marks::new(),
+            file: None,
+        };
+        m.synced()?;
+        Ok(m)
+    }
+
+    /// Call after the journal was synced: records what is now durable. Lengths only grow
+    /// within a file; files fjall removed (flushed into tables) are dropped.
+    pub fn synced(&mut self) -> std::io::Result<()> {
+        let files = journals(&self.dir);
+        self.marks.retain(|id, _| files.contains_key(id));
+        for (id, path) in files {
+            let old = self.marks.get(&id).copied().unwrap_or_default();
+            let new = scan_from(&path, old.len)?;
+            let mut tally = old.tally;
+            tally.add(new.tally);
+            self.marks.insert(
+                id,
+                FileMark {
+                    len: new.len,
+                    tally,
+                },
+            );
+        }
+        self.write()
+    }
+
+    /// Rewrites the sidecar in place (length, body, checksum), without fsync: see the
+    /// module's notes.
+    fn write(&mut self) -> std::io::Result<()> {
+        if self.file.is_none() {
+            self.file = Some(
+                private_options()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(self.dir.join(MARK_FILE))?,
+            );
+        }
+        let f = self.file.as_mut().expect("opened above");
+        let body = postcard::to_stdvec(&self.marks).expect("serialising to memory");
+        let mut out = Vec::with_capacity(body.len() + 12);
+        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        out.extend_from_slice(&body);
+        out.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(&body).to_le_bytes());
+        f.seek(SeekFrom::Start(0))?;
+        f.write_all(&out)
+    }
+}
+
+/// Options for creating a file only its owner can read.
+pub fn private_options() -> std::fs::OpenOptions {
+    #[allow(unused_mut)]
+    let mut o = std::fs::OpenOptions::new();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.mode(0o600);
+    }
+    o
+}
+
+/// Damage found in a store's journals.
+#[derive(Debug)]
+pub struct Damage {
+    pub file: PathBuf,
+    /// Where the intact part of `file` ends: the damaged batch starts here.
+    pub offset: u64,
+    pub why: String,
+    /// What was known durable after `offset` (this file and every later one); exact when
+    /// the watermark knew the file.
+    pub lost: Tally,
+    /// Intact-looking batches found after the damage that the watermark did not cover yet
+    /// (written, perhaps acknowledged, not yet recorded as durable): counted, not known.
+    pub uncounted_batches: u64,
+    /// Whether `lost` comes from the watermark (else it is a lower bound).
+    pub exact: bool,
+    later: Vec<PathBuf>,
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the store's journal {} is damaged at byte offset {} ({}); ",
+            self.file.display(),
+            self.offset,
+            self.why
+        )?;
+        let q = if self.exact { "" } else { "at least " };
+        write!(
+            f,
+            "{q}{} acknowledged records ({q}{} place joins, in {q}{} batches) were written after it",
+            self.lost.records, self.lost.joins, self.lost.batches
+        )?;
+        if self.uncounted_batches > 0 {
+            write!(
+                f,
+                ", plus {} intact-looking batches not yet recorded as durable",
+                self.uncounted_batches
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks the journals of `dir` before fjall opens them. `Ok(None)`: intact, or only a torn
+/// tail. `Ok(Some(d))`: damage, which [`repair`] can cut away.
+pub fn check(dir: &Path) -> std::io::Result<Option<Damage>> {
+    let files = journals(dir);
+    let marks = read_marks(dir);
+    if marks.is_none() && !files.is_empty() {
+        tracing::warn!(
+            dir = %dir.display(),
+            "the store has no durability watermark (first start with it, or it was lost): \
+             a truncated journal cannot be told from a torn tail this time"
+        );
+    }
+    let marks = marks.unwrap_or_default();
+    let last = files.keys().next_back().copied();
+    // fjall removes only the oldest journals, once flushed into tables: a journal known
+    // durable that is missing while an older one is still there (or when none is) is damage.
+    let oldest = files.keys().next().copied();
+    for (&id, m) in &marks {
+        let gone = match oldest {
+            Some(lo) => id >= lo && !files.contains_key(&id),
+            None => m.len > 0,
+        };
+        if gone {
+            let lost = marks.range(id..).fold(Tally::default(), |mut t, (_, m)| {
+                t.add(m.tally);
+                t
+            });
+            return Ok(Some(Damage {
+                file: dir.join(format!("{id}.jnl")),
+                offset: 0,
+                why: format!(
+                    "the file is missing; {} bytes of it were known durable",
+                    m.len
+                ),
+                lost,
+                uncounted_batches: 0,
+                exact: true,
+                later: files.range(id..).map(|(_, p)| p.clone()).collect(),
+            }));
+        }
+    }
+    for (&id, path) in &files {
+        let scan = scan_from(path, 0)?;
+        let written = super::journal::written_end(path)?;
+        let after = if written > scan.len {
+            let mut f = std::fs::File::open(path)?;
+            f.seek(SeekFrom::Start(scan.len))?;
+            let mut b = vec![0u8; (written - scan.len) as usize];
+            f.read_exact(&mut b)?;
+            batch_ends(&b)
+        } else {
+            0
+        };
+        let mark = marks.get(&id);
+        let why = if mark.is_some_and(|m| scan.len < m.len) {
+            let m = mark.expect("checked");
+            if written < m.len {
+                format!(
+                    "the file ends at byte {written} but {} bytes were known durable: it was truncated",
+                    m.len
+                )
+            } else {
+                format!(
+                    "{} bytes were known durable, but the batch starting here does not read",
+                    m.len
+                )
+            }
+        } else if after > 0 {
+            format!("{after} intact-looking batches follow the unreadable one: not a torn tail")
+        } else if Some(id) != last && scan.len < written {
+            "a sealed journal does not read to its end".into()
+        } else {
+            if scan.len < written {
+                tracing::warn!(
+                    journal = %path.display(),
+                    offset = scan.len,
+                    discarded_bytes = written - scan.len,
+                    "the journal ends in an unfinished batch (a crash mid-write); it is cut \
+                     back to the last intact batch. {}",
+                    if mark.is_some() {
+                        "Nothing after it was known durable, so nothing acknowledged is lost"
+                    } else {
+                        "Without a watermark, whether it was acknowledged cannot be known"
+                    }
+                );
+            }
+            continue;
+        };
+        let mut lost = mark.map_or(Tally::default(), |m| m.tally.minus(scan.tally));
+        let later: Vec<PathBuf> = files.range(id + 1..).map(|(_, p)| p.clone()).collect();
+        for p in &later {
+            lost.add(scan_from(p, 0)?.tally);
+        }
+        let covered = mark.map_or(0, |m| m.tally.batches.saturating_sub(scan.tally.batches));
+        return Ok(Some(Damage {
+            file: path.clone(),
+            offset: scan.len,
+            why,
+            lost,
+            uncounted_batches: after.saturating_sub(covered),
+            exact: mark.is_some(),
+            later,
+        }));
+    }
+    Ok(None)
+}
+
+/// Cuts the damaged journal at the damage and removes the journals after it, so that what
+/// remains is an intact prefix of the history.
+pub fn repair(d: &Damage) -> std::io::Result<()> {
+    if d.file.exists() {
+        let f = std::fs::OpenOptions::new().write(true).open(&d.file)?;
+        f.set_len(d.offset)?;
+        f.sync_all()?;
+    }
+    for p in &d.later {
+        std::fs::remove_file(p)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_ends_are_found_anywhere() {
+        let mut b = vec![9u8; 5];
+        b.push(TAG_END);
+        b.extend_from_slice(&[7; 8]);
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&[0; 3]);
+        assert_eq!(batch_ends(&b), 1);
+        assert_eq!(batch_ends(&b[..10]), 0);
+    }
+}
