@@ -84,10 +84,88 @@ struct JoinRec {
     joined_at: Millis,
 }
 
-#[derive(Serialize, Deserialize)]
+/// An event's record: its settings and counters.
 struct EventRec {
     config: EventConfig,
     meta: QueueMeta,
+}
+
+/// Starts an event record whose settings are JSON, so that a setting added later reads back
+/// with its default. Records written before it hold the settings in postcard, which reads
+/// fields by position and so cannot read a record of another shape. Such a record starts
+/// with the name's length (at most 800 bytes), whose varint is never `0xFF` then `W`.
+const EVENT_REC_JSON: &[u8] = b"\xffWR2";
+
+#[derive(Serialize, Deserialize)]
+struct EventRecJson {
+    config: String,
+    meta: QueueMeta,
+}
+
+/// The settings as records before [`EVENT_REC_JSON`] held them, field by field.
+#[derive(Deserialize)]
+struct LegacyConfig {
+    name: String,
+    max_active: u32,
+    overbooking_ratio: f64,
+    admit_per_minute: Option<u32>,
+    ready_ttl_sec: u32,
+    session_idle_sec: u32,
+    session_max_sec: u32,
+    waiting_idle_sec: u32,
+    max_queue_length: Option<u32>,
+    paused: bool,
+    accept_joins: bool,
+    target_url: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct LegacyEventRec {
+    config: LegacyConfig,
+    meta: QueueMeta,
+}
+
+impl EventRec {
+    fn encode(&self) -> Vec<u8> {
+        let json = serde_json::to_string(&self.config).expect("settings serialise");
+        let mut out = EVENT_REC_JSON.to_vec();
+        out.extend(enc(&EventRecJson {
+            config: json,
+            meta: self.meta.clone(),
+        }));
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, String> {
+        if let Some(rest) = bytes.strip_prefix(EVENT_REC_JSON) {
+            let r: EventRecJson = postcard::from_bytes(rest).map_err(|e| e.to_string())?;
+            let config = serde_json::from_str(&r.config).map_err(|e| e.to_string())?;
+            return Ok(EventRec {
+                config,
+                meta: r.meta,
+            });
+        }
+        let r: LegacyEventRec = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
+        let c = r.config;
+        Ok(EventRec {
+            config: EventConfig {
+                name: c.name,
+                max_active: c.max_active,
+                overbooking_ratio: c.overbooking_ratio,
+                admit_per_minute: c.admit_per_minute,
+                ready_ttl_sec: c.ready_ttl_sec,
+                session_idle_sec: c.session_idle_sec,
+                session_max_sec: c.session_max_sec,
+                waiting_idle_sec: c.waiting_idle_sec,
+                max_queue_length: c.max_queue_length,
+                paused: c.paused,
+                accept_joins: c.accept_joins,
+                target_url: c.target_url,
+                ..EventConfig::default()
+            },
+            meta: r.meta,
+        })
+    }
 }
 
 /// One request's changes to one event.
@@ -406,7 +484,7 @@ fn recover(
         let (k, v) = kv.into_inner()?;
         let id = String::from_utf8(k.to_vec())
             .map_err(|_| anyhow::anyhow!("the store holds an event with a non-UTF-8 id"))?;
-        let rec: EventRec = postcard::from_bytes(&v).map_err(|e| {
+        let rec = EventRec::decode(&v).map_err(|e| {
             anyhow::anyhow!("the store's record of event {id:?} is unreadable: {e}")
         })?;
         known.insert(id, rec);
@@ -621,7 +699,7 @@ impl Writer {
                             config: c.clone(),
                             meta,
                         };
-                        event_ops.insert(event_id.to_string(), Some(enc(&rec)));
+                        event_ops.insert(event_id.to_string(), Some(rec.encode()));
                     }
                 }
                 Change::Delete { event_id } => {
@@ -723,5 +801,92 @@ fn apply_effect(ops: &mut BTreeMap<Vec<u8>, Option<Vec<u8>>>, ev: &str, fx: Effe
         }
         // Written to the `invites` keyspace by `Writer::write`.
         Effect::Invited { .. } | Effect::InviteBound { .. } => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shape event records had before their settings became JSON, written field by
+    /// field as that version wrote them.
+    #[derive(Serialize)]
+    struct OldRec {
+        config: OldConfig,
+        meta: QueueMeta,
+    }
+
+    #[derive(Serialize)]
+    struct OldConfig(
+        String,
+        u32,
+        f64,
+        Option<u32>,
+        u32,
+        u32,
+        u32,
+        u32,
+        Option<u32>,
+        bool,
+        bool,
+        Option<String>,
+    );
+
+    #[test]
+    fn a_record_of_the_previous_version_still_reads() {
+        let meta = QueueMeta {
+            next_seq: 42,
+            joins: 41,
+            ..QueueMeta::default()
+        };
+        let old = OldRec {
+            config: OldConfig(
+                "Concert".into(),
+                7,
+                1.5,
+                Some(60),
+                30,
+                90,
+                600,
+                45,
+                Some(1000),
+                true,
+                false,
+                Some("https://example.com/book".into()),
+            ),
+            meta: meta.clone(),
+        };
+        let rec = EventRec::decode(&enc(&old)).unwrap();
+        let c = &rec.config;
+        assert_eq!((c.name.as_str(), c.max_active), ("Concert", 7));
+        assert_eq!(c.overbooking_ratio, 1.5);
+        assert_eq!(c.admit_per_minute, Some(60));
+        assert_eq!(
+            (c.ready_ttl_sec, c.session_idle_sec, c.session_max_sec),
+            (30, 90, 600)
+        );
+        assert_eq!((c.waiting_idle_sec, c.max_queue_length), (45, Some(1000)));
+        assert!(c.paused && !c.accept_joins);
+        assert_eq!(c.target_url.as_deref(), Some("https://example.com/book"));
+        assert_eq!(c.pow_difficulty, 0, "a later setting reads as its default");
+        assert_eq!(rec.meta, meta);
+    }
+
+    #[test]
+    fn a_record_round_trips_and_its_marker_cannot_start_an_old_one() {
+        let rec = EventRec {
+            config: EventConfig {
+                name: "x".repeat(200),
+                pow_difficulty: 12,
+                ..EventConfig::default()
+            },
+            meta: QueueMeta::default(),
+        };
+        let back = EventRec::decode(&rec.encode()).unwrap();
+        assert_eq!(back.config, rec.config);
+        // The longest name an old record can hold (200 characters of 4 bytes) has a length
+        // varint whose second byte is at most 6; the marker's is `W`.
+        let longest = enc(&"\u{10FFFF}".repeat(200));
+        assert!(longest[1] <= 6 && EVENT_REC_JSON[1] > 6);
     }
 }
