@@ -1,7 +1,8 @@
 //! The layering of `src/` as docs/ARCHITECTURE.md draws it: every top-level module imports
 //! only from modules below it, so there is no import circle and no upward import. This test
 //! reads the sources (code only: comments and test modules are skipped) and fails on an
-//! arrow that points the wrong way, naming the file.
+//! arrow that points the wrong way, naming the file. It also keeps every file under 1,000
+//! lines.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -129,4 +130,21 @@ fn the_scan_sees_an_upward_import() {
                 #[cfg(test)]\nmod tests { use crate::server; }";
     let found: Vec<String> = imports(text).into_iter().collect();
     assert_eq!(found, vec!["core".to_string(), "http".to_string()]);
+}
+
+/// Files stay small enough to read whole: a file past this is a sign that helper types or
+/// a second concern want a module of their own.
+#[test]
+fn no_source_file_is_over_1000_lines() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let long: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let n = std::fs::read_to_string(f).unwrap().lines().count();
+            (n > 1000).then(|| format!("{}: {n} lines", f.display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "{}", long.join("\n"));
 }

@@ -1,0 +1,206 @@
+//! Unit tests of the state machine in `queue.rs` (kept apart so that file stays the rules).
+
+use super::*;
+
+const S: Millis = 1000;
+
+fn queue(max_active: u32) -> EventQueue {
+    EventQueue::new(EventConfig {
+        max_active,
+        ..EventConfig::default()
+    })
+}
+
+fn join(q: &mut EventQueue, n: u128, user: Option<&str>, now: Millis) -> PlaceView {
+    let proof = JoinProof {
+        proven: true,
+        invite: None,
+    };
+    q.join(n, user, None, proof, now, &mut Vec::new()).unwrap()
+}
+
+#[test]
+fn direct_entry_then_fifo_positions() {
+    let mut q = queue(1);
+    let a = join(&mut q, 1, Some("a"), 0);
+    assert_eq!(a.status, PlaceState::Admitted);
+    let b = join(&mut q, 2, Some("b"), 0);
+    let c = join(&mut q, 3, None, 0);
+    assert_eq!((b.position, c.position), (Some(1), Some(2)));
+    assert_eq!(c.queue_length, 2);
+    // Same user again: the same place, not a second one.
+    assert_eq!(join(&mut q, 9, Some("b"), 0).key, b.key);
+    // a leaves: b is admitted at once, c moves to 1.
+    let mut fx = Vec::new();
+    assert!(q.leave(a.key, S, &mut fx).unwrap());
+    assert!(fx.contains(&Effect::Admitted {
+        seq: b.key.seq,
+        at: S
+    }));
+    assert_eq!(q.status(c.key, S, &mut fx).unwrap().position, Some(1));
+    assert_eq!(q.enter(c.key, S, &mut fx), Err(QueueError::NotReady));
+    q.check_invariants().unwrap();
+}
+
+#[test]
+fn ghosts_expire_without_polling_and_stop_counting() {
+    // Paused, so nobody is admitted and only expiry moves the queue.
+    let mut q = EventQueue::new(EventConfig {
+        paused: true,
+        ..EventConfig::default()
+    });
+    let ghost = join(&mut q, 2, None, 0);
+    let me = join(&mut q, 3, None, 0);
+    assert_eq!(me.position, Some(2));
+    let mut fx = Vec::new();
+    // I keep polling; the ghost never does.
+    q.heartbeat(me.key, 200 * S, &mut fx).unwrap();
+    let later = q.status(me.key, 300 * S, &mut fx).unwrap();
+    assert_eq!(later.position, Some(1));
+    assert_eq!(
+        q.status(ghost.key, 300 * S, &mut fx),
+        Err(QueueError::TokenExpired)
+    );
+    q.check_invariants().unwrap();
+}
+
+#[test]
+fn admitted_places_lapse_and_hand_on_their_slot() {
+    let mut q = queue(1);
+    let a = join(&mut q, 1, None, 0);
+    let b = join(&mut q, 2, None, 0);
+    let mut fx = Vec::new();
+    // ready_ttl is 60 s: a never enters.
+    assert_eq!(q.tick(59 * S, &mut fx), Some(60 * S));
+    q.tick(60 * S, &mut fx);
+    assert_eq!(
+        q.peek(b.key, 60 * S, &mut fx).unwrap().status,
+        PlaceState::Admitted
+    );
+    assert_eq!(
+        q.enter(a.key, 60 * S, &mut fx),
+        Err(QueueError::TokenExpired)
+    );
+    let s = q.enter(b.key, 61 * S, &mut fx).unwrap();
+    assert_eq!(s.session_ends_at, Some(61 * S + 600 * S));
+    // Session idle 120 s unless heartbeats come; max 600 s regardless.
+    q.session_heartbeat(b.key, 150 * S, &mut fx).unwrap();
+    assert!(q.session_view(b.key, 250 * S, &mut fx).is_ok());
+    assert_eq!(
+        q.session_view(b.key, 271 * S, &mut fx),
+        Err(QueueError::NoSession)
+    );
+}
+
+#[test]
+fn rate_budget_paces_admissions() {
+    let mut q = EventQueue::new(EventConfig {
+        max_active: 100,
+        admit_per_minute: Some(60),
+        ..EventConfig::default()
+    });
+    let views: Vec<_> = (0..5).map(|i| join(&mut q, i, None, 0)).collect();
+    assert_eq!(
+        views
+            .iter()
+            .filter(|v| v.status == PlaceState::Admitted)
+            .count(),
+        1
+    );
+    let mut fx = Vec::new();
+    let next = q.tick(0, &mut fx).unwrap();
+    assert_eq!(next, S);
+    q.tick(S, &mut fx);
+    q.tick(2 * S, &mut fx);
+    assert_eq!(q.figures(2 * S, &mut fx).admitted, 3);
+}
+
+#[test]
+fn paused_admits_nobody_until_resumed() {
+    let mut q = EventQueue::new(EventConfig {
+        paused: true,
+        ..EventConfig::default()
+    });
+    let a = join(&mut q, 1, None, 0);
+    assert_eq!(a.status, PlaceState::Waiting);
+    let mut fx = Vec::new();
+    let mut c = q.config().clone();
+    c.paused = false;
+    q.set_config(c, S, &mut fx);
+    assert_eq!(
+        fx,
+        vec![Effect::Admitted {
+            seq: a.key.seq,
+            at: S
+        }]
+    );
+}
+
+#[test]
+fn queue_full_and_closed() {
+    let mut q = EventQueue::new(EventConfig {
+        max_active: 1,
+        max_queue_length: Some(1),
+        ..EventConfig::default()
+    });
+    join(&mut q, 1, None, 0);
+    join(&mut q, 2, None, 0);
+    assert_eq!(
+        q.join(3, None, None, JoinProof::default(), 0, &mut Vec::new()),
+        Err(QueueError::QueueFull)
+    );
+    let mut c = q.config().clone();
+    c.accept_joins = false;
+    q.set_config(c, 0, &mut Vec::new());
+    assert_eq!(
+        q.join(4, None, None, JoinProof::default(), 0, &mut Vec::new()),
+        Err(QueueError::EventClosed)
+    );
+}
+
+#[test]
+fn long_sale_keeps_rank_window_bounded() {
+    let mut q = queue(1);
+    let mut fx = Vec::new();
+    let mut prev = join(&mut q, 0, None, 0);
+    for i in 1..20_000u128 {
+        let v = join(&mut q, i, None, 0);
+        q.leave(prev.key, 0, &mut fx).unwrap();
+        prev = v;
+    }
+    assert!(
+        q.rank.base() > 15_000,
+        "window never slid: base {}",
+        q.rank.base()
+    );
+    q.check_invariants().unwrap();
+}
+
+#[test]
+fn place_table_reclaims_slots_behind_the_oldest_live_place() {
+    let mut q = queue(1);
+    let keys: Vec<_> = (0..5).map(|i| join(&mut q, i, None, 0).key).collect();
+    let mut fx = Vec::new();
+    q.leave(keys[3], 0, &mut fx).unwrap(); // a hole in the middle stays
+    assert_eq!(q.places.window(), (keys[0].seq, 5));
+    q.leave(keys[0], 0, &mut fx).unwrap();
+    q.leave(keys[1], 0, &mut fx).unwrap();
+    assert_eq!(q.places.window().0, keys[2].seq);
+    q.leave(keys[2], 0, &mut fx).unwrap(); // reclaims through the hole
+    assert_eq!((q.places.window().0, q.places.len()), (keys[4].seq, 1));
+    assert!(q.places.get(&keys[3].seq).is_none());
+    q.check_invariants().unwrap();
+}
+
+#[test]
+fn eta_uses_configured_pace_before_any_admission() {
+    let mut q = EventQueue::new(EventConfig {
+        max_active: 1,
+        admit_per_minute: Some(30),
+        paused: true,
+        ..EventConfig::default()
+    });
+    join(&mut q, 1, None, 0);
+    let v = join(&mut q, 2, None, 0);
+    assert_eq!(v.eta_sec, Some(4)); // position 2 at 0.5/s
+}
