@@ -8,6 +8,10 @@ use std::time::Duration;
 use serde_json::json;
 use waitroom::config::Settings;
 
+#[cfg(unix)]
+#[path = "support/private.rs"]
+mod private;
+
 const ADMIN: &str = "restart-admin";
 
 fn settings(dir: &Path, repair: bool) -> Settings {
@@ -132,20 +136,6 @@ async fn the_data_dir_is_private() {
     std::fs::create_dir(&data).unwrap();
     std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
     with_server(&data, false, seed).await.unwrap();
-    let mut files = 0;
-    let mut stack = vec![data.clone()];
-    while let Some(d) = stack.pop() {
-        let mode = std::fs::metadata(&d).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o700, "{} is {mode:o}", d.display());
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            if e.file_type().unwrap().is_dir() {
-                stack.push(e.path());
-            } else {
-                let mode = e.metadata().unwrap().permissions().mode() & 0o777;
-                assert_eq!(mode, 0o600, "{} is {mode:o}", e.path().display());
-                files += 1;
-            }
-        }
-    }
+    let files = private::assert_private_tree(&data);
     assert!(files >= 4, "only {files} files");
 }

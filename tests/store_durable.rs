@@ -430,20 +430,6 @@ async fn the_store_directory_and_files_are_private() {
     fill(&store_dir, 10).await;
     // Opened again: whatever fjall created with the default umask is narrowed on open.
     drop(EmbeddedStore::open(&store_dir, Durability::Sync, T0).unwrap());
-    let mut seen = 0;
-    let mut stack = vec![store_dir.clone()];
-    while let Some(d) = stack.pop() {
-        let mode = std::fs::metadata(&d).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o700, "{} is {mode:o}", d.display());
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            if e.file_type().unwrap().is_dir() {
-                stack.push(e.path());
-            } else {
-                let mode = e.metadata().unwrap().permissions().mode() & 0o777;
-                assert_eq!(mode, 0o600, "{} is {mode:o}", e.path().display());
-                seen += 1;
-            }
-        }
-    }
+    let seen = support::private::assert_private_tree(&store_dir);
     assert!(seen >= 3, "only {seen} files checked");
 }

@@ -3,5 +3,8 @@
 pub mod binary;
 pub mod conformance;
 pub mod model;
+#[cfg(unix)]
+#[allow(dead_code)]
+pub mod private;
 #[allow(dead_code)]
 pub mod redis;
