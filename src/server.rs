@@ -131,9 +131,11 @@ pub async fn run(
         ..crate::http::Limits::default()
     };
     let app = crate::http::router_with_limits(state, limits);
+    let descriptors = raise_descriptor_limit();
     let caps = ConnectionCaps::new(&settings);
     tracing::info!(%addr, store = %settings.store, demo = settings.demo,
-        max_connections = caps.total, "serving");
+        max_connections = caps.total, max_connections_per_client = caps.per_client,
+        descriptor_limit = ?descriptors, "serving");
     println!("listening on http://{addr}");
 
     let served = serve(listener, app, &settings, caps, shutdown, streams_stop).await;
@@ -224,6 +226,45 @@ impl Drop for ConnectionSlot {
     }
 }
 
+/// Raises the soft limit on open descriptors to the hard one and answers the soft limit
+/// now in force (`None`: unlimited or unknown). Many systems start processes with a soft
+/// limit of 1,024 under a much higher hard one, which would cap a waiting room at 768
+/// connections; raising it is what servers such as nginx and Go's runtime do at start.
+fn raise_descriptor_limit() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `getrlimit` writes into the struct we pass and reads nothing else.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+            return None;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            // SAFETY: `setrlimit` only reads the struct we pass. Raising a soft limit up
+            // to the hard one needs no privilege; on failure the old limit stays.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+                lim = raised;
+            } else {
+                tracing::warn!(
+                    soft = lim.rlim_cur,
+                    hard = lim.rlim_max,
+                    "cannot raise the open-descriptor limit"
+                );
+            }
+        }
+        if lim.rlim_cur != libc::RLIM_INFINITY {
+            return Some(lim.rlim_cur as u64);
+        }
+    }
+    None
+}
+
 /// Three quarters of the descriptor limit: the rest is for the store's files, the Redis
 /// connections and the logs. Without a limit to read, 10,000.
 fn default_max_connections() -> usize {
@@ -262,7 +303,6 @@ async fn serve(
 ) -> anyhow::Result<()> {
     use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
     use hyper_util::server::conn::auto;
-    use hyper_util::server::graceful::GracefulShutdown;
     use hyper_util::service::TowerToHyperService;
     use tower::ServiceExt as _;
 
@@ -276,7 +316,9 @@ async fn serve(
         .timer(TokioTimer::new())
         .keep_alive_interval(settings.connections.header_timeout)
         .keep_alive_timeout(settings.connections.header_timeout);
-    let graceful = GracefulShutdown::new();
+    // Each connection's task holds a sender: once the last one is dropped, all are done.
+    let (open_tx, mut open_rx) = tokio::sync::mpsc::channel::<()>(1);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (tcp, peer) = tokio::select! {
@@ -298,16 +340,31 @@ async fn serve(
         };
         // No Nagle delay: live frames written back to back must not wait for ACKs.
         let _ = tcp.set_nodelay(true);
-        let svc =
+        let activity = Activity::new();
+        let svc = {
+            let activity = activity.clone();
             app.clone()
                 .map_request(move |mut req: axum::http::Request<hyper::body::Incoming>| {
                     req.extensions_mut()
                         .insert(axum::extract::ConnectInfo(peer));
                     req
-                });
+                })
+                .map_future(move |answer| {
+                    // Counted from the call to the end of the response body (a live
+                    // stream's body lasts as long as the stream).
+                    let busy = activity.busy();
+                    async move {
+                        let res: axum::response::Response = answer.await?;
+                        Ok::<_, std::convert::Infallible>(
+                            res.map(|body| axum::body::Body::new(Tracked { body, _busy: busy })),
+                        )
+                    }
+                })
+        };
         let header_timeout = settings.connections.header_timeout;
         let builder = builder.clone();
-        let watcher = graceful.watcher();
+        let mut stop = stop_rx.clone();
+        let open = open_tx.clone();
         tokio::spawn(async move {
             // The builder reads the first bytes to choose HTTP/1 or HTTP/2 before either's
             // timeouts run: a silent or stalled client is bounded here instead.
@@ -316,20 +373,40 @@ async fn serve(
             }
             let conn = builder
                 .serve_connection_with_upgrades(TokioIo::new(tcp), TowerToHyperService::new(svc));
-            let conn = watcher.watch(conn);
+            let mut conn = std::pin::pin!(conn);
+            let mut closing = false;
+            let ended = loop {
+                tokio::select! {
+                    ended = conn.as_mut() => break ended,
+                    // HTTP/2 has no idle timeout of its own (its pings only prove the
+                    // peer alive): a connection with no request in flight for the header
+                    // timeout is closed, on HTTP/1 too (where hyper's own timer also does).
+                    () = activity.idle_for(header_timeout), if !closing => {
+                        closing = true;
+                        conn.as_mut().graceful_shutdown();
+                    }
+                    _ = stop.wait_for(|s| *s), if !closing => {
+                        closing = true;
+                        conn.as_mut().graceful_shutdown();
+                    }
+                }
+            };
             // Errors here are the client's (a reset, a timeout, a malformed request).
-            if let Err(e) = conn.await {
+            if let Err(e) = ended {
                 tracing::debug!(error = %e, %peer, "connection ended");
             }
             drop(slot);
+            drop(open);
         });
     }
     drop(listener);
     tracing::info!("shutdown requested; finishing in-flight requests");
     // Live streams (WebSocket, SSE) close now rather than hold the drain to its end.
     streams_stop.send_replace(true);
+    stop_tx.send_replace(true);
+    drop(open_tx);
     tokio::select! {
-        _ = graceful.shutdown() => {}
+        _ = open_rx.recv() => {}
         _ = tokio::time::sleep(SHUTDOWN_GRACE) => {
             tracing::warn!(
                 grace_sec = SHUTDOWN_GRACE.as_secs(),
@@ -338,6 +415,80 @@ async fn serve(
         }
     }
     Ok(())
+}
+
+/// One connection's requests: how many are in flight, and when the last one ended.
+#[derive(Clone)]
+struct Activity(Arc<parking_lot::Mutex<(usize, tokio::time::Instant)>>);
+
+impl Activity {
+    fn new() -> Self {
+        Activity(Arc::new(parking_lot::Mutex::new((
+            0,
+            tokio::time::Instant::now(),
+        ))))
+    }
+
+    /// One more request in flight, until the returned value is dropped.
+    fn busy(&self) -> Busy {
+        self.0.lock().0 += 1;
+        Busy(self.clone())
+    }
+
+    /// Resolves once no request has been in flight for `limit`.
+    async fn idle_for(&self, limit: Duration) {
+        loop {
+            let (in_flight, since) = *self.0.lock();
+            let until = since + limit;
+            if in_flight == 0 && tokio::time::Instant::now() >= until {
+                return;
+            }
+            // Busy: look again a timeout later (a request ending resets `since`).
+            let wake = if in_flight == 0 {
+                until
+            } else {
+                tokio::time::Instant::now() + limit
+            };
+            tokio::time::sleep_until(wake).await;
+        }
+    }
+}
+
+/// A request in flight on its connection.
+struct Busy(Activity);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let mut a = (self.0).0.lock();
+        a.0 -= 1;
+        a.1 = tokio::time::Instant::now();
+    }
+}
+
+/// A response body that keeps its request counted as in flight until it is done.
+struct Tracked {
+    body: axum::body::Body,
+    _busy: Busy,
+}
+
+impl hyper::body::Body for Tracked {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// Whether enough of the request arrived within `limit` for the connection builder to tell

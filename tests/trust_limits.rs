@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
-use waitroom::config::{Cidr, ConnectionSettings, RateLimitSettings, Settings};
+use waitroom::config::{Cidr, ConnectionSettings, ForwardedHeader, RateLimitSettings, Settings};
 
 const ADMIN: &str = "trust-admin";
 
@@ -420,6 +420,12 @@ async fn a_flood_of_distinct_addresses_keeps_limiter_memory_bounded() {
         },
         guard.clone(),
     );
+    // Only events that exist are keyed in the join limiter.
+    let create = axum::http::Request::put("/api/v1/admin/events/sale")
+        .header("authorization", format!("Bearer {ADMIN}"))
+        .body(axum::body::Body::empty())
+        .unwrap();
+    assert_eq!(app.clone().oneshot(create).await.unwrap().status(), 200);
     let proxy = std::net::SocketAddr::from(([10, 0, 0, 1], 4000));
     let mut limited = 0;
     for i in 0..5000u32 {
@@ -429,7 +435,7 @@ async fn a_flood_of_distinct_addresses_keeps_limiter_memory_bounded() {
                 "x-forwarded-for",
                 format!("100.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255),
             )
-            .body(axum::body::Body::from(r#"{"event_id": "nope"}"#))
+            .body(axum::body::Body::from(r#"{"event_id": "sale"}"#))
             .unwrap();
         let mut req = req;
         req.extensions_mut().insert(ConnectInfo(proxy));
@@ -441,4 +447,161 @@ async fn a_flood_of_distinct_addresses_keeps_limiter_memory_bounded() {
     }
     // Past the cap new clients share one bucket, so the flood itself is limited.
     assert!(limited > 0);
+}
+
+/// A join with a bearer token: the server key of a site's backend, or a guess.
+async fn join_with_bearer(s: &Server, body: Value, bearer: &str) -> StatusCode {
+    s.http
+        .post(s.url("/api/v1/queue/join"))
+        .bearer_auth(bearer)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+/// A booking backend joins for its signed-in users with the server key, all from one
+/// address: the per-client join limit is not for it.
+#[tokio::test]
+async fn server_key_joins_are_not_limited_per_address() {
+    let s = start(|_| {}).await;
+    s.put_event("sale", json!({})).await;
+    let mut codes = Vec::new();
+    for i in 0..40 {
+        let body = json!({"event_id": "sale", "user_id": format!("user-{i}")});
+        codes.push(join_with_bearer(&s, body, ADMIN).await.as_u16());
+    }
+    assert!(
+        codes.iter().all(|c| *c == 200),
+        "server-key joins refused: {codes:?}"
+    );
+    // Anonymous clients of the same address are still limited.
+    let (st, code) = code(s.join("sale", None).await).await;
+    assert_eq!((st.as_u16(), code.as_str()), (200, ""));
+}
+
+/// Wrong bearers on join count as wrong admin tokens: join is no free oracle for
+/// guessing the admin token (fresh event ids each time, so no join limit stops them).
+#[tokio::test]
+async fn wrong_admin_tokens_on_join_are_limited() {
+    let s = start(|_| {}).await;
+    let mut codes = Vec::new();
+    for i in 0..15 {
+        let body = json!({"event_id": format!("probe-{i}")});
+        codes.push(
+            join_with_bearer(&s, body, &format!("guess-{i}"))
+                .await
+                .as_u16(),
+        );
+    }
+    assert_eq!(&codes[..10], &[401; 10], "{codes:?}");
+    assert_eq!(&codes[10..], &[429; 5], "{codes:?}");
+    let right = join_with_bearer(&s, json!({"event_id": "probe-x"}), ADMIN).await;
+    assert_eq!(
+        right,
+        StatusCode::NOT_FOUND,
+        "the right token is never limited"
+    );
+}
+
+/// Joins to events that do not exist key nothing in the join limiter: one address cannot
+/// fill it and push every newcomer into the shared overflow bucket.
+#[tokio::test]
+async fn one_address_cannot_fill_the_join_limiter_with_made_up_events() {
+    let s = start(|s| {
+        trusting_localhost(s);
+        s.rate_limits.max_tracked = 50;
+    })
+    .await;
+    s.put_event("sale", json!({})).await;
+    for i in 0..120 {
+        let r = s
+            .http
+            .post(s.url("/api/v1/queue/join"))
+            .header("x-forwarded-for", "203.0.113.1")
+            .json(&json!({"event_id": format!("nope-{i}")}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            code(r).await,
+            (StatusCode::NOT_FOUND, "EVENT_NOT_FOUND".into())
+        );
+    }
+    let mut codes = Vec::new();
+    for i in 0..5 {
+        let r = s.join("sale", Some(&format!("198.51.100.{i}"))).await;
+        codes.push(r.status().as_u16());
+    }
+    assert_eq!(codes, [200; 5], "honest first-time clients refused");
+}
+
+/// Behind a proxy that writes `Forwarded`, an `X-Forwarded-For` the client wrote (and
+/// the proxy passed through) is not read: the client cannot pick its own address.
+#[tokio::test]
+async fn only_the_configured_forwarding_header_names_the_client() {
+    let s = start(|s| {
+        trusting_localhost(s);
+        s.rate_limits.forwarded_header = ForwardedHeader::Forwarded;
+    })
+    .await;
+    s.put_event("sale", json!({})).await;
+    let mut ok = 0;
+    for i in 0..40 {
+        let r = s
+            .http
+            .post(s.url("/api/v1/queue/join"))
+            .json(&json!({"event_id": "sale"}))
+            .header("x-forwarded-for", format!("192.0.2.{i}"))
+            .header("forwarded", "for=203.0.113.7")
+            .send()
+            .await
+            .unwrap();
+        ok += usize::from(r.status() == StatusCode::OK);
+    }
+    assert_eq!(ok, 30, "joins of one real client (limit 30)");
+}
+
+/// An HTTP/2 connection (cleartext, prior knowledge) with no request is closed after the
+/// header timeout, even though it answers the server's pings.
+#[tokio::test]
+async fn an_idle_http2_connection_is_closed() {
+    let s = start(short_timeouts).await;
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    c.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .unwrap();
+    c.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap(); // empty SETTINGS
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(6);
+    let closed = loop {
+        let mut head = [0u8; 9];
+        let Ok(read) = tokio::time::timeout_at(deadline, c.read_exact(&mut head)).await else {
+            break false;
+        };
+        if read.is_err() {
+            break true;
+        }
+        let len = (usize::from(head[0]) << 16) | (usize::from(head[1]) << 8) | usize::from(head[2]);
+        let mut payload = vec![0u8; len];
+        if c.read_exact(&mut payload).await.is_err() {
+            break true;
+        }
+        match (head[3], head[4]) {
+            // SETTINGS: acknowledge.
+            (4, 0) => c.write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0]).await.unwrap(),
+            // PING: answer, as a live client would.
+            (6, 0) => {
+                let mut ack = vec![0, 0, 8, 6, 1, 0, 0, 0, 0];
+                ack.extend_from_slice(&payload);
+                c.write_all(&ack).await.unwrap();
+            }
+            (7, _) => break true, // GOAWAY
+            _ => {}
+        }
+    };
+    assert!(
+        closed,
+        "an idle HTTP/2 connection stayed open 6 s (header timeout 1 s)"
+    );
 }

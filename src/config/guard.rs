@@ -5,6 +5,8 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
+use clap::ValueEnum;
+
 /// Server-wide per-client limits; events may override the first two (event setting
 /// `rate_limits`). Each limit is a GCRA bucket: its whole burst refills in one window.
 #[derive(Clone, Debug, PartialEq)]
@@ -20,8 +22,10 @@ pub struct RateLimitSettings {
     /// Wrong admin tokens per client: a burst of this many, refilled over a minute. A
     /// correct token is never limited.
     pub admin_failures_per_minute: u32,
-    /// Addresses whose `X-Forwarded-For` / `Forwarded` headers are believed.
+    /// Addresses whose forwarding header is believed.
     pub trusted_proxies: Vec<Cidr>,
+    /// The one header a trusted proxy writes; the other is ignored (a client could send it).
+    pub forwarded_header: ForwardedHeader,
     /// Most clients tracked per limiter; past it, new clients share one overflow bucket.
     pub max_tracked: usize,
 }
@@ -34,9 +38,28 @@ impl Default for RateLimitSettings {
             polls_per_second: 2,
             admin_failures_per_minute: 10,
             trusted_proxies: Vec::new(),
+            forwarded_header: ForwardedHeader::default(),
             max_tracked: 100_000,
         }
     }
+}
+
+/// The header that names the client behind a trusted proxy. Only one is read: a proxy
+/// appends to the header it writes and passes the other through untouched, so reading
+/// both (or preferring one when present) would let a client pick its own address.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, ValueEnum,
+)]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For: client, proxy1, ...` (nginx, HAProxy, most load balancers).
+    #[default]
+    #[serde(rename = "x-forwarded-for")]
+    #[value(name = "x-forwarded-for")]
+    XForwardedFor,
+    /// `Forwarded: for=client, for=proxy1` (RFC 7239).
+    #[serde(rename = "forwarded")]
+    #[value(name = "forwarded")]
+    Forwarded,
 }
 
 /// Timeouts and caps of the connections themselves.

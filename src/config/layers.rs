@@ -13,6 +13,7 @@ use figment::{Figment, Metadata, Profile, Provider};
 use serde::de::Visitor as _;
 use serde::{Deserialize, Deserializer, Serialize};
 
+use super::guard::ForwardedHeader;
 use super::secret::{Secret, SecretUrl};
 use super::{ConfigError, Durability, LogFormat};
 
@@ -34,6 +35,7 @@ const ENV_KEYS: &[&str] = &[
     "durability",
     "rate_limits",
     "trusted_proxies",
+    "forwarded_header",
     "joins_per_minute",
     "polls_per_second",
     "admin_failures_per_minute",
@@ -110,6 +112,10 @@ pub struct Layered {
         deserialize_with = "string_or_list"
     )]
     pub trusted_proxies: Option<String>,
+    /// The header that names the client behind a trusted proxy: `x-forwarded-for` or `forwarded` (RFC 7239); only that one is read. [env: WAITROOM_FORWARDED_HEADER] [default: x-forwarded-for]
+    #[arg(long, value_enum, value_name = "HEADER")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forwarded_header: Option<ForwardedHeader>,
     /// Joins per client per event: a burst of N, refilled over a minute. [env: WAITROOM_JOINS_PER_MINUTE] [default: 30]
     #[arg(long, value_name = "N")]
     #[serde(
@@ -332,6 +338,7 @@ mod tests {
             durability: Some(Durability::Sync),
             rate_limits: Some(true),
             trusted_proxies: Some(String::new()),
+            forwarded_header: Some(ForwardedHeader::Forwarded),
             joins_per_minute: Some(1),
             polls_per_second: Some(1),
             admin_failures_per_minute: Some(1),

@@ -44,7 +44,7 @@ pub mod secret;
 use backend::check_listen;
 pub use backend::StoreBackend;
 pub use cli::{Cli, Command, ServeArgs};
-pub use guard::{Cidr, ConnectionSettings, RateLimitSettings};
+pub use guard::{Cidr, ConnectionSettings, ForwardedHeader, RateLimitSettings};
 pub use layers::{Layered, ENV_PREFIX};
 pub use secret::{Secret, SecretUrl};
 
@@ -221,6 +221,7 @@ fn guard_settings(
     if let Some(p) = &l.trusted_proxies {
         r.trusted_proxies = Cidr::parse_list(p).map_err(|e| invalid("trusted_proxies", e))?;
     }
+    r.forwarded_header = l.forwarded_header.unwrap_or(r.forwarded_header);
     let n = u64::from(crate::core::config::MAX_RATE);
     if let Some(v) = range("joins_per_minute", l.joins_per_minute, n)? {
         r.joins_per_minute = v as u32;
@@ -467,7 +468,20 @@ mod tests {
                 std::time::Duration::from_secs(5)
             );
             assert_eq!(s.connections.max_connections_per_client, 7);
+            assert_eq!(
+                d.rate_limits.forwarded_header,
+                ForwardedHeader::XForwardedFor
+            );
+            jail.set_env("WAITROOM_FORWARDED_HEADER", "forwarded");
+            let s = load(&[]).unwrap();
+            assert_eq!(s.rate_limits.forwarded_header, ForwardedHeader::Forwarded);
+            let s = load(&["--forwarded-header", "x-forwarded-for"]).unwrap();
+            assert_eq!(
+                s.rate_limits.forwarded_header,
+                ForwardedHeader::XForwardedFor
+            );
             for (args, needle) in [
+                (&["--forwarded-header", "x-real-ip"][..], "x-real-ip"),
                 (&["--header-timeout-sec", "31"][..], "header_timeout_sec"),
                 (&["--trusted-proxies", "10.0.0.0/40"][..], "trusted_proxies"),
                 (&["--joins-per-minute", "0"][..], "joins_per_minute"),

@@ -1,10 +1,11 @@
 //! Per-client limits and the live-stream cap: who the client is, and whether it may go on.
 //!
 //! - **The client** is the peer address, or, when the peer is a trusted proxy
-//!   (`--trusted-proxies`), the first untrusted address of `X-Forwarded-For` (else of
-//!   `Forwarded`), walking from the right: the rightmost entries were written by our own
-//!   proxies, the leftmost by whoever sent the request, so only the first one a trusted
-//!   proxy vouches for counts. IPv6 clients are keyed by their /64 (one subscriber's usual
+//!   (`--trusted-proxies`), the first untrusted address of the one header the proxies
+//!   write (`--forwarded-header`: `X-Forwarded-For` or `Forwarded`; the other is ignored,
+//!   as a client may send it), walking from the right: the rightmost entries were written
+//!   by our own proxies, the leftmost by whoever sent the request, so only the first one a
+//!   trusted proxy vouches for counts. IPv6 clients are keyed by their /64 (one subscriber's usual
 //!   allocation), so cycling addresses inside it does not escape a limit. A request that
 //!   carries no peer address (a router driven in-process, without a server) is not limited.
 //! - **The limits** are keyed GCRA buckets (`governor`): joins per client per event, polls
@@ -42,7 +43,7 @@ use parking_lot::Mutex;
 use super::error::AppError;
 use crate::catalog::EventCatalog;
 use crate::config::guard::canonical;
-use crate::config::RateLimitSettings;
+use crate::config::{ForwardedHeader, RateLimitSettings};
 use crate::core::{Millis, PlaceKey, RateLimits};
 
 /// Most live streams (WebSocket and SSE together) open at once for one place: a few tabs
@@ -310,7 +311,9 @@ impl Guard {
             .unwrap_or_default()
     }
 
-    /// A join by `client` to `event_id`.
+    /// A join by `client` to `event_id`. Only events that exist are keyed: made-up ids
+    /// would otherwise fill the limiter (and push every newcomer into the overflow
+    /// bucket); a join to an unknown event is answered `404` by the store anyway.
     pub async fn check_join(
         &self,
         events: &EventCatalog,
@@ -321,10 +324,13 @@ impl Guard {
         let Some(ip) = client.filter(|_| self.enabled()) else {
             return Ok(());
         };
-        let rate = self
-            .overrides(events, event_id, now)
-            .await
-            .joins_per_minute
+        let Ok(config) = events.config(event_id, now).await else {
+            return Ok(());
+        };
+        let rate = config
+            .rate_limits
+            .as_deref()
+            .and_then(|r| r.joins_per_minute)
             .unwrap_or(self.settings.joins_per_minute);
         Ok(self.check(&self.joins, rate, (event_id, client_key(ip)))?)
     }
@@ -377,26 +383,24 @@ impl Guard {
         if !self.trusted(peer) {
             return Some(peer);
         }
-        let mut hops: Vec<&str> = headers
-            .get_all("x-forwarded-for")
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .collect();
-        if hops.is_empty() {
-            hops = headers
-                .get_all("forwarded")
+        let values = |name| {
+            headers
+                .get_all(name)
                 .iter()
                 .filter_map(|v| v.to_str().ok())
                 .flat_map(|v| v.split(','))
+        };
+        let hops: Vec<&str> = match self.settings.forwarded_header {
+            ForwardedHeader::XForwardedFor => values("x-forwarded-for").collect(),
+            ForwardedHeader::Forwarded => values("forwarded")
                 .filter_map(|e| {
                     e.split(';').find_map(|p| {
                         let (k, v) = p.split_once('=')?;
                         k.trim().eq_ignore_ascii_case("for").then_some(v)
                     })
                 })
-                .collect();
-        }
+                .collect(),
+        };
         let mut last = peer;
         for hop in hops.iter().rev() {
             match parse_hop(hop) {
@@ -484,8 +488,13 @@ mod tests {
     use crate::config::Cidr;
 
     fn guard(proxies: &str) -> Guard {
+        guard_reading(proxies, ForwardedHeader::XForwardedFor)
+    }
+
+    fn guard_reading(proxies: &str, header: ForwardedHeader) -> Guard {
         Guard::new(RateLimitSettings {
             trusted_proxies: Cidr::parse_list(proxies).unwrap(),
+            forwarded_header: header,
             ..RateLimitSettings::default()
         })
     }
@@ -521,7 +530,8 @@ mod tests {
             "forwarded",
             r#"for=6.6.6.6, for="[2001:db8::1]:443";proto=https"#,
         )];
-        assert_eq!(client(&g, "10.0.0.1", &fwd), ip("2001:db8::1"));
+        let rfc = guard_reading("10.0.0.0/8", ForwardedHeader::Forwarded);
+        assert_eq!(client(&rfc, "10.0.0.1", &fwd), ip("2001:db8::1"));
         let garbage = [("x-forwarded-for", "nonsense, 10.0.0.3")];
         assert_eq!(client(&g, "10.0.0.1", &garbage), ip("10.0.0.3"));
         assert_eq!(
@@ -534,6 +544,26 @@ mod tests {
             client_key(ip("2001:db8::ffff:1")),
             "one /64, one client"
         );
+    }
+
+    /// Only the configured header counts: a proxy passes the other through as the client
+    /// wrote it.
+    #[test]
+    fn only_the_configured_forwarding_header_is_read() {
+        let both = [
+            ("x-forwarded-for", "192.0.2.9"),
+            ("forwarded", "for=203.0.113.7"),
+        ];
+        let rfc = guard_reading("10.0.0.0/8", ForwardedHeader::Forwarded);
+        assert_eq!(client(&rfc, "10.0.0.1", &both), ip("203.0.113.7"));
+        assert_eq!(
+            client(&rfc, "10.0.0.1", &both[..1]),
+            ip("10.0.0.1"),
+            "an X-Forwarded-For alone is the client's word: the proxy is the client"
+        );
+        let xff = guard("10.0.0.0/8");
+        assert_eq!(client(&xff, "10.0.0.1", &both), ip("192.0.2.9"));
+        assert_eq!(client(&xff, "10.0.0.1", &both[1..]), ip("10.0.0.1"));
     }
 
     #[test]

@@ -19,7 +19,7 @@ use super::extract::{bearer, AppJson, AppQuery, BearerToken, WaitingToken, Waiti
 use super::guard::Caller;
 use super::pow::{check as check_pow, PowSolution};
 use crate::app::AppState;
-use crate::core::{validate_event_id, Millis, PlaceKey, QueueError};
+use crate::core::{validate_event_id, EventConfig, Millis, PlaceKey, QueueError};
 use crate::store::{JoinRequest, StoreError};
 use crate::tokens::{self, AccessClaims, UserTokenError};
 
@@ -45,25 +45,34 @@ pub struct JoinBody {
     pub pow: Option<PowSolution>,
 }
 
+/// Whether the join carries the site's server key (`Authorization: Bearer <admin
+/// token>`, a backend joining on a user's behalf). A wrong bearer counts as a wrong admin
+/// token, limited per client like on the admin API: otherwise join would be a free oracle
+/// for guessing the admin token.
+fn server_key(state: &AppState, caller: &Caller, headers: &HeaderMap) -> AppResult<bool> {
+    match bearer(headers) {
+        Some(t) if is_admin_token(state, t) => Ok(true),
+        Some(_) => {
+            caller.guard.check_admin_failure(caller.ip)?;
+            Err(AppError::Unauthorized)
+        }
+        None => Ok(false),
+    }
+}
+
 /// Who the joiner is and whether that is proven: by a valid user token (its `sub`) or by
-/// the site's server key (`Authorization: Bearer <admin token>`, a backend joining on a
-/// user's behalf). A bare `user_id` is a claim only, which the queue rules treat as such.
-async fn identity(
-    state: &AppState,
-    headers: &HeaderMap,
+/// the site's server key (`server`). A bare `user_id` is a claim only, which the queue
+/// rules treat as such.
+fn identity(
+    config: &EventConfig,
+    server: bool,
     body: &JoinBody,
     now: Millis,
 ) -> AppResult<(Option<String>, bool)> {
-    let server = match bearer(headers) {
-        Some(t) if is_admin_token(state, t) => true,
-        Some(_) => return Err(AppError::Unauthorized),
-        None => false,
-    };
-    if server && body.user_token.is_none() {
-        return Ok((body.user_id.clone(), true));
-    }
-    let config = state.events.config(&body.event_id, now).await?;
     let Some(token) = body.user_token.as_deref() else {
+        if server {
+            return Ok((body.user_id.clone(), true));
+        }
         if config.require_user_token {
             return Err(AppError::UserTokenRequired);
         }
@@ -128,10 +137,17 @@ pub async fn join(
         )));
     }
     let now = state.clock.now();
-    (caller.guard)
-        .check_join(&state.events, now, caller.ip, &body.event_id)
-        .await?;
-    let (user_id, proven) = identity(&state, &headers, &body, now).await?;
+    let server = server_key(&state, &caller, &headers)?;
+    // The event must exist before anything is keyed on its id (see `check_join`).
+    let config = state.events.config(&body.event_id, now).await?;
+    // A backend holding the server key joins for many users from one address: the
+    // per-client limit is for anonymous clients.
+    if !server {
+        (caller.guard)
+            .check_join(&state.events, now, caller.ip, &body.event_id)
+            .await?;
+    }
+    let (user_id, proven) = identity(&config, server, &body, now)?;
     if let Some(u) = &user_id {
         let n = u.chars().count();
         if n == 0 || n > MAX_USER_ID_CHARS {
