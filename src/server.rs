@@ -291,7 +291,10 @@ fn default_max_connections() -> usize {
 /// `axum::serve` does the same but exposes no timeouts: here HTTP/1's
 /// `header_read_timeout` bounds both the wait for a request head (a request line or
 /// headers trickled a line at a time) and the idle wait between keep-alive requests (in
-/// hyper 1.x the timer starts whenever the connection is ready to read a head). A
+/// hyper 1.x the timer starts whenever the connection is ready to read a head). HTTP/2 has
+/// no such timer (its keep-alive pings only prove the peer alive), so every connection
+/// also counts its requests in flight ([`Activity`], until the response body ends) and is
+/// shut down gracefully once none has been in flight for the header timeout. A
 /// connection over a cap is closed at once, before anything is read.
 async fn serve(
     listener: TcpListener,

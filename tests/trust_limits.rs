@@ -605,3 +605,80 @@ async fn an_idle_http2_connection_is_closed() {
         "an idle HTTP/2 connection stayed open 6 s (header timeout 1 s)"
     );
 }
+
+/// An HTTP/2 string literal (no Huffman coding): its length as a 7-bit-prefix integer.
+fn hpack_string(out: &mut Vec<u8>, s: &str) {
+    let mut n = s.len();
+    if n < 127 {
+        out.push(n as u8);
+    } else {
+        out.push(127);
+        n -= 127;
+        while n >= 128 {
+            out.push((n % 128) as u8 | 128);
+            n /= 128;
+        }
+        out.push(n as u8);
+    }
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// A live stream is a request in flight: an HTTP/2 connection carrying one open SSE stream
+/// is not closed as idle.
+#[tokio::test]
+async fn an_http2_connection_with_an_open_stream_is_not_idle() {
+    let s = start(short_timeouts).await;
+    s.put_event("sale", json!({})).await;
+    let joined: Value = s.join("sale", None).await.json().await.unwrap();
+    let token = joined["waiting_token"].as_str().unwrap();
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    c.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .unwrap();
+    c.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+    // GET, http, :path and :authority as literals with indexed names (RFC 7541).
+    let mut block = vec![0x82, 0x86, 0x04];
+    hpack_string(&mut block, &format!("/api/v1/queue/events?token={token}"));
+    block.push(0x01);
+    hpack_string(&mut block, "localhost");
+    let len = block.len();
+    // HEADERS, END_STREAM | END_HEADERS, stream 1.
+    let mut frame = vec![
+        (len >> 16) as u8,
+        (len >> 8) as u8,
+        len as u8,
+        1,
+        5,
+        0,
+        0,
+        0,
+        1,
+    ];
+    frame.extend_from_slice(&block);
+    c.write_all(&frame).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    let mut data = 0;
+    loop {
+        let mut head = [0u8; 9];
+        let Ok(read) = tokio::time::timeout_at(deadline, c.read_exact(&mut head)).await else {
+            break;
+        };
+        read.expect("the connection was closed");
+        let len = (usize::from(head[0]) << 16) | (usize::from(head[1]) << 8) | usize::from(head[2]);
+        let mut payload = vec![0u8; len];
+        c.read_exact(&mut payload).await.unwrap();
+        match (head[3], head[4]) {
+            (0, _) => data += 1,
+            (4, 0) => c.write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0]).await.unwrap(),
+            (6, 0) => {
+                let mut ack = vec![0, 0, 8, 6, 1, 0, 0, 0, 0];
+                ack.extend_from_slice(&payload);
+                c.write_all(&ack).await.unwrap();
+            }
+            (7, _) => panic!("GOAWAY with a live stream open"),
+            (3, _) => panic!("the stream was reset"),
+            _ => {}
+        }
+    }
+    assert!(data > 0, "the live stream sent nothing");
+}

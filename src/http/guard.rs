@@ -16,6 +16,9 @@
 //! - **Memory** is bounded: each limiter tracks at most `max_tracked` keys; past it, new
 //!   keys share one overflow bucket until a sweep (at most once a second while full, and
 //!   every [`SWEEP_EVERY`] checks anyway) drops the keys whose buckets are full again.
+//!   Failing closed keeps memory bounded and lets no one escape a limit; to make filling
+//!   the table costly, join keys are made only for events that exist (a made-up event id
+//!   would otherwise be a free new key).
 //! - **Live streams**: at most [`MAX_STREAMS_PER_PLACE`] WebSocket + SSE streams per place.
 //!
 //! Limits are per node: on Redis, a client spread over N nodes gets up to N times a limit
