@@ -230,7 +230,7 @@ impl Drop for ConnectionSlot {
 /// now in force (`None`: unlimited or unknown). Many systems start processes with a soft
 /// limit of 1,024 under a much higher hard one, which would cap a waiting room at 768
 /// connections; raising it is what servers such as nginx and Go's runtime do at start.
-fn raise_descriptor_limit() -> Option<u64> {
+fn raise_descriptor_limit() -> Option<usize> {
     #[cfg(unix)]
     {
         let mut lim = libc::rlimit {
@@ -259,7 +259,7 @@ fn raise_descriptor_limit() -> Option<u64> {
             }
         }
         if lim.rlim_cur != libc::RLIM_INFINITY {
-            return Some(lim.rlim_cur as u64);
+            return Some(lim.rlim_cur as usize);
         }
     }
     None
