@@ -902,6 +902,9 @@ pub async fn proven_join_replaces_a_squatted_place(store: Arc<dyn Store>) {
         .await
         .unwrap();
     assert_eq!(squat.status, PlaceState::Admitted);
+    // It even entered: the session its access token names ends with the place.
+    let entered = store.enter("sq", squat.key, T0).await.unwrap();
+    assert_eq!(entered.status, PlaceState::Active);
     let bob = join(&store, "sq", Some("bob"), T0).await;
     assert_eq!(bob.position, Some(1));
     let mine = join(&store, "sq", Some("alice"), T0 + S).await;
@@ -914,6 +917,10 @@ pub async fn proven_join_replaces_a_squatted_place(store: Arc<dyn Store>) {
         Err(QueueError::TokenNotFound)
     );
     assert!(!store.leave("sq", squat.key, T0 + S).await.unwrap());
+    assert_eq!(
+        queue_err(store.session("sq", squat.key, T0 + S).await),
+        QueueError::NoSession
+    );
     // The squatter's slot went to the head of the queue; Alice joined behind Bob.
     assert_eq!(
         state(&store, "sq", bob.key, T0 + S).await,
