@@ -281,7 +281,17 @@ async fn direct_entry_then_exact_positions_that_move() {
         "no position once admitted: {a}"
     );
 
-    let b = app.join("ev", Some("bob")).await;
+    // Joined by the site's backend with the server key: bob is a proven user.
+    let bob_by_site = || {
+        req(Method::POST, "/api/v1/queue/join")
+            .header(header::AUTHORIZATION, format!("Bearer {ADMIN}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(
+                json!({"event_id": "ev", "user_id": "bob"}).to_string(),
+            ))
+            .unwrap()
+    };
+    let b = app.send(bob_by_site()).await.ok();
     let c = app.join("ev", None).await;
     assert_eq!(b["status"], "waiting");
     assert_eq!(b["ready_for_entry"], false);
@@ -298,18 +308,7 @@ async fn direct_entry_then_exact_positions_that_move() {
     )
     .await
     .err(StatusCode::CONFLICT, "ALREADY_JOINED");
-    let b_again = app
-        .send(
-            req(Method::POST, "/api/v1/queue/join")
-                .header(header::AUTHORIZATION, format!("Bearer {ADMIN}"))
-                .header(header::CONTENT_TYPE, "application/json")
-                .body(Body::from(
-                    json!({"event_id": "ev", "user_id": "bob"}).to_string(),
-                ))
-                .unwrap(),
-        )
-        .await
-        .ok();
+    let b_again = app.send(bob_by_site()).await.ok();
     assert_eq!(token(&b_again), token(&b));
     assert_eq!(b_again["position"], 1);
     assert_eq!(app.figures("ev").await["waiting"], 2);

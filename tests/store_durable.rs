@@ -419,6 +419,38 @@ async fn restart_keeps_invites_and_their_bindings() {
     );
 }
 
+/// Whether a place's user was proven survives a restart: after it, a proven place is still
+/// handed back to its proven user, and an unproven one is still replaced, not adopted.
+#[tokio::test]
+async fn restart_keeps_whether_a_place_was_proven() {
+    use waitroom::store::JoinRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let open = |t| -> Arc<dyn Store> {
+        Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, t).unwrap())
+    };
+    let as_user = |user: &str, proven: bool| JoinRequest {
+        user_id: Some(user.into()),
+        proven,
+        nonce: waitroom::tokens::random_u128(),
+        ..JoinRequest::default()
+    };
+    let (mine, squat) = {
+        let store = open(T0);
+        make_event(&store, "ev", serde_json::json!({"max_active": 1})).await;
+        let first = store.join("ev", &as_user("first", true), T0).await.unwrap();
+        assert_eq!(first.status, PlaceState::Admitted);
+        let mine = store.join("ev", &as_user("alice", true), T0).await.unwrap();
+        let squat = store.join("ev", &as_user("bob", false), T0).await.unwrap();
+        store.close().await.unwrap();
+        (mine, squat)
+    };
+    let store = open(T0 + S);
+    let again = store.join("ev", &as_user("alice", true), T0 + S).await;
+    assert_eq!(again.unwrap().key, mine.key);
+    let bob = store.join("ev", &as_user("bob", true), T0 + S).await;
+    assert_ne!(bob.unwrap().key, squat.key, "an unproven place was adopted");
+}
+
 #[cfg(unix)]
 #[tokio::test]
 async fn the_store_directory_and_files_are_private() {

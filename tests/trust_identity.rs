@@ -149,7 +149,17 @@ async fn a_known_user_id_does_not_hand_over_the_place() {
     let app = app();
     put_event(&app, "show", json!({"max_active": 1})).await;
     join(&app, json!({"event_id": "show"})).await.ok();
-    let victim = join(&app, json!({"event_id": "show", "user_id": "alice"})).await;
+    // Alice's place, joined for her by the site's backend with the server key.
+    let by_site = || {
+        call(
+            &app,
+            Method::POST,
+            "/api/v1/queue/join",
+            Some(json!({"event_id": "show", "user_id": "alice"})),
+            Some(ADMIN),
+        )
+    };
+    let victim = by_site().await;
     let token = victim.ok()["waiting_token"].as_str().unwrap().to_string();
     let attack = join(&app, json!({"event_id": "show", "user_id": "alice"})).await;
     attack.err(StatusCode::CONFLICT, "ALREADY_JOINED");
@@ -157,14 +167,7 @@ async fn a_known_user_id_does_not_hand_over_the_place() {
     let s = status(&app, &token).await;
     assert_eq!(s.ok()["position"], 1);
     // The site's backend, holding the server key, may get the place back for its user.
-    let site = call(
-        &app,
-        Method::POST,
-        "/api/v1/queue/join",
-        Some(json!({"event_id": "show", "user_id": "alice"})),
-        Some(ADMIN),
-    )
-    .await;
+    let site = by_site().await;
     assert_eq!(site.ok()["waiting_token"], token.as_str());
     // A wrong server key is refused outright, not treated as "no proof".
     let wrong = call(
@@ -176,6 +179,44 @@ async fn a_known_user_id_does_not_hand_over_the_place() {
     )
     .await;
     wrong.err(StatusCode::UNAUTHORIZED, "UNAUTHORIZED");
+}
+
+/// Squatting: a bare `user_id` join takes Alice's id before she comes. When she joins with
+/// a user token she must not be handed the squatter's place (whose token the squatter
+/// holds and could end or enter with): that place ends and she gets her own.
+#[tokio::test]
+async fn a_proven_join_does_not_adopt_a_place_squatted_by_a_bare_user_id() {
+    let app = app();
+    put_event(&app, "show", json!({"user_token_secret": SECRET})).await;
+    let squat = join(&app, json!({"event_id": "show", "user_id": "alice"})).await;
+    let squat_token = squat.ok()["waiting_token"].as_str().unwrap().to_string();
+    let t = hs256(SECRET, "alice", "show", T0 + 600_000);
+    let mine = join(&app, json!({"event_id": "show", "user_token": t})).await;
+    let my_token = mine.ok()["waiting_token"].as_str().unwrap().to_string();
+    assert_ne!(
+        my_token, squat_token,
+        "Alice was handed the squatter's place"
+    );
+    // The squatter's token no longer works, and leaving with it leaves Alice's place alone.
+    status(&app, &squat_token)
+        .await
+        .err(StatusCode::NOT_FOUND, "TOKEN_NOT_FOUND");
+    let left = call(
+        &app,
+        Method::POST,
+        "/api/v1/queue/leave",
+        Some(json!({"token": squat_token})),
+        None,
+    )
+    .await;
+    assert_eq!(left.status, StatusCode::OK, "{}", left.text);
+    status(&app, &my_token).await.ok();
+    // Alice's place is proven now: she gets it back, the squatter gets nothing.
+    let again = join(&app, json!({"event_id": "show", "user_token": t})).await;
+    assert_eq!(again.ok()["waiting_token"], my_token.as_str());
+    join(&app, json!({"event_id": "show", "user_id": "alice"}))
+        .await
+        .err(StatusCode::CONFLICT, "ALREADY_JOINED");
 }
 
 /// A signed user gets its own place back; forged, expired, misdirected, garbled and
@@ -464,11 +505,17 @@ async fn invite_codes_are_made_and_each_seats_one_person() {
     )
     .await
     .err(StatusCode::FORBIDDEN, "INVITE_INVALID");
-    let alice = join(
-        &app,
-        json!({"event_id": "vip", "user_id": "alice", "invite": codes[0]}),
-    )
-    .await;
+    // Alice, joined by the site's backend (proven): the code is bound to her.
+    let alice_by_site = || {
+        call(
+            &app,
+            Method::POST,
+            "/api/v1/queue/join",
+            Some(json!({"event_id": "vip", "user_id": "alice", "invite": codes[0]})),
+            Some(ADMIN),
+        )
+    };
+    let alice = alice_by_site().await;
     let token = alice.ok()["waiting_token"].clone();
     join(
         &app,
@@ -479,16 +526,50 @@ async fn invite_codes_are_made_and_each_seats_one_person() {
     join(&app, json!({"event_id": "vip", "invite": codes[0]}))
         .await
         .err(StatusCode::FORBIDDEN, "INVITE_INVALID");
-    // Alice again with her code: the identity rules decide (server key: her place back).
-    let back = call(
+    // Her id alone does not make a caller Alice.
+    join(
+        &app,
+        json!({"event_id": "vip", "user_id": "alice", "invite": codes[0]}),
+    )
+    .await
+    .err(StatusCode::FORBIDDEN, "INVITE_INVALID");
+    // Alice again with her code, proven: her place back.
+    let back = alice_by_site().await;
+    assert_eq!(back.ok()["waiting_token"], token);
+}
+
+/// An invite code used with a bare (unproven) `user_id` is bound to that place, not to the
+/// id: once the place ends, nobody (whoever claims the id) is seated with it again.
+#[tokio::test]
+async fn an_invite_used_with_a_bare_user_id_seats_one_person() {
+    let app = app();
+    put_event(&app, "vip", json!({"access": "invite"})).await;
+    let made = call(
         &app,
         Method::POST,
-        "/api/v1/queue/join",
-        Some(json!({"event_id": "vip", "user_id": "alice", "invite": codes[0]})),
+        "/api/v1/admin/events/vip/invites",
+        Some(json!({"count": 1})),
         Some(ADMIN),
     )
     .await;
-    assert_eq!(back.ok()["waiting_token"], token);
+    let code = made.ok()["codes"][0].as_str().unwrap().to_string();
+    let body = json!({"event_id": "vip", "user_id": "alice", "invite": code});
+    let first = join(&app, body.clone()).await;
+    let token = first.ok()["waiting_token"].as_str().unwrap().to_string();
+    let left = call(
+        &app,
+        Method::POST,
+        "/api/v1/queue/leave",
+        Some(json!({"token": token})),
+        None,
+    )
+    .await;
+    assert_eq!(left.body["removed"], true, "{}", left.text);
+    for _ in 0..3 {
+        join(&app, body.clone())
+            .await
+            .err(StatusCode::FORBIDDEN, "INVITE_INVALID");
+    }
 }
 
 /// Many people racing with one code through the API: exactly one is seated.

@@ -25,6 +25,8 @@ pub enum Effect {
         seq: u64,
         nonce: u128,
         user_id: Option<Box<str>>,
+        /// The joiner proved it is `user_id` (never for an anonymous place).
+        proven: bool,
         metadata: Option<Box<str>>,
         at: Millis,
     },

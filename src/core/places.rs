@@ -11,6 +11,10 @@ use super::{Millis, PlaceState};
 pub(super) struct Place {
     pub(super) nonce: u128,
     pub(super) user_id: Option<Box<str>>,
+    /// The joiner proved it is `user_id` (a user token or the server key). A proven join
+    /// ends an unproven place of the same user instead of adopting it: whoever made that
+    /// one only knew the id.
+    pub(super) proven: bool,
     pub(super) metadata: Option<Box<str>>,
     pub(super) joined_at: Millis,
     /// Last heartbeat: of the waiting page while waiting, of the session while active.
@@ -202,6 +206,7 @@ mod tests {
         let place = |u: &str| Place {
             nonce: 0,
             user_id: Some(u.into()),
+            proven: false,
             metadata: None,
             joined_at: 0,
             last_seen: 0,

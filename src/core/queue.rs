@@ -53,6 +53,9 @@ pub struct RestoredPlace {
     pub seq: u64,
     pub nonce: u128,
     pub user_id: Option<Box<str>>,
+    /// Whether the joiner proved it is `user_id`; records from before the flag existed read
+    /// as unproven.
+    pub proven: bool,
     pub metadata: Option<Box<str>>,
     pub joined_at: Millis,
     pub admitted_at: Option<Millis>,
@@ -95,7 +98,8 @@ pub struct EventQueue {
 pub struct JoinProof<'a> {
     /// The caller proved it is the user (a user token, or the site's server key). Only then
     /// does a repeat join get the user's live place back; otherwise it is `AlreadyJoined`,
-    /// so knowing someone's user id is not enough to take their place.
+    /// so knowing someone's user id is not enough to take their place. A proven join never
+    /// adopts an unproven place of its user either: it ends it and makes a new one.
     pub proven: bool,
     /// The invite code, for an invite-only event.
     pub invite: Option<&'a str>,
@@ -193,6 +197,7 @@ impl EventQueue {
             }
             let mut p = Place {
                 nonce: r.nonce,
+                proven: r.proven && r.user_id.is_some(),
                 user_id: r.user_id,
                 metadata: r.metadata,
                 joined_at: r.joined_at,
@@ -434,9 +439,13 @@ impl EventQueue {
     }
 
     /// Joins the queue, or returns the live place the user already holds (with its
-    /// heartbeat renewed) when the caller proved it is that user. A new place is admitted
-    /// at once when there is room, budget and nobody waiting ahead. An invite-only event
-    /// first checks the invite code; a new place binds an unused one for good.
+    /// heartbeat renewed) when the caller proved it is that user and that place was made
+    /// by a proven join too. A proven join that finds an unproven place of its user ends
+    /// it (`Left`: its tokens stop working, its slot or position is handed on) and makes a
+    /// new place at the back: whoever made the old one may only have known the user id.
+    /// A new place is admitted at once when there is room, budget and nobody waiting
+    /// ahead. An invite-only event first checks the invite code; a new place binds an
+    /// unused one for good: to the user when proven, else to the place itself.
     pub fn join(
         &mut self,
         nonce: u128,
@@ -447,43 +456,61 @@ impl EventQueue {
         fx: &mut Vec<Effect>,
     ) -> Result<PlaceView, QueueError> {
         self.advance(now, fx);
-        let bind = self.check_invite(user_id, proof.invite)?;
+        let proven = proof.proven && user_id.is_some();
+        let bind = self.check_invite(user_id, proof)?;
+        // An unproven place of this user that a proven join replaces.
+        let mut squatted = None;
         if let Some(seq) = user_id.and_then(|u| self.users.get(u, &self.places)) {
-            if !proof.proven {
+            if !proven {
                 return Err(QueueError::AlreadyJoined);
             }
             let p = self
                 .places
                 .get_mut(&seq)
                 .expect("user index points at live places");
-            if p.state == PlaceState::Waiting {
-                p.last_seen = now;
+            if p.proven {
+                if p.state == PlaceState::Waiting {
+                    p.last_seen = now;
+                }
+                return Ok(self.view(seq, now));
             }
-            return Ok(self.view(seq, now));
+            squatted = Some((seq, p.state));
         }
         if !self.config.accept_joins {
             return Err(QueueError::EventClosed);
         }
         if let Some(max) = self.config.max_queue_length {
-            if self.rank.len() >= u64::from(max) {
+            // The replaced place, if waiting, makes room for the new one.
+            let freed = matches!(squatted, Some((_, PlaceState::Waiting)));
+            if self.rank.len() - u64::from(freed) >= u64::from(max) {
                 return Err(QueueError::QueueFull);
             }
+        }
+        if let Some((seq, _)) = squatted {
+            // Its slot, if it held one, goes to the head of the queue by the `admit` below.
+            self.end(seq, EndReason::Left, now, now, fx);
         }
         let seq = self.next_seq;
         self.next_seq += 1;
         let user_id: Option<Box<str>> = user_id.map(Into::into);
         let metadata: Option<Box<str>> = metadata.map(Into::into);
-        self.insert_waiting(seq, nonce, user_id.clone(), metadata.clone(), now);
+        self.insert_waiting(seq, nonce, user_id.clone(), proven, metadata.clone(), now);
         self.joins += 1;
         fx.push(Effect::Joined {
             seq,
             nonce,
             user_id: user_id.clone(),
+            proven,
             metadata,
             at: now,
         });
         if let Some(code) = bind {
-            let holder = user_id.map_or(InviteHolder::Place(seq), InviteHolder::User);
+            // Bound to a user only when the joiner proved it is that user: a code bound to
+            // a bare user id would seat anyone who claims that id once the place ends.
+            let holder = match user_id {
+                Some(u) if proven => InviteHolder::User(u),
+                _ => InviteHolder::Place(seq),
+            };
             self.invites.insert(code.clone(), Some(holder.clone()));
             fx.push(Effect::InviteBound { code, holder });
         }
@@ -492,20 +519,21 @@ impl EventQueue {
     }
 
     /// The invite rule: `Ok(Some(code))` for an unused code that a new place will bind,
-    /// `Ok(None)` when no binding is due (a public event, or the code's own user again).
+    /// `Ok(None)` when no binding is due (a public event, or the code's own user again,
+    /// proven: the id alone does not make a caller that user).
     fn check_invite(
         &self,
         user_id: Option<&str>,
-        invite: Option<&str>,
+        proof: JoinProof<'_>,
     ) -> Result<Option<Box<str>>, QueueError> {
         if self.config.access != Access::Invite {
             return Ok(None);
         }
-        let code = invite.ok_or(QueueError::InviteRequired)?;
+        let code = proof.invite.ok_or(QueueError::InviteRequired)?;
         match self.invites.get(code) {
             None => Err(QueueError::InviteInvalid),
             Some(None) => Ok(Some(code.into())),
-            Some(Some(InviteHolder::User(u))) if Some(&**u) == user_id => Ok(None),
+            Some(Some(InviteHolder::User(u))) if proof.proven && Some(&**u) == user_id => Ok(None),
             Some(Some(_)) => Err(QueueError::InviteInvalid),
         }
     }
@@ -541,6 +569,7 @@ impl EventQueue {
         seq: u64,
         nonce: u128,
         user_id: Option<Box<str>>,
+        proven: bool,
         metadata: Option<Box<str>>,
         now: Millis,
     ) {
@@ -560,6 +589,7 @@ impl EventQueue {
         let mut p = Place {
             nonce,
             user_id,
+            proven,
             metadata,
             joined_at: now,
             last_seen: now,

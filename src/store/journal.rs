@@ -76,12 +76,39 @@ impl std::str::FromStr for Durability {
     }
 }
 
+/// A place's join record: the postcard fields below, then one byte of flags
+/// ([`JOIN_PROVEN`]). Records written before the flags byte existed end after `joined_at`
+/// and read as flags 0: their places count as unproven, so the user's next proven join
+/// replaces them rather than adopt a place whose maker we cannot know. (A prefix marker, as
+/// event records have, cannot tell the shapes apart here: the first field is the random
+/// nonce, whose varint may start with any byte. The end of the record can.)
 #[derive(Serialize, Deserialize)]
 struct JoinRec {
     nonce: u128,
     user_id: Option<String>,
     metadata: Option<String>,
     joined_at: Millis,
+}
+
+/// Join record flag: the joiner proved it is the place's user.
+const JOIN_PROVEN: u8 = 1;
+
+impl JoinRec {
+    fn encode(&self, proven: bool) -> Vec<u8> {
+        let mut out = enc(self);
+        out.push(if proven { JOIN_PROVEN } else { 0 });
+        out
+    }
+
+    /// The record and whether its place is proven.
+    fn decode(bytes: &[u8]) -> Result<(Self, bool), postcard::Error> {
+        let (rec, rest): (JoinRec, _) = postcard::take_from_bytes(bytes)?;
+        match rest {
+            [] => Ok((rec, false)),
+            [flags] => Ok((rec, flags & JOIN_PROVEN != 0)),
+            _ => Err(postcard::Error::DeserializeBadEncoding),
+        }
+    }
 }
 
 /// An event's record: its settings and counters.
@@ -509,11 +536,12 @@ fn recover(
             };
             match tail[8] {
                 KIND_JOINED => {
-                    let j: JoinRec = postcard::from_bytes(&v).map_err(|e| bad("join", e))?;
+                    let (j, proven) = JoinRec::decode(&v).map_err(|e| bad("join", e))?;
                     restored.push(RestoredPlace {
                         seq,
                         nonce: j.nonce,
                         user_id: j.user_id.map(Into::into),
+                        proven,
                         metadata: j.metadata.map(Into::into),
                         joined_at: j.joined_at,
                         admitted_at: None,
@@ -761,6 +789,7 @@ fn apply_effect(ops: &mut BTreeMap<Vec<u8>, Option<Vec<u8>>>, ev: &str, fx: Effe
             seq,
             nonce,
             user_id,
+            proven,
             metadata,
             at,
         } => {
@@ -770,7 +799,7 @@ fn apply_effect(ops: &mut BTreeMap<Vec<u8>, Option<Vec<u8>>>, ev: &str, fx: Effe
                 metadata: metadata.map(String::from),
                 joined_at: at,
             };
-            ops.insert(place_key(ev, seq, KIND_JOINED), Some(enc(&rec)));
+            ops.insert(place_key(ev, seq, KIND_JOINED), Some(rec.encode(proven)));
         }
         Effect::Admitted { seq, at } => {
             ops.insert(place_key(ev, seq, KIND_ADMITTED), Some(enc(&at)));
@@ -888,5 +917,31 @@ mod tests {
         // varint whose second byte is at most 6; the marker's is `W`.
         let longest = enc(&"\u{10FFFF}".repeat(200));
         assert!(longest[1] <= 6 && EVENT_REC_JSON[1] > 6);
+    }
+
+    #[test]
+    fn a_join_record_keeps_its_proof_and_an_old_one_reads_as_unproven() {
+        let rec = || JoinRec {
+            nonce: u128::MAX - 7,
+            user_id: Some("alice".into()),
+            metadata: Some("{}".into()),
+            joined_at: 42,
+        };
+        for proven in [false, true] {
+            let (back, p) = JoinRec::decode(&rec().encode(proven)).unwrap();
+            assert_eq!(p, proven);
+            assert_eq!((back.nonce, back.joined_at), (u128::MAX - 7, 42));
+            assert_eq!(back.user_id.as_deref(), Some("alice"));
+        }
+        // A record written before the flags byte: exactly the postcard fields.
+        let (back, proven) = JoinRec::decode(&enc(&rec())).unwrap();
+        assert!(!proven, "a place of unknown proof reads as unproven");
+        assert_eq!(back.metadata.as_deref(), Some("{}"));
+        let mut long = rec().encode(true);
+        long.push(0);
+        assert!(
+            JoinRec::decode(&long).is_err(),
+            "unknown trailing bytes are damage"
+        );
     }
 }

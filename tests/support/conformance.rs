@@ -29,7 +29,8 @@ macro_rules! store_conformance {
             update_never_creates, update_racing_delete_never_resurrects,
             event_changes_are_notices, unproven_repeat_join_is_refused,
             invites_seat_one_person_each, racing_joins_cannot_share_an_invite,
-            claims_are_single_use_until_expiry);
+            claims_are_single_use_until_expiry, proven_join_replaces_a_squatted_place,
+            unproven_invite_binds_the_place);
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
         $(
@@ -885,8 +886,135 @@ pub async fn unproven_repeat_join_is_refused(store: Arc<dyn Store>) {
     assert_ne!(a.key, b.key);
 }
 
+/// A bare user id squats nothing: a proven join of that user ends the unproven place
+/// (`Left`: its token stops working, its slot is handed on) and gets a new one at the back;
+/// a proven place is then returned to proven repeats only.
+pub async fn proven_join_replaces_a_squatted_place(store: Arc<dyn Store>) {
+    make_event(
+        &store,
+        "sq",
+        serde_json::json!({"max_active": 1, "max_queue_length": 2}),
+    )
+    .await;
+    // The squatter holds the one slot as "alice"; "bob" waits behind it.
+    let squat = store
+        .join("sq", &claim(Some("alice"), None), T0)
+        .await
+        .unwrap();
+    assert_eq!(squat.status, PlaceState::Admitted);
+    // It even entered: the session its access token names ends with the place.
+    let entered = store.enter("sq", squat.key, T0).await.unwrap();
+    assert_eq!(entered.status, PlaceState::Active);
+    let bob = join(&store, "sq", Some("bob"), T0).await;
+    assert_eq!(bob.position, Some(1));
+    let mine = join(&store, "sq", Some("alice"), T0 + S).await;
+    assert_ne!(
+        mine.key, squat.key,
+        "a proven join adopted an unproven place"
+    );
+    assert_eq!(
+        state(&store, "sq", squat.key, T0 + S).await,
+        Err(QueueError::TokenNotFound)
+    );
+    assert!(!store.leave("sq", squat.key, T0 + S).await.unwrap());
+    assert_eq!(
+        queue_err(store.session("sq", squat.key, T0 + S).await),
+        QueueError::NoSession
+    );
+    // The squatter's slot went to the head of the queue; Alice joined behind Bob.
+    assert_eq!(
+        state(&store, "sq", bob.key, T0 + S).await,
+        Ok(PlaceState::Admitted)
+    );
+    assert_eq!(mine.position, Some(1));
+    let figures = store.get_event("sq", T0 + S).await.unwrap().figures;
+    assert_eq!((figures.left, figures.joins), (1, 3));
+    // Now proven: a proven repeat gets it back, a bare id is refused.
+    assert_eq!(
+        join(&store, "sq", Some("alice"), T0 + S).await.key,
+        mine.key
+    );
+    assert_eq!(
+        queue_err(store.join("sq", &claim(Some("alice"), None), T0 + S).await),
+        QueueError::AlreadyJoined
+    );
+    // A waiting squatter's place makes room for the proven one in a full queue.
+    join(&store, "sq", Some("carol"), T0 + S).await;
+    let full = store.join("sq", &claim(Some("dan"), None), T0 + S).await;
+    assert_eq!(queue_err(full), QueueError::QueueFull);
+    assert!(store.leave("sq", mine.key, T0 + S).await.unwrap());
+    let squat2 = store
+        .join("sq", &claim(Some("dan"), None), T0 + S)
+        .await
+        .unwrap();
+    let dan = join(&store, "sq", Some("dan"), T0 + S).await;
+    assert_ne!(dan.key, squat2.key);
+    assert_eq!(dan.position, Some(2));
+    // A refused proven join ends nothing.
+    let more = serde_json::json!({"max_queue_length": 10});
+    store.put_event("sq", &patch(more), T0 + S).await.unwrap();
+    let squat3 = store
+        .join("sq", &claim(Some("erin"), None), T0 + S)
+        .await
+        .unwrap();
+    let closed = serde_json::json!({"accept_joins": false});
+    store.put_event("sq", &patch(closed), T0 + S).await.unwrap();
+    let erin = store.join("sq", &req(Some("erin")), T0 + S).await;
+    assert_eq!(queue_err(erin), QueueError::EventClosed);
+    assert_eq!(
+        state(&store, "sq", squat3.key, T0 + S).await,
+        Ok(PlaceState::Waiting)
+    );
+}
+
+/// An unproven join binds its invite code to its place, not to the bare user id it gave:
+/// once that place ends the code is spent, so one code seats one person. A proven join
+/// binds it to the user, who may come back with it, proven.
+pub async fn unproven_invite_binds_the_place(store: Arc<dyn Store>) {
+    make_event(&store, "vip", serde_json::json!({"access": "invite"})).await;
+    let codes: Vec<String> = ["k1", "k2"].map(String::from).to_vec();
+    store.add_invites("vip", &codes, T0).await.unwrap();
+    let first = store
+        .join("vip", &claim(Some("alice"), Some("k1")), T0)
+        .await
+        .unwrap();
+    assert!(store.leave("vip", first.key, T0).await.unwrap());
+    for _ in 0..3 {
+        assert_eq!(
+            queue_err(
+                store
+                    .join("vip", &claim(Some("alice"), Some("k1")), T0)
+                    .await
+            ),
+            QueueError::InviteInvalid
+        );
+    }
+    let mut proven = req(Some("alice"));
+    proven.invite = Some("k1".into());
+    assert_eq!(
+        queue_err(store.join("vip", &proven, T0).await),
+        QueueError::InviteInvalid
+    );
+    // Bound by a proven join: its user may return, proven; a bare id may not.
+    proven.invite = Some("k2".into());
+    let mine = store.join("vip", &proven, T0).await.unwrap();
+    assert!(store.leave("vip", mine.key, T0).await.unwrap());
+    assert_eq!(
+        queue_err(
+            store
+                .join("vip", &claim(Some("alice"), Some("k2")), T0)
+                .await
+        ),
+        QueueError::InviteInvalid
+    );
+    proven.nonce = random_u128();
+    let back = store.join("vip", &proven, T0).await.unwrap();
+    assert_ne!(back.key, mine.key);
+}
+
 /// An invite-only event: a join needs a known code; the first place made with a code
-/// binds it to its user (or to itself when anonymous); only that user may use it again.
+/// binds it to its user when proven (or to itself when not); only that user, proven, may
+/// use it again.
 pub async fn invites_seat_one_person_each(store: Arc<dyn Store>) {
     make_event(
         &store,
@@ -914,7 +1042,9 @@ pub async fn invites_seat_one_person_each(store: Arc<dyn Store>) {
         queue_err(j(Some("a"), Some("zz")).await),
         QueueError::InviteInvalid
     );
-    let a = j(Some("a"), Some("c1")).await.unwrap();
+    let mut proven_a = req(Some("a"));
+    proven_a.invite = Some("c1".into());
+    let a = store.join("inv", &proven_a, T0).await.unwrap();
     // Someone else with the same code is refused, with or without proof.
     assert_eq!(
         queue_err(j(Some("b"), Some("c1")).await),
@@ -930,13 +1060,11 @@ pub async fn invites_seat_one_person_each(store: Arc<dyn Store>) {
         queue_err(store.join("inv", &proven_b, T0).await),
         QueueError::InviteInvalid
     );
-    // The same person again: the identity rules apply (no proof, no place back).
+    // The same id again without proof: a code bound to a user seats that user only.
     assert_eq!(
         queue_err(j(Some("a"), Some("c1")).await),
-        QueueError::AlreadyJoined
+        QueueError::InviteInvalid
     );
-    let mut proven_a = req(Some("a"));
-    proven_a.invite = Some("c1".into());
     assert_eq!(store.join("inv", &proven_a, T0).await.unwrap().key, a.key);
     // An anonymous place binds its code to itself: nobody can use it again.
     j(None, Some("c2")).await.unwrap();
@@ -968,7 +1096,8 @@ pub async fn invites_seat_one_person_each(store: Arc<dyn Store>) {
     j(Some("e"), Some("c3")).await.unwrap();
     // Its user may come back with it after the place ended.
     assert!(store.leave("inv", a.key, T0).await.unwrap());
-    let back = j(Some("a"), Some("c1")).await.unwrap();
+    proven_a.nonce = random_u128();
+    let back = store.join("inv", &proven_a, T0).await.unwrap();
     assert_ne!(back.key, a.key);
     // A public event ignores codes; a deleted event forgets them.
     store.delete_event("inv").await.unwrap();

@@ -114,6 +114,8 @@ enum MState {
 struct MPlace {
     key: PlaceKey,
     user: Option<usize>,
+    /// Made by a join that proved its user.
+    proven: bool,
     state: MState,
     last_seen: Millis,
     admitted_at: Millis,
@@ -296,8 +298,17 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                     },
                     m.now,
                 )));
-                let waiting = m.waiting_indices().len() as u64;
-                let live = user.and_then(|u| m.live_place_of(u));
+                let mut waiting = m.waiting_indices().len() as u64;
+                let mut live = user.and_then(|u| m.live_place_of(u));
+                // A proven join does not adopt a place made without proof: it replaces it
+                // (when a new place can be made at all), at the back of the queue.
+                let squatted = live.filter(|&i| *proven && !m.places[i].proven);
+                if let Some(i) = squatted {
+                    live = None;
+                    if m.places[i].state == MState::Waiting {
+                        waiting -= 1;
+                    }
+                }
                 if live.is_some() && !proven {
                     // Knowing a user id is not enough: no place back, nothing renewed.
                     prop_assert_eq!(
@@ -331,9 +342,14 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                     let v = got.map_err(|e| {
                         TestCaseError::fail(format!("step {step}: join failed {e:?}"))
                     })?;
+                    if let Some(i) = squatted {
+                        prop_assert_ne!(v.key, m.places[i].key, "step {}: adopted", step);
+                        m.places[i].state = MState::Gone;
+                    }
                     m.places.push(MPlace {
                         key: v.key,
                         user: *user,
+                        proven: *proven && user.is_some(),
                         state: MState::Waiting,
                         last_seen: m.now,
                         admitted_at: 0,

@@ -192,6 +192,7 @@ fn effects(v: &Value, join: Option<&JoinRequest>, now: Millis) -> Result<Vec<Eff
                 seq,
                 nonce: join.map_or(0, |j| j.nonce),
                 user_id: join.and_then(|j| j.user_id.as_deref().map(Into::into)),
+                proven: join.is_some_and(|j| j.proven && j.user_id.is_some()),
                 metadata: join.and_then(|j| j.metadata.as_deref().map(Into::into)),
                 at,
             },

@@ -79,8 +79,9 @@ if OP == 'join' then
   advance()
   local user = nil
   if ARGV[4] == '1' then user = ARGV[5] end
+  local proven = user ~= nil and ARGV[8] == '1'
   -- The invite rule (EventQueue::check_invite): an unused code is bound by a new place
-  -- below; a used one admits only the user it seats.
+  -- below; a used one admits only the user it seats, proven.
   local bind = nil
   if redis.call('HGET', K_META, 'inv') == '1' then
     if ARGV[9] ~= '1' then return finish('INVITE_REQUIRED') end
@@ -88,28 +89,39 @@ if OP == 'join' then
     if not held then return finish('INVITE_INVALID') end
     if held == '' then
       bind = ARGV[10]
-    elseif not user or held ~= '=' .. user then
+    elseif not proven or held ~= '=' .. user then
       return finish('INVITE_INVALID')
     end
   end
+  -- An unproven place of this user that a proven join replaces (EventQueue::join).
+  local squat, squat_p = nil, nil
   if user then
     local seq = redis.call('HGET', K_USERS, user)
     if seq then
-      -- Only a caller who proved it is the user gets the place back.
-      if ARGV[8] ~= '1' then return finish('ALREADY_JOINED') end
+      -- Only a caller who proved it is the user gets the place back, and only a place
+      -- made by a proven join.
+      if not proven then return finish('ALREADY_JOINED') end
       local p = place(seq)
-      if p.state == 'w' then
-        redis.call('ZADD', K_WSEEN, 'XX', fmt(NOW), seq)
-        lower_nd(NOW + M.widle)
+      if p.proven then
+        if p.state == 'w' then
+          redis.call('ZADD', K_WSEEN, 'XX', fmt(NOW), seq)
+          lower_nd(NOW + M.widle)
+        end
+        return finish('OK', view(seq, p))
       end
-      return finish('OK', view(seq, p))
+      squat, squat_p = seq, p
     end
   end
   if M.accept ~= 1 then return finish('EVENT_CLOSED') end
-  if M.maxq > 0 and N_W >= M.maxq then return finish('QUEUE_FULL') end
+  local freed = 0
+  if squat_p and squat_p.state == 'w' then freed = 1 end
+  if M.maxq > 0 and N_W - freed >= M.maxq then return finish('QUEUE_FULL') end
+  -- Its slot, if it held one, goes to the head of the queue by the admit below.
+  if squat then end_place(squat, squat_p, FX_LEFT, NOW) end
   local seq = fmt(M.seq)
   set('seq', M.seq + 1)
-  local p = {nonce = ARGV[3], state = 'w', joined = NOW, adm = 0, ent = 0, user = user}
+  local p = {nonce = ARGV[3], state = 'w', joined = NOW, adm = 0, ent = 0, user = user,
+    proven = proven}
   redis.call('HSET', K_PLACES, seq, encode(p))
   redis.call('ZADD', K_RANK, seq, seq)
   redis.call('ZADD', K_WSEEN, fmt(NOW), seq)
@@ -117,7 +129,9 @@ if OP == 'join' then
   N_W = N_W + 1
   if user then redis.call('HSET', K_USERS, user, seq) end
   if ARGV[6] == '1' then redis.call('HSET', K_METADATA, seq, ARGV[7]) end
-  if bind then redis.call('HSET', K_INVITES, bind, user and ('=' .. user) or ('#' .. seq)) end
+  -- Bound to a user only when proven: a code bound to a bare id would seat anyone who
+  -- claims that id once the place ends.
+  if bind then redis.call('HSET', K_INVITES, bind, proven and ('=' .. user) or ('#' .. seq)) end
   set('joins', M.joins + 1)
   fx(FX_JOINED, seq, NOW)
   admit()

@@ -29,7 +29,8 @@
 -- K_WINDOW   LIST "at:count" of admissions in the last minute, oldest first
 -- K_METADATA HASH seq -> metadata JSON (only places that sent some)
 -- K_LEASE    STRING: holder of the periodic-work lease (node:epoch)
--- K_INVITES  HASH invite code -> '' while unused, '=' .. user id or '#' .. seq once it seats
+-- K_INVITES  HASH invite code -> '' while unused, '=' .. user id (bound by a proven join) or
+--            '#' .. seq (by an unproven one) once it seats
 --            someone (see the join in ops.lua)
 --
 -- The prelude also defines, from the Rust constants: RETENTION (EXPIRED_RETENTION_MS),
@@ -116,19 +117,22 @@ local function finish(code, payload)
 end
 
 -- A place record: nonce (16 raw bytes), state ('w' waiting, 'a' admitted, 's' in session),
--- then "joined,admitted,entered," and the user id ('=' .. id, empty for anonymous places).
--- Heartbeats live in the ZSET scores, so renewing one never rewrites the record.
+-- then "joined,admitted,entered," and the user id ('!' .. id when the joiner proved it is
+-- that user, '=' .. id when not, empty for anonymous places). Records from before the '!'
+-- form read as unproven. Heartbeats live in the ZSET scores, so renewing one never rewrites
+-- the record.
 local function parse(rec)
   local j, a, e, u = string.match(rec, '^(%d+),(%d+),(%d+),(.*)$', 18)
   local user = nil
   if u ~= '' then user = string.sub(u, 2) end
   return {nonce = string.sub(rec, 1, 16), state = string.sub(rec, 17, 17),
-    joined = tonumber(j), adm = tonumber(a), ent = tonumber(e), user = user}
+    joined = tonumber(j), adm = tonumber(a), ent = tonumber(e), user = user,
+    proven = string.sub(u, 1, 1) == '!'}
 end
 
 local function encode(p)
   local u = ''
-  if p.user then u = '=' .. p.user end
+  if p.user then u = (p.proven and '!' or '=') .. p.user end
   return p.nonce .. p.state .. fmt(p.joined) .. ',' .. fmt(p.adm) .. ',' .. fmt(p.ent) .. ',' .. u
 end
 
