@@ -238,3 +238,101 @@ fn log_failure(status: StatusCode, latency: Duration) {
         "response failed"
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::routing::{get, post};
+    use axum::Router;
+    use tower::ServiceExt as _;
+
+    /// The sum of `waitroom_http_requests_total` over the series of `method`, `route`,
+    /// `status` in Prometheus text.
+    fn requests(text: &str, method: &str, route: &str, status: u16) -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with("waitroom_http_requests_total{"))
+            .filter(|l| {
+                l.contains(&format!("method=\"{method}\""))
+                    && l.contains(&format!("route=\"{route}\""))
+                    && l.contains(&format!("status=\"{status}\""))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    async fn send(app: &Router, method: &str, path: &str, body: &'static str) -> StatusCode {
+        let req = axum::http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::CONTENT_LENGTH, body.len())
+            .body(Body::from(body))
+            .unwrap();
+        app.clone().oneshot(req).await.unwrap().status()
+    }
+
+    #[tokio::test]
+    async fn every_answer_counts_in_its_own_series() {
+        let metrics = crate::telemetry::prometheus();
+        let app = Router::new()
+            .route("/edge-test/{id}", post(|| async { "ok" }))
+            .route(
+                "/edge-test-panic",
+                get(|| async {
+                    if true {
+                        panic!("boom");
+                    }
+                    "unreachable"
+                }),
+            )
+            .route(
+                "/edge-test-slow",
+                get(|| async {
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    "late"
+                }),
+            )
+            .layer(EdgeLayer::new(16, Duration::from_millis(50), false));
+
+        // The same series twice (the second time from the handles kept), then the answers
+        // the layer makes itself: each in the series of its own status.
+        assert_eq!(
+            send(&app, "POST", "/edge-test/a", "{}").await,
+            StatusCode::OK
+        );
+        assert_eq!(
+            send(&app, "POST", "/edge-test/b", "{}").await,
+            StatusCode::OK
+        );
+        let big = "this body is longer than 16 bytes";
+        assert_eq!(
+            send(&app, "POST", "/edge-test/c", big).await,
+            StatusCode::PAYLOAD_TOO_LARGE
+        );
+        assert_eq!(
+            send(&app, "GET", "/edge-test-panic", "").await,
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+        assert_eq!(
+            send(&app, "GET", "/edge-test-slow", "").await,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(
+            send(&app, "BREW", "/edge-test-nowhere", "").await,
+            StatusCode::NOT_FOUND
+        );
+
+        let text = metrics.render();
+        let t = "/edge-test/{id}";
+        assert_eq!(requests(&text, "POST", t, 200), 2.0, "{text}");
+        assert_eq!(requests(&text, "POST", t, 413), 1.0, "{text}");
+        assert_eq!(requests(&text, "GET", "/edge-test-panic", 500), 1.0);
+        assert_eq!(requests(&text, "GET", "/edge-test-slow", 503), 1.0);
+        assert!(requests(&text, "OTHER", "unmatched", 404) >= 1.0, "{text}");
+        assert!(
+            !text.contains("route=\"/edge-test/a\""),
+            "raw paths leak into route labels"
+        );
+        assert!(text.contains("waitroom_http_request_duration_seconds_bucket{method=\"POST\",route=\"/edge-test/{id}\",status=\"413\""));
+    }
+}

@@ -26,12 +26,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::DefaultBodyLimit;
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware;
 use axum::routing::{get, post, put};
 use axum::{Extension, Router};
 use tower::ServiceBuilder;
-use tower_http::timeout::RequestBodyTimeoutLayer;
+use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutBody};
 use tower_http::trace::TraceLayer;
 
 use crate::app::AppState;
@@ -135,7 +136,12 @@ pub fn router_with_guard(state: AppState, limits: Limits, guard: Arc<guard::Guar
             !traced,
         ))
         .layer(DefaultBodyLimit::max(limits.max_body_bytes))
-        .layer(Extension(guard));
+        .layer(Extension(guard))
+        .layer(RequestBodyTimeoutLayer::new(limits.body_timeout))
+        // The body timeout changes the body type; the routes take axum's `Body` again. In
+        // the same stack rather than a layer of its own: each `Router::layer` wraps every
+        // route in one more boxed service, cloned on every request.
+        .map_request(|req: Request<TimeoutBody<Body>>| req.map(Body::new));
 
     let router = Router::new()
         .nest("/api/v1", api)
@@ -151,8 +157,6 @@ pub fn router_with_guard(state: AppState, limits: Limits, guard: Arc<guard::Guar
         // Both fallbacks before `.layer` so that they are measured and guarded too.
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        // A layer of its own: it changes the body type, which the stack below must not see.
-        .layer(RequestBodyTimeoutLayer::new(limits.body_timeout))
         .layer(layers);
     let router = if traced {
         router.layer(TraceLayer::new_for_http())
