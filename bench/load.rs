@@ -1015,6 +1015,8 @@ struct Round {
     /// left out).
     ceiling: f64,
     ceiling_axum: f64,
+    /// Server CPU µs per request: ceiling, healthz, join, status.
+    cpu_us: [f64; 4],
     healthz: f64,
     join: f64,
     status: f64,
@@ -1052,6 +1054,11 @@ fn print_ceiling_ratios(rounds: &[Round]) {
             durability: l.clone(),
             ceiling: best(|r| r.ceiling),
             ceiling_axum: best(|r| r.ceiling_axum),
+            cpu_us: [0, 1, 2, 3].map(|k| {
+                mine.iter()
+                    .map(|r| r.cpu_us[k])
+                    .fold(f64::INFINITY, f64::min)
+            }),
             healthz: best(|r| r.healthz),
             join: best(|r| r.join),
             status: best(|r| r.status),
@@ -1074,6 +1081,32 @@ fn print_ceiling_ratios(rounds: &[Round]) {
                 r.join / r.ceiling,
                 r.status / r.healthz,
                 r.join / r.healthz
+            );
+        }
+    }
+    // Other tenants disturb the CPU a request costs far less than the rates.
+    println!("\n### server CPU per request, µs, and the ceiling's cost as a share of it\n");
+    println!("| durability | round | ceiling µs | healthz µs | status µs | join µs | ceiling / healthz | ceiling / status | ceiling / join |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    for l in &labels {
+        let mine: Vec<&Round> = rounds.iter().filter(|r| &r.durability == l).collect();
+        let low = |k: usize| {
+            mine.iter()
+                .map(|r| r.cpu_us[k])
+                .fold(f64::INFINITY, f64::min)
+        };
+        let lowest = [low(0), low(1), low(2), low(3)];
+        let rows = mine
+            .iter()
+            .enumerate()
+            .map(|(i, r)| ((i + 1).to_string(), r.cpu_us))
+            .chain(std::iter::once(("lowest of rounds".to_string(), lowest)));
+        for (n, [c, h, j, st]) in rows {
+            println!(
+                "| {l} | {n} | {c:.1} | {h:.1} | {st:.1} | {j:.1} | {:.2} | {:.2} | {:.2} |",
+                c / h,
+                c / st,
+                c / j
             );
         }
     }
@@ -1144,6 +1177,8 @@ async fn suite(a: SuiteArgs) -> Result<()> {
         .await?;
         for r in 1..=a.rounds {
             let mut ceilings = [0.0; 2];
+            // Server CPU µs per request: ceiling, healthz, join, status.
+            let mut cpu = [0.0; 4];
             for (i, rf) in refs.iter().enumerate() {
                 common::settle(settle, 0.3).await;
                 let mut p = rf
@@ -1155,6 +1190,9 @@ async fn suite(a: SuiteArgs) -> Result<()> {
                     )
                     .await?;
                 ceilings[i] = p.rps();
+                if i == 0 {
+                    cpu[0] = cpu_per_request(&p);
+                }
                 print_closed(&mut p);
             }
             let mut rates = [0.0; 3];
@@ -1179,12 +1217,14 @@ async fn suite(a: SuiteArgs) -> Result<()> {
                 )
                 .await?;
                 rates[i] = p.rps();
+                cpu[i + 1] = cpu_per_request(&p);
                 print_closed(&mut p);
             }
             rounds.push(Round {
                 durability: label.clone(),
                 ceiling: ceilings[0],
                 ceiling_axum: ceilings[1],
+                cpu_us: cpu,
                 healthz: rates[0],
                 join: rates[1],
                 status: rates[2],
