@@ -819,7 +819,7 @@ async fn ceiling(a: CeilingArgs) -> Result<()> {
         cpu.push(cpu_row);
     }
     println!("\n### /healthz as a ratio of the ceiling (goal ≥ 0.85)\n");
-    print_ceiling_table(&servers, &rates, "req/s", |v| thousands(v), false);
+    print_ceiling_table(&servers, &rates, "req/s", thousands, false);
     println!("\n### server CPU per request, µs (the ratio is ceiling / server: 1 is free)\n");
     print_ceiling_table(&servers, &cpu, "µs", |v| format!("{v:.1}"), true);
     Ok(())
