@@ -603,21 +603,36 @@ impl ServerProc {
                 (d.clone(), Some(d))
             }
         };
-        let log_path = dir.with_extension("server.log");
-        let log = std::fs::File::create(&log_path)
-            .with_context(|| format!("creating {}", log_path.display()))?;
-        let started = Instant::now();
-        let mut child = Command::new(bin)
-            .args(["serve", "--listen", "127.0.0.1:0", "--no-demo"])
+        let mut cmd = Command::new(bin);
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--no-demo"])
             .arg("--data-dir")
             .arg(&dir)
             .args(["--durability", durability, "--admin-token", admin_token])
-            .args(extra)
+            .args(extra);
+        Self::spawn(cmd, &dir.with_extension("server.log"), temp_dir)
+    }
+
+    /// Starts `bin args…`, any program that prints `listening on http://ADDR` once it
+    /// serves (the reference server of `waitroom-bench`, for one), logging to a temporary
+    /// file.
+    pub fn start_command(bin: &Path, args: &[&str]) -> Result<ServerProc> {
+        let dir = fresh_temp_dir("ref")?;
+        let mut cmd = Command::new(bin);
+        cmd.args(args);
+        Self::spawn(cmd, &dir.with_extension("server.log"), Some(dir))
+    }
+
+    /// Spawns `cmd` and waits for its `listening on` line.
+    fn spawn(mut cmd: Command, log_path: &Path, temp_dir: Option<PathBuf>) -> Result<ServerProc> {
+        let log = std::fs::File::create(log_path)
+            .with_context(|| format!("creating {}", log_path.display()))?;
+        let started = Instant::now();
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))
             .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?;
+            .with_context(|| format!("starting {:?}", cmd.get_program()))?;
         let stdout = child.stdout.take().expect("piped");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {

@@ -7,7 +7,15 @@
 //! target/release/waitroom-bench run --scenario status --rate 10000   # open loop, fixed rate
 //! target/release/waitroom-bench run --url http://127.0.0.1:8080 --admin-token T --scenario healthz
 //! target/release/waitroom-bench limits --phase 3 --rounds 2   # per-client limits on vs off
+//! target/release/waitroom-bench ceiling --bins target/release/waitroom,/tmp/other-build
 //! ```
+//!
+//! **The ceiling**: a reference server, this binary's hidden `reference-serve` command,
+//! answers `GET /healthz` with the server's body from a bare axum route, on the server's
+//! runtime settings, through the server's own serving loop (and, as a second figure, through
+//! `axum::serve`). `suite` measures it in every round beside the server and reports every
+//! figure also as a ratio of it; `ceiling` puts the /healthz of one or more server builds
+//! beside it.
 //!
 //! Unless `--url` names a running server, each run starts the release `waitroom` binary as a
 //! child (`--listen 127.0.0.1:0`, a temporary `--data-dir`, `--no-demo`), creates its own
@@ -63,6 +71,56 @@ enum Cmd {
     /// limits on (quotas too large to refuse anything, so every request pays the whole
     /// check) and `--rate-limits off`, interleaved round by round.
     Limits(LimitsArgs),
+    /// The ceiling against /healthz: the reference server (a bare axum route, through the
+    /// server's serving loop and through `axum::serve`) and the /healthz of one or more
+    /// server binaries, interleaved round by round.
+    Ceiling(CeilingArgs),
+    /// The reference server itself (started by the other commands as a child): `GET
+    /// /healthz` answering what the server answers, with no middleware, on the server's
+    /// runtime settings. Prints `listening on http://ADDR`.
+    #[command(hide = true)]
+    ReferenceServe(ReferenceArgs),
+}
+
+/// The serving loop of the reference server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ServeLoop {
+    /// The server's own loop (`waitroom::server::serve_router`: hyper-util's connection
+    /// builder, header timeouts, connection caps, `TCP_NODELAY`).
+    Server,
+    /// `axum::serve` with `TCP_NODELAY`.
+    Axum,
+}
+
+impl ServeLoop {
+    fn label(self) -> &'static str {
+        match self {
+            ServeLoop::Server => "ceiling",
+            ServeLoop::Axum => "ceiling axum::serve",
+        }
+    }
+}
+
+#[derive(Args)]
+struct ReferenceArgs {
+    #[arg(long, value_enum, default_value_t = ServeLoop::Server)]
+    serve_loop: ServeLoop,
+}
+
+#[derive(Args)]
+struct CeilingArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Server binaries whose /healthz is measured (default: `waitroom` next to this one).
+    #[arg(long, value_delimiter = ',')]
+    bins: Vec<std::path::PathBuf>,
+    #[arg(long, default_value_t = 64)]
+    connections: usize,
+    /// Seconds measured per phase.
+    #[arg(long, default_value_t = 3.0)]
+    phase: f64,
+    #[arg(long, default_value_t = 2)]
+    rounds: usize,
 }
 
 #[derive(Args)]
@@ -159,6 +217,9 @@ struct SuiteArgs {
     /// Durabilities to measure (servers we start only).
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Durability::Sync, Durability::Relaxed])]
     durability: Vec<Durability>,
+    /// Leave out the reference server (the ceiling) and the ratios to it.
+    #[arg(long)]
+    no_ceiling: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -586,6 +647,230 @@ impl Server {
     }
 }
 
+/// The reference server (the ceiling), started as a child of this process: `GET /healthz`
+/// answering the server's own body, with no middleware at all.
+struct Reference {
+    target: Target,
+    pid: u32,
+    serve_loop: ServeLoop,
+    _proc: ServerProc,
+}
+
+impl Reference {
+    fn start(serve_loop: ServeLoop) -> Result<Reference> {
+        let me = std::env::current_exe().context("locating the bench binary")?;
+        let lp = match serve_loop {
+            ServeLoop::Server => "server",
+            ServeLoop::Axum => "axum",
+        };
+        let proc = ServerProc::start_command(&me, &["reference-serve", "--serve-loop", lp])?;
+        Ok(Reference {
+            target: proc.target.clone(),
+            pid: proc.pid(),
+            serve_loop,
+            _proc: proc,
+        })
+    }
+
+    /// Both serving loops.
+    fn start_both() -> Result<Vec<Reference>> {
+        [ServeLoop::Server, ServeLoop::Axum]
+            .into_iter()
+            .map(Reference::start)
+            .collect()
+    }
+
+    /// One closed-loop /healthz phase against it.
+    async fn measure(
+        &self,
+        label: String,
+        connections: usize,
+        warmup: Duration,
+        dur: Duration,
+    ) -> Result<Phase> {
+        let w = Arc::new(Workload::new(
+            &self.target,
+            Scenario::Healthz,
+            "",
+            Arc::default(),
+        ));
+        closed_loop(
+            &self.target,
+            Some(self.pid),
+            w,
+            label,
+            connections,
+            warmup,
+            dur,
+        )
+        .await
+    }
+}
+
+/// `reference-serve`: the reference server's process. Its runtime is the server's
+/// (`#[tokio::main]`: one worker per core), its route answers what the server's /healthz
+/// answers, and `--serve-loop server` serves it through the server's own connection loop
+/// (`TCP_NODELAY`, header timeouts, caps): only the route stack differs from the server.
+fn reference_serve(a: ReferenceArgs) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let app = axum::Router::new().route(
+            "/healthz",
+            axum::routing::get(|| async {
+                axum::Json(waitroom::http::body::Health { status: "ok" })
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        println!("listening on http://{}", listener.local_addr()?);
+        match a.serve_loop {
+            ServeLoop::Server => {
+                let settings = waitroom::config::Settings::default();
+                waitroom::server::serve_router(listener, app, &settings, std::future::pending())
+                    .await
+            }
+            ServeLoop::Axum => {
+                use axum::serve::ListenerExt as _;
+                let listener = listener.tap_io(|tcp| {
+                    let _ = tcp.set_nodelay(true);
+                });
+                axum::serve(listener, app).await?;
+                Ok(())
+            }
+        }
+    })
+}
+
+/// `ceiling`: the reference server (both loops) and the /healthz of each binary, round by
+/// round, with each rate as a ratio of the ceiling.
+async fn ceiling(a: CeilingArgs) -> Result<()> {
+    let c = &a.common;
+    if c.url.is_some() {
+        bail!("`ceiling` starts its own servers; --url is not supported");
+    }
+    let warmup = Duration::from_secs_f64(c.warmup);
+    let phase = Duration::from_secs_f64(a.phase);
+    let bins = if a.bins.is_empty() {
+        vec![common::default_server_bin()?]
+    } else {
+        a.bins.clone()
+    };
+    let refs = Reference::start_both()?;
+    let mut servers = Vec::new();
+    for (i, bin) in bins.iter().enumerate() {
+        let admin = random_token();
+        let proc = ServerProc::start(bin, None, Durability::Sync.name(), &admin)?;
+        let name = bin.file_name().map_or_else(
+            || format!("server {i}"),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        servers.push((name, proc));
+    }
+    println!(
+        "waitroom-bench ceiling: {} connections, {} s per phase, {} rounds",
+        a.connections, a.phase, a.rounds
+    );
+    print_closed_header();
+    // rates[round] = ceilings (per loop) then each server's /healthz; cpu the same, as the
+    // server's CPU µs per request (which other tenants of the machine disturb far less).
+    let mut rates: Vec<Vec<f64>> = Vec::new();
+    let mut cpu: Vec<Vec<f64>> = Vec::new();
+    for r in 1..=a.rounds {
+        let mut row = Vec::new();
+        let mut cpu_row = Vec::new();
+        for rf in &refs {
+            common::settle(Duration::from_secs(2), 0.3).await;
+            let mut p = rf
+                .measure(
+                    format!("{} r{r}", rf.serve_loop.label()),
+                    a.connections,
+                    warmup,
+                    phase,
+                )
+                .await?;
+            row.push(p.rps());
+            cpu_row.push(cpu_per_request(&p));
+            print_closed(&mut p);
+        }
+        for (name, proc) in &servers {
+            common::settle(Duration::from_secs(2), 0.3).await;
+            let w = Arc::new(Workload::new(
+                &proc.target,
+                Scenario::Healthz,
+                "",
+                Arc::default(),
+            ));
+            let mut p = closed_loop(
+                &proc.target,
+                Some(proc.pid()),
+                w,
+                format!("healthz {name} r{r}"),
+                a.connections,
+                warmup,
+                phase,
+            )
+            .await?;
+            row.push(p.rps());
+            cpu_row.push(cpu_per_request(&p));
+            print_closed(&mut p);
+        }
+        rates.push(row);
+        cpu.push(cpu_row);
+    }
+    println!("\n### /healthz as a ratio of the ceiling (goal ≥ 0.85)\n");
+    print_ceiling_table(&servers, &rates, "req/s", thousands, false);
+    println!("\n### server CPU per request, µs (the ratio is ceiling / server: 1 is free)\n");
+    print_ceiling_table(&servers, &cpu, "µs", |v| format!("{v:.1}"), true);
+    Ok(())
+}
+
+/// The server's CPU µs per answered request in a phase.
+fn cpu_per_request(p: &Phase) -> f64 {
+    p.cpu.server.unwrap_or(0.0) / p.rps().max(1.0) * 1e6
+}
+
+/// One table of `ceiling`: per round, then the best (highest rate, or lowest cost).
+fn print_ceiling_table(
+    servers: &[(String, ServerProc)],
+    vals: &[Vec<f64>],
+    unit: &str,
+    fmt: impl Fn(f64) -> String,
+    cost: bool,
+) {
+    let mut head = format!("| round | ceiling {unit} | ceiling axum::serve {unit} |");
+    let mut rule = String::from("|---|---:|---:|");
+    for (name, _) in servers {
+        head.push_str(&format!(" {name} {unit} | {name} / ceiling |"));
+        rule.push_str("---:|---:|");
+    }
+    println!("{head}\n{rule}");
+    let n = vals.first().map_or(0, Vec::len);
+    let best: Vec<f64> = (0..n)
+        .map(|k| {
+            let it = vals.iter().map(|r| r[k]);
+            if cost {
+                it.fold(f64::INFINITY, f64::min)
+            } else {
+                it.fold(0.0, f64::max)
+            }
+        })
+        .collect();
+    let rows = vals
+        .iter()
+        .enumerate()
+        .map(|(i, r)| ((i + 1).to_string(), r))
+        .chain(std::iter::once(("best".to_string(), &best)));
+    for (label, r) in rows {
+        let mut line = format!("| {label} | {} | {} |", fmt(r[0]), fmt(r[1]));
+        for v in &r[2..] {
+            let ratio = if cost { r[0] / v } else { v / r[0] };
+            line.push_str(&format!(" {} | {ratio:.2} |", fmt(*v)));
+        }
+        println!("{line}");
+    }
+}
+
 // ---- output ----------------------------------------------------------------------------
 
 fn print_closed_header() {
@@ -726,6 +1011,12 @@ async fn run(a: RunArgs) -> Result<()> {
 /// One round of the throughput part of the suite.
 struct Round {
     durability: String,
+    /// The reference server through the server's loop and through `axum::serve` (0 when
+    /// left out).
+    ceiling: f64,
+    ceiling_axum: f64,
+    /// Server CPU µs per request: ceiling, healthz, join, status.
+    cpu_us: [f64; 4],
     healthz: f64,
     join: f64,
     status: f64,
@@ -748,6 +1039,79 @@ fn verdict(ok: bool) -> &'static str {
     }
 }
 
+/// Every figure of the suite as a ratio of the ceiling (the reference server through the
+/// server's loop) and of /healthz, round by round and best of rounds.
+fn print_ceiling_ratios(rounds: &[Round]) {
+    println!("\n### against the ceiling (goal: healthz ≥ 0.85 × ceiling)\n");
+    println!("| durability | round | ceiling req/s | ceiling axum::serve req/s | healthz req/s | status req/s | join req/s | healthz / ceiling | status / ceiling | join / ceiling | status / healthz | join / healthz |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut labels: Vec<String> = rounds.iter().map(|r| r.durability.clone()).collect();
+    labels.dedup();
+    for l in &labels {
+        let mine: Vec<&Round> = rounds.iter().filter(|r| &r.durability == l).collect();
+        let best = |f: fn(&Round) -> f64| mine.iter().map(|r| f(r)).fold(0.0, f64::max);
+        let best_round = Round {
+            durability: l.clone(),
+            ceiling: best(|r| r.ceiling),
+            ceiling_axum: best(|r| r.ceiling_axum),
+            cpu_us: [0, 1, 2, 3].map(|k| {
+                mine.iter()
+                    .map(|r| r.cpu_us[k])
+                    .fold(f64::INFINITY, f64::min)
+            }),
+            healthz: best(|r| r.healthz),
+            join: best(|r| r.join),
+            status: best(|r| r.status),
+        };
+        let rows = mine
+            .iter()
+            .enumerate()
+            .map(|(i, r)| ((i + 1).to_string(), *r))
+            .chain(std::iter::once(("best of rounds".to_string(), &best_round)));
+        for (n, r) in rows {
+            println!(
+                "| {l} | {n} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                thousands(r.ceiling),
+                thousands(r.ceiling_axum),
+                thousands(r.healthz),
+                thousands(r.status),
+                thousands(r.join),
+                r.healthz / r.ceiling,
+                r.status / r.ceiling,
+                r.join / r.ceiling,
+                r.status / r.healthz,
+                r.join / r.healthz
+            );
+        }
+    }
+    // Other tenants disturb the CPU a request costs far less than the rates.
+    println!("\n### server CPU per request, µs, and the ceiling's cost as a share of it\n");
+    println!("| durability | round | ceiling µs | healthz µs | status µs | join µs | ceiling / healthz | ceiling / status | ceiling / join |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    for l in &labels {
+        let mine: Vec<&Round> = rounds.iter().filter(|r| &r.durability == l).collect();
+        let low = |k: usize| {
+            mine.iter()
+                .map(|r| r.cpu_us[k])
+                .fold(f64::INFINITY, f64::min)
+        };
+        let lowest = [low(0), low(1), low(2), low(3)];
+        let rows = mine
+            .iter()
+            .enumerate()
+            .map(|(i, r)| ((i + 1).to_string(), r.cpu_us))
+            .chain(std::iter::once(("lowest of rounds".to_string(), lowest)));
+        for (n, [c, h, j, st]) in rows {
+            println!(
+                "| {l} | {n} | {c:.1} | {h:.1} | {st:.1} | {j:.1} | {:.2} | {:.2} | {:.2} |",
+                c / h,
+                c / st,
+                c / j
+            );
+        }
+    }
+}
+
 async fn suite(a: SuiteArgs) -> Result<()> {
     let c = &a.common;
     let warmup = Duration::from_secs_f64(c.warmup);
@@ -762,6 +1126,12 @@ async fn suite(a: SuiteArgs) -> Result<()> {
     if c.places == 0 {
         bail!("--places must be positive: the status phases poll those places");
     }
+    // The ceiling is measured only next to servers on this machine.
+    let refs = if a.no_ceiling || c.url.is_some() {
+        Vec::new()
+    } else {
+        Reference::start_both()?
+    };
     let mut rounds = Vec::new();
     let mut open_rows: Vec<(String, Pcts, f64)> = Vec::new();
     let started = Instant::now();
@@ -806,6 +1176,25 @@ async fn suite(a: SuiteArgs) -> Result<()> {
         )
         .await?;
         for r in 1..=a.rounds {
+            let mut ceilings = [0.0; 2];
+            // Server CPU µs per request: ceiling, healthz, join, status.
+            let mut cpu = [0.0; 4];
+            for (i, rf) in refs.iter().enumerate() {
+                common::settle(settle, 0.3).await;
+                let mut p = rf
+                    .measure(
+                        format!("{} ({label}) r{r}", rf.serve_loop.label()),
+                        a.connections,
+                        warmup,
+                        phase,
+                    )
+                    .await?;
+                ceilings[i] = p.rps();
+                if i == 0 {
+                    cpu[0] = cpu_per_request(&p);
+                }
+                print_closed(&mut p);
+            }
             let mut rates = [0.0; 3];
             for (i, (s, ev)) in [
                 (Scenario::Healthz, ""),
@@ -828,10 +1217,14 @@ async fn suite(a: SuiteArgs) -> Result<()> {
                 )
                 .await?;
                 rates[i] = p.rps();
+                cpu[i + 1] = cpu_per_request(&p);
                 print_closed(&mut p);
             }
             rounds.push(Round {
                 durability: label.clone(),
+                ceiling: ceilings[0],
+                ceiling_axum: ceilings[1],
+                cpu_us: cpu,
                 healthz: rates[0],
                 join: rates[1],
                 status: rates[2],
@@ -919,6 +1312,9 @@ async fn suite(a: SuiteArgs) -> Result<()> {
             st / h,
             verdict(st / h >= 0.7)
         );
+    }
+    if !refs.is_empty() {
+        print_ceiling_ratios(&rounds);
     }
     println!(
         "\n### latency at {}/s (budget: p99 ≤ 5 ms for join and status)\n",
@@ -1141,10 +1537,13 @@ async fn limiter_micro() {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    let threads = match &cli.cmd {
-        Cmd::Run(a) => a.common.threads,
-        Cmd::Suite(a) => a.common.threads,
-        Cmd::Limits(a) => a.common.threads,
+    let threads = match cli.cmd {
+        Cmd::Run(ref a) => a.common.threads,
+        Cmd::Suite(ref a) => a.common.threads,
+        Cmd::Limits(ref a) => a.common.threads,
+        Cmd::Ceiling(ref a) => a.common.threads,
+        // Its own runtime: the server's settings, not the load generator's.
+        Cmd::ReferenceServe(a) => return reference_serve(a),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads.max(1))
@@ -1155,6 +1554,8 @@ fn main() -> Result<()> {
             Cmd::Run(a) => run(a).await,
             Cmd::Suite(a) => suite(a).await,
             Cmd::Limits(a) => limits(a).await,
+            Cmd::Ceiling(a) => ceiling(a).await,
+            Cmd::ReferenceServe(_) => unreachable!("handled above"),
         }
     })
 }

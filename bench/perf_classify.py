@@ -27,7 +27,7 @@ rules=[
  ("journal hand-off: std mpsc channel (futex wakes)", r'^std::sync::mpmc'),
  ("TCP send/recv on loopback (kernel)", r'^(tcp_|sock_|__tcp|inet_|ip_|__ip|__dev_queue_xmit|net_rx|__netif|do_writev|vfs_writev|__GI___writev|__libc_recv|__sys_recvfrom|skb_|__skb|loopback|__sys_sendto|sk_|release_sock|lock_sock)'),
  ("thread park/wake, epoll, scheduling", r'^(futex|__x64_sys_futex|do_futex|try_to_wake_up|wake_up|__wake_up|schedule|__schedule|finish_task_switch|epoll|do_epoll|ep_|eventfd|do_sched_yield|__x64_sys_sched_yield|irqentry_exit|exit_to_user_mode|syscall_exit|tokio::runtime::park|tokio::runtime::scheduler|parking_lot|std::thread::park|tokio::runtime::driver|tokio::runtime::io|__GI___sched_yield|sched_yield)'),
- ("metrics (histogram + counters with labels)", r'^(metrics|metrics_util|metrics_exporter_prometheus)::|AtomicBucket|^waitroom::telemetry|^waitroom::http::ops::track_metrics'),
+ ("metrics (histogram + counters with labels)", r'^(metrics|metrics_util|metrics_exporter_prometheus)::|AtomicBucket|^waitroom::telemetry|^waitroom::http::ops::track_metrics|^waitroom::http::edge::finish'),
  ("JSON (serde_json)", r'^serde_json::|^serde::|^serde_core::'),
  ("tokens: HMAC-SHA256, getrandom, base64", r'^(sha2|hmac|getrandom|base64|waitroom::tokens|crng_|get_random|__GI___getrandom|chacha|__x64_sys_getrandom)'),
  ("queue rules + store (core, embedded, hash maps)", r'^(waitroom::core|waitroom::store::embedded|hashbrown|core::hash::sip|std::collections::hash|waitroom::store::notices_of)'),

@@ -148,6 +148,21 @@ pub async fn run(
     served.and(closed)
 }
 
+/// Serves `app` on `listener` through the server's own connection handling (the caps and
+/// timeouts of `settings`, `TCP_NODELAY`, HTTP/1 and HTTP/2) until `shutdown`. The load
+/// generator serves its reference route through it, so that its ceiling differs from the
+/// server in the route stack only.
+pub async fn serve_router(
+    listener: TcpListener,
+    app: axum::Router,
+    settings: &Settings,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let caps = ConnectionCaps::new(settings);
+    let streams_stop = Arc::new(tokio::sync::watch::channel(false).0);
+    serve(listener, app, settings, caps, shutdown, streams_stop).await
+}
+
 /// The caps on open connections: in total, and per client address.
 struct ConnectionCaps {
     total: usize,

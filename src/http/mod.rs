@@ -3,7 +3,7 @@
 //!
 //! - [`queue`]: the end-user API under `/api/v1` (join, status, enter, leave, verify, …).
 //! - [`admin`]: the admin API under `/api/v1/admin`, behind the admin bearer token.
-//! - [`ops`]: `/healthz`, `/readyz`, `/metrics`, and the request-metrics middleware.
+//! - [`ops`]: `/healthz`, `/readyz`, `/metrics`.
 //! - [`live`]: live updates of one place, `/queue/ws` (WebSocket) and `/queue/events` (SSE).
 //! - [`pages`]: the embedded pages (`/`, `/wait/{event_id}`, `/demo/booking`, `/admin`) and
 //!   the public event list they read (`/api/v1/events`).
@@ -12,30 +12,27 @@
 //! - [`error`]: [`AppError`], the one mapping from failures to statuses and codes.
 //! - [`extract`]: extractors whose rejections are `AppError`s, so that no malformed request
 //!   ever gets axum's plain-text answer.
-//!
 //! - [`guard`]: per-client limits (who the client is, 429s) and the live-stream cap.
+//! - [`edge`]: the one layer around every route (metrics, size check, timeout, panics).
 //!
-//! Around every route, from the outside in: tracing, metrics, a declared-size check (a
-//! `Content-Length` over the limit answers `413 PAYLOAD_TOO_LARGE` before any body is
-//! read), a request timeout (a stuck store answers `503 UNAVAILABLE` instead of hanging the
-//! client), panic catching (a bug answers a JSON 500 instead of dropping the connection), a
-//! body-read timeout (a body trickled byte by byte is cut off), and a body size limit for
-//! bodies without a declared length.
+//! Around every route, from the outside in: tracing (tower-http's per-request span, only
+//! when debug logging is on), then [`edge`] (metrics, a declared-size check: a
+//! `Content-Length` over the limit answers `413 PAYLOAD_TOO_LARGE` before any body is read;
+//! a request timeout: a stuck store answers `503 UNAVAILABLE` instead of hanging the client;
+//! panic catching: a bug answers a JSON 500 instead of dropping the connection), a body
+//! size limit for bodies without a declared length, and a body-read timeout (a body
+//! trickled byte by byte is cut off).
 
-use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::error_handling::HandleErrorLayer;
-use axum::extract::DefaultBodyLimit;
-use axum::http::header;
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware;
-use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
-use axum::{BoxError, Extension, Router};
+use axum::{Extension, Router};
 use tower::ServiceBuilder;
-use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::timeout::RequestBodyTimeoutLayer;
+use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutBody};
 use tower_http::trace::TraceLayer;
 
 use crate::app::AppState;
@@ -43,6 +40,7 @@ use crate::config::RateLimitSettings;
 
 pub mod admin;
 pub mod body;
+pub mod edge;
 pub mod error;
 pub mod extract;
 pub mod guard;
@@ -128,20 +126,24 @@ pub fn router_with_guard(state: AppState, limits: Limits, guard: Arc<guard::Guar
         .route("/session/complete", post(queue::session_complete))
         .nest("/admin", admin);
 
+    // A span and two debug events per request: worth their cost only when someone reads
+    // them. Without them `edge` logs the server errors the trace layer would have.
+    let traced = tracing::enabled!(target: "tower_http::trace", tracing::Level::DEBUG);
     let layers = ServiceBuilder::new()
-        .layer(TraceLayer::new_for_http())
-        .layer(middleware::from_fn(ops::track_metrics))
-        .layer(middleware::from_fn_with_state(
+        .layer(edge::EdgeLayer::new(
             limits.max_body_bytes,
-            refuse_declared_oversize,
+            limits.request_timeout,
+            !traced,
         ))
-        .layer(HandleErrorLayer::new(timeout_error))
-        .timeout(limits.request_timeout)
-        .layer(CatchPanicLayer::custom(panic_response))
         .layer(DefaultBodyLimit::max(limits.max_body_bytes))
-        .layer(Extension(guard));
+        .layer(Extension(guard))
+        .layer(RequestBodyTimeoutLayer::new(limits.body_timeout))
+        // The body timeout changes the body type; the routes take axum's `Body` again. In
+        // the same stack rather than a layer of its own: each `Router::layer` wraps every
+        // route in one more boxed service, cloned on every request.
+        .map_request(|req: Request<TimeoutBody<Body>>| req.map(Body::new));
 
-    Router::new()
+    let router = Router::new()
         .nest("/api/v1", api)
         .route("/.well-known/jwks.json", get(queue::jwks))
         .route("/healthz", get(ops::healthz))
@@ -155,10 +157,13 @@ pub fn router_with_guard(state: AppState, limits: Limits, guard: Arc<guard::Guar
         // Both fallbacks before `.layer` so that they are measured and guarded too.
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        // A layer of its own: it changes the body type, which the stack below must not see.
-        .layer(RequestBodyTimeoutLayer::new(limits.body_timeout))
-        .layer(layers)
-        .with_state(state)
+        .layer(layers);
+    let router = if traced {
+        router.layer(TraceLayer::new_for_http())
+    } else {
+        router
+    };
+    router.with_state(state)
 }
 
 async fn not_found() -> AppError {
@@ -167,41 +172,4 @@ async fn not_found() -> AppError {
 
 async fn method_not_allowed() -> AppError {
     AppError::MethodNotAllowed
-}
-
-/// A declared `Content-Length` over the limit is answered `413 PAYLOAD_TOO_LARGE` at once,
-/// without reading the body (bodies of no declared length are cut off by
-/// `DefaultBodyLimit` as they are read).
-async fn refuse_declared_oversize(
-    axum::extract::State(max): axum::extract::State<usize>,
-    req: axum::extract::Request,
-    next: middleware::Next,
-) -> Response {
-    let declared = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|n| n > max as u64) {
-        return AppError::PayloadTooLarge("the request body is too large".into()).into_response();
-    }
-    next.run(req).await
-}
-
-/// The timeout layer's error (the only error any inner service can produce).
-async fn timeout_error(err: BoxError) -> AppError {
-    if err.is::<tower::timeout::error::Elapsed>() {
-        AppError::Unavailable("request timed out".into())
-    } else {
-        AppError::Internal(format!("unhandled middleware error: {err}"))
-    }
-}
-
-fn panic_response(err: Box<dyn Any + Send + 'static>) -> Response {
-    let detail = err
-        .downcast_ref::<String>()
-        .map(String::as_str)
-        .or_else(|| err.downcast_ref::<&str>().copied())
-        .unwrap_or("(no message)");
-    AppError::Internal(format!("handler panicked: {detail}")).into_response()
 }

@@ -1,17 +1,16 @@
-//! Operations endpoints (`/healthz`, `/readyz`, `/metrics`) and the middleware that
-//! measures every request.
+//! Operations endpoints (`/healthz`, `/readyz`, `/metrics`); every request is measured by
+//! [`super::edge`].
 //!
 //! `/healthz` says the process serves; `/readyz` says it can do useful work (the store
 //! answers), so a load balancer can take a node whose store is gone out of rotation while
 //! an orchestrator leaves the process running. `/metrics` refreshes the per-event gauges
 //! from the store on each scrape, so they are exact at the moment they are read.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use axum::extract::{MatchedPath, Request, State};
-use axum::http::{header, Method};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
 use axum::Json;
 
 use super::body::Health;
@@ -59,41 +58,4 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         )],
         state.metrics.render(),
     )
-}
-
-/// Label of a method; anything unusual is lumped together so a client inventing methods
-/// cannot grow the number of time series.
-fn method_label(m: &Method) -> &'static str {
-    match *m {
-        Method::GET => "GET",
-        Method::POST => "POST",
-        Method::PUT => "PUT",
-        Method::DELETE => "DELETE",
-        Method::HEAD => "HEAD",
-        Method::OPTIONS => "OPTIONS",
-        Method::PATCH => "PATCH",
-        _ => "OTHER",
-    }
-}
-
-/// Middleware: a latency histogram and a request counter per method, route template and
-/// status. The route is the matched template (`/api/v1/admin/events/{event_id}`), never the
-/// raw path, for the same reason: ids in paths would make one series per id.
-pub async fn track_metrics(req: Request, next: Next) -> Response {
-    let start = Instant::now();
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
-    let method = method_label(req.method());
-    let res = next.run(req).await;
-    let labels = [
-        ("method", method.to_string()),
-        ("route", route),
-        ("status", res.status().as_u16().to_string()),
-    ];
-    metrics::histogram!("waitroom_http_request_duration_seconds", &labels)
-        .record(start.elapsed().as_secs_f64());
-    metrics::counter!("waitroom_http_requests_total", &labels).increment(1);
-    res
 }
