@@ -64,12 +64,16 @@ pub async fn run(
         )
     })?;
     let mut places = 0;
+    // Held until `run` returns: the lock file is unlocked when it is closed.
+    let mut _data_dir_lock = None;
     let store: Arc<dyn Store> = match &settings.store {
         StoreBackend::Embedded => {
+            // First, before the journal is even read: a second process on the same data
+            // dir must not check (let alone `--repair`) a journal that another one writes.
+            _data_dir_lock = Some(lock_data_dir(&settings.data_dir)?);
             let dir = settings.data_dir.join("store");
             let now = crate::clock::system_now();
-            let store = EmbeddedStore::open_with(&dir, settings.durability, now, settings.repair)
-                .with_context(|| format!("opening the store in {}", dir.display()))?;
+            let store = EmbeddedStore::open_with(&dir, settings.durability, now, settings.repair)?;
             places = store.restored_places();
             Arc::new(store)
         }
@@ -525,6 +529,36 @@ async fn version_readable(tcp: &TcpStream, limit: Duration) -> bool {
         }
     };
     tokio::time::timeout(limit, wait).await.unwrap_or(false)
+}
+
+/// Takes the data dir's lock (`waitroom.lock`, an advisory `flock` held while the answer
+/// is open), or says plainly that another process holds it.
+fn lock_data_dir(data_dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    let path = data_dir.join("waitroom.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot create the lock file {}", path.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a descriptor this function owns; no memory is involved.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                anyhow::bail!(
+                    "the data dir {} is in use by another waitroom process (it holds {}); \
+                     stop that one, or give this one another --data-dir",
+                    data_dir.display(),
+                    path.display()
+                );
+            }
+            return Err(e).with_context(|| format!("cannot lock {}", path.display()));
+        }
+    }
+    Ok(file)
 }
 
 /// Resolves on SIGTERM or SIGINT (Ctrl-C).

@@ -84,8 +84,12 @@ pub fn record_gauges<'a>(events: impl IntoIterator<Item = (&'a str, &'a EventFig
 pub fn init_logging(format: &str) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // Colour codes only for a person at a terminal: in a file or a log collector they are
+    // noise around every field.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     let _ = if format == "json" {
         builder.json().flatten_event(true).try_init()

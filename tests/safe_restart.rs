@@ -139,3 +139,24 @@ async fn the_data_dir_is_private() {
     let files = private::assert_private_tree(&data);
     assert!(files >= 4, "only {files} files");
 }
+
+/// Two processes on one data dir would both check and write the same journal: the second
+/// is refused at once, saying so, before it reads anything.
+#[tokio::test]
+async fn a_second_server_on_the_same_data_dir_is_refused_plainly() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let again = data.clone();
+    with_server(&data, false, |_| async move {
+        let err = with_server(&again, false, |_| async {}).await.unwrap_err();
+        assert!(
+            err.contains("is in use by another waitroom process"),
+            "{err}"
+        );
+        assert!(!err.contains("Locked"), "{err}");
+    })
+    .await
+    .unwrap();
+    // Once the first has stopped, the data dir is free again.
+    with_server(&data, false, |_| async {}).await.unwrap();
+}
