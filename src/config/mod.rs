@@ -119,13 +119,43 @@ pub enum ConfigError {
     #[error("config file {}: {reason}", path.display())]
     File { path: PathBuf, reason: String },
     /// A value of the wrong type, an unknown key in the TOML file, a malformed file.
-    #[error("{0}")]
+    #[error("{}", describe(.0))]
     Layers(Box<figment::Error>),
     #[error("invalid {setting}: {reason}")]
     Invalid {
         setting: &'static str,
         reason: String,
     },
+}
+
+/// Names each failing setting the way the person wrote it: the environment variable
+/// (`WAITROOM_DURABILITY`), or the key and the file it is in; figment's own wording would say
+/// `for key "DURABILITY" in WAITROOM_ environment variable(s)`.
+fn describe(e: &figment::Error) -> String {
+    e.clone()
+        .into_iter()
+        .map(|e| {
+            let key = e.path.join(".");
+            let source = e.metadata.as_ref().map(|m| m.name.to_string());
+            let from_env = source
+                .as_deref()
+                .is_some_and(|n| n.contains("environment") || n.contains(layers::ENV_PREFIX));
+            let file = e
+                .metadata
+                .as_ref()
+                .and_then(|m| m.source.as_ref())
+                .map(|s| s.to_string());
+            let place = match (key.is_empty(), from_env, file) {
+                (true, _, Some(f)) => f,
+                (true, _, None) => source.unwrap_or_else(|| "settings".into()),
+                (false, true, _) => format!("{}{}", layers::ENV_PREFIX, key.to_uppercase()),
+                (false, false, Some(f)) => format!("`{key}` in {f}"),
+                (false, false, None) => format!("`{key}`"),
+            };
+            format!("{place}: {}", e.kind)
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn invalid(setting: &'static str, reason: impl Into<String>) -> ConfigError {
@@ -437,9 +467,10 @@ mod tests {
             jail.set_env("WAITROOM_DURABILITY", "eventually");
             let err = load(&[]).unwrap_err();
             assert!(
-                err.contains("eventually") && err.contains("WAITROOM_"),
+                err.contains("eventually") && err.contains("WAITROOM_DURABILITY:"),
                 "{err}"
             );
+            assert!(!err.contains("for key"), "{err}");
             Ok(())
         });
     }
