@@ -102,10 +102,11 @@ pub async fn run(
     let admin_token = match &settings.admin_token {
         Some(t) => t.expose().clone(),
         None => {
-            let t = generate_admin_token();
+            let (t, path) = load_or_generate_admin_token(&settings.data_dir)?;
             // stdout, not the log: a newcomer reads it from the terminal, and a log
-            // collector should not keep the secret.
+            // collector should not keep the secret. Where it is kept is no secret.
             println!("admin token: {t}");
+            tracing::info!(path = %path.display(), "admin token kept in the data dir (delete the file for a new one)");
             t
         }
     };
@@ -529,6 +530,27 @@ async fn version_readable(tcp: &TcpStream, limit: Duration) -> bool {
         }
     };
     tokio::time::timeout(limit, wait).await.unwrap_or(false)
+}
+
+/// The generated admin token, kept in the data dir like the signing key (owner-only), so
+/// that a restart does not log every dashboard and script out.
+fn load_or_generate_admin_token(
+    data_dir: &std::path::Path,
+) -> anyhow::Result<(String, std::path::PathBuf)> {
+    let path = data_dir.join("admin-token");
+    match std::fs::read_to_string(&path) {
+        Ok(t) if !t.trim().is_empty() => return Ok((t.trim().to_string(), path)),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(e)
+                .with_context(|| format!("cannot read the admin token {}", path.display()))
+        }
+    }
+    let t = generate_admin_token();
+    tokens::write_private(&path, t.as_bytes())
+        .with_context(|| format!("cannot keep the admin token in {}", path.display()))?;
+    Ok((t, path))
 }
 
 /// Takes the data dir's lock (`waitroom.lock`, an advisory `flock` held while the answer

@@ -14,6 +14,64 @@ mod private;
 
 const ADMIN: &str = "restart-admin";
 
+/// A generated admin token is kept (owner-only) in the data dir and survives a restart.
+#[tokio::test]
+async fn a_generated_admin_token_is_kept_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let generated = || Settings {
+        admin_token: None,
+        ..settings(&data, false)
+    };
+    let works = |token: String| async move {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let done = tokio::spawn(waitroom::server::run(generated(), listener, async move {
+            let _ = rx.await;
+        }));
+        let c = reqwest::Client::new();
+        let mut status = None;
+        for _ in 0..250 {
+            if let Ok(r) = c
+                .get(format!("{base}/api/v1/admin/events"))
+                .bearer_auth(&token)
+                .send()
+                .await
+            {
+                status = Some(r.status());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = tx.send(());
+        done.await.unwrap().unwrap();
+        status
+    };
+    // First start: nothing kept yet, so a token is made and kept.
+    assert_eq!(
+        works("nope".into()).await,
+        Some(reqwest::StatusCode::UNAUTHORIZED)
+    );
+    let kept = std::fs::read_to_string(data.join("admin-token")).unwrap();
+    assert_eq!(kept.len(), 64);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(data.join("admin-token"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    // After a restart the same token still opens the admin API.
+    assert_eq!(works(kept.clone()).await, Some(reqwest::StatusCode::OK));
+    assert_eq!(
+        std::fs::read_to_string(data.join("admin-token")).unwrap(),
+        kept
+    );
+}
+
 fn settings(dir: &Path, repair: bool) -> Settings {
     Settings {
         data_dir: dir.to_path_buf(),
