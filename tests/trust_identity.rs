@@ -105,6 +105,19 @@ async fn put_event(app: &Router, id: &str, settings: Value) -> Resp {
     r
 }
 
+/// Makes one invite code for `event` through the admin API.
+async fn one_invite(app: &Router, event: &str) -> String {
+    let made = call(
+        app,
+        Method::POST,
+        &format!("/api/v1/admin/events/{event}/invites"),
+        Some(json!({"count": 1})),
+        Some(ADMIN),
+    )
+    .await;
+    made.ok()["codes"][0].as_str().unwrap().to_string()
+}
+
 async fn join(app: &Router, body: Value) -> Resp {
     call(app, Method::POST, "/api/v1/queue/join", Some(body), None).await
 }
@@ -544,15 +557,7 @@ async fn invite_codes_are_made_and_each_seats_one_person() {
 async fn an_invite_used_with_a_bare_user_id_seats_one_person() {
     let app = app();
     put_event(&app, "vip", json!({"access": "invite"})).await;
-    let made = call(
-        &app,
-        Method::POST,
-        "/api/v1/admin/events/vip/invites",
-        Some(json!({"count": 1})),
-        Some(ADMIN),
-    )
-    .await;
-    let code = made.ok()["codes"][0].as_str().unwrap().to_string();
+    let code = one_invite(&app, "vip").await;
     let body = json!({"event_id": "vip", "user_id": "alice", "invite": code});
     let first = join(&app, body.clone()).await;
     let token = first.ok()["waiting_token"].as_str().unwrap().to_string();
@@ -577,15 +582,7 @@ async fn an_invite_used_with_a_bare_user_id_seats_one_person() {
 async fn racing_joins_with_one_code_seat_one_person() {
     let app = app();
     put_event(&app, "vip", json!({"access": "invite"})).await;
-    let made = call(
-        &app,
-        Method::POST,
-        "/api/v1/admin/events/vip/invites",
-        Some(json!({"count": 1})),
-        Some(ADMIN),
-    )
-    .await;
-    let code = made.ok()["codes"][0].as_str().unwrap().to_string();
+    let code = one_invite(&app, "vip").await;
     let tasks: Vec<_> = (0..40)
         .map(|i| {
             let (app, code) = (app.clone(), code.clone());
