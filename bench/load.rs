@@ -186,6 +186,10 @@ struct RunArgs {
     /// Open loop: list the 100 ms windows whose worst latency exceeds this many ms.
     #[arg(long)]
     timeline: Option<f64>,
+    /// Join scenario: places joined into the event before measuring, so that the measured
+    /// joins land in a large event (its indexes' growth steps included).
+    #[arg(long, default_value_t = 0)]
+    prefill: usize,
 }
 
 #[derive(Args)]
@@ -959,6 +963,10 @@ async fn run(a: RunArgs) -> Result<()> {
     } else {
         Vec::new()
     };
+    if a.prefill > 0 && a.scenario == Scenario::Join {
+        eprintln!("prefilling the join event with {} places…", a.prefill);
+        prejoin(&server.target, &event, a.prefill, a.connections).await?;
+    }
     let mut w = Workload::new(&server.target, a.scenario, &event, Arc::new(tokens));
     w.join_percent = a.join_percent;
     let label = format!("{} ({})", a.scenario.name(), server.label);

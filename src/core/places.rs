@@ -49,92 +49,131 @@ impl std::hash::Hasher for SeqHasher {
     }
 }
 
-/// Places by join sequence number: a deque indexed by `seq - base`. Sequence numbers are
-/// dense and only grow, so a million places sit in one allocation of about 100 MB, with no
-/// rehash pauses under the event lock (a hash map needed over twice that, and stalled for
-/// hundreds of milliseconds each time it doubled). The slots of ended places are reclaimed
-/// once every place before them has ended too.
+/// Slots per chunk of [`PlaceTable`]: 4,096 places of ~112 bytes, under half a megabyte.
+const CHUNK: usize = 4096;
+
+/// Places by join sequence number, indexed by `seq - base`. Sequence numbers are dense and
+/// only grow, so there is no hashing and no rehash. The slots live in fixed-size chunks:
+/// growing by one more chunk is one small allocation, never a copy of every place (a single
+/// deque doubled at 2^k places and held the event's lock for milliseconds per 100k places).
+/// A chunk is reclaimed once every place in it, and in every chunk before it, has ended.
 #[derive(Debug, Clone, Default)]
 pub(super) struct PlaceTable {
+    /// Sequence number of the first slot of the first chunk: a multiple of `CHUNK`.
     base: u64,
-    slots: VecDeque<Option<Place>>,
+    chunks: VecDeque<Chunk>,
     len: usize,
 }
 
+#[derive(Debug, Clone, Default)]
+struct Chunk {
+    /// Grows up to `CHUNK` slots as places arrive, so a small event holds a small chunk.
+    slots: Vec<Option<Place>>,
+    live: usize,
+}
+
 impl PlaceTable {
-    pub(super) fn slot_of(&self, seq: u64) -> Option<usize> {
+    /// The chunk and slot of `seq`, if it lies inside the table.
+    fn slot_of(&self, seq: u64) -> Option<(usize, usize)> {
         let i = usize::try_from(seq.checked_sub(self.base)?).ok()?;
-        (i < self.slots.len()).then_some(i)
+        let (c, s) = (i / CHUNK, i % CHUNK);
+        (c < self.chunks.len() && s < self.chunks[c].slots.len()).then_some((c, s))
     }
 
     pub(super) fn get(&self, seq: &u64) -> Option<&Place> {
-        self.slot_of(*seq).and_then(|i| self.slots[i].as_ref())
+        let (c, s) = self.slot_of(*seq)?;
+        self.chunks[c].slots[s].as_ref()
     }
 
     pub(super) fn get_mut(&mut self, seq: &u64) -> Option<&mut Place> {
-        self.slot_of(*seq).and_then(|i| self.slots[i].as_mut())
+        let (c, s) = self.slot_of(*seq)?;
+        self.chunks[c].slots[s].as_mut()
     }
 
     pub(super) fn insert(&mut self, seq: u64, place: Place) {
-        if self.slots.is_empty() {
-            self.base = seq;
+        if self.chunks.is_empty() {
+            self.base = seq - seq % CHUNK as u64;
         }
         while seq < self.base {
-            self.slots.push_front(None);
-            self.base -= 1;
+            // Only a restore inserts out of order.
+            self.chunks.push_front(Chunk {
+                slots: std::iter::repeat_with(|| None).take(CHUNK).collect(),
+                live: 0,
+            });
+            self.base -= CHUNK as u64;
         }
         let i = (seq - self.base) as usize;
-        if i >= self.slots.len() {
-            self.slots.resize_with(i + 1, || None);
+        let (c, s) = (i / CHUNK, i % CHUNK);
+        while self.chunks.len() <= c {
+            // A chunk left behind is made full-length, so the flat numbering of `iter` holds.
+            if let Some(last) = self.chunks.back_mut() {
+                last.slots.resize_with(CHUNK, || None);
+            }
+            self.chunks.push_back(Chunk::default());
         }
-        if self.slots[i].replace(place).is_none() {
+        let chunk = &mut self.chunks[c];
+        if s >= chunk.slots.len() {
+            chunk.slots.resize_with(s + 1, || None);
+        }
+        if chunk.slots[s].replace(place).is_none() {
+            chunk.live += 1;
             self.len += 1;
         }
     }
 
     pub(super) fn remove(&mut self, seq: &u64) -> Option<Place> {
-        let i = self.slot_of(*seq)?;
-        let place = self.slots[i].take()?;
+        let (c, s) = self.slot_of(*seq)?;
+        let place = self.chunks[c].slots[s].take()?;
+        self.chunks[c].live -= 1;
         self.len -= 1;
-        while matches!(self.slots.front(), Some(None)) {
-            self.slots.pop_front();
-            self.base += 1;
+        while self.chunks.front().is_some_and(|f| f.live == 0) {
+            self.chunks.pop_front();
+            self.base += CHUNK as u64;
         }
         Some(place)
     }
 
     pub(super) fn reserve(&mut self, n: usize) {
-        self.slots.reserve(n);
+        self.chunks.reserve(n.div_ceil(CHUNK));
     }
 
     pub(super) fn len(&self) -> usize {
         self.len
     }
 
-    pub(super) fn iter(&self) -> impl Iterator<Item = (u64, &Place)> {
+    fn slots(&self) -> impl Iterator<Item = (u64, &Option<Place>)> {
         let base = self.base;
-        self.slots
+        self.chunks
             .iter()
+            .flat_map(|c| c.slots.iter())
             .enumerate()
-            .filter_map(move |(i, p)| p.as_ref().map(|p| (base + i as u64, p)))
+            .map(move |(i, p)| (base + i as u64, p))
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = (u64, &Place)> {
+        self.slots().filter_map(|(s, p)| p.as_ref().map(|p| (s, p)))
     }
 
     pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = (u64, &mut Place)> {
         let base = self.base;
-        self.slots
+        self.chunks
             .iter_mut()
+            .flat_map(|c| c.slots.iter_mut())
             .enumerate()
             .filter_map(move |(i, p)| p.as_mut().map(|p| (base + i as u64, p)))
     }
 
-    /// The sequence number of the first slot and the number of slots, for tests.
+    /// The sequence number of the first slot and the number of chunks, for tests.
     #[cfg(test)]
     pub(super) fn window(&self) -> (u64, usize) {
-        (self.base, self.slots.len())
+        (self.base, self.chunks.len())
     }
 
+    #[cfg(test)]
+    pub(super) const CHUNK: usize = CHUNK;
+
     pub(super) fn values(&self) -> impl Iterator<Item = &Place> {
-        self.slots.iter().flatten()
+        self.slots().filter_map(|(_, p)| p.as_ref())
     }
 }
 
@@ -142,6 +181,68 @@ impl std::ops::Index<&u64> for PlaceTable {
     type Output = Place;
     fn index(&self, seq: &u64) -> &Place {
         self.get(seq).expect("a live place")
+    }
+}
+
+/// Shards of [`ShardedMap`]. A growth step rehashes one shard: 1/64 of the entries.
+const SHARDS: usize = 64;
+
+/// A map keyed by `u64` (sequence numbers, or keyed hashes of user ids) split into
+/// `SHARDS` hash maps by the key's Fibonacci hash. A single map doubled in one step and
+/// rehashed every entry under the event's lock (about 20 ms at 900k entries); the shards
+/// grow one at a time, each step 64 times smaller, for the same memory.
+#[derive(Debug, Clone)]
+pub(super) struct ShardedMap<V> {
+    /// Empty until the first insert, so an idle event costs one empty `Vec`.
+    shards: Vec<HashMap<u64, V, BuildSeqHasher>>,
+    len: usize,
+}
+
+impl<V> Default for ShardedMap<V> {
+    fn default() -> Self {
+        ShardedMap {
+            shards: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<V> ShardedMap<V> {
+    /// The top bits of the Fibonacci hash: the shard maps themselves index by the low bits
+    /// of the same hash, so the two choices are independent.
+    fn shard(key: u64) -> usize {
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SHARDS.trailing_zeros())) as usize
+    }
+
+    pub(super) fn get(&self, key: &u64) -> Option<&V> {
+        self.shards.get(Self::shard(*key))?.get(key)
+    }
+
+    pub(super) fn contains_key(&self, key: &u64) -> bool {
+        self.get(key).is_some()
+    }
+
+    pub(super) fn insert(&mut self, key: u64, value: V) -> Option<V> {
+        if self.shards.is_empty() {
+            self.shards.resize_with(SHARDS, HashMap::default);
+        }
+        let old = self.shards[Self::shard(key)].insert(key, value);
+        if old.is_none() {
+            self.len += 1;
+        }
+        old
+    }
+
+    pub(super) fn remove(&mut self, key: &u64) -> Option<V> {
+        let old = self.shards.get_mut(Self::shard(*key))?.remove(key);
+        if old.is_some() {
+            self.len -= 1;
+        }
+        old
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.len
     }
 }
 
@@ -153,7 +254,7 @@ impl std::ops::Index<&u64> for PlaceTable {
 #[derive(Debug, Clone, Default)]
 pub(super) struct UserIndex {
     hasher: std::hash::RandomState,
-    by_hash: HashMap<u64, u64, BuildSeqHasher>,
+    by_hash: ShardedMap<u64>,
     spill: HashMap<Box<str>, u64>,
 }
 
@@ -173,13 +274,11 @@ impl UserIndex {
 
     /// Files a user who holds no live place yet.
     pub(super) fn insert(&mut self, user: &str, seq: u64) {
-        match self.by_hash.entry(self.hash(user)) {
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(seq);
-            }
-            std::collections::hash_map::Entry::Occupied(_) => {
-                self.spill.insert(user.into(), seq);
-            }
+        let h = self.hash(user);
+        if self.by_hash.contains_key(&h) {
+            self.spill.insert(user.into(), seq);
+        } else {
+            self.by_hash.insert(h, seq);
         }
     }
 
@@ -200,6 +299,29 @@ impl UserIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The shards answer as one map would, for dense and for scattered keys.
+        #[test]
+        fn sharded_map_matches_a_map(ops in proptest::collection::vec(
+            (prop_oneof![0u64..200, any::<u64>()], any::<bool>(), any::<u32>()), 1..300)) {
+            let mut m = ShardedMap::default();
+            let mut reference = HashMap::new();
+            for (k, ins, v) in ops {
+                if ins {
+                    prop_assert_eq!(m.insert(k, v), reference.insert(k, v));
+                } else {
+                    prop_assert_eq!(m.remove(&k), reference.remove(&k));
+                }
+                prop_assert_eq!(m.len(), reference.len());
+                prop_assert_eq!(m.get(&k), reference.get(&k));
+            }
+            for (k, v) in &reference {
+                prop_assert_eq!(m.get(k), Some(v));
+            }
+        }
+    }
 
     #[test]
     fn user_index_spills_a_colliding_hash() {

@@ -21,7 +21,7 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use serde::Serialize;
 
 use super::pace::{Bucket, RATE_WINDOW_MS};
-use super::places::{BuildSeqHasher, Place, PlaceTable, UserIndex};
+use super::places::{Place, PlaceTable, ShardedMap, UserIndex};
 use super::rank::RankIndex;
 use super::view::{EventCounts, PlaceFacts, Timeouts};
 use super::{
@@ -80,7 +80,7 @@ pub struct EventQueue {
     admissions: u64,
     deadlines: BinaryHeap<Reverse<(Millis, u64)>>,
     /// Expired places still answered with `TOKEN_EXPIRED`, pruned in time order.
-    tombstones: HashMap<u64, u128, BuildSeqHasher>,
+    tombstones: ShardedMap<u128>,
     tombstone_order: VecDeque<(Millis, u64)>,
     bucket: Bucket,
     /// Admission times in the last minute, oldest first.
@@ -121,7 +121,7 @@ impl EventQueue {
             joins: 0,
             admissions: 0,
             deadlines: BinaryHeap::new(),
-            tombstones: HashMap::default(),
+            tombstones: ShardedMap::default(),
             tombstone_order: VecDeque::new(),
             bucket: Bucket::default(),
             window: VecDeque::new(),
@@ -575,12 +575,7 @@ impl EventQueue {
     ) {
         if self.rank.needs_rebuild(seq) {
             let base = self.rank.kth(1).unwrap_or(seq).min(seq);
-            let waiting = self
-                .places
-                .iter()
-                .filter(|(_, p)| p.state == PlaceState::Waiting)
-                .map(|(s, _)| s);
-            self.rank = RankIndex::rebuild(base, seq - base + 1, waiting);
+            self.rank.rewindow(base, seq - base + 1);
         }
         self.rank.insert(seq);
         if let Some(u) = &user_id {

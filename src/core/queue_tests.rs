@@ -177,18 +177,43 @@ fn long_sale_keeps_rank_window_bounded() {
 }
 
 #[test]
-fn place_table_reclaims_slots_behind_the_oldest_live_place() {
+fn place_table_reclaims_chunks_behind_the_oldest_live_place() {
+    use crate::core::places::PlaceTable;
+    const C: u64 = PlaceTable::CHUNK as u64;
     let mut q = queue(1);
-    let keys: Vec<_> = (0..5).map(|i| join(&mut q, i, None, 0).key).collect();
+    let keys: Vec<_> = (0..3 * C + 5)
+        .map(|i| join(&mut q, u128::from(i), None, 0).key)
+        .collect();
+    let base = keys[0].seq - keys[0].seq % C;
+    // The chunk of each key, counted from the first.
+    let chunk = |k: &PlaceKey| (k.seq - base) / C;
     let mut fx = Vec::new();
-    q.leave(keys[3], 0, &mut fx).unwrap(); // a hole in the middle stays
-    assert_eq!(q.places.window(), (keys[0].seq, 5));
-    q.leave(keys[0], 0, &mut fx).unwrap();
-    q.leave(keys[1], 0, &mut fx).unwrap();
-    assert_eq!(q.places.window().0, keys[2].seq);
-    q.leave(keys[2], 0, &mut fx).unwrap(); // reclaims through the hole
-    assert_eq!((q.places.window().0, q.places.len()), (keys[4].seq, 1));
-    assert!(q.places.get(&keys[3].seq).is_none());
+    let last_of_first = keys.iter().rposition(|k| chunk(k) == 0).unwrap();
+    for k in &keys[..last_of_first] {
+        q.leave(*k, 0, &mut fx).unwrap();
+    }
+    assert_eq!(
+        q.places.window(),
+        (base, 4),
+        "one live place keeps its chunk"
+    );
+    // Empty the third chunk first: a hole behind a live chunk stays.
+    for k in keys.iter().filter(|k| chunk(k) == 2) {
+        q.leave(*k, 0, &mut fx).unwrap();
+    }
+    assert_eq!(q.places.window(), (base, 4));
+    q.leave(keys[last_of_first], 0, &mut fx).unwrap();
+    assert_eq!(q.places.window(), (base + C, 3));
+    for k in keys.iter().filter(|k| chunk(k) == 1) {
+        q.leave(*k, 0, &mut fx).unwrap();
+    }
+    // Reclaims through the hole.
+    assert_eq!(q.places.window(), (base + 3 * C, 1));
+    assert_eq!(
+        q.places.len(),
+        keys.iter().filter(|k| chunk(k) == 3).count()
+    );
+    assert!(q.places.get(&keys[0].seq).is_none());
     q.check_invariants().unwrap();
 }
 

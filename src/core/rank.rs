@@ -56,6 +56,62 @@ impl RankIndex {
         RankIndex { base, tree, len }
     }
 
+    /// Moves the window to start at `base` and hold at least `span` numbers, keeping every
+    /// mark (each must be ≥ `base`). O(cap) in sequential passes over the tree alone: a
+    /// rebuild from the live set walked every place of the event (tens of milliseconds at
+    /// a million places, under the event's lock), this touches four bytes per number.
+    pub fn rewindow(&mut self, base: u64, span: u64) {
+        let cap = (span.saturating_mul(2) as usize)
+            .max(MIN_CAP)
+            .next_power_of_two();
+        let old_cap = self.cap();
+        if base == self.base && cap >= old_cap {
+            // Only growing: a node at or below the old top covers the same numbers as
+            // before, and of the nodes above it only those at powers of two reach down
+            // into the old window (to its start), so they hold every mark. One copy of the
+            // old tree; the new half stays untouched (zeroed pages) until used.
+            let mut tree = vec![0u32; cap + 1];
+            tree[..=old_cap].copy_from_slice(&self.tree);
+            let mut top = old_cap * 2;
+            while top <= cap {
+                tree[top] = self.len as u32;
+                top *= 2;
+            }
+            self.tree = tree;
+            return;
+        }
+        // Back from partial sums to one count per number: `rebuild`'s pass run backwards
+        // (a node's own sum is complete when it is subtracted from its parent's).
+        for i in (1..=old_cap).rev() {
+            let parent = i + (i & i.wrapping_neg());
+            if parent <= old_cap {
+                self.tree[parent] -= self.tree[i];
+            }
+        }
+        let mut tree = vec![0u32; cap + 1];
+        let from = self.base.max(base);
+        let to = (self.base + old_cap as u64).min(base + cap as u64);
+        if from < to {
+            let old = (from - self.base) as usize + 1;
+            let new = (from - base) as usize + 1;
+            let n = (to - from) as usize;
+            tree[new..new + n].copy_from_slice(&self.tree[old..old + n]);
+        }
+        for i in 1..=cap {
+            let parent = i + (i & i.wrapping_neg());
+            if parent <= cap {
+                tree[parent] += tree[i];
+            }
+        }
+        self.tree = tree;
+        self.base = base;
+        debug_assert_eq!(
+            self.count_below(base + cap as u64),
+            self.len,
+            "a mark fell outside the new window"
+        );
+    }
+
     fn cap(&self) -> usize {
         self.tree.len() - 1
     }
@@ -165,6 +221,44 @@ mod tests {
             for (i, s) in set.iter().enumerate() {
                 prop_assert_eq!(rebuilt.kth(i as u64 + 1), Some(*s));
                 prop_assert_eq!(rebuilt.count_below(*s), i as u64);
+            }
+        }
+    }
+
+    proptest! {
+        /// Moving the window (up, down, wider) keeps every mark, as a rebuild would.
+        #[test]
+        fn rewindow_keeps_the_marks(
+            marks in proptest::collection::btree_set(0u64..5000, 0..300),
+            base_cut in 0u64..5000,
+            extra in 0u64..20_000,
+        ) {
+            let mut r = RankIndex::rebuild(0, 5000, marks.iter().copied());
+            let base = marks.first().copied().unwrap_or(base_cut).min(base_cut);
+            let top = marks.last().copied().unwrap_or(base) + 1;
+            r.rewindow(base, top - base + extra);
+            prop_assert_eq!(r.base(), base);
+            prop_assert_eq!(r.len(), marks.len() as u64);
+            prop_assert!(!r.needs_rebuild(top - 1 + extra));
+            for (i, s) in marks.iter().enumerate() {
+                prop_assert_eq!(r.kth(i as u64 + 1), Some(*s));
+                prop_assert_eq!(r.count_below(*s), i as u64);
+            }
+            // Growing in place (same base), as a window of a queue that keeps its head does.
+            let mut g = RankIndex::rebuild(0, 5000, marks.iter().copied());
+            g.rewindow(0, 5000 + extra * 8);
+            prop_assert!(!g.needs_rebuild(5000 + extra * 8 - 1));
+            for (i, s) in marks.iter().enumerate() {
+                prop_assert_eq!(g.kth(i as u64 + 1), Some(*s));
+                prop_assert_eq!(g.count_below(*s), i as u64);
+            }
+            prop_assert_eq!(g.count_below(u64::MAX), marks.len() as u64);
+            // And back down below the old base.
+            if base >= 100 {
+                r.rewindow(base - 100, top - base + 100);
+                for (i, s) in marks.iter().enumerate() {
+                    prop_assert_eq!(r.kth(i as u64 + 1), Some(*s));
+                }
             }
         }
     }

@@ -12,8 +12,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use async_trait::async_trait;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use tokio::sync::broadcast;
 
 use super::journal::{Durability, Journal};
@@ -38,8 +39,14 @@ struct Slot {
 
 type Shared = Arc<Mutex<Slot>>;
 
+type Events = BTreeMap<String, Shared>;
+
 pub struct EmbeddedStore {
-    events: RwLock<BTreeMap<String, Shared>>,
+    /// Every request looks its event up here, so reads take no lock at all (a read lock
+    /// is still a write to one shared word, which every core's requests would contend
+    /// on); creating or deleting an event swaps in a new map under `events_write`.
+    events: ArcSwap<Events>,
+    events_write: Mutex<()>,
     journal: Option<Journal>,
     notices: broadcast::Sender<Notice>,
     /// Single-use claims (`claim_once`), in memory only: see the contract.
@@ -77,7 +84,8 @@ impl Claims {
 impl Default for EmbeddedStore {
     fn default() -> Self {
         EmbeddedStore {
-            events: RwLock::default(),
+            events: ArcSwap::default(),
+            events_write: Mutex::default(),
             journal: None,
             notices: broadcast::channel(NOTICE_BUFFER).0,
             claims: Mutex::default(),
@@ -129,7 +137,8 @@ impl EmbeddedStore {
             "store recovered"
         );
         Ok(EmbeddedStore {
-            events: RwLock::new(events),
+            events: ArcSwap::from_pointee(events),
+            events_write: Mutex::default(),
             journal: Some(journal),
             notices: broadcast::channel(NOTICE_BUFFER).0,
             claims: Mutex::default(),
@@ -149,7 +158,7 @@ impl EmbeddedStore {
 
     fn slot(&self, event_id: &str) -> Result<Shared, QueueError> {
         self.events
-            .read()
+            .load()
             .get(event_id)
             .cloned()
             .ok_or(QueueError::EventNotFound)
@@ -239,12 +248,13 @@ impl Store for EmbeddedStore {
         now: Millis,
     ) -> StoreResult<EventConfig> {
         // Validate before creating anything, so a refused patch leaves no trace.
-        let existing = self.events.read().get(event_id).cloned();
+        let existing = self.events.load().get(event_id).cloned();
         let slot = match existing {
             Some(s) => s,
             None => {
                 let config = patch.apply(event_id, &EventConfig::default())?;
-                let mut events = self.events.write();
+                let _write = self.events_write.lock();
+                let mut events = Events::clone(&self.events.load());
                 match events.get(event_id) {
                     Some(s) => s.clone(), // created meanwhile: update that one
                     None => {
@@ -264,6 +274,7 @@ impl Store for EmbeddedStore {
                         }
                         let slot = Arc::new(Mutex::new(slot));
                         events.insert(event_id.to_string(), slot.clone());
+                        self.events.store(Arc::new(events));
                         slot
                     }
                 }
@@ -296,7 +307,7 @@ impl Store for EmbeddedStore {
     }
 
     async fn list_events(&self, now: Millis) -> StoreResult<Vec<EventSnapshot>> {
-        let ids: Vec<String> = self.events.read().keys().cloned().collect();
+        let ids: Vec<String> = self.events.load().keys().cloned().collect();
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             match self.get_event(&id, now).await {
@@ -312,8 +323,10 @@ impl Store for EmbeddedStore {
         // Under the map's lock, so that a re-creation of the same id is journaled after
         // this deletion (see `put_event`).
         let ticket = {
-            let mut events = self.events.write();
+            let _write = self.events_write.lock();
+            let mut events = Events::clone(&self.events.load());
             let slot = events.remove(event_id).ok_or(QueueError::EventNotFound)?;
+            self.events.store(Arc::new(events));
             let mut s = slot.lock();
             s.deleted = true;
             match &self.journal {
@@ -422,7 +435,7 @@ impl Store for EmbeddedStore {
     }
 
     async fn event_ids(&self) -> StoreResult<Vec<String>> {
-        Ok(self.events.read().keys().cloned().collect())
+        Ok(self.events.load().keys().cloned().collect())
     }
 
     async fn ping(&self) -> StoreResult<()> {
