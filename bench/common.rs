@@ -612,6 +612,26 @@ impl ServerProc {
         Self::spawn(cmd, &dir.with_extension("server.log"), temp_dir)
     }
 
+    /// [`start_with`](Self::start_with) with extra environment variables for the server
+    /// (`TOKIO_WORKER_THREADS`, say).
+    pub fn start_with_env(
+        bin: &Path,
+        durability: &str,
+        admin_token: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<ServerProc> {
+        let dir = fresh_temp_dir("bench")?;
+        let mut cmd = Command::new(bin);
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--no-demo"])
+            .arg("--data-dir")
+            .arg(&dir)
+            .args(["--durability", durability, "--admin-token", admin_token])
+            .args(extra)
+            .envs(env.iter().copied());
+        Self::spawn(cmd, &dir.with_extension("server.log"), Some(dir))
+    }
+
     /// Starts `bin args…`, any program that prints `listening on http://ADDR` once it
     /// serves (the reference server of `waitroom-bench`, for one), logging to a temporary
     /// file.

@@ -8,6 +8,7 @@
 //! target/release/waitroom-bench run --url http://127.0.0.1:8080 --admin-token T --scenario healthz
 //! target/release/waitroom-bench limits --phase 3 --rounds 2   # per-client limits on vs off
 //! target/release/waitroom-bench ceiling --bins target/release/waitroom,/tmp/other-build
+//! target/release/waitroom-bench scaling --rounds 2           # 1 vs 2 server worker threads
 //! ```
 //!
 //! **The ceiling**: a reference server, this binary's hidden `reference-serve` command,
@@ -75,6 +76,10 @@ enum Cmd {
     /// server's serving loop and through `axum::serve`) and the /healthz of one or more
     /// server binaries, interleaved round by round.
     Ceiling(CeilingArgs),
+    /// Scaling with cores: join and status (one hot event, and spread over many events)
+    /// against a server on 1 and on 2 worker threads, interleaved round by round; reports
+    /// the speed-up.
+    Scaling(ScalingArgs),
     /// The reference server itself (started by the other commands as a child): `GET
     /// /healthz` answering what the server answers, with no middleware, on the server's
     /// runtime settings. Prints `listening on http://ADDR`.
@@ -121,6 +126,25 @@ struct CeilingArgs {
     phase: f64,
     #[arg(long, default_value_t = 2)]
     rounds: usize,
+}
+
+#[derive(Args)]
+struct ScalingArgs {
+    #[command(flatten)]
+    common: Common,
+    #[arg(long, default_value_t = 64)]
+    connections: usize,
+    /// Seconds measured per phase.
+    #[arg(long, default_value_t = 3.0)]
+    phase: f64,
+    #[arg(long, default_value_t = 2)]
+    rounds: usize,
+    /// Events the spread-out status phase polls (the places are split evenly among them).
+    #[arg(long, default_value_t = 32)]
+    events: usize,
+    /// Worker-thread counts to compare (the server's `TOKIO_WORKER_THREADS`).
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 2])]
+    workers: Vec<usize>,
 }
 
 #[derive(Args)]
@@ -832,6 +856,125 @@ async fn ceiling(a: CeilingArgs) -> Result<()> {
 /// The server's CPU µs per answered request in a phase.
 fn cpu_per_request(p: &Phase) -> f64 {
     p.cpu.server.unwrap_or(0.0) / p.rps().max(1.0) * 1e6
+}
+
+/// `scaling`: the same server binary on each worker-thread count, started side by side;
+/// each round measures join, status on one hot event and status spread over many events
+/// on every server in turn. The speed-up is the rate on N threads over the rate on the
+/// first count; the server's CPU per request shows whether more threads cost more per
+/// request (contention) or only serve more of them.
+async fn scaling(a: ScalingArgs) -> Result<()> {
+    let c = &a.common;
+    if c.url.is_some() {
+        bail!("`scaling` starts its own servers; --url is not supported");
+    }
+    if a.workers.is_empty() || a.events == 0 || c.places < a.events {
+        bail!("--workers needs at least one count, and --places at least one per --events");
+    }
+    let warmup = Duration::from_secs_f64(c.warmup);
+    let phase = Duration::from_secs_f64(a.phase);
+    let bin = match &c.bin {
+        Some(b) => b.clone(),
+        None => common::default_server_bin()?,
+    };
+    struct Node {
+        workers: usize,
+        server: Server,
+        join_event: String,
+        hot: Arc<Vec<String>>,
+        spread: Arc<Vec<String>>,
+    }
+    let mut nodes = Vec::new();
+    for &w in &a.workers {
+        let admin = random_token();
+        let threads = w.to_string();
+        let load = [
+            "--joins-per-minute",
+            "100000000",
+            "--polls-per-second",
+            "1000000",
+        ];
+        let proc = ServerProc::start_with_env(
+            &bin,
+            Durability::Sync.name(),
+            &admin,
+            &load,
+            &[("TOKIO_WORKER_THREADS", threads.as_str())],
+        )?;
+        let server = Server {
+            target: proc.target.clone(),
+            admin,
+            pid: Some(proc.pid()),
+            proc: Some(proc),
+            label: format!("{w} worker{}", if w == 1 { "" } else { "s" }),
+        };
+        let join_event = server.event("join").await?;
+        let hot_event = server.event("status").await?;
+        eprintln!("[{}] pre-joining {} places…", server.label, c.places);
+        let hot = Arc::new(prejoin(&server.target, &hot_event, c.places, a.connections).await?);
+        let mut spread = Vec::with_capacity(c.places);
+        for _ in 0..a.events {
+            let ev = server.event("spread").await?;
+            spread.extend(prejoin(&server.target, &ev, c.places / a.events, a.connections).await?);
+        }
+        nodes.push(Node {
+            workers: w,
+            server,
+            join_event,
+            hot,
+            spread: Arc::new(spread),
+        });
+    }
+    println!(
+        "waitroom-bench scaling: {} connections, {} s per phase, {} rounds, `sync`, {} places \
+         (status spread over {} events)",
+        a.connections, a.phase, a.rounds, c.places, a.events
+    );
+    print_closed_header();
+    // rates[node][phase] and cpu[node][phase], best round kept (highest rate, lowest cost).
+    let names = ["join", "status (one event)", "status (many events)"];
+    let mut rates = vec![[0.0f64; 3]; nodes.len()];
+    let mut cpu = vec![[f64::MAX; 3]; nodes.len()];
+    for r in 1..=a.rounds {
+        for (k, n) in nodes.iter().enumerate() {
+            let phases = [
+                (Scenario::Join, n.join_event.as_str(), Arc::default()),
+                (Scenario::Status, "", n.hot.clone()),
+                (Scenario::Status, "", n.spread.clone()),
+            ];
+            for (i, (s, ev, tokens)) in phases.into_iter().enumerate() {
+                common::settle(Duration::from_secs(2), 0.3).await;
+                let w = Arc::new(Workload::new(&n.server.target, s, ev, tokens));
+                let mut p = closed_loop(
+                    &n.server.target,
+                    n.server.pid,
+                    w,
+                    format!("{} ({}) r{r}", names[i], n.server.label),
+                    a.connections,
+                    warmup,
+                    phase,
+                )
+                .await?;
+                rates[k][i] = rates[k][i].max(p.rps());
+                cpu[k][i] = cpu[k][i].min(cpu_per_request(&p));
+                print_closed(&mut p);
+            }
+        }
+    }
+    println!("\n| phase | workers | best req/s | speed-up | server CPU µs/request |");
+    println!("|---|---:|---:|---:|---:|");
+    for (i, name) in names.iter().enumerate() {
+        for (k, n) in nodes.iter().enumerate() {
+            println!(
+                "| {name} | {} | {} | {:.2}× | {:.1} |",
+                n.workers,
+                thousands(rates[k][i]),
+                rates[k][i] / rates[0][i].max(1.0),
+                cpu[k][i]
+            );
+        }
+    }
+    Ok(())
 }
 
 /// One table of `ceiling`: per round, then the best (highest rate, or lowest cost).
@@ -1550,6 +1693,7 @@ fn main() -> Result<()> {
         Cmd::Suite(ref a) => a.common.threads,
         Cmd::Limits(ref a) => a.common.threads,
         Cmd::Ceiling(ref a) => a.common.threads,
+        Cmd::Scaling(ref a) => a.common.threads,
         // Its own runtime: the server's settings, not the load generator's.
         Cmd::ReferenceServe(a) => return reference_serve(a),
     };
@@ -1563,6 +1707,7 @@ fn main() -> Result<()> {
             Cmd::Suite(a) => suite(a).await,
             Cmd::Limits(a) => limits(a).await,
             Cmd::Ceiling(a) => ceiling(a).await,
+            Cmd::Scaling(a) => scaling(a).await,
             Cmd::ReferenceServe(_) => unreachable!("handled above"),
         }
     })
