@@ -130,6 +130,27 @@ pub struct TokenQuery {
     pub token: Option<String>,
 }
 
+impl TokenQuery {
+    /// Reads `?token=` straight from the query string. Every status poll runs this, and
+    /// the generic `Query` extractor (serde through a path-tracking wrapper) cost about as
+    /// much as verifying the token's MAC. Answers as that extractor did: a repeated
+    /// `token` is refused, other parameters are ignored.
+    pub fn from_uri(uri: &axum::http::Uri) -> Result<TokenQuery, AppError> {
+        let mut token = None;
+        for (k, v) in form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()) {
+            if k == "token" {
+                if token.is_some() {
+                    return Err(AppError::invalid(
+                        "Failed to deserialize query string: duplicate field `token`",
+                    ));
+                }
+                token = Some(v.into_owned());
+            }
+        }
+        Ok(TokenQuery { token })
+    }
+}
+
 /// A body carrying a waiting token; both field names of the contract are accepted.
 #[derive(Debug, Default, Deserialize)]
 pub struct TokenBody {
@@ -164,8 +185,8 @@ impl<S: Send + Sync> FromRequest<S> for WaitingToken {
     type Rejection = AppError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let (mut parts, body) = req.into_parts();
-        let AppQuery(query) = AppQuery::<TokenQuery>::from_request_parts(&mut parts, state).await?;
+        let (parts, body) = req.into_parts();
+        let query = TokenQuery::from_uri(&parts.uri)?;
         let headers = parts.headers.clone();
         let req = Request::from_parts(parts, body);
         let OptionalJson(body) = OptionalJson::<TokenBody>::from_request(req, state).await?;
@@ -179,9 +200,32 @@ pub struct WaitingTokenNoBody(pub String);
 impl<S: Send + Sync> FromRequestParts<S> for WaitingTokenNoBody {
     type Rejection = AppError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let AppQuery(query) = AppQuery::<TokenQuery>::from_request_parts(parts, state).await?;
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let query = TokenQuery::from_uri(&parts.uri)?;
         WaitingToken::find(&query, None, &parts.headers)
             .map(|WaitingToken(t)| WaitingTokenNoBody(t))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(uri: &str) -> Result<Option<String>, AppError> {
+        TokenQuery::from_uri(&uri.parse().unwrap()).map(|q| q.token)
+    }
+
+    #[test]
+    fn token_query_reads_as_the_query_extractor_did() {
+        assert_eq!(token("/s").unwrap(), None);
+        assert_eq!(token("/s?x=1").unwrap(), None);
+        assert_eq!(token("/s?token=abc&_=123").unwrap().as_deref(), Some("abc"));
+        // Percent- and plus-decoding, as `application/x-www-form-urlencoded`.
+        assert_eq!(token("/s?token=a%2Bb+c").unwrap().as_deref(), Some("a+b c"));
+        assert_eq!(token("/s?token=").unwrap().as_deref(), Some(""));
+        assert!(matches!(
+            token("/s?token=a&token=b"),
+            Err(AppError::InvalidRequest(_))
+        ));
     }
 }

@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Instructions per request, counted by callgrind: a figure the machine's noise cannot move.
+
+    cargo build --release --bins
+    python3 bench/instructions.py [--bin target/release/waitroom] [--requests 2000]
+
+Starts the server under `valgrind --tool=callgrind` (no instrumentation until the first
+request phase), creates a paused event, then runs one phase per request kind over one
+keep-alive connection: `GET /healthz`, `POST /api/v1/queue/join`, `GET .../status`. Between
+phases it asks callgrind to dump its counters (`callgrind_control --dump`), so each dump
+holds exactly one phase; instructions per request are the phase's total over its requests.
+Background tasks (scheduler, gauges) run during each phase too; they are idle for a paused
+event and cost far under 1 % of a phase. The dumps are kept under target/instructions/ for
+`callgrind_annotate`.
+
+Each request waits for its answer before the next is sent, so this counts the work of one
+request on an idle server (no batching across requests, no contention).
+"""
+
+import argparse
+import glob
+import http.client
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def totals(path):
+    with open(path) as f:
+        for line in f:
+            if line.startswith("totals:") or line.startswith("summary:"):
+                return int(line.split()[1])
+    raise SystemExit(f"no totals in {path}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=os.path.join(ROOT, "target/release/waitroom"))
+    ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--out", default=os.path.join(ROOT, "target/instructions"))
+    ap.add_argument("--durability", default="sync")
+    a = ap.parse_args()
+    shutil.rmtree(a.out, ignore_errors=True)
+    os.makedirs(a.out)
+    data = tempfile.mkdtemp(prefix="waitroom-instr-")
+    admin = "instr-admin-token-0123456789"
+    prefix = os.path.join(a.out, "callgrind.out")
+    cmd = [
+        "valgrind", "--tool=callgrind", "--instr-atstart=no",
+        f"--callgrind-out-file={prefix}",
+        a.bin, "serve", "--listen", "127.0.0.1:0", "--no-demo", "--data-dir", data,
+        "--durability", a.durability, "--admin-token", admin,
+        "--joins-per-minute", "100000000", "--polls-per-second", "1000000",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    addr = None
+    for line in proc.stdout:
+        m = re.search(r"listening on http://(\S+)", line)
+        if m:
+            addr = m.group(1)
+            break
+    if not addr:
+        raise SystemExit("the server did not start")
+    host, port = addr.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+
+    def call(method, path, body=None, token=None):
+        headers = {"content-type": "application/json"} if body is not None else {}
+        if token:
+            headers["authorization"] = f"Bearer {token}"
+        conn.request(method, path, body=json.dumps(body) if body is not None else None,
+                     headers=headers)
+        r = conn.getresponse()
+        payload = r.read()
+        if r.status >= 300:
+            raise SystemExit(f"{method} {path}: {r.status} {payload[:200]!r}")
+        return json.loads(payload) if payload else None
+
+    event = "instr"
+    call("PUT", f"/api/v1/admin/events/{event}",
+         {"name": "instr", "max_active": 1, "paused": True, "waiting_idle_sec": 2592000},
+         token=admin)
+    # Places for the status phase, joined before counting starts.
+    tokens = [call("POST", "/api/v1/queue/join",
+                   {"event_id": event, "user_id": f"pre-{i}"})["waiting_token"]
+              for i in range(a.requests)]
+    # Warm every path once (first-use allocations, lazy statics) outside the counts.
+    call("GET", "/healthz")
+    call("GET", f"/api/v1/queue/status?token={tokens[0]}")
+    call("POST", "/api/v1/queue/join", {"event_id": event, "user_id": "warm"})
+
+    ctl = lambda *args: subprocess.run(["callgrind_control", *args, str(proc.pid)],
+                                       check=True, stdout=subprocess.DEVNULL)
+    phases = [
+        ("healthz", lambda i: call("GET", "/healthz")),
+        ("join", lambda i: call("POST", "/api/v1/queue/join",
+                                {"event_id": event, "user_id": f"u-{i}"})),
+        ("status", lambda i: call("GET", f"/api/v1/queue/status?token={tokens[i]}")),
+    ]
+    ctl("--instr=on")
+    ctl("--zero")
+    results = {}
+    for name, f in phases:
+        before = set(glob.glob(prefix + "*"))
+        started = time.time()
+        for i in range(a.requests):
+            f(i)
+        ctl("--dump=" + name)
+        # The dump is written asynchronously; wait for the new file.
+        for _ in range(600):
+            new = set(glob.glob(prefix + "*")) - before
+            if new:
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)
+        path = sorted(new)[-1]
+        results[name] = totals(path) / a.requests
+        print(f"{name}: {results[name]:,.0f} instructions per request "
+              f"({time.time() - started:.1f} s, dump {os.path.basename(path)})",
+              file=sys.stderr)
+    proc.terminate()
+    proc.wait(timeout=60)
+    shutil.rmtree(data, ignore_errors=True)
+    print(json.dumps({"requests": a.requests, "durability": a.durability,
+                      "instructions_per_request": results}))
+    h = results["healthz"]
+    print(f"| healthz | join | status | join/healthz | status/healthz |\n|---:|---:|---:|---:|---:|\n"
+          f"| {results['healthz']:,.0f} | {results['join']:,.0f} | {results['status']:,.0f} | "
+          f"{results['join'] / h:.2f} | {results['status'] / h:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
