@@ -4,9 +4,12 @@
 //! Covered: joining from the waiting page and seeing the position; a reload keeping the
 //! place; the Leave button; an admitted person entering, landing on the demo booking page
 //! and completing; the dashboard showing events with live figures, and pausing one; the
-//! Korean page (browser language) and the language switch. The tests also take the
-//! screenshots shown in the README, into `target/screenshots/` (tests never change tracked
-//! files; copy them to `docs/` by hand to refresh the README's pictures).
+//! Korean page (browser language) and the language switch; an event's look on its page and
+//! in the dashboard's live preview; the dashboard on a phone (one-row top bar), in Korean
+//! (errors naming the form's labels), its defaults, Delete and Clear; the thanks after a
+//! completed booking is reloaded. The tests also take the screenshots shown in the README,
+//! into `target/screenshots/`; `UPDATE_SCREENSHOTS=1` also writes them over the copies in
+//! `docs/` (otherwise tests never change tracked files).
 //!
 //! `./scripts/test.sh` installs `chromium` and `chromium-driver` when missing. If they are
 //! missing or cannot start, these tests **fail** (they never pass silently without a browser).
@@ -242,12 +245,15 @@ impl Browser {
         self.c().current_url().await.unwrap().to_string()
     }
 
-    /// Saves a screenshot into `target/screenshots/`.
+    /// Saves a screenshot into `target/screenshots/`, and over the README's copy in `docs/`
+    /// only when asked (`UPDATE_SCREENSHOTS=1`): a test run leaves tracked files alone.
     async fn screenshot(&self, name: &str) {
         let png = self.c().screenshot().await.unwrap();
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/screenshots");
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join(name), png).unwrap();
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        for dir in screenshot_dirs(&root, std::env::var("UPDATE_SCREENSHOTS").ok().as_deref()) {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(name), &png).unwrap();
+        }
     }
 
     async fn close(mut self) {
@@ -255,6 +261,32 @@ impl Browser {
             let _ = c.close().await;
         }
     }
+}
+
+/// Where screenshots go: always `target/screenshots/`; also `docs/` with `UPDATE_SCREENSHOTS=1`.
+fn screenshot_dirs(root: &std::path::Path, update: Option<&str>) -> Vec<PathBuf> {
+    let mut dirs = vec![root.join("target/screenshots")];
+    if update == Some("1") {
+        dirs.push(root.join("docs"));
+    }
+    dirs
+}
+
+#[test]
+fn screenshots_reach_docs_only_on_request() {
+    let root = std::path::Path::new("/repo");
+    assert_eq!(
+        screenshot_dirs(root, None),
+        [root.join("target/screenshots")]
+    );
+    assert_eq!(
+        screenshot_dirs(root, Some("0")),
+        [root.join("target/screenshots")]
+    );
+    assert_eq!(
+        screenshot_dirs(root, Some("1")),
+        [root.join("target/screenshots"), root.join("docs")]
+    );
 }
 
 /// Polls the server until `pred` holds for the event's admin figures.

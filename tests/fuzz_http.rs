@@ -138,6 +138,10 @@ const PATHS: &[&str] = &[
     "/metrics",
     "/",
     "/wait/concert-a",
+    "/wait/nope",
+    "/wait/concert-a/theme.css",
+    "/branding/logo.png",
+    "/branding/..%2fstore",
     "/demo/booking",
     "/admin",
     "/assets/wait.js",
@@ -170,6 +174,9 @@ const FIELDS: &[&str] = &[
     "waiting_idle_sec",
     "overbooking_ratio",
     "count",
+    "title",
+    "theme_color",
+    "logo_url",
 ];
 
 /// JSON-ish values: real field names, real tokens and ids, odd numbers and nesting.
@@ -263,6 +270,8 @@ fn shape(tokens: Vec<String>) -> impl Strategy<Value = Shape> {
             ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
             ("expect", "100-continue"),
             ("accept-language", "ko"),
+            ("accept", "text/html,application/xhtml+xml"),
+            ("accept", "application/json"),
             ("accept-encoding", "gzip"),
             ("if-none-match", "\"x\""),
             ("x-forwarded-for", "1.2.3.4, 5.6.7.8"),
@@ -618,6 +627,10 @@ fn check(bytes: &[u8], answer: &[u8], cut: bool, counts: &Counts) -> Result<(), 
             return Err(why("a server error"));
         }
         if r.status >= 400 {
+            if r.status == 404 && html_not_found_asked(bytes, &r) {
+                // The page of an unknown event, for a browser (API.md "Pages").
+                continue;
+            }
             if r.content_type.is_none() && r.body.is_empty() {
                 // hyper's own answer to a request it could not parse.
                 counts.from_hyper.fetch_add(1, Ordering::Relaxed);
@@ -646,6 +659,16 @@ fn check(bytes: &[u8], answer: &[u8], cut: bool, counts: &Counts) -> Result<(), 
         }
     }
     Ok(())
+}
+
+/// A `404` in HTML, to a request for a waiting page that accepts HTML: the one error that is
+/// a page rather than JSON. Its body (unless a HEAD's) must lead back to the start.
+fn html_not_found_asked(bytes: &[u8], r: &Answer) -> bool {
+    let request = String::from_utf8_lossy(bytes).to_ascii_lowercase();
+    r.content_type.as_deref() == Some("text/html; charset=utf-8")
+        && request.contains("/wait/")
+        && request.contains("accept: text/html")
+        && (r.body.is_empty() || String::from_utf8_lossy(&r.body).contains("href=\"/\""))
 }
 
 /// The first answer's head parses and is not a server error.
