@@ -733,6 +733,39 @@ async fn sign_in(b: &Browser, s: &TestServer) {
     b.until_visible("#dash").await;
 }
 
+/// The dashboard's top bar on a phone: its two buttons side by side, each one line high
+/// and inside the screen, the brand to their left; nothing scrolls sideways.
+async fn top_bar_fits_one_row(b: &Browser) {
+    let boxes = b
+        .js("return ['#lang', '#logout', '.brand'].map((q) => { \
+               const r = document.querySelector(q).getBoundingClientRect(); \
+               return [r.top, r.bottom, r.left, r.right]; })")
+        .await;
+    let boxes: Vec<Vec<f64>> = serde_json::from_value(boxes).unwrap();
+    let (lang, logout, brand) = (&boxes[0], &boxes[1], &boxes[2]);
+    assert!(
+        (lang[0] - logout[0]).abs() < 2.0,
+        "buttons on one row: {boxes:?}"
+    );
+    for (name, r) in [("lang", lang), ("logout", logout)] {
+        assert!(r[1] - r[0] < 44.0, "{name} is one line high: {boxes:?}");
+        assert!(r[3] <= 390.0, "{name} is inside the screen: {boxes:?}");
+    }
+    assert!(
+        brand[1] - brand[0] < 44.0,
+        "the brand is one line: {boxes:?}"
+    );
+    assert!(
+        brand[3] <= lang[2],
+        "the brand gives way to the buttons: {boxes:?}"
+    );
+    let page_width = b.js("return document.documentElement.scrollWidth").await;
+    assert!(
+        page_width.as_f64().unwrap() <= 390.0,
+        "no sideways scrolling: {page_width}"
+    );
+}
+
 async fn placeholder(b: &Browser, id: &str) -> Value {
     b.js(&format!(
         "return document.getElementById('{id}').placeholder"
@@ -863,30 +896,14 @@ async fn the_dashboard_on_a_phone_in_korean() {
     sign_in(&b, &s).await;
     b.text_until("#logout", |t| t == "로그아웃").await;
 
-    let boxes = b
-        .js("return ['#lang', '#logout', '.brand'].map((q) => { \
-               const r = document.querySelector(q).getBoundingClientRect(); \
-               return [r.top, r.bottom, r.left, r.right]; })")
-        .await;
-    let boxes: Vec<Vec<f64>> = serde_json::from_value(boxes).unwrap();
-    let (lang, logout, brand) = (&boxes[0], &boxes[1], &boxes[2]);
-    assert!(
-        (lang[0] - logout[0]).abs() < 2.0,
-        "buttons on one row: {boxes:?}"
-    );
-    for (name, r) in [("lang", lang), ("logout", logout)] {
-        assert!(r[1] - r[0] < 44.0, "{name} is one line high: {boxes:?}");
-        assert!(r[3] <= 390.0, "{name} is inside the screen: {boxes:?}");
-    }
-    assert!(
-        brand[3] <= lang[2],
-        "the brand gives way to the buttons: {boxes:?}"
-    );
-    let page_width = b.js("return document.documentElement.scrollWidth").await;
-    assert!(
-        page_width.as_f64().unwrap() <= 390.0,
-        "no sideways scrolling: {page_width}"
-    );
+    top_bar_fits_one_row(&b).await;
+    // English has the longer words ("Sign out", "waitroom dashboard").
+    b.click("#lang").await;
+    b.text_until("#logout", |t| t == "Sign out").await;
+    top_bar_fits_one_row(&b).await;
+    b.screenshot("admin-phone-en.png").await;
+    b.click("#lang").await;
+    b.text_until("#logout", |t| t == "로그아웃").await;
     b.screenshot("admin-phone-ko.png").await;
 
     // The create form shows the server's defaults.
