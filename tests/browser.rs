@@ -812,7 +812,7 @@ async fn style_until(b: &Browser, css: &str, prop: &str, want: &str) {
 async fn the_event_look_shows_on_its_page_and_previews_live_in_the_dashboard() {
     let _one = BROWSER_LOCK.lock().await;
     let s = TestServer::start().await;
-    one_slot_event(
+    let holder = one_slot_event(
         &s,
         "fest",
         json!({"title": {"ko": "봄 축제", "en": "Spring Fest"}, "headline": {"en": "Gates open at 8 pm"},
@@ -874,10 +874,24 @@ async fn the_event_look_shows_on_its_page_and_previews_live_in_the_dashboard() {
     assert_eq!(e["title"], json!({"ko": "봄 축제", "en": "Autumn Fest"}));
     assert_eq!(e["headline"], json!(null));
     assert_eq!(e["theme_color"], "#0a7f3f");
+    // What happens next, for when the turn comes.
+    s.put_event(
+        "fest",
+        json!({"turn_message": {"en": "Book within 10 minutes."}}),
+    )
+    .await;
     b.goto(&s.url("/wait/fest")).await;
     b.text_until("#event-name", |t| t == "Autumn Fest").await;
     style_until(&b, "#position", "color", "rgb(10, 127, 63)").await;
     assert!(!b.visible("#headline").await);
+
+    // When the turn comes, the note says what happens next (this event leads nowhere, so
+    // the page stays on its turn).
+    b.text_until("#live-text", |t| t == "Live updates").await;
+    s.leave(&holder).await;
+    b.text_until("#status", |t| t == "It is your turn!").await;
+    b.text_until("#note", |t| t == "Book within 10 minutes.")
+        .await;
     b.close().await;
 }
 

@@ -4,8 +4,10 @@
 //!
 //! Everything is plain HTML, CSS and JavaScript under `src/http/assets/`, compiled in with
 //! `include_str!`: one binary serves the whole journey, and no page loads anything from
-//! outside the server (no CDN, no web fonts). The pages are static; all data comes from the
-//! public API, so operators can restyle or replace them without touching the server. A
+//! outside the server (no CDN, no web fonts). The pages are static but for the waiting
+//! room, which the server fills with its event's look and words (`look.rs`); all other data
+//! comes from the public API, so operators can restyle or replace them without touching the
+//! server. A
 //! strict Content-Security-Policy (same origin only, no inline script) makes an injected
 //! string in an event name harmless even if a page forgot to escape it.
 //!
