@@ -771,3 +771,64 @@ fn raw_requests_never_panic_and_always_answer_in_shape() {
     assert_eq!(PANICS.load(Ordering::SeqCst), 0);
     assert!(counts.cases.load(Ordering::Relaxed) >= n as u64);
 }
+
+/// The one error that is not JSON, checked on purpose (random requests rarely ask for it):
+/// a browser's request for the page of an unknown event answers a `404` HTML page, which
+/// `check` accepts for such a request only; any other client gets the JSON error.
+#[test]
+fn an_unknown_events_page_is_the_one_html_error() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let target = rt.block_on(target());
+    let counts = Counts::default();
+    let ask = |method: &str, path: &str, accept: &str| {
+        format!("{method} {path} HTTP/1.1\r\nhost: fuzz\r\naccept: {accept}\r\n\r\n")
+            .into_bytes()
+    };
+    for (accept, html) in [
+        ("text/html,application/xhtml+xml,*/*;q=0.8", true),
+        ("application/json", false),
+        ("*/*", false),
+    ] {
+        for method in ["GET", "HEAD"] {
+            let bytes = ask(method, "/wait/nope", accept);
+            let (answer, errored) = rt
+                .block_on(exchange(target.router.clone(), bytes.clone()))
+                .unwrap();
+            assert!(!errored);
+            let text = String::from_utf8_lossy(&answer).to_ascii_lowercase();
+            assert!(text.starts_with("http/1.1 404"), "{text}");
+            assert_eq!(
+                text.contains("content-type: text/html"),
+                html,
+                "{method} {accept}: {text}"
+            );
+            check(&bytes, &answer, false, &counts).unwrap();
+        }
+    }
+    // The HTML answer passes as the answer to a browser's request for a waiting page only.
+    let (page, _) = rt
+        .block_on(exchange(
+            target.router.clone(),
+            ask("GET", "/wait/nope", "text/html"),
+        ))
+        .unwrap();
+    assert!(check(
+        &ask("GET", "/wait/nope", "text/html"),
+        &page,
+        false,
+        &counts
+    )
+    .is_ok());
+    assert!(check(
+        &ask("GET", "/api/v1/events/nope", "text/html"),
+        &page,
+        false,
+        &counts
+    )
+    .is_err());
+    assert!(check(&ask("GET", "/wait/nope", "*/*"), &page, false, &counts).is_err());
+}
