@@ -98,7 +98,7 @@
     claims = r.data;
     phase = 'booking';
     const ev = await api('GET', '/api/v1/events/' + encodeURIComponent(claims.event_id));
-    if (ev.ok) el('event-name').textContent = ev.data.name || ev.data.event_id;
+    if (ev.ok) el('event-name').textContent = WR.pick(ev.data.title) || ev.data.name || ev.data.event_id;
     render();
     // Countdown each second; a session heartbeat every 20 s keeps an idle session open.
     let n = 0;
