@@ -785,8 +785,7 @@ fn an_unknown_events_page_is_the_one_html_error() {
     let target = rt.block_on(target());
     let counts = Counts::default();
     let ask = |method: &str, path: &str, accept: &str| {
-        format!("{method} {path} HTTP/1.1\r\nhost: fuzz\r\naccept: {accept}\r\n\r\n")
-            .into_bytes()
+        format!("{method} {path} HTTP/1.1\r\nhost: fuzz\r\naccept: {accept}\r\n\r\n").into_bytes()
     };
     for (accept, html) in [
         ("text/html,application/xhtml+xml,*/*;q=0.8", true),
