@@ -1,6 +1,7 @@
 //! [`AppState`]: what every request handler shares, and the one call that starts the
 //! node's background tasks over it ([`AppState::start_background`]).
 
+use std::path::Path;
 use std::sync::Arc;
 
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -39,6 +40,9 @@ pub struct AppState {
     /// A sender (not a receiver) so that any holder can subscribe, and so that a state made
     /// without a server (tests, embedding) never reads as "shutting down".
     pub shutdown: Arc<watch::Sender<bool>>,
+    /// The data dir's `branding/` folder, whose logos and stylesheets events may use
+    /// (`/branding/{file}`); `None` serves none.
+    pub branding_dir: Option<Arc<Path>>,
 }
 
 impl AppState {
@@ -63,6 +67,7 @@ impl AppState {
             metrics: crate::telemetry::prometheus(),
             live: Arc::new(Live::new()),
             shutdown: Arc::new(watch::Sender::new(false)),
+            branding_dir: None,
         })
     }
 

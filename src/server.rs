@@ -110,7 +110,8 @@ pub async fn run(
             t
         }
     };
-    let state = AppState::new(store, &key, &admin_token, Clock::system())?;
+    let mut state = AppState::new(store, &key, &admin_token, Clock::system())?;
+    state.branding_dir = Some(settings.data_dir.join("branding").into());
 
     // Before anything can change the store, so that no notice is missed.
     let mut tasks = state.start_background();

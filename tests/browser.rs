@@ -4,9 +4,12 @@
 //! Covered: joining from the waiting page and seeing the position; a reload keeping the
 //! place; the Leave button; an admitted person entering, landing on the demo booking page
 //! and completing; the dashboard showing events with live figures, and pausing one; the
-//! Korean page (browser language) and the language switch. The tests also take the
-//! screenshots shown in the README, into `target/screenshots/` (tests never change tracked
-//! files; copy them to `docs/` by hand to refresh the README's pictures).
+//! Korean page (browser language) and the language switch; an event's look on its page and
+//! in the dashboard's live preview; the dashboard on a phone (one-row top bar), in Korean
+//! (errors naming the form's labels), its defaults, Delete and Clear; the thanks after a
+//! completed booking is reloaded. The tests also take the screenshots shown in the README,
+//! into `target/screenshots/`; `UPDATE_SCREENSHOTS=1` also writes them over the copies in
+//! `docs/` (otherwise tests never change tracked files).
 //!
 //! `./scripts/test.sh` installs `chromium` and `chromium-driver` when missing. If they are
 //! missing or cannot start, these tests **fail** (they never pass silently without a browser).
@@ -242,12 +245,19 @@ impl Browser {
         self.c().current_url().await.unwrap().to_string()
     }
 
-    /// Saves a screenshot into `target/screenshots/`.
+    /// Saves a screenshot into `target/screenshots/`, and over the README's copy in `docs/`
+    /// only when asked (`UPDATE_SCREENSHOTS=1`): a test run leaves tracked files alone.
     async fn screenshot(&self, name: &str) {
         let png = self.c().screenshot().await.unwrap();
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/screenshots");
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join(name), png).unwrap();
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let update = std::env::var("UPDATE_SCREENSHOTS").ok();
+        let update = update
+            .as_deref()
+            .filter(|_| README_SCREENSHOTS.contains(&name));
+        for dir in screenshot_dirs(&root, update) {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(name), &png).unwrap();
+        }
     }
 
     async fn close(mut self) {
@@ -255,6 +265,39 @@ impl Browser {
             let _ = c.close().await;
         }
     }
+}
+
+/// The screenshots the README shows, kept in `docs/`; the others stay in `target/`.
+const README_SCREENSHOTS: &[&str] = &[
+    "screenshot-wait-en.png",
+    "screenshot-wait-ko.png",
+    "screenshot-admin.png",
+];
+
+/// Where screenshots go: always `target/screenshots/`; also `docs/` with `UPDATE_SCREENSHOTS=1`.
+fn screenshot_dirs(root: &std::path::Path, update: Option<&str>) -> Vec<PathBuf> {
+    let mut dirs = vec![root.join("target/screenshots")];
+    if update == Some("1") {
+        dirs.push(root.join("docs"));
+    }
+    dirs
+}
+
+#[test]
+fn screenshots_reach_docs_only_on_request() {
+    let root = std::path::Path::new("/repo");
+    assert_eq!(
+        screenshot_dirs(root, None),
+        [root.join("target/screenshots")]
+    );
+    assert_eq!(
+        screenshot_dirs(root, Some("0")),
+        [root.join("target/screenshots")]
+    );
+    assert_eq!(
+        screenshot_dirs(root, Some("1")),
+        [root.join("target/screenshots"), root.join("docs")]
+    );
 }
 
 /// Polls the server until `pred` holds for the event's admin figures.
@@ -392,6 +435,17 @@ async fn admitted_person_enters_books_on_the_demo_page_and_completes() {
         .await;
     assert_eq!(back, "/wait/fest");
     assert_eq!(stored_token(&b, "fest").await, None);
+
+    // Reloading the finished booking thanks the person; it does not call the link invalid.
+    b.c().refresh().await.unwrap();
+    b.text_until("#booking-status", |t| t == "You have already booked")
+        .await;
+    assert!(b.visible("#done").await);
+    assert!(!b.visible("#invalid").await);
+    let back = b
+        .js("return document.getElementById('back').getAttribute('href')")
+        .await;
+    assert_eq!(back, "/wait/fest");
     b.close().await;
 }
 
@@ -654,5 +708,337 @@ async fn the_page_does_the_proof_of_work_and_gets_a_place() {
     b.text_until("#position", |t| t == "1").await;
     b.text_until("#status", |t| t == "You are in line").await;
     assert_eq!(s.figures("fest").await["waiting"], 1);
+    b.close().await;
+}
+
+const DESKTOP: Opts = Opts {
+    lang: "en-US",
+    width: 1280,
+    height: 1500,
+    scale: 1.0,
+};
+
+/// Signs in to the dashboard with the admin token.
+async fn sign_in(b: &Browser, s: &TestServer) {
+    b.goto(&s.url("/admin")).await;
+    b.until_visible("#admin-token").await;
+    b.c()
+        .find(Locator::Css("#admin-token"))
+        .await
+        .unwrap()
+        .send_keys(ADMIN)
+        .await
+        .unwrap();
+    b.click("#login-button").await;
+    b.until_visible("#dash").await;
+}
+
+/// The dashboard's top bar on a phone: its two buttons side by side, each one line high
+/// and inside the screen, the brand to their left; nothing scrolls sideways.
+async fn top_bar_fits_one_row(b: &Browser) {
+    let boxes = b
+        .js("return ['#lang', '#logout', '.brand'].map((q) => { \
+               const r = document.querySelector(q).getBoundingClientRect(); \
+               return [r.top, r.bottom, r.left, r.right]; })")
+        .await;
+    let boxes: Vec<Vec<f64>> = serde_json::from_value(boxes).unwrap();
+    let (lang, logout, brand) = (&boxes[0], &boxes[1], &boxes[2]);
+    assert!(
+        (lang[0] - logout[0]).abs() < 2.0,
+        "buttons on one row: {boxes:?}"
+    );
+    for (name, r) in [("lang", lang), ("logout", logout)] {
+        assert!(r[1] - r[0] < 44.0, "{name} is one line high: {boxes:?}");
+        assert!(r[3] <= 390.0, "{name} is inside the screen: {boxes:?}");
+    }
+    assert!(
+        brand[1] - brand[0] < 44.0,
+        "the brand is one line: {boxes:?}"
+    );
+    assert!(
+        brand[3] <= lang[2],
+        "the brand gives way to the buttons: {boxes:?}"
+    );
+    let page_width = b.js("return document.documentElement.scrollWidth").await;
+    assert!(
+        page_width.as_f64().unwrap() <= 390.0,
+        "no sideways scrolling: {page_width}"
+    );
+}
+
+async fn placeholder(b: &Browser, id: &str) -> Value {
+    b.js(&format!(
+        "return document.getElementById('{id}').placeholder"
+    ))
+    .await
+}
+
+/// Replaces an input's text, as a person typing it would (input events fire).
+async fn type_into(b: &Browser, css: &str, text: &str) {
+    let e = b.c().find(Locator::Css(css)).await.unwrap();
+    e.clear().await.unwrap();
+    if !text.is_empty() {
+        e.send_keys(text).await.unwrap();
+    }
+}
+
+/// The computed value of a CSS property of the first element matching `css`.
+async fn style_of(b: &Browser, css: &str, prop: &str) -> String {
+    b.js(&format!(
+        "return getComputedStyle(document.querySelector('{css}')).getPropertyValue('{prop}')"
+    ))
+    .await
+    .as_str()
+    .unwrap_or_default()
+    .to_string()
+}
+
+async fn style_until(b: &Browser, css: &str, prop: &str, want: &str) {
+    let deadline = Instant::now() + WAIT;
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        last = style_of(b, css, prop).await;
+        if last == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{css} {prop}: wanted {want}, last {last:?}");
+}
+
+/// An event's look on its waiting page (title, headline, colour, note), and the dashboard's
+/// editor previewing a change live, before it is saved; saved, the page shows it.
+#[tokio::test]
+async fn the_event_look_shows_on_its_page_and_previews_live_in_the_dashboard() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    let holder = one_slot_event(
+        &s,
+        "fest",
+        json!({"title": {"ko": "봄 축제", "en": "Spring Fest"}, "headline": {"en": "Gates open at 8 pm"},
+               "note": {"en": "Up to 4 tickets per person."}, "theme_color": "#aa3300"}),
+    )
+    .await;
+    let b = Browser::start(&DESKTOP).await;
+
+    // The page: its title and colours, without waiting for any script.
+    b.goto(&s.url("/wait/fest")).await;
+    b.text_until("#position", |t| t == "1").await;
+    assert_eq!(
+        b.text_until("#event-name", |t| !t.is_empty()).await,
+        "Spring Fest"
+    );
+    assert_eq!(
+        b.text_until("#headline", |t| !t.is_empty()).await,
+        "Gates open at 8 pm"
+    );
+    assert_eq!(
+        b.text_until("#note", |t| !t.is_empty()).await,
+        "Up to 4 tickets per person."
+    );
+    let title = b.js("return document.title").await;
+    assert!(title.as_str().unwrap().contains("Spring Fest"), "{title}");
+    style_until(&b, "#position", "color", "rgb(170, 51, 0)").await;
+    style_until(&b, "#bar", "background-color", "rgb(170, 51, 0)").await;
+    b.screenshot("wait-look.png").await;
+    // The language switch changes the title too.
+    b.click("#lang").await;
+    b.text_until("#event-name", |t| t == "봄 축제").await;
+    b.click("#lang").await;
+    b.text_until("#event-name", |t| t == "Spring Fest").await;
+
+    // The dashboard: the editor shows the look and previews changes as they are typed.
+    sign_in(&b, &s).await;
+    b.click("[data-event=\"fest\"] .edit").await;
+    b.text_until("#pv-title", |t| t == "Spring Fest").await;
+    b.text_until("#pv-headline", |t| t == "Gates open at 8 pm")
+        .await;
+    style_until(&b, "#pv-position", "color", "rgb(170, 51, 0)").await;
+    type_into(&b, "#f-title-en", "Autumn Fest").await;
+    type_into(&b, "#f-headline-en", "").await;
+    type_into(&b, "#f-theme_color", "#0a7f3f").await;
+    type_into(&b, "#f-note-en", "Bring your ID.").await;
+    b.text_until("#pv-title", |t| t == "Autumn Fest").await;
+    b.text_until("#pv-note", |t| t == "Bring your ID.").await;
+    style_until(&b, "#pv-position", "color", "rgb(10, 127, 63)").await;
+    assert!(!b.visible("#pv-headline").await);
+    // A preview only: nothing is saved yet.
+    let (_, e) = s.call(Method::GET, "/api/v1/events/fest", None, None).await;
+    assert_eq!(e["title"]["en"], "Spring Fest");
+    b.screenshot("admin-look-preview.png").await;
+
+    // Saved: the event has the new look, and its page shows it.
+    b.click("#save").await;
+    b.text_until("#toast", |t| t == "Saved fest.").await;
+    let (_, e) = s.call(Method::GET, "/api/v1/events/fest", None, None).await;
+    assert_eq!(e["title"], json!({"ko": "봄 축제", "en": "Autumn Fest"}));
+    assert_eq!(e["headline"], json!(null));
+    assert_eq!(e["theme_color"], "#0a7f3f");
+    // What happens next, for when the turn comes.
+    s.put_event(
+        "fest",
+        json!({"turn_message": {"en": "Book within 10 minutes."}}),
+    )
+    .await;
+    b.goto(&s.url("/wait/fest")).await;
+    b.text_until("#event-name", |t| t == "Autumn Fest").await;
+    style_until(&b, "#position", "color", "rgb(10, 127, 63)").await;
+    assert!(!b.visible("#headline").await);
+
+    // When the turn comes, the note says what happens next (this event leads nowhere, so
+    // the page stays on its turn).
+    b.text_until("#live-text", |t| t == "Live updates").await;
+    s.leave(&holder).await;
+    b.text_until("#status", |t| t == "It is your turn!").await;
+    b.text_until("#note", |t| t == "Book within 10 minutes.")
+        .await;
+    b.close().await;
+}
+
+/// The dashboard on a 390 px phone, in Korean: the top bar's buttons stay on one row inside
+/// the screen; form errors are Korean and name the form's labels, not API fields; the form
+/// shows the server's defaults.
+#[tokio::test]
+async fn the_dashboard_on_a_phone_in_korean() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    let ko = Opts {
+        lang: "ko-KR",
+        ..PHONE
+    };
+    let b = Browser::start(&ko).await;
+    sign_in(&b, &s).await;
+    b.text_until("#logout", |t| t == "로그아웃").await;
+
+    top_bar_fits_one_row(&b).await;
+    // English has the longer words ("Sign out", "waitroom dashboard").
+    b.click("#lang").await;
+    b.text_until("#logout", |t| t == "Sign out").await;
+    top_bar_fits_one_row(&b).await;
+    b.screenshot("admin-phone-en.png").await;
+    b.click("#lang").await;
+    b.text_until("#logout", |t| t == "로그아웃").await;
+    b.screenshot("admin-phone-ko.png").await;
+
+    // The create form shows the server's defaults.
+    b.click("#editor summary").await;
+    let deadline = Instant::now() + WAIT;
+    while placeholder(&b, "f-max_active").await != "100" {
+        assert!(Instant::now() < deadline, "the defaults never showed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(placeholder(&b, "f-ready_ttl_sec").await, "60");
+    assert_eq!(placeholder(&b, "f-waiting_idle_sec").await, "300");
+    assert_eq!(placeholder(&b, "f-overbooking_ratio").await, "1");
+
+    // A value out of range: the error is in Korean and names the label.
+    type_into(&b, "#f-event_id", "k1").await;
+    type_into(&b, "#f-max_active", "0").await;
+    b.click("#save").await;
+    let err = b.text_until("#form-error", |t| !t.is_empty()).await;
+    assert!(err.starts_with("최대 동시 이용:"), "{err}");
+    assert!(err.contains("사이의 값이어야 합니다"), "{err}");
+    assert!(
+        !err.contains("max_active") && !err.contains("must"),
+        "{err}"
+    );
+    let invalid = b
+        .js("return document.getElementById('f-max_active').getAttribute('aria-invalid')")
+        .await;
+    assert_eq!(invalid, "true");
+    type_into(&b, "#f-max_active", "5").await;
+    type_into(&b, "#f-theme_color", "red").await;
+    b.click("#save").await;
+    let err = b
+        .text_until("#form-error", |t| t.starts_with("테마 색"))
+        .await;
+    assert!(err.contains("#rrggbb"), "{err}");
+    type_into(&b, "#f-theme_color", "").await;
+    type_into(&b, "#f-logo_url", "javascript:alert(1)").await;
+    b.click("#save").await;
+    b.text_until("#form-error", |t| t.starts_with("로고 URL:"))
+        .await;
+    type_into(&b, "#f-logo_url", "").await;
+    b.click("#save").await;
+    b.text_until("[data-event=\"k1\"] .fig-capacity", |t| t == "5")
+        .await;
+    assert_eq!(b.text_until("#form-error", |_| true).await, "");
+    b.close().await;
+}
+
+/// Delete asks once more, then removes the event; Clear with nobody waiting needs no
+/// confirmation; the target URL field is wide enough for a real URL.
+#[tokio::test]
+async fn the_dashboard_deletes_with_confirmation_and_clears_an_empty_line_at_once() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    s.put_event("empty", json!({"name": "Empty"})).await;
+    s.put_event("doomed", json!({"name": "Doomed"})).await;
+    s.join_token("doomed", "u1").await;
+    let b = Browser::start(&DESKTOP).await;
+    sign_in(&b, &s).await;
+    let empty = "[data-event=\"empty\"]";
+    let doomed = "[data-event=\"doomed\"]";
+    b.text_until(&format!("{empty} .fig-waiting"), |t| t == "0")
+        .await;
+
+    // Nobody waits: one click clears, no confirmation.
+    b.click(&format!("{empty} .clear")).await;
+    b.text_until("#toast", |t| t == "Removed 0 waiting places from empty.")
+        .await;
+    assert_eq!(
+        b.text_until(&format!("{empty} .clear"), |_| true).await,
+        "Clear line"
+    );
+
+    // Delete: the first click only asks.
+    b.text_until(&format!("{doomed} .delete"), |t| t == "Delete")
+        .await;
+    b.click(&format!("{doomed} .delete")).await;
+    b.text_until(&format!("{doomed} .delete"), |t| {
+        t == "Confirm: delete doomed"
+    })
+    .await;
+    let (st, _) = s
+        .call(
+            Method::GET,
+            "/api/v1/admin/events/doomed",
+            Some(ADMIN),
+            None,
+        )
+        .await;
+    assert_eq!(
+        st,
+        reqwest::StatusCode::OK,
+        "not deleted on the first click"
+    );
+    b.click(&format!("{doomed} .delete")).await;
+    b.text_until("#toast", |t| t == "Deleted doomed.").await;
+    let (st, _) = s
+        .call(
+            Method::GET,
+            "/api/v1/admin/events/doomed",
+            Some(ADMIN),
+            None,
+        )
+        .await;
+    assert_eq!(st, reqwest::StatusCode::NOT_FOUND);
+    let deadline = Instant::now() + WAIT;
+    while b.visible(doomed).await {
+        assert!(Instant::now() < deadline, "the deleted event's card stayed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The target URL takes the form's whole row.
+    b.click("#editor summary").await;
+    let widths = b
+        .js(
+            "return ['f-target_url', 'f-max_active', 'event-form'].map((id) => \
+               document.getElementById(id).getBoundingClientRect().width)",
+        )
+        .await;
+    let w: Vec<f64> = serde_json::from_value(widths).unwrap();
+    assert!(w[0] > 0.9 * w[2], "target URL {w:?}");
+    assert!(w[0] > 3.0 * w[1], "target URL {w:?}");
     b.close().await;
 }

@@ -138,6 +138,10 @@ const PATHS: &[&str] = &[
     "/metrics",
     "/",
     "/wait/concert-a",
+    "/wait/nope",
+    "/wait/concert-a/theme.css",
+    "/branding/logo.png",
+    "/branding/..%2fstore",
     "/demo/booking",
     "/admin",
     "/assets/wait.js",
@@ -170,6 +174,9 @@ const FIELDS: &[&str] = &[
     "waiting_idle_sec",
     "overbooking_ratio",
     "count",
+    "title",
+    "theme_color",
+    "logo_url",
 ];
 
 /// JSON-ish values: real field names, real tokens and ids, odd numbers and nesting.
@@ -263,6 +270,8 @@ fn shape(tokens: Vec<String>) -> impl Strategy<Value = Shape> {
             ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
             ("expect", "100-continue"),
             ("accept-language", "ko"),
+            ("accept", "text/html,application/xhtml+xml"),
+            ("accept", "application/json"),
             ("accept-encoding", "gzip"),
             ("if-none-match", "\"x\""),
             ("x-forwarded-for", "1.2.3.4, 5.6.7.8"),
@@ -618,6 +627,10 @@ fn check(bytes: &[u8], answer: &[u8], cut: bool, counts: &Counts) -> Result<(), 
             return Err(why("a server error"));
         }
         if r.status >= 400 {
+            if r.status == 404 && html_not_found_asked(bytes, &r) {
+                // The page of an unknown event, for a browser (API.md "Pages").
+                continue;
+            }
             if r.content_type.is_none() && r.body.is_empty() {
                 // hyper's own answer to a request it could not parse.
                 counts.from_hyper.fetch_add(1, Ordering::Relaxed);
@@ -646,6 +659,16 @@ fn check(bytes: &[u8], answer: &[u8], cut: bool, counts: &Counts) -> Result<(), 
         }
     }
     Ok(())
+}
+
+/// A `404` in HTML, to a request for a waiting page that accepts HTML: the one error that is
+/// a page rather than JSON. Its body (unless a HEAD's) must lead back to the start.
+fn html_not_found_asked(bytes: &[u8], r: &Answer) -> bool {
+    let request = String::from_utf8_lossy(bytes).to_ascii_lowercase();
+    r.content_type.as_deref() == Some("text/html; charset=utf-8")
+        && request.contains("/wait/")
+        && request.contains("accept: text/html")
+        && (r.body.is_empty() || String::from_utf8_lossy(&r.body).contains("href=\"/\""))
 }
 
 /// The first answer's head parses and is not a server error.
@@ -747,4 +770,64 @@ fn raw_requests_never_panic_and_always_answer_in_shape() {
     }
     assert_eq!(PANICS.load(Ordering::SeqCst), 0);
     assert!(counts.cases.load(Ordering::Relaxed) >= n as u64);
+}
+
+/// The one error that is not JSON, checked on purpose (random requests rarely ask for it):
+/// a browser's request for the page of an unknown event answers a `404` HTML page, which
+/// `check` accepts for such a request only; any other client gets the JSON error.
+#[test]
+fn an_unknown_events_page_is_the_one_html_error() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let target = rt.block_on(target());
+    let counts = Counts::default();
+    let ask = |method: &str, path: &str, accept: &str| {
+        format!("{method} {path} HTTP/1.1\r\nhost: fuzz\r\naccept: {accept}\r\n\r\n").into_bytes()
+    };
+    for (accept, html) in [
+        ("text/html,application/xhtml+xml,*/*;q=0.8", true),
+        ("application/json", false),
+        ("*/*", false),
+    ] {
+        for method in ["GET", "HEAD"] {
+            let bytes = ask(method, "/wait/nope", accept);
+            let (answer, errored) = rt
+                .block_on(exchange(target.router.clone(), bytes.clone()))
+                .unwrap();
+            assert!(!errored);
+            let text = String::from_utf8_lossy(&answer).to_ascii_lowercase();
+            assert!(text.starts_with("http/1.1 404"), "{text}");
+            assert_eq!(
+                text.contains("content-type: text/html"),
+                html,
+                "{method} {accept}: {text}"
+            );
+            check(&bytes, &answer, false, &counts).unwrap();
+        }
+    }
+    // The HTML answer passes as the answer to a browser's request for a waiting page only.
+    let (page, _) = rt
+        .block_on(exchange(
+            target.router.clone(),
+            ask("GET", "/wait/nope", "text/html"),
+        ))
+        .unwrap();
+    assert!(check(
+        &ask("GET", "/wait/nope", "text/html"),
+        &page,
+        false,
+        &counts
+    )
+    .is_ok());
+    assert!(check(
+        &ask("GET", "/api/v1/events/nope", "text/html"),
+        &page,
+        false,
+        &counts
+    )
+    .is_err());
+    assert!(check(&ask("GET", "/wait/nope", "*/*"), &page, false, &counts).is_err());
 }

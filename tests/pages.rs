@@ -13,6 +13,8 @@ use live_support::TestServer;
 #[tokio::test]
 async fn pages_and_assets_are_served_from_the_binary() {
     let s = TestServer::start().await;
+    s.put_event("concert-a", json!({})).await;
+    s.put_event("x", json!({})).await;
     let http = reqwest::Client::builder()
         .redirect(Policy::none())
         .build()
@@ -126,7 +128,9 @@ async fn the_public_event_list_shows_figures_but_no_admin_settings() {
         json!([{
             "event_id": "show", "name": "Show", "queue_length": 2, "admitted": 0, "active": 0,
             "capacity": 1, "admitted_last_minute": 0, "paused": true, "accept_joins": true,
-            "target_url": "/demo/booking", "waiting_idle_sec": 90,
+            "target_url": "/demo/booking", "waiting_idle_sec": 90, "title": null,
+            "headline": null, "note": null, "turn_message": null, "theme_color": null,
+            "logo_url": null,
         }])
     );
     let (st, one) = s.call(Method::GET, "/api/v1/events/show", None, None).await;
@@ -170,4 +174,290 @@ async fn the_booking_page_verifies_for_its_event() {
         )),
         "booking.js does not default to the demo event"
     );
+}
+
+/// `GET /wait/{event_id}` with `Accept` as a browser sends it.
+async fn page(s: &TestServer, path: &str, lang: &str) -> reqwest::Response {
+    s.http
+        .get(s.url(path))
+        .header(header::ACCEPT, "text/html,application/xhtml+xml,*/*;q=0.8")
+        .header(header::ACCEPT_LANGUAGE, lang)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// The waiting page carries the event's title (in `<title>` and its heading), headline,
+/// note, logo and colour in its HTML, rendered by the server in the browser's language, with
+/// every text escaped and the policy widened only by the logo's origin, for images.
+#[tokio::test]
+async fn the_waiting_page_carries_the_events_look_in_its_html() {
+    let s = TestServer::start().await;
+    s.put_event(
+        "fest",
+        json!({"name": "Fest", "title": {"ko": "봄 축제", "en": "<img src=x onerror=alert(1)> Spring"},
+               "headline": {"ko": "8시 입장"}, "note": {"en": "Bring ID\n4 per person"},
+               "theme_color": "#FFD400", "logo_url": "https://cdn.example.com/logo.png"}),
+    )
+    .await;
+    let r = page(&s, "/wait/fest", "ko-KR,ko;q=0.9").await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let csp = r.headers()[header::CONTENT_SECURITY_POLICY]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        csp.contains("img-src 'self' data: https://cdn.example.com;"),
+        "{csp}"
+    );
+    assert!(csp.contains("script-src 'self';") && csp.contains("style-src 'self';"));
+    let ko = r.text().await.unwrap();
+    assert!(ko.contains("<html lang=\"ko\">"));
+    assert!(ko.contains("<title>봄 축제 · 대기실</title>"), "{ko}");
+    assert!(ko.contains("id=\"event-name\">봄 축제</h1>"));
+    assert!(ko.contains("id=\"headline\">8시 입장</p>"));
+    // The note has no Korean: the English one stands in.
+    assert!(ko.contains("id=\"note\">Bring ID\n4 per person</p>"));
+    assert!(ko.contains("src=\"https://cdn.example.com/logo.png\""));
+    assert!(ko.contains("<meta name=\"theme-color\" content=\"#ffd400\">"));
+    assert!(ko.contains("href=\"/wait/fest/theme.css\""));
+    // The stable ids of the contract are still there.
+    for id in ["status", "position", "queue-length", "eta", "leave"] {
+        assert!(ko.contains(&format!("id=\"{id}\"")), "#{id} missing");
+    }
+
+    let en = page(&s, "/wait/fest", "en-US").await.text().await.unwrap();
+    assert!(!en.contains("<img src=x"), "markup in a title is escaped");
+    assert!(en.contains("<title>&lt;img src=x onerror=alert(1)&gt; Spring · Waiting room</title>"));
+    assert!(en.contains("id=\"headline\">8시 입장</p>"));
+    // `?lang=` wins over the browser's language, as on the page.
+    let asked = page(&s, "/wait/fest?lang=ko", "en-US")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(asked.contains("<title>봄 축제 · 대기실</title>"));
+
+    // The colour comes as a stylesheet of this origin, with dark text on yellow.
+    let css = s
+        .http
+        .get(s.url("/wait/fest/theme.css"))
+        .send()
+        .await
+        .unwrap();
+    assert!(css.headers()[header::CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .starts_with("text/css"));
+    let css = css.text().await.unwrap();
+    assert!(
+        css.contains("--accent: #ffd400") && css.contains("--accent-text: #111111"),
+        "{css}"
+    );
+
+    // The public API carries the look for the page's script.
+    let (_, info) = s.call(Method::GET, "/api/v1/events/fest", None, None).await;
+    assert_eq!(info["title"]["ko"], "봄 축제");
+    assert_eq!(info["theme_color"], "#ffd400");
+
+    // An event without a look: the built-in page under the built-in policy; its name is
+    // the title.
+    s.put_event("plain", json!({"name": "Plain & Simple"}))
+        .await;
+    let r = page(&s, "/wait/plain", "en").await;
+    let csp = r.headers()[header::CONTENT_SECURITY_POLICY]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(csp.contains("img-src 'self' data:;"), "{csp}");
+    let plain = r.text().await.unwrap();
+    assert!(plain.contains("<title>Plain &amp; Simple · Waiting room</title>"));
+    assert!(!plain.contains("theme.css") && !plain.contains("event-logo"));
+}
+
+/// Bad looks are refused with a JSON error naming the field; nothing is stored.
+#[tokio::test]
+async fn bad_looks_are_refused_with_clear_json_errors() {
+    let s = TestServer::start().await;
+    s.put_event("fest", json!({"title": {"en": "Kept"}})).await;
+    for (body, field) in [
+        (json!({"theme_color": "red"}), "theme_color"),
+        (json!({"theme_color": "#12345z"}), "theme_color"),
+        (json!({"title": {"en": "x".repeat(121)}}), "title.en"),
+        (json!({"note": {"ko": "a\u{0}b"}}), "note.ko"),
+        (json!({"logo_url": "javascript:alert(1)"}), "logo_url"),
+        (
+            json!({"logo_url": "http://cdn.example.com/x.png"}),
+            "logo_url",
+        ),
+        (json!({"logo_url": "https://a@b.example/x.png"}), "logo_url"),
+        (json!({"logo_url": "/branding/../admin-token"}), "logo_url"),
+        (json!({"stylesheet": "../x.css"}), "stylesheet"),
+        (json!({"title": {"jp": "x"}}), "unknown field"),
+        (json!({"title": "just a string"}), "invalid type"),
+    ] {
+        let (st, v) = s
+            .call(
+                Method::PUT,
+                "/api/v1/admin/events/fest",
+                Some(live_support::ADMIN),
+                Some(body.clone()),
+            )
+            .await;
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{body}");
+        assert_eq!(v["error"]["code"], "INVALID_REQUEST", "{body}");
+        let m = v["error"]["message"].as_str().unwrap();
+        assert!(m.contains(field), "{body}: {m}");
+    }
+    let (_, e) = s.call(Method::GET, "/api/v1/events/fest", None, None).await;
+    assert_eq!(e["title"], json!({"en": "Kept"}));
+    assert_eq!(e["theme_color"], json!(null));
+}
+
+/// An unknown event: a browser gets a 404 page that leads back to the start; any other
+/// client the JSON error of the API.
+#[tokio::test]
+async fn an_unknown_event_answers_a_404_page_to_browsers_and_json_to_others() {
+    let s = TestServer::start().await;
+    let r = page(&s, "/wait/nope", "en").await;
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert!(r.headers()[header::CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .starts_with("text/html"));
+    assert!(r.headers()[header::CONTENT_SECURITY_POLICY]
+        .to_str()
+        .unwrap()
+        .contains("script-src 'self'"));
+    let html = r.text().await.unwrap();
+    assert!(html.contains("This event does not exist"), "{html}");
+    assert!(html.contains("<a class=\"button primary\" id=\"back\" href=\"/\">"));
+    let ko = page(&s, "/wait/nope", "ko").await.text().await.unwrap();
+    assert!(ko.contains("존재하지 않는 이벤트입니다") && ko.contains("href=\"/\""));
+
+    let (st, v) = s.call(Method::GET, "/wait/nope", None, None).await;
+    assert_eq!(
+        (st, &v["error"]["code"]),
+        (StatusCode::NOT_FOUND, &json!("EVENT_NOT_FOUND"))
+    );
+    let (st, _) = s
+        .call(Method::GET, "/wait/nope/theme.css", None, None)
+        .await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+    // Once the event exists, the same address is its waiting room.
+    s.put_event("nope", json!({})).await;
+    assert_eq!(page(&s, "/wait/nope", "en").await.status(), StatusCode::OK);
+}
+
+/// Files of the data dir's `branding/` folder: served by name with their type and a policy
+/// that runs nothing; no path, hidden file or other type gets out.
+#[tokio::test]
+async fn branding_files_come_from_the_data_dir_only() {
+    let s = TestServer::start().await;
+    let dir = s.data_dir().join("branding");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("fest.css"), "h1 { color: red }").unwrap();
+    std::fs::write(
+        dir.join("logo.svg"),
+        "<svg xmlns='http://www.w3.org/2000/svg'><script>alert(1)</script></svg>",
+    )
+    .unwrap();
+    std::fs::write(dir.join(".hidden.css"), "x").unwrap();
+    std::fs::write(dir.join("notes.txt"), "x").unwrap();
+    let r = s
+        .http
+        .get(s.url("/branding/fest.css"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()[header::CONTENT_TYPE], "text/css; charset=utf-8");
+    assert_eq!(r.text().await.unwrap(), "h1 { color: red }");
+    let r = s
+        .http
+        .get(s.url("/branding/logo.svg"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()[header::CONTENT_TYPE], "image/svg+xml");
+    let csp = r.headers()[header::CONTENT_SECURITY_POLICY]
+        .to_str()
+        .unwrap();
+    assert!(
+        csp.contains("default-src 'none'") && csp.contains("sandbox"),
+        "{csp}"
+    );
+    assert_eq!(r.headers()[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+    for path in [
+        "/branding/.hidden.css",
+        "/branding/notes.txt",
+        "/branding/missing.png",
+        "/branding/..%2fadmin-token",
+        "/branding/..%2f..%2fetc%2fpasswd",
+    ] {
+        let (st, v) = s.call(Method::GET, path, None, None).await;
+        assert_eq!(st, StatusCode::NOT_FOUND, "{path}");
+        assert_eq!(v["error"]["code"], "NOT_FOUND", "{path}");
+    }
+    // The event's page links its stylesheet after the built-in one.
+    s.put_event(
+        "fest",
+        json!({"stylesheet": "fest.css", "logo_url": "/branding/logo.svg"}),
+    )
+    .await;
+    let r = page(&s, "/wait/fest", "en").await;
+    let csp = r.headers()[header::CONTENT_SECURITY_POLICY]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        csp.contains("img-src 'self' data:;"),
+        "a data-dir logo needs no origin: {csp}"
+    );
+    let html = r.text().await.unwrap();
+    let builtin = html.find("/assets/style.css").unwrap();
+    let own = html.find("href=\"/branding/fest.css\"").unwrap();
+    assert!(own > builtin);
+    assert!(html.contains("src=\"/branding/logo.svg\""));
+}
+
+/// The dashboard's form shows the server's defaults, from `GET /admin/defaults`.
+#[tokio::test]
+async fn the_defaults_of_a_new_event_are_answered() {
+    let s = TestServer::start().await;
+    let (st, _) = s
+        .call(Method::GET, "/api/v1/admin/defaults", None, None)
+        .await;
+    assert_eq!(st, StatusCode::UNAUTHORIZED);
+    let (st, d) = s
+        .call(
+            Method::GET,
+            "/api/v1/admin/defaults",
+            Some(live_support::ADMIN),
+            None,
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK);
+    s.put_event("fresh", json!({})).await;
+    let made = s.admin(Method::GET, "/events/fresh").await;
+    for k in [
+        "max_active",
+        "overbooking_ratio",
+        "ready_ttl_sec",
+        "session_idle_sec",
+        "session_max_sec",
+        "waiting_idle_sec",
+        "admit_per_minute",
+        "max_queue_length",
+        "paused",
+        "accept_joins",
+        "pow_difficulty",
+        "title",
+        "theme_color",
+    ] {
+        assert_eq!(d[k], made[k], "{k}");
+    }
+    assert_eq!(d["max_active"], 100);
+    assert_eq!(d["user_token_secret_set"], false);
+    assert!(d.get("user_token_secret").is_none());
 }

@@ -465,3 +465,30 @@ async fn the_store_directory_and_files_are_private() {
     let seen = support::private::assert_private_tree(&store_dir);
     assert!(seen >= 3, "only {seen} files checked");
 }
+
+/// An event's look (stored in the journal's JSON settings) is read back after a restart.
+#[tokio::test]
+async fn restart_keeps_the_event_look() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = |t| -> Arc<dyn Store> {
+        Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, t).unwrap())
+    };
+    let before = {
+        let store = open(T0);
+        make_event(
+            &store,
+            "ev",
+            serde_json::json!({"title": {"ko": "봄", "en": "Spring"}, "theme_color": "#123abc",
+                               "logo_url": "/branding/logo.svg", "note": {"en": "a\nb"}}),
+        )
+        .await;
+        let c = store.get_event("ev", T0).await.unwrap().config;
+        store.close().await.unwrap();
+        c
+    };
+    let store = open(T0 + S);
+    let after = store.get_event("ev", T0 + S).await.unwrap().config;
+    assert_eq!(after, before);
+    assert_eq!(after.look.title.unwrap().ko.as_deref(), Some("봄"));
+    assert_eq!(after.look.theme_color.as_deref(), Some("#123abc"));
+}

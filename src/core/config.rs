@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use super::look::{Look, Texts};
 use super::QueueError;
 
 /// Longest accepted event id; ids are also used in Redis keys and URLs, so they stay short.
@@ -58,6 +59,10 @@ pub struct EventConfig {
     /// Boxed: rarely set, and configs travel inside journal records.
     #[serde(default)]
     pub rate_limits: Option<Box<RateLimits>>,
+    /// The waiting page's title, texts, colour, logo and stylesheet (`core::look`); flat
+    /// in the JSON, beside the other settings.
+    #[serde(flatten)]
+    pub look: Look,
 }
 
 /// Who may join an event.
@@ -109,6 +114,7 @@ impl Default for EventConfig {
             pow_difficulty: 0,
             pow_auto_above: None,
             rate_limits: None,
+            look: Look::default(),
         }
     }
 }
@@ -168,6 +174,21 @@ pub struct EventPatch {
     pub pow_auto_above: Option<Option<u64>>,
     #[serde(default, deserialize_with = "nullable")]
     pub rate_limits: Option<Option<RateLimits>>,
+    // The look and words, checked in `core::look`.
+    #[serde(default, deserialize_with = "nullable")]
+    pub title: Option<Option<Texts>>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub headline: Option<Option<Texts>>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub note: Option<Option<Texts>>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub turn_message: Option<Option<Texts>>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub theme_color: Option<Option<String>>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub logo_url: Option<Option<String>>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub stylesheet: Option<Option<String>>,
 }
 
 /// Distinguishes "field absent" (outer `None`, via `#[serde(default)]`) from "field is null"
@@ -289,6 +310,7 @@ impl EventPatch {
             c.target_url = u.clone();
         }
         self.apply_trust(&mut c)?;
+        self.apply_look(&mut c.look)?;
         if let Some(b) = self.pow_difficulty {
             if b > MAX_POW_BITS {
                 return Err(bad(format!(

@@ -3,6 +3,7 @@
 //! applies exactly the same transitions.
 //!
 //! - [`config`]: event settings and their validation.
+//! - [`look`]: an event's look and words (title, texts, colour, logo) and their checks.
 //! - [`rank`]: the Fenwick tree behind exact O(log n) positions.
 //! - [`queue`]: [`EventQueue`], the state machine of one event's places.
 //! - [`effect`]: the state changes it reports ([`Effect`]).
@@ -13,6 +14,7 @@
 
 pub mod config;
 pub mod effect;
+pub mod look;
 pub mod pace;
 mod places;
 pub mod queue;
@@ -21,6 +23,7 @@ pub mod view;
 
 pub use config::{validate_event_id, Access, EventConfig, EventPatch, RateLimits};
 pub use effect::{Effect, EndReason, InviteHolder};
+pub use look::{Look, Texts};
 pub use pace::{Pace, RATE_WINDOW_MS};
 pub use queue::{EventQueue, JoinProof, QueueMeta, RestoredPlace, EXPIRED_RETENTION_MS};
 pub use view::{EventCounts, EventFigures, HeadEntry, PlaceFacts, PlaceState, PlaceView, Timeouts};

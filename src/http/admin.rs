@@ -13,12 +13,12 @@ use axum::Json;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::body::{AdminEvent, Cleared, Deleted, EventSettings, Invites, StatsRow};
+use super::body::{AdminEvent, Cleared, Deleted, EventSettings, Invites, Settings, StatsRow};
 use super::error::{AppError, AppResult};
 use super::extract::{bearer, AppJson, AppPath, AppQuery, OptionalJson};
 use super::guard::Caller;
 use crate::app::AppState;
-use crate::core::{validate_event_id, EventPatch, HeadEntry};
+use crate::core::{validate_event_id, EventConfig, EventPatch, HeadEntry};
 use crate::tokens;
 
 /// Default and largest `limit` of `GET /events/{id}/queue`.
@@ -239,6 +239,12 @@ pub async fn queue_head(
         .queue_head(&id, limit, state.clock.now())
         .await?;
     Ok(Json(head))
+}
+
+/// `GET /defaults`: the settings a new event gets for every field its `PUT` leaves out, so
+/// the dashboard's form can show them.
+pub async fn defaults() -> Json<Settings> {
+    Json(EventConfig::default().into())
 }
 
 /// `GET /stats`: one summary row per event.

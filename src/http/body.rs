@@ -11,7 +11,7 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::ser::{Error as _, SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 
-use crate::core::{EventConfig, EventFigures, PlaceState, PlaceView};
+use crate::core::{EventConfig, EventFigures, PlaceState, PlaceView, Texts};
 use crate::store::EventSnapshot;
 
 // ---------------------------------------------------------------------------------------
@@ -159,6 +159,13 @@ pub struct PublicEvent {
     pub target_url: Option<String>,
     /// How long a closed page keeps its place: the waiting room tells people.
     pub waiting_idle_sec: u32,
+    /// The look and words of the waiting page (`core::look`), each `null` when not set.
+    pub title: Option<Texts>,
+    pub headline: Option<Texts>,
+    pub note: Option<Texts>,
+    pub turn_message: Option<Texts>,
+    pub theme_color: Option<String>,
+    pub logo_url: Option<String>,
 }
 
 impl PublicEvent {
@@ -176,6 +183,12 @@ impl PublicEvent {
             accept_joins: c.accept_joins,
             target_url: c.target_url,
             waiting_idle_sec: c.waiting_idle_sec,
+            title: c.look.title,
+            headline: c.look.headline,
+            note: c.look.note,
+            turn_message: c.look.turn_message,
+            theme_color: c.look.theme_color,
+            logo_url: c.look.logo_url,
         }
     }
 }

@@ -7,6 +7,8 @@
 //! - [`live`]: live updates of one place, `/queue/ws` (WebSocket) and `/queue/events` (SSE).
 //! - [`pages`]: the embedded pages (`/`, `/wait/{event_id}`, `/demo/booking`, `/admin`) and
 //!   the public event list they read (`/api/v1/events`).
+//! - [`look`]: the waiting page rendered with an event's look and words, its colours, the
+//!   data dir's branding files, and the `404` page of an unknown event.
 //! - [`pow`]: the proof-of-work gate of `join`.
 //! - [`body`]: the typed JSON bodies of every successful answer: the contract in types.
 //! - [`error`]: [`AppError`], the one mapping from failures to statuses and codes.
@@ -45,6 +47,7 @@ pub mod error;
 pub mod extract;
 pub mod guard;
 pub mod live;
+pub mod look;
 pub mod ops;
 pub mod pages;
 pub mod pow;
@@ -105,6 +108,7 @@ pub fn router_with_guard(state: AppState, limits: Limits, guard: Arc<guard::Guar
         .route("/events/{event_id}/invites", post(admin::create_invites))
         .route("/events/{event_id}/queue", get(admin::queue_head))
         .route("/stats", get(admin::stats))
+        .route("/defaults", get(admin::defaults))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             admin::require_admin,
@@ -150,7 +154,9 @@ pub fn router_with_guard(state: AppState, limits: Limits, guard: Arc<guard::Guar
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
         .route("/", get(pages::index))
-        .route("/wait/{event_id}", get(pages::wait))
+        .route("/wait/{event_id}", get(look::wait))
+        .route("/wait/{event_id}/theme.css", get(look::theme))
+        .route("/branding/{file}", get(look::branding))
         .route("/demo/booking", get(pages::booking))
         .route("/admin", get(pages::admin))
         .route("/assets/{file}", get(pages::asset))

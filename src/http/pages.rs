@@ -4,8 +4,10 @@
 //!
 //! Everything is plain HTML, CSS and JavaScript under `src/http/assets/`, compiled in with
 //! `include_str!`: one binary serves the whole journey, and no page loads anything from
-//! outside the server (no CDN, no web fonts). The pages are static; all data comes from the
-//! public API, so operators can restyle or replace them without touching the server. A
+//! outside the server (no CDN, no web fonts). The pages are static but for the waiting
+//! room, which the server fills with its event's look and words (`look.rs`); all other data
+//! comes from the public API, so operators can restyle or replace them without touching the
+//! server. A
 //! strict Content-Security-Policy (same origin only, no inline script) makes an injected
 //! string in an event name harmless even if a page forgot to escape it.
 //!
@@ -41,9 +43,9 @@ const SVG: &str = "image/svg+xml";
 
 /// Pages by name, and the files under `/assets/`.
 static ASSETS: LazyLock<HashMap<&'static str, Asset>> = LazyLock::new(|| {
-    let files: [(&str, &str, &str); 12] = [
+    // `wait.html` is a template: `look.rs` renders it per event.
+    let files: [(&str, &str, &str); 11] = [
         ("index.html", HTML, include_str!("assets/index.html")),
-        ("wait.html", HTML, include_str!("assets/wait.html")),
         ("booking.html", HTML, include_str!("assets/booking.html")),
         ("admin.html", HTML, include_str!("assets/admin.html")),
         ("style.css", CSS, include_str!("assets/style.css")),
@@ -76,9 +78,17 @@ static ASSETS: LazyLock<HashMap<&'static str, Asset>> = LazyLock::new(|| {
 /// Same origin only; no inline script or style. `connect-src 'self'` covers the page's own
 /// `ws://`/`wss://` origin in current browsers; both are named for older ones. The
 /// proof-of-work solver runs as a worker from our own origin (`worker-src 'self'`).
-const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+pub(super) const CSP: &str =
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
      connect-src 'self' ws: wss:; worker-src 'self'; frame-ancestors 'none'; base-uri 'none'; \
      form-action 'self'";
+
+/// The dashboard's policy: the pages' own, except that images may come from any `https`
+/// origin, so that the look editor's preview shows an event's logo before it is saved.
+/// Still no script, style or connection beyond this server.
+const ADMIN_CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
+     img-src 'self' data: https:; connect-src 'self' ws: wss:; worker-src 'self'; \
+     frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
 
 fn serve(name: &str, request: &HeaderMap) -> Response {
     let Some(asset) = ASSETS.get(name) else {
@@ -100,9 +110,10 @@ fn serve(name: &str, request: &HeaderMap) -> Response {
         HeaderValue::from_static("nosniff"),
     );
     if asset.content_type == HTML {
+        let csp = if name == "admin.html" { ADMIN_CSP } else { CSP };
         h.insert(
             header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(CSP),
+            HeaderValue::from_static(csp),
         );
         // The booking page's URL carries an access token; it must not leak to other sites.
         h.insert(
@@ -122,14 +133,6 @@ pub async fn index(State(state): State<AppState>, headers: HeaderMap) -> Respons
         }
     }
     serve("index.html", &headers)
-}
-
-/// `GET /wait/{event_id}`: the waiting room. Served for any well-formed id; the page itself
-/// tells the person when the event does not exist.
-pub async fn wait(path: AppPath<String>, headers: HeaderMap) -> AppResult<Response> {
-    let AppPath(id) = path;
-    validate_event_id(&id)?;
-    Ok(serve("wait.html", &headers))
 }
 
 /// `GET /demo/booking`: the demo event's protected site.
@@ -173,7 +176,7 @@ mod tests {
     #[test]
     fn every_asset_is_embedded_and_small() {
         let total: usize = ASSETS.values().map(|a| a.body.len()).sum();
-        assert_eq!(ASSETS.len(), 12);
+        assert_eq!(ASSETS.len(), 11);
         // Small enough to load instantly on a phone on a poor network.
         assert!(total < 120 * 1024, "assets grew to {total} bytes");
         for (name, a) in ASSETS.iter() {

@@ -69,6 +69,11 @@ impl TestServer {
         panic!("the test server did not come up");
     }
 
+    /// The server's data dir (for files it serves from there, like `branding/`).
+    pub fn data_dir(&self) -> &std::path::Path {
+        self._dir.path()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }

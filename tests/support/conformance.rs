@@ -30,7 +30,7 @@ macro_rules! store_conformance {
             event_changes_are_notices, unproven_repeat_join_is_refused,
             invites_seat_one_person_each, racing_joins_cannot_share_an_invite,
             claims_are_single_use_until_expiry, proven_join_replaces_a_squatted_place,
-            unproven_invite_binds_the_place);
+            unproven_invite_binds_the_place, event_look_round_trips);
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
         $(
@@ -1186,4 +1186,54 @@ pub async fn claims_are_single_use_until_expiry(store: Arc<dyn Store>) {
         queue_err(store.get_event("cl", T0).await),
         QueueError::EventNotFound
     );
+}
+
+/// The look and words of an event (texts in two languages, colour, logo, stylesheet) are
+/// stored and read back as written, kept by updates that do not name them, and cleared by
+/// `null`; a refused look changes nothing.
+pub async fn event_look_round_trips(store: Arc<dyn Store>) {
+    let look = serde_json::json!({
+        "title": {"ko": "봄 콘서트 \"특별\" <공연>", "en": "Spring concert"},
+        "headline": {"en": "Doors open at 8 pm"},
+        "note": {"ko": "1인 4매\n신분증 지참"},
+        "turn_message": {"ko": "10분 안에 예매하세요", "en": "Book within 10 minutes"},
+        "theme_color": "#AA3300",
+        "logo_url": "https://cdn.example.com/logo.png",
+        "stylesheet": "spring.css",
+    });
+    let written = store.put_event("look", &patch(look), T0).await.unwrap();
+    assert_eq!(written.look.theme_color.as_deref(), Some("#aa3300"));
+    let read = store.get_event("look", T0).await.unwrap().config;
+    assert_eq!(read, written);
+    let title = read.look.title.clone().unwrap();
+    assert_eq!(title.ko.as_deref(), Some("봄 콘서트 \"특별\" <공연>"));
+    assert_eq!(title.en.as_deref(), Some("Spring concert"));
+    assert_eq!(
+        read.look.note.as_ref().unwrap().ko.as_deref(),
+        Some("1인 4매\n신분증 지참")
+    );
+    assert_eq!(read.look.stylesheet.as_deref(), Some("spring.css"));
+    let listed = store.list_events(T0).await.unwrap();
+    assert_eq!(listed[0].config, written);
+
+    // An update naming other settings keeps the look; `null` clears one field of it.
+    store
+        .put_event("look", &patch(serde_json::json!({"max_active": 3})), T0)
+        .await
+        .unwrap();
+    let c = store
+        .update_event("look", &patch(serde_json::json!({"headline": null})), T0)
+        .await
+        .unwrap();
+    assert_eq!(c.look.headline, None);
+    assert_eq!(c.look.title, Some(title));
+    assert_eq!(store.get_event("look", T0).await.unwrap().config, c);
+
+    // A refused look is refused whole.
+    let bad = patch(serde_json::json!({"title": {"en": "New"}, "theme_color": "red"}));
+    assert!(matches!(
+        queue_err(store.put_event("look", &bad, T0).await),
+        QueueError::Invalid(m) if m.starts_with("theme_color")
+    ));
+    assert_eq!(store.get_event("look", T0).await.unwrap().config, c);
 }

@@ -1,7 +1,8 @@
 // The operator's dashboard. Asks for the admin token (kept in sessionStorage: this tab only),
 // polls GET /api/v1/admin/events every 1.5 s, keeps the last ten minutes of figures in
 // memory and draws them as inline SVG (no chart library), and performs the admin actions:
-// create/update, pause/resume, clear.
+// create/update (with the waiting page's look and a live preview), pause/resume, clear,
+// delete. Errors are told in the page's language, naming the form's labels.
 'use strict';
 
 (() => {
@@ -25,6 +26,23 @@
       fSessMax: 'Session max (s)', fTarget: 'Target URL', fPaused: 'Paused (admit nobody)', fJoins: 'Accept joins',
       save: 'Save event', resetForm: 'Clear form', badId: 'The event id must be 1–64 of A–Z a–z 0–9 . _ -',
       durSoon: '< 1 min', durMin: '{m} min', durHour: '{h} h {m} min', secs: '{s} s',
+      del: 'Delete', confirmDelete: 'Confirm: delete {id}', deleted: 'Deleted {id}.',
+      lookLegend: 'Look and words of the waiting page', fTitleKo: 'Title (Korean)', fTitleEn: 'Title (English)',
+      fHeadlineKo: 'Headline (Korean)', fHeadlineEn: 'Headline (English)',
+      fNoteKo: 'Notes while waiting (Korean)', fNoteEn: 'Notes while waiting (English)',
+      fTurnKo: 'When it is their turn (Korean)', fTurnEn: 'When it is their turn (English)',
+      fTheme: 'Theme colour', hTheme: '#rrggbb; empty: the built-in colour', fLogo: 'Logo URL',
+      hLogo: 'an https address, or a file in the data dir\'s branding folder', fSheet: 'Stylesheet',
+      hSheet: 'a .css file in the data dir\'s branding folder',
+      preview: 'Preview of the waiting page', pvStatus: 'You are in line', pvPosition: 'Your place in line',
+      pvButton: 'Continue to the site', pvDefaultTitle: 'Waiting room', defaultIs: 'default: {v}', noCap: 'default: no cap',
+      eBetween: '{label}: must be between {a} and {b}.', eAtMost: '{label}: at most {n} characters.',
+      eControl: '{label}: must not contain control characters.', eColor: '{label}: a colour as #rrggbb, like #3454d1.',
+      eLogo: '{label}: an https address, or /branding/ and a file name (png, jpg, gif, webp, svg).',
+      eSheet: '{label}: the name of a .css file in the data dir\'s branding folder.',
+      eTarget: '{label}: an http(s) address or a path starting with /.', eNumber: '{label}: enter a number.',
+      eInvalid: '{label}: this value is not accepted.', eGeneric: 'The server refused this: {m}',
+      eNeedsKey: 'Requiring a user token needs a secret or public key.',
     },
     ko: {
       brand: 'waitroom 대시보드', logout: '로그아웃', signin: '운영자 로그인',
@@ -45,6 +63,23 @@
       fSessMax: '세션 최대 (초)', fTarget: '이동할 URL', fPaused: '일시 중지 (입장 없음)', fJoins: '대기 접수',
       save: '이벤트 저장', resetForm: '양식 비우기', badId: '이벤트 ID는 A–Z a–z 0–9 . _ - 중 1–64자여야 합니다',
       durSoon: '1분 미만', durMin: '{m}분', durHour: '{h}시간 {m}분', secs: '{s}초',
+      del: '삭제', confirmDelete: '확인: {id} 삭제', deleted: '{id}를 삭제했습니다.',
+      lookLegend: '대기실 페이지의 모양과 문구', fTitleKo: '제목 (한국어)', fTitleEn: '제목 (영어)',
+      fHeadlineKo: '머리말 (한국어)', fHeadlineEn: '머리말 (영어)',
+      fNoteKo: '대기 중 안내 (한국어)', fNoteEn: '대기 중 안내 (영어)',
+      fTurnKo: '차례가 되었을 때 안내 (한국어)', fTurnEn: '차례가 되었을 때 안내 (영어)',
+      fTheme: '테마 색', hTheme: '#rrggbb 형식, 비우면 기본 색', fLogo: '로고 URL',
+      hLogo: 'https 주소 또는 데이터 폴더 branding 안의 파일', fSheet: '스타일시트',
+      hSheet: '데이터 폴더 branding 안의 .css 파일',
+      preview: '대기실 페이지 미리 보기', pvStatus: '대기 중입니다', pvPosition: '나의 대기 순서',
+      pvButton: '사이트로 이동', pvDefaultTitle: '대기실', defaultIs: '기본값: {v}', noCap: '기본값: 제한 없음',
+      eBetween: '{label}: {a}에서 {b} 사이의 값이어야 합니다.', eAtMost: '{label}: {n}자 이하로 입력하세요.',
+      eControl: '{label}: 제어 문자는 쓸 수 없습니다.', eColor: '{label}: #3454d1처럼 #rrggbb 형식의 색이어야 합니다.',
+      eLogo: '{label}: https 주소 또는 /branding/ 뒤에 파일 이름(png, jpg, gif, webp, svg)이어야 합니다.',
+      eSheet: '{label}: 데이터 폴더 branding 안의 .css 파일 이름이어야 합니다.',
+      eTarget: '{label}: http(s) 주소 또는 /로 시작하는 경로여야 합니다.', eNumber: '{label}: 숫자를 입력하세요.',
+      eInvalid: '{label}: 받아들일 수 없는 값입니다.', eGeneric: '서버가 요청을 거부했습니다. 입력값을 확인해 주세요.',
+      eNeedsKey: '사용자 토큰을 요구하려면 비밀 키나 공개 키가 필요합니다.',
     },
   };
   const { t, api, el, show, store } = WR;
@@ -66,7 +101,7 @@
     show('login', !yes);
     show('dash', yes);
     show('logout', yes);
-    if (yes) { poll(); } else { clearTimeout(pollTimer); el('admin-token').focus(); }
+    if (yes) { poll(); loadDefaults(); } else { clearTimeout(pollTimer); el('admin-token').focus(); }
   }
 
   el('login-form').addEventListener('submit', async (e) => {
@@ -207,11 +242,14 @@
     open.rel = 'noopener';
     open.dataset.i18n = 'open';
     open.textContent = t('open');
-    actions.append(pause, edit, clear, open);
-    Object.assign(refs, { pause, clear });
+    const del = node('button', 'button small danger delete');
+    del.type = 'button';
+    del.addEventListener('click', () => deleteEvent(id, del));
+    actions.append(pause, edit, clear, open, del);
+    Object.assign(refs, { pause, clear, del });
 
     root.append(head, figs, charts, actions);
-    return { root, refs, armed: 0 };
+    return { root, refs, armed: 0, armedDelete: 0 };
   }
 
   function chart(parent, titleKey, cls) {
@@ -245,6 +283,12 @@
     if (!c.armed || Date.now() > c.armed) {
       c.armed = 0;
       r.clear.textContent = t('clear');
+      r.clear.classList.remove('armed');
+    }
+    if (!c.armedDelete || Date.now() > c.armedDelete) {
+      c.armedDelete = 0;
+      r.del.textContent = t('del');
+      r.del.classList.remove('armed');
     }
     const h = history.get(e.event_id) || [];
     draw(r.chartQueue, h, (p) => p.q);
@@ -308,7 +352,7 @@
   }
 
   function failed(r) {
-    toast(r.data && r.data.error ? r.data.error.message : t('unreachable'));
+    toast(explain(r).text);
   }
 
   async function togglePause(id) {
@@ -323,13 +367,15 @@
 
   // Clearing removes every waiting person: the first click arms the button for five
   // seconds, the second one clears. No modal dialog to trap keyboard or screen reader users.
+  // With nobody waiting there is nothing to lose, so one click does it.
   async function clearLine(id, button) {
     const c = cards.get(id);
     const e = events.find((x) => x.event_id === id);
     if (!c || !e) return;
-    if (!c.armed || Date.now() > c.armed) {
+    if (e.waiting > 0 && (!c.armed || Date.now() > c.armed)) {
       c.armed = Date.now() + 5000;
       button.textContent = t('confirmClear', { n: WR.num(e.waiting) });
+      button.classList.add('armed');
       return;
     }
     c.armed = 0;
@@ -339,39 +385,197 @@
     poll();
   }
 
+  // Deleting an event ends every place in it and cannot be undone: armed like Clear, always.
+  async function deleteEvent(id, button) {
+    const c = cards.get(id);
+    if (!c) return;
+    if (!c.armedDelete || Date.now() > c.armedDelete) {
+      c.armedDelete = Date.now() + 5000;
+      button.textContent = t('confirmDelete', { id });
+      button.classList.add('armed');
+      return;
+    }
+    c.armedDelete = 0;
+    const r = await api('DELETE', '/api/v1/admin/events/' + encodeURIComponent(id), { token });
+    if (!r.ok) { failed(r); return; }
+    toast(t('deleted', { id }));
+    poll();
+  }
+
   const FIELDS = ['name', 'max_active', 'overbooking_ratio', 'admit_per_minute', 'max_queue_length',
     'ready_ttl_sec', 'waiting_idle_sec', 'session_idle_sec', 'session_max_sec', 'target_url'];
   const NULLABLE = new Set(['admit_per_minute', 'max_queue_length', 'target_url']);
+  // The look: texts in two languages, and three plain settings; every one nullable.
+  const TEXTS = ['title', 'headline', 'note', 'turn_message'];
+  const LOOK = ['theme_color', 'logo_url', 'stylesheet'];
+  // The form's label of each API field, for errors that name it.
+  const LABELS = {
+    event_id: 'fEventId', name: 'fName', max_active: 'fMaxActive', overbooking_ratio: 'fOver',
+    admit_per_minute: 'fRate', max_queue_length: 'fMaxQueue', ready_ttl_sec: 'fReady',
+    waiting_idle_sec: 'fWaitIdle', session_idle_sec: 'fSessIdle', session_max_sec: 'fSessMax',
+    target_url: 'fTarget', 'title.ko': 'fTitleKo', 'title.en': 'fTitleEn', 'headline.ko': 'fHeadlineKo',
+    'headline.en': 'fHeadlineEn', 'note.ko': 'fNoteKo', 'note.en': 'fNoteEn', 'turn_message.ko': 'fTurnKo',
+    'turn_message.en': 'fTurnEn', theme_color: 'fTheme', logo_url: 'fLogo', stylesheet: 'fSheet',
+  };
+  const inputOf = (field) => el('f-' + field.replace('.', '-'));
+
+  // An error answer in the page's language: the server's messages start with the API field
+  // they are about ("max_active must be between 1 and …"); that becomes the form's label and
+  // the rest one of a few known shapes. {text, field}.
+  function explain(r) {
+    if (!r.data || !r.data.error) return { text: t('unreachable'), field: null };
+    const m = String(r.data.error.message || '');
+    const head = m.split(' ')[0];
+    const field = LABELS[head] ? head : null;
+    if (!field) {
+      if (/^require_user_token/.test(m)) return { text: t('eNeedsKey'), field: null };
+      return { text: t('eGeneric', { m }), field: null };
+    }
+    const label = t(LABELS[field]);
+    const rest = m.slice(head.length + 1);
+    let match;
+    if ((match = /^must be between (\S+) and (\S+)/.exec(rest))) return { text: t('eBetween', { label, a: match[1], b: match[2] }), field };
+    if ((match = /^must be at most (\d+) characters/.exec(rest))) return { text: t('eAtMost', { label, n: match[1] }), field };
+    if (/control characters/.test(rest)) return { text: t('eControl', { label }), field };
+    const shapes = { theme_color: 'eColor', logo_url: 'eLogo', stylesheet: 'eSheet', target_url: 'eTarget', event_id: 'badId' };
+    if (shapes[field]) return { text: t(shapes[field], { label }), field };
+    return { text: t('eInvalid', { label }), field };
+  }
+
+  function formError(text, field) {
+    el('form-error').textContent = text;
+    for (const n of el('event-form').querySelectorAll('[aria-invalid]')) n.removeAttribute('aria-invalid');
+    const input = field && inputOf(field);
+    if (input) { input.setAttribute('aria-invalid', 'true'); input.focus(); }
+  }
 
   function fillForm(id) {
     const e = events.find((x) => x.event_id === id);
     if (!e) return;
     el('f-event_id').value = e.event_id;
     for (const f of FIELDS) el('f-' + f).value = e[f] === null || e[f] === undefined ? '' : e[f];
+    for (const f of TEXTS) {
+      for (const l of ['ko', 'en']) el('f-' + f + '-' + l).value = (e[f] && e[f][l]) || '';
+    }
+    for (const f of LOOK) el('f-' + f).value = e[f] || '';
     el('f-paused').checked = !!e.paused;
     el('f-accept_joins').checked = e.accept_joins !== false;
     el('editor').open = true;
     el('editor').scrollIntoView({ behavior: 'smooth', block: 'start' });
     el('f-name').focus({ preventScroll: true });
+    preview();
   }
 
   el('event-form').addEventListener('submit', async (ev) => {
     ev.preventDefault();
-    el('form-error').textContent = '';
+    formError('', null);
     const id = el('f-event_id').value.trim();
-    if (!/^[A-Za-z0-9._-]{1,64}$/.test(id) || /^\.+$/.test(id)) { el('form-error').textContent = t('badId'); return; }
+    if (!/^[A-Za-z0-9._-]{1,64}$/.test(id) || /^\.+$/.test(id)) { formError(t('badId'), 'event_id'); return; }
     const body = { paused: el('f-paused').checked, accept_joins: el('f-accept_joins').checked };
     for (const f of FIELDS) {
       const raw = el('f-' + f).value.trim();
       if (raw === '') { if (NULLABLE.has(f)) body[f] = null; continue; }
-      body[f] = f === 'name' || f === 'target_url' ? raw : Number(raw);
+      if (f === 'name' || f === 'target_url') { body[f] = raw; continue; }
+      const n = Number(raw);
+      if (!Number.isFinite(n)) { formError(t('eNumber', { label: t(LABELS[f]) }), f); return; }
+      body[f] = n;
     }
+    Object.assign(body, lookBody());
     const r = await api('PUT', '/api/v1/admin/events/' + encodeURIComponent(id), { token, body });
-    if (!r.ok) { el('form-error').textContent = r.data && r.data.error ? r.data.error.message : t('unreachable'); return; }
+    if (!r.ok) { const x = explain(r); formError(x.text, x.field); return; }
     toast(t('saved', { id }));
     poll();
   });
 
-  WR.setup(TEXT, () => { if (token) render(); });
+  function lookBody() {
+    const body = {};
+    for (const f of TEXTS) {
+      const v = {};
+      for (const l of ['ko', 'en']) {
+        const raw = el('f-' + f + '-' + l).value.trim();
+        if (raw) v[l] = raw;
+      }
+      body[f] = Object.keys(v).length ? v : null;
+    }
+    for (const f of LOOK) body[f] = el('f-' + f).value.trim() || null;
+    return body;
+  }
+
+  // ---- the look's live preview ---------------------------------------------------------------
+
+  // A small copy of the waiting page, redrawn on every keystroke in the form, in the
+  // dashboard's language. The colour is set through the CSS object model (the policy allows
+  // no inline style attribute), scoped to the preview.
+  function preview() {
+    const look = lookBody();
+    const pick = (v) => WR.pick(v);
+    const name = el('f-name').value.trim() || el('f-event_id').value.trim();
+    el('pv-title').textContent = pick(look.title) || name || t('pvDefaultTitle');
+    const headline = pick(look.headline);
+    el('pv-headline').textContent = headline;
+    show('pv-headline', !!headline);
+    const note = pick(look.note);
+    el('pv-note').textContent = note;
+    show('pv-note', !!note);
+    const box = el('preview');
+    const color = look.theme_color;
+    if (color && /^#[0-9a-fA-F]{6}$/.test(color)) {
+      box.style.setProperty('--accent', color);
+      box.style.setProperty('--accent-text', luminance(color) > 0.4 ? '#111111' : '#ffffff');
+      box.style.setProperty('--accent-soft', 'color-mix(in srgb, ' + color + ' 14%, var(--card))');
+      el('f-theme_pick').value = color.toLowerCase();
+    } else {
+      for (const p of ['--accent', '--accent-text', '--accent-soft']) box.style.removeProperty(p);
+    }
+    const logo = el('pv-logo');
+    const url = look.logo_url;
+    if (url && (/^https:\/\//.test(url) || /^\/branding\/[A-Za-z0-9_-][A-Za-z0-9._-]*$/.test(url))) {
+      if (logo.getAttribute('src') !== url) logo.src = url;
+      logo.hidden = false;
+    } else {
+      logo.hidden = true;
+      logo.removeAttribute('src');
+    }
+    el('pv-bar').style.width = '62%';
+  }
+
+  // WCAG relative luminance, as the server computes it for the page's theme.
+  function luminance(hex) {
+    const c = (i) => {
+      const v = parseInt(hex.slice(i, i + 2), 16) / 255;
+      return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4);
+    };
+    return 0.2126 * c(1) + 0.7152 * c(3) + 0.0722 * c(5);
+  }
+
+  el('f-theme_pick').addEventListener('input', () => { el('f-theme_color').value = el('f-theme_pick').value; preview(); });
+  el('event-form').addEventListener('input', preview);
+  el('event-form').addEventListener('reset', () => setTimeout(() => { formError('', null); preview(); }, 0));
+
+  // ---- the server's defaults -----------------------------------------------------------------
+
+  // A new event gets the server's default for every field left empty: the form shows them
+  // as placeholders, and the hints say so.
+  let defaults = null;
+  async function loadDefaults() {
+    if (defaults || !token) return;
+    const r = await api('GET', '/api/v1/admin/defaults', { token });
+    if (!r.ok) return;
+    defaults = r.data;
+    showDefaults();
+  }
+
+  function showDefaults() {
+    if (!defaults) return;
+    for (const f of FIELDS) {
+      if (f === 'name' || f === 'target_url') continue;
+      const v = defaults[f];
+      const input = el('f-' + f);
+      input.placeholder = v === null || v === undefined ? '–' : String(v);
+      input.title = v === null || v === undefined ? t('noCap') : t('defaultIs', { v });
+    }
+  }
+
+  WR.setup(TEXT, () => { if (token) render(); showDefaults(); preview(); });
   signedIn(!!token);
 })();

@@ -15,6 +15,7 @@
       invalid: 'This link is not valid', invalidLead: 'The access token is missing, expired, or its session has ended. Please join the line again.',
       back: 'Back to the start', rejoin: 'Go to the waiting room', failed: 'Could not complete the booking. Please try again.',
       demoNote: 'This is the built-in demo site: nothing is charged.', title: 'Demo booking',
+      alreadyTitle: 'You have already booked', alreadyLead: 'Thank you! This booking is complete and your seats are yours. There is nothing more to do here.',
     },
     ko: {
       brand: '데모 예매', checking: '입장 권한을 확인하는 중…', verified: '✓ 입장이 확인되었습니다',
@@ -25,10 +26,14 @@
       invalid: '유효하지 않은 링크입니다', invalidLead: '입장 토큰이 없거나 만료되었거나 세션이 끝났습니다. 다시 줄을 서 주세요.',
       back: '처음으로', rejoin: '대기실로 가기', failed: '예매를 완료하지 못했습니다. 다시 시도해 주세요.',
       demoNote: '내장 데모 사이트입니다. 실제로 결제되지 않습니다.', title: '데모 예매',
+      alreadyTitle: '이미 예매를 마쳤습니다', alreadyLead: '감사합니다! 예매가 완료되어 좌석이 확보되었습니다. 더 하실 일은 없습니다.',
     },
   };
   const { t, api, el, show, store } = WR;
   const KEY = 'waitroom:access';
+  // Set when a booking completes in this tab, so that a reload (the token is spent by then)
+  // thanks the person instead of calling their link invalid.
+  const DONE_KEY = 'waitroom:booked';
   let token = null;
   let claims = null;
   let phase = 'checking';
@@ -56,31 +61,44 @@
   }
 
   function render() {
-    const titles = { checking: 'checking', booking: 'welcome', done: 'doneTitle', invalid: 'invalid' };
-    const leads = { checking: '', booking: 'welcomeLead', done: 'doneLead', invalid: 'invalidLead' };
+    const titles = { checking: 'checking', booking: 'welcome', done: 'doneTitle', invalid: 'invalid', booked: 'alreadyTitle' };
+    const leads = { checking: '', booking: 'welcomeLead', done: 'doneLead', invalid: 'invalidLead', booked: 'alreadyLead' };
     el('booking-status').textContent = t(titles[phase]);
     el('booking-lead').textContent = leads[phase] ? t(leads[phase]) : '';
     show('booking-form', phase === 'booking');
-    show('done', phase === 'done');
+    show('done', phase === 'done' || phase === 'booked');
     show('invalid', phase === 'invalid');
-    show('badge', phase === 'done');
+    show('badge', phase === 'done' || phase === 'booked');
     if (claims && phase === 'booking') {
       el('session-left').textContent = t('left', { t: mmss(claims.expires_at - Date.now() / 1000) });
     }
-    const waitUrl = claims ? '/wait/' + encodeURIComponent(claims.event_id) : '/';
+    const eventId = claims ? claims.event_id : booked();
+    const waitUrl = eventId ? '/wait/' + encodeURIComponent(eventId) : '/';
     el('rejoin').href = waitUrl;
     el('back').href = waitUrl;
     document.title = t('title');
   }
 
+  // The event whose booking this tab completed, if it is this page's event.
+  function booked() {
+    const id = store.get('sessionStorage', DONE_KEY);
+    return id && id === EVENT ? id : null;
+  }
+
   async function verify() {
-    if (!token) { phase = 'invalid'; render(); return; }
+    if (!token) { phase = booked() ? 'booked' : 'invalid'; render(); return; }
     const r = await api('POST', '/api/v1/queue/verify?event_id=' + encodeURIComponent(EVENT), { token });
-    if (!r.ok) { phase = 'invalid'; store.del('sessionStorage', KEY); render(); return; }
+    if (!r.ok) {
+      store.del('sessionStorage', KEY);
+      phase = 'invalid';
+      render();
+      return;
+    }
+    store.del('sessionStorage', DONE_KEY);
     claims = r.data;
     phase = 'booking';
     const ev = await api('GET', '/api/v1/events/' + encodeURIComponent(claims.event_id));
-    if (ev.ok) el('event-name').textContent = ev.data.name || ev.data.event_id;
+    if (ev.ok) el('event-name').textContent = WR.pick(ev.data.title) || ev.data.name || ev.data.event_id;
     render();
     // Countdown each second; a session heartbeat every 20 s keeps an idle session open.
     let n = 0;
@@ -103,6 +121,7 @@
     }
     clearInterval(timer);
     store.del('sessionStorage', KEY);
+    store.set('sessionStorage', DONE_KEY, claims.event_id);
     // The place in the waiting room is over; a later visit should join afresh.
     store.del('localStorage', 'waitroom:place:' + claims.event_id);
     phase = 'done';

@@ -103,9 +103,16 @@ window.WR = (() => {
     return { ok: res.ok, status: res.status, code, data, retry };
   }
 
+  // One of an event's texts ({ko, en}, either may be missing) in the page's language, else
+  // the other one; '' when there is none.
+  function pick(texts) {
+    if (!texts) return '';
+    return texts[lang] || texts[lang === 'ko' ? 'en' : 'ko'] || '';
+  }
+
   function el(id) { return document.getElementById(id); }
 
   function show(id, visible) { const e = el(id); if (e) e.hidden = !visible; }
 
-  return { t, setup, apply, num, duration, api, el, show, store, lang: () => lang, locale };
+  return { t, setup, apply, num, duration, api, el, show, store, pick, lang: () => lang, locale };
 })();

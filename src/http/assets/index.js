@@ -26,7 +26,7 @@
       const li = document.createElement('li');
       const text = document.createElement('div');
       const name = document.createElement('strong');
-      name.textContent = e.name || e.event_id;
+      name.textContent = WR.pick(e.title) || e.name || e.event_id;
       const meta = document.createElement('span');
       meta.className = 'meta';
       const bits = [t('inLine', { n: WR.num(e.queue_length) })];

@@ -113,7 +113,7 @@
   function render() {
     const card = el('card');
     card.classList.toggle('state-ended', phase === 'ended');
-    el('event-name').textContent = info ? (info.name || info.event_id) : eventId;
+    renderLook();
     const waitingLike = phase === 'waiting' || phase === 'joining' || phase === 'init' || phase === 'offline';
     show('figures', waitingLike || phase === 'ready');
     show('leave', phase === 'waiting' || phase === 'offline');
@@ -162,9 +162,30 @@
       ? t('fineprint', { d: idleText(idle) })
       : '';
     const base = t('title');
+    const name = eventTitle();
     document.title = phase === 'waiting' && f && f.position
-      ? '(' + WR.num(f.position) + ') ' + (info && info.name ? info.name : base)
-      : (info && info.name ? info.name + ' · ' : '') + base;
+      ? '(' + WR.num(f.position) + ') ' + (name || base)
+      : (name ? name + ' · ' : '') + base;
+  }
+
+  // The event's look and words (title, headline, notes), in the page's language. The server
+  // rendered them already; this follows a language switch and a change of settings.
+  function eventTitle() {
+    if (!info) return el('event-name').textContent || eventId;
+    return WR.pick(info.title) || info.name || info.event_id;
+  }
+
+  function renderLook() {
+    el('event-name').textContent = eventTitle();
+    if (!info) return;
+    const headline = WR.pick(info.headline);
+    el('headline').textContent = headline;
+    show('headline', !!headline);
+    // Once it is the person's turn, the note says what happens next.
+    const turn = phase === 'ready' || phase === 'active';
+    const note = WR.pick(turn ? info.turn_message : info.note);
+    el('note').textContent = note;
+    show('note', !!note && phase !== 'ended');
   }
 
   function idleText(sec) {

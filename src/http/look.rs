@@ -1,0 +1,438 @@
+//! The waiting page of one event, rendered with its look and words (`core::look`), and what
+//! that page links to: the event's colours (`/wait/{event_id}/theme.css`) and the files of
+//! the data dir's `branding/` folder (`/branding/{file}`: logos, stylesheets).
+//!
+//! The page is the embedded `wait.html` with the event's title in `<title>` and in its
+//! heading, its headline, notes and logo filled in on the server, so they show before any
+//! script runs (and without one). Every text is HTML-escaped here; the page's script sets
+//! them again with `textContent` when the language changes. The Content-Security-Policy
+//! stays the pages' own (same origin, no inline script or style); the one addition is the
+//! origin of an `https` logo in `img-src`, for that event's page only. Colours come as a
+//! stylesheet from this server rather than inline, which that policy would refuse.
+//!
+//! An unknown event answers a `404` page with a way back to the start for a browser
+//! (`Accept: text/html`), and the usual JSON `EVENT_NOT_FOUND` for any other client.
+
+use std::path::Path;
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use sha2::{Digest, Sha256};
+
+use super::error::{AppError, AppResult};
+use super::extract::AppPath;
+use super::pages::CSP;
+use crate::app::AppState;
+use crate::core::look::{branding_file_ok, logo_origin, luminance, IMAGE_EXTENSIONS};
+use crate::core::{validate_event_id, EventConfig, Texts};
+
+const WAIT_HTML: &str = include_str!("assets/wait.html");
+const MISSING_HTML: &str = include_str!("assets/missing.html");
+
+/// Largest file served from `branding/`: logos and stylesheets, not downloads.
+pub const MAX_BRANDING_FILE_BYTES: u64 = 2 * 1024 * 1024;
+
+/// Escapes text for HTML element content and quoted attribute values.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The page's language: `?lang=ko|en`, else the browser's first choice (what the page's
+/// script picks too when nothing is remembered).
+fn language(uri: &Uri, headers: &HeaderMap) -> &'static str {
+    let asked = uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .find_map(|kv| match kv {
+            "lang=ko" => Some("ko"),
+            "lang=en" => Some("en"),
+            _ => None,
+        });
+    asked.unwrap_or_else(|| {
+        let first = headers
+            .get(header::ACCEPT_LANGUAGE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(',').next())
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        if first.starts_with("ko") {
+            "ko"
+        } else {
+            "en"
+        }
+    })
+}
+
+fn wants_html(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("text/html"))
+}
+
+fn pick<'a>(t: &'a Option<Texts>, lang: &str) -> Option<&'a str> {
+    t.as_ref().and_then(|t| t.pick(lang))
+}
+
+/// The built-in page's title per language (as `wait.js` calls it).
+fn default_title(lang: &str) -> &'static str {
+    if lang == "ko" {
+        "대기실"
+    } else {
+        "Waiting room"
+    }
+}
+
+/// Fills `template`'s `{{name}}` slots. Values must already be escaped.
+fn fill(template: &str, slots: &[(&str, &str)]) -> String {
+    let mut out = template.to_string();
+    for (name, value) in slots {
+        out = out.replace(&format!("{{{{{name}}}}}"), value);
+    }
+    out
+}
+
+/// The waiting page of `event_id` with `config`'s look (`None`: the store could not say;
+/// the built-in look, and the page's script reports what it finds), and its policy.
+pub fn render_wait(event_id: &str, config: Option<&EventConfig>, lang: &str) -> (String, String) {
+    let look = config.map(|c| &c.look);
+    let name = config.map_or(event_id, |c| c.name.as_str());
+    let title = look.and_then(|l| pick(&l.title, lang)).unwrap_or(name);
+    let mut head = String::new();
+    let mut csp = CSP.to_string();
+    let mut logo = String::new();
+    if let Some(l) = look {
+        if let Some(color) = &l.theme_color {
+            head.push_str(&format!(
+                "<meta name=\"theme-color\" content=\"{}\">\n<link rel=\"stylesheet\" href=\"/wait/{}/theme.css\">\n",
+                escape(color),
+                escape(event_id)
+            ));
+        }
+        if let Some(sheet) = &l.stylesheet {
+            head.push_str(&format!(
+                "<link rel=\"stylesheet\" href=\"/branding/{}\">\n",
+                escape(sheet)
+            ));
+        }
+        if let Some(url) = &l.logo_url {
+            if let Some(origin) = logo_origin(url) {
+                csp = csp.replacen(
+                    "img-src 'self' data:",
+                    &format!("img-src 'self' data: {origin}"),
+                    1,
+                );
+            }
+            logo = format!(
+                "<img class=\"event-logo\" id=\"event-logo\" src=\"{}\" alt=\"\">",
+                escape(url)
+            );
+        }
+    }
+    let text = |t: Option<&Option<Texts>>| {
+        t.and_then(|t| pick(t, lang))
+            .map(escape)
+            .unwrap_or_default()
+    };
+    let hidden = |s: &str| if s.is_empty() { " hidden" } else { "" };
+    let headline = text(look.map(|l| &l.headline));
+    let note = text(look.map(|l| &l.note));
+    let page_title = match config {
+        Some(_) => format!("{} · {}", escape(title), default_title(lang)),
+        None => default_title(lang).to_string(),
+    };
+    let html = fill(
+        WAIT_HTML,
+        &[
+            ("lang", lang),
+            ("page_title", &page_title),
+            ("head", &head),
+            ("logo", &logo),
+            ("title", &escape(title)),
+            ("headline", &headline),
+            ("headline_hidden", hidden(&headline)),
+            ("note", &note),
+            ("note_hidden", hidden(&note)),
+        ],
+    );
+    (html, csp)
+}
+
+/// An HTML answer with the pages' headers, revalidated by a hash of its bytes.
+fn html(status: StatusCode, body: String, csp: &str, request: &HeaderMap) -> Response {
+    let hash = Sha256::digest(body.as_bytes());
+    let tag: String = hash[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let etag = HeaderValue::from_str(&format!("\"{tag}\"")).expect("hex is a valid header");
+    let fresh = status == StatusCode::OK
+        && request
+            .get(header::IF_NONE_MATCH)
+            .is_some_and(|v| v.as_bytes() == etag.as_bytes());
+    let mut res = if fresh {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        (
+            status,
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            body,
+        )
+            .into_response()
+    };
+    let h = res.headers_mut();
+    h.insert(header::ETAG, etag);
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    if let Ok(v) = HeaderValue::from_str(csp) {
+        h.insert(header::CONTENT_SECURITY_POLICY, v);
+    }
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    res
+}
+
+/// The `404` page of an unknown event, with a link back to the start.
+pub fn render_missing(event_id: &str, lang: &str) -> String {
+    let (title, lead, back) = if lang == "ko" {
+        (
+            "존재하지 않는 이벤트입니다",
+            "이 주소의 대기실을 찾을 수 없습니다. 주소를 확인하거나 처음 페이지에서 이벤트를 고르세요.",
+            "처음으로 돌아가기",
+        )
+    } else {
+        (
+            "This event does not exist",
+            "There is no waiting room at this address. Check the link, or choose an event from the start page.",
+            "Back to the start",
+        )
+    };
+    fill(
+        MISSING_HTML,
+        &[
+            ("lang", lang),
+            ("title", title),
+            ("lead", lead),
+            ("back", back),
+            ("event_id", &escape(event_id)),
+        ],
+    )
+}
+
+/// `GET /wait/{event_id}`: the waiting room, with the event's look.
+pub async fn wait(
+    State(state): State<AppState>,
+    AppPath(id): AppPath<String>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> AppResult<Response> {
+    validate_event_id(&id)?;
+    let lang = language(&uri, &headers);
+    let config = match state.events.config(&id, state.clock.now()).await {
+        Ok(c) => Some(c),
+        Err(e) => match AppError::from(e) {
+            AppError::EventNotFound if wants_html(&headers) => {
+                return Ok(html(
+                    StatusCode::NOT_FOUND,
+                    render_missing(&id, lang),
+                    CSP,
+                    &headers,
+                ));
+            }
+            AppError::EventNotFound => return Err(AppError::EventNotFound),
+            // The store cannot say now: the built-in look; the page keeps trying.
+            _ => None,
+        },
+    };
+    let (body, csp) = render_wait(&id, config.as_deref(), lang);
+    Ok(html(StatusCode::OK, body, &csp, &headers))
+}
+
+/// The stylesheet of an event's colour: the accent of buttons, position and progress, and
+/// a text colour that stays readable on it.
+pub fn theme_css(color: &str) -> String {
+    let text = if luminance(color) > 0.4 {
+        "#111111"
+    } else {
+        "#ffffff"
+    };
+    format!(
+        ":root {{ --accent: {color}; --accent-text: {text}; \
+         --accent-soft: color-mix(in srgb, {color} 14%, var(--card)); }}\n\
+         @media (prefers-color-scheme: dark) {{ :root {{ --accent: {color}; --accent-text: {text}; \
+         --accent-soft: color-mix(in srgb, {color} 22%, var(--card)); }} }}\n"
+    )
+}
+
+/// `GET /wait/{event_id}/theme.css`: the event's colours (empty without `theme_color`).
+pub async fn theme(
+    State(state): State<AppState>,
+    AppPath(id): AppPath<String>,
+) -> AppResult<Response> {
+    validate_event_id(&id)?;
+    let config = state.events.config(&id, state.clock.now()).await?;
+    let css = config
+        .look
+        .theme_color
+        .as_deref()
+        .map(theme_css)
+        .unwrap_or_default();
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        css,
+    )
+        .into_response())
+}
+
+fn branding_type(name: &str) -> &'static str {
+    match name.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase()) {
+        Some(e) if e == "css" => "text/css; charset=utf-8",
+        Some(e) if e == "png" => "image/png",
+        Some(e) if e == "jpg" || e == "jpeg" => "image/jpeg",
+        Some(e) if e == "gif" => "image/gif",
+        Some(e) if e == "webp" => "image/webp",
+        Some(e) if e == "svg" => "image/svg+xml",
+        _ => "application/octet-stream",
+    }
+}
+
+/// Reads one file of the branding folder, if it is there, a plain file, and small.
+async fn read_branding(dir: &Path, name: &str) -> Option<Vec<u8>> {
+    let path = dir.join(name);
+    let meta = tokio::fs::metadata(&path).await.ok()?;
+    if !meta.is_file() || meta.len() > MAX_BRANDING_FILE_BYTES {
+        return None;
+    }
+    tokio::fs::read(&path).await.ok()
+}
+
+/// `GET /branding/{file}`: a logo or stylesheet from the data dir's `branding/` folder.
+/// Names are checked (no path, no hidden file, a known type) before the disk is touched.
+/// Served with a policy that runs nothing, so an SVG opened on its own cannot run script
+/// on this origin.
+pub async fn branding(
+    State(state): State<AppState>,
+    AppPath(name): AppPath<String>,
+    headers: HeaderMap,
+) -> Response {
+    let mut types = IMAGE_EXTENSIONS.to_vec();
+    types.push("css");
+    let found = match &state.branding_dir {
+        Some(dir) if branding_file_ok(&name, &types) => read_branding(dir, &name).await,
+        _ => None,
+    };
+    let Some(bytes) = found else {
+        return AppError::NotFound.into_response();
+    };
+    let hash = Sha256::digest(&bytes);
+    let tag: String = hash[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let etag = HeaderValue::from_str(&format!("\"{tag}\"")).expect("hex is a valid header");
+    let fresh = headers
+        .get(header::IF_NONE_MATCH)
+        .is_some_and(|v| v.as_bytes() == etag.as_bytes());
+    let mut res = if fresh {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        ([(header::CONTENT_TYPE, branding_type(&name))], bytes).into_response()
+    };
+    let h = res.headers_mut();
+    h.insert(header::ETAG, etag);
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'; sandbox"),
+    );
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::EventPatch;
+
+    fn event(json: &str) -> EventConfig {
+        serde_json::from_str::<EventPatch>(json)
+            .unwrap()
+            .apply("fest", &EventConfig::default())
+            .unwrap()
+    }
+
+    #[test]
+    fn the_page_carries_the_look_escaped() {
+        let c = event(
+            r##"{"name": "Fest", "title": {"en": "<script>alert(1)</script> & \"Co\"", "ko": "봄 축제"},
+                 "headline": {"en": "Doors at 8"}, "theme_color": "#aa3300",
+                 "logo_url": "https://cdn.example.com/l.png?a=1&b=\"x\"", "stylesheet": "fest.css"}"##,
+        );
+        let (html, csp) = render_wait("fest", Some(&c), "en");
+        assert!(!html.contains("{{"), "every slot is filled");
+        assert!(!html.contains("<script>alert"), "{html}");
+        assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt; &amp; &quot;Co&quot;"));
+        assert!(html.contains(
+            "<title>&lt;script&gt;alert(1)&lt;/script&gt; &amp; &quot;Co&quot; · Waiting room</title>"
+        ));
+        assert!(html.contains(">Doors at 8</p>"));
+        assert!(html.contains("href=\"/wait/fest/theme.css\""));
+        assert!(html.contains("href=\"/branding/fest.css\""));
+        assert!(html.contains("content=\"#aa3300\""));
+        assert!(
+            html.contains("src=\"https://cdn.example.com/l.png?a=1&amp;b=%22x%22\""),
+            "{html}"
+        );
+        assert!(
+            csp.contains("img-src 'self' data: https://cdn.example.com;"),
+            "{csp}"
+        );
+        assert!(csp.contains("script-src 'self';"));
+        let (ko, _) = render_wait("fest", Some(&c), "ko");
+        assert!(ko.contains("<html lang=\"ko\">"));
+        assert!(ko.contains("<title>봄 축제 · 대기실</title>"));
+        // Without a look: the built-in page, its policy unchanged.
+        let (plain, csp) = render_wait("fest", Some(&event("{}")), "en");
+        assert!(!plain.contains("{{") && !plain.contains("theme.css"));
+        assert!(plain.contains("id=\"headline\" hidden"));
+        assert_eq!(csp, CSP);
+        let (unknown, _) = render_wait("fest", None, "en");
+        assert!(unknown.contains("<title>Waiting room</title>"));
+    }
+
+    #[test]
+    fn the_templates_load_nothing_from_outside() {
+        for t in [WAIT_HTML, MISSING_HTML] {
+            assert!(!t.contains("http://") && !t.contains("https://"));
+            assert!(!t.contains("<script>") && !t.contains("style="));
+        }
+        let page = render_missing("a<b", "en");
+        assert!(page.contains("href=\"/\"") && page.contains("a&lt;b"));
+    }
+
+    #[test]
+    fn theme_text_is_readable() {
+        assert!(theme_css("#ffd400").contains("--accent-text: #111111"));
+        assert!(theme_css("#3454d1").contains("--accent-text: #ffffff"));
+    }
+}
