@@ -8,6 +8,7 @@
 //! target/release/waitroom-bench run --url http://127.0.0.1:8080 --admin-token T --scenario healthz
 //! target/release/waitroom-bench limits --phase 3 --rounds 2   # per-client limits on vs off
 //! target/release/waitroom-bench ceiling --bins target/release/waitroom,/tmp/other-build
+//! target/release/waitroom-bench journey --report target/journey   # a flash crowd, see journey/
 //! ```
 //!
 //! **The ceiling**: a reference server, this binary's hidden `reference-serve` command,
@@ -36,6 +37,7 @@
 
 #[path = "common.rs"]
 mod common;
+mod journey;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -75,6 +77,10 @@ enum Cmd {
     /// server's serving loop and through `axum::serve`) and the /healthz of one or more
     /// server binaries, interleaved round by round.
     Ceiling(CeilingArgs),
+    /// A flash crowd of virtual people (join, live updates or polling, enter, session,
+    /// complete; some abandon, reload or lose the network) and a report of the promises:
+    /// order, capacity, idle slots, ghosts, estimates, client cost (see bench/journey).
+    Journey(Box<journey::JourneyArgs>),
     /// The reference server itself (started by the other commands as a child): `GET
     /// /healthz` answering what the server answers, with no middleware, on the server's
     /// runtime settings. Prints `listening on http://ADDR`.
@@ -1542,6 +1548,7 @@ fn main() -> Result<()> {
         Cmd::Suite(ref a) => a.common.threads,
         Cmd::Limits(ref a) => a.common.threads,
         Cmd::Ceiling(ref a) => a.common.threads,
+        Cmd::Journey(ref a) => a.threads,
         // Its own runtime: the server's settings, not the load generator's.
         Cmd::ReferenceServe(a) => return reference_serve(a),
     };
@@ -1555,6 +1562,7 @@ fn main() -> Result<()> {
             Cmd::Suite(a) => suite(a).await,
             Cmd::Limits(a) => limits(a).await,
             Cmd::Ceiling(a) => ceiling(a).await,
+            Cmd::Journey(a) => journey::run(*a).await,
             Cmd::ReferenceServe(_) => unreachable!("handled above"),
         }
     })
