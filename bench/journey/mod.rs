@@ -111,7 +111,7 @@ impl Default for Scenario {
             max_active: 150,
             admit_per_minute: None,
             waiting_idle_sec: 20,
-            ready_ttl_sec: 30,
+            ready_ttl_sec: 15,
             session_idle_sec: 60,
             session_max_sec: 600,
         }
@@ -315,6 +315,12 @@ fn check(sc: &Scenario) -> Result<()> {
         if !(lo >= 0.0 && hi >= lo) {
             bail!("{name} must be [min, max] with 0 <= min <= max");
         }
+    }
+    if sc.poll_secs >= f64::from(sc.waiting_idle_sec) {
+        eprintln!(
+            "warning: poll_secs {} >= waiting_idle_sec {}: polling places will lapse between polls",
+            sc.poll_secs, sc.waiting_idle_sec
+        );
     }
     if sc.users == 0 || sc.arrival_secs < 0.0 || sc.tail_secs < 0.0 || sc.max_active == 0 {
         bail!("users and max_active must be at least 1, arrival_secs and tail_secs at least 0");

@@ -105,6 +105,7 @@ pub struct IdleSlots {
     /// next person enters.
     pub frees: usize,
     pub p50_sec: Option<f64>,
+    pub p90_sec: Option<f64>,
     pub p99_sec: Option<f64>,
     pub max_sec: Option<f64>,
     /// From the admin figures: slot-seconds free while places waited (ghosts included, and
@@ -314,6 +315,7 @@ pub fn build(i: Inputs) -> Report {
     let idle_slots = IdleSlots {
         frees: frees.len(),
         p50_sec: pct(&gaps, 0.5),
+        p90_sec: pct(&gaps, 0.9),
         p99_sec: pct(&gaps, 0.99),
         max_sec: pct(&gaps, 1.0),
         server_idle_slot_seconds: server_idle,

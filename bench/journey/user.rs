@@ -575,7 +575,14 @@ async fn follow(page: &mut Page<'_>, first: Seen) -> Result<(), Outcome> {
                 page.drop_connections();
                 return Ok(());
             }
-            Seen::Ended(o) => return Err(o),
+            Seen::Ended(o) => {
+                // A place that lapsed went silent when it was last seen waiting (a poll
+                // interval longer than the event's grace, say): count it with the ghosts.
+                if o == Outcome::Expired && page.log.silent_at.is_none() {
+                    page.log.silent_at = Some(page.waiting_seen_sent);
+                }
+                return Err(o);
+            }
             Seen::Waiting | Seen::Retry => {}
         }
         let poll_every = page.poll_after.unwrap_or(ctx.sc.poll_secs).max(0.2);
