@@ -86,10 +86,7 @@ async fn run(sc: &Scenario, nodes: &[&Server], label: &str) -> Report {
         },
     )
     .await
-    .map(|r| {
-        eprintln!("{}", r.summary());
-        r
-    })
+    .inspect(|r| eprintln!("{}", r.summary()))
     .unwrap()
 }
 
