@@ -251,9 +251,62 @@ struct Page<'a> {
     token: String,
     /// The send instant of the last answer that said "waiting" (admission came after it).
     waiting_seen_sent: f64,
+    watch: Watch,
+}
+
+/// What the page keeps from the answers about a waiting place: the server's polling
+/// interval, the last position, and when the next estimate is to be scored.
+#[derive(Debug, Default)]
+struct Watch {
+    poll_after: Option<f64>,
     last_position: Option<u64>,
     next_checkpoint: f64,
-    poll_after: Option<f64>,
+    /// Seconds between two scored estimates.
+    every: f64,
+}
+
+impl Watch {
+    fn note(&mut self, v: &Value, received: f64, log: &mut Log) {
+        if let Some(p) = v["poll_after_sec"].as_f64() {
+            self.poll_after = Some(p);
+            log.poll_after_seen += 1;
+        }
+        let position = v["position"].as_u64();
+        if let (Some(p), Some(last)) = (position, self.last_position) {
+            if p > last {
+                log.position_rises += 1;
+            }
+        }
+        if position.is_some() {
+            self.last_position = position;
+        }
+        let Some(eta) = v["eta_sec"].as_f64() else {
+            return;
+        };
+        // The estimate at join, then the first one shown at or after each checkpoint.
+        if log.estimates.is_empty() {
+            // Checkpoints count from the first estimate, the one at join.
+            self.next_checkpoint = received;
+        }
+        if received >= self.next_checkpoint {
+            log.estimates.push(Estimate {
+                at: received,
+                eta_sec: eta,
+                eta_low_sec: v["eta_low_sec"].as_f64(),
+                eta_high_sec: v["eta_high_sec"].as_f64(),
+                position,
+            });
+            while self.next_checkpoint <= received {
+                self.next_checkpoint += self.every.max(1.0);
+            }
+        }
+    }
+
+    /// Seconds until the next poll: the server's `poll_after_sec` when an answer carried
+    /// one, else the page's fixed interval.
+    fn poll_every(&self, fixed: f64) -> f64 {
+        self.poll_after.unwrap_or(fixed).max(0.2)
+    }
 }
 
 /// A connection unused this long is dropped before the next request: the server closes
@@ -381,36 +434,7 @@ impl<'a> Page<'a> {
 
     /// Notes what a status answer, join answer or live update said about a waiting place.
     fn note_waiting(&mut self, v: &Value, received: f64) {
-        if let Some(p) = v["poll_after_sec"].as_f64() {
-            self.poll_after = Some(p);
-            self.log.poll_after_seen += 1;
-        }
-        let position = v["position"].as_u64();
-        if let (Some(p), Some(last)) = (position, self.last_position) {
-            if p > last {
-                self.log.position_rises += 1;
-            }
-        }
-        if position.is_some() {
-            self.last_position = position;
-        }
-        let Some(eta) = v["eta_sec"].as_f64() else {
-            return;
-        };
-        // The estimate at join, then the first one shown at or after each checkpoint.
-        if self.log.estimates.is_empty() || received >= self.next_checkpoint {
-            self.log.estimates.push(Estimate {
-                at: received,
-                eta_sec: eta,
-                eta_low_sec: v["eta_low_sec"].as_f64(),
-                eta_high_sec: v["eta_high_sec"].as_f64(),
-                position,
-            });
-            let every = self.ctx.sc.eta_every_sec.max(1.0);
-            while self.next_checkpoint <= received {
-                self.next_checkpoint += every;
-            }
-        }
+        self.watch.note(v, received, &mut self.log);
     }
 
     fn admitted(&mut self, lo: f64, hi: f64) {
@@ -506,7 +530,6 @@ impl<'a> Page<'a> {
                     self.log.join_ack = Some(got);
                     self.token = v["waiting_token"].as_str().unwrap_or_default().to_string();
                     self.waiting_seen_sent = sent;
-                    self.next_checkpoint = got;
                     if v["status"].as_str() == Some("waiting") {
                         self.note_waiting(&v, got);
                         return Ok(Seen::Waiting);
@@ -542,9 +565,10 @@ pub async fn run(ctx: Arc<Ctx>, plan: Plan) -> Log {
         log: Log::new(plan),
         token: String::new(),
         waiting_seen_sent: 0.0,
-        last_position: None,
-        next_checkpoint: 0.0,
-        poll_after: None,
+        watch: Watch {
+            every: ctx.sc.eta_every_sec,
+            ..Watch::default()
+        },
     };
     let outcome = match page.join().await {
         Err(o) => o,
@@ -585,7 +609,7 @@ async fn follow(page: &mut Page<'_>, first: Seen) -> Result<(), Outcome> {
             }
             Seen::Waiting | Seen::Retry => {}
         }
-        let poll_every = page.poll_after.unwrap_or(ctx.sc.poll_secs).max(0.2);
+        let poll_every = page.watch.poll_every(ctx.sc.poll_secs);
         if plan.transport == Transport::Ws && page.ws.is_none() && ctx.now() >= next_ws_try {
             if page.ws_connect().await.is_err() {
                 // The socket was refused: the page falls back to a poll, which says why.
@@ -658,7 +682,7 @@ async fn follow(page: &mut Page<'_>, first: Seen) -> Result<(), Outcome> {
         }
         if polling && now >= next_poll {
             seen = page.status().await;
-            next_poll = ctx.now() + page.poll_after.unwrap_or(ctx.sc.poll_secs).max(0.2);
+            next_poll = ctx.now() + page.watch.poll_every(ctx.sc.poll_secs);
             continue;
         }
         if let Some(ws) = page.ws.as_mut() {
@@ -744,4 +768,86 @@ async fn session(page: &mut Page<'_>) -> Outcome {
         }
     }
     Outcome::Failed("complete: no answer".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log() -> Log {
+        Log::new(Plan {
+            id: 0,
+            arrival: 0.0,
+            transport: Transport::Poll,
+            behaviour: Behaviour::Stay,
+            hold: 1.0,
+            strike_after: 1.0,
+            pause: 1.0,
+            node: 0,
+        })
+    }
+
+    #[test]
+    fn the_server_directs_polling_when_it_says_so() {
+        let mut w = Watch {
+            every: 60.0,
+            ..Watch::default()
+        };
+        let mut l = log();
+        w.note(
+            &serde_json::json!({"position": 9, "eta_sec": 20}),
+            0.0,
+            &mut l,
+        );
+        assert_eq!(
+            w.poll_every(3.0),
+            3.0,
+            "no poll_after_sec: the page's interval"
+        );
+        let v = serde_json::json!({"position": 8, "eta_sec": 18, "poll_after_sec": 7});
+        w.note(&v, 1.0, &mut l);
+        assert_eq!(w.poll_every(3.0), 7.0);
+        assert_eq!(l.poll_after_seen, 1);
+        w.note(
+            &serde_json::json!({"position": 2, "poll_after_sec": 1.5}),
+            2.0,
+            &mut l,
+        );
+        assert_eq!(w.poll_every(3.0), 1.5);
+    }
+
+    #[test]
+    fn estimates_are_kept_at_join_and_each_checkpoint_with_their_range() {
+        let mut w = Watch {
+            every: 60.0,
+            ..Watch::default()
+        };
+        let mut l = log();
+        let at = |eta: u64, pos: u64| {
+            serde_json::json!({"position": pos, "eta_sec": eta,
+                               "eta_low_sec": eta / 2, "eta_high_sec": eta * 2})
+        };
+        w.note(&at(100, 50), 10.0, &mut l); // the join answer
+        w.note(&at(95, 48), 20.0, &mut l); // within the first minute: not scored
+        w.note(&at(60, 30), 70.5, &mut l); // the first after a minute
+        w.note(&at(59, 29), 71.0, &mut l);
+        w.note(&at(10, 5), 135.0, &mut l); // after the second minute
+        let kept: Vec<(f64, f64)> = l.estimates.iter().map(|e| (e.at, e.eta_sec)).collect();
+        assert_eq!(kept, vec![(10.0, 100.0), (70.5, 60.0), (135.0, 10.0)]);
+        assert_eq!(l.estimates[0].eta_low_sec, Some(50.0));
+        assert_eq!(l.estimates[0].eta_high_sec, Some(200.0));
+        assert_eq!(l.estimates[0].position, Some(50));
+        assert_eq!(l.position_rises, 0);
+        // A position that grows is noted (FIFO never does that).
+        w.note(&serde_json::json!({"position": 7}), 136.0, &mut l);
+        assert_eq!(l.position_rises, 1);
+        // Answers without a range leave it empty.
+        let mut l2 = log();
+        Watch::default().note(
+            &serde_json::json!({"position": 3, "eta_sec": 4}),
+            0.0,
+            &mut l2,
+        );
+        assert_eq!(l2.estimates[0].eta_low_sec, None);
+    }
 }
