@@ -118,6 +118,11 @@ impl Conn {
         }
     }
 
+    /// Bytes of the last response, head included (what the client paid for it).
+    pub fn received(&self) -> usize {
+        self.buf.len()
+    }
+
     async fn read_more(&mut self) -> io::Result<()> {
         if self.buf.capacity() - self.buf.len() < 2048 {
             self.buf.reserve(8192);

@@ -9,6 +9,7 @@
 //! target/release/waitroom-bench limits --phase 3 --rounds 2   # per-client limits on vs off
 //! target/release/waitroom-bench ceiling --bins target/release/waitroom,/tmp/other-build
 //! target/release/waitroom-bench scaling --rounds 2           # 1 vs 2 server worker threads
+//! target/release/waitroom-bench journey --report target/journey   # a flash crowd, see journey/
 //! ```
 //!
 //! **The ceiling**: a reference server, this binary's hidden `reference-serve` command,
@@ -37,6 +38,7 @@
 
 #[path = "common.rs"]
 mod common;
+mod journey;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -80,6 +82,10 @@ enum Cmd {
     /// against a server on 1 and on 2 worker threads, interleaved round by round; reports
     /// the speed-up.
     Scaling(ScalingArgs),
+    /// A flash crowd of virtual people (join, live updates or polling, enter, session,
+    /// complete; some abandon, reload or lose the network) and a report of the promises:
+    /// order, capacity, idle slots, ghosts, estimates, client cost (see bench/journey).
+    Journey(Box<journey::JourneyArgs>),
     /// The reference server itself (started by the other commands as a child): `GET
     /// /healthz` answering what the server answers, with no middleware, on the server's
     /// runtime settings. Prints `listening on http://ADDR`.
@@ -1694,6 +1700,7 @@ fn main() -> Result<()> {
         Cmd::Limits(ref a) => a.common.threads,
         Cmd::Ceiling(ref a) => a.common.threads,
         Cmd::Scaling(ref a) => a.common.threads,
+        Cmd::Journey(ref a) => a.threads,
         // Its own runtime: the server's settings, not the load generator's.
         Cmd::ReferenceServe(a) => return reference_serve(a),
     };
@@ -1708,6 +1715,7 @@ fn main() -> Result<()> {
             Cmd::Limits(a) => limits(a).await,
             Cmd::Ceiling(a) => ceiling(a).await,
             Cmd::Scaling(a) => scaling(a).await,
+            Cmd::Journey(a) => journey::run(*a).await,
             Cmd::ReferenceServe(_) => unreachable!("handled above"),
         }
     })

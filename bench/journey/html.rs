@@ -1,0 +1,504 @@
+//! The report as one self-contained HTML page: the promises as numbers with their goals,
+//! and charts as inline SVG written here (no script, no external resource).
+
+use std::fmt::Write as _;
+
+use super::report::{opt, Report};
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A round step giving about `n` ticks over `0..max`.
+fn nice_step(max: f64, n: f64) -> f64 {
+    let raw = (max / n).max(1e-9);
+    let mag = 10f64.powf(raw.log10().floor());
+    let f = raw / mag;
+    let nice = if f <= 1.0 {
+        1.0
+    } else if f <= 2.0 {
+        2.0
+    } else if f <= 5.0 {
+        5.0
+    } else {
+        10.0
+    };
+    nice * mag
+}
+
+struct Series<'a> {
+    name: &'a str,
+    color: &'a str,
+    points: Vec<(f64, f64)>,
+    dashed: bool,
+}
+
+const W: f64 = 860.0;
+const H: f64 = 260.0;
+const L: f64 = 56.0;
+const R: f64 = 16.0;
+const T: f64 = 30.0;
+const B: f64 = 34.0;
+
+/// Axes, grid and labels of a chart over `0..xmax` × `0..ymax`; answers the mapping.
+fn frame(out: &mut String, xmax: f64, ymax: f64, xlabel: &str, ylabel: &str) -> (f64, f64) {
+    let (pw, ph) = (W - L - R, H - T - B);
+    let _ = write!(
+        out,
+        r##"<svg viewBox="0 0 {W} {H}" width="100%" role="img" xmlns="http://www.w3.org/2000/svg" font-family="sans-serif" font-size="11">"##
+    );
+    let ys = nice_step(ymax, 5.0);
+    let mut y = 0.0;
+    while y <= ymax + 1e-9 {
+        let py = T + ph - y / ymax * ph;
+        let _ = write!(
+            out,
+            r##"<line x1="{L}" x2="{:.1}" y1="{py:.1}" y2="{py:.1}" stroke="#e3e3e3"/><text x="{:.1}" y="{:.1}" text-anchor="end" fill="#555">{}</text>"##,
+            L + pw,
+            L - 6.0,
+            py + 4.0,
+            trim(y)
+        );
+        y += ys;
+    }
+    let xs = nice_step(xmax, 10.0);
+    let mut x = 0.0;
+    while x <= xmax + 1e-9 {
+        let px = L + x / xmax * pw;
+        let _ = write!(
+            out,
+            r##"<line x1="{px:.1}" x2="{px:.1}" y1="{T}" y2="{:.1}" stroke="#f0f0f0"/><text x="{px:.1}" y="{:.1}" text-anchor="middle" fill="#555">{}</text>"##,
+            T + ph,
+            T + ph + 14.0,
+            trim(x)
+        );
+        x += xs;
+    }
+    let _ = write!(
+        out,
+        r##"<rect x="{L}" y="{T}" width="{pw}" height="{ph}" fill="none" stroke="#999"/><text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#333">{}</text><text x="12" y="{:.1}" transform="rotate(-90 12 {:.1})" text-anchor="middle" fill="#333">{}</text>"##,
+        L + pw / 2.0,
+        H - 4.0,
+        esc(xlabel),
+        T + ph / 2.0,
+        T + ph / 2.0,
+        esc(ylabel)
+    );
+    (pw / xmax, ph / ymax)
+}
+
+fn trim(v: f64) -> String {
+    if (v - v.round()).abs() < 1e-9 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_string()
+    }
+}
+
+fn line_chart(series: &[Series], xlabel: &str, ylabel: &str) -> String {
+    let xmax = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .fold(1.0, f64::max);
+    let ymax = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .fold(1.0, f64::max)
+        * 1.08;
+    let mut out = String::new();
+    let (sx, sy) = frame(&mut out, xmax, ymax, xlabel, ylabel);
+    let base = T + (H - T - B);
+    for s in series {
+        let pts: Vec<String> = s
+            .points
+            .iter()
+            .map(|(x, y)| format!("{:.1},{:.1}", L + x * sx, base - y * sy))
+            .collect();
+        let dash = if s.dashed {
+            r#" stroke-dasharray="5 4""#
+        } else {
+            ""
+        };
+        let _ = write!(
+            out,
+            r#"<polyline fill="none" stroke="{}" stroke-width="1.6"{dash} points="{}"/>"#,
+            s.color,
+            pts.join(" ")
+        );
+    }
+    legend(&mut out, series.iter().map(|s| (s.name, s.color)));
+    out.push_str("</svg>");
+    out
+}
+
+fn legend<'a>(out: &mut String, items: impl Iterator<Item = (&'a str, &'a str)>) {
+    let mut x = L;
+    for (name, color) in items {
+        let _ = write!(
+            out,
+            r##"<rect x="{x:.1}" y="10" width="12" height="4" fill="{color}"/><text x="{:.1}" y="16" fill="#333">{}</text>"##,
+            x + 16.0,
+            esc(name)
+        );
+        x += 24.0 + 6.5 * name.len() as f64;
+    }
+}
+
+/// Estimates against real waits: the diagonal is a perfect estimate, the band ±20 %.
+fn eta_scatter(points: &[(f64, f64)]) -> String {
+    let max = points.iter().map(|p| p.0.max(p.1)).fold(1.0, f64::max) * 1.05;
+    let mut out = String::new();
+    let (sx, sy) = frame(&mut out, max, max, "real wait (s)", "estimate shown (s)");
+    let base = T + (H - T - B);
+    let p = |x: f64, y: f64| format!("{:.1},{:.1}", L + x * sx, base - y.min(max) * sy);
+    let _ = write!(
+        out,
+        r##"<polygon points="{} {} {} {}" fill="#2a7" fill-opacity="0.12"/><polyline points="{} {}" stroke="#2a7" fill="none"/>"##,
+        p(0.0, 0.0),
+        p(max, max * 1.2),
+        p(max, max * 0.8),
+        p(0.0, 0.0),
+        p(0.0, 0.0),
+        p(max, max)
+    );
+    for &(real, est) in points {
+        let _ = write!(
+            out,
+            r##"<circle cx="{:.1}" cy="{:.1}" r="2" fill="#36c" fill-opacity="0.5"/>"##,
+            L + real * sx,
+            base - est.min(max) * sy
+        );
+    }
+    legend(
+        &mut out,
+        [("estimate at join", "#36c"), ("exact ±20 %", "#2a7")].into_iter(),
+    );
+    out.push_str("</svg>");
+    out
+}
+
+fn card(out: &mut String, name: &str, value: String, goal: &str, ok: Option<bool>) {
+    let (cls, mark) = match ok {
+        Some(true) => ("ok", "✓"),
+        Some(false) => ("bad", "✗"),
+        None => ("info", ""),
+    };
+    let _ = write!(
+        out,
+        r#"<div class="card {cls}"><div class="name">{}</div><div class="value">{} <span class="mark">{mark}</span></div><div class="goal">{}</div></div>"#,
+        esc(name),
+        esc(&value),
+        esc(goal)
+    );
+}
+
+fn pc(v: Option<f64>) -> String {
+    v.map_or("-".into(), |x| format!("{:.1} %", x * 100.0))
+}
+
+pub fn html(r: &Report) -> String {
+    let sc = &r.scenario;
+    let mut o = String::new();
+    let _ = write!(
+        o,
+        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>waitroom journey: {}</title><style>
+body{{font-family:system-ui,sans-serif;margin:24px auto;max-width:900px;color:#222;padding:0 12px}}
+h1{{font-size:22px;margin-bottom:4px}} h2{{font-size:17px;margin-top:28px}} .sub{{color:#666}}
+.cards{{display:grid;grid-template-columns:repeat(4,1fr);gap:10px}}
+.card{{border:1px solid #ddd;border-radius:8px;padding:10px}} .card .name{{font-size:12px;color:#555}}
+.card .value{{font-size:20px;font-weight:600;margin:4px 0}} .card .goal{{font-size:11px;color:#777}}
+.ok .mark{{color:#1a7f37}} .bad .mark{{color:#c62828}} .bad{{border-color:#e5a0a0}}
+table{{border-collapse:collapse;font-size:13px;margin:6px 0}} td,th{{border-bottom:1px solid #eee;padding:3px 10px;text-align:right}}
+th:first-child,td:first-child{{text-align:left}} code{{font-size:12px}}
+</style></head><body>"#,
+        esc(&r.label)
+    );
+    let u = &r.users;
+    let _ = write!(
+        o,
+        r#"<h1>Flash crowd: {}</h1><div class="sub">event <code>{}</code>, {} node(s), {:.0} s run; {} people ({} % in a {} s spike, the rest over {} s), {} % polling, {} % abandon, {} % reload, {} % lose the network; capacity {} ({}), sessions {}–{} s, <code>waiting_idle_sec</code> {}.</div>"#,
+        esc(&r.label),
+        esc(&r.event),
+        r.nodes,
+        r.duration_sec,
+        sc.users,
+        (sc.spike_share * 100.0).round(),
+        sc.arrival_secs,
+        sc.tail_secs,
+        (sc.poll_share * 100.0).round(),
+        (sc.abandon_share * 100.0).round(),
+        (sc.reload_share * 100.0).round(),
+        (sc.netloss_share * 100.0).round(),
+        r.capacity.capacity,
+        sc.admit_per_minute
+            .map_or("no admission pace".into(), |p| format!(
+                "{p} admissions/min"
+            )),
+        sc.hold_secs[0],
+        sc.hold_secs[1],
+        sc.waiting_idle_sec
+    );
+
+    o.push_str(r#"<h2>The promises</h2><div class="cards">"#);
+    card(
+        &mut o,
+        "FIFO inversions (certain)",
+        r.fifo_inversions.to_string(),
+        "goal 0",
+        Some(r.fifo_inversions == 0),
+    );
+    card(
+        &mut o,
+        "Kendall tau, arrival vs admission",
+        opt(r.kendall_tau, 4),
+        "goal 1 (observation noise lowers it)",
+        None,
+    );
+    card(
+        &mut o,
+        "Capacity overshoot (max)",
+        r.capacity_overshoot_max.to_string(),
+        "goal 0",
+        Some(r.capacity_overshoot_max == 0),
+    );
+    card(
+        &mut o,
+        "Idle slot p50 / p99",
+        format!(
+            "{} / {} s",
+            opt(r.idle_slot_p50_sec, 2),
+            opt(r.idle_slot_p99_sec, 2)
+        ),
+        "seconds from a completed session to the next entry, while people waited",
+        None,
+    );
+    // A ghost ends when its heartbeat lapses, or, if its turn came first, when its ready
+    // window closes.
+    let ghost_goal = f64::from(sc.waiting_idle_sec) + 5.0;
+    let ghost_late = ghost_goal + f64::from(sc.ready_ttl_sec);
+    card(
+        &mut o,
+        "Ghost removal p50 / p99",
+        format!(
+            "{} / {} s",
+            opt(r.ghost_removal_p50_sec, 1),
+            opt(r.ghost_removal_p99_sec, 1)
+        ),
+        &format!(
+            "goal ≤ waiting_idle_sec + 5 = {ghost_goal} s (+ ready_ttl_sec = {ghost_late} s if its turn came)"
+        ),
+        r.ghost_removal_p99_sec
+            .and_then(|p| (p <= ghost_goal || p > ghost_late).then_some(p <= ghost_goal)),
+    );
+    card(
+        &mut o,
+        "ETA mean abs. % error",
+        pc(r.eta_mape),
+        "goal ≤ 15 % under steady admission",
+        r.eta_mape.map(|m| m <= 0.15),
+    );
+    card(
+        &mut o,
+        "ETA within ±20 %",
+        pc(r.eta_within_20pct),
+        &format!("{} estimates scored", r.eta.all.samples),
+        None,
+    );
+    let ws = r.client_cost.values().next();
+    card(
+        &mut o,
+        "Requests per admitted person",
+        r.client_cost
+            .iter()
+            .map(|(t, c)| format!("{:?} {}", t, opt(c.requests_per_admitted, 1)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        &format!(
+            "bytes: {}",
+            ws.map_or("-".into(), |_| r
+                .client_cost
+                .iter()
+                .map(|(t, c)| format!(
+                    "{:?} {}",
+                    t,
+                    opt(c.bytes_per_admitted.map(|b| b / 1000.0), 1)
+                ))
+                .collect::<Vec<_>>()
+                .join(" kB, ")
+                + " kB")
+        ),
+        None,
+    );
+    o.push_str("</div>");
+
+    o.push_str("<h2>The line, each second (admin figures)</h2>");
+    let pts = |f: fn(&super::report::Second) -> u64| -> Vec<(f64, f64)> {
+        r.series.iter().map(|s| (s.t as f64, f(s) as f64)).collect()
+    };
+    o.push_str(&line_chart(
+        &[
+            Series {
+                name: "waiting",
+                color: "#36c",
+                points: pts(|s| s.waiting),
+                dashed: false,
+            },
+            Series {
+                name: "admitted + active",
+                color: "#e67e22",
+                points: pts(|s| s.admitted + s.active),
+                dashed: false,
+            },
+            Series {
+                name: "capacity",
+                color: "#c62828",
+                points: pts(|s| s.capacity),
+                dashed: true,
+            },
+        ],
+        "seconds since the opening",
+        "places",
+    ));
+    o.push_str("<h2>Arrivals and admissions per second (as clients saw them)</h2>");
+    o.push_str(&line_chart(
+        &[
+            Series {
+                name: "joins answered",
+                color: "#36c",
+                points: pts(|s| s.arrivals),
+                dashed: false,
+            },
+            Series {
+                name: "admissions seen",
+                color: "#2a7",
+                points: pts(|s| s.admissions),
+                dashed: false,
+            },
+            Series {
+                name: "sessions completed",
+                color: "#999",
+                points: pts(|s| s.completions),
+                dashed: true,
+            },
+        ],
+        "seconds since the opening",
+        "per second",
+    ));
+
+    let e = &r.eta;
+    let _ = write!(
+        o,
+        "<h2>Estimates against real waits</h2><p>At join: MAPE {}, within ±20 % {}, bias {} ({} samples). \
+         Later (first estimate after each {} s of waiting): MAPE {}, within ±20 % {} ({} samples). \
+         Answers with <code>poll_after_sec</code>: {}; with an estimate range: {}{}.</p>",
+        pc(e.at_join.mape),
+        pc(e.at_join.within_20pct),
+        pc(e.at_join.bias),
+        e.at_join.samples,
+        sc.eta_every_sec,
+        pc(e.later.mape),
+        pc(e.later.within_20pct),
+        e.later.samples,
+        e.poll_after_answers,
+        e.range_answers,
+        e.all
+            .within_range
+            .map_or(String::new(), |w| format!(" (real wait inside the range: {})", pc(Some(w))))
+    );
+    let scatter: Vec<(f64, f64)> = e
+        .examples_all
+        .iter()
+        .map(|x| (x.real_sec, x.estimate_sec))
+        .collect();
+    o.push_str(&eta_scatter(&scatter));
+    o.push_str("<table><tr><th>position at join</th><th>estimate (s)</th><th>real wait (s)</th><th>error</th></tr>");
+    for x in &e.examples {
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td>{:.0}</td><td>{:.1}</td><td>{}</td></tr>",
+            x.position.map_or("-".into(), |p| p.to_string()),
+            x.estimate_sec,
+            x.real_sec,
+            if x.real_sec > 0.0 {
+                format!(
+                    "{:+.0} %",
+                    (x.estimate_sec - x.real_sec) / x.real_sec * 100.0
+                )
+            } else {
+                "-".into()
+            }
+        );
+    }
+    o.push_str("</table>");
+
+    o.push_str("<h2>Latency per step (ms)</h2><table><tr><th>step</th><th>count</th><th>p50</th><th>p90</th><th>p99</th><th>max</th><th>errors</th></tr>");
+    for (step, l) in &r.latency_ms {
+        let _ = write!(
+            o,
+            "<tr><td>{step:?}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            l.count,
+            opt(l.p50, 1),
+            opt(l.p90, 1),
+            opt(l.p99, 1),
+            opt(l.max, 1),
+            l.errors
+        );
+    }
+    o.push_str("</table>");
+
+    o.push_str("<h2>Client cost (the waiting page's requests: join, status, WebSocket, enter)</h2><table><tr><th>transport</th><th>people</th><th>admitted</th><th>requests</th><th>per admitted</th><th>bytes per admitted</th><th>live messages</th></tr>");
+    for (t, c) in &r.client_cost {
+        let _ = write!(
+            o,
+            "<tr><td>{t:?}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            c.users,
+            c.admitted,
+            c.requests,
+            opt(c.requests_per_admitted, 1),
+            opt(c.bytes_per_admitted, 0),
+            c.ws_messages
+        );
+    }
+    o.push_str("</table>");
+
+    let _ = write!(
+        o,
+        "<h2>People</h2><table><tr><th>joined</th><th>admitted</th><th>direct entries</th><th>completed</th><th>abandoned</th><th>expired</th><th>gone</th><th>failed</th><th>resumed with place</th><th>resumed without</th></tr>\
+         <tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr></table>",
+        u.joined, u.admitted, u.direct_entries, u.completed, u.abandoned, u.expired, u.gone, u.failed, u.resumed_kept, u.resumed_lost
+    );
+    let _ = write!(
+        o,
+        "<p>Order: {} people compared, {} certain FIFO inversions ({} at face value, with a {} s slack for live pushes), positions seen to grow {} times. \
+         Capacity {}: the admin figures peaked at {} admitted + active, clients certainly held {} sessions at once. \
+         Ghosts: {} went silent, {} removals seen ({} unseen). Idle slots: {} freed while people waited; the admin figures add up {:.1} slot-seconds free while places waited.</p>",
+        r.order.compared,
+        r.order.fifo_inversions,
+        r.order.observed_inversions,
+        r.order.slack_sec,
+        r.order.position_rises,
+        r.capacity.capacity,
+        r.capacity.server_max_used,
+        r.capacity.client_max_held,
+        r.ghosts.silent,
+        r.ghosts.removed,
+        r.ghosts.unseen,
+        r.idle_slots.frees,
+        r.idle_slots.server_idle_slot_seconds
+    );
+    if !r.errors.is_empty() {
+        o.push_str("<h2>Errors</h2><table><tr><th>what</th><th>count</th></tr>");
+        for (what, n) in &r.errors {
+            let _ = write!(o, "<tr><td>{}</td><td>{n}</td></tr>", esc(what));
+        }
+        o.push_str("</table>");
+    }
+    o.push_str("<p class=\"sub\">Written by <code>waitroom-bench journey</code>; the numbers are also in report.json.</p></body></html>\n");
+    o
+}

@@ -1,0 +1,704 @@
+//! `waitroom-bench journey`: a flash crowd of virtual people against real servers, and a
+//! report of what a waiting room promises them: order, pace within capacity, no idle
+//! slots, ghosts gone soon, honest estimates, and what it all costs a client.
+//!
+//! ```text
+//! cargo build --release --bins
+//! target/release/waitroom-bench journey --report target/journey            # embedded store
+//! target/release/waitroom-bench journey --store redis --nodes 2 --report target/journey-redis
+//! target/release/waitroom-bench journey --scenario bench/journey/standard.toml --report DIR
+//! target/release/waitroom-bench journey --url http://127.0.0.1:8080 --admin-token T \
+//!     --event sale --users 500 --arrival-secs 10 --report DIR
+//! ```
+//!
+//! Without `--url` it starts the release `waitroom` binary: one node on the embedded store,
+//! or `--nodes N` on Redis (`--store redis` starts a private `redis-server` on a free
+//! loopback port; `--store redis://…` uses one that runs). Started nodes run with
+//! `--rate-limits off` and no per-address connection cap, since every virtual person comes
+//! from this one address; a server named by `--url` must allow that too.
+//!
+//! The scenario (defaults, then `--scenario FILE` in TOML, then flags) sets the crowd
+//! (arrival spike and tail, shares of polling clients and of people who abandon, reload or
+//! lose the network) and the event's capacity and pace. `--report DIR` writes
+//! `report.json` and a self-contained `report.html`.
+
+pub mod html;
+pub mod metrics;
+pub mod report;
+pub mod user;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::common::{self, put_event, Conn, ServerProc, Target};
+use user::{Behaviour, Ctx, Plan, Transport};
+
+/// The crowd and the event. Every field has a default; a TOML file sets any of them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Scenario {
+    /// People in all.
+    pub users: usize,
+    /// Length of the spike at the opening, in seconds.
+    pub arrival_secs: f64,
+    /// Share of the people who arrive within the spike; the rest arrive over the tail.
+    pub spike_share: f64,
+    /// Length of the tail after the spike, in seconds.
+    pub tail_secs: f64,
+    pub seed: u64,
+    /// Share of clients that poll `status` instead of holding a WebSocket.
+    pub poll_share: f64,
+    /// Shares of people who close the tab silently, reload the page, lose the network.
+    pub abandon_share: f64,
+    pub reload_share: f64,
+    pub netloss_share: f64,
+    /// When the behaviour strikes: seconds after the join, drawn in [min, max].
+    pub strike_secs: [f64; 2],
+    /// How long a network outage lasts, in seconds, drawn in [min, max].
+    pub netloss_secs: [f64; 2],
+    /// Seconds a session is held on the site, drawn in [min, max].
+    pub hold_secs: [f64; 2],
+    /// Polling interval when no answer carries `poll_after_sec` (the page's 3 s).
+    pub poll_secs: f64,
+    /// An estimate is scored at join and then at each of these intervals while waiting.
+    pub eta_every_sec: f64,
+    /// Waits shorter than this are not scored (a whole-second estimate of them means little).
+    pub eta_min_wait_sec: f64,
+    /// How late a WebSocket's `queue-ready` may arrive after the admission; admissions seen
+    /// within this of each other are not told apart for the order promise.
+    pub order_slack_sec: f64,
+    /// Interval of the admin figures sampled during the run, in milliseconds.
+    pub sample_ms: u64,
+    /// Longest a run may last before its stragglers are given up, in seconds.
+    pub max_run_secs: f64,
+    // The event's settings (see docs/API.md, admin API).
+    pub max_active: u64,
+    pub admit_per_minute: Option<u32>,
+    pub waiting_idle_sec: u32,
+    pub ready_ttl_sec: u32,
+    pub session_idle_sec: u32,
+    pub session_max_sec: u32,
+}
+
+impl Default for Scenario {
+    /// The standard scenario of docs/PERFORMANCE.md, sized for a 2-core machine.
+    fn default() -> Self {
+        Scenario {
+            users: 2000,
+            arrival_secs: 10.0,
+            spike_share: 0.8,
+            tail_secs: 30.0,
+            seed: 1,
+            poll_share: 0.2,
+            abandon_share: 0.05,
+            reload_share: 0.05,
+            netloss_share: 0.03,
+            strike_secs: [2.0, 30.0],
+            netloss_secs: [2.0, 6.0],
+            hold_secs: [4.0, 12.0],
+            poll_secs: 3.0,
+            eta_every_sec: 60.0,
+            eta_min_wait_sec: 2.0,
+            order_slack_sec: 1.0,
+            sample_ms: 250,
+            max_run_secs: 1200.0,
+            max_active: 150,
+            admit_per_minute: None,
+            waiting_idle_sec: 20,
+            ready_ttl_sec: 15,
+            session_idle_sec: 60,
+            session_max_sec: 600,
+        }
+    }
+}
+
+impl Scenario {
+    /// What each person will do: arrival instants from the curve, the rest drawn per person.
+    pub fn plans(&self, nodes: usize) -> Vec<Plan> {
+        let arrivals = metrics::arrival_times(
+            self.users,
+            self.arrival_secs,
+            self.spike_share,
+            self.tail_secs,
+            self.seed,
+        );
+        let mut rng = self.seed ^ 0x6A09_E667_F3BC_C908;
+        let mut draw = |[lo, hi]: [f64; 2]| lo + metrics::unit(&mut rng) * (hi - lo).max(0.0);
+        arrivals
+            .into_iter()
+            .enumerate()
+            .map(|(id, arrival)| {
+                let t = draw([0.0, 1.0]);
+                let transport = if t < self.poll_share {
+                    Transport::Poll
+                } else {
+                    Transport::Ws
+                };
+                let b = draw([0.0, 1.0]);
+                let behaviour = if b < self.abandon_share {
+                    Behaviour::Abandon
+                } else if b < self.abandon_share + self.reload_share {
+                    Behaviour::Reload
+                } else if b < self.abandon_share + self.reload_share + self.netloss_share {
+                    Behaviour::Netloss
+                } else {
+                    Behaviour::Stay
+                };
+                let pause = match behaviour {
+                    Behaviour::Netloss => draw(self.netloss_secs),
+                    _ => draw([0.3, 1.5]), // a reload: the page is back within a second or so
+                };
+                Plan {
+                    id,
+                    arrival,
+                    transport,
+                    behaviour,
+                    hold: draw(self.hold_secs),
+                    strike_after: draw(self.strike_secs),
+                    pause,
+                    node: id % nodes.max(1),
+                }
+            })
+            .collect()
+    }
+
+    /// The event's settings as the admin API takes them.
+    pub fn event_settings(&self) -> Value {
+        serde_json::json!({
+            "name": "journey",
+            "max_active": self.max_active,
+            "admit_per_minute": self.admit_per_minute,
+            "waiting_idle_sec": self.waiting_idle_sec,
+            "ready_ttl_sec": self.ready_ttl_sec,
+            "session_idle_sec": self.session_idle_sec,
+            "session_max_sec": self.session_max_sec,
+            "paused": false,
+            // Every virtual person comes from one address.
+            "rate_limits": {"joins_per_minute": 100_000_000, "polls_per_second": 100},
+        })
+    }
+}
+
+#[derive(clap::Args, Debug, Default)]
+pub struct JourneyArgs {
+    /// Running server(s) to use, comma-separated (people are spread over them like a
+    /// round-robin balancer); without it, servers are started.
+    #[arg(long, value_delimiter = ',')]
+    pub url: Vec<String>,
+    /// Admin token of the server(s) named by --url.
+    #[arg(long, env = "WAITROOM_ADMIN_TOKEN")]
+    pub admin_token: Option<String>,
+    /// The event: created (or updated) with the scenario's settings, unless --keep-settings.
+    #[arg(long, default_value = "journey")]
+    pub event: String,
+    /// Use the event as it is configured (it must exist).
+    #[arg(long)]
+    pub keep_settings: bool,
+    /// A TOML scenario file (the fields of the scenario; flags below override it).
+    #[arg(long)]
+    pub scenario: Option<PathBuf>,
+    /// Write report.json and report.html here.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// A name for the run, shown in the report.
+    #[arg(long)]
+    pub label: Option<String>,
+    /// Nodes to start (more than one needs a Redis store).
+    #[arg(long, default_value_t = 1)]
+    pub nodes: usize,
+    /// Store of the started nodes: `embedded`, `redis` (a private redis-server is started)
+    /// or a `redis://` URL.
+    #[arg(long, default_value = "embedded")]
+    pub store: String,
+    /// The server binary to start (default: `waitroom` next to this binary).
+    #[arg(long)]
+    pub bin: Option<PathBuf>,
+    /// `--durability` of started embedded nodes.
+    #[arg(long, default_value = "sync")]
+    pub durability: String,
+    /// Worker threads of the load generator's runtime.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    #[arg(long)]
+    pub users: Option<usize>,
+    #[arg(long)]
+    pub arrival_secs: Option<f64>,
+    #[arg(long)]
+    pub tail_secs: Option<f64>,
+    #[arg(long)]
+    pub spike_share: Option<f64>,
+    #[arg(long)]
+    pub poll_share: Option<f64>,
+    #[arg(long)]
+    pub abandon_share: Option<f64>,
+    #[arg(long)]
+    pub reload_share: Option<f64>,
+    #[arg(long)]
+    pub netloss_share: Option<f64>,
+    /// Session length on the site, `MIN,MAX` seconds.
+    #[arg(long, value_delimiter = ',')]
+    pub hold_secs: Option<Vec<f64>>,
+    #[arg(long)]
+    pub max_active: Option<u64>,
+    #[arg(long)]
+    pub admit_per_minute: Option<u32>,
+    #[arg(long)]
+    pub waiting_idle_sec: Option<u32>,
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+/// Defaults, then the TOML file, then the flags.
+pub fn scenario_of(a: &JourneyArgs) -> Result<Scenario> {
+    use figment::providers::{Format as _, Serialized, Toml};
+    let mut fig = figment::Figment::from(Serialized::defaults(Scenario::default()));
+    if let Some(f) = &a.scenario {
+        if !f.exists() {
+            bail!("scenario file {} not found", f.display());
+        }
+        fig = fig.merge(Toml::file(f));
+    }
+    let mut sc: Scenario = fig.extract().context("reading the scenario")?;
+    macro_rules! over {
+        ($($f:ident),*) => { $( if let Some(v) = a.$f.clone() { sc.$f = v; } )* };
+    }
+    over!(
+        users,
+        arrival_secs,
+        tail_secs,
+        spike_share,
+        poll_share,
+        abandon_share,
+        reload_share,
+        netloss_share,
+        max_active,
+        waiting_idle_sec,
+        seed
+    );
+    if let Some(v) = a.admit_per_minute {
+        sc.admit_per_minute = Some(v);
+    }
+    if let Some(v) = &a.hold_secs {
+        let [lo, hi] = v[..] else {
+            bail!("--hold-secs takes MIN,MAX");
+        };
+        sc.hold_secs = [lo, hi];
+    }
+    check(&sc)?;
+    Ok(sc)
+}
+
+fn check(sc: &Scenario) -> Result<()> {
+    let share = |name: &str, v: f64| {
+        if !(0.0..=1.0).contains(&v) {
+            bail!("{name} must be within 0..1, not {v}");
+        }
+        Ok(())
+    };
+    share("spike_share", sc.spike_share)?;
+    share("poll_share", sc.poll_share)?;
+    share(
+        "abandon_share + reload_share + netloss_share",
+        sc.abandon_share + sc.reload_share + sc.netloss_share,
+    )?;
+    for (name, [lo, hi]) in [
+        ("strike_secs", sc.strike_secs),
+        ("netloss_secs", sc.netloss_secs),
+        ("hold_secs", sc.hold_secs),
+    ] {
+        if !(lo >= 0.0 && hi >= lo) {
+            bail!("{name} must be [min, max] with 0 <= min <= max");
+        }
+    }
+    if sc.poll_secs >= f64::from(sc.waiting_idle_sec) {
+        eprintln!(
+            "warning: poll_secs {} >= waiting_idle_sec {}: polling places will lapse between polls",
+            sc.poll_secs, sc.waiting_idle_sec
+        );
+    }
+    if sc.users == 0 || sc.arrival_secs < 0.0 || sc.tail_secs < 0.0 || sc.max_active == 0 {
+        bail!("users and max_active must be at least 1, arrival_secs and tail_secs at least 0");
+    }
+    Ok(())
+}
+
+/// Where the run goes: the nodes, the admin token, and whatever was started for it.
+pub struct Setup {
+    pub targets: Vec<Target>,
+    pub admin: String,
+    pub store: String,
+    _nodes: Vec<ServerProc>,
+    _redis: Option<RedisProc>,
+    _dir: Option<TempDir>,
+}
+
+/// A `redis-server` started for the run, shut down with it.
+struct RedisProc(Child);
+
+impl Drop for RedisProc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn start_redis(dir: &Path) -> Result<(RedisProc, String)> {
+    let port = free_port()?;
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .arg("--dir")
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting redis-server (Debian: apt-get install redis-server)")?;
+    let proc = RedisProc(child);
+    let until = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > until {
+            bail!("redis-server did not listen on port {port}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok((proc, format!("redis://127.0.0.1:{port}")))
+}
+
+fn random_tag() -> String {
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1)
+        ^ u64::from(std::process::id()).rotate_left(32);
+    format!("{:012x}", common::next_rand(&mut seed) >> 16)
+}
+
+impl Setup {
+    pub async fn new(a: &JourneyArgs) -> Result<Setup> {
+        if !a.url.is_empty() {
+            let admin = a
+                .admin_token
+                .clone()
+                .context("--url needs --admin-token (or WAITROOM_ADMIN_TOKEN)")?;
+            let targets = a
+                .url
+                .iter()
+                .map(|u| Target::from_url(u))
+                .collect::<Result<Vec<_>>>()?;
+            return Ok(Setup {
+                targets,
+                admin,
+                store: "external".into(),
+                _nodes: Vec::new(),
+                _redis: None,
+                _dir: None,
+            });
+        }
+        let bin = match &a.bin {
+            Some(b) => b.clone(),
+            None => common::default_server_bin()?,
+        };
+        let dir = TempDir(common::fresh_temp_dir("journey")?);
+        let admin = format!("journey-{}", random_tag());
+        let (redis, store) = match a.store.as_str() {
+            "embedded" => {
+                if a.nodes > 1 {
+                    bail!(
+                        "--nodes {} needs --store redis (or a redis:// URL)",
+                        a.nodes
+                    );
+                }
+                (None, "embedded".to_string())
+            }
+            "redis" => {
+                let (p, url) = start_redis(&dir.0)?;
+                (Some(p), url)
+            }
+            url if url.starts_with("redis://") => (None, url.to_string()),
+            other => bail!("--store must be embedded, redis or redis://…, not {other}"),
+        };
+        waitroom::tokens::load_or_generate_key(None, &dir.0)?;
+        let key = dir.0.join("signing-key.pem");
+        let key = key.to_str().context("temp dir path")?.to_string();
+        let mut nodes = Vec::new();
+        for i in 0..a.nodes.max(1) {
+            let data = dir.0.join(format!("node-{i}"));
+            std::fs::create_dir_all(&data)?;
+            let mut extra = vec![
+                "--rate-limits",
+                "off",
+                "--max-connections-per-client",
+                "1000000",
+                "--signing-key",
+                &key,
+            ];
+            if store != "embedded" {
+                extra.extend(["--store", store.as_str()]);
+            }
+            let p = ServerProc::start_with(&bin, Some(&data), &a.durability, &admin, &extra)?;
+            p.wait_ready(Duration::from_secs(60)).await?;
+            nodes.push(p);
+        }
+        let label = if store == "embedded" {
+            "embedded".to_string()
+        } else {
+            format!("redis, {} node(s)", nodes.len())
+        };
+        Ok(Setup {
+            targets: nodes.iter().map(|n| n.target.clone()).collect(),
+            admin,
+            store: label,
+            _nodes: nodes,
+            _redis: redis,
+            _dir: Some(dir),
+        })
+    }
+}
+
+/// One run: the event, the crowd, the sampler; answers the report.
+pub struct RunOpts<'a> {
+    pub targets: &'a [Target],
+    pub admin: &'a str,
+    pub event: &'a str,
+    pub keep_settings: bool,
+    pub label: String,
+    /// Progress lines on stderr.
+    pub verbose: bool,
+}
+
+/// One reading of the admin figures.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Sample {
+    pub t: f64,
+    pub waiting: u64,
+    pub admitted: u64,
+    pub active: u64,
+    pub capacity: u64,
+    pub expired: u64,
+    pub admissions: u64,
+    pub completed: u64,
+    pub left: u64,
+}
+
+async fn admin_figures(
+    target: &Target,
+    admin: &str,
+    event: &str,
+    conn: &mut Option<Conn>,
+) -> Option<Value> {
+    let req = format!(
+        "GET /api/v1/admin/events/{event} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {admin}\r\n\r\n",
+        target.host
+    );
+    if conn.is_none() {
+        *conn = Conn::connect(target.addr).await.ok();
+    }
+    let c = conn.as_mut()?;
+    match c.call(req.as_bytes()).await {
+        Ok((200, body)) => serde_json::from_slice(body).ok(),
+        Ok(_) => None,
+        Err(_) => {
+            *conn = None;
+            None
+        }
+    }
+}
+
+fn sample_of(t: f64, v: &Value) -> Sample {
+    let n = |k: &str| v[k].as_u64().unwrap_or(0);
+    Sample {
+        t,
+        waiting: n("waiting"),
+        admitted: n("admitted"),
+        active: n("active"),
+        capacity: n("capacity"),
+        expired: n("expired"),
+        admissions: n("admissions"),
+        completed: n("completed"),
+        left: n("left"),
+    }
+}
+
+pub async fn run_scenario(sc: &Scenario, o: RunOpts<'_>) -> Result<report::Report> {
+    let target0 = o
+        .targets
+        .first()
+        .context("no server to run against")?
+        .clone();
+    if !o.keep_settings {
+        put_event(&target0, o.admin, o.event, &sc.event_settings().to_string()).await?;
+    }
+    let mut probe = None;
+    let before = admin_figures(&target0, o.admin, o.event, &mut probe)
+        .await
+        .with_context(|| format!("reading event {} through the admin API", o.event))?;
+    let config = before.clone();
+    let plans = sc.plans(o.targets.len());
+    let ctx = Arc::new(Ctx {
+        t0: Instant::now() + Duration::from_millis(300),
+        targets: o.targets.to_vec(),
+        event: o.event.to_string(),
+        sc: sc.clone(),
+        run_tag: format!("j{}", random_tag()),
+    });
+    let started_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let sampler = {
+        let ctx = ctx.clone();
+        let admin = o.admin.to_string();
+        let verbose = o.verbose;
+        tokio::spawn(async move {
+            let mut samples = Vec::new();
+            let mut conn = None;
+            let mut tick = tokio::time::interval(Duration::from_millis(ctx.sc.sample_ms.max(20)));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            let mut next_print = 0.0;
+            while !*stop_rx.borrow() {
+                tick.tick().await;
+                let t = ctx.now();
+                if let Some(v) = admin_figures(&ctx.targets[0], &admin, &ctx.event, &mut conn).await
+                {
+                    let s = sample_of(t, &v);
+                    if verbose && t >= next_print {
+                        eprintln!(
+                            "t={t:>6.1}s waiting={:>6} admitted={:>4} active={:>4} capacity={} admissions={}",
+                            s.waiting, s.admitted, s.active, s.capacity, s.admissions
+                        );
+                        next_print = t + 5.0;
+                    }
+                    samples.push(s);
+                }
+            }
+            samples
+        })
+    };
+    let limit = Duration::from_secs_f64(sc.max_run_secs.max(1.0));
+    let handles: Vec<_> = plans
+        .iter()
+        .map(|&plan| {
+            let ctx = ctx.clone();
+            tokio::spawn(async move {
+                let arrival = Duration::from_secs_f64(plan.arrival);
+                match tokio::time::timeout(limit.saturating_sub(arrival), user::run(ctx, plan))
+                    .await
+                {
+                    Ok(log) => log,
+                    Err(_) => {
+                        let mut log = user::Log::new(plan);
+                        log.outcome = user::Outcome::Failed("still running at max_run_secs".into());
+                        log
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut logs = Vec::with_capacity(handles.len());
+    for h in handles {
+        logs.push(h.await?);
+    }
+    // Wait for the silent places to be removed (or for their deadline to pass).
+    let base_expired = sample_of(0.0, &before).expired;
+    let silent = logs.iter().filter(|l| l.silent_at.is_some()).count() as u64;
+    let last_silent = logs.iter().filter_map(|l| l.silent_at).fold(0.0, f64::max);
+    let deadline =
+        last_silent + f64::from(sc.waiting_idle_sec) + f64::from(sc.ready_ttl_sec) + 10.0;
+    loop {
+        let now = ctx.now();
+        if now >= deadline || now >= sc.max_run_secs {
+            break;
+        }
+        if let Some(v) = admin_figures(&target0, o.admin, o.event, &mut probe).await {
+            let s = sample_of(now, &v);
+            if s.expired.saturating_sub(base_expired) >= silent && s.waiting == 0 {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // One more sample period so the last removals are recorded.
+    tokio::time::sleep(Duration::from_millis(sc.sample_ms * 2)).await;
+    let _ = stop_tx.send(true);
+    let samples = sampler.await?;
+    let duration = ctx.now();
+    Ok(report::build(report::Inputs {
+        label: o.label,
+        scenario: sc.clone(),
+        event: o.event.to_string(),
+        nodes: o.targets.len(),
+        started_unix,
+        duration_sec: duration,
+        event_config: config,
+        base: sample_of(0.0, &before),
+        samples,
+        logs,
+    }))
+}
+
+/// The `journey` command.
+pub async fn run(a: JourneyArgs) -> Result<()> {
+    let sc = scenario_of(&a)?;
+    let setup = Setup::new(&a).await?;
+    let label = a.label.clone().unwrap_or_else(|| {
+        format!(
+            "{} users, {} ({} node{})",
+            sc.users,
+            setup.store,
+            setup.targets.len(),
+            if setup.targets.len() == 1 { "" } else { "s" }
+        )
+    });
+    eprintln!(
+        "journey: {} people over {} s (+{} s tail) on {}; event {} (max_active {}, admit_per_minute {:?})",
+        sc.users,
+        sc.arrival_secs,
+        sc.tail_secs,
+        setup.store,
+        a.event,
+        sc.max_active,
+        sc.admit_per_minute
+    );
+    let report = run_scenario(
+        &sc,
+        RunOpts {
+            targets: &setup.targets,
+            admin: &setup.admin,
+            event: &a.event,
+            keep_settings: a.keep_settings,
+            label,
+            verbose: true,
+        },
+    )
+    .await?;
+    println!("{}", report.summary());
+    if let Some(dir) = &a.report {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let json = serde_json::to_string_pretty(&report)?;
+        std::fs::write(dir.join("report.json"), json)?;
+        std::fs::write(dir.join("report.html"), report::html(&report))?;
+        println!("wrote {0}/report.json and {0}/report.html", dir.display());
+    }
+    Ok(())
+}
