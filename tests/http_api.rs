@@ -1559,7 +1559,10 @@ async fn poll_after_sec_grows_with_the_wait_and_keeps_the_place_alive() {
     assert_eq!(first["status"], "admitted", "{first}");
     let places: Vec<Value> = futures_join(&app, 40).await;
     let (front, back) = (&places[0], &places[39]);
-    assert_eq!((&front["position"], &back["position"]), (&json!(1), &json!(40)));
+    assert_eq!(
+        (&front["position"], &back["position"]),
+        (&json!(1), &json!(40))
+    );
     let poll = |v: &Value| v["poll_after_sec"].as_u64().unwrap();
     assert_eq!(poll(front), 2, "near the front: often, {front}");
     assert!(poll(back) > poll(front), "{back}");
@@ -1588,7 +1591,9 @@ async fn poll_after_sec_grows_with_the_wait_and_keeps_the_place_alive() {
     }
     // And lapsing for the idle period ends it, so the bound is what keeps it.
     app.clock.advance(7 * SEC);
-    app.status(&tok).await.err(StatusCode::NOT_FOUND, "TOKEN_EXPIRED");
+    app.status(&tok)
+        .await
+        .err(StatusCode::NOT_FOUND, "TOKEN_EXPIRED");
 
     // An idle period under 6 s: 1 s, the least a whole-second interval can be.
     app.put_event("ev", json!({"waiting_idle_sec": 3})).await;
@@ -1606,7 +1611,10 @@ async fn the_range_is_null_while_paused_or_without_a_basis() {
     app.join("ev", None).await;
     let w = app.join("ev", None).await;
     assert_eq!(w["position"], 1, "{w}");
-    assert!(w["eta_low_sec"].is_null() && w["eta_high_sec"].is_null(), "{w}");
+    assert!(
+        w["eta_low_sec"].is_null() && w["eta_high_sec"].is_null(),
+        "{w}"
+    );
     assert!(w["eta_sec"].is_u64(), "the central figure stays: {w}");
 
     // A pace that binds: a basis.
@@ -1617,7 +1625,10 @@ async fn the_range_is_null_while_paused_or_without_a_basis() {
     app.admin(Method::POST, "/events/ev/pause", None).await.ok();
     let s = app.status(&token(&v)).await.ok();
     assert_eq!(s["paused"], true, "{s}");
-    assert!(s["eta_low_sec"].is_null() && s["eta_high_sec"].is_null(), "{s}");
+    assert!(
+        s["eta_low_sec"].is_null() && s["eta_high_sec"].is_null(),
+        "{s}"
+    );
 }
 
 /// `n` anonymous joins, one after the other.
