@@ -482,8 +482,6 @@ pub struct Follower {
     ready_sent: bool,
     /// The event state last told (or known at connect): paused, accepting joins.
     state: (bool, bool),
-    /// A re-read showed another `paused` than `state`: read the settings (a lost notice).
-    state_stale: bool,
     done: bool,
     heartbeat_every: Duration,
     next_heartbeat: Instant,
@@ -523,7 +521,6 @@ impl Follower {
             last: None,
             ready_sent: false,
             state: (snapshot.config.paused, snapshot.config.accept_joins),
-            state_stale: false,
             done: false,
             heartbeat_every,
             next_heartbeat: t + heartbeat_every,
@@ -630,18 +627,19 @@ impl Follower {
     async fn refresh(&mut self, force: bool, out: &mut Vec<LiveMessage>) {
         let now = self.clock.now();
         match self.store.peek(&self.event_id, self.key, now).await {
-            Ok(view) => self.observe(&view, force, out),
-            Err(e) => self.on_error(e, out).await,
-        }
-        if self.state_stale && !self.done {
-            self.state_stale = false;
-            // Before the update just queued, which already carries the new `paused`.
-            let at = out.len().saturating_sub(1);
-            let mut state = Vec::new();
-            self.event_state(&mut state).await;
-            for (i, m) in state.into_iter().enumerate() {
-                out.insert(at + i, m);
+            Ok(view) => {
+                // Paused or resumed without this follower hearing of it (a notice lost to a
+                // lagging hub): tell the state now, and the estimate it changed.
+                let stale = view.status == PlaceState::Waiting && view.paused != self.state.0;
+                if stale {
+                    self.event_state(out).await;
+                    if self.done {
+                        return;
+                    }
+                }
+                self.observe(&view, force || stale, out);
             }
+            Err(e) => self.on_error(e, out).await,
         }
     }
 
@@ -665,9 +663,6 @@ impl Follower {
 
     fn observe(&mut self, view: &PlaceView, force: bool, out: &mut Vec<LiveMessage>) {
         self.status = view.status;
-        if view.status == PlaceState::Waiting && view.paused != self.state.0 {
-            self.state_stale = true;
-        }
         let figures = (view.position, view.queue_length);
         if force || self.last != Some(figures) {
             // After the turn came, only the first update (on connect) is worth sending:
