@@ -21,6 +21,9 @@
 //! - `EventDeleted` ends every followed place of the event at once (`queue-cleared`), on
 //!   every node, rather than leaving its followers to find out at their next refresh.
 //!   `EventChanged` counts as a move: new settings may change positions' ETAs or admit.
+//!   It also bumps the event's settings generation, so that each follower, at its re-read,
+//!   also reads the settings and pushes `event-state` (paused, accepting joins) when they
+//!   changed, and a `queue-update` even if its position did not (its ETA did).
 //!
 //! The hub's routing task is started by whoever runs the node ([`crate::server`], or a
 //! test through [`crate::AppState::start_background`]) with [`Live::run`]; it stops with
@@ -93,6 +96,18 @@ pub enum LiveMessage {
         position: Option<u64>,
         queue_length: u64,
         eta_sec: u64,
+        /// The range of the wait, as in `GET /queue/status` (`null`: no basis yet).
+        eta_low_sec: Option<u64>,
+        eta_high_sec: Option<u64>,
+        /// When to poll `status` if the stream drops.
+        poll_after_sec: u64,
+        paused: bool,
+    },
+    /// The event's state as a waiting page shows it: pushed when an operator pauses,
+    /// resumes or changes its settings.
+    EventState {
+        paused: bool,
+        accept_joins: bool,
     },
     QueueReady {
         enter_within_sec: u64,
@@ -110,6 +125,7 @@ impl LiveMessage {
     pub fn kind(&self) -> &'static str {
         match self {
             LiveMessage::QueueUpdate { .. } => "queue-update",
+            LiveMessage::EventState { .. } => "event-state",
             LiveMessage::QueueReady { .. } => "queue-ready",
             LiveMessage::QueueExpired => "queue-expired",
             LiveMessage::QueueLeft { .. } => "queue-left",
@@ -135,6 +151,10 @@ impl LiveMessage {
             position: v.position,
             queue_length: v.queue_length,
             eta_sec: v.eta_sec.unwrap_or(0),
+            eta_low_sec: v.eta_range.map(|r| r.0),
+            eta_high_sec: v.eta_range.map(|r| r.1),
+            poll_after_sec: v.poll_after_sec,
+            paused: v.paused,
         }
     }
 
@@ -161,6 +181,9 @@ struct EventEntry {
     moved: [watch::Sender<u64>; SHARDS],
     /// Connections following a place of this event; sizes the sweep.
     followers: usize,
+    /// Bumped at once when the event's settings change; followers read it at their next
+    /// re-read (the sweep above), never wait on it.
+    settings: watch::Sender<u64>,
     /// Keyed by join sequence number. Notices carry no nonce, so a signal may in theory
     /// reach the place that reused a sequence number after its event was deleted and
     /// created again; followers therefore confirm every signal with a `peek`.
@@ -189,6 +212,13 @@ impl Hub {
             for tx in e.places.values() {
                 tx.send_modify(&f);
             }
+        }
+    }
+
+    /// The settings of one event changed.
+    fn settings_changed(&self, event_id: &str) {
+        if let Some(e) = self.events.lock().get(event_id) {
+            e.settings.send_modify(|g| *g = g.wrapping_add(1));
         }
     }
 
@@ -254,12 +284,14 @@ impl Live {
             None => events.entry(Arc::from(event_id)).or_insert(EventEntry {
                 moved: std::array::from_fn(|_| watch::channel(0).0),
                 followers: 0,
+                settings: watch::channel(0).0,
                 places: HashMap::new(),
             }),
         };
         entry.followers += 1;
         metrics::gauge!("waitroom_live_connections").increment(1.0);
         let moved = entry.moved[(seq % SHARDS as u64) as usize].subscribe();
+        let settings = entry.settings.subscribe();
         let place = entry
             .places
             .entry(seq)
@@ -271,6 +303,7 @@ impl Live {
             seq,
             place: Some(place),
             moved: Some(moved),
+            settings,
         }
     }
 }
@@ -338,7 +371,13 @@ async fn route(hub: Arc<Hub>, mut notices: broadcast::Receiver<Notice>, mut stop
                 Ok(Notice::Ended { event_id, seq, reason }) => {
                     hub.signal(&event_id, seq, |s| s.ended = Some(reason));
                 }
-                Ok(Notice::Moved { event_id } | Notice::EventChanged { event_id }) => {
+                Ok(Notice::EventChanged { event_id }) => {
+                    hub.settings_changed(&event_id);
+                    if !everything && !dirty.contains(&*event_id) {
+                        dirty.insert(event_id);
+                    }
+                }
+                Ok(Notice::Moved { event_id }) => {
                     if !everything && !dirty.contains(&*event_id) {
                         dirty.insert(event_id);
                     }
@@ -364,6 +403,7 @@ struct Subscription {
     /// `Option` only so that `drop` can release them before counting who is left.
     place: Option<watch::Receiver<PlaceSignal>>,
     moved: Option<watch::Receiver<u64>>,
+    settings: watch::Receiver<u64>,
 }
 
 impl Subscription {
@@ -440,6 +480,8 @@ pub struct Follower {
     /// not pushed again before the refresh is due.
     last: Option<(Option<u64>, u64)>,
     ready_sent: bool,
+    /// The event state last told (or known at connect): paused, accepting joins.
+    state: (bool, bool),
     done: bool,
     heartbeat_every: Duration,
     next_heartbeat: Instant,
@@ -478,6 +520,7 @@ impl Follower {
             status: view.status,
             last: None,
             ready_sent: false,
+            state: (snapshot.config.paused, snapshot.config.accept_joins),
             done: false,
             heartbeat_every,
             next_heartbeat: t + heartbeat_every,
@@ -486,6 +529,7 @@ impl Follower {
         // Whatever the signals said before this point is reflected in `view`.
         f.sub.place().mark_unchanged();
         f.sub.moved().mark_unchanged();
+        f.sub.settings.mark_unchanged();
         let mut first = Vec::new();
         f.observe(&view, true, &mut first);
         Ok((f, first))
@@ -548,7 +592,14 @@ impl Follower {
             }
             Wake::Moved => {
                 self.sub.moved().mark_unchanged();
-                self.refresh(false, &mut out.messages).await;
+                let settings = self.sub.settings.has_changed().unwrap_or(false);
+                if settings {
+                    self.sub.settings.mark_unchanged();
+                    self.event_state(&mut out.messages).await;
+                }
+                if !self.done {
+                    self.refresh(settings, &mut out.messages).await;
+                }
             }
             Wake::Timer => {
                 let now = Instant::now();
@@ -576,7 +627,36 @@ impl Follower {
     async fn refresh(&mut self, force: bool, out: &mut Vec<LiveMessage>) {
         let now = self.clock.now();
         match self.store.peek(&self.event_id, self.key, now).await {
-            Ok(view) => self.observe(&view, force, out),
+            Ok(view) => {
+                // Paused or resumed without this follower hearing of it (a notice lost to a
+                // lagging hub): tell the state now, and the estimate it changed.
+                let stale = view.status == PlaceState::Waiting && view.paused != self.state.0;
+                if stale {
+                    self.event_state(out).await;
+                    if self.done {
+                        return;
+                    }
+                }
+                self.observe(&view, force || stale, out);
+            }
+            Err(e) => self.on_error(e, out).await,
+        }
+    }
+
+    /// Reads the event's settings and pushes `event-state` when what a waiting page shows
+    /// of them changed.
+    async fn event_state(&mut self, out: &mut Vec<LiveMessage>) {
+        match self.store.get_event(&self.event_id, self.clock.now()).await {
+            Ok(s) => {
+                let state = (s.config.paused, s.config.accept_joins);
+                if state != self.state {
+                    self.state = state;
+                    out.push(LiveMessage::EventState {
+                        paused: state.0,
+                        accept_joins: state.1,
+                    });
+                }
+            }
             Err(e) => self.on_error(e, out).await,
         }
     }
@@ -647,11 +727,24 @@ mod tests {
             position: Some(3),
             queue_length: 118,
             eta_sec: 9,
+            eta_low_sec: Some(7),
+            eta_high_sec: Some(12),
+            poll_after_sec: 2,
+            paused: false,
         };
         assert_eq!(
             serde_json::to_value(&m).unwrap(),
             json!({"type": "queue-update", "status": "waiting", "position": 3,
-                   "queue_length": 118, "eta_sec": 9})
+                   "queue_length": 118, "eta_sec": 9, "eta_low_sec": 7, "eta_high_sec": 12,
+                   "poll_after_sec": 2, "paused": false})
+        );
+        assert_eq!(
+            LiveMessage::EventState {
+                paused: true,
+                accept_joins: true
+            }
+            .to_json(),
+            r#"{"type":"event-state","paused":true,"accept_joins":true}"#
         );
         assert_eq!(
             serde_json::to_value(LiveMessage::QueueReady {

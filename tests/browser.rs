@@ -1042,3 +1042,65 @@ async fn the_dashboard_deletes_with_confirmation_and_clears_an_empty_line_at_onc
     assert!(w[0] > 3.0 * w[1], "target URL {w:?}");
     b.close().await;
 }
+
+/// A pause reaches an open waiting page at once (pushed over the live channel, not found
+/// at the next periodic look): the notice shows and the estimate says "Paused", in a
+/// couple of seconds; a resume takes both away again.
+#[tokio::test]
+async fn the_page_shows_a_pause_at_once() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    one_slot_event(&s, "fest", json!({})).await;
+    let b = Browser::start(&PHONE).await;
+    b.goto(&s.url("/wait/fest")).await;
+    b.text_until("#position", |t| t == "1").await;
+    b.text_until("#live-text", |t| t == "Live updates").await;
+    // One slot, taken, nobody finished, no pace: nothing to estimate from.
+    b.text_until("#eta", |t| t == "We don’t know yet").await;
+    assert!(!b.visible("#paused").await);
+
+    s.admin(Method::POST, "/events/fest/pause").await;
+    let t = Instant::now();
+    b.until_visible("#paused").await;
+    b.text_until("#eta", |e| e == "Paused").await;
+    let took = t.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "the pause showed after {took:?}"
+    );
+    assert_eq!(
+        b.text_until("#paused", |t| !t.is_empty()).await,
+        "Admissions are paused for a moment. Your place is kept."
+    );
+
+    s.admin(Method::POST, "/events/fest/resume").await;
+    b.text_until("#eta", |e| e != "Paused").await;
+    assert!(!b.visible("#paused").await);
+    b.close().await;
+}
+
+/// The estimate in Korean: with a configured pace that alone sets the pace, a figure;
+/// without any basis (one slot, taken, nobody finished, no pace), "아직 알 수 없습니다".
+#[tokio::test]
+async fn the_korean_page_says_when_it_does_not_know_the_wait() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    // Ten slots, one admission a minute: the holder took this minute's.
+    s.put_event("paced", json!({"max_active": 10, "admit_per_minute": 1}))
+        .await;
+    assert_eq!(s.join("paced", "holder").await["status"], "admitted");
+    one_slot_event(&s, "fest", json!({})).await;
+    let b = Browser::start(&Opts {
+        lang: "ko-KR",
+        ..PHONE
+    })
+    .await;
+    b.goto(&s.url("/wait/paced")).await;
+    b.text_until("#position", |t| t == "1").await;
+    let eta = b.text_until("#eta", |t| t.contains('분')).await;
+    assert_ne!(eta, "아직 알 수 없습니다");
+    b.goto(&s.url("/wait/fest")).await;
+    b.text_until("#position", |t| t == "1").await;
+    b.text_until("#eta", |t| t == "아직 알 수 없습니다").await;
+    b.close().await;
+}

@@ -1537,3 +1537,105 @@ async fn the_default_router_serves_too() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
 }
+
+// ---------------------------------------------------------------------------------------
+// Server-directed polling and the estimate's range
+
+/// `poll_after_sec`: seldom far back, often near the front, never more than a third of
+/// `waiting_idle_sec` (nor of `ready_ttl_sec`); a place that polls at the pace it is told
+/// keeps its place however long it waits.
+#[tokio::test]
+async fn poll_after_sec_grows_with_the_wait_and_keeps_the_place_alive() {
+    let app = app();
+    // One admission per 10 s: position k waits about 10·k s.
+    app.put_event(
+        "ev",
+        json!({"max_active": 100, "admit_per_minute": 6, "waiting_idle_sec": 300,
+               "ready_ttl_sec": 120,
+               "rate_limits": {"joins_per_minute": 1000, "polls_per_second": 1000}}),
+    )
+    .await;
+    let first = app.join("ev", None).await;
+    assert_eq!(first["status"], "admitted", "{first}");
+    let places: Vec<Value> = futures_join(&app, 40).await;
+    let (front, back) = (&places[0], &places[39]);
+    assert_eq!(
+        (&front["position"], &back["position"]),
+        (&json!(1), &json!(40))
+    );
+    let poll = |v: &Value| v["poll_after_sec"].as_u64().unwrap();
+    assert_eq!(poll(front), 2, "near the front: often, {front}");
+    assert!(poll(back) > poll(front), "{back}");
+    assert_eq!(poll(back), 40, "a third of ready_ttl_sec at most: {back}");
+    // The range holds the central figure; a steady configured pace gives a narrow one.
+    let (lo, eta, hi) = (
+        back["eta_low_sec"].as_u64().unwrap(),
+        back["eta_sec"].as_u64().unwrap(),
+        back["eta_high_sec"].as_u64().unwrap(),
+    );
+    assert!(lo <= eta && eta <= hi && hi - lo <= eta / 2, "{back}");
+    assert_eq!(back["paused"], false);
+
+    // A short idle period bounds it: a third of 6 s. (Paused, so that the others' lapses
+    // do not bring this place to the front and admit it.)
+    app.put_event("ev", json!({"waiting_idle_sec": 6, "paused": true}))
+        .await;
+    let tok = token(back);
+    let s = app.status(&tok).await.ok();
+    assert_eq!(poll(&s), 2, "{s}");
+    // Polling at that pace for far longer than the idle period keeps the place.
+    for _ in 0..20 {
+        app.clock.advance(poll(&s) * SEC);
+        let s = app.status(&tok).await.ok();
+        assert_eq!(s["status"], "waiting", "{s}");
+    }
+    // And lapsing for the idle period ends it, so the bound is what keeps it.
+    app.clock.advance(7 * SEC);
+    app.status(&tok)
+        .await
+        .err(StatusCode::NOT_FOUND, "TOKEN_EXPIRED");
+
+    // An idle period under 6 s: 1 s, the least a whole-second interval can be.
+    app.put_event("ev", json!({"waiting_idle_sec": 3})).await;
+    let s = app.join("ev", None).await;
+    assert_eq!(s["status"], "waiting", "{s}");
+    assert_eq!(poll(&s), 1, "{s}");
+}
+
+/// Paused, or nothing to estimate from: no range (`null`), and the answer says paused.
+#[tokio::test]
+async fn the_range_is_null_while_paused_or_without_a_basis() {
+    let app = app();
+    // One slot, taken; no pace set; nobody has finished: no basis yet.
+    app.put_event("ev", json!({"max_active": 1})).await;
+    app.join("ev", None).await;
+    let w = app.join("ev", None).await;
+    assert_eq!(w["position"], 1, "{w}");
+    assert!(
+        w["eta_low_sec"].is_null() && w["eta_high_sec"].is_null(),
+        "{w}"
+    );
+    assert!(w["eta_sec"].is_u64(), "the central figure stays: {w}");
+
+    // A pace that binds: a basis.
+    app.put_event("ev", json!({"max_active": 10, "admit_per_minute": 6}))
+        .await;
+    let v = app.join("ev", None).await;
+    assert!(v["eta_high_sec"].is_u64(), "{v}");
+    app.admin(Method::POST, "/events/ev/pause", None).await.ok();
+    let s = app.status(&token(&v)).await.ok();
+    assert_eq!(s["paused"], true, "{s}");
+    assert!(
+        s["eta_low_sec"].is_null() && s["eta_high_sec"].is_null(),
+        "{s}"
+    );
+}
+
+/// `n` anonymous joins, one after the other.
+async fn futures_join(app: &TestApp, n: usize) -> Vec<Value> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(app.join("ev", None).await);
+    }
+    out
+}

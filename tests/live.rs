@@ -395,6 +395,66 @@ async fn ws_a_burst_of_changes_is_coalesced() {
     assert!(got.iter().all(|v| v["position"] == 1));
 }
 
+/// An operator's pause, resume and setting changes reach a follower at once: `event-state`
+/// (paused, accepting joins) when they changed, and a `queue-update` with the new estimate
+/// even though the position did not move.
+#[tokio::test]
+async fn ws_pause_resume_and_settings_are_pushed() {
+    let s = TestServer::start().await;
+    event_with_holder(&s, "ev", json!({"waiting_idle_sec": 60})).await;
+    let b = s.join_token("ev", "b").await;
+    let mut ws = ws_connect(&s, &b).await;
+    let first = msg(ws_next(&mut ws, Duration::from_secs(5)).await);
+    assert_eq!(first["type"], "queue-update", "{first}");
+    assert_eq!(first["paused"], false, "{first}");
+    assert!(first["poll_after_sec"].as_u64().unwrap() >= 1, "{first}");
+
+    let t = Instant::now();
+    s.admin(Method::POST, "/events/ev/pause").await;
+    let state = ws_until(&mut ws, Duration::from_secs(3), |v| {
+        v["type"] != "queue-update"
+    })
+    .await;
+    assert_eq!(
+        state,
+        json!({"type": "event-state", "paused": true, "accept_joins": true})
+    );
+    let took = t.elapsed();
+    assert!(took < Duration::from_millis(1500), "pause took {took:?}");
+    let update = msg(ws_next(&mut ws, Duration::from_secs(3)).await);
+    assert_eq!(update["type"], "queue-update", "{update}");
+    assert_eq!(update["paused"], true, "{update}");
+    assert_eq!(update["position"], 1);
+    assert!(
+        update["eta_low_sec"].is_null() && update["eta_high_sec"].is_null(),
+        "paused: no range, {update}"
+    );
+
+    s.admin(Method::POST, "/events/ev/resume").await;
+    let state = ws_until(&mut ws, Duration::from_secs(3), |v| {
+        v["type"] == "event-state"
+    })
+    .await;
+    assert_eq!(state["paused"], false, "{state}");
+
+    // Closing joins changes the state; a new pace changes only the estimate.
+    s.put_event("ev", json!({"accept_joins": false})).await;
+    let state = ws_until(&mut ws, Duration::from_secs(3), |v| {
+        v["type"] == "event-state"
+    })
+    .await;
+    assert_eq!(state["accept_joins"], false, "{state}");
+    ws_read_for(&mut ws, Duration::from_millis(700)).await;
+    s.put_event("ev", json!({"admit_per_minute": 30})).await;
+    let got = ws_read_for(&mut ws, Duration::from_millis(1500)).await;
+    assert!(
+        got.iter()
+            .any(|v| v["type"] == "queue-update" && v["position"] == 1),
+        "a settings change pushes the estimate: {got:?}"
+    );
+    assert!(got.iter().all(|v| v["type"] != "event-state"), "{got:?}");
+}
+
 #[tokio::test]
 async fn live_endpoints_refuse_bad_requests_with_json_errors() {
     let s = TestServer::start().await;

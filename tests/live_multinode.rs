@@ -1,7 +1,7 @@
 //! Live updates across nodes: two `waitroom` processes on one Redis, a WebSocket open on one
 //! node, and the change made on the other. The pushes must still arrive, through the Redis
-//! backend's notice relay (pub/sub): the admission (`queue-ready`), position changes, and
-//! the end of the place.
+//! backend's notice relay (pub/sub): the admission (`queue-ready`), position changes, a
+//! pause (`event-state`), and the end of the place.
 //!
 //! Each test starts its own `redis-server` and nodes (tests/support), and stops them all at
 //! the end.
@@ -133,6 +133,20 @@ async fn pushes_reach_a_socket_on_another_node() {
     assert!(took < Duration::from_secs(1), "took {took:?}");
     assert!(ready["enter_within_sec"].as_u64().unwrap() >= 59, "{ready}");
     until(&mut ws_y, Duration::from_secs(3), |v| v["position"] == 1).await;
+
+    // An operator pauses on node B: y's socket on node A is told at once.
+    ok(
+        Method::POST,
+        b.url("/api/v1/admin/events/ev/pause"),
+        Some(ADMIN),
+        None,
+    )
+    .await;
+    let state = until(&mut ws_y, Duration::from_secs(3), |v| {
+        v["type"] == "event-state"
+    })
+    .await;
+    assert_eq!(state["paused"], true, "{state}");
 
     // An operator clears the line on node B: y's socket on node A says so and closes.
     ok(

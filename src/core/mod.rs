@@ -24,9 +24,12 @@ pub mod view;
 pub use config::{validate_event_id, Access, EventConfig, EventPatch, RateLimits};
 pub use effect::{Effect, EndReason, InviteHolder};
 pub use look::{Look, Texts};
-pub use pace::{Pace, RATE_WINDOW_MS};
+pub use pace::{Eta, Holds, Pace, RATE_WINDOW_MS};
 pub use queue::{EventQueue, JoinProof, QueueMeta, RestoredPlace, EXPIRED_RETENTION_MS};
-pub use view::{EventCounts, EventFigures, HeadEntry, PlaceFacts, PlaceState, PlaceView, Timeouts};
+pub use view::{
+    poll_after_sec, EventCounts, EventFigures, HeadEntry, PlaceFacts, PlaceState, PlaceView,
+    Timeouts, POLL_MAX_SEC, POLL_MIN_SEC,
+};
 
 /// Milliseconds since the Unix epoch. Wall-clock time, because deadlines must survive a
 /// restart and be comparable across nodes.

@@ -20,7 +20,7 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use serde::Serialize;
 
-use super::pace::{Bucket, RATE_WINDOW_MS};
+use super::pace::{Bucket, Holds, RATE_WINDOW_MS};
 use super::places::{Place, PlaceTable, ShardedMap, UserIndex};
 use super::rank::RankIndex;
 use super::view::{EventCounts, PlaceFacts, Timeouts};
@@ -89,6 +89,9 @@ pub struct EventQueue {
     wait_sum_ms: u64,
     session_sum_ms: u64,
     session_count: u64,
+    /// Slot-time of admitted and active places, behind the ETA. Not persisted: after a
+    /// restart the estimate learns again (as the admission window does).
+    holds: Holds,
     /// Invite codes, each with whom it seats once used.
     invites: HashMap<Box<str>, Option<InviteHolder>>,
 }
@@ -129,6 +132,7 @@ impl EventQueue {
             wait_sum_ms: 0,
             session_sum_ms: 0,
             session_count: 0,
+            holds: Holds::default(),
             invites: HashMap::new(),
         }
     }
@@ -334,6 +338,7 @@ impl EventQueue {
             }
             let seq = self.rank.kth(1).expect("rank is not empty");
             self.rank.remove(seq);
+            self.holds.accrue(self.admitted + self.active, now);
             let p = self.places.get_mut(&seq).expect("ranked places exist");
             p.state = PlaceState::Admitted;
             p.admitted_at = now;
@@ -354,6 +359,9 @@ impl EventQueue {
         let Some(p) = self.places.remove(&seq) else {
             return;
         };
+        if p.state != PlaceState::Waiting {
+            self.holds.end(self.admitted + self.active, at, now);
+        }
         match p.state {
             PlaceState::Waiting => self.rank.remove(seq),
             PlaceState::Admitted => self.admitted -= 1,
@@ -400,7 +408,7 @@ impl EventQueue {
     }
 
     /// What this event's pace is estimated from.
-    fn pace(&self) -> Pace {
+    pub(crate) fn pace(&self, now: Millis) -> Pace {
         Pace {
             recent_admissions: self.window.len() as u64,
             first_admission_at: self.first_admission_at,
@@ -409,11 +417,15 @@ impl EventQueue {
             session_sum_ms: self.session_sum_ms,
             session_count: self.session_count,
             session_max_sec: self.config.session_max_sec,
+            paused: self.config.paused,
+            hold_ms: self.holds.total(self.admitted + self.active, now),
+            hold_ends: self.holds.ends,
+            live: self.admitted + self.active,
         }
     }
 
     fn eta(&self, position: u64, now: Millis) -> u64 {
-        self.pace().eta(position, now)
+        self.pace(now).eta(position, now)
     }
 
     fn view(&self, seq: u64, now: Millis) -> PlaceView {
@@ -435,7 +447,7 @@ impl EventQueue {
             },
             queue_length: self.rank.len(),
         };
-        PlaceView::new(facts, &Timeouts::of(&self.config), &self.pace(), now)
+        PlaceView::new(facts, &Timeouts::of(&self.config), &self.pace(now), now)
     }
 
     /// Joins the queue, or returns the live place the user already holds (with its

@@ -33,6 +33,34 @@ pub struct PlaceView {
     /// its access tokens.
     pub session_ends_at: Option<Millis>,
     pub session_expires_in_sec: Option<u64>,
+    /// The range the wait most likely falls in (`eta_sec` is its central figure); `None`
+    /// while there is no basis for one (paused, or nothing to estimate from yet).
+    pub eta_range: Option<(u64, u64)>,
+    /// Seconds a polling client should wait before its next `status` ([`poll_after_sec`]).
+    pub poll_after_sec: u64,
+    /// The event's admissions are paused.
+    pub paused: bool,
+}
+
+/// Shortest polling interval a client is told; also the interval of places no longer
+/// waiting (their next step should not be late).
+pub const POLL_MIN_SEC: u64 = 2;
+/// Longest polling interval, however far back: the page's figures stay fresh enough.
+pub const POLL_MAX_SEC: u64 = 60;
+
+/// How long a polling client should wait before asking again: a quarter of the earliest
+/// it could be admitted (about 1 s per place ahead when there is no estimate), so people
+/// far back ask rarely and those near the front often. Never more than a third of
+/// `waiting_idle_sec` (a place that does not poll within it is removed: three chances) nor
+/// of `ready_ttl_sec` (an admission the estimate did not foresee must not lapse unseen),
+/// and never less than [`POLL_MIN_SEC`] unless those bounds are smaller still (then 1 s).
+pub fn poll_after_sec(position: Option<u64>, eta_low: Option<u64>, t: &Timeouts) -> u64 {
+    let ceiling = (t.waiting_idle_ms.min(t.ready_ttl_ms) / 3000).clamp(1, POLL_MAX_SEC);
+    let Some(pos) = position else {
+        return POLL_MIN_SEC.min(ceiling);
+    };
+    let want = eta_low.map_or(pos, |low| low / 4);
+    want.clamp(POLL_MIN_SEC.min(ceiling), ceiling)
 }
 
 /// One row of `GET /admin/events/{id}/queue`.
@@ -130,6 +158,12 @@ impl PlaceView {
     pub fn new(f: PlaceFacts, t: &Timeouts, pace: &Pace, now: Millis) -> Self {
         let position = (f.state == PlaceState::Waiting).then_some(f.position);
         let active = f.state == PlaceState::Active;
+        let eta = position.map(|pos| pace.estimate(pos, now));
+        let eta_range = match eta {
+            Some(e) => e.range,
+            // Not waiting: nothing left to wait for, and that is certain.
+            None => Some((0, 0)),
+        };
         let left_sec = || {
             secs_ceil(
                 t.deadline(f.state, f.last_seen, f.admitted_at, f.entered_at)
@@ -141,7 +175,10 @@ impl PlaceView {
             status: f.state,
             position,
             queue_length: f.queue_length,
-            eta_sec: Some(position.map_or(0, |pos| pace.eta(pos, now))),
+            eta_sec: Some(eta.map_or(0, |e| e.sec)),
+            eta_range,
+            poll_after_sec: poll_after_sec(position, eta_range.map(|r| r.0), t),
+            paused: pace.paused,
             waited_sec: now.saturating_sub(f.joined_at) / 1000,
             joined_at: f.joined_at,
             enter_within_sec: (f.state == PlaceState::Admitted).then(left_sec),

@@ -29,6 +29,12 @@ pub struct Place {
     pub position: Option<u64>,
     pub queue_length: u64,
     pub eta_sec: u64,
+    /// The range of the wait (`null`, both: no basis for an estimate yet, or paused).
+    pub eta_low_sec: Option<u64>,
+    pub eta_high_sec: Option<u64>,
+    /// When a polling client should ask again, in seconds.
+    pub poll_after_sec: u64,
+    pub paused: bool,
     pub waited_sec: u64,
     pub ready_for_entry: bool,
     /// Present while `admitted`.
@@ -47,6 +53,10 @@ impl Place {
             position: v.position,
             queue_length: v.queue_length,
             eta_sec: v.eta_sec.unwrap_or(0),
+            eta_low_sec: v.eta_range.map(|r| r.0),
+            eta_high_sec: v.eta_range.map(|r| r.1),
+            poll_after_sec: v.poll_after_sec,
+            paused: v.paused,
             waited_sec: v.waited_sec,
             ready_for_entry: v.status == PlaceState::Admitted,
             enter_within_sec: v.enter_within_sec,
@@ -353,6 +363,9 @@ mod tests {
             entered_at: None,
             session_ends_at: None,
             session_expires_in_sec: None,
+            eta_range: None,
+            poll_after_sec: 5,
+            paused: false,
         }
     }
 
@@ -364,11 +377,14 @@ mod tests {
         assert_eq!(
             v,
             json!({"status": "waiting", "event_id": "ev", "position": 3, "queue_length": 9,
-                   "eta_sec": 0, "waited_sec": 4, "ready_for_entry": false})
+                   "eta_sec": 0, "eta_low_sec": null, "eta_high_sec": null,
+                   "poll_after_sec": 5, "paused": false, "waited_sec": 4,
+                   "ready_for_entry": false})
         );
         let mut admitted = view(PlaceState::Admitted);
         admitted.position = None;
         admitted.enter_within_sec = Some(60);
+        admitted.eta_range = Some((0, 0));
         let joined = Joined {
             waiting_token: "t".into(),
             place: Place::new("ev".into(), &admitted),
@@ -376,7 +392,8 @@ mod tests {
         assert_eq!(
             serde_json::to_value(joined).unwrap(),
             json!({"waiting_token": "t", "status": "admitted", "event_id": "ev",
-                   "queue_length": 9, "eta_sec": 0, "waited_sec": 4,
+                   "queue_length": 9, "eta_sec": 0, "eta_low_sec": 0, "eta_high_sec": 0,
+                   "poll_after_sec": 5, "paused": false, "waited_sec": 4,
                    "ready_for_entry": true, "enter_within_sec": 60})
         );
     }

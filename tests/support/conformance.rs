@@ -30,7 +30,8 @@ macro_rules! store_conformance {
             event_changes_are_notices, unproven_repeat_join_is_refused,
             invites_seat_one_person_each, racing_joins_cannot_share_an_invite,
             claims_are_single_use_until_expiry, proven_join_replaces_a_squatted_place,
-            unproven_invite_binds_the_place, event_look_round_trips);
+            unproven_invite_binds_the_place, event_look_round_trips,
+            the_estimate_learns_from_ended_holds);
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
         $(
@@ -449,6 +450,48 @@ pub async fn clear_removes_waiting(store: Arc<dyn Store>) {
     assert_eq!(store.get_event("cl", T0).await.unwrap().figures.waiting, 0);
     // The user may join again.
     assert_eq!(join(&store, "cl", Some("x"), T0).await.position, Some(1));
+}
+
+/// The ETA of a capacity-bound event comes from the slot-time of holds (admission to end),
+/// ended and live; with nothing ended and no pace set there is no range; paused, none
+/// either. Exact figures, so that every backend computes them from the same inputs.
+pub async fn the_estimate_learns_from_ended_holds(store: Arc<dyn Store>) {
+    make_event(&store, "eh", serde_json::json!({"max_active": 1})).await;
+    let a = join(&store, "eh", None, T0).await;
+    assert_eq!(a.status, PlaceState::Admitted);
+    let b = join(&store, "eh", None, T0).await;
+    assert_eq!(
+        (b.position, b.eta_range),
+        (Some(1), None),
+        "nothing ended yet"
+    );
+    assert_eq!(b.poll_after_sec, 2);
+    assert!(!b.paused);
+    // A holds its slot 10 s (admitted at T0, entered at 2 s, done at 10 s); b takes it.
+    store.enter("eh", a.key, T0 + 2 * S).await.unwrap();
+    store.complete("eh", a.key, T0 + 10 * S).await.unwrap();
+    let c = join(&store, "eh", None, T0 + 10 * S).await;
+    // 10 s of slot-time over 1.5 holds (one ended, b's live one as half): 6.67 s a hold.
+    assert_eq!((c.position, c.eta_sec), (Some(1), Some(7)));
+    let (lo, hi) = c.eta_range.expect("a hold ended: a range");
+    assert!(
+        lo <= 7 && hi >= 7 && hi > lo,
+        "few holds: a wide range, {lo}..{hi}"
+    );
+    // b's live hold counts as it lasts: 14 s over 1.5 holds.
+    let later = store.status("eh", c.key, T0 + 14 * S).await.unwrap();
+    assert_eq!(later.eta_sec, Some(10));
+    store
+        .put_event(
+            "eh",
+            &patch(serde_json::json!({"paused": true})),
+            T0 + 14 * S,
+        )
+        .await
+        .unwrap();
+    let paused = store.status("eh", c.key, T0 + 14 * S).await.unwrap();
+    assert!(paused.paused);
+    assert_eq!(paused.eta_range, None, "paused: no range");
 }
 
 pub async fn pause_and_resume(store: Arc<dyn Store>) {

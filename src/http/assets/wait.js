@@ -33,6 +33,7 @@
       announce: 'You are number {n} in line.', announceReady: 'It is your turn.',
       durSoon: 'under 1 min', durMin: 'about {m} min', durHour: 'about {h} h {m} min',
       durExact: '{m} minutes', durOne: '1 minute', title: 'Waiting room',
+      durRange: '{a}–{b} min', durUpTo: 'up to {b} min', etaUnknown: 'We don’t know yet', etaPaused: 'Paused',
       checking: 'Checking your browser…', checkingLead: 'This takes a moment and keeps bots out of the line ({n} hashes so far).',
     },
     ko: {
@@ -59,6 +60,7 @@
       announce: '현재 대기 순서는 {n}번입니다.', announceReady: '입장 차례입니다.',
       durSoon: '1분 미만', durMin: '약 {m}분', durHour: '약 {h}시간 {m}분',
       durExact: '{m}분', durOne: '1분', title: '대기실',
+      durRange: '약 {a}~{b}분', durUpTo: '최대 {b}분', etaUnknown: '아직 알 수 없습니다', etaPaused: '일시 중지됨',
       checking: '브라우저를 확인하는 중…', checkingLead: '잠시면 끝나며, 자동 프로그램이 줄을 서지 못하게 막습니다 (지금까지 {n}번 계산).',
     },
   };
@@ -68,6 +70,7 @@
   const PLACE_KEY = 'waitroom:place:' + eventId;
   const UID_KEY = 'waitroom:uid';
   const POLL_MS = 3000;
+  let pollAfterSec = POLL_MS / 1000; // the server's poll_after_sec, from the last answer
   const CLIENT_HEARTBEAT_MS = 15000;
   // A booking site may link here with a signed user token and/or an invite code:
   // /wait/{event}?user_token=…&invite=…
@@ -82,7 +85,7 @@
   let ended = null;             // which ended screen
   let powHashes = null;         // proof of work: hashes tried so far while solving, else null
   let powSolution;              // proof of work: sent with the next join, once
-  let figures = null;           // last {position, queue_length, eta_sec}
+  let figures = null;           // last {position, queue_length, eta_sec, eta_low_sec, eta_high_sec}
   let ws = null;
   let wsTimer = null, pollTimer = null, reconnectTimer = null, infoTimer = null;
   let backoff = 1000;
@@ -145,7 +148,7 @@
     const ready = phase === 'ready';
     el('position').textContent = ready ? '✓' : f && f.position ? WR.num(f.position) : '–';
     el('queue-length').textContent = f ? WR.num(f.queue_length) : '–';
-    el('eta').textContent = ready ? '–' : f && f.position ? WR.duration(f.eta_sec) : '–';
+    el('eta').textContent = ready ? '–' : f && f.position ? etaText(f) : '–';
     let pct = 0;
     if (ready) pct = 100;
     else if (f && f.position && place && place.start) {
@@ -186,6 +189,29 @@
     const note = WR.pick(turn ? info.turn_message : info.note);
     el('note').textContent = note;
     show('note', !!note && phase !== 'ended');
+  }
+
+  // The estimate as the server can vouch for it: "paused" while paused, "we don't know
+  // yet" with no basis (eta_low_sec/eta_high_sec null), a range when the range spans more
+  // than one rounded figure, else the one figure.
+  function etaText(f) {
+    if (info && info.paused) return t('etaPaused');
+    if (f.eta_low_sec === undefined) return WR.duration(f.eta_sec);
+    if (f.eta_low_sec === null || f.eta_high_sec === null) return t('etaUnknown');
+    const lo = Math.ceil(f.eta_low_sec / 60);
+    const hi = Math.ceil(f.eta_high_sec / 60);
+    if (hi <= 1) return t('durSoon');
+    if (lo === hi) return WR.duration(f.eta_high_sec);
+    if (f.eta_low_sec < 60) return t('durUpTo', { b: hi });
+    return t('durRange', { a: lo, b: hi });
+  }
+
+  // The event's state, from a status answer, a queue-update or an event-state message.
+  function onEventState(d) {
+    if (!info || d.paused === undefined) return;
+    info.paused = d.paused;
+    if (d.accept_joins !== undefined) info.accept_joins = d.accept_joins;
+    render();
   }
 
   function idleText(sec) {
@@ -305,7 +331,12 @@
   function onStatus(d) {
     if (d.status === 'admitted') { onReady(); return; }
     if (d.status === 'active') { stopLive(); setPhase('active'); return; }
-    figures = { position: d.position, queue_length: d.queue_length, eta_sec: d.eta_sec };
+    figures = {
+      position: d.position, queue_length: d.queue_length, eta_sec: d.eta_sec,
+      eta_low_sec: d.eta_low_sec, eta_high_sec: d.eta_high_sec,
+    };
+    if (d.poll_after_sec > 0) pollAfterSec = d.poll_after_sec;
+    if (info && d.paused !== undefined) info.paused = d.paused;
     if (place && d.position > (place.start || 0)) { place.start = d.position; savePlace(); }
     if (phase !== 'ready') setPhase('waiting');
   }
@@ -353,6 +384,7 @@
   function handle(msg) {
     switch (msg.type) {
       case 'queue-update': onStatus(msg); break;
+      case 'event-state': onEventState(msg); break;
       case 'queue-ready': onReady(); break;
       case 'queue-expired': forgetPlace(); endWith('expired'); break;
       case 'queue-cleared': forgetPlace(); endWith('cleared'); break;
@@ -389,22 +421,25 @@
     };
   }
 
+  // Polls status as often as the server asks (poll_after_sec: seldom far back in the line,
+  // often near its front), each answer setting the next delay.
   function startPolling() {
     if (pollTimer) return;
     setLive('polling');
     const tick = async () => {
+      if (!pollTimer) return;
       if (!place || !following()) { stopPolling(); return; }
       const r = await api('GET', '/api/v1/queue/status?token=' + encodeURIComponent(place.token));
       if (r.ok) onStatus(r.data);
       else if (r.code === 'TOKEN_EXPIRED') { forgetPlace(); endWith('expired'); }
       else if (r.code === 'TOKEN_NOT_FOUND' || r.code === 'EVENT_NOT_FOUND') { forgetPlace(); endWith('gone'); }
       else if (phase === 'waiting') setPhase('offline');
+      if (pollTimer) pollTimer = setTimeout(tick, pollAfterSec * 1000);
     };
-    tick();
-    pollTimer = setInterval(tick, POLL_MS);
+    pollTimer = setTimeout(tick, 0);
   }
 
-  function stopPolling() { clearInterval(pollTimer); pollTimer = null; }
+  function stopPolling() { clearTimeout(pollTimer); pollTimer = null; }
 
   function stopLive() {
     stopPolling();

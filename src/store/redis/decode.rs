@@ -167,6 +167,10 @@ fn ctx(v: &Value) -> Result<Ctx, Malformed> {
             session_sum_ms: n(4)?,
             session_count: n(5)?,
             session_max_sec: (session_max_ms / 1000) as u32,
+            paused: n(10)? != 0,
+            hold_ms: n(11)?,
+            hold_ends: n(12)?,
+            live: n(13)?,
         },
         timeouts: Timeouts {
             ready_ttl_ms: n(6)?,

@@ -62,10 +62,14 @@ local function fmt(n) return string.format('%d', n) end
 --   Most operations find NOW < nd and skip the sweep altogether; it is lowered whenever an
 --   earlier deadline appears (heartbeats only ever move deadlines later) and recomputed
 --   exactly after each sweep;
--- - fadm: the first admission's time, -1 before it.
+-- - fadm: the first admission's time, -1 before it;
+-- - hbusy, hsince, hends: the slot-time held by admitted and active places (queue.rs
+--   `Holds`, behind the ETA): accrued up to hsince (0 before the first time), and how many
+--   holds ended. Added after fadm, so a meta written before them reads them as 0.
 local FIELDS = {'cap', 'rate', 'ttl', 'sidle', 'smax', 'widle', 'maxq', 'paused', 'accept',
   'seq', 'completed', 'left', 'expired', 'joins', 'admissions', 'wsum', 'ssum', 'scnt', 'wn',
-  'btok', 'blast', 'bprimed', 'nw', 'nad', 'nac', 'nd', 'fadm'}
+  'btok', 'blast', 'bprimed', 'nw', 'nad', 'nac', 'nd', 'fadm', 'hbusy', 'hsince', 'hends'}
+local FADM_AT = 27
 local M = {}
 local DIRTY = false
 local function set(f, v) M[f] = v; DIRTY = true end
@@ -99,14 +103,31 @@ local function flush_meta()
   if not DIRTY then return end
   local v = {}
   for i, f in ipairs(FIELDS) do v[i] = M[f] end
-  v[#FIELDS] = M.fadm or -1
+  v[FADM_AT] = M.fadm or -1
   redis.call('HSET', K_META, 'n', cmsgpack.pack(v))
+end
+
+-- Slot-time held (queue.rs `Holds`), brought up to NOW before the number of live holds
+-- changes, with integers only, so that both backends estimate from the same figures.
+local function accrue()
+  if M.hsince == 0 then
+    set('hsince', NOW)
+  elseif NOW > M.hsince then
+    set('hbusy', M.hbusy + (N_AD + N_AC) * (NOW - M.hsince))
+    set('hsince', NOW)
+  end
+end
+
+local function hold_total()
+  if M.hsince == 0 or NOW <= M.hsince then return M.hbusy end
+  return M.hbusy + (N_AD + N_AC) * (NOW - M.hsince)
 end
 
 -- What the Rust side needs to compute ETAs and deadlines in seconds, exactly as queue.rs does.
 local function ctx()
-  if not M.cap then return {0, -1, 0, 0, 0, 0, 0, 0, 0, 0} end -- no such event
-  return {M.wn, M.fadm or -1, M.rate, M.cap, M.ssum, M.scnt, M.ttl, M.sidle, M.smax, M.widle}
+  if not M.cap then return {0, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0} end -- no such event
+  return {M.wn, M.fadm or -1, M.rate, M.cap, M.ssum, M.scnt, M.ttl, M.sidle, M.smax, M.widle,
+    M.paused, hold_total(), M.hends, N_AD + N_AC}
 end
 
 -- The one way out: writes the meta back and answers {code, payload, effects, context}.
@@ -143,6 +164,12 @@ end
 -- Removes a live place (queue.rs `end`). `at` is when it ended (its deadline, for expiries).
 -- `bulk`: the caller drops the waiting ZSETs whole afterwards (clear), so skip the ZREMs.
 local function end_place(seq, p, kind, at, bulk)
+  if p.state ~= 'w' then
+    -- A hold ends (queue.rs `Holds::end`): an expiry's hold ended at its deadline.
+    accrue()
+    set('hbusy', math.max(M.hbusy - math.max(NOW - at, 0), 0))
+    set('hends', M.hends + 1)
+  end
   redis.call('HDEL', K_PLACES, seq)
   redis.call('HDEL', K_METADATA, seq)
   if p.state == 'w' then
@@ -281,6 +308,7 @@ local function admit()
       if M.btok < 1.0 then break end
       set('btok', M.btok - 1.0)
     end
+    accrue()
     local seq = redis.call('ZPOPMIN', K_RANK)[1]
     redis.call('ZREM', K_WSEEN, seq)
     local p = place(seq)
