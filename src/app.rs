@@ -8,6 +8,7 @@ use tokio::sync::watch;
 
 use crate::catalog::EventCatalog;
 use crate::clock::Clock;
+use crate::history::History;
 use crate::live::Live;
 use crate::pow::{JoinRates, PowChallenges};
 use crate::store::Store;
@@ -39,6 +40,9 @@ pub struct AppState {
     /// A sender (not a receiver) so that any holder can subscribe, and so that a state made
     /// without a server (tests, embedding) never reads as "shutting down".
     pub shutdown: Arc<watch::Sender<bool>>,
+    /// Every event's figures over the last 24 h, sampled by a background task; in memory
+    /// unless the server gave it a file (the embedded store's data dir).
+    pub history: Arc<History>,
 }
 
 impl AppState {
@@ -63,6 +67,7 @@ impl AppState {
             metrics: crate::telemetry::prometheus(),
             live: Arc::new(Live::new()),
             shutdown: Arc::new(watch::Sender::new(false)),
+            history: Arc::new(History::default()),
         })
     }
 
@@ -72,6 +77,12 @@ impl AppState {
     /// live updates without a server calls it too. Dropping the answer stops them.
     /// Must be called inside a tokio runtime.
     pub fn start_background(&self) -> Tasks {
-        crate::background::start(&self.store, &self.clock, &self.live, &self.events)
+        crate::background::start(
+            &self.store,
+            &self.clock,
+            &self.live,
+            &self.events,
+            &self.history,
+        )
     }
 }
