@@ -73,7 +73,7 @@ pub struct Entry {
     pub count: Option<u64>,
 }
 
-/// The fields of two settings objects that differ, in the order of `new`. `old` is `None`
+/// The fields of two settings objects that differ, by field name. `old` is `None`
 /// for an event that did not exist (every field is then a change from `null`).
 pub fn changes(old: Option<&Map<String, Value>>, new: &Map<String, Value>) -> Vec<Change> {
     new.iter()
@@ -140,7 +140,7 @@ mod tests {
     }
 
     #[test]
-    fn changes_list_what_differs_in_the_new_order() {
+    fn changes_list_what_differs_by_name() {
         let old = obj(json!({"name": "a", "max_active": 5, "paused": false}));
         let new = obj(json!({"name": "a", "max_active": 9, "paused": true}));
         let c = changes(Some(&old), &new);

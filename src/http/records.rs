@@ -103,18 +103,13 @@ async fn answer_history(
             STEP_MS / 1000
         )));
     }
-    let samples = match state
+    // An unknown (or just deleted) event is not found, whatever this node still holds;
+    // one created since the last sample has an empty history.
+    state.store.get_event(&id, state.clock.now()).await?;
+    let samples = state
         .history
         .samples(&id, q.since.unwrap_or(0), step_sec * 1000)
-    {
-        Some(s) => s,
-        // No sample yet: an event created since the last one has an empty history; an
-        // unknown event is not found.
-        None => {
-            state.store.get_event(&id, state.clock.now()).await?;
-            Vec::new()
-        }
-    };
+        .unwrap_or_default();
     if !csv {
         return Ok(Json(HistoryBody {
             event_id: id,
