@@ -262,7 +262,13 @@ pub async fn run(
     loop {
         let now = clock.now();
         if now >= next {
-            match store.list_events(now).await {
+            // A store that hangs must not hold the shutdown.
+            let listed = tokio::select! {
+                biased;
+                _ = stopped(&mut stop) => break,
+                r = store.list_events(now) => r,
+            };
+            match listed {
                 Ok(events) => history.record(&events, slot(now)),
                 Err(e) => tracing::warn!(error = %e, "history: the figures cannot be read"),
             }
@@ -362,6 +368,35 @@ mod tests {
         }
         assert_eq!(r.len(), SAMPLES);
         assert_eq!(r.since(0, 0)[0].at, 100 * STEP_MS);
+    }
+
+    /// A store that hangs does not hold the shutdown, and the task writes its file as it
+    /// stops.
+    #[tokio::test]
+    async fn the_task_stops_even_on_a_hanging_store_and_saves() {
+        use crate::store::fault::{Fault, FaultStore, Op};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE);
+        let store = Arc::new(FaultStore::embedded());
+        store.inject(Op::ListEvents, Fault::Hang);
+        let history = Arc::new(History::open(&path));
+        let (tx, stop) = crate::tasks::stop_channel();
+        let task = tokio::spawn(run(
+            history,
+            store.clone(),
+            Clock::manual(20_000),
+            store.subscribe(),
+            stop,
+        ));
+        while store.calls(Op::ListEvents) == 0 {
+            tokio::task::yield_now().await;
+        }
+        tx.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .expect("stopped while the store hung")
+            .unwrap();
+        assert!(path.is_file(), "saved as it stopped");
     }
 
     #[test]
