@@ -92,8 +92,15 @@ impl Ring {
         if self.samples.back().is_some_and(|last| last.at >= s.at) {
             return false;
         }
-        while self.samples.len() >= cap.max(1) {
+        let cap = cap.max(1);
+        while self.samples.len() >= cap {
             self.samples.pop_front();
+        }
+        // Grow by doubling, but never past `cap`: the default growth would reserve up to
+        // twice the ring's bound.
+        if self.samples.len() == self.samples.capacity() {
+            let want = (self.samples.len() * 2).max(16).min(cap);
+            self.samples.reserve_exact(want - self.samples.len());
         }
         self.samples.push_back(s);
         true
@@ -368,6 +375,47 @@ mod tests {
         }
         assert_eq!(r.len(), SAMPLES);
         assert_eq!(r.since(0, 0)[0].at, 100 * STEP_MS);
+        assert!(
+            r.samples.capacity() <= SAMPLES + 16,
+            "memory stays at the bound: {}",
+            r.samples.capacity()
+        );
+        assert!(std::mem::size_of::<Sample>() <= 48);
+    }
+
+    /// A full day of one busy event, as written to the file: well under half a MiB
+    /// (about 240 KB).
+    #[test]
+    fn a_full_day_on_disk_is_small() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE);
+        let h = History::open(&path);
+        {
+            let mut rings = h.rings.lock();
+            let ring = rings.entry("busy".into()).or_default();
+            for i in 0..SAMPLES as u32 {
+                let sample = Sample {
+                    at: 1_700_000_000_000 + Millis::from(i) * STEP_MS,
+                    waiting: 40_000 + i,
+                    admitted: 300,
+                    active: 4_700,
+                    capacity: 5_000,
+                    admitted_last_minute: 1_200,
+                    joins: 100_000 + 50 * i,
+                    admissions: 50_000 + 40 * i,
+                    completed: 45_000 + 39 * i,
+                    expired: 2_000 + i,
+                };
+                ring.push(sample, SAMPLES);
+            }
+        }
+        h.save().unwrap();
+        let size = std::fs::metadata(&path).unwrap().len();
+        assert!(size < 512 * 1024, "{size} bytes");
+        assert_eq!(
+            History::open(&path).samples("busy", 0, 0).unwrap().len(),
+            SAMPLES
+        );
     }
 
     /// A store that hangs does not hold the shutdown, and the task writes its file as it
