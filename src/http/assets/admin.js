@@ -314,11 +314,22 @@
     const span = Math.min(HISTORY_MS, Math.max(10 * 1000, now - h[0].t));
     const x = (ts) => L + ((ts - (now - span)) / span) * (W - L - R);
     const y = (v) => H - B - (v / max) * (H - T - B);
-    const pts = h.map((p) => [x(p.t).toFixed(1), y(value(p)).toFixed(1)]);
-    const line = pts.map((p, i) => (i ? 'L' : 'M') + p[0] + ',' + p[1]).join(' ');
-    const area = line + ' L' + pts[pts.length - 1][0] + ',' + (H - B) + ' L' + pts[0][0] + ',' + (H - B) + ' Z';
-    add('path', { d: area, class: 'area' });
-    add('path', { d: line, class: 'line' });
+    // A time the server was down (no samples) is a gap, not a straight line across it.
+    const gapMs = Math.max(35 * 1000, 3 * historyStep() * 1000);
+    const segments = [];
+    h.forEach((p, i) => {
+      if (i === 0 || p.t - h[i - 1].t > gapMs) segments.push([]);
+      segments[segments.length - 1].push([x(p.t).toFixed(1), y(value(p)).toFixed(1)]);
+    });
+    let line = '';
+    let area = '';
+    for (const pts of segments) {
+      const l = pts.map((p, i) => (i ? 'L' : 'M') + p[0] + ',' + p[1]).join(' ');
+      line += l + ' ';
+      area += l + ' L' + pts[pts.length - 1][0] + ',' + (H - B) + ' L' + pts[0][0] + ',' + (H - B) + ' Z ';
+    }
+    add('path', { d: area.trim(), class: 'area' });
+    add('path', { d: line.trim(), class: 'line' });
     const ago = span < 90 * 1000 ? t('agoSec', { s: Math.round(span / 1000) })
       : span < 3 * 3600 * 1000 ? t('ago', { m: Math.round(span / 60000) })
         : '−' + t('durHour', { h: Math.floor(span / 3600000), m: Math.round(span / 60000) % 60 });
@@ -412,9 +423,12 @@
 
   // Seeds an event's chart with the server's samples of the window (thinned to about 360
   // points), keeping the points this page polled itself since.
+  // Seconds between the server samples asked for the current window.
+  function historyStep() { return Math.max(10, Math.ceil(HISTORY_MS / 1000 / 360 / 10) * 10); }
+
   async function loadHistory(id) {
     const since = Date.now() - HISTORY_MS;
-    const step = Math.max(10, Math.ceil(HISTORY_MS / 1000 / 360 / 10) * 10);
+    const step = historyStep();
     const r = await api('GET', '/api/v1/admin/events/' + encodeURIComponent(id) + '/history?since=' + since + '&step=' + step, { token });
     if (!r.ok || !r.data || !Array.isArray(r.data.samples)) return;
     const past = r.data.samples.map((s) => ({ t: s.at, q: s.waiting, a: s.admitted_last_minute }));
