@@ -356,6 +356,9 @@ async fn every_change_is_a_structured_log_line() {
         .with_writer(move || writer.clone())
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
+    // Other tests of this binary may have met the audit's log call first, with no
+    // subscriber anywhere, and cached "never" for it: ask again now that one listens.
+    tracing::callsite::rebuild_interest_cache();
 
     let app = app();
     admin(
