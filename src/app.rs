@@ -9,6 +9,7 @@ use tokio::sync::watch;
 
 use crate::catalog::EventCatalog;
 use crate::clock::Clock;
+use crate::history::History;
 use crate::live::Live;
 use crate::pow::{JoinRates, PowChallenges};
 use crate::store::Store;
@@ -43,6 +44,9 @@ pub struct AppState {
     /// The data dir's `branding/` folder, whose logos and stylesheets events may use
     /// (`/branding/{file}`); `None` serves none.
     pub branding_dir: Option<Arc<Path>>,
+    /// Every event's figures over the last 24 h, sampled by a background task; in memory
+    /// unless the server gave it a file (the embedded store's data dir).
+    pub history: Arc<History>,
 }
 
 impl AppState {
@@ -68,6 +72,7 @@ impl AppState {
             live: Arc::new(Live::new()),
             shutdown: Arc::new(watch::Sender::new(false)),
             branding_dir: None,
+            history: Arc::new(History::default()),
         })
     }
 
@@ -77,6 +82,12 @@ impl AppState {
     /// live updates without a server calls it too. Dropping the answer stops them.
     /// Must be called inside a tokio runtime.
     pub fn start_background(&self) -> Tasks {
-        crate::background::start(&self.store, &self.clock, &self.live, &self.events)
+        crate::background::start(
+            &self.store,
+            &self.clock,
+            &self.live,
+            &self.events,
+            &self.history,
+        )
     }
 }

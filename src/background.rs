@@ -1,5 +1,5 @@
 //! The node's background tasks, started together by [`start`]: the live hub, the scheduler,
-//! the gauge upkeep and the event catalog's upkeep. The server adds the demo crowd when asked, and stops and joins them
+//! the gauge upkeep, the event catalog's upkeep and the figures' history. The server adds the demo crowd when asked, and stops and joins them
 //! all by name at shutdown; tests that build an [`crate::AppState`] without a server start
 //! the same set with [`crate::AppState::start_background`].
 //!
@@ -14,6 +14,7 @@ use tokio::sync::broadcast;
 
 use crate::catalog::EventCatalog;
 use crate::clock::Clock;
+use crate::history::{self, History};
 use crate::live::Live;
 use crate::scheduler;
 use crate::store::{Notice, Store};
@@ -25,6 +26,7 @@ pub const LIVE_HUB: &str = "live-hub";
 pub const SCHEDULER: &str = "scheduler";
 pub const GAUGES: &str = "gauges";
 pub const CATALOG: &str = "catalog";
+pub const HISTORY: &str = "history";
 
 /// Starts the live hub, the scheduler and the gauge upkeep over `store`. Each subscribes to
 /// the store's notices here, before this returns, so nothing published afterwards is
@@ -34,6 +36,7 @@ pub fn start(
     clock: &Clock,
     live: &Live,
     catalog: &Arc<EventCatalog>,
+    history: &Arc<History>,
 ) -> Tasks {
     let mut tasks = Tasks::new();
     let stop = tasks.stop_signal();
@@ -50,6 +53,16 @@ pub fn start(
     tasks.spawn(
         CATALOG,
         catalog.clone().run(store.subscribe(), stop.clone()),
+    );
+    tasks.spawn(
+        HISTORY,
+        history::run(
+            history.clone(),
+            store.clone(),
+            clock.clone(),
+            store.subscribe(),
+            stop.clone(),
+        ),
     );
     tasks.spawn(GAUGES, forget_deleted_events(store.subscribe(), stop));
     tasks

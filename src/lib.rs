@@ -13,6 +13,8 @@
 //! - [`store`]: the [`store::Store`] contract (atomic per event) and its backends; the
 //!   conformance suite that every backend passes. Every change is also a [`store::Notice`],
 //!   relayed to every node.
+//! - [`audit`]: the admin audit (a log line and a bounded list in the store per change).
+//! - [`history`]: each event's figures every 10 s for 24 h, sampled by a background task.
 //! - [`catalog`]: this node's copy of every event's settings, kept fresh by notices.
 //! - [`config`]: layered settings (defaults, TOML, environment, flags).
 //! - [`scheduler`]: the tick that ends lapsed places and paces admissions, on time.
@@ -28,12 +30,14 @@
 //!   by name, graceful shutdown.
 
 pub mod app;
+pub mod audit;
 pub mod background;
 pub mod catalog;
 pub mod clock;
 pub mod config;
 pub mod core;
 pub mod demo;
+pub mod history;
 pub mod http;
 pub mod live;
 pub mod pow;

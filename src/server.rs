@@ -26,6 +26,7 @@ use crate::app::AppState;
 use crate::clock::Clock;
 use crate::config::{generate_admin_token, Settings, StoreBackend};
 use crate::demo;
+use crate::history::{self, History};
 use crate::store::embedded::EmbeddedStore;
 use crate::store::redis::{RedisOptions, RedisStore};
 use crate::store::Store;
@@ -112,6 +113,11 @@ pub async fn run(
     };
     let mut state = AppState::new(store, &key, &admin_token, Clock::system())?;
     state.branding_dir = Some(settings.data_dir.join("branding").into());
+    if matches!(settings.store, StoreBackend::Embedded) {
+        // Kept beside the store: a restart keeps the charts. (On Redis each node keeps its
+        // own in memory: see `history`.)
+        state.history = Arc::new(History::open(&settings.data_dir.join(history::FILE)));
+    }
 
     // Before anything can change the store, so that no notice is missed.
     let mut tasks = state.start_background();

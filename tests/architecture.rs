@@ -16,6 +16,8 @@ const LAYERS: &[&str] = &[
     "telemetry",
     "store",
     "tasks",
+    "audit",
+    "history",
     "catalog",
     "config",
     "scheduler",

@@ -1104,3 +1104,92 @@ async fn the_korean_page_says_when_it_does_not_know_the_wait() {
     b.text_until("#eta", |t| t == "아직 알 수 없습니다").await;
     b.close().await;
 }
+
+/// An operator who opens (or reloads) the dashboard mid-sale sees the past at once: the
+/// charts start from the server's history, not from the page's own first poll, and the
+/// recent admin changes are listed.
+#[tokio::test]
+async fn the_charts_show_the_server_history_right_after_a_reload() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    s.put_event("sale", json!({"name": "Morning sale", "max_active": 1}))
+        .await;
+    for i in 0..6 {
+        s.join_token("sale", &format!("u{i}")).await;
+    }
+    s.admin(Method::POST, "/events/sale/pause").await;
+    // The server samples every 10 s: wait for its first sample of the event.
+    let started = Instant::now();
+    let first_at = loop {
+        let h = s.admin(Method::GET, "/events/sale/history").await;
+        if let Some(at) = h["samples"][0]["at"].as_u64() {
+            break at;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no sample: {h}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let desktop = Opts {
+        lang: "en-US",
+        width: 1280,
+        height: 1400,
+        scale: 1.0,
+    };
+    let b = Browser::start(&desktop).await;
+    b.goto(&s.url("/admin")).await;
+    b.until_visible("#admin-token").await;
+    b.c()
+        .find(Locator::Css("#admin-token"))
+        .await
+        .unwrap()
+        .send_keys(ADMIN)
+        .await
+        .unwrap();
+    b.click("#login-button").await;
+    b.until_visible("#dash").await;
+    let card = "[data-event=\"sale\"]";
+    b.text_until(&format!("{card} .fig-waiting"), |t| t == "5")
+        .await;
+
+    // The audit list shows the changes made through the API, newest first.
+    b.text_until("#audit-list li:first-child", |t| {
+        t.contains("sale") && t.contains("paused") && t.contains("127.0.0.1")
+    })
+    .await;
+    b.text_until("#audit-list li:nth-child(2)", |t| t.contains("created"))
+        .await;
+    assert!(b.visible(&format!("{card} .csv")).await, "the CSV export");
+
+    // Reload: the page signs in again from this tab's storage, and its charts start at the
+    // server's first sample, from before the reload.
+    let reloaded_at = b.js("return Date.now()").await.as_u64().unwrap();
+    b.c().refresh().await.unwrap();
+    b.until_visible("#dash").await;
+    let from_script = format!(
+        "const s = document.querySelector('{card} .chart svg'); \
+         return s && s.querySelector('path.line') ? Number(s.dataset.from) : null"
+    );
+    let until = Instant::now() + WAIT;
+    // Without the server's history the oldest point would be the page's first poll, after
+    // the reload: this waits (bounded) for a chart that starts before it.
+    let from = loop {
+        if let Some(f) = b.js(&from_script).await.as_u64() {
+            if f < reloaded_at {
+                break f;
+            }
+        }
+        assert!(
+            Instant::now() < until,
+            "the chart never showed anything from before the reload"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        from, first_at,
+        "the chart starts at the server's first sample"
+    );
+    assert!(from < reloaded_at, "the past, not this page's own polls");
+    b.close().await;
+}

@@ -961,6 +961,9 @@ async fn admin_requires_the_admin_token() {
         (Method::POST, "/api/v1/admin/events/ev/clear"),
         (Method::GET, "/api/v1/admin/events/ev/queue"),
         (Method::GET, "/api/v1/admin/stats"),
+        (Method::GET, "/api/v1/admin/events/ev/history"),
+        (Method::GET, "/api/v1/admin/events/ev/history.csv"),
+        (Method::GET, "/api/v1/admin/audit"),
     ];
     for (method, uri) in routes {
         for auth in [

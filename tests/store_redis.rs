@@ -400,3 +400,15 @@ mod same_as_embedded {
         });
     }
 }
+
+/// The audit list is one for every node sharing the Redis: written on one, read on another.
+#[tokio::test]
+async fn the_audit_list_is_shared_by_every_node() {
+    let opts = options();
+    let a = RedisStore::new(&shared().url(), opts.clone()).unwrap();
+    let b = RedisStore::new(&shared().url(), opts).unwrap();
+    a.append_audit("from-a", 10).await.unwrap();
+    b.append_audit("from-b", 10).await.unwrap();
+    assert_eq!(a.audit_entries(10).await.unwrap(), ["from-b", "from-a"]);
+    assert_eq!(b.audit_entries(10).await.unwrap(), ["from-b", "from-a"]);
+}

@@ -3,7 +3,9 @@
 //! Every route sits behind [`require_admin`], which runs before any extractor, so an
 //! unauthenticated caller learns nothing (not even whether its body would have parsed).
 //! Side effects of a change (waking the scheduler, forgetting a deleted event's gauges)
-//! follow from the store's notices, on every node, not from these handlers.
+//! follow from the store's notices, on every node, not from these handlers. The one thing
+//! a handler adds is the audit record of its change ([`records::audit`]): who asked is
+//! known only here.
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap};
@@ -17,8 +19,11 @@ use super::body::{AdminEvent, Cleared, Deleted, EventSettings, Invites, Settings
 use super::error::{AppError, AppResult};
 use super::extract::{bearer, AppJson, AppPath, AppQuery, OptionalJson};
 use super::guard::Caller;
+use super::records::{self, settings_object};
 use crate::app::AppState;
-use crate::core::{validate_event_id, EventConfig, EventPatch, HeadEntry};
+use crate::audit::{self, Action};
+use crate::core::{validate_event_id, EventConfig, EventPatch, HeadEntry, QueueError};
+use crate::store::StoreError;
 use crate::tokens;
 
 /// Default and largest `limit` of `GET /events/{id}/queue`.
@@ -65,15 +70,30 @@ fn event_id(AppPath(id): AppPath<String>) -> AppResult<String> {
 /// `PUT /events/{event_id}`: create or update. An empty body creates with the defaults.
 pub async fn put_event(
     State(state): State<AppState>,
+    caller: Caller,
     path: AppPath<String>,
     OptionalJson(patch): OptionalJson<EventPatch>,
 ) -> AppResult<Json<EventSettings>> {
     let id = event_id(path)?;
     let patch = patch.unwrap_or_default();
+    // The settings before, for the audit's old → new. Read just before the change: an
+    // update by another admin in between would show as part of this one.
+    let before = match state.store.get_event(&id, state.clock.now()).await {
+        Ok(snap) => Some(settings_object(snap.config)),
+        Err(StoreError::Queue(QueueError::EventNotFound)) => None,
+        Err(e) => return Err(e.into()),
+    };
     let config = state
         .store
         .put_event(&id, &patch, state.clock.now())
         .await?;
+    let action = if before.is_some() {
+        Action::Update
+    } else {
+        Action::Create
+    };
+    let changes = audit::changes(before.as_ref(), &settings_object(config.clone()));
+    records::audit(&state, &caller, action, &id, changes, None).await;
     Ok(Json(EventSettings {
         event_id: id,
         config: config.into(),
@@ -99,10 +119,12 @@ pub async fn get_event(
 /// `DELETE /events/{event_id}`
 pub async fn delete_event(
     State(state): State<AppState>,
+    caller: Caller,
     path: AppPath<String>,
 ) -> AppResult<Json<Deleted>> {
     let id = event_id(path)?;
     state.store.delete_event(&id).await?;
+    records::audit(&state, &caller, Action::Delete, &id, Vec::new(), None).await;
     Ok(Json(Deleted {
         deleted: true,
         event_id: id,
@@ -111,7 +133,12 @@ pub async fn delete_event(
 
 /// Pause or resume an existing event. An update, never a creation: pausing a typo must
 /// not conjure a new sale, and a pause racing a deletion must not bring the event back.
-async fn set_paused(state: &AppState, id: &str, paused: bool) -> AppResult<Json<EventSettings>> {
+async fn set_paused(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    paused: bool,
+) -> AppResult<Json<EventSettings>> {
     let patch = EventPatch {
         paused: Some(paused),
         ..EventPatch::default()
@@ -120,6 +147,12 @@ async fn set_paused(state: &AppState, id: &str, paused: bool) -> AppResult<Json<
         .store
         .update_event(id, &patch, state.clock.now())
         .await?;
+    let action = if paused {
+        Action::Pause
+    } else {
+        Action::Resume
+    };
+    records::audit(state, caller, action, id, Vec::new(), None).await;
     Ok(Json(EventSettings {
         event_id: id.to_string(),
         config: config.into(),
@@ -129,17 +162,19 @@ async fn set_paused(state: &AppState, id: &str, paused: bool) -> AppResult<Json<
 /// `POST /events/{event_id}/pause`: stop admissions; joins still queue.
 pub async fn pause(
     State(state): State<AppState>,
+    caller: Caller,
     path: AppPath<String>,
 ) -> AppResult<Json<EventSettings>> {
-    set_paused(&state, &event_id(path)?, true).await
+    set_paused(&state, &caller, &event_id(path)?, true).await
 }
 
 /// `POST /events/{event_id}/resume`
 pub async fn resume(
     State(state): State<AppState>,
+    caller: Caller,
     path: AppPath<String>,
 ) -> AppResult<Json<EventSettings>> {
-    set_paused(&state, &event_id(path)?, false).await
+    set_paused(&state, &caller, &event_id(path)?, false).await
 }
 
 /// Most invite codes one call makes.
@@ -161,6 +196,7 @@ pub struct InvitesQuery {
 /// `?format=csv`.
 pub async fn create_invites(
     State(state): State<AppState>,
+    caller: Caller,
     path: AppPath<String>,
     AppQuery(q): AppQuery<InvitesQuery>,
     headers: HeaderMap,
@@ -186,6 +222,8 @@ pub async fn create_invites(
         .store
         .add_invites(&id, &codes, state.clock.now())
         .await?;
+    let count = Some(codes.len() as u64);
+    records::audit(&state, &caller, Action::Invites, &id, Vec::new(), count).await;
     if !csv {
         return Ok(Json(Invites { codes }).into_response());
     }
@@ -209,10 +247,12 @@ pub async fn create_invites(
 /// `POST /events/{event_id}/clear`: every waiting place ends (`TOKEN_NOT_FOUND`).
 pub async fn clear(
     State(state): State<AppState>,
+    caller: Caller,
     path: AppPath<String>,
 ) -> AppResult<Json<Cleared>> {
     let id = event_id(path)?;
     let n = state.store.clear(&id, state.clock.now()).await?;
+    records::audit(&state, &caller, Action::Clear, &id, Vec::new(), Some(n)).await;
     Ok(Json(Cleared { cleared: n }))
 }
 

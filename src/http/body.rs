@@ -307,6 +307,15 @@ pub struct Cleared {
     pub cleared: u64,
 }
 
+/// `GET /events/{id}/history`: the event's samples, oldest first.
+#[derive(Debug, Serialize)]
+pub struct HistoryBody {
+    pub event_id: String,
+    /// Seconds between samples as asked (`step`); gaps mean the server was not running.
+    pub step_sec: u64,
+    pub samples: Vec<crate::history::Sample>,
+}
+
 /// One row of `GET /stats`. The names are the contract's (`used_count` counts completed
 /// sessions), not the figures' own.
 #[derive(Debug, Serialize)]

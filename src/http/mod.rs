@@ -5,6 +5,7 @@
 //! - [`admin`]: the admin API under `/api/v1/admin`, behind the admin bearer token.
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics`.
 //! - [`live`]: live updates of one place, `/queue/ws` (WebSocket) and `/queue/events` (SSE).
+//! - [`records`]: the admin API's records: an event's figures over time, the audit list.
 //! - [`pages`]: the embedded pages (`/`, `/wait/{event_id}`, `/demo/booking`, `/admin`) and
 //!   the public event list they read (`/api/v1/events`).
 //! - [`look`]: the waiting page rendered with an event's look and words, its colours, the
@@ -52,6 +53,7 @@ pub mod ops;
 pub mod pages;
 pub mod pow;
 pub mod queue;
+pub mod records;
 
 pub use error::{AppError, AppResult};
 
@@ -109,6 +111,9 @@ pub fn router_with_guard(state: AppState, limits: Limits, guard: Arc<guard::Guar
         .route("/events/{event_id}/queue", get(admin::queue_head))
         .route("/stats", get(admin::stats))
         .route("/defaults", get(admin::defaults))
+        .route("/events/{event_id}/history", get(records::history))
+        .route("/events/{event_id}/history.csv", get(records::history_csv))
+        .route("/audit", get(records::audit_list))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             admin::require_admin,

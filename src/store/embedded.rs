@@ -17,6 +17,7 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use tokio::sync::broadcast;
 
+use super::audit_file::AuditFile;
 use super::journal::{Durability, Journal};
 use super::{
     notices_of, EventSnapshot, JoinRequest, Notice, Store, StoreError, StoreResult, NOTICE_BUFFER,
@@ -39,6 +40,9 @@ struct Slot {
 
 type Shared = Arc<Mutex<Slot>>;
 
+/// The admin audit list's file in the data dir.
+pub const AUDIT_FILE: &str = "audit.jsonl";
+
 type Events = BTreeMap<String, Shared>;
 
 pub struct EmbeddedStore {
@@ -53,6 +57,8 @@ pub struct EmbeddedStore {
     claims: Mutex<Claims>,
     /// Places read back on open: a store that holds some must keep its signing key.
     restored: u64,
+    /// The admin audit list (`audit.jsonl` in the data dir of a durable store).
+    audit: Arc<Mutex<AuditFile>>,
 }
 
 /// Claimed keys with their expiry. Expired ones are swept whenever the map has doubled
@@ -90,6 +96,7 @@ impl Default for EmbeddedStore {
             notices: broadcast::channel(NOTICE_BUFFER).0,
             claims: Mutex::default(),
             restored: 0,
+            audit: Arc::new(Mutex::new(AuditFile::memory())),
         }
     }
 }
@@ -115,6 +122,8 @@ impl EmbeddedStore {
     ) -> anyhow::Result<Self> {
         let started = std::time::Instant::now();
         let (journal, recovered) = Journal::open_with(dir, durability, now, repair)?;
+        let audit = AuditFile::open(&dir.join(AUDIT_FILE))
+            .map_err(|e| anyhow::anyhow!("reading {}: {e}", dir.join(AUDIT_FILE).display()))?;
         let events = recovered
             .events
             .into_iter()
@@ -143,6 +152,7 @@ impl EmbeddedStore {
             notices: broadcast::channel(NOTICE_BUFFER).0,
             claims: Mutex::default(),
             restored: recovered.places,
+            audit: Arc::new(Mutex::new(audit)),
         })
     }
 
@@ -436,6 +446,20 @@ impl Store for EmbeddedStore {
 
     async fn event_ids(&self) -> StoreResult<Vec<String>> {
         Ok(self.events.load().keys().cloned().collect())
+    }
+
+    async fn append_audit(&self, entry: &str, keep: usize) -> StoreResult<()> {
+        let audit = self.audit.clone();
+        let entry = entry.to_string();
+        // An fsync: off the async workers.
+        tokio::task::spawn_blocking(move || audit.lock().append(&entry, keep))
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("audit writer: {e}")))?
+            .map_err(|e| StoreError::Unavailable(format!("writing the audit list: {e}")))
+    }
+
+    async fn audit_entries(&self, limit: usize) -> StoreResult<Vec<String>> {
+        Ok(self.audit.lock().newest(limit))
     }
 
     async fn ping(&self) -> StoreResult<()> {

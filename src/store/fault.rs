@@ -53,6 +53,8 @@ pub enum Op {
     Tick,
     ClaimOnce,
     EventIds,
+    AppendAudit,
+    AuditEntries,
     Ping,
     Close,
 }
@@ -314,6 +316,16 @@ impl Store for FaultStore {
     async fn event_ids(&self) -> StoreResult<Vec<String>> {
         self.gate(Op::EventIds).await?;
         self.inner.event_ids().await
+    }
+
+    async fn append_audit(&self, entry: &str, keep: usize) -> StoreResult<()> {
+        self.gate(Op::AppendAudit).await?;
+        self.inner.append_audit(entry, keep).await
+    }
+
+    async fn audit_entries(&self, limit: usize) -> StoreResult<Vec<String>> {
+        self.gate(Op::AuditEntries).await?;
+        self.inner.audit_entries(limit).await
     }
 
     async fn ping(&self) -> StoreResult<()> {

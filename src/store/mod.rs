@@ -22,6 +22,7 @@ use crate::core::{
     PlaceView, QueueError,
 };
 
+pub mod audit_file;
 pub mod embedded;
 pub mod fault;
 pub mod journal;
@@ -263,6 +264,14 @@ pub trait Store: Send + Sync + 'static {
         expires_at: Millis,
         now: Millis,
     ) -> StoreResult<bool>;
+
+    /// Appends `entry` (one line of text; the store does not read it) to the admin audit
+    /// list and keeps only the newest `keep` entries. Durable before it answers on a durable
+    /// backend; on Redis one list (capped) shared by every node.
+    async fn append_audit(&self, entry: &str, keep: usize) -> StoreResult<()>;
+
+    /// The newest `limit` entries of the admin audit list, newest first.
+    async fn audit_entries(&self, limit: usize) -> StoreResult<Vec<String>>;
 
     /// Ids of every event.
     async fn event_ids(&self) -> StoreResult<Vec<String>>;

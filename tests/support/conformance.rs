@@ -31,7 +31,7 @@ macro_rules! store_conformance {
             invites_seat_one_person_each, racing_joins_cannot_share_an_invite,
             claims_are_single_use_until_expiry, proven_join_replaces_a_squatted_place,
             unproven_invite_binds_the_place, event_look_round_trips,
-            the_estimate_learns_from_ended_holds);
+            the_estimate_learns_from_ended_holds, audit_list_is_newest_first_and_capped);
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
         $(
@@ -1279,4 +1279,43 @@ pub async fn event_look_round_trips(store: Arc<dyn Store>) {
         QueueError::Invalid(m) if m.starts_with("theme_color")
     ));
     assert_eq!(store.get_event("look", T0).await.unwrap().config, c);
+}
+
+/// The admin audit list: newest first, never more than it keeps, entries read back as
+/// written (also by concurrent writers: none is lost below the cap).
+pub async fn audit_list_is_newest_first_and_capped(store: Arc<dyn Store>) {
+    assert!(store.audit_entries(10).await.unwrap().is_empty());
+    for i in 0..7 {
+        store
+            .append_audit(&format!("{{\"n\":{i}}}"), 5)
+            .await
+            .unwrap();
+    }
+    let all = store.audit_entries(100).await.unwrap();
+    assert_eq!(
+        all,
+        [
+            "{\"n\":6}",
+            "{\"n\":5}",
+            "{\"n\":4}",
+            "{\"n\":3}",
+            "{\"n\":2}"
+        ]
+    );
+    assert_eq!(store.audit_entries(2).await.unwrap().len(), 2);
+    assert!(store.audit_entries(0).await.unwrap().is_empty());
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move { store.append_audit(&format!("c{i}"), 100).await.unwrap() })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let all = store.audit_entries(100).await.unwrap();
+    assert_eq!(all.len(), 13, "{all:?}");
+    let mut racers: Vec<_> = all[..8].to_vec();
+    racers.sort();
+    assert_eq!(racers, (0..8).map(|i| format!("c{i}")).collect::<Vec<_>>());
 }

@@ -1,8 +1,10 @@
 // The operator's dashboard. Asks for the admin token (kept in sessionStorage: this tab only),
-// polls GET /api/v1/admin/events every 1.5 s, keeps the last ten minutes of figures in
-// memory and draws them as inline SVG (no chart library), and performs the admin actions:
-// create/update (with the waiting page's look and a live preview), pause/resume, clear,
-// delete. Errors are told in the page's language, naming the form's labels.
+// polls GET /api/v1/admin/events every 1.5 s, draws each event's figures as inline SVG (no
+// chart library) from the server's history (GET …/history: the charts show the past at
+// once, also after a reload) topped up by its own polls, lists the recent admin changes
+// (GET /api/v1/admin/audit), and performs the admin actions: create/update (with the
+// waiting page's look and a live preview), pause/resume, clear, delete, and the CSV export
+// of an event's history. Errors are told in the page's language, naming the form's labels.
 'use strict';
 
 (() => {
@@ -82,10 +84,28 @@
       eNeedsKey: '사용자 토큰을 요구하려면 비밀 키나 공개 키가 필요합니다.',
     },
   };
+  // The history and audit parts' words, kept apart so the dictionary above stays as it is.
+  const RECORDS_TEXT = {
+    en: {
+      csv: 'Export CSV', range: 'Charts', range10m: 'last 10 min', range1h: 'last hour', range6h: 'last 6 hours', range24h: 'last 24 hours',
+      auditTitle: 'Recent admin changes', auditEmpty: 'No admin changes yet.', from: 'from {c}',
+      aCreate: 'created', aUpdate: 'changed', aPause: 'paused', aResume: 'resumed', aClear: 'cleared', aDelete: 'deleted', aInvites: 'made invite codes',
+      nCleared: '{n} waiting removed', nInvites: '{n} codes',
+    },
+    ko: {
+      csv: 'CSV 내보내기', range: '차트', range10m: '최근 10분', range1h: '최근 1시간', range6h: '최근 6시간', range24h: '최근 24시간',
+      auditTitle: '최근 관리 변경', auditEmpty: '아직 관리 변경이 없습니다.', from: '{c}에서',
+      aCreate: '생성', aUpdate: '변경', aPause: '일시 중지', aResume: '재개', aClear: '대기열 비움', aDelete: '삭제', aInvites: '초대 코드 생성',
+      nCleared: '대기 {n}명 제거', nInvites: '코드 {n}개',
+    },
+  };
+  Object.assign(TEXT.en, RECORDS_TEXT.en);
+  Object.assign(TEXT.ko, RECORDS_TEXT.ko);
   const { t, api, el, show, store } = WR;
   const TOKEN_KEY = 'waitroom:admin';
   const POLL_MS = 1500;
-  const HISTORY_MS = 10 * 60 * 1000;
+  // The charts' window; the operator may widen it up to the server's 24 h.
+  let HISTORY_MS = 10 * 60 * 1000;
   const SVG_NS = 'http://www.w3.org/2000/svg';
 
   let token = store.get('sessionStorage', TOKEN_KEY);
@@ -143,6 +163,7 @@
       events = r.data;
       lastOk = Date.now();
       record();
+      refreshAudit();
     }
     render();
     pollTimer = setTimeout(poll, POLL_MS);
@@ -153,7 +174,12 @@
     for (const e of events) {
       let h = history.get(e.event_id);
       if (!h) { h = []; history.set(e.event_id, h); }
-      h.push({ t: now, q: e.waiting, a: e.admitted_last_minute });
+      // At most about 720 own points per window: over a wide window the newest point is
+      // replaced until it is far enough from the one before.
+      const p = { t: now, q: e.waiting, a: e.admitted_last_minute, own: true };
+      const last = h[h.length - 1];
+      if (h.length >= 2 && last.own && last.t - h[h.length - 2].t < HISTORY_MS / 720) h[h.length - 1] = p;
+      else h.push(p);
       while (h.length && h[0].t < now - HISTORY_MS) h.shift();
     }
   }
@@ -181,7 +207,12 @@
     for (const e of events) {
       seen.add(e.event_id);
       let c = cards.get(e.event_id);
-      if (!c) { c = makeCard(e.event_id); cards.set(e.event_id, c); }
+      if (!c) {
+        c = makeCard(e.event_id);
+        cards.set(e.event_id, c);
+        addRecordActions(c, e.event_id);
+        loadHistory(e.event_id);
+      }
       if (c.root.parentNode !== box || box.lastElementChild !== c.root) box.append(c.root);
       updateCard(c, e);
     }
@@ -309,6 +340,9 @@
       return n;
     };
     const values = h.map(value);
+    // What the chart holds, for tests and tools: how many points, since when.
+    svg.dataset.points = String(h.length);
+    svg.dataset.from = h.length ? String(h[0].t) : '';
     const max = niceMax(Math.max(1, ...values));
     svg.setAttribute('aria-label', t(ch.titleKey) + ': ' + (values.length ? WR.num(values[values.length - 1]) : '–'));
     add('line', { x1: L, x2: W - R, y1: T, y2: T, class: 'axis' });
@@ -324,12 +358,25 @@
     const span = Math.min(HISTORY_MS, Math.max(10 * 1000, now - h[0].t));
     const x = (ts) => L + ((ts - (now - span)) / span) * (W - L - R);
     const y = (v) => H - B - (v / max) * (H - T - B);
-    const pts = h.map((p) => [x(p.t).toFixed(1), y(value(p)).toFixed(1)]);
-    const line = pts.map((p, i) => (i ? 'L' : 'M') + p[0] + ',' + p[1]).join(' ');
-    const area = line + ' L' + pts[pts.length - 1][0] + ',' + (H - B) + ' L' + pts[0][0] + ',' + (H - B) + ' Z';
-    add('path', { d: area, class: 'area' });
-    add('path', { d: line, class: 'line' });
-    const ago = span < 90 * 1000 ? t('agoSec', { s: Math.round(span / 1000) }) : t('ago', { m: Math.round(span / 60000) });
+    // A time the server was down (no samples) is a gap, not a straight line across it.
+    const gapMs = Math.max(35 * 1000, 3 * historyStep() * 1000);
+    const segments = [];
+    h.forEach((p, i) => {
+      if (i === 0 || p.t - h[i - 1].t > gapMs) segments.push([]);
+      segments[segments.length - 1].push([x(p.t).toFixed(1), y(value(p)).toFixed(1)]);
+    });
+    let line = '';
+    let area = '';
+    for (const pts of segments) {
+      const l = pts.map((p, i) => (i ? 'L' : 'M') + p[0] + ',' + p[1]).join(' ');
+      line += l + ' ';
+      area += l + ' L' + pts[pts.length - 1][0] + ',' + (H - B) + ' L' + pts[0][0] + ',' + (H - B) + ' Z ';
+    }
+    add('path', { d: area.trim(), class: 'area' });
+    add('path', { d: line.trim(), class: 'line' });
+    const ago = span < 90 * 1000 ? t('agoSec', { s: Math.round(span / 1000) })
+      : span < 3 * 3600 * 1000 ? t('ago', { m: Math.round(span / 60000) })
+        : '−' + t('durHour', { h: Math.floor(span / 3600000), m: Math.round(span / 60000) % 60 });
     add('text', { x: L, y: H - 4, class: 'tick' }, ago);
     add('text', { x: W - R, y: H - 4, 'text-anchor': 'end', class: 'tick' }, t('now'));
   }
@@ -576,6 +623,99 @@
     }
   }
 
-  WR.setup(TEXT, () => { if (token) render(); showDefaults(); preview(); });
+  // ---- history from the server, CSV export, audit list ---------------------------------------
+
+  // Seeds an event's chart with the server's samples of the window (thinned to about 360
+  // points), keeping the points this page polled itself since.
+  // Seconds between the server samples asked for the current window.
+  function historyStep() { return Math.max(10, Math.ceil(HISTORY_MS / 1000 / 360 / 10) * 10); }
+
+  async function loadHistory(id) {
+    const since = Date.now() - HISTORY_MS;
+    const step = historyStep();
+    const r = await api('GET', '/api/v1/admin/events/' + encodeURIComponent(id) + '/history?since=' + since + '&step=' + step, { token });
+    if (!r.ok || !r.data || !Array.isArray(r.data.samples)) return;
+    const past = r.data.samples.map((s) => ({ t: s.at, q: s.waiting, a: s.admitted_last_minute }));
+    const own = history.get(id) || [];
+    const firstOwn = own.length ? own[0].t : Infinity;
+    history.set(id, past.filter((p) => p.t < firstOwn).concat(own));
+    const c = cards.get(id);
+    const e = events.find((x) => x.event_id === id);
+    if (c && e) updateCard(c, e);
+  }
+
+  function addRecordActions(c, id) {
+    const csv = node('button', 'button small quiet csv');
+    csv.type = 'button';
+    csv.dataset.i18n = 'csv';
+    csv.textContent = t('csv');
+    csv.addEventListener('click', () => downloadCsv(id));
+    c.root.querySelector('.card-actions').append(csv);
+  }
+
+  // The export needs the token, which a plain link cannot carry: fetch it, then hand the
+  // browser the file.
+  async function downloadCsv(id) {
+    let res;
+    try {
+      res = await fetch('/api/v1/admin/events/' + encodeURIComponent(id) + '/history.csv',
+        { headers: { authorization: 'Bearer ' + token }, cache: 'no-store' });
+    } catch (_) { toast(t('unreachable')); return; }
+    if (!res.ok) { toast(t('unreachable')); return; }
+    const url = URL.createObjectURL(await res.blob());
+    const a = node('a');
+    a.href = url;
+    a.download = 'history-' + id + '.csv';
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10000);
+  }
+
+  el('range').addEventListener('change', () => {
+    HISTORY_MS = Number(el('range').value) * 60 * 1000;
+    for (const id of cards.keys()) loadHistory(id);
+    render();
+  });
+
+  let auditBusy = false;
+  async function refreshAudit() {
+    if (auditBusy) return;
+    auditBusy = true;
+    const r = await api('GET', '/api/v1/admin/audit?limit=20', { token });
+    auditBusy = false;
+    if (!r.ok || !Array.isArray(r.data)) return;
+    const list = el('audit-list');
+    list.replaceChildren(...r.data.map(auditItem));
+    show('audit-empty', r.data.length === 0);
+  }
+
+  const ACTION_KEY = { create: 'aCreate', update: 'aUpdate', pause: 'aPause', resume: 'aResume', clear: 'aClear', delete: 'aDelete', invites: 'aInvites' };
+
+  function auditItem(x) {
+    const li = node('li');
+    const when = new Date(x.at);
+    const sameDay = when.toDateString() === new Date().toDateString();
+    const time = node('time', 'muted', sameDay ? when.toLocaleTimeString(WR.locale()) : when.toLocaleString(WR.locale()));
+    time.dateTime = when.toISOString();
+    const what = node('span', 'audit-what');
+    const strong = node('strong', '', x.event_id);
+    what.append(strong, ' ' + t(ACTION_KEY[x.action] || x.action));
+    li.append(time, what);
+    let detail = '';
+    if (x.action === 'update') {
+      detail = (x.changes || []).map((c) => c.field + ': ' + JSON.stringify(c.old) + ' → ' + JSON.stringify(c.new)).join(', ');
+    } else if (x.action === 'clear') {
+      detail = t('nCleared', { n: WR.num(x.count || 0) });
+    } else if (x.action === 'invites') {
+      detail = t('nInvites', { n: WR.num(x.count || 0) });
+    }
+    if (detail) li.append(node('span', 'audit-detail', detail));
+    if (x.client) li.append(node('span', 'muted audit-client', t('from', { c: x.client })));
+    li.dataset.action = x.action;
+    return li;
+  }
+
+  WR.setup(TEXT, () => { if (token) { render(); refreshAudit(); } showDefaults(); preview(); });
   signedIn(!!token);
 })();

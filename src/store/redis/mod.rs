@@ -159,6 +159,8 @@ struct Inner {
     /// Random per process: the lease holder's name and the origin of relayed notices.
     node_id: String,
     events_key: String,
+    /// The admin audit list, shared by every node (newest first, capped).
+    audit_key: String,
     channel: String,
     /// Opened on first use, in the runtime of that use (tests build a store outside any
     /// runtime, and the connection's driver task must live in the one that uses it).
@@ -194,6 +196,7 @@ impl RedisStore {
                 options,
                 node_id: format!("{:032x}", crate::tokens::random_u128()),
                 events_key: format!("{prefix}:events"),
+                audit_key: format!("{prefix}:audit"),
                 channel: format!("{prefix}:notices"),
                 conn: OnceCell::new(),
                 notices: broadcast::channel(NOTICE_BUFFER).0,
@@ -762,6 +765,40 @@ impl Store for RedisStore {
             )
             .await?;
         Ok(set.is_some())
+    }
+
+    async fn append_audit(&self, entry: &str, keep: usize) -> StoreResult<()> {
+        let s = &self.inner;
+        let mut conn = s.connection().await?;
+        // One transaction: the list never holds more than `keep` for any reader.
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("LPUSH")
+            .arg(&s.audit_key)
+            .arg(entry)
+            .ignore()
+            .cmd("LTRIM")
+            .arg(&s.audit_key)
+            .arg(0)
+            .arg(keep.max(1) as i64 - 1)
+            .ignore();
+        s.bounded(pipe.query_async::<()>(&mut conn)).await
+    }
+
+    async fn audit_entries(&self, limit: usize) -> StoreResult<Vec<String>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let s = &self.inner;
+        let mut conn = s.connection().await?;
+        s.bounded(
+            redis::cmd("LRANGE")
+                .arg(&s.audit_key)
+                .arg(0)
+                .arg(limit as i64 - 1)
+                .query_async(&mut conn),
+        )
+        .await
     }
 
     async fn event_ids(&self) -> StoreResult<Vec<String>> {
