@@ -400,3 +400,75 @@ mod same_as_embedded {
         });
     }
 }
+
+/// The memory gauges: Redis's own estimate of an event's keys, which grows with its queue
+/// and is sampled by the background task into `waitroom_store_memory_bytes`; the embedded
+/// store does not tell, and its sampling task ends at once.
+#[tokio::test]
+async fn memory_use_per_event_is_sampled_into_a_gauge() {
+    for store in [standalone(), cluster()] {
+        make_event(&store, "mem", serde_json::json!({"max_active": 1})).await;
+        let small = store.memory_usage("mem").await.unwrap().unwrap();
+        assert!(small > 0, "an event's settings take room");
+        for i in 0..300 {
+            join(&store, "mem", Some(&format!("user-{i}")), T0).await;
+        }
+        let big = store.memory_usage("mem").await.unwrap().unwrap();
+        assert!(
+            big > small + 300 * 16,
+            "300 places take room: {small} -> {big}"
+        );
+        assert!(matches!(
+            store.memory_usage("no such id!").await,
+            Err(waitroom::store::StoreError::Queue(_))
+        ));
+    }
+
+    // The task, on a store of its own (a prefix of its own: its event is the only one).
+    let metrics = waitroom::telemetry::prometheus();
+    let store = standalone();
+    make_event(&store, "mem-gauge", serde_json::json!({})).await;
+    join(&store, "mem-gauge", None, T0).await;
+    let expected = store.memory_usage("mem-gauge").await.unwrap().unwrap();
+    let (tx, stop) = waitroom::tasks::stop_channel();
+    let task = tokio::spawn(waitroom::background::sample_store_memory(
+        store.clone(),
+        Duration::from_millis(50),
+        stop,
+    ));
+    let gauge = |text: &str| {
+        text.lines()
+            .find(|l| l.starts_with("waitroom_store_memory_bytes{event=\"mem-gauge\"}"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while gauge(&metrics.render()).is_none() {
+        assert!(std::time::Instant::now() < deadline, "no gauge was set");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(gauge(&metrics.render()), Some(expected as f64));
+    tx.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the task stops")
+        .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let embedded: Arc<dyn Store> = Arc::new(
+        waitroom::store::embedded::EmbeddedStore::open(
+            dir.path(),
+            waitroom::config::Durability::Relaxed,
+            T0,
+        )
+        .unwrap(),
+    );
+    make_event(&embedded, "mem", serde_json::json!({})).await;
+    assert_eq!(embedded.memory_usage("mem").await.unwrap(), None);
+    let (_tx, stop) = waitroom::tasks::stop_channel();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        waitroom::background::sample_store_memory(embedded, Duration::from_secs(3600), stop),
+    )
+    .await
+    .expect("a backend that does not tell ends the sampling at its first answer");
+}

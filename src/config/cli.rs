@@ -1,4 +1,4 @@
-//! The command line: `waitroom [serve] [FLAGS]`. The settings' flags are the fields of
+//! The command line: `waitroom [serve|healthcheck] [FLAGS]`. The settings' flags are the fields of
 //! [`Layered`] (the same struct every layer fills); this module adds what only the command
 //! line has: the subcommand, `--config`, and the `--demo` / `--no-demo` pair.
 
@@ -29,13 +29,17 @@ pub struct Cli {
 pub enum Command {
     /// Start the server (the default when no subcommand is given).
     Serve(ServeArgs),
+    /// Ask the server that `serve` with the same settings runs whether it is up (GET
+    /// /healthz on its listening address); exit 0 when it answers 200, 1 otherwise. For
+    /// container health checks: the image needs no curl.
+    Healthcheck(ServeArgs),
 }
 
 impl Cli {
     /// The flags of the `serve` command, however it was spelled.
     pub fn serve_args(&self) -> &ServeArgs {
         match &self.command {
-            Some(Command::Serve(a)) => a,
+            Some(Command::Serve(a)) | Some(Command::Healthcheck(a)) => a,
             None => &self.serve,
         }
     }

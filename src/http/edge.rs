@@ -20,6 +20,9 @@
 //! - **failures in the log**: a 5xx answer is logged at `ERROR` as `response failed`, as
 //!   tower-http's trace layer did at the default log level (its per-request span and debug
 //!   events are added around this layer only when debug logging is on).
+//! - **tracing** (only when tracing export is on, see [`crate::telemetry::otel`]): the
+//!   request runs in a span that continues its `traceparent`; off, there is no span and the
+//!   `traceparent` header is not even read.
 
 use std::any::Any;
 use std::cell::RefCell;
@@ -39,6 +42,7 @@ use futures_util::FutureExt as _;
 use metrics::{Counter, Histogram};
 
 use super::error::AppError;
+use crate::telemetry::otel;
 
 /// The layer; see the module documentation.
 #[derive(Clone)]
@@ -51,6 +55,8 @@ struct EdgeLimits {
     request_timeout: Duration,
     /// Log server errors here (when tower-http's trace layer, which logs them, is off).
     log_failures: bool,
+    /// Tracing export is on: each request gets its span (see `Edge::call_traced`).
+    trace_requests: bool,
 }
 
 impl EdgeLayer {
@@ -61,6 +67,7 @@ impl EdgeLayer {
                 max_body_bytes: max_body_bytes as u64,
                 request_timeout,
                 log_failures,
+                trace_requests: crate::telemetry::otel::enabled(),
             }),
         }
     }
@@ -100,6 +107,43 @@ where
     }
 
     fn call(&mut self, req: Request) -> EdgeFuture {
+        if self.limits.trace_requests {
+            return self.call_traced(req);
+        }
+        self.serve(req)
+    }
+}
+
+impl<S> Edge<S>
+where
+    S: tower::Service<Request, Response = Response, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    /// With tracing export on: the request runs in its span (which continues the request's
+    /// `traceparent`), so its log lines and error bodies carry the trace id. Off, `call`
+    /// goes straight to `serve`: no span, no header parsing, nothing allocated.
+    fn call_traced(&mut self, req: Request) -> EdgeFuture {
+        use tracing::Instrument as _;
+        let route = req
+            .extensions()
+            .get::<MatchedPath>()
+            .map_or("unmatched", MatchedPath::as_str);
+        let span = otel::request_span(method_label(req.method()), route, req.headers());
+        let served = span.in_scope(|| self.serve(req));
+        let recorded = span.clone();
+        Box::pin(
+            async move {
+                let res = served.await;
+                if let Ok(r) = &res {
+                    otel::record_status(&recorded, r.status().as_u16());
+                }
+                res
+            }
+            .instrument(span),
+        )
+    }
+
+    fn serve(&mut self, req: Request) -> EdgeFuture {
         let start = Instant::now();
         let route = req.extensions().get::<MatchedPath>().cloned();
         let method = method_label(req.method());
