@@ -59,31 +59,47 @@ pub fn start(
     );
     tasks.spawn(
         STORE_MEMORY,
-        sample_store_memory(store.clone(), STORE_MEMORY_EVERY, stop.clone()),
+        sample_store_memory(
+            store.clone(),
+            store.subscribe(),
+            STORE_MEMORY_EVERY,
+            stop.clone(),
+        ),
     );
     tasks.spawn(GAUGES, forget_deleted_events(store.subscribe(), stop));
     tasks
 }
 
 /// Sets `waitroom_store_memory_bytes` of every event from the store's own estimate, every
-/// `every` (the first time at once), until `stop`. A backend that does not tell
-/// ([`Store::memory_usage`] answers `None`, as the embedded store does) ends the task at its
-/// first answer. A failed sample keeps the last figures and is tried again next time.
-pub async fn sample_store_memory(store: Arc<dyn Store>, every: Duration, mut stop: Stop) {
+/// `every` (the first time at once), and of an event as soon as it is created or its
+/// settings change (so a new event shows on dashboards at once; admin changes are rare),
+/// until `stop`. A backend that does not tell ([`Store::memory_usage`] answers `None`, as
+/// the embedded store does) ends the task at its first answer. A failed sample keeps the
+/// last figure and is tried again next time.
+pub async fn sample_store_memory(
+    store: Arc<dyn Store>,
+    mut notices: broadcast::Receiver<Notice>,
+    every: Duration,
+    mut stop: Stop,
+) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::select! {
+        let ids = tokio::select! {
             biased;
             _ = stopped(&mut stop) => break,
-            _ = tick.tick() => {}
-        }
-        let ids = match store.event_ids().await {
-            Ok(ids) => ids,
-            Err(e) => {
-                tracing::debug!(error = %e, "store memory sample skipped");
-                continue;
-            }
+            _ = tick.tick() => match store.event_ids().await {
+                Ok(ids) => ids,
+                Err(e) => {
+                    tracing::debug!(error = %e, "store memory sample skipped");
+                    continue;
+                }
+            },
+            r = notices.recv() => match r {
+                Ok(Notice::EventChanged { event_id }) => vec![event_id.to_string()],
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => break,
+            },
         };
         for id in ids {
             match store.memory_usage(&id).await {

@@ -16,6 +16,18 @@ async fn main() -> ExitCode {
     use clap::Parser as _;
     // clap prints usage and exits with status 2 on a malformed command line.
     let cli = Cli::parse();
+    if let Some(Command::Keygen { dir }) = &cli.command {
+        return match waitroom::tokens::load_or_generate_key(None, dir) {
+            Ok(_) => {
+                println!("{}", dir.join("signing-key.pem").display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("waitroom: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let settings = match Settings::load(cli.serve_args()) {
         Ok(s) => s,
         Err(e) => {

@@ -433,20 +433,35 @@ async fn memory_use_per_event_is_sampled_into_a_gauge() {
     let (tx, stop) = waitroom::tasks::stop_channel();
     let task = tokio::spawn(waitroom::background::sample_store_memory(
         store.clone(),
-        Duration::from_millis(50),
+        store.subscribe(),
+        Duration::from_secs(3600),
         stop,
     ));
-    let gauge = |text: &str| {
+    let gauge = |event: &str| {
+        let text = metrics.render();
+        let series = format!("waitroom_store_memory_bytes{{event=\"{event}\"}} ");
         text.lines()
-            .find(|l| l.starts_with("waitroom_store_memory_bytes{event=\"mem-gauge\"}"))
-            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .find_map(|l| l.strip_prefix(&series)?.parse::<f64>().ok())
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while gauge(&metrics.render()).is_none() {
-        assert!(std::time::Instant::now() < deadline, "no gauge was set");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(gauge(&metrics.render()), Some(expected as f64));
+    let until_set = |event: &'static str| async move {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(v) = gauge(event) {
+                return v;
+            }
+            assert!(std::time::Instant::now() < deadline, "no gauge for {event}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    // The first round, at once.
+    assert_eq!(until_set("mem-gauge").await, expected as f64);
+    // An event created later is sampled on its creation, not an hour later.
+    make_event(&store, "mem-new", serde_json::json!({})).await;
+    let new = until_set("mem-new").await;
+    assert_eq!(
+        new,
+        store.memory_usage("mem-new").await.unwrap().unwrap() as f64
+    );
     tx.send(true).unwrap();
     tokio::time::timeout(Duration::from_secs(5), task)
         .await
@@ -465,9 +480,15 @@ async fn memory_use_per_event_is_sampled_into_a_gauge() {
     make_event(&embedded, "mem", serde_json::json!({})).await;
     assert_eq!(embedded.memory_usage("mem").await.unwrap(), None);
     let (_tx, stop) = waitroom::tasks::stop_channel();
+    let notices = embedded.subscribe();
     tokio::time::timeout(
         Duration::from_secs(5),
-        waitroom::background::sample_store_memory(embedded, Duration::from_secs(3600), stop),
+        waitroom::background::sample_store_memory(
+            embedded,
+            notices,
+            Duration::from_secs(3600),
+            stop,
+        ),
     )
     .await
     .expect("a backend that does not tell ends the sampling at its first answer");

@@ -315,6 +315,55 @@ mod tests {
         app.clone().oneshot(req).await.unwrap().status()
     }
 
+    /// Counts the spans made while it is the thread's subscriber.
+    struct CountSpans(Arc<std::sync::atomic::AtomicUsize>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for CountSpans {
+        fn on_new_span(
+            &self,
+            _: &tracing::span::Attributes<'_>,
+            _: &tracing::span::Id,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// The request path of the default setting (no tracing export) makes no span, even for
+    /// a request that brings a `traceparent`: the per-request span stays gone (see
+    /// PERFORMANCE.md, "Middleware"). With export on, the same request makes one.
+    #[tokio::test]
+    async fn without_tracing_export_a_request_makes_no_span() {
+        use tracing_subscriber::layer::SubscriberExt as _;
+        let spans = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let subscriber = tracing_subscriber::registry().with(CountSpans(spans.clone()));
+        let _default = tracing::subscriber::set_default(subscriber);
+        let request = || {
+            axum::http::Request::builder()
+                .uri("/edge-span")
+                .header(
+                    "traceparent",
+                    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                )
+                .body(Body::empty())
+                .unwrap()
+        };
+        let route = Router::new().route("/edge-span", get(|| async { "ok" }));
+        assert!(!otel::enabled(), "no export in the unit tests");
+        let app = route
+            .clone()
+            .layer(EdgeLayer::new(16, Duration::from_secs(5), true));
+        let res = app.oneshot(request()).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(spans.load(std::sync::atomic::Ordering::Relaxed), 0);
+
+        let mut traced = EdgeLayer::new(16, Duration::from_secs(5), true);
+        Arc::get_mut(&mut traced.limits).unwrap().trace_requests = true;
+        let res = route.layer(traced).oneshot(request()).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(spans.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
+
     #[tokio::test]
     async fn every_answer_counts_in_its_own_series() {
         let metrics = crate::telemetry::prometheus();

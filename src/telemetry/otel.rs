@@ -143,7 +143,8 @@ pub fn request_span(method: &'static str, route: &str, headers: &HeaderMap) -> t
 
 /// Records the answer's status on a request span; a server error marks the span failed.
 pub fn record_status(span: &tracing::Span, status: u16) {
-    span.record("http.response.status_code", status);
+    // As an i64: the OpenTelemetry layer records unsigned values as text.
+    span.record("http.response.status_code", i64::from(status));
     if status >= 500 {
         span.record("otel.status_code", "ERROR");
     }
