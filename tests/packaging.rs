@@ -113,6 +113,9 @@ fn settings_in(text: &str, sep: char) -> Vec<(String, String)> {
 
 /// The settings load with exactly these variables set (as the unit or the container
 /// would run the binary).
+// `Jail::expect_with` takes closures returning `figment::Error`, which is large; the type is
+// figment's, not ours to box.
+#[allow(clippy::result_large_err)]
 fn assert_loads(what: &str, vars: &[(String, String)]) {
     figment::Jail::expect_with(|jail| {
         for (k, v) in vars {
