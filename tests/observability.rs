@@ -227,6 +227,50 @@ async fn a_traced_request_reaches_the_collector_with_the_callers_trace_id() {
     assert_eq!(collector.service_name().as_deref(), Some("waitroom"));
 }
 
+/// A collector that takes the connection and never answers holds up neither the requests
+/// nor the exit (which must stay under the 10 s a container runtime waits).
+#[tokio::test]
+async fn a_stuck_collector_holds_neither_requests_nor_the_exit() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let keep = held.clone();
+    tokio::spawn(async move {
+        while let Ok((conn, _)) = listener.accept().await {
+            keep.lock().unwrap().push(conn); // read nothing, answer nothing
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        dir.path(),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--no-demo",
+            "--admin-token",
+            ADMIN,
+        ],
+        &[
+            ("WAITROOM_OTLP_ENDPOINT", url.as_str()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+        ],
+    );
+    for _ in 0..20 {
+        let (status, body) = get(&server.url("/api/v1/events/nope"), None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert_eq!(body["error"]["trace_id"].as_str().map(str::len), Some(32));
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while held.lock().unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "no export was tried");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let started = Instant::now();
+    assert!(server.terminate(Duration::from_secs(10)).success());
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(8), "exit took {took:?}");
+}
+
 /// Without `otlp_endpoint` nothing is traced: error bodies keep their old shape.
 #[tokio::test]
 async fn without_export_error_bodies_have_no_trace_id() {

@@ -37,6 +37,11 @@ pub const REQUEST_TARGET: &str = "waitroom::request";
 /// tried): a stuck collector must not pile up spans in memory.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long the exit waits for the last spans to go out: with the server's own 5 s of
+/// shutdown grace it stays under the 10 s container runtimes wait before killing, even with
+/// a collector that does not answer.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// The process's tracer provider, once export is switched on.
 static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
 
@@ -58,11 +63,14 @@ pub struct Export {
 }
 
 impl Export {
-    /// Sends what is still batched and stops the exporter thread. The SDK blocks while it
-    /// waits, and the export it waits for runs on the runtime: so off the runtime's threads.
+    /// Sends what is still batched and stops the exporter thread, waiting at most
+    /// [`FLUSH_TIMEOUT`]. The SDK blocks while it waits, and the export it waits for runs on
+    /// the runtime: so off the runtime's threads.
     pub async fn shutdown(self) {
         let provider = self.provider;
-        let done = tokio::task::spawn_blocking(move || provider.shutdown()).await;
+        let done =
+            tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(FLUSH_TIMEOUT))
+                .await;
         if let Ok(Err(e)) = done {
             eprintln!("waitroom: flushing the trace export failed: {e}");
         }
