@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 #
 # waitroom in a container: built in a Rust image, run as a non-root user in a distroless
-# image (glibc and libgcc only: no shell, no package manager), about 30 MB.
+# image (glibc and libgcc only: no shell, no package manager).
 #
 #   docker build -t waitroom .
 #   docker run -p 8080:8080 -v waitroom-data:/var/lib/waitroom waitroom
