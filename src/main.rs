@@ -3,11 +3,12 @@
 //! library, so tests start the same server in-process.
 //!
 //! Exit codes: 0 after a clean shutdown, 2 for a malformed command line or invalid
-//! settings, 1 when the server cannot start or fails.
+//! settings, 1 when the server cannot start or fails. `waitroom healthcheck` exits 0 when
+//! the server with the same settings answers `/healthz`, 1 when it does not.
 
 use std::process::ExitCode;
 
-use waitroom::config::{Cli, Settings};
+use waitroom::config::{Cli, Command, Settings};
 use waitroom::{server, telemetry};
 
 #[tokio::main]
@@ -15,11 +16,45 @@ async fn main() -> ExitCode {
     use clap::Parser as _;
     // clap prints usage and exits with status 2 on a malformed command line.
     let cli = Cli::parse();
+    if let Some(Command::Keygen { dir }) = &cli.command {
+        return match waitroom::tokens::load_or_generate_key(None, dir) {
+            Ok(_) => {
+                println!("{}", dir.join("signing-key.pem").display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("waitroom: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let settings = match Settings::load(cli.serve_args()) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("waitroom: {e}");
             return ExitCode::from(2);
+        }
+    };
+    if matches!(cli.command, Some(Command::Healthcheck(_))) {
+        return match server::healthcheck(&settings.listen).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("waitroom: unhealthy: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    // Before logging, which adds the layer that turns request spans into exported ones.
+    let export = match settings
+        .otlp_endpoint
+        .as_deref()
+        .map(telemetry::otel::install)
+    {
+        None => None,
+        Some(Ok(export)) => Some(export),
+        Some(Err(e)) => {
+            eprintln!("waitroom: {e}");
+            return ExitCode::FAILURE;
         }
     };
     telemetry::init_logging(settings.log_format.as_str());
@@ -33,7 +68,12 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match server::run(settings, listener, shutdown).await {
+    let result = server::run(settings, listener, shutdown).await;
+    // The spans of the last requests are still batched: send them before exiting.
+    if let Some(export) = export {
+        export.shutdown().await;
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("waitroom: {e:#}");

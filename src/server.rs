@@ -590,6 +590,40 @@ fn lock_data_dir(data_dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
     Ok(file)
 }
 
+/// How long `waitroom healthcheck` waits for the answer: container runtimes run it every
+/// few seconds and expect it to end well before the next.
+const HEALTHCHECK_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// `waitroom healthcheck`: `GET /healthz` on the address the server with these settings
+/// listens on (an unspecified address such as `0.0.0.0` is asked on loopback). `Ok` for a
+/// 200, otherwise why not.
+pub async fn healthcheck(listen: &str) -> Result<(), String> {
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+    let target = match listen.parse::<std::net::SocketAddr>() {
+        Ok(a) if a.ip().is_unspecified() => {
+            let ip: IpAddr = if a.is_ipv4() {
+                std::net::Ipv4Addr::LOCALHOST.into()
+            } else {
+                std::net::Ipv6Addr::LOCALHOST.into()
+            };
+            std::net::SocketAddr::new(ip, a.port()).to_string()
+        }
+        Ok(a) => a.to_string(),
+        Err(_) => listen.to_string(),
+    };
+    let url = format!("http://{target}/healthz");
+    let uri: axum::http::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
+    let client = Client::builder(TokioExecutor::new()).build_http::<axum::body::Body>();
+    let asked = tokio::time::timeout(HEALTHCHECK_TIMEOUT, client.get(uri)).await;
+    match asked {
+        Err(_) => Err(format!("{url} did not answer in {HEALTHCHECK_TIMEOUT:?}")),
+        Ok(Err(e)) => Err(format!("{url}: {e}")),
+        Ok(Ok(res)) if res.status().is_success() => Ok(()),
+        Ok(Ok(res)) => Err(format!("{url} answered {}", res.status())),
+    }
+}
+
 /// Resolves on SIGTERM or SIGINT (Ctrl-C).
 ///
 /// Not an `async fn`: the handlers are installed when this is called, not when the future

@@ -11,6 +11,8 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::core::{Effect, EndReason, EventFigures};
 
+pub mod otel;
+
 /// Installs the Prometheus recorder once per process and answers its handle. Later calls
 /// (several servers in one test process) share the first recorder.
 pub fn prometheus() -> PrometheusHandle {
@@ -82,8 +84,18 @@ pub fn record_gauges<'a>(events: impl IntoIterator<Item = (&'a str, &'a EventFig
 
 /// Sets up `tracing` output: human-readable by default, JSON lines with `json`.
 pub fn init_logging(format: &str) {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    if otel::enabled() {
+        // Request spans are what tracing export sends: a quieter log level keeps them.
+        filter = filter.add_directive(
+            format!("{}=info", otel::REQUEST_TARGET)
+                .parse()
+                .expect("a valid directive"),
+        );
+    }
     // Colour codes only for a person at a terminal: in a file or a log collector they are
     // noise around every field.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -91,12 +103,28 @@ pub fn init_logging(format: &str) {
         .with_env_filter(filter)
         .with_ansi(ansi)
         .with_writer(std::io::stderr);
+    // With export on, the OpenTelemetry layer turns request spans into exported spans (and
+    // the log lines within them into their events).
     let _ = if format == "json" {
-        builder.json().flatten_event(true).try_init()
+        builder
+            .json()
+            .flatten_event(true)
+            .finish()
+            .with(otel::layer())
+            .try_init()
     } else {
-        builder.try_init()
+        builder.finish().with(otel::layer()).try_init()
     };
 }
+
+/// Sets the gauge of the bytes the store spends on one event (Redis only; see
+/// [`crate::background::sample_store_memory`]).
+pub fn record_store_memory(event_id: &str, bytes: u64) {
+    metrics::gauge!(STORE_MEMORY, "event" => event_id.to_string()).set(bytes as f64);
+}
+
+/// The gauge of [`record_store_memory`].
+pub const STORE_MEMORY: &str = "waitroom_store_memory_bytes";
 
 /// Zeroes the gauges of a deleted event, so a scrape does not keep reporting its last
 /// figures. A scrape only refreshes the events that exist, so nothing else would: every
@@ -107,6 +135,7 @@ pub fn forget_event(event_id: &str) {
         "waitroom_admitted",
         "waitroom_active",
         "waitroom_capacity",
+        STORE_MEMORY,
     ] {
         metrics::gauge!(name, "event" => event_id.to_string()).set(0.0);
     }

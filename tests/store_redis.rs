@@ -412,3 +412,96 @@ async fn the_audit_list_is_shared_by_every_node() {
     assert_eq!(a.audit_entries(10).await.unwrap(), ["from-b", "from-a"]);
     assert_eq!(b.audit_entries(10).await.unwrap(), ["from-b", "from-a"]);
 }
+
+/// The memory gauges: Redis's own estimate of an event's keys, which grows with its queue
+/// and is sampled by the background task into `waitroom_store_memory_bytes`; the embedded
+/// store does not tell, and its sampling task ends at once.
+#[tokio::test]
+async fn memory_use_per_event_is_sampled_into_a_gauge() {
+    for store in [standalone(), cluster()] {
+        make_event(&store, "mem", serde_json::json!({"max_active": 1})).await;
+        let small = store.memory_usage("mem").await.unwrap().unwrap();
+        assert!(small > 0, "an event's settings take room");
+        for i in 0..300 {
+            join(&store, "mem", Some(&format!("user-{i}")), T0).await;
+        }
+        let big = store.memory_usage("mem").await.unwrap().unwrap();
+        assert!(
+            big > small + 300 * 16,
+            "300 places take room: {small} -> {big}"
+        );
+        assert!(matches!(
+            store.memory_usage("no such id!").await,
+            Err(waitroom::store::StoreError::Queue(_))
+        ));
+    }
+
+    // The task, on a store of its own (a prefix of its own: its event is the only one).
+    let metrics = waitroom::telemetry::prometheus();
+    let store = standalone();
+    make_event(&store, "mem-gauge", serde_json::json!({})).await;
+    join(&store, "mem-gauge", None, T0).await;
+    let expected = store.memory_usage("mem-gauge").await.unwrap().unwrap();
+    let (tx, stop) = waitroom::tasks::stop_channel();
+    let task = tokio::spawn(waitroom::background::sample_store_memory(
+        store.clone(),
+        store.subscribe(),
+        Duration::from_secs(3600),
+        stop,
+    ));
+    let gauge = |event: &str| {
+        let text = metrics.render();
+        let series = format!("waitroom_store_memory_bytes{{event=\"{event}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&series)?.parse::<f64>().ok())
+    };
+    let until_set = |event: &'static str| async move {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(v) = gauge(event) {
+                return v;
+            }
+            assert!(std::time::Instant::now() < deadline, "no gauge for {event}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    // The first round, at once.
+    assert_eq!(until_set("mem-gauge").await, expected as f64);
+    // An event created later is sampled on its creation, not an hour later.
+    make_event(&store, "mem-new", serde_json::json!({})).await;
+    let new = until_set("mem-new").await;
+    assert_eq!(
+        new,
+        store.memory_usage("mem-new").await.unwrap().unwrap() as f64
+    );
+    tx.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the task stops")
+        .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let embedded: Arc<dyn Store> = Arc::new(
+        waitroom::store::embedded::EmbeddedStore::open(
+            dir.path(),
+            waitroom::config::Durability::Relaxed,
+            T0,
+        )
+        .unwrap(),
+    );
+    make_event(&embedded, "mem", serde_json::json!({})).await;
+    assert_eq!(embedded.memory_usage("mem").await.unwrap(), None);
+    let (_tx, stop) = waitroom::tasks::stop_channel();
+    let notices = embedded.subscribe();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        waitroom::background::sample_store_memory(
+            embedded,
+            notices,
+            Duration::from_secs(3600),
+            stop,
+        ),
+    )
+    .await
+    .expect("a backend that does not tell ends the sampling at its first answer");
+}

@@ -1,4 +1,4 @@
-//! The command line: `waitroom [serve] [FLAGS]`. The settings' flags are the fields of
+//! The command line: `waitroom [serve|healthcheck|keygen] [FLAGS]`. The settings' flags are the fields of
 //! [`Layered`] (the same struct every layer fills); this module adds what only the command
 //! line has: the subcommand, `--config`, and the `--demo` / `--no-demo` pair.
 
@@ -29,14 +29,25 @@ pub struct Cli {
 pub enum Command {
     /// Start the server (the default when no subcommand is given).
     Serve(ServeArgs),
+    /// Ask the server that `serve` with the same settings runs whether it is up (GET
+    /// /healthz on its listening address); exit 0 when it answers 200, 1 otherwise. For
+    /// container health checks: the image needs no curl.
+    Healthcheck(ServeArgs),
+    /// Write a new Ed25519 signing key to DIR/signing-key.pem (mode 0600) and print its
+    /// path; an existing key there is kept. For nodes that must share one key (Redis).
+    Keygen {
+        /// Directory of the key file (created when missing).
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
 }
 
 impl Cli {
     /// The flags of the `serve` command, however it was spelled.
     pub fn serve_args(&self) -> &ServeArgs {
         match &self.command {
-            Some(Command::Serve(a)) => a,
-            None => &self.serve,
+            Some(Command::Serve(a)) | Some(Command::Healthcheck(a)) => a,
+            Some(Command::Keygen { .. }) | None => &self.serve,
         }
     }
 }

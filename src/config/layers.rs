@@ -44,6 +44,7 @@ const ENV_KEYS: &[&str] = &[
     "max_connections",
     "max_connections_per_client",
     "repair",
+    "otlp_endpoint",
 ];
 
 /// One layer of settings: the TOML file, the environment or the flags. The same names in
@@ -165,6 +166,10 @@ pub struct Layered {
         deserialize_with = "lenient_u64"
     )]
     pub max_connections_per_client: Option<u64>,
+    /// Export request traces over OTLP/HTTP to the OpenTelemetry collector at this base URL (`http://host:4318`; spans go to `/v1/traces`); an incoming `traceparent` continues its trace. Off when unset. [env: WAITROOM_OTLP_ENDPOINT] [default: off]
+    #[arg(long, value_name = "URL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp_endpoint: Option<String>,
 }
 
 fn parse_on_off(s: &str) -> Result<bool, String> {
@@ -347,6 +352,7 @@ mod tests {
             max_connections: Some(1),
             max_connections_per_client: Some(1),
             repair: Some(true),
+            otlp_endpoint: Some(String::new()),
         };
         let dict = Serialized::defaults(full).data().unwrap();
         let mut keys: Vec<&str> = dict[&Profile::Default].keys().map(String::as_str).collect();

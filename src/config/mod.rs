@@ -28,6 +28,7 @@
 //! trusted_proxies = ["10.0.0.0/8"]
 //! joins_per_minute = 30
 //! repair = false
+//! otlp_endpoint = "http://127.0.0.1:4318"
 //! ```
 
 use std::path::PathBuf;
@@ -92,6 +93,8 @@ pub struct Settings {
     pub connections: ConnectionSettings,
     /// Start on a damaged journal or a lost signing key instead of refusing (API.md "Running").
     pub repair: bool,
+    /// The OpenTelemetry collector's base URL (`http://host:port`); `None`: no tracing export.
+    pub otlp_endpoint: Option<String>,
 }
 
 impl Default for Settings {
@@ -109,6 +112,7 @@ impl Default for Settings {
             rate_limits: RateLimitSettings::default(),
             connections: ConnectionSettings::default(),
             repair: false,
+            otlp_endpoint: None,
         }
     }
 }
@@ -218,6 +222,10 @@ impl Settings {
                 return Err(invalid("signing_key", "must not be empty"));
             }
         }
+        let otlp_endpoint = match l.otlp_endpoint.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(url) => Some(check_otlp_endpoint(url).map_err(|r| invalid("otlp_endpoint", r))?),
+        };
         let demo = l.demo.unwrap_or(store.is_embedded());
         Ok(Settings {
             listen,
@@ -231,8 +239,33 @@ impl Settings {
             rate_limits,
             connections,
             repair: l.repair.unwrap_or(d.repair),
+            otlp_endpoint,
         })
     }
+}
+
+/// An OTLP/HTTP collector's base URL: `http://host[:port][/path]`. Plain HTTP only: no TLS
+/// client is built in, so traces go to a collector or agent on the host or a private network.
+fn check_otlp_endpoint(url: &str) -> Result<String, String> {
+    let uri: axum::http::Uri = url
+        .parse()
+        .map_err(|e| format!("`{url}` is not a URL ({e})"))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err(
+                "https is not supported: send traces to a local collector over http://".into(),
+            )
+        }
+        _ => return Err(format!("`{url}` must start with http://")),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("`{url}` names no host"));
+    }
+    if uri.query().is_some() {
+        return Err(format!("`{url}` must not have a query"));
+    }
+    Ok(url.trim_end_matches('/').to_string())
 }
 
 /// The limits and connection settings, each checked against a sane range.
@@ -520,6 +553,39 @@ mod tests {
             ] {
                 let err = load(args).expect_err(&format!("{args:?} accepted"));
                 assert!(err.contains(needle), "{args:?}: {err}");
+            }
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn tracing_export_is_off_unless_a_collector_is_named() {
+        Jail::expect_with(|jail| {
+            assert_eq!(load(&[]).unwrap().otlp_endpoint, None);
+            jail.set_env("WAITROOM_OTLP_ENDPOINT", "");
+            assert_eq!(load(&[]).unwrap().otlp_endpoint, None, "empty is unset");
+            jail.set_env("WAITROOM_OTLP_ENDPOINT", "http://collector:4318/");
+            assert_eq!(
+                load(&[]).unwrap().otlp_endpoint.as_deref(),
+                Some("http://collector:4318")
+            );
+            let s = load(&["--otlp-endpoint", "http://127.0.0.1:4318"]).unwrap();
+            assert_eq!(s.otlp_endpoint.as_deref(), Some("http://127.0.0.1:4318"));
+            jail.create_file("t.toml", "otlp_endpoint = \"http://otel:4318\"")?;
+            jail.set_env("WAITROOM_OTLP_ENDPOINT", "");
+            let s = load(&["--config", "t.toml"]).unwrap();
+            assert_eq!(s.otlp_endpoint.as_deref(), Some("http://otel:4318"));
+            for (url, needle) in [
+                ("https://otel:4318", "https"),
+                ("otel:4318", "http://"),
+                ("http://", "otlp_endpoint"),
+                ("http://otel:4318/?a=b", "query"),
+            ] {
+                let err = load(&["--otlp-endpoint", url]).expect_err(url);
+                assert!(
+                    err.contains("otlp_endpoint") && err.contains(needle),
+                    "{url}: {err}"
+                );
             }
             Ok(())
         });

@@ -20,6 +20,9 @@
 //! - **failures in the log**: a 5xx answer is logged at `ERROR` as `response failed`, as
 //!   tower-http's trace layer did at the default log level (its per-request span and debug
 //!   events are added around this layer only when debug logging is on).
+//! - **tracing** (only when tracing export is on, see [`crate::telemetry::otel`]): the
+//!   request runs in a span that continues its `traceparent`; off, there is no span and the
+//!   `traceparent` header is not even read.
 
 use std::any::Any;
 use std::cell::RefCell;
@@ -39,6 +42,7 @@ use futures_util::FutureExt as _;
 use metrics::{Counter, Histogram};
 
 use super::error::AppError;
+use crate::telemetry::otel;
 
 /// The layer; see the module documentation.
 #[derive(Clone)]
@@ -51,6 +55,8 @@ struct EdgeLimits {
     request_timeout: Duration,
     /// Log server errors here (when tower-http's trace layer, which logs them, is off).
     log_failures: bool,
+    /// Tracing export is on: each request gets its span (see `Edge::call_traced`).
+    trace_requests: bool,
 }
 
 impl EdgeLayer {
@@ -61,6 +67,7 @@ impl EdgeLayer {
                 max_body_bytes: max_body_bytes as u64,
                 request_timeout,
                 log_failures,
+                trace_requests: crate::telemetry::otel::enabled(),
             }),
         }
     }
@@ -100,6 +107,43 @@ where
     }
 
     fn call(&mut self, req: Request) -> EdgeFuture {
+        if self.limits.trace_requests {
+            return self.call_traced(req);
+        }
+        self.serve(req)
+    }
+}
+
+impl<S> Edge<S>
+where
+    S: tower::Service<Request, Response = Response, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    /// With tracing export on: the request runs in its span (which continues the request's
+    /// `traceparent`), so its log lines and error bodies carry the trace id. Off, `call`
+    /// goes straight to `serve`: no span, no header parsing, nothing allocated.
+    fn call_traced(&mut self, req: Request) -> EdgeFuture {
+        use tracing::Instrument as _;
+        let route = req
+            .extensions()
+            .get::<MatchedPath>()
+            .map_or("unmatched", MatchedPath::as_str);
+        let span = otel::request_span(method_label(req.method()), route, req.headers());
+        let served = span.in_scope(|| self.serve(req));
+        let recorded = span.clone();
+        Box::pin(
+            async move {
+                let res = served.await;
+                if let Ok(r) = &res {
+                    otel::record_status(&recorded, r.status().as_u16());
+                }
+                res
+            }
+            .instrument(span),
+        )
+    }
+
+    fn serve(&mut self, req: Request) -> EdgeFuture {
         let start = Instant::now();
         let route = req.extensions().get::<MatchedPath>().cloned();
         let method = method_label(req.method());
@@ -269,6 +313,55 @@ mod tests {
             .body(Body::from(body))
             .unwrap();
         app.clone().oneshot(req).await.unwrap().status()
+    }
+
+    /// Counts the spans made while it is the thread's subscriber.
+    struct CountSpans(Arc<std::sync::atomic::AtomicUsize>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for CountSpans {
+        fn on_new_span(
+            &self,
+            _: &tracing::span::Attributes<'_>,
+            _: &tracing::span::Id,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// The request path of the default setting (no tracing export) makes no span, even for
+    /// a request that brings a `traceparent`: the per-request span stays gone (see
+    /// PERFORMANCE.md, "Middleware"). With export on, the same request makes one.
+    #[tokio::test]
+    async fn without_tracing_export_a_request_makes_no_span() {
+        use tracing_subscriber::layer::SubscriberExt as _;
+        let spans = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let subscriber = tracing_subscriber::registry().with(CountSpans(spans.clone()));
+        let _default = tracing::subscriber::set_default(subscriber);
+        let request = || {
+            axum::http::Request::builder()
+                .uri("/edge-span")
+                .header(
+                    "traceparent",
+                    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                )
+                .body(Body::empty())
+                .unwrap()
+        };
+        let route = Router::new().route("/edge-span", get(|| async { "ok" }));
+        assert!(!otel::enabled(), "no export in the unit tests");
+        let app = route
+            .clone()
+            .layer(EdgeLayer::new(16, Duration::from_secs(5), true));
+        let res = app.oneshot(request()).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(spans.load(std::sync::atomic::Ordering::Relaxed), 0);
+
+        let mut traced = EdgeLayer::new(16, Duration::from_secs(5), true);
+        Arc::get_mut(&mut traced.limits).unwrap().trace_requests = true;
+        let res = route.layer(traced).oneshot(request()).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(spans.load(std::sync::atomic::Ordering::Relaxed), 1);
     }
 
     #[tokio::test]

@@ -282,6 +282,10 @@ pub struct ErrorDetail<'a> {
     pub message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub challenge: Option<&'a Challenge>,
+    /// The request's trace id (32 hex digits), only when tracing export is on: what an
+    /// operator searches the traces and logs for when a user reports this error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 impl IntoResponse for AppError {
@@ -301,6 +305,7 @@ impl IntoResponse for AppError {
                 code: self.code(),
                 message: self.to_string(),
                 challenge,
+                trace_id: crate::telemetry::otel::current_trace_id(),
             },
         };
         let mut res = (status, axum::Json(body)).into_response();

@@ -337,6 +337,11 @@ impl Store for FaultStore {
         self.inner.subscribe()
     }
 
+    /// Not gated: only the memory gauges ask, and no test injects faults into them.
+    async fn memory_usage(&self, event_id: &str) -> StoreResult<Option<u64>> {
+        self.inner.memory_usage(event_id).await
+    }
+
     async fn close(&self) -> StoreResult<()> {
         self.gate(Op::Close).await?;
         self.inner.close().await

@@ -288,4 +288,12 @@ pub trait Store: Send + Sync + 'static {
     async fn close(&self) -> StoreResult<()> {
         Ok(())
     }
+
+    /// Bytes the backend spends on one event's data, as the backend itself estimates them,
+    /// for the `waitroom_store_memory_bytes` gauge. `None`: this backend does not tell (the
+    /// embedded store shares one process heap and one journal among every event).
+    async fn memory_usage(&self, event_id: &str) -> StoreResult<Option<u64>> {
+        let _ = event_id;
+        Ok(None)
+    }
 }

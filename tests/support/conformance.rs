@@ -31,7 +31,8 @@ macro_rules! store_conformance {
             invites_seat_one_person_each, racing_joins_cannot_share_an_invite,
             claims_are_single_use_until_expiry, proven_join_replaces_a_squatted_place,
             unproven_invite_binds_the_place, event_look_round_trips,
-            the_estimate_learns_from_ended_holds, audit_list_is_newest_first_and_capped);
+            the_estimate_learns_from_ended_holds, audit_list_is_newest_first_and_capped,
+            memory_use_is_unknown_or_grows);
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
         $(
@@ -1318,4 +1319,24 @@ pub async fn audit_list_is_newest_first_and_capped(store: Arc<dyn Store>) {
     let mut racers: Vec<_> = all[..8].to_vec();
     racers.sort();
     assert_eq!(racers, (0..8).map(|i| format!("c{i}")).collect::<Vec<_>>());
+}
+
+/// A backend either does not tell its memory per event (`None`, every time) or tells a
+/// figure that grows with the event's places and drops when the event is deleted.
+pub async fn memory_use_is_unknown_or_grows(store: Arc<dyn Store>) {
+    make_event(&store, "mu", serde_json::json!({"max_active": 1})).await;
+    let Some(before) = store.memory_usage("mu").await.unwrap() else {
+        for i in 0..50 {
+            join(&store, "mu", Some(&format!("u{i}")), T0).await;
+        }
+        assert_eq!(store.memory_usage("mu").await.unwrap(), None);
+        return;
+    };
+    for i in 0..50 {
+        join(&store, "mu", Some(&format!("u{i}")), T0).await;
+    }
+    let after = store.memory_usage("mu").await.unwrap().unwrap();
+    assert!(after > before, "{before} -> {after}");
+    store.delete_event("mu").await.unwrap();
+    assert_eq!(store.memory_usage("mu").await.unwrap(), Some(0));
 }

@@ -1,0 +1,485 @@
+//! Observability of a real `waitroom` process: traces exported over OTLP/HTTP to a collector
+//! (here a fake one: an axum route that keeps what is POSTed), and the Grafana dashboard in
+//! `docs/grafana/` against the `/metrics` of a running server.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message as _;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+mod support;
+
+use support::binary::{Nodes, Server};
+use support::redis::RedisServer;
+
+const ADMIN: &str = "observability-admin-token";
+
+/// A fake OpenTelemetry collector: every body POSTed to `/v1/traces`, decoded.
+struct Collector {
+    url: String,
+    got: Arc<Mutex<Vec<ExportTraceServiceRequest>>>,
+}
+
+impl Collector {
+    async fn start() -> Collector {
+        let got: Arc<Mutex<Vec<ExportTraceServiceRequest>>> = Arc::default();
+        let kept = got.clone();
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            axum::routing::post(move |headers: axum::http::HeaderMap, body: Bytes| {
+                let kept = kept.clone();
+                async move {
+                    assert_eq!(
+                        headers["content-type"], "application/x-protobuf",
+                        "OTLP/HTTP with protobuf bodies"
+                    );
+                    let req = ExportTraceServiceRequest::decode(body).expect("an OTLP request");
+                    kept.lock().unwrap().push(req);
+                    // An empty ExportTraceServiceResponse.
+                    (
+                        [("content-type", "application/x-protobuf")],
+                        Vec::<u8>::new(),
+                    )
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Collector { url, got }
+    }
+
+    /// Every span received so far.
+    fn spans(&self) -> Vec<Span> {
+        self.got
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|r| &r.resource_spans)
+            .flat_map(|r| &r.scope_spans)
+            .flat_map(|s| s.spans.clone())
+            .collect()
+    }
+
+    /// The service name of the first batch.
+    fn service_name(&self) -> Option<String> {
+        let got = self.got.lock().unwrap();
+        let attrs = &got
+            .first()?
+            .resource_spans
+            .first()?
+            .resource
+            .as_ref()?
+            .attributes;
+        let kv = attrs.iter().find(|kv| kv.key == "service.name")?;
+        match kv.value.as_ref()?.value.as_ref()? {
+            opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s) => {
+                Some(s.clone())
+            }
+            _ => None,
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn int_attr(span: &Span, key: &str) -> Option<i64> {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    let kv = span.attributes.iter().find(|kv| kv.key == key)?;
+    match kv.value.as_ref()?.value.as_ref()? {
+        Value::IntValue(i) => Some(*i),
+        _ => None,
+    }
+}
+
+async fn get(url: &str, traceparent: Option<&str>) -> (StatusCode, Value) {
+    let mut req = reqwest::Client::new().get(url);
+    if let Some(tp) = traceparent {
+        req = req.header("traceparent", tp);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CALLER_SPAN: &str = "00f067aa0ba902b7";
+
+/// With `--otlp-endpoint`, a request's span continues the caller's `traceparent`, reaches
+/// the collector with that trace id, and the error body and the log lines of the request
+/// carry the same id; on SIGTERM the last spans are flushed.
+#[tokio::test]
+async fn a_traced_request_reaches_the_collector_with_the_callers_trace_id() {
+    let collector = Collector::start().await;
+    let redis = RedisServer::start();
+    let nodes = Nodes::new(ADMIN);
+    let data = nodes.dir.path().join("node");
+    std::fs::create_dir_all(&data).unwrap();
+    let server = Server::start(
+        nodes.dir.path(),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            &redis.url(),
+            "--signing-key",
+            nodes.key.to_str().unwrap(),
+            "--admin-token",
+            ADMIN,
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--log-format",
+            "json",
+        ],
+        &[
+            ("WAITROOM_OTLP_ENDPOINT", collector.url.as_str()),
+            // The log level does not silence the traces.
+            ("RUST_LOG", "warn"),
+        ],
+    );
+
+    // An error answer: its body names the caller's trace.
+    let tp = format!("00-{TRACE}-{CALLER_SPAN}-01");
+    let (status, body) = get(&server.url("/api/v1/events/no-such-event"), Some(&tp)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(body["error"]["code"], "EVENT_NOT_FOUND");
+    assert_eq!(body["error"]["trace_id"], TRACE, "{body}");
+
+    // Without a traceparent a request is a trace of its own, named in its error too.
+    let (_, own) = get(&server.url("/api/v1/nowhere"), None).await;
+    let own_trace = own["error"]["trace_id"].as_str().unwrap().to_string();
+    assert_eq!(own_trace.len(), 32);
+    assert_ne!(own_trace, TRACE);
+    // A malformed traceparent is ignored, not an error.
+    let (status, _) = get(&server.url("/healthz"), Some("00-zz-yy-01")).await;
+    assert_eq!(status, StatusCode::OK);
+
+    // The store stops answering: the request logs (a warning, then the failed answer), and
+    // each of its lines names the trace.
+    let second = "0af7651916cd43dd8448eb211c80319c";
+    redis.pause();
+    let (status, body) = get(
+        &server.url("/readyz"),
+        Some(&format!("00-{second}-b7ad6b7169203331-01")),
+    )
+    .await;
+    redis.resume();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(body["error"]["trace_id"], second);
+    let stderr = server.stderr();
+    // (Background tasks may log the outage too, outside any request: those are not these.)
+    let lines: Vec<Value> = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["message"] == "store unavailable" || v["message"] == "response failed")
+        .collect();
+    assert_eq!(lines.len(), 2, "{stderr}");
+    for line in lines {
+        assert_eq!(line["span"]["trace_id"], second, "{line}");
+    }
+
+    // The spans are batched; SIGTERM sends what is left before the process exits.
+    assert!(server.terminate(Duration::from_secs(15)).success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let spans = loop {
+        let spans = collector.spans();
+        let traces: BTreeSet<String> = spans.iter().map(|s| hex(&s.trace_id)).collect();
+        if traces.contains(TRACE) && traces.contains(second) && traces.contains(&own_trace) {
+            break spans;
+        }
+        assert!(Instant::now() < deadline, "spans missing: {traces:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let span = spans.iter().find(|s| hex(&s.trace_id) == TRACE).unwrap();
+    assert_eq!(
+        hex(&span.parent_span_id),
+        CALLER_SPAN,
+        "a child of the caller's span"
+    );
+    assert_eq!(
+        span.name, "GET /api/v1/events/{event_id}",
+        "the route, not the path"
+    );
+    assert_eq!(
+        int_attr(span, "http.response.status_code"),
+        Some(404),
+        "{:?}",
+        span.attributes
+    );
+    assert_eq!(
+        span.kind,
+        opentelemetry_proto::tonic::trace::v1::span::SpanKind::Server as i32
+    );
+    let failed = spans.iter().find(|s| hex(&s.trace_id) == second).unwrap();
+    assert_eq!(int_attr(failed, "http.response.status_code"), Some(503));
+    assert_eq!(
+        failed.status.as_ref().map(|s| s.code),
+        Some(opentelemetry_proto::tonic::trace::v1::status::StatusCode::Error as i32)
+    );
+    assert_eq!(collector.service_name().as_deref(), Some("waitroom"));
+}
+
+/// A collector that takes the connection and never answers holds up neither the requests
+/// nor the exit (which must stay under the 10 s a container runtime waits).
+#[tokio::test]
+async fn a_stuck_collector_holds_neither_requests_nor_the_exit() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let keep = held.clone();
+    tokio::spawn(async move {
+        while let Ok((conn, _)) = listener.accept().await {
+            keep.lock().unwrap().push(conn); // read nothing, answer nothing
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        dir.path(),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--no-demo",
+            "--admin-token",
+            ADMIN,
+        ],
+        &[
+            ("WAITROOM_OTLP_ENDPOINT", url.as_str()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+        ],
+    );
+    for _ in 0..20 {
+        let (status, body) = get(&server.url("/api/v1/events/nope"), None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert_eq!(body["error"]["trace_id"].as_str().map(str::len), Some(32));
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while held.lock().unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "no export was tried");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let started = Instant::now();
+    assert!(server.terminate(Duration::from_secs(10)).success());
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(8), "exit took {took:?}");
+}
+
+/// Without `otlp_endpoint` nothing is traced: error bodies keep their old shape.
+#[tokio::test]
+async fn without_export_error_bodies_have_no_trace_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        dir.path(),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--no-demo",
+            "--admin-token",
+            ADMIN,
+        ],
+        &[],
+    );
+    let tp = format!("00-{TRACE}-{CALLER_SPAN}-01");
+    let (status, body) = get(&server.url("/api/v1/events/nope"), Some(&tp)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        body,
+        json!({"error": {"code": "EVENT_NOT_FOUND", "message": "unknown event"}})
+    );
+}
+
+/// Every metric the dashboard queries, and its template variables.
+fn dashboard_metrics() -> BTreeSet<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/grafana/waitroom.json");
+    let dash: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(dash["uid"], "waitroom");
+    let mut queries = Vec::new();
+    let mut ids = BTreeSet::new();
+    for p in dash["panels"].as_array().unwrap() {
+        assert!(
+            ids.insert(p["id"].as_u64().unwrap()),
+            "panel ids are unique"
+        );
+        assert!(p["gridPos"]["w"].as_u64().unwrap() <= 24);
+        for t in p["targets"].as_array().into_iter().flatten() {
+            assert_eq!(t["datasource"]["uid"], "${datasource}", "{t}");
+            queries.push(t["expr"].as_str().unwrap().to_string());
+        }
+    }
+    for v in dash["templating"]["list"].as_array().unwrap() {
+        if let Some(q) = v["definition"].as_str() {
+            queries.push(q.to_string());
+        }
+    }
+    let mut names = BTreeSet::new();
+    for q in &queries {
+        let mut rest = q.as_str();
+        while let Some(i) = rest.find("waitroom_") {
+            let tail = &rest[i..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_lowercase() || c == '_' || c.is_ascii_digit()))
+                .unwrap_or(tail.len());
+            names.insert(tail[..end].to_string());
+            rest = &tail[end..];
+        }
+    }
+    names
+}
+
+/// The dashboard queries only metrics that a running server exports: a server on Redis is
+/// driven through every kind of change (join, admission, entry, completion, leave, expiry,
+/// a limit, a refused connection, a live follower), then its `/metrics` is read.
+#[tokio::test]
+async fn every_metric_of_the_dashboard_is_exported_by_a_running_server() {
+    let names = dashboard_metrics();
+    assert!(names.len() >= 15, "{names:?}");
+
+    let redis = RedisServer::start();
+    let nodes = Nodes::new(ADMIN);
+    let data = nodes.dir.path().join("node");
+    std::fs::create_dir_all(&data).unwrap();
+    let s = Server::start(
+        nodes.dir.path(),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            &redis.url(),
+            "--signing-key",
+            nodes.key.to_str().unwrap(),
+            "--admin-token",
+            ADMIN,
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--admin-failures-per-minute",
+            "1",
+            "--max-connections-per-client",
+            "8",
+        ],
+        &[],
+    );
+    use reqwest::Method;
+    use support::binary::call;
+    let ev = json!({"max_active": 1, "ready_ttl_sec": 1});
+    let (st, body) = call(
+        Method::PUT,
+        &s.url("/api/v1/admin/events/dash"),
+        Some(ADMIN),
+        Some(ev),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    let join = s.url("/api/v1/queue/join");
+    let joined = |user: &'static str| {
+        let join = join.clone();
+        async move {
+            let body = json!({"event_id": "dash", "user_id": user});
+            let (st, place) = call(Method::POST, &join, None, Some(body)).await;
+            assert_eq!(st, StatusCode::OK, "{place}");
+            place["waiting_token"].as_str().unwrap().to_string()
+        }
+    };
+    // Ann is admitted and lets her turn lapse (expiry).
+    joined("ann").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, fig) = call(
+            Method::GET,
+            &s.url("/api/v1/admin/events/dash"),
+            Some(ADMIN),
+            None,
+        )
+        .await;
+        if fig["expired"] == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no expiry: {fig}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Ben enters and completes; Cy, behind him, follows live, then leaves.
+    let ben = joined("ben").await;
+    let cy = joined("cy").await;
+    let live = reqwest::Client::new()
+        .get(s.url(&format!("/api/v1/queue/events?token={cy}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(live.status(), StatusCode::OK);
+    let (st, granted) = call(
+        Method::POST,
+        &s.url("/api/v1/queue/enter"),
+        None,
+        Some(json!({"waiting_token": ben})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{granted}");
+    let access = granted["access_token"].as_str().unwrap();
+    let (st, _) = call(
+        Method::POST,
+        &s.url("/api/v1/session/complete"),
+        Some(access),
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK);
+    let (st, _) = call(
+        Method::DELETE,
+        &s.url(&format!("/api/v1/queue/leave?token={cy}")),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK);
+    // Wrong admin tokens past the limit.
+    for _ in 0..3 {
+        call(
+            Method::GET,
+            &s.url("/api/v1/admin/events"),
+            Some("wrong"),
+            None,
+        )
+        .await;
+    }
+    // More connections than one client may hold.
+    let addr = s.base.trim_start_matches("http://").to_string();
+    let held: Vec<_> = (0..12)
+        .map(|_| std::net::TcpStream::connect(&addr).unwrap())
+        .collect();
+
+    // Until the server has seen the held connections close, a new one may be refused too;
+    // and the memory gauge is set by a background task: so ask until everything is there.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = match reqwest::get(s.url("/metrics")).await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        let exported: BTreeSet<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split(['{', ' ']).next())
+            .collect();
+        let missing: Vec<&String> = names
+            .iter()
+            .filter(|n| !exported.contains(n.as_str()))
+            .collect();
+        if missing.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not in /metrics: {missing:?}\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(live);
+}
