@@ -53,6 +53,7 @@ fn scenario() -> Scenario {
         netloss_secs: [0.3, 1.0],
         hold_secs: [0.2, 0.8],
         poll_secs: 1.0,
+        ignore_poll_after: false,
         eta_every_sec: 3.0,
         eta_min_wait_sec: 1.0,
         // Generous for a debug build on a shared machine; a real reordering is far larger

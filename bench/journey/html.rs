@@ -466,6 +466,21 @@ th:first-child,td:first-child{{text-align:left}} code{{font-size:12px}}
         );
     }
     o.push_str("</table>");
+    let _ = write!(
+        o,
+        "<p>Polling clients {}.</p>",
+        if sc.ignore_poll_after {
+            format!(
+                "ignored <code>poll_after_sec</code> and polled every {} s (<code>--ignore-poll-after</code>)",
+                sc.poll_secs
+            )
+        } else {
+            format!(
+                "polled at the server's <code>poll_after_sec</code> (every {} s before an answer carried one)",
+                sc.poll_secs
+            )
+        }
+    );
 
     let _ = write!(
         o,

@@ -263,6 +263,8 @@ struct Watch {
     next_checkpoint: f64,
     /// Seconds between two scored estimates.
     every: f64,
+    /// Keep to the page's fixed interval whatever the server says (`ignore_poll_after`).
+    fixed_only: bool,
 }
 
 impl Watch {
@@ -303,9 +305,10 @@ impl Watch {
     }
 
     /// Seconds until the next poll: the server's `poll_after_sec` when an answer carried
-    /// one, else the page's fixed interval.
+    /// one (unless told to ignore it), else the page's fixed interval.
     fn poll_every(&self, fixed: f64) -> f64 {
-        self.poll_after.unwrap_or(fixed).max(0.2)
+        let directed = self.poll_after.filter(|_| !self.fixed_only);
+        directed.unwrap_or(fixed).max(0.2)
     }
 }
 
@@ -567,6 +570,7 @@ pub async fn run(ctx: Arc<Ctx>, plan: Plan) -> Log {
         waiting_seen_sent: 0.0,
         watch: Watch {
             every: ctx.sc.eta_every_sec,
+            fixed_only: ctx.sc.ignore_poll_after,
             ..Watch::default()
         },
     };
@@ -814,6 +818,15 @@ mod tests {
             &mut l,
         );
         assert_eq!(w.poll_every(3.0), 1.5);
+        // A page that ignores the direction keeps its interval, but still counts it.
+        let mut old = Watch {
+            every: 60.0,
+            fixed_only: true,
+            ..Watch::default()
+        };
+        old.note(&v, 1.0, &mut l);
+        assert_eq!(old.poll_every(3.0), 3.0);
+        assert_eq!(l.poll_after_seen, 3);
     }
 
     #[test]
