@@ -539,7 +539,8 @@ impl Report {
              capacity {}: overshoot {} (server max used {}, clients held at most {})\n\
              idle slots: p50 {} s, p99 {} s over {} freed slots\n\
              ghosts: {} silent, removal p50 {} s, p99 {} s ({} unseen; waiting_idle_sec {})\n\
-             ETA: MAPE {}, within ±20 % {} ({} samples; at join MAPE {}, bias {})",
+             ETA: MAPE {}, within ±20 % {} ({} samples; at join MAPE {}, bias {}); \
+             with a range: {} of {} estimates, MAPE {}, range held {}",
             self.label,
             u.total,
             u.admitted,
@@ -570,6 +571,10 @@ impl Report {
             self.eta.all.samples,
             pct_str(self.eta.at_join.mape),
             pct_str(self.eta.at_join.bias),
+            self.eta.all.range_samples,
+            self.eta.all.samples,
+            pct_str(self.eta.all.ranged_mape),
+            pct_str(self.eta.all.within_range),
         )
     }
 }
