@@ -190,6 +190,20 @@ fn mid(a: f64, b: f64) -> f64 {
     (a + b) / 2.0
 }
 
+/// The best guess of when a person was admitted, for scoring estimates: the arrival of a
+/// live push (sent at the admission; the order promise keeps the slack interval instead),
+/// else the middle of the interval between the last "waiting" asked for and the first
+/// "admitted" seen. Taking the middle of a push's slack interval would shorten every pushed
+/// wait by half the slack, and make every estimate look that much too long.
+fn admission_instant(l: &Log) -> f64 {
+    let hi = l.admit_hi.unwrap_or(0.0);
+    if l.admit_pushed {
+        hi
+    } else {
+        mid(l.admit_lo.unwrap_or(0.0), hi)
+    }
+}
+
 fn pct(v: &[f64], q: f64) -> Option<f64> {
     metrics::percentile(&mut v.to_vec(), q)
 }
@@ -347,7 +361,7 @@ pub fn build(i: Inputs) -> Report {
     let mut later = Vec::new();
     let mut examples = Vec::new();
     for l in &admitted {
-        let admit = mid(l.admit_lo.unwrap_or(0.0), l.admit_hi.unwrap_or(0.0));
+        let admit = admission_instant(l);
         for (k, e) in l.estimates.iter().enumerate() {
             if e.at > admit {
                 continue;
@@ -580,3 +594,28 @@ impl Report {
 }
 
 pub use super::html::html;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journey::user::Plan;
+
+    #[test]
+    fn a_pushed_admission_is_timed_by_its_arrival_a_polled_one_by_the_middle() {
+        let mut l = Log::new(Plan {
+            id: 0,
+            arrival: 0.0,
+            transport: Transport::Ws,
+            behaviour: Behaviour::Stay,
+            hold: 1.0,
+            strike_after: 1.0,
+            pause: 1.0,
+            node: 0,
+        });
+        l.admit_lo = Some(9.0);
+        l.admit_hi = Some(10.0);
+        assert_eq!(admission_instant(&l), 9.5);
+        l.admit_pushed = true;
+        assert_eq!(admission_instant(&l), 10.0);
+    }
+}

@@ -127,6 +127,10 @@ pub struct Log {
     pub join_ack: Option<f64>,
     pub admit_lo: Option<f64>,
     pub admit_hi: Option<f64>,
+    /// The admission was learnt from a live push, which the server sends at the admission:
+    /// `admit_hi` is then the admission to within the push's latency (`admit_lo` is the
+    /// conservative bound the order promise needs).
+    pub admit_pushed: bool,
     pub entered: Option<f64>,
     pub complete_sent: Option<f64>,
     pub complete_ack: Option<f64>,
@@ -155,6 +159,7 @@ impl Log {
             join_ack: None,
             admit_lo: None,
             admit_hi: None,
+            admit_pushed: false,
             entered: None,
             complete_sent: None,
             complete_ack: None,
@@ -497,6 +502,7 @@ impl<'a> Page<'a> {
             "queue-update" => match v["status"].as_str() {
                 Some("admitted" | "active") => {
                     self.admitted(self.waiting_seen_sent.max(got - slack), got);
+                    self.log.admit_pushed = true;
                     Some(Seen::Admitted)
                 }
                 _ => {
@@ -506,6 +512,7 @@ impl<'a> Page<'a> {
             },
             "queue-ready" => {
                 self.admitted(self.waiting_seen_sent.max(got - slack), got);
+                self.log.admit_pushed = true;
                 Some(Seen::Admitted)
             }
             "queue-expired" => Some(Seen::Ended(Outcome::Expired)),
