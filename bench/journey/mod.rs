@@ -7,6 +7,8 @@
 //! target/release/waitroom-bench journey --report target/journey            # embedded store
 //! target/release/waitroom-bench journey --store redis --nodes 2 --report target/journey-redis
 //! target/release/waitroom-bench journey --scenario bench/journey/standard.toml --report DIR
+//! target/release/waitroom-bench journey --scenario bench/journey/steady.toml --report DIR
+//! target/release/waitroom-bench journey --scenario bench/journey/steady.toml --ignore-poll-after
 //! target/release/waitroom-bench journey --url http://127.0.0.1:8080 --admin-token T \
 //!     --event sale --users 500 --arrival-secs 10 --report DIR
 //! ```
