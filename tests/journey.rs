@@ -7,7 +7,9 @@
 //!   and the capacity was actually reached (so the check is not vacuous);
 //! - ghosts: every silent departure was removed, within `waiting_idle_sec` (plus the ready
 //!   window for a ghost admitted meanwhile) and a sweep's slack;
-//! - estimates: scored, and within loose bounds (this machine is shared and noisy);
+//! - estimates: scored, within loose bounds (this machine is shared and noisy), and the
+//!   ranges given mostly hold the real wait; at a steady pace nearly every estimate has a
+//!   range, and the range nearly always holds;
 //! - the report files are written with their headline numbers.
 //!
 //! Every person who neither abandons nor loses the network for longer than the heartbeat
@@ -53,6 +55,7 @@ fn scenario() -> Scenario {
         netloss_secs: [0.3, 1.0],
         hold_secs: [0.2, 0.8],
         poll_secs: 1.0,
+        ignore_poll_after: false,
         eta_every_sec: 3.0,
         eta_min_wait_sec: 1.0,
         // Generous for a debug build on a shared machine; a real reordering is far larger
@@ -133,14 +136,22 @@ fn assert_promises(r: &Report, sc: &Scenario, saturated: bool) {
     assert!(r.idle_slots.frees > 0, "{summary}");
     assert!(r.idle_slot_p99_sec.is_some());
 
-    // Estimates: scored, loosely bounded.
+    // Estimates: scored, loosely bounded (about 25 % here, capacity-bound or paced).
     assert!(r.eta.all.samples > 50, "{summary}");
     let mape = r.eta_mape.unwrap();
     assert!(
-        mape < 1.0,
+        mape < 0.6,
         "ETA off by {:.0} % on average: {summary}",
         mape * 100.0
     );
+    // Ranges are given once a session has ended, and mostly hold (about 65 % capacity-bound,
+    // where waits of a few seconds are easily missed by one; 100 % paced).
+    assert!(
+        r.eta.all.range_samples > 0,
+        "no estimate had a range: {summary}"
+    );
+    let held = r.eta.all.within_range.unwrap();
+    assert!(held >= 0.4, "ranges held {:.0} %: {summary}", held * 100.0);
 
     // Cost per admitted person, by transport.
     for t in [journey::user::Transport::Ws, journey::user::Transport::Poll] {
@@ -238,12 +249,30 @@ async fn a_paced_flash_crowd_on_two_redis_nodes_keeps_the_promises() {
     };
     let r = run(&sc, &[&a, &b], "redis, 2 nodes").await;
     assert_promises(&r, &sc, false);
-    // Steady admission: the estimate is close (loose bound for a noisy machine).
+    // Steady admission: the estimate is close (about 11 % here; loose for a noisy
+    // machine), nearly every one carries a range (the pace binds as soon as the first short
+    // sessions end) and nearly every range holds (about 100 %: a push's arrival times the
+    // admission, so the measured waits are not short by half the order slack).
+    let e = &r.eta.all;
     let mape = r.eta_mape.unwrap();
     assert!(
-        mape < 0.5,
+        mape < 0.3,
         "ETA off by {:.0} % at a steady pace: {}",
         mape * 100.0,
+        r.summary()
+    );
+    assert!(
+        e.range_samples * 10 >= e.samples * 9,
+        "{} of {} estimates had a range: {}",
+        e.range_samples,
+        e.samples,
+        r.summary()
+    );
+    let held = e.within_range.unwrap();
+    assert!(
+        held >= 0.75,
+        "ranges held {:.0} % at a steady pace: {}",
+        held * 100.0,
         r.summary()
     );
 }

@@ -307,7 +307,13 @@ th:first-child,td:first-child{{text-align:left}} code{{font-size:12px}}
         &mut o,
         "ETA within ±20 %",
         pc(r.eta_within_20pct),
-        &format!("{} estimates scored", r.eta.all.samples),
+        &format!(
+            "{} estimates scored; {} with a range (MAPE {}), which held {}",
+            r.eta.all.samples,
+            r.eta.all.range_samples,
+            pc(r.eta.all.ranged_mape),
+            pc(r.eta.all.within_range)
+        ),
         None,
     );
     let ws = r.client_cost.values().next();
@@ -396,7 +402,9 @@ th:first-child,td:first-child{{text-align:left}} code{{font-size:12px}}
         o,
         "<h2>Estimates against real waits</h2><p>At join: MAPE {}, within ±20 % {}, bias {} ({} samples). \
          Later (first estimate after each {} s of waiting): MAPE {}, within ±20 % {} ({} samples). \
-         Answers with <code>poll_after_sec</code>: {}; with an estimate range: {}{}.</p>",
+         Answers with <code>poll_after_sec</code>: {}; with an estimate range: {}{}.</p>\
+         <p>The page shows a figure only with a range (without one it says \"We don't know yet\"): \
+         at join {} of {} estimates carried one, MAPE {}, bias {}; later {} of {}, MAPE {}, bias {}.</p>",
         pc(e.at_join.mape),
         pc(e.at_join.within_20pct),
         pc(e.at_join.bias),
@@ -409,7 +417,15 @@ th:first-child,td:first-child{{text-align:left}} code{{font-size:12px}}
         e.range_answers,
         e.all
             .within_range
-            .map_or(String::new(), |w| format!(" (real wait inside the range: {})", pc(Some(w))))
+            .map_or(String::new(), |w| format!(" (real wait inside the range: {})", pc(Some(w)))),
+        e.at_join.range_samples,
+        e.at_join.samples,
+        pc(e.at_join.ranged_mape),
+        pc(e.at_join.ranged_bias),
+        e.later.range_samples,
+        e.later.samples,
+        pc(e.later.ranged_mape),
+        pc(e.later.ranged_bias),
     );
     let scatter: Vec<(f64, f64)> = e
         .examples_all
@@ -466,6 +482,21 @@ th:first-child,td:first-child{{text-align:left}} code{{font-size:12px}}
         );
     }
     o.push_str("</table>");
+    let _ = write!(
+        o,
+        "<p>Polling clients {}.</p>",
+        if sc.ignore_poll_after {
+            format!(
+                "ignored <code>poll_after_sec</code> and polled every {} s (<code>--ignore-poll-after</code>)",
+                sc.poll_secs
+            )
+        } else {
+            format!(
+                "polled at the server's <code>poll_after_sec</code> (every {} s before an answer carried one)",
+                sc.poll_secs
+            )
+        }
+    );
 
     let _ = write!(
         o,

@@ -242,6 +242,10 @@ pub struct EtaScore {
     /// Share of samples that showed a range and whose real wait fell inside it.
     pub range_samples: usize,
     pub within_range: Option<f64>,
+    /// MAPE and bias of the samples that showed a range: the estimates the waiting page
+    /// shows as a figure (without a range it says "We don't know yet").
+    pub ranged_mape: Option<f64>,
+    pub ranged_bias: Option<f64>,
     /// Mean of (estimate − real) / real: negative when the estimate promises too little.
     pub bias: Option<f64>,
 }
@@ -281,6 +285,12 @@ pub fn eta_score(samples: &[EtaSample], min_real_sec: f64) -> EtaScore {
             })
             .count();
         score.within_range = Some(inside as f64 / ranged.len() as f64);
+        let rel: Vec<f64> = ranged
+            .iter()
+            .map(|s| (s.estimate_sec - s.real_sec) / s.real_sec)
+            .collect();
+        score.ranged_mape = Some(rel.iter().map(|r| r.abs()).sum::<f64>() / rel.len() as f64);
+        score.ranged_bias = Some(rel.iter().sum::<f64>() / rel.len() as f64);
     }
     score
 }
@@ -522,6 +532,13 @@ mod tests {
         let score = eta_score(&[r(5.0, 10.0, 7.0), r(5.0, 10.0, 12.0)], 1.0);
         assert_eq!(score.range_samples, 2);
         assert_eq!(score.within_range, Some(0.5));
+        // Only the ranged samples count for the figures the page shows: a 10 % error
+        // with a range, a 90 % one without.
+        let score = eta_score(&[r(11.0, 12.0, 10.0), s(1.0, 10.0)], 1.0);
+        assert!((score.mape.unwrap() - 0.5).abs() < 1e-12);
+        assert!((score.ranged_mape.unwrap() - 0.1).abs() < 1e-12);
+        assert!((score.ranged_bias.unwrap() - 0.1).abs() < 1e-12);
+        assert_eq!(eta_score(&[s(1.0, 10.0)], 1.0).ranged_mape, None);
         assert_eq!(eta_score(&[], 1.0).mape, None);
     }
 

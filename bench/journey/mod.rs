@@ -7,6 +7,8 @@
 //! target/release/waitroom-bench journey --report target/journey            # embedded store
 //! target/release/waitroom-bench journey --store redis --nodes 2 --report target/journey-redis
 //! target/release/waitroom-bench journey --scenario bench/journey/standard.toml --report DIR
+//! target/release/waitroom-bench journey --scenario bench/journey/steady.toml --report DIR
+//! target/release/waitroom-bench journey --scenario bench/journey/steady.toml --ignore-poll-after
 //! target/release/waitroom-bench journey --url http://127.0.0.1:8080 --admin-token T \
 //!     --event sale --users 500 --arrival-secs 10 --report DIR
 //! ```
@@ -66,6 +68,9 @@ pub struct Scenario {
     pub hold_secs: [f64; 2],
     /// Polling interval when no answer carries `poll_after_sec` (the page's 3 s).
     pub poll_secs: f64,
+    /// Polling clients keep to `poll_secs` even when answers carry `poll_after_sec` (a page
+    /// older than it): what the server's direction saves is the difference.
+    pub ignore_poll_after: bool,
     /// An estimate is scored at join and then at each of these intervals while waiting.
     pub eta_every_sec: f64,
     /// Waits shorter than this are not scored (a whole-second estimate of them means little).
@@ -103,6 +108,7 @@ impl Default for Scenario {
             netloss_secs: [2.0, 6.0],
             hold_secs: [4.0, 12.0],
             poll_secs: 3.0,
+            ignore_poll_after: false,
             eta_every_sec: 60.0,
             eta_min_wait_sec: 2.0,
             order_slack_sec: 1.0,
@@ -252,6 +258,9 @@ pub struct JourneyArgs {
     pub waiting_idle_sec: Option<u32>,
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Polling clients keep to the fixed `poll_secs`, ignoring the server's `poll_after_sec`.
+    #[arg(long)]
+    pub ignore_poll_after: bool,
 }
 
 /// Defaults, then the TOML file, then the flags.
@@ -283,6 +292,9 @@ pub fn scenario_of(a: &JourneyArgs) -> Result<Scenario> {
     );
     if let Some(v) = a.admit_per_minute {
         sc.admit_per_minute = Some(v);
+    }
+    if a.ignore_poll_after {
+        sc.ignore_poll_after = true;
     }
     if let Some(v) = &a.hold_secs {
         let [lo, hi] = v[..] else {

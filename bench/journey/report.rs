@@ -190,6 +190,20 @@ fn mid(a: f64, b: f64) -> f64 {
     (a + b) / 2.0
 }
 
+/// The best guess of when a person was admitted, for scoring estimates: the arrival of a
+/// live push (sent at the admission; the order promise keeps the slack interval instead),
+/// else the middle of the interval between the last "waiting" asked for and the first
+/// "admitted" seen. Taking the middle of a push's slack interval would shorten every pushed
+/// wait by half the slack, and make every estimate look that much too long.
+fn admission_instant(l: &Log) -> f64 {
+    let hi = l.admit_hi.unwrap_or(0.0);
+    if l.admit_pushed {
+        hi
+    } else {
+        mid(l.admit_lo.unwrap_or(0.0), hi)
+    }
+}
+
 fn pct(v: &[f64], q: f64) -> Option<f64> {
     metrics::percentile(&mut v.to_vec(), q)
 }
@@ -347,7 +361,7 @@ pub fn build(i: Inputs) -> Report {
     let mut later = Vec::new();
     let mut examples = Vec::new();
     for l in &admitted {
-        let admit = mid(l.admit_lo.unwrap_or(0.0), l.admit_hi.unwrap_or(0.0));
+        let admit = admission_instant(l);
         for (k, e) in l.estimates.iter().enumerate() {
             if e.at > admit {
                 continue;
@@ -539,7 +553,8 @@ impl Report {
              capacity {}: overshoot {} (server max used {}, clients held at most {})\n\
              idle slots: p50 {} s, p99 {} s over {} freed slots\n\
              ghosts: {} silent, removal p50 {} s, p99 {} s ({} unseen; waiting_idle_sec {})\n\
-             ETA: MAPE {}, within ±20 % {} ({} samples; at join MAPE {}, bias {})",
+             ETA: MAPE {}, within ±20 % {} ({} samples; at join MAPE {}, bias {}); \
+             with a range: {} of {} estimates, MAPE {}, range held {}",
             self.label,
             u.total,
             u.admitted,
@@ -570,8 +585,37 @@ impl Report {
             self.eta.all.samples,
             pct_str(self.eta.at_join.mape),
             pct_str(self.eta.at_join.bias),
+            self.eta.all.range_samples,
+            self.eta.all.samples,
+            pct_str(self.eta.all.ranged_mape),
+            pct_str(self.eta.all.within_range),
         )
     }
 }
 
 pub use super::html::html;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journey::user::Plan;
+
+    #[test]
+    fn a_pushed_admission_is_timed_by_its_arrival_a_polled_one_by_the_middle() {
+        let mut l = Log::new(Plan {
+            id: 0,
+            arrival: 0.0,
+            transport: Transport::Ws,
+            behaviour: Behaviour::Stay,
+            hold: 1.0,
+            strike_after: 1.0,
+            pause: 1.0,
+            node: 0,
+        });
+        l.admit_lo = Some(9.0);
+        l.admit_hi = Some(10.0);
+        assert_eq!(admission_instant(&l), 9.5);
+        l.admit_pushed = true;
+        assert_eq!(admission_instant(&l), 10.0);
+    }
+}

@@ -127,6 +127,10 @@ pub struct Log {
     pub join_ack: Option<f64>,
     pub admit_lo: Option<f64>,
     pub admit_hi: Option<f64>,
+    /// The admission was learnt from a live push, which the server sends at the admission:
+    /// `admit_hi` is then the admission to within the push's latency (`admit_lo` is the
+    /// conservative bound the order promise needs).
+    pub admit_pushed: bool,
     pub entered: Option<f64>,
     pub complete_sent: Option<f64>,
     pub complete_ack: Option<f64>,
@@ -155,6 +159,7 @@ impl Log {
             join_ack: None,
             admit_lo: None,
             admit_hi: None,
+            admit_pushed: false,
             entered: None,
             complete_sent: None,
             complete_ack: None,
@@ -263,6 +268,8 @@ struct Watch {
     next_checkpoint: f64,
     /// Seconds between two scored estimates.
     every: f64,
+    /// Keep to the page's fixed interval whatever the server says (`ignore_poll_after`).
+    fixed_only: bool,
 }
 
 impl Watch {
@@ -303,9 +310,10 @@ impl Watch {
     }
 
     /// Seconds until the next poll: the server's `poll_after_sec` when an answer carried
-    /// one, else the page's fixed interval.
+    /// one (unless told to ignore it), else the page's fixed interval.
     fn poll_every(&self, fixed: f64) -> f64 {
-        self.poll_after.unwrap_or(fixed).max(0.2)
+        let directed = self.poll_after.filter(|_| !self.fixed_only);
+        directed.unwrap_or(fixed).max(0.2)
     }
 }
 
@@ -494,6 +502,7 @@ impl<'a> Page<'a> {
             "queue-update" => match v["status"].as_str() {
                 Some("admitted" | "active") => {
                     self.admitted(self.waiting_seen_sent.max(got - slack), got);
+                    self.log.admit_pushed = true;
                     Some(Seen::Admitted)
                 }
                 _ => {
@@ -503,6 +512,7 @@ impl<'a> Page<'a> {
             },
             "queue-ready" => {
                 self.admitted(self.waiting_seen_sent.max(got - slack), got);
+                self.log.admit_pushed = true;
                 Some(Seen::Admitted)
             }
             "queue-expired" => Some(Seen::Ended(Outcome::Expired)),
@@ -567,6 +577,7 @@ pub async fn run(ctx: Arc<Ctx>, plan: Plan) -> Log {
         waiting_seen_sent: 0.0,
         watch: Watch {
             every: ctx.sc.eta_every_sec,
+            fixed_only: ctx.sc.ignore_poll_after,
             ..Watch::default()
         },
     };
@@ -814,6 +825,15 @@ mod tests {
             &mut l,
         );
         assert_eq!(w.poll_every(3.0), 1.5);
+        // A page that ignores the direction keeps its interval, but still counts it.
+        let mut old = Watch {
+            every: 60.0,
+            fixed_only: true,
+            ..Watch::default()
+        };
+        old.note(&v, 1.0, &mut l);
+        assert_eq!(old.poll_every(3.0), 3.0);
+        assert_eq!(l.poll_after_seen, 3);
     }
 
     #[test]
