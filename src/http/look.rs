@@ -97,12 +97,30 @@ fn default_title(lang: &str) -> &'static str {
     }
 }
 
-/// Fills `template`'s `{{name}}` slots. Values must already be escaped.
+/// Fills `template`'s `{{name}}` slots. Values must already be escaped. One pass over the
+/// template: a value is never searched for slots itself, so a text that reads `{{head}}`
+/// stays that text instead of pulling the page's markup into its place.
 fn fill(template: &str, slots: &[(&str, &str)]) -> String {
-    let mut out = template.to_string();
-    for (name, value) in slots {
-        out = out.replace(&format!("{{{{{name}}}}}"), value);
+    let mut out = String::with_capacity(template.len() + 1024);
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let slot = after
+            .find("}}")
+            .and_then(|end| Some((slots.iter().find(|(n, _)| *n == &after[..end])?, end)));
+        match slot {
+            Some(((_, value), end)) => {
+                out.push_str(value);
+                rest = &after[end + 2..];
+            }
+            None => {
+                out.push_str("{{");
+                rest = after;
+            }
+        }
     }
+    out.push_str(rest);
     out
 }
 
@@ -428,6 +446,32 @@ mod tests {
         }
         let page = render_missing("a<b", "en");
         assert!(page.contains("href=\"/\"") && page.contains("a&lt;b"));
+    }
+
+    /// The page's slots are filled from the template only: a text that looks like a slot
+    /// stays that text, and never pulls the page's markup (the stylesheet links, the logo)
+    /// into its own place.
+    #[test]
+    fn a_text_that_names_a_slot_stays_text() {
+        let c = event(
+            r##"{"name": "Fest", "title": {"en": "{{logo}} {{head}}"},
+                 "headline": {"en": "{{note}}"}, "note": {"en": "the note"},
+                 "theme_color": "#aa3300", "logo_url": "/branding/l.png"}"##,
+        );
+        let (html, _) = render_wait("fest", Some(&c), "en");
+        assert!(
+            html.contains("<title>{{logo}} {{head}} · Waiting room</title>"),
+            "{html}"
+        );
+        assert!(html.contains(">{{logo}} {{head}}</h1>"), "{html}");
+        assert!(html.contains(">{{note}}</p>"), "{html}");
+        assert_eq!(
+            html.matches("<img class=\"event-logo\"").count(),
+            1,
+            "{html}"
+        );
+        assert_eq!(html.matches("theme.css").count(), 1, "{html}");
+        assert_eq!(html.matches("the note").count(), 1, "{html}");
     }
 
     #[test]
