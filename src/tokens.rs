@@ -441,8 +441,15 @@ pub fn load_key_for_store(
 pub fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     use std::io::Write;
     let tmp = path.with_extension("tmp");
+    // A new file, never one found there: the mode below applies only to files it creates,
+    // and an existing one (or a symlink, which `create_new` does not follow) would keep the
+    // secret under someone else's permissions.
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+        _ => {}
+    }
     let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
+    opts.write(true).create_new(true);
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
@@ -458,6 +465,26 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `waitroom keygen` (and the first start) writes the key through a temporary file: one
+    /// already there with a wider mode (left by another user or tool) must not lend its mode
+    /// to the key, whose file is the signing secret.
+    #[cfg(unix)]
+    #[test]
+    fn a_generated_key_is_private_even_over_a_stale_temporary_file() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let stale = dir.path().join("signing-key.tmp");
+        std::fs::write(&stale, b"left over").unwrap();
+        std::fs::set_permissions(&stale, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let key = load_or_generate_key(None, dir.path()).unwrap();
+        let file = dir.path().join("signing-key.pem");
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the key file is {mode:o}");
+        // A second run (keygen again) keeps the key rather than replacing it.
+        let again = load_or_generate_key(None, dir.path()).unwrap();
+        assert_eq!(again.to_bytes(), key.to_bytes());
+    }
 
     fn key() -> PlaceKey {
         PlaceKey {

@@ -124,7 +124,25 @@ pub const IMAGE_EXTENSIONS: &[&str] = &["png", "jpg", "jpeg", "gif", "webp", "sv
 /// logo served from the data dir. Only for URLs [`EventPatch::apply`] accepted.
 pub fn logo_origin(logo_url: &str) -> Option<String> {
     let u = url::Url::parse(logo_url).ok()?;
-    (u.scheme() == "https").then(|| u.origin().ascii_serialization())
+    // A logo stored before hosts were checked is still never written into the policy.
+    (u.scheme() == "https" && plain_host(&u)).then(|| u.origin().ascii_serialization())
+}
+
+/// A host that names one origin in a Content-Security-Policy source list: an IPv4 address
+/// or a DNS name of letters, digits and hyphens (IDNs arrive here as punycode). The URL
+/// parser lets through hosts such as `*` or `*.example.com`, which `img-src` would read as
+/// wildcards, and other CSP syntax (`'`, `,`); IPv6 literals have no CSP host syntax.
+fn plain_host(u: &url::Url) -> bool {
+    match u.host() {
+        Some(url::Host::Ipv4(_)) => true,
+        Some(url::Host::Domain(d)) => d.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        }),
+        _ => false,
+    }
 }
 
 fn logo(u: &str) -> Result<String, QueueError> {
@@ -148,7 +166,7 @@ fn logo(u: &str) -> Result<String, QueueError> {
     // quotes or spaces), and a URL with a password in it is a trick, not a logo.
     let parsed = url::Url::parse(u).map_err(|_| refused())?;
     if parsed.scheme() != "https"
-        || parsed.host_str().is_none_or(str::is_empty)
+        || !plain_host(&parsed)
         || !parsed.username().is_empty()
         || parsed.password().is_some()
         || !u.starts_with("https://")
@@ -350,6 +368,39 @@ mod tests {
         }
         // Unknown languages are named by the JSON reader.
         assert!(serde_json::from_str::<EventPatch>(r#"{"title": {"jp": "x"}}"#).is_err());
+    }
+
+    /// The logo's origin is written into the page's `img-src`: a host that is a CSP
+    /// wildcard (`*`) or carries CSP syntax would widen that policy to every image host
+    /// (the URL parser accepts such hosts), so only plain host names and IPv4 addresses go.
+    #[test]
+    fn a_logo_host_cannot_widen_the_image_policy() {
+        for url in [
+            "https://*/l.png",
+            "https://*.example.com/l.png",
+            "https://cdn.example.com;img-src/l.png",
+            "https://a'none'/l.png",
+            "https://a,b/l.png",
+            "https://a!b/l.png",
+        ] {
+            let json = format!(r#"{{"logo_url": "{url}"}}"#);
+            match apply(&json) {
+                Err(QueueError::Invalid(m)) => assert!(m.starts_with("logo_url"), "{url}: {m}"),
+                Ok(c) => panic!(
+                    "{url} accepted, img-src gets {:?}",
+                    logo_origin(c.look.logo_url.as_deref().unwrap())
+                ),
+                Err(e) => panic!("{url}: {e:?}"),
+            }
+        }
+        for ok in [
+            "https://cdn.example.com/l.png",
+            "https://xn--9n2bp8q.example:8443/l.png",
+            "https://192.0.2.7/l.png",
+        ] {
+            let c = apply(&format!(r#"{{"logo_url": "{ok}"}}"#)).unwrap();
+            assert!(logo_origin(c.look.logo_url.as_deref().unwrap()).is_some());
+        }
     }
 
     #[test]

@@ -97,12 +97,30 @@ fn default_title(lang: &str) -> &'static str {
     }
 }
 
-/// Fills `template`'s `{{name}}` slots. Values must already be escaped.
+/// Fills `template`'s `{{name}}` slots. Values must already be escaped. One pass over the
+/// template: a value is never searched for slots itself, so a text that reads `{{head}}`
+/// stays that text instead of pulling the page's markup into its place.
 fn fill(template: &str, slots: &[(&str, &str)]) -> String {
-    let mut out = template.to_string();
-    for (name, value) in slots {
-        out = out.replace(&format!("{{{{{name}}}}}"), value);
+    let mut out = String::with_capacity(template.len() + 1024);
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let slot = after
+            .find("}}")
+            .and_then(|end| Some((slots.iter().find(|(n, _)| *n == &after[..end])?, end)));
+        match slot {
+            Some(((_, value), end)) => {
+                out.push_str(value);
+                rest = &after[end + 2..];
+            }
+            None => {
+                out.push_str("{{");
+                rest = after;
+            }
+        }
     }
+    out.push_str(rest);
     out
 }
 
@@ -316,14 +334,35 @@ fn branding_type(name: &str) -> &'static str {
     }
 }
 
-/// Reads one file of the branding folder, if it is there, a plain file, and small.
+/// Reads one file of the branding folder, if it is there, a plain file, small, and really
+/// in the folder: a symlink may point within it (or the folder itself be a link), never out
+/// of it, since the rest of the data dir holds the signing key and the admin token. The
+/// resolved path is opened without following a link, so one swapped in after the check is
+/// refused rather than followed.
 async fn read_branding(dir: &Path, name: &str) -> Option<Vec<u8>> {
-    let path = dir.join(name);
-    let meta = tokio::fs::metadata(&path).await.ok()?;
+    use tokio::io::AsyncReadExt as _;
+    let root = tokio::fs::canonicalize(dir).await.ok()?;
+    let path = tokio::fs::canonicalize(dir.join(name)).await.ok()?;
+    if path.parent() != Some(root.as_path()) {
+        return None;
+    }
+    let mut open = tokio::fs::OpenOptions::new();
+    open.read(true);
+    #[cfg(unix)]
+    open.custom_flags(libc::O_NOFOLLOW);
+    let mut file = open.open(&path).await.ok()?;
+    let meta = file.metadata().await.ok()?;
     if !meta.is_file() || meta.len() > MAX_BRANDING_FILE_BYTES {
         return None;
     }
-    tokio::fs::read(&path).await.ok()
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    // At most the limit, even if the file grows after its size was read.
+    (&mut file)
+        .take(MAX_BRANDING_FILE_BYTES)
+        .read_to_end(&mut bytes)
+        .await
+        .ok()?;
+    Some(bytes)
 }
 
 /// `GET /branding/{file}`: a logo or stylesheet from the data dir's `branding/` folder.
@@ -428,6 +467,64 @@ mod tests {
         }
         let page = render_missing("a<b", "en");
         assert!(page.contains("href=\"/\"") && page.contains("a&lt;b"));
+    }
+
+    /// The page's slots are filled from the template only: a text that looks like a slot
+    /// stays that text, and never pulls the page's markup (the stylesheet links, the logo)
+    /// into its own place.
+    #[test]
+    fn a_text_that_names_a_slot_stays_text() {
+        let c = event(
+            r##"{"name": "Fest", "title": {"en": "{{logo}} {{head}}"},
+                 "headline": {"en": "{{note}}"}, "note": {"en": "the note"},
+                 "theme_color": "#aa3300", "logo_url": "/branding/l.png"}"##,
+        );
+        let (html, _) = render_wait("fest", Some(&c), "en");
+        assert!(
+            html.contains("<title>{{logo}} {{head}} · Waiting room</title>"),
+            "{html}"
+        );
+        assert!(html.contains(">{{logo}} {{head}}</h1>"), "{html}");
+        assert!(html.contains(">{{note}}</p>"), "{html}");
+        assert_eq!(
+            html.matches("<img class=\"event-logo\"").count(),
+            1,
+            "{html}"
+        );
+        assert_eq!(html.matches("theme.css").count(), 1, "{html}");
+        assert_eq!(html.matches("the note").count(), 1, "{html}");
+    }
+
+    /// Whoever may drop logos into `branding/` must not be able to publish the rest of the
+    /// data dir (the signing key, the admin token) through a symlink pointing out of it.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_branding_symlink_out_of_the_folder_is_not_served() {
+        let data = tempfile::tempdir().unwrap();
+        let dir = data.path().join("branding");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(data.path().join("signing-key.pem"), "SECRET").unwrap();
+        std::fs::write(dir.join("real.css"), "body{}").unwrap();
+        std::os::unix::fs::symlink("../signing-key.pem", dir.join("key.css")).unwrap();
+        std::os::unix::fs::symlink(data.path().join("signing-key.pem"), dir.join("abs.png"))
+            .unwrap();
+        std::os::unix::fs::symlink("real.css", dir.join("alias.css")).unwrap();
+        assert_eq!(read_branding(&dir, "key.css").await, None);
+        assert_eq!(read_branding(&dir, "abs.png").await, None);
+        assert_eq!(
+            read_branding(&dir, "real.css").await.as_deref(),
+            Some(&b"body{}"[..])
+        );
+        assert_eq!(
+            read_branding(&dir, "alias.css").await.as_deref(),
+            Some(&b"body{}"[..]),
+            "a link within the folder is fine"
+        );
+        // The folder itself may be a link (a mounted or shared assets folder).
+        let linked = data.path().join("linked");
+        std::os::unix::fs::symlink(&dir, &linked).unwrap();
+        assert!(read_branding(&linked, "real.css").await.is_some());
+        assert_eq!(read_branding(&linked, "key.css").await, None);
     }
 
     #[test]

@@ -256,6 +256,44 @@ mod tests {
         });
     }
 
+    /// Hostile `traceparent`s: ids of zeros (invalid by the spec), a forbidden version, a
+    /// huge header, a huge `tracestate`, bytes that are not text. None is joined or
+    /// reflected; each request is a trace of its own with a real id.
+    #[test]
+    fn a_hostile_traceparent_is_never_joined() {
+        let zeros = "0".repeat(32);
+        let huge = format!("00-{TRACE}-00f067aa0ba902b7-01{}", "-ff".repeat(20_000));
+        let cases: Vec<Vec<u8>> = vec![
+            format!("00-{zeros}-00f067aa0ba902b7-01").into_bytes(),
+            format!("00-{TRACE}-0000000000000000-01").into_bytes(),
+            format!("ff-{TRACE}-00f067aa0ba902b7-01").into_bytes(),
+            format!("00-{}-00f067aa0ba902b7-01", TRACE.to_uppercase()).into_bytes(),
+            huge.into_bytes(),
+            b"00-\xff\xfe-\x80-01".to_vec(),
+            "0".repeat(100_000).into_bytes(),
+        ];
+        with_tracing(|| {
+            for bad in cases {
+                let mut headers = HeaderMap::new();
+                headers.insert(
+                    "traceparent",
+                    axum::http::HeaderValue::from_bytes(&bad).unwrap(),
+                );
+                headers.insert("tracestate", "k=v,".repeat(10_000).parse().unwrap());
+                let id = trace_id_of(&request_span("GET", "/x", &headers)).unwrap();
+                assert_eq!(id.len(), 32);
+                assert!(id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+                assert_ne!(id, zeros);
+                assert_ne!(
+                    id,
+                    TRACE,
+                    "{}",
+                    String::from_utf8_lossy(&bad[..bad.len().min(40)])
+                );
+            }
+        });
+    }
+
     #[test]
     fn nothing_is_injected_outside_a_request() {
         let mut out = HeaderMap::new();
