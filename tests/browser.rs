@@ -1131,24 +1131,8 @@ async fn the_charts_show_the_server_history_right_after_a_reload() {
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
-    let desktop = Opts {
-        lang: "en-US",
-        width: 1280,
-        height: 1400,
-        scale: 1.0,
-    };
-    let b = Browser::start(&desktop).await;
-    b.goto(&s.url("/admin")).await;
-    b.until_visible("#admin-token").await;
-    b.c()
-        .find(Locator::Css("#admin-token"))
-        .await
-        .unwrap()
-        .send_keys(ADMIN)
-        .await
-        .unwrap();
-    b.click("#login-button").await;
-    b.until_visible("#dash").await;
+    let b = Browser::start(&DESKTOP).await;
+    sign_in(&b, &s).await;
     let card = "[data-event=\"sale\"]";
     b.text_until(&format!("{card} .fig-waiting"), |t| t == "5")
         .await;
