@@ -572,6 +572,15 @@ pub fn fresh_temp_dir(tag: &str) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// One client (this process) makes every request: per-client limits this large are still
+/// checked on every request but never refuse one.
+pub const LOAD_FLAGS: &[&str] = &[
+    "--joins-per-minute",
+    "100000000",
+    "--polls-per-second",
+    "1000000",
+];
+
 impl ServerProc {
     /// Starts `bin serve --listen 127.0.0.1:0 --no-demo` on `data_dir` (a fresh temporary
     /// one, deleted afterwards, when `None`) and waits for its `listening on` line. The
@@ -582,15 +591,7 @@ impl ServerProc {
         durability: &str,
         admin_token: &str,
     ) -> Result<ServerProc> {
-        // One client (this process) makes every request: per-client limits this large are
-        // still checked on every request but never refuse one.
-        let load = [
-            "--joins-per-minute",
-            "100000000",
-            "--polls-per-second",
-            "1000000",
-        ];
-        Self::start_with(bin, data_dir, durability, admin_token, &load)
+        Self::start_with(bin, data_dir, durability, admin_token, LOAD_FLAGS)
     }
 
     /// [`start`](Self::start) with `extra` flags.
@@ -600,6 +601,19 @@ impl ServerProc {
         durability: &str,
         admin_token: &str,
         extra: &[&str],
+    ) -> Result<ServerProc> {
+        Self::start_with_env(bin, data_dir, durability, admin_token, extra, &[])
+    }
+
+    /// [`start_with`](Self::start_with) with extra environment variables for the server
+    /// (`TOKIO_WORKER_THREADS`, say).
+    pub fn start_with_env(
+        bin: &Path,
+        data_dir: Option<&Path>,
+        durability: &str,
+        admin_token: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
     ) -> Result<ServerProc> {
         let (dir, temp_dir) = match data_dir {
             Some(d) => (d.to_path_buf(), None),
@@ -613,28 +627,9 @@ impl ServerProc {
             .arg("--data-dir")
             .arg(&dir)
             .args(["--durability", durability, "--admin-token", admin_token])
-            .args(extra);
-        Self::spawn(cmd, &dir.with_extension("server.log"), temp_dir)
-    }
-
-    /// [`start_with`](Self::start_with) with extra environment variables for the server
-    /// (`TOKIO_WORKER_THREADS`, say).
-    pub fn start_with_env(
-        bin: &Path,
-        durability: &str,
-        admin_token: &str,
-        extra: &[&str],
-        env: &[(&str, &str)],
-    ) -> Result<ServerProc> {
-        let dir = fresh_temp_dir("bench")?;
-        let mut cmd = Command::new(bin);
-        cmd.args(["serve", "--listen", "127.0.0.1:0", "--no-demo"])
-            .arg("--data-dir")
-            .arg(&dir)
-            .args(["--durability", durability, "--admin-token", admin_token])
             .args(extra)
             .envs(env.iter().copied());
-        Self::spawn(cmd, &dir.with_extension("server.log"), Some(dir))
+        Self::spawn(cmd, &dir.with_extension("server.log"), temp_dir)
     }
 
     /// Starts `bin args…`, any program that prints `listening on http://ADDR` once it

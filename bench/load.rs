@@ -894,17 +894,12 @@ async fn scaling(a: ScalingArgs) -> Result<()> {
     for &w in &a.workers {
         let admin = random_token();
         let threads = w.to_string();
-        let load = [
-            "--joins-per-minute",
-            "100000000",
-            "--polls-per-second",
-            "1000000",
-        ];
         let proc = ServerProc::start_with_env(
             &bin,
+            None,
             Durability::Sync.name(),
             &admin,
-            &load,
+            common::LOAD_FLAGS,
             &[("TOKIO_WORKER_THREADS", threads.as_str())],
         )?;
         let server = Server {
