@@ -48,6 +48,10 @@ ensure_tools() {
     if have fc-list && ! fc-list :lang=ko | grep -q .; then apt_install fonts-nanum; fi
 }
 
+# A whole-suite run gains nothing from incremental caches, which roughly double what our own
+# crate writes to target/ (set CARGO_INCREMENTAL=1 to keep them while iterating).
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
 step() { printf '\n==> %s\n' "$*"; }
 
 ensure_tools
