@@ -79,7 +79,11 @@ pub async fn run(
             Arc::new(store)
         }
         StoreBackend::Redis { url } => {
-            let store = RedisStore::connect(url.expose(), RedisOptions::default())
+            let options = RedisOptions {
+                wait_replicas: settings.redis_wait_replicas,
+                ..RedisOptions::default()
+            };
+            let store = RedisStore::connect(url.expose(), options)
                 .await
                 .with_context(|| format!("opening the store at {}", settings.store))?;
             Arc::new(store)

@@ -22,11 +22,20 @@ impl StoreBackend {
             return Ok(StoreBackend::Embedded);
         }
         let redacted = SecretUrl::from(s);
+        if let Some(parsed) = crate::store::redis::sentinel::parse(s) {
+            return match parsed {
+                Ok(_) => Ok(StoreBackend::Redis { url: redacted }),
+                Err(e) => Err(format!("the Sentinel URL `{redacted}`: {e}")),
+            };
+        }
         let rest = s
             .strip_prefix("redis://")
             .or_else(|| s.strip_prefix("rediss://"))
             .ok_or_else(|| {
-                format!("expected `embedded` or a redis://host:port[/db] URL, got `{redacted}`")
+                format!(
+                    "expected `embedded`, a redis://host:port[/db] URL or \
+                     redis+sentinel://host:port[,host:port…]/service[/db], got `{redacted}`"
+                )
             })?;
         let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
         // Credentials come before the last `@`; a password may itself contain `@`.

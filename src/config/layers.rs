@@ -45,6 +45,7 @@ const ENV_KEYS: &[&str] = &[
     "max_connections_per_client",
     "repair",
     "otlp_endpoint",
+    "redis_wait_replicas",
 ];
 
 /// One layer of settings: the TOML file, the environment or the flags. The same names in
@@ -58,7 +59,7 @@ pub struct Layered {
     #[arg(long, value_name = "ADDR")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<String>,
-    /// `embedded` (in-process, durable under --data-dir) or redis://host:port[/db]. [env: WAITROOM_STORE] [default: embedded]
+    /// `embedded` (in-process, durable under --data-dir), redis://host:port[/db], or redis+sentinel://host:port[,host:port…]/service[/db]. [env: WAITROOM_STORE] [default: embedded]
     #[arg(long, value_name = "URL")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub store: Option<SecretUrl>,
@@ -170,6 +171,15 @@ pub struct Layered {
     #[arg(long, value_name = "URL")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub otlp_endpoint: Option<String>,
+    /// Redis store: answer a change only once this many replicas have it (`WAIT`), so a
+    /// failover cannot lose what a client was told; 0 answers at once (replication is
+    /// asynchronous). Standalone and Sentinel only. [env: WAITROOM_REDIS_WAIT_REPLICAS] [default: 0]
+    #[arg(long, value_name = "N")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_u64"
+    )]
+    pub redis_wait_replicas: Option<u64>,
 }
 
 fn parse_on_off(s: &str) -> Result<bool, String> {
@@ -353,6 +363,7 @@ mod tests {
             max_connections_per_client: Some(1),
             repair: Some(true),
             otlp_endpoint: Some(String::new()),
+            redis_wait_replicas: Some(1),
         };
         let dict = Serialized::defaults(full).data().unwrap();
         let mut keys: Vec<&str> = dict[&Profile::Default].keys().map(String::as_str).collect();

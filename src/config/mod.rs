@@ -95,6 +95,8 @@ pub struct Settings {
     pub repair: bool,
     /// The OpenTelemetry collector's base URL (`http://host:port`); `None`: no tracing export.
     pub otlp_endpoint: Option<String>,
+    /// Redis store: replicas that must have a change before it is answered (`WAIT`); 0: none.
+    pub redis_wait_replicas: u32,
 }
 
 impl Default for Settings {
@@ -113,6 +115,7 @@ impl Default for Settings {
             connections: ConnectionSettings::default(),
             repair: false,
             otlp_endpoint: None,
+            redis_wait_replicas: 0,
         }
     }
 }
@@ -227,6 +230,11 @@ impl Settings {
             Some(url) => Some(check_otlp_endpoint(url).map_err(|r| invalid("otlp_endpoint", r))?),
         };
         let demo = l.demo.unwrap_or(store.is_embedded());
+        let redis_wait_replicas = match l.redis_wait_replicas {
+            None => d.redis_wait_replicas,
+            Some(n) if n <= 16 => n as u32,
+            Some(_) => return Err(invalid("redis_wait_replicas", "must be between 0 and 16")),
+        };
         Ok(Settings {
             listen,
             store,
@@ -240,6 +248,7 @@ impl Settings {
             connections,
             repair: l.repair.unwrap_or(d.repair),
             otlp_endpoint,
+            redis_wait_replicas,
         })
     }
 }

@@ -29,7 +29,9 @@ impl Server {
     /// Starts the binary in `cwd` and waits until it reports its address.
     pub fn start(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
         let stderr_file = cwd.join(format!("stderr-{}.log", rand_suffix()));
-        let mut cmd = Command::new(BIN);
+        // WAITROOM_TEST_BIN runs the tests against another build of the binary.
+        let bin = std::env::var_os("WAITROOM_TEST_BIN").unwrap_or_else(|| BIN.into());
+        let mut cmd = Command::new(bin);
         cmd.args(args)
             .current_dir(cwd)
             .env("RUST_LOG", "warn")
@@ -193,6 +195,11 @@ impl Nodes {
 
     /// Starts a node on `redis_url` with a data directory of its own.
     pub fn start(&self, redis_url: &str) -> Server {
+        self.start_with_env(redis_url, &[])
+    }
+
+    /// [`Nodes::start`] with settings in the environment (`WAITROOM_…`).
+    pub fn start_with_env(&self, redis_url: &str, env: &[(&str, &str)]) -> Server {
         let data = self.dir.path().join(format!("node-{}", rand_suffix()));
         std::fs::create_dir_all(&data).unwrap();
         Server::start(
@@ -214,7 +221,7 @@ impl Nodes {
                 "--joins-per-minute",
                 "100000",
             ],
-            &[],
+            env,
         )
     }
 }

@@ -78,6 +78,7 @@ impl RedisServer {
         let s = Self::launch(
             free_port(false),
             &dir,
+            &[],
             &["--save", "", "--appendonly", "no"],
             true,
         );
@@ -106,15 +107,49 @@ impl RedisServer {
     /// answers PING.
     /// The directory is left in place (a durable server restarts on it).
     pub fn start_with(port: u16, dir: &Path, extra: &[&str]) -> RedisServer {
-        let s = Self::launch(port, dir, extra, false);
+        let s = Self::launch(port, dir, &[], extra, false);
         s.wait_ready();
         s
     }
 
-    fn launch(port: u16, dir: &Path, extra: &[&str], remove_dir: bool) -> RedisServer {
+    /// A Sentinel on a free port watching the master on `master_port` as `service`, with
+    /// short timings (down after 1 s) so a test's failover takes seconds; quorum 2.
+    pub fn start_sentinel(master_port: u16, service: &str) -> RedisServer {
+        let dir = tempfile::tempdir().unwrap().keep();
+        // Sentinel rewrites its config file as it learns the topology: it needs its own.
+        let conf = dir.join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "sentinel monitor {service} 127.0.0.1 {master_port} 2\n\
+                 sentinel down-after-milliseconds {service} 1000\n\
+                 sentinel failover-timeout {service} 5000\n\
+                 sentinel parallel-syncs {service} 1\n"
+            ),
+        )
+        .unwrap();
+        let s = Self::launch(
+            free_port(false),
+            &dir,
+            &[conf.to_str().unwrap(), "--sentinel"],
+            &[],
+            true,
+        );
+        s.wait_ready();
+        s
+    }
+
+    fn launch(
+        port: u16,
+        dir: &Path,
+        lead: &[&str],
+        extra: &[&str],
+        remove_dir: bool,
+    ) -> RedisServer {
         std::fs::create_dir_all(dir).unwrap();
         let port_s = port.to_string();
-        let mut args = vec![
+        let mut args: Vec<&str> = lead.to_vec();
+        args.extend([
             "--port",
             &port_s,
             "--bind",
@@ -125,7 +160,7 @@ impl RedisServer {
             "no",
             "--logfile",
             "redis.log",
-        ];
+        ]);
         args.extend_from_slice(extra);
         // The watchdog: starts the server, prints its pid, waits for its stdin to close (the
         // test process ended or dropped the server), then kills the server (and removes its
@@ -243,6 +278,7 @@ impl RedisCluster {
                 RedisServer::launch(
                     port,
                     &tempfile::tempdir().unwrap().keep(),
+                    &[],
                     &[
                         "--save",
                         "",

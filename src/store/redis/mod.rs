@@ -44,6 +44,7 @@
 mod decode;
 mod relay;
 mod script;
+pub mod sentinel;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -91,6 +92,9 @@ pub struct RedisOptions {
     /// The longest any store call may take before it answers `Unavailable`, so a request
     /// never hangs on a stopped or unreachable Redis.
     pub op_timeout: Duration,
+    /// Replicas that must have an operation's writes before it is answered (`WAIT`, within
+    /// `op_timeout`); 0 answers at once. Standalone and Sentinel only.
+    pub wait_replicas: u32,
 }
 
 impl Default for RedisOptions {
@@ -99,6 +103,7 @@ impl Default for RedisOptions {
             key_prefix: "wr".into(),
             lease: Duration::from_secs(3),
             op_timeout: Duration::from_millis(1500),
+            wait_replicas: 0,
         }
     }
 }
@@ -108,6 +113,8 @@ impl Default for RedisOptions {
 enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    /// The master the sentinels name, followed across failovers.
+    Sentinel(sentinel::Following),
 }
 
 impl ConnectionLike for Conn {
@@ -115,6 +122,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Sentinel(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -127,6 +135,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -134,6 +143,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
+            Conn::Sentinel(c) => c.get_db(),
         }
     }
 }
@@ -152,9 +162,15 @@ pub struct RedisStore {
     inner: Arc<Inner>,
 }
 
+enum Target {
+    Node(redis::Client),
+    Sentinel(sentinel::SentinelTarget),
+}
+
 struct Inner {
-    /// The URL's node: the only one for a standalone Redis, the seed for a Cluster.
-    client: redis::Client,
+    /// What the URL names: a node (the only one for a standalone Redis, the seed for a
+    /// Cluster), or the sentinels of a monitored master.
+    target: Target,
     options: RedisOptions,
     /// Random per process: the lease holder's name and the origin of relayed notices.
     node_id: String,
@@ -188,11 +204,14 @@ impl RedisStore {
     /// A store for `url` (`redis://[user:password@]host:port[/db]` or `rediss://…`) that
     /// connects on first use. Fails only on a URL that redis-rs cannot read.
     pub fn new(url: &str, options: RedisOptions) -> anyhow::Result<Self> {
-        let client = redis::Client::open(url)?;
+        let target = match sentinel::SentinelTarget::from_url(url) {
+            Some(t) => Target::Sentinel(t?),
+            None => Target::Node(redis::Client::open(url)?),
+        };
         let prefix = options.key_prefix.clone();
         Ok(RedisStore {
             inner: Arc::new(Inner {
-                client,
+                target,
                 options,
                 node_id: format!("{:032x}", crate::tokens::random_u128()),
                 events_key: format!("{prefix}:events"),
@@ -244,8 +263,11 @@ impl Inner {
     /// Opens the connection (standalone or Cluster, told apart by `INFO cluster`) and
     /// starts the notice relay.
     async fn open(&self) -> RedisResult<Conn> {
-        let mut probe = self
-            .client
+        let client = match &self.target {
+            Target::Node(c) => c.clone(),
+            Target::Sentinel(t) => t.master().await?,
+        };
+        let mut probe = client
             .get_multiplexed_async_connection_with_config(
                 &redis::AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(CONNECT_TIMEOUT))
@@ -258,7 +280,7 @@ impl Inner {
             .await?;
         let cluster = info.contains("cluster_enabled:1");
         let conn = if cluster {
-            let info = self.client.get_connection_info().clone();
+            let info = client.get_connection_info().clone();
             let client = redis::cluster::ClusterClientBuilder::new(vec![info])
                 .connection_timeout(CONNECT_TIMEOUT)
                 .response_timeout(self.options.op_timeout)
@@ -274,14 +296,34 @@ impl Inner {
                 .set_number_of_retries(2)
                 .set_min_delay(Duration::from_millis(50))
                 .set_max_delay(Duration::from_millis(500));
-            Conn::Single(ConnectionManager::new_with_config(self.client.clone(), config).await?)
+            let manager =
+                ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
+            match &self.target {
+                Target::Node(_) => Conn::Single(manager),
+                Target::Sentinel(t) => {
+                    let following = sentinel::Following::new(&client, manager);
+                    let watcher = tokio::spawn(sentinel::watch(
+                        t.clone(),
+                        following.clone(),
+                        config,
+                        self.options.op_timeout,
+                    ));
+                    self.tasks.lock().push(watcher);
+                    Conn::Sentinel(following)
+                }
+            }
         };
         // Every node of a Cluster relays PUBLISH to all others, so the subscriber may listen
         // on any of them; it moves on to the next when one fails.
-        let mut targets = vec![self.client.get_connection_info().clone()];
+        let mut targets = vec![client.get_connection_info().clone()];
         if cluster {
-            targets
-                .extend(relay::cluster_nodes(&mut probe, self.client.get_connection_info()).await);
+            targets.extend(relay::cluster_nodes(&mut probe, client.get_connection_info()).await);
+        }
+        if let Target::Sentinel(t) = &self.target {
+            // PUBLISH on the master reaches subscribers on its replicas too, so after a
+            // failover the subscriber moves on to one of them.
+            let replicas = t.replicas().await;
+            targets.extend(replicas.iter().map(|r| r.get_connection_info().clone()));
         }
         let (tx, rx) = mpsc::channel(relay::OUTBOX);
         *self.outbox.lock() = Some(tx);
@@ -347,9 +389,31 @@ impl Inner {
                 inv.invoke_async::<Value>(&mut conn).await
             })
             .await?;
+        self.wait_for_replicas(&mut conn).await?;
         let (reply, fx) = decode::reply(&value, join, now)?;
         self.announce(event_id, &fx);
         Ok(reply)
+    }
+
+    /// With `wait_replicas`, holds the answer until that many replicas have this
+    /// connection's writes so far (`WAIT` covers every earlier command on the connection,
+    /// so the operation just run is among them). Fewer in time: `Unavailable`, because the
+    /// change, though applied on the master, could still be lost with it.
+    async fn wait_for_replicas(&self, conn: &mut Conn) -> StoreResult<()> {
+        let want = self.options.wait_replicas;
+        if want == 0 || matches!(conn, Conn::Cluster(_)) {
+            return Ok(());
+        }
+        let budget = (self.options.op_timeout / 2).as_millis() as u64;
+        let got: i64 = self
+            .bounded(redis::cmd("WAIT").arg(want).arg(budget).query_async(conn))
+            .await?;
+        if got < i64::from(want) {
+            return Err(StoreError::Unavailable(format!(
+                "redis: the change reached {got} of {want} replicas within {budget} ms"
+            )));
+        }
+        Ok(())
     }
 
     /// Counts what an operation changed, tells this node's subscribers, and queues the
