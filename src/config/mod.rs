@@ -21,7 +21,7 @@
 //! store = "embedded"
 //! data_dir = "/var/lib/waitroom"
 //! admin_token = "change-me"
-//! signing_key = "/etc/waitroom/signing-key.pem"
+//! signing_key = "/etc/waitroom/signing-key.pem"   # or a directory, or a list (rotation)
 //! demo = false
 //! log_format = "json"
 //! durability = "sync"
@@ -83,8 +83,10 @@ pub struct Settings {
     /// Bearer token of the admin API. `None`: one is generated at start and printed to
     /// stdout as `admin token: T`, so a newcomer can use the admin API without configuring.
     pub admin_token: Option<Secret<String>>,
-    /// `None`: the key in the data dir, generated on first start.
-    pub signing_key: Option<PathBuf>,
+    /// Key files or directories of `*.pem` files, oldest first: the last key signs, all
+    /// verify (API.md "Key rotation"). Empty: the key in the data dir, generated on first
+    /// start.
+    pub signing_keys: Vec<PathBuf>,
     /// Create the `demo` event and its simulated crowd.
     pub demo: bool,
     pub log_format: LogFormat,
@@ -105,7 +107,7 @@ impl Default for Settings {
             store: StoreBackend::Embedded,
             data_dir: PathBuf::from("./waitroom-data"),
             admin_token: None,
-            signing_key: None,
+            signing_keys: Vec::new(),
             demo: true,
             log_format: LogFormat::Text,
             durability: Durability::Sync,
@@ -217,10 +219,8 @@ impl Settings {
                 ));
             }
         }
-        if let Some(p) = &l.signing_key {
-            if p.as_os_str().is_empty() {
-                return Err(invalid("signing_key", "must not be empty"));
-            }
+        if l.signing_key.iter().any(|p| p.as_os_str().is_empty()) {
+            return Err(invalid("signing_key", "must not be empty"));
         }
         let otlp_endpoint = match l.otlp_endpoint.as_deref().map(str::trim) {
             None | Some("") => None,
@@ -232,7 +232,7 @@ impl Settings {
             store,
             data_dir,
             admin_token: l.admin_token,
-            signing_key: l.signing_key,
+            signing_keys: l.signing_key,
             demo,
             log_format: l.log_format.unwrap_or(d.log_format),
             durability: l.durability.unwrap_or(d.durability),
