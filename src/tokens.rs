@@ -493,10 +493,17 @@ pub fn load_signing_keys(paths: &[PathBuf]) -> anyhow::Result<Vec<SigningKey>> {
             files.push(p.clone());
         }
     }
-    files
-        .iter()
-        .map(|f| load_or_generate_key(Some(f), Path::new("")))
-        .collect()
+    let mut keys: Vec<SigningKey> = Vec::with_capacity(files.len());
+    for f in &files {
+        let key = load_or_generate_key(Some(f), Path::new(""))?;
+        // The same key twice (a file named and also in a named directory) would make the
+        // order of "newest" ambiguous.
+        if keys.iter().any(|k| k.to_bytes() == key.to_bytes()) {
+            anyhow::bail!("the signing key {} is given twice", f.display());
+        }
+        keys.push(key);
+    }
+    Ok(keys)
 }
 
 /// Loads the signing keys as [`load_signing_keys`] (or, when `paths` is empty, the data
@@ -694,5 +701,87 @@ mod tests {
         let other = AccessTokens::from_signing_key(&SigningKey::from_bytes(&[3; 32])).unwrap();
         assert!(other.verify(&jwt_valid).is_err());
         assert_eq!(a.jwks().keys[0].kid, a.kid());
+    }
+
+    /// Rotation: the newest key signs and issues, every key verifies and parses what it
+    /// made, and a key dropped from the set retires its tokens.
+    #[test]
+    fn several_keys_sign_with_the_newest_and_verify_with_all() {
+        let (old, new) = (
+            SigningKey::from_bytes(&[1; 32]),
+            SigningKey::from_bytes(&[2; 32]),
+        );
+        let before = AccessTokens::from_signing_key(&old).unwrap();
+        let both = AccessTokens::from_signing_keys(&[old.clone(), new.clone()]).unwrap();
+        let after = AccessTokens::from_signing_key(&new).unwrap();
+        let far = crate::clock::system_now() + 600_000;
+        let k = key();
+        let old_jwt = before.sign("ev", "u", k, far - 1000, far);
+        let new_jwt = both.sign("ev", "u", k, far - 1000, far);
+        assert_eq!(both.kid(), after.kid());
+        assert_eq!(both.kids(), vec![before.kid(), after.kid()]);
+        let jwks: Vec<String> = both.jwks().keys.into_iter().map(|k| k.kid).collect();
+        assert_eq!(
+            jwks,
+            vec![after.kid().to_string(), before.kid().to_string()]
+        );
+        assert!(both.verify(&old_jwt).is_ok());
+        assert!(both.verify(&new_jwt).is_ok());
+        assert!(after.verify(&new_jwt).is_ok());
+        assert!(
+            after.verify(&old_jwt).is_err(),
+            "a removed key's tokens are refused"
+        );
+        assert!(before.verify(&new_jwt).is_err());
+        // Waiting tokens: issued under the newest, parsed under any configured key.
+        let old_wait = before.waiting_tokens().issue("ev", k);
+        let new_wait = both.waiting_tokens().issue("ev", k);
+        assert_eq!(new_wait, after.waiting_tokens().issue("ev", k));
+        assert!(both.waiting_tokens().parse(&old_wait).is_ok());
+        assert!(after.waiting_tokens().parse(&old_wait).is_err());
+        assert!(before.waiting_tokens().parse(&new_wait).is_err());
+        assert!(AccessTokens::from_signing_keys(&[old.clone(), old]).is_err());
+        assert!(AccessTokens::from_signing_keys(&[]).is_err());
+    }
+
+    /// The store's record of keys: adding a key or dropping one of several is a rotation;
+    /// replacing every key while places exist is refused (unless repairing).
+    #[test]
+    fn the_key_record_allows_rotation_but_not_replacement() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = dir.path().join("keys");
+        std::fs::create_dir(&keys).unwrap();
+        let write = |name: &str, seed: u8| {
+            let pem = SigningKey::from_bytes(&[seed; 32])
+                .to_pkcs8_pem(Default::default())
+                .unwrap();
+            let p = keys.join(name);
+            std::fs::write(&p, pem.as_bytes()).unwrap();
+            p
+        };
+        let a = write("a.pem", 1);
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        assert_eq!(
+            load_key_for_store(&[a.clone()], &data, 0, false)
+                .unwrap()
+                .len(),
+            1
+        );
+        let b = write("b.pem", 2);
+        let both = load_key_for_store(&[keys.clone()], &data, 5, false).unwrap();
+        assert_eq!(
+            both.iter().map(key_fingerprint).collect::<Vec<_>>(),
+            vec![
+                key_fingerprint(&SigningKey::from_bytes(&[1; 32])),
+                key_fingerprint(&SigningKey::from_bytes(&[2; 32])),
+            ]
+        );
+        load_key_for_store(&[b.clone()], &data, 5, false).unwrap();
+        let c = write("c.pem", 3);
+        let err = load_key_for_store(&[c.clone()], &data, 5, false).unwrap_err();
+        assert!(err.to_string().contains("fingerprint"), "{err}");
+        load_key_for_store(&[c], &data, 5, true).unwrap();
+        assert!(load_key_for_store(&[a.clone(), a], &data, 0, false).is_err());
     }
 }

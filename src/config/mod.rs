@@ -609,4 +609,27 @@ mod tests {
         assert_eq!(generate_admin_token().len(), 64);
         assert_ne!(generate_admin_token(), generate_admin_token());
     }
+
+    /// Key rotation: several signing keys from a TOML list or string, a comma-separated
+    /// environment variable, or repeated flags, in order (the last signs).
+    #[test]
+    fn signing_keys_come_as_lists_from_every_layer() {
+        Jail::expect_with(|jail| {
+            jail.create_file("one.toml", r#"signing_key = "keys/one.pem""#)?;
+            jail.create_file("w.toml", r#"signing_key = ["old.pem", "keys"]"#)?;
+            let paths = |v: &[&str]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
+            assert_eq!(load(&[]).unwrap().signing_keys, paths(&[]));
+            let s = load(&["--config", "one.toml"]).unwrap();
+            assert_eq!(s.signing_keys, paths(&["keys/one.pem"]));
+            let s = load(&["--config", "w.toml"]).unwrap();
+            assert_eq!(s.signing_keys, paths(&["old.pem", "keys"]));
+            jail.set_env("WAITROOM_SIGNING_KEY", "a.pem, b.pem");
+            let s = load(&["--config", "w.toml"]).unwrap();
+            assert_eq!(s.signing_keys, paths(&["a.pem", "b.pem"]));
+            let s = load(&["--signing-key", "f1.pem", "--signing-key", "dir"]).unwrap();
+            assert_eq!(s.signing_keys, paths(&["f1.pem", "dir"]));
+            assert!(load(&["--signing-key", ""]).is_err());
+            Ok(())
+        });
+    }
 }
