@@ -763,13 +763,13 @@ mod tests {
         let data = dir.path().join("data");
         std::fs::create_dir(&data).unwrap();
         assert_eq!(
-            load_key_for_store(&[a.clone()], &data, 0, false)
+            load_key_for_store(std::slice::from_ref(&a), &data, 0, false)
                 .unwrap()
                 .len(),
             1
         );
         let b = write("b.pem", 2);
-        let both = load_key_for_store(&[keys.clone()], &data, 5, false).unwrap();
+        let both = load_key_for_store(std::slice::from_ref(&keys), &data, 5, false).unwrap();
         assert_eq!(
             both.iter().map(key_fingerprint).collect::<Vec<_>>(),
             vec![
@@ -777,9 +777,9 @@ mod tests {
                 key_fingerprint(&SigningKey::from_bytes(&[2; 32])),
             ]
         );
-        load_key_for_store(&[b.clone()], &data, 5, false).unwrap();
+        load_key_for_store(std::slice::from_ref(&b), &data, 5, false).unwrap();
         let c = write("c.pem", 3);
-        let err = load_key_for_store(&[c.clone()], &data, 5, false).unwrap_err();
+        let err = load_key_for_store(std::slice::from_ref(&c), &data, 5, false).unwrap_err();
         assert!(err.to_string().contains("fingerprint"), "{err}");
         load_key_for_store(&[c], &data, 5, true).unwrap();
         assert!(load_key_for_store(&[a.clone(), a], &data, 0, false).is_err());

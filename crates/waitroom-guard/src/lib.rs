@@ -36,6 +36,9 @@ pub use verifier::{
     AccessClaims, FnJwks, HttpJwks, JwksSource, Refresh, Refusal, Verifier, ISSUER,
 };
 
+/// Reads the event a request names (from its path or query).
+pub type EventOf = dyn Fn(&http::request::Parts) -> Option<String> + Send + Sync;
+
 /// Which event a request's token must be for.
 #[derive(Clone)]
 pub enum EventRule {
@@ -44,7 +47,7 @@ pub enum EventRule {
     /// This event.
     Is(Arc<str>),
     /// The event a request names (from its path or query); `None` refuses the request.
-    From(Arc<dyn Fn(&http::request::Parts) -> Option<String> + Send + Sync>),
+    From(Arc<EventOf>),
 }
 
 /// The layer; see the crate's documentation.
