@@ -338,3 +338,47 @@ async fn the_demo_booking_route_is_guarded_by_the_origin_library() {
         "{e}"
     );
 }
+
+/// Routes are only ever added through `route!` (which records them for the test above): a
+/// bare `.route(…)`, `.nest(…)` or `.route_service(…)` anywhere in `src/` (outside unit
+/// tests) would serve a path the list, and so the document, never hear of.
+#[test]
+fn every_route_goes_through_the_recording_macro() {
+    fn files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                files(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut all = Vec::new();
+    files(&src, &mut all);
+    let mut bare = Vec::new();
+    for f in all {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            // Unit tests (from the first `#[cfg(test)]` on) build routers of their own.
+            if line.trim_start().starts_with("#[cfg(test)]") {
+                break;
+            }
+            let code = line.split("//").next().unwrap();
+            let adds = [".route(", ".nest(", ".nest_service(", ".route_service("]
+                .iter()
+                .any(|m| code.contains(m));
+            // The macro's own expansion is the one allowed call.
+            if adds && !code.contains("$routes") {
+                bare.push(format!("  {}:{}: {}", f.display(), i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        bare.is_empty(),
+        "routes added without `route!` (src/http/mod.rs), so missing from `route_list` and \
+         unchecked against the OpenAPI document:\n{}",
+        bare.join("\n")
+    );
+}
