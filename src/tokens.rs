@@ -740,6 +740,14 @@ mod tests {
         assert!(both.waiting_tokens().parse(&old_wait).is_ok());
         assert!(after.waiting_tokens().parse(&old_wait).is_err());
         assert!(before.waiting_tokens().parse(&new_wait).is_err());
+        // The order decides, not age: the first phase of a rolling rotation lists the new
+        // key first, so every node verifies it before any signs with it.
+        let staged = AccessTokens::from_signing_keys(&[new.clone(), old.clone()]).unwrap();
+        assert_eq!(staged.kid(), before.kid());
+        assert!(staged.verify(&new_jwt).is_ok());
+        assert!(before
+            .verify(&staged.sign("ev", "u", k, far - 1000, far))
+            .is_ok());
         assert!(AccessTokens::from_signing_keys(&[old.clone(), old]).is_err());
         assert!(AccessTokens::from_signing_keys(&[]).is_err());
     }
@@ -776,6 +784,13 @@ mod tests {
                 key_fingerprint(&SigningKey::from_bytes(&[1; 32])),
                 key_fingerprint(&SigningKey::from_bytes(&[2; 32])),
             ]
+        );
+        // Files keep the order they are given in (a directory's files go in name order).
+        let fps = |keys: Vec<SigningKey>| keys.iter().map(key_fingerprint).collect::<Vec<_>>();
+        let reversed = load_signing_keys(&[b.clone(), a.clone()]).unwrap();
+        assert_eq!(
+            fps(reversed),
+            vec![fps(both.clone())[1].clone(), fps(both)[0].clone()]
         );
         load_key_for_store(std::slice::from_ref(&b), &data, 5, false).unwrap();
         let c = write("c.pem", 3);
