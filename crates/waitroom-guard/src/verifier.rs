@@ -304,21 +304,32 @@ impl Verifier {
         if let Some(k) = self.cached(kid, true) {
             return Ok(k);
         }
+        // Not due: answer from the cache without queueing on the fetch lock, so a flood of
+        // made-up `kid`s (or a long outage of waitroom) costs a map lookup per request.
+        if !self.due() {
+            return self.stale(kid);
+        }
         let _one = self.inner.fetching.lock().await;
         // Someone else may have fetched while this request waited.
         if let Some(k) = self.cached(kid, true) {
             return Ok(k);
         }
-        let due = {
-            let keys = self.inner.keys.read().expect("not poisoned");
-            keys.last_attempt
-                .is_none_or(|t| t.elapsed() >= self.inner.refresh.min_interval)
-        };
-        if due {
+        if self.due() {
             self.fetch().await;
         }
-        // A stale key still verifies when the refresh failed or was not due: waitroom being
-        // briefly unreachable must not lock everyone out.
+        self.stale(kid)
+    }
+
+    /// Whether the rate limit allows a fetch now.
+    fn due(&self) -> bool {
+        let keys = self.inner.keys.read().expect("not poisoned");
+        keys.last_attempt
+            .is_none_or(|t| t.elapsed() >= self.inner.refresh.min_interval)
+    }
+
+    /// The key from the cache however old: when a refresh failed or was not due, waitroom
+    /// being briefly unreachable must not lock everyone out.
+    fn stale(&self, kid: &str) -> Result<DecodingKey, Refusal> {
         if let Some(k) = self.cached(kid, false) {
             return Ok(k);
         }

@@ -24,6 +24,8 @@ use waitroom_guard::{AccessClaims, GuardLayer, Refresh, Verifier};
 struct Keys {
     keys: Arc<Mutex<Vec<(String, SigningKey)>>>,
     fetches: Arc<AtomicU64>,
+    /// When set, the JWKS answers 500 (waitroom down or failing).
+    failing: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Keys {
@@ -56,7 +58,10 @@ impl Keys {
                 let me = me.clone();
                 async move {
                     me.fetches.fetch_add(1, Ordering::SeqCst);
-                    axum::Json(me.jwks())
+                    if me.failing.load(Ordering::SeqCst) {
+                        return Err(StatusCode::INTERNAL_SERVER_ERROR);
+                    }
+                    Ok(axum::Json(me.jwks()))
                 }
             }),
         );
@@ -306,4 +311,50 @@ async fn no_reachable_jwks_fails_closed() {
     let (status, body) = call(&app, "/book", Some(&t)).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert!(body.contains("\"UNAVAILABLE\""), "{body}");
+}
+
+#[tokio::test]
+async fn stale_keys_keep_verifying_while_the_jwks_fails() {
+    let keys = Keys::default();
+    let good = keys.add("k1", 1);
+    let url = keys.serve().await;
+    let verifier = Verifier::from_url(url.parse().unwrap()).with_refresh(Refresh {
+        max_age: Duration::from_millis(200),
+        min_interval: Duration::from_millis(0),
+    });
+    let app = site(verifier);
+    let token = sign_with(&good, "k1", &claims("concert", now() + 600));
+    assert_eq!(call(&app, "/book", Some(&token)).await.0, StatusCode::OK);
+    keys.failing.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The keys are stale and the refresh fails: the cached key still verifies.
+    assert_eq!(call(&app, "/book", Some(&token)).await.0, StatusCode::OK);
+    assert_eq!(
+        keys.fetches.load(Ordering::SeqCst),
+        2,
+        "a refresh was tried"
+    );
+}
+
+#[tokio::test]
+async fn the_query_parameter_is_read_only_when_configured() {
+    let (_keys, good, _app, verifier) = setup().await;
+    let token = sign_with(&good, "k1", &claims("concert", now() + 600));
+    let handler = get(|c: AccessClaims| async move { c.sub });
+    let plain = Router::new()
+        .route("/book", handler.clone())
+        .layer(GuardLayer::new(verifier.clone()).event("concert"));
+    let with_query = Router::new().route("/book", handler).layer(
+        GuardLayer::new(verifier)
+            .event("concert")
+            .query_param("waitroom_token"),
+    );
+    let uri = format!("/book?x=1&waitroom_token={token}");
+    assert_denied(call(&plain, &uri, None).await, "required");
+    assert_eq!(
+        call(&with_query, &uri, None).await,
+        (StatusCode::OK, "u-1".into())
+    );
+    // The header wins over the query: a bad header is not rescued by a good query token.
+    assert_denied(call(&with_query, &uri, Some("junk")).await, "malformed");
 }
