@@ -11,6 +11,9 @@
 //! - [`look`]: the waiting page rendered with an event's look and words, its colours, the
 //!   data dir's branding files, and the `404` page of an unknown event.
 //! - [`pow`]: the proof-of-work gate of `join`.
+//! - [`openapi`]: `/api/v1/openapi.json`, the OpenAPI 3.1 document of every route.
+//! - [`demo_site`]: the demo booking page's own route, behind the origin library
+//!   (`waitroom-guard`).
 //! - [`body`]: the typed JSON bodies of every successful answer: the contract in types.
 //! - [`error`]: [`AppError`], the one mapping from failures to statuses and codes.
 //! - [`extract`]: extractors whose rejections are `AppError`s, so that no malformed request
