@@ -59,8 +59,10 @@ ensure_tools
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
-step "cargo clippy --all-targets -- -D warnings"
-cargo clippy --all-targets -- -D warnings
+# `--workspace`: the server and the origin library (crates/waitroom-guard). A bare
+# `cargo test` at the root still runs the server's targets alone.
+step "cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
 
-step "cargo test --all-targets"
-cargo test --all-targets
+step "cargo test --workspace --all-targets"
+cargo test --workspace --all-targets

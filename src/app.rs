@@ -58,7 +58,17 @@ impl AppState {
         admin_token: &str,
         clock: Clock,
     ) -> anyhow::Result<Self> {
-        let access = AccessTokens::from_signing_key(signing_key)?;
+        Self::with_keys(store, std::slice::from_ref(signing_key), admin_token, clock)
+    }
+
+    /// As [`new`](Self::new), with several signing keys, oldest first (the last signs).
+    pub fn with_keys(
+        store: Arc<dyn Store>,
+        signing_keys: &[ed25519_dalek::SigningKey],
+        admin_token: &str,
+        clock: Clock,
+    ) -> anyhow::Result<Self> {
+        let access = AccessTokens::from_signing_keys(signing_keys)?;
         Ok(AppState {
             events: Arc::new(EventCatalog::new(store.clone())),
             store,

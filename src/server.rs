@@ -89,7 +89,7 @@ pub async fn run(
             Arc::new(store)
         }
     };
-    if matches!(settings.store, StoreBackend::Redis { .. }) && settings.signing_key.is_none() {
+    if matches!(settings.store, StoreBackend::Redis { .. }) && settings.signing_keys.is_empty() {
         // A key generated per node would make every token one node issued invalid on the
         // others (waiting-token MACs and access-token signatures both derive from it).
         anyhow::bail!(
@@ -97,8 +97,8 @@ pub async fn run(
              (generate one with `openssl genpkey -algorithm ed25519 -out key.pem`)"
         );
     }
-    let key = tokens::load_key_for_store(
-        settings.signing_key.as_deref(),
+    let keys = tokens::load_key_for_store(
+        &settings.signing_keys,
         &settings.data_dir,
         places,
         settings.repair,
@@ -115,7 +115,7 @@ pub async fn run(
             t
         }
     };
-    let mut state = AppState::new(store, &key, &admin_token, Clock::system())?;
+    let mut state = AppState::with_keys(store, &keys, &admin_token, Clock::system())?;
     state.branding_dir = Some(settings.data_dir.join("branding").into());
     if matches!(settings.store, StoreBackend::Embedded) {
         // Kept beside the store: a restart keeps the charts. (On Redis each node keeps its

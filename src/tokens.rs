@@ -52,17 +52,38 @@ pub struct WaitingTokens {
     /// The MAC keyed once: HMAC's inner and outer pads hashed ahead, so each token costs
     /// two SHA-256 blocks instead of four (every join issues one, every poll checks one).
     keyed: Hmac<Sha256>,
+    /// MACs of the older signing keys still configured (key rotation): tokens issued under
+    /// them keep reaching their places. Tried only when the newest key's MAC does not match,
+    /// so a current token costs nothing more.
+    older: std::sync::Arc<[Hmac<Sha256>]>,
+}
+
+fn keyed_mac(key: &[u8; 32]) -> Hmac<Sha256> {
+    <Hmac<Sha256> as Mac>::new_from_slice(key).expect("any key length")
 }
 
 impl WaitingTokens {
     pub fn new(key: [u8; 32]) -> Self {
         WaitingTokens {
-            keyed: <Hmac<Sha256> as Mac>::new_from_slice(&key).expect("any key length"),
+            keyed: keyed_mac(&key),
+            older: std::sync::Arc::new([]),
+        }
+    }
+
+    /// Issues under `newest`; also accepts tokens issued under any of `older`.
+    pub fn with_older(newest: [u8; 32], older: &[[u8; 32]]) -> Self {
+        WaitingTokens {
+            keyed: keyed_mac(&newest),
+            older: older.iter().map(keyed_mac).collect(),
         }
     }
 
     fn mac(&self, body: &[u8]) -> [u8; MAC_LEN] {
-        let mut m = self.keyed.clone();
+        Self::mac_with(&self.keyed, body)
+    }
+
+    fn mac_with(keyed: &Hmac<Sha256>, body: &[u8]) -> [u8; MAC_LEN] {
+        let mut m = keyed.clone();
         m.update(body);
         let full = m.finalize().into_bytes();
         let mut out = [0u8; MAC_LEN];
@@ -96,13 +117,16 @@ impl WaitingTokens {
             return Err(InvalidToken);
         }
         let (body, mac) = raw.split_at(raw.len() - MAC_LEN);
-        let expected = self.mac(body);
         // Constant-time comparison so timing does not leak how much of a forgery matched.
-        let diff = expected
-            .iter()
-            .zip(mac)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
-        if diff != 0 {
+        let matches = |expected: [u8; MAC_LEN]| {
+            expected
+                .iter()
+                .zip(mac)
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+        };
+        if !matches(self.mac(body)) && !self.older.iter().any(|k| matches(Self::mac_with(k, body)))
+        {
             return Err(InvalidToken);
         }
         let event_id = std::str::from_utf8(&body[2..2 + id_len]).map_err(|_| InvalidToken)?;
@@ -213,8 +237,8 @@ pub struct AccessClaims {
     pub jti: String,
 }
 
-/// Signs and verifies access tokens with one Ed25519 key.
-pub struct AccessTokens {
+/// One Ed25519 key and what signing and verification need of it.
+struct KeyEntry {
     encoding: EncodingKey,
     decoding: DecodingKey,
     kid: String,
@@ -222,37 +246,62 @@ pub struct AccessTokens {
     /// Secret for waiting-token MACs, derived from the private key so nodes that share the
     /// signing key agree on it with nothing else to distribute.
     waiting_secret: [u8; 32],
-    /// Secret for proof-of-work challenge MACs, derived the same way for the same reason.
+}
+
+/// Signs and verifies access tokens with the configured Ed25519 keys (key rotation): the
+/// newest signs, every one verifies the tokens that name its `kid`, the JWKS lists them all.
+pub struct AccessTokens {
+    /// Every key, oldest first; the last one signs.
+    keys: Vec<KeyEntry>,
+    /// Secret for proof-of-work challenge MACs, derived from the newest key. Challenges live
+    /// for minutes, so one issued under a retired key is simply answered with a fresh one.
     pow_secret: [u8; 32],
 }
 
 impl AccessTokens {
     pub fn from_signing_key(key: &SigningKey) -> anyhow::Result<Self> {
-        let pem = key
-            .to_pkcs8_pem(Default::default())
-            .map_err(|e| anyhow::anyhow!("encoding the signing key: {e}"))?;
-        let encoding = EncodingKey::from_ed_pem(pem.as_bytes())?;
-        let public = key.verifying_key().to_bytes();
-        let decoding = DecodingKey::from_ed_der(&public);
-        let kid = hex_prefix(&Sha256::digest(public), 8);
-        let mut h = Sha256::new();
-        h.update(b"waitroom waiting-token key v1");
-        h.update(key.to_bytes());
+        Self::from_signing_keys(std::slice::from_ref(key))
+    }
+
+    /// Several keys, oldest first: the last one signs new tokens (see API.md "Key rotation").
+    pub fn from_signing_keys(keys: &[SigningKey]) -> anyhow::Result<Self> {
+        let Some(newest) = keys.last() else {
+            anyhow::bail!("no signing key");
+        };
+        let mut entries: Vec<KeyEntry> = Vec::with_capacity(keys.len());
+        for key in keys {
+            let entry = KeyEntry::new(key)?;
+            if entries.iter().any(|e| e.kid == entry.kid) {
+                anyhow::bail!(
+                    "the signing key with key id {} is given twice (keys must be distinct)",
+                    entry.kid
+                );
+            }
+            entries.push(entry);
+        }
         let mut p = Sha256::new();
         p.update(b"waitroom pow-challenge key v1");
-        p.update(key.to_bytes());
+        p.update(newest.to_bytes());
         Ok(AccessTokens {
-            encoding,
-            decoding,
-            kid,
-            public,
-            waiting_secret: h.finalize().into(),
+            keys: entries,
             pow_secret: p.finalize().into(),
         })
     }
 
+    fn newest(&self) -> &KeyEntry {
+        self.keys.last().expect("at least one key")
+    }
+
+    /// Waiting tokens issued under the newest key, and accepted under every configured one.
     pub fn waiting_tokens(&self) -> WaitingTokens {
-        WaitingTokens::new(self.waiting_secret)
+        let older: Vec<[u8; 32]> = self
+            .keys
+            .iter()
+            .rev()
+            .skip(1)
+            .map(|k| k.waiting_secret)
+            .collect();
+        WaitingTokens::with_older(self.newest().waiting_secret, &older)
     }
 
     /// The secret of proof-of-work challenges (see `crate::pow`).
@@ -260,8 +309,14 @@ impl AccessTokens {
         self.pow_secret
     }
 
+    /// The key id of the key that signs new tokens.
     pub fn kid(&self) -> &str {
-        &self.kid
+        &self.newest().kid
+    }
+
+    /// The key ids of every configured key, oldest first.
+    pub fn kids(&self) -> Vec<&str> {
+        self.keys.iter().map(|k| k.kid.as_str()).collect()
     }
 
     /// Signs a token for the active session of `key`, valid until `expires_at`.
@@ -282,37 +337,76 @@ impl AccessTokens {
             exp: expires_at / 1000,
             jti: format!("{:032x}", random_u128()),
         };
+        let key = self.newest();
         let mut header = Header::new(Algorithm::EdDSA);
-        header.kid = Some(self.kid.clone());
-        jsonwebtoken::encode(&header, &claims, &self.encoding)
+        header.kid = Some(key.kid.clone());
+        jsonwebtoken::encode(&header, &claims, &key.encoding)
             .expect("Ed25519 signing does not fail")
     }
 
-    /// Checks signature, issuer and expiry (no leeway: an expired session is over). The
-    /// audience is left to the caller, which knows whether an event was asked for.
+    /// Checks signature (by the configured key its `kid` names), issuer and expiry (no
+    /// leeway: an expired session is over). The audience is left to the caller, which knows
+    /// whether an event was asked for.
     pub fn verify(&self, token: &str) -> Result<AccessClaims, InvalidToken> {
+        let header = jsonwebtoken::decode_header(token).map_err(|_| InvalidToken)?;
+        // A token without a `kid`, or naming a key no longer configured, is refused: that
+        // is how removing a key retires the tokens it signed.
+        let kid = header.kid.ok_or(InvalidToken)?;
+        let key = self
+            .keys
+            .iter()
+            .find(|k| k.kid == kid)
+            .ok_or(InvalidToken)?;
         let mut v = Validation::new(Algorithm::EdDSA);
         v.set_issuer(&[ISSUER]);
         v.validate_aud = false;
         v.leeway = 0;
         v.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
-        jsonwebtoken::decode::<AccessClaims>(token, &self.decoding, &v)
+        jsonwebtoken::decode::<AccessClaims>(token, &key.decoding, &v)
             .map(|d| d.claims)
             .map_err(|_| InvalidToken)
     }
 
-    /// The JWKS document of `/.well-known/jwks.json`.
+    /// The JWKS document of `/.well-known/jwks.json`: every configured key, newest first
+    /// (the one that signs new tokens leads).
     pub fn jwks(&self) -> Jwks {
         Jwks {
-            keys: vec![Jwk {
-                kty: "OKP",
-                crv: "Ed25519",
-                alg: "EdDSA",
-                use_: "sig",
-                kid: self.kid.clone(),
-                x: B64.encode(self.public),
-            }],
+            keys: self
+                .keys
+                .iter()
+                .rev()
+                .map(|k| Jwk {
+                    kty: "OKP",
+                    crv: "Ed25519",
+                    alg: "EdDSA",
+                    use_: "sig",
+                    kid: k.kid.clone(),
+                    x: B64.encode(k.public),
+                })
+                .collect(),
         }
+    }
+}
+
+impl KeyEntry {
+    fn new(key: &SigningKey) -> anyhow::Result<Self> {
+        let pem = key
+            .to_pkcs8_pem(Default::default())
+            .map_err(|e| anyhow::anyhow!("encoding the signing key: {e}"))?;
+        let encoding = EncodingKey::from_ed_pem(pem.as_bytes())?;
+        let public = key.verifying_key().to_bytes();
+        let decoding = DecodingKey::from_ed_der(&public);
+        let kid = hex_prefix(&Sha256::digest(public), 8);
+        let mut h = Sha256::new();
+        h.update(b"waitroom waiting-token key v1");
+        h.update(key.to_bytes());
+        Ok(KeyEntry {
+            encoding,
+            decoding,
+            kid,
+            public,
+            waiting_secret: h.finalize().into(),
+        })
     }
 }
 
@@ -379,21 +473,55 @@ pub fn key_fingerprint(key: &SigningKey) -> String {
     hex_prefix(&Sha256::digest(key.verifying_key().as_bytes()), 32)
 }
 
-/// Loads the signing key as [`load_or_generate_key`], but refuses when the store holds
-/// `places` that were issued under another key (or a key file that has gone missing),
-/// unless `repair`: then the places are kept (no token reaches them, so they expire after
-/// their idle period) and the new key is recorded. Records the key's fingerprint in the
-/// data dir on first use.
+/// Loads the signing keys named by `paths` (files, or directories whose `*.pem` files are
+/// taken in name order), oldest first: the last one signs (API.md "Key rotation").
+pub fn load_signing_keys(paths: &[PathBuf]) -> anyhow::Result<Vec<SigningKey>> {
+    let mut files = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut pems: Vec<PathBuf> = std::fs::read_dir(p)
+                .map_err(|e| anyhow::anyhow!("reading signing key directory {}: {e}", p.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| f.extension().is_some_and(|x| x == "pem") && f.is_file())
+                .collect();
+            if pems.is_empty() {
+                anyhow::bail!("signing key directory {} holds no *.pem file", p.display());
+            }
+            pems.sort();
+            files.extend(pems);
+        } else {
+            files.push(p.clone());
+        }
+    }
+    let mut keys: Vec<SigningKey> = Vec::with_capacity(files.len());
+    for f in &files {
+        let key = load_or_generate_key(Some(f), Path::new(""))?;
+        // The same key twice (a file named and also in a named directory) would make the
+        // order of "newest" ambiguous.
+        if keys.iter().any(|k| k.to_bytes() == key.to_bytes()) {
+            anyhow::bail!("the signing key {} is given twice", f.display());
+        }
+        keys.push(key);
+    }
+    Ok(keys)
+}
+
+/// Loads the signing keys as [`load_signing_keys`] (or, when `paths` is empty, the data
+/// dir's key as [`load_or_generate_key`]), but refuses when the store holds `places` that
+/// were issued under other keys only (or a key file that has gone missing), unless
+/// `repair`: then the places are kept (no token reaches them, so they expire after their
+/// idle period) and the new keys are recorded. Records the keys' fingerprints in the data
+/// dir. Removing one of several recorded keys is a rotation, not a loss: it is logged.
 pub fn load_key_for_store(
-    path: Option<&Path>,
+    paths: &[PathBuf],
     data_dir: &Path,
     places: u64,
     repair: bool,
-) -> anyhow::Result<SigningKey> {
+) -> anyhow::Result<Vec<SigningKey>> {
     let generated = data_dir.join("signing-key.pem");
     let record = data_dir.join(KEY_FINGERPRINT_FILE);
     let recorded = std::fs::read_to_string(&record).ok();
-    if places > 0 && !repair && path.is_none() && !generated.exists() {
+    if places > 0 && !repair && paths.is_empty() && !generated.exists() {
         anyhow::bail!(
             "the store in {} holds {places} places, but its signing key {} is missing: a new \
              key would invalidate every waiting token while the orphaned places keep everyone's \
@@ -403,38 +531,65 @@ pub fn load_key_for_store(
             generated.display()
         );
     }
-    let key = load_or_generate_key(path, data_dir)?;
-    let fingerprint = key_fingerprint(&key);
-    match recorded.as_deref().map(str::trim) {
-        Some(old) if old == fingerprint => return Ok(key),
-        Some(old) if places > 0 => {
-            if !repair {
-                anyhow::bail!(
-                    "the store in {} holds {places} places issued under the signing key with \
-                     fingerprint {old}, but the key in use has fingerprint {fingerprint}: every \
-                     waiting token would be invalid. Use the original key, or start with \
-                     --repair to continue with this one (the orphaned places expire after \
-                     their idle period)",
-                    data_dir.display()
-                );
-            }
-            tracing::error!(
+    let keys = if paths.is_empty() {
+        vec![load_or_generate_key(None, data_dir)?]
+    } else {
+        load_signing_keys(paths)?
+    };
+    let current: Vec<String> = keys.iter().map(key_fingerprint).collect();
+    let old: Vec<&str> = recorded
+        .as_deref()
+        .map(|r| r.lines().map(str::trim).filter(|l| !l.is_empty()).collect())
+        .unwrap_or_default();
+    let kept = old.iter().any(|f| current.iter().any(|c| c == f));
+    let removed: Vec<&str> = old
+        .iter()
+        .copied()
+        .filter(|f| !current.iter().any(|c| c == f))
+        .collect();
+    if old.is_empty() {
+        if places > 0 && recorded.is_none() && repair {
+            tracing::warn!(
                 places,
-                old_fingerprint = old,
-                fingerprint,
-                "repair: the signing key changed; the store's places are orphaned and expire \
-                 after their idle period"
+                "repair: recording the signing key in use; places issued under a lost key \
+                 expire after their idle period"
             );
         }
-        _ if places > 0 && recorded.is_none() && repair => tracing::warn!(
+    } else if !kept && places > 0 {
+        let old = old.join(", ");
+        let fingerprint = current.join(", ");
+        if !repair {
+            anyhow::bail!(
+                "the store in {} holds {places} places issued under the signing key with \
+                 fingerprint {old}, but the key in use has fingerprint {fingerprint}: every \
+                 waiting token would be invalid. Use the original key, or start with \
+                 --repair to continue with this one (the orphaned places expire after \
+                 their idle period)",
+                data_dir.display()
+            );
+        }
+        tracing::error!(
             places,
-            "repair: recording the signing key in use; places issued under a lost key expire \
+            old_fingerprint = old,
+            fingerprint,
+            "repair: the signing key changed; the store's places are orphaned and expire \
              after their idle period"
-        ),
-        _ => {}
+        );
+    } else if !removed.is_empty() && places > 0 {
+        // Key rotation's last step: the tokens the removed keys signed are retired on purpose.
+        tracing::warn!(
+            places,
+            removed = removed.join(", "),
+            "signing keys removed: access tokens they signed are refused, and places whose \
+             waiting tokens they issued expire after their idle period"
+        );
     }
-    write_private(&record, format!("{fingerprint}\n").as_bytes())?;
-    Ok(key)
+    if old != current.iter().map(String::as_str).collect::<Vec<_>>() {
+        let mut text = current.join("\n");
+        text.push('\n');
+        write_private(&record, text.as_bytes())?;
+    }
+    Ok(keys)
 }
 
 /// Writes a secret file readable by its owner only, atomically (temp file + rename).
@@ -546,5 +701,102 @@ mod tests {
         let other = AccessTokens::from_signing_key(&SigningKey::from_bytes(&[3; 32])).unwrap();
         assert!(other.verify(&jwt_valid).is_err());
         assert_eq!(a.jwks().keys[0].kid, a.kid());
+    }
+
+    /// Rotation: the newest key signs and issues, every key verifies and parses what it
+    /// made, and a key dropped from the set retires its tokens.
+    #[test]
+    fn several_keys_sign_with_the_newest_and_verify_with_all() {
+        let (old, new) = (
+            SigningKey::from_bytes(&[1; 32]),
+            SigningKey::from_bytes(&[2; 32]),
+        );
+        let before = AccessTokens::from_signing_key(&old).unwrap();
+        let both = AccessTokens::from_signing_keys(&[old.clone(), new.clone()]).unwrap();
+        let after = AccessTokens::from_signing_key(&new).unwrap();
+        let far = crate::clock::system_now() + 600_000;
+        let k = key();
+        let old_jwt = before.sign("ev", "u", k, far - 1000, far);
+        let new_jwt = both.sign("ev", "u", k, far - 1000, far);
+        assert_eq!(both.kid(), after.kid());
+        assert_eq!(both.kids(), vec![before.kid(), after.kid()]);
+        let jwks: Vec<String> = both.jwks().keys.into_iter().map(|k| k.kid).collect();
+        assert_eq!(
+            jwks,
+            vec![after.kid().to_string(), before.kid().to_string()]
+        );
+        assert!(both.verify(&old_jwt).is_ok());
+        assert!(both.verify(&new_jwt).is_ok());
+        assert!(after.verify(&new_jwt).is_ok());
+        assert!(
+            after.verify(&old_jwt).is_err(),
+            "a removed key's tokens are refused"
+        );
+        assert!(before.verify(&new_jwt).is_err());
+        // Waiting tokens: issued under the newest, parsed under any configured key.
+        let old_wait = before.waiting_tokens().issue("ev", k);
+        let new_wait = both.waiting_tokens().issue("ev", k);
+        assert_eq!(new_wait, after.waiting_tokens().issue("ev", k));
+        assert!(both.waiting_tokens().parse(&old_wait).is_ok());
+        assert!(after.waiting_tokens().parse(&old_wait).is_err());
+        assert!(before.waiting_tokens().parse(&new_wait).is_err());
+        // The order decides, not age: the first phase of a rolling rotation lists the new
+        // key first, so every node verifies it before any signs with it.
+        let staged = AccessTokens::from_signing_keys(&[new.clone(), old.clone()]).unwrap();
+        assert_eq!(staged.kid(), before.kid());
+        assert!(staged.verify(&new_jwt).is_ok());
+        assert!(before
+            .verify(&staged.sign("ev", "u", k, far - 1000, far))
+            .is_ok());
+        assert!(AccessTokens::from_signing_keys(&[old.clone(), old]).is_err());
+        assert!(AccessTokens::from_signing_keys(&[]).is_err());
+    }
+
+    /// The store's record of keys: adding a key or dropping one of several is a rotation;
+    /// replacing every key while places exist is refused (unless repairing).
+    #[test]
+    fn the_key_record_allows_rotation_but_not_replacement() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = dir.path().join("keys");
+        std::fs::create_dir(&keys).unwrap();
+        let write = |name: &str, seed: u8| {
+            let pem = SigningKey::from_bytes(&[seed; 32])
+                .to_pkcs8_pem(Default::default())
+                .unwrap();
+            let p = keys.join(name);
+            std::fs::write(&p, pem.as_bytes()).unwrap();
+            p
+        };
+        let a = write("a.pem", 1);
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        assert_eq!(
+            load_key_for_store(std::slice::from_ref(&a), &data, 0, false)
+                .unwrap()
+                .len(),
+            1
+        );
+        let b = write("b.pem", 2);
+        let both = load_key_for_store(std::slice::from_ref(&keys), &data, 5, false).unwrap();
+        assert_eq!(
+            both.iter().map(key_fingerprint).collect::<Vec<_>>(),
+            vec![
+                key_fingerprint(&SigningKey::from_bytes(&[1; 32])),
+                key_fingerprint(&SigningKey::from_bytes(&[2; 32])),
+            ]
+        );
+        // Files keep the order they are given in (a directory's files go in name order).
+        let fps = |keys: Vec<SigningKey>| keys.iter().map(key_fingerprint).collect::<Vec<_>>();
+        let reversed = load_signing_keys(&[b.clone(), a.clone()]).unwrap();
+        assert_eq!(
+            fps(reversed),
+            vec![fps(both.clone())[1].clone(), fps(both)[0].clone()]
+        );
+        load_key_for_store(std::slice::from_ref(&b), &data, 5, false).unwrap();
+        let c = write("c.pem", 3);
+        let err = load_key_for_store(std::slice::from_ref(&c), &data, 5, false).unwrap_err();
+        assert!(err.to_string().contains("fingerprint"), "{err}");
+        load_key_for_store(&[c], &data, 5, true).unwrap();
+        assert!(load_key_for_store(&[a.clone(), a], &data, 0, false).is_err());
     }
 }

@@ -72,10 +72,13 @@ pub struct Layered {
     #[arg(long, value_name = "T")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub admin_token: Option<Secret<String>>,
-    /// PEM (PKCS#8) Ed25519 private key for access tokens; generated into the data dir when absent. [env: WAITROOM_SIGNING_KEY]
-    #[arg(long, value_name = "FILE")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub signing_key: Option<PathBuf>,
+    /// PEM (PKCS#8) Ed25519 private key for access tokens, or a directory of `*.pem` keys (name order); repeat for several keys: the last signs, all verify (key rotation). Generated into the data dir when absent. [env: WAITROOM_SIGNING_KEY, comma-separated]
+    #[arg(long, value_name = "FILE|DIR")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "paths_or_list"
+    )]
+    pub signing_key: Vec<PathBuf>,
     /// `None`: on for the embedded store, off for Redis (where many nodes would each create
     /// it). On the command line it is the `--demo` / `--no-demo` pair of
     /// [`super::ServeArgs`].
@@ -221,6 +224,19 @@ fn string_or_list<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::
     }))
 }
 
+/// A path, a comma-separated string of paths (the environment), or (in TOML) a list.
+fn paths_or_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PathBuf>, D::Error> {
+    Ok(string_or_list(d)?
+        .map(|s| {
+            s.split(',')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from)
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
 /// Merges the TOML file `file` (which must exist when named), the environment and `flags`,
 /// in rising priority.
 pub fn merge(file: Option<&PathBuf>, flags: Layered) -> Result<Layered, ConfigError> {
@@ -347,7 +363,7 @@ mod tests {
             store: Some(SecretUrl::default()),
             data_dir: Some(PathBuf::new()),
             admin_token: Some(Secret::default()),
-            signing_key: Some(PathBuf::new()),
+            signing_key: vec![PathBuf::new()],
             demo: Some(true),
             log_format: Some(LogFormat::Text),
             durability: Some(Durability::Sync),

@@ -21,7 +21,7 @@
 //! store = "embedded"
 //! data_dir = "/var/lib/waitroom"
 //! admin_token = "change-me"
-//! signing_key = "/etc/waitroom/signing-key.pem"
+//! signing_key = "/etc/waitroom/signing-key.pem"   # or a directory, or a list (rotation)
 //! demo = false
 //! log_format = "json"
 //! durability = "sync"
@@ -83,8 +83,10 @@ pub struct Settings {
     /// Bearer token of the admin API. `None`: one is generated at start and printed to
     /// stdout as `admin token: T`, so a newcomer can use the admin API without configuring.
     pub admin_token: Option<Secret<String>>,
-    /// `None`: the key in the data dir, generated on first start.
-    pub signing_key: Option<PathBuf>,
+    /// Key files or directories of `*.pem` files, oldest first: the last key signs, all
+    /// verify (API.md "Key rotation"). Empty: the key in the data dir, generated on first
+    /// start.
+    pub signing_keys: Vec<PathBuf>,
     /// Create the `demo` event and its simulated crowd.
     pub demo: bool,
     pub log_format: LogFormat,
@@ -107,7 +109,7 @@ impl Default for Settings {
             store: StoreBackend::Embedded,
             data_dir: PathBuf::from("./waitroom-data"),
             admin_token: None,
-            signing_key: None,
+            signing_keys: Vec::new(),
             demo: true,
             log_format: LogFormat::Text,
             durability: Durability::Sync,
@@ -220,10 +222,8 @@ impl Settings {
                 ));
             }
         }
-        if let Some(p) = &l.signing_key {
-            if p.as_os_str().is_empty() {
-                return Err(invalid("signing_key", "must not be empty"));
-            }
+        if l.signing_key.iter().any(|p| p.as_os_str().is_empty()) {
+            return Err(invalid("signing_key", "must not be empty"));
         }
         let otlp_endpoint = match l.otlp_endpoint.as_deref().map(str::trim) {
             None | Some("") => None,
@@ -240,7 +240,7 @@ impl Settings {
             store,
             data_dir,
             admin_token: l.admin_token,
-            signing_key: l.signing_key,
+            signing_keys: l.signing_key,
             demo,
             log_format: l.log_format.unwrap_or(d.log_format),
             durability: l.durability.unwrap_or(d.durability),
@@ -617,5 +617,28 @@ mod tests {
         assert!(!format!("{args:?}").contains("sup3r-secret"));
         assert_eq!(generate_admin_token().len(), 64);
         assert_ne!(generate_admin_token(), generate_admin_token());
+    }
+
+    /// Key rotation: several signing keys from a TOML list or string, a comma-separated
+    /// environment variable, or repeated flags, in order (the last signs).
+    #[test]
+    fn signing_keys_come_as_lists_from_every_layer() {
+        Jail::expect_with(|jail| {
+            jail.create_file("one.toml", r#"signing_key = "keys/one.pem""#)?;
+            jail.create_file("w.toml", r#"signing_key = ["old.pem", "keys"]"#)?;
+            let paths = |v: &[&str]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
+            assert_eq!(load(&[]).unwrap().signing_keys, paths(&[]));
+            let s = load(&["--config", "one.toml"]).unwrap();
+            assert_eq!(s.signing_keys, paths(&["keys/one.pem"]));
+            let s = load(&["--config", "w.toml"]).unwrap();
+            assert_eq!(s.signing_keys, paths(&["old.pem", "keys"]));
+            jail.set_env("WAITROOM_SIGNING_KEY", "a.pem, b.pem");
+            let s = load(&["--config", "w.toml"]).unwrap();
+            assert_eq!(s.signing_keys, paths(&["a.pem", "b.pem"]));
+            let s = load(&["--signing-key", "f1.pem", "--signing-key", "dir"]).unwrap();
+            assert_eq!(s.signing_keys, paths(&["f1.pem", "dir"]));
+            assert!(load(&["--signing-key", ""]).is_err());
+            Ok(())
+        });
     }
 }

@@ -180,7 +180,7 @@ pub async fn resume(
 /// Most invite codes one call makes.
 pub const MAX_INVITES_PER_CALL: u64 = 10_000;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InvitesBody {
     pub count: u64,

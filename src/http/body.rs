@@ -20,8 +20,9 @@ use crate::store::EventSnapshot;
 
 /// What `status` answers, and `join` around its waiting token: the fields a waiting page
 /// needs, present according to the place's state.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Place {
+    #[schema(value_type = String, example = "waiting")]
     pub status: PlaceState,
     pub event_id: String,
     /// Present while `waiting`.
@@ -66,7 +67,7 @@ impl Place {
 }
 
 /// `POST /queue/join`
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Joined {
     pub waiting_token: String,
     #[serde(flatten)]
@@ -74,12 +75,14 @@ pub struct Joined {
 }
 
 /// `POST /queue/enter`
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Entered {
     /// Always `"granted"`: a refusal is an error answer.
+    #[schema(value_type = String, example = "granted")]
     pub admission: &'static str,
     pub access_token: String,
     /// Always `"Bearer"`.
+    #[schema(value_type = String, example = "Bearer")]
     pub token_type: &'static str,
     pub session_id: String,
     /// Seconds until the session ends at the latest.
@@ -90,14 +93,14 @@ pub struct Entered {
 }
 
 /// `POST /queue/leave`, `DELETE /queue/leave`
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Removed {
     /// `false` when the place had already ended.
     pub removed: bool,
 }
 
 /// `POST /queue/verify`
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Verified {
     /// Always `true`: an invalid token is an error answer.
     pub valid: bool,
@@ -111,13 +114,13 @@ pub struct Verified {
 }
 
 /// `POST /session/complete`
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Completed {
     pub completed: bool,
 }
 
 /// `GET /queue/info`: public figures, no user data.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct QueueInfo {
     pub event_id: String,
     pub name: String,
@@ -155,7 +158,7 @@ impl QueueInfo {
 
 /// The public face of an event: what a person deciding to join may see. No user data, no
 /// admin settings beyond where the line leads.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct PublicEvent {
     pub event_id: String,
     pub name: String,
@@ -170,9 +173,13 @@ pub struct PublicEvent {
     /// How long a closed page keeps its place: the waiting room tells people.
     pub waiting_idle_sec: u32,
     /// The look and words of the waiting page (`core::look`), each `null` when not set.
+    #[schema(value_type = Option<Object>)]
     pub title: Option<Texts>,
+    #[schema(value_type = Option<Object>)]
     pub headline: Option<Texts>,
+    #[schema(value_type = Option<Object>)]
     pub note: Option<Texts>,
+    #[schema(value_type = Option<Object>)]
     pub turn_message: Option<Texts>,
     pub theme_color: Option<String>,
     pub logo_url: Option<String>,
@@ -259,21 +266,24 @@ impl Serialize for Settings {
 }
 
 /// A stored config with its id, as `PUT /events/{id}`, pause and resume answer it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct EventSettings {
     pub event_id: String,
     #[serde(flatten)]
+    #[schema(value_type = Object)]
     pub config: Settings,
 }
 
 /// Config and figures side by side in one flat object (their field names do not overlap),
 /// as `GET /events/{id}` and each row of `GET /events` answer them.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct AdminEvent {
     pub event_id: String,
     #[serde(flatten)]
+    #[schema(value_type = Object)]
     pub config: Settings,
     #[serde(flatten)]
+    #[schema(value_type = Object)]
     pub figures: EventFigures,
 }
 
@@ -288,37 +298,38 @@ impl AdminEvent {
 }
 
 /// `POST /events/{id}/invites` (as JSON; the CSV download lists the same codes).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Invites {
     pub codes: Vec<String>,
 }
 
 /// `DELETE /events/{id}`
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Deleted {
     pub deleted: bool,
     pub event_id: String,
 }
 
 /// `POST /events/{id}/clear`
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Cleared {
     /// How many waiting places were removed.
     pub cleared: u64,
 }
 
 /// `GET /events/{id}/history`: the event's samples, oldest first.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct HistoryBody {
     pub event_id: String,
     /// Seconds between samples as asked (`step`); gaps mean the server was not running.
     pub step_sec: u64,
+    #[schema(value_type = Vec<Object>)]
     pub samples: Vec<crate::history::Sample>,
 }
 
 /// One row of `GET /stats`. The names are the contract's (`used_count` counts completed
 /// sessions), not the figures' own.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct StatsRow {
     pub event_id: String,
     pub name: String,
@@ -346,8 +357,9 @@ impl StatsRow {
 // ---------------------------------------------------------------------------------------
 
 /// `GET /healthz` (`"ok"`) and `GET /readyz` (`"ready"`).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Health {
+    #[schema(value_type = String, example = "ok")]
     pub status: &'static str,
 }
 

@@ -21,31 +21,43 @@ use crate::store::StoreError;
 pub mod code {
     use crate::core::QueueError;
 
-    pub const INVALID_REQUEST: &str = QueueError::INVALID_CODE;
-    pub const MISSING_TOKEN: &str = "MISSING_TOKEN";
-    pub const TOKEN_INVALID: &str = "TOKEN_INVALID";
-    pub const ACCESS_DENIED: &str = "ACCESS_DENIED";
-    pub const UNAUTHORIZED: &str = "UNAUTHORIZED";
-    pub const USER_TOKEN_INVALID: &str = "USER_TOKEN_INVALID";
-    pub const USER_TOKEN_EXPIRED: &str = "USER_TOKEN_EXPIRED";
-    pub const USER_TOKEN_REQUIRED: &str = "USER_TOKEN_REQUIRED";
-    pub const ALREADY_JOINED: &str = QueueError::AlreadyJoined.code();
-    pub const INVITE_REQUIRED: &str = QueueError::InviteRequired.code();
-    pub const INVITE_INVALID: &str = QueueError::InviteInvalid.code();
-    pub const NOT_READY: &str = QueueError::NotReady.code();
-    pub const TOKEN_EXPIRED: &str = QueueError::TokenExpired.code();
-    pub const TOKEN_NOT_FOUND: &str = QueueError::TokenNotFound.code();
-    pub const EVENT_NOT_FOUND: &str = QueueError::EventNotFound.code();
-    pub const NOT_FOUND: &str = "NOT_FOUND";
-    pub const METHOD_NOT_ALLOWED: &str = "METHOD_NOT_ALLOWED";
-    pub const EVENT_CLOSED: &str = QueueError::EventClosed.code();
-    pub const RATE_LIMITED: &str = "RATE_LIMITED";
-    pub const PAYLOAD_TOO_LARGE: &str = "PAYLOAD_TOO_LARGE";
-    pub const QUEUE_FULL: &str = QueueError::QueueFull.code();
-    pub const UNAVAILABLE: &str = "UNAVAILABLE";
-    pub const INTERNAL: &str = "INTERNAL";
-    pub const POW_REQUIRED: &str = "POW_REQUIRED";
-    pub const POW_INVALID: &str = "POW_INVALID";
+    /// Declares each code as a constant and lists them all in [`ALL`], so that the list the
+    /// contract tests compare with API.md and the OpenAPI document cannot miss one.
+    macro_rules! codes {
+        ($($name:ident = $value:expr;)*) => {
+            $(pub const $name: &str = $value;)*
+            /// Every code above, in declaration order.
+            pub const ALL: &[&str] = &[$($name),*];
+        };
+    }
+
+    codes! {
+        INVALID_REQUEST = QueueError::INVALID_CODE;
+        MISSING_TOKEN = "MISSING_TOKEN";
+        TOKEN_INVALID = "TOKEN_INVALID";
+        ACCESS_DENIED = "ACCESS_DENIED";
+        UNAUTHORIZED = "UNAUTHORIZED";
+        USER_TOKEN_INVALID = "USER_TOKEN_INVALID";
+        USER_TOKEN_EXPIRED = "USER_TOKEN_EXPIRED";
+        USER_TOKEN_REQUIRED = "USER_TOKEN_REQUIRED";
+        ALREADY_JOINED = QueueError::AlreadyJoined.code();
+        INVITE_REQUIRED = QueueError::InviteRequired.code();
+        INVITE_INVALID = QueueError::InviteInvalid.code();
+        NOT_READY = QueueError::NotReady.code();
+        TOKEN_EXPIRED = QueueError::TokenExpired.code();
+        TOKEN_NOT_FOUND = QueueError::TokenNotFound.code();
+        EVENT_NOT_FOUND = QueueError::EventNotFound.code();
+        NOT_FOUND = "NOT_FOUND";
+        METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED";
+        EVENT_CLOSED = QueueError::EventClosed.code();
+        RATE_LIMITED = "RATE_LIMITED";
+        PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE";
+        QUEUE_FULL = QueueError::QueueFull.code();
+        UNAVAILABLE = "UNAVAILABLE";
+        INTERNAL = "INTERNAL";
+        POW_REQUIRED = "POW_REQUIRED";
+        POW_INVALID = "POW_INVALID";
+    }
 }
 
 /// `Retry-After` of a full queue: long enough that a crowd of refused clients does not

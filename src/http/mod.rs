@@ -11,6 +11,9 @@
 //! - [`look`]: the waiting page rendered with an event's look and words, its colours, the
 //!   data dir's branding files, and the `404` page of an unknown event.
 //! - [`pow`]: the proof-of-work gate of `join`.
+//! - [`openapi`]: `/api/v1/openapi.json`, the OpenAPI 3.1 document of every route.
+//! - [`demo_site`]: the demo booking page's own route, behind the origin library
+//!   (`waitroom-guard`).
 //! - [`body`]: the typed JSON bodies of every successful answer: the contract in types.
 //! - [`error`]: [`AppError`], the one mapping from failures to statuses and codes.
 //! - [`extract`]: extractors whose rejections are `AppError`s, so that no malformed request
@@ -32,7 +35,6 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware;
-use axum::routing::{get, post, put};
 use axum::{Extension, Router};
 use tower::ServiceBuilder;
 use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutBody};
@@ -43,12 +45,14 @@ use crate::config::RateLimitSettings;
 
 pub mod admin;
 pub mod body;
+pub mod demo_site;
 pub mod edge;
 pub mod error;
 pub mod extract;
 pub mod guard;
 pub mod live;
 pub mod look;
+pub mod openapi;
 pub mod ops;
 pub mod pages;
 pub mod pow;
@@ -108,58 +112,157 @@ macro_rules! admin {
     };
 }
 
+/// A router that records the method and path of every route it is given, so that the
+/// OpenAPI test compares the document with the routes actually served (`route_list`).
+#[derive(Default)]
+pub struct Routes {
+    router: Router<AppState>,
+    list: Vec<(&'static str, &'static str)>,
+}
+
+/// Adds a route to a [`Routes`] and records it: `route!(r, PATH, get(h).post(h2))`.
+macro_rules! route {
+    ($routes:ident, $path:expr, $($method:ident($handler:expr)).+) => {{
+        let path: &'static str = $path;
+        $routes.router = std::mem::take(&mut $routes.router).route(
+            path,
+            axum::routing::MethodRouter::new()$(.$method($handler))+,
+        );
+        $( $routes.list.push((stringify!($method), path)); )+
+    }};
+}
+pub(crate) use route;
+
+impl Routes {
+    /// Wraps every route added so far in `layer` (axum's `route_layer`).
+    pub fn route_layer<L>(mut self, layer: L) -> Self
+    where
+        L: tower::Layer<axum::routing::Route> + Clone + Send + Sync + 'static,
+        L::Service: tower::Service<Request> + Clone + Send + Sync + 'static,
+        <L::Service as tower::Service<Request>>::Response: axum::response::IntoResponse + 'static,
+        <L::Service as tower::Service<Request>>::Error: Into<std::convert::Infallible> + 'static,
+        <L::Service as tower::Service<Request>>::Future: Send + 'static,
+    {
+        self.router = self.router.route_layer(layer);
+        self
+    }
+
+    /// Both sets of routes. Merged, not nested: `nest` rewrites the URI of every request
+    /// under its prefix (a `format!` and an allocation per request, measured in
+    /// PERFORMANCE.md).
+    pub fn merge(mut self, other: Routes) -> Self {
+        self.router = self.router.merge(other.router);
+        self.list.extend(other.list);
+        self
+    }
+}
+
+/// Every route the server answers, as (method in lower case, path), in axum's path syntax
+/// (`/api/v1/events/{event_id}`).
+pub fn route_list(state: &AppState) -> Vec<(&'static str, &'static str)> {
+    routes(state).list
+}
+
+/// Every route, without the layers around them.
+fn routes(state: &AppState) -> Routes {
+    let mut admin = Routes::default();
+    route!(admin, admin!("/events"), get(admin::list_events));
+    route!(
+        admin,
+        admin!("/events/{event_id}"),
+        put(admin::put_event)
+            .get(admin::get_event)
+            .delete(admin::delete_event)
+    );
+    route!(
+        admin,
+        admin!("/events/{event_id}/pause"),
+        post(admin::pause)
+    );
+    route!(
+        admin,
+        admin!("/events/{event_id}/resume"),
+        post(admin::resume)
+    );
+    route!(
+        admin,
+        admin!("/events/{event_id}/clear"),
+        post(admin::clear)
+    );
+    route!(
+        admin,
+        admin!("/events/{event_id}/invites"),
+        post(admin::create_invites)
+    );
+    route!(
+        admin,
+        admin!("/events/{event_id}/queue"),
+        get(admin::queue_head)
+    );
+    route!(admin, admin!("/stats"), get(admin::stats));
+    route!(admin, admin!("/defaults"), get(admin::defaults));
+    route!(
+        admin,
+        admin!("/events/{event_id}/history"),
+        get(records::history)
+    );
+    route!(
+        admin,
+        admin!("/events/{event_id}/history.csv"),
+        get(records::history_csv)
+    );
+    route!(admin, admin!("/audit"), get(records::audit_list));
+    let admin = admin.route_layer(middleware::from_fn_with_state(
+        state.clone(),
+        admin::require_admin,
+    ));
+
+    let mut api = Routes::default();
+    route!(api, api!("/queue/join"), post(queue::join));
+    route!(api, api!("/queue/status"), get(queue::status));
+    route!(api, api!("/queue/heartbeat"), post(queue::heartbeat));
+    route!(api, api!("/queue/enter"), post(queue::enter));
+    route!(
+        api,
+        api!("/queue/leave"),
+        post(queue::leave).delete(queue::leave)
+    );
+    route!(api, api!("/queue/verify"), post(queue::verify));
+    route!(api, api!("/queue/info"), get(queue::info));
+    route!(api, api!("/queue/ws"), get(live::ws));
+    route!(api, api!("/queue/events"), get(live::events));
+    route!(api, api!("/events"), get(pages::list_events));
+    route!(api, api!("/events/{event_id}"), get(pages::get_event));
+    route!(
+        api,
+        api!("/session/heartbeat"),
+        post(queue::session_heartbeat)
+    );
+    route!(
+        api,
+        api!("/session/complete"),
+        post(queue::session_complete)
+    );
+    route!(api, api!("/openapi.json"), get(openapi::serve));
+
+    let mut site = Routes::default();
+    route!(site, "/.well-known/jwks.json", get(queue::jwks));
+    route!(site, "/healthz", get(ops::healthz));
+    route!(site, "/readyz", get(ops::readyz));
+    route!(site, "/metrics", get(ops::metrics));
+    route!(site, "/", get(pages::index));
+    route!(site, "/wait/{event_id}", get(look::wait));
+    route!(site, "/wait/{event_id}/theme.css", get(look::theme));
+    route!(site, "/branding/{file}", get(look::branding));
+    route!(site, "/demo/booking", get(pages::booking));
+    route!(site, "/admin", get(pages::admin));
+    route!(site, "/assets/{file}", get(pages::asset));
+
+    api.merge(admin).merge(site).merge(demo_site::routes(state))
+}
+
 /// The whole API as one router, limiting through `guard` (which a test may inspect).
 pub fn router_with_guard(state: AppState, limits: Limits, guard: Arc<guard::Guard>) -> Router {
-    let admin = Router::new()
-        .route(admin!("/events"), get(admin::list_events))
-        .route(
-            admin!("/events/{event_id}"),
-            put(admin::put_event)
-                .get(admin::get_event)
-                .delete(admin::delete_event),
-        )
-        .route(admin!("/events/{event_id}/pause"), post(admin::pause))
-        .route(admin!("/events/{event_id}/resume"), post(admin::resume))
-        .route(admin!("/events/{event_id}/clear"), post(admin::clear))
-        .route(
-            admin!("/events/{event_id}/invites"),
-            post(admin::create_invites),
-        )
-        .route(admin!("/events/{event_id}/queue"), get(admin::queue_head))
-        .route(admin!("/stats"), get(admin::stats))
-        .route(admin!("/defaults"), get(admin::defaults))
-        .route(admin!("/events/{event_id}/history"), get(records::history))
-        .route(
-            admin!("/events/{event_id}/history.csv"),
-            get(records::history_csv),
-        )
-        .route(admin!("/audit"), get(records::audit_list))
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            admin::require_admin,
-        ));
-
-    let api = Router::new()
-        .route(api!("/queue/join"), post(queue::join))
-        .route(api!("/queue/status"), get(queue::status))
-        .route(api!("/queue/heartbeat"), post(queue::heartbeat))
-        .route(api!("/queue/enter"), post(queue::enter))
-        .route(
-            api!("/queue/leave"),
-            post(queue::leave).delete(queue::leave),
-        )
-        .route(api!("/queue/verify"), post(queue::verify))
-        .route(api!("/queue/info"), get(queue::info))
-        .route(api!("/queue/ws"), get(live::ws))
-        .route(api!("/queue/events"), get(live::events))
-        .route(api!("/events"), get(pages::list_events))
-        .route(api!("/events/{event_id}"), get(pages::get_event))
-        .route(api!("/session/heartbeat"), post(queue::session_heartbeat))
-        .route(api!("/session/complete"), post(queue::session_complete))
-        // Merged, not nested: `nest` rewrites the URI of every request under its prefix
-        // (a `format!` and an allocation per request, measured in PERFORMANCE.md).
-        .merge(admin);
-
     // A span and two debug events per request: worth their cost only when someone reads
     // them. Without them `edge` logs the server errors the trace layer would have.
     let traced = tracing::enabled!(target: "tower_http::trace", tracing::Level::DEBUG);
@@ -177,19 +280,8 @@ pub fn router_with_guard(state: AppState, limits: Limits, guard: Arc<guard::Guar
         // route in one more boxed service, cloned on every request.
         .map_request(|req: Request<TimeoutBody<Body>>| req.map(Body::new));
 
-    let router = Router::new()
-        .merge(api)
-        .route("/.well-known/jwks.json", get(queue::jwks))
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
-        .route("/metrics", get(ops::metrics))
-        .route("/", get(pages::index))
-        .route("/wait/{event_id}", get(look::wait))
-        .route("/wait/{event_id}/theme.css", get(look::theme))
-        .route("/branding/{file}", get(look::branding))
-        .route("/demo/booking", get(pages::booking))
-        .route("/admin", get(pages::admin))
-        .route("/assets/{file}", get(pages::asset))
+    let router = routes(&state)
+        .router
         // Both fallbacks before `.layer` so that they are measured and guarded too.
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -32,16 +32,18 @@ pub const MAX_METADATA_BYTES: usize = 4096;
 /// Longest accepted `invite` code (ours are 16 characters).
 pub const MAX_INVITE_CHARS: usize = 64;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct JoinBody {
     pub event_id: String,
     pub user_id: Option<String>,
+    #[schema(value_type = Option<Object>)]
     pub metadata: Option<Map<String, Value>>,
     /// A JWT signed by the booking site; its `sub` is the user id, proven.
     pub user_token: Option<String>,
     /// The invite code of an invite-only event.
     pub invite: Option<String>,
     /// The solution of a proof-of-work challenge, for events that ask one.
+    #[schema(value_type = Option<Object>)]
     pub pow: Option<PowSolution>,
 }
 

@@ -1,7 +1,9 @@
 // The demo event's protected site. It does what a real booking site does with waitroom:
 // takes ?waitroom_token=, verifies it (POST /queue/verify), keeps the session alive while
-// the person books (POST /session/heartbeat), and ends it when they are done
-// (POST /session/complete), which hands the slot to the next person at once.
+// the person books (POST /session/heartbeat), books through the site's own route that
+// checks the token offline (POST /demo/booking/order, behind waitroom-guard), and ends the
+// session when they are done (POST /session/complete), which hands the slot to the next
+// person at once.
 'use strict';
 
 (() => {
@@ -113,6 +115,15 @@
     e.preventDefault();
     el('complete').disabled = true;
     el('booking-error').textContent = '';
+    // The site's own route, guarded by waitroom-guard (the token is verified offline from
+    // the JWKS), books the seats; then the session ends so the slot goes on at once.
+    const area = (document.querySelector('input[name="area"]:checked') || {}).value || 'floor';
+    const order = await api('POST', '/demo/booking/order?event=' + encodeURIComponent(EVENT), { token, body: { area } });
+    if (!order.ok) {
+      el('complete').disabled = false;
+      if (order.status === 401) { phase = 'invalid'; render(); } else el('booking-error').textContent = t('failed');
+      return;
+    }
     const r = await api('POST', '/api/v1/session/complete', { token });
     el('complete').disabled = false;
     if (!r.ok) {

@@ -1,0 +1,360 @@
+//! The layer in front of a small axum site, with the JWKS served over real HTTP by a second
+//! small server whose keys a test can change and whose fetches it counts. Each attack is a
+//! token a real attacker could send; each must be refused with waitroom's JSON error.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::routing::get;
+use axum::{Extension, Router};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use base64::Engine as _;
+use ed25519_dalek::pkcs8::EncodePrivateKey;
+use ed25519_dalek::SigningKey;
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::{json, Value};
+use tower::ServiceExt as _;
+use waitroom_guard::{AccessClaims, GuardLayer, Refresh, Verifier};
+
+/// A waitroom stand-in: serves the JWKS of the keys it holds and counts the fetches.
+#[derive(Clone, Default)]
+struct Keys {
+    keys: Arc<Mutex<Vec<(String, SigningKey)>>>,
+    fetches: Arc<AtomicU64>,
+    /// When set, the JWKS answers 500 (waitroom down or failing).
+    failing: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Keys {
+    fn add(&self, kid: &str, seed: u8) -> SigningKey {
+        let k = SigningKey::from_bytes(&[seed; 32]);
+        self.keys.lock().unwrap().push((kid.into(), k.clone()));
+        k
+    }
+
+    fn jwks(&self) -> Value {
+        let keys: Vec<Value> = self
+            .keys
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(kid, k)| {
+                json!({"kty": "OKP", "crv": "Ed25519", "alg": "EdDSA", "use": "sig", "kid": kid,
+                       "x": B64.encode(k.verifying_key().to_bytes())})
+            })
+            .collect();
+        json!({ "keys": keys })
+    }
+
+    /// Serves `/.well-known/jwks.json` on a free port; answers the URL.
+    async fn serve(&self) -> String {
+        let me = self.clone();
+        let app = Router::new().route(
+            "/.well-known/jwks.json",
+            get(move || {
+                let me = me.clone();
+                async move {
+                    me.fetches.fetch_add(1, Ordering::SeqCst);
+                    if me.failing.load(Ordering::SeqCst) {
+                        return Err(StatusCode::INTERNAL_SERVER_ERROR);
+                    }
+                    Ok(axum::Json(me.jwks()))
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        format!("http://{addr}/.well-known/jwks.json")
+    }
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn claims(event: &str, exp: u64) -> Value {
+    json!({"iss": "waitroom", "aud": event, "sub": "u-1", "sid": "s-1", "iat": now(),
+           "exp": exp, "jti": "j-1"})
+}
+
+fn sign_with(key: &SigningKey, kid: &str, claims: &Value) -> String {
+    let pem = key.to_pkcs8_pem(Default::default()).unwrap();
+    let mut header = Header::new(Algorithm::EdDSA);
+    header.kid = Some(kid.into());
+    jsonwebtoken::encode(
+        &header,
+        claims,
+        &EncodingKey::from_ed_pem(pem.as_bytes()).unwrap(),
+    )
+    .unwrap()
+}
+
+/// The protected site: answers the claims it was handed, through the extractor and the
+/// request extension alike.
+fn site(verifier: Verifier) -> Router {
+    Router::new()
+        .route(
+            "/book",
+            get(
+                |claims: AccessClaims, Extension(ext): Extension<AccessClaims>| async move {
+                    assert_eq!(claims, ext);
+                    format!("{} {}", claims.event_id(), claims.user_id())
+                },
+            ),
+        )
+        .layer(GuardLayer::new(verifier).event("concert"))
+        .route("/open", get(|c: AccessClaims| async move { c.sub }))
+}
+
+async fn call(app: &Router, path: &str, token: Option<&str>) -> (StatusCode, String) {
+    let mut req = Request::get(path);
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let res = app
+        .clone()
+        .oneshot(req.body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = res.status();
+    let body = axum::body::to_bytes(res.into_body(), 1 << 16)
+        .await
+        .unwrap();
+    (status, String::from_utf8(body.to_vec()).unwrap())
+}
+
+/// A refusal: 401 with `ACCESS_DENIED`, whose message names `what`.
+fn assert_denied((status, body): (StatusCode, String), what: &str) {
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["code"], "ACCESS_DENIED", "{body}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains(what), "`{msg}` should name {what}");
+}
+
+async fn setup() -> (Keys, SigningKey, Router, Verifier) {
+    let keys = Keys::default();
+    let good = keys.add("k1", 1);
+    let url = keys.serve().await;
+    let verifier = Verifier::from_url(url.parse().unwrap());
+    (keys, good, site(verifier.clone()), verifier)
+}
+
+#[tokio::test]
+async fn a_valid_token_reaches_the_handler_with_its_claims() {
+    let (keys, good, app, _) = setup().await;
+    let token = sign_with(&good, "k1", &claims("concert", now() + 600));
+    assert_eq!(
+        call(&app, "/book", Some(&token)).await,
+        (StatusCode::OK, "concert u-1".into())
+    );
+    // The keys are cached: a second request fetches nothing.
+    call(&app, "/book", Some(&token)).await;
+    assert_eq!(keys.fetches.load(Ordering::SeqCst), 1);
+    // A route outside the layer that asks for the claims fails closed.
+    assert_denied(call(&app, "/open", Some(&token)).await, "required");
+}
+
+#[tokio::test]
+async fn forged_and_tampered_tokens_are_refused() {
+    let (_keys, _good, app, _) = setup().await;
+    // Signed by another key under the real key's id.
+    let forger = SigningKey::from_bytes(&[9; 32]);
+    let forged = sign_with(&forger, "k1", &claims("concert", now() + 600));
+    assert_denied(call(&app, "/book", Some(&forged)).await, "signature");
+    // A real signature over other claims: the user id swapped in the payload.
+    let real = sign_with(
+        &SigningKey::from_bytes(&[1; 32]),
+        "k1",
+        &claims("concert", now() + 600),
+    );
+    let parts: Vec<&str> = real.split('.').collect();
+    let mut c = claims("concert", now() + 600);
+    c["sub"] = json!("admin");
+    let swapped = format!("{}.{}.{}", parts[0], B64.encode(c.to_string()), parts[2]);
+    assert_denied(call(&app, "/book", Some(&swapped)).await, "signature");
+    for junk in ["", "x", "a.b.c", &"A".repeat(10_000)] {
+        let (status, _) = call(&app, "/book", Some(junk)).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{junk:.20}");
+    }
+    assert_denied(call(&app, "/book", None).await, "required");
+}
+
+#[tokio::test]
+async fn wrong_event_wrong_issuer_and_expired_tokens_are_refused() {
+    let (_keys, good, app, _) = setup().await;
+    let other = sign_with(&good, "k1", &claims("other-event", now() + 600));
+    assert_denied(call(&app, "/book", Some(&other)).await, "another event");
+    let expired = sign_with(&good, "k1", &claims("concert", now() - 1));
+    assert_denied(call(&app, "/book", Some(&expired)).await, "expired");
+    let mut c = claims("concert", now() + 600);
+    c["iss"] = json!("someone-else");
+    let foreign = sign_with(&good, "k1", &c);
+    assert_denied(
+        call(&app, "/book", Some(&foreign)).await,
+        "not issued by waitroom",
+    );
+    // Without `sub` (or any claim waitroom always writes) the token is not one of ours.
+    let mut c = claims("concert", now() + 600);
+    c.as_object_mut().unwrap().remove("sub");
+    let bare = sign_with(&good, "k1", &c);
+    assert_denied(call(&app, "/book", Some(&bare)).await, "malformed");
+}
+
+#[tokio::test]
+async fn alg_none_and_hs256_with_the_public_key_are_refused() {
+    let (_keys, good, app, _) = setup().await;
+    let body = B64.encode(claims("concert", now() + 600).to_string());
+    for header in [
+        json!({"alg": "none", "kid": "k1", "typ": "JWT"}),
+        json!({"alg": "None", "kid": "k1"}),
+    ] {
+        let t = format!("{}.{body}.", B64.encode(header.to_string()));
+        assert_denied(call(&app, "/book", Some(&t)).await, "malformed");
+    }
+    // HS256 keyed with the public key (raw bytes, and as the JWKS shows it): the attacker
+    // knows it, so a verifier that let the header pick the algorithm would accept this.
+    let public = good.verifying_key().to_bytes();
+    for secret in [public.to_vec(), B64.encode(public).into_bytes()] {
+        let mut header = Header::new(Algorithm::HS256);
+        header.kid = Some("k1".into());
+        let t = jsonwebtoken::encode(
+            &header,
+            &claims("concert", now() + 600),
+            &EncodingKey::from_secret(&secret),
+        )
+        .unwrap();
+        assert_denied(call(&app, "/book", Some(&t)).await, "EdDSA");
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_kid_refreshes_the_keys_once_per_interval() {
+    let keys = Keys::default();
+    keys.add("k1", 1);
+    let url = keys.serve().await;
+    let verifier = Verifier::from_url(url.parse().unwrap()).with_refresh(Refresh {
+        max_age: Duration::from_secs(300),
+        min_interval: Duration::from_millis(500),
+    });
+    let app = site(verifier.clone());
+    let first = sign_with(
+        &SigningKey::from_bytes(&[1; 32]),
+        "k1",
+        &claims("concert", now() + 600),
+    );
+    assert_eq!(call(&app, "/book", Some(&first)).await.0, StatusCode::OK);
+    assert_eq!(keys.fetches.load(Ordering::SeqCst), 1);
+
+    // A flood of made-up key ids, all at once: refused, and at most one more fetch.
+    let mut flood = Vec::new();
+    for i in 0..200u32 {
+        let t = sign_with(
+            &SigningKey::from_bytes(&[2; 32]),
+            &format!("bogus-{i}"),
+            &claims("concert", now() + 600),
+        );
+        let app = app.clone();
+        flood.push(tokio::spawn(
+            async move { call(&app, "/book", Some(&t)).await },
+        ));
+    }
+    for f in flood {
+        assert_denied(f.await.unwrap(), "unknown signing key");
+    }
+    let after_flood = keys.fetches.load(Ordering::SeqCst);
+    assert!(after_flood <= 2, "{after_flood} fetches for one flood");
+
+    // waitroom rotates a key in: a token under it verifies once the interval allows a
+    // refresh, without a restart of the site.
+    let next = keys.add("k2", 2);
+    let rotated = sign_with(&next, "k2", &claims("concert", now() + 600));
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(call(&app, "/book", Some(&rotated)).await.0, StatusCode::OK);
+    assert_eq!(keys.fetches.load(Ordering::SeqCst), after_flood + 1);
+    assert_eq!(verifier.fetches(), after_flood + 1);
+    // And the old key's tokens still verify from the same cache.
+    assert_eq!(call(&app, "/book", Some(&first)).await.0, StatusCode::OK);
+
+    // A key removed from the JWKS: its tokens are refused after the next refresh.
+    keys.keys.lock().unwrap().retain(|(kid, _)| kid != "k1");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let bogus = sign_with(
+        &SigningKey::from_bytes(&[2; 32]),
+        "k3",
+        &claims("concert", now() + 600),
+    );
+    assert_denied(call(&app, "/book", Some(&bogus)).await, "unknown");
+    assert_denied(call(&app, "/book", Some(&first)).await, "unknown");
+}
+
+#[tokio::test]
+async fn no_reachable_jwks_fails_closed() {
+    // A port nothing listens on.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let verifier = Verifier::from_url(format!("http://{addr}/jwks").parse().unwrap());
+    let app = site(verifier);
+    let t = sign_with(
+        &SigningKey::from_bytes(&[1; 32]),
+        "k1",
+        &claims("concert", now() + 600),
+    );
+    let (status, body) = call(&app, "/book", Some(&t)).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(body.contains("\"UNAVAILABLE\""), "{body}");
+}
+
+#[tokio::test]
+async fn stale_keys_keep_verifying_while_the_jwks_fails() {
+    let keys = Keys::default();
+    let good = keys.add("k1", 1);
+    let url = keys.serve().await;
+    let verifier = Verifier::from_url(url.parse().unwrap()).with_refresh(Refresh {
+        max_age: Duration::from_millis(200),
+        min_interval: Duration::from_millis(0),
+    });
+    let app = site(verifier);
+    let token = sign_with(&good, "k1", &claims("concert", now() + 600));
+    assert_eq!(call(&app, "/book", Some(&token)).await.0, StatusCode::OK);
+    keys.failing.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The keys are stale and the refresh fails: the cached key still verifies.
+    assert_eq!(call(&app, "/book", Some(&token)).await.0, StatusCode::OK);
+    assert_eq!(
+        keys.fetches.load(Ordering::SeqCst),
+        2,
+        "a refresh was tried"
+    );
+}
+
+#[tokio::test]
+async fn the_query_parameter_is_read_only_when_configured() {
+    let (_keys, good, _app, verifier) = setup().await;
+    let token = sign_with(&good, "k1", &claims("concert", now() + 600));
+    let handler = get(|c: AccessClaims| async move { c.sub });
+    let plain = Router::new()
+        .route("/book", handler.clone())
+        .layer(GuardLayer::new(verifier.clone()).event("concert"));
+    let with_query = Router::new().route("/book", handler).layer(
+        GuardLayer::new(verifier)
+            .event("concert")
+            .query_param("waitroom_token"),
+    );
+    let uri = format!("/book?x=1&waitroom_token={token}");
+    assert_denied(call(&plain, &uri, None).await, "required");
+    assert_eq!(
+        call(&with_query, &uri, None).await,
+        (StatusCode::OK, "u-1".into())
+    );
+    // The header wins over the query: a bad header is not rescued by a good query token.
+    assert_denied(call(&with_query, &uri, Some("junk")).await, "malformed");
+}
