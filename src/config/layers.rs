@@ -45,6 +45,8 @@ const ENV_KEYS: &[&str] = &[
     "max_connections_per_client",
     "repair",
     "otlp_endpoint",
+    "upstream",
+    "cookie_secure",
 ];
 
 /// One layer of settings: the TOML file, the environment or the flags. The same names in
@@ -170,6 +172,17 @@ pub struct Layered {
     #[arg(long, value_name = "URL")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub otlp_endpoint: Option<String>,
+    /// Gateway mode: proxy every request that is not waitroom's own to the site at this URL (`http://127.0.0.1:3000`), queueing the paths events gate. Off when unset. [env: WAITROOM_UPSTREAM] [default: off]
+    #[arg(long, value_name = "URL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
+    /// Mark the session cookies of gated paths `Secure` even when requests arrive over plain http (TLS ends at a proxy not in trusted_proxies). [env: WAITROOM_COOKIE_SECURE] [default: false]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_bool"
+    )]
+    pub cookie_secure: Option<bool>,
 }
 
 fn parse_on_off(s: &str) -> Result<bool, String> {

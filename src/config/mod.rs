@@ -29,6 +29,8 @@
 //! joins_per_minute = 30
 //! repair = false
 //! otlp_endpoint = "http://127.0.0.1:4318"
+//! upstream = "http://127.0.0.1:3000"
+//! cookie_secure = true
 //! ```
 
 use std::path::PathBuf;
@@ -95,6 +97,10 @@ pub struct Settings {
     pub repair: bool,
     /// The OpenTelemetry collector's base URL (`http://host:port`); `None`: no tracing export.
     pub otlp_endpoint: Option<String>,
+    /// Gateway mode's origin (`--upstream`); `None`: no gateway.
+    pub upstream: Option<crate::gateway::Upstream>,
+    /// Session cookies of gated paths are always `Secure`.
+    pub cookie_secure: bool,
 }
 
 impl Default for Settings {
@@ -113,6 +119,8 @@ impl Default for Settings {
             connections: ConnectionSettings::default(),
             repair: false,
             otlp_endpoint: None,
+            upstream: None,
+            cookie_secure: false,
         }
     }
 }
@@ -226,6 +234,12 @@ impl Settings {
             None | Some("") => None,
             Some(url) => Some(check_otlp_endpoint(url).map_err(|r| invalid("otlp_endpoint", r))?),
         };
+        let upstream = match l.upstream.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(url) => {
+                Some(crate::gateway::Upstream::parse(url).map_err(|r| invalid("upstream", r))?)
+            }
+        };
         let demo = l.demo.unwrap_or(store.is_embedded());
         Ok(Settings {
             listen,
@@ -240,6 +254,8 @@ impl Settings {
             connections,
             repair: l.repair.unwrap_or(d.repair),
             otlp_endpoint,
+            upstream,
+            cookie_secure: l.cookie_secure.unwrap_or(d.cookie_secure),
         })
     }
 }
@@ -586,6 +602,38 @@ mod tests {
                     err.contains("otlp_endpoint") && err.contains(needle),
                     "{url}: {err}"
                 );
+            }
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn gateway_mode_from_every_layer() {
+        Jail::expect_with(|jail| {
+            let d = load(&[]).unwrap();
+            assert_eq!(d.upstream, None, "off by default");
+            assert!(!d.cookie_secure);
+            jail.create_file(
+                "g.toml",
+                "upstream = \"http://127.0.0.1:3001\"\ncookie_secure = true",
+            )?;
+            let s = load(&["--config", "g.toml"]).unwrap();
+            assert_eq!(s.upstream.unwrap().to_string(), "http://127.0.0.1:3001");
+            assert!(s.cookie_secure);
+            jail.set_env("WAITROOM_UPSTREAM", "http://origin:3002");
+            let s = load(&["--config", "g.toml"]).unwrap();
+            assert_eq!(s.upstream.unwrap().to_string(), "http://origin:3002");
+            let s = load(&[
+                "--upstream",
+                "http://127.0.0.1:3000",
+                "--cookie-secure=false",
+            ])
+            .unwrap();
+            assert_eq!(s.upstream.unwrap().to_string(), "http://127.0.0.1:3000");
+            assert!(!s.cookie_secure);
+            for url in ["https://origin", "origin:3000", "http://origin/x"] {
+                let err = load(&["--upstream", url]).expect_err(url);
+                assert!(err.contains("upstream"), "{url}: {err}");
             }
             Ok(())
         });

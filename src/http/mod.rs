@@ -10,6 +10,9 @@
 //!   the public event list they read (`/api/v1/events`).
 //! - [`look`]: the waiting page rendered with an event's look and words, its colours, the
 //!   data dir's branding files, and the `404` page of an unknown event.
+//! - [`gate`]: admission at a site's own URLs: the cookie session of gateway mode and of
+//!   nginx's `auth_request` (`/api/v1/gate`), and the waiting room it redirects to
+//!   (`/wait/{event_id}/queue`); [`gate_page`] renders that page.
 //! - [`pow`]: the proof-of-work gate of `join`.
 //! - [`body`]: the typed JSON bodies of every successful answer: the contract in types.
 //! - [`error`]: [`AppError`], the one mapping from failures to statuses and codes.
@@ -46,6 +49,8 @@ pub mod body;
 pub mod edge;
 pub mod error;
 pub mod extract;
+pub mod gate;
+pub mod gate_page;
 pub mod guard;
 pub mod live;
 pub mod look;
@@ -156,6 +161,7 @@ pub fn router_with_guard(state: AppState, limits: Limits, guard: Arc<guard::Guar
         .route(api!("/events/{event_id}"), get(pages::get_event))
         .route(api!("/session/heartbeat"), post(queue::session_heartbeat))
         .route(api!("/session/complete"), post(queue::session_complete))
+        .route(api!("/gate"), get(gate::gate))
         // Merged, not nested: `nest` rewrites the URI of every request under its prefix
         // (a `format!` and an allocation per request, measured in PERFORMANCE.md).
         .merge(admin);
@@ -186,6 +192,7 @@ pub fn router_with_guard(state: AppState, limits: Limits, guard: Arc<guard::Guar
         .route("/", get(pages::index))
         .route("/wait/{event_id}", get(look::wait))
         .route("/wait/{event_id}/theme.css", get(look::theme))
+        .route("/wait/{event_id}/queue", get(gate::queue_page))
         .route("/branding/{file}", get(look::branding))
         .route("/demo/booking", get(pages::booking))
         .route("/admin", get(pages::admin))
