@@ -133,7 +133,7 @@ impl Answer {
     fn json(&self) -> Value {
         serde_json::from_str(&self.text).unwrap_or_else(|_| panic!("not JSON: {}", self.text))
     }
-    fn from_origin(&self) -> bool {
+    fn is_origin(&self) -> bool {
         self.status == 200 && self.text.contains("\"origin\":true")
     }
 }
@@ -202,7 +202,7 @@ async fn the_second_person_waits_in_place_and_completion_hands_the_slot_on() {
     // Everything ungated passes straight through, without a cookie.
     let mut anyone = Person::default();
     let r = anyone.get(&url("/about?x=1"), &[]).await;
-    assert!(r.from_origin(), "{}", r.text);
+    assert!(r.is_origin(), "{}", r.text);
     assert_eq!(r.json()["path"], "/about");
     assert!(anyone.cookies.is_empty());
 
@@ -219,7 +219,7 @@ async fn the_second_person_waits_in_place_and_completion_hands_the_slot_on() {
             ],
         )
         .await;
-    assert!(r.from_origin(), "{} {}", r.status, r.text);
+    assert!(r.is_origin(), "{} {}", r.status, r.text);
     let seen = r.json();
     let session = seen["session"].as_str().unwrap().to_string();
     assert_ne!(session, "forged");
@@ -241,7 +241,7 @@ async fn the_second_person_waits_in_place_and_completion_hands_the_slot_on() {
     assert!(!set.contains("Secure"), "plain http, not configured: {set}");
     // The same session on the next request.
     let r = a.get(&url("/checkout/pay"), &[]).await;
-    assert!(r.from_origin());
+    assert!(r.is_origin());
     assert_eq!(r.json()["session"], session.as_str());
 
     // The event is full: the second person gets the waiting room at the URL they asked
@@ -288,7 +288,7 @@ async fn the_second_person_waits_in_place_and_completion_hands_the_slot_on() {
     );
     assert!(a.cookie("waitroom_shop").is_none(), "the cookie is cleared");
     let r = b.get(&url("/checkout?seat=12"), &[]).await;
-    assert!(r.from_origin(), "{} {}", r.status, r.text);
+    assert!(r.is_origin(), "{} {}", r.status, r.text);
     assert_eq!(r.json()["path"], "/checkout");
     // A's old session is over: it cannot reach the origin with it again.
     a.cookies = vec![("waitroom_shop".into(), "x".into())];
@@ -306,7 +306,7 @@ async fn forged_and_expired_cookies_are_refused() {
     event(&w, "shop", gated("shop", json!({"session_max_sec": 2}))).await;
     let url = format!("http://{}/checkout", w.addr);
     let mut a = Person::default();
-    assert!(a.get(&url, &[]).await.from_origin());
+    assert!(a.get(&url, &[]).await.is_origin());
     let token = a.cookie("waitroom_shop").unwrap();
 
     // Forgeries: a changed MAC, garbage, a valid token of another event's name.
@@ -356,11 +356,11 @@ async fn an_idle_session_frees_its_slot_and_use_renews_it() {
     event(&w, "shop", gated("shop", json!({"session_idle_sec": 2}))).await;
     let url = format!("http://{}/checkout", w.addr);
     let mut a = Person::default();
-    assert!(a.get(&url, &[]).await.from_origin());
+    assert!(a.get(&url, &[]).await.is_origin());
     // In use for longer than the idle timeout: each request renews it.
     for _ in 0..6 {
         tokio::time::sleep(Duration::from_millis(600)).await;
-        assert!(a.get(&url, &[]).await.from_origin(), "renewed by use");
+        assert!(a.get(&url, &[]).await.is_origin(), "renewed by use");
     }
     let mut b = Person::default();
     assert_eq!(
@@ -370,7 +370,7 @@ async fn an_idle_session_frees_its_slot_and_use_renews_it() {
     // Then A goes quiet: the slot is freed, and B is let in at the same URL.
     tokio::time::sleep(Duration::from_millis(3000)).await;
     let r = b.get(&url, &[]).await;
-    assert!(r.from_origin(), "{} {}", r.status, r.text);
+    assert!(r.is_origin(), "{} {}", r.status, r.text);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -380,11 +380,11 @@ async fn bypass_rules_never_queue() {
     event(&w, "shop", gated("shop", json!({}))).await;
     let url = |p: &str| format!("http://{}{p}", w.addr);
     let mut a = Person::default();
-    assert!(a.get(&url("/checkout"), &[]).await.from_origin());
+    assert!(a.get(&url("/checkout"), &[]).await.is_origin());
     // Full. Assets under a bypass path pass, without a place.
     let mut s = Person::default();
     let r = s.get(&url("/checkout/static/app.js"), &[]).await;
-    assert!(r.from_origin(), "{}", r.text);
+    assert!(r.is_origin(), "{}", r.text);
     assert!(s.cookies.is_empty());
     // …but a path that only starts like one is queued.
     for sneaky in [
@@ -404,7 +404,7 @@ async fn bypass_rules_never_queue() {
             &[("x-waitroom-bypass", "staff-secret-0123456789")],
         )
         .await;
-    assert!(r.from_origin());
+    assert!(r.is_origin());
     assert_eq!(r.json()["bypass"], Value::Null);
     let r = Person::default()
         .get(
@@ -626,10 +626,7 @@ async fn a_real_nginx_with_the_documented_config_walks_the_flow() {
     );
 
     // Ungated: straight to the site.
-    assert!(Person::default()
-        .get(&url("/about"), &[])
-        .await
-        .from_origin());
+    assert!(Person::default().get(&url("/about"), &[]).await.is_origin());
     // Gated, no session: to the waiting room, which admits (there is room) and sends
     // the person back to where they were going.
     let mut a = Person::default();
@@ -650,7 +647,7 @@ async fn a_real_nginx_with_the_documented_config_walks_the_flow() {
     let r = a
         .get(&url("/checkout?seat=3"), &[("x-waitroom-user", "admin")])
         .await;
-    assert!(r.from_origin(), "{} {}", r.status, r.text);
+    assert!(r.is_origin(), "{} {}", r.status, r.text);
     let seen = r.json();
     assert!(
         seen["session"].as_str().is_some_and(|s| !s.is_empty()),

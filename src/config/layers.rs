@@ -366,6 +366,8 @@ mod tests {
             max_connections_per_client: Some(1),
             repair: Some(true),
             otlp_endpoint: Some(String::new()),
+            upstream: Some(String::new()),
+            cookie_secure: Some(true),
         };
         let dict = Serialized::defaults(full).data().unwrap();
         let mut keys: Vec<&str> = dict[&Profile::Default].keys().map(String::as_str).collect();
