@@ -45,7 +45,7 @@ pub mod layers;
 pub mod secret;
 
 use backend::check_listen;
-pub use backend::StoreBackend;
+pub use backend::{StoreBackend, Upstream};
 pub use cli::{Cli, Command, ServeArgs};
 pub use guard::{Cidr, ConnectionSettings, ForwardedHeader, RateLimitSettings};
 pub use layers::{Layered, ENV_PREFIX};
@@ -98,7 +98,7 @@ pub struct Settings {
     /// The OpenTelemetry collector's base URL (`http://host:port`); `None`: no tracing export.
     pub otlp_endpoint: Option<String>,
     /// Gateway mode's origin (`--upstream`); `None`: no gateway.
-    pub upstream: Option<crate::gateway::Upstream>,
+    pub upstream: Option<Upstream>,
     /// Session cookies of gated paths are always `Secure`.
     pub cookie_secure: bool,
 }
@@ -236,9 +236,7 @@ impl Settings {
         };
         let upstream = match l.upstream.as_deref().map(str::trim) {
             None | Some("") => None,
-            Some(url) => {
-                Some(crate::gateway::Upstream::parse(url).map_err(|r| invalid("upstream", r))?)
-            }
+            Some(url) => Some(Upstream::parse(url).map_err(|r| invalid("upstream", r))?),
         };
         let demo = l.demo.unwrap_or(store.is_embedded());
         Ok(Settings {

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
-use axum::http::uri::{Authority, PathAndQuery, Scheme};
+use axum::http::uri::{PathAndQuery, Scheme};
 use axum::http::{header, HeaderValue, StatusCode, Uri, Version};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
@@ -31,6 +31,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tower::ServiceExt as _;
 
 use crate::app::AppState;
+pub use crate::config::Upstream;
 use crate::http::gate::{self, Admission, Session};
 use crate::http::guard::Guard;
 
@@ -40,51 +41,6 @@ pub mod forward;
 pub const X_WAITROOM_COMPLETE: &str = "x-waitroom-complete";
 /// Longest wait for a connection to the origin.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The origin: `http://host:port`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Upstream {
-    pub authority: Authority,
-}
-
-impl Upstream {
-    /// Parses `http://host[:port][/]`. Plain http: the origin is on the host or a private
-    /// network (no TLS client is built in).
-    pub fn parse(url: &str) -> Result<Self, String> {
-        let uri: Uri = url
-            .trim()
-            .parse()
-            .map_err(|e| format!("`{url}` is not a URL ({e})"))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
-                return Err(
-                    "https is not supported: proxy to the origin over http:// on a private network"
-                        .into(),
-                )
-            }
-            _ => return Err(format!("`{url}` must start with http://")),
-        }
-        let authority = uri
-            .authority()
-            .filter(|a| !a.host().is_empty())
-            .ok_or_else(|| format!("`{url}` names no host"))?
-            .clone();
-        if authority.as_str().contains('@') {
-            return Err(format!("`{url}` must not carry credentials"));
-        }
-        if uri.path() != "/" && !uri.path().is_empty() || uri.query().is_some() {
-            return Err(format!("`{url}` must have no path or query"));
-        }
-        Ok(Upstream { authority })
-    }
-}
-
-impl std::fmt::Display for Upstream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "http://{}", self.authority)
-    }
-}
 
 /// The proxy: what every proxied request shares.
 pub struct Gateway {
@@ -287,26 +243,6 @@ fn bad_gateway() -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn upstream_urls() {
-        assert_eq!(
-            Upstream::parse("http://127.0.0.1:3000/")
-                .unwrap()
-                .to_string(),
-            "http://127.0.0.1:3000"
-        );
-        for bad in [
-            "https://a:1",
-            "127.0.0.1:3000",
-            "http://",
-            "http://a:1/x",
-            "http://a:1/?q",
-            "http://u:p@a:1",
-        ] {
-            assert!(Upstream::parse(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn own_paths() {
