@@ -42,7 +42,7 @@ main {{ background: #fff; padding: 2rem 2.5rem; border-radius: 12px; box-shadow:
 <p>Your place in line</p>
 <p class="pos" id="waitroom-position">{position}</p>
 <p id="waitroom-wait">{wait}</p>
-<p class="fine">{queue} people in line. Refreshing every {retry} s.</p>
+<p class="fine">In line now: {queue}. This page refreshes every {retry} s.</p>
 </main>
 </body>
 </html>
