@@ -44,14 +44,40 @@ async fn origin() -> SocketAddr {
             }
         })
     }
+    // A body whose second half waits for the test to have read the first: a proxy that
+    // buffered whole bodies would never deliver either.
+    async fn stream() -> axum::body::Body {
+        let parts = futures_util::stream::unfold(0, |i| async move {
+            match i {
+                0 => Some((Ok::<_, std::io::Error>("first\n".to_string()), 1)),
+                1 => {
+                    release().notified().await;
+                    Some((Ok("second\n".to_string()), 2))
+                }
+                _ => None,
+            }
+        });
+        axum::body::Body::from_stream(parts)
+    }
+    async fn upload(body: axum::body::Bytes) -> String {
+        body.len().to_string()
+    }
     let app = Router::new()
         .route("/checkout/done", get(done))
         .route("/ws", get(ws))
+        .route("/stream", get(stream))
+        .route("/upload", axum::routing::post(upload))
         .fallback(echo);
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
     addr
+}
+
+/// Lets the origin's `/stream` send its second half.
+fn release() -> &'static tokio::sync::Notify {
+    static RELEASE: std::sync::OnceLock<tokio::sync::Notify> = std::sync::OnceLock::new();
+    RELEASE.get_or_init(tokio::sync::Notify::new)
 }
 
 struct Waitroom {
@@ -433,7 +459,7 @@ async fn bypass_rules_never_queue() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn websockets_pass_through() {
+async fn websockets_and_streamed_bodies_pass_through() {
     let o = origin().await;
     let w = waitroom(Some(o), None).await;
     let (mut ws, res) = tokio_tungstenite::connect_async(format!("ws://{}/ws", w.addr))
@@ -451,6 +477,31 @@ async fn websockets_pass_through() {
             .unwrap();
         assert_eq!(got.into_text().unwrap().as_str(), format!("echo {word}"));
     }
+    // Bodies stream both ways: the first half arrives before the origin has the second,
+    // and an upload far over the API's 64 KiB limit reaches the origin whole.
+    let mut r = client()
+        .get(format!("http://{}/stream", w.addr))
+        .send()
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(5), r.chunk())
+        .await
+        .expect("the first half arrives while the origin holds the second")
+        .unwrap()
+        .unwrap();
+    assert_eq!(&first[..], b"first\n");
+    release().notify_one();
+    let second = r.chunk().await.unwrap().unwrap();
+    assert_eq!(&second[..], b"second\n");
+    let big = vec![b'x'; 1_000_000];
+    let r = client()
+        .post(format!("http://{}/upload", w.addr))
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "1000000");
     // Waitroom's own routes stay waitroom's.
     let r = client()
         .get(format!("http://{}/healthz", w.addr))
@@ -570,6 +621,8 @@ fn nginx_binary() -> String {
     panic!("nginx is not installed (scripts/test.sh installs Debian's nginx)");
 }
 
+/// The nginx process, killed when dropped. It runs without a master (`master_process
+/// off`), so that killing it leaves no worker behind.
 struct Nginx(std::process::Child);
 
 impl Drop for Nginx {
@@ -594,7 +647,7 @@ async fn a_real_nginx_with_the_documented_config_walks_the_flow() {
         .replace("127.0.0.1:3000", &o.to_string());
     let d = dir.path().display();
     let conf = format!(
-        "daemon off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
          events {{ worker_connections 256; }}\n\
          http {{\n access_log off;\n client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n\
          fastcgi_temp_path {d}/fastcgi;\n uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n\
