@@ -45,6 +45,10 @@ ensure_tools() {
     # The browser tests (tests/browser.rs) drive Debian's chromium through chromedriver;
     # a Korean font lets the Korean page render (and its screenshot show) real glyphs.
     { have chromium && have chromedriver; } || apt_install chromium chromium-driver
+    # The auth_request test (tests/gateway.rs) runs Debian's nginx in front of a small origin
+    # (started by the test on a free port with its own temp dir; the system nginx is never
+    # touched). nginx installs in /usr/sbin, outside a non-root PATH.
+    { have nginx || [ -x /usr/sbin/nginx ]; } || apt_install nginx
     if have fc-list && ! fc-list :lang=ko | grep -q .; then apt_install fonts-nanum; fi
 }
 

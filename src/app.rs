@@ -9,6 +9,7 @@ use tokio::sync::watch;
 
 use crate::catalog::EventCatalog;
 use crate::clock::Clock;
+use crate::gates::Gates;
 use crate::history::History;
 use crate::live::Live;
 use crate::pow::{JoinRates, PowChallenges};
@@ -47,6 +48,9 @@ pub struct AppState {
     /// Every event's figures over the last 24 h, sampled by a background task; in memory
     /// unless the server gave it a file (the embedded store's data dir).
     pub history: Arc<History>,
+    /// Which event gates which requests in front of a site (gateway mode and
+    /// `GET /api/v1/gate`), and the throttle of session renewals.
+    pub gates: Arc<Gates>,
 }
 
 impl AppState {
@@ -83,6 +87,7 @@ impl AppState {
             shutdown: Arc::new(watch::Sender::new(false)),
             branding_dir: None,
             history: Arc::new(History::default()),
+            gates: Arc::default(),
         })
     }
 
@@ -92,12 +97,23 @@ impl AppState {
     /// live updates without a server calls it too. Dropping the answer stops them.
     /// Must be called inside a tokio runtime.
     pub fn start_background(&self) -> Tasks {
-        crate::background::start(
+        let mut tasks = crate::background::start(
             &self.store,
             &self.clock,
             &self.live,
             &self.events,
             &self.history,
-        )
+        );
+        tasks.spawn(
+            crate::gates::TASK,
+            crate::gates::run_refresh(
+                self.gates.clone(),
+                self.store.clone(),
+                self.clock.clone(),
+                self.store.subscribe(),
+                tasks.stop_signal(),
+            ),
+        );
+        tasks
     }
 }

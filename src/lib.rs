@@ -16,6 +16,7 @@
 //! - [`audit`]: the admin audit (a log line and a bounded list in the store per change).
 //! - [`history`]: each event's figures every 10 s for 24 h, sampled by a background task.
 //! - [`catalog`]: this node's copy of every event's settings, kept fresh by notices.
+//! - [`gates`]: which event gates which requests in front of a site; session renewals.
 //! - [`config`]: layered settings (defaults, TOML, environment, flags).
 //! - [`scheduler`]: the tick that ends lapsed places and paces admissions, on time.
 //! - [`live`]: live updates of one place, fed by one hub that routes the store's notices
@@ -26,6 +27,7 @@
 //! - [`app`]: [`AppState`], what every request handler shares.
 //! - [`http`]: the axum router: end-user, admin and operations API, live endpoints, the
 //!   embedded pages ([`http::pages`]), JSON errors.
+//! - [`gateway`]: gateway mode: the reverse proxy in front of a site, queueing gated paths.
 //! - [`server`]: startup: config to a running server, background tasks started and joined
 //!   by name, graceful shutdown.
 
@@ -37,6 +39,8 @@ pub mod clock;
 pub mod config;
 pub mod core;
 pub mod demo;
+pub mod gates;
+pub mod gateway;
 pub mod history;
 pub mod http;
 pub mod live;

@@ -116,6 +116,8 @@ pub async fn run(
         }
     };
     let mut state = AppState::with_keys(store, &keys, &admin_token, Clock::system())?;
+    // Before the background tasks start: the gate table's refresh holds this one.
+    state_gates_secure(&mut state, &settings);
     state.branding_dir = Some(settings.data_dir.join("branding").into());
     if matches!(settings.store, StoreBackend::Embedded) {
         // Kept beside the store: a restart keeps the charts. (On Redis each node keeps its
@@ -146,7 +148,16 @@ pub async fn run(
         rate_limits: settings.rate_limits.clone(),
         ..crate::http::Limits::default()
     };
-    let app = crate::http::router_with_limits(state, limits);
+    let guard = Arc::new(crate::http::guard::Guard::new(limits.rate_limits.clone()));
+    let app = crate::http::router_with_guard(state.clone(), limits, guard.clone());
+    // Gateway mode: the API's routes in front of the proxy to the site.
+    let app = match &settings.upstream {
+        Some(up) => {
+            tracing::info!(upstream = %up, "gateway mode: proxying to the site");
+            Arc::new(crate::gateway::Gateway::new(state, guard, up.clone())).wrap(app)
+        }
+        None => app,
+    };
     let descriptors = raise_descriptor_limit();
     let caps = ConnectionCaps::new(&settings);
     tracing::info!(%addr, store = %settings.store, demo = settings.demo,
@@ -162,6 +173,13 @@ pub async fn run(
     let closed = store.close().await.context("closing the store");
     tracing::info!("stopped");
     served.and(closed)
+}
+
+/// Session cookies are `Secure` always when the settings say so.
+fn state_gates_secure(state: &mut AppState, settings: &Settings) {
+    if settings.cookie_secure {
+        state.gates = Arc::new(crate::gates::Gates::with_secure_cookies());
+    }
 }
 
 /// Serves `app` on `listener` through the server's own connection handling (the caps and

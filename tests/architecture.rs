@@ -19,6 +19,7 @@ const LAYERS: &[&str] = &[
     "audit",
     "history",
     "catalog",
+    "gates",
     "config",
     "scheduler",
     "live",
@@ -26,6 +27,7 @@ const LAYERS: &[&str] = &[
     "background",
     "app",
     "http",
+    "gateway",
     "server",
 ];
 

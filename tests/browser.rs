@@ -7,7 +7,8 @@
 //! Korean page (browser language) and the language switch; an event's look on its page and
 //! in the dashboard's live preview; the dashboard on a phone (one-row top bar), in Korean
 //! (errors naming the form's labels), its defaults, Delete and Clear; the thanks after a
-//! completed booking is reloaded. The tests also take the screenshots shown in the README,
+//! completed booking is reloaded; gateway mode's waiting room at a gated URL of a real
+//! origin, refreshing in place until the origin's page shows at the same URL. The tests also take the screenshots shown in the README,
 //! into `target/screenshots/`; `UPDATE_SCREENSHOTS=1` also writes them over the copies in
 //! `docs/` (otherwise tests never change tracked files).
 //!
@@ -1175,5 +1176,88 @@ async fn the_charts_show_the_server_history_right_after_a_reload() {
         "the chart starts at the server's first sample"
     );
     assert!(from < reloaded_at, "the past, not this page's own polls");
+    b.close().await;
+}
+
+/// A small origin for gateway mode: a page at every path, and `/checkout/done`, which ends
+/// the session (`X-Waitroom-Complete: 1`).
+async fn shop_origin() -> std::net::SocketAddr {
+    use axum::response::Html;
+    use axum::routing::get;
+    let app = axum::Router::new()
+        .route(
+            "/checkout/done",
+            get(|| async {
+                (
+                    [("x-waitroom-complete", "1")],
+                    Html("<p id=done>Thanks</p>"),
+                )
+            }),
+        )
+        .fallback(|uri: axum::http::Uri| async move {
+            Html(format!(
+                "<!doctype html><title>Shop</title><h1 id=site>The shop: {}</h1>",
+                uri.path()
+            ))
+        });
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    addr
+}
+
+#[tokio::test]
+async fn the_gateway_waiting_room_refreshes_in_place_until_the_site_shows() {
+    let _one = BROWSER_LOCK.lock().await;
+    let origin = shop_origin().await;
+    let s = TestServer::start_tweaked(false, |st| {
+        st.upstream = Some(waitroom::config::Upstream::parse(&format!("http://{origin}")).unwrap());
+    })
+    .await;
+    s.put_event(
+        "shop",
+        json!({"name": "Summer Sale", "max_active": 1, "paths": ["/checkout"]}),
+    )
+    .await;
+    // The one slot goes to someone else first (over plain HTTP, keeping its cookie).
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let mut holder = None;
+    for _ in 0..100 {
+        let r = http.get(s.url("/checkout")).send().await.unwrap();
+        if let Some(c) = r.headers().get("set-cookie") {
+            let c = c.to_str().unwrap().split(';').next().unwrap().to_string();
+            assert_eq!(r.status(), 200, "the first person is let in");
+            holder = Some(c);
+            break;
+        }
+        // The gate table learns of the event within moments.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let holder = holder.expect("the gateway gates /checkout");
+
+    let b = Browser::start(&PHONE).await;
+    b.goto(&s.url("/checkout?seat=7")).await;
+    b.text_until("#waitroom-position", |t| t == "1").await;
+    assert!(b.c().title().await.unwrap().contains("Summer Sale"));
+    b.screenshot("gateway-waiting.png").await;
+    assert!(
+        b.url().await.ends_with("/checkout?seat=7"),
+        "the URL asked for"
+    );
+
+    // The holder finishes: the origin says so, and the page lets the person in by itself,
+    // at the same URL.
+    let r = http
+        .get(s.url("/checkout/done"))
+        .header("cookie", &holder)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    b.text_until("#site", |t| t == "The shop: /checkout").await;
+    assert!(b.url().await.ends_with("/checkout?seat=7"));
     b.close().await;
 }

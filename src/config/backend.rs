@@ -1,5 +1,5 @@
-//! The syntax of the two address-like settings: the store (`embedded` or a Redis URL) and
-//! the listening address. Syntax only: nothing is dialled or bound here.
+//! The syntax of the address-like settings: the store (`embedded` or a Redis URL), the
+//! listening address, and gateway mode's origin (`upstream`). Syntax only: nothing is dialled or bound here.
 
 use std::fmt;
 
@@ -102,8 +102,75 @@ pub fn check_listen(s: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The origin: `http://host:port`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstream {
+    pub authority: axum::http::uri::Authority,
+}
+
+impl Upstream {
+    /// Parses `http://host[:port][/]`. Plain http: the origin is on the host or a private
+    /// network (no TLS client is built in).
+    pub fn parse(url: &str) -> Result<Self, String> {
+        let uri: axum::http::Uri = url
+            .trim()
+            .parse()
+            .map_err(|e| format!("`{url}` is not a URL ({e})"))?;
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some("https") => {
+                return Err(
+                    "https is not supported: proxy to the origin over http:// on a private network"
+                        .into(),
+                )
+            }
+            _ => return Err(format!("`{url}` must start with http://")),
+        }
+        let authority = uri
+            .authority()
+            .filter(|a| !a.host().is_empty())
+            .ok_or_else(|| format!("`{url}` names no host"))?
+            .clone();
+        if authority.as_str().contains('@') {
+            return Err(format!("`{url}` must not carry credentials"));
+        }
+        if uri.path() != "/" && !uri.path().is_empty() || uri.query().is_some() {
+            return Err(format!("`{url}` must have no path or query"));
+        }
+        Ok(Upstream { authority })
+    }
+}
+
+impl std::fmt::Display for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "http://{}", self.authority)
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::Upstream;
+
+    #[test]
+    fn upstream_urls() {
+        assert_eq!(
+            Upstream::parse("http://127.0.0.1:3000/")
+                .unwrap()
+                .to_string(),
+            "http://127.0.0.1:3000"
+        );
+        for bad in [
+            "https://a:1",
+            "127.0.0.1:3000",
+            "http://",
+            "http://a:1/x",
+            "http://a:1/?q",
+            "http://u:p@a:1",
+        ] {
+            assert!(Upstream::parse(bad).is_err(), "{bad}");
+        }
+    }
+
     use super::*;
 
     #[test]

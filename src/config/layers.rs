@@ -46,6 +46,8 @@ const ENV_KEYS: &[&str] = &[
     "repair",
     "otlp_endpoint",
     "redis_wait_replicas",
+    "upstream",
+    "cookie_secure",
 ];
 
 /// One layer of settings: the TOML file, the environment or the flags. The same names in
@@ -183,6 +185,17 @@ pub struct Layered {
         deserialize_with = "lenient_u64"
     )]
     pub redis_wait_replicas: Option<u64>,
+    /// Gateway mode: proxy every request that is not waitroom's own to the site at this URL (`http://127.0.0.1:3000`), queueing the paths events gate. Off when unset. [env: WAITROOM_UPSTREAM] [default: off]
+    #[arg(long, value_name = "URL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
+    /// Mark the session cookies of gated paths `Secure` even when requests arrive over plain http (TLS ends at a proxy not in trusted_proxies). [env: WAITROOM_COOKIE_SECURE] [default: false]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_bool"
+    )]
+    pub cookie_secure: Option<bool>,
 }
 
 fn parse_on_off(s: &str) -> Result<bool, String> {
@@ -380,6 +393,8 @@ mod tests {
             repair: Some(true),
             otlp_endpoint: Some(String::new()),
             redis_wait_replicas: Some(1),
+            upstream: Some(String::new()),
+            cookie_secure: Some(true),
         };
         let dict = Serialized::defaults(full).data().unwrap();
         let mut keys: Vec<&str> = dict[&Profile::Default].keys().map(String::as_str).collect();

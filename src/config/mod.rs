@@ -29,6 +29,8 @@
 //! joins_per_minute = 30
 //! repair = false
 //! otlp_endpoint = "http://127.0.0.1:4318"
+//! upstream = "http://127.0.0.1:3000"
+//! cookie_secure = true
 //! ```
 
 use std::path::PathBuf;
@@ -43,7 +45,7 @@ pub mod layers;
 pub mod secret;
 
 use backend::check_listen;
-pub use backend::StoreBackend;
+pub use backend::{StoreBackend, Upstream};
 pub use cli::{Cli, Command, ServeArgs};
 pub use guard::{Cidr, ConnectionSettings, ForwardedHeader, RateLimitSettings};
 pub use layers::{Layered, ENV_PREFIX};
@@ -99,6 +101,10 @@ pub struct Settings {
     pub otlp_endpoint: Option<String>,
     /// Redis store: replicas that must have a change before it is answered (`WAIT`); 0: none.
     pub redis_wait_replicas: u32,
+    /// Gateway mode's origin (`--upstream`); `None`: no gateway.
+    pub upstream: Option<Upstream>,
+    /// Session cookies of gated paths are always `Secure`.
+    pub cookie_secure: bool,
 }
 
 impl Default for Settings {
@@ -118,6 +124,8 @@ impl Default for Settings {
             repair: false,
             otlp_endpoint: None,
             redis_wait_replicas: 0,
+            upstream: None,
+            cookie_secure: false,
         }
     }
 }
@@ -229,6 +237,10 @@ impl Settings {
             None | Some("") => None,
             Some(url) => Some(check_otlp_endpoint(url).map_err(|r| invalid("otlp_endpoint", r))?),
         };
+        let upstream = match l.upstream.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(url) => Some(Upstream::parse(url).map_err(|r| invalid("upstream", r))?),
+        };
         let demo = l.demo.unwrap_or(store.is_embedded());
         let redis_wait_replicas = match l.redis_wait_replicas {
             None => d.redis_wait_replicas,
@@ -249,6 +261,8 @@ impl Settings {
             repair: l.repair.unwrap_or(d.repair),
             otlp_endpoint,
             redis_wait_replicas,
+            upstream,
+            cookie_secure: l.cookie_secure.unwrap_or(d.cookie_secure),
         })
     }
 }
@@ -595,6 +609,38 @@ mod tests {
                     err.contains("otlp_endpoint") && err.contains(needle),
                     "{url}: {err}"
                 );
+            }
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn gateway_mode_from_every_layer() {
+        Jail::expect_with(|jail| {
+            let d = load(&[]).unwrap();
+            assert_eq!(d.upstream, None, "off by default");
+            assert!(!d.cookie_secure);
+            jail.create_file(
+                "g.toml",
+                "upstream = \"http://127.0.0.1:3001\"\ncookie_secure = true",
+            )?;
+            let s = load(&["--config", "g.toml"]).unwrap();
+            assert_eq!(s.upstream.unwrap().to_string(), "http://127.0.0.1:3001");
+            assert!(s.cookie_secure);
+            jail.set_env("WAITROOM_UPSTREAM", "http://origin:3002");
+            let s = load(&["--config", "g.toml"]).unwrap();
+            assert_eq!(s.upstream.unwrap().to_string(), "http://origin:3002");
+            let s = load(&[
+                "--upstream",
+                "http://127.0.0.1:3000",
+                "--cookie-secure=false",
+            ])
+            .unwrap();
+            assert_eq!(s.upstream.unwrap().to_string(), "http://127.0.0.1:3000");
+            assert!(!s.cookie_secure);
+            for url in ["https://origin", "origin:3000", "http://origin/x"] {
+                let err = load(&["--upstream", url]).expect_err(url);
+                assert!(err.contains("upstream"), "{url}: {err}");
             }
             Ok(())
         });

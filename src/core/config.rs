@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use super::gate::GateRules;
 use super::look::{Look, Texts};
 use super::QueueError;
 
@@ -63,6 +64,11 @@ pub struct EventConfig {
     /// in the JSON, beside the other settings.
     #[serde(flatten)]
     pub look: Look,
+    /// The requests the event gates in front of a site (gateway mode, `GET /api/v1/gate`):
+    /// `paths`, `hosts`, `bypass_paths`, `bypass_cidrs`, `bypass_secret` (`core::gate`);
+    /// flat in the JSON.
+    #[serde(flatten)]
+    pub gate: GateRules,
 }
 
 /// Who may join an event.
@@ -115,6 +121,7 @@ impl Default for EventConfig {
             pow_auto_above: None,
             rate_limits: None,
             look: Look::default(),
+            gate: GateRules::default(),
         }
     }
 }
@@ -189,6 +196,17 @@ pub struct EventPatch {
     pub logo_url: Option<Option<String>>,
     #[serde(default, deserialize_with = "nullable")]
     pub stylesheet: Option<Option<String>>,
+    // The gate rules, checked in `core::gate`.
+    #[serde(default)]
+    pub paths: Option<Vec<String>>,
+    #[serde(default)]
+    pub hosts: Option<Vec<String>>,
+    #[serde(default)]
+    pub bypass_paths: Option<Vec<String>>,
+    #[serde(default)]
+    pub bypass_cidrs: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub bypass_secret: Option<Option<String>>,
 }
 
 /// Distinguishes "field absent" (outer `None`, via `#[serde(default)]`) from "field is null"
@@ -311,6 +329,7 @@ impl EventPatch {
         }
         self.apply_trust(&mut c)?;
         self.apply_look(&mut c.look)?;
+        self.apply_gate(&mut c.gate)?;
         if let Some(b) = self.pow_difficulty {
             if b > MAX_POW_BITS {
                 return Err(bad(format!(
@@ -339,6 +358,24 @@ impl EventPatch {
             c.name = event_id.to_string();
         }
         Ok(c)
+    }
+
+    /// The gate rules, checked as a whole.
+    fn apply_gate(&self, g: &mut GateRules) -> Result<(), QueueError> {
+        for (to, from) in [
+            (&mut g.paths, &self.paths),
+            (&mut g.hosts, &self.hosts),
+            (&mut g.bypass_paths, &self.bypass_paths),
+            (&mut g.bypass_cidrs, &self.bypass_cidrs),
+        ] {
+            if let Some(v) = from {
+                v.clone_into(to);
+            }
+        }
+        if let Some(s) = &self.bypass_secret {
+            g.bypass_secret = s.clone();
+        }
+        g.validate()
     }
 
     /// The identity and access settings.

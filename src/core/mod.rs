@@ -3,6 +3,7 @@
 //! applies exactly the same transitions.
 //!
 //! - [`config`]: event settings and their validation.
+//! - [`gate`]: which requests an event gates in front of a site, and the bypass rules.
 //! - [`look`]: an event's look and words (title, texts, colour, logo) and their checks.
 //! - [`rank`]: the Fenwick tree behind exact O(log n) positions.
 //! - [`queue`]: [`EventQueue`], the state machine of one event's places.
@@ -14,6 +15,7 @@
 
 pub mod config;
 pub mod effect;
+pub mod gate;
 pub mod look;
 pub mod pace;
 mod places;
@@ -23,6 +25,7 @@ pub mod view;
 
 pub use config::{validate_event_id, Access, EventConfig, EventPatch, RateLimits};
 pub use effect::{Effect, EndReason, InviteHolder};
+pub use gate::GateRules;
 pub use look::{Look, Texts};
 pub use pace::{Eta, Holds, Pace, RATE_WINDOW_MS};
 pub use queue::{EventQueue, JoinProof, QueueMeta, RestoredPlace, EXPIRED_RETENTION_MS};

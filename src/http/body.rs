@@ -215,8 +215,8 @@ impl PublicEvent {
 // ---------------------------------------------------------------------------------------
 
 /// An event's settings as every read answers them: the stored config, field for field and
-/// in its order, except that `user_token_secret` is never shown; `user_token_secret_set`
-/// (whether one is stored) stands in its place.
+/// in its order, except that `user_token_secret` and `bypass_secret` are never shown;
+/// `user_token_secret_set` and `bypass_secret_set` (whether one is stored) stand in their place.
 #[derive(Debug)]
 pub struct Settings(pub EventConfig);
 
@@ -257,6 +257,8 @@ impl Serialize for Settings {
         for (k, v) in fields {
             if k == "user_token_secret" {
                 m.serialize_entry("user_token_secret_set", &!v.is_null())?;
+            } else if k == "bypass_secret" {
+                m.serialize_entry("bypass_secret_set", &!v.is_null())?;
             } else {
                 m.serialize_entry(&k, &v)?;
             }
@@ -441,10 +443,12 @@ mod tests {
     #[test]
     fn settings_never_show_the_user_token_secret() {
         let secret = "s".repeat(40);
-        let c = EventConfig {
+        let mut c = EventConfig {
             user_token_secret: Some(secret.clone()),
             ..EventConfig::default()
         };
+        let bypass = "b".repeat(20);
+        c.gate.bypass_secret = Some(bypass.clone());
         let text = serde_json::to_string(&EventSettings {
             event_id: "ev".into(),
             config: c.into(),
@@ -453,6 +457,8 @@ mod tests {
         assert!(!text.contains(&secret), "{text}");
         assert!(!text.contains("\"user_token_secret\""), "{text}");
         assert!(text.contains("\"user_token_secret_set\":true"), "{text}");
+        assert!(!text.contains(&bypass), "{text}");
+        assert!(text.contains("\"bypass_secret_set\":true"), "{text}");
         // Field order is the config's own.
         assert!(text.find("\"name\"").unwrap() < text.find("\"max_active\"").unwrap());
     }

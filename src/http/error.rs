@@ -57,6 +57,7 @@ pub mod code {
         INTERNAL = "INTERNAL";
         POW_REQUIRED = "POW_REQUIRED";
         POW_INVALID = "POW_INVALID";
+        UPSTREAM_UNAVAILABLE = "UPSTREAM_UNAVAILABLE";
     }
 }
 

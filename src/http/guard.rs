@@ -417,6 +417,12 @@ impl Guard {
         Some(last)
     }
 
+    /// Whether `ip` is one of the trusted proxies, whose forwarding headers are believed
+    /// (the gateway keeps their `X-Forwarded-*` and appends to them).
+    pub fn is_trusted_proxy(&self, ip: IpAddr) -> bool {
+        self.trusted(canonical(ip))
+    }
+
     fn trusted(&self, ip: IpAddr) -> bool {
         self.settings.trusted_proxies.iter().any(|c| c.contains(ip))
     }

@@ -10,6 +10,9 @@
 //!   the public event list they read (`/api/v1/events`).
 //! - [`look`]: the waiting page rendered with an event's look and words, its colours, the
 //!   data dir's branding files, and the `404` page of an unknown event.
+//! - [`gate`]: admission at a site's own URLs: the cookie session of gateway mode and of
+//!   nginx's `auth_request` (`/api/v1/gate`), and the waiting room it redirects to
+//!   (`/wait/{event_id}/queue`); [`gate_page`] renders that page.
 //! - [`pow`]: the proof-of-work gate of `join`.
 //! - [`openapi`]: `/api/v1/openapi.json`, the OpenAPI 3.1 document of every route.
 //! - [`demo_site`]: the demo booking page's own route, behind the origin library
@@ -49,6 +52,8 @@ pub mod demo_site;
 pub mod edge;
 pub mod error;
 pub mod extract;
+pub mod gate;
+pub mod gate_page;
 pub mod guard;
 pub mod live;
 pub mod look;
@@ -244,6 +249,7 @@ fn routes(state: &AppState) -> Routes {
         post(queue::session_complete)
     );
     route!(api, api!("/openapi.json"), get(openapi::serve));
+    route!(api, api!("/gate"), get(gate::gate));
 
     let mut site = Routes::default();
     route!(site, "/.well-known/jwks.json", get(queue::jwks));
@@ -253,6 +259,7 @@ fn routes(state: &AppState) -> Routes {
     route!(site, "/", get(pages::index));
     route!(site, "/wait/{event_id}", get(look::wait));
     route!(site, "/wait/{event_id}/theme.css", get(look::theme));
+    route!(site, "/wait/{event_id}/queue", get(gate::queue_page));
     route!(site, "/branding/{file}", get(look::branding));
     route!(site, "/demo/booking", get(pages::booking));
     route!(site, "/admin", get(pages::admin));

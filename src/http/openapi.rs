@@ -134,6 +134,8 @@ pub fn document() -> Value {
         metrics,
         index,
         wait,
+        gate_queue_page,
+        gate,
         theme,
         branding,
         booking,
@@ -387,6 +389,21 @@ fn index() {}
     responses((status = 200, description = "The waiting room", content_type = "text/html", body = String),
               (status = 404, description = "EVENT_NOT_FOUND (an HTML page for browsers)", body = ErrorBody)))]
 fn wait() {}
+
+#[utoipa::path(get, path = "/wait/{event_id}/queue", tag = "pages",
+    params(("event_id" = String, Path),
+           ("return" = Option<String>, Query, description = "Where to send the person once admitted: a same-site path; anything else becomes `/`")),
+    responses((status = 200, description = "The waiting room that nginx's `auth_request` redirects to; sends the person back once admitted", content_type = "text/html", body = String),
+              (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
+fn gate_queue_page() {}
+
+#[utoipa::path(get, path = "/api/v1/gate", tag = "session",
+    params(("event_id" = Option<String>, Query, description = "The event (else the one whose `paths` match `X-Original-URI`)")),
+    responses(
+        (status = 204, description = "An admitted session (the cookie or a Bearer access token); renewed"),
+        (status = 401, description = "ACCESS_DENIED, with `X-Waitroom-Redirect: <waiting room URL with the return path>`", body = ErrorBody),
+        (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
+fn gate() {}
 
 #[utoipa::path(get, path = "/wait/{event_id}/theme.css", tag = "pages",
     params(("event_id" = String, Path)),

@@ -90,6 +90,12 @@ const ADMIN_CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'
      img-src 'self' data: https:; connect-src 'self' ws: wss:; worker-src 'self'; \
      frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
 
+/// Whether `/assets/{name}` is one of the embedded files (in gateway mode every other
+/// `/assets/…` path belongs to the site behind).
+pub fn is_asset(name: &str) -> bool {
+    !name.ends_with(".html") && ASSETS.contains_key(name)
+}
+
 fn serve(name: &str, request: &HeaderMap) -> Response {
     let Some(asset) = ASSETS.get(name) else {
         return AppError::NotFound.into_response();

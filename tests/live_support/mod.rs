@@ -28,8 +28,14 @@ impl TestServer {
 
     /// `demo`: also create the demo event and its simulated crowd.
     pub async fn start_with(demo: bool) -> TestServer {
+        Self::start_tweaked(demo, |_| {}).await
+    }
+
+    /// As [`start_with`](Self::start_with), with `tweak` applied to the settings (gateway
+    /// mode's `upstream`, for one).
+    pub async fn start_tweaked(demo: bool, tweak: impl FnOnce(&mut Settings)) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
-        let settings = Settings {
+        let mut settings = Settings {
             data_dir: dir.path().to_path_buf(),
             admin_token: Some(ADMIN.into()),
             demo,
@@ -40,6 +46,7 @@ impl TestServer {
             },
             ..Settings::default()
         };
+        tweak(&mut settings);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = oneshot::channel::<()>();

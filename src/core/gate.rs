@@ -1,0 +1,387 @@
+//! Which requests an event gates, as its settings say (`paths`, `hosts`, `bypass_paths`,
+//! `bypass_cidrs`, `bypass_secret`): the rules the gateway and `GET /api/v1/gate` apply,
+//! pure, with their checks.
+//!
+//! Matching errs on the side of the queue. A gated prefix matches the path as sent and the
+//! path as an origin would read it (percent-decoded, `.`/`..` and `//` resolved), ignoring
+//! ASCII case (some origins do); a bypass prefix matches only a path that has nothing to
+//! resolve (no `%`, no dot segment, no empty segment), so `/static/../checkout` or
+//! `/static/%2e%2e/checkout` never slip past the queue through a bypass.
+
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+use super::QueueError;
+
+/// Most entries in each list of an event's gate rules.
+pub const MAX_GATE_ENTRIES: usize = 64;
+/// Longest path prefix or host name, in bytes.
+pub const MAX_GATE_ENTRY_LEN: usize = 256;
+/// Shortest `bypass_secret`, in bytes: long enough not to be guessed.
+pub const MIN_BYPASS_SECRET_BYTES: usize = 16;
+
+/// An event's gate rules, flat among its settings. Empty `paths`: the event gates nothing
+/// (it is used through its waiting page and the API only).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GateRules {
+    /// URL path prefixes the event gates, e.g. `["/checkout", "/seats"]`.
+    #[serde(default)]
+    pub paths: Vec<String>,
+    /// Host names the paths are gated on; empty: every host.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// Path prefixes under `paths` that never queue (assets, health checks).
+    #[serde(default)]
+    pub bypass_paths: Vec<String>,
+    /// Client address blocks that never queue (staff, monitoring).
+    #[serde(default)]
+    pub bypass_cidrs: Vec<String>,
+    /// A request with `X-Waitroom-Bypass: <secret>` never queues. Stored, never answered by
+    /// any read (`bypass_secret_set` instead).
+    #[serde(default)]
+    pub bypass_secret: Option<String>,
+}
+
+/// A prefix of the rules: `/checkout` matches `/checkout`, `/checkout/…` and
+/// `/checkout?…` but not `/checkouts`; `/static/` matches what starts with it.
+fn prefix_matches(prefix: &str, path: &str, fold_case: bool) -> bool {
+    let (p, s) = (prefix.as_bytes(), path.as_bytes());
+    if s.len() < p.len() {
+        return false;
+    }
+    let head = &s[..p.len()];
+    let same = if fold_case {
+        head.eq_ignore_ascii_case(p)
+    } else {
+        head == p
+    };
+    same && (p.ends_with(b"/") || s.len() == p.len() || matches!(s[p.len()], b'/' | b'?'))
+}
+
+/// The path as an origin would read it: percent-decoded (lossy), `//` collapsed, `.` and
+/// `..` resolved, the query dropped.
+pub fn normalize_path(raw: &str) -> String {
+    let path = raw.split(['?', '#']).next().unwrap_or("");
+    let decoded = percent_decode(path);
+    let mut out: Vec<&str> = Vec::new();
+    // A backslash is a separator to some origins.
+    for seg in decoded.split(['/', '\\']) {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            s => out.push(s),
+        }
+    }
+    let mut s = String::with_capacity(decoded.len() + 1);
+    for seg in &out {
+        s.push('/');
+        s.push_str(seg);
+    }
+    if s.is_empty() || (decoded.ends_with('/') && !out.is_empty()) {
+        s.push('/');
+    }
+    s
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+        if b[i] == b'%' {
+            if let (Some(h), Some(l)) = (
+                b.get(i + 1).copied().and_then(hex),
+                b.get(i + 2).copied().and_then(hex),
+            ) {
+                out.push(h << 4 | l);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Whether a path has nothing an origin would resolve differently.
+fn is_plain(path: &str) -> bool {
+    let path = path.split('?').next().unwrap_or("");
+    !path.contains('%')
+        && !path.contains('\\')
+        && !path.contains("//")
+        && !path.split('/').any(|s| s == "." || s == "..")
+}
+
+impl GateRules {
+    /// How long the longest gated prefix matching `host` and `path` is; `None`: not gated.
+    pub fn gates(&self, host: Option<&str>, path: &str) -> Option<usize> {
+        if self.paths.is_empty() {
+            return None;
+        }
+        if !self.hosts.is_empty() {
+            let h = host.map(strip_port).unwrap_or("");
+            if !self.hosts.iter().any(|x| x.eq_ignore_ascii_case(h)) {
+                return None;
+            }
+        }
+        let norm = normalize_path(path);
+        self.paths
+            .iter()
+            .filter(|p| prefix_matches(p, path, true) || prefix_matches(p, &norm, true))
+            .map(String::len)
+            .max()
+    }
+
+    /// Whether a request on a gated path skips the queue: a plain path under a bypass
+    /// prefix, a client in a bypass block, or the secret header.
+    pub fn bypasses(&self, path: &str, client: Option<IpAddr>, secret: Option<&[u8]>) -> bool {
+        if is_plain(path)
+            && self
+                .bypass_paths
+                .iter()
+                .any(|p| prefix_matches(p, path, false))
+        {
+            return true;
+        }
+        if let Some(ip) = client {
+            if self
+                .bypass_cidrs
+                .iter()
+                .any(|c| cidr_contains(c, ip).unwrap_or(false))
+            {
+                return true;
+            }
+        }
+        match (&self.bypass_secret, secret) {
+            (Some(want), Some(got)) => constant_time_eq(want.as_bytes(), got),
+            _ => false,
+        }
+    }
+
+    /// Checks the rules as a whole.
+    pub fn validate(&self) -> Result<(), QueueError> {
+        let bad = |m: String| Err(QueueError::Invalid(m));
+        for (field, list) in [
+            ("paths", &self.paths),
+            ("hosts", &self.hosts),
+            ("bypass_paths", &self.bypass_paths),
+            ("bypass_cidrs", &self.bypass_cidrs),
+        ] {
+            if list.len() > MAX_GATE_ENTRIES {
+                return bad(format!(
+                    "{field} must have at most {MAX_GATE_ENTRIES} entries"
+                ));
+            }
+            for v in list {
+                if v.is_empty()
+                    || v.len() > MAX_GATE_ENTRY_LEN
+                    || v.chars().any(|c| c.is_whitespace() || c.is_control())
+                {
+                    return bad(format!(
+                        "each of {field} must be 1-{MAX_GATE_ENTRY_LEN} characters without spaces"
+                    ));
+                }
+            }
+        }
+        for p in self.paths.iter().chain(&self.bypass_paths) {
+            if !p.starts_with('/') || p.contains(['?', '#', '%', '\\']) || !is_plain(p) {
+                return bad(format!(
+                    "`{p}`: paths and bypass_paths must be plain absolute paths (no ?, #, %, \\, dot segments)"
+                ));
+            }
+        }
+        for h in &self.hosts {
+            if !h
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-'))
+            {
+                return bad(format!("`{h}`: hosts must be host names without a port"));
+            }
+        }
+        for c in &self.bypass_cidrs {
+            if cidr_contains(c, IpAddr::from([0, 0, 0, 0])).is_none() {
+                return bad(format!(
+                    "`{c}`: bypass_cidrs must be addresses or CIDR blocks"
+                ));
+            }
+        }
+        if let Some(s) = &self.bypass_secret {
+            if s.len() < MIN_BYPASS_SECRET_BYTES
+                || s.len() > MAX_GATE_ENTRY_LEN
+                || !s.bytes().all(|b| b.is_ascii_graphic())
+            {
+                return bad(format!(
+                    "bypass_secret must be {MIN_BYPASS_SECRET_BYTES}-{MAX_GATE_ENTRY_LEN} printable characters without spaces"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn strip_port(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.split_inclusive(']').next().unwrap_or(host);
+    }
+    host.rsplit_once(':').map_or(host, |(h, _)| h)
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Whether `block` (`10.0.0.0/8`, `2001:db8::/32`, or one address) holds `ip`; `None`:
+/// `block` is malformed. IPv4-mapped IPv6 addresses count as IPv4. (The server-wide
+/// `trusted_proxies` parse the same syntax in `config::guard`; the rules of core import
+/// nothing from the crate.)
+pub fn cidr_contains(block: &str, ip: IpAddr) -> Option<bool> {
+    let (addr, len) = match block.split_once('/') {
+        Some((a, l)) => (a, Some(l.parse::<u8>().ok()?)),
+        None => (block, None),
+    };
+    let net = canonical(addr.parse::<IpAddr>().ok()?);
+    let (n, i, bits) = match (net, canonical(ip)) {
+        (IpAddr::V4(n), IpAddr::V4(i)) => {
+            (u128::from(u32::from(n)), Some(u128::from(u32::from(i))), 32)
+        }
+        (IpAddr::V6(n), IpAddr::V6(i)) => (u128::from(n), Some(u128::from(i)), 128),
+        // Different families: the block is still checked, and holds nothing of the other.
+        (IpAddr::V4(n), _) => (u128::from(u32::from(n)), None, 32),
+        (IpAddr::V6(n), _) => (u128::from(n), None, 128),
+    };
+    let len = u32::from(len.unwrap_or(bits as u8));
+    if len > bits {
+        return None;
+    }
+    let shift = bits - len;
+    Some(i.is_some_and(|i| len == 0 || n >> shift == i >> shift))
+}
+
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules() -> GateRules {
+        GateRules {
+            paths: vec!["/checkout".into(), "/seats/".into()],
+            bypass_paths: vec!["/checkout/static/".into()],
+            bypass_cidrs: vec!["10.1.0.0/16".into(), "2001:db8::1".into()],
+            bypass_secret: Some("0123456789abcdef".into()),
+            ..GateRules::default()
+        }
+    }
+
+    #[test]
+    fn prefixes_match_on_segment_boundaries() {
+        let r = rules();
+        for p in [
+            "/checkout",
+            "/checkout/",
+            "/checkout/pay",
+            "/checkout?x=1",
+            "/seats/a",
+        ] {
+            assert!(r.gates(None, p).is_some(), "{p}");
+        }
+        for p in ["/checkouts", "/", "/seats", "/other/checkout"] {
+            assert!(r.gates(None, p).is_none(), "{p}");
+        }
+    }
+
+    #[test]
+    fn disguised_paths_are_still_gated() {
+        let r = rules();
+        for p in [
+            "/CHECKOUT",
+            "//checkout",
+            "/%63heckout",
+            "/x/../checkout",
+            "/./checkout/pay",
+            "/a\\..\\checkout",
+        ] {
+            assert!(r.gates(None, p).is_some(), "{p} slipped through");
+        }
+    }
+
+    #[test]
+    fn bypass_needs_a_plain_path_and_is_case_exact() {
+        let r = rules();
+        assert!(r.bypasses("/checkout/static/app.js", None, None));
+        for p in [
+            "/checkout/static/../pay",
+            "/checkout/static/%2e%2e/pay",
+            "/checkout/static//../pay",
+            "/checkout/STATIC/app.js",
+            "/checkout/pay",
+        ] {
+            assert!(!r.bypasses(p, None, None), "{p} bypassed");
+        }
+    }
+
+    #[test]
+    fn bypass_by_address_and_secret() {
+        let r = rules();
+        assert!(r.bypasses("/checkout", Some("10.1.2.3".parse().unwrap()), None));
+        assert!(r.bypasses("/checkout", Some("::ffff:10.1.2.3".parse().unwrap()), None));
+        assert!(r.bypasses("/checkout", Some("2001:db8::1".parse().unwrap()), None));
+        assert!(!r.bypasses("/checkout", Some("10.2.0.1".parse().unwrap()), None));
+        assert!(!r.bypasses("/checkout", Some("2001:db8::2".parse().unwrap()), None));
+        assert!(r.bypasses("/checkout", None, Some(b"0123456789abcdef")));
+        assert!(!r.bypasses("/checkout", None, Some(b"0123456789abcdeX")));
+        assert!(!GateRules::default().bypasses("/x", None, Some(b"")));
+    }
+
+    #[test]
+    fn hosts_restrict_the_paths() {
+        let r = GateRules {
+            paths: vec!["/".into()],
+            hosts: vec!["shop.example".into()],
+            ..GateRules::default()
+        };
+        assert!(r.gates(Some("shop.example:8080"), "/a").is_some());
+        assert!(r.gates(Some("SHOP.example"), "/a").is_some());
+        assert!(r.gates(Some("blog.example"), "/a").is_none());
+        assert!(r.gates(None, "/a").is_none());
+    }
+
+    #[test]
+    fn validation() {
+        assert!(rules().validate().is_ok());
+        for bad in [
+            GateRules {
+                paths: vec!["checkout".into()],
+                ..GateRules::default()
+            },
+            GateRules {
+                bypass_paths: vec!["/a/../b".into()],
+                ..GateRules::default()
+            },
+            GateRules {
+                hosts: vec!["a.example:80".into()],
+                ..GateRules::default()
+            },
+            GateRules {
+                bypass_cidrs: vec!["10.0.0.0/33".into()],
+                ..GateRules::default()
+            },
+            GateRules {
+                bypass_secret: Some("short".into()),
+                ..GateRules::default()
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+    }
+}

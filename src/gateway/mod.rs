@@ -1,0 +1,269 @@
+//! Gateway mode (`--upstream http://host:port`): waitroom in front of a site as a reverse
+//! proxy. Waitroom's own routes ([`is_own_path`]) are served by the API router; every other
+//! request goes to the origin, through the queue when an event gates its path.
+//!
+//! A gated request ([`crate::http::gate::admit`]) with an admitted session (its cookie) is
+//! proxied with `X-Waitroom-User` and `X-Waitroom-Session`; without one it is admitted at
+//! once while the event has room and nobody waits, and otherwise answered the waiting room
+//! in place (the page, or the place as JSON, `503` with `Retry-After`). An origin answer
+//! carrying `X-Waitroom-Complete: 1` ends the session: its slot goes to the next person.
+//!
+//! The proxy is hyper-util's pooled client: request and response bodies stream through,
+//! WebSocket (and any HTTP/1.1) upgrades are joined byte for byte once both sides agreed
+//! ([`forward`] has the header rules: hop-by-hop headers, `X-Forwarded-*`, `Forwarded`).
+//! Proxied requests skip the API's limits (body size, request timeout): a site's uploads
+//! and long responses are the site's to bound.
+
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request};
+use axum::http::uri::{PathAndQuery, Scheme};
+use axum::http::{header, HeaderValue, StatusCode, Uri, Version};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tower::ServiceExt as _;
+
+use crate::app::AppState;
+pub use crate::config::Upstream;
+use crate::http::gate::{self, Admission, Session};
+use crate::http::guard::Guard;
+
+pub mod forward;
+
+/// The origin's answer header that ends the session (the purchase is done).
+pub const X_WAITROOM_COMPLETE: &str = "x-waitroom-complete";
+/// Longest wait for a connection to the origin.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The proxy: what every proxied request shares.
+pub struct Gateway {
+    state: AppState,
+    guard: Arc<Guard>,
+    client: Client<HttpConnector, Body>,
+    upstream: Upstream,
+}
+
+/// Whether `path` is one of waitroom's own routes, which the gateway never proxies. A site
+/// behind the gateway cannot use these paths itself.
+pub fn is_own_path(path: &str) -> bool {
+    matches!(
+        path,
+        "/api/v1" | "/healthz" | "/readyz" | "/metrics" | "/admin" | "/.well-known/jwks.json"
+    ) || path.starts_with("/api/v1/")
+        || path.starts_with("/wait/")
+        || path.starts_with("/branding/")
+        || path
+            .strip_prefix("/assets/")
+            .is_some_and(crate::http::pages::is_asset)
+}
+
+impl Gateway {
+    pub fn new(state: AppState, guard: Arc<Guard>, upstream: Upstream) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build(connector);
+        Gateway {
+            state,
+            guard,
+            client,
+            upstream,
+        }
+    }
+
+    /// `router` (waitroom's own routes) in front of the proxy: one router to serve.
+    pub fn wrap(self: Arc<Self>, router: Router) -> Router {
+        let svc = tower::service_fn(move |req: Request| {
+            let (gw, router) = (self.clone(), router.clone());
+            async move {
+                if is_own_path(req.uri().path()) {
+                    router.oneshot(req).await
+                } else {
+                    Ok::<_, Infallible>(gw.handle(req).await)
+                }
+            }
+        });
+        Router::new().fallback_service(svc)
+    }
+
+    /// One request bound for the origin.
+    pub async fn handle(&self, req: Request) -> Response {
+        let peer = req
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip());
+        let client = self.guard.client_ip(peer, req.headers());
+        let gates = &self.state.gates;
+        let found = if gates.is_empty() {
+            None
+        } else {
+            let host = forward::host_of(&req);
+            gates.find(host.as_deref(), req.uri().path())
+        };
+        let Some(gate) = found else {
+            return self.proxy(req, peer, None).await;
+        };
+        let secret = req
+            .headers()
+            .get(gate::X_WAITROOM_BYPASS)
+            .map(HeaderValue::as_bytes);
+        if gate.rules.bypasses(req.uri().path(), client, secret) {
+            return self.proxy(req, peer, None).await;
+        }
+        let secure =
+            self.state.gates.secure_cookies || gate::is_https(&self.guard, peer, req.headers());
+        let admission =
+            gate::admit(&self.state, &self.guard, &gate, req.headers(), client, true).await;
+        match admission {
+            Err(e) => e.into_response(),
+            Ok(Admission::Waiting { view, cookie }) => {
+                let title =
+                    crate::http::look::escape(&gate::title_of(&self.state, &gate.event_id).await);
+                gate::waiting_response(
+                    &title,
+                    &gate.event_id,
+                    &view,
+                    gate::wants_json(req.headers()),
+                    cookie.map(|c| gate::secure_cookie(c, secure)),
+                )
+            }
+            Ok(Admission::Active { session, cookie }) => {
+                let mut res = self
+                    .proxy(req, peer, Some((&gate.event_id, &session)))
+                    .await;
+                if let Some(c) = cookie {
+                    res.headers_mut()
+                        .append(header::SET_COOKIE, gate::secure_cookie(c, secure));
+                }
+                let done = res
+                    .headers_mut()
+                    .remove(X_WAITROOM_COMPLETE)
+                    .is_some_and(|v| v.as_bytes().trim_ascii() == b"1");
+                if done {
+                    if let Err(e) = gate::complete(&self.state, &gate.event_id, session.key).await {
+                        tracing::warn!(event = %gate.event_id, error = %e, "completing a session the origin ended failed");
+                    }
+                    res.headers_mut().append(
+                        header::SET_COOKIE,
+                        gate::set_cookie(&gate.event_id, None, secure),
+                    );
+                }
+                res
+            }
+            Ok(Admission::Absent) => {
+                crate::http::AppError::Internal("a join answered no place".into()).into_response()
+            }
+        }
+    }
+
+    /// Sends `req` to the origin and streams its answer back; joins the two connections
+    /// when the origin accepts an upgrade.
+    async fn proxy(
+        &self,
+        mut req: Request,
+        peer: Option<IpAddr>,
+        session: Option<(&str, &Session)>,
+    ) -> Response {
+        let trusted = peer.is_some_and(|p| self.guard.is_trusted_proxy(p));
+        let upgrade = forward::upgrade_of(req.headers());
+        let client_side = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
+        let host = forward::host_of(&req);
+        let path = req
+            .uri()
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"));
+        let built = Uri::builder()
+            .scheme(Scheme::HTTP)
+            .authority(self.upstream.authority.clone())
+            .path_and_query(path)
+            .build();
+        let Ok(uri) = built else {
+            return crate::http::AppError::invalid("malformed request target").into_response();
+        };
+        *req.uri_mut() = uri;
+        *req.version_mut() = Version::HTTP_11;
+        forward::request_headers(
+            req.headers_mut(),
+            peer,
+            trusted,
+            host.as_deref(),
+            upgrade.as_ref(),
+        );
+        if let Some((_, s)) = session {
+            gate::session_headers(req.headers_mut(), s);
+        }
+        let mut res = match self.client.request(req).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(upstream = %self.upstream, error = %e, "the origin did not answer");
+                return bad_gateway();
+            }
+        };
+        let upgraded = res.status() == StatusCode::SWITCHING_PROTOCOLS;
+        if upgraded {
+            if let Some(client_side) = client_side {
+                let origin_side = hyper::upgrade::on(&mut res);
+                tokio::spawn(async move {
+                    match tokio::try_join!(client_side, origin_side) {
+                        Ok((c, o)) => {
+                            let (mut c, mut o) = (TokioIo::new(c), TokioIo::new(o));
+                            let _ = tokio::io::copy_bidirectional(&mut c, &mut o).await;
+                        }
+                        Err(e) => {
+                            tracing::debug!(error = %e, "an upgrade through the gateway failed")
+                        }
+                    }
+                });
+            }
+        }
+        forward::response_headers(res.headers_mut(), upgrade.as_ref().filter(|_| upgraded));
+        res.map(Body::new)
+    }
+}
+
+/// The origin could not be reached: `502` in the API's error shape.
+fn bad_gateway() -> Response {
+    let body = serde_json::json!({"error": {
+        "code": crate::http::error::code::UPSTREAM_UNAVAILABLE,
+        "message": "the site behind the waiting room did not answer",
+    }});
+    (StatusCode::BAD_GATEWAY, axum::Json(body)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_paths() {
+        for own in [
+            "/api/v1/gate",
+            "/healthz",
+            "/wait/e",
+            "/wait/e/queue",
+            "/admin",
+        ] {
+            assert!(is_own_path(own), "{own}");
+        }
+        for site in [
+            "/",
+            "/checkout",
+            "/api/v2/x",
+            "/assets/site.css",
+            "/admin/x",
+            "/waiting",
+        ] {
+            assert!(!is_own_path(site), "{site}");
+        }
+    }
+}

@@ -1,0 +1,537 @@
+//! Admission at a site's own URLs: the cookie session the gateway and nginx's
+//! `auth_request` share, and the two routes that serve it.
+//!
+//! - [`admit`]: the one decision for a request to a gated path: the session its cookie
+//!   names (renewed, throttled by [`crate::gates`]), its place in line, or (when asked) a
+//!   new place, admitted at once when there is room and nobody waits.
+//! - `GET /api/v1/gate` ([`gate`]): nginx's `auth_request` endpoint: `204` for an admitted
+//!   session (renewed), `401` with `X-Waitroom-Redirect` otherwise.
+//! - `GET /wait/{event_id}/queue?return=/path` ([`queue_page`]): the waiting room that
+//!   `X-Waitroom-Redirect` names: joins, shows the place (refreshing itself), and sends the
+//!   person back to `return` once admitted.
+//!
+//! The cookie (`waitroom_{event_id}`, HttpOnly, SameSite=Lax, Secure when configured or
+//! behind https) holds the place's waiting token: random and MAC'd, so a forged one is
+//! refused before the store is asked anything, and a place that ended (idle, maximum,
+//! completed) is refused by the store.
+
+use std::net::{IpAddr, SocketAddr};
+
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use super::body::Place;
+use super::error::{AppError, AppResult};
+use super::guard::{Caller, Guard};
+use super::look::escape;
+use crate::app::AppState;
+use crate::core::{Access, PlaceKey, PlaceState, PlaceView, QueueError};
+use crate::gates::{Gate, Renewal};
+use crate::store::{JoinRequest, StoreError};
+use crate::tokens;
+
+/// The response header of `GET /api/v1/gate`'s `401`: where to send the person.
+pub const X_WAITROOM_REDIRECT: HeaderName = HeaderName::from_static("x-waitroom-redirect");
+/// The user (or, for an anonymous place, the session) the origin is told of.
+pub const X_WAITROOM_USER: HeaderName = HeaderName::from_static("x-waitroom-user");
+/// The session id the origin is told of (the `sid` of access tokens).
+pub const X_WAITROOM_SESSION: HeaderName = HeaderName::from_static("x-waitroom-session");
+/// The request header whose value, equal to an event's `bypass_secret`, skips its queue.
+pub const X_WAITROOM_BYPASS: HeaderName = HeaderName::from_static("x-waitroom-bypass");
+/// The header nginx's `auth_request` names the original request URI in.
+pub const X_ORIGINAL_URI: HeaderName = HeaderName::from_static("x-original-uri");
+/// Longest accepted return path.
+const MAX_RETURN_LEN: usize = 2048;
+
+/// An admitted person's session.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub key: PlaceKey,
+    /// The session id (`sid` of access tokens).
+    pub session_id: String,
+    /// The user id, or the session id for an anonymous place.
+    pub user: String,
+}
+
+/// Where a request to a gated path stands.
+pub enum Admission {
+    /// Admitted: let it through. `cookie` is set when a new place was made.
+    Active {
+        session: Session,
+        cookie: Option<HeaderValue>,
+    },
+    /// In line.
+    Waiting {
+        view: PlaceView,
+        cookie: Option<HeaderValue>,
+    },
+    /// No live place, and none was asked for.
+    Absent,
+}
+
+/// The cookie of an event's place.
+pub fn cookie_name(event_id: &str) -> String {
+    format!("waitroom_{event_id}")
+}
+
+/// The value of cookie `name`, if the request carries it.
+pub fn read_cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|kv| {
+            let (k, v) = kv.trim().split_once('=')?;
+            (k == name).then_some(v.trim_matches('"'))
+        })
+}
+
+/// `Set-Cookie` for the place's waiting token (`None` clears the cookie).
+pub fn set_cookie(event_id: &str, token: Option<&str>, secure: bool) -> HeaderValue {
+    let secure = if secure { "; Secure" } else { "" };
+    let v = match token {
+        Some(t) => format!(
+            "{}={t}; Path=/; HttpOnly; SameSite=Lax{secure}",
+            cookie_name(event_id)
+        ),
+        None => format!(
+            "{}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0{secure}",
+            cookie_name(event_id)
+        ),
+    };
+    HeaderValue::from_str(&v).expect("tokens and event ids are header-safe")
+}
+
+/// Whether the client reached us over https: cookies are then `Secure`. Only a trusted
+/// proxy's `X-Forwarded-Proto` is believed (`trusted_proxies`).
+pub fn is_https(guard: &Guard, peer: Option<IpAddr>, headers: &HeaderMap) -> bool {
+    peer.is_some_and(|p| guard.is_trusted_proxy(p))
+        && headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("https"))
+}
+
+/// Whether the client asked for JSON rather than a page.
+pub fn wants_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("application/json") && !a.contains("text/html"))
+}
+
+/// A return path that stays on this site: an absolute path (`/…`, not `//…` or `/\…`,
+/// which browsers read as another host), without control characters or backslashes;
+/// anything else becomes `/`. Guards `X-Waitroom-Redirect` and the waiting room's
+/// redirect against sending people to another site.
+pub fn safe_return(path: &str) -> &str {
+    let ok = path.starts_with('/')
+        && !path.starts_with("//")
+        && path.len() <= MAX_RETURN_LEN
+        && !path
+            .chars()
+            .any(|c| c == '\\' || c.is_control() || c.is_whitespace());
+    if ok {
+        path
+    } else {
+        "/"
+    }
+}
+
+/// The waiting room of `event_id` that sends the person back to `ret` once admitted.
+pub fn waiting_room_url(event_id: &str, ret: &str) -> String {
+    let ret: String = form_urlencoded::byte_serialize(safe_return(ret).as_bytes()).collect();
+    format!("/wait/{event_id}/queue?return={ret}")
+}
+
+fn session_of(key: PlaceKey, user_id: Option<&str>) -> Session {
+    let session_id = tokens::session_id(key);
+    Session {
+        key,
+        user: user_id.map_or_else(|| session_id.clone(), str::to_string),
+        session_id,
+    }
+}
+
+/// Enters an admitted place, or renews an active session, in the store; notes the
+/// renewal for the throttle.
+async fn activate(
+    state: &AppState,
+    gate: &Gate,
+    key: PlaceKey,
+    status: PlaceState,
+) -> Result<Session, StoreError> {
+    let event_id = &*gate.event_id;
+    let now = state.clock.now();
+    let view = if status == PlaceState::Active {
+        state.store.session_heartbeat(event_id, key, now).await?
+    } else {
+        state.store.enter(event_id, key, now).await?
+    };
+    state.gates.note_renewal(
+        event_id,
+        key,
+        Renewal {
+            at: now,
+            ends_at: view.session_ends_at.unwrap_or(now),
+            user_id: view.user_id.as_deref().map(Into::into),
+        },
+    );
+    Ok(session_of(key, view.user_id.as_deref()))
+}
+
+/// Whether a store error says the place is gone (rather than the store being away).
+fn place_gone(e: &StoreError) -> bool {
+    matches!(
+        e.queue(),
+        Some(
+            QueueError::TokenExpired
+                | QueueError::TokenNotFound
+                | QueueError::NoSession
+                | QueueError::NotReady
+        )
+    )
+}
+
+/// The one decision for a request to a gated path (see the module documentation). With
+/// `join`, a person without a live place gets a new one.
+pub async fn admit(
+    state: &AppState,
+    guard: &Guard,
+    gate: &Gate,
+    headers: &HeaderMap,
+    client: Option<IpAddr>,
+    join: bool,
+) -> AppResult<Admission> {
+    let event_id = &*gate.event_id;
+    let now = state.clock.now();
+    let place = read_cookie(headers, &cookie_name(event_id))
+        .and_then(|t| state.waiting.parse(t).ok())
+        .filter(|(e, _)| e == event_id)
+        .map(|(_, key)| key);
+    if let Some(key) = place {
+        if let Some(r) = state
+            .gates
+            .renewed(event_id, key, gate.session_idle_ms, now)
+        {
+            return Ok(Admission::Active {
+                session: session_of(key, r.user_id.as_deref()),
+                cookie: None,
+            });
+        }
+        guard.check_poll(&state.events, now, event_id, key).await?;
+        match state.store.status(event_id, key, now).await {
+            Ok(view) if view.status == PlaceState::Waiting => {
+                return Ok(Admission::Waiting { view, cookie: None })
+            }
+            Ok(view) => match activate(state, gate, key, view.status).await {
+                Ok(session) => {
+                    return Ok(Admission::Active {
+                        session,
+                        cookie: None,
+                    })
+                }
+                Err(e) if place_gone(&e) => {}
+                Err(e) => return Err(e.into()),
+            },
+            Err(e) if place_gone(&e) => state.gates.forget(event_id, key),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if !join {
+        return Ok(Admission::Absent);
+    }
+    let config = state.events.config(event_id, now).await?;
+    if config.require_user_token || config.access == Access::Invite || config.pow_difficulty > 0 {
+        // A person at a gated URL has no user token, invite or solved challenge to bring.
+        return Err(AppError::invalid(
+            "this event asks a user token, an invite or a proof of work: people join it at /wait/{event_id}, not at a gated path",
+        ));
+    }
+    guard
+        .check_join(&state.events, now, client, event_id)
+        .await?;
+    let req = JoinRequest {
+        nonce: tokens::random_u128(),
+        ..JoinRequest::default()
+    };
+    let view = state.store.join(event_id, &req, now).await?;
+    let token = state.waiting.issue(event_id, view.key);
+    let cookie = Some(set_cookie(
+        event_id,
+        Some(&token),
+        state.gates.secure_cookies,
+    ));
+    if view.status == PlaceState::Waiting {
+        return Ok(Admission::Waiting { view, cookie });
+    }
+    let session = activate(state, gate, view.key, view.status).await?;
+    Ok(Admission::Active { session, cookie })
+}
+
+/// Ends a session that the origin said is complete (`X-Waitroom-Complete: 1`): its slot
+/// goes to the next person at once.
+pub async fn complete(state: &AppState, event_id: &str, key: PlaceKey) -> AppResult<()> {
+    state.gates.forget(event_id, key);
+    match state.store.complete(event_id, key, state.clock.now()).await {
+        Ok(()) => Ok(()),
+        Err(e) if place_gone(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The waiting room's answer: the page (refreshing itself in place) or, for a client that
+/// asks for JSON, the place; `503` with `Retry-After` either way, never cached.
+pub fn waiting_response(
+    title: &str,
+    event_id: &str,
+    view: &PlaceView,
+    json: bool,
+    cookie: Option<HeaderValue>,
+) -> Response {
+    let retry = view.poll_after_sec.max(1);
+    let mut res = if json {
+        Json(Place::new(event_id.to_string(), view)).into_response()
+    } else {
+        (
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            super::gate_page::render(title, view, retry),
+        )
+            .into_response()
+    };
+    *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    let h = res.headers_mut();
+    h.insert(header::RETRY_AFTER, HeaderValue::from(retry));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if !json {
+        h.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(super::gate_page::CSP),
+        );
+    }
+    if let Some(c) = cookie {
+        h.append(header::SET_COOKIE, c);
+    }
+    res
+}
+
+/// The event's title for the waiting room: its `title` text, else its name.
+pub async fn title_of(state: &AppState, event_id: &str) -> String {
+    match state.events.config(event_id, state.clock.now()).await {
+        Ok(c) => c
+            .look
+            .title
+            .as_ref()
+            .and_then(|t| t.pick("en"))
+            .map_or_else(|| c.name.clone(), str::to_string),
+        Err(_) => event_id.to_string(),
+    }
+}
+
+/// The session headers the origin (or nginx, through `auth_request_set`) is given.
+pub fn session_headers(h: &mut HeaderMap, s: &Session) {
+    for (name, v) in [
+        (X_WAITROOM_USER, &s.user),
+        (X_WAITROOM_SESSION, &s.session_id),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(v) {
+            h.insert(name, v);
+        }
+    }
+}
+
+#[derive(Debug, serde::Deserialize)]
+pub struct GateQuery {
+    pub event_id: Option<String>,
+}
+
+/// `GET /api/v1/gate`: nginx's `auth_request` (see the module documentation).
+pub async fn gate(
+    State(state): State<AppState>,
+    caller: Caller,
+    super::extract::AppQuery(q): super::extract::AppQuery<GateQuery>,
+    headers: HeaderMap,
+) -> AppResult<Response> {
+    let uri = headers
+        .get(X_ORIGINAL_URI)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("/");
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    let gate = match q.event_id.as_deref() {
+        Some(e) => {
+            crate::core::validate_event_id(e)?;
+            state
+                .gates
+                .get(e)
+                .ok_or(AppError::from(QueueError::EventNotFound))?
+        }
+        None => match state.gates.find(host, uri) {
+            Some(g) => g,
+            // Nothing gates this URL: it passes.
+            None => return Ok(StatusCode::NO_CONTENT.into_response()),
+        },
+    };
+    let secret = headers.get(X_WAITROOM_BYPASS).map(HeaderValue::as_bytes);
+    if gate.rules.bypasses(uri, caller.ip, secret) {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    let session = match super::extract::bearer(&headers) {
+        Some(jwt) => Some(bearer_session(&state, &gate, jwt).await?),
+        None => match admit(&state, &caller.guard, &gate, &headers, caller.ip, false).await? {
+            Admission::Active { session, .. } => Some(session),
+            Admission::Waiting { .. } | Admission::Absent => None,
+        },
+    };
+    match session {
+        Some(s) => {
+            let mut res = StatusCode::NO_CONTENT.into_response();
+            session_headers(res.headers_mut(), &s);
+            Ok(res)
+        }
+        None => {
+            let mut res = AppError::AccessDenied.into_response();
+            let url = waiting_room_url(&gate.event_id, uri);
+            res.headers_mut().insert(
+                X_WAITROOM_REDIRECT,
+                HeaderValue::from_str(&url).expect("the return path is URL-encoded"),
+            );
+            Ok(res)
+        }
+    }
+}
+
+/// The session of a valid access token for the gate's event, renewed (throttled).
+async fn bearer_session(state: &AppState, gate: &Gate, jwt: &str) -> AppResult<Session> {
+    let claims = state
+        .access
+        .verify(jwt)
+        .map_err(|_| AppError::AccessDenied)?;
+    let key = tokens::parse_session_id(&claims.sid).ok_or(AppError::AccessDenied)?;
+    if *claims.aud != *gate.event_id {
+        return Err(AppError::AccessDenied);
+    }
+    let now = state.clock.now();
+    if let Some(r) = state
+        .gates
+        .renewed(&gate.event_id, key, gate.session_idle_ms, now)
+    {
+        return Ok(session_of(key, r.user_id.as_deref()));
+    }
+    activate(state, gate, key, PlaceState::Active)
+        .await
+        .map_err(AppError::from_session_error)
+}
+
+#[derive(Debug, serde::Deserialize)]
+pub struct QueueQuery {
+    #[serde(rename = "return")]
+    pub ret: Option<String>,
+}
+
+/// `GET /wait/{event_id}/queue?return=/path`: the waiting room `X-Waitroom-Redirect`
+/// names (see the module documentation).
+pub async fn queue_page(
+    State(state): State<AppState>,
+    Path(event_id): Path<String>,
+    caller: Caller,
+    super::extract::AppQuery(q): super::extract::AppQuery<QueueQuery>,
+    extensions: axum::http::Extensions,
+    headers: HeaderMap,
+) -> AppResult<Response> {
+    let peer = extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    crate::core::validate_event_id(&event_id)?;
+    // An event without gate rules is served too: `event_id` names it explicitly.
+    let now = state.clock.now();
+    let config = state.events.config(&event_id, now).await?;
+    let gate = state.gates.get(&event_id).unwrap_or_else(|| {
+        std::sync::Arc::new(Gate {
+            event_id: event_id.as_str().into(),
+            rules: config.gate.clone(),
+            session_idle_ms: u64::from(config.session_idle_sec) * 1000,
+        })
+    });
+    let secure = state.gates.secure_cookies || is_https(&caller.guard, peer, &headers);
+    let ret = safe_return(q.ret.as_deref().unwrap_or("/")).to_string();
+    match admit(&state, &caller.guard, &gate, &headers, caller.ip, true).await? {
+        Admission::Active { cookie, .. } => {
+            let mut res = (StatusCode::SEE_OTHER, [(header::LOCATION, ret)]).into_response();
+            res.headers_mut()
+                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            if let Some(c) = cookie {
+                res.headers_mut()
+                    .append(header::SET_COOKIE, secure_cookie(c, secure));
+            }
+            Ok(res)
+        }
+        Admission::Waiting { view, cookie } => {
+            let title = escape(&title_of(&state, &event_id).await);
+            Ok(waiting_response(
+                &title,
+                &event_id,
+                &view,
+                wants_json(&headers),
+                cookie.map(|c| secure_cookie(c, secure)),
+            ))
+        }
+        Admission::Absent => Err(AppError::Internal("a join answered no place".into())),
+    }
+}
+
+/// Adds `Secure` to a cookie made without it, when the request came over https.
+pub fn secure_cookie(c: HeaderValue, secure: bool) -> HeaderValue {
+    match c.to_str() {
+        Ok(s) if secure && !s.contains("; Secure") => {
+            HeaderValue::from_str(&format!("{s}; Secure")).unwrap_or(c)
+        }
+        _ => c,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn return_paths_stay_on_the_site() {
+        for ok in ["/", "/checkout?x=1&y=%2F", "/a/b"] {
+            assert_eq!(safe_return(ok), ok);
+        }
+        for bad in [
+            "//evil.example/x",
+            "/\\evil.example",
+            "https://evil.example/",
+            "evil",
+            "/a\nLocation: x",
+            "",
+        ] {
+            assert_eq!(safe_return(bad), "/", "{bad:?}");
+        }
+        assert_eq!(
+            waiting_room_url("e", "//evil.example"),
+            "/wait/e/queue?return=%2F"
+        );
+    }
+
+    #[test]
+    fn cookies_are_read_among_others() {
+        let mut h = HeaderMap::new();
+        h.append(
+            header::COOKIE,
+            HeaderValue::from_static("a=1; waitroom_e=tok; b=2"),
+        );
+        assert_eq!(read_cookie(&h, "waitroom_e"), Some("tok"));
+        assert_eq!(read_cookie(&h, "waitroom_x"), None);
+        let c = set_cookie("e", Some("t"), true);
+        let c = c.to_str().unwrap();
+        assert!(c.contains("HttpOnly") && c.contains("SameSite=Lax") && c.contains("Secure"));
+        assert!(!set_cookie("e", Some("t"), false)
+            .to_str()
+            .unwrap()
+            .contains("Secure"));
+    }
+}

@@ -1,0 +1,725 @@
+//! Gateway mode and nginx's `auth_request`, end to end: a real origin (a small axum server),
+//! waitroom serving with `upstream` set (in process, on a free port), and for the nginx
+//! flow a real nginx started on a free port with its own temp dir and docs/nginx.conf.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::extract::ws::{Message as WsMessage, WebSocketUpgrade};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+
+const ADMIN: &str = "gateway-admin-token-0123456789";
+
+/// The origin: echoes what it was told, completes on `/checkout/done`, echoes WebSocket
+/// messages on `/ws`.
+async fn origin() -> SocketAddr {
+    async fn echo(uri: axum::http::Uri, h: HeaderMap) -> impl IntoResponse {
+        let get = |n: &str| h.get(n).and_then(|v| v.to_str().ok()).map(str::to_string);
+        axum::Json(json!({
+            "origin": true,
+            "path": uri.path(),
+            "user": get("x-waitroom-user"),
+            "session": get("x-waitroom-session"),
+            "bypass": get("x-waitroom-bypass"),
+            "xff": get("x-forwarded-for"),
+            "proto": get("x-forwarded-proto"),
+            "forwarded": get("forwarded"),
+        }))
+    }
+    async fn done() -> impl IntoResponse {
+        ([("x-waitroom-complete", "1")], "purchase done")
+    }
+    async fn ws(up: WebSocketUpgrade) -> impl IntoResponse {
+        up.on_upgrade(|mut s| async move {
+            while let Some(Ok(m)) = s.recv().await {
+                if let WsMessage::Text(t) = m {
+                    let _ = s.send(WsMessage::Text(format!("echo {t}").into())).await;
+                }
+            }
+        })
+    }
+    // A body whose second half waits for the test to have read the first: a proxy that
+    // buffered whole bodies would never deliver either.
+    async fn stream() -> axum::body::Body {
+        let parts = futures_util::stream::unfold(0, |i| async move {
+            match i {
+                0 => Some((Ok::<_, std::io::Error>("first\n".to_string()), 1)),
+                1 => {
+                    release().notified().await;
+                    Some((Ok("second\n".to_string()), 2))
+                }
+                _ => None,
+            }
+        });
+        axum::body::Body::from_stream(parts)
+    }
+    async fn upload(body: axum::body::Bytes) -> String {
+        body.len().to_string()
+    }
+    let app = Router::new()
+        .route("/checkout/done", get(done))
+        .route("/ws", get(ws))
+        .route("/stream", get(stream))
+        .route("/upload", axum::routing::post(upload))
+        .fallback(echo);
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    addr
+}
+
+/// Lets the origin's `/stream` send its second half.
+fn release() -> &'static tokio::sync::Notify {
+    static RELEASE: std::sync::OnceLock<tokio::sync::Notify> = std::sync::OnceLock::new();
+    RELEASE.get_or_init(tokio::sync::Notify::new)
+}
+
+struct Waitroom {
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+/// Waitroom in gateway mode in front of `upstream` (or without gateway when `None`).
+async fn waitroom(upstream: Option<SocketAddr>, trusted: Option<&str>) -> Waitroom {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = waitroom::config::Settings {
+        listen: "127.0.0.1:0".into(),
+        data_dir: dir.path().join("data"),
+        admin_token: Some(ADMIN.to_string().into()),
+        demo: false,
+        upstream: upstream
+            .map(|u| waitroom::gateway::Upstream::parse(&format!("http://{u}")).unwrap()),
+        ..Default::default()
+    };
+    if let Some(t) = trusted {
+        s.rate_limits.trusted_proxies = waitroom::config::Cidr::parse_list(t).unwrap();
+    }
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        waitroom::server::run(s, l, std::future::pending())
+            .await
+            .unwrap()
+    });
+    Waitroom { addr, _dir: dir }
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// Creates an event and waits until the gate table knows it.
+async fn event(w: &Waitroom, id: &str, settings: Value) {
+    let r = client()
+        .put(format!("http://{}/api/v1/admin/events/{id}", w.addr))
+        .bearer_auth(ADMIN)
+        .json(&settings)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let probe = settings["paths"][0].as_str().unwrap().to_string();
+    for _ in 0..200 {
+        let r = client()
+            .get(format!("http://{}/api/v1/gate", w.addr))
+            .header("x-original-uri", &probe)
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 401 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the gate table never learnt of {id}");
+}
+
+/// A person: their cookies, kept by hand (the client has no cookie store).
+#[derive(Default, Clone)]
+struct Person {
+    cookies: Vec<(String, String)>,
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    text: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or_else(|_| panic!("not JSON: {}", self.text))
+    }
+    fn is_origin(&self) -> bool {
+        self.status == 200 && self.text.contains("\"origin\":true")
+    }
+}
+
+impl Person {
+    async fn get(&mut self, url: &str, extra: &[(&str, &str)]) -> Answer {
+        let mut req = client().get(url);
+        if !self.cookies.is_empty() {
+            let c: Vec<String> = self
+                .cookies
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            req = req.header("cookie", c.join("; "));
+        }
+        for (k, v) in extra {
+            req = req.header(*k, *v);
+        }
+        let r = req.send().await.unwrap();
+        let status = r.status();
+        let headers = r.headers().clone();
+        for sc in headers.get_all("set-cookie") {
+            let sc = sc.to_str().unwrap();
+            let (kv, _) = sc.split_once(';').unwrap_or((sc, ""));
+            let (k, v) = kv.split_once('=').unwrap();
+            self.cookies.retain(|(n, _)| n != k);
+            if !sc.contains("Max-Age=0") {
+                self.cookies.push((k.to_string(), v.to_string()));
+            }
+        }
+        Answer {
+            status,
+            headers,
+            text: r.text().await.unwrap(),
+        }
+    }
+    fn cookie(&self, name: &str) -> Option<String> {
+        self.cookies
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    }
+}
+
+fn gated(id: &str, extra: Value) -> Value {
+    let mut v = json!({
+        "max_active": 1,
+        "paths": ["/checkout"],
+        "bypass_paths": ["/checkout/static/"],
+        "bypass_secret": "staff-secret-0123456789",
+    });
+    v.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    let _ = id;
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_second_person_waits_in_place_and_completion_hands_the_slot_on() {
+    let o = origin().await;
+    let w = waitroom(Some(o), None).await;
+    event(&w, "shop", gated("shop", json!({}))).await;
+    let url = |p: &str| format!("http://{}{p}", w.addr);
+
+    // Everything ungated passes straight through, without a cookie.
+    let mut anyone = Person::default();
+    let r = anyone.get(&url("/about?x=1"), &[]).await;
+    assert!(r.is_origin(), "{}", r.text);
+    assert_eq!(r.json()["path"], "/about");
+    assert!(anyone.cookies.is_empty());
+
+    // Below capacity: admitted at once and proxied. The origin hears who it is, never
+    // what the client claimed (forged identity headers are an attack).
+    let mut a = Person::default();
+    let r = a
+        .get(
+            &url("/checkout"),
+            &[
+                ("x-waitroom-user", "admin"),
+                ("x-waitroom-session", "forged"),
+                ("x-forwarded-for", "6.6.6.6"),
+            ],
+        )
+        .await;
+    assert!(r.is_origin(), "{} {}", r.status, r.text);
+    let seen = r.json();
+    let session = seen["session"].as_str().unwrap().to_string();
+    assert_ne!(session, "forged");
+    assert_ne!(seen["user"], "admin");
+    assert_eq!(
+        seen["xff"], "127.0.0.1",
+        "an untrusted client's chain is replaced"
+    );
+    assert_eq!(seen["proto"], "http");
+    assert!(seen["forwarded"]
+        .as_str()
+        .unwrap()
+        .starts_with("for=127.0.0.1"));
+    let set = r.headers.get("set-cookie").unwrap().to_str().unwrap();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Lax"),
+        "{set}"
+    );
+    assert!(!set.contains("Secure"), "plain http, not configured: {set}");
+    // The same session on the next request.
+    let r = a.get(&url("/checkout/pay"), &[]).await;
+    assert!(r.is_origin());
+    assert_eq!(r.json()["session"], session.as_str());
+
+    // The event is full: the second person gets the waiting room at the URL they asked
+    // for, with a place kept in a cookie; it refreshes itself.
+    let mut b = Person::default();
+    let r = b
+        .get(&url("/checkout?seat=12"), &[("accept", "text/html")])
+        .await;
+    assert_eq!(r.status, 503);
+    assert!(r.text.contains("http-equiv=\"refresh\""), "{}", r.text);
+    assert!(r.text.contains("waitroom-position"));
+    assert!(r.headers.contains_key("retry-after"));
+    assert_eq!(r.headers["cache-control"], "no-store");
+    assert!(b.cookie("waitroom_shop").is_some());
+    // A JSON client gets its place and Retry-After, and keeps its place.
+    let r = b
+        .get(&url("/checkout?seat=12"), &[("accept", "application/json")])
+        .await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.json()["status"], "waiting");
+    assert_eq!(r.json()["position"], 1);
+    assert!(
+        r.headers["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            >= 1
+    );
+    // Another newcomer is behind.
+    let mut c = Person::default();
+    let r = c
+        .get(&url("/checkout"), &[("accept", "application/json")])
+        .await;
+    assert_eq!(r.json()["position"], 2);
+
+    // The origin says the purchase is done: the session ends, the slot goes to B at once.
+    let r = a.get(&url("/checkout/done"), &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.text, "purchase done");
+    assert!(
+        !r.headers.contains_key("x-waitroom-complete"),
+        "an internal signal"
+    );
+    assert!(a.cookie("waitroom_shop").is_none(), "the cookie is cleared");
+    let r = b.get(&url("/checkout?seat=12"), &[]).await;
+    assert!(r.is_origin(), "{} {}", r.status, r.text);
+    assert_eq!(r.json()["path"], "/checkout");
+    // A's old session is over: it cannot reach the origin with it again.
+    a.cookies = vec![("waitroom_shop".into(), "x".into())];
+    let r = a
+        .get(&url("/checkout"), &[("accept", "application/json")])
+        .await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.json()["position"], 2, "behind C");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_and_expired_cookies_are_refused() {
+    let o = origin().await;
+    let w = waitroom(Some(o), None).await;
+    event(&w, "shop", gated("shop", json!({"session_max_sec": 2}))).await;
+    let url = format!("http://{}/checkout", w.addr);
+    let mut a = Person::default();
+    assert!(a.get(&url, &[]).await.is_origin());
+    let token = a.cookie("waitroom_shop").unwrap();
+
+    // Forgeries: a changed MAC, garbage, a valid token of another event's name.
+    for forged in [
+        format!("{}A", &token[..token.len() - 1]),
+        "garbage".to_string(),
+        String::new(),
+    ] {
+        let forged = if forged == token {
+            format!("{}B", &token[..token.len() - 1])
+        } else {
+            forged
+        };
+        let mut m = Person {
+            cookies: vec![("waitroom_shop".into(), forged.clone())],
+        };
+        let r = m.get(&url, &[("accept", "application/json")]).await;
+        assert_eq!(r.status, 503, "{forged:?} reached the origin: {}", r.text);
+        assert_ne!(
+            m.cookie("waitroom_shop"),
+            Some(forged),
+            "a new place replaces it"
+        );
+    }
+    let mut b = Person::default();
+    let r = b.get(&url, &[("accept", "application/json")]).await;
+    assert_eq!(r.status, 503);
+
+    // A's session reaches its maximum: its cookie no longer opens the origin.
+    tokio::time::sleep(Duration::from_millis(2600)).await;
+    let mut late = Person {
+        cookies: vec![("waitroom_shop".into(), token.clone())],
+    };
+    let r = late.get(&url, &[("accept", "application/json")]).await;
+    assert_eq!(
+        r.status, 503,
+        "an expired session reached the origin: {}",
+        r.text
+    );
+    assert_ne!(late.cookie("waitroom_shop"), Some(token));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_frees_its_slot_and_use_renews_it() {
+    let o = origin().await;
+    let w = waitroom(Some(o), None).await;
+    event(&w, "shop", gated("shop", json!({"session_idle_sec": 2}))).await;
+    let url = format!("http://{}/checkout", w.addr);
+    let mut a = Person::default();
+    assert!(a.get(&url, &[]).await.is_origin());
+    // In use for longer than the idle timeout: each request renews it.
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert!(a.get(&url, &[]).await.is_origin(), "renewed by use");
+    }
+    let mut b = Person::default();
+    assert_eq!(
+        b.get(&url, &[("accept", "application/json")]).await.status,
+        503
+    );
+    // Then A goes quiet: the slot is freed, and B is let in at the same URL.
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    let r = b.get(&url, &[]).await;
+    assert!(r.is_origin(), "{} {}", r.status, r.text);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bypass_rules_never_queue() {
+    let o = origin().await;
+    let w = waitroom(Some(o), None).await;
+    event(&w, "shop", gated("shop", json!({}))).await;
+    let url = |p: &str| format!("http://{}{p}", w.addr);
+    let mut a = Person::default();
+    assert!(a.get(&url("/checkout"), &[]).await.is_origin());
+    // Full. Assets under a bypass path pass, without a place.
+    let mut s = Person::default();
+    let r = s.get(&url("/checkout/static/app.js"), &[]).await;
+    assert!(r.is_origin(), "{}", r.text);
+    assert!(s.cookies.is_empty());
+    // …but a path that only starts like one is queued.
+    for sneaky in [
+        "/checkout/static/../pay",
+        "/checkout/static/%2e%2e/pay",
+        "/CHECKOUT/pay",
+    ] {
+        let r = Person::default()
+            .get(&url(sneaky), &[("accept", "application/json")])
+            .await;
+        assert_eq!(r.status, 503, "{sneaky} skipped the queue");
+    }
+    // The staff header passes and never reaches the origin; a wrong one queues.
+    let r = Person::default()
+        .get(
+            &url("/checkout"),
+            &[("x-waitroom-bypass", "staff-secret-0123456789")],
+        )
+        .await;
+    assert!(r.is_origin());
+    assert_eq!(r.json()["bypass"], Value::Null);
+    let r = Person::default()
+        .get(
+            &url("/checkout"),
+            &[
+                ("x-waitroom-bypass", "staff-secret-guess"),
+                ("accept", "application/json"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 503);
+    // The secret is never shown back.
+    let r = client()
+        .get(url("/api/v1/admin/events/shop"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        !r.contains("staff-secret") && r.contains("\"bypass_secret_set\":true"),
+        "{r}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websockets_and_streamed_bodies_pass_through() {
+    let o = origin().await;
+    let w = waitroom(Some(o), None).await;
+    let (mut ws, res) = tokio_tungstenite::connect_async(format!("ws://{}/ws", w.addr))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 101);
+    for word in ["one", "two"] {
+        ws.send(tokio_tungstenite::tungstenite::Message::Text(word.into()))
+            .await
+            .unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(5), ws.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.into_text().unwrap().as_str(), format!("echo {word}"));
+    }
+    // Bodies stream both ways: the first half arrives before the origin has the second,
+    // and an upload far over the API's 64 KiB limit reaches the origin whole.
+    let mut r = client()
+        .get(format!("http://{}/stream", w.addr))
+        .send()
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(5), r.chunk())
+        .await
+        .expect("the first half arrives while the origin holds the second")
+        .unwrap()
+        .unwrap();
+    assert_eq!(&first[..], b"first\n");
+    release().notify_one();
+    let second = r.chunk().await.unwrap().unwrap();
+    assert_eq!(&second[..], b"second\n");
+    let big = vec![b'x'; 1_000_000];
+    let r = client()
+        .post(format!("http://{}/upload", w.addr))
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "1000000");
+    // Waitroom's own routes stay waitroom's.
+    let r = client()
+        .get(format!("http://{}/healthz", w.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(!r.text().await.unwrap().contains("origin"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gate_endpoint_answers_auth_request() {
+    let w = waitroom(None, None).await;
+    event(&w, "shop", gated("shop", json!({}))).await;
+    let gate = format!("http://{}/api/v1/gate", w.addr);
+    let ask = |uri: &'static str, cookie: Option<String>, bearer: Option<String>| {
+        let gate = gate.clone();
+        async move {
+            let mut r = client().get(&gate).header("x-original-uri", uri);
+            if let Some(c) = cookie {
+                r = r.header("cookie", format!("waitroom_shop={c}"));
+            }
+            if let Some(b) = bearer {
+                r = r.bearer_auth(b);
+            }
+            r.send().await.unwrap()
+        }
+    };
+    // Ungated URLs pass; gated ones without a session are sent to the waiting room with
+    // their return path; only same-site paths come back (an open redirect is an attack).
+    assert_eq!(ask("/about", None, None).await.status(), 204);
+    let r = ask("/checkout?seat=1", None, None).await;
+    assert_eq!(r.status(), 401);
+    assert_eq!(
+        r.headers()["x-waitroom-redirect"],
+        "/wait/shop/queue?return=%2Fcheckout%3Fseat%3D1"
+    );
+    for evil in ["//evil.example/checkout", "http://evil.example/checkout"] {
+        let r = client()
+            .get(&gate)
+            .query(&[("event_id", "shop")])
+            .header("x-original-uri", evil)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401);
+        assert_eq!(
+            r.headers()["x-waitroom-redirect"],
+            "/wait/shop/queue?return=%2F"
+        );
+    }
+    // The waiting room joins (room: admitted at once) and sends the person back, but
+    // never to another site.
+    let mut a = Person::default();
+    let r = a
+        .get(
+            &format!(
+                "http://{}/wait/shop/queue?return=https://evil.example/x",
+                w.addr
+            ),
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, 303);
+    assert_eq!(r.headers["location"], "/");
+    let cookie = a.cookie("waitroom_shop").unwrap();
+    let r = ask("/checkout", Some(cookie.clone()), None).await;
+    assert_eq!(r.status(), 204);
+    assert!(r.headers().contains_key("x-waitroom-session"));
+    assert_eq!(
+        ask("/checkout", Some("forged".into()), None).await.status(),
+        401
+    );
+
+    // A Bearer access token of the event's API flow works too.
+    let api = |p: &str| format!("http://{}/api/v1{p}", w.addr);
+    event(&w, "other", gated("other", json!({"paths": ["/other"]}))).await;
+    let joined: Value = client()
+        .post(api("/queue/join"))
+        .json(&json!({"event_id": "other"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let entered: Value = client()
+        .post(api("/queue/enter"))
+        .bearer_auth(joined["waiting_token"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let jwt = entered["access_token"].as_str().unwrap().to_string();
+    assert_eq!(ask("/other/x", None, Some(jwt.clone())).await.status(), 204);
+    // …for its own event only.
+    assert_eq!(ask("/checkout", None, Some(jwt)).await.status(), 401);
+}
+
+/// A free port on loopback.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn nginx_binary() -> String {
+    for p in ["/usr/sbin/nginx", "/usr/bin/nginx"] {
+        if std::path::Path::new(p).exists() {
+            return p.to_string();
+        }
+    }
+    panic!("nginx is not installed (scripts/test.sh installs Debian's nginx)");
+}
+
+/// The nginx process, killed when dropped. It runs without a master (`master_process
+/// off`), so that killing it leaves no worker behind.
+struct Nginx(std::process::Child);
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_nginx_with_the_documented_config_walks_the_flow() {
+    let o = origin().await;
+    // nginx is on loopback, a trusted proxy: its X-Forwarded-For names the client.
+    let w = waitroom(None, Some("127.0.0.1")).await;
+    event(&w, "shop", gated("shop", json!({}))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let site = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/nginx.conf"))
+        .unwrap()
+        .replace("listen 8080;", &format!("listen 127.0.0.1:{port};"))
+        .replace("127.0.0.1:8081", &w.addr.to_string())
+        .replace("127.0.0.1:3000", &o.to_string());
+    let d = dir.path().display();
+    let conf = format!(
+        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+         events {{ worker_connections 256; }}\n\
+         http {{\n access_log off;\n client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n\
+         fastcgi_temp_path {d}/fastcgi;\n uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n\
+         {site}\n}}\n"
+    );
+    std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+    let child = std::process::Command::new(nginx_binary())
+        .arg("-p")
+        .arg(dir.path())
+        .arg("-c")
+        .arg(dir.path().join("nginx.conf"))
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let _nginx = Nginx(child);
+    let url = |p: &str| format!("http://127.0.0.1:{port}{p}");
+    let mut up = false;
+    for _ in 0..100 {
+        if client().get(url("/about")).send().await.is_ok() {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        up,
+        "nginx did not start: {}",
+        std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default()
+    );
+
+    // Ungated: straight to the site.
+    assert!(Person::default().get(&url("/about"), &[]).await.is_origin());
+    // Gated, no session: to the waiting room, which admits (there is room) and sends
+    // the person back to where they were going.
+    let mut a = Person::default();
+    let r = a
+        .get(&url("/checkout?seat=3"), &[("x-waitroom-user", "admin")])
+        .await;
+    assert_eq!(r.status, 302, "{}", r.text);
+    let to = r.headers["location"].to_str().unwrap().to_string();
+    assert!(
+        to.ends_with("/wait/shop/queue?return=%2Fcheckout%3Fseat%3D3"),
+        "{to}"
+    );
+    let r = a
+        .get(&url("/wait/shop/queue?return=%2Fcheckout%3Fseat%3D3"), &[])
+        .await;
+    assert_eq!(r.status, 303, "{}", r.text);
+    assert_eq!(r.headers["location"], "/checkout?seat=3");
+    let r = a
+        .get(&url("/checkout?seat=3"), &[("x-waitroom-user", "admin")])
+        .await;
+    assert!(r.is_origin(), "{} {}", r.status, r.text);
+    let seen = r.json();
+    assert!(
+        seen["session"].as_str().is_some_and(|s| !s.is_empty()),
+        "{seen}"
+    );
+    assert_ne!(
+        seen["user"], "admin",
+        "the client's copy never reaches the site"
+    );
+
+    // The second person waits in the waiting room, which refreshes itself.
+    let mut b = Person::default();
+    let r = b.get(&url("/checkout"), &[]).await;
+    assert_eq!(r.status, 302);
+    let r = b
+        .get(&url("/wait/shop/queue?return=%2Fcheckout"), &[])
+        .await;
+    assert_eq!(r.status, 503);
+    assert!(r.text.contains("http-equiv=\"refresh\""));
+    let r = b.get(&url("/checkout"), &[]).await;
+    assert_eq!(r.status, 302, "not admitted yet");
+}
