@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use super::Millis;
+use super::{ItemState, Millis};
 #[cfg(doc)]
 use super::EXPIRED_RETENTION_MS;
 
@@ -63,6 +63,11 @@ pub enum Effect {
         code: Box<str>,
         holder: InviteHolder,
     },
+    /// An inventory item is now in `state` (added, held, released or sold).
+    Item { id: Box<str>, state: ItemState },
+    /// A session was extended: `count` extensions so far, adding `extra_ms` in all to its
+    /// maximum.
+    Extended { seq: u64, count: u32, extra_ms: Millis },
 }
 
 /// Whom an invite code seats: a user (who may rejoin with it), or, for a join without a

@@ -123,11 +123,24 @@ pub enum AppError {
     /// fresh challenge.
     #[error("{0}: solve the new challenge and join again")]
     PowInvalid(PowError, Box<Challenge>),
+    /// A refusal of the sale's rules (holds, inventory, extensions): the queue error's own
+    /// code and message ([`AppError::sale_status`]).
+    #[error("{0}")]
+    Sale(QueueError),
 }
 
 impl AppError {
     pub fn invalid(msg: impl Into<String>) -> Self {
         AppError::InvalidRequest(msg.into())
+    }
+
+    /// The status of a sale refusal: an unknown item is not found, the others conflict
+    /// with the state of the sale.
+    fn sale_status(e: &QueueError) -> StatusCode {
+        match e {
+            QueueError::ItemNotFound => StatusCode::NOT_FOUND,
+            _ => StatusCode::CONFLICT,
+        }
     }
 
     pub fn status(&self) -> StatusCode {
@@ -146,6 +159,7 @@ impl AppError {
             QueueFull | Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             PowRequired(_) | PowInvalid(..) => StatusCode::PRECONDITION_REQUIRED,
+            Sale(e) => Self::sale_status(e),
         }
     }
 
@@ -177,6 +191,7 @@ impl AppError {
             Internal(_) => code::INTERNAL,
             PowRequired(_) => code::POW_REQUIRED,
             PowInvalid(..) => code::POW_INVALID,
+            Sale(e) => e.code(),
         }
     }
 
@@ -221,6 +236,11 @@ impl From<QueueError> for AppError {
             QueueError::AlreadyJoined => AppError::AlreadyJoined,
             QueueError::InviteRequired => AppError::InviteRequired,
             QueueError::InviteInvalid => AppError::InviteInvalid,
+            QueueError::HoldConflict
+            | QueueError::ItemNotFound
+            | QueueError::TooManyHolds
+            | QueueError::InventoryFull
+            | QueueError::ExtensionLimit => AppError::Sale(e),
         }
     }
 }
