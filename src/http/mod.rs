@@ -54,6 +54,7 @@ pub mod pages;
 pub mod pow;
 pub mod queue;
 pub mod records;
+pub mod sale;
 
 pub use error::{AppError, AppResult};
 
@@ -134,6 +135,10 @@ pub fn router_with_guard(state: AppState, limits: Limits, guard: Arc<guard::Guar
             get(records::history_csv),
         )
         .route(admin!("/audit"), get(records::audit_list))
+        .route(
+            admin!("/events/{event_id}/inventory"),
+            put(sale::put_inventory).get(sale::get_inventory),
+        )
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             admin::require_admin,
@@ -156,6 +161,11 @@ pub fn router_with_guard(state: AppState, limits: Limits, guard: Arc<guard::Guar
         .route(api!("/events/{event_id}"), get(pages::get_event))
         .route(api!("/session/heartbeat"), post(queue::session_heartbeat))
         .route(api!("/session/complete"), post(queue::session_complete))
+        .route(
+            api!("/session/holds"),
+            get(sale::seat_map).post(sale::hold).delete(sale::release),
+        )
+        .route(api!("/session/extend"), post(sale::extend))
         // Merged, not nested: `nest` rewrites the URI of every request under its prefix
         // (a `format!` and an allocation per request, measured in PERFORMANCE.md).
         .merge(admin);

@@ -59,7 +59,8 @@ impl Inner {
         let all: &[u8] = if items.is_none() { b"1" } else { b"0" };
         let mut args: Vec<&[u8]> = vec![seq.as_bytes(), &nonce, all];
         args.extend(items.unwrap_or_default().iter().map(|i| i.as_bytes()));
-        let r = self.op(event_id, "release", now, &args, None).await?;
+        // (`release` names the lease's hand-over.)
+        let r = self.op(event_id, "unhold", now, &args, None).await?;
         Ok(session_holds(&r.payload)?)
     }
 

@@ -229,7 +229,7 @@ elseif OP == 'complete' then
   return finish('OK', 1)
 elseif OP == 'hold' then
   return hold(seq)
-elseif OP == 'release' then
+elseif OP == 'unhold' then
   return release(seq)
 elseif OP == 'extend' then
   return extend(seq, p)
