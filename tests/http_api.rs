@@ -1656,7 +1656,8 @@ fn bearer_json(method: Method, uri: &str, token: &str, body: &Value) -> Request<
 #[tokio::test]
 async fn seat_holds_over_http() {
     let app = live_app();
-    app.put_event("ev", json!({"max_active": 3, "max_holds_per_session": 2})).await;
+    app.put_event("ev", json!({"max_active": 3, "max_holds_per_session": 2}))
+        .await;
     let added = app
         .admin(
             Method::PUT,
@@ -1676,9 +1677,13 @@ async fn seat_holds_over_http() {
     )
     .await
     .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
-    app.admin(Method::PUT, "/events/nope/inventory", Some(json!({"items": []})))
-        .await
-        .err(StatusCode::NOT_FOUND, "EVENT_NOT_FOUND");
+    app.admin(
+        Method::PUT,
+        "/events/nope/inventory",
+        Some(json!({"items": []})),
+    )
+    .await
+    .err(StatusCode::NOT_FOUND, "EVENT_NOT_FOUND");
     let mut jwts = Vec::new();
     for u in ["ann", "bob"] {
         let t = token(&app.join("ev", Some(u)).await);
@@ -1688,33 +1693,68 @@ async fn seat_holds_over_http() {
     let (ann, bob) = (&jwts[0], &jwts[1]);
     let uri = "/api/v1/session/holds";
     let h = app
-        .send(bearer_json(Method::POST, uri, ann, &json!({"items": ["A-1", "A-2"]})))
+        .send(bearer_json(
+            Method::POST,
+            uri,
+            ann,
+            &json!({"items": ["A-1", "A-2"]}),
+        ))
         .await
         .ok();
     assert_eq!(h["holds"][0]["item"], "A-1");
     assert!(h["holds"][1]["expires_at"].as_u64().unwrap() > system_now());
-    app.send(bearer_json(Method::POST, uri, bob, &json!({"items": ["A-2"]})))
-        .await
-        .err(StatusCode::CONFLICT, "HOLD_CONFLICT");
-    app.send(bearer_json(Method::POST, uri, bob, &json!({"items": ["Z-1"]})))
-        .await
-        .err(StatusCode::NOT_FOUND, "ITEM_NOT_FOUND");
-    app.send(bearer_json(Method::POST, uri, ann, &json!({"items": ["A-3"]})))
-        .await
-        .err(StatusCode::CONFLICT, "TOO_MANY_HOLDS");
+    app.send(bearer_json(
+        Method::POST,
+        uri,
+        bob,
+        &json!({"items": ["A-2"]}),
+    ))
+    .await
+    .err(StatusCode::CONFLICT, "HOLD_CONFLICT");
+    app.send(bearer_json(
+        Method::POST,
+        uri,
+        bob,
+        &json!({"items": ["Z-1"]}),
+    ))
+    .await
+    .err(StatusCode::NOT_FOUND, "ITEM_NOT_FOUND");
+    app.send(bearer_json(
+        Method::POST,
+        uri,
+        ann,
+        &json!({"items": ["A-3"]}),
+    ))
+    .await
+    .err(StatusCode::CONFLICT, "TOO_MANY_HOLDS");
     app.send(bearer_json(Method::POST, uri, ann, &json!({"items": []})))
         .await
         .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
-    app.send(bearer_json(Method::POST, uri, ann, &json!({"seats": ["A-1"]})))
-        .await
-        .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
-    app.send(bearer_json(Method::POST, uri, "not-a-jwt", &json!({"items": ["A-3"]})))
-        .await
-        .err(StatusCode::UNAUTHORIZED, "ACCESS_DENIED");
+    app.send(bearer_json(
+        Method::POST,
+        uri,
+        ann,
+        &json!({"seats": ["A-1"]}),
+    ))
+    .await
+    .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    app.send(bearer_json(
+        Method::POST,
+        uri,
+        "not-a-jwt",
+        &json!({"items": ["A-3"]}),
+    ))
+    .await
+    .err(StatusCode::UNAUTHORIZED, "ACCESS_DENIED");
     // The seat map: bob sees ann's seats as held, his own as mine.
-    app.send(bearer_json(Method::POST, uri, bob, &json!({"items": ["A-3"]})))
-        .await
-        .ok();
+    app.send(bearer_json(
+        Method::POST,
+        uri,
+        bob,
+        &json!({"items": ["A-3"]}),
+    ))
+    .await
+    .ok();
     let map = app.send(bearer(Method::GET, uri, bob)).await.ok();
     let states: Vec<&str> = map["items"]
         .as_array()
@@ -1726,7 +1766,12 @@ async fn seat_holds_over_http() {
     assert_eq!(map["holds"][0]["item"], "A-3");
     // Release one (with a body), then all (without).
     let h = app
-        .send(bearer_json(Method::DELETE, uri, ann, &json!({"items": ["A-2"]})))
+        .send(bearer_json(
+            Method::DELETE,
+            uri,
+            ann,
+            &json!({"items": ["A-2"]}),
+        ))
         .await
         .ok();
     assert_eq!(h["holds"].as_array().unwrap().len(), 1);
@@ -1736,15 +1781,26 @@ async fn seat_holds_over_http() {
     app.send(bearer(Method::POST, "/api/v1/session/complete", ann))
         .await
         .ok();
-    let inv = app.admin(Method::GET, "/events/ev/inventory", None).await.ok();
+    let inv = app
+        .admin(Method::GET, "/events/ev/inventory", None)
+        .await
+        .ok();
     assert_eq!(
         (&inv["total"], &inv["available"], &inv["held"], &inv["sold"]),
         (&json!(3), &json!(2), &json!(0), &json!(1))
     );
-    assert_eq!(inv["items"][0], json!({"id": "A-1", "state": "sold", "place": 1}));
-    app.send(bearer_json(Method::POST, uri, bob, &json!({"items": ["A-1"]})))
-        .await
-        .err(StatusCode::CONFLICT, "HOLD_CONFLICT");
+    assert_eq!(
+        inv["items"][0],
+        json!({"id": "A-1", "state": "sold", "place": 1})
+    );
+    app.send(bearer_json(
+        Method::POST,
+        uri,
+        bob,
+        &json!({"items": ["A-1"]}),
+    ))
+    .await
+    .err(StatusCode::CONFLICT, "HOLD_CONFLICT");
     // The ended session can neither hold nor read the map.
     app.send(bearer(Method::GET, uri, ann))
         .await

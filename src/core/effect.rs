@@ -5,9 +5,9 @@
 
 use serde::Serialize;
 
-use super::{ItemState, Millis};
 #[cfg(doc)]
 use super::EXPIRED_RETENTION_MS;
+use super::{ItemState, Millis};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -64,10 +64,17 @@ pub enum Effect {
         holder: InviteHolder,
     },
     /// An inventory item is now in `state` (added, held, released or sold).
-    Item { id: Box<str>, state: ItemState },
+    Item {
+        id: Box<str>,
+        state: ItemState,
+    },
     /// A session was extended: `count` extensions so far, adding `extra_ms` in all to its
     /// maximum.
-    Extended { seq: u64, count: u32, extra_ms: Millis },
+    Extended {
+        seq: u64,
+        count: u32,
+        extra_ms: Millis,
+    },
 }
 
 /// Whom an invite code seats: a user (who may rejoin with it), or, for a join without a

@@ -52,9 +52,14 @@ pub(crate) fn default_session_extend_sec() -> u32 {
 pub enum ItemState {
     Available,
     /// Held by the session of place `seq` until `until` (exclusive: lapsed at `until`).
-    Held { seq: u64, until: Millis },
+    Held {
+        seq: u64,
+        until: Millis,
+    },
     /// Sold to the session of place `seq`.
-    Sold { seq: u64 },
+    Sold {
+        seq: u64,
+    },
 }
 
 /// The admin's figures of an inventory.
@@ -351,12 +356,10 @@ impl EventPatch {
             c.hold_ttl_sec = within("hold_ttl_sec", v, 1, super::config::MAX_SECONDS)?;
         }
         if let Some(v) = self.max_holds_per_session {
-            c.max_holds_per_session =
-                within("max_holds_per_session", v, 1, MAX_HOLDS_PER_SESSION)?;
+            c.max_holds_per_session = within("max_holds_per_session", v, 1, MAX_HOLDS_PER_SESSION)?;
         }
         if let Some(v) = self.session_extend_sec {
-            c.session_extend_sec =
-                within("session_extend_sec", v, 1, super::config::MAX_SECONDS)?;
+            c.session_extend_sec = within("session_extend_sec", v, 1, super::config::MAX_SECONDS)?;
         }
         if let Some(v) = self.max_extensions {
             c.max_extensions = within("max_extensions", v, 0, MAX_EXTENSIONS)?;

@@ -24,9 +24,7 @@ pub mod view;
 
 pub use config::{validate_event_id, Access, EventConfig, EventPatch, RateLimits};
 pub use effect::{Effect, EndReason, InviteHolder};
-pub use holds::{
-    HeldItem, Inventory, InventoryCounts, InventoryView, ItemState, SessionHolds,
-};
+pub use holds::{HeldItem, Inventory, InventoryCounts, InventoryView, ItemState, SessionHolds};
 pub use look::{Look, Texts};
 pub use pace::{Eta, Holds, Pace, RATE_WINDOW_MS};
 pub use queue::{EventQueue, JoinProof, QueueMeta, RestoredPlace, EXPIRED_RETENTION_MS};

@@ -111,7 +111,15 @@ pub async fn put_inventory(
         .store
         .put_inventory(&id, &body.items, state.clock.now())
         .await?;
-    records::audit(&state, &caller, Action::Inventory, &id, Vec::new(), Some(added)).await;
+    records::audit(
+        &state,
+        &caller,
+        Action::Inventory,
+        &id,
+        Vec::new(),
+        Some(added),
+    )
+    .await;
     Ok(Json(InventoryAdded { added, counts }))
 }
 
@@ -246,7 +254,10 @@ pub async fn extend(
     let ends_at = view
         .session_ends_at
         .ok_or_else(|| AppError::Internal("an extended session has no end".into()))?;
-    debug_assert_eq!(tokens::parse_session_id(&tokens::session_id(key)), Some(key));
+    debug_assert_eq!(
+        tokens::parse_session_id(&tokens::session_id(key)),
+        Some(key)
+    );
     let access_token = state.access.sign(&aud, &sub, key, now, ends_at);
     Ok(Json(Extended {
         access_token,

@@ -576,7 +576,8 @@ fn recover(
                     tombstones.push((seq, nonce, at));
                 }
                 KIND_EXTENDED => {
-                    let (count, extra) = sale::read_extension(&v).map_err(|e| bad("extension", e))?;
+                    let (count, extra) =
+                        sale::read_extension(&v).map_err(|e| bad("extension", e))?;
                     extensions.push((seq, count, extra));
                 }
                 other => anyhow::bail!(

@@ -539,12 +539,8 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                 let Some(i) = pick(ix, &m) else { continue };
                 let names: Option<Vec<String>> =
                     which.as_ref().map(|w| w.iter().map(|&s| seat(s)).collect());
-                let got = qerr(rt.block_on(store.release(
-                    ev,
-                    m.places[i].key,
-                    names.as_deref(),
-                    m.now,
-                )));
+                let got =
+                    qerr(rt.block_on(store.release(ev, m.places[i].key, names.as_deref(), m.now)));
                 if m.places[i].state != MState::Active {
                     prop_assert_eq!(got.map(|_| ()), Err(QueueError::NoSession), "step {}", step);
                 } else {
@@ -564,13 +560,23 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                 if p.state != MState::Active {
                     prop_assert_eq!(got.map(|_| ()), Err(QueueError::NoSession), "step {}", step);
                 } else if p.extensions >= MAX_EXTENSIONS {
-                    prop_assert_eq!(got.map(|_| ()), Err(QueueError::ExtensionLimit), "step {}", step);
+                    prop_assert_eq!(
+                        got.map(|_| ()),
+                        Err(QueueError::ExtensionLimit),
+                        "step {}",
+                        step
+                    );
                 } else {
                     p.extensions += 1;
                     p.extra += EXTEND_SEC * 1000;
                     p.last_seen = m.now;
                     let ends = p.entered_at + Millis::from(m.cfg.session_max_sec) * 1000 + p.extra;
-                    prop_assert_eq!(got.map(|v| v.session_ends_at), Ok(Some(ends)), "step {}", step);
+                    prop_assert_eq!(
+                        got.map(|v| v.session_ends_at),
+                        Ok(Some(ends)),
+                        "step {}",
+                        step
+                    );
                 }
             }
         }
@@ -757,8 +763,17 @@ fn after_step(
         };
         prop_assert_eq!(got[&seat(s)], want, "step {} ({:?}): seat {}", step, op, s);
     }
-    let held_seats = m.seats.iter().filter(|s| matches!(s, MSeat::Held(..))).count();
-    prop_assert_eq!(inv.counts.held, held_seats as u64, "step {}: held count", step);
+    let held_seats = m
+        .seats
+        .iter()
+        .filter(|s| matches!(s, MSeat::Held(..)))
+        .count();
+    prop_assert_eq!(
+        inv.counts.held,
+        held_seats as u64,
+        "step {}: held count",
+        step
+    );
     // One place per user.
     for u in 0..USERS.len() {
         let live = m

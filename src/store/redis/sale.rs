@@ -26,7 +26,11 @@ impl Inner {
         Ok((n(0)?, counts(n(1)?, n(2)?, n(3)?)))
     }
 
-    pub(super) async fn inventory(&self, event_id: &str, now: Millis) -> StoreResult<InventoryView> {
+    pub(super) async fn inventory(
+        &self,
+        event_id: &str,
+        now: Millis,
+    ) -> StoreResult<InventoryView> {
         let r = self.op(event_id, "inventory", now, &[], None).await?;
         Ok(inventory_view(&r.payload)?)
     }

@@ -103,7 +103,10 @@ fn prelude() -> String {
             "DEFAULT_SESSION_EXTEND_SEC",
             holds::DEFAULT_SESSION_EXTEND_SEC.into(),
         ),
-        ("DEFAULT_MAX_EXTENSIONS", holds::DEFAULT_MAX_EXTENSIONS.into()),
+        (
+            "DEFAULT_MAX_EXTENSIONS",
+            holds::DEFAULT_MAX_EXTENSIONS.into(),
+        ),
     ] {
         writeln!(h, "local {name} = {v}").expect("writing to a string");
     }

@@ -49,11 +49,25 @@ fn held(h: &waitroom::core::SessionHolds) -> Vec<&str> {
 }
 
 pub async fn holds_are_exclusive_and_all_or_nothing(store: Arc<dyn Store>) {
-    let k = sale(&store, "ho", 4, 2, serde_json::json!({"max_holds_per_session": 3})).await;
+    let k = sale(
+        &store,
+        "ho",
+        4,
+        2,
+        serde_json::json!({"max_holds_per_session": 3}),
+    )
+    .await;
     let (a, b) = (k[0], k[1]);
-    let h = store.hold("ho", a, &ids(&["A-2", "A-1"]), T0 + S).await.unwrap();
+    let h = store
+        .hold("ho", a, &ids(&["A-2", "A-1"]), T0 + S)
+        .await
+        .unwrap();
     assert_eq!(held(&h), ["A-1", "A-2"], "ordered by id");
-    assert_eq!(h.holds[0].expires_at, T0 + S + 300 * S, "hold_ttl_sec defaults to 300");
+    assert_eq!(
+        h.holds[0].expires_at,
+        T0 + S + 300 * S,
+        "hold_ttl_sec defaults to 300"
+    );
     // One of two taken: nothing is held.
     assert_eq!(
         queue_err(store.hold("ho", b, &ids(&["A-3", "A-2"]), T0 + S).await),
@@ -66,16 +80,29 @@ pub async fn holds_are_exclusive_and_all_or_nothing(store: Arc<dyn Store>) {
     let c = counts(&store, "ho", T0 + S).await;
     assert_eq!((c.total, c.available, c.held, c.sold), (4, 2, 2, 0));
     // Holding again renews, and counts once toward the limit.
-    let h = store.hold("ho", a, &ids(&["A-1", "A-3"]), T0 + 2 * S).await.unwrap();
+    let h = store
+        .hold("ho", a, &ids(&["A-1", "A-3"]), T0 + 2 * S)
+        .await
+        .unwrap();
     assert_eq!(held(&h), ["A-1", "A-2", "A-3"]);
     assert_eq!(h.holds[0].expires_at, T0 + 2 * S + 300 * S);
     assert_eq!(
         queue_err(store.hold("ho", a, &ids(&["A-4"]), T0 + 2 * S).await),
         QueueError::TooManyHolds
     );
-    let h = store.release("ho", a, Some(&ids(&["A-2", "A-4"])), T0 + 3 * S).await.unwrap();
-    assert_eq!(held(&h), ["A-1", "A-3"], "items it does not hold are ignored");
-    store.hold("ho", b, &ids(&["A-2", "A-4"]), T0 + 3 * S).await.unwrap();
+    let h = store
+        .release("ho", a, Some(&ids(&["A-2", "A-4"])), T0 + 3 * S)
+        .await
+        .unwrap();
+    assert_eq!(
+        held(&h),
+        ["A-1", "A-3"],
+        "items it does not hold are ignored"
+    );
+    store
+        .hold("ho", b, &ids(&["A-2", "A-4"]), T0 + 3 * S)
+        .await
+        .unwrap();
     let h = store.release("ho", a, None, T0 + 4 * S).await.unwrap();
     assert!(h.holds.is_empty());
     let view = store.inventory("ho", T0 + 4 * S).await.unwrap();
@@ -94,10 +121,17 @@ pub async fn holds_are_exclusive_and_all_or_nothing(store: Arc<dyn Store>) {
         ]
     );
     // Adding again keeps what is known; bad ids are refused whole.
-    let (added, c) = store.put_inventory("ho", &ids(&["A-4", "B-1"]), T0).await.unwrap();
+    let (added, c) = store
+        .put_inventory("ho", &ids(&["A-4", "B-1"]), T0)
+        .await
+        .unwrap();
     assert_eq!((added, c.total, c.held), (1, 5, 2));
     assert!(matches!(
-        queue_err(store.put_inventory("ho", &ids(&["C-1", "bad id"]), T0).await),
+        queue_err(
+            store
+                .put_inventory("ho", &ids(&["C-1", "bad id"]), T0)
+                .await
+        ),
         QueueError::Invalid(_)
     ));
     assert_eq!(counts(&store, "ho", T0 + 4 * S).await.total, 5);
@@ -150,12 +184,18 @@ pub async fn every_session_end_releases_its_holds(store: Arc<dyn Store>) {
     let c = counts(&store, "he", T0 + 3 * S).await;
     assert_eq!((c.held, c.sold), (4, 2));
     // Idle: k[3] keeps its session alive, k[2] does not and lapses at T0 + 10 s.
-    store.session_heartbeat("he", k[3], T0 + 9 * S).await.unwrap();
+    store
+        .session_heartbeat("he", k[3], T0 + 9 * S)
+        .await
+        .unwrap();
     let c = counts(&store, "he", T0 + 10 * S).await;
     assert_eq!((c.held, c.sold, c.available), (2, 2, 4));
     // Maximum: heartbeats cannot keep k[3] past 60 s.
     for t in (15..60).step_by(5) {
-        store.session_heartbeat("he", k[3], T0 + t * S).await.unwrap();
+        store
+            .session_heartbeat("he", k[3], T0 + t * S)
+            .await
+            .unwrap();
     }
     assert_eq!(counts(&store, "he", T0 + 59 * S).await.held, 2);
     let c = counts(&store, "he", T0 + 60 * S).await;
@@ -167,7 +207,10 @@ pub async fn every_session_end_releases_its_holds(store: Arc<dyn Store>) {
         queue_err(store.hold("he", p.key, &ids(&["A-3"]), T0 + 60 * S).await),
         QueueError::HoldConflict
     );
-    store.hold("he", p.key, &ids(&["A-1"]), T0 + 60 * S).await.unwrap();
+    store
+        .hold("he", p.key, &ids(&["A-1"]), T0 + 60 * S)
+        .await
+        .unwrap();
 }
 
 pub async fn holds_lapse_after_their_ttl(store: Arc<dyn Store>) {
@@ -180,14 +223,27 @@ pub async fn holds_lapse_after_their_ttl(store: Arc<dyn Store>) {
     )
     .await;
     store.hold("hl", k[0], &ids(&["A-1"]), T0).await.unwrap();
-    store.hold("hl", k[0], &ids(&["A-2"]), T0 + 5 * S).await.unwrap();
+    store
+        .hold("hl", k[0], &ids(&["A-2"]), T0 + 5 * S)
+        .await
+        .unwrap();
     assert_eq!(
-        queue_err(store.hold("hl", k[1], &ids(&["A-1"]), T0 + 10 * S - 1).await),
+        queue_err(
+            store
+                .hold("hl", k[1], &ids(&["A-1"]), T0 + 10 * S - 1)
+                .await
+        ),
         QueueError::HoldConflict
     );
-    let h = store.hold("hl", k[1], &ids(&["A-1"]), T0 + 10 * S).await.unwrap();
+    let h = store
+        .hold("hl", k[1], &ids(&["A-1"]), T0 + 10 * S)
+        .await
+        .unwrap();
     assert_eq!(held(&h), ["A-1"], "lapsed at its deadline");
-    let h = store.release("hl", k[0], Some(&[]), T0 + 10 * S).await.unwrap();
+    let h = store
+        .release("hl", k[0], Some(&[]), T0 + 10 * S)
+        .await
+        .unwrap();
     assert_eq!(held(&h), ["A-2"]);
     // A lapsed hold is not sold by completing.
     store.complete("hl", k[0], T0 + 15 * S).await.unwrap();
@@ -235,12 +291,22 @@ pub async fn sessions_extend_up_to_the_limit(store: Arc<dyn Store>) {
 /// Many sessions race for few seats at once: every seat ends with at most one holder, each
 /// success is exactly what the inventory shows, and nothing is sold twice.
 pub async fn racing_holds_never_share_a_seat(store: Arc<dyn Store>) {
-    let k = sale(&store, "hr", 10, 24, serde_json::json!({"max_holds_per_session": 2})).await;
+    let k = sale(
+        &store,
+        "hr",
+        10,
+        24,
+        serde_json::json!({"max_holds_per_session": 2}),
+    )
+    .await;
     let mut tasks = Vec::new();
     for (i, key) in k.iter().enumerate() {
         let (store, key) = (store.clone(), *key);
         tasks.push(tokio::spawn(async move {
-            let want = ids(&[&format!("A-{}", i % 10 + 1), &format!("A-{}", (i * 7) % 10 + 1)]);
+            let want = ids(&[
+                &format!("A-{}", i % 10 + 1),
+                &format!("A-{}", (i * 7) % 10 + 1),
+            ]);
             (key, store.hold("hr", key, &want, T0 + S).await)
         }));
     }
@@ -250,7 +316,11 @@ pub async fn racing_holds_never_share_a_seat(store: Arc<dyn Store>) {
         match r {
             Ok(h) => {
                 for item in h.holds {
-                    assert!(won.insert(item.item.clone(), key.seq).is_none(), "{} held twice", item.item);
+                    assert!(
+                        won.insert(item.item.clone(), key.seq).is_none(),
+                        "{} held twice",
+                        item.item
+                    );
                 }
             }
             Err(e) => assert_eq!(e.queue(), Some(&QueueError::HoldConflict)),
@@ -268,7 +338,9 @@ pub async fn racing_holds_never_share_a_seat(store: Arc<dyn Store>) {
     let mut tasks = Vec::new();
     for key in k {
         let store = store.clone();
-        tasks.push(tokio::spawn(async move { store.complete("hr", key, T0 + 2 * S).await }));
+        tasks.push(tokio::spawn(async move {
+            store.complete("hr", key, T0 + 2 * S).await
+        }));
     }
     for t in tasks {
         t.await.unwrap().unwrap();
