@@ -11,6 +11,7 @@ use waitroom::store::{JoinRequest, Notice, Store, StoreError};
 use waitroom::tokens::random_u128;
 
 mod holds;
+#[allow(unused_imports)] // each test binary uses the part it needs
 pub use holds::*;
 
 pub const T0: Millis = 1_700_000_000_000;
