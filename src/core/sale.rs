@@ -59,19 +59,21 @@ impl EventQueue {
     }
 
     /// Adds `session_extend_sec` to the active session's maximum (and renews its idle
-    /// deadline: asking is a sign of life). `ExtensionLimit` past `max_extensions`.
+    /// deadline: asking is a sign of life). `ExtensionLimit` past `max_extensions`, renewing
+    /// nothing.
     pub fn extend(
         &mut self,
         key: PlaceKey,
         now: Millis,
         fx: &mut Vec<Effect>,
     ) -> Result<PlaceView, QueueError> {
-        let p = self.session(key, now, fx)?;
-        p.last_seen = p.last_seen.max(now);
+        self.session(key, now, fx)?;
         let (count, extra) = self.extensions.get(&key.seq).copied().unwrap_or((0, 0));
         if count >= self.config.max_extensions {
             return Err(QueueError::ExtensionLimit);
         }
+        let p = self.places.get_mut(&key.seq).expect("in session");
+        p.last_seen = p.last_seen.max(now);
         let extra = extra + Millis::from(self.config.session_extend_sec) * 1000;
         self.extensions.insert(key.seq, (count + 1, extra));
         fx.push(Effect::Extended {

@@ -278,13 +278,17 @@ pub async fn sessions_extend_up_to_the_limit(store: Arc<dyn Store>) {
         queue_err(store.session("ex", p.key, T0 + 70 * S).await),
         QueueError::NoSession
     );
-    // Off by default.
-    make_event(&store, "ex0", serde_json::json!({})).await;
+    // Off by default; a refused extension renews nothing (the idle deadline stays).
+    make_event(&store, "ex0", serde_json::json!({"session_idle_sec": 10})).await;
     let p = join(&store, "ex0", None, T0).await;
     store.enter("ex0", p.key, T0).await.unwrap();
     assert_eq!(
-        queue_err(store.extend("ex0", p.key, T0).await),
+        queue_err(store.extend("ex0", p.key, T0 + 5 * S).await),
         QueueError::ExtensionLimit
+    );
+    assert_eq!(
+        queue_err(store.session("ex0", p.key, T0 + 10 * S).await),
+        QueueError::NoSession
     );
 }
 
