@@ -38,6 +38,7 @@
 
 #[path = "common.rs"]
 mod common;
+mod holds;
 mod journey;
 
 use std::collections::VecDeque;
@@ -86,6 +87,8 @@ enum Cmd {
     /// complete; some abandon, reload or lose the network) and a report of the promises:
     /// order, capacity, idle slots, ghosts, estimates, client cost (see bench/journey).
     Journey(Box<journey::JourneyArgs>),
+    /// Hold/release throughput of the store itself (no HTTP): memory, durable or Redis.
+    Holds(holds::HoldsArgs),
     /// The reference server itself (started by the other commands as a child): `GET
     /// /healthz` answering what the server answers, with no middleware, on the server's
     /// runtime settings. Prints `listening on http://ADDR`.
@@ -1696,6 +1699,7 @@ fn main() -> Result<()> {
         Cmd::Ceiling(ref a) => a.common.threads,
         Cmd::Scaling(ref a) => a.common.threads,
         Cmd::Journey(ref a) => a.threads,
+        Cmd::Holds(ref a) => a.threads,
         // Its own runtime: the server's settings, not the load generator's.
         Cmd::ReferenceServe(a) => return reference_serve(a),
     };
@@ -1711,6 +1715,7 @@ fn main() -> Result<()> {
             Cmd::Ceiling(a) => ceiling(a).await,
             Cmd::Scaling(a) => scaling(a).await,
             Cmd::Journey(a) => journey::run(*a).await,
+            Cmd::Holds(a) => holds::run(a).await,
             Cmd::ReferenceServe(_) => unreachable!("handled above"),
         }
     })

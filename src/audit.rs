@@ -31,6 +31,8 @@ pub enum Action {
     Delete,
     /// `POST /events/{id}/invites`.
     Invites,
+    /// `PUT /events/{id}/inventory`.
+    Inventory,
 }
 
 impl Action {
@@ -43,6 +45,7 @@ impl Action {
             Action::Clear => "clear",
             Action::Delete => "delete",
             Action::Invites => "invites",
+            Action::Inventory => "inventory",
         }
     }
 }

@@ -56,15 +56,27 @@ pub fn demo_event_patch() -> EventPatch {
 /// wakes the scheduler.
 pub async fn ensure_demo_event(store: &dyn Store, now: Millis) -> Result<(), StoreError> {
     match store.get_event(DEMO_EVENT, now).await {
-        Ok(_) => Ok(()),
+        Ok(_) => {}
         Err(StoreError::Queue(QueueError::EventNotFound)) => {
             store
                 .put_event(DEMO_EVENT, &demo_event_patch(), now)
                 .await?;
-            Ok(())
         }
-        Err(e) => Err(e),
+        Err(e) => return Err(e),
     }
+    // The booking page's seat map: known seats keep their state, so this is safe on every
+    // start.
+    store
+        .put_inventory(DEMO_EVENT, &demo_seats(), now)
+        .await
+        .map(|_| ())
+}
+
+/// The demo hall: rows A to D of 10 seats each (`A-1` … `D-10`).
+pub fn demo_seats() -> Vec<String> {
+    ('A'..='D')
+        .flat_map(|row| (1..=10).map(move |n| format!("{row}-{n}")))
+        .collect()
 }
 
 /// One simulated person.

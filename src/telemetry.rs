@@ -60,9 +60,11 @@ pub fn record_effects(event_id: &str, fx: &[Effect]) {
                 EndReason::Cleared => ("waitroom_leaves_total", Some("cleared")),
                 EndReason::Completed => ("waitroom_completions_total", None),
             },
-            Effect::Forgotten { .. } | Effect::Invited { .. } | Effect::InviteBound { .. } => {
-                continue
-            }
+            Effect::Forgotten { .. }
+            | Effect::Invited { .. }
+            | Effect::InviteBound { .. }
+            | Effect::Item { .. }
+            | Effect::Extended { .. } => continue,
         };
         match reason {
             Some(r) => counter!(name, "event" => event_id.to_string(), "reason" => r).increment(1),

@@ -23,7 +23,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
-use reqwest::Method;
+use reqwest::{Method, StatusCode};
 use serde_json::{json, Map, Value};
 
 mod live_support;
@@ -273,6 +273,8 @@ const README_SCREENSHOTS: &[&str] = &[
     "screenshot-wait-en.png",
     "screenshot-wait-ko.png",
     "screenshot-admin.png",
+    "screenshot-seatmap-en.png",
+    "screenshot-seatmap-ko.png",
 ];
 
 /// Where screenshots go: always `target/screenshots/`; also `docs/` with `UPDATE_SCREENSHOTS=1`.
@@ -1260,4 +1262,104 @@ async fn the_gateway_waiting_room_refreshes_in_place_until_the_site_shows() {
     b.text_until("#site", |t| t == "The shop: /checkout").await;
     assert!(b.url().await.ends_with("/checkout?seat=7"));
     b.close().await;
+}
+
+/// The demo booking page as a seat map, in English and in Korean: a tap holds a seat (a
+/// seat another session holds is shown taken and cannot be tapped), a second tap lets it
+/// go, and buying sells exactly the seats held.
+#[tokio::test]
+async fn the_seat_map_holds_and_buys_seats() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    let cases = [
+        (
+            "en-US",
+            "Choose your seats",
+            "Buy 2 seats",
+            "screenshot-seatmap-en.png",
+        ),
+        (
+            "ko-KR",
+            "좌석을 선택하세요",
+            "2석 구매하기",
+            "screenshot-seatmap-ko.png",
+        ),
+    ];
+    for (i, (lang, title, buy, shot)) in cases.into_iter().enumerate() {
+        let ev = format!("hall-{i}");
+        s.put_event(
+            &ev,
+            json!({"name": "Seoul Spring Concert 2026", "max_active": 1, "ready_ttl_sec": 120,
+                "max_holds_per_session": 4, "target_url": format!("/demo/booking?event={ev}")}),
+        )
+        .await;
+        let seats: Vec<String> = ('A'..='C')
+            .flat_map(|r| (1..=8).map(move |n| format!("{r}-{n}")))
+            .collect();
+        let (st, v) = s
+            .call(
+                Method::PUT,
+                &format!("/api/v1/admin/events/{ev}/inventory"),
+                Some(ADMIN),
+                Some(json!({"items": seats})),
+            )
+            .await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        // Someone ahead holds B-4 and B-5 and stays in session while the person books.
+        let rival = s.join_token(&ev, "rival").await;
+        let rival = s.enter(&rival).await;
+        let (st, v) = s
+            .call(
+                Method::POST,
+                "/api/v1/session/holds",
+                Some(&rival),
+                Some(json!({"items": ["B-4", "B-5"]})),
+            )
+            .await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        s.put_event(&ev, json!({"max_active": 2})).await;
+
+        let b = Browser::start(&Opts { lang, ..PHONE }).await;
+        b.goto(&s.url(&format!("/wait/{ev}"))).await;
+        b.text_until("#booking-status", |t| t == title).await;
+        b.until_visible("#seatmap").await;
+        let taken = b
+            .js("return document.querySelector('[data-seat=\"B-4\"]').disabled")
+            .await;
+        assert_eq!(
+            taken,
+            json!(true),
+            "a seat held by another session is taken"
+        );
+        for seat in ["B-3", "A-1", "C-8"] {
+            b.click(&format!("[data-seat=\"{seat}\"]")).await;
+            b.text_until("#held-line", |t| t.contains(seat)).await;
+        }
+        // A second tap lets a seat go.
+        b.click("[data-seat=\"C-8\"]").await;
+        b.text_until("#held-line", |t| !t.contains("C-8")).await;
+        let mine = b
+            .js("return [...document.querySelectorAll('.seat.mine')].map(e => e.dataset.seat)")
+            .await;
+        assert_eq!(mine, json!(["A-1", "B-3"]));
+        b.text_until("#complete", |t| t == buy).await;
+        b.screenshot(shot).await;
+
+        b.click("#complete").await;
+        b.text_until("#booking-status", |t| t != title).await;
+        assert!(b.visible("#done").await);
+        let inv = s
+            .admin(Method::GET, &format!("/events/{ev}/inventory"))
+            .await;
+        let sold: Vec<&str> = inv["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["state"] == "sold")
+            .map(|i| i["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(sold, ["A-1", "B-3"], "{inv}");
+        assert_eq!((&inv["held"], &inv["sold"]), (&json!(2), &json!(2)));
+        b.close().await;
+    }
 }

@@ -1642,3 +1642,201 @@ async fn futures_join(app: &TestApp, n: usize) -> Vec<Value> {
     }
     out
 }
+
+fn bearer_json(method: Method, uri: &str, token: &str, body: &Value) -> Request<Body> {
+    req(method, uri)
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap()
+}
+
+/// The sale over HTTP: an inventory, holds refused to others with `409 HOLD_CONFLICT`,
+/// released, sold by `session/complete`, the admin's counts, and the JSON errors.
+#[tokio::test]
+async fn seat_holds_over_http() {
+    let app = live_app();
+    app.put_event("ev", json!({"max_active": 3, "max_holds_per_session": 2}))
+        .await;
+    let added = app
+        .admin(
+            Method::PUT,
+            "/events/ev/inventory",
+            Some(json!({"items": ["A-1", "A-2", "A-3"]})),
+        )
+        .await
+        .ok();
+    assert_eq!(
+        added,
+        json!({"added": 3, "total": 3, "available": 3, "held": 0, "sold": 0})
+    );
+    app.admin(
+        Method::PUT,
+        "/events/ev/inventory",
+        Some(json!({"items": ["A 1"]})),
+    )
+    .await
+    .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    app.admin(
+        Method::PUT,
+        "/events/nope/inventory",
+        Some(json!({"items": []})),
+    )
+    .await
+    .err(StatusCode::NOT_FOUND, "EVENT_NOT_FOUND");
+    let mut jwts = Vec::new();
+    for u in ["ann", "bob"] {
+        let t = token(&app.join("ev", Some(u)).await);
+        let g = app.enter(&t).await.ok();
+        jwts.push(g["access_token"].as_str().unwrap().to_string());
+    }
+    let (ann, bob) = (&jwts[0], &jwts[1]);
+    let uri = "/api/v1/session/holds";
+    let h = app
+        .send(bearer_json(
+            Method::POST,
+            uri,
+            ann,
+            &json!({"items": ["A-1", "A-2"]}),
+        ))
+        .await
+        .ok();
+    assert_eq!(h["holds"][0]["item"], "A-1");
+    assert!(h["holds"][1]["expires_at"].as_u64().unwrap() > system_now());
+    app.send(bearer_json(
+        Method::POST,
+        uri,
+        bob,
+        &json!({"items": ["A-2"]}),
+    ))
+    .await
+    .err(StatusCode::CONFLICT, "HOLD_CONFLICT");
+    app.send(bearer_json(
+        Method::POST,
+        uri,
+        bob,
+        &json!({"items": ["Z-1"]}),
+    ))
+    .await
+    .err(StatusCode::NOT_FOUND, "ITEM_NOT_FOUND");
+    app.send(bearer_json(
+        Method::POST,
+        uri,
+        ann,
+        &json!({"items": ["A-3"]}),
+    ))
+    .await
+    .err(StatusCode::CONFLICT, "TOO_MANY_HOLDS");
+    app.send(bearer_json(Method::POST, uri, ann, &json!({"items": []})))
+        .await
+        .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    app.send(bearer_json(
+        Method::POST,
+        uri,
+        ann,
+        &json!({"seats": ["A-1"]}),
+    ))
+    .await
+    .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    app.send(bearer_json(
+        Method::POST,
+        uri,
+        "not-a-jwt",
+        &json!({"items": ["A-3"]}),
+    ))
+    .await
+    .err(StatusCode::UNAUTHORIZED, "ACCESS_DENIED");
+    // The seat map: bob sees ann's seats as held, his own as mine.
+    app.send(bearer_json(
+        Method::POST,
+        uri,
+        bob,
+        &json!({"items": ["A-3"]}),
+    ))
+    .await
+    .ok();
+    let map = app.send(bearer(Method::GET, uri, bob)).await.ok();
+    let states: Vec<&str> = map["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["held", "held", "mine"]);
+    assert_eq!(map["holds"][0]["item"], "A-3");
+    // Release one (with a body), then all (without).
+    let h = app
+        .send(bearer_json(
+            Method::DELETE,
+            uri,
+            ann,
+            &json!({"items": ["A-2"]}),
+        ))
+        .await
+        .ok();
+    assert_eq!(h["holds"].as_array().unwrap().len(), 1);
+    let h = app.send(bearer(Method::DELETE, uri, bob)).await.ok();
+    assert_eq!(h, json!({"holds": []}));
+    // Completing sells ann's hold.
+    app.send(bearer(Method::POST, "/api/v1/session/complete", ann))
+        .await
+        .ok();
+    let inv = app
+        .admin(Method::GET, "/events/ev/inventory", None)
+        .await
+        .ok();
+    assert_eq!(
+        (&inv["total"], &inv["available"], &inv["held"], &inv["sold"]),
+        (&json!(3), &json!(2), &json!(0), &json!(1))
+    );
+    assert_eq!(
+        inv["items"][0],
+        json!({"id": "A-1", "state": "sold", "place": 1})
+    );
+    app.send(bearer_json(
+        Method::POST,
+        uri,
+        bob,
+        &json!({"items": ["A-1"]}),
+    ))
+    .await
+    .err(StatusCode::CONFLICT, "HOLD_CONFLICT");
+    // The ended session can neither hold nor read the map.
+    app.send(bearer(Method::GET, uri, ann))
+        .await
+        .err(StatusCode::UNAUTHORIZED, "ACCESS_DENIED");
+    // The change is in the audit list.
+    let audit = app.admin(Method::GET, "/audit", None).await.ok();
+    assert!(audit.to_string().contains("\"inventory\""), "{audit}");
+}
+
+/// `session/extend`: a later end and a token that says so, up to `max_extensions`.
+#[tokio::test]
+async fn sessions_extend_over_http() {
+    let app = live_app();
+    app.put_event(
+        "ev",
+        json!({"session_max_sec": 600, "session_extend_sec": 120, "max_extensions": 1}),
+    )
+    .await;
+    let t = token(&app.join("ev", Some("ann")).await);
+    let g = app.enter(&t).await.ok();
+    let jwt = g["access_token"].as_str().unwrap();
+    let before = g["expires_at"].as_u64().unwrap();
+    let x = app
+        .send(bearer(Method::POST, "/api/v1/session/extend", jwt))
+        .await
+        .ok();
+    assert_eq!(x["expires_at"].as_u64().unwrap(), before + 120);
+    assert_eq!(x["token_type"], "Bearer");
+    let fresh = x["access_token"].as_str().unwrap();
+    let claims = app.state.access.verify(fresh).unwrap();
+    assert_eq!((claims.exp, claims.sub.as_str()), (before + 120, "ann"));
+    // The old token still names the session; the limit is a clear error.
+    app.send(bearer(Method::POST, "/api/v1/session/extend", jwt))
+        .await
+        .err(StatusCode::CONFLICT, "EXTENSION_LIMIT");
+    app.send(bearer(Method::POST, "/api/v1/session/extend", "x.y.z"))
+        .await
+        .err(StatusCode::UNAUTHORIZED, "ACCESS_DENIED");
+}

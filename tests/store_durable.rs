@@ -492,3 +492,61 @@ async fn restart_keeps_the_event_look() {
     assert_eq!(after.look.title.unwrap().ko.as_deref(), Some("봄"));
     assert_eq!(after.look.theme_color.as_deref(), Some("#123abc"));
 }
+
+/// Holds, sales and extensions are state like places: a restart finds each as it was
+/// acknowledged, and a deleted event's inventory does not come back.
+#[tokio::test]
+async fn holds_sales_and_extensions_survive_a_restart() {
+    use waitroom::core::ItemState;
+    let dir = tempfile::tempdir().unwrap();
+    let seats: Vec<String> = (1..=4).map(|i| format!("A-{i}")).collect();
+    let (a, b);
+    {
+        let store: Arc<dyn Store> =
+            Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, T0).unwrap());
+        let settings = serde_json::json!({"max_active": 3, "session_max_sec": 100,
+            "session_idle_sec": 1000, "session_extend_sec": 50, "max_extensions": 1});
+        make_event(&store, "ev", settings.clone()).await;
+        make_event(&store, "gone", settings).await;
+        store.put_inventory("ev", &seats, T0).await.unwrap();
+        store.put_inventory("gone", &seats, T0).await.unwrap();
+        a = join(&store, "ev", None, T0).await;
+        b = join(&store, "ev", None, T0).await;
+        for k in [a.key, b.key] {
+            store.enter("ev", k, T0).await.unwrap();
+        }
+        store.hold("ev", a.key, &seats[..2], T0 + S).await.unwrap();
+        store.hold("ev", b.key, &seats[2..3], T0 + S).await.unwrap();
+        store.complete("ev", b.key, T0 + 2 * S).await.unwrap();
+        store.extend("ev", a.key, T0 + 3 * S).await.unwrap();
+        store.delete_event("gone").await.unwrap();
+        store.close().await.unwrap();
+    }
+    let store: Arc<dyn Store> =
+        Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, T0 + 4 * S).unwrap());
+    let view = store.inventory("ev", T0 + 4 * S).await.unwrap();
+    let held = ItemState::Held {
+        seq: a.key.seq,
+        until: T0 + S + 300 * S,
+    };
+    let states: Vec<ItemState> = view.items.iter().map(|(_, s)| *s).collect();
+    assert_eq!(
+        states,
+        [
+            held,
+            held,
+            ItemState::Sold { seq: b.key.seq },
+            ItemState::Available
+        ]
+    );
+    assert_eq!((view.counts.held, view.counts.sold), (2, 1));
+    // The extension holds: the session ends at 100 + 50 s, and cannot be extended again.
+    let v = store.session("ev", a.key, T0 + 120 * S).await.unwrap();
+    assert_eq!(v.session_ends_at, Some(T0 + 150 * S));
+    assert_eq!(
+        qerr(store.extend("ev", a.key, T0 + 120 * S).await),
+        QueueError::ExtensionLimit
+    );
+    make_event(&store, "gone", serde_json::json!({})).await;
+    assert_eq!(store.inventory("gone", T0).await.unwrap().counts.total, 0);
+}

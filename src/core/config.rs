@@ -69,6 +69,18 @@ pub struct EventConfig {
     /// flat in the JSON.
     #[serde(flatten)]
     pub gate: GateRules,
+    /// How long a seat hold lasts (`core::holds`).
+    #[serde(default = "super::holds::default_hold_ttl_sec")]
+    pub hold_ttl_sec: u32,
+    /// Most items one session holds at once.
+    #[serde(default = "super::holds::default_max_holds_per_session")]
+    pub max_holds_per_session: u32,
+    /// What one `session/extend` adds to a session's maximum.
+    #[serde(default = "super::holds::default_session_extend_sec")]
+    pub session_extend_sec: u32,
+    /// How many times a session may be extended; 0: never.
+    #[serde(default)]
+    pub max_extensions: u32,
 }
 
 /// Who may join an event.
@@ -122,6 +134,10 @@ impl Default for EventConfig {
             rate_limits: None,
             look: Look::default(),
             gate: GateRules::default(),
+            hold_ttl_sec: super::holds::DEFAULT_HOLD_TTL_SEC,
+            max_holds_per_session: super::holds::DEFAULT_MAX_HOLDS_PER_SESSION,
+            session_extend_sec: super::holds::DEFAULT_SESSION_EXTEND_SEC,
+            max_extensions: super::holds::DEFAULT_MAX_EXTENSIONS,
         }
     }
 }
@@ -207,6 +223,14 @@ pub struct EventPatch {
     pub bypass_cidrs: Option<Vec<String>>,
     #[serde(default, deserialize_with = "nullable")]
     pub bypass_secret: Option<Option<String>>,
+    #[serde(default)]
+    pub hold_ttl_sec: Option<u64>,
+    #[serde(default)]
+    pub max_holds_per_session: Option<u64>,
+    #[serde(default)]
+    pub session_extend_sec: Option<u64>,
+    #[serde(default)]
+    pub max_extensions: Option<u64>,
 }
 
 /// Distinguishes "field absent" (outer `None`, via `#[serde(default)]`) from "field is null"
@@ -330,6 +354,7 @@ impl EventPatch {
         self.apply_trust(&mut c)?;
         self.apply_look(&mut c.look)?;
         self.apply_gate(&mut c.gate)?;
+        self.apply_sale(&mut c)?;
         if let Some(b) = self.pow_difficulty {
             if b > MAX_POW_BITS {
                 return Err(bad(format!(

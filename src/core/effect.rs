@@ -5,9 +5,9 @@
 
 use serde::Serialize;
 
-use super::Millis;
 #[cfg(doc)]
 use super::EXPIRED_RETENTION_MS;
+use super::{ItemState, Millis};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -62,6 +62,18 @@ pub enum Effect {
     InviteBound {
         code: Box<str>,
         holder: InviteHolder,
+    },
+    /// An inventory item is now in `state` (added, held, released or sold).
+    Item {
+        id: Box<str>,
+        state: ItemState,
+    },
+    /// A session was extended: `count` extensions so far, adding `extra_ms` in all to its
+    /// maximum.
+    Extended {
+        seq: u64,
+        count: u32,
+        extra_ms: Millis,
     },
 }
 

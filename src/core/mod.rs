@@ -16,6 +16,7 @@
 pub mod config;
 pub mod effect;
 pub mod gate;
+pub mod holds;
 pub mod look;
 pub mod pace;
 mod places;
@@ -26,6 +27,7 @@ pub mod view;
 pub use config::{validate_event_id, Access, EventConfig, EventPatch, RateLimits};
 pub use effect::{Effect, EndReason, InviteHolder};
 pub use gate::GateRules;
+pub use holds::{HeldItem, Inventory, InventoryCounts, InventoryView, ItemState, SessionHolds};
 pub use look::{Look, Texts};
 pub use pace::{Eta, Holds, Pace, RATE_WINDOW_MS};
 pub use queue::{EventQueue, JoinProof, QueueMeta, RestoredPlace, EXPIRED_RETENTION_MS};
@@ -66,12 +68,27 @@ pub enum QueueError {
     /// An invite code that is unknown, or already seats someone else.
     #[error("the invite code is unknown or already used")]
     InviteInvalid,
+    /// A hold of an item that another session holds, or that is sold.
+    #[error("an item is held by another session or sold")]
+    HoldConflict,
+    /// A hold of an item the event's inventory does not have.
+    #[error("an item is not in the event's inventory")]
+    ItemNotFound,
+    /// A hold past the event's `max_holds_per_session`.
+    #[error("the session would hold more items than the event allows")]
+    TooManyHolds,
+    /// More items than one inventory takes.
+    #[error("the inventory is full")]
+    InventoryFull,
+    /// A session extension past the event's `max_extensions`.
+    #[error("the session cannot be extended any further")]
+    ExtensionLimit,
 }
 
 impl QueueError {
     /// Every error that carries no detail, so can be named by its code alone (what the
     /// Redis script answers). `Invalid` carries a message and is never sent by a script.
-    pub const NAMED: [QueueError; 10] = [
+    pub const NAMED: [QueueError; 15] = [
         QueueError::EventNotFound,
         QueueError::EventClosed,
         QueueError::QueueFull,
@@ -82,6 +99,11 @@ impl QueueError {
         QueueError::AlreadyJoined,
         QueueError::InviteRequired,
         QueueError::InviteInvalid,
+        QueueError::HoldConflict,
+        QueueError::ItemNotFound,
+        QueueError::TooManyHolds,
+        QueueError::InventoryFull,
+        QueueError::ExtensionLimit,
     ];
 
     /// The code of [`QueueError::Invalid`], which is also the API's code of any bad input.
@@ -104,6 +126,11 @@ impl QueueError {
             QueueError::AlreadyJoined => "ALREADY_JOINED",
             QueueError::InviteRequired => "INVITE_REQUIRED",
             QueueError::InviteInvalid => "INVITE_INVALID",
+            QueueError::HoldConflict => "HOLD_CONFLICT",
+            QueueError::ItemNotFound => "ITEM_NOT_FOUND",
+            QueueError::TooManyHolds => "TOO_MANY_HOLDS",
+            QueueError::InventoryFull => "INVENTORY_FULL",
+            QueueError::ExtensionLimit => "EXTENSION_LIMIT",
         }
     }
 
@@ -157,7 +184,12 @@ mod tests {
             | QueueError::NoSession
             | QueueError::AlreadyJoined
             | QueueError::InviteRequired
-            | QueueError::InviteInvalid => {}
+            | QueueError::InviteInvalid
+            | QueueError::HoldConflict
+            | QueueError::ItemNotFound
+            | QueueError::TooManyHolds
+            | QueueError::InventoryFull
+            | QueueError::ExtensionLimit => {}
         }
     }
 }

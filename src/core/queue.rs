@@ -20,6 +20,7 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use serde::Serialize;
 
+use super::holds::Inventory;
 use super::pace::{Bucket, Holds, RATE_WINDOW_MS};
 use super::places::{Place, PlaceTable, ShardedMap, UserIndex};
 use super::rank::RankIndex;
@@ -94,6 +95,10 @@ pub struct EventQueue {
     holds: Holds,
     /// Invite codes, each with whom it seats once used.
     invites: HashMap<Box<str>, Option<InviteHolder>>,
+    /// Seats and other items, and the sessions that hold them (`sale.rs`).
+    inventory: Inventory,
+    /// Extended sessions: how many times, and the milliseconds added to their maximum.
+    extensions: HashMap<u64, (u32, Millis)>,
 }
 
 /// What a joiner showed besides a user id.
@@ -134,6 +139,8 @@ impl EventQueue {
             session_count: 0,
             holds: Holds::default(),
             invites: HashMap::new(),
+            inventory: Inventory::default(),
+            extensions: HashMap::new(),
         }
     }
 
@@ -211,7 +218,7 @@ impl EventQueue {
                 state,
                 sched: 0,
             };
-            p.sched = Self::deadline_of(&q.config, &p);
+            p.sched = Self::deadline_of(&q.config, &p, 0);
             q.places.insert(r.seq, p);
         }
         waiting.sort_unstable();
@@ -244,7 +251,8 @@ impl EventQueue {
         self.deadlines.clear();
         let mut entries = Vec::with_capacity(self.places.len());
         for (seq, p) in self.places.iter_mut() {
-            let d = Self::deadline_of(&self.config, p);
+            let extra = self.extensions.get(&seq).map_or(0, |e| e.1);
+            let d = Self::deadline_of(&self.config, p, extra);
             p.sched = d;
             entries.push(Reverse((d, seq)));
         }
@@ -253,14 +261,25 @@ impl EventQueue {
         self.admit(now, fx);
     }
 
-    fn deadline_of(c: &EventConfig, p: &Place) -> Millis {
-        Timeouts::of(c).deadline(p.state, p.last_seen, p.admitted_at, p.entered_at)
+    /// `extra`: what extensions added to the session's maximum.
+    fn deadline_of(c: &EventConfig, p: &Place, extra: Millis) -> Millis {
+        let mut t = Timeouts::of(c);
+        t.session_max_ms += extra;
+        t.deadline(p.state, p.last_seen, p.admitted_at, p.entered_at)
+    }
+
+    /// The place's timeouts: the event's, with its session's extensions.
+    fn timeouts_of(&self, seq: u64) -> Timeouts {
+        let mut t = Timeouts::of(&self.config);
+        t.session_max_ms += self.extensions.get(&seq).map_or(0, |e| e.1);
+        t
     }
 
     /// Files the place's current deadline if it is earlier than the one on file.
     fn schedule(&mut self, seq: u64) {
+        let extra = self.extensions.get(&seq).map_or(0, |e| e.1);
         if let Some(p) = self.places.get_mut(&seq) {
-            let d = Self::deadline_of(&self.config, p);
+            let d = Self::deadline_of(&self.config, p, extra);
             if d < p.sched {
                 p.sched = d;
                 self.deadlines.push(Reverse((d, seq)));
@@ -296,7 +315,8 @@ impl EventQueue {
             if p.sched != at {
                 continue; // superseded by an earlier entry that was already handled
             }
-            let d = Self::deadline_of(&self.config, p);
+            let extra = self.extensions.get(&seq).map_or(0, |e| e.1);
+            let d = Self::deadline_of(&self.config, p, extra);
             if d <= now {
                 self.end(seq, EndReason::Expired, d, now, fx);
                 ended = true;
@@ -376,6 +396,16 @@ impl EventQueue {
         if let Some(u) = &p.user_id {
             self.users.remove(u, seq);
         }
+        // The session's holds end with it, in this same step: sold when it completed,
+        // released on any other end.
+        if p.state == PlaceState::Active {
+            if reason == EndReason::Completed {
+                self.inventory.sell(seq, fx);
+            } else {
+                self.inventory.release(seq, None, fx);
+            }
+            self.extensions.remove(&seq);
+        }
         match reason {
             EndReason::Left | EndReason::Cleared => self.left += 1,
             EndReason::Completed => self.completed += 1,
@@ -447,7 +477,7 @@ impl EventQueue {
             },
             queue_length: self.rank.len(),
         };
-        PlaceView::new(facts, &Timeouts::of(&self.config), &self.pace(now), now)
+        PlaceView::new(facts, &self.timeouts_of(seq), &self.pace(now), now)
     }
 
     /// Joins the queue, or returns the live place the user already holds (with its
@@ -605,7 +635,7 @@ impl EventQueue {
             state: PlaceState::Waiting,
             sched: Millis::MAX,
         };
-        p.sched = Self::deadline_of(&self.config, &p);
+        p.sched = Self::deadline_of(&self.config, &p, 0);
         self.deadlines.push(Reverse((p.sched, seq)));
         self.places.insert(seq, p);
     }
@@ -732,7 +762,7 @@ impl EventQueue {
         Ok(self.view(key.seq, now))
     }
 
-    /// Ends an active session as used and hands its slot on.
+    /// Ends an active session as used and hands its slot on; its holds become sold.
     pub fn complete(
         &mut self,
         key: PlaceKey,
@@ -740,6 +770,8 @@ impl EventQueue {
         fx: &mut Vec<Effect>,
     ) -> Result<(), QueueError> {
         self.session(key, now, fx)?;
+        // A hold that lapsed is not sold.
+        self.inventory.expire(now, fx);
         self.end(key.seq, EndReason::Completed, now, now, fx);
         self.admit(now, fx);
         Ok(())
@@ -858,9 +890,18 @@ impl EventQueue {
         if with_user != self.users.len() {
             return Err("a user holds two places".into());
         }
+        self.inventory.check()?;
+        for seq in self.inventory.holders() {
+            if self.places.get(&seq).map(|p| p.state) != Some(PlaceState::Active) {
+                return Err(format!("place {seq} holds items without a session"));
+            }
+        }
         Ok(())
     }
 }
+
+#[path = "sale.rs"]
+mod sale;
 
 #[cfg(test)]
 #[path = "queue_tests.rs"]

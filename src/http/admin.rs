@@ -62,6 +62,11 @@ pub async fn require_admin(
     Ok(next.run(req).await)
 }
 
+/// The checked event id of a path (for the admin handlers of other files).
+pub(super) fn event_id_of(path: AppPath<String>) -> AppResult<String> {
+    event_id(path)
+}
+
 fn event_id(AppPath(id): AppPath<String>) -> AppResult<String> {
     validate_event_id(&id)?;
     Ok(id)

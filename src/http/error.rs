@@ -58,6 +58,11 @@ pub mod code {
         POW_REQUIRED = "POW_REQUIRED";
         POW_INVALID = "POW_INVALID";
         UPSTREAM_UNAVAILABLE = "UPSTREAM_UNAVAILABLE";
+        HOLD_CONFLICT = QueueError::HoldConflict.code();
+        ITEM_NOT_FOUND = QueueError::ItemNotFound.code();
+        TOO_MANY_HOLDS = QueueError::TooManyHolds.code();
+        INVENTORY_FULL = QueueError::InventoryFull.code();
+        EXTENSION_LIMIT = QueueError::ExtensionLimit.code();
     }
 }
 
@@ -136,11 +141,24 @@ pub enum AppError {
     /// fresh challenge.
     #[error("{0}: solve the new challenge and join again")]
     PowInvalid(PowError, Box<Challenge>),
+    /// A refusal of the sale's rules (holds, inventory, extensions): the queue error's own
+    /// code and message ([`AppError::sale_status`]).
+    #[error("{0}")]
+    Sale(QueueError),
 }
 
 impl AppError {
     pub fn invalid(msg: impl Into<String>) -> Self {
         AppError::InvalidRequest(msg.into())
+    }
+
+    /// The status of a sale refusal: an unknown item is not found, the others conflict
+    /// with the state of the sale.
+    fn sale_status(e: &QueueError) -> StatusCode {
+        match e {
+            QueueError::ItemNotFound => StatusCode::NOT_FOUND,
+            _ => StatusCode::CONFLICT,
+        }
     }
 
     pub fn status(&self) -> StatusCode {
@@ -159,6 +177,7 @@ impl AppError {
             QueueFull | Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             PowRequired(_) | PowInvalid(..) => StatusCode::PRECONDITION_REQUIRED,
+            Sale(e) => Self::sale_status(e),
         }
     }
 
@@ -190,6 +209,7 @@ impl AppError {
             Internal(_) => code::INTERNAL,
             PowRequired(_) => code::POW_REQUIRED,
             PowInvalid(..) => code::POW_INVALID,
+            Sale(e) => e.code(),
         }
     }
 
@@ -234,6 +254,11 @@ impl From<QueueError> for AppError {
             QueueError::AlreadyJoined => AppError::AlreadyJoined,
             QueueError::InviteRequired => AppError::InviteRequired,
             QueueError::InviteInvalid => AppError::InviteInvalid,
+            QueueError::HoldConflict
+            | QueueError::ItemNotFound
+            | QueueError::TooManyHolds
+            | QueueError::InventoryFull
+            | QueueError::ExtensionLimit => AppError::Sale(e),
         }
     }
 }

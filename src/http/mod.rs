@@ -63,6 +63,7 @@ pub mod pages;
 pub mod pow;
 pub mod queue;
 pub mod records;
+pub mod sale;
 
 pub use error::{AppError, AppResult};
 
@@ -217,6 +218,11 @@ fn routes(state: &AppState) -> Routes {
         get(records::history_csv)
     );
     route!(admin, admin!("/audit"), get(records::audit_list));
+    route!(
+        admin,
+        admin!("/events/{event_id}/inventory"),
+        put(sale::put_inventory).get(sale::get_inventory)
+    );
     let admin = admin.route_layer(middleware::from_fn_with_state(
         state.clone(),
         admin::require_admin,
@@ -250,6 +256,12 @@ fn routes(state: &AppState) -> Routes {
     );
     route!(api, api!("/openapi.json"), get(openapi::serve));
     route!(api, api!("/gate"), get(gate::gate));
+    route!(
+        api,
+        api!("/session/holds"),
+        get(sale::seat_map).post(sale::hold).delete(sale::release)
+    );
+    route!(api, api!("/session/extend"), post(sale::extend));
 
     let mut site = Routes::default();
     route!(site, "/.well-known/jwks.json", get(queue::jwks));

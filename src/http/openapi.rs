@@ -136,6 +136,12 @@ pub fn document() -> Value {
         wait,
         gate_queue_page,
         gate,
+        put_inventory,
+        get_inventory,
+        seat_map,
+        hold,
+        release_holds,
+        extend,
         theme,
         branding,
         booking,
@@ -389,6 +395,53 @@ fn index() {}
     responses((status = 200, description = "The waiting room", content_type = "text/html", body = String),
               (status = 404, description = "EVENT_NOT_FOUND (an HTML page for browsers)", body = ErrorBody)))]
 fn wait() {}
+
+#[utoipa::path(put, path = "/api/v1/admin/events/{event_id}/inventory", tag = "admin",
+    params(("event_id" = String, Path)),
+    request_body(content = Object, description = "`{\"items\": [\"A-1\", …]}`: items added (known ones keep their state)"),
+    responses(
+        (status = 200, description = "How many items were new", body = Object),
+        (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
+        (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody),
+        (status = 409, description = "INVENTORY_FULL", body = ErrorBody)))]
+fn put_inventory() {}
+
+#[utoipa::path(get, path = "/api/v1/admin/events/{event_id}/inventory", tag = "admin",
+    params(("event_id" = String, Path)),
+    responses(
+        (status = 200, description = "Available, held and sold counts and each item's state", body = Object),
+        (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
+fn get_inventory() {}
+
+#[utoipa::path(get, path = "/api/v1/session/holds", tag = "session",
+    responses(
+        (status = 200, description = "The seat map: every item's state, and this session's holds", body = Object),
+        (status = 401, description = "ACCESS_DENIED", body = ErrorBody)))]
+fn seat_map() {}
+
+#[utoipa::path(post, path = "/api/v1/session/holds", tag = "session",
+    request_body(content = Object, description = "`{\"items\": [\"A-1\", …]}`: all held or none"),
+    responses(
+        (status = 200, description = "This session's holds and their expiries", body = Object),
+        (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
+        (status = 401, description = "ACCESS_DENIED", body = ErrorBody),
+        (status = 404, description = "ITEM_NOT_FOUND", body = ErrorBody),
+        (status = 409, description = "HOLD_CONFLICT, TOO_MANY_HOLDS", body = ErrorBody)))]
+fn hold() {}
+
+#[utoipa::path(delete, path = "/api/v1/session/holds", tag = "session",
+    request_body(content = Object, description = "`{\"items\": […]}`, or no body to release every hold"),
+    responses(
+        (status = 200, description = "This session's holds after the release", body = Object),
+        (status = 401, description = "ACCESS_DENIED", body = ErrorBody)))]
+fn release_holds() {}
+
+#[utoipa::path(post, path = "/api/v1/session/extend", tag = "session",
+    responses(
+        (status = 200, description = "The session's new end and a refreshed access token", body = Object),
+        (status = 401, description = "ACCESS_DENIED", body = ErrorBody),
+        (status = 409, description = "EXTENSION_LIMIT", body = ErrorBody)))]
+fn extend() {}
 
 #[utoipa::path(get, path = "/wait/{event_id}/queue", tag = "pages",
     params(("event_id" = String, Path),

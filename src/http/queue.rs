@@ -260,7 +260,7 @@ pub async fn leave(
 
 /// The claims of a valid access token and the place its session names. Any flaw is
 /// `ACCESS_DENIED`: a protected site needs a yes or a no, not a diagnosis.
-fn access_claims(state: &AppState, jwt: &str) -> AppResult<(AccessClaims, PlaceKey)> {
+pub(super) fn access_claims(state: &AppState, jwt: &str) -> AppResult<(AccessClaims, PlaceKey)> {
     let claims = state
         .access
         .verify(jwt)

@@ -23,7 +23,8 @@ use super::{
     notices_of, EventSnapshot, JoinRequest, Notice, Store, StoreError, StoreResult, NOTICE_BUFFER,
 };
 use crate::core::{
-    Effect, EventConfig, EventPatch, EventQueue, HeadEntry, Millis, PlaceKey, PlaceView, QueueError,
+    Effect, EventConfig, EventPatch, EventQueue, HeadEntry, InventoryCounts, InventoryView, Millis,
+    PlaceKey, PlaceView, QueueError, SessionHolds,
 };
 use crate::telemetry;
 
@@ -473,6 +474,46 @@ impl Store for EmbeddedStore {
 
     fn subscribe(&self) -> broadcast::Receiver<Notice> {
         self.notices.subscribe()
+    }
+
+    async fn put_inventory(
+        &self,
+        event_id: &str,
+        items: &[String],
+        _now: Millis,
+    ) -> StoreResult<(u64, InventoryCounts)> {
+        self.with(event_id, |q, fx| q.put_inventory(items, fx))
+            .await
+    }
+
+    async fn inventory(&self, event_id: &str, now: Millis) -> StoreResult<InventoryView> {
+        self.with(event_id, |q, fx| Ok(q.inventory(now, fx))).await
+    }
+
+    async fn hold(
+        &self,
+        event_id: &str,
+        key: PlaceKey,
+        items: &[String],
+        now: Millis,
+    ) -> StoreResult<SessionHolds> {
+        self.with(event_id, |q, fx| q.hold(key, items, now, fx))
+            .await
+    }
+
+    async fn release(
+        &self,
+        event_id: &str,
+        key: PlaceKey,
+        items: Option<&[String]>,
+        now: Millis,
+    ) -> StoreResult<SessionHolds> {
+        self.with(event_id, |q, fx| q.release(key, items, now, fx))
+            .await
+    }
+
+    async fn extend(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {
+        self.with(event_id, |q, fx| q.extend(key, now, fx)).await
     }
 
     async fn close(&self) -> StoreResult<()> {

@@ -28,7 +28,10 @@ use tokio::time::Instant;
 
 use super::embedded::EmbeddedStore;
 use super::{EventSnapshot, JoinRequest, Notice, Store, StoreError, StoreResult};
-use crate::core::{EventConfig, EventPatch, HeadEntry, Millis, PlaceKey, PlaceView};
+use crate::core::{
+    EventConfig, EventPatch, HeadEntry, InventoryCounts, InventoryView, Millis, PlaceKey,
+    PlaceView, SessionHolds,
+};
 
 /// One operation of the [`Store`] trait (`subscribe`, which cannot fail, is not one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -57,6 +60,11 @@ pub enum Op {
     AuditEntries,
     Ping,
     Close,
+    PutInventory,
+    Inventory,
+    Hold,
+    Release,
+    Extend,
 }
 
 /// What an operation does instead of (or before) asking the inner store.
@@ -300,6 +308,48 @@ impl Store for FaultStore {
     async fn tick(&self, event_id: &str, now: Millis) -> StoreResult<Option<Millis>> {
         self.gate(Op::Tick).await?;
         self.inner.tick(event_id, now).await
+    }
+
+    async fn put_inventory(
+        &self,
+        event_id: &str,
+        items: &[String],
+        now: Millis,
+    ) -> StoreResult<(u64, InventoryCounts)> {
+        self.gate(Op::PutInventory).await?;
+        self.inner.put_inventory(event_id, items, now).await
+    }
+
+    async fn inventory(&self, event_id: &str, now: Millis) -> StoreResult<InventoryView> {
+        self.gate(Op::Inventory).await?;
+        self.inner.inventory(event_id, now).await
+    }
+
+    async fn hold(
+        &self,
+        event_id: &str,
+        key: PlaceKey,
+        items: &[String],
+        now: Millis,
+    ) -> StoreResult<SessionHolds> {
+        self.gate(Op::Hold).await?;
+        self.inner.hold(event_id, key, items, now).await
+    }
+
+    async fn release(
+        &self,
+        event_id: &str,
+        key: PlaceKey,
+        items: Option<&[String]>,
+        now: Millis,
+    ) -> StoreResult<SessionHolds> {
+        self.gate(Op::Release).await?;
+        self.inner.release(event_id, key, items, now).await
+    }
+
+    async fn extend(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {
+        self.gate(Op::Extend).await?;
+        self.inner.extend(event_id, key, now).await
     }
 
     async fn claim_once(

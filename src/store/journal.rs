@@ -23,6 +23,7 @@
 //! noticed, kept while `TOKEN_EXPIRED` is answered). Event ids never contain 0x00, so one
 //! prefix scan reads one event in join order. Keyspace `events`: `event_id` → config and counters.
 //! Keyspace `invites`: `event_id ‖ 0x00 ‖ code` → whom the code seats (`None` while unused).
+//! Kind 4 = a session's extensions and keyspace `items` (the inventory): `journal_sale.rs`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -36,6 +37,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use super::journal_sale::{self as sale, KIND_EXTENDED};
 use super::{watermark, StoreError};
 use crate::core::{
     Effect, EndReason, EventConfig, EventQueue, InviteHolder, Millis, QueueMeta, RestoredPlace,
@@ -361,7 +363,8 @@ impl Journal {
             KeyspaceCreateOptions::default().max_memtable_size(16 * 1024 * 1024)
         })?;
         let invites = db.keyspace("invites", KeyspaceCreateOptions::default)?;
-        let recovered = recover(&events, &places, &invites, now)?;
+        let items = db.keyspace("items", KeyspaceCreateOptions::default)?;
+        let recovered = recover(&events, &places, &invites, &items, now)?;
         restrict_tree(dir)?;
         let marker = watermark::Marker::new(dir)?;
         let configs: HashMap<String, EventConfig> = recovered
@@ -377,6 +380,7 @@ impl Journal {
             events,
             places,
             invites,
+            items,
             configs,
             mode,
             durable: durable_tx,
@@ -502,6 +506,7 @@ fn recover(
     events: &Keyspace,
     places: &Keyspace,
     invites: &Keyspace,
+    items: &Keyspace,
     now: Millis,
 ) -> anyhow::Result<Recovered> {
     let mut out = Vec::new();
@@ -522,6 +527,7 @@ fn recover(
         let rec = known.remove(&id).expect("listed");
         let mut restored: Vec<RestoredPlace> = Vec::new();
         let mut tombstones = Vec::new();
+        let mut extensions = Vec::new();
         for kv in places.prefix(event_prefix(&id)) {
             let (k, v) = kv.into_inner()?;
             let tail = &k[id.len() + 1..];
@@ -569,6 +575,11 @@ fn recover(
                         postcard::from_bytes(&v).map_err(|e| bad("expiry", e))?;
                     tombstones.push((seq, nonce, at));
                 }
+                KIND_EXTENDED => {
+                    let (count, extra) =
+                        sale::read_extension(&v).map_err(|e| bad("extension", e))?;
+                    extensions.push((seq, count, extra));
+                }
                 other => anyhow::bail!(
                     "place {seq} in event {id:?} has a record of unknown kind {other}"
                 ),
@@ -587,6 +598,8 @@ fn recover(
             codes.push((code.into(), holder));
         }
         queue.restore_invites(codes);
+        queue.restore_extensions(extensions);
+        queue.restore_items(sale::recover_items(items, &id)?);
         out.push((id, queue));
     }
     Ok(Recovered {
@@ -600,6 +613,7 @@ struct Writer {
     events: Keyspace,
     places: Keyspace,
     invites: Keyspace,
+    items: Keyspace,
     /// Latest config per event, so changes that carry only counters can still write the
     /// whole event record.
     configs: HashMap<String, EventConfig>,
@@ -696,6 +710,7 @@ impl Writer {
         let mut place_ops: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
         let mut event_ops: BTreeMap<String, Option<Vec<u8>>> = BTreeMap::new();
         let mut invite_ops: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
+        let mut item_ops = sale::Ops::new();
         for change in group {
             match change {
                 Change::Event {
@@ -715,6 +730,9 @@ impl Writer {
                             Effect::InviteBound { code, holder } => {
                                 let k = [event_prefix(&event_id), code.as_bytes().to_vec()];
                                 invite_ops.insert(k.concat(), Some(enc(&Some(holder))));
+                            }
+                            Effect::Item { id, state } => {
+                                sale::record_item(&mut item_ops, &event_id, &id, &state);
                             }
                             fx => apply_effect(&mut place_ops, &event_id, fx),
                         }
@@ -755,6 +773,7 @@ impl Writer {
                     for kv in self.invites.prefix(&prefix) {
                         invite_ops.insert(kv.key()?.to_vec(), None);
                     }
+                    sale::drop_items(&mut item_ops, &self.items, &event_id)?;
                     self.configs.remove(&*event_id);
                     event_ops.insert(event_id.to_string(), None);
                 }
@@ -771,6 +790,12 @@ impl Writer {
             match v {
                 Some(v) => batch.insert(&self.invites, k, v),
                 None => batch.remove(&self.invites, k),
+            }
+        }
+        for (k, v) in item_ops {
+            match v {
+                Some(v) => batch.insert(&self.items, k, v),
+                None => batch.remove(&self.items, k),
             }
         }
         for (k, v) in event_ops {
@@ -814,7 +839,7 @@ fn apply_effect(ops: &mut BTreeMap<Vec<u8>, Option<Vec<u8>>>, ev: &str, fx: Effe
             noticed_at,
             ..
         } => {
-            for kind in [KIND_JOINED, KIND_ADMITTED, KIND_ENTERED] {
+            for kind in [KIND_JOINED, KIND_ADMITTED, KIND_ENTERED, KIND_EXTENDED] {
                 ops.insert(place_key(ev, seq, kind), None);
             }
             if reason == EndReason::Expired {
@@ -828,8 +853,18 @@ fn apply_effect(ops: &mut BTreeMap<Vec<u8>, Option<Vec<u8>>>, ev: &str, fx: Effe
         Effect::Forgotten { seq } => {
             ops.insert(place_key(ev, seq, KIND_EXPIRED), None);
         }
-        // Written to the `invites` keyspace by `Writer::write`.
-        Effect::Invited { .. } | Effect::InviteBound { .. } => {}
+        Effect::Extended {
+            seq,
+            count,
+            extra_ms,
+        } => {
+            ops.insert(
+                place_key(ev, seq, KIND_EXTENDED),
+                Some(sale::extension_value(count, extra_ms)),
+            );
+        }
+        // Written to the `invites` and `items` keyspaces by `Writer::write`.
+        Effect::Invited { .. } | Effect::InviteBound { .. } | Effect::Item { .. } => {}
     }
 }
 

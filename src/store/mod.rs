@@ -18,14 +18,15 @@ use serde::Serialize;
 use tokio::sync::broadcast;
 
 use crate::core::{
-    Effect, EndReason, EventConfig, EventFigures, EventPatch, HeadEntry, Millis, PlaceKey,
-    PlaceView, QueueError,
+    Effect, EndReason, EventConfig, EventFigures, EventPatch, HeadEntry, InventoryCounts,
+    InventoryView, Millis, PlaceKey, PlaceView, QueueError, SessionHolds,
 };
 
 pub mod audit_file;
 pub mod embedded;
 pub mod fault;
 pub mod journal;
+mod journal_sale;
 pub mod redis;
 pub mod watermark;
 
@@ -105,7 +106,9 @@ pub fn notices_of(event_id: &Arc<str>, fx: &[Effect]) -> Vec<Notice> {
             Effect::Entered { .. }
             | Effect::Forgotten { .. }
             | Effect::Invited { .. }
-            | Effect::InviteBound { .. } => {}
+            | Effect::InviteBound { .. }
+            | Effect::Item { .. }
+            | Effect::Extended { .. } => {}
         }
     }
     if moved {
@@ -278,6 +281,51 @@ pub trait Store: Send + Sync + 'static {
 
     /// Answers when the backend is reachable (for `/readyz`).
     async fn ping(&self) -> StoreResult<()>;
+
+    /// Adds items (seat ids) to the event's inventory, available; ids it knows keep their
+    /// state. Answers how many were new and the counts after. Errors: `EventNotFound`,
+    /// `Invalid` (an id that is not 1-64 of `[A-Za-z0-9._:-]`), `InventoryFull` (nothing
+    /// added) past `core::holds::MAX_ITEMS`. Durable before it answers.
+    async fn put_inventory(
+        &self,
+        event_id: &str,
+        items: &[String],
+        now: Millis,
+    ) -> StoreResult<(u64, InventoryCounts)>;
+
+    /// Every item with its state (ordered by id) and the counts, after ending what is due
+    /// and releasing lapsed holds. `EventNotFound` if unknown.
+    async fn inventory(&self, event_id: &str, now: Millis) -> StoreResult<InventoryView>;
+
+    /// Holds `items` for the active session of `key` until `now + hold_ttl_sec`, all or
+    /// none, in one atomic step: no item is ever held or sold by two sessions. Items the
+    /// session holds already are renewed. Answers everything the session holds. Errors:
+    /// `NoSession`, `ItemNotFound`, `HoldConflict` (held by another session, or sold),
+    /// `TooManyHolds` (past `max_holds_per_session`), as the first failing check says.
+    /// Every end of the session releases its holds in the step that ends it, except
+    /// `complete`, which sells them.
+    async fn hold(
+        &self,
+        event_id: &str,
+        key: PlaceKey,
+        items: &[String],
+        now: Millis,
+    ) -> StoreResult<SessionHolds>;
+
+    /// Releases the session's holds of `items` (every hold with `None`); items it does not
+    /// hold are ignored. Answers what it still holds. `NoSession` unless active.
+    async fn release(
+        &self,
+        event_id: &str,
+        key: PlaceKey,
+        items: Option<&[String]>,
+        now: Millis,
+    ) -> StoreResult<SessionHolds>;
+
+    /// Adds `session_extend_sec` to the active session's maximum and renews its idle
+    /// deadline; answers the session with its new end. Errors: `NoSession`,
+    /// `ExtensionLimit` (already extended `max_extensions` times).
+    async fn extend(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView>;
 
     /// Notices of changes on any node (live updates, the scheduler's wake-ups, gauges of
     /// deleted events). Every call answers a new receiver.

@@ -10,6 +10,10 @@ use waitroom::core::{EventPatch, Millis, PlaceKey, PlaceState, QueueError};
 use waitroom::store::{JoinRequest, Notice, Store, StoreError};
 use waitroom::tokens::random_u128;
 
+mod holds;
+#[allow(unused_imports)] // each test binary uses the part it needs
+pub use holds::*;
+
 pub const T0: Millis = 1_700_000_000_000;
 pub const S: Millis = 1000;
 
@@ -32,7 +36,11 @@ macro_rules! store_conformance {
             claims_are_single_use_until_expiry, proven_join_replaces_a_squatted_place,
             unproven_invite_binds_the_place, event_look_round_trips,
             the_estimate_learns_from_ended_holds, audit_list_is_newest_first_and_capped,
-            memory_use_is_unknown_or_grows);
+            memory_use_is_unknown_or_grows,
+            holds_are_exclusive_and_all_or_nothing, holds_need_an_active_session,
+            every_session_end_releases_its_holds, holds_lapse_after_their_ttl,
+            sessions_extend_up_to_the_limit, racing_holds_never_share_a_seat,
+            delete_event_removes_inventory);
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
         $(

@@ -4,23 +4,40 @@
 //! guarantees: fair order, exact positions, no over-admission, one place per user, timely
 //! expiry, and slots handed on.
 //!
+//! The sale is modelled too: a handful of seats, held, released, lapsing and sold by the
+//! sessions, compared item by item with the store after every step (no seat ever has two
+//! holders or two buyers: the model has one state per seat, and the store must match it),
+//! and session extensions moving a session's maximum.
+//!
 //! The model does not re-implement the token bucket of `admit_per_minute`: with a pace set,
 //! it accepts the store's choice of *how many* to admit, and checks *which* (the first in
 //! line), that it fits the room, and that the count stays within the configured budget.
 
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use proptest::prelude::*;
 use proptest::sample::Index;
 use waitroom::core::{
-    EventConfig, EventPatch, Millis, PlaceKey, PlaceState, QueueError, EXPIRED_RETENTION_MS,
+    EventConfig, EventPatch, ItemState, Millis, PlaceKey, PlaceState, QueueError,
+    EXPIRED_RETENTION_MS,
 };
 use waitroom::store::{JoinRequest, Store, StoreError};
 
 const T0: Millis = 1_700_000_000_000;
 const USERS: [&str; 4] = ["ann", "bob", "cy", "dee"];
+/// The seats of the modelled event.
+const SEATS: usize = 6;
+const HOLD_TTL_SEC: u64 = 3;
+const MAX_HOLDS: usize = 2;
+const EXTEND_SEC: u64 = 2;
+const MAX_EXTENSIONS: u32 = 2;
+
+fn seat(i: usize) -> String {
+    format!("S-{i}")
+}
 
 #[derive(Debug, Clone)]
 pub enum Op {
@@ -36,6 +53,11 @@ pub enum Op {
     Tick,
     Advance(Millis),
     Configure(Settings),
+    /// A session holds these seats.
+    Hold(Index, Vec<usize>),
+    /// A session releases these seats (all of its holds with `None`).
+    Release(Index, Option<Vec<usize>>),
+    Extend(Index),
 }
 
 #[derive(Debug, Clone)]
@@ -96,6 +118,11 @@ pub fn op() -> impl Strategy<Value = Op> {
         2 => Just(Op::Tick),
         4 => (1u64..4000).prop_map(Op::Advance),
         1 => settings().prop_map(Op::Configure),
+        4 => (any::<Index>(), prop::collection::vec(0..SEATS, 1..4))
+            .prop_map(|(ix, s)| Op::Hold(ix, s)),
+        1 => (any::<Index>(), prop::option::of(prop::collection::vec(0..SEATS, 1..3)))
+            .prop_map(|(ix, s)| Op::Release(ix, s)),
+        1 => any::<Index>().prop_map(Op::Extend),
     ]
 }
 
@@ -120,6 +147,17 @@ struct MPlace {
     last_seen: Millis,
     admitted_at: Millis,
     entered_at: Millis,
+    /// Session extensions: how many, and the milliseconds they added to the maximum.
+    extensions: u32,
+    extra: Millis,
+}
+
+/// A seat: available, held by place `i` until a time, or sold to place `i`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum MSeat {
+    Free,
+    Held(usize, Millis),
+    Sold(usize),
 }
 
 struct Model {
@@ -129,6 +167,7 @@ struct Model {
     /// Admissions since the pace was last set, and when it was set, for the budget check.
     paced_admissions: u64,
     pace_since: Millis,
+    seats: Vec<MSeat>,
 }
 
 impl Model {
@@ -149,9 +188,10 @@ impl Model {
         match p.state {
             MState::Waiting => Some(p.last_seen + s(c.waiting_idle_sec)),
             MState::Admitted => Some(p.admitted_at + s(c.ready_ttl_sec)),
-            MState::Active => {
-                Some((p.last_seen + s(c.session_idle_sec)).min(p.entered_at + s(c.session_max_sec)))
-            }
+            MState::Active => Some(
+                (p.last_seen + s(c.session_idle_sec))
+                    .min(p.entered_at + s(c.session_max_sec) + p.extra),
+            ),
             _ => None,
         }
     }
@@ -161,6 +201,19 @@ impl Model {
         for i in 0..self.places.len() {
             if self.deadline(&self.places[i]).is_some_and(|d| d <= now) {
                 self.places[i].state = MState::Expired(now);
+            }
+        }
+        self.free_seats();
+    }
+
+    /// Holds lapse at their deadline; a place that is no longer in session holds nothing
+    /// (whatever ended it: the store releases in the same step).
+    fn free_seats(&mut self) {
+        for i in 0..SEATS {
+            if let MSeat::Held(p, until) = self.seats[i] {
+                if until <= self.now || self.places[p].state != MState::Active {
+                    self.seats[i] = MSeat::Free;
+                }
             }
         }
     }
@@ -246,6 +299,14 @@ fn patch_of(s: &Settings) -> EventPatch {
 pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let rt = rt();
     let ev = "prop";
+    let sale = serde_json::from_value(serde_json::json!({
+        "hold_ttl_sec": HOLD_TTL_SEC, "max_holds_per_session": MAX_HOLDS,
+        "session_extend_sec": EXTEND_SEC, "max_extensions": MAX_EXTENSIONS,
+    }))
+    .unwrap();
+    rt.block_on(store.put_event(ev, &sale, T0)).unwrap();
+    let seats: Vec<String> = (0..SEATS).map(seat).collect();
+    rt.block_on(store.put_inventory(ev, &seats, T0)).unwrap();
     let initial = Settings {
         max_active: 2,
         ratio: 1.0,
@@ -267,6 +328,7 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
         now: T0,
         paced_admissions: 0,
         pace_since: T0,
+        seats: vec![MSeat::Free; SEATS],
     };
     let mut nonce = 0u128;
     for (step, op) in ops.into_iter().enumerate() {
@@ -354,6 +416,8 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                         last_seen: m.now,
                         admitted_at: 0,
                         entered_at: 0,
+                        extensions: 0,
+                        extra: 0,
                     });
                 }
             }
@@ -416,6 +480,12 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                 if m.places[i].state == MState::Active {
                     prop_assert_eq!(got, Ok(()), "step {}", step);
                     if complete {
+                        // Its holds are sold, in the same step.
+                        for s in m.seats.iter_mut() {
+                            if matches!(*s, MSeat::Held(p, _) if p == i) {
+                                *s = MSeat::Sold(i);
+                            }
+                        }
                         m.places[i].state = MState::Gone;
                     } else {
                         m.places[i].last_seen = m.now;
@@ -442,10 +512,102 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                 m.cfg = cfg;
                 m.expire();
             }
+            Op::Hold(ix, want) => {
+                let Some(i) = pick(ix, &m) else { continue };
+                let names: Vec<String> = want.iter().map(|&s| seat(s)).collect();
+                let got = qerr(rt.block_on(store.hold(ev, m.places[i].key, &names, m.now)));
+                let want_err = model_hold(&m, i, want);
+                match want_err {
+                    Some(e) => prop_assert_eq!(got.map(|_| ()), Err(e), "step {}", step),
+                    None => {
+                        let until = m.now + HOLD_TTL_SEC * 1000;
+                        for &s in want {
+                            m.seats[s] = MSeat::Held(i, until);
+                        }
+                        let got = got.map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
+                        let mut mine: Vec<String> = (0..SEATS)
+                            .filter(|&s| matches!(m.seats[s], MSeat::Held(p, _) if p == i))
+                            .map(seat)
+                            .collect();
+                        mine.sort();
+                        let got: Vec<String> = got.holds.into_iter().map(|h| h.item).collect();
+                        prop_assert_eq!(got, mine, "step {}: holds answered", step);
+                    }
+                }
+            }
+            Op::Release(ix, which) => {
+                let Some(i) = pick(ix, &m) else { continue };
+                let names: Option<Vec<String>> =
+                    which.as_ref().map(|w| w.iter().map(|&s| seat(s)).collect());
+                let got =
+                    qerr(rt.block_on(store.release(ev, m.places[i].key, names.as_deref(), m.now)));
+                if m.places[i].state != MState::Active {
+                    prop_assert_eq!(got.map(|_| ()), Err(QueueError::NoSession), "step {}", step);
+                } else {
+                    prop_assert!(got.is_ok(), "step {}: release failed", step);
+                    for s in 0..SEATS {
+                        let chosen = which.as_ref().is_none_or(|w| w.contains(&s));
+                        if chosen && matches!(m.seats[s], MSeat::Held(p, _) if p == i) {
+                            m.seats[s] = MSeat::Free;
+                        }
+                    }
+                }
+            }
+            Op::Extend(ix) => {
+                let Some(i) = pick(ix, &m) else { continue };
+                let got = qerr(rt.block_on(store.extend(ev, m.places[i].key, m.now)));
+                let p = &mut m.places[i];
+                if p.state != MState::Active {
+                    prop_assert_eq!(got.map(|_| ()), Err(QueueError::NoSession), "step {}", step);
+                } else if p.extensions >= MAX_EXTENSIONS {
+                    prop_assert_eq!(
+                        got.map(|_| ()),
+                        Err(QueueError::ExtensionLimit),
+                        "step {}",
+                        step
+                    );
+                } else {
+                    p.extensions += 1;
+                    p.extra += EXTEND_SEC * 1000;
+                    p.last_seen = m.now;
+                    let ends = p.entered_at + Millis::from(m.cfg.session_max_sec) * 1000 + p.extra;
+                    prop_assert_eq!(
+                        got.map(|v| v.session_ends_at),
+                        Ok(Some(ends)),
+                        "step {}",
+                        step
+                    );
+                }
+            }
         }
+        m.free_seats();
         after_step(&rt, &store, ev, &mut m, step, &op, before_held)?;
     }
     Ok(())
+}
+
+/// The refusal the rules give a hold of `want` by place `i`, if any (checked in the order
+/// given, after the session check).
+fn model_hold(m: &Model, i: usize, want: &[usize]) -> Option<QueueError> {
+    if m.places[i].state != MState::Active {
+        return Some(QueueError::NoSession);
+    }
+    let mut fresh = std::collections::BTreeSet::new();
+    for &s in want {
+        match m.seats[s] {
+            MSeat::Free => {
+                fresh.insert(s);
+            }
+            MSeat::Held(p, _) if p == i => {}
+            _ => return Some(QueueError::HoldConflict),
+        }
+    }
+    let mine = m
+        .seats
+        .iter()
+        .filter(|s| matches!(s, MSeat::Held(p, _) if *p == i))
+        .count();
+    (mine + fresh.len() > MAX_HOLDS).then_some(QueueError::TooManyHolds)
 }
 
 /// Applies the admissions the store made, after checking they are the ones the rules allow:
@@ -584,6 +746,34 @@ fn after_step(
         .figures;
     prop_assert_eq!(f.waiting, waiting_total, "step {}: figures.waiting", step);
     prop_assert_eq!(f.admitted + f.active, held, "step {}: figures held", step);
+    // Every seat as the model has it: one state each, so never two holders or buyers.
+    let inv = qerr(rt.block_on(store.inventory(ev, m.now))).unwrap();
+    let got: BTreeMap<String, ItemState> = inv.items.into_iter().collect();
+    prop_assert_eq!(got.len(), SEATS, "step {}: seats", step);
+    for s in 0..SEATS {
+        let want = match m.seats[s] {
+            MSeat::Free => ItemState::Available,
+            MSeat::Held(p, until) => ItemState::Held {
+                seq: m.places[p].key.seq,
+                until,
+            },
+            MSeat::Sold(p) => ItemState::Sold {
+                seq: m.places[p].key.seq,
+            },
+        };
+        prop_assert_eq!(got[&seat(s)], want, "step {} ({:?}): seat {}", step, op, s);
+    }
+    let held_seats = m
+        .seats
+        .iter()
+        .filter(|s| matches!(s, MSeat::Held(..)))
+        .count();
+    prop_assert_eq!(
+        inv.counts.held,
+        held_seats as u64,
+        "step {}: held count",
+        step
+    );
     // One place per user.
     for u in 0..USERS.len() {
         let live = m

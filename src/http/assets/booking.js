@@ -18,6 +18,9 @@
       back: 'Back to the start', rejoin: 'Go to the waiting room', failed: 'Could not complete the booking. Please try again.',
       demoNote: 'This is the built-in demo site: nothing is charged.', title: 'Demo booking',
       alreadyTitle: 'You have already booked', alreadyLead: 'Thank you! This booking is complete and your seats are yours. There is nothing more to do here.',
+      seatHelp: 'Tap a seat to hold it; tap it again to let it go.', free: 'Free', yours: 'Held for you', taken: 'Taken',
+      held: 'Held for you: {s} (for {t})', noneHeld: 'No seats held yet.', buy: 'Buy {n} seats', seatTaken: 'Someone else has just taken that seat.',
+      tooMany: 'You cannot hold more seats.', seat: 'Seat {s}',
     },
     ko: {
       brand: '데모 예매', checking: '입장 권한을 확인하는 중…', verified: '✓ 입장이 확인되었습니다',
@@ -29,6 +32,9 @@
       back: '처음으로', rejoin: '대기실로 가기', failed: '예매를 완료하지 못했습니다. 다시 시도해 주세요.',
       demoNote: '내장 데모 사이트입니다. 실제로 결제되지 않습니다.', title: '데모 예매',
       alreadyTitle: '이미 예매를 마쳤습니다', alreadyLead: '감사합니다! 예매가 완료되어 좌석이 확보되었습니다. 더 하실 일은 없습니다.',
+      seatHelp: '좌석을 누르면 확보되고, 다시 누르면 풀립니다.', free: '선택 가능', yours: '내 좌석', taken: '선택 불가',
+      held: '확보한 좌석: {s} ({t} 남음)', noneHeld: '아직 확보한 좌석이 없습니다.', buy: '{n}석 구매하기', seatTaken: '방금 다른 분이 그 좌석을 선택했습니다.',
+      tooMany: '더 이상 좌석을 확보할 수 없습니다.', seat: '{s} 좌석',
     },
   };
   const { t, api, el, show, store } = WR;
@@ -40,6 +46,9 @@
   let claims = null;
   let phase = 'checking';
   let timer = null;
+  // The seat map (GET /session/holds): null until read, or when the event sells no seats.
+  let seats = null;
+  let holds = [];
 
   // Take the token out of the address bar (it should not linger in history or be shared by
   // copying the URL); keep it for reloads of this tab only.
@@ -74,11 +83,76 @@
     if (claims && phase === 'booking') {
       el('session-left').textContent = t('left', { t: mmss(claims.expires_at - Date.now() / 1000) });
     }
+    renderSeats();
     const eventId = claims ? claims.event_id : booked();
     const waitUrl = eventId ? '/wait/' + encodeURIComponent(eventId) : '/';
     el('rejoin').href = waitUrl;
     el('back').href = waitUrl;
     document.title = t('title');
+  }
+
+  // Draws the seat map, one row per letter; the person's own holds and the buy button.
+  function renderSeats() {
+    const map = seats && seats.length > 0;
+    show('seatmap', !!map && phase === 'booking');
+    show('areas', !map);
+    if (!map) { el('complete').textContent = t('complete'); return; }
+    const box = el('seats');
+    box.replaceChildren();
+    const rows = new Map();
+    for (const s of seats) {
+      const row = s.id.split('-')[0];
+      if (!rows.has(row)) rows.set(row, []);
+      rows.get(row).push(s);
+    }
+    for (const [name, list] of rows) {
+      const line = document.createElement('div');
+      line.className = 'seat-row';
+      const label = document.createElement('span');
+      label.className = 'row-name';
+      label.textContent = name;
+      line.append(label);
+      for (const s of list) {
+        const b = document.createElement('button');
+        b.type = 'button';
+        b.className = 'seat ' + (s.state === 'mine' ? 'mine' : s.state === 'available' ? 'available' : 'taken');
+        b.dataset.seat = s.id;
+        b.textContent = s.id.split('-').slice(1).join('-') || s.id;
+        b.disabled = s.state === 'held' || s.state === 'sold';
+        b.setAttribute('aria-pressed', s.state === 'mine' ? 'true' : 'false');
+        b.setAttribute('aria-label', t('seat', { s: s.id }));
+        line.append(b);
+      }
+      box.append(line);
+    }
+    const mine = holds.map((h) => h.item);
+    const left = holds.length ? Math.min(...holds.map((h) => h.expires_at)) / 1000 - Date.now() / 1000 : 0;
+    el('held-line').textContent = mine.length ? t('held', { s: mine.join(', '), t: mmss(left) }) : t('noneHeld');
+    el('complete').textContent = mine.length ? t('buy', { n: mine.length }) : t('complete');
+  }
+
+  async function loadSeats() {
+    const r = await api('GET', '/api/v1/session/holds', { token });
+    if (!r.ok) return;
+    seats = r.data.items;
+    holds = r.data.holds;
+    render();
+  }
+
+  // A tap holds a free seat or lets one of the person's own go; the store answers for
+  // everyone at once, so a seat someone else took first is refused and the map redrawn.
+  async function toggleSeat(e) {
+    const b = e.target.closest('button.seat');
+    if (!b || b.disabled) return;
+    el('booking-error').textContent = '';
+    const mine = b.classList.contains('mine');
+    const r = await api(mine ? 'DELETE' : 'POST', '/api/v1/session/holds', { token, body: { items: [b.dataset.seat] } });
+    if (!r.ok) {
+      if (r.code === 'HOLD_CONFLICT') el('booking-error').textContent = t('seatTaken');
+      else if (r.code === 'TOO_MANY_HOLDS') el('booking-error').textContent = t('tooMany');
+      else if (r.status === 401) { phase = 'invalid'; render(); return; }
+    }
+    await loadSeats();
   }
 
   // The event whose booking this tab completed, if it is this page's event.
@@ -102,11 +176,14 @@
     const ev = await api('GET', '/api/v1/events/' + encodeURIComponent(claims.event_id));
     if (ev.ok) el('event-name').textContent = WR.pick(ev.data.title) || ev.data.name || ev.data.event_id;
     render();
-    // Countdown each second; a session heartbeat every 20 s keeps an idle session open.
+    await loadSeats();
+    // Countdown each second; a session heartbeat every 20 s keeps an idle session open; the
+    // seat map is read again every 5 s (others hold and buy meanwhile).
     let n = 0;
     timer = setInterval(() => {
       n += 1;
       if (n % 20 === 0) api('POST', '/api/v1/session/heartbeat', { token });
+      if (n % 5 === 0 && seats && seats.length) loadSeats();
       render();
     }, 1000);
   }
@@ -141,5 +218,6 @@
 
   WR.setup(TEXT, render);
   el('booking-form').addEventListener('submit', complete);
+  el('seats').addEventListener('click', toggleSeat);
   verify();
 })();

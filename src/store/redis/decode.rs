@@ -148,7 +148,10 @@ pub(super) fn place_view(payload: &Value, ctx: &Ctx, now: Millis) -> Result<Plac
         position: uint(field(a, 8)?)?,
         queue_length: uint(field(a, 9)?)?,
     };
-    Ok(PlaceView::new(facts, &ctx.timeouts, &ctx.pace, now))
+    // What the session's extensions added to its maximum (absent from older scripts).
+    let mut t = ctx.timeouts;
+    t.session_max_ms += a.get(10).map(uint).transpose()?.unwrap_or(0);
+    Ok(PlaceView::new(facts, &t, &ctx.pace, now))
 }
 
 /// The context `ctx` in `rules.lua` answers.

@@ -43,6 +43,7 @@
 
 mod decode;
 mod relay;
+mod sale;
 mod script;
 pub mod sentinel;
 
@@ -63,8 +64,8 @@ use super::{
     notices_of, EventSnapshot, JoinRequest, Notice, Store, StoreError, StoreResult, NOTICE_BUFFER,
 };
 use crate::core::{
-    validate_event_id, Access, Effect, EventConfig, EventPatch, HeadEntry, Millis, PlaceKey,
-    PlaceView, QueueError,
+    validate_event_id, Access, Effect, EventConfig, EventPatch, HeadEntry, InventoryCounts,
+    InventoryView, Millis, PlaceKey, PlaceView, QueueError, SessionHolds,
 };
 use crate::telemetry;
 use decode::{array, field, int, queue_error, text, uint, unexpected, Malformed, Reply};
@@ -744,6 +745,44 @@ impl Store for RedisStore {
             .place_op(event_id, "complete", key, now)
             .await
             .map(|_| ())
+    }
+
+    // The sale's operations: `sale.rs`.
+    async fn put_inventory(
+        &self,
+        event_id: &str,
+        items: &[String],
+        now: Millis,
+    ) -> StoreResult<(u64, InventoryCounts)> {
+        self.inner.put_inventory(event_id, items, now).await
+    }
+
+    async fn inventory(&self, event_id: &str, now: Millis) -> StoreResult<InventoryView> {
+        self.inner.inventory(event_id, now).await
+    }
+
+    async fn hold(
+        &self,
+        event_id: &str,
+        key: PlaceKey,
+        items: &[String],
+        now: Millis,
+    ) -> StoreResult<SessionHolds> {
+        self.inner.hold(event_id, key, items, now).await
+    }
+
+    async fn release(
+        &self,
+        event_id: &str,
+        key: PlaceKey,
+        items: Option<&[String]>,
+        now: Millis,
+    ) -> StoreResult<SessionHolds> {
+        self.inner.release(event_id, key, items, now).await
+    }
+
+    async fn extend(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {
+        self.inner.extend(event_id, key, now).await
     }
 
     /// Periodic work, on the lease holder only (see the module doc). A node that does not

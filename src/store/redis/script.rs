@@ -14,11 +14,11 @@ use redis::Script;
 
 #[cfg(doc)]
 use crate::core::QueueError;
-use crate::core::{EndReason, Millis, EXPIRED_RETENTION_MS, RATE_WINDOW_MS};
+use crate::core::{holds, EndReason, Millis, EXPIRED_RETENTION_MS, RATE_WINDOW_MS};
 
 /// An event's keys, in the order the script receives them as `KEYS`: the suffix after
 /// `prefix:{event}:` and the Lua name it is bound to (`lua/rules.lua` says what each holds).
-pub(super) const KEYS: [(&str, &str); 14] = [
+pub(super) const KEYS: [(&str, &str); 18] = [
     ("m", "K_META"),
     ("p", "K_PLACES"),
     ("u", "K_USERS"),
@@ -33,6 +33,10 @@ pub(super) const KEYS: [(&str, &str); 14] = [
     ("md", "K_METADATA"),
     ("l", "K_LEASE"),
     ("iv", "K_INVITES"),
+    ("it", "K_ITEMS"),
+    ("hu", "K_HUNTIL"),
+    ("hs", "K_HSESS"),
+    ("ex", "K_EXT"),
 ];
 
 /// What an effect triple of a script answer reports.
@@ -88,15 +92,35 @@ fn prelude() -> String {
     writeln!(h, "local RETENTION = {EXPIRED_RETENTION_MS}").expect("writing to a string");
     writeln!(h, "local WINDOW = {RATE_WINDOW_MS}").expect("writing to a string");
     writeln!(h, "local NEVER = {NEVER}").expect("writing to a string");
+    for (name, v) in [
+        ("MAX_ITEMS", holds::MAX_ITEMS),
+        ("DEFAULT_HOLD_TTL_SEC", holds::DEFAULT_HOLD_TTL_SEC.into()),
+        (
+            "DEFAULT_MAX_HOLDS_PER_SESSION",
+            holds::DEFAULT_MAX_HOLDS_PER_SESSION.into(),
+        ),
+        (
+            "DEFAULT_SESSION_EXTEND_SEC",
+            holds::DEFAULT_SESSION_EXTEND_SEC.into(),
+        ),
+        (
+            "DEFAULT_MAX_EXTENSIONS",
+            holds::DEFAULT_MAX_EXTENSIONS.into(),
+        ),
+    ] {
+        writeln!(h, "local {name} = {v}").expect("writing to a string");
+    }
     h
 }
 
 const RULES: &str = include_str!("lua/rules.lua");
+const HOLDS: &str = include_str!("lua/holds.lua");
 const OPS: &str = include_str!("lua/ops.lua");
 
-/// The one script every operation runs: the prelude, the rules, then the entry points.
+/// The one script every operation runs: the prelude, the rules, the holds, then the entry
+/// points.
 pub(super) static SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{}{RULES}{OPS}", prelude())));
+    LazyLock::new(|| Script::new(&format!("{}{RULES}{HOLDS}{OPS}", prelude())));
 
 #[cfg(test)]
 mod tests {
@@ -107,7 +131,7 @@ mod tests {
     /// a returned table (`return {'OK', …}`) or an error return (`return nil, '…'`)
     /// starts with.
     fn lua_codes() -> Vec<String> {
-        let src = format!("{RULES}{OPS}");
+        let src = format!("{RULES}{HOLDS}{OPS}");
         let mut out = Vec::new();
         for lead in ["finish(", "return {", "return nil, "] {
             for (i, _) in src.match_indices(lead) {
@@ -146,7 +170,7 @@ mod tests {
     #[test]
     fn every_shared_name_in_the_lua_comes_from_the_prelude() {
         let prelude = prelude();
-        let src = format!("{RULES}{OPS}");
+        let src = format!("{RULES}{HOLDS}{OPS}");
         let defined = |name: &str| prelude.contains(&format!("local {name} = "));
         let names = src
             .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))

@@ -66,6 +66,9 @@ if OP == 'head' then
   return finish('OK', out)
 end
 
+if OP == 'inventory_put' then return put_inventory() end
+if OP == 'inventory' then return get_inventory() end
+
 if OP == 'invite' then
   -- ARGV: the codes to add; a known code keeps its binding.
   local added = 0
@@ -219,8 +222,16 @@ if OP == 'session_heartbeat' then
 elseif OP == 'session' then
   return finish('OK', view(seq, p))
 elseif OP == 'complete' then
+  -- A hold that lapsed is not sold.
+  expire_holds()
   end_place(seq, p, FX_COMPLETED, NOW)
   admit()
   return finish('OK', 1)
+elseif OP == 'hold' then
+  return hold(seq)
+elseif OP == 'unhold' then
+  return release(seq)
+elseif OP == 'extend' then
+  return extend(seq, p)
 end
 return redis.error_reply('unknown operation ' .. tostring(OP))

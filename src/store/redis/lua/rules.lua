@@ -161,6 +161,9 @@ local function place(seq)
   return parse(redis.call('HGET', K_PLACES, seq))
 end
 
+-- Ends a session's holds and extensions (holds.lua, which defines it after these rules).
+local release_holds
+
 -- Removes a live place (queue.rs `end`). `at` is when it ended (its deadline, for expiries).
 -- `bulk`: the caller drops the waiting ZSETs whole afterwards (clear), so skip the ZREMs.
 local function end_place(seq, p, kind, at, bulk)
@@ -184,6 +187,8 @@ local function end_place(seq, p, kind, at, bulk)
   else
     redis.call('ZREM', K_ASEEN, seq)
     redis.call('ZREM', K_AENT, seq)
+    -- In this same step: a completed session's holds are sold, any other end releases them.
+    release_holds(seq, kind == FX_COMPLETED)
     N_AC = N_AC - 1
     set('ssum', M.ssum + math.max(at - p.ent, 0))
     set('scnt', M.scnt + 1)
@@ -367,11 +372,13 @@ end
 -- matters only for a session's deadline.)
 local function view(seq, p)
   p = p or place(seq)
-  local pos, ls = 0, 0
+  local pos, ls, extra = 0, 0, 0
   if p.state == 'w' then
     pos = redis.call('ZRANK', K_RANK, seq) + 1
   elseif p.state == 's' then
     ls = tonumber(redis.call('ZSCORE', K_ASEEN, seq))
+    -- What extensions added to the session's maximum (its entry score moved by as much).
+    extra = tonumber(redis.call('ZSCORE', K_AENT, seq)) - p.ent
   end
-  return {seq, p.nonce, p.state, p.user or false, p.joined, p.adm, p.ent, ls, pos, N_W}
+  return {seq, p.nonce, p.state, p.user or false, p.joined, p.adm, p.ent, ls, pos, N_W, extra}
 end
