@@ -19,16 +19,18 @@ pub mod pace;
 mod places;
 pub mod queue;
 pub mod rank;
+pub mod schedule;
 pub mod view;
 
 pub use config::{validate_event_id, Access, EventConfig, EventPatch, RateLimits};
 pub use effect::{Effect, EndReason, InviteHolder};
 pub use look::{Look, Texts};
 pub use pace::{Eta, Holds, Pace, RATE_WINDOW_MS};
+pub use schedule::{EventSecret, QueueingMethod};
 pub use queue::{EventQueue, JoinProof, QueueMeta, RestoredPlace, EXPIRED_RETENTION_MS};
 pub use view::{
     poll_after_sec, EventCounts, EventFigures, HeadEntry, PlaceFacts, PlaceState, PlaceView,
-    Timeouts, POLL_MAX_SEC, POLL_MIN_SEC,
+    ShownStatus, Timeouts, POLL_MAX_SEC, POLL_MIN_SEC,
 };
 
 /// Milliseconds since the Unix epoch. Wall-clock time, because deadlines must survive a
@@ -63,12 +65,15 @@ pub enum QueueError {
     /// An invite code that is unknown, or already seats someone else.
     #[error("the invite code is unknown or already used")]
     InviteInvalid,
+    /// A `reject` event with no room for one more: it keeps no queue.
+    #[error("the event is full and keeps no queue: try again later")]
+    EventFull,
 }
 
 impl QueueError {
     /// Every error that carries no detail, so can be named by its code alone (what the
     /// Redis script answers). `Invalid` carries a message and is never sent by a script.
-    pub const NAMED: [QueueError; 10] = [
+    pub const NAMED: [QueueError; 11] = [
         QueueError::EventNotFound,
         QueueError::EventClosed,
         QueueError::QueueFull,
@@ -79,6 +84,7 @@ impl QueueError {
         QueueError::AlreadyJoined,
         QueueError::InviteRequired,
         QueueError::InviteInvalid,
+        QueueError::EventFull,
     ];
 
     /// The code of [`QueueError::Invalid`], which is also the API's code of any bad input.
@@ -101,6 +107,7 @@ impl QueueError {
             QueueError::AlreadyJoined => "ALREADY_JOINED",
             QueueError::InviteRequired => "INVITE_REQUIRED",
             QueueError::InviteInvalid => "INVITE_INVALID",
+            QueueError::EventFull => "EVENT_FULL",
         }
     }
 
@@ -154,7 +161,8 @@ mod tests {
             | QueueError::NoSession
             | QueueError::AlreadyJoined
             | QueueError::InviteRequired
-            | QueueError::InviteInvalid => {}
+            | QueueError::InviteInvalid
+            | QueueError::EventFull => {}
         }
     }
 }

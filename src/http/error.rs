@@ -42,6 +42,7 @@ pub mod code {
     pub const RATE_LIMITED: &str = "RATE_LIMITED";
     pub const PAYLOAD_TOO_LARGE: &str = "PAYLOAD_TOO_LARGE";
     pub const QUEUE_FULL: &str = QueueError::QueueFull.code();
+    pub const EVENT_FULL: &str = QueueError::EventFull.code();
     pub const UNAVAILABLE: &str = "UNAVAILABLE";
     pub const INTERNAL: &str = "INTERNAL";
     pub const POW_REQUIRED: &str = "POW_REQUIRED";
@@ -110,6 +111,9 @@ pub enum AppError {
     TooManyStreams,
     #[error("the queue is full")]
     QueueFull,
+    /// A `reject` event with no room: it keeps no queue.
+    #[error("the event is full and keeps no queue: try again later")]
+    EventFull,
     /// The store cannot be reached or did not answer in time. The detail is logged, not sent.
     #[error("the service is temporarily unavailable")]
     Unavailable(String),
@@ -143,7 +147,7 @@ impl AppError {
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             EventClosed => StatusCode::CONFLICT,
             RateLimited(_) | TooManyStreams => StatusCode::TOO_MANY_REQUESTS,
-            QueueFull | Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            QueueFull | EventFull | Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             PowRequired(_) | PowInvalid(..) => StatusCode::PRECONDITION_REQUIRED,
         }
@@ -173,6 +177,7 @@ impl AppError {
             InviteInvalid => code::INVITE_INVALID,
             RateLimited(_) | TooManyStreams => code::RATE_LIMITED,
             QueueFull => code::QUEUE_FULL,
+            EventFull => code::EVENT_FULL,
             Unavailable(_) => code::UNAVAILABLE,
             Internal(_) => code::INTERNAL,
             PowRequired(_) => code::POW_REQUIRED,
@@ -184,7 +189,7 @@ impl AppError {
         match self {
             AppError::RateLimited(r) => Some(r.retry_after_sec),
             AppError::TooManyStreams => Some(TOO_MANY_STREAMS_RETRY_AFTER_SEC),
-            AppError::QueueFull => Some(QUEUE_FULL_RETRY_AFTER_SEC),
+            AppError::QueueFull | AppError::EventFull => Some(QUEUE_FULL_RETRY_AFTER_SEC),
             AppError::Unavailable(_) => Some(UNAVAILABLE_RETRY_AFTER_SEC),
             _ => None,
         }
@@ -221,6 +226,7 @@ impl From<QueueError> for AppError {
             QueueError::AlreadyJoined => AppError::AlreadyJoined,
             QueueError::InviteRequired => AppError::InviteRequired,
             QueueError::InviteInvalid => AppError::InviteInvalid,
+            QueueError::EventFull => AppError::EventFull,
         }
     }
 }

@@ -126,6 +126,7 @@ pub fn router_with_guard(state: AppState, limits: Limits, guard: Arc<guard::Guar
             post(admin::create_invites),
         )
         .route(admin!("/events/{event_id}/queue"), get(admin::queue_head))
+        .route(admin!("/events/{event_id}/prequeue"), get(admin::prequeue))
         .route(admin!("/stats"), get(admin::stats))
         .route(admin!("/defaults"), get(admin::defaults))
         .route(admin!("/events/{event_id}/history"), get(records::history))

@@ -147,6 +147,9 @@ pub(super) fn place_view(payload: &Value, ctx: &Ctx, now: Millis) -> Result<Plac
         last_seen: uint(field(a, 7)?)?,
         position: uint(field(a, 8)?)?,
         queue_length: uint(field(a, 9)?)?,
+        pre_queue: uint(field(a, 10)?)? == 1,
+        opens_at: Some(uint(field(a, 11)?)?).filter(|&t| t > 0),
+        lottery: uint(field(a, 12)?)? == 1,
     };
     Ok(PlaceView::new(facts, &ctx.timeouts, &ctx.pace, now))
 }

@@ -67,7 +67,7 @@ use crate::core::{
 };
 use crate::telemetry;
 use decode::{array, field, int, queue_error, text, uint, unexpected, Malformed, Reply};
-use script::{CONFLICT, KEYS, LEASED, OK, SCRIPT};
+use script::{CONFLICT, KEYS, LEASED, OK, SCHEDULE_LOCKED, SCRIPT};
 
 /// How long a connection attempt may take before it counts as failed.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -494,8 +494,17 @@ impl Inner {
                 u8::from(config.paused).to_string(),
                 u8::from(config.accept_joins).to_string(),
                 u8::from(config.access == Access::Invite).to_string(),
+                config.opens_at.unwrap_or(0).to_string(),
+                config.queueing_method.number().to_string(),
             ];
-            let args: Vec<&[u8]> = nums.iter().map(|a| a.as_bytes()).collect();
+            let secrets = config
+                .event_secret
+                .map(|s| (s.shuffle_seed(), s.lottery_key()));
+            let mut args: Vec<&[u8]> = nums.iter().map(|a| a.as_bytes()).collect();
+            match &secrets {
+                Some((seed, key)) => args.extend([&seed[..], &key[..]]),
+                None => args.extend([&b""[..], &b""[..]]),
+            }
             let r = s.run(event_id, "put", now, &args, None).await?;
             match &r.code[..] {
                 OK => {
@@ -505,6 +514,9 @@ impl Inner {
                     return Ok(config);
                 }
                 CONFLICT => continue,
+                SCHEDULE_LOCKED => {
+                    return Err(QueueError::Invalid(crate::core::queue::SCHEDULE_LOCKED.into()).into())
+                }
                 other => return Err(unexpected(other)),
             }
         }
@@ -605,6 +617,30 @@ impl Store for RedisStore {
             .op(event_id, "head", now, &[limit.as_bytes()], None)
             .await?;
         Ok(decode::head(&r.payload, &r.ctx, now)?)
+    }
+
+    async fn prequeue(
+        &self,
+        event_id: &str,
+        after: u64,
+        limit: usize,
+        now: Millis,
+    ) -> StoreResult<Vec<u64>> {
+        let (after, limit) = (after.to_string(), limit.to_string());
+        let r = self
+            .inner
+            .op(
+                event_id,
+                "prequeue",
+                now,
+                &[after.as_bytes(), limit.as_bytes()],
+                None,
+            )
+            .await?;
+        Ok(array(&r.payload)?
+            .iter()
+            .map(uint)
+            .collect::<Result<_, _>>()?)
     }
 
     async fn join(&self, event_id: &str, req: &JoinRequest, now: Millis) -> StoreResult<PlaceView> {
