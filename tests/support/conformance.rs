@@ -10,6 +10,8 @@ use waitroom::core::{EventPatch, Millis, PlaceKey, PlaceState, QueueError};
 use waitroom::store::{JoinRequest, Notice, Store, StoreError};
 use waitroom::tokens::random_u128;
 
+pub use super::conformance_schedule::*;
+
 pub const T0: Millis = 1_700_000_000_000;
 pub const S: Millis = 1000;
 
@@ -33,6 +35,9 @@ macro_rules! store_conformance {
             unproven_invite_binds_the_place, event_look_round_trips,
             the_estimate_learns_from_ended_holds, audit_list_is_newest_first_and_capped,
             memory_use_is_unknown_or_grows);
+        // The schedule and the queueing methods (conformance_schedule.rs).
+        $crate::store_conformance!(@tests $make;
+            prequeue_opens_in_shuffle_order, prequeue_change_of_opens_at, queueing_methods);
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
         $(
