@@ -286,7 +286,9 @@ impl EventQueue {
     /// Keeping reads from admitting also lets tests see a slot that an operation failed to
     /// hand on.
     fn advance(&mut self, now: Millis, fx: &mut Vec<Effect>) {
-        if self.expire_due(now, fx) {
+        // Past the opening, a pre-queue still waiting is the opening itself, not yet seen
+        // by an operation: any operation admits it, whichever comes first after `opens_at`.
+        if self.expire_due(now, fx) || self.opening_due(now) {
             self.admit(now, fx);
         }
     }

@@ -17,6 +17,11 @@ impl EventQueue {
         self.config.opens_at.is_some_and(|t| now < t)
     }
 
+    /// The sale is open and its pre-queue still waits (`advance` admits then).
+    pub(super) fn opening_due(&self, now: Millis) -> bool {
+        !self.pre.is_empty() && self.config.opens_at.is_some_and(|t| now >= t)
+    }
+
     fn pre_key(&self, seq: u64) -> [u8; 32] {
         let secret = self
             .config

@@ -351,7 +351,9 @@ end
 -- Ends what is due and admits into the room that made (queue.rs `advance`). Only an ending
 -- admits here: fresh rate budget is spent by the tick.
 local function advance()
-  if expire_due() then admit() end
+  -- Past the opening, a pre-queue still waiting is the opening not yet seen by an
+  -- operation: any operation admits it (queue.rs `advance`).
+  if expire_due() or (M.npre > 0 and M.opens > 0 and NOW >= M.opens) then admit() end
 end
 
 -- The place behind a token, or the error its token answers.
