@@ -386,7 +386,10 @@ impl EventPatch {
         }
         let needs = c.opens_at.is_some() || c.queueing_method == QueueingMethod::Random;
         if needs && c.event_secret.is_none() {
-            c.event_secret = Some(self.fresh_secret.map_or_else(EventSecret::random, EventSecret));
+            c.event_secret = Some(
+                self.fresh_secret
+                    .map_or_else(EventSecret::random, EventSecret),
+            );
         }
         Ok(())
     }
@@ -494,7 +497,9 @@ mod tests {
     #[test]
     fn a_schedule_gets_a_secret_that_stays() {
         let base = EventConfig::default();
-        let plain = patch(r#"{"queueing_method": "reject"}"#).apply("e", &base).unwrap();
+        let plain = patch(r#"{"queueing_method": "reject"}"#)
+            .apply("e", &base)
+            .unwrap();
         assert_eq!(plain.event_secret, None, "no secret without a use for it");
         let mut p = patch(r#"{"opens_at": "2026-12-01T10:00:00+09:00"}"#);
         p.fresh_secret = Some([3; 32]);

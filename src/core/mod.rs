@@ -26,8 +26,8 @@ pub use config::{validate_event_id, Access, EventConfig, EventPatch, RateLimits}
 pub use effect::{Effect, EndReason, InviteHolder};
 pub use look::{Look, Texts};
 pub use pace::{Eta, Holds, Pace, RATE_WINDOW_MS};
-pub use schedule::{EventSecret, QueueingMethod};
 pub use queue::{EventQueue, JoinProof, QueueMeta, RestoredPlace, EXPIRED_RETENTION_MS};
+pub use schedule::{EventSecret, QueueingMethod};
 pub use view::{
     poll_after_sec, EventCounts, EventFigures, HeadEntry, PlaceFacts, PlaceState, PlaceView,
     ShownStatus, Timeouts, POLL_MAX_SEC, POLL_MIN_SEC,

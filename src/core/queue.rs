@@ -24,8 +24,8 @@ use super::pace::{Bucket, Holds, RATE_WINDOW_MS};
 use super::places::{Place, PlaceTable, ShardedMap, UserIndex};
 use super::rank::RankIndex;
 use super::schedule::PreQueue;
-use super::view::{EventCounts, PlaceFacts, Timeouts};
 use super::schedule::{in_prequeue, QueueingMethod};
+use super::view::{EventCounts, PlaceFacts, Timeouts};
 use super::{
     Access, Effect, EndReason, EventConfig, EventFigures, HeadEntry, InviteHolder, Millis, Pace,
     PlaceKey, PlaceState, PlaceView, QueueError,
@@ -791,8 +791,9 @@ impl EventQueue {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
         }
-        if let Some(t) = self.config.opens_at.filter(|&t| now < t && self.waiting_len() > 0) {
-            // The opening: the pre-queue starts to be admitted.
+        if let Some(t) = self.config.opens_at.filter(|&t| now < t) {
+            // The opening: the pre-queue starts to be admitted. Asked for even while nobody
+            // waits: a join does not re-plan the scheduler.
             next = Some(next.map_or(t, |n| n.min(t)));
         }
         if let Some(&(at, _)) = self.tombstone_order.front() {

@@ -106,10 +106,11 @@ impl<'de> Deserialize<'de> for EventSecret {
 /// Lowercase hex.
 pub fn hex(b: &[u8]) -> String {
     use std::fmt::Write;
-    b.iter().fold(String::with_capacity(b.len() * 2), |mut s, x| {
-        write!(s, "{x:02x}").expect("writing to a string");
-        s
-    })
+    b.iter()
+        .fold(String::with_capacity(b.len() * 2), |mut s, x| {
+            write!(s, "{x:02x}").expect("writing to a string");
+            s
+        })
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
@@ -217,7 +218,10 @@ impl PreQueue {
             return false;
         };
         v.remove(i);
-        self.counts.as_mut().expect("made with the buckets").remove(b as u64);
+        self.counts
+            .as_mut()
+            .expect("made with the buckets")
+            .remove(b as u64);
         self.len -= 1;
         true
     }

@@ -4,8 +4,8 @@
 use sha2::{Digest, Sha256};
 
 use crate::core::schedule::{prequeue_key, EventSecret, QueueingMethod};
-use crate::core::{EventConfig, JoinProof, Millis, PlaceState, PlaceView, QueueError};
 use crate::core::{Effect, EventQueue};
+use crate::core::{EventConfig, JoinProof, Millis, PlaceState, PlaceView, QueueError};
 
 const S: Millis = 1000;
 const OPENS: Millis = 100 * S;
@@ -23,7 +23,14 @@ fn scheduled(max_active: u32, secret: [u8; 32], method: QueueingMethod) -> Event
 
 fn join(q: &mut EventQueue, now: Millis) -> Result<PlaceView, QueueError> {
     let nonce = u128::from(q.meta().next_seq) << 64 | 7;
-    q.join(nonce, None, None, JoinProof::default(), now, &mut Vec::new())
+    q.join(
+        nonce,
+        None,
+        None,
+        JoinProof::default(),
+        now,
+        &mut Vec::new(),
+    )
 }
 
 /// The seqs admitted by effects, in order.
@@ -46,12 +53,20 @@ fn the_prequeue_waits_for_the_opening_then_goes_first_in_shuffle_order() {
     let mut q = scheduled(1, secret, QueueingMethod::Fifo);
     let early: Vec<_> = (1..=6).map(|i| join(&mut q, i * S).unwrap()).collect();
     for v in &early {
-        assert_eq!(v.status, PlaceState::Waiting, "nobody is admitted before the opening");
+        assert_eq!(
+            v.status,
+            PlaceState::Waiting,
+            "nobody is admitted before the opening"
+        );
         assert_eq!(v.position, None);
         assert_eq!(v.opens_in_sec, Some(OPENS / S - v.joined_at / S));
     }
     let mut fx = Vec::new();
-    assert_eq!(q.tick(OPENS - 1, &mut fx), Some(OPENS), "wakes at the opening");
+    assert_eq!(
+        q.tick(OPENS - 1, &mut fx),
+        Some(OPENS),
+        "wakes at the opening"
+    );
     assert!(admitted(&fx).is_empty());
     // A late arrival, after the opening, stands behind the whole pre-queue.
     q.tick(OPENS, &mut fx);
@@ -70,7 +85,10 @@ fn the_prequeue_waits_for_the_opening_then_goes_first_in_shuffle_order() {
     for (i, &seq) in order.iter().enumerate().skip(1) {
         let v = early.iter().find(|v| v.key.seq == seq).unwrap();
         let now = q.peek(v.key, OPENS + 1, &mut fx).unwrap();
-        assert_eq!((now.position, now.prequeue_rank), (Some(i as u64), Some(i as u64)));
+        assert_eq!(
+            (now.position, now.prequeue_rank),
+            (Some(i as u64), Some(i as u64))
+        );
         assert_eq!(now.opens_in_sec, None);
     }
     let mut got = admitted(&fx);
@@ -228,12 +246,21 @@ fn a_million_places_open_without_a_long_step() {
     // ordered as it formed, so nothing is sorted or moved at the opening. (Counted, not
     // timed: the tick's work is the admissions it makes.)
     let mut q = scheduled(10, [1; 32], QueueingMethod::Fifo);
-    let n = if cfg!(debug_assertions) { 100_000 } else { 1_000_000 };
+    let n = if cfg!(debug_assertions) {
+        100_000
+    } else {
+        1_000_000
+    };
     for i in 0..n {
         join(&mut q, 1 + i % 1000).unwrap();
     }
     let mut fx = Vec::new();
     q.tick(OPENS, &mut fx);
-    assert_eq!(fx.len(), 10, "the opening did only its ten admissions: {}", fx.len());
+    assert_eq!(
+        fx.len(),
+        10,
+        "the opening did only its ten admissions: {}",
+        fx.len()
+    );
     assert_eq!(q.waiting(), n - 10);
 }

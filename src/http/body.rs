@@ -174,7 +174,9 @@ impl QueueInfo {
         QueueInfo {
             opens_at: c.opens_at.map(format_rfc3339),
             queueing_method: c.queueing_method,
-            shuffle_commitment: seed.filter(|(at, _)| !opened(*at)).map(|(_, s)| commitment(&s)),
+            shuffle_commitment: seed
+                .filter(|(at, _)| !opened(*at))
+                .map(|(_, s)| commitment(&s)),
             shuffle_seed: seed.filter(|(at, _)| opened(*at)).map(|(_, s)| hex(&s)),
             event_id: s.event_id,
             name: c.name,

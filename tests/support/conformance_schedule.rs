@@ -59,21 +59,35 @@ pub async fn prequeue_opens_in_shuffle_order(store: Arc<dyn Store>) {
         early.push(v.key);
     }
     let seqs: Vec<u64> = early.iter().map(|k| k.seq).collect();
-    assert_eq!(store.prequeue("pq", 0, 100, T0 + 7 * S).await.unwrap(), seqs);
+    assert_eq!(
+        store.prequeue("pq", 0, 100, T0 + 7 * S).await.unwrap(),
+        seqs
+    );
     assert_eq!(
         store.prequeue("pq", seqs[1], 2, T0 + 7 * S).await.unwrap(),
         seqs[2..4].to_vec()
     );
     // Nobody is admitted before the opening; the tick wakes for it.
     assert_eq!(store.tick("pq", OPENS - 1).await.unwrap(), Some(OPENS));
-    assert_eq!(store.get_event("pq", OPENS - 1).await.unwrap().figures.admitted, 0);
+    assert_eq!(
+        store
+            .get_event("pq", OPENS - 1)
+            .await
+            .unwrap()
+            .figures
+            .admitted,
+        0
+    );
     store.tick("pq", OPENS).await.unwrap();
     let late = join(&store, "pq", None, OPENS + 1).await;
     assert_eq!(late.position, Some(6), "behind the whole pre-queue");
     let seed = EventSecret(SECRET).shuffle_seed();
     let mut order = seqs.clone();
     order.sort_by_key(|&s| prequeue_key(&seed, s));
-    assert_ne!(order, seqs, "a seed that keeps the join order shows nothing");
+    assert_ne!(
+        order, seqs,
+        "a seed that keeps the join order shows nothing"
+    );
     // Each place of the pre-queue sees its rank; the first was admitted at the opening.
     for (i, &seq) in order.iter().enumerate() {
         let key = early[seqs.iter().position(|&s| s == seq).unwrap()];
@@ -81,7 +95,10 @@ pub async fn prequeue_opens_in_shuffle_order(store: Arc<dyn Store>) {
         if i == 0 {
             assert_eq!(v.status, PlaceState::Admitted);
         } else {
-            assert_eq!((v.position, v.prequeue_rank), (Some(i as u64), Some(i as u64)));
+            assert_eq!(
+                (v.position, v.prequeue_rank),
+                (Some(i as u64), Some(i as u64))
+            );
             assert_eq!(v.opens_in_sec, None);
         }
     }
@@ -155,7 +172,12 @@ pub async fn queueing_methods(store: Arc<dyn Store>) {
         assert_eq!(v.position, None, "a lottery has no positions");
         waiting.push(v.key.seq);
     }
-    let admissions = store.get_event("lot", T0 + 1).await.unwrap().figures.admissions;
+    let admissions = store
+        .get_event("lot", T0 + 1)
+        .await
+        .unwrap()
+        .figures
+        .admissions;
     let k = draw(&EventSecret(SECRET).lottery_key(), admissions, 7);
     let got = hand_on(&store, "lot", holder.key, T0 + 2).await;
     assert_eq!(got, waiting[k as usize]);

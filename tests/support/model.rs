@@ -558,7 +558,12 @@ fn settle_admissions(
     );
     let mut want = m.next_admissions(n);
     want.sort_unstable_by_key(|i| waiting.iter().position(|j| j == i));
-    prop_assert_eq!(&admitted[..], &want[..], "step {}: admission out of order", step);
+    prop_assert_eq!(
+        &admitted[..],
+        &want[..],
+        "step {}: admission out of order",
+        step
+    );
     if !m.paced() {
         prop_assert_eq!(n, room, "step {}: a free slot was not handed on", step);
     }

@@ -515,7 +515,9 @@ impl Inner {
                 }
                 CONFLICT => continue,
                 SCHEDULE_LOCKED => {
-                    return Err(QueueError::Invalid(crate::core::queue::SCHEDULE_LOCKED.into()).into())
+                    return Err(
+                        QueueError::Invalid(crate::core::queue::SCHEDULE_LOCKED.into()).into(),
+                    )
                 }
                 other => return Err(unexpected(other)),
             }

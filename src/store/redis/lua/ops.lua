@@ -193,8 +193,9 @@ if OP == 'tick' then
   if rate > 0 and N_AD + N_AC < cap and M.paused ~= 1 and N_W > 0 then
     sooner(math.max(next_token_at(), NOW + 1))
   end
-  -- The opening: the pre-queue starts to be admitted.
-  if before_opening() and N_W > 0 then sooner(M.opens) end
+  -- The opening: the pre-queue starts to be admitted. Asked for even while nobody waits:
+  -- a join does not re-plan the scheduler.
+  if before_opening() then sooner(M.opens) end
   local front = redis.call('LINDEX', K_TORDER, 0)
   if front then
     sooner(tonumber(string.match(front, '^(%d+):')) + RETENTION)
