@@ -10,6 +10,7 @@ use waitroom::core::{EventPatch, Millis, PlaceKey, PlaceState, QueueError};
 use waitroom::store::{JoinRequest, Notice, Store, StoreError};
 use waitroom::tokens::random_u128;
 
+#[allow(unused_imports)] // each test binary uses the part it needs
 pub use super::conformance_schedule::*;
 
 pub const T0: Millis = 1_700_000_000_000;

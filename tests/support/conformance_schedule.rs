@@ -3,6 +3,8 @@
 //! are computed here with the core's functions, so the Redis script's SHA-256 and draws are
 //! checked against the Rust ones.
 
+#![allow(dead_code)] // each test binary uses the part it needs
+
 use std::sync::Arc;
 
 use waitroom::core::schedule::{draw, format_rfc3339, prequeue_key, EventSecret};
