@@ -194,3 +194,51 @@ fn fresh() -> waitroom::store::JoinRequest {
         invite: None,
     }
 }
+
+/// Measures the opening of a pre-queue of `n` places (the `#[ignore]`d `prequeue_opening_*`
+/// tests, docs/PERFORMANCE.md): the time of the joins, of the opening (the tick at
+/// `opens_at`, which admits `max_active` = 100), and of a status read of a pre-queue place
+/// after it (its rank in the shuffle). Printed, not asserted: timings are not tests.
+pub async fn measure_opening(store: Arc<dyn Store>, n: u64) {
+    use std::time::Instant;
+    scheduled(&store, "big", serde_json::json!({"max_active": 100})).await;
+    let t = Instant::now();
+    let workers = 32;
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut keys = Vec::new();
+            for _ in (w..n).step_by(workers as usize) {
+                keys.push(join(&store, "big", None, T0 + S).await.key);
+            }
+            keys
+        }));
+    }
+    let mut keys = Vec::new();
+    for t in tasks {
+        keys.extend(t.await.unwrap());
+    }
+    let joins = t.elapsed();
+    let t = Instant::now();
+    store.tick("big", OPENS).await.unwrap();
+    let opening = t.elapsed();
+    let f = store.get_event("big", OPENS).await.unwrap().figures;
+    assert_eq!((f.admitted, f.waiting), (100, n - 100));
+    let t = Instant::now();
+    let mut ranked = 0;
+    for k in keys.iter().take(1000) {
+        if let Ok(v) = store.peek("big", *k, OPENS).await {
+            ranked += u64::from(v.prequeue_rank.is_some());
+        }
+    }
+    let peeks = t.elapsed();
+    println!(
+        "pre-queue of {n}: joins {:.1} s ({:.0} µs each, 32 at a time), opening (tick admitting 100) {:.2} ms, \
+         status of a pre-queue place after it {:.0} µs ({ranked} ranked of 1000)",
+        joins.as_secs_f64(),
+        joins.as_micros() as f64 / n as f64,
+        opening.as_secs_f64() * 1000.0,
+        peeks.as_micros() as f64 / 1000.0,
+    );
+}
