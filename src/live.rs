@@ -50,7 +50,7 @@ use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 
 use crate::clock::Clock;
-use crate::core::{EndReason, PlaceKey, PlaceState, PlaceView, QueueError};
+use crate::core::{EndReason, PlaceKey, PlaceState, PlaceView, QueueError, ShownStatus};
 use crate::store::{Notice, Store, StoreError};
 use crate::tasks::{stopped, Stop};
 
@@ -90,10 +90,15 @@ pub enum LiveMessage {
     QueueUpdate {
         /// `waiting`, `admitted` or `active`: lets a client that connects after its turn came
         /// tell which screen to show (an extension of the contract's fields).
-        status: PlaceState,
+        status: ShownStatus,
         /// Present while waiting, as in `GET /queue/status`.
         #[serde(skip_serializing_if = "Option::is_none")]
         position: Option<u64>,
+        /// Present while `pre-queue`, as in `GET /queue/status`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        opens_in_sec: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        prequeue_rank: Option<u64>,
         queue_length: u64,
         eta_sec: u64,
         /// The range of the wait, as in `GET /queue/status` (`null`: no basis yet).
@@ -147,8 +152,10 @@ impl LiveMessage {
 
     fn update(v: &PlaceView) -> Self {
         LiveMessage::QueueUpdate {
-            status: v.status,
+            status: v.shown_status(),
             position: v.position,
+            opens_in_sec: v.opens_in_sec,
+            prequeue_rank: v.prequeue_rank,
             queue_length: v.queue_length,
             eta_sec: v.eta_sec.unwrap_or(0),
             eta_low_sec: v.eta_range.map(|r| r.0),
@@ -723,8 +730,10 @@ mod tests {
     #[test]
     fn messages_have_the_contract_shape() {
         let m = LiveMessage::QueueUpdate {
-            status: PlaceState::Waiting,
+            status: ShownStatus::Waiting,
             position: Some(3),
+            opens_in_sec: None,
+            prequeue_rank: None,
             queue_length: 118,
             eta_sec: 9,
             eta_low_sec: Some(7),

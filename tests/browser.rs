@@ -275,6 +275,8 @@ const README_SCREENSHOTS: &[&str] = &[
     "screenshot-admin.png",
     "screenshot-seatmap-en.png",
     "screenshot-seatmap-ko.png",
+    "screenshot-countdown-ko.png",
+    "screenshot-countdown-en.png",
 ];
 
 /// Where screenshots go: always `target/screenshots/`; also `docs/` with `UPDATE_SCREENSHOTS=1`.
@@ -1362,4 +1364,72 @@ async fn the_seat_map_holds_and_buys_seats() {
         assert_eq!((&inv["held"], &inv["sold"]), (&json!(2), &json!(2)));
         b.close().await;
     }
+}
+
+/// RFC 3339 of `secs` from now, on the server's (system) clock.
+fn from_now(secs: u64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    waitroom::core::schedule::format_rfc3339(now.as_millis() as u64 + secs * 1000)
+}
+
+#[tokio::test]
+async fn the_prequeue_page_counts_down_in_korean_and_english_then_opens() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    s.put_event(
+        "premiere",
+        json!({"name": "Seoul Spring Concert 2026", "max_active": 100,
+               "opens_at": from_now(3 * 3600 + 15 * 60), "target_url": "/demo/booking"}),
+    )
+    .await;
+    for i in 0..40 {
+        s.join_token("premiere", &format!("early-{i}")).await;
+    }
+    let ko = Opts {
+        lang: "ko-KR",
+        ..PHONE
+    };
+    let b = Browser::start(&ko).await;
+    b.goto(&s.url("/wait/premiere")).await;
+    assert_eq!(
+        b.text_until("#status", |t| t.contains("예매")).await,
+        "곧 예매가 시작됩니다"
+    );
+    let first = b
+        .text_until("#countdown", |t| t.starts_with("오픈까지 03:1"))
+        .await;
+    // It counts down on its own, second by second.
+    b.text_until("#countdown", |t| {
+        t != first && t.starts_with("오픈까지 03:1")
+    })
+    .await;
+    assert_eq!(b.text_until("#position", |t| !t.is_empty()).await, "–");
+    b.screenshot("screenshot-countdown-ko.png").await;
+    b.click("#lang").await;
+    assert_eq!(
+        b.text_until("#status", |t| t.contains("opens")).await,
+        "The sale opens soon"
+    );
+    b.text_until("#countdown", |t| t.starts_with("Opens in 03:1"))
+        .await;
+    b.screenshot("screenshot-countdown-en.png").await;
+
+    // A sale that opens in a few seconds: the countdown runs out and the place goes in.
+    s.put_event(
+        "soon",
+        json!({"max_active": 10, "opens_at": from_now(4), "target_url": "/demo/booking"}),
+    )
+    .await;
+    b.goto(&s.url("/wait/soon")).await;
+    b.text_until("#countdown", |t| t.starts_with("Opens in 00:00:0"))
+        .await;
+    // At the opening the place is admitted and the page takes it to the site.
+    let deadline = Instant::now() + WAIT;
+    while !b.url().await.contains("/demo/booking") {
+        assert!(Instant::now() < deadline, "never taken to the site");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    b.close().await;
 }

@@ -677,7 +677,7 @@ async fn queue_info_is_public() {
         json!({
             "event_id": "ev", "name": "Concert A", "queue_length": 2, "admitted": 3,
             "active": 0, "capacity": 3, "available_slots": 0, "admitted_last_minute": 3,
-            "paused": false, "accept_joins": true,
+            "paused": false, "accept_joins": true, "opens_at": null, "queueing_method": "fifo",
         })
     );
     app.get("/api/v1/queue/info?event_id=nope")

@@ -550,3 +550,49 @@ async fn holds_sales_and_extensions_survive_a_restart() {
     make_event(&store, "gone", serde_json::json!({})).await;
     assert_eq!(store.inventory("gone", T0).await.unwrap().counts.total, 0);
 }
+
+/// The pre-queue, its secret and its shuffle survive a restart: after it the opening
+/// admits in the order the seed decided before it, and the seed is the same one.
+#[tokio::test]
+async fn restart_keeps_the_prequeue_and_its_order() {
+    use waitroom::core::schedule::{format_rfc3339, prequeue_key};
+    let dir = tempfile::tempdir().unwrap();
+    let opens = T0 + 100 * S;
+    let (seqs, secret);
+    {
+        let store: Arc<dyn Store> =
+            Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, T0).unwrap());
+        make_event(
+            &store,
+            "ev",
+            serde_json::json!({"max_active": 8, "waiting_idle_sec": 1000,
+                "opens_at": format_rfc3339(opens)}),
+        )
+        .await;
+        let mut s = Vec::new();
+        for i in 0..8 {
+            s.push(join(&store, "ev", None, T0 + i * S).await.key.seq);
+        }
+        seqs = s;
+        secret = store.get_event("ev", T0).await.unwrap().config.event_secret;
+        store.close().await.unwrap();
+    }
+    let t1 = T0 + 50 * S;
+    let store: Arc<dyn Store> =
+        Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, t1).unwrap());
+    let snap = store.get_event("ev", t1).await.unwrap();
+    assert_eq!(snap.config.event_secret, secret, "the same secret");
+    assert_eq!(store.prequeue("ev", 0, 100, t1).await.unwrap(), seqs);
+    let mut notices = store.subscribe();
+    store.tick("ev", opens).await.unwrap();
+    let mut admitted = Vec::new();
+    while let Ok(n) = notices.try_recv() {
+        if let waitroom::store::Notice::Admitted { seq, .. } = n {
+            admitted.push(seq);
+        }
+    }
+    let seed = secret.expect("a secret").shuffle_seed();
+    let mut order = seqs.clone();
+    order.sort_by_key(|&s| prequeue_key(&seed, s));
+    assert_eq!(admitted, order);
+}

@@ -13,3 +13,12 @@ store_conformance!(async { Arc::new(EmbeddedStore::new()) as Arc<dyn Store> });
 fn queue_rules_match_the_reference_model() {
     support::model::check_backend(|| Arc::new(EmbeddedStore::new()), 400, 120);
 }
+
+/// `cargo test --release --test store_embedded prequeue_opening -- --ignored --nocapture`
+/// (PREQUEUE_N places, default a million): docs/PERFORMANCE.md.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, run by hand"]
+async fn prequeue_opening_embedded() {
+    let n = std::env::var("PREQUEUE_N").map_or(1_000_000, |v| v.parse().unwrap());
+    support::conformance::measure_opening(Arc::new(EmbeddedStore::new()), n).await;
+}

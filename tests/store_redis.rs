@@ -505,3 +505,12 @@ async fn memory_use_per_event_is_sampled_into_a_gauge() {
     .await
     .expect("a backend that does not tell ends the sampling at its first answer");
 }
+
+/// `cargo test --release --test store_redis prequeue_opening -- --ignored --nocapture`
+/// (PREQUEUE_N places, default a million): docs/PERFORMANCE.md.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, run by hand"]
+async fn prequeue_opening_redis() {
+    let n = std::env::var("PREQUEUE_N").map_or(1_000_000, |v| v.parse().unwrap());
+    support::conformance::measure_opening(standalone(), n).await;
+}

@@ -5,6 +5,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use super::gate::GateRules;
 use super::look::{Look, Texts};
+use super::schedule::{opt_rfc3339, parse_rfc3339, EventSecret, QueueingMethod};
 use super::QueueError;
 
 /// Longest accepted event id; ids are also used in Redis keys and URLs, so they stay short.
@@ -14,6 +15,8 @@ pub const MAX_EVENT_ID_LEN: usize = 64;
 pub const MAX_SECONDS: u64 = 365 * 24 * 3600;
 /// Upper bound on `max_active`, `admit_per_minute` and `max_queue_length`.
 pub const MAX_COUNT: u64 = 100_000_000;
+/// Latest accepted `opens_at`: the end of year 9999, in milliseconds.
+pub const MAX_OPENS_AT: u64 = 253_402_300_799_999;
 /// Highest `pow_difficulty`: 2^28 hashes is minutes for a phone's browser already.
 pub const MAX_POW_BITS: u64 = 28;
 
@@ -60,6 +63,17 @@ pub struct EventConfig {
     /// Boxed: rarely set, and configs travel inside journal records.
     #[serde(default)]
     pub rate_limits: Option<Box<RateLimits>>,
+    /// When the sale opens (RFC 3339 in the JSON); joins before it wait in the pre-queue
+    /// (`core::schedule`). `None`: open already.
+    #[serde(default, with = "opt_rfc3339")]
+    pub opens_at: Option<u64>,
+    /// How waiting places are let in.
+    #[serde(default)]
+    pub queueing_method: QueueingMethod,
+    /// The event's secret behind the shuffle seed and the lottery; made when `opens_at` or
+    /// the `random` method first needs it, then kept. Stored, never answered by any read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_secret: Option<EventSecret>,
     /// The waiting page's title, texts, colour, logo and stylesheet (`core::look`); flat
     /// in the JSON, beside the other settings.
     #[serde(flatten)]
@@ -132,6 +146,9 @@ impl Default for EventConfig {
             pow_difficulty: 0,
             pow_auto_above: None,
             rate_limits: None,
+            opens_at: None,
+            queueing_method: QueueingMethod::Fifo,
+            event_secret: None,
             look: Look::default(),
             gate: GateRules::default(),
             hold_ttl_sec: super::holds::DEFAULT_HOLD_TTL_SEC,
@@ -197,6 +214,16 @@ pub struct EventPatch {
     pub pow_auto_above: Option<Option<u64>>,
     #[serde(default, deserialize_with = "nullable")]
     pub rate_limits: Option<Option<RateLimits>>,
+    /// RFC 3339; `null` clears it.
+    #[serde(default, deserialize_with = "nullable")]
+    pub opens_at: Option<Option<String>>,
+    #[serde(default)]
+    pub queueing_method: Option<QueueingMethod>,
+    /// The event's secret if it needs one and has none yet; never read from a body. The
+    /// admin API leaves it empty (a fresh random one is made); tests pass their own so that
+    /// their shuffles are reproducible.
+    #[serde(skip)]
+    pub fresh_secret: Option<[u8; 32]>,
     // The look and words, checked in `core::look`.
     #[serde(default, deserialize_with = "nullable")]
     pub title: Option<Option<Texts>>,
@@ -379,6 +406,7 @@ impl EventPatch {
             }
             c.rate_limits = r.filter(|r| *r != RateLimits::default()).map(Box::new);
         }
+        self.apply_schedule(&mut c)?;
         if c.name.is_empty() {
             c.name = event_id.to_string();
         }
@@ -401,6 +429,31 @@ impl EventPatch {
             g.bypass_secret = s.clone();
         }
         g.validate()
+    }
+
+    /// `opens_at` and `queueing_method`, and the secret they need.
+    fn apply_schedule(&self, c: &mut EventConfig) -> Result<(), QueueError> {
+        if let Some(t) = &self.opens_at {
+            c.opens_at = match t {
+                None => None,
+                Some(s) => Some(parse_rfc3339(s).filter(|&ms| ms <= MAX_OPENS_AT).ok_or_else(
+                    || {
+                        bad("opens_at must be an RFC 3339 date-time (e.g. 2026-12-01T10:00:00+09:00) between 1970 and 9999")
+                    },
+                )?),
+            };
+        }
+        if let Some(m) = self.queueing_method {
+            c.queueing_method = m;
+        }
+        let needs = c.opens_at.is_some() || c.queueing_method == QueueingMethod::Random;
+        if needs && c.event_secret.is_none() {
+            c.event_secret = Some(
+                self.fresh_secret
+                    .map_or_else(EventSecret::random, EventSecret),
+            );
+        }
+        Ok(())
     }
 
     /// The identity and access settings.
@@ -487,6 +540,10 @@ mod tests {
             r#"{"pow_auto_above": 0}"#,
             r#"{"rate_limits": {"joins_per_minute": 0}}"#,
             r#"{"rate_limits": {"polls_per_second": 100000001}}"#,
+            r#"{"opens_at": "2026-12-01"}"#,
+            r#"{"opens_at": "soon"}"#,
+            r#"{"opens_at": 1700000000}"#,
+            r#"{"queueing_method": "lifo"}"#,
         ] {
             let refused = serde_json::from_str::<EventPatch>(bad)
                 .map_or(true, |p| p.apply("e", &base).is_err());
@@ -497,6 +554,27 @@ mod tests {
         assert!(serde_json::from_str::<EventPatch>(r#"{"max_active": -3}"#).is_err());
         assert!(EventPatch::default().apply("bad id!", &base).is_err());
         assert!(EventPatch::default().apply(&"x".repeat(65), &base).is_err());
+    }
+
+    #[test]
+    fn a_schedule_gets_a_secret_that_stays() {
+        let base = EventConfig::default();
+        let plain = patch(r#"{"queueing_method": "reject"}"#)
+            .apply("e", &base)
+            .unwrap();
+        assert_eq!(plain.event_secret, None, "no secret without a use for it");
+        let mut p = patch(r#"{"opens_at": "2026-12-01T10:00:00+09:00"}"#);
+        p.fresh_secret = Some([3; 32]);
+        let c = p.apply("e", &base).unwrap();
+        assert_eq!(c.opens_at, Some(1_796_086_800_000));
+        assert_eq!(c.event_secret, Some(EventSecret([3; 32])));
+        let mut again = patch(r#"{"opens_at": null, "queueing_method": "random"}"#);
+        again.fresh_secret = Some([4; 32]);
+        let c = again.apply("e", &c).unwrap();
+        assert_eq!(c.opens_at, None);
+        assert_eq!(c.event_secret, Some(EventSecret([3; 32])), "kept once made");
+        let json = serde_json::to_string(&c).unwrap();
+        assert_eq!(serde_json::from_str::<EventConfig>(&json).unwrap(), c);
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod pace;
 mod places;
 pub mod queue;
 pub mod rank;
+pub mod schedule;
 pub mod view;
 
 pub use config::{validate_event_id, Access, EventConfig, EventPatch, RateLimits};
@@ -31,9 +32,10 @@ pub use holds::{HeldItem, Inventory, InventoryCounts, InventoryView, ItemState, 
 pub use look::{Look, Texts};
 pub use pace::{Eta, Holds, Pace, RATE_WINDOW_MS};
 pub use queue::{EventQueue, JoinProof, QueueMeta, RestoredPlace, EXPIRED_RETENTION_MS};
+pub use schedule::{EventSecret, QueueingMethod};
 pub use view::{
     poll_after_sec, EventCounts, EventFigures, HeadEntry, PlaceFacts, PlaceState, PlaceView,
-    Timeouts, POLL_MAX_SEC, POLL_MIN_SEC,
+    ShownStatus, Timeouts, POLL_MAX_SEC, POLL_MIN_SEC,
 };
 
 /// Milliseconds since the Unix epoch. Wall-clock time, because deadlines must survive a
@@ -83,12 +85,15 @@ pub enum QueueError {
     /// A session extension past the event's `max_extensions`.
     #[error("the session cannot be extended any further")]
     ExtensionLimit,
+    /// A `reject` event with no room for one more: it keeps no queue.
+    #[error("the event is full and keeps no queue: try again later")]
+    EventFull,
 }
 
 impl QueueError {
     /// Every error that carries no detail, so can be named by its code alone (what the
     /// Redis script answers). `Invalid` carries a message and is never sent by a script.
-    pub const NAMED: [QueueError; 15] = [
+    pub const NAMED: [QueueError; 16] = [
         QueueError::EventNotFound,
         QueueError::EventClosed,
         QueueError::QueueFull,
@@ -104,6 +109,7 @@ impl QueueError {
         QueueError::TooManyHolds,
         QueueError::InventoryFull,
         QueueError::ExtensionLimit,
+        QueueError::EventFull,
     ];
 
     /// The code of [`QueueError::Invalid`], which is also the API's code of any bad input.
@@ -131,6 +137,7 @@ impl QueueError {
             QueueError::TooManyHolds => "TOO_MANY_HOLDS",
             QueueError::InventoryFull => "INVENTORY_FULL",
             QueueError::ExtensionLimit => "EXTENSION_LIMIT",
+            QueueError::EventFull => "EVENT_FULL",
         }
     }
 
@@ -189,7 +196,8 @@ mod tests {
             | QueueError::ItemNotFound
             | QueueError::TooManyHolds
             | QueueError::InventoryFull
-            | QueueError::ExtensionLimit => {}
+            | QueueError::ExtensionLimit
+            | QueueError::EventFull => {}
         }
     }
 }

@@ -24,6 +24,8 @@ use super::holds::Inventory;
 use super::pace::{Bucket, Holds, RATE_WINDOW_MS};
 use super::places::{Place, PlaceTable, ShardedMap, UserIndex};
 use super::rank::RankIndex;
+use super::schedule::PreQueue;
+use super::schedule::{in_prequeue, QueueingMethod};
 use super::view::{EventCounts, PlaceFacts, Timeouts};
 use super::{
     Access, Effect, EndReason, EventConfig, EventFigures, HeadEntry, InviteHolder, Millis, Pace,
@@ -70,8 +72,10 @@ pub struct EventQueue {
     places: PlaceTable,
     /// Live places by user id, for the one-place-per-user rule.
     users: UserIndex,
-    /// The waiting places, by join sequence.
+    /// The waiting places after the pre-queue, by join sequence.
     rank: RankIndex,
+    /// The waiting places of the pre-queue, in shuffle order (`queue_schedule.rs`).
+    pre: PreQueue,
     admitted: u64,
     active: u64,
     completed: u64,
@@ -121,6 +125,7 @@ impl EventQueue {
             places: PlaceTable::default(),
             users: UserIndex::default(),
             rank: RankIndex::default(),
+            pre: PreQueue::default(),
             admitted: 0,
             active: 0,
             completed: 0,
@@ -198,6 +203,7 @@ impl EventQueue {
                 (None, None) => PlaceState::Waiting,
             };
             match state {
+                PlaceState::Waiting if in_prequeue(q.config.opens_at, r.joined_at) => {}
                 PlaceState::Waiting => waiting.push(r.seq),
                 PlaceState::Admitted => q.admitted += 1,
                 PlaceState::Active => q.active += 1,
@@ -219,6 +225,9 @@ impl EventQueue {
                 sched: 0,
             };
             p.sched = Self::deadline_of(&q.config, &p, 0);
+            if state == PlaceState::Waiting && in_prequeue(q.config.opens_at, p.joined_at) {
+                q.line_insert(r.seq, p.joined_at);
+            }
             q.places.insert(r.seq, p);
         }
         waiting.sort_unstable();
@@ -239,7 +248,7 @@ impl EventQueue {
     }
 
     pub fn waiting(&self) -> u64 {
-        self.rank.len()
+        self.waiting_len()
     }
 
     /// Replaces the settings. Deadlines are re-filed (timeouts may have shrunk) and the
@@ -296,7 +305,9 @@ impl EventQueue {
     /// Keeping reads from admitting also lets tests see a slot that an operation failed to
     /// hand on.
     fn advance(&mut self, now: Millis, fx: &mut Vec<Effect>) {
-        if self.expire_due(now, fx) {
+        // Past the opening, a pre-queue still waiting is the opening itself, not yet seen
+        // by an operation: any operation admits it, whichever comes first after `opens_at`.
+        if self.expire_due(now, fx) || self.opening_due(now) {
             self.admit(now, fx);
         }
     }
@@ -344,20 +355,21 @@ impl EventQueue {
     }
 
     fn admit(&mut self, now: Millis, fx: &mut Vec<Effect>) {
-        if self.config.paused {
+        if self.config.paused || self.before_opening(now) {
             return;
         }
-        let cap = self.config.capacity();
-        while self.admitted + self.active < cap && !self.rank.is_empty() {
-            if let Some(rate) = self.config.admit_per_minute {
+        let (cap, rate) = self.limits();
+        while self.admitted + self.active < cap && self.waiting_len() > 0 {
+            if let Some(rate) = rate {
                 self.bucket.refill(rate, now);
                 if self.bucket.tokens < 1.0 {
                     break;
                 }
                 self.bucket.tokens -= 1.0;
             }
-            let seq = self.rank.kth(1).expect("rank is not empty");
-            self.rank.remove(seq);
+            let seq = self.line_next().expect("somebody waits");
+            let joined_at = self.places[&seq].joined_at;
+            self.line_remove(seq, joined_at);
             self.holds.accrue(self.admitted + self.active, now);
             let p = self.places.get_mut(&seq).expect("ranked places exist");
             p.state = PlaceState::Admitted;
@@ -383,7 +395,7 @@ impl EventQueue {
             self.holds.end(self.admitted + self.active, at, now);
         }
         match p.state {
-            PlaceState::Waiting => self.rank.remove(seq),
+            PlaceState::Waiting => self.line_remove(seq, p.joined_at),
             PlaceState::Admitted => self.admitted -= 1,
             PlaceState::Active => {
                 self.active -= 1;
@@ -472,10 +484,13 @@ impl EventQueue {
             entered_at: p.entered_at,
             last_seen: p.last_seen,
             position: match p.state {
-                PlaceState::Waiting => self.rank.count_below(seq) + 1,
+                PlaceState::Waiting => self.line_position(seq, p.joined_at),
                 _ => 0,
             },
-            queue_length: self.rank.len(),
+            queue_length: self.waiting_len(),
+            pre_queue: in_prequeue(self.config.opens_at, p.joined_at),
+            opens_at: self.config.opens_at,
+            lottery: self.config.queueing_method == QueueingMethod::Random,
         };
         PlaceView::new(facts, &self.timeouts_of(seq), &self.pace(now), now)
     }
@@ -521,10 +536,11 @@ impl EventQueue {
         if !self.config.accept_joins {
             return Err(QueueError::EventClosed);
         }
+        self.check_reject(now)?;
         if let Some(max) = self.config.max_queue_length {
             // The replaced place, if waiting, makes room for the new one.
             let freed = matches!(squatted, Some((_, PlaceState::Waiting)));
-            if self.rank.len() - u64::from(freed) >= u64::from(max) {
+            if self.waiting_len() - u64::from(freed) >= u64::from(max) {
                 return Err(QueueError::QueueFull);
             }
         }
@@ -615,11 +631,11 @@ impl EventQueue {
         metadata: Option<Box<str>>,
         now: Millis,
     ) {
-        if self.rank.needs_rebuild(seq) {
+        if self.rank.needs_rebuild(seq) && !in_prequeue(self.config.opens_at, now) {
             let base = self.rank.kth(1).unwrap_or(seq).min(seq);
             self.rank.rewindow(base, seq - base + 1);
         }
-        self.rank.insert(seq);
+        self.line_insert(seq, now);
         if let Some(u) = &user_id {
             self.users.insert(u, seq);
         }
@@ -799,12 +815,18 @@ impl EventQueue {
         self.expire_due(now, fx);
         self.admit(now, fx);
         let mut next = self.deadlines.peek().map(|r| r.0 .0);
-        if let Some(rate) = self.config.admit_per_minute {
-            let room = self.admitted + self.active < self.config.capacity();
-            if room && !self.config.paused && !self.rank.is_empty() {
+        let (cap, rate) = self.limits();
+        if let Some(rate) = rate {
+            let room = self.admitted + self.active < cap;
+            if room && !self.config.paused && self.waiting_len() > 0 {
                 let t = self.bucket.next_token_at(rate).max(now + 1);
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
+        }
+        if let Some(t) = self.config.opens_at.filter(|&t| now < t) {
+            // The opening: the pre-queue starts to be admitted. Asked for even while nobody
+            // waits: a join does not re-plan the scheduler.
+            next = Some(next.map_or(t, |n| n.min(t)));
         }
         if let Some(&(at, _)) = self.tombstone_order.front() {
             let t = at + EXPIRED_RETENTION_MS;
@@ -816,8 +838,14 @@ impl EventQueue {
     /// The first `limit` waiting places, in order.
     pub fn head(&mut self, limit: usize, now: Millis, fx: &mut Vec<Effect>) -> Vec<HeadEntry> {
         self.advance(now, fx);
+        // Before the opening the shuffle order is secret, even from the admin: the
+        // pre-queue is listed in join order.
+        let early = self.before_opening(now).then(|| self.prequeue(0, limit));
         (1..=limit as u64)
-            .map_while(|k| self.rank.kth(k).map(|seq| (k, seq)))
+            .map_while(|k| match &early {
+                Some(seqs) => seqs.get(k as usize - 1).map(|&seq| (k, seq)),
+                None => self.line_kth(k).map(|seq| (k, seq)),
+            })
             .map(|(k, seq)| {
                 let p = &self.places[&seq];
                 HeadEntry {
@@ -833,7 +861,7 @@ impl EventQueue {
     pub fn figures(&mut self, now: Millis, fx: &mut Vec<Effect>) -> EventFigures {
         self.advance(now, fx);
         EventCounts {
-            waiting: self.rank.len(),
+            waiting: self.waiting_len(),
             admitted: self.admitted,
             active: self.active,
             completed: self.completed,
@@ -871,10 +899,10 @@ impl EventQueue {
             .values()
             .filter(|p| p.state == PlaceState::Active)
             .count() as u64;
-        if waiting != self.rank.len() || admitted != self.admitted || active != self.active {
+        if waiting != self.waiting_len() || admitted != self.admitted || active != self.active {
             return Err(format!(
                 "counts drifted: waiting {waiting}/{} admitted {admitted}/{} active {active}/{}",
-                self.rank.len(),
+                self.waiting_len(),
                 self.admitted,
                 self.active
             ));
@@ -902,6 +930,9 @@ impl EventQueue {
 
 #[path = "sale.rs"]
 mod sale;
+#[path = "queue_schedule.rs"]
+mod schedule_rules;
+pub use schedule_rules::{schedule_change_allowed, SCHEDULE_LOCKED};
 
 #[cfg(test)]
 #[path = "queue_tests.rs"]

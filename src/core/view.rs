@@ -15,6 +15,17 @@ pub enum PlaceState {
     Active,
 }
 
+/// The status a client is shown: a place's state, except that a waiting place of the
+/// pre-queue is `pre-queue` until the opening.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ShownStatus {
+    PreQueue,
+    Waiting,
+    Admitted,
+    Active,
+}
+
 /// What a client learns about its place.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PlaceView {
@@ -40,6 +51,22 @@ pub struct PlaceView {
     pub poll_after_sec: u64,
     /// The event's admissions are paused.
     pub paused: bool,
+    /// Seconds until the opening, while the place waits in the pre-queue before it.
+    pub opens_in_sec: Option<u64>,
+    /// The place's rank in the shuffled pre-queue (among those of it still waiting), once
+    /// the sale has opened.
+    pub prequeue_rank: Option<u64>,
+}
+
+impl PlaceView {
+    pub fn shown_status(&self) -> ShownStatus {
+        match self.status {
+            PlaceState::Waiting if self.opens_in_sec.is_some() => ShownStatus::PreQueue,
+            PlaceState::Waiting => ShownStatus::Waiting,
+            PlaceState::Admitted => ShownStatus::Admitted,
+            PlaceState::Active => ShownStatus::Active,
+        }
+    }
 }
 
 /// Shortest polling interval a client is told; also the interval of places no longer
@@ -151,18 +178,47 @@ pub struct PlaceFacts {
     pub position: u64,
     /// How many places wait.
     pub queue_length: u64,
+    /// The place waits in the pre-queue (it joined before `opens_at`).
+    pub pre_queue: bool,
+    /// The event's `opens_at`.
+    pub opens_at: Option<Millis>,
+    /// The event draws its admissions by lottery (`random`): no place has a position.
+    pub lottery: bool,
 }
 
 impl PlaceView {
     /// The view of a place at `now`, given its event's timeouts and pace.
     pub fn new(f: PlaceFacts, t: &Timeouts, pace: &Pace, now: Millis) -> Self {
-        let position = (f.state == PlaceState::Waiting).then_some(f.position);
+        let waiting = f.state == PlaceState::Waiting;
+        // Before the opening a pre-queue place has no position yet: the order is drawn
+        // from a seed nobody knows until then.
+        let opens_in_ms = f
+            .opens_at
+            .filter(|_| waiting && f.pre_queue)
+            .and_then(|t| t.checked_sub(now))
+            .filter(|&ms| ms > 0);
+        let before = opens_in_ms.is_some();
+        // A lottery has no order: the estimate is that of the middle of the line, the
+        // mean rank of a uniformly drawn place.
+        let position = (waiting && !before && !f.lottery).then_some(f.position);
+        let basis = if f.lottery {
+            (waiting && !before).then(|| f.queue_length.div_ceil(2).max(1))
+        } else {
+            position
+        };
         let active = f.state == PlaceState::Active;
-        let eta = position.map(|pos| pace.estimate(pos, now));
+        let eta = basis.map(|pos| pace.estimate(pos, now));
         let eta_range = match eta {
             Some(e) => e.range,
+            None if before => None,
             // Not waiting: nothing left to wait for, and that is certain.
             None => Some((0, 0)),
+        };
+        let opens_in_sec = opens_in_ms.map(secs_ceil);
+        let poll_after = match opens_in_sec {
+            // A quarter of the time to the opening, as for a far-back place.
+            Some(sec) => poll_after_sec(Some(1), Some(sec), t),
+            None => poll_after_sec(position.or(basis), eta_range.map(|r| r.0), t),
         };
         let left_sec = || {
             secs_ceil(
@@ -175,10 +231,12 @@ impl PlaceView {
             status: f.state,
             position,
             queue_length: f.queue_length,
-            eta_sec: Some(eta.map_or(0, |e| e.sec)),
+            eta_sec: Some(eta.map_or(opens_in_sec.unwrap_or(0), |e| e.sec)),
             eta_range,
-            poll_after_sec: poll_after_sec(position, eta_range.map(|r| r.0), t),
+            poll_after_sec: poll_after,
             paused: pace.paused,
+            opens_in_sec,
+            prequeue_rank: (waiting && f.pre_queue && !before && !f.lottery).then_some(f.position),
             waited_sec: now.saturating_sub(f.joined_at) / 1000,
             joined_at: f.joined_at,
             enter_within_sec: (f.state == PlaceState::Admitted).then(left_sec),

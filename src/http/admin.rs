@@ -15,7 +15,9 @@ use axum::Json;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::body::{AdminEvent, Cleared, Deleted, EventSettings, Invites, Settings, StatsRow};
+use super::body::{
+    AdminEvent, Cleared, Deleted, EventSettings, Invites, Prequeue, Settings, StatsRow,
+};
 use super::error::{AppError, AppResult};
 use super::extract::{bearer, AppJson, AppPath, AppQuery, OptionalJson};
 use super::guard::Caller;
@@ -284,6 +286,44 @@ pub async fn queue_head(
         .queue_head(&id, limit, state.clock.now())
         .await?;
     Ok(Json(head))
+}
+
+/// Most pre-queue place ids one page of `GET /events/{id}/prequeue` lists.
+pub const MAX_PREQUEUE_PAGE: usize = 10_000;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrequeueQuery {
+    /// List the places after this id (the previous page's `next_after`).
+    pub after: Option<u64>,
+    pub limit: Option<usize>,
+}
+
+/// `GET /events/{event_id}/prequeue?after=&limit=`: the pre-queue's waiting place ids in
+/// join order, a page at a time: with the published `shuffle_seed` anyone can recompute
+/// the order of admission from it.
+pub async fn prequeue(
+    State(state): State<AppState>,
+    path: AppPath<String>,
+    AppQuery(q): AppQuery<PrequeueQuery>,
+) -> AppResult<Json<Prequeue>> {
+    let id = event_id(path)?;
+    let limit = q.limit.unwrap_or(MAX_PREQUEUE_PAGE);
+    if !(1..=MAX_PREQUEUE_PAGE).contains(&limit) {
+        return Err(AppError::invalid(format!(
+            "limit must be between 1 and {MAX_PREQUEUE_PAGE}"
+        )));
+    }
+    let ids = state
+        .store
+        .prequeue(&id, q.after.unwrap_or(0), limit, state.clock.now())
+        .await?;
+    let next_after = (ids.len() == limit).then(|| ids.last().copied()).flatten();
+    Ok(Json(Prequeue {
+        event_id: id,
+        place_ids: ids,
+        next_after,
+    }))
 }
 
 /// `GET /defaults`: the settings a new event gets for every field its `PUT` leaves out, so

@@ -11,7 +11,10 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::ser::{Error as _, SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 
-use crate::core::{EventConfig, EventFigures, PlaceState, PlaceView, Texts};
+use crate::core::schedule::{commitment, format_rfc3339, hex};
+use crate::core::{
+    EventConfig, EventFigures, Millis, PlaceState, PlaceView, QueueingMethod, ShownStatus, Texts,
+};
 use crate::store::EventSnapshot;
 
 // ---------------------------------------------------------------------------------------
@@ -22,12 +25,20 @@ use crate::store::EventSnapshot;
 /// needs, present according to the place's state.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Place {
+    /// `pre-queue` (before the opening), `waiting`, `admitted` or `active`.
     #[schema(value_type = String, example = "waiting")]
-    pub status: PlaceState,
+    pub status: ShownStatus,
     pub event_id: String,
-    /// Present while `waiting`.
+    /// Present while `waiting` (not under the `random` method: a lottery has no order).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub position: Option<u64>,
+    /// Present while `pre-queue`: seconds until the opening.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub opens_in_sec: Option<u64>,
+    /// Present for a place of the pre-queue once the sale opened: its rank in the shuffled
+    /// pre-queue, among those of it still waiting.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prequeue_rank: Option<u64>,
     pub queue_length: u64,
     pub eta_sec: u64,
     /// The range of the wait (`null`, both: no basis for an estimate yet, or paused).
@@ -49,9 +60,11 @@ pub struct Place {
 impl Place {
     pub fn new(event_id: String, v: &PlaceView) -> Self {
         Place {
-            status: v.status,
+            status: v.shown_status(),
             event_id,
             position: v.position,
+            opens_in_sec: v.opens_in_sec,
+            prequeue_rank: v.prequeue_rank,
             queue_length: v.queue_length,
             eta_sec: v.eta_sec.unwrap_or(0),
             eta_low_sec: v.eta_range.map(|r| r.0),
@@ -119,6 +132,15 @@ pub struct Completed {
     pub completed: bool,
 }
 
+/// `GET /admin/events/{id}/prequeue`: a page of the pre-queue's place ids, in join order.
+#[derive(Debug, Serialize)]
+pub struct Prequeue {
+    pub event_id: String,
+    pub place_ids: Vec<u64>,
+    /// The `after` of the next page; `null` on the last one.
+    pub next_after: Option<u64>,
+}
+
 /// `GET /queue/info`: public figures, no user data.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct QueueInfo {
@@ -132,12 +154,34 @@ pub struct QueueInfo {
     pub admitted_last_minute: u64,
     pub paused: bool,
     pub accept_joins: bool,
+    /// The schedule: when the sale opens (RFC 3339, `null`: open) and how it admits.
+    pub opens_at: Option<String>,
+    #[schema(value_type = String, example = "fifo")]
+    pub queueing_method: QueueingMethod,
+    /// Before the opening: sha256 (hex) of the shuffle seed, so the seed published later
+    /// is known to have been chosen before anyone joined.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shuffle_commitment: Option<String>,
+    /// From the opening: the seed (hex) the pre-queue was ordered by.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shuffle_seed: Option<String>,
 }
 
 impl QueueInfo {
-    pub fn new(s: EventSnapshot) -> Self {
+    pub fn new(s: EventSnapshot, now: Millis) -> Self {
         let (c, f) = (s.config, s.figures);
+        let seed = c
+            .opens_at
+            .zip(c.event_secret)
+            .map(|(at, secret)| (at, secret.shuffle_seed()));
+        let opened = |at: Millis| now >= at;
         QueueInfo {
+            opens_at: c.opens_at.map(format_rfc3339),
+            queueing_method: c.queueing_method,
+            shuffle_commitment: seed
+                .filter(|(at, _)| !opened(*at))
+                .map(|(_, s)| commitment(&s)),
+            shuffle_seed: seed.filter(|(at, _)| opened(*at)).map(|(_, s)| hex(&s)),
             event_id: s.event_id,
             name: c.name,
             queue_length: f.waiting,
@@ -255,6 +299,10 @@ impl Serialize for Settings {
         let OrderedFields(fields) = serde_json::from_str(&json).map_err(S::Error::custom)?;
         let mut m = s.serialize_map(Some(fields.len()))?;
         for (k, v) in fields {
+            if k == "event_secret" {
+                // Behind the shuffle seed and the lottery: never shown.
+                continue;
+            }
             if k == "user_token_secret" {
                 m.serialize_entry("user_token_secret_set", &!v.is_null())?;
             } else if k == "bypass_secret" {
@@ -389,6 +437,8 @@ mod tests {
             eta_range: None,
             poll_after_sec: 5,
             paused: false,
+            opens_in_sec: None,
+            prequeue_rank: None,
         }
     }
 

@@ -53,6 +53,7 @@ pub mod code {
         RATE_LIMITED = "RATE_LIMITED";
         PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE";
         QUEUE_FULL = QueueError::QueueFull.code();
+        EVENT_FULL = QueueError::EventFull.code();
         UNAVAILABLE = "UNAVAILABLE";
         INTERNAL = "INTERNAL";
         POW_REQUIRED = "POW_REQUIRED";
@@ -128,6 +129,9 @@ pub enum AppError {
     TooManyStreams,
     #[error("the queue is full")]
     QueueFull,
+    /// A `reject` event with no room: it keeps no queue.
+    #[error("the event is full and keeps no queue: try again later")]
+    EventFull,
     /// The store cannot be reached or did not answer in time. The detail is logged, not sent.
     #[error("the service is temporarily unavailable")]
     Unavailable(String),
@@ -174,7 +178,7 @@ impl AppError {
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             EventClosed => StatusCode::CONFLICT,
             RateLimited(_) | TooManyStreams => StatusCode::TOO_MANY_REQUESTS,
-            QueueFull | Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            QueueFull | EventFull | Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             PowRequired(_) | PowInvalid(..) => StatusCode::PRECONDITION_REQUIRED,
             Sale(e) => Self::sale_status(e),
@@ -205,6 +209,7 @@ impl AppError {
             InviteInvalid => code::INVITE_INVALID,
             RateLimited(_) | TooManyStreams => code::RATE_LIMITED,
             QueueFull => code::QUEUE_FULL,
+            EventFull => code::EVENT_FULL,
             Unavailable(_) => code::UNAVAILABLE,
             Internal(_) => code::INTERNAL,
             PowRequired(_) => code::POW_REQUIRED,
@@ -217,7 +222,7 @@ impl AppError {
         match self {
             AppError::RateLimited(r) => Some(r.retry_after_sec),
             AppError::TooManyStreams => Some(TOO_MANY_STREAMS_RETRY_AFTER_SEC),
-            AppError::QueueFull => Some(QUEUE_FULL_RETRY_AFTER_SEC),
+            AppError::QueueFull | AppError::EventFull => Some(QUEUE_FULL_RETRY_AFTER_SEC),
             AppError::Unavailable(_) => Some(UNAVAILABLE_RETRY_AFTER_SEC),
             _ => None,
         }
@@ -259,6 +264,7 @@ impl From<QueueError> for AppError {
             | QueueError::TooManyHolds
             | QueueError::InventoryFull
             | QueueError::ExtensionLimit => AppError::Sale(e),
+            QueueError::EventFull => AppError::EventFull,
         }
     }
 }

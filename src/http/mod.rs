@@ -217,6 +217,11 @@ fn routes(state: &AppState) -> Routes {
         admin!("/events/{event_id}/history.csv"),
         get(records::history_csv)
     );
+    route!(
+        admin,
+        admin!("/events/{event_id}/prequeue"),
+        get(admin::prequeue)
+    );
     route!(admin, admin!("/audit"), get(records::audit_list));
     route!(
         admin,

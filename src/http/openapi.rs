@@ -136,6 +136,7 @@ pub fn document() -> Value {
         wait,
         gate_queue_page,
         gate,
+        prequeue,
         put_inventory,
         get_inventory,
         seat_map,
@@ -395,6 +396,16 @@ fn index() {}
     responses((status = 200, description = "The waiting room", content_type = "text/html", body = String),
               (status = 404, description = "EVENT_NOT_FOUND (an HTML page for browsers)", body = ErrorBody)))]
 fn wait() {}
+
+#[utoipa::path(get, path = "/api/v1/admin/events/{event_id}/prequeue", tag = "admin",
+    params(("event_id" = String, Path),
+           ("after" = Option<u64>, Query, description = "List the places after this id (the previous page's `next_after`)"),
+           ("limit" = Option<usize>, Query, description = "Most ids in one page")),
+    responses(
+        (status = 200, description = "`{event_id, place_ids, next_after}`: the pre-queue's waiting place ids in join order, from which and `shuffle_seed` anyone recomputes the order (API.md)", body = Object),
+        (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
+        (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
+fn prequeue() {}
 
 #[utoipa::path(put, path = "/api/v1/admin/events/{event_id}/inventory", tag = "admin",
     params(("event_id" = String, Path)),

@@ -354,7 +354,7 @@ pub async fn info(
         .store
         .get_event(&q.event_id, state.clock.now())
         .await?;
-    Ok(Json(QueueInfo::new(snap)))
+    Ok(Json(QueueInfo::new(snap, state.clock.now())))
 }
 
 /// `GET /.well-known/jwks.json`: cacheable for a while; keys change only on redeploys.

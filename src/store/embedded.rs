@@ -230,6 +230,7 @@ impl EmbeddedStore {
         let config = self
             .run(slot, true, |q, fx| {
                 let config = patch.apply(event_id, q.config())?;
+                q.check_config(&config, now)?;
                 q.set_config(config.clone(), now, fx);
                 Ok(config)
             })
@@ -366,6 +367,20 @@ impl Store for EmbeddedStore {
     ) -> StoreResult<Vec<HeadEntry>> {
         self.with(event_id, |q, fx| Ok(q.head(limit, now, fx)))
             .await
+    }
+
+    async fn prequeue(
+        &self,
+        event_id: &str,
+        after: u64,
+        limit: usize,
+        now: Millis,
+    ) -> StoreResult<Vec<u64>> {
+        self.with(event_id, |q, fx| {
+            q.figures(now, fx); // ends what is due first, as every read does
+            Ok(q.prequeue(after, limit))
+        })
+        .await
     }
 
     async fn join(&self, event_id: &str, req: &JoinRequest, now: Millis) -> StoreResult<PlaceView> {

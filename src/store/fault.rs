@@ -43,6 +43,7 @@ pub enum Op {
     DeleteEvent,
     Clear,
     QueueHead,
+    Prequeue,
     Join,
     AddInvites,
     Status,
@@ -248,6 +249,17 @@ impl Store for FaultStore {
     ) -> StoreResult<Vec<HeadEntry>> {
         self.gate(Op::QueueHead).await?;
         self.inner.queue_head(event_id, limit, now).await
+    }
+
+    async fn prequeue(
+        &self,
+        event_id: &str,
+        after: u64,
+        limit: usize,
+        now: Millis,
+    ) -> StoreResult<Vec<u64>> {
+        self.gate(Op::Prequeue).await?;
+        self.inner.prequeue(event_id, after, limit, now).await
     }
 
     async fn join(&self, event_id: &str, req: &JoinRequest, now: Millis) -> StoreResult<PlaceView> {

@@ -202,6 +202,17 @@ pub trait Store: Send + Sync + 'static {
         now: Millis,
     ) -> StoreResult<Vec<HeadEntry>>;
 
+    /// The pre-queue's waiting places (`opens_at`), as sequence numbers in join order:
+    /// those after `after`, at most `limit`. Whoever has the list and the published
+    /// shuffle seed can recompute the order of admission (docs/API.md).
+    async fn prequeue(
+        &self,
+        event_id: &str,
+        after: u64,
+        limit: usize,
+        now: Millis,
+    ) -> StoreResult<Vec<u64>>;
+
     /// Joins the queue. Idempotent per (`event_id`, `user_id`) for a proven caller
     /// (`req.proven`): a user holding a live place gets that place back (heartbeat
     /// renewed), even under concurrent calls; an unproven caller gets `AlreadyJoined` and

@@ -12,6 +12,8 @@ use waitroom::tokens::random_u128;
 
 mod holds;
 #[allow(unused_imports)] // each test binary uses the part it needs
+pub use super::conformance_schedule::*;
+#[allow(unused_imports)] // each test binary uses the part it needs
 pub use holds::*;
 
 pub const T0: Millis = 1_700_000_000_000;
@@ -41,6 +43,9 @@ macro_rules! store_conformance {
             every_session_end_releases_its_holds, holds_lapse_after_their_ttl,
             sessions_extend_up_to_the_limit, racing_holds_never_share_a_seat,
             delete_event_removes_inventory);
+        // The schedule and the queueing methods (conformance_schedule.rs).
+        $crate::store_conformance!(@tests $make;
+            prequeue_opens_in_shuffle_order, prequeue_change_of_opens_at, queueing_methods);
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
         $(

@@ -2,6 +2,7 @@
 
 pub mod binary;
 pub mod conformance;
+pub mod conformance_schedule;
 pub mod model;
 #[cfg(unix)]
 #[allow(dead_code)]

@@ -20,8 +20,9 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use proptest::sample::Index;
+use waitroom::core::schedule::{draw, format_rfc3339, prequeue_key};
 use waitroom::core::{
-    EventConfig, EventPatch, ItemState, Millis, PlaceKey, PlaceState, QueueError,
+    EventConfig, EventPatch, ItemState, Millis, PlaceKey, PlaceState, QueueError, QueueingMethod,
     EXPIRED_RETENTION_MS,
 };
 use waitroom::store::{JoinRequest, Store, StoreError};
@@ -72,7 +73,12 @@ pub struct Settings {
     waiting_idle_sec: u64,
     max_queue_length: Option<u64>,
     accept_joins: bool,
+    /// `queueing_method`.
+    method: &'static str,
 }
+
+/// Every history starts with a pre-queue: the sale opens 3 s in (`opens_at`).
+const OPENS: Millis = T0 + 3000;
 
 fn settings() -> impl Strategy<Value = Settings> {
     (
@@ -86,12 +92,21 @@ fn settings() -> impl Strategy<Value = Settings> {
         1u64..8,
         prop_oneof![3 => Just(None), 1 => (1u64..6).prop_map(Some)],
         prop::bool::weighted(0.9),
+        prop_oneof![
+            4 => Just("fifo"),
+            1 => Just("random"),
+            1 => Just("passthrough"),
+            1 => Just("reject")
+        ],
     )
-        .prop_map(|(m, r, p, apm, rt, si, sm, wi, mq, aj)| Settings {
+        .prop_map(|(m, r, p, apm, rt, si, sm, wi, mq, aj, method)| Settings {
             max_active: m,
             ratio: r,
             paused: p,
-            admit_per_minute: apm,
+            // A `reject` join under a pace depends on the rate budget, which the model
+            // does not track to the token: no pace with `reject`.
+            admit_per_minute: apm.filter(|_| method != "reject"),
+            method,
             ready_ttl_sec: rt,
             session_idle_sec: si,
             session_max_sec: sm,
@@ -150,6 +165,7 @@ struct MPlace {
     /// Session extensions: how many, and the milliseconds they added to the maximum.
     extensions: u32,
     extra: Millis,
+    joined_at: Millis,
 }
 
 /// A seat: available, held by place `i` until a time, or sold to place `i`.
@@ -168,6 +184,8 @@ struct Model {
     paced_admissions: u64,
     pace_since: Millis,
     seats: Vec<MSeat>,
+    /// Admissions so far: numbers the lottery's draws.
+    admissions: u64,
 }
 
 impl Model {
@@ -218,18 +236,51 @@ impl Model {
         }
     }
 
+    fn method(&self) -> QueueingMethod {
+        self.cfg.queueing_method
+    }
+
+    fn before_opening(&self) -> bool {
+        self.now < OPENS
+    }
+
+    fn in_prequeue(&self, i: usize) -> bool {
+        self.places[i].joined_at < OPENS
+    }
+
+    /// The waiting places in the order of admission: the pre-queue by its shuffle keys
+    /// (sha256 of the seed and the seq), then the others by join order.
     fn waiting_indices(&self) -> Vec<usize> {
-        (0..self.places.len())
+        let seed = self.cfg.event_secret.expect("a secret").shuffle_seed();
+        let mut w: Vec<usize> = (0..self.places.len())
             .filter(|&i| self.places[i].state == MState::Waiting)
-            .collect()
+            .collect();
+        w.sort_by_key(|&i| {
+            let pre = self.in_prequeue(i);
+            let key = pre.then(|| prequeue_key(&seed, self.places[i].key.seq));
+            (!pre, key, i)
+        });
+        w
     }
 
     fn position(&self, i: usize) -> u64 {
-        self.places[..i]
-            .iter()
-            .filter(|p| p.state == MState::Waiting)
-            .count() as u64
-            + 1
+        self.waiting_indices().iter().position(|&j| j == i).unwrap() as u64 + 1
+    }
+
+    /// The next `n` admissions, in the order they are made.
+    fn next_admissions(&self, n: usize) -> Vec<usize> {
+        let mut w = self.waiting_indices();
+        if self.method() != QueueingMethod::Random {
+            w.truncate(n);
+            return w;
+        }
+        let key = self.cfg.event_secret.expect("a secret").lottery_key();
+        (0..n as u64)
+            .map(|k| {
+                let d = draw(&key, self.admissions + k, w.len() as u64);
+                w.remove(d as usize)
+            })
+            .collect()
     }
 
     fn live_place_of(&self, user: usize) -> Option<usize> {
@@ -252,21 +303,30 @@ impl Model {
 
     /// How many the model itself would admit now, ignoring any pace.
     fn room(&self) -> usize {
-        if self.cfg.paused {
+        if self.cfg.paused || self.before_opening() {
             return 0;
+        }
+        if self.method() == QueueingMethod::Passthrough {
+            return self.waiting_indices().len();
         }
         let room = self.capacity().saturating_sub(self.held()) as usize;
         room.min(self.waiting_indices().len())
     }
 
     fn admit_first(&mut self, n: usize) {
-        for i in self.waiting_indices().into_iter().take(n) {
+        for i in self.next_admissions(n) {
             self.places[i].state = MState::Admitted;
             self.places[i].admitted_at = self.now;
-            if self.cfg.admit_per_minute.is_some() {
+            self.admissions += 1;
+            if self.paced() {
                 self.paced_admissions += 1;
             }
         }
+    }
+
+    /// The pace applies (passthrough has none).
+    fn paced(&self) -> bool {
+        self.cfg.admit_per_minute.is_some() && self.method() != QueueingMethod::Passthrough
     }
 }
 
@@ -286,6 +346,7 @@ fn qerr<T>(r: Result<T, StoreError>) -> Result<T, QueueError> {
 
 fn patch_of(s: &Settings) -> EventPatch {
     serde_json::from_value(serde_json::json!({
+        "queueing_method": s.method,
         "max_active": s.max_active, "overbooking_ratio": s.ratio, "paused": s.paused,
         "admit_per_minute": s.admit_per_minute, "ready_ttl_sec": s.ready_ttl_sec,
         "session_idle_sec": s.session_idle_sec, "session_max_sec": s.session_max_sec,
@@ -318,10 +379,11 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
         waiting_idle_sec: 4,
         max_queue_length: None,
         accept_joins: true,
+        method: "fifo",
     };
-    let cfg = rt
-        .block_on(store.put_event(ev, &patch_of(&initial), T0))
-        .unwrap();
+    let mut first = patch_of(&initial);
+    first.opens_at = Some(Some(format_rfc3339(OPENS)));
+    let cfg = rt.block_on(store.put_event(ev, &first, T0)).unwrap();
     let mut m = Model {
         cfg,
         places: Vec::new(),
@@ -329,6 +391,7 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
         paced_admissions: 0,
         pace_since: T0,
         seats: vec![MSeat::Free; SEATS],
+        admissions: 0,
     };
     let mut nonce = 0u128;
     for (step, op) in ops.into_iter().enumerate() {
@@ -361,6 +424,10 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                     m.now,
                 )));
                 let mut waiting = m.waiting_indices().len() as u64;
+                // The reject rule sees the queue before a squatted place is replaced.
+                let full = m.method() == QueueingMethod::Reject
+                    && !m.before_opening()
+                    && (m.cfg.paused || waiting > 0 || m.held() >= m.capacity());
                 let mut live = user.and_then(|u| m.live_place_of(u));
                 // A proven join does not adopt a place made without proof: it replaces it
                 // (when a new place can be made at all), at the back of the queue.
@@ -394,6 +461,8 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                     }
                 } else if !m.cfg.accept_joins {
                     prop_assert_eq!(got.map(|v| v.key), Err(QueueError::EventClosed));
+                } else if full {
+                    prop_assert_eq!(got.map(|v| v.key), Err(QueueError::EventFull));
                 } else if m
                     .cfg
                     .max_queue_length
@@ -418,6 +487,7 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                         entered_at: 0,
                         extensions: 0,
                         extra: 0,
+                        joined_at: m.now,
                     });
                 }
             }
@@ -504,7 +574,11 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
             }
             Op::Configure(s) => {
                 let cfg = qerr(rt.block_on(store.put_event(ev, &patch_of(s), m.now))).unwrap();
-                if cfg.admit_per_minute != m.cfg.admit_per_minute {
+                let paced = |c: &EventConfig| {
+                    c.admit_per_minute
+                        .filter(|_| c.queueing_method != QueueingMethod::Passthrough)
+                };
+                if paced(&cfg) != paced(&m.cfg) {
                     m.paced_admissions = 0;
                     m.pace_since = m.now;
                 }
@@ -643,17 +717,19 @@ fn settle_admissions(
         n,
         room
     );
+    let mut want = m.next_admissions(n);
+    want.sort_unstable_by_key(|i| waiting.iter().position(|j| j == i));
     prop_assert_eq!(
         &admitted[..],
-        &waiting[..n],
+        &want[..],
         "step {}: admission out of order",
         step
     );
-    if m.cfg.admit_per_minute.is_none() {
+    if !m.paced() {
         prop_assert_eq!(n, room, "step {}: a free slot was not handed on", step);
     }
     m.admit_first(n);
-    if let Some(rate) = m.cfg.admit_per_minute {
+    if let Some(rate) = m.cfg.admit_per_minute.filter(|_| m.paced()) {
         let burst = (rate as f64 / 60.0).ceil().max(1.0);
         let budget = burst + (m.now - m.pace_since) as f64 * rate as f64 / 60_000.0;
         prop_assert!(
@@ -692,9 +768,12 @@ fn after_step(
                     op,
                     i
                 );
+                // No position before the opening (pre-queue) nor in a lottery.
+                let hidden = (m.before_opening() && m.in_prequeue(i))
+                    || m.method() == QueueingMethod::Random;
                 prop_assert_eq!(
                     v.position,
-                    Some(m.position(i)),
+                    (!hidden).then(|| m.position(i)),
                     "step {} ({:?}): position of {}",
                     step,
                     op,
@@ -734,8 +813,13 @@ fn after_step(
     // No over-admission: admissions never take the count above capacity (lowering capacity
     // lets running sessions finish).
     let held = m.held();
+    let cap = if m.method() == QueueingMethod::Passthrough {
+        u64::MAX
+    } else {
+        m.capacity()
+    };
     prop_assert!(
-        held <= m.capacity().max(before_held),
+        held <= cap.max(before_held),
         "step {}: {} held above capacity {}",
         step,
         held,

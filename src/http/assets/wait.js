@@ -35,6 +35,8 @@
       durExact: '{m} minutes', durOne: '1 minute', title: 'Waiting room',
       durRange: '{a}–{b} min', durUpTo: 'up to {b} min', etaUnknown: 'We don’t know yet', etaPaused: 'Paused',
       checking: 'Checking your browser…', checkingLead: 'This takes a moment and keeps bots out of the line ({n} hashes so far).',
+      preQueue: 'The sale opens soon', preQueueLead: 'You are in the pre-queue. At the opening everyone here gets a place in a random order, ahead of later arrivals: there is no need to hurry or reload.',
+      opensIn: 'Opens in {t}', opening: 'Opening…',
     },
     ko: {
       brand: '대기실', yourPosition: '나의 대기 순서', inLine: '대기 인원',
@@ -62,6 +64,8 @@
       durExact: '{m}분', durOne: '1분', title: '대기실',
       durRange: '약 {a}~{b}분', durUpTo: '최대 {b}분', etaUnknown: '아직 알 수 없습니다', etaPaused: '일시 중지됨',
       checking: '브라우저를 확인하는 중…', checkingLead: '잠시면 끝나며, 자동 프로그램이 줄을 서지 못하게 막습니다 (지금까지 {n}번 계산).',
+      preQueue: '곧 예매가 시작됩니다', preQueueLead: '사전 대기열에 들어와 있습니다. 오픈 시각이 되면 이곳의 모든 분에게 무작위 순서가 정해지며, 이후에 온 분들보다 앞에 섭니다. 서두르거나 새로고침할 필요가 없습니다.',
+      opensIn: '오픈까지 {t}', opening: '오픈하는 중…',
     },
   };
 
@@ -86,6 +90,8 @@
   let powHashes = null;         // proof of work: hashes tried so far while solving, else null
   let powSolution;              // proof of work: sent with the next join, once
   let figures = null;           // last {position, queue_length, eta_sec, eta_low_sec, eta_high_sec}
+  let opensAt = null;           // pre-queue: the opening on this device's clock (ms), else null
+  let countdownTimer = null;
   let ws = null;
   let wsTimer = null, pollTimer = null, reconnectTimer = null, infoTimer = null;
   let backoff = 1000;
@@ -133,7 +139,7 @@
       case 'init': title = t(place ? 'resuming' : 'joining'); lead = ''; break;
       case 'joining': title = t(powHashes === null ? 'joining' : 'checking');
         lead = powHashes === null ? '' : t('checkingLead', { n: WR.num(powHashes) }); break;
-      case 'waiting': title = t('waiting'); lead = t('waitingLead'); break;
+      case 'waiting': title = t(opensAt ? 'preQueue' : 'waiting'); lead = t(opensAt ? 'preQueueLead' : 'waitingLead'); break;
       case 'offline': title = t('offline'); lead = t('offlineLead'); break;
       case 'ready': title = t('ready'); lead = info && info.target_url ? t('readyLead') : t('noTarget');
         badge.hidden = false; badge.textContent = '✓'; break;
@@ -143,6 +149,7 @@
     }
     el('status').textContent = title;
     el('message').textContent = lead;
+    renderCountdown();
 
     const f = figures;
     const ready = phase === 'ready';
@@ -327,8 +334,28 @@
     setPhase('ended', which);
   }
 
+  // The pre-queue's countdown: the opening as a time on this device's clock (from the
+  // server's opens_in_sec, so a wrong device clock does not matter), ticking each second.
+  function setOpening(sec) {
+    opensAt = sec === undefined || sec === null ? null : Date.now() + sec * 1000;
+    if (opensAt && !countdownTimer) countdownTimer = setInterval(renderCountdown, 1000);
+    if (!opensAt && countdownTimer) { clearInterval(countdownTimer); countdownTimer = null; }
+  }
+  function renderCountdown() {
+    const c = el('countdown');
+    const on = !!opensAt && (phase === 'waiting' || phase === 'offline');
+    show('countdown', on);
+    if (!on) return;
+    const left = Math.max(0, Math.ceil((opensAt - Date.now()) / 1000));
+    const two = (n) => String(n).padStart(2, '0');
+    const d = Math.floor(left / 86400), h = Math.floor(left / 3600) % 24, m = Math.floor(left / 60) % 60;
+    const text = (d > 0 ? d + 'd ' : '') + two(h) + ':' + two(m) + ':' + two(left % 60);
+    c.textContent = left > 0 ? t('opensIn', { t: text }) : t('opening');
+  }
+
   // A status answer or a queue-update message.
   function onStatus(d) {
+    setOpening(d.status === 'pre-queue' ? d.opens_in_sec : null);
     if (d.status === 'admitted') { onReady(); return; }
     if (d.status === 'active') { stopLive(); setPhase('active'); return; }
     figures = {

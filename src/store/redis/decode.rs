@@ -147,10 +147,13 @@ pub(super) fn place_view(payload: &Value, ctx: &Ctx, now: Millis) -> Result<Plac
         last_seen: uint(field(a, 7)?)?,
         position: uint(field(a, 8)?)?,
         queue_length: uint(field(a, 9)?)?,
+        pre_queue: uint(field(a, 10)?)? == 1,
+        opens_at: Some(uint(field(a, 11)?)?).filter(|&t| t > 0),
+        lottery: uint(field(a, 12)?)? == 1,
     };
     // What the session's extensions added to its maximum (absent from older scripts).
     let mut t = ctx.timeouts;
-    t.session_max_ms += a.get(10).map(uint).transpose()?.unwrap_or(0);
+    t.session_max_ms += a.get(13).map(uint).transpose()?.unwrap_or(0);
     Ok(PlaceView::new(facts, &t, &ctx.pace, now))
 }
 

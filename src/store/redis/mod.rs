@@ -41,6 +41,7 @@
 //! MAC derived from it, so a token made on one node is only accepted by another with the
 //! same key.
 
+mod conn;
 mod decode;
 mod relay;
 mod sale;
@@ -54,11 +55,12 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{RedisResult, Value};
 use tokio::sync::{broadcast, mpsc, OnceCell};
 use tokio::task::JoinHandle;
+
+use conn::Conn;
 
 use super::{
     notices_of, EventSnapshot, JoinRequest, Notice, Store, StoreError, StoreResult, NOTICE_BUFFER,
@@ -69,7 +71,7 @@ use crate::core::{
 };
 use crate::telemetry;
 use decode::{array, field, int, queue_error, text, uint, unexpected, Malformed, Reply};
-use script::{CONFLICT, KEYS, LEASED, OK, SCRIPT};
+use script::{CONFLICT, KEYS, LEASED, OK, SCHEDULE_LOCKED, SCRIPT};
 
 /// How long a connection attempt may take before it counts as failed.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -105,46 +107,6 @@ impl Default for RedisOptions {
             lease: Duration::from_secs(3),
             op_timeout: Duration::from_millis(1500),
             wait_replicas: 0,
-        }
-    }
-}
-
-/// A connection to a standalone Redis or to a Cluster; both reconnect by themselves.
-#[derive(Clone)]
-enum Conn {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-    /// The master the sentinels name, followed across failovers.
-    Sentinel(sentinel::Following),
-}
-
-impl ConnectionLike for Conn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
-            Conn::Sentinel(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Conn::Single(c) => c.get_db(),
-            Conn::Cluster(c) => c.get_db(),
-            Conn::Sentinel(c) => c.get_db(),
         }
     }
 }
@@ -559,8 +521,17 @@ impl Inner {
                 u8::from(config.paused).to_string(),
                 u8::from(config.accept_joins).to_string(),
                 u8::from(config.access == Access::Invite).to_string(),
+                config.opens_at.unwrap_or(0).to_string(),
+                config.queueing_method.number().to_string(),
             ];
-            let args: Vec<&[u8]> = nums.iter().map(|a| a.as_bytes()).collect();
+            let secrets = config
+                .event_secret
+                .map(|s| (s.shuffle_seed(), s.lottery_key()));
+            let mut args: Vec<&[u8]> = nums.iter().map(|a| a.as_bytes()).collect();
+            match &secrets {
+                Some((seed, key)) => args.extend([&seed[..], &key[..]]),
+                None => args.extend([&b""[..], &b""[..]]),
+            }
             let r = s.run(event_id, "put", now, &args, None).await?;
             match &r.code[..] {
                 OK => {
@@ -570,6 +541,11 @@ impl Inner {
                     return Ok(config);
                 }
                 CONFLICT => continue,
+                SCHEDULE_LOCKED => {
+                    return Err(
+                        QueueError::Invalid(crate::core::queue::SCHEDULE_LOCKED.into()).into(),
+                    )
+                }
                 other => return Err(unexpected(other)),
             }
         }
@@ -670,6 +646,30 @@ impl Store for RedisStore {
             .op(event_id, "head", now, &[limit.as_bytes()], None)
             .await?;
         Ok(decode::head(&r.payload, &r.ctx, now)?)
+    }
+
+    async fn prequeue(
+        &self,
+        event_id: &str,
+        after: u64,
+        limit: usize,
+        now: Millis,
+    ) -> StoreResult<Vec<u64>> {
+        let (after, limit) = (after.to_string(), limit.to_string());
+        let r = self
+            .inner
+            .op(
+                event_id,
+                "prequeue",
+                now,
+                &[after.as_bytes(), limit.as_bytes()],
+                None,
+            )
+            .await?;
+        Ok(array(&r.payload)?
+            .iter()
+            .map(uint)
+            .collect::<Result<_, _>>()?)
     }
 
     async fn join(&self, event_id: &str, req: &JoinRequest, now: Millis) -> StoreResult<PlaceView> {

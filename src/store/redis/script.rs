@@ -18,7 +18,7 @@ use crate::core::{holds, EndReason, Millis, EXPIRED_RETENTION_MS, RATE_WINDOW_MS
 
 /// An event's keys, in the order the script receives them as `KEYS`: the suffix after
 /// `prefix:{event}:` and the Lua name it is bound to (`lua/rules.lua` says what each holds).
-pub(super) const KEYS: [(&str, &str); 18] = [
+pub(super) const KEYS: [(&str, &str); 20] = [
     ("m", "K_META"),
     ("p", "K_PLACES"),
     ("u", "K_USERS"),
@@ -37,6 +37,8 @@ pub(super) const KEYS: [(&str, &str); 18] = [
     ("hu", "K_HUNTIL"),
     ("hs", "K_HSESS"),
     ("ex", "K_EXT"),
+    ("pq", "K_PRE"),
+    ("ps", "K_PRESEQ"),
 ];
 
 /// What an effect triple of a script answer reports.
@@ -79,6 +81,9 @@ pub(super) const OK: &[u8] = b"OK";
 pub(super) const CONFLICT: &[u8] = b"CONFLICT";
 /// `tick`: another node holds the event's periodic-work lease.
 pub(super) const LEASED: &[u8] = b"LEASED";
+/// `put`: the change of `opens_at` would move waiting places into or out of the pre-queue
+/// ([`crate::core::queue::SCHEDULE_LOCKED`]).
+pub(super) const SCHEDULE_LOCKED: &[u8] = b"SCHEDULE_LOCKED";
 
 /// The generated prelude: the shared facts as Lua locals.
 fn prelude() -> String {
@@ -115,12 +120,13 @@ fn prelude() -> String {
 
 const RULES: &str = include_str!("lua/rules.lua");
 const HOLDS: &str = include_str!("lua/holds.lua");
+const SCHEDULE: &str = include_str!("lua/schedule.lua");
 const OPS: &str = include_str!("lua/ops.lua");
 
 /// The one script every operation runs: the prelude, the rules, the holds, then the entry
 /// points.
 pub(super) static SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{}{RULES}{HOLDS}{OPS}", prelude())));
+    LazyLock::new(|| Script::new(&format!("{}{RULES}{HOLDS}{SCHEDULE}{OPS}", prelude())));
 
 #[cfg(test)]
 mod tests {
@@ -131,7 +137,7 @@ mod tests {
     /// a returned table (`return {'OK', …}`) or an error return (`return nil, '…'`)
     /// starts with.
     fn lua_codes() -> Vec<String> {
-        let src = format!("{RULES}{HOLDS}{OPS}");
+        let src = format!("{RULES}{HOLDS}{SCHEDULE}{OPS}");
         let mut out = Vec::new();
         for lead in ["finish(", "return {", "return nil, "] {
             for (i, _) in src.match_indices(lead) {
@@ -159,7 +165,7 @@ mod tests {
             );
         }
         for code in &codes {
-            let internal = [OK, CONFLICT, LEASED].contains(&code.as_bytes());
+            let internal = [OK, CONFLICT, LEASED, SCHEDULE_LOCKED].contains(&code.as_bytes());
             assert!(
                 internal || QueueError::from_code(code).is_some(),
                 "the Lua scripts can answer {code:?}, which the Rust side does not know"
@@ -170,7 +176,7 @@ mod tests {
     #[test]
     fn every_shared_name_in_the_lua_comes_from_the_prelude() {
         let prelude = prelude();
-        let src = format!("{RULES}{HOLDS}{OPS}");
+        let src = format!("{RULES}{HOLDS}{SCHEDULE}{OPS}");
         let defined = |name: &str| prelude.contains(&format!("local {name} = "));
         let names = src
             .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))

@@ -6,12 +6,21 @@ local OP = ARGV[1]
 if OP == 'put' then
   -- ARGV: expected config version (0: the event must not exist yet), config JSON, then
   -- capacity, rate per minute (0: none), ready ttl, session idle, session max, waiting idle
-  -- (all ms), max queue length (0: none), paused, accept joins (0/1), invite-only (0/1).
+  -- (all ms), max queue length (0: none), paused, accept joins (0/1), invite-only (0/1),
+  -- opens_at (ms, 0: none), queueing method (0-3), shuffle seed and lottery key (32 bytes
+  -- each, empty while the event has no secret).
   local expected = tonumber(ARGV[3])
   local exists = load_meta()
   local ver = tonumber(redis.call('HGET', K_META, 'ver')) or 0
   if not exists then ver = 0 end
   if ver ~= expected then return finish('CONFLICT') end
+  -- queue_schedule.rs `schedule_change_allowed`: opens_at may not move a waiting place
+  -- into or out of the pre-queue.
+  local opens = tonumber(ARGV[15])
+  if exists and opens ~= M.opens and N_W > 0
+      and not (M.opens > 0 and NOW < M.opens and opens > 0 and NOW < opens) then
+    return finish('SCHEDULE_LOCKED')
+  end
   if exists then
     -- What fell due under the old settings ends under them.
     advance()
@@ -23,6 +32,9 @@ if OP == 'put' then
   end
   redis.call('HSET', K_META, 'cfg', ARGV[4], 'ver', fmt(ver + 1), 'inv', ARGV[14])
   for i = 1, 9 do set(FIELDS[i], tonumber(ARGV[4 + i])) end
+  set('opens', opens)
+  set('method', tonumber(ARGV[16]))
+  if ARGV[17] ~= '' then redis.call('HSET', K_META, 'sseed', ARGV[17], 'lkey', ARGV[18]) end
   -- Deadlines are measured with the new settings: sweep and recompute nd now.
   set('nd', 0)
   expire_due()
@@ -45,9 +57,11 @@ end
 
 if OP == 'clear' then
   advance()
-  local seqs = redis.call('ZRANGE', K_RANK, 0, -1)
+  local seqs = redis.call('ZRANGE', K_PRESEQ, 0, -1)
+  for _, seq in ipairs(redis.call('ZRANGE', K_RANK, 0, -1)) do seqs[#seqs + 1] = seq end
   for _, seq in ipairs(seqs) do end_place(seq, place(seq), FX_CLEARED, NOW, true) end
-  redis.call('DEL', K_RANK, K_WSEEN)
+  redis.call('DEL', K_RANK, K_WSEEN, K_PRE, K_PRESEQ)
+  set('npre', 0)
   return finish('OK', #seqs)
 end
 
@@ -56,7 +70,14 @@ if OP == 'head' then
   local limit = tonumber(ARGV[3])
   local out = {}
   if limit > 0 then
-    local seqs = redis.call('ZRANGE', K_RANK, 0, limit - 1)
+    -- Before the opening the shuffle order is secret, even from the admin: the pre-queue
+    -- is listed in join order.
+    local seqs
+    if before_opening() then
+      seqs = redis.call('ZRANGE', K_PRESEQ, 0, limit - 1)
+    else
+      seqs = line_range(1, limit)
+    end
     for _, seq in ipairs(seqs) do
       local p = place(seq)
       out[#out + 1] = p.user or false
@@ -68,6 +89,12 @@ end
 
 if OP == 'inventory_put' then return put_inventory() end
 if OP == 'inventory' then return get_inventory() end
+if OP == 'prequeue' then
+  -- ARGV: after this seq, at most this many: the pre-queue's waiting places in join order.
+  advance()
+  return finish('OK', redis.call('ZRANGEBYSCORE', K_PRESEQ, '(' .. ARGV[3], '+inf', 'LIMIT', 0,
+    tonumber(ARGV[4])))
+end
 
 if OP == 'invite' then
   -- ARGV: the codes to add; a known code keeps its binding.
@@ -116,6 +143,7 @@ if OP == 'join' then
     end
   end
   if M.accept ~= 1 then return finish('EVENT_CLOSED') end
+  if not check_reject() then return finish('EVENT_FULL') end
   local freed = 0
   if squat_p and squat_p.state == 'w' then freed = 1 end
   if M.maxq > 0 and N_W - freed >= M.maxq then return finish('QUEUE_FULL') end
@@ -126,7 +154,7 @@ if OP == 'join' then
   local p = {nonce = ARGV[3], state = 'w', joined = NOW, adm = 0, ent = 0, user = user,
     proven = proven}
   redis.call('HSET', K_PLACES, seq, encode(p))
-  redis.call('ZADD', K_RANK, seq, seq)
+  line_insert(seq, NOW)
   redis.call('ZADD', K_WSEEN, fmt(NOW), seq)
   lower_nd(NOW + M.widle)
   N_W = N_W + 1
@@ -163,9 +191,13 @@ if OP == 'tick' then
   local function sooner(t)
     if t < next then next = t end
   end
-  if M.rate > 0 and N_AD + N_AC < M.cap and M.paused ~= 1 and N_W > 0 then
+  local cap, rate = limits()
+  if rate > 0 and N_AD + N_AC < cap and M.paused ~= 1 and N_W > 0 then
     sooner(math.max(next_token_at(), NOW + 1))
   end
+  -- The opening: the pre-queue starts to be admitted. Asked for even while nobody waits:
+  -- a join does not re-plan the scheduler.
+  if before_opening() then sooner(M.opens) end
   local front = redis.call('LINDEX', K_TORDER, 0)
   if front then
     sooner(tonumber(string.match(front, '^(%d+):')) + RETENTION)

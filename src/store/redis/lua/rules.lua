@@ -66,13 +66,19 @@ local function fmt(n) return string.format('%d', n) end
 -- - hbusy, hsince, hends: the slot-time held by admitted and active places (queue.rs
 --   `Holds`, behind the ETA): accrued up to hsince (0 before the first time), and how many
 --   holds ended. Added after fadm, so a meta written before them reads them as 0.
+-- - opens, method, npre: the schedule (schedule.lua), 0 in a meta written before them.
 local FIELDS = {'cap', 'rate', 'ttl', 'sidle', 'smax', 'widle', 'maxq', 'paused', 'accept',
   'seq', 'completed', 'left', 'expired', 'joins', 'admissions', 'wsum', 'ssum', 'scnt', 'wn',
-  'btok', 'blast', 'bprimed', 'nw', 'nad', 'nac', 'nd', 'fadm', 'hbusy', 'hsince', 'hends'}
+  'btok', 'blast', 'bprimed', 'nw', 'nad', 'nac', 'nd', 'fadm', 'hbusy', 'hsince', 'hends',
+  'opens', 'method', 'npre'}
 local FADM_AT = 27
 local M = {}
 local DIRTY = false
 local function set(f, v) M[f] = v; DIRTY = true end
+
+-- The schedule's rules, defined in schedule.lua (after this file) and called below.
+local in_prequeue, before_opening, line_insert, line_remove, line_position, line_range
+local line_next, limits, check_reject
 
 -- Live counts, kept in step by the rules below and written back by finish().
 local N_W, N_AD, N_AC = 0, 0, 0
@@ -177,7 +183,7 @@ local function end_place(seq, p, kind, at, bulk)
   redis.call('HDEL', K_METADATA, seq)
   if p.state == 'w' then
     if not bulk then
-      redis.call('ZREM', K_RANK, seq)
+      line_remove(seq, p.joined)
       redis.call('ZREM', K_WSEEN, seq)
     end
     N_W = N_W - 1
@@ -305,18 +311,20 @@ end
 
 -- Admits the first in line while there is room and budget (queue.rs `admit`).
 local function admit()
-  if M.paused == 1 then return end
+  if M.paused == 1 or before_opening() then return end
+  local cap, rate = limits()
   local k = 0
-  while N_AD + N_AC < M.cap and N_W > 0 do
-    if M.rate > 0 then
+  while (cap < 0 or N_AD + N_AC < cap) and N_W > 0 do
+    if rate > 0 then
       refill()
       if M.btok < 1.0 then break end
       set('btok', M.btok - 1.0)
     end
     accrue()
-    local seq = redis.call('ZPOPMIN', K_RANK)[1]
-    redis.call('ZREM', K_WSEEN, seq)
+    local seq = line_next()
     local p = place(seq)
+    line_remove(seq, p.joined)
+    redis.call('ZREM', K_WSEEN, seq)
     p.state = 'a'
     p.adm = NOW
     redis.call('HSET', K_PLACES, seq, encode(p))
@@ -348,7 +356,9 @@ end
 -- Ends what is due and admits into the room that made (queue.rs `advance`). Only an ending
 -- admits here: fresh rate budget is spent by the tick.
 local function advance()
-  if expire_due() then admit() end
+  -- Past the opening, a pre-queue still waiting is the opening not yet seen by an
+  -- operation: any operation admits it (queue.rs `advance`).
+  if expire_due() or (M.npre > 0 and M.opens > 0 and NOW >= M.opens) then admit() end
 end
 
 -- The place behind a token, or the error its token answers.
@@ -373,12 +383,15 @@ end
 local function view(seq, p)
   p = p or place(seq)
   local pos, ls, extra = 0, 0, 0
-  if p.state == 'w' then
-    pos = redis.call('ZRANK', K_RANK, seq) + 1
+  local pre = p.state == 'w' and in_prequeue(p.joined)
+  if p.state == 'w' and not (pre and before_opening()) then
+    -- (Before the opening a pre-queue place has no position to show.)
+    pos = line_position(seq, p.joined)
   elseif p.state == 's' then
     ls = tonumber(redis.call('ZSCORE', K_ASEEN, seq))
     -- What extensions added to the session's maximum (its entry score moved by as much).
     extra = tonumber(redis.call('ZSCORE', K_AENT, seq)) - p.ent
   end
-  return {seq, p.nonce, p.state, p.user or false, p.joined, p.adm, p.ent, ls, pos, N_W, extra}
+  return {seq, p.nonce, p.state, p.user or false, p.joined, p.adm, p.ent, ls, pos, N_W,
+    pre and 1 or 0, M.opens, M.method, extra}
 end

@@ -1,0 +1,166 @@
+//! The schedule's rules inside [`EventQueue`] (a child of `queue.rs`, so it reads the
+//! queue's fields): which line a waiting place stands in, the order of admission (the
+//! shuffled pre-queue, then first come first served, or a lottery), and the queueing
+//! methods' own rules. The pure pieces are in `core::schedule`.
+//!
+//! Waiting places stand in one of two lines: the pre-queue (`pre`: places that joined
+//! before `opens_at`, ordered by their shuffle key) and the line behind it (`rank`: by join
+//! sequence). Admission takes the pre-queue first. Both are ordered at insertion, so the
+//! opening itself moves nothing: it is only the moment `admit` starts to let people in.
+
+use super::super::schedule::{draw, in_prequeue, prequeue_key, QueueingMethod};
+use super::{EventConfig, EventQueue, Millis, QueueError};
+
+impl EventQueue {
+    /// The sale has not opened yet at `now`: nobody is admitted.
+    pub(super) fn before_opening(&self, now: Millis) -> bool {
+        self.config.opens_at.is_some_and(|t| now < t)
+    }
+
+    /// The sale is open and its pre-queue still waits (`advance` admits then).
+    pub(super) fn opening_due(&self, now: Millis) -> bool {
+        !self.pre.is_empty() && self.config.opens_at.is_some_and(|t| now >= t)
+    }
+
+    fn pre_key(&self, seq: u64) -> [u8; 32] {
+        let secret = self
+            .config
+            .event_secret
+            .expect("an event with opens_at has a secret");
+        prequeue_key(&secret.shuffle_seed(), seq)
+    }
+
+    /// How many places wait, in both lines.
+    pub(super) fn waiting_len(&self) -> u64 {
+        self.rank.len() + self.pre.len()
+    }
+
+    /// Puts a waiting place in its line. (A place after the pre-queue is inside the rank
+    /// window: the caller re-windows it first.)
+    pub(super) fn line_insert(&mut self, seq: u64, joined_at: Millis) {
+        if in_prequeue(self.config.opens_at, joined_at) {
+            let key = self.pre_key(seq);
+            self.pre.insert(&key, seq);
+        } else {
+            self.rank.insert(seq);
+        }
+    }
+
+    /// Takes a waiting place out of its line.
+    pub(super) fn line_remove(&mut self, seq: u64, joined_at: Millis) {
+        if in_prequeue(self.config.opens_at, joined_at) {
+            let key = self.pre_key(seq);
+            self.pre.remove(&key, seq);
+        } else {
+            self.rank.remove(seq);
+        }
+    }
+
+    /// The 1-based place of a waiting place in the order of admission.
+    pub(super) fn line_position(&self, seq: u64, joined_at: Millis) -> u64 {
+        if in_prequeue(self.config.opens_at, joined_at) {
+            self.pre.rank(&self.pre_key(seq), seq).unwrap_or(0)
+        } else {
+            self.pre.len() + self.rank.count_below(seq) + 1
+        }
+    }
+
+    /// The `k`-th waiting place (1-based) in the order of admission.
+    pub(super) fn line_kth(&self, k: u64) -> Option<u64> {
+        if k <= self.pre.len() {
+            self.pre.kth(k)
+        } else {
+            self.rank.kth(k - self.pre.len())
+        }
+    }
+
+    /// The place the next admission takes: the first in line, or under `random` the
+    /// lottery's draw among all who wait (`core::schedule::draw`, numbered by admissions).
+    pub(super) fn line_next(&self) -> Option<u64> {
+        let n = self.waiting_len();
+        if n == 0 {
+            return None;
+        }
+        match (self.config.queueing_method, self.config.event_secret) {
+            (QueueingMethod::Random, Some(secret)) => {
+                self.line_kth(draw(&secret.lottery_key(), self.admissions, n) + 1)
+            }
+            _ => self.line_kth(1),
+        }
+    }
+
+    /// Capacity and rate as the method sees them: `passthrough` has neither.
+    pub(super) fn limits(&self) -> (u64, Option<u32>) {
+        if self.config.queueing_method == QueueingMethod::Passthrough {
+            (u64::MAX, None)
+        } else {
+            (self.config.capacity(), self.config.admit_per_minute)
+        }
+    }
+
+    /// The `reject` rule: after the opening, a join that could not be admitted at once
+    /// (nobody ahead, a free slot, rate budget, not paused) is refused. Before the opening
+    /// joins wait in the pre-queue whatever the method.
+    pub(super) fn check_reject(&mut self, now: Millis) -> Result<(), QueueError> {
+        if self.config.queueing_method != QueueingMethod::Reject || self.before_opening(now) {
+            return Ok(());
+        }
+        let room = self.admitted + self.active < self.config.capacity();
+        let mut ok = !self.config.paused && self.waiting_len() == 0 && room;
+        if let (true, Some(rate)) = (ok, self.config.admit_per_minute) {
+            self.bucket.refill(rate, now);
+            ok = self.bucket.tokens >= 1.0;
+        }
+        if ok {
+            Ok(())
+        } else {
+            Err(QueueError::EventFull)
+        }
+    }
+
+    /// Refuses settings whose `opens_at` would move a waiting place into or out of the
+    /// pre-queue: with places waiting, `opens_at` may change only while both the old and
+    /// the new time are ahead (a postponed or advanced opening), where every waiting place
+    /// joined before both.
+    pub fn check_config(&self, new: &EventConfig, now: Millis) -> Result<(), QueueError> {
+        schedule_change_allowed(self.config.opens_at, new.opens_at, self.waiting_len(), now)
+    }
+
+    /// The pre-queue's waiting places in join order, after `after`, at most `limit`.
+    pub fn prequeue(&self, after: u64, limit: usize) -> Vec<u64> {
+        // The table iterates in sequence order.
+        self.places
+            .iter()
+            .filter(|(s, p)| {
+                *s > after
+                    && p.state == super::PlaceState::Waiting
+                    && in_prequeue(self.config.opens_at, p.joined_at)
+            })
+            .map(|(s, _)| s)
+            .take(limit)
+            .collect()
+    }
+}
+
+/// The rule of [`EventQueue::check_config`], shared with the Redis store's check.
+pub fn schedule_change_allowed(
+    old: Option<Millis>,
+    new: Option<Millis>,
+    waiting: u64,
+    now: Millis,
+) -> Result<(), QueueError> {
+    let ahead = |t: Option<Millis>| t.is_some_and(|t| now < t);
+    if old == new || waiting == 0 || (ahead(old) && ahead(new)) {
+        Ok(())
+    } else {
+        Err(QueueError::Invalid(SCHEDULE_LOCKED.into()))
+    }
+}
+
+/// Why a change of `opens_at` was refused.
+pub const SCHEDULE_LOCKED: &str =
+    "opens_at cannot change now: places are waiting and the change would move them into or out of the pre-queue (it may move only while both times are ahead)";
+
+#[cfg(test)]
+#[path = "schedule_tests.rs"]
+mod tests;

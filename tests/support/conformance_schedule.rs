@@ -1,0 +1,244 @@
+//! Conformance stories of the schedule (`opens_at`, the shuffled pre-queue) and the
+//! queueing methods, run on every backend with the rest of the suite. The expected orders
+//! are computed here with the core's functions, so the Redis script's SHA-256 and draws are
+//! checked against the Rust ones.
+
+#![allow(dead_code)] // each test binary uses the part it needs
+
+use std::sync::Arc;
+
+use waitroom::core::schedule::{draw, format_rfc3339, prequeue_key, EventSecret};
+use waitroom::core::{EventPatch, Millis, PlaceKey, PlaceState, QueueError};
+use waitroom::store::{Store, StoreError};
+
+use super::conformance::{join, S, T0};
+
+const SECRET: [u8; 32] = [0x5a; 32];
+const OPENS: Millis = T0 + 100 * S;
+
+fn patch_with_secret(json: serde_json::Value) -> EventPatch {
+    let mut p: EventPatch = serde_json::from_value(json).expect("valid patch");
+    p.fresh_secret = Some(SECRET);
+    p
+}
+
+async fn scheduled(store: &Arc<dyn Store>, ev: &str, json: serde_json::Value) {
+    let mut json = json;
+    json["opens_at"] = format_rfc3339(OPENS).into();
+    json["waiting_idle_sec"] = 100_000.into();
+    store
+        .put_event(ev, &patch_with_secret(json), T0)
+        .await
+        .expect("event created");
+}
+
+fn queue_err<T: std::fmt::Debug>(r: Result<T, StoreError>) -> QueueError {
+    match r {
+        Err(StoreError::Queue(q)) => q,
+        other => panic!("expected a queue error, got {other:?}"),
+    }
+}
+
+/// Leaves `key` and answers who was admitted into the freed slot.
+async fn hand_on(store: &Arc<dyn Store>, ev: &str, key: PlaceKey, now: Millis) -> u64 {
+    let mut notices = store.subscribe();
+    assert!(store.leave(ev, key, now).await.unwrap());
+    loop {
+        if let waitroom::store::Notice::Admitted { seq, .. } = notices.recv().await.unwrap() {
+            return seq;
+        }
+    }
+}
+
+pub async fn prequeue_opens_in_shuffle_order(store: Arc<dyn Store>) {
+    scheduled(&store, "pq", serde_json::json!({"max_active": 1})).await;
+    let mut early = Vec::new();
+    for i in 1..=6 {
+        let v = join(&store, "pq", None, T0 + i * S).await;
+        assert_eq!(v.status, PlaceState::Waiting);
+        assert_eq!(v.position, None, "no position before the opening");
+        assert_eq!(v.opens_in_sec, Some(100 - i));
+        early.push(v.key);
+    }
+    let seqs: Vec<u64> = early.iter().map(|k| k.seq).collect();
+    assert_eq!(
+        store.prequeue("pq", 0, 100, T0 + 7 * S).await.unwrap(),
+        seqs
+    );
+    assert_eq!(
+        store.prequeue("pq", seqs[1], 2, T0 + 7 * S).await.unwrap(),
+        seqs[2..4].to_vec()
+    );
+    // Nobody is admitted before the opening; the tick wakes for it.
+    assert_eq!(store.tick("pq", OPENS - 1).await.unwrap(), Some(OPENS));
+    assert_eq!(
+        store
+            .get_event("pq", OPENS - 1)
+            .await
+            .unwrap()
+            .figures
+            .admitted,
+        0
+    );
+    store.tick("pq", OPENS).await.unwrap();
+    let late = join(&store, "pq", None, OPENS + 1).await;
+    assert_eq!(late.position, Some(6), "behind the whole pre-queue");
+    let seed = EventSecret(SECRET).shuffle_seed();
+    let mut order = seqs.clone();
+    order.sort_by_key(|&s| prequeue_key(&seed, s));
+    assert_ne!(
+        order, seqs,
+        "a seed that keeps the join order shows nothing"
+    );
+    // Each place of the pre-queue sees its rank; the first was admitted at the opening.
+    for (i, &seq) in order.iter().enumerate() {
+        let key = early[seqs.iter().position(|&s| s == seq).unwrap()];
+        let v = store.peek("pq", key, OPENS + 2).await.unwrap();
+        if i == 0 {
+            assert_eq!(v.status, PlaceState::Admitted);
+        } else {
+            assert_eq!(
+                (v.position, v.prequeue_rank),
+                (Some(i as u64), Some(i as u64))
+            );
+            assert_eq!(v.opens_in_sec, None);
+        }
+    }
+    let head = store.queue_head("pq", 10, OPENS + 2).await.unwrap();
+    assert_eq!(head.len(), 6);
+    // Admissions follow the shuffle, then the late arrival.
+    let mut holder = early[seqs.iter().position(|&s| s == order[0]).unwrap()];
+    let all: Vec<PlaceKey> = early.iter().copied().chain([late.key]).collect();
+    for (t, &want) in order[1..].iter().chain([&late.key.seq]).enumerate() {
+        let got = hand_on(&store, "pq", holder, OPENS + 3 + t as u64).await;
+        assert_eq!(got, want);
+        holder = *all.iter().find(|k| k.seq == got).unwrap();
+    }
+}
+
+pub async fn prequeue_change_of_opens_at(store: Arc<dyn Store>) {
+    scheduled(&store, "pc", serde_json::json!({})).await;
+    join(&store, "pc", None, T0 + S).await;
+    let moved = |t: Millis| patch_with_secret(serde_json::json!({"opens_at": format_rfc3339(t)}));
+    // Postponed while ahead: fine.
+    let c = store
+        .put_event("pc", &moved(OPENS + 50 * S), T0 + 2 * S)
+        .await
+        .unwrap();
+    assert_eq!(c.opens_at, Some(OPENS + 50 * S));
+    // Into the past, or cleared, with a place waiting: refused, settings unchanged.
+    for p in [
+        moved(T0),
+        patch_with_secret(serde_json::json!({"opens_at": null})),
+    ] {
+        let e = queue_err(store.put_event("pc", &p, T0 + 3 * S).await);
+        assert!(matches!(e, QueueError::Invalid(_)), "{e:?}");
+    }
+    let c = store.get_event("pc", T0 + 3 * S).await.unwrap().config;
+    assert_eq!(c.opens_at, Some(OPENS + 50 * S));
+    assert_eq!(c.event_secret, Some(EventSecret(SECRET)));
+}
+
+pub async fn queueing_methods(store: Arc<dyn Store>) {
+    let make = |ev: &'static str, method: &str| {
+        let s = store.clone();
+        let json = serde_json::json!({"max_active": 1, "queueing_method": method});
+        async move { s.put_event(ev, &patch_with_secret(json), T0).await.unwrap() }
+    };
+    // passthrough: no cap.
+    make("pass", "passthrough").await;
+    for _ in 0..4 {
+        assert_eq!(
+            join(&store, "pass", None, T0).await.status,
+            PlaceState::Admitted
+        );
+    }
+    // reject: no queue.
+    make("rej", "reject").await;
+    let first = join(&store, "rej", None, T0).await;
+    assert_eq!(first.status, PlaceState::Admitted);
+    let refused = store.join("rej", &fresh(), T0).await;
+    assert_eq!(queue_err(refused), QueueError::EventFull);
+    assert_eq!(store.get_event("rej", T0).await.unwrap().figures.waiting, 0);
+    assert!(store.leave("rej", first.key, T0 + 1).await.unwrap());
+    assert_eq!(
+        join(&store, "rej", None, T0 + 2).await.status,
+        PlaceState::Admitted
+    );
+    // random: the admitted place is the lottery's draw, the same on every backend.
+    make("lot", "random").await;
+    let holder = join(&store, "lot", None, T0).await;
+    let mut waiting = Vec::new();
+    for _ in 0..7 {
+        let v = join(&store, "lot", None, T0 + 1).await;
+        assert_eq!(v.position, None, "a lottery has no positions");
+        waiting.push(v.key.seq);
+    }
+    let admissions = store
+        .get_event("lot", T0 + 1)
+        .await
+        .unwrap()
+        .figures
+        .admissions;
+    let k = draw(&EventSecret(SECRET).lottery_key(), admissions, 7);
+    let got = hand_on(&store, "lot", holder.key, T0 + 2).await;
+    assert_eq!(got, waiting[k as usize]);
+}
+
+fn fresh() -> waitroom::store::JoinRequest {
+    waitroom::store::JoinRequest {
+        user_id: None,
+        metadata: None,
+        nonce: waitroom::tokens::random_u128(),
+        proven: false,
+        invite: None,
+    }
+}
+
+/// Measures the opening of a pre-queue of `n` places (the `#[ignore]`d `prequeue_opening_*`
+/// tests, docs/PERFORMANCE.md): the time of the joins, of the opening (the tick at
+/// `opens_at`, which admits `max_active` = 100), and of a status read of a pre-queue place
+/// after it (its rank in the shuffle). Printed, not asserted: timings are not tests.
+pub async fn measure_opening(store: Arc<dyn Store>, n: u64) {
+    use std::time::Instant;
+    scheduled(&store, "big", serde_json::json!({"max_active": 100})).await;
+    let t = Instant::now();
+    let workers = 32;
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut keys = Vec::new();
+            for _ in (w..n).step_by(workers as usize) {
+                keys.push(join(&store, "big", None, T0 + S).await.key);
+            }
+            keys
+        }));
+    }
+    let mut keys = Vec::new();
+    for t in tasks {
+        keys.extend(t.await.unwrap());
+    }
+    let joins = t.elapsed();
+    let t = Instant::now();
+    store.tick("big", OPENS).await.unwrap();
+    let opening = t.elapsed();
+    let f = store.get_event("big", OPENS).await.unwrap().figures;
+    assert_eq!((f.admitted, f.waiting), (100, n - 100));
+    let t = Instant::now();
+    let mut ranked = 0;
+    for k in keys.iter().take(1000) {
+        if let Ok(v) = store.peek("big", *k, OPENS).await {
+            ranked += u64::from(v.prequeue_rank.is_some());
+        }
+    }
+    let peeks = t.elapsed();
+    println!(
+        "pre-queue of {n}: joins {:.1} s ({:.0} µs each, 32 at a time), opening (tick admitting 100) {:.2} ms, \
+         status of a pre-queue place after it {:.0} µs ({ranked} ranked of 1000)",
+        joins.as_secs_f64(),
+        joins.as_micros() as f64 / n as f64,
+        opening.as_secs_f64() * 1000.0,
+        peeks.as_micros() as f64 / 1000.0,
+    );
+}
