@@ -31,6 +31,10 @@ pub enum Action {
     Delete,
     /// `POST /events/{id}/invites`.
     Invites,
+    /// `POST` or `DELETE /events/{id}/announcement`.
+    Announce,
+    /// `POST /events/{id}/end`.
+    End,
 }
 
 impl Action {
@@ -43,6 +47,8 @@ impl Action {
             Action::Clear => "clear",
             Action::Delete => "delete",
             Action::Invites => "invites",
+            Action::Announce => "announce",
+            Action::End => "end",
         }
     }
 }

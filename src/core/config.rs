@@ -3,8 +3,9 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use super::lifecycle::{self, Announcement, Ended, SaleEnd};
 use super::look::{Look, Texts};
-use super::QueueError;
+use super::{Millis, QueueError};
 
 /// Longest accepted event id; ids are also used in Redis keys and URLs, so they stay short.
 pub const MAX_EVENT_ID_LEN: usize = 64;
@@ -59,6 +60,16 @@ pub struct EventConfig {
     /// Boxed: rarely set, and configs travel inside journal records.
     #[serde(default)]
     pub rate_limits: Option<Box<RateLimits>>,
+    /// When the sale ends by itself (ms; `core::lifecycle`): joins refused, waiting places
+    /// ended. Set in RFC 3339 through the API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closes_at: Option<Millis>,
+    /// The sale was ended by the admin's `end` call (never by a settings write).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<SaleEnd>,
+    /// The latest announcement to everyone waiting (its own admin call, not a setting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub announcement: Option<Announcement>,
     /// The waiting page's title, texts, colour, logo and stylesheet (`core::look`); flat
     /// in the JSON, beside the other settings.
     #[serde(flatten)]
@@ -114,6 +125,9 @@ impl Default for EventConfig {
             pow_difficulty: 0,
             pow_auto_above: None,
             rate_limits: None,
+            closes_at: None,
+            ended: None,
+            announcement: None,
             look: Look::default(),
         }
     }
@@ -125,6 +139,11 @@ impl EventConfig {
         let c = (f64::from(self.max_active) * self.overbooking_ratio).floor();
         // The ratio is validated into [1, 10], so this is within u64 and ≥ max_active.
         c.max(1.0) as u64
+    }
+
+    /// Whether the sale ended by `now` (`core::lifecycle`).
+    pub fn sale_ended(&self, now: Millis) -> Option<Ended<'_>> {
+        lifecycle::sale_ended(self.ended.as_ref(), self.closes_at, now)
     }
 }
 
@@ -189,6 +208,16 @@ pub struct EventPatch {
     pub logo_url: Option<Option<String>>,
     #[serde(default, deserialize_with = "nullable")]
     pub stylesheet: Option<Option<String>>,
+    /// RFC 3339; `null` clears it.
+    #[serde(default, deserialize_with = "nullable")]
+    pub closes_at: Option<Option<String>>,
+    /// Ends the sale (the admin's `end` call): never read from a settings body.
+    #[serde(skip)]
+    pub end: Option<SaleEnd>,
+    /// Posts (`Some(Some)`) or clears (`Some(None)`) the announcement: never read from a
+    /// settings body.
+    #[serde(skip)]
+    pub announcement: Option<Option<Announcement>>,
 }
 
 /// Distinguishes "field absent" (outer `None`, via `#[serde(default)]`) from "field is null"
@@ -335,6 +364,20 @@ impl EventPatch {
             }
             c.rate_limits = r.filter(|r| *r != RateLimits::default()).map(Box::new);
         }
+        if let Some(t) = &self.closes_at {
+            c.closes_at = t
+                .as_deref()
+                .map(|t| lifecycle::parse_rfc3339("closes_at", t))
+                .transpose()?;
+        }
+        if let Some(e) = &self.end {
+            // A second end keeps the moment of the first: the places already ended then.
+            let at = c.ended.as_ref().map_or(e.at, |old| old.at);
+            c.ended = Some(SaleEnd { at, ..e.clone() });
+        }
+        if let Some(a) = &self.announcement {
+            c.announcement = a.clone();
+        }
         if c.name.is_empty() {
             c.name = event_id.to_string();
         }
@@ -425,12 +468,17 @@ mod tests {
             r#"{"pow_auto_above": 0}"#,
             r#"{"rate_limits": {"joins_per_minute": 0}}"#,
             r#"{"rate_limits": {"polls_per_second": 100000001}}"#,
+            r#"{"closes_at": "tomorrow"}"#,
+            r#"{"closes_at": 1795395600}"#,
         ] {
             let refused = serde_json::from_str::<EventPatch>(bad)
                 .map_or(true, |p| p.apply("e", &base).is_err());
             assert!(refused, "{bad} accepted");
         }
         assert!(serde_json::from_str::<EventPatch>(r#"{"max_activ": 3}"#).is_err());
+        // The end and the announcement have their own calls: a settings body cannot set them.
+        assert!(serde_json::from_str::<EventPatch>(r#"{"end": {"reason": "closed"}}"#).is_err());
+        assert!(serde_json::from_str::<EventPatch>(r#"{"announcement": null}"#).is_err());
         assert!(serde_json::from_str::<EventPatch>(r#"{"rate_limits": {"joins": 3}}"#).is_err());
         assert!(serde_json::from_str::<EventPatch>(r#"{"max_active": -3}"#).is_err());
         assert!(EventPatch::default().apply("bad id!", &base).is_err());

@@ -94,6 +94,8 @@ pub struct EventQueue {
     holds: Holds,
     /// Invite codes, each with whom it seats once used.
     invites: HashMap<Box<str>, Option<InviteHolder>>,
+    /// The sale ended (as of the last operation's `now`): waiting places are gone.
+    closed: bool,
 }
 
 /// What a joiner showed besides a user id.
@@ -134,6 +136,7 @@ impl EventQueue {
             session_count: 0,
             holds: Holds::default(),
             invites: HashMap::new(),
+            closed: false,
         }
     }
 
@@ -241,6 +244,7 @@ impl EventQueue {
         // What fell due under the old settings ends under them.
         self.advance(now, fx);
         self.config = config;
+        self.closed = self.config.sale_ended(now).is_some();
         self.deadlines.clear();
         let mut entries = Vec::with_capacity(self.places.len());
         for (seq, p) in self.places.iter_mut() {
@@ -277,6 +281,7 @@ impl EventQueue {
     /// Keeping reads from admitting also lets tests see a slot that an operation failed to
     /// hand on.
     fn advance(&mut self, now: Millis, fx: &mut Vec<Effect>) {
+        self.closed = self.config.sale_ended(now).is_some();
         if self.expire_due(now, fx) {
             self.admit(now, fx);
         }
@@ -324,7 +329,8 @@ impl EventQueue {
     }
 
     fn admit(&mut self, now: Millis, fx: &mut Vec<Effect>) {
-        if self.config.paused {
+        // After the end of the sale nobody waiting is let in (`core::lifecycle`).
+        if self.config.paused || self.config.sale_ended(now).is_some() {
             return;
         }
         let cap = self.config.capacity();
@@ -377,7 +383,7 @@ impl EventQueue {
             self.users.remove(u, seq);
         }
         match reason {
-            EndReason::Left | EndReason::Cleared => self.left += 1,
+            EndReason::Left | EndReason::Cleared | EndReason::Closed => self.left += 1,
             EndReason::Completed => self.completed += 1,
             EndReason::Expired => {
                 self.expired += 1;
@@ -396,6 +402,10 @@ impl EventQueue {
 
     fn lookup(&self, key: PlaceKey) -> Result<&Place, QueueError> {
         match self.places.get(&key.seq) {
+            // Ended with the sale, even before the sweep removes it (`core::lifecycle`).
+            Some(p) if p.nonce == key.nonce && p.state == PlaceState::Waiting && self.closed => {
+                Err(QueueError::TokenNotFound)
+            }
             Some(p) if p.nonce == key.nonce => Ok(p),
             _ if self.tombstones.get(&key.seq) == Some(&key.nonce) => Err(QueueError::TokenExpired),
             _ => Err(QueueError::TokenNotFound),
@@ -468,6 +478,9 @@ impl EventQueue {
         fx: &mut Vec<Effect>,
     ) -> Result<PlaceView, QueueError> {
         self.advance(now, fx);
+        if self.config.sale_ended(now).is_some() {
+            return Err(QueueError::EventClosed);
+        }
         let proven = proof.proven && user_id.is_some();
         let bind = self.check_invite(user_id, proof)?;
         // An unproven place of this user that a proven join replaces.
@@ -764,9 +777,23 @@ impl EventQueue {
     /// Background work: expiries and rate-paced admissions. Answers when it next needs to
     /// run (the earliest deadline or the next rate token), if ever.
     pub fn tick(&mut self, now: Millis, fx: &mut Vec<Effect>) -> Option<Millis> {
+        self.closed = self.config.sale_ended(now).is_some();
         self.expire_due(now, fx);
         self.admit(now, fx);
+        if self.closed {
+            // One bounded batch per tick; the next tick comes at once while any are left.
+            for _ in 0..super::END_BATCH {
+                let Some(seq) = self.rank.kth(1) else { break };
+                self.end(seq, EndReason::Closed, now, now, fx);
+            }
+            if !self.rank.is_empty() {
+                return Some(now + 1);
+            }
+        }
         let mut next = self.deadlines.peek().map(|r| r.0 .0);
+        if let Some(t) = self.config.closes_at.filter(|&t| t > now) {
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
         if let Some(rate) = self.config.admit_per_minute {
             let room = self.admitted + self.active < self.config.capacity();
             if room && !self.config.paused && !self.rank.is_empty() {

@@ -11,7 +11,10 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::ser::{Error as _, SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 
-use crate::core::{EventConfig, EventFigures, PlaceState, PlaceView, Texts};
+use crate::core::lifecycle::format_rfc3339;
+use crate::core::{
+    Announcement, EndCause, EventConfig, EventFigures, Millis, PlaceState, PlaceView, Texts,
+};
 use crate::store::EventSnapshot;
 
 // ---------------------------------------------------------------------------------------
@@ -43,6 +46,64 @@ pub struct Place {
     /// Present while `active`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_expires_in_sec: Option<u64>,
+    /// The operator's latest message (`status` only; absent when there is none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub announcement: Option<AnnouncementBody>,
+}
+
+/// An announcement as every answer shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct AnnouncementBody {
+    pub message: Texts,
+    /// When it was posted (RFC 3339).
+    pub at: String,
+}
+
+impl AnnouncementBody {
+    pub fn new(a: &Announcement) -> Self {
+        AnnouncementBody {
+            message: a.message.clone(),
+            at: format_rfc3339(a.at),
+        }
+    }
+}
+
+/// The end of a sale as every answer shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct EndedBody {
+    pub reason: EndCause,
+    pub message: Option<Texts>,
+    /// When it ended (RFC 3339).
+    pub at: String,
+}
+
+impl EndedBody {
+    /// The sale's end at `now`, if it ended.
+    pub fn of(c: &EventConfig, now: Millis) -> Option<Self> {
+        c.sale_ended(now).map(|e| EndedBody {
+            reason: e.reason,
+            message: e.message.cloned(),
+            at: format_rfc3339(e.at),
+        })
+    }
+}
+
+/// `POST /admin/events/{id}/announcement` and its `DELETE`.
+#[derive(Debug, Serialize)]
+pub struct Announced {
+    pub event_id: String,
+    /// `null` once cleared.
+    pub announcement: Option<AnnouncementBody>,
+}
+
+/// `POST /admin/events/{id}/end`
+#[derive(Debug, Serialize)]
+pub struct SaleEnded {
+    pub event_id: String,
+    pub ended: EndedBody,
+    /// Places still waiting when it ended: they answer `TOKEN_NOT_FOUND` at once and are
+    /// removed in the background, in batches.
+    pub waiting: u64,
 }
 
 impl Place {
@@ -61,6 +122,7 @@ impl Place {
             ready_for_entry: v.status == PlaceState::Admitted,
             enter_within_sec: v.enter_within_sec,
             session_expires_in_sec: v.session_expires_in_sec,
+            announcement: None,
         }
     }
 }
@@ -129,11 +191,17 @@ pub struct QueueInfo {
     pub admitted_last_minute: u64,
     pub paused: bool,
     pub accept_joins: bool,
+    /// When the sale ends by itself (RFC 3339), `null`: no set end.
+    pub closes_at: Option<String>,
+    /// How the sale ended, `null` while it runs.
+    pub ended: Option<EndedBody>,
+    pub announcement: Option<AnnouncementBody>,
 }
 
 impl QueueInfo {
-    pub fn new(s: EventSnapshot) -> Self {
+    pub fn new(s: EventSnapshot, now: Millis) -> Self {
         let (c, f) = (s.config, s.figures);
+        let ended = EndedBody::of(&c, now);
         QueueInfo {
             event_id: s.event_id,
             name: c.name,
@@ -145,6 +213,9 @@ impl QueueInfo {
             admitted_last_minute: f.admitted_last_minute,
             paused: c.paused,
             accept_joins: c.accept_joins,
+            closes_at: c.closes_at.map(format_rfc3339),
+            ended,
+            announcement: c.announcement.as_ref().map(AnnouncementBody::new),
         }
     }
 }
@@ -176,11 +247,16 @@ pub struct PublicEvent {
     pub turn_message: Option<Texts>,
     pub theme_color: Option<String>,
     pub logo_url: Option<String>,
+    /// As in `GET /queue/info`.
+    pub closes_at: Option<String>,
+    pub ended: Option<EndedBody>,
+    pub announcement: Option<AnnouncementBody>,
 }
 
 impl PublicEvent {
-    pub fn new(s: EventSnapshot) -> Self {
+    pub fn new(s: EventSnapshot, now: Millis) -> Self {
         let (c, f) = (s.config, s.figures);
+        let ended = EndedBody::of(&c, now);
         PublicEvent {
             event_id: s.event_id,
             name: c.name,
@@ -197,6 +273,9 @@ impl PublicEvent {
             headline: c.look.headline,
             note: c.look.note,
             turn_message: c.look.turn_message,
+            closes_at: c.closes_at.map(format_rfc3339),
+            ended,
+            announcement: c.announcement.as_ref().map(AnnouncementBody::new),
             theme_color: c.look.theme_color,
             logo_url: c.look.logo_url,
         }
@@ -250,6 +329,19 @@ impl Serialize for Settings {
         for (k, v) in fields {
             if k == "user_token_secret" {
                 m.serialize_entry("user_token_secret_set", &!v.is_null())?;
+            } else if k == "closes_at" {
+                // Times in RFC 3339, as they are set (stored in ms).
+                m.serialize_entry(&k, &self.0.closes_at.map(format_rfc3339))?;
+            } else if k == "ended" {
+                let e = self.0.ended.as_ref().map(|e| EndedBody {
+                    reason: e.reason,
+                    message: e.message.clone(),
+                    at: format_rfc3339(e.at),
+                });
+                m.serialize_entry(&k, &e)?;
+            } else if k == "announcement" {
+                let a = self.0.announcement.as_ref().map(AnnouncementBody::new);
+                m.serialize_entry(&k, &a)?;
             } else {
                 m.serialize_entry(&k, &v)?;
             }

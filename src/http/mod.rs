@@ -54,6 +54,7 @@ pub mod pages;
 pub mod pow;
 pub mod queue;
 pub mod records;
+pub mod sale;
 
 pub use error::{AppError, AppResult};
 
@@ -121,6 +122,11 @@ pub fn router_with_guard(state: AppState, limits: Limits, guard: Arc<guard::Guar
         .route(admin!("/events/{event_id}/pause"), post(admin::pause))
         .route(admin!("/events/{event_id}/resume"), post(admin::resume))
         .route(admin!("/events/{event_id}/clear"), post(admin::clear))
+        .route(
+            admin!("/events/{event_id}/announcement"),
+            post(sale::announce).delete(sale::clear_announcement),
+        )
+        .route(admin!("/events/{event_id}/end"), post(sale::end))
         .route(
             admin!("/events/{event_id}/invites"),
             post(admin::create_invites),

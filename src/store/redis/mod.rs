@@ -494,6 +494,9 @@ impl Inner {
                 u8::from(config.paused).to_string(),
                 u8::from(config.accept_joins).to_string(),
                 u8::from(config.access == Access::Invite).to_string(),
+                // The end of the sale (`core::lifecycle`): closes_at (ms, 0: none), ended.
+                config.closes_at.unwrap_or(0).to_string(),
+                u8::from(config.ended.is_some()).to_string(),
             ];
             let args: Vec<&[u8]> = nums.iter().map(|a| a.as_bytes()).collect();
             let r = s.run(event_id, "put", now, &args, None).await?;

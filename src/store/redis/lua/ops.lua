@@ -6,7 +6,8 @@ local OP = ARGV[1]
 if OP == 'put' then
   -- ARGV: expected config version (0: the event must not exist yet), config JSON, then
   -- capacity, rate per minute (0: none), ready ttl, session idle, session max, waiting idle
-  -- (all ms), max queue length (0: none), paused, accept joins (0/1), invite-only (0/1).
+  -- (all ms), max queue length (0: none), paused, accept joins (0/1), invite-only (0/1),
+  -- closes_at (ms, 0: none), ended by the admin (0/1).
   local expected = tonumber(ARGV[3])
   local exists = load_meta()
   local ver = tonumber(redis.call('HGET', K_META, 'ver')) or 0
@@ -23,6 +24,8 @@ if OP == 'put' then
   end
   redis.call('HSET', K_META, 'cfg', ARGV[4], 'ver', fmt(ver + 1), 'inv', ARGV[14])
   for i = 1, 9 do set(FIELDS[i], tonumber(ARGV[4 + i])) end
+  set('closes', tonumber(ARGV[15]))
+  set('ended', tonumber(ARGV[16]))
   -- Deadlines are measured with the new settings: sweep and recompute nd now.
   set('nd', 0)
   expire_due()
@@ -77,6 +80,7 @@ if OP == 'join' then
   -- ARGV: nonce (16 bytes), has user (0/1), user id, has metadata (0/1), metadata, proven
   -- (0/1), has invite (0/1), invite code.
   advance()
+  if sale_ended() then return finish('EVENT_CLOSED') end
   local user = nil
   if ARGV[4] == '1' then user = ARGV[5] end
   local proven = user ~= nil and ARGV[8] == '1'
@@ -156,10 +160,18 @@ if OP == 'tick' then
   end
   expire_due()
   admit()
+  if sale_ended() then
+    -- The end of the sale: one bounded batch of waiting places per tick (queue.rs `tick`),
+    -- so a long queue never blocks Redis in one script; the next tick comes at once.
+    local seqs = redis.call('ZRANGE', K_RANK, 0, END_BATCH - 1)
+    for _, s in ipairs(seqs) do end_place(s, place(s), FX_CLOSED, NOW) end
+    if N_W > 0 then return finish('OK', {NOW + 1, mine}) end
+  end
   local next = next_deadline()
   local function sooner(t)
     if t < next then next = t end
   end
+  if M.closes > NOW then sooner(M.closes) end
   if M.rate > 0 and N_AD + N_AC < M.cap and M.paused ~= 1 and N_W > 0 then
     sooner(math.max(next_token_at(), NOW + 1))
   end

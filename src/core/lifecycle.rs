@@ -1,0 +1,184 @@
+//! The end of a sale and the operator's announcement: what an event's settings say about
+//! them, and their checks. Pure, like the rest of the core.
+//!
+//! A sale ends in one of two ways: at `closes_at` (reason [`EndCause::Closed`]), or by the
+//! admin's `end` call (any [`EndCause`], with an optional message), which is recorded in the
+//! settings as [`SaleEnd`]. Either way the queue rules then (see `queue.rs`):
+//! - refuse joins with `EVENT_CLOSED`;
+//! - admit nobody from the queue, and answer a waiting place as gone (`TOKEN_NOT_FOUND`)
+//!   from that instant, whether or not the sweep removed it yet;
+//! - remove the waiting places in bounded batches of [`END_BATCH`], one per tick, so that
+//!   ending a queue of a million places is many short steps, never one long one (on Redis a
+//!   script blocks the whole server while it runs);
+//! - leave admitted and active places alone: their sessions may finish.
+//!
+//! Being recorded in the settings is what makes both durable and shared by every node, and
+//! what tells every node's live followers (a settings change is a relayed notice).
+
+use serde::{Deserialize, Serialize};
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+use super::look::Texts;
+use super::{Millis, QueueError};
+
+/// Most waiting places one tick ends after a sale ended. On Redis a batch is one script of
+/// about 6 commands per place; 2,000 keep it in the low milliseconds, so other requests of
+/// the server wait that long at most behind it.
+pub const END_BATCH: usize = 2_000;
+
+/// Longest announcement or end message, in characters per language.
+pub const MAX_MESSAGE_CHARS: usize = 500;
+
+/// Why a sale ended, as answered in `reason` fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndCause {
+    /// Everything was sold.
+    SoldOut,
+    /// The sale is over (also the reason of `closes_at`).
+    Closed,
+    /// The sale was called off.
+    Cancelled,
+}
+
+impl EndCause {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            EndCause::SoldOut => "sold_out",
+            EndCause::Closed => "closed",
+            EndCause::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// A sale ended by the admin's `end` call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SaleEnd {
+    pub reason: EndCause,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<Texts>,
+    /// When it ended (ms).
+    pub at: Millis,
+}
+
+/// The operator's latest message to everyone waiting.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Announcement {
+    pub message: Texts,
+    /// When it was posted (ms); also what tells one announcement from the next.
+    pub at: Millis,
+}
+
+/// How an event's sale stands at one instant, if it ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ended<'a> {
+    pub reason: EndCause,
+    pub message: Option<&'a Texts>,
+    pub at: Millis,
+}
+
+/// Whether the sale ended by `now`: the `end` call's record, else `closes_at` once reached.
+pub fn sale_ended<'a>(
+    ended: Option<&'a SaleEnd>,
+    closes_at: Option<Millis>,
+    now: Millis,
+) -> Option<Ended<'a>> {
+    if let Some(e) = ended {
+        return Some(Ended {
+            reason: e.reason,
+            message: e.message.as_ref(),
+            at: e.at,
+        });
+    }
+    closes_at.filter(|&t| t <= now).map(|at| Ended {
+        reason: EndCause::Closed,
+        message: None,
+        at,
+    })
+}
+
+/// Checks an announcement or end message: at most [`MAX_MESSAGE_CHARS`] per language, no
+/// control characters but line breaks. Empty languages count as absent; `None` when neither
+/// is left.
+pub fn check_message(field: &str, t: &Texts) -> Result<Option<Texts>, QueueError> {
+    super::look::check_texts(field, t, MAX_MESSAGE_CHARS, true)
+}
+
+/// Parses an RFC 3339 time (`2026-11-23T10:00:00+09:00`) into epoch milliseconds.
+pub fn parse_rfc3339(field: &str, s: &str) -> Result<Millis, QueueError> {
+    let t = OffsetDateTime::parse(s, &Rfc3339).map_err(|_| {
+        QueueError::Invalid(format!(
+            "{field} must be an RFC 3339 time, like 2026-11-23T10:00:00+09:00"
+        ))
+    })?;
+    let ms = t.unix_timestamp_nanos() / 1_000_000;
+    Millis::try_from(ms)
+        .map_err(|_| QueueError::Invalid(format!("{field} must be after 1970-01-01T00:00:00Z")))
+}
+
+/// Epoch milliseconds as RFC 3339 in UTC (`2026-11-23T01:00:00.250Z`).
+pub fn format_rfc3339(ms: Millis) -> String {
+    let t = OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .unwrap_or(OffsetDateTime::UNIX_EPOCH);
+    t.format(&Rfc3339).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_round_trips_and_refuses_garbage() {
+        let ms = parse_rfc3339("closes_at", "2026-11-23T10:00:00+09:00").unwrap();
+        assert_eq!(ms, 1_795_395_600_000);
+        assert_eq!(format_rfc3339(ms), "2026-11-23T01:00:00Z");
+        assert_eq!(
+            parse_rfc3339("x", &format_rfc3339(ms + 250)).unwrap(),
+            ms + 250
+        );
+        for bad in [
+            "tomorrow",
+            "2026-11-23",
+            "2026-11-23 10:00",
+            "1969-12-31T23:59:59Z",
+            "",
+        ] {
+            assert!(parse_rfc3339("closes_at", bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_call_wins_over_the_clock() {
+        let end = SaleEnd {
+            reason: EndCause::SoldOut,
+            message: None,
+            at: 5,
+        };
+        assert_eq!(sale_ended(None, Some(10), 9), None);
+        assert_eq!(
+            sale_ended(None, Some(10), 10).unwrap().reason,
+            EndCause::Closed
+        );
+        assert_eq!(
+            sale_ended(Some(&end), Some(10), 1).unwrap().reason,
+            EndCause::SoldOut
+        );
+        assert_eq!(sale_ended(None, None, u64::MAX), None);
+    }
+
+    #[test]
+    fn messages_are_bounded_and_plain() {
+        let t = |en: &str| Texts {
+            ko: None,
+            en: Some(en.to_string()),
+        };
+        assert!(check_message("message", &t(&"x".repeat(MAX_MESSAGE_CHARS))).is_ok());
+        assert!(check_message("message", &t(&"x".repeat(MAX_MESSAGE_CHARS + 1))).is_err());
+        assert!(check_message("message", &t("a\u{7}b")).is_err());
+        assert!(check_message("message", &t("two\nlines"))
+            .unwrap()
+            .is_some());
+        assert_eq!(check_message("message", &t("  ")).unwrap(), None);
+    }
+}
