@@ -101,7 +101,7 @@ pub struct Announced {
 pub struct SaleEnded {
     pub event_id: String,
     pub ended: EndedBody,
-    /// Places still waiting when it ended: they answer `TOKEN_NOT_FOUND` at once and are
+    /// Places waiting just before it ended: they answer `TOKEN_NOT_FOUND` at once and are
     /// removed in the background, in batches.
     pub waiting: u64,
 }

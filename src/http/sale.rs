@@ -118,6 +118,8 @@ pub async fn end(
         None => None,
     };
     let now = state.clock.now();
+    // Read before: once ended, the scheduler may remove the places at any moment.
+    let waiting = state.store.get_event(&id, now).await?.figures.waiting;
     let patch = EventPatch {
         end: Some(SaleEnd {
             reason: body.reason,
@@ -127,7 +129,6 @@ pub async fn end(
         ..EventPatch::default()
     };
     let config = state.store.update_event(&id, &patch, now).await?;
-    let waiting = state.store.get_event(&id, now).await?.figures.waiting;
     let ended = EndedBody::of(&config, now)
         .ok_or_else(|| AppError::Internal("an ended sale reads as running".into()))?;
     let changes = change("ended", &ended);

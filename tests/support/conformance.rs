@@ -1391,7 +1391,10 @@ pub async fn sale_end_closes_the_queue(store: Arc<dyn Store>) {
     let mut rx = store.subscribe();
     end_sale(&store, "end", EndCause::SoldOut, T0 + S).await;
     let cfg = store.get_event("end", T0 + S).await.unwrap().config;
-    assert_eq!(cfg.ended.as_ref().map(|e| e.reason), Some(EndCause::SoldOut));
+    assert_eq!(
+        cfg.ended.as_ref().map(|e| e.reason),
+        Some(EndCause::SoldOut)
+    );
     assert_eq!(cfg.ended.as_ref().map(|e| e.at), Some(T0 + S));
     // Refused, even for the user of a waiting place.
     for user in [None, Some("u"), Some("new")] {
@@ -1430,8 +1433,16 @@ pub async fn sale_end_closes_the_queue(store: Arc<dyn Store>) {
     assert_eq!(closed, vec![w1.key.seq, w2.key.seq]);
     // A second end changes the reason, not the moment.
     end_sale(&store, "end", EndCause::Cancelled, T0 + 3 * S).await;
-    let e = store.get_event("end", T0 + 3 * S).await.unwrap().config.ended;
-    assert_eq!(e.map(|e| (e.reason, e.at)), Some((EndCause::Cancelled, T0 + S)));
+    let e = store
+        .get_event("end", T0 + 3 * S)
+        .await
+        .unwrap()
+        .config
+        .ended;
+    assert_eq!(
+        e.map(|e| (e.reason, e.at)),
+        Some((EndCause::Cancelled, T0 + S))
+    );
 }
 
 /// `closes_at`: joins until that instant, none from it on; the tick wakes for it and ends the
@@ -1464,17 +1475,32 @@ pub async fn closes_at_ends_the_sale_on_time(store: Arc<dyn Store>) {
         PlaceState::Active
     );
     assert_eq!(tick_out(&store, "cat", closes).await, 1);
-    assert_eq!(store.get_event("cat", closes).await.unwrap().figures.waiting, 0);
+    assert_eq!(
+        store
+            .get_event("cat", closes)
+            .await
+            .unwrap()
+            .figures
+            .waiting,
+        0
+    );
     // Cleared, it reopens: places ended with the sale stay gone.
     store
-        .update_event("cat", &patch(serde_json::json!({"closes_at": null})), closes + S)
+        .update_event(
+            "cat",
+            &patch(serde_json::json!({"closes_at": null})),
+            closes + S,
+        )
         .await
         .unwrap();
     assert_eq!(
         queue_err(store.status("cat", w.key, closes + S).await),
         QueueError::TokenNotFound
     );
-    assert_eq!(join(&store, "cat", None, closes + S).await.position, Some(1));
+    assert_eq!(
+        join(&store, "cat", None, closes + S).await.position,
+        Some(1)
+    );
 }
 
 /// Ending a queue longer than [`END_BATCH`] takes several ticks of at most that many places
@@ -1540,18 +1566,30 @@ pub async fn announcement_is_kept_with_the_event(store: Arc<dyn Store>) {
         }
     );
     store
-        .put_event("ann", &patch(serde_json::json!({"name": "Spring"})), T0 + 2 * S)
+        .put_event(
+            "ann",
+            &patch(serde_json::json!({"name": "Spring"})),
+            T0 + 2 * S,
+        )
         .await
         .unwrap();
     let c = store.get_event("ann", T0 + 2 * S).await.unwrap().config;
-    assert_eq!((c.name.as_str(), c.announcement.as_ref()), ("Spring", Some(&a)));
+    assert_eq!(
+        (c.name.as_str(), c.announcement.as_ref()),
+        ("Spring", Some(&a))
+    );
     let clear = EventPatch {
         announcement: Some(None),
         ..EventPatch::default()
     };
     store.update_event("ann", &clear, T0 + 3 * S).await.unwrap();
     assert_eq!(
-        store.get_event("ann", T0 + 3 * S).await.unwrap().config.announcement,
+        store
+            .get_event("ann", T0 + 3 * S)
+            .await
+            .unwrap()
+            .config
+            .announcement,
         None
     );
 }

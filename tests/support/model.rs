@@ -15,7 +15,8 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use proptest::sample::Index;
 use waitroom::core::{
-    EventConfig, EventPatch, Millis, PlaceKey, PlaceState, QueueError, EXPIRED_RETENTION_MS,
+    EndCause, EventConfig, EventPatch, Millis, PlaceKey, PlaceState, QueueError, SaleEnd,
+    EXPIRED_RETENTION_MS,
 };
 use waitroom::store::{JoinRequest, Store, StoreError};
 
@@ -36,6 +37,8 @@ pub enum Op {
     Tick,
     Advance(Millis),
     Configure(Settings),
+    /// The admin's end of the sale, then ticks until its batches are done.
+    End,
 }
 
 #[derive(Debug, Clone)]
@@ -96,6 +99,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         2 => Just(Op::Tick),
         4 => (1u64..4000).prop_map(Op::Advance),
         1 => settings().prop_map(Op::Configure),
+        1 => Just(Op::End),
     ]
 }
 
@@ -199,7 +203,8 @@ impl Model {
 
     /// How many the model itself would admit now, ignoring any pace.
     fn room(&self) -> usize {
-        if self.cfg.paused {
+        // Nobody is admitted from the queue once the sale ended.
+        if self.cfg.paused || self.cfg.ended.is_some() {
             return 0;
         }
         let room = self.capacity().saturating_sub(self.held()) as usize;
@@ -309,7 +314,10 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                         waiting -= 1;
                     }
                 }
-                if live.is_some() && !proven {
+                if m.cfg.ended.is_some() {
+                    // After the end of the sale, every join is refused.
+                    prop_assert_eq!(got.map(|v| v.key), Err(QueueError::EventClosed));
+                } else if live.is_some() && !proven {
                     // Knowing a user id is not enough: no place back, nothing renewed.
                     prop_assert_eq!(
                         got.map(|v| v.key),
@@ -430,6 +438,26 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                 prop_assert_eq!(n, w.len() as u64, "step {}: cleared count", step);
                 for i in w {
                     m.places[i].state = MState::Gone;
+                }
+            }
+            Op::End => {
+                let end = EventPatch {
+                    end: Some(SaleEnd {
+                        reason: EndCause::SoldOut,
+                        message: None,
+                        at: m.now,
+                    }),
+                    ..EventPatch::default()
+                };
+                m.cfg = qerr(rt.block_on(store.update_event(ev, &end, m.now))).unwrap();
+                // Waiting places end with the sale; admitted and active ones carry on.
+                for i in m.waiting_indices() {
+                    m.places[i].state = MState::Gone;
+                }
+                for _ in 0..4 {
+                    if qerr(rt.block_on(store.tick(ev, m.now))).unwrap() != Some(m.now + 1) {
+                        break;
+                    }
                 }
             }
             Op::Configure(s) => {
