@@ -46,7 +46,7 @@ pub struct Place {
     /// Present while `active`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_expires_in_sec: Option<u64>,
-    /// The operator's latest message (`status` only; absent when there is none).
+    /// The operator's latest message (absent when there is none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub announcement: Option<AnnouncementBody>,
 }

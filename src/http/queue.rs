@@ -182,9 +182,11 @@ pub async fn join(
         Ok(v) => v,
         Err(e) => return Err(super::sale::explain(&state, &body.event_id, e.into()).await),
     };
+    let mut place = Place::new(body.event_id, &view);
+    place.announcement = config.announcement.as_ref().map(AnnouncementBody::new);
     Ok(Json(Joined {
-        waiting_token: state.waiting.issue(&body.event_id, view.key),
-        place: Place::new(body.event_id, &view),
+        waiting_token: state.waiting.issue(&place.event_id, view.key),
+        place,
     }))
 }
 
