@@ -1263,3 +1263,50 @@ async fn the_page_shows_the_announcement_and_the_end_of_the_sale() {
         b.close().await;
     }
 }
+
+/// The dashboard posts an announcement from an event card and ends the sale, asking once
+/// more first; the card then says the sale ended.
+#[tokio::test]
+async fn the_dashboard_announces_and_ends_the_sale_with_confirmation() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    one_slot_event(&s, "fest", json!({})).await;
+    s.join_token("fest", "u1").await;
+    let b = Browser::start(&DESKTOP).await;
+    sign_in(&b, &s).await;
+    let card = "[data-event=\"fest\"]";
+    b.text_until(&format!("{card} .fig-waiting"), |t| t == "1")
+        .await;
+    b.click(&format!("{card} .sale summary")).await;
+    type_into(&b, &format!("{card} .sale-ko"), "3번 게이트로 오세요").await;
+    type_into(&b, &format!("{card} .sale-en"), "Come to gate 3").await;
+    b.click(&format!("{card} .announce")).await;
+    b.text_until("#toast", |t| t == "Announced to everyone waiting for fest.")
+        .await;
+    let ev = s.admin(Method::GET, "/events/fest").await;
+    assert_eq!(
+        ev["announcement"]["message"],
+        json!({"ko": "3번 게이트로 오세요", "en": "Come to gate 3"})
+    );
+
+    // Ending asks once more; the first click changes nothing.
+    b.click(&format!("{card} .end")).await;
+    b.text_until(&format!("{card} .end"), |t| {
+        t == "Confirm: end the sale (1 waiting)"
+    })
+    .await;
+    assert!(s
+        .admin(Method::GET, "/events/fest")
+        .await
+        .get("ended")
+        .is_none());
+    b.click(&format!("{card} .end")).await;
+    b.text_until("#toast", |t| t == "The sale of fest has ended.")
+        .await;
+    let ev = s.admin(Method::GET, "/events/fest").await;
+    assert_eq!(ev["ended"]["reason"], "sold_out", "{ev}");
+    assert_eq!(ev["ended"]["message"]["en"], "Come to gate 3", "{ev}");
+    b.text_until(&format!("{card} .pill"), |t| t == "Ended")
+        .await;
+    b.close().await;
+}
