@@ -191,10 +191,15 @@ pub struct QueueInfo {
     pub admitted_last_minute: u64,
     pub paused: bool,
     pub accept_joins: bool,
-    /// When the sale ends by itself (RFC 3339), `null`: no set end.
+    /// When the sale ends by itself (RFC 3339); absent: no set end. (The three fields are
+    /// absent rather than `null` when unset, so that the answer of an event that uses none
+    /// of them is what it was before they existed.)
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub closes_at: Option<String>,
-    /// How the sale ended, `null` while it runs.
+    /// How the sale ended; absent while it runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ended: Option<EndedBody>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub announcement: Option<AnnouncementBody>,
 }
 
@@ -247,9 +252,12 @@ pub struct PublicEvent {
     pub turn_message: Option<Texts>,
     pub theme_color: Option<String>,
     pub logo_url: Option<String>,
-    /// As in `GET /queue/info`.
+    /// As in `GET /queue/info` (absent when unset).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub closes_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ended: Option<EndedBody>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub announcement: Option<AnnouncementBody>,
 }
 
