@@ -163,8 +163,13 @@ if OP == 'tick' then
   if sale_ended() then
     -- The end of the sale: one bounded batch of waiting places per tick (queue.rs `tick`),
     -- so a long queue never blocks Redis in one script; the next tick comes at once.
+    -- The waiting ZSETs lose the batch in two bulk calls rather than two per place.
     local seqs = redis.call('ZRANGE', K_RANK, 0, END_BATCH - 1)
-    for _, s in ipairs(seqs) do end_place(s, place(s), FX_CLOSED, NOW) end
+    for _, s in ipairs(seqs) do end_place(s, place(s), FX_CLOSED, NOW, true) end
+    if #seqs > 0 then
+      redis.call('ZREMRANGEBYRANK', K_RANK, 0, #seqs - 1)
+      redis.call('ZREM', K_WSEEN, unpack(seqs))
+    end
     if N_W > 0 then return finish('OK', {NOW + 1, mine}) end
   end
   local next = next_deadline()
