@@ -33,6 +33,10 @@ pub enum Action {
     Invites,
     /// `PUT /events/{id}/inventory`.
     Inventory,
+    /// `POST` or `DELETE /events/{id}/announcement`.
+    Announce,
+    /// `POST /events/{id}/end`.
+    End,
 }
 
 impl Action {
@@ -46,6 +50,8 @@ impl Action {
             Action::Delete => "delete",
             Action::Invites => "invites",
             Action::Inventory => "inventory",
+            Action::Announce => "announce",
+            Action::End => "end",
         }
     }
 }

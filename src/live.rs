@@ -50,7 +50,11 @@ use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 
 use crate::clock::Clock;
-use crate::core::{EndReason, PlaceKey, PlaceState, PlaceView, QueueError, ShownStatus};
+use crate::core::lifecycle::format_rfc3339;
+use crate::core::{
+    EndCause, EndReason, EventConfig, Millis, PlaceKey, PlaceState, PlaceView, QueueError,
+    ShownStatus, Texts,
+};
 use crate::store::{Notice, Store, StoreError};
 use crate::tasks::{stopped, Stop};
 
@@ -123,6 +127,18 @@ pub enum LiveMessage {
         reason: EndReason,
     },
     QueueCleared,
+    /// The operator's latest message (`core::lifecycle`), pushed when posted or cleared
+    /// (`message: null`), and on connect when there is one.
+    Announcement {
+        message: Option<Texts>,
+        /// When it was posted (RFC 3339); `null` when cleared.
+        at: Option<String>,
+    },
+    /// The sale ended (`closes_at`, or the admin's `end`): the place ended with it.
+    Ended {
+        reason: EndCause,
+        message: Option<Texts>,
+    },
 }
 
 impl LiveMessage {
@@ -135,6 +151,8 @@ impl LiveMessage {
             LiveMessage::QueueExpired => "queue-expired",
             LiveMessage::QueueLeft { .. } => "queue-left",
             LiveMessage::QueueCleared => "queue-cleared",
+            LiveMessage::Announcement { .. } => "announcement",
+            LiveMessage::Ended { .. } => "ended",
         }
     }
 
@@ -146,7 +164,10 @@ impl LiveMessage {
     pub fn is_final(&self) -> bool {
         matches!(
             self,
-            LiveMessage::QueueExpired | LiveMessage::QueueLeft { .. } | LiveMessage::QueueCleared
+            LiveMessage::QueueExpired
+                | LiveMessage::QueueLeft { .. }
+                | LiveMessage::QueueCleared
+                | LiveMessage::Ended { .. }
         )
     }
 
@@ -165,10 +186,28 @@ impl LiveMessage {
         }
     }
 
+    /// The announcement of `config`, as pushed.
+    fn announcement(config: &EventConfig) -> Self {
+        let a = config.announcement.as_ref();
+        LiveMessage::Announcement {
+            message: a.map(|a| a.message.clone()),
+            at: a.map(|a| format_rfc3339(a.at)),
+        }
+    }
+
+    /// The end of the sale of `config` at `now`, if it ended.
+    fn sale_end(config: &EventConfig, now: Millis) -> Option<Self> {
+        config.sale_ended(now).map(|e| LiveMessage::Ended {
+            reason: e.reason,
+            message: e.message.cloned(),
+        })
+    }
+
     fn ended(reason: EndReason) -> Self {
         match reason {
             EndReason::Expired => LiveMessage::QueueExpired,
-            EndReason::Cleared => LiveMessage::QueueCleared,
+            // Only when the event cannot be read to tell why (`Follower::on_error`).
+            EndReason::Cleared | EndReason::Closed => LiveMessage::QueueCleared,
             EndReason::Left | EndReason::Completed => LiveMessage::QueueLeft { reason },
         }
     }
@@ -489,6 +528,8 @@ pub struct Follower {
     ready_sent: bool,
     /// The event state last told (or known at connect): paused, accepting joins.
     state: (bool, bool),
+    /// When the announcement last told was posted (`None`: none).
+    announced: Option<Millis>,
     done: bool,
     heartbeat_every: Duration,
     next_heartbeat: Instant,
@@ -528,6 +569,7 @@ impl Follower {
             last: None,
             ready_sent: false,
             state: (snapshot.config.paused, snapshot.config.accept_joins),
+            announced: snapshot.config.announcement.as_ref().map(|a| a.at),
             done: false,
             heartbeat_every,
             next_heartbeat: t + heartbeat_every,
@@ -539,6 +581,9 @@ impl Follower {
         f.sub.settings.mark_unchanged();
         let mut first = Vec::new();
         f.observe(&view, true, &mut first);
+        if f.announced.is_some() {
+            first.push(LiveMessage::announcement(&snapshot.config));
+        }
         Ok((f, first))
     }
 
@@ -655,6 +700,19 @@ impl Follower {
     async fn event_state(&mut self, out: &mut Vec<LiveMessage>) {
         match self.store.get_event(&self.event_id, self.clock.now()).await {
             Ok(s) => {
+                let announced = s.config.announcement.as_ref().map(|a| a.at);
+                if announced != self.announced {
+                    self.announced = announced;
+                    out.push(LiveMessage::announcement(&s.config));
+                }
+                if let Some(end) = LiveMessage::sale_end(&s.config, self.clock.now()) {
+                    // Waiting places end with the sale; a session may finish.
+                    if self.status == PlaceState::Waiting {
+                        out.push(end);
+                        self.done = true;
+                        return;
+                    }
+                }
                 let state = (s.config.paused, s.config.accept_joins);
                 if state != self.state {
                     self.state = state;
@@ -690,6 +748,22 @@ impl Follower {
         }
     }
 
+    /// Pushes `ended` (and ends the stream) if the event's sale ended; answers whether.
+    async fn sale_end(&mut self, out: &mut Vec<LiveMessage>) -> bool {
+        let now = self.clock.now();
+        let Ok(s) = self.store.get_event(&self.event_id, now).await else {
+            return false;
+        };
+        match LiveMessage::sale_end(&s.config, now) {
+            Some(m) => {
+                out.push(m);
+                self.done = true;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// A read failed: the place ended (its final message), or the store is unreachable
     /// (nothing to say; the next timer tries again).
     async fn on_error(&mut self, e: StoreError, out: &mut Vec<LiveMessage>) {
@@ -704,6 +778,12 @@ impl Follower {
             QueueError::TokenExpired => EndReason::Expired,
             // Deleted event: every place in it was removed by an operator.
             QueueError::EventNotFound => EndReason::Cleared,
+            // Gone with the sale: say why, with the operator's message.
+            QueueError::TokenNotFound
+                if self.status == PlaceState::Waiting && self.sale_end(out).await =>
+            {
+                return
+            }
             // Gone, but the store's answer cannot tell a place that left from one that was
             // cleared or completed; the notice can. It follows the change once that is
             // durable, so a read may see the end first: wait for it briefly.

@@ -58,6 +58,7 @@ pub fn record_effects(event_id: &str, fx: &[Effect]) {
                 EndReason::Expired => ("waitroom_expirations_total", None),
                 EndReason::Left => ("waitroom_leaves_total", None),
                 EndReason::Cleared => ("waitroom_leaves_total", Some("cleared")),
+                EndReason::Closed => ("waitroom_leaves_total", Some("closed")),
                 EndReason::Completed => ("waitroom_completions_total", None),
             },
             Effect::Forgotten { .. }

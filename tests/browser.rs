@@ -277,6 +277,10 @@ const README_SCREENSHOTS: &[&str] = &[
     "screenshot-seatmap-ko.png",
     "screenshot-countdown-ko.png",
     "screenshot-countdown-en.png",
+    "screenshot-wait-announcement-en.png",
+    "screenshot-wait-announcement-ko.png",
+    "screenshot-wait-sold-out-en.png",
+    "screenshot-wait-sold-out-ko.png",
 ];
 
 /// Where screenshots go: always `target/screenshots/`; also `docs/` with `UPDATE_SCREENSHOTS=1`.
@@ -1431,5 +1435,134 @@ async fn the_prequeue_page_counts_down_in_korean_and_english_then_opens() {
         assert!(Instant::now() < deadline, "never taken to the site");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    b.close().await;
+}
+
+/// The operator's announcement on the waiting page: pushed at once, in the page's language,
+/// as text (markup shows literally, never becomes elements), gone when cleared. Then the
+/// sale ends: the page says why with the operator's message and offers no rejoin, and a
+/// reload says the same (from the join's `EVENT_CLOSED` with its reason). English and Korean.
+#[tokio::test]
+async fn the_page_shows_the_announcement_and_the_end_of_the_sale() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    let said = json!({"ko": "<b>3번 게이트</b>로 입장하세요\n10시부터 입장합니다",
+                      "en": "Please use <b>gate 3</b>\nDoors open at 10:00"});
+    let end = json!({"ko": "모든 좌석이 매진되었습니다. 다음 공연에서 만나요.",
+                     "en": "Every seat is sold. See you at the next show."});
+    for (lang, id, live, sold_out) in [
+        ("en", "fest-en", "Live updates", "Sold out"),
+        ("ko", "fest-ko", "실시간 업데이트 중", "매진되었습니다"),
+    ] {
+        one_slot_event(&s, id, json!({})).await;
+        let b = Browser::start(&Opts {
+            lang: if lang == "ko" { "ko-KR" } else { "en-US" },
+            ..PHONE
+        })
+        .await;
+        b.goto(&s.url(&format!("/wait/{id}"))).await;
+        b.text_until("#position", |t| t == "1").await;
+        b.text_until("#live-text", |t| t == live).await;
+        assert!(!b.visible("#announcement").await);
+
+        let path = format!("/api/v1/admin/events/{id}/announcement");
+        let (st, v) = s
+            .call(
+                Method::POST,
+                &path,
+                Some(ADMIN),
+                Some(json!({"message": said})),
+            )
+            .await;
+        assert_eq!(st, reqwest::StatusCode::OK, "{v}");
+        let want = said[lang].as_str().unwrap();
+        b.text_until("#announcement-text", |t| t == want).await;
+        assert!(b.visible("#announcement").await);
+        let elements = b
+            .js("return document.getElementById('announcement-text').children.length")
+            .await;
+        assert_eq!(elements, json!(0), "operator text became markup");
+        b.screenshot(&format!("screenshot-wait-announcement-{lang}.png"))
+            .await;
+        let (st, _) = s.call(Method::DELETE, &path, Some(ADMIN), None).await;
+        assert_eq!(st, reqwest::StatusCode::OK);
+        let deadline = Instant::now() + WAIT;
+        while b.visible("#announcement").await {
+            assert!(Instant::now() < deadline, "the cleared announcement stayed");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+
+        let (st, v) = s
+            .call(
+                Method::POST,
+                &format!("/api/v1/admin/events/{id}/end"),
+                Some(ADMIN),
+                Some(json!({"reason": "sold_out", "message": end})),
+            )
+            .await;
+        assert_eq!(st, reqwest::StatusCode::OK, "{v}");
+        b.text_until("#status", |t| t == sold_out).await;
+        let note = end[lang].as_str().unwrap();
+        b.text_until("#end-note", |t| t == note).await;
+        assert!(
+            !b.visible("#join").await,
+            "a sold-out sale offers no rejoin"
+        );
+        assert!(!b.visible("#figures").await);
+        assert_eq!(stored_token(&b, id).await, None, "the place is forgotten");
+        b.screenshot(&format!("screenshot-wait-sold-out-{lang}.png"))
+            .await;
+        // A reload joins again and is told the same.
+        b.goto(&s.url(&format!("/wait/{id}"))).await;
+        b.text_until("#status", |t| t == sold_out).await;
+        b.text_until("#end-note", |t| t == note).await;
+        b.close().await;
+    }
+}
+
+/// The dashboard posts an announcement from an event card and ends the sale, asking once
+/// more first; the card then says the sale ended.
+#[tokio::test]
+async fn the_dashboard_announces_and_ends_the_sale_with_confirmation() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    one_slot_event(&s, "fest", json!({})).await;
+    s.join_token("fest", "u1").await;
+    let b = Browser::start(&DESKTOP).await;
+    sign_in(&b, &s).await;
+    let card = "[data-event=\"fest\"]";
+    b.text_until(&format!("{card} .fig-waiting"), |t| t == "1")
+        .await;
+    b.click(&format!("{card} .sale summary")).await;
+    type_into(&b, &format!("{card} .sale-ko"), "3번 게이트로 오세요").await;
+    type_into(&b, &format!("{card} .sale-en"), "Come to gate 3").await;
+    b.click(&format!("{card} .announce")).await;
+    b.text_until("#toast", |t| t == "Announced to everyone waiting for fest.")
+        .await;
+    let ev = s.admin(Method::GET, "/events/fest").await;
+    assert_eq!(
+        ev["announcement"]["message"],
+        json!({"ko": "3번 게이트로 오세요", "en": "Come to gate 3"})
+    );
+
+    // Ending asks once more; the first click changes nothing.
+    b.click(&format!("{card} .end")).await;
+    b.text_until(&format!("{card} .end"), |t| {
+        t == "Confirm: end the sale (1 waiting)"
+    })
+    .await;
+    assert!(s
+        .admin(Method::GET, "/events/fest")
+        .await
+        .get("ended")
+        .is_none());
+    b.click(&format!("{card} .end")).await;
+    b.text_until("#toast", |t| t == "The sale of fest has ended.")
+        .await;
+    let ev = s.admin(Method::GET, "/events/fest").await;
+    assert_eq!(ev["ended"]["reason"], "sold_out", "{ev}");
+    assert_eq!(ev["ended"]["message"]["en"], "Come to gate 3", "{ev}");
+    b.text_until(&format!("{card} .pill"), |t| t == "Ended")
+        .await;
     b.close().await;
 }

@@ -596,3 +596,58 @@ async fn restart_keeps_the_prequeue_and_its_order() {
     order.sort_by_key(|&s| prequeue_key(&seed, s));
     assert_eq!(admitted, order);
 }
+
+/// The end of a sale and the announcement are kept with the event's settings, so a restart
+/// keeps them: joins stay refused, places ended with the sale stay gone, the announcement
+/// is still there.
+#[tokio::test]
+async fn restart_keeps_the_end_of_the_sale_and_the_announcement() {
+    use waitroom::core::{Announcement, EndCause, EventPatch, Texts};
+    let dir = tempfile::tempdir().unwrap();
+    let open = |t| -> Arc<dyn Store> {
+        Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, t).unwrap())
+    };
+    let (admitted, waiting) = {
+        let store = open(T0);
+        make_event(&store, "ev", serde_json::json!({"max_active": 1})).await;
+        let a = join(&store, "ev", None, T0).await;
+        let w = join(&store, "ev", None, T0).await;
+        let post = EventPatch {
+            announcement: Some(Some(Announcement {
+                message: Texts {
+                    ko: Some("안내".into()),
+                    en: Some("Notice".into()),
+                },
+                at: T0,
+            })),
+            ..EventPatch::default()
+        };
+        store.update_event("ev", &post, T0).await.unwrap();
+        support::conformance::end_sale(&store, "ev", EndCause::Cancelled, T0 + S).await;
+        store.close().await.unwrap();
+        (a, w)
+    };
+    let store = open(T0 + 2 * S);
+    let c = store.get_event("ev", T0 + 2 * S).await.unwrap().config;
+    assert_eq!(
+        c.ended.map(|e| (e.reason, e.at)),
+        Some((EndCause::Cancelled, T0 + S))
+    );
+    assert_eq!(c.announcement.map(|a| a.at), Some(T0));
+    assert_eq!(
+        qerr(store.join("ev", &Default::default(), T0 + 2 * S).await),
+        QueueError::EventClosed
+    );
+    assert_eq!(
+        qerr(store.status("ev", waiting.key, T0 + 2 * S).await),
+        QueueError::TokenNotFound
+    );
+    assert_eq!(
+        store
+            .enter("ev", admitted.key, T0 + 2 * S)
+            .await
+            .unwrap()
+            .status,
+        PlaceState::Active
+    );
+}

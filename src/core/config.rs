@@ -4,9 +4,10 @@
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::gate::GateRules;
+use super::lifecycle::{self, Announcement, Ended, SaleEnd};
 use super::look::{Look, Texts};
 use super::schedule::{opt_rfc3339, parse_rfc3339, EventSecret, QueueingMethod};
-use super::QueueError;
+use super::{Millis, QueueError};
 
 /// Longest accepted event id; ids are also used in Redis keys and URLs, so they stay short.
 pub const MAX_EVENT_ID_LEN: usize = 64;
@@ -74,6 +75,16 @@ pub struct EventConfig {
     /// the `random` method first needs it, then kept. Stored, never answered by any read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event_secret: Option<EventSecret>,
+    /// When the sale ends by itself (ms; `core::lifecycle`): joins refused, waiting places
+    /// ended. Set in RFC 3339 through the API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closes_at: Option<Millis>,
+    /// The sale was ended by the admin's `end` call (never by a settings write).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<SaleEnd>,
+    /// The latest announcement to everyone waiting (its own admin call, not a setting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub announcement: Option<Announcement>,
     /// The waiting page's title, texts, colour, logo and stylesheet (`core::look`); flat
     /// in the JSON, beside the other settings.
     #[serde(flatten)]
@@ -149,6 +160,9 @@ impl Default for EventConfig {
             opens_at: None,
             queueing_method: QueueingMethod::Fifo,
             event_secret: None,
+            closes_at: None,
+            ended: None,
+            announcement: None,
             look: Look::default(),
             gate: GateRules::default(),
             hold_ttl_sec: super::holds::DEFAULT_HOLD_TTL_SEC,
@@ -165,6 +179,11 @@ impl EventConfig {
         let c = (f64::from(self.max_active) * self.overbooking_ratio).floor();
         // The ratio is validated into [1, 10], so this is within u64 and ≥ max_active.
         c.max(1.0) as u64
+    }
+
+    /// Whether the sale ended by `now` (`core::lifecycle`).
+    pub fn sale_ended(&self, now: Millis) -> Option<Ended<'_>> {
+        lifecycle::sale_ended(self.ended.as_ref(), self.closes_at, now)
     }
 }
 
@@ -258,6 +277,16 @@ pub struct EventPatch {
     pub session_extend_sec: Option<u64>,
     #[serde(default)]
     pub max_extensions: Option<u64>,
+    /// RFC 3339; `null` clears it.
+    #[serde(default, deserialize_with = "nullable")]
+    pub closes_at: Option<Option<String>>,
+    /// Ends the sale (the admin's `end` call): never read from a settings body.
+    #[serde(skip)]
+    pub end: Option<SaleEnd>,
+    /// Posts (`Some(Some)`) or clears (`Some(None)`) the announcement: never read from a
+    /// settings body.
+    #[serde(skip)]
+    pub announcement: Option<Option<Announcement>>,
 }
 
 /// Distinguishes "field absent" (outer `None`, via `#[serde(default)]`) from "field is null"
@@ -407,6 +436,20 @@ impl EventPatch {
             c.rate_limits = r.filter(|r| *r != RateLimits::default()).map(Box::new);
         }
         self.apply_schedule(&mut c)?;
+        if let Some(t) = &self.closes_at {
+            c.closes_at = t
+                .as_deref()
+                .map(|t| lifecycle::parse_rfc3339("closes_at", t))
+                .transpose()?;
+        }
+        if let Some(e) = &self.end {
+            // A second end keeps the moment of the first: the places already ended then.
+            let at = c.ended.as_ref().map_or(e.at, |old| old.at);
+            c.ended = Some(SaleEnd { at, ..e.clone() });
+        }
+        if let Some(a) = &self.announcement {
+            c.announcement = a.clone();
+        }
         if c.name.is_empty() {
             c.name = event_id.to_string();
         }
@@ -544,12 +587,17 @@ mod tests {
             r#"{"opens_at": "soon"}"#,
             r#"{"opens_at": 1700000000}"#,
             r#"{"queueing_method": "lifo"}"#,
+            r#"{"closes_at": "tomorrow"}"#,
+            r#"{"closes_at": 1795395600}"#,
         ] {
             let refused = serde_json::from_str::<EventPatch>(bad)
                 .map_or(true, |p| p.apply("e", &base).is_err());
             assert!(refused, "{bad} accepted");
         }
         assert!(serde_json::from_str::<EventPatch>(r#"{"max_activ": 3}"#).is_err());
+        // The end and the announcement have their own calls: a settings body cannot set them.
+        assert!(serde_json::from_str::<EventPatch>(r#"{"end": {"reason": "closed"}}"#).is_err());
+        assert!(serde_json::from_str::<EventPatch>(r#"{"announcement": null}"#).is_err());
         assert!(serde_json::from_str::<EventPatch>(r#"{"rate_limits": {"joins": 3}}"#).is_err());
         assert!(serde_json::from_str::<EventPatch>(r#"{"max_active": -3}"#).is_err());
         assert!(EventPatch::default().apply("bad id!", &base).is_err());

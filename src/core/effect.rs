@@ -16,6 +16,8 @@ pub enum EndReason {
     Completed,
     Expired,
     Cleared,
+    /// Waiting when the sale ended (`closes_at` or the admin's `end`).
+    Closed,
 }
 
 /// One state change, in the order it happened.

@@ -102,6 +102,16 @@ fn texts(field: &str, t: &Texts, max: usize, lines: bool) -> Result<Option<Texts
     Ok((out != Texts::default()).then_some(out))
 }
 
+/// The same check for the other texts of an event (`core::lifecycle`'s messages).
+pub(super) fn check_texts(
+    field: &str,
+    t: &Texts,
+    max: usize,
+    lines: bool,
+) -> Result<Option<Texts>, QueueError> {
+    texts(field, t, max, lines)
+}
+
 /// A file name of the data dir's `branding/` folder: 1–64 of `[A-Za-z0-9._-]`, not starting
 /// with a dot (no hidden files, no `..`), with one of `extensions`.
 pub fn branding_file_ok(name: &str, extensions: &[&str]) -> bool {

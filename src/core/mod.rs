@@ -8,6 +8,7 @@
 //! - [`rank`]: the Fenwick tree behind exact O(log n) positions.
 //! - [`queue`]: [`EventQueue`], the state machine of one event's places.
 //! - [`effect`]: the state changes it reports ([`Effect`]).
+//! - [`lifecycle`]: the end of a sale (`closes_at`, the `end` call) and announcements.
 //! - `places`: how the queue stores its places (by sequence, and by user).
 //! - [`pace`]: the admission pace behind ETAs, and the token bucket of `admit_per_minute`.
 //! - [`view`]: what clients and admins are told (place views, event figures), computed from
@@ -17,6 +18,7 @@ pub mod config;
 pub mod effect;
 pub mod gate;
 pub mod holds;
+pub mod lifecycle;
 pub mod look;
 pub mod pace;
 mod places;
@@ -29,6 +31,7 @@ pub use config::{validate_event_id, Access, EventConfig, EventPatch, RateLimits}
 pub use effect::{Effect, EndReason, InviteHolder};
 pub use gate::GateRules;
 pub use holds::{HeldItem, Inventory, InventoryCounts, InventoryView, ItemState, SessionHolds};
+pub use lifecycle::{Announcement, EndCause, Ended, SaleEnd, END_BATCH};
 pub use look::{Look, Texts};
 pub use pace::{Eta, Holds, Pace, RATE_WINDOW_MS};
 pub use queue::{EventQueue, JoinProof, QueueMeta, RestoredPlace, EXPIRED_RETENTION_MS};

@@ -103,6 +103,8 @@ pub struct EventQueue {
     inventory: Inventory,
     /// Extended sessions: how many times, and the milliseconds added to their maximum.
     extensions: HashMap<u64, (u32, Millis)>,
+    /// The sale ended (as of the last operation's `now`): waiting places are gone.
+    closed: bool,
 }
 
 /// What a joiner showed besides a user id.
@@ -146,6 +148,7 @@ impl EventQueue {
             invites: HashMap::new(),
             inventory: Inventory::default(),
             extensions: HashMap::new(),
+            closed: false,
         }
     }
 
@@ -257,6 +260,7 @@ impl EventQueue {
         // What fell due under the old settings ends under them.
         self.advance(now, fx);
         self.config = config;
+        self.closed = self.config.sale_ended(now).is_some();
         self.deadlines.clear();
         let mut entries = Vec::with_capacity(self.places.len());
         for (seq, p) in self.places.iter_mut() {
@@ -305,6 +309,7 @@ impl EventQueue {
     /// Keeping reads from admitting also lets tests see a slot that an operation failed to
     /// hand on.
     fn advance(&mut self, now: Millis, fx: &mut Vec<Effect>) {
+        self.closed = self.config.sale_ended(now).is_some();
         // Past the opening, a pre-queue still waiting is the opening itself, not yet seen
         // by an operation: any operation admits it, whichever comes first after `opens_at`.
         if self.expire_due(now, fx) || self.opening_due(now) {
@@ -355,7 +360,8 @@ impl EventQueue {
     }
 
     fn admit(&mut self, now: Millis, fx: &mut Vec<Effect>) {
-        if self.config.paused || self.before_opening(now) {
+        // After the end of the sale nobody waiting is let in (`core::lifecycle`).
+        if self.config.paused || self.before_opening(now) || self.config.sale_ended(now).is_some() {
             return;
         }
         let (cap, rate) = self.limits();
@@ -419,7 +425,7 @@ impl EventQueue {
             self.extensions.remove(&seq);
         }
         match reason {
-            EndReason::Left | EndReason::Cleared => self.left += 1,
+            EndReason::Left | EndReason::Cleared | EndReason::Closed => self.left += 1,
             EndReason::Completed => self.completed += 1,
             EndReason::Expired => {
                 self.expired += 1;
@@ -438,6 +444,10 @@ impl EventQueue {
 
     fn lookup(&self, key: PlaceKey) -> Result<&Place, QueueError> {
         match self.places.get(&key.seq) {
+            // Ended with the sale, even before the sweep removes it (`core::lifecycle`).
+            Some(p) if p.nonce == key.nonce && p.state == PlaceState::Waiting && self.closed => {
+                Err(QueueError::TokenNotFound)
+            }
             Some(p) if p.nonce == key.nonce => Ok(p),
             _ if self.tombstones.get(&key.seq) == Some(&key.nonce) => Err(QueueError::TokenExpired),
             _ => Err(QueueError::TokenNotFound),
@@ -513,6 +523,9 @@ impl EventQueue {
         fx: &mut Vec<Effect>,
     ) -> Result<PlaceView, QueueError> {
         self.advance(now, fx);
+        if self.config.sale_ended(now).is_some() {
+            return Err(QueueError::EventClosed);
+        }
         let proven = proof.proven && user_id.is_some();
         let bind = self.check_invite(user_id, proof)?;
         // An unproven place of this user that a proven join replaces.
@@ -812,9 +825,24 @@ impl EventQueue {
     /// Background work: expiries and rate-paced admissions. Answers when it next needs to
     /// run (the earliest deadline or the next rate token), if ever.
     pub fn tick(&mut self, now: Millis, fx: &mut Vec<Effect>) -> Option<Millis> {
+        self.closed = self.config.sale_ended(now).is_some();
         self.expire_due(now, fx);
         self.admit(now, fx);
+        if self.closed {
+            // One bounded batch per tick; the next tick comes at once while any are left.
+            for _ in 0..super::END_BATCH {
+                // Both lines: the pre-queue's places end with the sale too.
+                let Some(seq) = self.line_kth(1) else { break };
+                self.end(seq, EndReason::Closed, now, now, fx);
+            }
+            if self.waiting_len() > 0 {
+                return Some(now + 1);
+            }
+        }
         let mut next = self.deadlines.peek().map(|r| r.0 .0);
+        if let Some(t) = self.config.closes_at.filter(|&t| t > now) {
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
         let (cap, rate) = self.limits();
         if let Some(rate) = rate {
             let room = self.admitted + self.active < cap;

@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::schedule::{commitment, format_rfc3339, hex};
 use crate::core::{
-    EventConfig, EventFigures, Millis, PlaceState, PlaceView, QueueingMethod, ShownStatus, Texts,
+    Announcement, EndCause, EventConfig, EventFigures, Millis, PlaceState, PlaceView,
+    QueueingMethod, ShownStatus, Texts,
 };
 use crate::store::EventSnapshot;
 
@@ -55,6 +56,69 @@ pub struct Place {
     /// Present while `active`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_expires_in_sec: Option<u64>,
+    /// The operator's latest message (absent when there is none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub announcement: Option<AnnouncementBody>,
+}
+
+/// An announcement as every answer shows it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct AnnouncementBody {
+    /// `{"ko": …, "en": …}`
+    #[schema(value_type = Object)]
+    pub message: Texts,
+    /// When it was posted (RFC 3339).
+    pub at: String,
+}
+
+impl AnnouncementBody {
+    pub fn new(a: &Announcement) -> Self {
+        AnnouncementBody {
+            message: a.message.clone(),
+            at: format_rfc3339(a.at),
+        }
+    }
+}
+
+/// The end of a sale as every answer shows it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct EndedBody {
+    /// `sold_out`, `closed` or `cancelled`.
+    #[schema(value_type = String, example = "sold_out")]
+    pub reason: EndCause,
+    #[schema(value_type = Option<Object>)]
+    pub message: Option<Texts>,
+    /// When it ended (RFC 3339).
+    pub at: String,
+}
+
+impl EndedBody {
+    /// The sale's end at `now`, if it ended.
+    pub fn of(c: &EventConfig, now: Millis) -> Option<Self> {
+        c.sale_ended(now).map(|e| EndedBody {
+            reason: e.reason,
+            message: e.message.cloned(),
+            at: format_rfc3339(e.at),
+        })
+    }
+}
+
+/// `POST /admin/events/{id}/announcement` and its `DELETE`.
+#[derive(Debug, Serialize)]
+pub struct Announced {
+    pub event_id: String,
+    /// `null` once cleared.
+    pub announcement: Option<AnnouncementBody>,
+}
+
+/// `POST /admin/events/{id}/end`
+#[derive(Debug, Serialize)]
+pub struct SaleEnded {
+    pub event_id: String,
+    pub ended: EndedBody,
+    /// Places waiting just before it ended: they answer `TOKEN_NOT_FOUND` at once and are
+    /// removed in the background, in batches.
+    pub waiting: u64,
 }
 
 impl Place {
@@ -75,6 +139,7 @@ impl Place {
             ready_for_entry: v.status == PlaceState::Admitted,
             enter_within_sec: v.enter_within_sec,
             session_expires_in_sec: v.session_expires_in_sec,
+            announcement: None,
         }
     }
 }
@@ -165,6 +230,16 @@ pub struct QueueInfo {
     /// From the opening: the seed (hex) the pre-queue was ordered by.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shuffle_seed: Option<String>,
+    /// When the sale ends by itself (RFC 3339); absent: no set end. (The three fields are
+    /// absent rather than `null` when unset, so that the answer of an event that uses none
+    /// of them is what it was before they existed.)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub closes_at: Option<String>,
+    /// How the sale ended; absent while it runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended: Option<EndedBody>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub announcement: Option<AnnouncementBody>,
 }
 
 impl QueueInfo {
@@ -175,6 +250,7 @@ impl QueueInfo {
             .zip(c.event_secret)
             .map(|(at, secret)| (at, secret.shuffle_seed()));
         let opened = |at: Millis| now >= at;
+        let ended = EndedBody::of(&c, now);
         QueueInfo {
             opens_at: c.opens_at.map(format_rfc3339),
             queueing_method: c.queueing_method,
@@ -192,6 +268,9 @@ impl QueueInfo {
             admitted_last_minute: f.admitted_last_minute,
             paused: c.paused,
             accept_joins: c.accept_joins,
+            closes_at: c.closes_at.map(format_rfc3339),
+            ended,
+            announcement: c.announcement.as_ref().map(AnnouncementBody::new),
         }
     }
 }
@@ -227,11 +306,19 @@ pub struct PublicEvent {
     pub turn_message: Option<Texts>,
     pub theme_color: Option<String>,
     pub logo_url: Option<String>,
+    /// As in `GET /queue/info` (absent when unset).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub closes_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended: Option<EndedBody>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub announcement: Option<AnnouncementBody>,
 }
 
 impl PublicEvent {
-    pub fn new(s: EventSnapshot) -> Self {
+    pub fn new(s: EventSnapshot, now: Millis) -> Self {
         let (c, f) = (s.config, s.figures);
+        let ended = EndedBody::of(&c, now);
         PublicEvent {
             event_id: s.event_id,
             name: c.name,
@@ -248,6 +335,9 @@ impl PublicEvent {
             headline: c.look.headline,
             note: c.look.note,
             turn_message: c.look.turn_message,
+            closes_at: c.closes_at.map(format_rfc3339),
+            ended,
+            announcement: c.announcement.as_ref().map(AnnouncementBody::new),
             theme_color: c.look.theme_color,
             logo_url: c.look.logo_url,
         }
@@ -307,6 +397,19 @@ impl Serialize for Settings {
                 m.serialize_entry("user_token_secret_set", &!v.is_null())?;
             } else if k == "bypass_secret" {
                 m.serialize_entry("bypass_secret_set", &!v.is_null())?;
+            } else if k == "closes_at" {
+                // Times in RFC 3339, as they are set (stored in ms).
+                m.serialize_entry(&k, &self.0.closes_at.map(format_rfc3339))?;
+            } else if k == "ended" {
+                let e = self.0.ended.as_ref().map(|e| EndedBody {
+                    reason: e.reason,
+                    message: e.message.clone(),
+                    at: format_rfc3339(e.at),
+                });
+                m.serialize_entry(&k, &e)?;
+            } else if k == "announcement" {
+                let a = self.0.announcement.as_ref().map(AnnouncementBody::new);
+                m.serialize_entry(&k, &a)?;
             } else {
                 m.serialize_entry(&k, &v)?;
             }

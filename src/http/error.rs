@@ -149,6 +149,10 @@ pub enum AppError {
     /// code and message ([`AppError::sale_status`]).
     #[error("{0}")]
     Sale(QueueError),
+    /// `TOKEN_NOT_FOUND` or `EVENT_CLOSED` because the sale ended: the same code, status and
+    /// message, plus `error.reason` (`sold_out`, `closed`, `cancelled`).
+    #[error("{0}")]
+    SaleEnded(Box<AppError>, &'static str),
 }
 
 impl AppError {
@@ -168,6 +172,7 @@ impl AppError {
     pub fn status(&self) -> StatusCode {
         use AppError::*;
         match self {
+            SaleEnded(inner, _) => inner.status(),
             InvalidRequest(_) | MissingToken => StatusCode::BAD_REQUEST,
             PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             TokenInvalid | AccessDenied | Unauthorized => StatusCode::UNAUTHORIZED,
@@ -188,6 +193,7 @@ impl AppError {
     pub fn code(&self) -> &'static str {
         use AppError::*;
         match self {
+            SaleEnded(inner, _) => inner.code(),
             InvalidRequest(_) => code::INVALID_REQUEST,
             PayloadTooLarge(_) => code::PAYLOAD_TOO_LARGE,
             MissingToken => code::MISSING_TOKEN,
@@ -326,6 +332,9 @@ pub struct ErrorDetail<'a> {
     pub message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub challenge: Option<&'a Challenge>,
+    /// Why the sale ended, on `TOKEN_NOT_FOUND` and `EVENT_CLOSED` after its end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<&'static str>,
     /// The request's trace id (32 hex digits), only when tracing export is on: what an
     /// operator searches the traces and logs for when a user reports this error.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -349,6 +358,10 @@ impl IntoResponse for AppError {
                 code: self.code(),
                 message: self.to_string(),
                 challenge,
+                reason: match &self {
+                    AppError::SaleEnded(_, r) => Some(r),
+                    _ => None,
+                },
                 trace_id: crate::telemetry::otel::current_trace_id(),
             },
         };

@@ -115,7 +115,7 @@ async fn follow(
     state: &AppState,
     (event_id, key): (String, PlaceKey),
 ) -> AppResult<(Follower, Vec<LiveMessage>)> {
-    Ok(Follower::start(
+    match Follower::start(
         &state.live,
         state.store.clone(),
         state.clock.clone(),
@@ -123,7 +123,11 @@ async fn follow(
         &event_id,
         key,
     )
-    .await?)
+    .await
+    {
+        Ok(f) => Ok(f),
+        Err(e) => Err(super::lifecycle::explain(state, &event_id, e.into()).await),
+    }
 }
 
 async fn send(socket: &mut WebSocket, m: &LiveMessage) -> bool {

@@ -55,6 +55,7 @@ pub mod extract;
 pub mod gate;
 pub mod gate_page;
 pub mod guard;
+pub mod lifecycle;
 pub mod live;
 pub mod look;
 pub mod openapi;
@@ -221,6 +222,16 @@ fn routes(state: &AppState) -> Routes {
         admin,
         admin!("/events/{event_id}/prequeue"),
         get(admin::prequeue)
+    );
+    route!(
+        admin,
+        admin!("/events/{event_id}/announcement"),
+        post(lifecycle::announce).delete(lifecycle::clear_announcement)
+    );
+    route!(
+        admin,
+        admin!("/events/{event_id}/end"),
+        post(lifecycle::end)
     );
     route!(admin, admin!("/audit"), get(records::audit_list));
     route!(

@@ -137,6 +137,9 @@ pub fn document() -> Value {
         gate_queue_page,
         gate,
         prequeue,
+        announce,
+        clear_announcement,
+        end_sale,
         put_inventory,
         get_inventory,
         seat_map,
@@ -396,6 +399,31 @@ fn index() {}
     responses((status = 200, description = "The waiting room", content_type = "text/html", body = String),
               (status = 404, description = "EVENT_NOT_FOUND (an HTML page for browsers)", body = ErrorBody)))]
 fn wait() {}
+
+#[utoipa::path(post, path = "/api/v1/admin/events/{event_id}/announcement", tag = "admin",
+    params(("event_id" = String, Path)),
+    request_body(content = Object, description = "`{\"message\": {\"ko\": …, \"en\": …}}`: pushed live to everyone waiting, shown in status"),
+    responses(
+        (status = 200, description = "`{event_id, announcement}`", body = Object),
+        (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
+        (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
+fn announce() {}
+
+#[utoipa::path(delete, path = "/api/v1/admin/events/{event_id}/announcement", tag = "admin",
+    params(("event_id" = String, Path)),
+    responses(
+        (status = 200, description = "`{event_id, announcement: null}`", body = Object),
+        (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
+fn clear_announcement() {}
+
+#[utoipa::path(post, path = "/api/v1/admin/events/{event_id}/end", tag = "admin",
+    params(("event_id" = String, Path)),
+    request_body(content = Object, description = "`{\"reason\": \"sold_out\"|\"closed\"|\"cancelled\", \"message\"?: {\"ko\", \"en\"}}`"),
+    responses(
+        (status = 200, description = "`{event_id, ended, waiting}`: everyone waiting is told and their places end; new joins get EVENT_CLOSED with the reason", body = Object),
+        (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
+        (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
+fn end_sale() {}
 
 #[utoipa::path(get, path = "/api/v1/admin/events/{event_id}/prequeue", tag = "admin",
     params(("event_id" = String, Path),

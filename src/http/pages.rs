@@ -162,7 +162,13 @@ pub async fn asset(AppPath(name): AppPath<String>, headers: HeaderMap) -> Respon
 /// `GET /api/v1/events`: every event, public figures only, ordered by id.
 pub async fn list_events(State(state): State<AppState>) -> AppResult<Json<Vec<PublicEvent>>> {
     let events = state.store.list_events(state.clock.now()).await?;
-    Ok(Json(events.into_iter().map(PublicEvent::new).collect()))
+    let now = state.clock.now();
+    Ok(Json(
+        events
+            .into_iter()
+            .map(|e| PublicEvent::new(e, now))
+            .collect(),
+    ))
 }
 
 /// `GET /api/v1/events/{event_id}`: one event's public figures and its `target_url`.
@@ -172,7 +178,7 @@ pub async fn get_event(
 ) -> AppResult<Json<PublicEvent>> {
     validate_event_id(&id)?;
     let snap = state.store.get_event(&id, state.clock.now()).await?;
-    Ok(Json(PublicEvent::new(snap)))
+    Ok(Json(PublicEvent::new(snap, state.clock.now())))
 }
 
 #[cfg(test)]

@@ -13,7 +13,9 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::admin::is_admin_token;
-use super::body::{Completed, Entered, Joined, Place, QueueInfo, Removed, Verified};
+use super::body::{
+    AnnouncementBody, Completed, Entered, Joined, Place, QueueInfo, Removed, Verified,
+};
 use super::error::{AppError, AppResult};
 use super::extract::{bearer, AppJson, AppQuery, BearerToken, WaitingToken, WaitingTokenNoBody};
 use super::guard::Caller;
@@ -178,10 +180,15 @@ pub async fn join(
         proven,
         invite: body.invite,
     };
-    let view = state.store.join(&body.event_id, &req, now).await?;
+    let view = match state.store.join(&body.event_id, &req, now).await {
+        Ok(v) => v,
+        Err(e) => return Err(super::lifecycle::explain(&state, &body.event_id, e.into()).await),
+    };
+    let mut place = Place::new(body.event_id, &view);
+    place.announcement = config.announcement.as_ref().map(AnnouncementBody::new);
     Ok(Json(Joined {
-        waiting_token: state.waiting.issue(&body.event_id, view.key),
-        place: Place::new(body.event_id, &view),
+        waiting_token: state.waiting.issue(&place.event_id, view.key),
+        place,
     }))
 }
 
@@ -192,11 +199,18 @@ pub async fn status(
     WaitingTokenNoBody(token): WaitingTokenNoBody,
 ) -> AppResult<Json<Place>> {
     let (event_id, key) = parse_polling(&state, &caller, &token).await?;
-    let view = state
-        .store
-        .status(&event_id, key, state.clock.now())
-        .await?;
-    Ok(Json(Place::new(event_id, &view)))
+    let now = state.clock.now();
+    let view = match state.store.status(&event_id, key, now).await {
+        Ok(v) => v,
+        Err(e) => return Err(super::lifecycle::explain(&state, &event_id, e.into()).await),
+    };
+    let mut place = Place::new(event_id, &view);
+    // The operator's message, for clients that poll rather than follow the live stream.
+    // From this node's catalog: no store call on a warm path, at most a second old.
+    if let Ok(c) = state.events.config(&place.event_id, now).await {
+        place.announcement = c.announcement.as_ref().map(AnnouncementBody::new);
+    }
+    Ok(Json(place))
 }
 
 /// `POST /queue/heartbeat`

@@ -6,7 +6,11 @@
 
 use std::sync::Arc;
 
-use waitroom::core::{EventPatch, Millis, PlaceKey, PlaceState, QueueError};
+use waitroom::core::lifecycle::format_rfc3339;
+use waitroom::core::{
+    Announcement, EndCause, EndReason, EventPatch, Millis, PlaceKey, PlaceState, QueueError,
+    SaleEnd, Texts, END_BATCH,
+};
 use waitroom::store::{JoinRequest, Notice, Store, StoreError};
 use waitroom::tokens::random_u128;
 
@@ -42,7 +46,9 @@ macro_rules! store_conformance {
             holds_are_exclusive_and_all_or_nothing, holds_need_an_active_session,
             every_session_end_releases_its_holds, holds_lapse_after_their_ttl,
             sessions_extend_up_to_the_limit, racing_holds_never_share_a_seat,
-            delete_event_removes_inventory);
+            delete_event_removes_inventory, sale_end_closes_the_queue,
+            closes_at_ends_the_sale_on_time, ending_a_long_queue_takes_bounded_batches,
+            announcement_is_kept_with_the_event);
         // The schedule and the queueing methods (conformance_schedule.rs).
         $crate::store_conformance!(@tests $make;
             prequeue_opens_in_shuffle_order, prequeue_change_of_opens_at, queueing_methods);
@@ -1352,4 +1358,251 @@ pub async fn memory_use_is_unknown_or_grows(store: Arc<dyn Store>) {
     assert!(after > before, "{before} -> {after}");
     store.delete_event("mu").await.unwrap();
     assert_eq!(store.memory_usage("mu").await.unwrap(), Some(0));
+}
+
+fn texts(ko: &str, en: &str) -> Texts {
+    Texts {
+        ko: Some(ko.into()),
+        en: Some(en.into()),
+    }
+}
+
+/// Ends the sale as the admin's `end` call does.
+pub async fn end_sale(store: &Arc<dyn Store>, ev: &str, reason: EndCause, now: Millis) {
+    let patch = EventPatch {
+        end: Some(SaleEnd {
+            reason,
+            message: Some(texts("매진", "Sold out")),
+            at: now,
+        }),
+        ..EventPatch::default()
+    };
+    store.update_event(ev, &patch, now).await.expect("ended");
+}
+
+/// Ticks until the event needs no batch at once any more; answers how many ticks that took.
+async fn tick_out(store: &Arc<dyn Store>, ev: &str, now: Millis) -> usize {
+    for n in 1..10_000 {
+        if store.tick(ev, now).await.unwrap() != Some(now + 1) {
+            return n;
+        }
+    }
+    panic!("the end of the sale never finished");
+}
+
+/// The admin's end: joins refused with `EVENT_CLOSED`, waiting places gone at once
+/// (`TOKEN_NOT_FOUND`) and removed by the tick (ended `closed`), nobody admitted from the
+/// queue afterwards; admitted and active places carry on and may finish.
+pub async fn sale_end_closes_the_queue(store: Arc<dyn Store>) {
+    make_event(&store, "end", serde_json::json!({"max_active": 2})).await;
+    let a = join(&store, "end", None, T0).await;
+    let b = join(&store, "end", None, T0).await;
+    store.enter("end", b.key, T0).await.unwrap();
+    let w1 = join(&store, "end", Some("u"), T0).await;
+    let w2 = join(&store, "end", None, T0).await;
+    assert_eq!(w2.position, Some(2));
+    let mut rx = store.subscribe();
+    end_sale(&store, "end", EndCause::SoldOut, T0 + S).await;
+    let cfg = store.get_event("end", T0 + S).await.unwrap().config;
+    assert_eq!(
+        cfg.ended.as_ref().map(|e| e.reason),
+        Some(EndCause::SoldOut)
+    );
+    assert_eq!(cfg.ended.as_ref().map(|e| e.at), Some(T0 + S));
+    // Refused, even for the user of a waiting place.
+    for user in [None, Some("u"), Some("new")] {
+        assert_eq!(
+            queue_err(store.join("end", &req(user), T0 + S).await),
+            QueueError::EventClosed
+        );
+    }
+    for w in [&w1, &w2] {
+        assert_eq!(
+            queue_err(store.status("end", w.key, T0 + S).await),
+            QueueError::TokenNotFound
+        );
+        assert!(!store.leave("end", w.key, T0 + S).await.unwrap());
+    }
+    // A freed slot admits nobody: the queue is over.
+    store.leave("end", a.key, T0 + S).await.unwrap();
+    store.complete("end", b.key, T0 + S).await.unwrap();
+    assert_eq!(tick_out(&store, "end", T0 + 2 * S).await, 1);
+    let f = store.get_event("end", T0 + 2 * S).await.unwrap().figures;
+    assert_eq!((f.waiting, f.admitted, f.active), (0, 0, 0));
+    assert_eq!(f.completed, 1);
+    let mut closed = Vec::new();
+    while let Ok(n) = rx.try_recv() {
+        match n {
+            Notice::Ended {
+                seq,
+                reason: EndReason::Closed,
+                ..
+            } => closed.push(seq),
+            Notice::Admitted { seq, .. } => panic!("{seq} admitted after the end"),
+            _ => {}
+        }
+    }
+    closed.sort_unstable();
+    assert_eq!(closed, vec![w1.key.seq, w2.key.seq]);
+    // A second end changes the reason, not the moment.
+    end_sale(&store, "end", EndCause::Cancelled, T0 + 3 * S).await;
+    let e = store
+        .get_event("end", T0 + 3 * S)
+        .await
+        .unwrap()
+        .config
+        .ended;
+    assert_eq!(
+        e.map(|e| (e.reason, e.at)),
+        Some((EndCause::Cancelled, T0 + S))
+    );
+}
+
+/// `closes_at`: joins until that instant, none from it on; the tick wakes for it and ends the
+/// waiting places; an admitted place may still enter.
+pub async fn closes_at_ends_the_sale_on_time(store: Arc<dyn Store>) {
+    let closes = T0 + 10 * S;
+    make_event(
+        &store,
+        "cat",
+        serde_json::json!({"max_active": 1, "closes_at": format_rfc3339(closes)}),
+    )
+    .await;
+    let cfg = store.get_event("cat", T0).await.unwrap().config;
+    assert_eq!(cfg.closes_at, Some(closes));
+    let a = join(&store, "cat", None, T0).await;
+    let w = join(&store, "cat", None, closes - 1).await;
+    assert_eq!(w.position, Some(1));
+    let next = store.tick("cat", T0 + S).await.unwrap();
+    assert!(next.is_some_and(|t| t <= closes), "{next:?}");
+    assert_eq!(
+        queue_err(store.join("cat", &req(None), closes).await),
+        QueueError::EventClosed
+    );
+    assert_eq!(
+        queue_err(store.status("cat", w.key, closes).await),
+        QueueError::TokenNotFound
+    );
+    assert_eq!(
+        store.enter("cat", a.key, closes).await.unwrap().status,
+        PlaceState::Active
+    );
+    assert_eq!(tick_out(&store, "cat", closes).await, 1);
+    assert_eq!(
+        store
+            .get_event("cat", closes)
+            .await
+            .unwrap()
+            .figures
+            .waiting,
+        0
+    );
+    // Cleared, it reopens: places ended with the sale stay gone.
+    store
+        .update_event(
+            "cat",
+            &patch(serde_json::json!({"closes_at": null})),
+            closes + S,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        queue_err(store.status("cat", w.key, closes + S).await),
+        QueueError::TokenNotFound
+    );
+    assert_eq!(
+        join(&store, "cat", None, closes + S).await.position,
+        Some(1)
+    );
+}
+
+/// Ending a queue longer than [`END_BATCH`] takes several ticks of at most that many places
+/// each (each a short step: on Redis one script), while every waiting place answers
+/// `TOKEN_NOT_FOUND` from the first instant.
+pub async fn ending_a_long_queue_takes_bounded_batches(store: Arc<dyn Store>) {
+    make_event(&store, "long", serde_json::json!({"max_active": 1})).await;
+    let total = 2 * END_BATCH + 7;
+    let mut set = tokio::task::JoinSet::new();
+    for chunk in 0..8 {
+        let store = store.clone();
+        set.spawn(async move {
+            let mut keys = Vec::new();
+            for _ in (chunk..total + 1).step_by(8) {
+                keys.push(join(&store, "long", None, T0).await.key);
+            }
+            keys
+        });
+    }
+    let keys: Vec<PlaceKey> = set.join_all().await.into_iter().flatten().collect();
+    assert_eq!(keys.len(), total + 1);
+    end_sale(&store, "long", EndCause::SoldOut, T0 + S).await;
+    assert_eq!(store_waiting(&store, "long", T0 + S).await, total as u64);
+    for k in keys.iter().step_by(97) {
+        let r = store.peek("long", *k, T0 + S).await;
+        assert!(
+            matches!(r, Err(StoreError::Queue(QueueError::TokenNotFound)))
+                || r.as_ref().is_ok_and(|v| v.status == PlaceState::Admitted),
+            "{r:?}"
+        );
+    }
+    for left in [total - END_BATCH, total - 2 * END_BATCH] {
+        assert_eq!(store.tick("long", T0 + S).await.unwrap(), Some(T0 + S + 1));
+        assert_eq!(store_waiting(&store, "long", T0 + S).await, left as u64);
+    }
+    assert_ne!(store.tick("long", T0 + S).await.unwrap(), Some(T0 + S + 1));
+    assert_eq!(store_waiting(&store, "long", T0 + S).await, 0);
+}
+
+async fn store_waiting(store: &Arc<dyn Store>, ev: &str, now: Millis) -> u64 {
+    store.get_event(ev, now).await.unwrap().figures.waiting
+}
+
+/// The announcement is kept with the event's settings (so durable and shared), survives
+/// settings updates that do not name it, and is cleared on its own.
+pub async fn announcement_is_kept_with_the_event(store: Arc<dyn Store>) {
+    make_event(&store, "ann", serde_json::json!({})).await;
+    let a = Announcement {
+        message: texts("곧 재개합니다", "Resuming soon"),
+        at: T0 + S,
+    };
+    let post = EventPatch {
+        announcement: Some(Some(a.clone())),
+        ..EventPatch::default()
+    };
+    let mut rx = store.subscribe();
+    let c = store.update_event("ann", &post, T0 + S).await.unwrap();
+    assert_eq!(c.announcement.as_ref(), Some(&a));
+    assert_eq!(
+        next_event_notice(&mut rx).await,
+        Notice::EventChanged {
+            event_id: "ann".into()
+        }
+    );
+    store
+        .put_event(
+            "ann",
+            &patch(serde_json::json!({"name": "Spring"})),
+            T0 + 2 * S,
+        )
+        .await
+        .unwrap();
+    let c = store.get_event("ann", T0 + 2 * S).await.unwrap().config;
+    assert_eq!(
+        (c.name.as_str(), c.announcement.as_ref()),
+        ("Spring", Some(&a))
+    );
+    let clear = EventPatch {
+        announcement: Some(None),
+        ..EventPatch::default()
+    };
+    store.update_event("ann", &clear, T0 + 3 * S).await.unwrap();
+    assert_eq!(
+        store
+            .get_event("ann", T0 + 3 * S)
+            .await
+            .unwrap()
+            .config
+            .announcement,
+        None
+    );
 }

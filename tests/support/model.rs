@@ -22,8 +22,8 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 use waitroom::core::schedule::{draw, format_rfc3339, prequeue_key};
 use waitroom::core::{
-    EventConfig, EventPatch, ItemState, Millis, PlaceKey, PlaceState, QueueError, QueueingMethod,
-    EXPIRED_RETENTION_MS,
+    EndCause, EventConfig, EventPatch, ItemState, Millis, PlaceKey, PlaceState, QueueError,
+    QueueingMethod, SaleEnd, EXPIRED_RETENTION_MS,
 };
 use waitroom::store::{JoinRequest, Store, StoreError};
 
@@ -59,6 +59,8 @@ pub enum Op {
     /// A session releases these seats (all of its holds with `None`).
     Release(Index, Option<Vec<usize>>),
     Extend(Index),
+    /// The admin's end of the sale, then ticks until its batches are done.
+    End,
 }
 
 #[derive(Debug, Clone)]
@@ -138,6 +140,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         1 => (any::<Index>(), prop::option::of(prop::collection::vec(0..SEATS, 1..3)))
             .prop_map(|(ix, s)| Op::Release(ix, s)),
         1 => any::<Index>().prop_map(Op::Extend),
+        1 => Just(Op::End),
     ]
 }
 
@@ -303,7 +306,8 @@ impl Model {
 
     /// How many the model itself would admit now, ignoring any pace.
     fn room(&self) -> usize {
-        if self.cfg.paused || self.before_opening() {
+        // Nobody is admitted from the queue once the sale ended.
+        if self.cfg.paused || self.before_opening() || self.cfg.ended.is_some() {
             return 0;
         }
         if self.method() == QueueingMethod::Passthrough {
@@ -438,7 +442,10 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                         waiting -= 1;
                     }
                 }
-                if live.is_some() && !proven {
+                if m.cfg.ended.is_some() {
+                    // After the end of the sale, every join is refused.
+                    prop_assert_eq!(got.map(|v| v.key), Err(QueueError::EventClosed));
+                } else if live.is_some() && !proven {
                     // Knowing a user id is not enough: no place back, nothing renewed.
                     prop_assert_eq!(
                         got.map(|v| v.key),
@@ -570,6 +577,26 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                 prop_assert_eq!(n, w.len() as u64, "step {}: cleared count", step);
                 for i in w {
                     m.places[i].state = MState::Gone;
+                }
+            }
+            Op::End => {
+                let end = EventPatch {
+                    end: Some(SaleEnd {
+                        reason: EndCause::SoldOut,
+                        message: None,
+                        at: m.now,
+                    }),
+                    ..EventPatch::default()
+                };
+                m.cfg = qerr(rt.block_on(store.update_event(ev, &end, m.now))).unwrap();
+                // Waiting places end with the sale; admitted and active ones carry on.
+                for i in m.waiting_indices() {
+                    m.places[i].state = MState::Gone;
+                }
+                for _ in 0..4 {
+                    if qerr(rt.block_on(store.tick(ev, m.now))).unwrap() != Some(m.now + 1) {
+                        break;
+                    }
                 }
             }
             Op::Configure(s) => {

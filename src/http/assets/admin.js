@@ -99,8 +99,25 @@
       nCleared: '대기 {n}명 제거', nInvites: '코드 {n}개',
     },
   };
-  Object.assign(TEXT.en, RECORDS_TEXT.en);
-  Object.assign(TEXT.ko, RECORDS_TEXT.ko);
+  // The sale's words: the announcement and the end of the sale, per event card.
+  const SALE_TEXT = {
+    en: {
+      sale: 'Announcement and end of sale', saleMsgKo: 'Message (Korean)', saleMsgEn: 'Message (English)',
+      announce: 'Post announcement', unannounce: 'Remove announcement', announced: 'Announced to everyone waiting for {id}.',
+      unannounced: 'Removed the announcement of {id}.', endReason: 'Reason', endSale: 'End sale',
+      confirmEnd: 'Confirm: end the sale ({n} waiting)', endedMsg: 'The sale of {id} has ended.', ended: 'Ended',
+      rSold_out: 'Sold out', rClosed: 'Closed', rCancelled: 'Cancelled', aAnnounce: 'announced', aEnd: 'ended the sale',
+    },
+    ko: {
+      sale: '공지와 판매 종료', saleMsgKo: '메시지 (한국어)', saleMsgEn: '메시지 (영어)',
+      announce: '공지 보내기', unannounce: '공지 내리기', announced: '{id} 대기자 모두에게 공지했습니다.',
+      unannounced: '{id}의 공지를 내렸습니다.', endReason: '사유', endSale: '판매 종료',
+      confirmEnd: '확인: 판매 종료 (대기 {n}명)', endedMsg: '{id}의 판매가 종료되었습니다.', ended: '판매 종료',
+      rSold_out: '매진', rClosed: '종료', rCancelled: '취소', aAnnounce: '공지', aEnd: '판매 종료',
+    },
+  };
+  Object.assign(TEXT.en, RECORDS_TEXT.en, SALE_TEXT.en);
+  Object.assign(TEXT.ko, RECORDS_TEXT.ko, SALE_TEXT.ko);
   const { t, api, el, show, store } = WR;
   const TOKEN_KEY = 'waitroom:admin';
   const POLL_MS = 1500;
@@ -279,8 +296,86 @@
     actions.append(pause, edit, clear, open, del);
     Object.assign(refs, { pause, clear, del });
 
-    root.append(head, figs, charts, actions);
-    return { root, refs, armed: 0, armedDelete: 0 };
+    root.append(head, figs, charts, actions, saleBox(id, refs));
+    return { root, refs, armed: 0, armedDelete: 0, armedEnd: 0 };
+  }
+
+  // The announcement and the end of the sale: one message in two languages, sent as an
+  // announcement or with the end. Ending is armed like Clear (a second click within five
+  // seconds confirms), since it cannot be undone.
+  function saleBox(id, refs) {
+    const box = node('details', 'sale');
+    const sum = node('summary', '', t('sale'));
+    sum.dataset.i18n = 'sale';
+    box.append(sum);
+    const text = (key, cls) => {
+      const label = node('label', 'sale-field');
+      const span = node('span', '', t(key));
+      span.dataset.i18n = key;
+      const area = node('textarea', cls);
+      area.rows = 2;
+      area.maxLength = 500;
+      label.append(span, area);
+      box.append(label);
+      return area;
+    };
+    const ko = text('saleMsgKo', 'sale-ko');
+    const en = text('saleMsgEn', 'sale-en');
+    const message = () => {
+      const m = {};
+      if (ko.value.trim()) m.ko = ko.value.trim();
+      if (en.value.trim()) m.en = en.value.trim();
+      return m;
+    };
+    const row = node('div', 'card-actions');
+    const button = (key, cls, fn) => {
+      const b = node('button', 'button small ' + cls, t(key));
+      b.type = 'button';
+      b.dataset.i18n = key;
+      b.addEventListener('click', () => fn(b));
+      row.append(b);
+      return b;
+    };
+    const path = '/api/v1/admin/events/' + encodeURIComponent(id);
+    button('announce', 'announce', async () => {
+      const r = await api('POST', path + '/announcement', { token, body: { message: message() } });
+      if (!r.ok) { failed(r); return; }
+      toast(t('announced', { id }));
+    });
+    button('unannounce', 'quiet unannounce', async () => {
+      const r = await api('DELETE', path + '/announcement', { token });
+      if (!r.ok) { failed(r); return; }
+      toast(t('unannounced', { id }));
+    });
+    const reason = node('select', 'end-reason');
+    for (const v of ['sold_out', 'closed', 'cancelled']) {
+      const o = node('option', '', t('r' + v[0].toUpperCase() + v.slice(1)));
+      o.value = v;
+      reason.append(o);
+    }
+    reason.setAttribute('aria-label', t('endReason'));
+    row.append(reason);
+    refs.end = button('endSale', 'danger end', async (b) => {
+      const c = cards.get(id);
+      const e = events.find((x) => x.event_id === id);
+      if (!c || !e) return;
+      if (!c.armedEnd || Date.now() > c.armedEnd) {
+        c.armedEnd = Date.now() + 5000;
+        b.textContent = t('confirmEnd', { n: WR.num(e.waiting) });
+        b.classList.add('armed');
+        return;
+      }
+      c.armedEnd = 0;
+      const m = message();
+      const body = { reason: reason.value };
+      if (m.ko || m.en) body.message = m;
+      const r = await api('POST', path + '/end', { token, body });
+      if (!r.ok) { failed(r); return; }
+      toast(t('endedMsg', { id }));
+      poll();
+    });
+    box.append(row);
+    return box;
   }
 
   function chart(parent, titleKey, cls) {
@@ -298,7 +393,8 @@
   function updateCard(c, e) {
     const r = c.refs;
     r.name.textContent = e.name || e.event_id;
-    const state = !e.accept_joins ? 'closed' : e.paused ? 'paused' : 'admitting';
+    const over = e.ended || (e.closes_at && Date.parse(e.closes_at) <= Date.now());
+    const state = over ? 'ended' : !e.accept_joins ? 'closed' : e.paused ? 'paused' : 'admitting';
     r.pill.className = 'pill ' + state;
     r.pill.textContent = t(state);
     r.waiting.textContent = WR.num(e.waiting);
@@ -315,6 +411,11 @@
       c.armed = 0;
       r.clear.textContent = t('clear');
       r.clear.classList.remove('armed');
+    }
+    if (r.end && (!c.armedEnd || Date.now() > c.armedEnd)) {
+      c.armedEnd = 0;
+      r.end.textContent = t('endSale');
+      r.end.classList.remove('armed');
     }
     if (!c.armedDelete || Date.now() > c.armedDelete) {
       c.armedDelete = 0;
@@ -690,7 +791,7 @@
     show('audit-empty', r.data.length === 0);
   }
 
-  const ACTION_KEY = { create: 'aCreate', update: 'aUpdate', pause: 'aPause', resume: 'aResume', clear: 'aClear', delete: 'aDelete', invites: 'aInvites' };
+  const ACTION_KEY = { create: 'aCreate', update: 'aUpdate', pause: 'aPause', resume: 'aResume', clear: 'aClear', delete: 'aDelete', invites: 'aInvites', announce: 'aAnnounce', end: 'aEnd' };
 
   function auditItem(x) {
     const li = node('li');
@@ -707,6 +808,9 @@
       detail = (x.changes || []).map((c) => c.field + ': ' + JSON.stringify(c.old) + ' → ' + JSON.stringify(c.new)).join(', ');
     } else if (x.action === 'clear') {
       detail = t('nCleared', { n: WR.num(x.count || 0) });
+    } else if (x.action === 'end') {
+      const c = (x.changes || [])[0];
+      detail = c && c.new && c.new.reason ? c.new.reason : '';
     } else if (x.action === 'invites') {
       detail = t('nInvites', { n: WR.num(x.count || 0) });
     }

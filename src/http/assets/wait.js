@@ -37,6 +37,10 @@
       checking: 'Checking your browser…', checkingLead: 'This takes a moment and keeps bots out of the line ({n} hashes so far).',
       preQueue: 'The sale opens soon', preQueueLead: 'You are in the pre-queue. At the opening everyone here gets a place in a random order, ahead of later arrivals: there is no need to hurry or reload.',
       opensIn: 'Opens in {t}', opening: 'Opening…',
+      announcement: 'Announcement',
+      soldOut: 'Sold out', soldOutLead: 'Everything has been sold. Thank you for waiting.',
+      saleClosed: 'The sale has ended', saleClosedLead: 'This sale is over. Thank you for waiting.',
+      cancelled: 'The sale was cancelled', cancelledLead: 'The organiser called this sale off. Thank you for waiting.',
     },
     ko: {
       brand: '대기실', yourPosition: '나의 대기 순서', inLine: '대기 인원',
@@ -66,6 +70,10 @@
       checking: '브라우저를 확인하는 중…', checkingLead: '잠시면 끝나며, 자동 프로그램이 줄을 서지 못하게 막습니다 (지금까지 {n}번 계산).',
       preQueue: '곧 예매가 시작됩니다', preQueueLead: '사전 대기열에 들어와 있습니다. 오픈 시각이 되면 이곳의 모든 분에게 무작위 순서가 정해지며, 이후에 온 분들보다 앞에 섭니다. 서두르거나 새로고침할 필요가 없습니다.',
       opensIn: '오픈까지 {t}', opening: '오픈하는 중…',
+      announcement: '공지',
+      soldOut: '매진되었습니다', soldOutLead: '모두 판매되었습니다. 기다려 주셔서 감사합니다.',
+      saleClosed: '판매가 종료되었습니다', saleClosedLead: '이 판매는 끝났습니다. 기다려 주셔서 감사합니다.',
+      cancelled: '판매가 취소되었습니다', cancelledLead: '주최 측이 이 판매를 취소했습니다. 기다려 주셔서 감사합니다.',
     },
   };
 
@@ -96,6 +104,10 @@
   let wsTimer = null, pollTimer = null, reconnectTimer = null, infoTimer = null;
   let backoff = 1000;
   let lastAnnounced = { n: null, at: 0 };
+  let notice = null;            // the operator's announcement {message: {ko, en}, at}, else null
+  let saleEnd = null;           // how the sale ended {reason, message}, else null
+  // The ended screens of a sale's end, by reason (also for an unknown future reason).
+  const SALE_ENDS = { sold_out: 'soldOut', closed: 'saleClosed', cancelled: 'cancelled' };
   let liveMode = 'connecting';
 
   function loadPlace() {
@@ -126,7 +138,8 @@
     const waitingLike = phase === 'waiting' || phase === 'joining' || phase === 'init' || phase === 'offline';
     show('figures', waitingLike || phase === 'ready');
     show('leave', phase === 'waiting' || phase === 'offline');
-    show('join', phase === 'ended' && ended !== 'notFound' && ended !== 'refused');
+    const over = Object.values(SALE_ENDS).includes(ended);
+    show('join', phase === 'ended' && ended !== 'notFound' && ended !== 'refused' && !over);
     show('continue', phase === 'active');
     show('live-note', phase === 'waiting' || phase === 'offline');
     show('paused', phase === 'waiting' && info && info.paused);
@@ -150,6 +163,13 @@
     el('status').textContent = title;
     el('message').textContent = lead;
     renderCountdown();
+    // Operator text: always set as text, never as markup.
+    const said = notice && phase !== 'ended' ? WR.pick(notice.message) : '';
+    el('announcement-text').textContent = said;
+    show('announcement', !!said);
+    const endNote = phase === 'ended' && over && saleEnd ? WR.pick(saleEnd.message) : '';
+    el('end-note').textContent = endNote;
+    show('end-note', !!endNote);
 
     const f = figures;
     const ready = phase === 'ready';
@@ -251,8 +271,24 @@
 
   async function loadInfo() {
     const r = await api('GET', '/api/v1/events/' + encodeURIComponent(eventId));
-    if (r.ok) info = r.data;
+    if (r.ok) { info = r.data; notice = info.announcement || null; }
     return r;
+  }
+
+  // The sale ended (a pushed `ended`, or an error with `error.reason`): the place is over.
+  function endSale(reason, message) {
+    saleEnd = { reason, message: message || null };
+    forgetPlace();
+    endWith(SALE_ENDS[reason] || 'closed');
+  }
+
+  // An error answer that says the sale ended: its message comes with the event.
+  async function endedBy(r) {
+    const reason = r.data && r.data.error && r.data.error.reason;
+    if (!reason) return false;
+    await loadInfo();
+    endSale(reason, info && info.ended ? info.ended.message : null);
+    return true;
   }
 
   async function start() {
@@ -268,6 +304,7 @@
     const r = await api('GET', '/api/v1/queue/status?token=' + encodeURIComponent(place.token));
     if (r.ok) { onStatus(r.data); connect(); return; }
     if (r.status === 0 || r.status >= 500) { setPhase('offline'); setTimeout(resume, POLL_MS); return; }
+    if (await endedBy(r)) return;
     forgetPlace();
     endWith(r.code === 'TOKEN_EXPIRED' ? 'expired' : 'gone');
   }
@@ -299,6 +336,7 @@
       setTimeout(join, 0);
       return;
     }
+    if (await endedBy(r)) return;
     if (r.code === 'EVENT_NOT_FOUND') endWith('notFound');
     else if (REFUSED.includes(r.code)) endWith('refused');
     else if (r.code === 'EVENT_CLOSED') endWith('closed');
@@ -363,6 +401,8 @@
       eta_low_sec: d.eta_low_sec, eta_high_sec: d.eta_high_sec,
     };
     if (d.poll_after_sec > 0) pollAfterSec = d.poll_after_sec;
+    // `status` carries the announcement (absent: none); a queue-update does not.
+    if (d.waited_sec !== undefined && d.type === undefined) notice = d.announcement || null;
     if (info && d.paused !== undefined) info.paused = d.paused;
     if (place && d.position > (place.start || 0)) { place.start = d.position; savePlace(); }
     if (phase !== 'ready') setPhase('waiting');
@@ -416,6 +456,8 @@
       case 'queue-expired': forgetPlace(); endWith('expired'); break;
       case 'queue-cleared': forgetPlace(); endWith('cleared'); break;
       case 'queue-left': forgetPlace(); endWith(msg.reason === 'completed' ? 'gone' : 'left'); break;
+      case 'announcement': notice = msg.message ? msg : null; render(); break;
+      case 'ended': endSale(msg.reason, msg.message); break;
       default: break;
     }
   }
@@ -458,6 +500,7 @@
       if (!place || !following()) { stopPolling(); return; }
       const r = await api('GET', '/api/v1/queue/status?token=' + encodeURIComponent(place.token));
       if (r.ok) onStatus(r.data);
+      else if (await endedBy(r)) { /* said why */ }
       else if (r.code === 'TOKEN_EXPIRED') { forgetPlace(); endWith('expired'); }
       else if (r.code === 'TOKEN_NOT_FOUND' || r.code === 'EVENT_NOT_FOUND') { forgetPlace(); endWith('gone'); }
       else if (phase === 'waiting') setPhase('offline');

@@ -532,6 +532,12 @@ impl Inner {
                 Some((seed, key)) => args.extend([&seed[..], &key[..]]),
                 None => args.extend([&b""[..], &b""[..]]),
             }
+            // The end of the sale (`core::lifecycle`): closes_at (ms, 0: none), ended.
+            let end = [
+                config.closes_at.unwrap_or(0).to_string(),
+                u8::from(config.ended.is_some()).to_string(),
+            ];
+            args.extend(end.iter().map(|a| a.as_bytes()));
             let r = s.run(event_id, "put", now, &args, None).await?;
             match &r.code[..] {
                 OK => {

@@ -46,6 +46,7 @@ fn reason_char(r: EndReason) -> char {
         EndReason::Completed => 'c',
         EndReason::Expired => 'e',
         EndReason::Cleared => 'x',
+        EndReason::Closed => 'z',
     }
 }
 
@@ -55,6 +56,7 @@ fn reason_of(c: u8) -> Option<EndReason> {
         b'c' => EndReason::Completed,
         b'e' => EndReason::Expired,
         b'x' => EndReason::Cleared,
+        b'z' => EndReason::Closed,
         _ => return None,
     })
 }

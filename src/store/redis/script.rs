@@ -14,7 +14,7 @@ use redis::Script;
 
 #[cfg(doc)]
 use crate::core::QueueError;
-use crate::core::{holds, EndReason, Millis, EXPIRED_RETENTION_MS, RATE_WINDOW_MS};
+use crate::core::{holds, EndReason, Millis, END_BATCH, EXPIRED_RETENTION_MS, RATE_WINDOW_MS};
 
 /// An event's keys, in the order the script receives them as `KEYS`: the suffix after
 /// `prefix:{event}:` and the Lua name it is bound to (`lua/rules.lua` says what each holds).
@@ -53,7 +53,7 @@ pub(super) enum FxKind {
 
 /// The effect kinds: the Lua name of each, bound to its position + 1 (the number the
 /// script sends).
-pub(super) const FX_KINDS: [(&str, FxKind); 8] = [
+pub(super) const FX_KINDS: [(&str, FxKind); 9] = [
     ("FX_JOINED", FxKind::Joined),
     ("FX_ADMITTED", FxKind::Admitted),
     ("FX_ENTERED", FxKind::Entered),
@@ -62,6 +62,7 @@ pub(super) const FX_KINDS: [(&str, FxKind); 8] = [
     ("FX_EXPIRED", FxKind::Ended(EndReason::Expired)),
     ("FX_CLEARED", FxKind::Ended(EndReason::Cleared)),
     ("FX_FORGOTTEN", FxKind::Forgotten),
+    ("FX_CLOSED", FxKind::Ended(EndReason::Closed)),
 ];
 
 impl FxKind {
@@ -115,6 +116,7 @@ fn prelude() -> String {
     ] {
         writeln!(h, "local {name} = {v}").expect("writing to a string");
     }
+    writeln!(h, "local END_BATCH = {END_BATCH}").expect("writing to a string");
     h
 }
 

@@ -9,6 +9,7 @@ if OP == 'put' then
   -- (all ms), max queue length (0: none), paused, accept joins (0/1), invite-only (0/1),
   -- opens_at (ms, 0: none), queueing method (0-3), shuffle seed and lottery key (32 bytes
   -- each, empty while the event has no secret).
+  -- then closes_at (ms, 0: none), ended by the admin (0/1).
   local expected = tonumber(ARGV[3])
   local exists = load_meta()
   local ver = tonumber(redis.call('HGET', K_META, 'ver')) or 0
@@ -35,6 +36,8 @@ if OP == 'put' then
   set('opens', opens)
   set('method', tonumber(ARGV[16]))
   if ARGV[17] ~= '' then redis.call('HSET', K_META, 'sseed', ARGV[17], 'lkey', ARGV[18]) end
+  set('closes', tonumber(ARGV[19]))
+  set('ended', tonumber(ARGV[20]))
   -- Deadlines are measured with the new settings: sweep and recompute nd now.
   set('nd', 0)
   expire_due()
@@ -107,6 +110,7 @@ if OP == 'join' then
   -- ARGV: nonce (16 bytes), has user (0/1), user id, has metadata (0/1), metadata, proven
   -- (0/1), has invite (0/1), invite code.
   advance()
+  if sale_ended() then return finish('EVENT_CLOSED') end
   local user = nil
   if ARGV[4] == '1' then user = ARGV[5] end
   local proven = user ~= nil and ARGV[8] == '1'
@@ -187,11 +191,41 @@ if OP == 'tick' then
   end
   expire_due()
   admit()
+  if sale_ended() then
+    -- The end of the sale: one bounded batch of waiting places per tick (queue.rs `tick`),
+    -- so a long queue never blocks Redis in one script; the next tick comes at once.
+    -- The waiting ZSETs lose the batch in two bulk calls rather than two per place.
+    local seqs = redis.call('ZRANGE', K_RANK, 0, END_BATCH - 1)
+    for _, s in ipairs(seqs) do end_place(s, place(s), FX_CLOSED, NOW, true) end
+    if #seqs > 0 then
+      redis.call('ZREMRANGEBYRANK', K_RANK, 0, #seqs - 1)
+      redis.call('ZREM', K_WSEEN, unpack(seqs))
+    end
+    -- Then the pre-queue's places, from the head of K_PRE: its members carry their seq
+    -- ("<key>:<seq>"), so no key is recomputed.
+    local room = END_BATCH - #seqs
+    if room > 0 and M.npre > 0 then
+      local members = redis.call('ZRANGE', K_PRE, 0, room - 1)
+      local pre = {}
+      for i, m in ipairs(members) do
+        pre[i] = string.match(m, ':(%d+)$')
+        end_place(pre[i], place(pre[i]), FX_CLOSED, NOW, true)
+      end
+      if #pre > 0 then
+        redis.call('ZREMRANGEBYRANK', K_PRE, 0, #pre - 1)
+        redis.call('ZREM', K_PRESEQ, unpack(pre))
+        redis.call('ZREM', K_WSEEN, unpack(pre))
+        set('npre', M.npre - #pre)
+      end
+    end
+    if N_W > 0 then return finish('OK', {NOW + 1, mine}) end
+  end
   local next = next_deadline()
   local function sooner(t)
     if t < next then next = t end
   end
   local cap, rate = limits()
+  if M.closes > NOW then sooner(M.closes) end
   if rate > 0 and N_AD + N_AC < cap and M.paused ~= 1 and N_W > 0 then
     sooner(math.max(next_token_at(), NOW + 1))
   end

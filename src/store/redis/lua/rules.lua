@@ -67,10 +67,12 @@ local function fmt(n) return string.format('%d', n) end
 --   `Holds`, behind the ETA): accrued up to hsince (0 before the first time), and how many
 --   holds ended. Added after fadm, so a meta written before them reads them as 0.
 -- - opens, method, npre: the schedule (schedule.lua), 0 in a meta written before them.
+-- - closes, ended: the end of the sale (core/lifecycle.rs): closes_at in ms (0: none), and
+--   1 once the admin's `end` call ended it. Also read as 0 from an older meta.
 local FIELDS = {'cap', 'rate', 'ttl', 'sidle', 'smax', 'widle', 'maxq', 'paused', 'accept',
   'seq', 'completed', 'left', 'expired', 'joins', 'admissions', 'wsum', 'ssum', 'scnt', 'wn',
   'btok', 'blast', 'bprimed', 'nw', 'nad', 'nac', 'nd', 'fadm', 'hbusy', 'hsince', 'hends',
-  'opens', 'method', 'npre'}
+  'opens', 'method', 'npre', 'closes', 'ended'}
 local FADM_AT = 27
 local M = {}
 local DIRTY = false
@@ -309,9 +311,15 @@ local function next_token_at()
   return M.blast + math.ceil(missing * 60000.0 / M.rate)
 end
 
--- Admits the first in line while there is room and budget (queue.rs `admit`).
+-- Whether the sale ended (core/lifecycle.rs): by the `end` call, or closes_at reached.
+local function sale_ended()
+  return M.ended == 1 or (M.closes > 0 and NOW >= M.closes)
+end
+
+-- Admits the first in line while there is room and budget (queue.rs `admit`); nobody after
+-- the end of the sale.
 local function admit()
-  if M.paused == 1 or before_opening() then return end
+  if M.paused == 1 or before_opening() or sale_ended() then return end
   local cap, rate = limits()
   local k = 0
   while (cap < 0 or N_AD + N_AC < cap) and N_W > 0 do
@@ -364,7 +372,11 @@ end
 -- The place behind a token, or the error its token answers.
 local function lookup(seq, nonce)
   local rec = redis.call('HGET', K_PLACES, seq)
-  if rec and string.sub(rec, 1, 16) == nonce then return parse(rec) end
+  if rec and string.sub(rec, 1, 16) == nonce then
+    -- Waiting when the sale ended: gone, even before the sweep removes it.
+    if string.sub(rec, 17, 17) == 'w' and sale_ended() then return nil, 'TOKEN_NOT_FOUND' end
+    return parse(rec)
+  end
   if redis.call('HGET', K_TOMB, seq) == nonce then return nil, 'TOKEN_EXPIRED' end
   return nil, 'TOKEN_NOT_FOUND'
 end

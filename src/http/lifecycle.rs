@@ -1,0 +1,158 @@
+//! The admin's calls around the sale itself (`core::lifecycle`): the announcement to everyone
+//! waiting, and the end of the sale; and the `reason` that end-user errors carry after it.
+//!
+//! Both calls are settings updates of the store (`update_event`), never creations: that is
+//! what makes them durable, shared by every node and told to every node's live followers
+//! (the store's `EventChanged` notice). The waiting places of an ended sale answer
+//! `TOKEN_NOT_FOUND` at once and are removed by the scheduler's ticks in bounded batches.
+
+use axum::extract::State;
+use axum::Json;
+use serde::Deserialize;
+
+use super::body::{Announced, AnnouncementBody, EndedBody, SaleEnded};
+use super::error::{AppError, AppResult};
+use super::extract::{AppJson, AppPath};
+use super::guard::Caller;
+use super::records;
+use crate::app::AppState;
+use crate::audit::{Action, Change};
+use crate::core::lifecycle::check_message;
+use crate::core::{validate_event_id, Announcement, EndCause, EventPatch, SaleEnd, Texts};
+
+/// `POST /admin/events/{id}/announcement`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnnounceBody {
+    pub message: Texts,
+}
+
+/// `POST /admin/events/{id}/end`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndBody {
+    pub reason: EndCause,
+    #[serde(default)]
+    pub message: Option<Texts>,
+}
+
+fn event_id(AppPath(id): AppPath<String>) -> AppResult<String> {
+    validate_event_id(&id)?;
+    Ok(id)
+}
+
+/// The audit's record of a message: the texts as posted.
+fn change(field: &str, new: &impl serde::Serialize) -> Vec<Change> {
+    vec![Change {
+        field: field.into(),
+        old: serde_json::Value::Null,
+        new: serde_json::to_value(new).unwrap_or_default(),
+    }]
+}
+
+/// `POST /events/{event_id}/announcement`: posts the message to everyone waiting (live
+/// `announcement`, and `status`), replacing the previous one.
+pub async fn announce(
+    State(state): State<AppState>,
+    caller: Caller,
+    path: AppPath<String>,
+    AppJson(body): AppJson<AnnounceBody>,
+) -> AppResult<Json<Announced>> {
+    let id = event_id(path)?;
+    let message = check_message("message", &body.message)?
+        .ok_or_else(|| AppError::invalid("message needs a text in ko or en"))?;
+    let a = Announcement {
+        message,
+        at: state.clock.now(),
+    };
+    let patch = EventPatch {
+        announcement: Some(Some(a.clone())),
+        ..EventPatch::default()
+    };
+    state.store.update_event(&id, &patch, a.at).await?;
+    let body = AnnouncementBody::new(&a);
+    let changes = change("announcement", &body.message);
+    records::audit(&state, &caller, Action::Announce, &id, changes, None).await;
+    Ok(Json(Announced {
+        event_id: id,
+        announcement: Some(body),
+    }))
+}
+
+/// `DELETE /events/{event_id}/announcement`: no announcement any more (pushed as
+/// `announcement` with `message: null`).
+pub async fn clear_announcement(
+    State(state): State<AppState>,
+    caller: Caller,
+    path: AppPath<String>,
+) -> AppResult<Json<Announced>> {
+    let id = event_id(path)?;
+    let patch = EventPatch {
+        announcement: Some(None),
+        ..EventPatch::default()
+    };
+    state
+        .store
+        .update_event(&id, &patch, state.clock.now())
+        .await?;
+    let changes = change("announcement", &serde_json::Value::Null);
+    records::audit(&state, &caller, Action::Announce, &id, changes, None).await;
+    Ok(Json(Announced {
+        event_id: id,
+        announcement: None,
+    }))
+}
+
+/// `POST /events/{event_id}/end`: ends the sale now. Joins answer `409 EVENT_CLOSED`, the
+/// waiting places end (live `ended`), admitted and active places may finish. Calling it
+/// again changes the reason and message, not the moment.
+pub async fn end(
+    State(state): State<AppState>,
+    caller: Caller,
+    path: AppPath<String>,
+    AppJson(body): AppJson<EndBody>,
+) -> AppResult<Json<SaleEnded>> {
+    let id = event_id(path)?;
+    let message = match &body.message {
+        Some(m) => check_message("message", m)?,
+        None => None,
+    };
+    let now = state.clock.now();
+    // Read before: once ended, the scheduler may remove the places at any moment.
+    let waiting = state.store.get_event(&id, now).await?.figures.waiting;
+    let patch = EventPatch {
+        end: Some(SaleEnd {
+            reason: body.reason,
+            message,
+            at: now,
+        }),
+        ..EventPatch::default()
+    };
+    let config = state.store.update_event(&id, &patch, now).await?;
+    let ended = EndedBody::of(&config, now)
+        .ok_or_else(|| AppError::Internal("an ended sale reads as running".into()))?;
+    let changes = change("ended", &ended);
+    records::audit(&state, &caller, Action::End, &id, changes, Some(waiting)).await;
+    Ok(Json(SaleEnded {
+        event_id: id,
+        ended,
+        waiting,
+    }))
+}
+
+/// Adds `error.reason` to `TOKEN_NOT_FOUND` and `EVENT_CLOSED` when the event's sale has
+/// ended, so a client tells "sold out" from "your place lapsed". The settings come from
+/// this node's catalog (no store call on a warm path; at most a second old).
+pub async fn explain(state: &AppState, event_id: &str, e: AppError) -> AppError {
+    if !matches!(e, AppError::TokenNotFound | AppError::EventClosed) {
+        return e;
+    }
+    let now = state.clock.now();
+    match state.events.config(event_id, now).await {
+        Ok(c) => match c.sale_ended(now) {
+            Some(end) => AppError::SaleEnded(Box::new(e), end.reason.as_str()),
+            None => e,
+        },
+        Err(_) => e,
+    }
+}

@@ -1,0 +1,388 @@
+//! The sale around the queue over HTTP (`core::lifecycle`): the admin's announcement, the
+//! end of the sale (`POST …/end` and `closes_at`), and what end users are answered after it
+//! (`EVENT_CLOSED` and `TOKEN_NOT_FOUND` with `error.reason`). Handler level: one router on
+//! the embedded store with a manual clock.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{header, Method, Request, StatusCode};
+use axum::Router;
+use ed25519_dalek::SigningKey;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use waitroom::clock::Clock;
+use waitroom::core::Millis;
+use waitroom::http::router;
+use waitroom::store::embedded::EmbeddedStore;
+use waitroom::store::Store;
+use waitroom::tasks::Tasks;
+use waitroom::AppState;
+
+const ADMIN: &str = "test-admin-token";
+/// 2023-11-14T22:13:20Z.
+const T0: Millis = 1_700_000_000_000;
+
+struct App {
+    router: Router,
+    clock: Clock,
+    store: Arc<dyn Store>,
+    state: AppState,
+    /// The node's background tasks: the catalog forgets a changed event on its notice.
+    _tasks: Tasks,
+}
+
+fn app() -> App {
+    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::new());
+    let clock = Clock::manual(T0);
+    let state = AppState::new(
+        store.clone(),
+        &SigningKey::from_bytes(&[7; 32]),
+        ADMIN,
+        clock.clone(),
+    )
+    .unwrap();
+    App {
+        router: router(state.clone()),
+        _tasks: state.start_background(),
+        state,
+        clock,
+        store,
+    }
+}
+
+impl App {
+    /// Waits until this node's catalog holds the event's settings as stored: a change is
+    /// told to the catalog by the store's notice, a moment after the call answered.
+    async fn settled(&self, event: &str) {
+        let now = self.clock.now();
+        let want = self.store.get_event(event, now).await.unwrap().config;
+        for _ in 0..400 {
+            if *self.state.events.config(event, now).await.unwrap() == want {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        panic!("the catalog never learnt the change of {event}");
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        uri: &str,
+        admin: bool,
+        body: Option<&str>,
+    ) -> (StatusCode, Value) {
+        let mut b = Request::builder().method(method).uri(uri);
+        if admin {
+            b = b.header(header::AUTHORIZATION, format!("Bearer {ADMIN}"));
+        }
+        let r = match body {
+            Some(text) => b
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(text.to_string())),
+            None => b.body(Body::empty()),
+        };
+        let res = self.router.clone().oneshot(r.unwrap()).await.unwrap();
+        let status = res.status();
+        let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
+    async fn admin(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let text = body.map(|b| b.to_string());
+        self.send(
+            method,
+            &format!("/api/v1/admin{path}"),
+            true,
+            text.as_deref(),
+        )
+        .await
+    }
+
+    async fn join(&self, event: &str) -> (StatusCode, Value) {
+        let body = json!({"event_id": event}).to_string();
+        self.send(Method::POST, "/api/v1/queue/join", false, Some(&body))
+            .await
+    }
+
+    async fn status(&self, token: &Value) -> (StatusCode, Value) {
+        let uri = format!("/api/v1/queue/status?token={}", token.as_str().unwrap());
+        self.send(Method::GET, &uri, false, None).await
+    }
+}
+
+#[track_caller]
+fn assert_err(got: &(StatusCode, Value), status: StatusCode, code: &str) {
+    assert_eq!(got.0, status, "{}", got.1);
+    assert_eq!(got.1["error"]["code"], code, "{}", got.1);
+    assert!(got.1["error"]["message"]
+        .as_str()
+        .is_some_and(|m| !m.is_empty()));
+}
+
+async fn audit_actions(app: &App) -> Vec<String> {
+    let (s, list) = app.admin(Method::GET, "/audit", None).await;
+    assert_eq!(s, StatusCode::OK);
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn announcements_are_checked_shown_to_pollers_cleared_and_audited() {
+    let app = app();
+    app.admin(Method::PUT, "/events/ev", Some(json!({"max_active": 1})))
+        .await;
+    app.join("ev").await;
+    let (_, w) = app.join("ev").await;
+    let path = "/events/ev/announcement";
+    // Only the admin.
+    let (s, _) = app
+        .send(
+            Method::POST,
+            &format!("/api/v1/admin{path}"),
+            false,
+            Some(r#"{"message":{"en":"x"}}"#),
+        )
+        .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let long = "가".repeat(501);
+    for bad in [
+        json!({}),
+        json!({"message": "plain"}),
+        json!({"message": {}}),
+        json!({"message": {"ko": "  "}}),
+        json!({"message": {"en": long}}),
+        json!({"message": {"en": "bell\u{7}"}}),
+        json!({"message": {"fr": "bonjour"}}),
+        json!({"message": {"en": "x"}, "extra": 1}),
+    ] {
+        let got = app.admin(Method::POST, path, Some(bad.clone())).await;
+        assert_err(&got, StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    }
+    let (s, b) = app
+        .send(
+            Method::POST,
+            &format!("/api/v1/admin{path}"),
+            true,
+            Some("{not json"),
+        )
+        .await;
+    assert_eq!(
+        (s, &b["error"]["code"]),
+        (StatusCode::BAD_REQUEST, &json!("INVALID_REQUEST"))
+    );
+    assert_err(
+        &app.admin(
+            Method::POST,
+            "/events/nope/announcement",
+            Some(json!({"message": {"en": "x"}})),
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+        "EVENT_NOT_FOUND",
+    );
+    // Nothing announced yet: no field.
+    let (_, st) = app.status(&w["waiting_token"]).await;
+    assert!(st.get("announcement").is_none(), "{st}");
+
+    app.clock.advance(1500);
+    let markup = "<b>Gate 3</b> opens\nat 10:00";
+    let (s, a) = app
+        .admin(
+            Method::POST,
+            path,
+            Some(json!({"message": {"ko": "3번 게이트", "en": markup}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{a}");
+    app.settled("ev").await;
+    let want =
+        json!({"message": {"ko": "3번 게이트", "en": markup}, "at": "2023-11-14T22:13:21.5Z"});
+    assert_eq!(a, json!({"event_id": "ev", "announcement": want}));
+    // To pollers, on the public event, and in the admin's settings; kept as plain text.
+    let (s, st) = app.status(&w["waiting_token"]).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(st["announcement"], want);
+    let (_, public) = app
+        .send(Method::GET, "/api/v1/events/ev", false, None)
+        .await;
+    assert_eq!(public["announcement"], want);
+    let (_, info) = app
+        .send(Method::GET, "/api/v1/queue/info?event_id=ev", false, None)
+        .await;
+    assert_eq!(info["announcement"], want, "{info}");
+    let (_, admin) = app.admin(Method::GET, "/events/ev", None).await;
+    assert_eq!(admin["announcement"], want, "{admin}");
+    // A settings update keeps it.
+    app.admin(Method::PUT, "/events/ev", Some(json!({"name": "Spring"})))
+        .await;
+    app.settled("ev").await;
+    assert_eq!(
+        app.status(&w["waiting_token"]).await.1["announcement"],
+        want
+    );
+
+    let (s, cleared) = app.admin(Method::DELETE, path, None).await;
+    app.settled("ev").await;
+    assert_eq!(
+        (s, cleared),
+        (
+            StatusCode::OK,
+            json!({"event_id": "ev", "announcement": null})
+        )
+    );
+    let (_, st) = app.status(&w["waiting_token"]).await;
+    assert!(st.get("announcement").is_none(), "{st}");
+    let actions = audit_actions(&app).await;
+    assert_eq!(actions, ["announce", "update", "announce", "create"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_end_call_closes_joins_and_places_with_a_reason() {
+    let app = app();
+    app.admin(Method::PUT, "/events/ev", Some(json!({"max_active": 1})))
+        .await;
+    let (_, first) = app.join("ev").await;
+    assert_eq!(first["status"], "admitted");
+    let (_, w) = app.join("ev").await;
+    for bad in [
+        json!({}),
+        json!({"reason": "bored"}),
+        json!({"reason": "sold_out", "message": {"en": "x".repeat(501)}}),
+        json!({"reason": "sold_out", "extra": true}),
+    ] {
+        let got = app.admin(Method::POST, "/events/ev/end", Some(bad)).await;
+        assert_err(&got, StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    }
+    // Refused input changed nothing.
+    assert_eq!(app.join("ev").await.0, StatusCode::OK);
+    assert_err(
+        &app.admin(
+            Method::POST,
+            "/events/nope/end",
+            Some(json!({"reason": "closed"})),
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+        "EVENT_NOT_FOUND",
+    );
+
+    let (s, ended) = app
+        .admin(
+            Method::POST,
+            "/events/ev/end",
+            Some(json!({"reason": "sold_out", "message": {"ko": "매진되었습니다", "en": "Sold out"}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{ended}");
+    app.settled("ev").await;
+    let want = json!({"reason": "sold_out", "message": {"ko": "매진되었습니다", "en": "Sold out"},
+                      "at": "2023-11-14T22:13:20Z"});
+    assert_eq!(
+        ended,
+        json!({"event_id": "ev", "ended": want, "waiting": 2})
+    );
+
+    let refused = app.join("ev").await;
+    assert_err(&refused, StatusCode::CONFLICT, "EVENT_CLOSED");
+    assert_eq!(refused.1["error"]["reason"], "sold_out");
+    let gone = app.status(&w["waiting_token"]).await;
+    assert_err(&gone, StatusCode::NOT_FOUND, "TOKEN_NOT_FOUND");
+    assert_eq!(gone.1["error"]["reason"], "sold_out");
+    // The admitted place may still enter.
+    let body = json!({"waiting_token": first["waiting_token"]}).to_string();
+    let (s, _) = app
+        .send(Method::POST, "/api/v1/queue/enter", false, Some(&body))
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let (_, info) = app
+        .send(Method::GET, "/api/v1/queue/info?event_id=ev", false, None)
+        .await;
+    assert_eq!(info["ended"], want);
+    let (_, admin) = app.admin(Method::GET, "/events/ev", None).await;
+    assert_eq!(admin["ended"], want);
+    assert_eq!(audit_actions(&app).await[0], "end");
+
+    // An event that has not ended answers the same codes without a reason.
+    app.admin(
+        Method::PUT,
+        "/events/open",
+        Some(json!({"accept_joins": false})),
+    )
+    .await;
+    let closed = app.join("open").await;
+    assert_err(&closed, StatusCode::CONFLICT, "EVENT_CLOSED");
+    assert!(closed.1["error"].get("reason").is_none(), "{}", closed.1);
+    // The store sweeps the places in the background; a left place has no reason either.
+    app.store.tick("ev", app.clock.now()).await.unwrap();
+    assert_eq!(
+        app.admin(Method::GET, "/events/ev", None).await.1["waiting"],
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closes_at_is_checked_and_ends_the_sale_on_time() {
+    let app = app();
+    for bad in [
+        json!("tomorrow"),
+        json!("2023-11-14"),
+        json!(1700000000),
+        json!("1969-01-01T00:00:00Z"),
+    ] {
+        let got = app
+            .admin(Method::PUT, "/events/ev", Some(json!({"closes_at": bad})))
+            .await;
+        assert_err(&got, StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    }
+    let (s, put) = app
+        .admin(
+            Method::PUT,
+            "/events/ev",
+            Some(json!({"closes_at": "2023-11-15T07:13:30+09:00", "max_active": 1})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{put}");
+    // Answered in UTC.
+    assert_eq!(put["closes_at"], "2023-11-14T22:13:30Z");
+    let (_, public) = app
+        .send(Method::GET, "/api/v1/events/ev", false, None)
+        .await;
+    assert_eq!(
+        (&public["closes_at"], &public["ended"]),
+        (&json!("2023-11-14T22:13:30Z"), &Value::Null)
+    );
+    app.join("ev").await;
+    let (_, w) = app.join("ev").await;
+    assert_eq!(w["status"], "waiting");
+    app.clock.advance(10_000);
+    let refused = app.join("ev").await;
+    assert_err(&refused, StatusCode::CONFLICT, "EVENT_CLOSED");
+    assert_eq!(refused.1["error"]["reason"], "closed");
+    let gone = app.status(&w["waiting_token"]).await;
+    assert_err(&gone, StatusCode::NOT_FOUND, "TOKEN_NOT_FOUND");
+    assert_eq!(gone.1["error"]["reason"], "closed");
+    let (_, public) = app
+        .send(Method::GET, "/api/v1/events/ev", false, None)
+        .await;
+    assert_eq!(
+        public["ended"],
+        json!({"reason": "closed", "message": null, "at": "2023-11-14T22:13:30Z"})
+    );
+    // Cleared, joins are taken again.
+    let (_, put) = app
+        .admin(Method::PUT, "/events/ev", Some(json!({"closes_at": null})))
+        .await;
+    assert_eq!(put["closes_at"], Value::Null);
+    assert_eq!(app.join("ev").await.0, StatusCode::OK);
+}
