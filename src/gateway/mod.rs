@@ -97,6 +97,12 @@ impl Gateway {
 
     /// One request bound for the origin.
     pub async fn handle(&self, req: Request) -> Response {
+        // Two `Host` headers: the gate would check one and the origin might serve the other
+        // (RFC 9112 §3.2: such a request is answered 400).
+        if req.headers().get_all(header::HOST).iter().nth(1).is_some() {
+            return crate::http::AppError::invalid("a request must have one Host header")
+                .into_response();
+        }
         let peer = req
             .extensions()
             .get::<ConnectInfo<SocketAddr>>()
