@@ -722,6 +722,36 @@ async fn a_real_nginx_with_the_documented_config_walks_the_flow() {
     assert!(r.text.contains("http-equiv=\"refresh\""));
     let r = b.get(&url("/checkout"), &[]).await;
     assert_eq!(r.status, 302, "not admitted yet");
+
+    // The staff secret lets a request through but is the waiting room's, never the site's
+    // (its logs, its own upstreams).
+    let r = Person::default()
+        .get(
+            &url("/checkout"),
+            &[("x-waitroom-bypass", "staff-secret-0123456789")],
+        )
+        .await;
+    assert!(r.is_origin(), "{} {}", r.status, r.text);
+    assert_eq!(
+        r.json()["bypass"],
+        Value::Null,
+        "the secret reached the site"
+    );
+    // On ungated paths too, the site never sees a client's own session headers: it can
+    // trust them wherever it reads them.
+    let r = Person::default()
+        .get(
+            &url("/about"),
+            &[
+                ("x-waitroom-user", "admin"),
+                ("x-waitroom-session", "forged"),
+            ],
+        )
+        .await;
+    assert!(r.is_origin());
+    let seen = r.json();
+    assert_eq!(seen["user"], Value::Null, "{seen}");
+    assert_eq!(seen["session"], Value::Null, "{seen}");
 }
 
 /// Sends `raw` (a whole HTTP/1.1 request) to `addr` and answers the status line's code.
