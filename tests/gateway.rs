@@ -722,6 +722,12 @@ async fn a_real_nginx_with_the_documented_config_walks_the_flow() {
     assert!(r.text.contains("http-equiv=\"refresh\""));
     let r = b.get(&url("/checkout"), &[]).await;
     assert_eq!(r.status, 302, "not admitted yet");
+    // Many origins route without regard to case (Express, ASP.NET): another spelling of a
+    // gated path still asks waitroom, which gates it.
+    for sneaky in ["/CHECKOUT", "/Checkout/pay"] {
+        let r = Person::default().get(&url(sneaky), &[]).await;
+        assert_eq!(r.status, 302, "{sneaky} skipped the queue: {}", r.text);
+    }
 
     // The staff secret lets a request through but is the waiting room's, never the site's
     // (its logs, its own upstreams).
