@@ -852,6 +852,22 @@ async fn path_parameters_and_host_spellings_do_not_skip_the_queue() {
         "`shop.example.` skipped the queue: {}",
         r.text
     );
+    // nginx reads the host of `shop.example:80:x` as `shop.example` (all after the first
+    // colon is the port to it).
+    let r = Person::default()
+        .get(
+            &url("/account"),
+            &[
+                ("host", "shop.example:80:x"),
+                ("accept", "application/json"),
+            ],
+        )
+        .await;
+    assert_eq!(
+        r.status, 503,
+        "`shop.example:80:x` skipped the queue: {}",
+        r.text
+    );
     // Two Host headers: the origin may read either; such a request is refused (RFC 9112
     // §3.2), never checked by one and served by the other.
     let code = raw_status(

@@ -235,11 +235,13 @@ impl GateRules {
     }
 }
 
+/// The host of a `Host` value: up to the first `:` (a host name has none), as nginx reads
+/// it, so `shop.example:80:x` is `shop.example` here too.
 fn strip_port(host: &str) -> &str {
     if host.starts_with('[') {
         return host.split_inclusive(']').next().unwrap_or(host);
     }
-    host.rsplit_once(':').map_or(host, |(h, _)| h)
+    host.split(':').next().unwrap_or(host)
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -369,6 +371,7 @@ mod tests {
         assert!(r.gates(Some("SHOP.example"), "/a").is_some());
         assert!(r.gates(Some("shop.example."), "/a").is_some());
         assert!(r.gates(Some("shop.example.:443"), "/a").is_some());
+        assert!(r.gates(Some("shop.example:80:x"), "/a").is_some());
         assert!(r.gates(Some("blog.example"), "/a").is_none());
         assert!(r.gates(None, "/a").is_none());
     }
