@@ -761,10 +761,10 @@ async fn a_real_nginx_with_the_documented_config_walks_the_flow() {
 }
 
 /// Sends `raw` (a whole HTTP/1.1 request) to `addr` and answers the status line's code.
-async fn raw_status(addr: SocketAddr, raw: &str) -> u16 {
+async fn raw_status(addr: SocketAddr, raw: &[u8]) -> u16 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(raw.as_bytes()).await.unwrap();
+    s.write_all(raw).await.unwrap();
     let mut buf = vec![0u8; 4096];
     let n = s.read(&mut buf).await.unwrap();
     let head = String::from_utf8_lossy(&buf[..n]).to_string();
@@ -872,11 +872,22 @@ async fn path_parameters_and_host_spellings_do_not_skip_the_queue() {
     // §3.2), never checked by one and served by the other.
     let code = raw_status(
         w.addr,
-        "GET /account HTTP/1.1\r\nHost: blog.example\r\nHost: shop.example\r\nAccept: application/json\r\nConnection: close\r\n\r\n",
+        b"GET /account HTTP/1.1\r\nHost: blog.example\r\nHost: shop.example\r\nAccept: application/json\r\nConnection: close\r\n\r\n",
     )
     .await;
     assert_eq!(
         code, 400,
         "a request with two Host headers was answered {code}"
+    );
+    // A Host that is not ASCII text cannot be read as a host name here, but nginx serves
+    // `shop.example:\xff` as `shop.example`: refused too.
+    let code = raw_status(
+        w.addr,
+        b"GET /account HTTP/1.1\r\nHost: shop.example:\xff\r\nAccept: application/json\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(
+        code, 400,
+        "a request with a non-ASCII Host was answered {code}"
     );
 }
