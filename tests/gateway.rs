@@ -722,4 +722,172 @@ async fn a_real_nginx_with_the_documented_config_walks_the_flow() {
     assert!(r.text.contains("http-equiv=\"refresh\""));
     let r = b.get(&url("/checkout"), &[]).await;
     assert_eq!(r.status, 302, "not admitted yet");
+    // Many origins route without regard to case (Express, ASP.NET): another spelling of a
+    // gated path still asks waitroom, which gates it.
+    for sneaky in ["/CHECKOUT", "/Checkout/pay"] {
+        let r = Person::default().get(&url(sneaky), &[]).await;
+        assert_eq!(r.status, 302, "{sneaky} skipped the queue: {}", r.text);
+    }
+
+    // The staff secret lets a request through but is the waiting room's, never the site's
+    // (its logs, its own upstreams).
+    let r = Person::default()
+        .get(
+            &url("/checkout"),
+            &[("x-waitroom-bypass", "staff-secret-0123456789")],
+        )
+        .await;
+    assert!(r.is_origin(), "{} {}", r.status, r.text);
+    assert_eq!(
+        r.json()["bypass"],
+        Value::Null,
+        "the secret reached the site"
+    );
+    // On ungated paths too, the site never sees a client's own session headers: it can
+    // trust them wherever it reads them.
+    let r = Person::default()
+        .get(
+            &url("/about"),
+            &[
+                ("x-waitroom-user", "admin"),
+                ("x-waitroom-session", "forged"),
+            ],
+        )
+        .await;
+    assert!(r.is_origin());
+    let seen = r.json();
+    assert_eq!(seen["user"], Value::Null, "{seen}");
+    assert_eq!(seen["session"], Value::Null, "{seen}");
+}
+
+/// Sends `raw` (a whole HTTP/1.1 request) to `addr` and answers the status line's code.
+async fn raw_status(addr: SocketAddr, raw: &[u8]) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(raw).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = s.read(&mut buf).await.unwrap();
+    let head = String::from_utf8_lossy(&buf[..n]).to_string();
+    head.split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {head}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn path_parameters_and_host_spellings_do_not_skip_the_queue() {
+    let o = origin().await;
+    let w = waitroom(Some(o), None).await;
+    event(&w, "shop", gated("shop", json!({}))).await;
+    // A second event gated on one host only, its whole site under `/`, assets bypassed.
+    let r = client()
+        .put(format!("http://{}/api/v1/admin/events/hosted", w.addr))
+        .bearer_auth(ADMIN)
+        .json(&json!({
+            "max_active": 1,
+            "paths": ["/"],
+            "hosts": ["shop.example"],
+            "bypass_paths": ["/static/"],
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let url = |p: &str| format!("http://{}{p}", w.addr);
+    let on_shop = [("host", "shop.example"), ("accept", "application/json")];
+    let mut known = false;
+    for _ in 0..200 {
+        let r = client()
+            .get(url("/api/v1/gate"))
+            .header("x-original-uri", "/")
+            .header("host", "shop.example")
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 401 {
+            known = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(known, "the gate table never learnt of hosted");
+    // Both events full.
+    assert!(Person::default()
+        .get(&url("/checkout"), &[])
+        .await
+        .is_origin());
+    assert!(Person::default()
+        .get(&url("/account"), &on_shop)
+        .await
+        .is_origin());
+    // Java origins drop `;` path parameters (`/checkout;jsessionid=…` is `/checkout`, and
+    // `..;` is `..`), so these are the gated pages; waitroom must queue them.
+    for sneaky in [
+        "/checkout;jsessionid=1",
+        "/CHECKOUT;x/pay",
+        "/checkout/static/..;/pay",
+    ] {
+        let r = Person::default()
+            .get(&url(sneaky), &[("accept", "application/json")])
+            .await;
+        assert_eq!(r.status, 503, "{sneaky} skipped the queue: {}", r.text);
+    }
+    let r = Person::default()
+        .get(&url("/static/..;/account"), &on_shop)
+        .await;
+    assert_eq!(
+        r.status, 503,
+        "a bypass path escaped with `..;`: {}",
+        r.text
+    );
+    // A fully qualified host name (trailing dot) is the same host to DNS and to nginx.
+    let r = Person::default()
+        .get(
+            &url("/account"),
+            &[("host", "shop.example."), ("accept", "application/json")],
+        )
+        .await;
+    assert_eq!(
+        r.status, 503,
+        "`shop.example.` skipped the queue: {}",
+        r.text
+    );
+    // nginx reads the host of `shop.example:80:x` as `shop.example` (all after the first
+    // colon is the port to it).
+    let r = Person::default()
+        .get(
+            &url("/account"),
+            &[
+                ("host", "shop.example:80:x"),
+                ("accept", "application/json"),
+            ],
+        )
+        .await;
+    assert_eq!(
+        r.status, 503,
+        "`shop.example:80:x` skipped the queue: {}",
+        r.text
+    );
+    // Two Host headers: the origin may read either; such a request is refused (RFC 9112
+    // §3.2), never checked by one and served by the other.
+    let code = raw_status(
+        w.addr,
+        b"GET /account HTTP/1.1\r\nHost: blog.example\r\nHost: shop.example\r\nAccept: application/json\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(
+        code, 400,
+        "a request with two Host headers was answered {code}"
+    );
+    // A Host that is not ASCII text cannot be read as a host name here, but nginx serves
+    // `shop.example:\xff` as `shop.example`: refused too.
+    let code = raw_status(
+        w.addr,
+        b"GET /account HTTP/1.1\r\nHost: shop.example:\xff\r\nAccept: application/json\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(
+        code, 400,
+        "a request with a non-ASCII Host was answered {code}"
+    );
 }

@@ -59,14 +59,15 @@ fn prefix_matches(prefix: &str, path: &str, fold_case: bool) -> bool {
     same && (p.ends_with(b"/") || s.len() == p.len() || matches!(s[p.len()], b'/' | b'?'))
 }
 
-/// The path as an origin would read it: percent-decoded (lossy), `//` collapsed, `.` and
-/// `..` resolved, the query dropped.
+/// The path as an origin would read it: percent-decoded (lossy), `//` collapsed, `;`
+/// path parameters dropped, `.` and `..` resolved, the query dropped.
 pub fn normalize_path(raw: &str) -> String {
     let path = raw.split(['?', '#']).next().unwrap_or("");
     let decoded = percent_decode(path);
     let mut out: Vec<&str> = Vec::new();
-    // A backslash is a separator to some origins.
-    for seg in decoded.split(['/', '\\']) {
+    // A backslash is a separator to some origins; Java servlet containers drop a segment's
+    // `;` parameters (`/checkout;jsessionid=1` is `/checkout`, `..;` is `..`).
+    for seg in decoded.split(['/', '\\']).map(without_params) {
         match seg {
             "" | "." => {}
             ".." => {
@@ -108,13 +109,21 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// A path segment without its `;` parameters.
+fn without_params(seg: &str) -> &str {
+    seg.split(';').next().unwrap_or(seg)
+}
+
 /// Whether a path has nothing an origin would resolve differently.
 fn is_plain(path: &str) -> bool {
     let path = path.split('?').next().unwrap_or("");
     !path.contains('%')
         && !path.contains('\\')
         && !path.contains("//")
-        && !path.split('/').any(|s| s == "." || s == "..")
+        && !path
+            .split('/')
+            .map(without_params)
+            .any(|s| s == "." || s == "..")
 }
 
 impl GateRules {
@@ -124,7 +133,9 @@ impl GateRules {
             return None;
         }
         if !self.hosts.is_empty() {
-            let h = host.map(strip_port).unwrap_or("");
+            // `shop.example.` (fully qualified) is the same host to DNS and to origins
+            // such as nginx.
+            let h = host.map(strip_port).unwrap_or("").trim_end_matches('.');
             if !self.hosts.iter().any(|x| x.eq_ignore_ascii_case(h)) {
                 return None;
             }
@@ -224,11 +235,13 @@ impl GateRules {
     }
 }
 
+/// The host of a `Host` value: up to the first `:` (a host name has none), as nginx reads
+/// it, so `shop.example:80:x` is `shop.example` here too.
 fn strip_port(host: &str) -> &str {
     if host.starts_with('[') {
         return host.split_inclusive(']').next().unwrap_or(host);
     }
-    host.rsplit_once(':').map_or(host, |(h, _)| h)
+    host.split(':').next().unwrap_or(host)
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -310,6 +323,8 @@ mod tests {
             "/x/../checkout",
             "/./checkout/pay",
             "/a\\..\\checkout",
+            "/checkout;jsessionid=1",
+            "/x/..;/checkout",
         ] {
             assert!(r.gates(None, p).is_some(), "{p} slipped through");
         }
@@ -323,6 +338,8 @@ mod tests {
             "/checkout/static/../pay",
             "/checkout/static/%2e%2e/pay",
             "/checkout/static//../pay",
+            "/checkout/static/..;/pay",
+            "/checkout/static/.;x/../pay",
             "/checkout/STATIC/app.js",
             "/checkout/pay",
         ] {
@@ -352,6 +369,9 @@ mod tests {
         };
         assert!(r.gates(Some("shop.example:8080"), "/a").is_some());
         assert!(r.gates(Some("SHOP.example"), "/a").is_some());
+        assert!(r.gates(Some("shop.example."), "/a").is_some());
+        assert!(r.gates(Some("shop.example.:443"), "/a").is_some());
+        assert!(r.gates(Some("shop.example:80:x"), "/a").is_some());
         assert!(r.gates(Some("blog.example"), "/a").is_none());
         assert!(r.gates(None, "/a").is_none());
     }

@@ -97,6 +97,18 @@ impl Gateway {
 
     /// One request bound for the origin.
     pub async fn handle(&self, req: Request) -> Response {
+        // Two `Host` headers: the gate would check one and the origin might serve the other
+        // (RFC 9112 §3.2: such a request is answered 400). A `Host` that is not ASCII text
+        // cannot be matched against `hosts`, yet an origin may read a host name out of it
+        // (nginx serves `shop.example:\xff` as `shop.example`).
+        let mut hosts = req.headers().get_all(header::HOST).iter();
+        let bad_host = hosts.next().is_some_and(|h| h.to_str().is_err());
+        if bad_host || hosts.next().is_some() {
+            return crate::http::AppError::invalid(
+                "a request must have one Host header, of ASCII text",
+            )
+            .into_response();
+        }
         let peer = req
             .extensions()
             .get::<ConnectInfo<SocketAddr>>()
