@@ -599,8 +599,27 @@ async fn the_gate_endpoint_answers_auth_request() {
         .unwrap();
     let jwt = entered["access_token"].as_str().unwrap().to_string();
     assert_eq!(ask("/other/x", None, Some(jwt.clone())).await.status(), 204);
-    // …for its own event only.
-    assert_eq!(ask("/checkout", None, Some(jwt)).await.status(), 401);
+    // …for its own event only; and a Bearer token that is not the event's (the site's own
+    // API auth, say) hides neither the cookie nor the way to the waiting room.
+    let r = ask("/checkout", None, Some(jwt.clone())).await;
+    assert_eq!(r.status(), 401);
+    assert_eq!(
+        r.headers()["x-waitroom-redirect"],
+        "/wait/shop/queue?return=%2Fcheckout"
+    );
+    let r = ask(
+        "/checkout",
+        Some(cookie.clone()),
+        Some("site-api-key".into()),
+    )
+    .await;
+    assert_eq!(r.status(), 204, "the admitted cookie still counts");
+    let r = ask("/checkout", Some(cookie), Some(jwt)).await;
+    assert_eq!(
+        r.status(),
+        204,
+        "another event's token does not hide the cookie"
+    );
 }
 
 /// A free port on loopback.

@@ -378,13 +378,22 @@ pub async fn gate(
     if gate.rules.bypasses(uri, caller.ip, secret) {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
-    let session = match super::extract::bearer(&headers) {
-        Some(jwt) => Some(bearer_session(&state, &gate, jwt).await?),
-        None => match admit(&state, &caller.guard, &gate, &headers, caller.ip, false).await? {
+    // A Bearer token that is not this event's access token (the site's own API auth, say)
+    // hides neither the cookie nor, when both fail, the way to the waiting room.
+    let mut session = match super::extract::bearer(&headers) {
+        Some(jwt) => match bearer_session(&state, &gate, jwt).await {
+            Ok(s) => Some(s),
+            Err(AppError::AccessDenied) => None,
+            Err(e) => return Err(e),
+        },
+        None => None,
+    };
+    if session.is_none() {
+        session = match admit(&state, &caller.guard, &gate, &headers, caller.ip, false).await? {
             Admission::Active { session, .. } => Some(session),
             Admission::Waiting { .. } | Admission::Absent => None,
-        },
-    };
+        };
+    }
     match session {
         Some(s) => {
             let mut res = StatusCode::NO_CONTENT.into_response();
