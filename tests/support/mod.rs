@@ -4,6 +4,8 @@ pub mod binary;
 pub mod conformance;
 pub mod conformance_schedule;
 pub mod model;
+#[allow(dead_code)]
+pub mod nodes_ws;
 #[cfg(unix)]
 #[allow(dead_code)]
 pub mod private;
