@@ -22,3 +22,12 @@ async fn prequeue_opening_embedded() {
     let n = std::env::var("PREQUEUE_N").map_or(1_000_000, |v| v.parse().unwrap());
     support::conformance::measure_opening(Arc::new(EmbeddedStore::new()), n).await;
 }
+
+/// `cargo test --release --test store_embedded sale_end -- --ignored --nocapture`
+/// (END_N waiting places, default a million): docs/PERFORMANCE.md.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, run by hand"]
+async fn sale_end_embedded() {
+    let n = std::env::var("END_N").map_or(1_000_000, |v| v.parse().unwrap());
+    support::conformance::measure_end(Arc::new(EmbeddedStore::new()), n).await;
+}

@@ -514,3 +514,12 @@ async fn prequeue_opening_redis() {
     let n = std::env::var("PREQUEUE_N").map_or(1_000_000, |v| v.parse().unwrap());
     support::conformance::measure_opening(standalone(), n).await;
 }
+
+/// `cargo test --release --test store_redis sale_end -- --ignored --nocapture`
+/// (END_N waiting places, default 100,000): docs/PERFORMANCE.md.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, run by hand"]
+async fn sale_end_redis() {
+    let n = std::env::var("END_N").map_or(100_000, |v| v.parse().unwrap());
+    support::conformance::measure_end(standalone(), n).await;
+}

@@ -1553,6 +1553,42 @@ pub async fn ending_a_long_queue_takes_bounded_batches(store: Arc<dyn Store>) {
     assert_eq!(store_waiting(&store, "long", T0 + S).await, 0);
 }
 
+/// Measures the end of a sale with `n` waiting places (the `#[ignore]`d `sale_end_*` tests,
+/// docs/PERFORMANCE.md): the end call, then the scheduler's ticks until nobody waits; the
+/// total and the longest tick (one batch). Printed, not asserted: timings are not tests.
+pub async fn measure_end(store: Arc<dyn Store>, n: usize) {
+    use std::time::{Duration, Instant};
+    make_event(&store, "big", serde_json::json!({"max_active": 1})).await;
+    let mut set = tokio::task::JoinSet::new();
+    for w in 0..32 {
+        let store = store.clone();
+        set.spawn(async move {
+            for _ in (w..n).step_by(32) {
+                join(&store, "big", None, T0).await;
+            }
+        });
+    }
+    set.join_all().await;
+    let t = Instant::now();
+    end_sale(&store, "big", EndCause::SoldOut, T0 + S).await;
+    let call = t.elapsed();
+    let (mut ticks, mut longest) = (0, Duration::ZERO);
+    let t = Instant::now();
+    while store_waiting(&store, "big", T0 + S).await > 0 {
+        let one = Instant::now();
+        store.tick("big", T0 + S).await.unwrap();
+        longest = longest.max(one.elapsed());
+        ticks += 1;
+    }
+    println!(
+        "end of a sale with {n} waiting: the call {:.2} ms, then {ticks} ticks in {:.0} ms \
+         (the sweep, without the scheduler's 5 ms sleeps between them), the longest {:.2} ms",
+        call.as_secs_f64() * 1000.0,
+        t.elapsed().as_secs_f64() * 1000.0,
+        longest.as_secs_f64() * 1000.0,
+    );
+}
+
 async fn store_waiting(store: &Arc<dyn Store>, ev: &str, now: Millis) -> u64 {
     store.get_event(ev, now).await.unwrap().figures.waiting
 }
