@@ -19,6 +19,7 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src src
 COPY bench bench
+COPY crates crates
 # The registry and the target dir are cache mounts: a rebuild after a source change only
 # compiles waitroom itself. `--locked`: exactly the dependency versions of Cargo.lock.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

@@ -330,3 +330,54 @@ async fn keygen_writes_one_private_key_that_a_server_uses() {
         "the given key is used, none generated"
     );
 }
+
+/// Every local path the build reads (the `path = "…"` of targets and dependencies, and the
+/// workspace members) is in the image's build context: let in by `.dockerignore` and copied
+/// by the Dockerfile. A crate added to the workspace but not to the image breaks
+/// `docker build` at `cargo build --locked`, which this machine cannot run.
+#[test]
+fn the_image_build_context_holds_every_path_the_build_reads() {
+    let manifest = repo_file("Cargo.toml");
+    let mut roots = BTreeSet::new();
+    for line in manifest.lines() {
+        let line = line.trim();
+        let quoted = |s: &str| -> Vec<String> {
+            s.split('"')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect()
+        };
+        let paths = if line.starts_with("path = ") || line.starts_with("members = ") {
+            quoted(line)
+        } else if let Some(i) = line.find("path = \"") {
+            quoted(&line[i..]).into_iter().take(1).collect()
+        } else {
+            continue;
+        };
+        for p in paths {
+            let root = p.split('/').next().unwrap().to_string();
+            if root != "." && !root.is_empty() {
+                roots.insert(root);
+            }
+        }
+    }
+    assert!(
+        roots.contains("src") && roots.contains("crates"),
+        "the manifest scan found {roots:?}"
+    );
+    let ignore = repo_file(".dockerignore");
+    let dockerfile = repo_file("Dockerfile");
+    for root in &roots {
+        assert!(
+            ignore.lines().any(|l| l.trim() == format!("!{root}")),
+            ".dockerignore keeps `{root}` out of the build context; add `!{root}`"
+        );
+        assert!(
+            dockerfile
+                .lines()
+                .any(|l| l.trim() == format!("COPY {root} {root}")),
+            "the Dockerfile does not copy `{root}`; add `COPY {root} {root}`"
+        );
+    }
+}
