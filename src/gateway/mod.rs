@@ -8,26 +8,25 @@
 //! in place (the page, or the place as JSON, `503` with `Retry-After`). An origin answer
 //! carrying `X-Waitroom-Complete: 1` ends the session: its slot goes to the next person.
 //!
-//! The proxy is hyper-util's pooled client: request and response bodies stream through,
-//! WebSocket (and any HTTP/1.1) upgrades are joined byte for byte once both sides agreed
-//! ([`forward`] has the header rules: hop-by-hop headers, `X-Forwarded-*`, `Forwarded`).
+//! The proxy keeps its own pool of HTTP/1.1 connections to the origin, each driven by the
+//! task serving the request ([`pool`]: no task hand-off per request). Request and response
+//! bodies stream through, WebSocket (and any HTTP/1.1) upgrades are joined byte for byte
+//! once both sides agreed ([`forward`] has the header rules: hop-by-hop headers,
+//! `X-Forwarded-*`, `Forwarded`).
 //! Proxied requests skip the API's limits (body size, request timeout): a site's uploads
 //! and long responses are the site's to bound.
 
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
-use axum::http::uri::{PathAndQuery, Scheme};
+use axum::http::uri::PathAndQuery;
 use axum::http::{header, HeaderValue, StatusCode, Uri, Version};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use tower::ServiceExt as _;
 
 use crate::app::AppState;
@@ -36,17 +35,16 @@ use crate::http::gate::{self, Admission, Session};
 use crate::http::guard::Guard;
 
 pub mod forward;
+mod pool;
 
 /// The origin's answer header that ends the session (the purchase is done).
 pub const X_WAITROOM_COMPLETE: &str = "x-waitroom-complete";
-/// Longest wait for a connection to the origin.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The proxy: what every proxied request shares.
 pub struct Gateway {
     state: AppState,
     guard: Arc<Guard>,
-    client: Client<HttpConnector, Body>,
+    origin: Arc<pool::Pool>,
     upstream: Upstream,
 }
 
@@ -66,16 +64,10 @@ pub fn is_own_path(path: &str) -> bool {
 
 impl Gateway {
     pub fn new(state: AppState, guard: Arc<Guard>, upstream: Upstream) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build(connector);
         Gateway {
             state,
             guard,
-            client,
+            origin: pool::Pool::new(&upstream.authority),
             upstream,
         }
     }
@@ -189,20 +181,13 @@ impl Gateway {
         let upgrade = forward::upgrade_of(req.headers());
         let client_side = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
         let host = forward::host_of(&req);
+        // The origin gets the origin form (`/path?query`): the connection is to it already.
         let path = req
             .uri()
             .path_and_query()
             .cloned()
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
-        let built = Uri::builder()
-            .scheme(Scheme::HTTP)
-            .authority(self.upstream.authority.clone())
-            .path_and_query(path)
-            .build();
-        let Ok(uri) = built else {
-            return crate::http::AppError::invalid("malformed request target").into_response();
-        };
-        *req.uri_mut() = uri;
+        *req.uri_mut() = Uri::from(path);
         *req.version_mut() = Version::HTTP_11;
         forward::request_headers(
             req.headers_mut(),
@@ -211,35 +196,50 @@ impl Gateway {
             host.as_deref(),
             upgrade.as_ref(),
         );
+        if !req.headers().contains_key(header::HOST) {
+            // HTTP/1.1 needs one (RFC 9112 §3.2); a client that sent none gets the origin's.
+            if let Ok(v) = HeaderValue::from_str(self.upstream.authority.as_str()) {
+                req.headers_mut().insert(header::HOST, v);
+            }
+        }
         if let Some((_, s)) = session {
             gate::session_headers(req.headers_mut(), s);
         }
-        let mut res = match self.client.request(req).await {
+        let Some(client_side) = client_side else {
+            let mut res = match self.origin.send(req).await {
+                Ok(r) => r,
+                Err(e) => return self.unanswered(e),
+            };
+            forward::response_headers(res.headers_mut(), None);
+            return res;
+        };
+        let mut res = match self.origin.send_upgrade(req).await {
             Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(upstream = %self.upstream, error = %e, "the origin did not answer");
-                return bad_gateway();
-            }
+            Err(e) => return self.unanswered(e),
         };
         let upgraded = res.status() == StatusCode::SWITCHING_PROTOCOLS;
         if upgraded {
-            if let Some(client_side) = client_side {
-                let origin_side = hyper::upgrade::on(&mut res);
-                tokio::spawn(async move {
-                    match tokio::try_join!(client_side, origin_side) {
-                        Ok((c, o)) => {
-                            let (mut c, mut o) = (TokioIo::new(c), TokioIo::new(o));
-                            let _ = tokio::io::copy_bidirectional(&mut c, &mut o).await;
-                        }
-                        Err(e) => {
-                            tracing::debug!(error = %e, "an upgrade through the gateway failed")
-                        }
+            let origin_side = hyper::upgrade::on(&mut res);
+            tokio::spawn(async move {
+                match tokio::try_join!(client_side, origin_side) {
+                    Ok((c, o)) => {
+                        let (mut c, mut o) = (TokioIo::new(c), TokioIo::new(o));
+                        let _ = tokio::io::copy_bidirectional(&mut c, &mut o).await;
                     }
-                });
-            }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "an upgrade through the gateway failed")
+                    }
+                }
+            });
         }
         forward::response_headers(res.headers_mut(), upgrade.as_ref().filter(|_| upgraded));
         res.map(Body::new)
+    }
+
+    #[cold]
+    fn unanswered(&self, e: pool::OriginError) -> Response {
+        tracing::warn!(upstream = %self.upstream, error = %e, "the origin did not answer");
+        bad_gateway()
     }
 }
 
