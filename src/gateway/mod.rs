@@ -35,7 +35,10 @@ use crate::http::gate::{self, Admission, Session};
 use crate::http::guard::Guard;
 
 pub mod forward;
+mod observe;
 mod pool;
+
+use observe::Outcome;
 
 /// The origin's answer header that ends the session (the purchase is done).
 pub const X_WAITROOM_COMPLETE: &str = "x-waitroom-complete";
@@ -45,6 +48,9 @@ pub struct Gateway {
     state: AppState,
     guard: Arc<Guard>,
     origin: Arc<pool::Pool>,
+    metrics: observe::Metrics,
+    /// Tracing export is on: each proxied request gets its span (see [`observe`]).
+    trace: bool,
     upstream: Upstream,
 }
 
@@ -68,6 +74,8 @@ impl Gateway {
             state,
             guard,
             origin: pool::Pool::new(&upstream.authority),
+            metrics: observe::Metrics::new(),
+            trace: crate::telemetry::otel::enabled(),
             upstream,
         }
     }
@@ -80,15 +88,40 @@ impl Gateway {
                 if is_own_path(req.uri().path()) {
                     router.oneshot(req).await
                 } else {
-                    Ok::<_, Infallible>(gw.handle(req).await)
+                    Ok::<_, Infallible>(gw.serve(req).await)
                 }
             }
         });
         Router::new().fallback_service(svc)
     }
 
-    /// One request bound for the origin.
-    pub async fn handle(&self, req: Request) -> Response {
+    /// One request bound for the origin, counted in the gateway's metrics and, when
+    /// tracing export is on, run in a span of its own.
+    pub async fn serve(&self, req: Request) -> Response {
+        let start = std::time::Instant::now();
+        let (outcome, res) = if self.trace {
+            self.handle_traced(req).await
+        } else {
+            self.handle(req).await
+        };
+        self.metrics.record(outcome, start);
+        res
+    }
+
+    /// `handle` in a span that continues the client's `traceparent`; the request to the
+    /// origin carries the span on ([`Gateway::proxy`] injects it).
+    async fn handle_traced(&self, req: Request) -> (Outcome, Response) {
+        use crate::telemetry::otel;
+        use tracing::Instrument as _;
+        let method = crate::http::edge::method_label(req.method());
+        let span = otel::request_span(method, observe::SPAN_ROUTE, req.headers());
+        let (outcome, res) = self.handle(req).instrument(span.clone()).await;
+        otel::record_status(&span, res.status().as_u16());
+        (outcome, res)
+    }
+
+    /// One request bound for the origin: what became of it, and the answer.
+    async fn handle(&self, req: Request) -> (Outcome, Response) {
         // Two `Host` headers: the gate would check one and the origin might serve the other
         // (RFC 9112 §3.2: such a request is answered 400). A `Host` that is not ASCII text
         // cannot be matched against `hosts`, yet an origin may read a host name out of it
@@ -96,53 +129,55 @@ impl Gateway {
         let mut hosts = req.headers().get_all(header::HOST).iter();
         let bad_host = hosts.next().is_some_and(|h| h.to_str().is_err());
         if bad_host || hosts.next().is_some() {
-            return crate::http::AppError::invalid(
+            let e = crate::http::AppError::invalid(
                 "a request must have one Host header, of ASCII text",
-            )
-            .into_response();
+            );
+            return (Outcome::Refused, e.into_response());
         }
         let peer = req
             .extensions()
             .get::<ConnectInfo<SocketAddr>>()
             .map(|c| c.0.ip());
         let client = self.guard.client_ip(peer, req.headers());
+        let host = forward::host_of(&req);
         let gates = &self.state.gates;
         let found = if gates.is_empty() {
             None
         } else {
-            let host = forward::host_of(&req);
             gates.find(host.as_deref(), req.uri().path())
         };
         let Some(gate) = found else {
-            return self.proxy(req, peer, None).await;
+            return self.proxy(req, host, peer, None, Outcome::Pass).await;
         };
         let secret = req
             .headers()
             .get(gate::X_WAITROOM_BYPASS)
             .map(HeaderValue::as_bytes);
         if gate.rules.bypasses(req.uri().path(), client, secret) {
-            return self.proxy(req, peer, None).await;
+            return self.proxy(req, host, peer, None, Outcome::Bypass).await;
         }
         let secure =
             self.state.gates.secure_cookies || gate::is_https(&self.guard, peer, req.headers());
         let admission =
             gate::admit(&self.state, &self.guard, &gate, req.headers(), client, true).await;
         match admission {
-            Err(e) => e.into_response(),
+            Err(e) => (Outcome::Refused, e.into_response()),
             Ok(Admission::Waiting { view, cookie }) => {
                 let title =
                     crate::http::look::escape(&gate::title_of(&self.state, &gate.event_id).await);
-                gate::waiting_response(
+                let res = gate::waiting_response(
                     &title,
                     &gate.event_id,
                     &view,
                     gate::wants_json(req.headers()),
                     cookie.map(|c| gate::secure_cookie(c, secure)),
-                )
+                );
+                (Outcome::Waiting, res)
             }
             Ok(Admission::Active { session, cookie }) => {
-                let mut res = self
-                    .proxy(req, peer, Some((&gate.event_id, &session)))
+                let session_of = Some((&*gate.event_id, &session));
+                let (outcome, mut res) = self
+                    .proxy(req, host, peer, session_of, Outcome::Admitted)
                     .await;
                 if let Some(c) = cookie {
                     res.headers_mut()
@@ -161,26 +196,29 @@ impl Gateway {
                         gate::set_cookie(&gate.event_id, None, secure),
                     );
                 }
-                res
+                (outcome, res)
             }
             Ok(Admission::Absent) => {
-                crate::http::AppError::Internal("a join answered no place".into()).into_response()
+                let e = crate::http::AppError::Internal("a join answered no place".into());
+                (Outcome::Refused, e.into_response())
             }
         }
     }
 
     /// Sends `req` to the origin and streams its answer back; joins the two connections
-    /// when the origin accepts an upgrade.
+    /// when the origin accepts an upgrade. The outcome is `proxied` when the origin
+    /// answered.
     async fn proxy(
         &self,
         mut req: Request,
+        host: Option<String>,
         peer: Option<IpAddr>,
         session: Option<(&str, &Session)>,
-    ) -> Response {
+        proxied: Outcome,
+    ) -> (Outcome, Response) {
         let trusted = peer.is_some_and(|p| self.guard.is_trusted_proxy(p));
         let upgrade = forward::upgrade_of(req.headers());
         let client_side = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
-        let host = forward::host_of(&req);
         // The origin gets the origin form (`/path?query`): the connection is to it already.
         let path = req
             .uri()
@@ -205,17 +243,21 @@ impl Gateway {
         if let Some((_, s)) = session {
             gate::session_headers(req.headers_mut(), s);
         }
+        if self.trace {
+            // The origin's spans are children of this request's.
+            crate::telemetry::otel::inject(req.headers_mut());
+        }
         let Some(client_side) = client_side else {
             let mut res = match self.origin.send(req).await {
                 Ok(r) => r,
-                Err(e) => return self.unanswered(e),
+                Err(e) => return (Outcome::Unavailable, self.unanswered(e)),
             };
             forward::response_headers(res.headers_mut(), None);
-            return res;
+            return (proxied, res);
         };
         let mut res = match self.origin.send_upgrade(req).await {
             Ok(r) => r,
-            Err(e) => return self.unanswered(e),
+            Err(e) => return (Outcome::Unavailable, self.unanswered(e)),
         };
         let upgraded = res.status() == StatusCode::SWITCHING_PROTOCOLS;
         if upgraded {
@@ -233,7 +275,7 @@ impl Gateway {
             });
         }
         forward::response_headers(res.headers_mut(), upgrade.as_ref().filter(|_| upgraded));
-        res.map(Body::new)
+        (proxied, res.map(Body::new))
     }
 
     #[cold]

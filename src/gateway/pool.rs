@@ -25,8 +25,8 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::http::{Request, Response};
 use axum::body::Bytes;
+use axum::http::{Request, Response};
 use hyper::body::{Body as _, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
@@ -85,7 +85,11 @@ pub struct Pool {
 
 impl Pool {
     pub fn new(authority: &axum::http::uri::Authority) -> std::sync::Arc<Self> {
-        let addr = format!("{}:{}", authority.host(), authority.port_u16().unwrap_or(80));
+        let addr = format!(
+            "{}:{}",
+            authority.host(),
+            authority.port_u16().unwrap_or(80)
+        );
         std::sync::Arc::new(Pool {
             addr,
             idle: Mutex::new(Vec::new()),
@@ -135,7 +139,10 @@ impl Pool {
 
     /// Sends an upgrade request on a connection of its own, driven by its own task with
     /// upgrades on: `hyper::upgrade::on` of the answer then yields the origin's stream.
-    pub async fn send_upgrade(&self, req: Request<Body>) -> Result<Response<Incoming>, OriginError> {
+    pub async fn send_upgrade(
+        &self,
+        req: Request<Body>,
+    ) -> Result<Response<Incoming>, OriginError> {
         let Link { mut send, conn } = self.connect().await?;
         tokio::spawn(async move {
             if let Err(e) = conn.with_upgrades().await {
