@@ -28,6 +28,11 @@ pub fn prometheus() -> PrometheusHandle {
                     &buckets,
                 )
                 .expect("bucket list is not empty")
+                .set_buckets_for_metric(
+                    Matcher::Full("waitroom_gateway_request_duration_seconds".into()),
+                    &buckets,
+                )
+                .expect("bucket list is not empty")
                 .build_recorder();
             let handle = recorder.handle();
             // Histogram samples pile up until drained; without a scrape they would grow

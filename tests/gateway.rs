@@ -910,3 +910,180 @@ async fn path_parameters_and_host_spellings_do_not_skip_the_queue() {
         "a request with a non-ASCII Host was answered {code}"
     );
 }
+
+/// A bare HTTP/1.1 origin that counts its connections: `/empty` answers `204`, anything
+/// else a 2-byte body (none to `HEAD`). With `close_each`, it closes every connection after
+/// its first answer without saying so (as an origin's idle timeout does between requests).
+async fn counting_origin(
+    close_each: bool,
+) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let count = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = count.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_string();
+                    buf.drain(..end + 4);
+                    let answer: &[u8] = if head.starts_with("GET /empty") {
+                        b"HTTP/1.1 204 No Content\r\n\r\n"
+                    } else if head.starts_with("HEAD ") {
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"
+                    } else {
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+                    };
+                    if s.write_all(answer).await.is_err() || close_each {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, count)
+}
+
+/// The gateway's connections to the origin are kept and reused: sequential requests,
+/// empty answers (`204`, `HEAD`) among them, share one connection; and a kept connection
+/// the origin closed meanwhile is replaced, never answered `502`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn origin_connections_are_reused_and_a_closed_one_is_replaced() {
+    use std::sync::atomic::Ordering;
+    let (o, opened) = counting_origin(false).await;
+    let w = waitroom(Some(o), None).await;
+    let c = client();
+    for i in 0..30 {
+        let (method, path, status) = match i % 3 {
+            0 => (reqwest::Method::GET, "/page", 200),
+            1 => (reqwest::Method::GET, "/empty", 204),
+            _ => (reqwest::Method::HEAD, "/page", 200),
+        };
+        let r = c
+            .request(method, format!("http://{}{path}", w.addr))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), status, "request {i}");
+        let body = r.text().await.unwrap();
+        assert_eq!(body, if i % 3 == 0 { "ok" } else { "" }, "request {i}");
+    }
+    assert_eq!(
+        opened.load(Ordering::SeqCst),
+        1,
+        "30 requests one after the other need one connection to the origin"
+    );
+
+    let (o, opened) = counting_origin(true).await;
+    let w = waitroom(Some(o), None).await;
+    for i in 0..10 {
+        let r = c
+            .get(format!("http://{}/page", w.addr))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "request {i}");
+        assert_eq!(r.text().await.unwrap(), "ok");
+        // Give the origin's close time to arrive: the kept connection is dead when taken.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(opened.load(Ordering::SeqCst), 10);
+}
+
+/// A value of `/metrics` text: the sample `name{labels}`, 0 when absent.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Proxied requests are counted by outcome, with their latency, on `/metrics`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxied_requests_are_counted_by_outcome() {
+    let metrics = |w: &Waitroom| {
+        let url = format!("http://{}/metrics", w.addr);
+        async move {
+            client()
+                .get(url)
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        }
+    };
+    let o = origin().await;
+    let w = waitroom(Some(o), None).await;
+    event(&w, "counted", gated("counted", json!({}))).await;
+    let pass = r#"waitroom_gateway_requests_total{outcome="pass"}"#;
+    let pass_n = r#"waitroom_gateway_request_duration_seconds_count{outcome="pass"}"#;
+    let waiting = r#"waitroom_gateway_requests_total{outcome="waiting"}"#;
+    let admitted = r#"waitroom_gateway_requests_total{outcome="admitted"}"#;
+    let down = r#"waitroom_gateway_requests_total{outcome="unavailable"}"#;
+    let before = metrics(&w).await;
+
+    let mut first = Person::default();
+    for _ in 0..3 {
+        assert!(first
+            .get(&format!("http://{}/", w.addr), &[])
+            .await
+            .is_origin());
+    }
+    assert!(first
+        .get(&format!("http://{}/checkout", w.addr), &[])
+        .await
+        .is_origin());
+    let mut second = Person::default();
+    let r = second
+        .get(&format!("http://{}/checkout", w.addr), &[])
+        .await;
+    assert_eq!(r.status, 503, "the second person waits: {}", r.text);
+
+    // An origin that is gone: the answer is 502, counted as such.
+    let dead = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dead_addr = dead.local_addr().unwrap();
+    drop(dead);
+    let gone = waitroom(Some(dead_addr), None).await;
+    let r = client()
+        .get(format!("http://{}/", gone.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 502);
+
+    let after = metrics(&w).await;
+    // (Other tests of this process count in the same registry: at least, not exactly.)
+    for (series, n) in [
+        (pass, 3.0),
+        (pass_n, 3.0),
+        (admitted, 1.0),
+        (waiting, 1.0),
+        (down, 1.0),
+    ] {
+        assert!(
+            sample(&after, series) >= sample(&before, series) + n,
+            "{series}: before {}, after {}\n{after}",
+            sample(&before, series),
+            sample(&after, series)
+        );
+    }
+    assert!(
+        after.contains(
+            r#"waitroom_gateway_request_duration_seconds_bucket{outcome="pass",le="0.005"}"#
+        ),
+        "a histogram with the HTTP latency buckets:\n{after}"
+    );
+}

@@ -483,3 +483,153 @@ async fn every_metric_of_the_dashboard_is_exported_by_a_running_server() {
     }
     drop(live);
 }
+
+/// An origin that keeps the headers of every request it gets.
+async fn recording_origin() -> (String, Arc<Mutex<Vec<axum::http::HeaderMap>>>) {
+    let got: Arc<Mutex<Vec<axum::http::HeaderMap>>> = Arc::default();
+    let kept = got.clone();
+    let app = axum::Router::new().fallback(move |headers: axum::http::HeaderMap| {
+        let kept = kept.clone();
+        async move {
+            kept.lock().unwrap().push(headers);
+            "from the origin"
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, got)
+}
+
+fn gateway(dir: &std::path::Path, origin: &str, env: &[(&str, &str)]) -> Server {
+    let data = dir.join("data");
+    Server::start(
+        dir,
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--no-demo",
+            "--admin-token",
+            ADMIN,
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--upstream",
+            origin,
+        ],
+        env,
+    )
+}
+
+async fn proxied(url: &str, traceparent: Option<&str>) -> String {
+    let mut req = reqwest::Client::new().get(url);
+    if let Some(tp) = traceparent {
+        req = req.header("traceparent", tp);
+    }
+    let resp = req.send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    resp.text().await.unwrap()
+}
+
+/// Through the gateway with export on: the proxied request's span continues the client's
+/// trace, and the origin is handed a `traceparent` of the same trace whose parent is that
+/// span, so the origin's own spans join the trace under the gateway's.
+#[tokio::test]
+async fn the_gateway_passes_the_trace_on_to_the_origin() {
+    let collector = Collector::start().await;
+    let (origin, seen) = recording_origin().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = gateway(
+        dir.path(),
+        &origin,
+        &[
+            ("WAITROOM_OTLP_ENDPOINT", collector.url.as_str()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+        ],
+    );
+    let tp = format!("00-{TRACE}-{CALLER_SPAN}-01");
+    assert_eq!(
+        proxied(&server.url("/shop/page?x=1"), Some(&tp)).await,
+        "from the origin"
+    );
+    // Without one, the proxied request starts a trace, and the origin still hears of it.
+    proxied(&server.url("/other"), None).await;
+
+    let headers = seen.lock().unwrap().clone();
+    assert_eq!(headers.len(), 2);
+    let sent: Vec<Vec<String>> = headers
+        .iter()
+        .map(|h| {
+            let tp = h["traceparent"].to_str().unwrap();
+            tp.split('-').map(str::to_string).collect()
+        })
+        .collect();
+    assert_eq!(sent[0][0], "00");
+    assert_eq!(
+        sent[0][1], TRACE,
+        "the client's trace goes on to the origin"
+    );
+    assert_ne!(sent[0][2], CALLER_SPAN, "its parent is the gateway's span");
+    assert_eq!(sent[0][3], "01", "still sampled");
+    assert_eq!(sent[1][1].len(), 32);
+    assert_ne!(sent[1][1], TRACE);
+
+    assert!(server.terminate(Duration::from_secs(15)).success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let span = loop {
+        let found = collector
+            .spans()
+            .into_iter()
+            .find(|s| hex(&s.trace_id) == TRACE);
+        if let Some(s) = found {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "no span of the trace exported");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        hex(&span.parent_span_id),
+        CALLER_SPAN,
+        "a child of the client's span"
+    );
+    assert_eq!(
+        hex(&span.span_id),
+        sent[0][2],
+        "the parent the origin was given"
+    );
+    assert_eq!(span.name, "GET gateway", "no raw path in the span's name");
+    assert_eq!(int_attr(&span, "http.response.status_code"), Some(200));
+    assert!(
+        collector
+            .spans()
+            .iter()
+            .any(|s| hex(&s.trace_id) == sent[1][1] && hex(&s.span_id) == sent[1][2]),
+        "the second request's span is the origin's parent too"
+    );
+}
+
+/// Without export the gateway neither makes spans nor touches the trace headers: the
+/// client's `traceparent` and `tracestate` reach the origin as they came.
+#[tokio::test]
+async fn without_export_the_gateway_passes_the_clients_traceparent_unchanged() {
+    let (origin, seen) = recording_origin().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = gateway(dir.path(), &origin, &[]);
+    let tp = format!("00-{TRACE}-{CALLER_SPAN}-01");
+    let resp = reqwest::Client::new()
+        .get(server.url("/page"))
+        .header("traceparent", &tp)
+        .header("tracestate", "vendor=abc")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    proxied(&server.url("/page"), None).await;
+    let headers = seen.lock().unwrap().clone();
+    assert_eq!(headers.len(), 2);
+    assert_eq!(headers[0]["traceparent"], tp.as_str());
+    assert_eq!(headers[0]["tracestate"], "vendor=abc");
+    assert!(
+        !headers[1].contains_key("traceparent"),
+        "no trace is made up for a request that had none"
+    );
+}

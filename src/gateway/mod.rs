@@ -8,26 +8,25 @@
 //! in place (the page, or the place as JSON, `503` with `Retry-After`). An origin answer
 //! carrying `X-Waitroom-Complete: 1` ends the session: its slot goes to the next person.
 //!
-//! The proxy is hyper-util's pooled client: request and response bodies stream through,
-//! WebSocket (and any HTTP/1.1) upgrades are joined byte for byte once both sides agreed
-//! ([`forward`] has the header rules: hop-by-hop headers, `X-Forwarded-*`, `Forwarded`).
+//! The proxy keeps its own pool of HTTP/1.1 connections to the origin, each driven by the
+//! task serving the request ([`pool`]: no task hand-off per request). Request and response
+//! bodies stream through, WebSocket (and any HTTP/1.1) upgrades are joined byte for byte
+//! once both sides agreed ([`forward`] has the header rules: hop-by-hop headers,
+//! `X-Forwarded-*`, `Forwarded`).
 //! Proxied requests skip the API's limits (body size, request timeout): a site's uploads
 //! and long responses are the site's to bound.
 
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
-use axum::http::uri::{PathAndQuery, Scheme};
+use axum::http::uri::PathAndQuery;
 use axum::http::{header, HeaderValue, StatusCode, Uri, Version};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use tower::ServiceExt as _;
 
 use crate::app::AppState;
@@ -36,17 +35,22 @@ use crate::http::gate::{self, Admission, Session};
 use crate::http::guard::Guard;
 
 pub mod forward;
+mod observe;
+mod pool;
+
+use observe::Outcome;
 
 /// The origin's answer header that ends the session (the purchase is done).
 pub const X_WAITROOM_COMPLETE: &str = "x-waitroom-complete";
-/// Longest wait for a connection to the origin.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The proxy: what every proxied request shares.
 pub struct Gateway {
     state: AppState,
     guard: Arc<Guard>,
-    client: Client<HttpConnector, Body>,
+    origin: Arc<pool::Pool>,
+    metrics: observe::Metrics,
+    /// Tracing export is on: each proxied request gets its span (see [`observe`]).
+    trace: bool,
     upstream: Upstream,
 }
 
@@ -66,16 +70,12 @@ pub fn is_own_path(path: &str) -> bool {
 
 impl Gateway {
     pub fn new(state: AppState, guard: Arc<Guard>, upstream: Upstream) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build(connector);
         Gateway {
             state,
             guard,
-            client,
+            origin: pool::Pool::new(&upstream.authority),
+            metrics: observe::Metrics::new(),
+            trace: crate::telemetry::otel::enabled(),
             upstream,
         }
     }
@@ -88,15 +88,40 @@ impl Gateway {
                 if is_own_path(req.uri().path()) {
                     router.oneshot(req).await
                 } else {
-                    Ok::<_, Infallible>(gw.handle(req).await)
+                    Ok::<_, Infallible>(gw.serve(req).await)
                 }
             }
         });
         Router::new().fallback_service(svc)
     }
 
-    /// One request bound for the origin.
-    pub async fn handle(&self, req: Request) -> Response {
+    /// One request bound for the origin, counted in the gateway's metrics and, when
+    /// tracing export is on, run in a span of its own.
+    pub async fn serve(&self, req: Request) -> Response {
+        let start = std::time::Instant::now();
+        let (outcome, res) = if self.trace {
+            self.handle_traced(req).await
+        } else {
+            self.handle(req).await
+        };
+        self.metrics.record(outcome, start);
+        res
+    }
+
+    /// `handle` in a span that continues the client's `traceparent`; the request to the
+    /// origin carries the span on ([`Gateway::proxy`] injects it).
+    async fn handle_traced(&self, req: Request) -> (Outcome, Response) {
+        use crate::telemetry::otel;
+        use tracing::Instrument as _;
+        let method = crate::http::edge::method_label(req.method());
+        let span = otel::request_span(method, observe::SPAN_ROUTE, req.headers());
+        let (outcome, res) = self.handle(req).instrument(span.clone()).await;
+        otel::record_status(&span, res.status().as_u16());
+        (outcome, res)
+    }
+
+    /// One request bound for the origin: what became of it, and the answer.
+    async fn handle(&self, req: Request) -> (Outcome, Response) {
         // Two `Host` headers: the gate would check one and the origin might serve the other
         // (RFC 9112 §3.2: such a request is answered 400). A `Host` that is not ASCII text
         // cannot be matched against `hosts`, yet an origin may read a host name out of it
@@ -104,53 +129,55 @@ impl Gateway {
         let mut hosts = req.headers().get_all(header::HOST).iter();
         let bad_host = hosts.next().is_some_and(|h| h.to_str().is_err());
         if bad_host || hosts.next().is_some() {
-            return crate::http::AppError::invalid(
+            let e = crate::http::AppError::invalid(
                 "a request must have one Host header, of ASCII text",
-            )
-            .into_response();
+            );
+            return (Outcome::Refused, e.into_response());
         }
         let peer = req
             .extensions()
             .get::<ConnectInfo<SocketAddr>>()
             .map(|c| c.0.ip());
         let client = self.guard.client_ip(peer, req.headers());
+        let host = forward::host_of(&req);
         let gates = &self.state.gates;
         let found = if gates.is_empty() {
             None
         } else {
-            let host = forward::host_of(&req);
             gates.find(host.as_deref(), req.uri().path())
         };
         let Some(gate) = found else {
-            return self.proxy(req, peer, None).await;
+            return self.proxy(req, host, peer, None, Outcome::Pass).await;
         };
         let secret = req
             .headers()
             .get(gate::X_WAITROOM_BYPASS)
             .map(HeaderValue::as_bytes);
         if gate.rules.bypasses(req.uri().path(), client, secret) {
-            return self.proxy(req, peer, None).await;
+            return self.proxy(req, host, peer, None, Outcome::Bypass).await;
         }
         let secure =
             self.state.gates.secure_cookies || gate::is_https(&self.guard, peer, req.headers());
         let admission =
             gate::admit(&self.state, &self.guard, &gate, req.headers(), client, true).await;
         match admission {
-            Err(e) => e.into_response(),
+            Err(e) => (Outcome::Refused, e.into_response()),
             Ok(Admission::Waiting { view, cookie }) => {
                 let title =
                     crate::http::look::escape(&gate::title_of(&self.state, &gate.event_id).await);
-                gate::waiting_response(
+                let res = gate::waiting_response(
                     &title,
                     &gate.event_id,
                     &view,
                     gate::wants_json(req.headers()),
                     cookie.map(|c| gate::secure_cookie(c, secure)),
-                )
+                );
+                (Outcome::Waiting, res)
             }
             Ok(Admission::Active { session, cookie }) => {
-                let mut res = self
-                    .proxy(req, peer, Some((&gate.event_id, &session)))
+                let session_of = Some((&*gate.event_id, &session));
+                let (outcome, mut res) = self
+                    .proxy(req, host, peer, session_of, Outcome::Admitted)
                     .await;
                 if let Some(c) = cookie {
                     res.headers_mut()
@@ -169,40 +196,36 @@ impl Gateway {
                         gate::set_cookie(&gate.event_id, None, secure),
                     );
                 }
-                res
+                (outcome, res)
             }
             Ok(Admission::Absent) => {
-                crate::http::AppError::Internal("a join answered no place".into()).into_response()
+                let e = crate::http::AppError::Internal("a join answered no place".into());
+                (Outcome::Refused, e.into_response())
             }
         }
     }
 
     /// Sends `req` to the origin and streams its answer back; joins the two connections
-    /// when the origin accepts an upgrade.
+    /// when the origin accepts an upgrade. The outcome is `proxied` when the origin
+    /// answered.
     async fn proxy(
         &self,
         mut req: Request,
+        host: Option<String>,
         peer: Option<IpAddr>,
         session: Option<(&str, &Session)>,
-    ) -> Response {
+        proxied: Outcome,
+    ) -> (Outcome, Response) {
         let trusted = peer.is_some_and(|p| self.guard.is_trusted_proxy(p));
         let upgrade = forward::upgrade_of(req.headers());
         let client_side = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
-        let host = forward::host_of(&req);
+        // The origin gets the origin form (`/path?query`): the connection is to it already.
         let path = req
             .uri()
             .path_and_query()
             .cloned()
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
-        let built = Uri::builder()
-            .scheme(Scheme::HTTP)
-            .authority(self.upstream.authority.clone())
-            .path_and_query(path)
-            .build();
-        let Ok(uri) = built else {
-            return crate::http::AppError::invalid("malformed request target").into_response();
-        };
-        *req.uri_mut() = uri;
+        *req.uri_mut() = Uri::from(path);
         *req.version_mut() = Version::HTTP_11;
         forward::request_headers(
             req.headers_mut(),
@@ -211,35 +234,54 @@ impl Gateway {
             host.as_deref(),
             upgrade.as_ref(),
         );
+        if !req.headers().contains_key(header::HOST) {
+            // HTTP/1.1 needs one (RFC 9112 §3.2); a client that sent none gets the origin's.
+            if let Ok(v) = HeaderValue::from_str(self.upstream.authority.as_str()) {
+                req.headers_mut().insert(header::HOST, v);
+            }
+        }
         if let Some((_, s)) = session {
             gate::session_headers(req.headers_mut(), s);
         }
-        let mut res = match self.client.request(req).await {
+        if self.trace {
+            // The origin's spans are children of this request's.
+            crate::telemetry::otel::inject(req.headers_mut());
+        }
+        let Some(client_side) = client_side else {
+            let mut res = match self.origin.send(req).await {
+                Ok(r) => r,
+                Err(e) => return (Outcome::Unavailable, self.unanswered(e)),
+            };
+            forward::response_headers(res.headers_mut(), None);
+            return (proxied, res);
+        };
+        let mut res = match self.origin.send_upgrade(req).await {
             Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(upstream = %self.upstream, error = %e, "the origin did not answer");
-                return bad_gateway();
-            }
+            Err(e) => return (Outcome::Unavailable, self.unanswered(e)),
         };
         let upgraded = res.status() == StatusCode::SWITCHING_PROTOCOLS;
         if upgraded {
-            if let Some(client_side) = client_side {
-                let origin_side = hyper::upgrade::on(&mut res);
-                tokio::spawn(async move {
-                    match tokio::try_join!(client_side, origin_side) {
-                        Ok((c, o)) => {
-                            let (mut c, mut o) = (TokioIo::new(c), TokioIo::new(o));
-                            let _ = tokio::io::copy_bidirectional(&mut c, &mut o).await;
-                        }
-                        Err(e) => {
-                            tracing::debug!(error = %e, "an upgrade through the gateway failed")
-                        }
+            let origin_side = hyper::upgrade::on(&mut res);
+            tokio::spawn(async move {
+                match tokio::try_join!(client_side, origin_side) {
+                    Ok((c, o)) => {
+                        let (mut c, mut o) = (TokioIo::new(c), TokioIo::new(o));
+                        let _ = tokio::io::copy_bidirectional(&mut c, &mut o).await;
                     }
-                });
-            }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "an upgrade through the gateway failed")
+                    }
+                }
+            });
         }
         forward::response_headers(res.headers_mut(), upgrade.as_ref().filter(|_| upgraded));
-        res.map(Body::new)
+        (proxied, res.map(Body::new))
+    }
+
+    #[cold]
+    fn unanswered(&self, e: pool::OriginError) -> Response {
+        tracing::warn!(upstream = %self.upstream, error = %e, "the origin did not answer");
+        bad_gateway()
     }
 }
 

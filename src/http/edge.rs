@@ -195,7 +195,7 @@ fn panic_response(err: Box<dyn Any + Send + 'static>) -> Response {
 
 /// Label of a method; anything unusual is lumped together so a client inventing methods
 /// cannot grow the number of time series.
-fn method_label(m: &Method) -> &'static str {
+pub(crate) fn method_label(m: &Method) -> &'static str {
     match *m {
         Method::GET => "GET",
         Method::POST => "POST",

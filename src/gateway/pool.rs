@@ -1,0 +1,308 @@
+//! Connections to the origin, driven on the task that serves the request.
+//!
+//! hyper-util's pooled client runs each origin connection as a task of its own and reaches
+//! it through channels: a proxied request woke that task to write, the origin's answer woke
+//! it to read, and its answer woke the serving task back, each hand-off often across worker
+//! threads. Here a request takes an idle `hyper::client::conn::http1` connection from the
+//! pool (or opens one), and the serving task polls that connection itself while it waits
+//! for the answer's head and, through [`Driven`], while the answer's body streams out. So a
+//! proxied request is served start to end by one task, as one nginx worker serves it in
+//! one event loop. A connection whose answer was read to its end goes back to the pool;
+//! one dropped midway (the client went away) is closed.
+//!
+//! The pool is a stack (the most recently used connection first, so the busy ones stay
+//! warm) of at most [`MAX_IDLE`] connections; one idle longer than [`IDLE_TIMEOUT`] is
+//! closed when met. A connection the origin closed while idle is noticed when taken (it is
+//! polled once: its end of stream shows) and replaced; a request the connection had not
+//! started to send when it failed is sent again on a new one, as hyper-util's client does.
+//!
+//! Upgrades (WebSocket) get a connection of their own, driven by a task of its own (the
+//! joined streams outlive the request) and never pooled.
+
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::body::Bytes;
+use axum::http::{Request, Response};
+use hyper::body::{Body as _, Frame, Incoming, SizeHint};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use parking_lot::Mutex;
+use tokio::net::TcpStream;
+
+/// Longest wait for a connection to the origin.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// An idle connection older than this is closed rather than used (origins close theirs
+/// after a minute or more: nginx's `keepalive_timeout` is 75 s).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Idle connections kept: enough for every busy client connection of a large sale's
+/// burst to find one, few enough not to hold an origin's workers.
+const MAX_IDLE: usize = 256;
+
+type Conn = http1::Connection<TokioIo<TcpStream>, Body>;
+
+/// One connection to the origin: the handle to send on, and the connection to drive.
+struct Link {
+    send: http1::SendRequest<Body>,
+    conn: Conn,
+}
+
+struct Idle {
+    link: Link,
+    since: Instant,
+}
+
+/// Why the origin gave no answer.
+#[derive(Debug)]
+pub enum OriginError {
+    Connect(std::io::Error),
+    ConnectTimeout,
+    Http(hyper::Error),
+    /// The connection ended without answering and without an error.
+    Closed,
+}
+
+impl std::fmt::Display for OriginError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OriginError::Connect(e) => write!(f, "cannot connect: {e}"),
+            OriginError::ConnectTimeout => write!(f, "cannot connect: timed out"),
+            OriginError::Http(e) => write!(f, "{e}"),
+            OriginError::Closed => write!(f, "the connection closed before an answer"),
+        }
+    }
+}
+
+/// The pool of connections to one origin.
+pub struct Pool {
+    /// `host:port`, as `TcpStream::connect` resolves it.
+    addr: String,
+    idle: Mutex<Vec<Idle>>,
+}
+
+impl Pool {
+    pub fn new(authority: &axum::http::uri::Authority) -> std::sync::Arc<Self> {
+        let addr = format!(
+            "{}:{}",
+            authority.host(),
+            authority.port_u16().unwrap_or(80)
+        );
+        std::sync::Arc::new(Pool {
+            addr,
+            idle: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Sends `req` (its URI in origin form) and answers the origin's response, whose body
+    /// drives the connection as it is read.
+    pub async fn send(
+        self: &std::sync::Arc<Self>,
+        req: Request<Body>,
+    ) -> Result<Response<Body>, OriginError> {
+        let mut req = req;
+        // Once on a pooled connection, then on a new one: a pooled connection the origin
+        // closed at the moment it was taken fails before anything is sent.
+        for fresh in [false, true] {
+            let link = if fresh {
+                None
+            } else {
+                poll_fn(|cx| Poll::Ready(self.checkout(cx))).await
+            };
+            let mut link = match link {
+                Some(l) => l,
+                None => self.connect().await?,
+            };
+            let sent = link.send.try_send_request(req);
+            match drive(&mut link.conn, sent).await {
+                Ok(Ok(res)) => {
+                    return Ok(res.map(|body| {
+                        Body::new(Driven {
+                            body,
+                            link: Some(link),
+                            pool: self.clone(),
+                            ended: false,
+                        })
+                    }))
+                }
+                Ok(Err(mut e)) => match e.take_message() {
+                    Some(again) if !fresh => req = again,
+                    _ => return Err(OriginError::Http(e.into_error())),
+                },
+                Err(closed) => return Err(closed),
+            }
+        }
+        Err(OriginError::Closed)
+    }
+
+    /// Sends an upgrade request on a connection of its own, driven by its own task with
+    /// upgrades on: `hyper::upgrade::on` of the answer then yields the origin's stream.
+    pub async fn send_upgrade(
+        &self,
+        req: Request<Body>,
+    ) -> Result<Response<Incoming>, OriginError> {
+        let Link { mut send, conn } = self.connect().await?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.with_upgrades().await {
+                tracing::debug!(error = %e, "an upgraded connection to the origin ended");
+            }
+        });
+        send.send_request(req).await.map_err(OriginError::Http)
+    }
+
+    /// An idle connection still open and ready, if there is one.
+    fn checkout(&self, cx: &mut Context<'_>) -> Option<Link> {
+        loop {
+            let Idle { mut link, since } = self.idle.lock().pop()?;
+            if since.elapsed() > IDLE_TIMEOUT {
+                continue;
+            }
+            // Polled once: a connection the origin closed ends here; an open one settles
+            // into waiting for the next request.
+            if Pin::new(&mut link.conn).poll(cx).is_ready() {
+                continue;
+            }
+            if link.send.is_ready() {
+                return Some(link);
+            }
+        }
+    }
+
+    /// Puts a connection whose last answer was read to its end back.
+    fn checkin(&self, link: Link) {
+        let mut idle = self.idle.lock();
+        // The bottom of the stack is the longest idle: drop it once it is too old.
+        if idle
+            .first()
+            .is_some_and(|i| i.since.elapsed() > IDLE_TIMEOUT)
+        {
+            idle.remove(0);
+        }
+        if idle.len() < MAX_IDLE {
+            idle.push(Idle {
+                link,
+                since: Instant::now(),
+            });
+        }
+    }
+
+    async fn connect(&self) -> Result<Link, OriginError> {
+        let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&self.addr))
+            .await
+            .map_err(|_| OriginError::ConnectTimeout)?
+            .map_err(OriginError::Connect)?;
+        // Requests and answers are written whole: no Nagle delay on either.
+        let _ = tcp.set_nodelay(true);
+        let (send, conn) = http1::Builder::new()
+            .handshake(TokioIo::new(tcp))
+            .await
+            .map_err(OriginError::Http)?;
+        Ok(Link { send, conn })
+    }
+}
+
+/// Polls `conn` while `sent` waits for its answer, on the calling task. `Err` when the
+/// connection ended and left the request unanswered.
+async fn drive<F, T>(conn: &mut Conn, sent: F) -> Result<T, OriginError>
+where
+    F: Future<Output = T>,
+{
+    let mut sent = std::pin::pin!(sent);
+    let mut conn_done = false;
+    poll_fn(|cx| {
+        if let Poll::Ready(r) = sent.as_mut().poll(cx) {
+            return Poll::Ready(Ok(r));
+        }
+        if conn_done {
+            return Poll::Ready(Err(OriginError::Closed));
+        }
+        match Pin::new(&mut *conn).poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(ended) => {
+                conn_done = true;
+                // The connection failed or closed: the request learns it now (hyper
+                // answers every request it holds when its connection ends).
+                match sent.as_mut().poll(cx) {
+                    Poll::Ready(r) => Poll::Ready(Ok(r)),
+                    Poll::Pending => Poll::Ready(Err(match ended {
+                        Err(e) => OriginError::Http(e),
+                        Ok(()) => OriginError::Closed,
+                    })),
+                }
+            }
+        }
+    })
+    .await
+}
+
+/// The origin's answer body: reading it drives its connection, which goes back to the
+/// pool once the body has ended.
+struct Driven {
+    body: Incoming,
+    link: Option<Link>,
+    pool: std::sync::Arc<Pool>,
+    ended: bool,
+}
+
+impl Driven {
+    fn poll_conn(&mut self, cx: &mut Context<'_>) {
+        if let Some(link) = &mut self.link {
+            if Pin::new(&mut link.conn).poll(cx).is_ready() {
+                // Ended (closed or failed): the body reports its own end or error.
+                self.link = None;
+            }
+        }
+    }
+
+    fn finished(&mut self) {
+        self.ended = true;
+        if let Some(link) = self.link.take() {
+            self.pool.checkin(link);
+        }
+    }
+}
+
+impl hyper::body::Body for Driven {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        // What the connection already read first; then let it read more, and look again.
+        let mut got = Pin::new(&mut this.body).poll_frame(cx);
+        if got.is_pending() {
+            this.poll_conn(cx);
+            got = Pin::new(&mut this.body).poll_frame(cx);
+        }
+        match &got {
+            Poll::Ready(None) => this.finished(),
+            Poll::Ready(Some(Err(_))) => this.link = None,
+            _ if this.body.is_end_stream() => this.finished(),
+            _ => {}
+        }
+        got
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended || self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for Driven {
+    fn drop(&mut self) {
+        // An empty answer (no body to read, `HEAD`, `204`) is never polled: it ended all
+        // the same. One dropped midway leaves bytes on the connection: it is closed.
+        if !self.ended && self.body.is_end_stream() {
+            self.finished();
+        }
+    }
+}
