@@ -362,6 +362,10 @@ async fn every_metric_of_the_dashboard_is_exported_by_a_running_server() {
             "1",
             "--max-connections-per-client",
             "8",
+            // Gateway mode, in front of an origin that is not there: a proxied request
+            // counts as `unavailable` in the gateway's metrics.
+            "--upstream",
+            "http://127.0.0.1:9",
         ],
         &[],
     );
@@ -447,6 +451,9 @@ async fn every_metric_of_the_dashboard_is_exported_by_a_running_server() {
         )
         .await;
     }
+    // A request for the site behind the gateway (no event gates `/shop`).
+    let shop = reqwest::get(s.url("/shop")).await.unwrap();
+    assert_eq!(shop.status(), StatusCode::BAD_GATEWAY);
     // More connections than one client may hold.
     let addr = s.base.trim_start_matches("http://").to_string();
     let held: Vec<_> = (0..12)
