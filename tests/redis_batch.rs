@@ -372,3 +372,89 @@ async fn a_failed_batch_fails_its_callers_and_the_lane_recovers() {
     let v = store.join("f", &anonymous(), T0 + 10).await.unwrap();
     assert!(store.leave("f", v.key, T0 + 11).await.unwrap());
 }
+
+/// `cargo test --test redis_batch memory_per_place -- --ignored --nocapture` (MEM_N places,
+/// default 100,000; MEM_USER=1 gives each a 17-byte user id): Redis memory per waiting place
+/// on a fresh server (`INFO memory` used_memory before and after), and what each of the
+/// event's keys holds (`MEMORY USAGE … SAMPLES 0`, exact), for docs/PERFORMANCE.md.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, run by hand"]
+async fn memory_per_place() {
+    let n: u64 = std::env::var("MEM_N").map_or(100_000, |v| v.parse().unwrap());
+    let with_user = std::env::var("MEM_USER").is_ok_and(|v| v == "1");
+    let server = RedisServer::start();
+    let port = server.port;
+    let used = || {
+        let info = server.info("memory");
+        let line = info
+            .lines()
+            .find(|l| l.starts_with("used_memory:"))
+            .unwrap();
+        line["used_memory:".len()..].trim().parse::<u64>().unwrap()
+    };
+    let prefix = unique_prefix();
+    let store = node(&server.url(), &prefix);
+    make_event(
+        &store,
+        "mem",
+        serde_json::json!({"max_active": 1, "paused": true, "waiting_idle_sec": 2_592_000}),
+    )
+    .await;
+    let before = used();
+    let workers = 64;
+    let tasks: Vec<_> = (0..workers)
+        .map(|w| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for i in (w..n).step_by(workers as usize) {
+                    let req = if with_user {
+                        user(&format!("user-{i:012}"), true)
+                    } else {
+                        anonymous()
+                    };
+                    store.join("mem", &req, T0).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let after = used();
+    let places = store.get_event("mem", T0).await.unwrap().figures.waiting;
+    assert_eq!(places, n);
+    println!(
+        "{n} waiting places{}: {:.0} bytes each (used_memory {before} -> {after})",
+        if with_user {
+            " with a 17-byte user id"
+        } else {
+            ""
+        },
+        (after - before) as f64 / n as f64
+    );
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let mut keys: Vec<String> = cli(&["--scan", "--pattern", &format!("{prefix}:*")])
+        .lines()
+        .map(str::to_string)
+        .collect();
+    keys.sort();
+    for key in keys {
+        let bytes: u64 = cli(&["MEMORY", "USAGE", &key, "SAMPLES", "0"])
+            .trim()
+            .parse()
+            .unwrap_or(0);
+        let encoding = cli(&["OBJECT", "ENCODING", &key]);
+        println!(
+            "  {key:<40} {bytes:>10} bytes  {:>7.1} per place  {}",
+            bytes as f64 / n as f64,
+            encoding.trim()
+        );
+    }
+}
