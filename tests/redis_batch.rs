@@ -373,6 +373,39 @@ async fn a_failed_batch_fails_its_callers_and_the_lane_recovers() {
     assert!(store.leave("f", v.key, T0 + 11).await.unwrap());
 }
 
+/// Redis out of memory (`maxmemory` reached) refuses the writes of a batch of joins: their
+/// callers get `Unavailable` and nothing is half-written (the next join after the limit is
+/// lifted gets the next seq, the figures agree). Reads still answer, and so does a leave:
+/// Redis lets deletions through, and the meta after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_refused_for_memory_changes_nothing() {
+    let server = RedisServer::start();
+    let store = node(&server.url(), &unique_prefix());
+    make_event(&store, "m", serde_json::json!({"max_active": 1})).await;
+    let first = store.join("m", &anonymous(), T0).await.unwrap();
+    let second = store.join("m", &anonymous(), T0).await.unwrap();
+    support::redis::raw_command(server.port, "CONFIG SET maxmemory 1").unwrap();
+    let reqs: Vec<JoinRequest> = (0..4).map(|_| anonymous()).collect();
+    let joins = join_all(reqs.iter().map(|r| store.join("m", r, T0 + 1))).await;
+    for r in joins {
+        assert!(matches!(r, Err(StoreError::Unavailable(_))), "{r:?}");
+    }
+    let v = store.peek("m", second.key, T0 + 1).await.unwrap();
+    assert_eq!(v.position, Some(1));
+    assert!(store.leave("m", second.key, T0 + 1).await.unwrap());
+    support::redis::raw_command(server.port, "CONFIG SET maxmemory 0").unwrap();
+    let third = store.join("m", &anonymous(), T0 + 2).await.unwrap();
+    assert_eq!(
+        third.key.seq,
+        second.key.seq + 1,
+        "no seq was used by a refused join"
+    );
+    assert_eq!(third.position, Some(1));
+    let f = store.get_event("m", T0 + 2).await.unwrap().figures;
+    assert_eq!((f.joins, f.left, f.waiting, f.admitted), (3, 1, 1, 1));
+    assert!(store.leave("m", first.key, T0 + 3).await.unwrap());
+}
+
 /// `cargo test --test redis_batch memory_per_place -- --ignored --nocapture` (MEM_N places,
 /// default 100,000; MEM_USER=1 gives each a 17-byte user id): Redis memory per waiting place
 /// on a fresh server (`INFO memory` used_memory before and after), and what each of the

@@ -313,8 +313,11 @@ end
 -- ARGV[3..] holds, per operation, its name, its time, its number of arguments and those
 -- arguments. Each runs in the order given, at its own time, by the same functions as when
 -- sent alone, and gets its own answer (an error code for one does not touch the others);
--- the meta is written back once, at the end. A Lua error in one operation (Redis refusing
--- a write) answers that operation only, and the meta still records what the others did.
+-- the meta is written back once, at the end. A Lua error in one operation answers that
+-- operation only, and the meta still records what the others did. Under `maxmemory`,
+-- Redis refuses a script's first write and lets every later one through: so either an
+-- operation wrote and the meta can be written too, or nothing was written and writing the
+-- meta is refused as well; then the whole batch fails as one (nothing changed).
 if OP == 'batch' then
   BATCHED = true
   local out = {}
@@ -338,7 +341,8 @@ if OP == 'batch' then
     i = i + 3 + n
   end
   BATCHED = false
-  flush_meta()
+  local ok, err = pcall(flush_meta)
+  if not ok then return redis.error_reply(type(err) == 'table' and err.err or tostring(err)) end
   return out
 end
 
