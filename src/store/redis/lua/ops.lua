@@ -312,9 +312,7 @@ end
 -- A batch of joins, leaves and enters of this event from one node (batch.rs), as one step:
 -- ARGV[3..] holds, per operation, its name, its time, its number of arguments and those
 -- arguments. Each runs in the order given, at its own time, by the same functions as when
--- sent alone, and gets its own answer (an error code for one does not touch the others),
--- packed as one MessagePack string: Redis turns nested tables into a reply slowly (the
--- answers of a batch of joins took two thirds of its time), one string each it sends fast;
+-- sent alone, and gets its own answer (an error code for one does not touch the others);
 -- the meta is written back once, at the end. A Lua error in one operation answers that
 -- operation only, and the meta still records what the others did. Under `maxmemory`,
 -- Redis refuses a script's first write and lets every later one through: so either an
@@ -339,7 +337,7 @@ if OP == 'batch' then
     if not ok then
       r = {'FAILED', tostring(type(r) == 'table' and r.err or r), FX, ctx()}
     end
-    out[#out + 1] = cmsgpack.pack(r)
+    out[#out + 1] = r
     i = i + 3 + n
   end
   BATCHED = false
