@@ -434,6 +434,7 @@ async fn memory_per_place() {
     )
     .await;
     let before = used();
+    support::redis::raw_command(port, "CONFIG RESETSTAT").unwrap();
     let workers = 64;
     let tasks: Vec<_> = (0..workers)
         .map(|w| {
@@ -454,6 +455,24 @@ async fn memory_per_place() {
         t.await.unwrap();
     }
     let after = used();
+    // The Redis side of the joins: script calls and the time Redis spent in them.
+    let stats = server.info("commandstats");
+    let evalsha = stats
+        .lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .unwrap_or_default()
+        .to_string();
+    let field = |name: &str| {
+        let at = evalsha.find(name).map(|i| i + name.len());
+        at.and_then(|i| evalsha[i..].split(',').next()?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    println!(
+        "{n} joins in {} script calls ({:.1} joins per call), {:.1} us of Redis time per join",
+        field("calls="),
+        n as f64 / field("calls="),
+        field("usec=") / n as f64
+    );
     let places = store.get_event("mem", T0).await.unwrap().figures.waiting;
     assert_eq!(places, n);
     println!(

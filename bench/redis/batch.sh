@@ -5,7 +5,9 @@
 #   2. for each binary (BASE_BIN, if given, then BIN): one fresh node on that Redis, the
 #      closed-loop join scenario of waitroom-bench (CONNS connections, DUR seconds): join/s
 #      and p99; from INFO commandstats deltas, Redis commands, script calls and Redis time
-#      per join; the CPU of Redis and of the node.
+#      per join; the CPU of Redis and of the node; then the same joins in open loop at RATE
+#      per second (below both binaries' maxima), whose p99 compares the latency of the two
+#      at the same load (a closed loop's p99 is taken at different rates).
 # Memory per waiting place is measured apart (the layout does not depend on batching):
 #   cargo test --test redis_batch memory_per_place -- --ignored --nocapture
 #
@@ -23,6 +25,7 @@ BASE_BIN=${BASE_BIN:-}
 DUR=${DUR:-10}          # seconds of each measured join phase
 CONNS=${CONNS:-64}      # HTTP connections
 RB_N=${RB_N:-300000}    # redis-benchmark requests per yardstick phase
+RATE=${RATE:-3000}      # joins/s of the open-loop latency phase
 ADMIN=bench-admin
 
 WORK=$(mktemp -d /tmp/waitroom-batch-bench.XXXXXX)
@@ -97,12 +100,16 @@ measure() {
     rcpu=$(( ($(ticks "$REDIS_PID") - r0) * 100 * 1000000000 / CLK / (t1 - t0) ))
     ncpu=$(( ($(ticks "$NODE_PID") - n0) * 100 * 1000000000 / CLK / (t1 - t0) ))
     R info commandstats | tr -d '\r' | grep '^cmdstat_' >"$WORK/$label.stats"
+    "$BENCH" run --url "$url" --admin-token "$ADMIN" --scenario join --connections "$CONNS" \
+        --duration "$DUR" --warmup 1 --rate "$RATE" >"$WORK/$label.rate" 2>&1
     kill "$NODE_PID"
     wait "$NODE_PID" 2>/dev/null || true
     NODE_PID=""
     local row
     row=$(grep '^| join' "$WORK/$label.bench" | tail -1)
     echo "  $label: $(echo "$row" | awk -F'|' '{gsub(/ /, "", $4); gsub(/ /, "", $8); printf "%s join/s, p99 %s ms", $4, $8}')  (Redis CPU ${rcpu}%, node CPU ${ncpu}%)"
+    row=$(grep '^| join' "$WORK/$label.rate" | tail -1)
+    echo "    open loop at $RATE joins/s: $(echo "$row" | awk -F'|' '{for (i = 5; i <= 13; i++) gsub(/ /, "", $i); printf "%s join/s, p50 %s ms, p99 %s ms (service p99 %s ms, send lag p99 %s ms), errors %s", $5, $6, $8, $11, $12, $13}')"
     local joins=$((j1 - j0))
     awk -F'[:=,]' -v n="$joins" '
         { sub("cmdstat_", "", $1); total += $3; calls[$1] = $3; usec[$1] = $5 }
