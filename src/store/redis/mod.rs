@@ -9,6 +9,8 @@
 //!   script alone, so each operation observes and changes one event as a single step,
 //!   whichever node sends it; a join, status or heartbeat is one round trip.
 //!   Time comes from the caller (`now`), never from Redis, as the [`Store`] contract asks.
+//!   Joins, leaves and enters of an event go to Redis in batches, one script call for all
+//!   that queued while the event's previous call was in flight (`batch.rs`).
 //! - **One slot per event.** Every key of an event carries the hash tag `{event}`
 //!   (`wr:{concert-a}:q`, …), so on a Cluster each script touches one slot and events spread
 //!   over the shards. Only the list of event ids (`wr:events`) lives elsewhere; it is written
