@@ -406,6 +406,75 @@ async fn a_batch_refused_for_memory_changes_nothing() {
     assert!(store.leave("m", first.key, T0 + 3).await.unwrap());
 }
 
+/// With `wait_replicas`, a batch is answered after one `WAIT` (not one per operation), and
+/// what it acknowledged is on the replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_wait_per_batch_and_acknowledged_joins_are_on_the_replica() {
+    let master = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap().keep();
+    let master_port = master.port.to_string();
+    let replica = RedisServer::start_with(
+        support::redis::free_port(false),
+        &dir,
+        &[
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--replicaof",
+            "127.0.0.1",
+            &master_port,
+        ],
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !replica
+        .info("replication")
+        .contains("master_link_status:up")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replica never synced"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let prefix = unique_prefix();
+    let store: Arc<dyn Store> = Arc::new(
+        RedisStore::new(
+            &master.url(),
+            RedisOptions {
+                wait_replicas: 1,
+                ..options(&prefix)
+            },
+        )
+        .unwrap(),
+    );
+    make_event(&store, "w", serde_json::json!({"max_active": 1})).await;
+    support::redis::raw_command(master.port, "CONFIG RESETSTAT").unwrap();
+    let reqs: Vec<JoinRequest> = (0..48).map(|_| anonymous()).collect();
+    let views: Vec<_> = join_all(reqs.iter().map(|r| store.join("w", r, T0)))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let stats = master.info("commandstats");
+    let calls = |cmd: &str| {
+        let k = format!("cmdstat_{cmd}:calls=");
+        stats.find(&k).map_or(0, |i| {
+            let rest = &stats[i + k.len()..];
+            rest[..rest.find(',').unwrap()].parse::<u64>().unwrap()
+        })
+    };
+    let scripts = script_calls(&master);
+    assert!(scripts < 48, "{scripts} script calls for 48 joins");
+    assert_eq!(calls("wait"), scripts, "one WAIT per script call");
+    // Acknowledged means replicated: the replica holds every place.
+    let held =
+        support::redis::raw_command(replica.port, &format!("ZCARD {prefix}:{{w}}:q")).unwrap();
+    assert_eq!(held.trim(), ":47", "47 waiting places on the replica");
+    let seqs: HashSet<u64> = views.iter().map(|v| v.key.seq).collect();
+    assert_eq!(seqs.len(), 48);
+}
+
 /// `cargo test --test redis_batch memory_per_place -- --ignored --nocapture` (MEM_N places,
 /// default 100,000; MEM_USER=1 gives each a 17-byte user id): Redis memory per waiting place
 /// on a fresh server (`INFO memory` used_memory before and after), and what each of the
