@@ -9,6 +9,8 @@
 //!   script alone, so each operation observes and changes one event as a single step,
 //!   whichever node sends it; a join, status or heartbeat is one round trip.
 //!   Time comes from the caller (`now`), never from Redis, as the [`Store`] contract asks.
+//!   Joins, leaves and enters of an event go to Redis in batches, one script call for all
+//!   that queued while the event's previous call was in flight (`batch.rs`).
 //! - **One slot per event.** Every key of an event carries the hash tag `{event}`
 //!   (`wr:{concert-a}:q`, …), so on a Cluster each script touches one slot and events spread
 //!   over the shards. Only the list of event ids (`wr:events`) lives elsewhere; it is written
@@ -41,6 +43,7 @@
 //! MAC derived from it, so a token made on one node is only accepted by another with the
 //! same key.
 
+mod batch;
 mod conn;
 mod decode;
 mod relay;
@@ -148,6 +151,8 @@ struct Inner {
     /// Notices for the other nodes, to the relay's publisher; taken at `close`.
     outbox: Mutex<Option<mpsc::Sender<Vec<Notice>>>>,
     leases: Mutex<HashMap<String, Lease>>,
+    /// Joins, leaves and enters waiting to go to Redis together (`batch.rs`).
+    lanes: batch::Lanes,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -184,6 +189,7 @@ impl RedisStore {
                 notices: broadcast::channel(NOTICE_BUFFER).0,
                 outbox: Mutex::new(None),
                 leases: Mutex::new(HashMap::new()),
+                lanes: batch::Lanes::default(),
                 tasks: Mutex::new(Vec::new()),
             }),
         })
@@ -679,26 +685,7 @@ impl Store for RedisStore {
     }
 
     async fn join(&self, event_id: &str, req: &JoinRequest, now: Millis) -> StoreResult<PlaceView> {
-        let nonce = req.nonce.to_be_bytes();
-        let user = req.user_id.as_deref().unwrap_or("");
-        let meta = req.metadata.as_deref().unwrap_or("");
-        let flag = |b: bool| if b { &b"1"[..] } else { &b"0"[..] };
-        let invite = req.invite.as_deref().unwrap_or("");
-        let args: [&[u8]; 8] = [
-            &nonce,
-            flag(req.user_id.is_some()),
-            user.as_bytes(),
-            flag(req.metadata.is_some()),
-            meta.as_bytes(),
-            flag(req.proven),
-            flag(req.invite.is_some()),
-            invite.as_bytes(),
-        ];
-        let r = self
-            .inner
-            .op(event_id, "join", now, &args, Some(req))
-            .await?;
-        self.inner.view(&r, now)
+        self.inner.join_batched(event_id, req, now).await
     }
 
     async fn add_invites(&self, event_id: &str, codes: &[String], now: Millis) -> StoreResult<u64> {
@@ -723,11 +710,18 @@ impl Store for RedisStore {
     }
 
     async fn enter(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {
-        self.inner.view_op(event_id, "enter", key, now).await
+        let r = self
+            .inner
+            .place_batched(event_id, "enter", key, now)
+            .await?;
+        self.inner.view(&r, now)
     }
 
     async fn leave(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<bool> {
-        let r = self.inner.place_op(event_id, "leave", key, now).await?;
+        let r = self
+            .inner
+            .place_batched(event_id, "leave", key, now)
+            .await?;
         Ok(uint(&r.payload)? == 1)
     }
 

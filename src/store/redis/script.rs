@@ -78,6 +78,9 @@ const NEVER: Millis = 1 << 53;
 
 /// The answer codes of the script that are not queue errors.
 pub(super) const OK: &[u8] = b"OK";
+/// `batch`: Redis refused one operation of a batch (a Lua error, such as a write refused
+/// under `maxmemory`); the payload says why. Only that operation failed.
+pub(super) const FAILED: &[u8] = b"FAILED";
 /// `put`: the settings changed since they were read; read and apply the patch again.
 pub(super) const CONFLICT: &[u8] = b"CONFLICT";
 /// `tick`: another node holds the event's periodic-work lease.
@@ -167,7 +170,8 @@ mod tests {
             );
         }
         for code in &codes {
-            let internal = [OK, CONFLICT, LEASED, SCHEDULE_LOCKED].contains(&code.as_bytes());
+            let internal =
+                [OK, CONFLICT, LEASED, SCHEDULE_LOCKED, FAILED].contains(&code.as_bytes());
             assert!(
                 internal || QueueError::from_code(code).is_some(),
                 "the Lua scripts can answer {code:?}, which the Rust side does not know"

@@ -106,7 +106,9 @@ if OP == 'invite' then
   return finish('OK', added)
 end
 
-if OP == 'join' then
+-- A join (EventQueue::join). A function, so that a batch can run it several times;
+-- its parameter shadows the script's ARGV with the join's own arguments.
+local function op_join(ARGV)
   -- ARGV: nonce (16 bytes), has user (0/1), user id, has metadata (0/1), metadata, proven
   -- (0/1), has invite (0/1), invite code.
   advance()
@@ -172,6 +174,8 @@ if OP == 'join' then
   admit()
   return finish('OK', view(seq))
 end
+
+if OP == 'join' then return op_join(ARGV) end
 
 if OP == 'tick' then
   -- ARGV: the lease value this node believes it holds ('' if none), this node's id, lease
@@ -246,58 +250,100 @@ if OP == 'release' then
   return {'OK', false, FX, ctx()}
 end
 
--- Operations on one place: ARGV[3] is its seq, ARGV[4] its nonce.
-local seq, nonce = ARGV[3], ARGV[4]
-advance()
-local p, err = lookup(seq, nonce)
+-- Operations on one place: ARGV[3] is its seq, ARGV[4] its nonce. A function, like
+-- op_join, so that a batch can run it; its parameters shadow the script's OP and ARGV.
+local function op_place(OP, ARGV)
+  local seq, nonce = ARGV[3], ARGV[4]
+  advance()
+  local p, err = lookup(seq, nonce)
 
-if OP == 'leave' then
-  if not p then return finish('OK', 0) end
-  end_place(seq, p, FX_LEFT, NOW)
-  admit()
-  return finish('OK', 1)
-end
-
-if OP == 'status' or OP == 'heartbeat' or OP == 'peek' or OP == 'enter' then
-  if not p then return finish(err) end
-  if OP == 'status' or OP == 'heartbeat' then renew(seq, p) end
-  if OP == 'heartbeat' then return finish('OK', 1) end
-  if OP == 'enter' then
-    if p.state == 'w' then return finish('NOT_READY') end
-    if p.state == 'a' then
-      p.state = 's'
-      p.ent = NOW
-      redis.call('HSET', K_PLACES, seq, encode(p))
-      redis.call('ZREM', K_ADM, seq)
-      redis.call('ZADD', K_ASEEN, fmt(NOW), seq)
-      redis.call('ZADD', K_AENT, fmt(NOW), seq)
-      lower_nd(NOW + math.min(M.sidle, M.smax))
-      N_AD = N_AD - 1
-      N_AC = N_AC + 1
-      fx(FX_ENTERED, seq, NOW)
-    end
+  if OP == 'leave' then
+    if not p then return finish('OK', 0) end
+    end_place(seq, p, FX_LEFT, NOW)
+    admit()
+    return finish('OK', 1)
   end
-  return finish('OK', view(seq, p))
+
+  if OP == 'status' or OP == 'heartbeat' or OP == 'peek' or OP == 'enter' then
+    if not p then return finish(err) end
+    if OP == 'status' or OP == 'heartbeat' then renew(seq, p) end
+    if OP == 'heartbeat' then return finish('OK', 1) end
+    if OP == 'enter' then
+      if p.state == 'w' then return finish('NOT_READY') end
+      if p.state == 'a' then
+        p.state = 's'
+        p.ent = NOW
+        redis.call('HSET', K_PLACES, seq, encode(p))
+        redis.call('ZREM', K_ADM, seq)
+        redis.call('ZADD', K_ASEEN, fmt(NOW), seq)
+        redis.call('ZADD', K_AENT, fmt(NOW), seq)
+        lower_nd(NOW + math.min(M.sidle, M.smax))
+        N_AD = N_AD - 1
+        N_AC = N_AC + 1
+        fx(FX_ENTERED, seq, NOW)
+      end
+    end
+    return finish('OK', view(seq, p))
+  end
+
+  -- Session operations: only an active place has a session.
+  if not p or p.state ~= 's' then return finish('NO_SESSION') end
+  if OP == 'session_heartbeat' then
+    renew(seq, p)
+    return finish('OK', view(seq, p))
+  elseif OP == 'session' then
+    return finish('OK', view(seq, p))
+  elseif OP == 'complete' then
+    -- A hold that lapsed is not sold.
+    expire_holds()
+    end_place(seq, p, FX_COMPLETED, NOW)
+    admit()
+    return finish('OK', 1)
+  elseif OP == 'hold' then
+    return hold(seq)
+  elseif OP == 'unhold' then
+    return release(seq)
+  elseif OP == 'extend' then
+    return extend(seq, p)
+  end
+  return redis.error_reply('unknown operation ' .. tostring(OP))
 end
 
--- Session operations: only an active place has a session.
-if not p or p.state ~= 's' then return finish('NO_SESSION') end
-if OP == 'session_heartbeat' then
-  renew(seq, p)
-  return finish('OK', view(seq, p))
-elseif OP == 'session' then
-  return finish('OK', view(seq, p))
-elseif OP == 'complete' then
-  -- A hold that lapsed is not sold.
-  expire_holds()
-  end_place(seq, p, FX_COMPLETED, NOW)
-  admit()
-  return finish('OK', 1)
-elseif OP == 'hold' then
-  return hold(seq)
-elseif OP == 'unhold' then
-  return release(seq)
-elseif OP == 'extend' then
-  return extend(seq, p)
+-- A batch of joins, leaves and enters of this event from one node (batch.rs), as one step:
+-- ARGV[3..] holds, per operation, its name, its time, its number of arguments and those
+-- arguments. Each runs in the order given, at its own time, by the same functions as when
+-- sent alone, and gets its own answer (an error code for one does not touch the others);
+-- the meta is written back once, at the end. A Lua error in one operation answers that
+-- operation only, and the meta still records what the others did. Under `maxmemory`,
+-- Redis refuses a script's first write and lets every later one through: so either an
+-- operation wrote and the meta can be written too, or nothing was written and writing the
+-- meta is refused as well; then the whole batch fails as one (nothing changed).
+if OP == 'batch' then
+  BATCHED = true
+  local out = {}
+  local i = 3
+  while i <= #ARGV do
+    local name, n = ARGV[i], tonumber(ARGV[i + 2])
+    local a = {name, ARGV[i + 1]}
+    for j = 1, n do a[2 + j] = ARGV[i + 2 + j] end
+    NOW = tonumber(a[2])
+    FX = {}
+    local ok, r
+    if name == 'join' then
+      ok, r = pcall(op_join, a)
+    else
+      ok, r = pcall(op_place, name, a)
+    end
+    if not ok then
+      r = {'FAILED', tostring(type(r) == 'table' and r.err or r), FX, ctx()}
+    end
+    out[#out + 1] = r
+    i = i + 3 + n
+  end
+  BATCHED = false
+  local ok, err = pcall(flush_meta)
+  if not ok then return redis.error_reply(type(err) == 'table' and err.err or tostring(err)) end
+  return out
 end
-return redis.error_reply('unknown operation ' .. tostring(OP))
+
+return op_place(OP, ARGV)

@@ -138,9 +138,12 @@ local function ctx()
     M.paused, hold_total(), M.hends, N_AD + N_AC}
 end
 
+-- Inside a batch (ops.lua), the meta is written back once, after the batch's last operation.
+local BATCHED = false
+
 -- The one way out: writes the meta back and answers {code, payload, effects, context}.
 local function finish(code, payload)
-  flush_meta()
+  if not BATCHED then flush_meta() end
   if payload == nil then payload = false end
   return {code, payload, FX, ctx()}
 end

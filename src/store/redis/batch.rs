@@ -1,0 +1,251 @@
+//! Group commit of joins, leaves and enters: a node sends each event's waiting operations to
+//! Redis together, in one script call (the `batch` operation of `lua/ops.lua`), rather than
+//! one call each.
+//!
+//! Why: one script call costs Redis far more (parsing, the call itself, loading and writing
+//! back the event's numbers) than the few commands a join adds, so a busy event spent most of
+//! its shard's time on overhead. A batch pays that overhead once for many operations.
+//!
+//! How (the "natural batching" of the embedded journal's group commit): each event has a lane,
+//! a queue of waiting operations, and at most one call in flight. An operation that finds its
+//! lane idle starts a drain task at once, so an idle node adds no delay; operations that
+//! arrive while a call is in flight wait for it and then go together in the next one (up to
+//! [`MAX_BATCH`]). A lane is one event, so one hash slot: batches work unchanged on a Cluster.
+//!
+//! What stays the same: the script runs the operations of a batch one after the other in
+//! arrival order, each at its own time and by the same Lua functions as when sent alone, so
+//! the answers are those of the same operations sent one by one in that order. Each caller
+//! gets its own answer, its own error included. A batch that fails (Redis unreachable, a
+//! timeout, too few replicas for `WAIT`) fails its own callers only, as `Unavailable`. With
+//! `wait_replicas`, one `WAIT` covers the whole batch. An operation whose caller gave up
+//! (timed out or went away) before its batch left is never sent.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use redis::Value;
+use tokio::sync::oneshot;
+
+use super::decode::{self, array, bytes, text, unexpected, Reply};
+use super::script::{FAILED, OK, SCRIPT};
+use super::Inner;
+use crate::core::{Millis, PlaceKey, PlaceView};
+use crate::store::{JoinRequest, StoreError, StoreResult};
+
+/// The most operations one script call carries. Redis runs nothing else while a script runs;
+/// this bounds that pause (a join takes a few microseconds of script time) while still
+/// amortising the call over many operations.
+pub(super) const MAX_BATCH: usize = 256;
+
+/// An operation waiting in its event's lane.
+struct Pending {
+    op: &'static str,
+    now: Millis,
+    args: Vec<Vec<u8>>,
+    /// Where its own answer (the script's reply for this operation) goes.
+    tx: oneshot::Sender<StoreResult<Value>>,
+}
+
+/// The lanes of this node: per event, the operations waiting for the next call. An event
+/// has an entry exactly while a drain task runs for it.
+#[derive(Default)]
+pub(super) struct Lanes(Mutex<HashMap<String, VecDeque<Pending>>>);
+
+/// Removes a lane whose drain task ends early (a panic): its waiting callers are answered
+/// `Unavailable` (their senders drop) instead of waiting on a lane nobody drains.
+struct LaneGuard<'a> {
+    inner: &'a Inner,
+    event_id: &'a str,
+    done: bool,
+}
+
+impl Drop for LaneGuard<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.inner.lanes.0.lock().remove(self.event_id);
+        }
+    }
+}
+
+/// The script arguments of a join (after the operation's name and time).
+fn join_args(req: &JoinRequest) -> Vec<Vec<u8>> {
+    let flag = |b: bool| vec![if b { b'1' } else { b'0' }];
+    let text = |s: &Option<String>| s.as_deref().unwrap_or("").as_bytes().to_vec();
+    vec![
+        req.nonce.to_be_bytes().to_vec(),
+        flag(req.user_id.is_some()),
+        text(&req.user_id),
+        flag(req.metadata.is_some()),
+        text(&req.metadata),
+        flag(req.proven),
+        flag(req.invite.is_some()),
+        text(&req.invite),
+    ]
+}
+
+impl Inner {
+    /// A join, through the event's lane.
+    pub(super) async fn join_batched(
+        self: &Arc<Self>,
+        event_id: &str,
+        req: &JoinRequest,
+        now: Millis,
+    ) -> StoreResult<PlaceView> {
+        let r = self
+            .batched(event_id, "join", now, join_args(req), Some(req))
+            .await?;
+        self.view(&r, now)
+    }
+
+    /// `leave` or `enter` (an operation on one place), through the event's lane.
+    pub(super) async fn place_batched(
+        self: &Arc<Self>,
+        event_id: &str,
+        op: &'static str,
+        key: PlaceKey,
+        now: Millis,
+    ) -> StoreResult<Reply> {
+        let args = vec![
+            key.seq.to_string().into_bytes(),
+            key.nonce.to_be_bytes().to_vec(),
+        ];
+        self.batched(event_id, op, now, args, None).await
+    }
+
+    /// Queues `op` in the event's lane (starting its drain task if the lane was idle), waits
+    /// for its own answer, and reads it like [`Inner::op`] does.
+    async fn batched(
+        self: &Arc<Self>,
+        event_id: &str,
+        op: &'static str,
+        now: Millis,
+        args: Vec<Vec<u8>>,
+        join: Option<&JoinRequest>,
+    ) -> StoreResult<Reply> {
+        let (tx, rx) = oneshot::channel();
+        let pending = Pending { op, now, args, tx };
+        let idle = {
+            let mut lanes = self.lanes.0.lock();
+            match lanes.get_mut(event_id) {
+                Some(lane) => {
+                    lane.push_back(pending);
+                    false
+                }
+                None => {
+                    lanes.insert(event_id.to_string(), VecDeque::from([pending]));
+                    true
+                }
+            }
+        };
+        if idle {
+            let inner = self.clone();
+            let event_id = event_id.to_string();
+            tokio::spawn(async move { inner.drain(&event_id).await });
+        }
+        // Within the operation timeout like any call, waiting for a batch in flight included:
+        // an operation still queued when its caller gives up is dropped unsent.
+        let value = match tokio::time::timeout(self.options.op_timeout, rx).await {
+            Ok(Ok(answer)) => answer?,
+            Ok(Err(_)) => {
+                return Err(StoreError::Unavailable(
+                    "redis: the batch carrying this operation was abandoned".into(),
+                ))
+            }
+            Err(_) => {
+                return Err(StoreError::Unavailable(format!(
+                    "redis did not answer within {} ms",
+                    self.options.op_timeout.as_millis()
+                )))
+            }
+        };
+        let (reply, fx) = decode::reply(&value, join, now)?;
+        self.announce(event_id, &fx);
+        match &reply.code[..] {
+            OK => Ok(reply),
+            FAILED => Err(StoreError::Unavailable(format!(
+                "redis refused the operation: {}",
+                text(&reply.payload)?.unwrap_or_default()
+            ))),
+            code => Err(unexpected(code)),
+        }
+    }
+
+    /// Sends the lane's waiting operations, a batch at a time, until none is left; then
+    /// removes the lane (under the same lock, so a newcomer either joins a batch of this task
+    /// or finds no lane and starts a new task).
+    async fn drain(&self, event_id: &str) {
+        let mut guard = LaneGuard {
+            inner: self,
+            event_id,
+            done: false,
+        };
+        loop {
+            let batch: Vec<Pending> = {
+                let mut lanes = self.lanes.0.lock();
+                let Some(lane) = lanes.get_mut(event_id) else {
+                    break;
+                };
+                lane.retain(|p| !p.tx.is_closed());
+                if lane.is_empty() {
+                    lanes.remove(event_id);
+                    break;
+                }
+                let n = lane.len().min(MAX_BATCH);
+                lane.drain(..n).collect()
+            };
+            match self.run_batch(event_id, &batch).await {
+                Ok(answers) => {
+                    for (p, a) in batch.into_iter().zip(answers) {
+                        let _ = p.tx.send(Ok(a));
+                    }
+                }
+                Err(e) => {
+                    let msg = match e {
+                        StoreError::Unavailable(m) => m,
+                        other => other.to_string(),
+                    };
+                    for p in batch {
+                        let _ = p.tx.send(Err(StoreError::Unavailable(msg.clone())));
+                    }
+                }
+            }
+        }
+        guard.done = true;
+    }
+
+    /// One script call for the batch (and one `WAIT` with `wait_replicas`): the answer of
+    /// each operation, in order.
+    async fn run_batch(&self, event_id: &str, batch: &[Pending]) -> StoreResult<Vec<Value>> {
+        let keys = self.keys(event_id);
+        let mut conn = self.connection().await?;
+        let value = self
+            .bounded(async {
+                let mut inv = SCRIPT.prepare_invoke();
+                for k in &keys {
+                    inv.key(k);
+                }
+                inv.arg("batch").arg(batch[0].now);
+                for p in batch {
+                    inv.arg(p.op).arg(p.now).arg(p.args.len());
+                    for a in &p.args {
+                        inv.arg(&a[..]);
+                    }
+                }
+                inv.invoke_async::<Value>(&mut conn).await
+            })
+            .await?;
+        self.wait_for_replicas(&mut conn).await?;
+        let items = array(&value)?;
+        // An answer for the whole batch (the event does not exist): every operation's own.
+        if let Some(first) = items.first() {
+            if bytes(first).is_ok() {
+                return Ok(vec![value.clone(); batch.len()]);
+            }
+        }
+        if items.len() != batch.len() {
+            return Err(decode::Malformed("one answer per operation of a batch").into());
+        }
+        Ok(items.to_vec())
+    }
+}

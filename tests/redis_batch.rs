@@ -1,0 +1,581 @@
+//! The Redis store's group commit (`src/store/redis/batch.rs`) against real servers: many
+//! tasks on two nodes joining, leaving and entering at once, checked against what their
+//! acknowledgements imply; one bad operation in a batch beside good ones; a batch that fails.
+//!
+//! The conformance suite, the model test and the differential test (`store_redis.rs`) run
+//! every operation through the same batches too, mostly one at a time; these tests make the
+//! batches large and crowded.
+
+mod support;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use support::redis::{shared_cluster, unique_prefix, RedisServer};
+use waitroom::core::{EventPatch, Millis, PlaceKey, PlaceState, QueueError};
+use waitroom::store::redis::{RedisOptions, RedisStore};
+use waitroom::store::{JoinRequest, Store, StoreError};
+use waitroom::tokens::random_u128;
+
+const T0: Millis = 1_700_000_000_000;
+
+fn options(prefix: &str) -> RedisOptions {
+    RedisOptions {
+        key_prefix: prefix.to_string(),
+        ..RedisOptions::default()
+    }
+}
+
+fn node(url: &str, prefix: &str) -> Arc<dyn Store> {
+    Arc::new(RedisStore::new(url, options(prefix)).unwrap())
+}
+
+async fn make_event(store: &Arc<dyn Store>, id: &str, json: serde_json::Value) {
+    let patch: EventPatch = serde_json::from_value(json).unwrap();
+    store.put_event(id, &patch, T0).await.unwrap();
+}
+
+fn anonymous() -> JoinRequest {
+    JoinRequest {
+        nonce: random_u128(),
+        ..JoinRequest::default()
+    }
+}
+
+fn user(id: &str, proven: bool) -> JoinRequest {
+    JoinRequest {
+        user_id: Some(id.into()),
+        proven,
+        ..anonymous()
+    }
+}
+
+fn queue_error<T: std::fmt::Debug>(r: Result<T, StoreError>) -> QueueError {
+    match r {
+        Err(StoreError::Queue(q)) => q,
+        other => panic!("expected a queue error, got {other:?}"),
+    }
+}
+
+/// How many script calls the server ran since its statistics were reset.
+fn script_calls(server: &RedisServer) -> u64 {
+    let info = server.info("commandstats");
+    ["cmdstat_evalsha:calls=", "cmdstat_eval:calls="]
+        .iter()
+        .filter_map(|k| {
+            let rest = &info[info.find(k)? + k.len()..];
+            rest[..rest.find(',')?].parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// A join as one task saw it: tickets of a clock shared by every task, taken just before the
+/// call and just after its answer, so "acknowledged before the other was sent" is exact.
+struct Joined {
+    node: usize,
+    key: PlaceKey,
+    sent: u64,
+    acked: u64,
+}
+
+/// Many tasks on two nodes race joins, leaves and enters of one event through batches; the
+/// outcome must be what their acknowledgements imply: every acknowledged join holds exactly
+/// one place of its own, every acknowledged leave removed its place and nothing else, the
+/// waiting places stand at positions 1..=n in join order, admission went strictly by that
+/// order, and a join acknowledged before another was sent stands ahead of it.
+///
+/// With `server` (a server of this test's own), also checks from its statistics that the
+/// operations went in fewer script calls than there were operations.
+async fn racing_operations_match_their_acknowledgements(url: String, server: Option<&RedisServer>) {
+    let prefix = unique_prefix();
+    let nodes = [node(&url, &prefix), node(&url, &prefix)];
+    make_event(&nodes[0], "race", serde_json::json!({"max_active": 20})).await;
+    let clock = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..48)
+        .map(|t| {
+            let nodes = nodes.clone();
+            let clock = clock.clone();
+            tokio::spawn(async move {
+                let n = t % 2;
+                let store = &nodes[n];
+                let (mut joins, mut left, mut entered) = (Vec::new(), Vec::new(), Vec::new());
+                for i in 0..25usize {
+                    let sent = clock.fetch_add(1, Ordering::SeqCst);
+                    let v = store.join("race", &anonymous(), T0).await.unwrap();
+                    let acked = clock.fetch_add(1, Ordering::SeqCst);
+                    assert!(
+                        v.position.is_none_or(|p| p >= 1 && p <= v.queue_length),
+                        "position within the queue"
+                    );
+                    joins.push(Joined {
+                        node: n,
+                        key: v.key,
+                        sent,
+                        acked,
+                    });
+                    // Every third place leaves at once; admitted places enter.
+                    if (t + i) % 3 == 0 {
+                        assert!(store.leave("race", v.key, T0).await.unwrap());
+                        left.push(v.key);
+                    } else if v.status == PlaceState::Admitted {
+                        let e = store.enter("race", v.key, T0).await.unwrap();
+                        assert_eq!(e.status, PlaceState::Active);
+                        entered.push(v.key);
+                    }
+                }
+                (joins, left, entered)
+            })
+        })
+        .collect();
+    let (mut joins, mut left, mut entered) = (Vec::new(), HashSet::new(), HashSet::new());
+    for t in tasks {
+        let (j, l, e) = t.await.unwrap();
+        joins.extend(j);
+        left.extend(l);
+        entered.extend(e);
+    }
+    if let Some(server) = server {
+        let ops = (joins.len() + left.len() + entered.len()) as u64;
+        let calls = script_calls(server) - 1; // the event's creation
+        assert!(
+            calls < ops,
+            "{calls} script calls for {ops} operations: nothing was batched"
+        );
+    }
+    // No place given twice.
+    let seqs: HashSet<u64> = joins.iter().map(|j| j.key.seq).collect();
+    assert_eq!(seqs.len(), joins.len(), "every join has a place of its own");
+
+    // Every place is where its acknowledgements put it; none is lost.
+    for j in &joins {
+        let r = nodes[1 - j.node].peek("race", j.key, T0).await;
+        if left.contains(&j.key) {
+            assert_eq!(
+                queue_error(r),
+                QueueError::TokenNotFound,
+                "a left place is gone"
+            );
+            continue;
+        }
+        let v = r.expect("an acknowledged place is there");
+        if entered.contains(&j.key) {
+            assert_eq!(v.status, PlaceState::Active);
+        }
+    }
+    let f = nodes[0].get_event("race", T0).await.unwrap().figures;
+    assert_eq!(f.joins, joins.len() as u64);
+    assert_eq!(f.left, left.len() as u64);
+    let live = joins.len() - left.len();
+    assert_eq!((f.waiting + f.admitted + f.active) as usize, live);
+    assert_eq!((f.admitted + f.active) as usize, live.min(20));
+
+    // Positions exact, in join order: re-read each waiting place's position.
+    let mut waiting: Vec<&Joined> = joins.iter().filter(|j| !left.contains(&j.key)).collect();
+    waiting.sort_by_key(|j| j.key.seq);
+    let mut positions = Vec::new();
+    let mut held = Vec::new();
+    for j in &waiting {
+        let v = nodes[j.node].peek("race", j.key, T0).await.unwrap();
+        match v.status {
+            PlaceState::Waiting => positions.push((j.key.seq, v.position.unwrap())),
+            _ => held.push(j.key.seq),
+        }
+    }
+    let expected: Vec<u64> = (1..=positions.len() as u64).collect();
+    assert_eq!(
+        positions.iter().map(|p| p.1).collect::<Vec<_>>(),
+        expected,
+        "waiting places stand at 1..=n in join order"
+    );
+    assert_eq!(positions.len() as u64, f.waiting);
+    // Admission follows join order: every admitted or active place joined before every
+    // waiting one.
+    if let (Some(h), Some(w)) = (held.iter().max(), positions.first()) {
+        assert!(
+            *h < w.0,
+            "place {h} was admitted ahead of the waiting {}",
+            w.0
+        );
+    }
+
+    // First acknowledged, first in line: on one node, and across nodes.
+    let mut by_ack: Vec<&Joined> = joins.iter().collect();
+    by_ack.sort_by_key(|j| j.acked);
+    let mut by_sent: Vec<&Joined> = joins.iter().collect();
+    by_sent.sort_by_key(|j| j.sent);
+    // For every join y: every join acknowledged before y was sent has a smaller seq. Walk
+    // the joins by their sending ticket, keeping the largest seq acknowledged so far.
+    let (mut a, mut highest) = (0, 0u64);
+    for y in by_sent {
+        while a < by_ack.len() && by_ack[a].acked < y.sent {
+            highest = highest.max(by_ack[a].key.seq);
+            a += 1;
+        }
+        assert!(
+            a == 0 || highest < y.key.seq,
+            "a join acknowledged before place {} was sent stands behind it",
+            y.key.seq
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_operations_match_their_acknowledgements_standalone() {
+    // A server of its own, so its statistics count this test's calls only.
+    let server = RedisServer::start();
+    support::redis::raw_command(server.port, "CONFIG RESETSTAT").unwrap();
+    racing_operations_match_their_acknowledgements(server.url(), Some(&server)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_operations_match_their_acknowledgements_on_a_cluster() {
+    racing_operations_match_their_acknowledgements(shared_cluster().url(), None).await;
+}
+
+/// Operations queued behind a call in flight go together in the next call; a refused one
+/// (ALREADY_JOINED, QUEUE_FULL, TOKEN_NOT_FOUND) answers its own caller and changes nothing
+/// for its neighbours, which see each other's changes in arrival order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_bad_operation_does_not_fail_its_neighbours() {
+    let server = RedisServer::start();
+    let store = node(&server.url(), &unique_prefix());
+    make_event(
+        &store,
+        "b",
+        serde_json::json!({"max_active": 1, "max_queue_length": 3}),
+    )
+    .await;
+    let first = store.join("b", &user("u1", true), T0).await.unwrap();
+    assert_eq!(first.status, PlaceState::Admitted);
+    support::redis::raw_command(server.port, "CONFIG RESETSTAT").unwrap();
+
+    // A call in flight that Redis does not answer yet: the next ones queue behind it.
+    server.pause();
+    let in_flight = {
+        let store = store.clone();
+        tokio::spawn(async move { store.join("b", &anonymous(), T0).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let bogus = PlaceKey { seq: 999, nonce: 1 };
+    let reqs = [
+        user("u2", true),
+        user("u1", false),
+        anonymous(),
+        anonymous(),
+        anonymous(),
+    ];
+    // join! polls its futures in this order the first time, so they queue in this order.
+    let (b, again, d, full, bad_enter, left, last, ()) = tokio::join!(
+        store.join("b", &reqs[0], T0 + 1),
+        store.join("b", &reqs[1], T0 + 2),
+        store.join("b", &reqs[2], T0 + 3),
+        store.join("b", &reqs[3], T0 + 4),
+        store.enter("b", bogus, T0 + 5),
+        store.leave("b", first.key, T0 + 6),
+        store.join("b", &reqs[4], T0 + 7),
+        async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            server.resume();
+        },
+    );
+    let a = in_flight.await.unwrap().unwrap();
+    assert_eq!((a.status, a.position), (PlaceState::Waiting, Some(1)));
+    assert_eq!(b.unwrap().position, Some(2), "behind the call in flight");
+    assert_eq!(queue_error(again), QueueError::AlreadyJoined);
+    assert_eq!(
+        d.unwrap().position,
+        Some(3),
+        "the refusal before it changed nothing"
+    );
+    assert_eq!(queue_error(full), QueueError::QueueFull);
+    assert_eq!(queue_error(bad_enter), QueueError::TokenNotFound);
+    assert!(left.unwrap(), "u1 left");
+    // u1's slot went to the head (the call in flight's place); the last join stands third.
+    let last = last.unwrap();
+    assert_eq!((last.position, last.queue_length), (Some(3), 3));
+    // The seven queued operations went in one call, after the one in flight.
+    assert_eq!(script_calls(&server), 2);
+    let a_now = store.peek("b", a.key, T0 + 8).await.unwrap();
+    assert_eq!(a_now.status, PlaceState::Admitted);
+    let f = store.get_event("b", T0 + 8).await.unwrap().figures;
+    assert_eq!((f.joins, f.left, f.waiting, f.admitted), (5, 1, 3, 1));
+}
+
+/// An operation whose caller gave up while it was still queued is never sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operation_abandoned_before_its_batch_left_is_never_sent() {
+    let server = RedisServer::start();
+    let store = node(&server.url(), &unique_prefix());
+    make_event(&store, "g", serde_json::json!({"max_active": 1})).await;
+    let p = store.join("g", &anonymous(), T0).await.unwrap();
+    server.pause();
+    let in_flight = {
+        let store = store.clone();
+        tokio::spawn(async move { store.join("g", &anonymous(), T0 + 1).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let gave_up =
+        tokio::time::timeout(Duration::from_millis(50), store.leave("g", p.key, T0 + 2)).await;
+    assert!(
+        gave_up.is_err(),
+        "the caller gave up while its leave was queued"
+    );
+    server.resume();
+    in_flight.await.unwrap().unwrap();
+    // Another operation drains the lane after the call in flight; the leave is not in it.
+    store.join("g", &anonymous(), T0 + 3).await.unwrap();
+    let v = store.peek("g", p.key, T0 + 4).await.unwrap();
+    assert_eq!(v.status, PlaceState::Admitted, "the place was never left");
+    let f = store.get_event("g", T0 + 4).await.unwrap().figures;
+    assert_eq!((f.joins, f.left), (3, 0));
+}
+
+/// A batch that fails (Redis frozen past the operation timeout) fails its own callers only,
+/// as `Unavailable`, and the event's lane works again as soon as Redis does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_batch_fails_its_callers_and_the_lane_recovers() {
+    let server = RedisServer::start();
+    let store: Arc<dyn Store> = Arc::new(
+        RedisStore::new(
+            &server.url(),
+            RedisOptions {
+                op_timeout: Duration::from_millis(400),
+                ..options(&unique_prefix())
+            },
+        )
+        .unwrap(),
+    );
+    make_event(&store, "f", serde_json::json!({"max_active": 1})).await;
+    server.pause();
+    let in_flight = {
+        let store = store.clone();
+        tokio::spawn(async move { store.join("f", &anonymous(), T0).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let reqs: Vec<JoinRequest> = (0..5).map(|_| anonymous()).collect();
+    let queued = join_all(
+        reqs.iter()
+            .zip(1..)
+            .map(|(r, i)| store.join("f", r, T0 + i)),
+    )
+    .await;
+    for r in queued {
+        assert!(matches!(r, Err(StoreError::Unavailable(_))), "{r:?}");
+    }
+    let r = in_flight.await.unwrap();
+    assert!(matches!(r, Err(StoreError::Unavailable(_))), "{r:?}");
+    server.resume();
+    // The lane serves again (a lane left stuck would time this out as Unavailable).
+    let v = store.join("f", &anonymous(), T0 + 10).await.unwrap();
+    assert!(store.leave("f", v.key, T0 + 11).await.unwrap());
+}
+
+/// Redis out of memory (`maxmemory` reached) refuses the writes of a batch of joins: their
+/// callers get `Unavailable` and nothing is half-written (the next join after the limit is
+/// lifted gets the next seq, the figures agree). Reads still answer, and so does a leave:
+/// Redis lets deletions through, and the meta after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_refused_for_memory_changes_nothing() {
+    let server = RedisServer::start();
+    let store = node(&server.url(), &unique_prefix());
+    make_event(&store, "m", serde_json::json!({"max_active": 1})).await;
+    let first = store.join("m", &anonymous(), T0).await.unwrap();
+    let second = store.join("m", &anonymous(), T0).await.unwrap();
+    support::redis::raw_command(server.port, "CONFIG SET maxmemory 1").unwrap();
+    let reqs: Vec<JoinRequest> = (0..4).map(|_| anonymous()).collect();
+    let joins = join_all(reqs.iter().map(|r| store.join("m", r, T0 + 1))).await;
+    for r in joins {
+        assert!(matches!(r, Err(StoreError::Unavailable(_))), "{r:?}");
+    }
+    let v = store.peek("m", second.key, T0 + 1).await.unwrap();
+    assert_eq!(v.position, Some(1));
+    assert!(store.leave("m", second.key, T0 + 1).await.unwrap());
+    support::redis::raw_command(server.port, "CONFIG SET maxmemory 0").unwrap();
+    let third = store.join("m", &anonymous(), T0 + 2).await.unwrap();
+    assert_eq!(
+        third.key.seq,
+        second.key.seq + 1,
+        "no seq was used by a refused join"
+    );
+    assert_eq!(third.position, Some(1));
+    let f = store.get_event("m", T0 + 2).await.unwrap().figures;
+    assert_eq!((f.joins, f.left, f.waiting, f.admitted), (3, 1, 1, 1));
+    assert!(store.leave("m", first.key, T0 + 3).await.unwrap());
+}
+
+/// With `wait_replicas`, a batch is answered after one `WAIT` (not one per operation), and
+/// what it acknowledged is on the replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_wait_per_batch_and_acknowledged_joins_are_on_the_replica() {
+    let master = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap().keep();
+    let master_port = master.port.to_string();
+    let replica = RedisServer::start_with(
+        support::redis::free_port(false),
+        &dir,
+        &[
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--replicaof",
+            "127.0.0.1",
+            &master_port,
+        ],
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !replica
+        .info("replication")
+        .contains("master_link_status:up")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replica never synced"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let prefix = unique_prefix();
+    let store: Arc<dyn Store> = Arc::new(
+        RedisStore::new(
+            &master.url(),
+            RedisOptions {
+                wait_replicas: 1,
+                ..options(&prefix)
+            },
+        )
+        .unwrap(),
+    );
+    make_event(&store, "w", serde_json::json!({"max_active": 1})).await;
+    support::redis::raw_command(master.port, "CONFIG RESETSTAT").unwrap();
+    let reqs: Vec<JoinRequest> = (0..48).map(|_| anonymous()).collect();
+    let views: Vec<_> = join_all(reqs.iter().map(|r| store.join("w", r, T0)))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let stats = master.info("commandstats");
+    let calls = |cmd: &str| {
+        let k = format!("cmdstat_{cmd}:calls=");
+        stats.find(&k).map_or(0, |i| {
+            let rest = &stats[i + k.len()..];
+            rest[..rest.find(',').unwrap()].parse::<u64>().unwrap()
+        })
+    };
+    let scripts = script_calls(&master);
+    assert!(scripts < 48, "{scripts} script calls for 48 joins");
+    assert_eq!(calls("wait"), scripts, "one WAIT per script call");
+    // Acknowledged means replicated: the replica holds every place.
+    let held =
+        support::redis::raw_command(replica.port, &format!("ZCARD {prefix}:{{w}}:q")).unwrap();
+    assert_eq!(held.trim(), ":47", "47 waiting places on the replica");
+    let seqs: HashSet<u64> = views.iter().map(|v| v.key.seq).collect();
+    assert_eq!(seqs.len(), 48);
+}
+
+/// `cargo test --test redis_batch memory_per_place -- --ignored --nocapture` (MEM_N places,
+/// default 100,000; MEM_USER=1 gives each a 17-byte user id): Redis memory per waiting place
+/// on a fresh server (`INFO memory` used_memory before and after), and what each of the
+/// event's keys holds (`MEMORY USAGE … SAMPLES 0`, exact), for docs/PERFORMANCE.md.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, run by hand"]
+async fn memory_per_place() {
+    let n: u64 = std::env::var("MEM_N").map_or(100_000, |v| v.parse().unwrap());
+    let with_user = std::env::var("MEM_USER").is_ok_and(|v| v == "1");
+    let server = RedisServer::start();
+    let port = server.port;
+    let used = || {
+        let info = server.info("memory");
+        let line = info
+            .lines()
+            .find(|l| l.starts_with("used_memory:"))
+            .unwrap();
+        line["used_memory:".len()..].trim().parse::<u64>().unwrap()
+    };
+    let prefix = unique_prefix();
+    let store = node(&server.url(), &prefix);
+    make_event(
+        &store,
+        "mem",
+        serde_json::json!({"max_active": 1, "paused": true, "waiting_idle_sec": 2_592_000}),
+    )
+    .await;
+    let before = used();
+    support::redis::raw_command(port, "CONFIG RESETSTAT").unwrap();
+    let workers = 64;
+    let tasks: Vec<_> = (0..workers)
+        .map(|w| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for i in (w..n).step_by(workers as usize) {
+                    let req = if with_user {
+                        user(&format!("user-{i:012}"), true)
+                    } else {
+                        anonymous()
+                    };
+                    store.join("mem", &req, T0).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let after = used();
+    // The Redis side of the joins: script calls and the time Redis spent in them.
+    let stats = server.info("commandstats");
+    let evalsha = stats
+        .lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .unwrap_or_default()
+        .to_string();
+    let field = |name: &str| {
+        let at = evalsha.find(name).map(|i| i + name.len());
+        at.and_then(|i| evalsha[i..].split(',').next()?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    println!(
+        "{n} joins in {} script calls ({:.1} joins per call), {:.1} us of Redis time per join",
+        field("calls="),
+        n as f64 / field("calls="),
+        field("usec=") / n as f64
+    );
+    let places = store.get_event("mem", T0).await.unwrap().figures.waiting;
+    assert_eq!(places, n);
+    println!(
+        "{n} waiting places{}: {:.0} bytes each (used_memory {before} -> {after})",
+        if with_user {
+            " with a 17-byte user id"
+        } else {
+            ""
+        },
+        (after - before) as f64 / n as f64
+    );
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let mut keys: Vec<String> = cli(&["--scan", "--pattern", &format!("{prefix}:*")])
+        .lines()
+        .map(str::to_string)
+        .collect();
+    keys.sort();
+    for key in keys {
+        let bytes: u64 = cli(&["MEMORY", "USAGE", &key, "SAMPLES", "0"])
+            .trim()
+            .parse()
+            .unwrap_or(0);
+        let encoding = cli(&["OBJECT", "ENCODING", &key]);
+        println!(
+            "  {key:<40} {bytes:>10} bytes  {:>7.1} per place  {}",
+            bytes as f64 / n as f64,
+            encoding.trim()
+        );
+    }
+}
