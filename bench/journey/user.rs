@@ -817,7 +817,7 @@ async fn session(page: &mut Page<'_>) -> Outcome {
     // leaves at once (the site ends the session, buying nothing).
     let mut held = Vec::new();
     if page.log.plan.seats_wanted > 0 {
-        match choose_seats(page, &access).await {
+        match choose_seats(page, &access, end).await {
             Ok(h) => held = h,
             Err(o) => return o,
         }
@@ -875,10 +875,10 @@ async fn session(page: &mut Page<'_>) -> Outcome {
     Outcome::Failed("complete: no answer".into())
 }
 
-/// The seat map, as a page draws it: the available seats, and the ones this session
-/// holds already (`mine`).
-fn seat_map(v: &Value) -> (Vec<String>, Vec<String>) {
-    let (mut available, mut mine) = (Vec::new(), Vec::new());
+/// The seat map, as a page draws it: the available seats, the ones this session holds
+/// already (`mine`), and how many others hold (they may come back).
+fn seat_map(v: &Value) -> (Vec<String>, Vec<String>, usize) {
+    let (mut available, mut mine, mut held) = (Vec::new(), Vec::new(), 0);
     for item in v["items"].as_array().into_iter().flatten() {
         let Some(id) = item["id"].as_str() else {
             continue;
@@ -886,18 +886,25 @@ fn seat_map(v: &Value) -> (Vec<String>, Vec<String>) {
         match item["state"].as_str() {
             Some("available") => available.push(id.to_string()),
             Some("mine") => mine.push(id.to_string()),
+            Some("held") => held += 1,
             _ => {}
         }
     }
-    (available, mine)
+    (available, mine, held)
 }
 
 /// The seat-map page: reads the map, picks the seats wanted among the available ones at
 /// random (all that are left when fewer are), holds them all or none; on `HOLD_CONFLICT`
-/// (someone was faster) reads the map again, up to `HOLD_TRIES` holds. Answers the seats
-/// held, or none when nothing was left or every try conflicted. A hold whose answer was
-/// lost shows on the next map as `mine`, and is taken as held.
-async fn choose_seats(page: &mut Page<'_>, access: &str) -> Result<Vec<String>, Outcome> {
+/// (someone was faster) reads the map again, up to `HOLD_TRIES` holds. While nothing is
+/// available but others hold seats (they may come back), the person stays on the map and
+/// reads it again every second, until `until` (their session's planned end). Answers the
+/// seats held, or none when nothing was left or every try conflicted. A hold whose answer
+/// was lost shows on the next map as `mine`, and is taken as held.
+async fn choose_seats(
+    page: &mut Page<'_>,
+    access: &str,
+    until: f64,
+) -> Result<Vec<String>, Outcome> {
     let plan = page.log.plan;
     let mut rng = page.ctx.sc.seed ^ 0x3C6E_F372_FE94_F82B ^ (plan.id as u64).rotate_left(17);
     let mut failures = 0;
@@ -926,11 +933,15 @@ async fn choose_seats(page: &mut Page<'_>, access: &str) -> Result<Vec<String>, 
                 continue;
             }
         };
-        let (available, mine) = seat_map(&map);
+        let (available, mine, held) = seat_map(&map);
         if !mine.is_empty() {
             return Ok(mine);
         }
         if available.is_empty() {
+            if held > 0 && page.ctx.now() + 1.0 < until {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
             return Ok(Vec::new());
         }
         let picks = super::seats::pick(&available, plan.seats_wanted as usize, &mut rng);
@@ -985,6 +996,19 @@ mod tests {
             node: 0,
             seats_wanted: 0,
         })
+    }
+
+    #[test]
+    fn the_seat_map_is_read_as_a_page_draws_it() {
+        let v = serde_json::json!({"holds": [{"item": "A-2", "expires_at": 1}],
+            "items": [{"id": "A-1", "state": "available"}, {"id": "A-2", "state": "mine"},
+                      {"id": "A-3", "state": "held"}, {"id": "A-4", "state": "sold"},
+                      {"id": "A-5", "state": "available"}, {"id": "A-6", "state": "held"}]});
+        let (available, mine, held) = seat_map(&v);
+        assert_eq!(available, vec!["A-1", "A-5"]);
+        assert_eq!(mine, vec!["A-2"]);
+        assert_eq!(held, 2);
+        assert_eq!(seat_map(&serde_json::json!({})), (vec![], vec![], 0));
     }
 
     #[test]
