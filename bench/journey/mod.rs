@@ -9,6 +9,7 @@
 //! target/release/waitroom-bench journey --scenario bench/journey/standard.toml --report DIR
 //! target/release/waitroom-bench journey --scenario bench/journey/steady.toml --report DIR
 //! target/release/waitroom-bench journey --scenario bench/journey/steady.toml --ignore-poll-after
+//! target/release/waitroom-bench journey --scenario bench/journey/sellout.toml --report DIR
 //! target/release/waitroom-bench journey --url http://127.0.0.1:8080 --admin-token T \
 //!     --event sale --users 500 --arrival-secs 10 --report DIR
 //! ```
@@ -21,8 +22,9 @@
 //!
 //! The scenario (defaults, then `--scenario FILE` in TOML, then flags) sets the crowd
 //! (arrival spike and tail, shares of polling clients and of people who abandon, reload or
-//! lose the network) and the event's capacity and pace. `--report DIR` writes
-//! `report.json` and a self-contained `report.html`.
+//! lose the network) and the event's capacity and pace; with `seats`, the hall each session
+//! holds and buys seats of, and whether the simulator ends the sale once it sold out
+//! (`seats.rs`). `--report DIR` writes `report.json` and a self-contained `report.html`.
 
 pub mod html;
 pub mod metrics;
