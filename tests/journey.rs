@@ -296,16 +296,16 @@ async fn a_paced_flash_crowd_on_two_redis_nodes_keeps_the_promises() {
 }
 
 /// A sell-out, scaled down: 60 seats for 300 people wanting 2–4 each (about 20 buyers),
-/// 15 on the site at once (the first 15 read the same map together: their picks collide);
-/// the sale sells out within a few seconds while most people still wait, and later
-/// arrivals are turned away at the join.
+/// 10 on the site at once for 1–2 s each (someone who finds every seat held stays on the
+/// map that long); the sale sells out within a few seconds while most people still wait,
+/// and later arrivals are turned away at the join.
 fn sellout() -> Scenario {
     Scenario {
         seats: 60,
         seats_per_person: [2, 4],
         end_when_sold_out: true,
-        max_active: 15,
-        hold_secs: [0.3, 1.0],
+        max_active: 10,
+        hold_secs: [1.0, 2.0],
         ..scenario()
     }
 }
@@ -348,8 +348,7 @@ fn assert_sellout(r: &Report, sc: &Scenario) {
     assert_eq!(h.seats_bought_by_clients, sc.seats as u64, "{summary}");
     assert_eq!(x.end_counts.available + x.end_counts.held, 0, "{summary}");
     assert!(x.buyers >= sc.seats / 4, "{summary}");
-    // The crowd raced for seats, and some came too late for any.
-    assert!(h.hold_conflicts > 0, "no hold ever conflicted: {summary}");
+    // Some came too late for any seat.
     assert!(h.people_without_seats > 0, "{summary}");
     assert!(u.completed >= x.buyers, "{summary}");
 
@@ -459,4 +458,42 @@ fn seats_are_drawn_apart_from_the_crowd_and_set_the_hold_limit() {
     let settings = sc.event_settings();
     assert!(settings.get("max_holds_per_session").is_none());
     assert_eq!(with.event_settings()["max_holds_per_session"], 4);
+}
+
+/// Forty people at once for eight seats, four each: all are let in together and read the
+/// same map, so their holds collide. A conflict is handled (the map read again, the rest
+/// taken, or none left): exactly two people buy four seats each, nobody else buys any,
+/// nobody fails, and no seat is sold twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_race_for_few_seats_conflicts_and_never_sells_one_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_embedded(dir.path());
+    let sc = Scenario {
+        users: 40,
+        arrival_secs: 0.0,
+        spike_share: 1.0,
+        tail_secs: 0.0,
+        abandon_share: 0.0,
+        reload_share: 0.0,
+        netloss_share: 0.0,
+        max_active: 40,
+        seats: 8,
+        seats_per_person: [4, 4],
+        end_when_sold_out: true,
+        hold_secs: [0.5, 1.0],
+        ..scenario()
+    };
+    let r = run(&sc, &[&server], "a race for 8 seats").await;
+    let summary = r.summary();
+    let h = r.seat_numbers.as_ref().unwrap();
+    let x = r.seats.as_ref().unwrap();
+    assert_eq!(r.users.failed, 0, "{summary}\n{:?}", r.errors);
+    assert!(h.hold_conflicts > 0, "no hold conflicted: {summary}");
+    assert_eq!(h.seats_double_sold, 0, "{summary}");
+    assert_eq!(h.seats_sold_mismatch, 0, "{summary}");
+    assert_eq!(h.seats_sold, 8, "{summary}");
+    assert_eq!(x.buyers, 2, "{summary}");
+    assert_eq!(r.users.completed, 2, "{summary}");
+    assert_eq!(h.people_without_seats, 38, "{summary}");
+    assert!(h.sold_out_at_sec.is_some(), "{summary}");
 }
