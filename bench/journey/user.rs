@@ -168,7 +168,7 @@ pub struct Log {
     /// When the person learnt that the sale ended, and whether by a live push.
     pub ended_learned: Option<f64>,
     pub ended_by_push: bool,
-    /// Seat holds tried and refused with `HOLD_CONFLICT`.
+    /// Seat holds tried, and those refused with `HOLD_CONFLICT`.
     pub hold_attempts: u32,
     pub hold_conflicts: u32,
     /// The seats this person believes they bought: what they held when `complete`
