@@ -14,6 +14,11 @@
 //!
 //! Every person who neither abandons nor loses the network for longer than the heartbeat
 //! grace completes: a reload or a short outage never costs the place.
+//!
+//! A sell-out (seats on sale, the simulator ending the sale as soon as none is left) on
+//! the embedded store and on two Redis nodes: no seat is sold twice, the server's sold set
+//! is exactly what clients believe they bought, the sale sells out, and every person still
+//! waiting is told within a bound, with the order and capacity promises kept meanwhile.
 
 #[path = "../bench/common.rs"]
 mod common;
@@ -71,6 +76,9 @@ fn scenario() -> Scenario {
         ready_ttl_sec: 3,
         session_idle_sec: 30,
         session_max_sec: 60,
+        seats: 0,
+        seats_per_person: [1, 4],
+        end_when_sold_out: false,
     }
 }
 
@@ -199,8 +207,13 @@ async fn a_flash_crowd_on_the_embedded_store_keeps_the_promises() {
     ] {
         assert!(json[key].is_number(), "{key}: {}", json[key]);
     }
+    // Without seats the report keeps the shape of the runs checked in before them.
+    for key in ["seats", "seats_sold", "sold_out_notice_p99_sec"] {
+        assert!(json.get(key).is_none(), "{key}");
+    }
     let html = journey::report::html(&r);
     assert!(html.contains("<svg") && html.contains("FIFO inversions"));
+    assert!(!html.contains("Seats double sold"));
     assert!(!html.contains("src=\"http"), "no external resource");
     assert!(
         !html.contains("<script"),
@@ -208,36 +221,41 @@ async fn a_flash_crowd_on_the_embedded_store_keeps_the_promises() {
     );
 }
 
+/// A node on the shared Redis, with the crowd's flags.
+fn start_redis_node(redis: &RedisServer, nodes: &Nodes) -> Server {
+    let data = nodes
+        .dir
+        .path()
+        .join(format!("node-{}", support::binary::rand_suffix()));
+    std::fs::create_dir_all(&data).unwrap();
+    let mut args = vec![
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--no-demo",
+        "--store",
+        &redis.url(),
+        "--signing-key",
+        nodes.key.to_str().unwrap(),
+        "--data-dir",
+        data.to_str().unwrap(),
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect::<Vec<_>>();
+    args.extend(CROWD.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Server::start(nodes.dir.path(), &args, &[])
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paced_flash_crowd_on_two_redis_nodes_keeps_the_promises() {
     let redis = RedisServer::start();
     let nodes = Nodes::new(ADMIN);
-    let start = || {
-        let data = nodes
-            .dir
-            .path()
-            .join(format!("node-{}", support::binary::rand_suffix()));
-        std::fs::create_dir_all(&data).unwrap();
-        let mut args = vec![
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--no-demo",
-            "--store",
-            &redis.url(),
-            "--signing-key",
-            nodes.key.to_str().unwrap(),
-            "--data-dir",
-            data.to_str().unwrap(),
-        ]
-        .into_iter()
-        .map(String::from)
-        .collect::<Vec<_>>();
-        args.extend(CROWD.iter().map(|s| s.to_string()));
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Server::start(nodes.dir.path(), &args, &[])
-    };
-    let (a, b) = (start(), start());
+    let (a, b) = (
+        start_redis_node(&redis, &nodes),
+        start_redis_node(&redis, &nodes),
+    );
     // A configured pace (and room to spare): the estimate has a steady rate to go by.
     let sc = Scenario {
         users: 200,
@@ -275,4 +293,207 @@ async fn a_paced_flash_crowd_on_two_redis_nodes_keeps_the_promises() {
         held * 100.0,
         r.summary()
     );
+}
+
+/// A sell-out, scaled down: 60 seats for 300 people wanting 2–4 each (about 20 buyers),
+/// 10 on the site at once for 1–2 s each (someone who finds every seat held stays on the
+/// map that long); the sale sells out within a few seconds while most people still wait,
+/// and later arrivals are turned away at the join.
+fn sellout() -> Scenario {
+    Scenario {
+        seats: 60,
+        seats_per_person: [2, 4],
+        end_when_sold_out: true,
+        max_active: 10,
+        hold_secs: [1.0, 2.0],
+        ..scenario()
+    }
+}
+
+/// The longest a waiting person may take to learn of the end: the longest polling
+/// interval the server gives (a third of the shorter of `waiting_idle_sec` and
+/// `ready_ttl_sec`, at least 1 s; a live push needs none) plus 3 s for a debug build on a
+/// shared machine. Counted from the end call, or from a person's return online.
+fn notice_bound(sc: &Scenario) -> f64 {
+    (f64::from(sc.waiting_idle_sec.min(sc.ready_ttl_sec)) / 3.0).max(1.0) + 3.0
+}
+
+fn assert_sellout(r: &Report, sc: &Scenario) {
+    let summary = r.summary();
+    let u = &r.users;
+    let h = r.seat_numbers.as_ref().expect("seat numbers");
+    let x = r.seats.as_ref().expect("seats section");
+    // Everyone is accounted for: bought, found none, abandoned, told of the end, or came
+    // after it; nobody failed, lost the place or was dropped without a word.
+    assert_eq!(u.total, sc.users, "{summary}");
+    assert_eq!(u.failed, 0, "{summary}\n{:?}", r.errors);
+    assert_eq!(u.gone, 0, "{summary}");
+    assert_eq!(u.expired, 0, "{summary}");
+    assert_eq!(u.resumed_lost, 0, "{summary}");
+    assert_eq!(
+        u.completed + u.no_seats + u.abandoned + u.sale_ended + u.closed,
+        sc.users,
+        "{summary}"
+    );
+    assert_eq!(u.joined + u.closed, sc.users, "{summary}");
+
+    // Every seat sold once, and known to its buyer.
+    assert_eq!(h.seats_double_sold, 0, "{summary}\n{:?}", x.double_sold);
+    assert_eq!(
+        h.seats_sold_mismatch, 0,
+        "{summary}\n{:?}",
+        x.mismatch_examples
+    );
+    assert_eq!(h.seats_sold, sc.seats as u64, "not sold out: {summary}");
+    assert_eq!(h.seats_bought_by_clients, sc.seats as u64, "{summary}");
+    assert_eq!(x.end_counts.available + x.end_counts.held, 0, "{summary}");
+    assert!(x.buyers >= sc.seats / 4, "{summary}");
+    // Some came too late for any seat.
+    assert!(h.people_without_seats > 0, "{summary}");
+    assert!(u.completed >= x.buyers, "{summary}");
+
+    // Sold out, and the line told: every person waiting then learnt it, within the bound.
+    let at = h.sold_out_at_sec.expect("sold out");
+    assert!(at > 0.0, "{summary}");
+    assert!(u.sale_ended > 50, "few waited at the end: {summary}");
+    assert_eq!(x.notices.told, u.sale_ended, "{summary}");
+    assert_eq!(x.untold, 0, "{summary}");
+    assert!(x.told_by_push > 0 && x.told_by_status > 0, "{summary}");
+    let bound = notice_bound(sc);
+    let worst = x.notices.max_sec.unwrap();
+    assert!(
+        worst <= bound,
+        "a waiting person learnt of the end {worst:.2} s after it (bound {bound} s): {summary}"
+    );
+    assert!(h.sold_out_notice_p99_sec.unwrap() <= worst);
+
+    // The queue's own promises meanwhile (ghosts are not: the end removes them with
+    // everyone else, as `left`, before their heartbeat would lapse).
+    assert_eq!(r.fifo_inversions, 0, "{summary}");
+    assert_eq!(r.order.position_rises, 0, "{summary}");
+    assert_eq!(r.capacity_overshoot_max, 0, "{summary}");
+    assert!(r.capacity.client_max_held <= sc.max_active);
+
+    // The headline numbers at the top level of report.json, and the HTML section.
+    let json = serde_json::to_value(r).unwrap();
+    for key in [
+        "seats_sold",
+        "seats_bought_by_clients",
+        "seats_double_sold",
+        "seats_sold_mismatch",
+        "hold_conflicts",
+        "people_without_seats",
+        "sold_out_at_sec",
+        "sold_out_notice_p50_sec",
+        "sold_out_notice_p99_sec",
+    ] {
+        assert!(json[key].is_number(), "{key}: {}", json[key]);
+    }
+    for step in ["seat_map", "hold"] {
+        assert!(
+            json["latency_ms"][step]["count"].as_u64().unwrap() > 0,
+            "{step}"
+        );
+    }
+    let html = journey::report::html(r);
+    assert!(html.contains("Seats double sold") && html.contains("Sold-out notice"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sell_out_on_the_embedded_store_sells_each_seat_once_and_tells_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_embedded(dir.path());
+    let sc = sellout();
+    let r = run(&sc, &[&server], "embedded sell-out").await;
+    assert_sellout(&r, &sc);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sell_out_on_two_redis_nodes_sells_each_seat_once_and_tells_the_line() {
+    let redis = RedisServer::start();
+    let nodes = Nodes::new(ADMIN);
+    let (a, b) = (
+        start_redis_node(&redis, &nodes),
+        start_redis_node(&redis, &nodes),
+    );
+    let sc = sellout();
+    let r = run(&sc, &[&a, &b], "redis, 2 nodes, sell-out").await;
+    assert_sellout(&r, &sc);
+}
+
+#[test]
+fn seats_are_drawn_apart_from_the_crowd_and_set_the_hold_limit() {
+    let sc = scenario();
+    // Seats draw from a stream of their own: the crowd is the one drawn before.
+    let with = Scenario {
+        seats: 600,
+        ..scenario()
+    };
+    for (p, q) in sc.plans(2).iter().zip(with.plans(2).iter()) {
+        assert_eq!(
+            (
+                p.arrival,
+                p.hold,
+                p.strike_after,
+                p.pause,
+                p.transport,
+                p.behaviour
+            ),
+            (
+                q.arrival,
+                q.hold,
+                q.strike_after,
+                q.pause,
+                q.transport,
+                q.behaviour
+            )
+        );
+        assert_eq!(p.seats_wanted, 0);
+        assert!((1..=4).contains(&q.seats_wanted));
+    }
+    // Every count in [min, max] is drawn.
+    let wanted: std::collections::BTreeSet<u32> =
+        with.plans(1).iter().map(|p| p.seats_wanted).collect();
+    assert_eq!(wanted.into_iter().collect::<Vec<_>>(), vec![1, 2, 3, 4]);
+    let settings = sc.event_settings();
+    assert!(settings.get("max_holds_per_session").is_none());
+    assert_eq!(with.event_settings()["max_holds_per_session"], 4);
+}
+
+/// Forty people at once for eight seats, four each: all are let in together and read the
+/// same map, so their holds collide. A conflict is handled (the map read again, the rest
+/// taken, or none left): exactly two people buy four seats each, nobody else buys any,
+/// nobody fails, and no seat is sold twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_race_for_few_seats_conflicts_and_never_sells_one_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_embedded(dir.path());
+    let sc = Scenario {
+        users: 40,
+        arrival_secs: 0.0,
+        spike_share: 1.0,
+        tail_secs: 0.0,
+        abandon_share: 0.0,
+        reload_share: 0.0,
+        netloss_share: 0.0,
+        max_active: 40,
+        seats: 8,
+        seats_per_person: [4, 4],
+        end_when_sold_out: true,
+        hold_secs: [0.5, 1.0],
+        ..scenario()
+    };
+    let r = run(&sc, &[&server], "a race for 8 seats").await;
+    let summary = r.summary();
+    let h = r.seat_numbers.as_ref().unwrap();
+    let x = r.seats.as_ref().unwrap();
+    assert_eq!(r.users.failed, 0, "{summary}\n{:?}", r.errors);
+    assert!(h.hold_conflicts > 0, "no hold conflicted: {summary}");
+    assert_eq!(h.seats_double_sold, 0, "{summary}");
+    assert_eq!(h.seats_sold_mismatch, 0, "{summary}");
+    assert_eq!(h.seats_sold, 8, "{summary}");
+    assert_eq!(x.buyers, 2, "{summary}");
+    assert_eq!(r.users.completed, 2, "{summary}");
+    assert_eq!(h.people_without_seats, 38, "{summary}");
+    assert!(h.sold_out_at_sec.is_some(), "{summary}");
 }

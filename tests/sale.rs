@@ -386,3 +386,55 @@ async fn closes_at_is_checked_and_ends_the_sale_on_time() {
     assert_eq!(put["closes_at"], Value::Null);
     assert_eq!(app.join("ev").await.0, StatusCode::OK);
 }
+
+/// The node's copy of the settings may not know of the end yet (its change notice is on
+/// its way: on Redis from the node that ended the sale): the refusals still carry the
+/// reason, from the end on. Here the notice never comes (no background tasks), and the
+/// catalog read its copy just before the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reason_is_given_before_the_catalog_learns_of_the_end() {
+    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::new());
+    let clock = Clock::manual(T0);
+    let state = AppState::new(
+        store.clone(),
+        &SigningKey::from_bytes(&[7; 32]),
+        ADMIN,
+        clock.clone(),
+    )
+    .unwrap();
+    let app = App {
+        router: router(state.clone()),
+        _tasks: Tasks::default(),
+        state,
+        clock,
+        store,
+    };
+    app.admin(Method::PUT, "/events/ev", Some(json!({"max_active": 1})))
+        .await;
+    app.join("ev").await;
+    let (_, w) = app.join("ev").await;
+    assert_eq!(w["status"], "waiting");
+    // The catalog holds the running sale's settings (a join reads them).
+    assert!(app
+        .state
+        .events
+        .config("ev", app.clock.now())
+        .await
+        .unwrap()
+        .sale_ended(app.clock.now())
+        .is_none());
+    let (s, _) = app
+        .admin(
+            Method::POST,
+            "/events/ev/end",
+            Some(json!({"reason": "sold_out"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let gone = app.status(&w["waiting_token"]).await;
+    assert_err(&gone, StatusCode::NOT_FOUND, "TOKEN_NOT_FOUND");
+    assert_eq!(gone.1["error"]["reason"], "sold_out", "{}", gone.1);
+    let refused = app.join("ev").await;
+    assert_err(&refused, StatusCode::CONFLICT, "EVENT_CLOSED");
+    assert_eq!(refused.1["error"]["reason"], "sold_out", "{}", refused.1);
+}

@@ -198,6 +198,168 @@ fn card(out: &mut String, name: &str, value: String, goal: &str, ok: Option<bool
     );
 }
 
+/// The sale: every seat sold once and known to its buyer, and how soon the line learnt
+/// of the sell-out.
+fn seats_section(o: &mut String, r: &Report) {
+    let (Some(h), Some(x)) = (&r.seat_numbers, &r.seats) else {
+        return;
+    };
+    let _ = write!(
+        o,
+        "<h2>Seats</h2><p>{} seats, {}–{} wanted per person, picked at random on the seat map and held all or none \
+         (a person who finds fewer takes what is left; a conflict re-reads the map, {} holds at most); {}.</p><div class=\"cards\">",
+        x.seats,
+        x.seats_per_person[0],
+        x.seats_per_person[1],
+        super::seats::HOLD_TRIES,
+        if x.end_when_sold_out {
+            "the operator ends the sale (<code>sold_out</code>) as soon as nothing is available nor held"
+        } else {
+            "the sale is not ended by the run"
+        }
+    );
+    card(
+        o,
+        "Seats double sold",
+        h.seats_double_sold.to_string(),
+        "goal 0: a seat two clients both believe they bought",
+        Some(h.seats_double_sold == 0),
+    );
+    card(
+        o,
+        "Sold vs bought mismatch",
+        h.seats_sold_mismatch.to_string(),
+        &format!(
+            "goal 0: the server's sold set against the clients' ({} sold not bought, {} bought not sold)",
+            x.sold_not_bought, x.bought_not_sold
+        ),
+        Some(h.seats_sold_mismatch == 0),
+    );
+    card(
+        o,
+        "Seats sold (server)",
+        format!("{} of {}", h.seats_sold, x.seats),
+        &format!(
+            "bought by clients: {} by {} people ({} took fewer than they wanted)",
+            h.seats_bought_by_clients, x.buyers, x.buyers_short
+        ),
+        None,
+    );
+    card(
+        o,
+        "Sold out at",
+        opt(h.sold_out_at_sec, 1) + " s",
+        &x.sold_out.map_or("never sold out".into(), |c| {
+            format!(
+                "the end call, answered {:.0} ms later; {} waiting then",
+                (c.answered_sec - c.sent_sec) * 1000.0,
+                c.waiting
+            )
+        }),
+        None,
+    );
+    card(
+        o,
+        "Sold-out notice p50 / p99",
+        format!(
+            "{} / {} s",
+            opt(h.sold_out_notice_p50_sec, 2),
+            opt(h.sold_out_notice_p99_sec, 2)
+        ),
+        &format!(
+            "from the end call (or a return online) to each waiting person knowing; {} told ({} by push, {} by a status answer), max {} s",
+            x.notices.told,
+            x.told_by_push,
+            x.told_by_status,
+            opt(x.notices.max_sec, 2)
+        ),
+        None,
+    );
+    card(
+        o,
+        "Waiting people never told",
+        x.untold.to_string(),
+        "goal 0",
+        x.sold_out.map(|_| x.untold == 0),
+    );
+    card(
+        o,
+        "Hold conflicts",
+        h.hold_conflicts.to_string(),
+        &format!(
+            "in {} holds tried: someone else was faster, the map is read again",
+            x.hold_attempts
+        ),
+        None,
+    );
+    card(
+        o,
+        "People without a seat",
+        h.people_without_seats.to_string(),
+        &format!(
+            "entered and found none left ({} gave up after {} conflicts); {} turned away at join after the end",
+            x.gave_up_on_conflicts,
+            super::seats::HOLD_TRIES,
+            x.closed_at_join
+        ),
+        None,
+    );
+    o.push_str("</div>");
+    o.push_str("<h2>The inventory, each second (admin reads)</h2>");
+    let pts = |f: fn(&super::seats::Counts) -> u64| -> Vec<(f64, f64)> {
+        x.series
+            .iter()
+            .map(|s| (s.t.floor(), f(&s.counts) as f64))
+            .collect()
+    };
+    o.push_str(&line_chart(
+        &[
+            Series {
+                name: "available",
+                color: "#36c",
+                points: pts(|c| c.available),
+                dashed: false,
+            },
+            Series {
+                name: "held",
+                color: "#e67e22",
+                points: pts(|c| c.held),
+                dashed: false,
+            },
+            Series {
+                name: "sold",
+                color: "#2a7",
+                points: pts(|c| c.sold),
+                dashed: false,
+            },
+        ],
+        "seconds since the opening",
+        "seats",
+    ));
+    if !x.notices_by_transport.is_empty() {
+        o.push_str("<table><tr><th>told of the sell-out, by transport</th><th>people</th><th>p50 (s)</th><th>p99 (s)</th><th>max (s)</th></tr>");
+        for (t, n) in &x.notices_by_transport {
+            let _ = write!(
+                o,
+                "<tr><td>{t:?}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                n.told,
+                opt(n.p50_sec, 2),
+                opt(n.p99_sec, 2),
+                opt(n.max_sec, 2)
+            );
+        }
+        o.push_str("</table>");
+    }
+    if !x.mismatch_examples.is_empty() || !x.double_sold.is_empty() {
+        let _ = write!(
+            o,
+            "<p>Double sold: {}. Mismatches: {}.</p>",
+            esc(&x.double_sold.join(", ")),
+            esc(&x.mismatch_examples.join("; "))
+        );
+    }
+}
+
 fn pc(v: Option<f64>) -> String {
     v.map_or("-".into(), |x| format!("{:.1} %", x * 100.0))
 }
@@ -342,6 +504,7 @@ th:first-child,td:first-child{{text-align:left}} code{{font-size:12px}}
         None,
     );
     o.push_str("</div>");
+    seats_section(&mut o, r);
 
     o.push_str("<h2>The line, each second (admin figures)</h2>");
     let pts = |f: fn(&super::report::Second) -> u64| -> Vec<(f64, f64)> {
@@ -504,6 +667,13 @@ th:first-child,td:first-child{{text-align:left}} code{{font-size:12px}}
          <tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr></table>",
         u.joined, u.admitted, u.direct_entries, u.completed, u.abandoned, u.expired, u.gone, u.failed, u.resumed_kept, u.resumed_lost
     );
+    if r.seats.is_some() {
+        let _ = write!(
+            o,
+            "<p>With seats: {} entered and found no seat, {} were waiting when the sale ended, {} came after it (join refused).</p>",
+            u.no_seats, u.sale_ended, u.closed
+        );
+    }
     let _ = write!(
         o,
         "<p>Order: {} people compared, {} certain FIFO inversions ({} at face value, with a {} s slack for live pushes), positions seen to grow {} times. \

@@ -9,6 +9,7 @@
 //! target/release/waitroom-bench journey --scenario bench/journey/standard.toml --report DIR
 //! target/release/waitroom-bench journey --scenario bench/journey/steady.toml --report DIR
 //! target/release/waitroom-bench journey --scenario bench/journey/steady.toml --ignore-poll-after
+//! target/release/waitroom-bench journey --scenario bench/journey/sellout.toml --report DIR
 //! target/release/waitroom-bench journey --url http://127.0.0.1:8080 --admin-token T \
 //!     --event sale --users 500 --arrival-secs 10 --report DIR
 //! ```
@@ -21,12 +22,14 @@
 //!
 //! The scenario (defaults, then `--scenario FILE` in TOML, then flags) sets the crowd
 //! (arrival spike and tail, shares of polling clients and of people who abandon, reload or
-//! lose the network) and the event's capacity and pace. `--report DIR` writes
-//! `report.json` and a self-contained `report.html`.
+//! lose the network) and the event's capacity and pace; with `seats`, the hall each session
+//! holds and buys seats of, and whether the simulator ends the sale once it sold out
+//! (`seats.rs`). `--report DIR` writes `report.json` and a self-contained `report.html`.
 
 pub mod html;
 pub mod metrics;
 pub mod report;
+pub mod seats;
 pub mod user;
 
 use std::path::{Path, PathBuf};
@@ -89,6 +92,14 @@ pub struct Scenario {
     pub ready_ttl_sec: u32,
     pub session_idle_sec: u32,
     pub session_max_sec: u32,
+    /// Seats for sale (0: none; sessions hold nothing, as before seats existed). The
+    /// simulator puts them up as the event's inventory before the opening.
+    pub seats: usize,
+    /// Seats one person wants, drawn in [min, max]; one who finds fewer takes what is left.
+    pub seats_per_person: [u32; 2],
+    /// The simulator, as the operator, ends the sale (`sold_out`) as soon as its sampling
+    /// loop sees nothing available nor held.
+    pub end_when_sold_out: bool,
 }
 
 impl Default for Scenario {
@@ -120,6 +131,9 @@ impl Default for Scenario {
             ready_ttl_sec: 15,
             session_idle_sec: 60,
             session_max_sec: 600,
+            seats: 0,
+            seats_per_person: [1, 4],
+            end_when_sold_out: false,
         }
     }
 }
@@ -136,6 +150,14 @@ impl Scenario {
         );
         let mut rng = self.seed ^ 0x6A09_E667_F3BC_C908;
         let mut draw = |[lo, hi]: [f64; 2]| lo + metrics::unit(&mut rng) * (hi - lo).max(0.0);
+        // Seats come from a stream of their own, so a scenario without seats draws
+        // exactly what it drew before they existed.
+        let mut seat_rng = self.seed ^ 0xBB67_AE85_84CA_A73B;
+        let [lo, hi] = self.seats_per_person;
+        let mut wanted = move || {
+            let span = f64::from(hi.saturating_sub(lo) + 1);
+            lo + ((metrics::unit(&mut seat_rng) * span) as u32).min(hi.saturating_sub(lo))
+        };
         arrivals
             .into_iter()
             .enumerate()
@@ -169,6 +191,7 @@ impl Scenario {
                     strike_after: draw(self.strike_secs),
                     pause,
                     node: id % nodes.max(1),
+                    seats_wanted: if self.seats > 0 { wanted() } else { 0 },
                 }
             })
             .collect()
@@ -176,7 +199,7 @@ impl Scenario {
 
     /// The event's settings as the admin API takes them.
     pub fn event_settings(&self) -> Value {
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "name": "journey",
             "max_active": self.max_active,
             "admit_per_minute": self.admit_per_minute,
@@ -187,7 +210,13 @@ impl Scenario {
             "paused": false,
             // Every virtual person comes from one address.
             "rate_limits": {"joins_per_minute": 100_000_000, "polls_per_second": 100},
-        })
+        });
+        if self.seats > 0 {
+            // Holds outlast any session here, so none lapses before its `complete`.
+            v["max_holds_per_session"] = self.seats_per_person[1].into();
+            v["hold_ttl_sec"] = (self.session_max_sec.max(60) * 2).into();
+        }
+        v
     }
 }
 
@@ -261,6 +290,15 @@ pub struct JourneyArgs {
     /// Polling clients keep to the fixed `poll_secs`, ignoring the server's `poll_after_sec`.
     #[arg(long)]
     pub ignore_poll_after: bool,
+    /// Seats for sale: each session reads the seat map, holds seats and buys them.
+    #[arg(long)]
+    pub seats: Option<usize>,
+    /// Seats one person wants, `MIN,MAX`.
+    #[arg(long, value_delimiter = ',')]
+    pub seats_per_person: Option<Vec<u32>>,
+    /// End the sale (`sold_out`) as soon as nothing is available nor held.
+    #[arg(long)]
+    pub end_when_sold_out: bool,
 }
 
 /// Defaults, then the TOML file, then the flags.
@@ -288,8 +326,18 @@ pub fn scenario_of(a: &JourneyArgs) -> Result<Scenario> {
         netloss_share,
         max_active,
         waiting_idle_sec,
-        seed
+        seed,
+        seats
     );
+    if a.end_when_sold_out {
+        sc.end_when_sold_out = true;
+    }
+    if let Some(v) = &a.seats_per_person {
+        let [lo, hi] = v[..] else {
+            bail!("--seats-per-person takes MIN,MAX");
+        };
+        sc.seats_per_person = [lo, hi];
+    }
     if let Some(v) = a.admit_per_minute {
         sc.admit_per_minute = Some(v);
     }
@@ -333,6 +381,16 @@ fn check(sc: &Scenario) -> Result<()> {
             "warning: poll_secs {} >= waiting_idle_sec {}: polling places will lapse between polls",
             sc.poll_secs, sc.waiting_idle_sec
         );
+    }
+    let [lo, hi] = sc.seats_per_person;
+    if sc.seats > 0 && !(1 <= lo && lo <= hi && u64::from(hi) <= 100) {
+        bail!("seats_per_person must be [min, max] with 1 <= min <= max <= 100");
+    }
+    if sc.seats > 100_000 {
+        bail!("seats: at most 100,000 items per event");
+    }
+    if sc.end_when_sold_out && sc.seats == 0 {
+        bail!("end_when_sold_out needs seats");
     }
     if sc.users == 0 || sc.arrival_secs < 0.0 || sc.tail_secs < 0.0 || sc.max_active == 0 {
         bail!("users and max_active must be at least 1, arrival_secs and tail_secs at least 0");
@@ -561,9 +619,26 @@ pub async fn run_scenario(sc: &Scenario, o: RunOpts<'_>) -> Result<report::Repor
         put_event(&target0, o.admin, o.event, &sc.event_settings().to_string()).await?;
     }
     let mut probe = None;
+    if sc.seats > 0 {
+        seats::put_inventory(&target0, o.admin, o.event, sc.seats).await?;
+    }
     let before = admin_figures(&target0, o.admin, o.event, &mut probe)
         .await
         .with_context(|| format!("reading event {} through the admin API", o.event))?;
+    if sc.seats > 0 {
+        // The seats measured are this run's: an event that sold or ended before would
+        // mix another run's sales (and an ended sale never reopens).
+        let inv = seats::read_inventory(&target0, o.admin, o.event, &mut None)
+            .await
+            .context("reading the inventory")?;
+        let c = seats::Counts::of(&inv);
+        if c.held + c.sold > 0 || !before["ended"].is_null() {
+            bail!(
+                "event {} has sold or held seats, or its sale ended: use a fresh --event",
+                o.event
+            );
+        }
+    }
     let config = before.clone();
     let plans = sc.plans(o.targets.len());
     let ctx = Arc::new(Ctx {
@@ -578,12 +653,15 @@ pub async fn run_scenario(sc: &Scenario, o: RunOpts<'_>) -> Result<report::Repor
         .map(|d| d.as_secs())
         .unwrap_or(0);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let sold_out: Arc<std::sync::Mutex<Option<seats::SoldOutCall>>> = Arc::default();
     let sampler = {
         let ctx = ctx.clone();
         let admin = o.admin.to_string();
         let verbose = o.verbose;
+        let sold_out = sold_out.clone();
         tokio::spawn(async move {
             let mut samples = Vec::new();
+            let mut inv_samples = Vec::new();
             let mut conn = None;
             let mut tick = tokio::time::interval(Duration::from_millis(ctx.sc.sample_ms.max(20)));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -603,8 +681,19 @@ pub async fn run_scenario(sc: &Scenario, o: RunOpts<'_>) -> Result<report::Repor
                     }
                     samples.push(s);
                 }
+                if ctx.sc.seats > 0 {
+                    let inv =
+                        seats::read_inventory(&ctx.targets[0], &admin, &ctx.event, &mut conn).await;
+                    if let Some(c) = inv.as_ref().map(seats::Counts::of) {
+                        inv_samples.push(seats::InvSample { t, counts: c });
+                        let ended = sold_out.lock().unwrap().is_some();
+                        if ctx.sc.end_when_sold_out && !ended && c.sold_out() {
+                            operator_ends(&ctx, &admin, &sold_out, verbose).await;
+                        }
+                    }
+                }
             }
-            samples
+            (samples, inv_samples)
         })
     };
     let limit = Duration::from_secs_f64(sc.max_run_secs.max(1.0));
@@ -644,7 +733,10 @@ pub async fn run_scenario(sc: &Scenario, o: RunOpts<'_>) -> Result<report::Repor
         }
         if let Some(v) = admin_figures(&target0, o.admin, o.event, &mut probe).await {
             let s = sample_of(now, &v);
-            if s.expired.saturating_sub(base_expired) >= silent && s.waiting == 0 {
+            // After the end of the sale the ghosts still waiting leave with everyone else
+            // (counted as `left`): nothing more to wait for once the line is empty.
+            let ended = sold_out.lock().unwrap().is_some();
+            if (ended || s.expired.saturating_sub(base_expired) >= silent) && s.waiting == 0 {
                 break;
             }
         }
@@ -653,8 +745,17 @@ pub async fn run_scenario(sc: &Scenario, o: RunOpts<'_>) -> Result<report::Repor
     // One more sample period so the last removals are recorded.
     tokio::time::sleep(Duration::from_millis(sc.sample_ms * 2)).await;
     let _ = stop_tx.send(true);
-    let samples = sampler.await?;
+    let (samples, inv_samples) = sampler.await?;
     let duration = ctx.now();
+    let seats = if sc.seats > 0 {
+        let inv = seats::read_inventory(&target0, o.admin, o.event, &mut None)
+            .await
+            .context("reading the inventory at the end")?;
+        let call = *sold_out.lock().unwrap();
+        Some((inv, inv_samples, call))
+    } else {
+        None
+    };
     Ok(report::build(report::Inputs {
         label: o.label,
         scenario: sc.clone(),
@@ -666,7 +767,33 @@ pub async fn run_scenario(sc: &Scenario, o: RunOpts<'_>) -> Result<report::Repor
         base: sample_of(0.0, &before),
         samples,
         logs,
+        seats,
     }))
+}
+
+/// The operator ends the sale: `sold_out`, timed from the moment the call is sent.
+async fn operator_ends(
+    ctx: &user::Ctx,
+    admin: &str,
+    sold_out: &std::sync::Mutex<Option<seats::SoldOutCall>>,
+    verbose: bool,
+) {
+    let sent = ctx.now();
+    match seats::end_sold_out(&ctx.targets[0], admin, &ctx.event).await {
+        Ok(waiting) => {
+            let call = seats::SoldOutCall {
+                sent_sec: sent,
+                answered_sec: ctx.now(),
+                waiting,
+            };
+            if verbose {
+                eprintln!("t={sent:>6.1}s sold out: the sale ends ({waiting} waiting)");
+            }
+            *sold_out.lock().unwrap() = Some(call);
+        }
+        // The next reading tries again.
+        Err(e) => eprintln!("ending the sale: {e:#}"),
+    }
 }
 
 /// The `journey` command.

@@ -7,6 +7,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 use super::metrics::{self, EtaSample, EtaScore, OrderObs};
+use super::seats;
 use super::user::{Behaviour, Log, Outcome, Step, Transport};
 use super::{Sample, Scenario};
 
@@ -22,6 +23,9 @@ pub struct Inputs {
     pub base: Sample,
     pub samples: Vec<Sample>,
     pub logs: Vec<Log>,
+    /// With seats for sale: the inventory at the end, the operator's readings of it, and
+    /// the end call if the sale sold out.
+    pub seats: Option<(Value, Vec<seats::InvSample>, Option<seats::SoldOutCall>)>,
 }
 
 #[derive(Debug, Serialize)]
@@ -36,6 +40,10 @@ pub struct Report {
     pub ghost_removal_p99_sec: Option<f64>,
     pub eta_mape: Option<f64>,
     pub eta_within_20pct: Option<f64>,
+    /// With seats for sale: `seats_sold`, `seats_double_sold`, `sold_out_notice_p99_sec`, …
+    /// (absent without seats, so earlier reports keep their shape).
+    #[serde(flatten)]
+    pub seat_numbers: Option<seats::Headline>,
     pub label: String,
     pub event: String,
     pub nodes: usize,
@@ -53,6 +61,8 @@ pub struct Report {
     pub latency_ms: BTreeMap<Step, Latency>,
     pub errors: BTreeMap<String, u64>,
     pub series: Vec<Second>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seats: Option<seats::Seats>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -65,6 +75,10 @@ pub struct Users {
     pub abandoned: usize,
     pub expired: usize,
     pub gone: usize,
+    /// With seats: entered and found none; waiting when the sale ended; came after it.
+    pub no_seats: usize,
+    pub sale_ended: usize,
+    pub closed: usize,
     pub failed: usize,
     /// Planned behaviours and how many struck while the person still waited.
     pub planned: BTreeMap<String, usize>,
@@ -230,6 +244,9 @@ pub fn build(i: Inputs) -> Report {
             Outcome::Abandoned => users.abandoned += 1,
             Outcome::Expired => users.expired += 1,
             Outcome::Gone => users.gone += 1,
+            Outcome::NoSeats => users.no_seats += 1,
+            Outcome::SaleEnded => users.sale_ended += 1,
+            Outcome::Closed => users.closed += 1,
             Outcome::Failed(_) => users.failed += 1,
         }
         let b = behaviour_name(l.plan.behaviour).to_string();
@@ -494,6 +511,14 @@ pub fn build(i: Inputs) -> Report {
         bump(l.complete_ack, |s| s.completions += 1);
     }
 
+    let (seat_numbers, seats) = match &i.seats {
+        Some((inv, inv_samples, call)) => {
+            let (h, s) = seats::section(sc, logs, inv, inv_samples, *call);
+            (Some(h), Some(s))
+        }
+        None => (None, None),
+    };
+
     Report {
         kendall_tau: order.kendall_tau,
         fifo_inversions: order.fifo_inversions,
@@ -506,6 +531,7 @@ pub fn build(i: Inputs) -> Report {
         ghost_removal_p99_sec: ghosts.p99_sec,
         eta_mape: eta.all.mape,
         eta_within_20pct: eta.all.within_20pct,
+        seat_numbers,
         label: i.label,
         event: i.event,
         nodes: i.nodes,
@@ -523,6 +549,7 @@ pub fn build(i: Inputs) -> Report {
         latency_ms,
         errors,
         series,
+        seats,
     }
 }
 
@@ -546,6 +573,35 @@ fn pct_str(v: Option<f64>) -> String {
 impl Report {
     /// The headline numbers, for the terminal.
     pub fn summary(&self) -> String {
+        let mut s = self.queue_summary();
+        if let (Some(h), Some(x)) = (&self.seat_numbers, &self.seats) {
+            s.push_str(&format!(
+                "\nseats: {} sold of {} (bought by clients {}, by {} people); double sold {}, \
+                 sold/bought mismatch {}; hold conflicts {} in {} holds; {} without a seat; \
+                 sold out at {} s, {} waiting told: p50 {} s, p99 {} s, max {} s ({} untold); \
+                 {} turned away at join",
+                h.seats_sold,
+                x.seats,
+                h.seats_bought_by_clients,
+                x.buyers,
+                h.seats_double_sold,
+                h.seats_sold_mismatch,
+                h.hold_conflicts,
+                x.hold_attempts,
+                h.people_without_seats,
+                opt(h.sold_out_at_sec, 1),
+                x.notices.told,
+                opt(h.sold_out_notice_p50_sec, 2),
+                opt(h.sold_out_notice_p99_sec, 2),
+                opt(x.notices.max_sec, 2),
+                x.untold,
+                x.closed_at_join,
+            ));
+        }
+        s
+    }
+
+    fn queue_summary(&self) -> String {
         let u = &self.users;
         format!(
             "{}: {} users, {} admitted ({} direct), {} completed, {} abandoned, {} expired, {} failed; {:.0} s\n\
@@ -611,6 +667,7 @@ mod tests {
             strike_after: 1.0,
             pause: 1.0,
             node: 0,
+            seats_wanted: 0,
         });
         l.admit_lo = Some(9.0);
         l.admit_hi = Some(10.0);

@@ -56,6 +56,8 @@ pub struct Plan {
     pub pause: f64,
     /// The node this person's requests go to first.
     pub node: usize,
+    /// Seats this person wants to buy (0: the event sells none).
+    pub seats_wanted: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -66,16 +68,22 @@ pub enum Step {
     WsConnect,
     Enter,
     SessionHeartbeat,
+    /// `GET /session/holds`: the seat map.
+    SeatMap,
+    /// `POST /session/holds`: the seats chosen, all or none.
+    Hold,
     Complete,
 }
 
 impl Step {
-    pub const ALL: [Step; 6] = [
+    pub const ALL: [Step; 8] = [
         Step::Join,
         Step::Status,
         Step::WsConnect,
         Step::Enter,
         Step::SessionHeartbeat,
+        Step::SeatMap,
+        Step::Hold,
         Step::Complete,
     ];
 
@@ -97,6 +105,12 @@ pub enum Outcome {
     Expired,
     /// The place ended for another reason (cleared, deleted).
     Gone,
+    /// Entered, found no seat to hold (none left, or every try conflicted) and left.
+    NoSeats,
+    /// Waiting when the sale ended: told by a live `ended` or a status answer's `reason`.
+    SaleEnded,
+    /// Came after the sale ended: the join answered `EVENT_CLOSED` with a `reason`.
+    Closed,
     Failed(String),
 }
 
@@ -149,6 +163,17 @@ pub struct Log {
     pub cost: Cost,
     pub latencies: Vec<(Step, f64)>,
     pub errors: Vec<(Step, String)>,
+    /// A reload's or an outage's span without a page, [from, to).
+    pub offline: Option<(f64, f64)>,
+    /// When the person learnt that the sale ended, and whether by a live push.
+    pub ended_learned: Option<f64>,
+    pub ended_by_push: bool,
+    /// Seat holds tried, and those refused with `HOLD_CONFLICT`.
+    pub hold_attempts: u32,
+    pub hold_conflicts: u32,
+    /// The seats this person believes they bought: what they held when `complete`
+    /// succeeded.
+    pub seats_bought: Vec<String>,
 }
 
 impl Log {
@@ -173,6 +198,12 @@ impl Log {
             cost: Cost::default(),
             latencies: Vec::new(),
             errors: Vec::new(),
+            offline: None,
+            ended_learned: None,
+            ended_by_push: false,
+            hold_attempts: 0,
+            hold_conflicts: 0,
+            seats_bought: Vec::new(),
         }
     }
 }
@@ -339,9 +370,18 @@ impl<'a> Page<'a> {
     ) -> Reply {
         let target = &self.ctx.targets[self.node];
         let mut req = Vec::with_capacity(256);
-        match body {
-            Some(b) => json_request(method, &target.host, path, bearer, b, &mut req),
-            None => get_request(&target.host, path, &mut req),
+        match (body, bearer) {
+            (Some(b), _) => json_request(method, &target.host, path, bearer, b, &mut req),
+            (None, Some(t)) => {
+                // A session's read (the seat map): the access token in the header.
+                use std::io::Write as _;
+                let _ = write!(
+                    req,
+                    "GET {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {t}\r\n\r\n",
+                    target.host
+                );
+            }
+            (None, None) => get_request(&target.host, path, &mut req),
         }
         if self
             .conn
@@ -488,8 +528,25 @@ impl<'a> Page<'a> {
                     _ => Seen::Retry,
                 }
             }
-            Reply::Ok(404, v) => Seen::Ended(ended_by(v["error"]["code"].as_str().unwrap_or(""))),
+            Reply::Ok(404, v) => self.ended_answer(&v),
             _ => Seen::Retry,
+        }
+    }
+
+    /// A `404` about the place: with `error.reason` the sale ended (and the person now
+    /// knows it), without it the place lapsed or was removed.
+    fn ended_answer(&mut self, v: &Value) -> Seen {
+        if v["error"]["reason"].is_string() {
+            self.sale_ended(false);
+            return Seen::Ended(Outcome::SaleEnded);
+        }
+        Seen::Ended(ended_by(v["error"]["code"].as_str().unwrap_or("")))
+    }
+
+    fn sale_ended(&mut self, pushed: bool) {
+        if self.log.ended_learned.is_none() {
+            self.log.ended_learned = Some(self.ctx.now());
+            self.log.ended_by_push = pushed;
         }
     }
 
@@ -516,6 +573,10 @@ impl<'a> Page<'a> {
                 Some(Seen::Admitted)
             }
             "queue-expired" => Some(Seen::Ended(Outcome::Expired)),
+            "ended" => {
+                self.sale_ended(true);
+                Some(Seen::Ended(Outcome::SaleEnded))
+            }
             "queue-left" | "queue-cleared" => Some(Seen::Ended(Outcome::Gone)),
             _ => None,
         }
@@ -546,6 +607,12 @@ impl<'a> Page<'a> {
                     }
                     self.admitted(sent, got);
                     return Ok(Seen::Admitted);
+                }
+                Reply::Ok(409, v)
+                    if v["error"]["code"] == "EVENT_CLOSED" && v["error"]["reason"].is_string() =>
+                {
+                    // The sale ended before this person came.
+                    return Err(Outcome::Closed);
                 }
                 Reply::Ok(409, v) if v["error"]["code"] == "ALREADY_JOINED" => {
                     // An earlier attempt joined but its answer was lost: no token to go on.
@@ -677,10 +744,14 @@ async fn follow(page: &mut Page<'_>, first: Seen) -> Result<(), Outcome> {
                 Behaviour::Reload | Behaviour::Netloss => {
                     page.drop_connections();
                     tokio::time::sleep(Duration::from_secs_f64(plan.pause)).await;
+                    page.log.offline = Some((now, ctx.now()));
                     // Back on whichever node the balancer picks now.
                     page.node = (page.node + 1) % ctx.targets.len();
                     seen = page.status().await;
-                    page.log.resumed_kept = Some(!matches!(seen, Seen::Ended(_)));
+                    // A place the sale's end took was not lost by the reload.
+                    if !matches!(seen, Seen::Ended(Outcome::SaleEnded)) {
+                        page.log.resumed_kept = Some(!matches!(seen, Seen::Ended(_)));
+                    }
                     if matches!(seen, Seen::Ended(Outcome::Expired)) {
                         page.log.silent_at = Some(now);
                     }
@@ -728,7 +799,12 @@ async fn session(page: &mut Page<'_>) -> Outcome {
                 access = v["access_token"].as_str().map(str::to_string);
                 break;
             }
-            Reply::Ok(404, v) => return ended_by(v["error"]["code"].as_str().unwrap_or("")),
+            Reply::Ok(404, v) => {
+                return match page.ended_answer(&v) {
+                    Seen::Ended(o) => o,
+                    _ => Outcome::Gone,
+                }
+            }
             _ => tokio::time::sleep(Duration::from_millis(250)).await,
         }
     }
@@ -737,6 +813,20 @@ async fn session(page: &mut Page<'_>) -> Outcome {
     };
     page.log.entered = Some(ctx.now());
     let end = ctx.now() + page.log.plan.hold;
+    // With seats for sale the session starts on the seat map; without a seat the person
+    // leaves at once (the site ends the session, buying nothing).
+    let mut held = Vec::new();
+    if page.log.plan.seats_wanted > 0 {
+        match choose_seats(page, &access, end).await {
+            Ok(h) => held = h,
+            Err(o) => return o,
+        }
+    }
+    let end = if page.log.plan.seats_wanted > 0 && held.is_empty() {
+        ctx.now()
+    } else {
+        end
+    };
     let beat = (f64::from(ctx.sc.session_idle_sec) / 2.0).max(1.0);
     loop {
         let left = end - ctx.now();
@@ -769,6 +859,10 @@ async fn session(page: &mut Page<'_>) -> Outcome {
         {
             Reply::Ok(200, _) => {
                 page.log.complete_ack = Some(ctx.now());
+                if page.log.plan.seats_wanted > 0 && held.is_empty() {
+                    return Outcome::NoSeats;
+                }
+                page.log.seats_bought = held;
                 return Outcome::Completed;
             }
             Reply::Ok(status, v) => {
@@ -779,6 +873,111 @@ async fn session(page: &mut Page<'_>) -> Outcome {
         }
     }
     Outcome::Failed("complete: no answer".into())
+}
+
+/// The seat map, as a page draws it: the available seats, the ones this session holds
+/// already (`mine`), and how many others hold (they may come back).
+fn seat_map(v: &Value) -> (Vec<String>, Vec<String>, usize) {
+    let (mut available, mut mine, mut held) = (Vec::new(), Vec::new(), 0);
+    for item in v["items"].as_array().into_iter().flatten() {
+        let Some(id) = item["id"].as_str() else {
+            continue;
+        };
+        match item["state"].as_str() {
+            Some("available") => available.push(id.to_string()),
+            Some("mine") => mine.push(id.to_string()),
+            Some("held") => held += 1,
+            _ => {}
+        }
+    }
+    (available, mine, held)
+}
+
+/// The seat-map page: reads the map, picks the seats wanted among the available ones at
+/// random (all that are left when fewer are), holds them all or none; on `HOLD_CONFLICT`
+/// (someone was faster) reads the map again, up to `HOLD_TRIES` holds. While nothing is
+/// available but others hold seats (they may come back), the person stays on the map and
+/// reads it again every second, until `until` (their session's planned end). Answers the
+/// seats held, or none when nothing was left or every try conflicted. A hold whose answer
+/// was lost shows on the next map as `mine`, and is taken as held.
+async fn choose_seats(
+    page: &mut Page<'_>,
+    access: &str,
+    until: f64,
+) -> Result<Vec<String>, Outcome> {
+    let plan = page.log.plan;
+    let mut rng = page.ctx.sc.seed ^ 0x3C6E_F372_FE94_F82B ^ (plan.id as u64).rotate_left(17);
+    let mut failures = 0;
+    while page.log.hold_attempts < super::seats::HOLD_TRIES {
+        let map = match page
+            .call(
+                Step::SeatMap,
+                "GET",
+                "/api/v1/session/holds",
+                Some(access),
+                None,
+            )
+            .await
+        {
+            Reply::Ok(200, v) => v,
+            Reply::Ok(status @ 400..=499, v) => {
+                let code = v["error"]["code"].as_str().unwrap_or("?");
+                return Err(Outcome::Failed(format!("seat map: {status} {code}")));
+            }
+            _ => {
+                failures += 1;
+                if failures > 10 {
+                    return Err(Outcome::Failed("seat map: no answer".into()));
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                continue;
+            }
+        };
+        let (available, mine, held) = seat_map(&map);
+        if !mine.is_empty() {
+            return Ok(mine);
+        }
+        if available.is_empty() {
+            if held > 0 && page.ctx.now() + 1.0 < until {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+            return Ok(Vec::new());
+        }
+        let picks = super::seats::pick(&available, plan.seats_wanted as usize, &mut rng);
+        let body = serde_json::json!({ "items": picks }).to_string();
+        page.log.hold_attempts += 1;
+        match page
+            .call(
+                Step::Hold,
+                "POST",
+                "/api/v1/session/holds",
+                Some(access),
+                Some(&body),
+            )
+            .await
+        {
+            Reply::Ok(200, v) => {
+                let held: Vec<String> = v["holds"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|h| h["item"].as_str().map(str::to_string))
+                    .collect();
+                return Ok(held);
+            }
+            Reply::Ok(409, v) if v["error"]["code"] == "HOLD_CONFLICT" => {
+                page.log.hold_conflicts += 1;
+            }
+            Reply::Ok(status @ (400..=499), v) => {
+                let code = v["error"]["code"].as_str().unwrap_or("?");
+                return Err(Outcome::Failed(format!("hold: {status} {code}")));
+            }
+            // No answer, or the store was busy: the next map tells whether it held.
+            _ => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
+    Ok(Vec::new())
 }
 
 #[cfg(test)]
@@ -795,7 +994,21 @@ mod tests {
             strike_after: 1.0,
             pause: 1.0,
             node: 0,
+            seats_wanted: 0,
         })
+    }
+
+    #[test]
+    fn the_seat_map_is_read_as_a_page_draws_it() {
+        let v = serde_json::json!({"holds": [{"item": "A-2", "expires_at": 1}],
+            "items": [{"id": "A-1", "state": "available"}, {"id": "A-2", "state": "mine"},
+                      {"id": "A-3", "state": "held"}, {"id": "A-4", "state": "sold"},
+                      {"id": "A-5", "state": "available"}, {"id": "A-6", "state": "held"}]});
+        let (available, mine, held) = seat_map(&v);
+        assert_eq!(available, vec!["A-1", "A-5"]);
+        assert_eq!(mine, vec!["A-2"]);
+        assert_eq!(held, 2);
+        assert_eq!(seat_map(&serde_json::json!({})), (vec![], vec![], 0));
     }
 
     #[test]

@@ -142,17 +142,28 @@ pub async fn end(
 
 /// Adds `error.reason` to `TOKEN_NOT_FOUND` and `EVENT_CLOSED` when the event's sale has
 /// ended, so a client tells "sold out" from "your place lapsed". The settings come from
-/// this node's catalog (no store call on a warm path; at most a second old).
+/// this node's catalog (no store call once it knows of the end). Its copy may be older
+/// than the end, until the store's change notice reaches this node (on Redis, another
+/// node's end): when the copy says the sale runs, the store's settings decide, so every
+/// node answers the reason from the end on. That read happens only on these two errors and
+/// only while the copy says the sale runs.
 pub async fn explain(state: &AppState, event_id: &str, e: AppError) -> AppError {
     if !matches!(e, AppError::TokenNotFound | AppError::EventClosed) {
         return e;
     }
     let now = state.clock.now();
-    match state.events.config(event_id, now).await {
+    let reason = match state.events.config(event_id, now).await {
         Ok(c) => match c.sale_ended(now) {
-            Some(end) => AppError::SaleEnded(Box::new(e), end.reason.as_str()),
-            None => e,
+            Some(end) => Some(end.reason),
+            None => match state.store.get_event(event_id, now).await {
+                Ok(fresh) => fresh.config.sale_ended(now).map(|end| end.reason),
+                Err(_) => None,
+            },
         },
-        Err(_) => e,
+        Err(_) => None,
+    };
+    match reason {
+        Some(r) => AppError::SaleEnded(Box::new(e), r.as_str()),
+        None => e,
     }
 }
