@@ -44,6 +44,7 @@
 mod conn;
 mod decode;
 mod relay;
+mod replica;
 mod sale;
 mod script;
 pub mod sentinel;
@@ -98,6 +99,8 @@ pub struct RedisOptions {
     /// Replicas that must have an operation's writes before it is answered (`WAIT`, within
     /// `op_timeout`); 0 answers at once. Standalone and Sentinel only.
     pub wait_replicas: u32,
+    /// `status` from node-local replicas, renewals batched (`replica.rs`); off: the script.
+    pub replica: bool,
 }
 
 impl Default for RedisOptions {
@@ -107,6 +110,7 @@ impl Default for RedisOptions {
             lease: Duration::from_secs(3),
             op_timeout: Duration::from_millis(1500),
             wait_replicas: 0,
+            replica: true,
         }
     }
 }
@@ -149,6 +153,7 @@ struct Inner {
     outbox: Mutex<Option<mpsc::Sender<Vec<Notice>>>>,
     leases: Mutex<HashMap<String, Lease>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    replicas: replica::Replicas, // of the events this node answers `status` for
 }
 
 impl Drop for Inner {
@@ -185,6 +190,7 @@ impl RedisStore {
                 outbox: Mutex::new(None),
                 leases: Mutex::new(HashMap::new()),
                 tasks: Mutex::new(Vec::new()),
+                replicas: replica::Replicas::default(),
             }),
         })
     }
@@ -337,6 +343,7 @@ impl Inner {
         args: &[&[u8]],
         join: Option<&JoinRequest>,
     ) -> StoreResult<Reply> {
+        self.renewals_before(event_id, op, now).await?;
         let keys = self.keys(event_id);
         let mut conn = self.connection().await?;
         let value = self
@@ -353,6 +360,7 @@ impl Inner {
             })
             .await?;
         self.wait_for_replicas(&mut conn).await?;
+        self.replicas.wrote(event_id, op, &value);
         let (reply, fx) = decode::reply(&value, join, now)?;
         self.announce(event_id, &fx);
         Ok(reply)
@@ -708,6 +716,9 @@ impl Store for RedisStore {
     }
 
     async fn status(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {
+        if let Some(view) = replica::status(&self.inner, event_id, key, now).await {
+            return Ok(view);
+        }
         self.inner.view_op(event_id, "status", key, now).await
     }
 
@@ -961,6 +972,7 @@ impl Store for RedisStore {
     /// and sends the notices still queued for the other nodes.
     async fn close(&self) -> StoreResult<()> {
         let s = &self.inner;
+        s.close_replicas().await;
         let held: Vec<(String, String)> = s
             .leases
             .lock()

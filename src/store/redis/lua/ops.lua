@@ -46,6 +46,9 @@ if OP == 'put' then
 end
 
 if not load_meta() then return finish('EVENT_NOT_FOUND') end
+-- The replicas' snapshot and the batched renewals (replica.lua).
+if OP == 'replica' then return replica_snapshot() end
+if OP == 'renew' then return renew_batch() end
 
 if OP == 'get' then
   advance()

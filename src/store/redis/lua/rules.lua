@@ -69,10 +69,12 @@ local function fmt(n) return string.format('%d', n) end
 -- - opens, method, npre: the schedule (schedule.lua), 0 in a meta written before them.
 -- - closes, ended: the end of the sale (core/lifecycle.rs): closes_at in ms (0: none), and
 --   1 once the admin's `end` call ended it. Also read as 0 from an older meta.
+-- - lv, inc: the change log's version (one more per write of the meta) and the event's
+--   incarnation (replica.lua).
 local FIELDS = {'cap', 'rate', 'ttl', 'sidle', 'smax', 'widle', 'maxq', 'paused', 'accept',
   'seq', 'completed', 'left', 'expired', 'joins', 'admissions', 'wsum', 'ssum', 'scnt', 'wn',
   'btok', 'blast', 'bprimed', 'nw', 'nad', 'nac', 'nd', 'fadm', 'hbusy', 'hsince', 'hends',
-  'opens', 'method', 'npre', 'closes', 'ended'}
+  'opens', 'method', 'npre', 'closes', 'ended', 'lv', 'inc'}
 local FADM_AT = 27
 local M = {}
 local DIRTY = false
@@ -103,16 +105,23 @@ local function lower_nd(t)
   if t < M.nd then set('nd', t) end
 end
 
+-- Appends the transition to the event's change log (replica.lua, after these rules).
+local log_append
+
 local function flush_meta()
   if not LOADED then return end
   if N_W ~= M.nw then set('nw', N_W) end
   if N_AD ~= M.nad then set('nad', N_AD) end
   if N_AC ~= M.nac then set('nac', N_AC) end
   if not DIRTY then return end
+  -- Every write of the meta is one entry of the change log, numbered by lv.
+  M.lv = M.lv + 1
+  if M.lv == 1 or M.inc == 0 then M.inc = NOW end
   local v = {}
   for i, f in ipairs(FIELDS) do v[i] = M[f] end
   v[FADM_AT] = M.fadm or -1
   redis.call('HSET', K_META, 'n', cmsgpack.pack(v))
+  log_append()
 end
 
 -- Slot-time held (queue.rs `Holds`), brought up to NOW before the number of live holds
@@ -138,11 +147,12 @@ local function ctx()
     M.paused, hold_total(), M.hends, N_AD + N_AC}
 end
 
--- The one way out: writes the meta back and answers {code, payload, effects, context}.
+-- The one way out: writes the meta back and answers {code, payload, effects, context, log
+-- version} (the version tells this node when its replica holds its own write).
 local function finish(code, payload)
   flush_meta()
   if payload == nil then payload = false end
-  return {code, payload, FX, ctx()}
+  return {code, payload, FX, ctx(), M.lv or 0}
 end
 
 -- A place record: nonce (16 raw bytes), state ('w' waiting, 'a' admitted, 's' in session),
