@@ -116,7 +116,10 @@ async fn status_from_the_replica_runs_no_script() {
         let calls = script_calls(&mut conn).await - before;
         if replica {
             // 95 polls; at most a few renewal flushes (every 500 ms).
-            assert!(calls <= 5, "{calls} script calls for 95 polls from the replica");
+            assert!(
+                calls <= 5,
+                "{calls} script calls for 95 polls from the replica"
+            );
         } else {
             assert_eq!(calls, 95, "without the replica each poll is one script");
         }
@@ -319,7 +322,10 @@ async fn replicas_converge_across_nodes_and_after_a_gap() {
         assert_eq!(Some((v.status, v.position, v.queue_length)), truth[&k.seq]);
     }
     let calls = script_calls(&mut conn).await - before;
-    assert!(calls <= 5, "{calls} script calls for 60 polls after the resync");
+    assert!(
+        calls <= 5,
+        "{calls} script calls for 60 polls after the resync"
+    );
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
@@ -359,7 +365,10 @@ async fn batched_renewals_keep_polled_places_and_silent_ones_go() {
     // Three idle timeouts of polling every 600 ms.
     while started.elapsed() < Duration::from_secs(6) {
         let now = system_now();
-        let v = b.status(ev, polled, now).await.expect("the polled place stays");
+        let v = b
+            .status(ev, polled, now)
+            .await
+            .expect("the polled place stays");
         assert_eq!(v.status, PlaceState::Waiting);
         // The renewal is queued, not written: the score is still older than this poll.
         let score: Option<u64> = redis::cmd("ZSCORE")
@@ -395,7 +404,10 @@ async fn batched_renewals_keep_polled_places_and_silent_ones_go() {
         gone <= Duration::from_millis(3000 + 600),
         "the silent place went only after {gone:?}"
     );
-    assert!(gone >= Duration::from_millis(1900), "removed early: {gone:?}");
+    assert!(
+        gone >= Duration::from_millis(1900),
+        "removed early: {gone:?}"
+    );
     a.close().await.unwrap();
     b.close().await.unwrap();
 }

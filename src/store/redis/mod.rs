@@ -7,7 +7,7 @@
 //!   by `script.rs`, sent as one script with EVALSHA and reloaded on NOSCRIPT); `decode.rs`
 //!   reads its answers, and the core computes views and figures from them. Redis runs a
 //!   script alone, so each operation observes and changes one event as a single step,
-//!   whichever node sends it; a join, status or heartbeat is one round trip.
+//!   whichever node sends it; a join or heartbeat is one round trip (a status none: replica.rs).
 //!   Time comes from the caller (`now`), never from Redis, as the [`Store`] contract asks.
 //! - **One slot per event.** Every key of an event carries the hash tag `{event}`
 //!   (`wr:{concert-a}:q`, …), so on a Cluster each script touches one slot and events spread
