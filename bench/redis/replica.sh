@@ -84,7 +84,8 @@ status_phase() {
     fi
     wait "$pid"
     local rate
-    rate=$(grep -m1 -oE '[0-9,]+ req/s' "$out" | tr -d ', req/s' || true)
+    # The table row of the phase: | status (external) | conns | req/s | …
+    rate=$(awk -F'|' '/^\| status/ { gsub(/[ ,]/, "", $4); print $4; exit }' "$out")
     [ -n "$rate" ] || { cat "$out"; exit 1; }
     echo "$rate $per"
 }
@@ -128,7 +129,7 @@ LOADPID=$!
 sleep 2
 wrk -t1 -c16 -d"$((LAGDUR - 3))s" -s "$HERE/join.lua" "$A" >"$WORK/lag-join.txt" 2>&1
 wait "$LOADPID"
-echo "  joins on A: $(awk '/^Requests\/sec:/ {print $2}' "$WORK/lag-join.txt") req/s; status on B: $(grep -m1 -oE '[0-9,]+ req/s' "$WORK/lag-status.txt")"
+echo "  joins on A: $(awk '/^Requests\/sec:/ {print $2}' "$WORK/lag-join.txt") req/s; status on B: $(awk -F'|' '/^\| status/ { gsub(/[ ,]/, "", $4); print $4; exit }' "$WORK/lag-status.txt") req/s"
 echo "  B's waitroom_replica_lag_seconds:"
 curl -sf "$B/metrics" | grep '^waitroom_replica_lag_seconds' | sed 's/^/    /'
 curl -sf "$B/metrics" | grep -E '^waitroom_replica_(status|resyncs)_total' | sed 's/^/    /'

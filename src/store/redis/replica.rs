@@ -33,7 +33,7 @@
 //! histogram `waitroom_replica_lag_seconds` (apply time − operation time).
 //!
 //! **Renewals.** A poll the replica answered still renews its place, later: the node keeps
-//! (seq, time) pairs per event and sends them in one `renew` script call at least every
+//! the latest poll time of each place per event and sends them in one `renew` script call at least every
 //! [`FLUSH`], and before any other script call of the event from this node that could
 //! sweep (`now` ≥ the replica's `nd`), so that on one node nothing expires a place whose
 //! renewal is still queued. The script renews a place only if it was still alive at the
@@ -413,8 +413,8 @@ struct Entry {
     /// Wakes the task at once (this node wrote, or a status is waiting).
     wake: Notify,
     used_at: Mutex<Instant>,
-    /// (seq, poll time) of waiting places whose polls the replica answered.
-    renewals: Mutex<Vec<(u64, Millis)>>,
+    /// Waiting places whose polls the replica answered: seq -> time of the latest poll.
+    renewals: Mutex<HashMap<u64, Millis>>,
 }
 
 /// This node's replicas, by event.
@@ -478,7 +478,7 @@ pub(super) async fn status(
                     written: Mutex::new(0),
                     wake: Notify::new(),
                     used_at: Mutex::new(Instant::now()),
-                    renewals: Mutex::new(Vec::new()),
+                    renewals: Mutex::new(HashMap::new()),
                 });
                 map.insert(event_id.to_string(), e.clone());
                 // The task ends by itself (store dropped or closed, event deleted, idle).
@@ -506,7 +506,9 @@ pub(super) async fn status(
     match &view {
         Some(v) => {
             if v.status == PlaceState::Waiting {
-                entry.renewals.lock().push((key.seq, now));
+                let mut r = entry.renewals.lock();
+                let at = r.entry(key.seq).or_insert(now);
+                *at = (*at).max(now);
             }
             metrics::counter!("waitroom_replica_status_total", "answer" => "replica").increment(1);
         }
@@ -545,8 +547,8 @@ impl Inner {
 
     /// Sends the event's queued renewals, in batches of at most [`FLUSH_BATCH`].
     async fn flush_renewals(&self, event_id: &str, entry: &Entry) -> StoreResult<()> {
-        let pending = std::mem::take(&mut *entry.renewals.lock());
-        for chunk in pending.chunks(FLUSH_BATCH) {
+        let pending: Vec<(u64, Millis)> = entry.renewals.lock().drain().collect();
+        for (i, chunk) in pending.chunks(FLUSH_BATCH).enumerate() {
             let args: Vec<String> = chunk
                 .iter()
                 .flat_map(|(seq, at)| [seq.to_string(), at.to_string()])
@@ -559,7 +561,11 @@ impl Inner {
                 Err(StoreError::Queue(_)) => {}
                 Err(e) => {
                     // Keep them for the next flush: Redis may be back by then.
-                    entry.renewals.lock().extend_from_slice(chunk);
+                    let mut r = entry.renewals.lock();
+                    for &(seq, at) in &pending[i * FLUSH_BATCH..] {
+                        let t = r.entry(seq).or_insert(at);
+                        *t = (*t).max(at);
+                    }
                     return Err(e);
                 }
             }

@@ -51,13 +51,17 @@ end
 -- place was still alive then (a poll after its deadline never revives it), and never
 -- moving a heartbeat back. A seq no longer waiting is not in K_WSEEN and is skipped (seqs
 -- are never reused within an event).
+-- Before nd no deadline has come (heartbeats only move them later), so a poll then was
+-- surely alive: one ZADD; past it, the place's own deadline decides.
 local function renew_batch()
   for i = 3, #ARGV, 2 do
     local s, t = ARGV[i], tonumber(ARGV[i + 1])
-    local seen = redis.call('ZSCORE', K_WSEEN, s)
-    if seen and tonumber(seen) + M.widle > t then
-      redis.call('ZADD', K_WSEEN, 'XX', 'GT', fmt(t), s)
+    local alive = t < M.nd
+    if not alive then
+      local seen = redis.call('ZSCORE', K_WSEEN, s)
+      alive = seen and tonumber(seen) + M.widle > t
     end
+    if alive then redis.call('ZADD', K_WSEEN, 'XX', 'GT', fmt(t), s) end
   end
   return finish('OK', 0)
 end
