@@ -58,7 +58,9 @@ start_node() {
     NODE_URL=$(sed -n 's/^listening on //p' "$WORK/$name.out")
 }
 
+# Redis commands so far (INFO itself left out), and script calls (round trips) so far.
 calls() { R info commandstats | tr -d '\r' | awk -F'[:=,]' '/^cmdstat_/ && $1 != "cmdstat_info" { t += $3 } END { print t + 0 }'; }
+scripts() { R info commandstats | tr -d '\r' | awk -F'[:=,]' '$1 == "cmdstat_evalsha" { print $3 }'; }
 statuses() {
     curl -sf "$1/metrics" | awk '/^waitroom_http_requests_total/ && /route="\/api\/v1\/queue\/status"/ { t += $NF } END { print t + 0 }'
 }
@@ -76,11 +78,11 @@ status_phase() {
         s0=$(statuses "$url")
         until [ "$(statuses "$url")" -gt $((s0 + 1000)) ]; do sleep 0.1; done
         sleep 1.5
-        local c1 s1 c2 s2
-        c1=$(calls); s1=$(statuses "$url")
+        local c1 e1 s1 c2 e2 s2
+        c1=$(calls); e1=$(scripts); s1=$(statuses "$url")
         sleep 2
-        c2=$(calls); s2=$(statuses "$url")
-        per=$(python3 -c "print(f'{($c2 - $c1) / max($s2 - $s1, 1):.3f}')")
+        c2=$(calls); e2=$(scripts); s2=$(statuses "$url")
+        per=$(python3 -c "print(f'{($c2 - $c1) / max($s2 - $s1, 1):.3f}/{($e2 - $e1) / max($s2 - $s1, 1):.4f}')")
     fi
     wait "$pid"
     local rate
@@ -106,7 +108,7 @@ for r in $(seq 1 "$ROUNDS"); do
     read -r off per_off <<<"$(COUNT=1 status_phase "$OFF")"
     printf '%-6s %12s %16s %16s %10s %10s\n' "$r" "$e" "$on" "$off" \
         "$(python3 -c "print(f'{$on / $e:.2f}')")" "$(python3 -c "print(f'{$off / $e:.2f}')")"
-    echo "       Redis commands per status: replica $per_on, script $per_off"
+    echo "       Redis commands/script calls per status: replica $per_on, script $per_off"
 done
 
 echo "== staleness: joins on node A (wrk -c16), node B follows the event under a status load"
