@@ -740,6 +740,9 @@ async fn read(inner: &Inner, event_id: &str, entry: &Entry, checked_at: &mut Ins
     let entries = match inner.read_log(&key, &after).await {
         Ok(e) => e,
         Err(e) => {
+            // Redis is away: the replica stops answering at once rather than when its
+            // last read ages past the bound.
+            entry.replica.lock().fresh_at = None;
             tracing::debug!(event = %event_id, error = %e, "could not read the change log");
             return false;
         }
