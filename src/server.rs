@@ -81,6 +81,7 @@ pub async fn run(
         StoreBackend::Redis { url } => {
             let options = RedisOptions {
                 wait_replicas: settings.redis_wait_replicas,
+                replica: settings.redis_replica,
                 ..RedisOptions::default()
             };
             let store = RedisStore::connect(url.expose(), options)

@@ -46,6 +46,7 @@ const ENV_KEYS: &[&str] = &[
     "repair",
     "otlp_endpoint",
     "redis_wait_replicas",
+    "redis_replica",
     "upstream",
     "cookie_secure",
 ];
@@ -185,6 +186,13 @@ pub struct Layered {
         deserialize_with = "lenient_u64"
     )]
     pub redis_wait_replicas: Option<u64>,
+    /// Redis store: answer `status` from this node's replica of the event (fed by the event's change log) and batch the renewals of its polls; off: every status is one script call on Redis. [env: WAITROOM_REDIS_REPLICA] [default: on]
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_bool"
+    )]
+    pub redis_replica: Option<bool>,
     /// Gateway mode: proxy every request that is not waitroom's own to the site at this URL (`http://127.0.0.1:3000`), queueing the paths events gate. Off when unset. [env: WAITROOM_UPSTREAM] [default: off]
     #[arg(long, value_name = "URL")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -393,6 +401,7 @@ mod tests {
             repair: Some(true),
             otlp_endpoint: Some(String::new()),
             redis_wait_replicas: Some(1),
+            redis_replica: Some(false),
             upstream: Some(String::new()),
             cookie_secure: Some(true),
         };

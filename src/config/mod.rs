@@ -101,6 +101,8 @@ pub struct Settings {
     pub otlp_endpoint: Option<String>,
     /// Redis store: replicas that must have a change before it is answered (`WAIT`); 0: none.
     pub redis_wait_replicas: u32,
+    /// Redis store: `status` from node-local replicas, renewals batched.
+    pub redis_replica: bool,
     /// Gateway mode's origin (`--upstream`); `None`: no gateway.
     pub upstream: Option<Upstream>,
     /// Session cookies of gated paths are always `Secure`.
@@ -124,6 +126,7 @@ impl Default for Settings {
             repair: false,
             otlp_endpoint: None,
             redis_wait_replicas: 0,
+            redis_replica: true,
             upstream: None,
             cookie_secure: false,
         }
@@ -261,6 +264,7 @@ impl Settings {
             repair: l.repair.unwrap_or(d.repair),
             otlp_endpoint,
             redis_wait_replicas,
+            redis_replica: l.redis_replica.unwrap_or(d.redis_replica),
             upstream,
             cookie_secure: l.cookie_secure.unwrap_or(d.cookie_secure),
         })

@@ -15,10 +15,13 @@ use waitroom::store::{JoinRequest, Notice, Store, StoreError};
 use waitroom::tokens::random_u128;
 
 mod holds;
+mod replica;
 #[allow(unused_imports)] // each test binary uses the part it needs
 pub use super::conformance_schedule::*;
 #[allow(unused_imports)] // each test binary uses the part it needs
 pub use holds::*;
+#[allow(unused_imports)] // each test binary uses the part it needs
+pub use replica::*;
 
 pub const T0: Millis = 1_700_000_000_000;
 pub const S: Millis = 1000;
@@ -52,6 +55,10 @@ macro_rules! store_conformance {
         // The schedule and the queueing methods (conformance_schedule.rs).
         $crate::store_conformance!(@tests $make;
             prequeue_opens_in_shuffle_order, prequeue_change_of_opens_at, queueing_methods);
+        // Where a copy of the queue could drift (conformance/replica.rs).
+        $crate::store_conformance!(@tests $make;
+            status_sees_each_change_at_once, polls_outlive_a_later_sweep,
+            admitted_window_counts_down_then_lapses, status_after_the_event_is_made_again);
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {
         $(

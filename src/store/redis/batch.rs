@@ -217,6 +217,9 @@ impl Inner {
     /// One script call for the batch (and one `WAIT` with `wait_replicas`): the answer of
     /// each operation, in order.
     async fn run_batch(&self, event_id: &str, batch: &[Pending]) -> StoreResult<Vec<Value>> {
+        // As before any script that may sweep: renewals the replica collected go first.
+        let latest = batch.iter().map(|p| p.now).max().unwrap_or(0);
+        self.renewals_before(event_id, "batch", latest).await?;
         let keys = self.keys(event_id);
         let mut conn = self.connection().await?;
         let value = self
@@ -245,6 +248,11 @@ impl Inner {
         }
         if items.len() != batch.len() {
             return Err(decode::Malformed("one answer per operation of a batch").into());
+        }
+        // Each operation was its own entry of the change log: the replica learns the
+        // versions this node wrote (its read-your-writes), in order.
+        for (p, answer) in batch.iter().zip(items) {
+            self.replicas.wrote(event_id, p.op, answer);
         }
         Ok(items.to_vec())
     }

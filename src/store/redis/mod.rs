@@ -7,7 +7,7 @@
 //!   by `script.rs`, sent as one script with EVALSHA and reloaded on NOSCRIPT); `decode.rs`
 //!   reads its answers, and the core computes views and figures from them. Redis runs a
 //!   script alone, so each operation observes and changes one event as a single step,
-//!   whichever node sends it; a join, status or heartbeat is one round trip.
+//!   whichever node sends it; a join or heartbeat is one round trip (a status none: replica.rs).
 //!   Time comes from the caller (`now`), never from Redis, as the [`Store`] contract asks.
 //!   Joins, leaves and enters of an event go to Redis in batches, one script call for all
 //!   that queued while the event's previous call was in flight (`batch.rs`).
@@ -47,6 +47,7 @@ mod batch;
 mod conn;
 mod decode;
 mod relay;
+mod replica;
 mod sale;
 mod script;
 pub mod sentinel;
@@ -101,6 +102,8 @@ pub struct RedisOptions {
     /// Replicas that must have an operation's writes before it is answered (`WAIT`, within
     /// `op_timeout`); 0 answers at once. Standalone and Sentinel only.
     pub wait_replicas: u32,
+    /// `status` from node-local replicas, renewals batched (`replica.rs`); off: the script.
+    pub replica: bool,
 }
 
 impl Default for RedisOptions {
@@ -110,6 +113,7 @@ impl Default for RedisOptions {
             lease: Duration::from_secs(3),
             op_timeout: Duration::from_millis(1500),
             wait_replicas: 0,
+            replica: true,
         }
     }
 }
@@ -154,6 +158,7 @@ struct Inner {
     /// Joins, leaves and enters waiting to go to Redis together (`batch.rs`).
     lanes: batch::Lanes,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    replicas: replica::Replicas, // of the events this node answers `status` for
 }
 
 impl Drop for Inner {
@@ -191,6 +196,7 @@ impl RedisStore {
                 leases: Mutex::new(HashMap::new()),
                 lanes: batch::Lanes::default(),
                 tasks: Mutex::new(Vec::new()),
+                replicas: replica::Replicas::default(),
             }),
         })
     }
@@ -343,6 +349,7 @@ impl Inner {
         args: &[&[u8]],
         join: Option<&JoinRequest>,
     ) -> StoreResult<Reply> {
+        self.renewals_before(event_id, op, now).await?;
         let keys = self.keys(event_id);
         let mut conn = self.connection().await?;
         let value = self
@@ -359,6 +366,7 @@ impl Inner {
             })
             .await?;
         self.wait_for_replicas(&mut conn).await?;
+        self.replicas.wrote(event_id, op, &value);
         let (reply, fx) = decode::reply(&value, join, now)?;
         self.announce(event_id, &fx);
         Ok(reply)
@@ -695,6 +703,9 @@ impl Store for RedisStore {
     }
 
     async fn status(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {
+        if let Some(view) = replica::status(&self.inner, event_id, key, now).await {
+            return Ok(view);
+        }
         self.inner.view_op(event_id, "status", key, now).await
     }
 
@@ -955,6 +966,7 @@ impl Store for RedisStore {
     /// and sends the notices still queued for the other nodes.
     async fn close(&self) -> StoreResult<()> {
         let s = &self.inner;
+        s.close_replicas().await;
         let held: Vec<(String, String)> = s
             .leases
             .lock()

@@ -18,7 +18,7 @@ use crate::core::{holds, EndReason, Millis, END_BATCH, EXPIRED_RETENTION_MS, RAT
 
 /// An event's keys, in the order the script receives them as `KEYS`: the suffix after
 /// `prefix:{event}:` and the Lua name it is bound to (`lua/rules.lua` says what each holds).
-pub(super) const KEYS: [(&str, &str); 20] = [
+pub(super) const KEYS: [(&str, &str); 21] = [
     ("m", "K_META"),
     ("p", "K_PLACES"),
     ("u", "K_USERS"),
@@ -39,6 +39,7 @@ pub(super) const KEYS: [(&str, &str); 20] = [
     ("ex", "K_EXT"),
     ("pq", "K_PRE"),
     ("ps", "K_PRESEQ"),
+    ("lg", "K_LOG"),
 ];
 
 /// What an effect triple of a script answer reports.
@@ -120,18 +121,24 @@ fn prelude() -> String {
         writeln!(h, "local {name} = {v}").expect("writing to a string");
     }
     writeln!(h, "local END_BATCH = {END_BATCH}").expect("writing to a string");
+    super::replica::prelude(&mut h);
     h
 }
 
 const RULES: &str = include_str!("lua/rules.lua");
 const HOLDS: &str = include_str!("lua/holds.lua");
 const SCHEDULE: &str = include_str!("lua/schedule.lua");
+const REPLICA: &str = include_str!("lua/replica.lua");
 const OPS: &str = include_str!("lua/ops.lua");
 
-/// The one script every operation runs: the prelude, the rules, the holds, then the entry
-/// points.
-pub(super) static SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{}{RULES}{HOLDS}{SCHEDULE}{OPS}", prelude())));
+/// The one script every operation runs: the prelude, the rules, the holds, the schedule,
+/// the change log of the replicas, then the entry points.
+pub(super) static SCRIPT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{}{RULES}{HOLDS}{SCHEDULE}{REPLICA}{OPS}",
+        prelude()
+    ))
+});
 
 #[cfg(test)]
 mod tests {
@@ -142,7 +149,7 @@ mod tests {
     /// a returned table (`return {'OK', …}`) or an error return (`return nil, '…'`)
     /// starts with.
     fn lua_codes() -> Vec<String> {
-        let src = format!("{RULES}{HOLDS}{SCHEDULE}{OPS}");
+        let src = format!("{RULES}{HOLDS}{SCHEDULE}{REPLICA}{OPS}");
         let mut out = Vec::new();
         for lead in ["finish(", "return {", "return nil, "] {
             for (i, _) in src.match_indices(lead) {
@@ -182,7 +189,7 @@ mod tests {
     #[test]
     fn every_shared_name_in_the_lua_comes_from_the_prelude() {
         let prelude = prelude();
-        let src = format!("{RULES}{HOLDS}{SCHEDULE}{OPS}");
+        let src = format!("{RULES}{HOLDS}{SCHEDULE}{REPLICA}{OPS}");
         let defined = |name: &str| prelude.contains(&format!("local {name} = "));
         let names = src
             .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))

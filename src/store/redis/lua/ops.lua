@@ -46,6 +46,9 @@ if OP == 'put' then
 end
 
 if not load_meta() then return finish('EVENT_NOT_FOUND') end
+-- The replicas' snapshot and the batched renewals (replica.lua).
+if OP == 'replica' then return replica_snapshot() end
+if OP == 'renew' then return renew_batch() end
 
 if OP == 'get' then
   advance()
@@ -335,7 +338,10 @@ if OP == 'batch' then
       ok, r = pcall(op_place, name, a)
     end
     if not ok then
-      r = {'FAILED', tostring(type(r) == 'table' and r.err or r), FX, ctx()}
+      -- What the operation changed before it failed is logged like any transition (a
+      -- refused log write leaves a gap in lv, which a replica resyncs over).
+      pcall(log_step)
+      r = {'FAILED', tostring(type(r) == 'table' and r.err or r), FX, ctx(), M.lv or 0}
     end
     out[#out + 1] = r
     i = i + 3 + n

@@ -69,10 +69,12 @@ local function fmt(n) return string.format('%d', n) end
 -- - opens, method, npre: the schedule (schedule.lua), 0 in a meta written before them.
 -- - closes, ended: the end of the sale (core/lifecycle.rs): closes_at in ms (0: none), and
 --   1 once the admin's `end` call ended it. Also read as 0 from an older meta.
+-- - lv, inc: the change log's version (one more per write of the meta) and the event's
+--   incarnation (replica.lua).
 local FIELDS = {'cap', 'rate', 'ttl', 'sidle', 'smax', 'widle', 'maxq', 'paused', 'accept',
   'seq', 'completed', 'left', 'expired', 'joins', 'admissions', 'wsum', 'ssum', 'scnt', 'wn',
   'btok', 'blast', 'bprimed', 'nw', 'nad', 'nac', 'nd', 'fadm', 'hbusy', 'hsince', 'hends',
-  'opens', 'method', 'npre', 'closes', 'ended'}
+  'opens', 'method', 'npre', 'closes', 'ended', 'lv', 'inc'}
 local FADM_AT = 27
 local M = {}
 local DIRTY = false
@@ -103,12 +105,34 @@ local function lower_nd(t)
   if t < M.nd then set('nd', t) end
 end
 
-local function flush_meta()
+-- Appends the transition to the event's change log (replica.lua, after these rules).
+local log_append
+
+-- True when the meta changed since the last write (a batch writes it once, at its end, but
+-- logs each of its operations as its own entry).
+local UNWRITTEN = false
+
+-- Ends one transition: when it changed the meta, the change log gets one entry for it,
+-- numbered by lv (replica.lua), with this transition's effects and time. Inside a batch
+-- each operation is logged this way, so a replica goes through the same states as when
+-- the operations are sent one by one.
+local function log_step()
   if not LOADED then return end
   if N_W ~= M.nw then set('nw', N_W) end
   if N_AD ~= M.nad then set('nad', N_AD) end
   if N_AC ~= M.nac then set('nac', N_AC) end
   if not DIRTY then return end
+  DIRTY = false
+  UNWRITTEN = true
+  M.lv = M.lv + 1
+  if M.lv == 1 or M.inc == 0 then M.inc = NOW end
+  log_append()
+end
+
+local function flush_meta()
+  log_step()
+  if not UNWRITTEN then return end
+  UNWRITTEN = false
   local v = {}
   for i, f in ipairs(FIELDS) do v[i] = M[f] end
   v[FADM_AT] = M.fadm or -1
@@ -141,11 +165,13 @@ end
 -- Inside a batch (ops.lua), the meta is written back once, after the batch's last operation.
 local BATCHED = false
 
--- The one way out: writes the meta back and answers {code, payload, effects, context}.
+-- The one way out: writes the meta back (in a batch, logs the operation) and answers
+-- {code, payload, effects, context, log version} (the version tells this node when its
+-- replica holds its own write).
 local function finish(code, payload)
-  if not BATCHED then flush_meta() end
+  if BATCHED then log_step() else flush_meta() end
   if payload == nil then payload = false end
-  return {code, payload, FX, ctx()}
+  return {code, payload, FX, ctx(), M.lv or 0}
 end
 
 -- A place record: nonce (16 raw bytes), state ('w' waiting, 'a' admitted, 's' in session),

@@ -1,0 +1,67 @@
+
+-- The change log behind the nodes' replicas (src/store/redis/replica.rs), and the two
+-- operations only the replicas use. Follows schedule.lua; ops.lua dispatches 'replica' and
+-- 'renew' to the functions below.
+--
+-- K_LOG STREAM: one entry per write of the meta (every transition that changed anything),
+--       appended by flush_meta in the same script, so a replica applying the entries in
+--       order goes through the very states Redis went through. Fields: 'v' the log version
+--       (lv, one more per entry: a replica that sees a jump missed entries and resyncs),
+--       't' the operation's time, 'm' the numbers LOG_FIELDS names (comma-separated, from
+--       the prelude), then for each place the transition changed, its seq and its record
+--       after it ('' once ended). Trimmed to about LOG_MAXLEN entries (MAXLEN ~), so a
+--       node that falls further behind resyncs from a snapshot.
+
+local function log_meta()
+  local out = {}
+  for i, f in ipairs(LOG_FIELDS) do
+    local v = M[f]
+    if f == 'fadm' and not v then v = -1 end
+    out[i] = fmt(v or 0)
+  end
+  return table.concat(out, ',')
+end
+
+log_append = function()
+  local args = {'XADD', K_LOG, 'MAXLEN', '~', LOG_MAXLEN, '*', 'v', fmt(M.lv), 't', fmt(NOW),
+    'm', log_meta()}
+  local seen = {}
+  for i = 1, #FX, 3 do
+    local s = fmt(FX[i + 1])
+    if FX[i] ~= FX_FORGOTTEN and not seen[s] then
+      seen[s] = true
+      args[#args + 1] = s
+      args[#args + 1] = redis.call('HGET', K_PLACES, s) or ''
+    end
+  end
+  redis.call(unpack(args))
+end
+
+-- A replica's starting point, read in one step: the numbers, the id of the last log entry
+-- (the replica reads on after it) and every live place, as seq/record pairs.
+local function replica_snapshot()
+  local last = redis.call('XREVRANGE', K_LOG, '+', '-', 'COUNT', 1)
+  local id = '0-0'
+  if last[1] then id = last[1][1] end
+  return finish('OK', {log_meta(), id, redis.call('HGETALL', K_PLACES)})
+end
+
+-- Renewals a node collected from the polls its replica answered: ARGV holds (seq, time)
+-- pairs. Each renews its waiting place as the poll would have at that time: only if the
+-- place was still alive then (a poll after its deadline never revives it), and never
+-- moving a heartbeat back. A seq no longer waiting is not in K_WSEEN and is skipped (seqs
+-- are never reused within an event).
+-- Before nd no deadline has come (heartbeats only move them later), so a poll then was
+-- surely alive: one ZADD; past it, the place's own deadline decides.
+local function renew_batch()
+  for i = 3, #ARGV, 2 do
+    local s, t = ARGV[i], tonumber(ARGV[i + 1])
+    local alive = t < M.nd
+    if not alive then
+      local seen = redis.call('ZSCORE', K_WSEEN, s)
+      alive = seen and tonumber(seen) + M.widle > t
+    end
+    if alive then redis.call('ZADD', K_WSEEN, 'XX', 'GT', fmt(t), s) end
+  end
+  return finish('OK', 0)
+end

@@ -1,0 +1,843 @@
+//! Node-local replicas of the events a node answers `status` for, so that a poll costs no
+//! Redis round trip, and the batched renewals those polls owe.
+//!
+//! **The log.** Every script that changes an event writes its meta once (`flush_meta` in
+//! `rules.lua`); that same write appends one entry to the event's change log, a Stream under
+//! the event's hash tag (`lua/replica.lua`: the version `v`, the numbers [`LOG_FIELDS`],
+//! and the record of each place the transition changed). Redis runs the script alone, so
+//! the log is the exact sequence of the event's states.
+//!
+//! **The replica.** The first `status` of an event on a node starts a task that reads a
+//! snapshot (`replica` op: the numbers, every live place, the last log id, in one step)
+//! and then polls the log every [`POLL`] to [`POLL_IDLE`] (at once after this node's own
+//! writes) and applies it. The order of the waiting places is the embedded store's Fenwick tree
+//! ([`RankIndex`]), so a position is O(log n). A version that jumps (entries trimmed past
+//! a lagging node, `MAXLEN ~` [`LOG_MAXLEN`]) or an incarnation that changed (the event
+//! deleted and made again) resyncs from a new snapshot.
+//!
+//! **When the replica answers.** Only when its answer is the one the script would give:
+//! - the replica holds this node's own latest write of the event (read your writes: each
+//!   script answers its log version; `status` waits up to [`CATCH_UP`] for it, then falls
+//!   back), and its last poll of the log succeeded within [`STALE_AFTER`];
+//! - `now` is before the meta's `nd`, a time no deadline of the event is earlier than: no
+//!   sweep is due, so the script would change nothing before answering (heartbeats only move
+//!   deadlines later, so `nd` stays a lower bound whatever other nodes renewed);
+//! - the sale has not ended, and no pre-queue is waiting past the opening (the script would
+//!   admit it first);
+//! - the place is known with this nonce and waits or is admitted (a session's status renews
+//!   the session and reads its heartbeat: the script answers it).
+//!
+//! Anything else falls back to the script, which is exact by construction (unknown seqs
+//! included: ended, expired, joined on another node but not yet applied). Changes made on
+//! other nodes show once applied: the staleness is the log's delay, measured by the
+//! histogram `waitroom_replica_lag_seconds` (apply time − operation time).
+//!
+//! **Renewals.** A poll the replica answered still renews its place, later: the node keeps
+//! the latest poll time of each place per event and sends them in one `renew` script call at least every
+//! [`FLUSH`], and before any other script call of the event from this node that could
+//! sweep (`now` ≥ the replica's `nd`), so that on one node nothing expires a place whose
+//! renewal is still queued. The script renews a place only if it was still alive at the
+//! poll's time, so a late flush never revives one.
+
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use redis::Value;
+use tokio::sync::{watch, Notify};
+
+use super::decode::{array, bytes, field, int, text, Ctx, Malformed};
+use super::{Inner, StoreResult};
+use crate::core::rank::RankIndex;
+use crate::core::{Millis, Pace, PlaceFacts, PlaceKey, PlaceState, PlaceView, Timeouts};
+use crate::store::{Notice, StoreError};
+
+/// The meta's numbers each log entry carries, in this order (the prelude hands the list to
+/// the Lua).
+pub(super) const LOG_FIELDS: [&str; 25] = [
+    "cap", "rate", "ttl", "sidle", "smax", "widle", "paused", "ssum", "scnt", "wn", "nw", "nad",
+    "nac", "nd", "fadm", "hbusy", "hsince", "hends", "opens", "method", "npre", "closes", "ended",
+    "lv", "inc",
+];
+/// About how many entries the log keeps: at 20,000 changes a second, half a second of
+/// history for a lagging node before it must resync.
+pub(super) const LOG_MAXLEN: u64 = 10_000;
+/// How often a replica polls its log when nothing woke it: every [`POLL`] while entries
+/// come, backing off to [`POLL_IDLE`] on a quiet event (many replicated events on a node
+/// must not each cost Redis 200 reads a second).
+const POLL: Duration = Duration::from_millis(5);
+const POLL_IDLE: Duration = Duration::from_millis(40);
+/// Most entries applied per read of the log.
+const READ_COUNT: usize = 2_000;
+/// A replica whose last successful read is older answers nothing (Redis unreachable).
+const STALE_AFTER: Duration = Duration::from_millis(500);
+/// How long a `status` waits for the replica to hold this node's own latest write (or its
+/// first snapshot) before asking the script.
+const CATCH_UP: Duration = Duration::from_millis(50);
+/// Renewals collected from polls are sent at least this often.
+const FLUSH: Duration = Duration::from_millis(500);
+/// Most renewals per `renew` call, so one call stays short.
+const FLUSH_BATCH: usize = 4_000;
+/// A replica nobody asked for this long is dropped (its task ends).
+const IDLE: Duration = Duration::from_secs(60);
+/// How often a replica checks that its log still exists (a deleted event's log is gone).
+const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// The generated prelude's part: the log's fields and length.
+pub(super) fn prelude(h: &mut String) {
+    let names: Vec<String> = LOG_FIELDS.iter().map(|f| format!("'{f}'")).collect();
+    writeln!(h, "local LOG_FIELDS = {{{}}}", names.join(", ")).expect("writing to a string");
+    writeln!(h, "local LOG_MAXLEN = {LOG_MAXLEN}").expect("writing to a string");
+}
+
+/// The numbers of [`LOG_FIELDS`], by name.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Meta {
+    cap: u64,
+    rate: u64,
+    ttl: u64,
+    sidle: u64,
+    smax: u64,
+    widle: u64,
+    paused: bool,
+    ssum: u64,
+    scnt: u64,
+    wn: u64,
+    nw: u64,
+    nad: u64,
+    nac: u64,
+    nd: u64,
+    fadm: Option<u64>,
+    hbusy: u64,
+    hsince: u64,
+    hends: u64,
+    opens: u64,
+    method: u64,
+    npre: u64,
+    closes: u64,
+    ended: bool,
+    lv: u64,
+    inc: u64,
+}
+
+impl Meta {
+    fn parse(csv: &[u8]) -> Result<Meta, Malformed> {
+        let bad = || Malformed("the log's numbers");
+        let s = std::str::from_utf8(csv).map_err(|_| bad())?;
+        let n: Vec<i64> = s
+            .split(',')
+            .map(|x| x.parse().map_err(|_| bad()))
+            .collect::<Result<_, _>>()?;
+        if n.len() != LOG_FIELDS.len() {
+            return Err(bad());
+        }
+        let u = |i: usize| n[i].max(0) as u64;
+        Ok(Meta {
+            cap: u(0),
+            rate: u(1),
+            ttl: u(2),
+            sidle: u(3),
+            smax: u(4),
+            widle: u(5),
+            paused: n[6] != 0,
+            ssum: u(7),
+            scnt: u(8),
+            wn: u(9),
+            nw: u(10),
+            nad: u(11),
+            nac: u(12),
+            nd: u(13),
+            fadm: u64::try_from(n[14]).ok(),
+            hbusy: u(15),
+            hsince: u(16),
+            hends: u(17),
+            opens: u(18),
+            method: u(19),
+            npre: u(20),
+            closes: u(21),
+            ended: n[22] != 0,
+            lv: u(23),
+            inc: u(24),
+        })
+    }
+
+    fn in_prequeue(&self, joined: Millis) -> bool {
+        self.opens > 0 && joined < self.opens
+    }
+
+    /// The script's `ctx()` at `now` (rules.lua): what ETAs and deadlines come from.
+    fn ctx(&self, now: Millis) -> Ctx {
+        let live = self.nad + self.nac;
+        let hold_ms = if self.hsince == 0 || now <= self.hsince {
+            self.hbusy
+        } else {
+            self.hbusy + live * (now - self.hsince)
+        };
+        Ctx {
+            pace: Pace {
+                recent_admissions: self.wn,
+                first_admission_at: self.fadm,
+                admit_per_minute: (self.rate > 0).then_some(self.rate as u32),
+                capacity: self.cap,
+                session_sum_ms: self.ssum,
+                session_count: self.scnt,
+                session_max_sec: (self.smax / 1000) as u32,
+                paused: self.paused,
+                hold_ms,
+                hold_ends: self.hends,
+                live,
+            },
+            timeouts: Timeouts {
+                ready_ttl_ms: self.ttl,
+                session_idle_ms: self.sidle,
+                session_max_ms: self.smax,
+                waiting_idle_ms: self.widle,
+            },
+        }
+    }
+}
+
+/// A place record as `encode` in rules.lua writes it.
+#[derive(Debug, Clone)]
+struct Place {
+    nonce: u128,
+    state: PlaceState,
+    joined: Millis,
+    adm: Millis,
+    ent: Millis,
+    user: Option<String>,
+    /// Waits in the main line (not the pre-queue): counted in the rank tree.
+    ranked: bool,
+}
+
+fn parse_place(rec: &[u8]) -> Result<Place, Malformed> {
+    let bad = || Malformed("a place record");
+    if rec.len() < 18 {
+        return Err(bad());
+    }
+    let nonce = u128::from_be_bytes(rec[..16].try_into().map_err(|_| bad())?);
+    let state = match rec[16] {
+        b'w' => PlaceState::Waiting,
+        b'a' => PlaceState::Admitted,
+        b's' => PlaceState::Active,
+        _ => return Err(bad()),
+    };
+    let rest = std::str::from_utf8(&rec[17..]).map_err(|_| bad())?;
+    let mut parts = rest.splitn(4, ',');
+    let mut num =
+        || -> Result<u64, Malformed> { parts.next().and_then(|x| x.parse().ok()).ok_or_else(bad) };
+    let (joined, adm, ent) = (num()?, num()?, num()?);
+    let user = parts.next().ok_or_else(bad)?;
+    Ok(Place {
+        nonce,
+        state,
+        joined,
+        adm,
+        ent,
+        user: (!user.is_empty()).then(|| user[1..].to_string()),
+        ranked: false,
+    })
+}
+
+/// One event's replica.
+#[derive(Default)]
+struct Replica {
+    /// A snapshot was applied and every entry since: the replica may answer.
+    synced: bool,
+    meta: Meta,
+    places: HashMap<u64, Place>,
+    rank: RankIndex,
+    /// The id of the last log entry applied (the next read starts after it).
+    last_id: String,
+    /// When a read of the log last succeeded.
+    fresh_at: Option<Instant>,
+}
+
+impl Replica {
+    fn add(&mut self, seq: u64, mut p: Place) {
+        p.ranked = p.state == PlaceState::Waiting && !self.meta.in_prequeue(p.joined);
+        if p.ranked {
+            if self.rank.needs_rebuild(seq) {
+                self.rebuild(seq);
+            }
+            self.rank.insert(seq);
+        }
+        self.places.insert(seq, p);
+    }
+
+    fn remove(&mut self, seq: u64) {
+        if let Some(p) = self.places.remove(&seq) {
+            if p.ranked {
+                self.rank.remove(seq);
+            }
+        }
+    }
+
+    /// A new window for the rank tree that holds `extra` and every ranked place.
+    fn rebuild(&mut self, extra: u64) {
+        let ranked = || {
+            self.places
+                .iter()
+                .filter(|(_, p)| p.ranked)
+                .map(|(s, _)| *s)
+        };
+        let base = ranked().chain([extra]).min().unwrap_or(extra);
+        let top = ranked().chain([extra]).max().unwrap_or(extra);
+        self.rank = RankIndex::rebuild(base, top - base + 1, ranked());
+    }
+
+    /// Replaces everything with a snapshot (`replica_snapshot` in replica.lua).
+    fn load(&mut self, payload: &Value) -> Result<(), Malformed> {
+        let a = array(payload)?;
+        let meta = Meta::parse(bytes(field(a, 0)?)?.ok_or(Malformed("numbers"))?)?;
+        let last_id = text(field(a, 1)?)?.ok_or(Malformed("a log id"))?;
+        let flat = array(field(a, 2)?)?;
+        let mut places = Vec::with_capacity(flat.len() / 2);
+        for pair in flat.chunks(2) {
+            let [seq, rec] = pair else {
+                return Err(Malformed("seq/record pairs"));
+            };
+            let seq = seq_of(seq)?;
+            places.push((seq, parse_place(bytes(rec)?.ok_or(Malformed("a record"))?)?));
+        }
+        *self = Replica {
+            meta,
+            last_id,
+            fresh_at: Some(Instant::now()),
+            ..Replica::default()
+        };
+        for (seq, mut p) in places {
+            p.ranked = p.state == PlaceState::Waiting && !meta.in_prequeue(p.joined);
+            self.places.insert(seq, p);
+        }
+        let ranked: Vec<u64> = self
+            .places
+            .iter()
+            .filter(|(_, p)| p.ranked)
+            .map(|(s, _)| *s)
+            .collect();
+        if let (Some(&lo), Some(&hi)) = (ranked.iter().min(), ranked.iter().max()) {
+            self.rank = RankIndex::rebuild(lo, hi - lo + 1, ranked.into_iter());
+        }
+        self.synced = true;
+        Ok(())
+    }
+
+    /// Applies one log entry; `Ok(false)` when it does not follow the last one applied (a
+    /// gap or another incarnation): the replica must resync.
+    fn apply(&mut self, fields: &[Value]) -> Result<bool, Malformed> {
+        let mut it = fields.chunks(2);
+        let mut next = |name: &[u8]| -> Result<&Value, Malformed> {
+            match it.next() {
+                Some([k, v]) if bytes(k)? == Some(name) => Ok(v),
+                _ => Err(Malformed("a log entry")),
+            }
+        };
+        let v = int(next(b"v")?)? as u64;
+        let t = int(next(b"t")?)? as u64;
+        let meta = Meta::parse(bytes(next(b"m")?)?.ok_or(Malformed("numbers"))?)?;
+        if v != self.meta.lv + 1 || meta.inc != self.meta.inc || meta.lv != v {
+            return Ok(false);
+        }
+        // (Under a test's manual clock the times are not the wall's: nothing to measure.)
+        let lag = crate::clock::system_now().saturating_sub(t);
+        if lag < 60_000 {
+            metrics::histogram!("waitroom_replica_lag_seconds").record(lag as f64 / 1000.0);
+        }
+        self.meta = meta;
+        for pair in it {
+            let [seq, rec] = pair else {
+                return Err(Malformed("seq/record pairs"));
+            };
+            let seq = seq_of(seq)?;
+            self.remove(seq);
+            match bytes(rec)? {
+                Some(r) if !r.is_empty() => self.add(seq, parse_place(r)?),
+                _ => {}
+            }
+        }
+        Ok(true)
+    }
+
+    /// The view the script would answer for `key` at `now`, if the replica can tell it.
+    fn view(&self, key: PlaceKey, now: Millis) -> Option<PlaceView> {
+        let m = &self.meta;
+        if !self.synced || self.fresh_at.is_none_or(|t| t.elapsed() > STALE_AFTER) {
+            return None;
+        }
+        if now >= m.nd || m.ended || (m.closes > 0 && now >= m.closes) {
+            return None;
+        }
+        if m.npre > 0 && m.opens > 0 && now >= m.opens {
+            return None;
+        }
+        let p = self.places.get(&key.seq).filter(|p| p.nonce == key.nonce)?;
+        let pre = p.state == PlaceState::Waiting && m.in_prequeue(p.joined);
+        let position = match p.state {
+            PlaceState::Waiting if p.ranked => m.npre + self.rank.count_below(key.seq) + 1,
+            // Before the opening a pre-queue place has no position to show.
+            PlaceState::Waiting if pre && now < m.opens => 0,
+            PlaceState::Admitted => 0,
+            _ => return None,
+        };
+        let facts = PlaceFacts {
+            key,
+            state: p.state,
+            user_id: p.user.clone(),
+            joined_at: p.joined,
+            admitted_at: p.adm,
+            entered_at: p.ent,
+            last_seen: 0,
+            position,
+            queue_length: m.nw,
+            pre_queue: pre,
+            opens_at: Some(m.opens).filter(|&t| t > 0),
+            lottery: m.method == 1,
+        };
+        let ctx = m.ctx(now);
+        Some(PlaceView::new(facts, &ctx.timeouts, &ctx.pace, now))
+    }
+}
+
+fn seq_of(v: &Value) -> Result<u64, Malformed> {
+    let s = text(v)?.ok_or(Malformed("a seq"))?;
+    s.parse().map_err(|_| Malformed("a seq"))
+}
+
+/// One event's replica on this node, its task's signals and the renewals it owes.
+struct Entry {
+    replica: Mutex<Replica>,
+    /// The log version applied so far (0 before the first snapshot).
+    applied: watch::Sender<u64>,
+    /// The log version of this node's latest write of the event.
+    written: Mutex<u64>,
+    /// Wakes the task at once (this node wrote, or a status is waiting).
+    wake: Notify,
+    used_at: Mutex<Instant>,
+    /// Waiting places whose polls the replica answered: seq -> time of the latest poll.
+    renewals: Mutex<HashMap<u64, Millis>>,
+}
+
+/// This node's replicas, by event.
+#[derive(Default)]
+pub(super) struct Replicas {
+    map: Mutex<HashMap<String, Arc<Entry>>>,
+}
+
+impl Replicas {
+    /// Notes the log version a script of this node answered (the fifth field of its reply);
+    /// a `delete` drops the replica at once.
+    pub(super) fn wrote(&self, event_id: &str, op: &str, reply: &Value) {
+        if op == "delete" {
+            self.forget(event_id);
+            return;
+        }
+        let Some(entry) = self.map.lock().get(event_id).cloned() else {
+            return;
+        };
+        let lv = match reply {
+            Value::Array(a) => a.get(4).and_then(|v| int(v).ok()).unwrap_or(0),
+            _ => 0,
+        };
+        let mut w = entry.written.lock();
+        if lv as u64 > *w {
+            *w = lv as u64;
+            drop(w);
+            entry.wake.notify_one();
+        }
+    }
+
+    /// Drops the event's replica and its queued renewals (the event was deleted).
+    pub(super) fn forget(&self, event_id: &str) {
+        self.map.lock().remove(event_id);
+    }
+
+    fn get(&self, event_id: &str) -> Option<Arc<Entry>> {
+        self.map.lock().get(event_id).cloned()
+    }
+}
+
+/// `status` from this node's replica of the event, or `None` when only the script can
+/// answer it (see the module doc). Starts the replica on the event's first status.
+pub(super) async fn status(
+    inner: &Arc<Inner>,
+    event_id: &str,
+    key: PlaceKey,
+    now: Millis,
+) -> Option<PlaceView> {
+    if !inner.options.replica {
+        return None;
+    }
+    let entry = {
+        let mut map = inner.replicas.map.lock();
+        match map.get(event_id) {
+            Some(e) => e.clone(),
+            None => {
+                let e = Arc::new(Entry {
+                    replica: Mutex::new(Replica::default()),
+                    applied: watch::channel(0).0,
+                    written: Mutex::new(0),
+                    wake: Notify::new(),
+                    used_at: Mutex::new(Instant::now()),
+                    renewals: Mutex::new(HashMap::new()),
+                });
+                map.insert(event_id.to_string(), e.clone());
+                // The task ends by itself (store dropped or closed, event deleted, idle).
+                tokio::spawn(follow(
+                    Arc::downgrade(inner),
+                    event_id.to_string(),
+                    e.clone(),
+                ));
+                e
+            }
+        }
+    };
+    *entry.used_at.lock() = Instant::now();
+    let want = (*entry.written.lock()).max(1);
+    if *entry.applied.borrow() < want {
+        entry.wake.notify_one();
+        let mut rx = entry.applied.subscribe();
+        let caught = tokio::time::timeout(CATCH_UP, rx.wait_for(|&v| v >= want)).await;
+        if !matches!(caught, Ok(Ok(_))) {
+            metrics::counter!("waitroom_replica_status_total", "answer" => "script").increment(1);
+            return None;
+        }
+    }
+    let view = entry.replica.lock().view(key, now);
+    match &view {
+        Some(v) => {
+            if v.status == PlaceState::Waiting {
+                let mut r = entry.renewals.lock();
+                let at = r.entry(key.seq).or_insert(now);
+                *at = (*at).max(now);
+            }
+            metrics::counter!("waitroom_replica_status_total", "answer" => "replica").increment(1);
+        }
+        None => {
+            metrics::counter!("waitroom_replica_status_total", "answer" => "script").increment(1)
+        }
+    }
+    view
+}
+
+impl Inner {
+    /// Sends the renewals queued for the event before a script call of this node at `now`
+    /// that could sweep it (`now` at or past the replica's `nd`, or no synced replica).
+    pub(super) async fn renewals_before(
+        &self,
+        event_id: &str,
+        op: &str,
+        now: Millis,
+    ) -> StoreResult<()> {
+        if op == "renew" || op == "replica" {
+            return Ok(());
+        }
+        let Some(entry) = self.replicas.get(event_id) else {
+            return Ok(());
+        };
+        let safe = {
+            let r = entry.replica.lock();
+            r.synced && now < r.meta.nd
+        };
+        if safe || entry.renewals.lock().is_empty() {
+            return Ok(());
+        }
+        // Boxed: `run` calls this, and this calls `run` (never recursively at run time).
+        Box::pin(self.flush_renewals(event_id, &entry)).await
+    }
+
+    /// Sends the event's queued renewals, in batches of at most [`FLUSH_BATCH`].
+    async fn flush_renewals(&self, event_id: &str, entry: &Entry) -> StoreResult<()> {
+        let pending: Vec<(u64, Millis)> = entry.renewals.lock().drain().collect();
+        for (i, chunk) in pending.chunks(FLUSH_BATCH).enumerate() {
+            let args: Vec<String> = chunk
+                .iter()
+                .flat_map(|(seq, at)| [seq.to_string(), at.to_string()])
+                .collect();
+            let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+            let now = chunk.iter().map(|(_, at)| *at).max().unwrap_or(0);
+            match self.run(event_id, "renew", now, &args, None).await {
+                Ok(_) => {}
+                // Deleted meanwhile: nothing left to renew.
+                Err(StoreError::Queue(_)) => {}
+                Err(e) => {
+                    // Keep them for the next flush: Redis may be back by then.
+                    let mut r = entry.renewals.lock();
+                    for &(seq, at) in &pending[i * FLUSH_BATCH..] {
+                        let t = r.entry(seq).or_insert(at);
+                        *t = (*t).max(at);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops every replica (their tasks end) and sends their queued renewals (at shutdown).
+    pub(super) async fn close_replicas(&self) {
+        let entries: Vec<(String, Arc<Entry>)> = self.replicas.map.lock().drain().collect();
+        for (id, e) in entries {
+            if let Err(err) = self.flush_renewals(&id, &e).await {
+                tracing::debug!(event = %id, error = %err, "could not send the renewals");
+            }
+        }
+    }
+
+    fn log_key(&self, event_id: &str) -> String {
+        let keys = self.keys(event_id);
+        keys[keys.len() - 1].clone()
+    }
+
+    /// Reads the log after `after`: the entries' field lists, oldest first.
+    async fn read_log(&self, key: &str, after: &str) -> StoreResult<Vec<(String, Vec<Value>)>> {
+        let mut conn = self.connection().await?;
+        let reply: Value = self
+            .bounded(
+                redis::cmd("XREAD")
+                    .arg("COUNT")
+                    .arg(READ_COUNT)
+                    .arg("STREAMS")
+                    .arg(key)
+                    .arg(after)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        Ok(log_entries(&reply)?)
+    }
+}
+
+/// The entries of an `XREAD` reply on one stream (RESP2 arrays or RESP3 maps).
+fn log_entries(reply: &Value) -> Result<Vec<(String, Vec<Value>)>, Malformed> {
+    let streams: Vec<&Value> = match reply {
+        Value::Nil => return Ok(Vec::new()),
+        Value::Array(a) => a.iter().collect(),
+        Value::Map(m) => m.iter().map(|(_, v)| v).collect(),
+        _ => return Err(Malformed("an XREAD reply")),
+    };
+    let mut out = Vec::new();
+    for s in streams {
+        let entries = match s {
+            Value::Array(a) if a.len() == 2 => array(&a[1])?,
+            other => array(other)?,
+        };
+        for e in entries {
+            let e = array(e)?;
+            let id = text(field(e, 0)?)?.ok_or(Malformed("an entry id"))?;
+            let fields = match field(e, 1)? {
+                Value::Map(m) => m.iter().flat_map(|(k, v)| [k.clone(), v.clone()]).collect(),
+                other => array(other)?.to_vec(),
+            };
+            out.push((id, fields));
+        }
+    }
+    Ok(out)
+}
+
+/// The task behind one replica: snapshot, then the log, the renewals' flushes, until the
+/// store is gone, the event deleted or nobody asked for [`IDLE`].
+async fn follow(inner: Weak<Inner>, event_id: String, entry: Arc<Entry>) {
+    let mut flushed_at = Instant::now();
+    let mut pause = POLL;
+    let mut checked_at = Instant::now();
+    let mut notices = match inner.upgrade() {
+        Some(i) => i.notices.subscribe(),
+        None => return,
+    };
+    loop {
+        let Some(inner) = inner.upgrade() else { return };
+        let gone = |inner: &Inner| {
+            inner
+                .replicas
+                .map
+                .lock()
+                .get(&event_id)
+                .is_none_or(|e| !Arc::ptr_eq(e, &entry))
+        };
+        if gone(&inner) || entry.used_at.lock().elapsed() > IDLE {
+            let _ = inner.flush_renewals(&event_id, &entry).await;
+            let mut map = inner.replicas.map.lock();
+            if map.get(&event_id).is_some_and(|e| Arc::ptr_eq(e, &entry)) {
+                map.remove(&event_id);
+            }
+            return;
+        }
+        // Another node deleted the event: its log went with it.
+        loop {
+            match notices.try_recv() {
+                Ok(Notice::EventDeleted { event_id: id }) if *id == *event_id => {
+                    entry.replica.lock().synced = false;
+                    inner.replicas.forget(&event_id);
+                }
+                Ok(_) | Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => {}
+                Err(_) => break,
+            }
+        }
+        if flushed_at.elapsed() >= FLUSH {
+            flushed_at = Instant::now();
+            if let Err(e) = inner.flush_renewals(&event_id, &entry).await {
+                tracing::debug!(event = %event_id, error = %e, "could not send the renewals");
+            }
+        }
+        let synced = entry.replica.lock().synced;
+        let progressed = if synced {
+            read(&inner, &event_id, &entry, &mut checked_at).await
+        } else {
+            snapshot(&inner, &event_id, &entry).await
+        };
+        drop(inner);
+        if progressed {
+            pause = POLL;
+        } else {
+            tokio::select! {
+                _ = entry.wake.notified() => pause = POLL,
+                _ = tokio::time::sleep(pause) => pause = (pause * 2).min(POLL_IDLE),
+            }
+        }
+    }
+}
+
+/// Loads a snapshot; whether it did.
+async fn snapshot(inner: &Inner, event_id: &str, entry: &Entry) -> bool {
+    let now = crate::clock::system_now();
+    match inner.run(event_id, "replica", now, &[], None).await {
+        Ok(r) if r.code == super::script::OK => {
+            let mut replica = entry.replica.lock();
+            match replica.load(&r.payload) {
+                Ok(()) => {
+                    entry.applied.send_replace(replica.meta.lv.max(1));
+                    metrics::counter!("waitroom_replica_resyncs_total").increment(1);
+                    true
+                }
+                Err(Malformed(what)) => {
+                    tracing::error!(event = event_id, expected = what, "malformed snapshot");
+                    false
+                }
+            }
+        }
+        // No such event (yet, or any more): the script answers its statuses. The replica
+        // goes, and a waiting status is let go at once (the view of an unsynced replica is
+        // always `None`).
+        Ok(_) => {
+            inner.replicas.forget(event_id);
+            entry.applied.send_replace(u64::MAX);
+            false
+        }
+        Err(e) => {
+            tracing::debug!(event = event_id, error = %e, "could not read a snapshot");
+            false
+        }
+    }
+}
+
+/// Reads and applies the log; whether anything was applied.
+async fn read(inner: &Inner, event_id: &str, entry: &Entry, checked_at: &mut Instant) -> bool {
+    let key = inner.log_key(event_id);
+    let after = entry.replica.lock().last_id.clone();
+    let started = Instant::now();
+    let entries = match inner.read_log(&key, &after).await {
+        Ok(e) => e,
+        Err(e) => {
+            // Redis is away: the replica stops answering at once rather than when its
+            // last read ages past the bound.
+            entry.replica.lock().fresh_at = None;
+            tracing::debug!(event = %event_id, error = %e, "could not read the change log");
+            return false;
+        }
+    };
+    if entries.is_empty() && checked_at.elapsed() >= CHECK_EVERY {
+        *checked_at = Instant::now();
+        // A log that vanished (the event deleted; a notice lost): start over.
+        if let Ok(mut conn) = inner.connection().await {
+            let exists: StoreResult<bool> = inner
+                .bounded(redis::cmd("EXISTS").arg(&key).query_async(&mut conn))
+                .await;
+            if matches!(exists, Ok(false)) {
+                entry.replica.lock().synced = false;
+                return false;
+            }
+        }
+    }
+    let mut replica = entry.replica.lock();
+    let n = entries.len();
+    // Fresh only when this read reached the end of the log: the replica then held
+    // everything written before the read began.
+    if n < READ_COUNT {
+        replica.fresh_at = Some(started);
+    }
+    for (id, fields) in entries {
+        match replica.apply(&fields) {
+            Ok(true) => replica.last_id = id,
+            Ok(false) | Err(_) => {
+                // A gap (trimmed past this node) or another incarnation: resync.
+                replica.synced = false;
+                return false;
+            }
+        }
+    }
+    if n > 0 {
+        entry.applied.send_replace(replica.meta.lv.max(1));
+    }
+    n > 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(nonce: u128, state: u8, joined: u64, user: &str) -> Vec<u8> {
+        let mut r = nonce.to_be_bytes().to_vec();
+        r.push(state);
+        r.extend_from_slice(format!("{joined},0,0,{user}").as_bytes());
+        r
+    }
+
+    #[test]
+    fn records_read_back() {
+        let p = parse_place(&rec(7, b'w', 123, "!alice")).unwrap();
+        assert_eq!(p.nonce, 7);
+        assert_eq!(p.state, PlaceState::Waiting);
+        assert_eq!(p.joined, 123);
+        assert_eq!(p.user.as_deref(), Some("alice"));
+        assert!(parse_place(&rec(7, b'w', 123, "")).unwrap().user.is_none());
+        assert!(parse_place(b"short").is_err());
+    }
+
+    #[test]
+    fn positions_follow_the_rank_tree_across_rebuilds() {
+        let mut r = Replica {
+            synced: true,
+            fresh_at: Some(Instant::now()),
+            meta: Meta {
+                nd: u64::MAX,
+                ..Meta::default()
+            },
+            ..Replica::default()
+        };
+        // Far past the first window: the tree must move.
+        let seqs: Vec<u64> = (1..=3000).step_by(7).collect();
+        for &s in &seqs {
+            r.add(s, parse_place(&rec(s as u128, b'w', 1, "")).unwrap());
+        }
+        r.meta.nw = seqs.len() as u64;
+        for (i, &s) in seqs.iter().enumerate().step_by(37) {
+            let key = PlaceKey {
+                seq: s,
+                nonce: s as u128,
+            };
+            assert_eq!(r.view(key, 5).unwrap().position, Some(i as u64 + 1));
+        }
+        r.remove(seqs[0]);
+        let key = PlaceKey {
+            seq: seqs[1],
+            nonce: seqs[1] as u128,
+        };
+        assert_eq!(r.view(key, 5).unwrap().position, Some(1));
+        // A forged nonce or a time at or past `nd` is the script's to answer.
+        assert!(r.view(PlaceKey { nonce: 1, ..key }, 5).is_none());
+        r.meta.nd = 5;
+        assert!(r.view(key, 5).is_none());
+    }
+}

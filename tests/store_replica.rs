@@ -1,0 +1,480 @@
+//! The Redis store's node-local replicas (`src/store/redis/replica.rs`) on real servers:
+//! `status` answered without a script call, two nodes racing (every status of node B exact
+//! within the staleness bound while node A changes the event), convergence after a forced
+//! gap in the change log, and the batched renewals of polls (a polled place stays, a silent
+//! one goes within `waiting_idle_sec` + 1 s).
+//!
+//! Each test starts its own `redis-server`, so that `INFO commandstats` counts only its own
+//! calls.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use support::redis::{unique_prefix, RedisServer};
+use waitroom::clock::system_now;
+use waitroom::core::{EventPatch, PlaceKey, PlaceState};
+use waitroom::store::redis::{RedisOptions, RedisStore};
+use waitroom::store::{JoinRequest, Store, StoreError};
+
+/// The staleness a replica guarantees by construction: it answers only while its last
+/// read that reached the end of the log began less than 500 ms ago; the rest is margin for
+/// a loaded machine (this bounds correctness, it measures nothing).
+const BOUND: Duration = Duration::from_millis(1500);
+
+fn store(url: &str, prefix: &str, replica: bool) -> Arc<dyn Store> {
+    let opts = RedisOptions {
+        key_prefix: prefix.to_string(),
+        replica,
+        ..RedisOptions::default()
+    };
+    Arc::new(RedisStore::new(url, opts).unwrap())
+}
+
+async fn event(s: &Arc<dyn Store>, id: &str, json: serde_json::Value) {
+    let patch: EventPatch = serde_json::from_value(json).unwrap();
+    s.put_event(id, &patch, system_now()).await.unwrap();
+}
+
+async fn join(s: &Arc<dyn Store>, ev: &str) -> PlaceKey {
+    let req = JoinRequest {
+        user_id: None,
+        metadata: None,
+        nonce: waitroom::tokens::random_u128(),
+        proven: false,
+        invite: None,
+    };
+    s.join(ev, &req, system_now()).await.unwrap().key
+}
+
+/// How many script calls (`EVALSHA`) the server ran so far.
+async fn script_calls(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// Polls `status` until `ok` holds of its answer, within `within`.
+async fn until_status(
+    s: &Arc<dyn Store>,
+    ev: &str,
+    key: PlaceKey,
+    within: Duration,
+    ok: impl Fn(&Result<waitroom::core::PlaceView, StoreError>) -> bool,
+) {
+    let start = Instant::now();
+    loop {
+        let r = s.status(ev, key, system_now()).await;
+        if ok(&r) {
+            return;
+        }
+        assert!(start.elapsed() < within, "status never became right: {r:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_from_the_replica_runs_no_script() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let prefix = unique_prefix();
+    for replica in [true, false] {
+        let s = store(&server.url(), &prefix, replica);
+        let ev = if replica { "with" } else { "without" };
+        event(&s, ev, serde_json::json!({"max_active": 1})).await;
+        let mut keys = Vec::new();
+        for _ in 0..20 {
+            keys.push(join(&s, ev).await);
+        }
+        // The first poll starts the replica (and may ask the script while it syncs).
+        let view = s.status(ev, keys[5], system_now()).await.unwrap();
+        assert_eq!(view.position, Some(5));
+        let before = script_calls(&mut conn).await;
+        for _ in 0..5 {
+            for (i, k) in keys.iter().enumerate().skip(1) {
+                let v = s.status(ev, *k, system_now()).await.unwrap();
+                assert_eq!(v.position, Some(i as u64), "exact position of place {i}");
+                assert_eq!(v.queue_length, 19);
+            }
+        }
+        let calls = script_calls(&mut conn).await - before;
+        if replica {
+            // 95 polls; at most a few renewal flushes (every 500 ms).
+            assert!(
+                calls <= 5,
+                "{calls} script calls for 95 polls from the replica"
+            );
+        } else {
+            assert_eq!(calls, 95, "without the replica each poll is one script");
+        }
+        s.close().await.unwrap();
+    }
+}
+
+/// What node A saw after each of its changes: every tracked place's state, position and
+/// the queue length, or `None` once the place ended.
+type Seen = HashMap<u64, Option<(PlaceState, Option<u64>, u64)>>;
+
+struct Step {
+    /// When the change was sent (its state may exist from then on) …
+    sent: Instant,
+    /// … and what every place looked like after it.
+    seen: Seen,
+}
+
+async fn look(s: &Arc<dyn Store>, ev: &str, keys: &[PlaceKey]) -> Seen {
+    let mut seen = HashMap::new();
+    for k in keys {
+        let v = match s.peek(ev, *k, system_now()).await {
+            Ok(v) => Some((v.status, v.position, v.queue_length)),
+            Err(StoreError::Queue(_)) => None,
+            Err(e) => panic!("peek: {e}"),
+        };
+        seen.insert(k.seq, v);
+    }
+    seen
+}
+
+/// A changes the event (joins, leaves, completions that admit), recording each state.
+async fn churn(a: &Arc<dyn Store>, ev: &str, keys: &mut Vec<PlaceKey>, n: usize) -> Vec<Step> {
+    let mut steps = Vec::new();
+    for i in 0..n {
+        let sent = Instant::now();
+        match i % 4 {
+            0 | 1 => keys.push(join(a, ev).await),
+            2 => {
+                // A waiting place near the middle leaves.
+                let k = keys[keys.len() / 2];
+                a.leave(ev, k, system_now()).await.unwrap();
+            }
+            _ => {
+                // The admitted place enters and completes: the next one is admitted.
+                for k in keys.iter() {
+                    if let Ok(v) = a.peek(ev, *k, system_now()).await {
+                        if v.status == PlaceState::Admitted {
+                            a.enter(ev, *k, system_now()).await.unwrap();
+                            a.complete(ev, *k, system_now()).await.unwrap();
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        steps.push(Step {
+            sent,
+            seen: look(a, ev, keys).await,
+        });
+    }
+    steps
+}
+
+/// B's answer for `seq` (asked over [asked, answered]) is one A's history held at some
+/// time in [asked − BOUND, answered]; answers how stale it was (0: current).
+fn check(
+    steps: &[Step],
+    seq: u64,
+    got: &Option<(PlaceState, Option<u64>, u64)>,
+    asked: Instant,
+    answered: Instant,
+) -> Duration {
+    let from = asked.checked_sub(BOUND).unwrap_or(asked);
+    let mut best: Option<Duration> = None;
+    for (i, step) in steps.iter().enumerate() {
+        let until = steps.get(i + 1).map(|n| n.sent);
+        // The state of step i held from its sending until the next step was answered.
+        let ends = steps.get(i + 2).map(|n| n.sent).or(until);
+        if step.sent > answered || ends.is_some_and(|e| e < from) {
+            continue;
+        }
+        if step.seen.get(&seq) == Some(got) {
+            let stale = ends.map_or(Duration::ZERO, |e| asked.saturating_duration_since(e));
+            best = Some(best.map_or(stale, |b| b.min(stale)));
+        }
+    }
+    best.unwrap_or_else(|| panic!("place {seq}: B answered {got:?}, which A never had then"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_converge_across_nodes_and_after_a_gap() {
+    let server = RedisServer::start();
+    let prefix = unique_prefix();
+    let a = store(&server.url(), &prefix, true);
+    let b = store(&server.url(), &prefix, true);
+    let ev = "race";
+    event(&a, ev, serde_json::json!({"max_active": 2})).await;
+    let mut keys = Vec::new();
+    for _ in 0..12 {
+        keys.push(join(&a, ev).await);
+    }
+    // B polls every place while A changes the event.
+    let polls = {
+        let (b, keys) = (b.clone(), keys.clone());
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut out = Vec::new();
+            let mut i = 0usize;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let k = keys[i % keys.len()];
+                i += 1;
+                let asked = Instant::now();
+                let got = match b.status(ev, k, system_now()).await {
+                    Ok(v) => Some((v.status, v.position, v.queue_length)),
+                    Err(StoreError::Queue(_)) => None,
+                    Err(e) => panic!("status on B: {e}"),
+                };
+                out.push((k.seq, got, asked, Instant::now()));
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            out
+        });
+        (task, stop)
+    };
+    let start = vec![Step {
+        sent: Instant::now(),
+        seen: look(&a, ev, &keys).await,
+    }];
+    let mut steps = start;
+    steps.extend(churn(&a, ev, &mut keys, 160).await);
+    polls.1.store(true, std::sync::atomic::Ordering::Relaxed);
+    let answers = polls.0.await.unwrap();
+    assert!(answers.len() > 100, "B polled only {} times", answers.len());
+    let mut stale: Vec<Duration> = answers
+        .iter()
+        .map(|(seq, got, asked, answered)| check(&steps, *seq, got, *asked, *answered))
+        .collect();
+    stale.sort();
+    let q = |p: f64| stale[((stale.len() - 1) as f64 * p) as usize];
+    println!(
+        "{} statuses on B during {} changes on A: staleness p50 {:?}, p99 {:?}, max {:?}",
+        stale.len(),
+        steps.len() - 1,
+        q(0.5),
+        q(0.99),
+        q(1.0)
+    );
+
+    // A forced gap: the log is trimmed to nothing as fast as A writes, so B misses entries
+    // and must resync from a snapshot.
+    let mut trim = raw(&server).await;
+    let log = format!("{prefix}:{{{ev}}}:lg");
+    let trimmer = {
+        let log = log.clone();
+        tokio::spawn(async move {
+            let mut removed = 0u64;
+            let until = Instant::now() + Duration::from_millis(800);
+            while Instant::now() < until {
+                let n: u64 = redis::cmd("XTRIM")
+                    .arg(&log)
+                    .arg("MAXLEN")
+                    .arg(0)
+                    .query_async(&mut trim)
+                    .await
+                    .unwrap();
+                removed += n;
+            }
+            removed
+        })
+    };
+    churn(&a, ev, &mut keys, 60).await;
+    let removed = trimmer.await.unwrap();
+    assert!(removed > 0, "the trimmer removed nothing");
+    // One more change after the gap, then B must hold exactly what A holds.
+    keys.push(join(&a, ev).await);
+    let truth = look(&a, ev, &keys).await;
+    for k in &keys {
+        let want = truth[&k.seq];
+        until_status(&b, ev, *k, BOUND, |r| {
+            let got = match r {
+                Ok(v) => Some((v.status, v.position, v.queue_length)),
+                Err(_) => None,
+            };
+            got == want
+        })
+        .await;
+    }
+    // … and answer it from its replica again, not from the script.
+    let mut conn = raw(&server).await;
+    let waiting: Vec<PlaceKey> = keys
+        .iter()
+        .filter(|k| matches!(truth[&k.seq], Some((PlaceState::Waiting, _, _))))
+        .copied()
+        .collect();
+    let before = script_calls(&mut conn).await;
+    for k in waiting.iter().cycle().take(60) {
+        let v = b.status(ev, *k, system_now()).await.unwrap();
+        assert_eq!(Some((v.status, v.position, v.queue_length)), truth[&k.seq]);
+    }
+    let calls = script_calls(&mut conn).await - before;
+    assert!(
+        calls <= 5,
+        "{calls} script calls for 60 polls after the resync"
+    );
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_renewals_keep_polled_places_and_silent_ones_go() {
+    let server = RedisServer::start();
+    let prefix = unique_prefix();
+    // A does the periodic work (the sweep); B answers the polls from its replica.
+    let a = store(&server.url(), &prefix, true);
+    let b = store(&server.url(), &prefix, true);
+    let ev = "idle";
+    event(
+        &a,
+        ev,
+        serde_json::json!({"max_active": 1, "waiting_idle_sec": 2}),
+    )
+    .await;
+    let _holder = join(&a, ev).await; // admitted: the others wait
+    let polled = join(&a, ev).await;
+    let silent = join(&a, ev).await;
+    let silent_joined = Instant::now();
+    let ticker = {
+        let a = a.clone();
+        tokio::spawn(async move {
+            loop {
+                let _ = a.tick(ev, system_now()).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let mut conn = raw(&server).await;
+    let wseen = format!("{prefix}:{{{ev}}}:ws");
+    let mut silent_gone_at = None;
+    let mut deferred = 0;
+    let started = Instant::now();
+    // Three idle timeouts of polling every 600 ms.
+    while started.elapsed() < Duration::from_secs(6) {
+        let now = system_now();
+        let v = b
+            .status(ev, polled, now)
+            .await
+            .expect("the polled place stays");
+        assert_eq!(v.status, PlaceState::Waiting);
+        // The renewal is queued, not written: the score is still older than this poll.
+        let score: Option<u64> = redis::cmd("ZSCORE")
+            .arg(&wseen)
+            .arg(polled.seq)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if score.is_some_and(|s| s < now) {
+            deferred += 1;
+        }
+        if silent_gone_at.is_none() && a.peek(ev, silent, system_now()).await.is_err() {
+            silent_gone_at = Some(silent_joined.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        // Sent within the flush interval.
+        let score: Option<u64> = redis::cmd("ZSCORE")
+            .arg(&wseen)
+            .arg(polled.seq)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(
+            score.is_some_and(|s| s >= now),
+            "the poll at {now} was not renewed"
+        );
+    }
+    ticker.abort();
+    assert!(deferred > 0, "no poll was answered from the replica");
+    let gone = silent_gone_at.expect("the silent place was never removed");
+    // Its deadline is 2 s after its join; the sweep runs every 100 ms.
+    assert!(
+        gone <= Duration::from_millis(3000 + 600),
+        "the silent place went only after {gone:?}"
+    );
+    assert!(
+        gone >= Duration::from_millis(1900),
+        "removed early: {gone:?}"
+    );
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+/// Joins and leaves that node A sends in batches (many in one script call) are each their
+/// own entry of the change log: node B's replica then answers every place exactly as the
+/// script does. (A batch logged as one entry, with only its last operation's places, left
+/// B's replica without the others: wrong positions, left places still waiting.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_writes_reach_the_other_nodes_replica_exactly() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let prefix = unique_prefix();
+    let a = store(&server.url(), &prefix, true);
+    let b = store(&server.url(), &prefix, true);
+    let ev = "batched";
+    event(&a, ev, serde_json::json!({"max_active": 1})).await;
+    let first = join(&a, ev).await;
+    // B's replica starts with its first poll.
+    until_status(&b, ev, first, BOUND, |r| r.is_ok()).await;
+
+    let before = script_calls(&mut conn).await;
+    let joins: Vec<_> = (0..80)
+        .map(|_| {
+            let a = a.clone();
+            tokio::spawn(async move { join(&a, ev).await })
+        })
+        .collect();
+    let mut keys = vec![first];
+    for j in joins {
+        keys.push(j.await.unwrap());
+    }
+    let leaving: Vec<PlaceKey> = keys.iter().skip(3).step_by(4).copied().collect();
+    let leaves: Vec<_> = leaving
+        .iter()
+        .map(|k| {
+            let (a, k) = (a.clone(), *k);
+            tokio::spawn(async move { a.leave(ev, k, system_now()).await.unwrap() })
+        })
+        .collect();
+    for l in leaves {
+        assert!(l.await.unwrap(), "every leave removed its place");
+    }
+    let writes = script_calls(&mut conn).await - before;
+    assert!(
+        writes < 100,
+        "{writes} script calls for 100 operations: they were not batched"
+    );
+
+    // A's script answers are the truth; B must come to answer each one the same.
+    let truth = look(&a, ev, &keys).await;
+    let before = script_calls(&mut conn).await;
+    for k in &keys {
+        let want = truth[&k.seq];
+        until_status(&b, ev, *k, BOUND, |r| match (r, want) {
+            (Ok(v), Some(w)) => (v.status, v.position, v.queue_length) == w,
+            (Err(StoreError::Queue(_)), None) => true,
+            _ => false,
+        })
+        .await;
+    }
+    let reads = script_calls(&mut conn).await - before;
+    assert!(
+        reads < 40,
+        "{reads} script calls for {} statuses on B: its replica did not answer them",
+        keys.len()
+    );
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
