@@ -10,12 +10,18 @@
 //!
 //! A read that was in flight while a notice arrived is not kept (a generation counter says
 //! so), so the catalog never keeps settings older than a notice it has seen.
+//!
+//! Every join and every poll of every event reads here, so a read takes no lock: the map
+//! is an `ArcSwap` of per-event cells (itself an `ArcSwap`), replaced only when an event
+//! is first read or forgotten; the once-a-second refresh of an event swaps its cell's
+//! entry. (It was one `Mutex` for all events, taken twice per poll.)
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use tokio::sync::broadcast;
 
@@ -33,7 +39,9 @@ struct Entry {
 
 pub struct EventCatalog {
     store: Arc<dyn Store>,
-    entries: Mutex<HashMap<Arc<str>, Entry>>,
+    entries: ArcSwap<HashMap<Arc<str>, Arc<ArcSwap<Entry>>>>,
+    /// Serialises changes to `entries` (and their check of `generation`).
+    writing: Mutex<()>,
     /// Bumped by every invalidation; a read keeps its answer only if it did not move.
     generation: AtomicU64,
 }
@@ -42,7 +50,8 @@ impl EventCatalog {
     pub fn new(store: Arc<dyn Store>) -> Self {
         EventCatalog {
             store,
-            entries: Mutex::new(HashMap::new()),
+            entries: ArcSwap::default(),
+            writing: Mutex::new(()),
             generation: AtomicU64::new(0),
         }
     }
@@ -51,22 +60,29 @@ impl EventCatalog {
     /// Errors as [`Store::get_event`] (`EventNotFound` for an unknown event; not kept, so
     /// an event created a moment later is found at once).
     pub async fn config(&self, event_id: &str, now: Millis) -> StoreResult<Arc<EventConfig>> {
-        if let Some(e) = self.entries.lock().get(event_id) {
+        if let Some(cell) = self.entries.load().get(event_id) {
+            let e = cell.load();
             if e.read_at.elapsed() < MAX_AGE {
                 return Ok(e.config.clone());
             }
         }
         let generation = self.generation.load(Ordering::Acquire);
         let config = Arc::new(self.store.get_event(event_id, now).await?.config);
-        let mut entries = self.entries.lock();
+        let _writing = self.writing.lock();
         if self.generation.load(Ordering::Acquire) == generation {
-            entries.insert(
-                event_id.into(),
-                Entry {
-                    config: config.clone(),
-                    read_at: Instant::now(),
-                },
-            );
+            let entry = Arc::new(Entry {
+                config: config.clone(),
+                read_at: Instant::now(),
+            });
+            let entries = self.entries.load();
+            match entries.get(event_id) {
+                Some(cell) => cell.store(entry),
+                None => {
+                    let mut map = HashMap::clone(&entries);
+                    map.insert(event_id.into(), Arc::new(ArcSwap::new(entry)));
+                    self.entries.store(Arc::new(map));
+                }
+            }
         }
         Ok(config)
     }
@@ -74,13 +90,20 @@ impl EventCatalog {
     /// Drops the copy of one event.
     pub fn forget(&self, event_id: &str) {
         self.generation.fetch_add(1, Ordering::AcqRel);
-        self.entries.lock().remove(event_id);
+        let _writing = self.writing.lock();
+        let entries = self.entries.load();
+        if entries.contains_key(event_id) {
+            let mut map = HashMap::clone(&entries);
+            map.remove(event_id);
+            self.entries.store(Arc::new(map));
+        }
     }
 
     /// Drops every copy (after missed notices).
     pub fn forget_all(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
-        self.entries.lock().clear();
+        let _writing = self.writing.lock();
+        self.entries.store(Arc::default());
     }
 
     /// Forgets events as the store's notices say they changed, until `stop`.

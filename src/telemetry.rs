@@ -54,27 +54,77 @@ pub fn prometheus() -> PrometheusHandle {
 
 /// Counts what a store operation changed.
 pub fn record_effects(event_id: &str, fx: &[Effect]) {
-    for e in fx {
-        let (name, reason) = match e {
-            Effect::Joined { .. } => ("waitroom_joins_total", None),
-            Effect::Admitted { .. } => ("waitroom_admissions_total", None),
-            Effect::Entered { .. } => ("waitroom_entries_total", None),
-            Effect::Ended { reason, .. } => match reason {
-                EndReason::Expired => ("waitroom_expirations_total", None),
-                EndReason::Left => ("waitroom_leaves_total", None),
-                EndReason::Cleared => ("waitroom_leaves_total", Some("cleared")),
-                EndReason::Closed => ("waitroom_leaves_total", Some("closed")),
-                EndReason::Completed => ("waitroom_completions_total", None),
-            },
-            Effect::Forgotten { .. }
-            | Effect::Invited { .. }
-            | Effect::InviteBound { .. }
-            | Effect::Item { .. }
-            | Effect::Extended { .. } => continue,
-        };
-        match reason {
-            Some(r) => counter!(name, "event" => event_id.to_string(), "reason" => r).increment(1),
-            None => counter!(name, "event" => event_id.to_string()).increment(1),
+    for kind in fx.iter().filter_map(effect_kind) {
+        match EFFECT_KINDS[kind] {
+            (name, Some(r)) => {
+                counter!(name, "event" => event_id.to_string(), "reason" => r).increment(1)
+            }
+            (name, None) => counter!(name, "event" => event_id.to_string()).increment(1),
+        }
+    }
+}
+
+/// Which of [`EFFECT_KINDS`] an effect counts in, if any.
+fn effect_kind(e: &Effect) -> Option<usize> {
+    Some(match e {
+        Effect::Joined { .. } => 0,
+        Effect::Admitted { .. } => 1,
+        Effect::Entered { .. } => 2,
+        Effect::Ended { reason, .. } => match reason {
+            EndReason::Expired => 3,
+            EndReason::Left => 4,
+            EndReason::Cleared => 5,
+            EndReason::Closed => 6,
+            EndReason::Completed => 7,
+        },
+        Effect::Forgotten { .. }
+        | Effect::Invited { .. }
+        | Effect::InviteBound { .. }
+        | Effect::Item { .. }
+        | Effect::Extended { .. } => return None,
+    })
+}
+
+/// The counters [`record_effects`] bumps, resolved once per event and kind: the embedded
+/// store keeps one of these beside each event and counts under the event's lock, where a
+/// label `String` and a registry look-up per effect cost more than the queue rules (the
+/// profile of issue 10). Names and labels are those of [`record_effects`]. Resolved on
+/// first use, so a recorder installed after the event was loaded still gets the counts.
+pub struct EffectCounters {
+    event_id: std::sync::Arc<str>,
+    handles: [Option<metrics::Counter>; EFFECT_KINDS.len()],
+}
+
+/// Every (counter, reason) pair [`record_effects`] can bump.
+const EFFECT_KINDS: [(&str, Option<&str>); 8] = [
+    ("waitroom_joins_total", None),
+    ("waitroom_admissions_total", None),
+    ("waitroom_entries_total", None),
+    ("waitroom_expirations_total", None),
+    ("waitroom_leaves_total", None),
+    ("waitroom_leaves_total", Some("cleared")),
+    ("waitroom_leaves_total", Some("closed")),
+    ("waitroom_completions_total", None),
+];
+
+impl EffectCounters {
+    pub fn new(event_id: std::sync::Arc<str>) -> Self {
+        EffectCounters {
+            event_id,
+            handles: Default::default(),
+        }
+    }
+
+    /// [`record_effects`] for this event.
+    pub fn record(&mut self, fx: &[Effect]) {
+        for kind in fx.iter().filter_map(effect_kind) {
+            let id = &self.event_id;
+            self.handles[kind]
+                .get_or_insert_with(|| match EFFECT_KINDS[kind] {
+                    (name, Some(r)) => counter!(name, "event" => id.to_string(), "reason" => r),
+                    (name, None) => counter!(name, "event" => id.to_string()),
+                })
+                .increment(1);
         }
     }
 }

@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue};
@@ -231,7 +232,11 @@ impl Kind {
 /// The limiters of one kind: one per distinct rate (the server's, and each event override).
 struct Limiters {
     kind: Kind,
-    by_rate: Mutex<HashMap<u32, Arc<Limiter>>>,
+    /// Read by every request of every event, written once per new rate: an `ArcSwap`, so
+    /// a check takes no lock shared by all events (a `Mutex` here was one).
+    by_rate: ArcSwap<HashMap<u32, Arc<Limiter>>>,
+    /// Serialises additions to `by_rate`.
+    adding: Mutex<()>,
 }
 
 /// The per-client limits and the live-stream counts of one node.
@@ -249,7 +254,8 @@ impl Guard {
     pub fn new(settings: RateLimitSettings) -> Self {
         let limiters = |kind| Limiters {
             kind,
-            by_rate: Mutex::new(HashMap::new()),
+            by_rate: ArcSwap::default(),
+            adding: Mutex::new(()),
         };
         Guard {
             settings,
@@ -272,7 +278,7 @@ impl Guard {
             .iter()
             .flat_map(|l| {
                 l.by_rate
-                    .lock()
+                    .load()
                     .values()
                     .map(|l| l.limiter.len())
                     .collect::<Vec<_>>()
@@ -281,9 +287,18 @@ impl Guard {
     }
 
     fn check(&self, limiters: &Limiters, rate: u32, key: impl Hash) -> Result<(), Refusal> {
+        let mut key = self.hasher.hash_one(key);
+        if key == OVERFLOW {
+            key = 0;
+        }
+        if let Some(limiter) = limiters.by_rate.load().get(&rate) {
+            return limiter.check(key, &self.clock);
+        }
         let limiter = {
-            let mut map = limiters.by_rate.lock();
-            map.entry(rate)
+            let _adding = limiters.adding.lock();
+            let mut map = HashMap::clone(&limiters.by_rate.load());
+            let limiter = map
+                .entry(rate)
                 .or_insert_with(|| {
                     let (name, burst, window) = limiters.kind.shape(rate);
                     Arc::new(Limiter::new(
@@ -294,12 +309,10 @@ impl Guard {
                         &self.clock,
                     ))
                 })
-                .clone()
+                .clone();
+            limiters.by_rate.store(Arc::new(map));
+            limiter
         };
-        let mut key = self.hasher.hash_one(key);
-        if key == OVERFLOW {
-            key = 0;
-        }
         limiter.check(key, &self.clock)
     }
 

@@ -37,6 +37,21 @@ struct Slot {
     /// Journal ticket of this event's latest queued change. A read waits for this one
     /// only, not for every other event's writes.
     last_ticket: u64,
+    /// This event's effect counters, resolved once (see [`telemetry::EffectCounters`]).
+    counters: telemetry::EffectCounters,
+}
+
+impl Slot {
+    fn new(id: &str, queue: EventQueue) -> Slot {
+        let id: Arc<str> = id.into();
+        Slot {
+            counters: telemetry::EffectCounters::new(id.clone()),
+            id,
+            queue,
+            deleted: false,
+            last_ticket: 0,
+        }
+    }
 }
 
 type Shared = Arc<Mutex<Slot>>;
@@ -129,12 +144,7 @@ impl EmbeddedStore {
             .events
             .into_iter()
             .map(|(id, queue)| {
-                let slot = Slot {
-                    id: id.as_str().into(),
-                    queue,
-                    deleted: false,
-                    last_ticket: 0,
-                };
+                let slot = Slot::new(&id, queue);
                 (id, Arc::new(Mutex::new(slot)))
             })
             .collect::<BTreeMap<_, _>>();
@@ -185,12 +195,13 @@ impl EmbeddedStore {
     ) -> StoreResult<T> {
         let mut fx = Vec::new();
         let (out, ticket, notices) = {
-            let mut s = slot.lock();
+            let mut guard = slot.lock();
+            let s = &mut *guard;
             if s.deleted {
                 return Err(QueueError::EventNotFound.into());
             }
             let out = f(&mut s.queue, &mut fx);
-            telemetry::record_effects(&s.id, &fx);
+            s.counters.record(&fx);
             let notices = if self.notices.receiver_count() > 0 {
                 notices_of(&s.id, &fx)
             } else {
@@ -274,12 +285,7 @@ impl Store for EmbeddedStore {
                         // becomes visible, under the map's lock (as deletions are), so its
                         // changes can never reach the disk ahead of it, and a creation and
                         // a deletion of the same id reach it in the order they happened.
-                        let mut slot = Slot {
-                            id: event_id.into(),
-                            queue: EventQueue::new(config.clone()),
-                            deleted: false,
-                            last_ticket: 0,
-                        };
+                        let mut slot = Slot::new(event_id, EventQueue::new(config.clone()));
                         if let Some(j) = &self.journal {
                             slot.last_ticket =
                                 j.record(&slot.id, Vec::new(), slot.queue.meta(), Some(config))?;

@@ -3,9 +3,10 @@
 //! commit, and read back on start.
 //!
 //! Why this shape:
-//! - **Group commit.** Requests hand their changes to the writer through a FIFO channel and
-//!   wait for their ticket to become durable. The writer drains whatever has queued, writes
-//!   it as one atomic batch and syncs once, so a hundred concurrent joins share one fsync.
+//! - **Group commit.** Requests queue their changes in ticket order and wait for their
+//!   ticket to become durable. The writer takes whatever has queued, writes it as one
+//!   atomic batch and syncs once, so a hundred concurrent joins share one fsync. In
+//!   `relaxed` the requests write the queue themselves (see [`super::group_commit`]).
 //! - **State, not history.** Keys hold the current state of each live place (a join
 //!   record, plus small records when it is admitted and when it enters); an ended place's
 //!   keys are deleted. The LSM compaction then keeps disk proportional to the live places,
@@ -28,15 +29,15 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use super::group_commit::{GroupCommit, Refused, Sink};
 use super::journal_sale::{self as sale, KIND_EXTENDED};
 use super::{watermark, StoreError};
 use crate::core::{
@@ -47,12 +48,8 @@ const KIND_JOINED: u8 = 0;
 const KIND_ADMITTED: u8 = 1;
 const KIND_ENTERED: u8 = 2;
 const KIND_EXPIRED: u8 = 3;
-/// Most submissions the writer puts in one batch; bounds a batch's memory and latency.
-const MAX_GROUP: usize = 8192;
 /// Longest a request waits for its change to be synced before it answers `UNAVAILABLE`.
 const MAX_DURABLE_WAIT: Duration = Duration::from_secs(3);
-/// How often `relaxed` durability syncs (like Redis `appendfsync everysec`, but tighter).
-const RELAXED_SYNC_EVERY: Duration = Duration::from_millis(100);
 
 /// When a change is acknowledged relative to reaching the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -155,14 +152,9 @@ struct LegacyEventRec {
 }
 
 impl EventRec {
+    #[cfg(test)]
     fn encode(&self) -> Vec<u8> {
-        let json = serde_json::to_string(&self.config).expect("settings serialise");
-        let mut out = EVENT_REC_JSON.to_vec();
-        out.extend(enc(&EventRecJson {
-            config: json,
-            meta: self.meta.clone(),
-        }));
-        out
+        encode_event(&config_json(&self.config), &self.meta)
     }
 
     fn decode(bytes: &[u8]) -> Result<Self, String> {
@@ -197,6 +189,30 @@ impl EventRec {
     }
 }
 
+/// An event's settings as its record holds them.
+fn config_json(config: &EventConfig) -> String {
+    serde_json::to_string(config).expect("settings serialise")
+}
+
+/// An event's record from its settings (already JSON: see [`config_json`]) and counters.
+fn encode_event(config_json: &str, meta: &QueueMeta) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Borrowed<'a> {
+        config: &'a str,
+        meta: &'a QueueMeta,
+    }
+    let mut out = EVENT_REC_JSON.to_vec();
+    postcard::to_io(
+        &Borrowed {
+            config: config_json,
+            meta,
+        },
+        &mut out,
+    )
+    .expect("serialising to memory does not fail");
+    out
+}
+
 /// One request's changes to one event.
 enum Change {
     /// Effects of an operation, the event's counters after it, and its config when it
@@ -220,12 +236,13 @@ pub struct Recovered {
 }
 
 pub struct Journal {
-    /// The writer's queue; `None` once closed. Sending and numbering happen under this
-    /// lock so ticket numbers follow the queue's order.
-    tx: Mutex<Option<mpsc::Sender<Change>>>,
-    /// Changes queued so far: the ticket of the latest one.
-    queued: AtomicU64,
+    /// The writer's queue, in ticket order.
+    commit: Arc<GroupCommit<Writer>>,
     durable: watch::Receiver<u64>,
+    /// The same count as `durable`, for the fast path of [`Journal::wait`]: a load, where
+    /// `watch::Receiver::borrow` takes a read lock that every request of every event
+    /// would write.
+    durable_upto: Arc<AtomicU64>,
     failed: Arc<AtomicBool>,
     mode: Durability,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -367,35 +384,34 @@ impl Journal {
         let recovered = recover(&events, &places, &invites, &items, now)?;
         restrict_tree(dir)?;
         let marker = watermark::Marker::new(dir)?;
-        let configs: HashMap<String, EventConfig> = recovered
+        let configs: HashMap<String, String> = recovered
             .events
             .iter()
-            .map(|(id, q)| (id.clone(), q.config().clone()))
+            .map(|(id, q)| (id.clone(), config_json(q.config())))
             .collect();
-        let (tx, rx) = mpsc::channel();
         let (durable_tx, durable_rx) = watch::channel(0u64);
         let failed = Arc::new(AtomicBool::new(false));
+        let durable_upto = Arc::new(AtomicU64::new(0));
         let writer = Writer {
+            durable_upto: durable_upto.clone(),
             db: db.clone(),
             events,
             places,
             invites,
             items,
             configs,
-            mode,
             durable: durable_tx,
             failed: failed.clone(),
-            done: AtomicU64::new(0),
+            done: 0,
             marker,
         };
-        let handle = std::thread::Builder::new()
-            .name("waitroom-journal".into())
-            .spawn(move || writer.run(rx))?;
+        let commit = GroupCommit::new(writer, mode);
+        let handle = commit.spawn()?;
         Ok((
             Journal {
-                tx: Mutex::new(Some(tx)),
-                queued: AtomicU64::new(0),
+                commit,
                 durable: durable_rx,
+                durable_upto,
                 failed,
                 mode,
                 writer: Mutex::new(Some(handle)),
@@ -406,13 +422,15 @@ impl Journal {
     }
 
     fn submit(&self, change: Change) -> Result<u64, StoreError> {
-        let guard = self.tx.lock();
-        let Some(tx) = guard.as_ref() else {
-            return Err(StoreError::Unavailable("the store is shutting down".into()));
-        };
-        tx.send(change)
-            .map_err(|_| StoreError::Unavailable("the store's writer stopped".into()))?;
-        Ok(self.queued.fetch_add(1, Ordering::AcqRel) + 1)
+        self.commit.submit(change).map_err(|r| {
+            StoreError::Unavailable(
+                match r {
+                    Refused::Closed => "the store is shutting down",
+                    Refused::Stopped => "the store's writer stopped",
+                }
+                .into(),
+            )
+        })
     }
 
     /// Queues an operation's changes; must be called under the event's lock so changes to
@@ -445,17 +463,22 @@ impl Journal {
     /// The ticket of the last queued change: an operation that only read state waits for
     /// it, so it never answers with something a crash could still take back.
     pub fn ticket(&self) -> u64 {
-        self.queued.load(Ordering::Acquire)
+        self.commit.ticket()
     }
 
-    /// Waits until `ticket` is durable (immediately in `relaxed` mode).
+    /// Waits until `ticket` is durable. In `relaxed` mode it does not wait: it writes what
+    /// is queued (unless another request is doing so) and answers. Call it after releasing
+    /// the event's lock.
     pub async fn wait(&self, ticket: u64) -> Result<(), StoreError> {
+        if self.mode == Durability::Relaxed {
+            self.commit.write_queued();
+        }
         if self.failed.load(Ordering::Acquire) {
             return Err(StoreError::Unavailable(
                 "the store cannot write to disk".into(),
             ));
         }
-        if self.mode == Durability::Relaxed || *self.durable.borrow() >= ticket {
+        if self.mode == Durability::Relaxed || self.durable_upto.load(Ordering::Acquire) >= ticket {
             return Ok(());
         }
         let mut rx = self.durable.clone();
@@ -489,7 +512,7 @@ impl Journal {
 
     /// Stops accepting changes, writes and syncs what is queued, and stops the writer.
     pub fn close(&self) {
-        self.tx.lock().take();
+        self.commit.close();
         if let Some(h) = self.writer.lock().take() {
             let _ = h.join();
         }
@@ -614,82 +637,53 @@ struct Writer {
     places: Keyspace,
     invites: Keyspace,
     items: Keyspace,
-    /// Latest config per event, so changes that carry only counters can still write the
-    /// whole event record.
-    configs: HashMap<String, EventConfig>,
-    mode: Durability,
+    /// Latest config per event (as its record holds it, JSON), so changes that carry only
+    /// counters can still write the whole event record without encoding the settings again.
+    configs: HashMap<String, String>,
     durable: watch::Sender<u64>,
+    durable_upto: Arc<AtomicU64>,
     failed: Arc<AtomicBool>,
-    done: AtomicU64,
+    /// Changes written (and in `sync`, synced) so far.
+    done: u64,
     /// The durability watermark, rewritten after each sync.
     marker: watermark::Marker,
 }
 
-impl Writer {
-    fn run(mut self, rx: mpsc::Receiver<Change>) {
-        let _span = tracing::info_span!("journal_writer").entered();
-        let mut last_sync = Instant::now();
-        let mut unsynced = false;
-        loop {
-            let first = if self.mode == Durability::Relaxed && unsynced {
-                match rx.recv_timeout(RELAXED_SYNC_EVERY.saturating_sub(last_sync.elapsed())) {
-                    Ok(c) => Some(c),
-                    Err(mpsc::RecvTimeoutError::Timeout) => None,
-                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                }
-            } else {
-                match rx.recv() {
-                    Ok(c) => Some(c),
-                    Err(_) => break,
-                }
-            };
-            if let Some(first) = first {
-                let mut group = vec![first];
-                while group.len() < MAX_GROUP {
-                    match rx.try_recv() {
-                        Ok(c) => group.push(c),
-                        Err(_) => break,
-                    }
-                }
-                let n = group.len() as u64;
-                if let Err(e) = self.write(group) {
-                    self.fail(&e);
-                    return;
-                }
-                unsynced = true;
-                if self.mode == Durability::Relaxed {
-                    // Hand the batch to the OS at once: a crash of the process then loses
-                    // nothing; only a crash of the machine can lose the unsynced window.
-                    if let Err(e) = self.db.persist(PersistMode::Buffer) {
-                        self.fail(&e);
-                        return;
-                    }
-                }
-                if self.mode == Durability::Sync {
-                    if let Err(e) = self.sync(PersistMode::SyncData) {
-                        self.fail(&e);
-                        return;
-                    }
-                    unsynced = false;
-                    last_sync = Instant::now();
-                }
-                let done = self.done.fetch_add(n, Ordering::Relaxed) + n;
-                self.durable.send_replace(done);
-            }
-            if unsynced && last_sync.elapsed() >= RELAXED_SYNC_EVERY {
-                if let Err(e) = self.sync(PersistMode::SyncData) {
-                    self.fail(&e);
-                    return;
-                }
-                unsynced = false;
-                last_sync = Instant::now();
-            }
-        }
-        if let Err(e) = self.sync(PersistMode::SyncAll) {
-            self.fail(&e);
-        }
+impl Sink for Writer {
+    type Change = Change;
+
+    fn write(&mut self, group: Vec<Change>) -> Result<(), String> {
+        Writer::write(self, group).map_err(|e| e.to_string())
     }
 
+    fn buffer(&mut self) -> Result<(), String> {
+        self.db
+            .persist(PersistMode::Buffer)
+            .map_err(|e| e.to_string())
+    }
+
+    fn sync(&mut self, all: bool) -> Result<(), String> {
+        let mode = if all {
+            PersistMode::SyncAll
+        } else {
+            PersistMode::SyncData
+        };
+        Writer::sync(self, mode).map_err(|e| e.to_string())
+    }
+
+    fn done(&mut self, n: u64) {
+        self.done += n;
+        // Before the `watch`: a waiter woken by it finds the count at least as high here.
+        self.durable_upto.store(self.done, Ordering::Release);
+        self.durable.send_replace(self.done);
+    }
+
+    fn fail(&mut self, error: &str) {
+        Writer::fail(self, &error);
+    }
+}
+
+impl Writer {
     /// Syncs the journal, then records what is now durable in the watermark.
     fn sync(&mut self, mode: PersistMode) -> anyhow::Result<()> {
         self.db.persist(mode)?;
@@ -708,7 +702,9 @@ impl Writer {
     /// in the group (a batch must not hold one key twice).
     fn write(&mut self, group: Vec<Change>) -> fjall::Result<()> {
         let mut place_ops: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
-        let mut event_ops: BTreeMap<String, Option<Vec<u8>>> = BTreeMap::new();
+        // An event's record is encoded once per batch, from the counters of its last
+        // change in it: a batch of a hundred joins to one event writes one record.
+        let mut event_ops: BTreeMap<Arc<str>, Option<QueueMeta>> = BTreeMap::new();
         let mut invite_ops: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
         let mut item_ops = sale::Ops::new();
         for change in group {
@@ -738,14 +734,10 @@ impl Writer {
                         }
                     }
                     if let Some(c) = config {
-                        self.configs.insert(event_id.to_string(), *c);
+                        self.configs.insert(event_id.to_string(), config_json(&c));
                     }
-                    if let Some(c) = self.configs.get(&*event_id) {
-                        let rec = EventRec {
-                            config: c.clone(),
-                            meta,
-                        };
-                        event_ops.insert(event_id.to_string(), Some(rec.encode()));
+                    if self.configs.contains_key(&*event_id) {
+                        event_ops.insert(event_id, Some(meta));
                     }
                 }
                 Change::Delete { event_id } => {
@@ -775,7 +767,7 @@ impl Writer {
                     }
                     sale::drop_items(&mut item_ops, &self.items, &event_id)?;
                     self.configs.remove(&*event_id);
-                    event_ops.insert(event_id.to_string(), None);
+                    event_ops.insert(event_id, None);
                 }
             }
         }
@@ -798,10 +790,12 @@ impl Writer {
                 None => batch.remove(&self.items, k),
             }
         }
-        for (k, v) in event_ops {
-            match v {
-                Some(v) => batch.insert(&self.events, k, v),
-                None => batch.remove(&self.events, k),
+        for (k, meta) in event_ops {
+            match meta.zip(self.configs.get(&*k)) {
+                Some((meta, config)) => {
+                    batch.insert(&self.events, k.as_bytes(), encode_event(config, &meta))
+                }
+                None => batch.remove(&self.events, k.as_bytes()),
             }
         }
         batch.commit()

@@ -25,6 +25,7 @@ use crate::core::{
 pub mod audit_file;
 pub mod embedded;
 pub mod fault;
+mod group_commit;
 pub mod journal;
 mod journal_sale;
 pub mod redis;

@@ -114,6 +114,31 @@ pub fn scan_from(path: &Path, from: u64) -> std::io::Result<FileMark> {
     Ok(mark)
 }
 
+/// [`scan_from`] on a journal that is kept open.
+fn scan_reader(r: &mut BufReader<std::fs::File>, from: u64) -> std::io::Result<FileMark> {
+    let size = r.get_ref().metadata()?.len();
+    r.seek(SeekFrom::Start(from))?;
+    let mut mark = FileMark {
+        len: from,
+        tally: Tally::default(),
+    };
+    while let Some((len, batch)) = read_batch(r, size - mark.len.min(size)) {
+        mark.len += len;
+        mark.tally.add(batch);
+    }
+    Ok(mark)
+}
+
+/// A file's mark after reading `new` (from [`scan_from`] at `old.len`).
+fn add(old: FileMark, new: FileMark) -> FileMark {
+    let mut tally = old.tally;
+    tally.add(new.tally);
+    FileMark {
+        len: new.len,
+        tally,
+    }
+}
+
 /// One intact batch: its length in bytes and what it holds; `None` at the end of the
 /// intact part (end of file, the zeros of preallocation, a torn or damaged batch).
 fn read_batch(r: &mut impl Read, left: u64) -> Option<(u64, Tally)> {
@@ -206,11 +231,23 @@ pub fn read_marks(dir: &Path) -> Option<Marks> {
 
 /// The journal writer's view of the watermark: what it last wrote, kept up to date after
 /// each sync by reading only the bytes written since.
+///
+/// A sync costs a look at the active journal only (fjall appends to one journal and
+/// starts `N+1.jnl` when it rotates): its file stays open and its new batches are read
+/// through a small buffer that is kept. The directory is listed again only when
+/// `N+1.jnl` has appeared; marks of older journals fjall removed meanwhile are dropped
+/// then (until then they name files older than every journal, which [`check`] ignores).
 pub struct Marker {
     dir: PathBuf,
     marks: Marks,
     file: Option<std::fs::File>,
+    /// The journal being appended to, open, with its id.
+    active: Option<(u64, BufReader<std::fs::File>)>,
 }
+
+/// Read size for the active journal's new batches: a batch of a few joins is a few hundred
+/// bytes, and the file past them is preallocated zeros that need not be read.
+const ACTIVE_READ: usize = 8 * 1024;
 
 impl Marker {
     /// Starts from the journals as they are now (just opened, so all intact).
@@ -219,30 +256,46 @@ impl Marker {
             dir: dir.to_path_buf(),
             marks: Marks::new(),
             file: None,
+            active: None,
         };
         m.synced()?;
         Ok(m)
     }
 
     /// Call after the journal was synced: records what is now durable. Lengths only grow
-    /// within a file; files fjall removed (flushed into tables) are dropped.
+    /// within a file.
     pub fn synced(&mut self) -> std::io::Result<()> {
-        let files = journals(&self.dir);
-        self.marks.retain(|id, _| files.contains_key(id));
-        for (id, path) in files {
-            let old = self.marks.get(&id).copied().unwrap_or_default();
-            let new = scan_from(&path, old.len)?;
-            let mut tally = old.tally;
-            tally.add(new.tally);
-            self.marks.insert(
-                id,
-                FileMark {
-                    len: new.len,
-                    tally,
-                },
-            );
+        let rotated = match &self.active {
+            Some((id, _)) => self.dir.join(format!("{}.jnl", id + 1)).exists(),
+            None => true,
+        };
+        if rotated {
+            self.relist()?;
+        } else {
+            let (id, r) = self.active.as_mut().expect("checked above");
+            let old = self.marks.get(id).copied().unwrap_or_default();
+            let new = scan_reader(r, old.len)?;
+            self.marks.insert(*id, add(old, new));
         }
         self.write()
+    }
+
+    /// Lists the journals again: files fjall removed (flushed into tables) are dropped,
+    /// new ones read, and the newest becomes the active one.
+    fn relist(&mut self) -> std::io::Result<()> {
+        let files = journals(&self.dir);
+        self.marks.retain(|id, _| files.contains_key(id));
+        self.active = None;
+        for (&id, path) in &files {
+            let old = self.marks.get(&id).copied().unwrap_or_default();
+            let new = scan_from(path, old.len)?;
+            self.marks.insert(id, add(old, new));
+        }
+        if let Some((&id, path)) = files.iter().next_back() {
+            let f = std::fs::File::open(path)?;
+            self.active = Some((id, BufReader::with_capacity(ACTIVE_READ, f)));
+        }
+        Ok(())
     }
 
     /// Rewrites the sidecar in place (length, body, checksum), without fsync: see the

@@ -1,0 +1,423 @@
+//! How changes reach the journal: one queue in ticket order, and whoever holds the
+//! writer's flag writes what has queued as one batch.
+//!
+//! - **`sync`**: a thread of its own writes and syncs (an fsync must not block a runtime
+//!   worker), then tells the waiting requests. Requests queue their changes and wake the
+//!   thread only when it sleeps; it takes everything queued at once (one lock, no
+//!   per-change channel operation).
+//! - **`relaxed`**: nobody waits for the disk, so a request writes the queue itself
+//!   ("inline group commit"): after queueing its change it tries to become the writer; the
+//!   one that does writes everything queued (its own change and whatever others queued
+//!   meanwhile) and hands it to the OS, and the others return at once. No thread is woken
+//!   per change (that wake-up and the writer's context switches cost more than the
+//!   write, see docs/PERFORMANCE.md). The thread only syncs about every 100 ms, holding the
+//!   flag meanwhile, and writes what queued during its sync.
+//!
+//! Nothing is left behind: the writer gives the flag back, then looks whether changes
+//! were queued that it did not take, and if so tries again. A request whose attempt failed
+//! had queued its change before trying; sequentially consistent operations on the ticket
+//! counter and the flag make the writer see that change (see [`GroupCommit::write_queued`]).
+//! Changes are taken from the queue only by the holder of the flag, in queue order, so
+//! they reach the disk in ticket order.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use super::journal::Durability;
+
+/// Where the batches go: the journal writer's state.
+pub(super) trait Sink: Send + 'static {
+    type Change: Send;
+    /// Writes one group as one atomic batch.
+    fn write(&mut self, group: Vec<Self::Change>) -> Result<(), String>;
+    /// Hands what was written to the OS (`relaxed`: a crash of the process then loses
+    /// nothing).
+    fn buffer(&mut self) -> Result<(), String>;
+    /// Syncs what was written to disk (`all`: metadata too, at close).
+    fn sync(&mut self, all: bool) -> Result<(), String>;
+    /// `n` more changes are written (and in `sync`, synced).
+    fn done(&mut self, n: u64);
+    /// Writing failed: nothing more will be written.
+    fn fail(&mut self, error: &str);
+}
+
+/// Most changes in one batch; bounds a batch's memory and latency.
+const MAX_GROUP: usize = 8192;
+
+struct Queue<C> {
+    changes: Vec<C>,
+    closed: bool,
+    /// The `sync` thread sleeps on `wake` until changes come.
+    sleeping: bool,
+}
+
+pub(super) struct GroupCommit<S: Sink> {
+    queue: Mutex<Queue<S::Change>>,
+    wake: Condvar,
+    /// Changes queued so far (the latest ticket).
+    queued: AtomicU64,
+    /// Changes taken from the queue by a writer.
+    taken: AtomicU64,
+    /// Held by whoever writes: only its holder takes from the queue and uses the sink.
+    writing: AtomicBool,
+    /// Set when the sink failed: later changes are refused.
+    stopped: AtomicBool,
+    /// `relaxed`: something was written since the last sync.
+    dirty: AtomicBool,
+    /// The thread wants the flag (to sync): requests leave their changes to it rather than
+    /// take the flag, so a stream of requests cannot starve the sync.
+    sync_wanted: AtomicBool,
+    sink: Mutex<S>,
+    mode: Durability,
+}
+
+/// Why a change was refused.
+pub(super) enum Refused {
+    Closed,
+    Stopped,
+}
+
+impl<S: Sink> GroupCommit<S> {
+    pub(super) fn new(sink: S, mode: Durability) -> Arc<Self> {
+        Arc::new(GroupCommit {
+            queue: Mutex::new(Queue {
+                changes: Vec::new(),
+                closed: false,
+                sleeping: false,
+            }),
+            wake: Condvar::new(),
+            queued: AtomicU64::new(0),
+            taken: AtomicU64::new(0),
+            writing: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+            dirty: AtomicBool::new(false),
+            sync_wanted: AtomicBool::new(false),
+            sink: Mutex::new(sink),
+            mode,
+        })
+    }
+
+    /// Starts the thread that writes (`sync`) or syncs (`relaxed`).
+    pub(super) fn spawn(self: &Arc<Self>) -> std::io::Result<std::thread::JoinHandle<()>> {
+        let me = self.clone();
+        std::thread::Builder::new()
+            .name("waitroom-journal".into())
+            .spawn(move || {
+                let _span = tracing::info_span!("journal_writer").entered();
+                match me.mode {
+                    Durability::Sync => me.run_sync(),
+                    Durability::Relaxed => me.run_relaxed(),
+                }
+            })
+    }
+
+    /// Queues a change; answers its ticket. Tickets follow the queue's order.
+    pub(super) fn submit(&self, change: S::Change) -> Result<u64, Refused> {
+        let mut q = self.queue.lock();
+        if q.closed {
+            return Err(Refused::Closed);
+        }
+        if self.stopped.load(SeqCst) {
+            return Err(Refused::Stopped);
+        }
+        q.changes.push(change);
+        let ticket = self.queued.fetch_add(1, SeqCst) + 1;
+        let wake = std::mem::take(&mut q.sleeping);
+        drop(q);
+        if wake {
+            self.wake.notify_one();
+        }
+        Ok(ticket)
+    }
+
+    /// The ticket of the last queued change.
+    pub(super) fn ticket(&self) -> u64 {
+        self.queued.load(SeqCst)
+    }
+
+    /// `relaxed`: writes everything queued unless another writer holds the flag (it then
+    /// writes ours too). Called by a request after it released its event's lock.
+    pub(super) fn write_queued(&self) {
+        // Why nothing is stranded: a request that fails to take the flag has already
+        // counted its change in `queued` (SeqCst), and its failed `swap` comes before the
+        // holder's `store(false)` in the single order of SeqCst operations, so the holder's
+        // following load of `queued` sees the change and it goes round again. The same
+        // holds for a request that steps aside because the thread wants the flag: the
+        // thread clears `sync_wanted` after giving the flag back, then looks again.
+        while self.queued.load(SeqCst) > self.taken.load(SeqCst) {
+            if self.sync_wanted.load(SeqCst) || self.writing.swap(true, SeqCst) {
+                return;
+            }
+            {
+                let mut sink = self.sink.lock();
+                self.drain(&mut sink, false);
+            }
+            self.writing.store(false, SeqCst);
+        }
+    }
+
+    /// Takes the flag, waiting for the current holder (a request's write: microseconds).
+    /// Requests step aside meanwhile; call [`Self::give_flag`] after.
+    fn take_flag(&self) {
+        self.sync_wanted.store(true, SeqCst);
+        while self.writing.swap(true, SeqCst) {
+            std::thread::yield_now();
+        }
+    }
+
+    fn give_flag(&self) {
+        self.writing.store(false, SeqCst);
+        self.sync_wanted.store(false, SeqCst);
+    }
+
+    /// As the flag's holder: writes what is queued, batch by batch, in order. `synced`:
+    /// each batch is synced before it counts as done (`sync` mode); otherwise it is handed
+    /// to the OS.
+    fn drain(&self, sink: &mut S, synced: bool) {
+        loop {
+            if self.stopped.load(SeqCst) {
+                return;
+            }
+            let group: Vec<S::Change> = {
+                let mut q = self.queue.lock();
+                if q.changes.len() <= MAX_GROUP {
+                    std::mem::take(&mut q.changes)
+                } else {
+                    q.changes.drain(..MAX_GROUP).collect()
+                }
+            };
+            if group.is_empty() {
+                return;
+            }
+            let n = group.len() as u64;
+            self.taken.fetch_add(n, SeqCst);
+            let written = sink.write(group).and_then(|()| {
+                if synced {
+                    sink.sync(false)
+                } else {
+                    sink.buffer()
+                }
+            });
+            if let Err(e) = written {
+                self.stopped.store(true, SeqCst);
+                sink.fail(&e);
+                return;
+            }
+            if !synced {
+                self.dirty.store(true, SeqCst);
+            }
+            sink.done(n);
+        }
+    }
+
+    fn run_sync(&self) {
+        loop {
+            {
+                let mut q = self.queue.lock();
+                while q.changes.is_empty() && !q.closed {
+                    q.sleeping = true;
+                    self.wake.wait(&mut q);
+                }
+                if q.changes.is_empty() {
+                    break; // closed, and everything written
+                }
+            }
+            // The only writer in `sync`: the flag is free.
+            self.take_flag();
+            self.drain(&mut self.sink.lock(), true);
+            self.give_flag();
+            if self.stopped.load(SeqCst) {
+                return;
+            }
+        }
+        self.final_sync();
+    }
+
+    fn run_relaxed(&self) {
+        const EVERY: Duration = Duration::from_millis(100);
+        loop {
+            let closed = {
+                let mut q = self.queue.lock();
+                if !q.closed {
+                    self.wake.wait_for(&mut q, EVERY);
+                }
+                q.closed
+            };
+            self.take_flag();
+            {
+                let mut sink = self.sink.lock();
+                // Anything a request left (none does, see `write_queued`; but a change
+                // queued with no request waiting on it, an event's creation, can be).
+                self.drain(&mut sink, false);
+                // Holding the flag: nothing is written between the sync and the
+                // watermark's look at the journal, so the watermark names synced bytes only.
+                if !self.stopped.load(SeqCst) && self.dirty.swap(false, SeqCst) {
+                    if let Err(e) = sink.sync(false) {
+                        self.stopped.store(true, SeqCst);
+                        sink.fail(&e);
+                    }
+                }
+            }
+            self.give_flag();
+            if self.stopped.load(SeqCst) {
+                return;
+            }
+            // What requests queued during the sync, they left to us.
+            self.write_queued();
+            if closed {
+                break;
+            }
+        }
+        self.final_sync();
+    }
+
+    /// At close: writes what is left and syncs everything.
+    fn final_sync(&self) {
+        self.take_flag();
+        let mut sink = self.sink.lock();
+        self.drain(&mut sink, false);
+        if !self.stopped.load(SeqCst) {
+            if let Err(e) = sink.sync(true) {
+                sink.fail(&e);
+            }
+        }
+        self.give_flag();
+    }
+
+    /// Refuses further changes and wakes the thread, which writes and syncs what is
+    /// queued and ends.
+    pub(super) fn close(&self) {
+        self.queue.lock().closed = true;
+        self.wake.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records what is written, and checks batches are never written concurrently.
+    #[derive(Default)]
+    struct Recorder {
+        written: Arc<Mutex<Vec<(usize, u64)>>>,
+        done: Arc<AtomicU64>,
+        synced: Arc<AtomicU64>,
+    }
+
+    impl Sink for Recorder {
+        type Change = (usize, u64);
+        fn write(&mut self, group: Vec<(usize, u64)>) -> Result<(), String> {
+            let mut w = self.written.try_lock().expect("one writer at a time");
+            w.extend(group);
+            Ok(())
+        }
+        fn buffer(&mut self) -> Result<(), String> {
+            Ok(())
+        }
+        fn sync(&mut self, _all: bool) -> Result<(), String> {
+            self.synced.fetch_add(1, SeqCst);
+            Ok(())
+        }
+        fn done(&mut self, n: u64) {
+            self.done.fetch_add(n, SeqCst);
+        }
+        fn fail(&mut self, _error: &str) {}
+    }
+
+    /// Submits from `threads` threads at once (each calling `write_queued` after each
+    /// submission when `inline`), and answers each change's ticket.
+    fn storm(
+        gc: &Arc<GroupCommit<Recorder>>,
+        threads: usize,
+        each: u64,
+        inline: bool,
+    ) -> Vec<Vec<u64>> {
+        let start = Arc::new(std::sync::Barrier::new(threads));
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let gc = gc.clone();
+                let start = start.clone();
+                std::thread::spawn(move || {
+                    start.wait();
+                    (0..each)
+                        .map(|i| {
+                            let ticket = gc.submit((t, i)).ok().unwrap();
+                            if inline {
+                                gc.write_queued();
+                            }
+                            ticket
+                        })
+                        .collect::<Vec<u64>>()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+
+    /// Every change written once, in ticket order.
+    fn check_order(written: &[(usize, u64)], tickets: &[Vec<u64>]) {
+        let total: usize = tickets.iter().map(Vec::len).sum();
+        assert_eq!(written.len(), total, "every change is written exactly once");
+        for (pos, &(t, i)) in written.iter().enumerate() {
+            assert_eq!(
+                tickets[t][i as usize],
+                pos as u64 + 1,
+                "written in ticket order"
+            );
+        }
+    }
+
+    #[test]
+    fn racing_inline_writers_leave_nothing_behind() {
+        for _ in 0..20 {
+            let sink = Recorder::default();
+            let written = sink.written.clone();
+            let done = sink.done.clone();
+            // No thread: the requests' own writes must cover every change.
+            let gc = GroupCommit::new(sink, Durability::Relaxed);
+            let tickets = storm(&gc, 4, 2000, true);
+            assert_eq!(done.load(SeqCst), 8000);
+            check_order(&written.lock(), &tickets);
+        }
+    }
+
+    #[test]
+    fn the_sync_thread_writes_and_syncs_everything_in_order() {
+        let sink = Recorder::default();
+        let (written, done, synced) =
+            (sink.written.clone(), sink.done.clone(), sink.synced.clone());
+        let gc = GroupCommit::new(sink, Durability::Sync);
+        let thread = gc.spawn().unwrap();
+        let tickets = storm(&gc, 4, 2000, false);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while done.load(SeqCst) < 8000 {
+            assert!(std::time::Instant::now() < deadline, "the writer stalled");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(synced.load(SeqCst) >= 1);
+        gc.close();
+        thread.join().unwrap();
+        check_order(&written.lock(), &tickets);
+        assert!(gc.submit((0, 0)).is_err(), "closed refuses changes");
+    }
+
+    #[test]
+    fn relaxed_close_writes_what_is_queued_and_syncs() {
+        let sink = Recorder::default();
+        let (written, synced) = (sink.written.clone(), sink.synced.clone());
+        let gc = GroupCommit::new(sink, Durability::Relaxed);
+        let thread = gc.spawn().unwrap();
+        // Queued without writing (as an event's creation is): the thread's pass or its
+        // close must write it.
+        for i in 0..10 {
+            gc.submit((0, i)).ok().unwrap();
+        }
+        gc.close();
+        thread.join().unwrap();
+        assert_eq!(written.lock().len(), 10);
+        assert!(synced.load(SeqCst) >= 1, "closing syncs");
+    }
+}
