@@ -570,14 +570,16 @@ pub struct Sample {
     pub left: u64,
 }
 
-async fn admin_figures(
+/// `GET <path>` with the admin token on the operator's keep-alive connection (opened on
+/// first use, dropped on an error): the JSON of a `200`, else `None`.
+pub(crate) async fn admin_get(
     target: &Target,
     admin: &str,
-    event: &str,
+    path: &str,
     conn: &mut Option<Conn>,
 ) -> Option<Value> {
     let req = format!(
-        "GET /api/v1/admin/events/{event} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {admin}\r\n\r\n",
+        "GET {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {admin}\r\n\r\n",
         target.host
     );
     if conn.is_none() {
@@ -592,6 +594,21 @@ async fn admin_figures(
             None
         }
     }
+}
+
+async fn admin_figures(
+    target: &Target,
+    admin: &str,
+    event: &str,
+    conn: &mut Option<Conn>,
+) -> Option<Value> {
+    admin_get(
+        target,
+        admin,
+        &format!("/api/v1/admin/events/{event}"),
+        conn,
+    )
+    .await
 }
 
 fn sample_of(t: f64, v: &Value) -> Sample {

@@ -177,22 +177,8 @@ pub async fn read_inventory(
     event: &str,
     conn: &mut Option<Conn>,
 ) -> Option<Value> {
-    let req = format!(
-        "GET /api/v1/admin/events/{event}/inventory HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {admin}\r\n\r\n",
-        target.host
-    );
-    if conn.is_none() {
-        *conn = Conn::connect(target.addr).await.ok();
-    }
-    let c = conn.as_mut()?;
-    match c.call(req.as_bytes()).await {
-        Ok((200, body)) => serde_json::from_slice(body).ok(),
-        Ok(_) => None,
-        Err(_) => {
-            *conn = None;
-            None
-        }
-    }
+    let path = format!("/api/v1/admin/events/{event}/inventory");
+    super::admin_get(target, admin, &path, conn).await
 }
 
 /// `POST /admin/events/{id}/end` with `sold_out`: answers the places waiting just before.
