@@ -28,23 +28,9 @@ RB_N=${RB_N:-300000}    # redis-benchmark requests per yardstick phase
 RATE=${RATE:-3000}      # joins/s of the open-loop latency phase
 ADMIN=bench-admin
 
-WORK=$(mktemp -d /tmp/waitroom-batch-bench.XXXXXX)
-NODE_PID=""
-PORT=""
-cleanup() {
-    [ -n "$NODE_PID" ] && kill "$NODE_PID" 2>/dev/null || true
-    [ -n "$PORT" ] && redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
-    --daemonize yes --pidfile "$WORK/redis.pid" --logfile "$WORK/redis.log"
-R() { redis-cli -p "$PORT" "$@"; }
-until R ping >/dev/null 2>&1; do sleep 0.05; done
-REDIS_PID=$(cat "$WORK/redis.pid")
-openssl genpkey -algorithm ed25519 -out "$WORK/key.pem" 2>/dev/null
+# shellcheck source=bench/redis/lib.sh
+source "$ROOT/bench/redis/lib.sh"
+redis_start waitroom-batch-bench
 CLK=$(getconf CLK_TCK)
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 now_ns() { date +%s%N; }

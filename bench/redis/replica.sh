@@ -28,22 +28,9 @@ ROUNDS=${ROUNDS:-3}
 LAGDUR=${LAGDUR:-10}    # seconds of the staleness phase
 ADMIN=bench-admin
 
-WORK=$(mktemp -d /tmp/waitroom-replica-bench.XXXXXX)
-PIDS=()
-PORT=""
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    [ -n "$PORT" ] && redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
-    --daemonize yes --pidfile "$WORK/redis.pid" --logfile "$WORK/redis.log"
-R() { redis-cli -p "$PORT" "$@"; }
-until R ping >/dev/null 2>&1; do sleep 0.05; done
-openssl genpkey -algorithm ed25519 -out "$WORK/key.pem" 2>/dev/null
+# shellcheck source=bench/redis/lib.sh
+source "$ROOT/bench/redis/lib.sh"
+redis_start waitroom-replica-bench
 
 # start_node NAME ARGS…: a node (rate limits off: the load comes from one address); sets
 # NODE_URL.

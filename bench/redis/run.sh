@@ -23,23 +23,9 @@ RB_N=${RB_N:-200000}    # redis-benchmark requests per script phase
 PLACES=${PLACES:-100000} # places for the memory measurement
 ADMIN=bench-admin
 
-WORK=$(mktemp -d /tmp/waitroom-redis-bench.XXXXXX)
-PIDS=()
-PORT=""
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    [ -n "$PORT" ] && redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
-    --daemonize yes --pidfile "$WORK/redis.pid" --logfile "$WORK/redis.log"
-R() { redis-cli -p "$PORT" "$@"; }
-until R ping >/dev/null 2>&1; do sleep 0.05; done
-REDIS_PID=$(cat "$WORK/redis.pid")
-openssl genpkey -algorithm ed25519 -out "$WORK/key.pem" 2>/dev/null
+# shellcheck source=bench/redis/lib.sh
+source "$ROOT/bench/redis/lib.sh"
+redis_start waitroom-redis-bench
 
 # start_node NAME: starts a node on the shared Redis and key; sets NODE_URL.
 start_node() {
