@@ -1208,3 +1208,34 @@ async fn a_connection_answered_before_its_request_body_was_sent_is_never_reused(
     }
     drop(attacker);
 }
+
+/// A request with both `Transfer-Encoding: chunked` and a `Content-Length` (the classic
+/// smuggling pair) is framed by its chunks alone: the origin gets the whole body as one
+/// upload (not the first `Content-Length` bytes, the rest read as a request of its own),
+/// and the client connection answers that one request and closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transfer_encoding_with_content_length_cannot_smuggle_a_request() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let o = origin().await;
+    let w = waitroom(Some(o), None).await;
+    let inner = "GET /smuggled HTTP/1.1\r\nhost: shop\r\n\r\n";
+    let raw = format!(
+        "POST /upload HTTP/1.1\r\nhost: shop\r\ncontent-length: 3\r\n\
+         transfer-encoding: chunked\r\n\r\n{:x}\r\n{inner}\r\n0\r\n\r\n",
+        inner.len()
+    );
+    let mut s = tokio::net::TcpStream::connect(w.addr).await.unwrap();
+    s.write_all(raw.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut got))
+        .await
+        .expect("the connection closes after its one answer")
+        .unwrap();
+    let text = String::from_utf8_lossy(&got);
+    assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "{text}");
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        text.ends_with(&format!("\r\n\r\n{}", inner.len())),
+        "the origin did not get the whole chunked body: {text}"
+    );
+}
