@@ -1087,3 +1087,155 @@ async fn proxied_requests_are_counted_by_outcome() {
         "a histogram with the HTTP latency buckets:\n{after}"
     );
 }
+
+/// A lax HTTP/1.1 origin: answers each request with its path as the body, reading (and
+/// skipping) a `content-length` body first, except on `/early`, which it answers at once
+/// and whose body it then reads as the next request (as an origin does that refuses an
+/// upload without draining it). What it answered is recorded, each new connection as
+/// `accept`.
+async fn lax_origin() -> (SocketAddr, std::sync::Arc<parking_lot::Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let seen = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let log = log.clone();
+            log.lock().push("accept".to_string());
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let mut skip = 0usize;
+                loop {
+                    let taken = skip.min(buf.len());
+                    buf.drain(..taken);
+                    skip -= taken;
+                    let end = buf.windows(4).position(|w| w == b"\r\n\r\n");
+                    let (Some(end), 0) = (end, skip) else {
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+                    buf.drain(..end + 4);
+                    let path = head.split(' ').nth(1).unwrap_or("").to_string();
+                    if path != "/early" {
+                        skip = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse().ok())
+                            .unwrap_or(0);
+                    }
+                    log.lock().push(path.clone());
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{path}",
+                        path.len()
+                    );
+                    if s.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// An origin that answers before the request's body was sent whole leaves that connection
+/// mid-request: the rest of the body still goes out on it. Reused for another client, the
+/// origin would read that rest as a request of its own (here a smuggled `GET /smuggled`)
+/// and its answer would reach the other client. Such a connection is closed, never pooled;
+/// a request sent whole still reuses its connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_answered_before_its_request_body_was_sent_is_never_reused() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (o, seen) = lax_origin().await;
+    let w = waitroom(Some(o), None).await;
+    let c = client();
+    // A POST sent whole leaves its connection reusable.
+    for path in ["/first", "/second"] {
+        let r = c
+            .post(format!("http://{}{path}", w.addr))
+            .body("a body")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.text().await.unwrap(), path);
+    }
+    assert_eq!(*seen.lock(), ["accept", "/first", "/second"]);
+
+    let smuggled = b"GET /smuggled HTTP/1.1\r\nhost: origin\r\n\r\n";
+    let mut attacker = tokio::net::TcpStream::connect(w.addr).await.unwrap();
+    let head = format!(
+        "POST /early HTTP/1.1\r\nhost: shop\r\ncontent-length: {}\r\n\r\n",
+        smuggled.len()
+    );
+    attacker.write_all(head.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !String::from_utf8_lossy(&got).ends_with("/early") {
+        let n = tokio::time::timeout(Duration::from_secs(5), attacker.read(&mut chunk))
+            .await
+            .expect("the early answer")
+            .unwrap();
+        assert!(
+            n > 0,
+            "the gateway closed: {}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&chunk[..n]);
+    }
+    // The answer came; now the body, which the origin will read as a request.
+    attacker.write_all(smuggled).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    for i in 0..5 {
+        let path = format!("/victim{i}");
+        let r = c
+            .get(format!("http://{}{path}", w.addr))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            r.text().await.unwrap(),
+            path,
+            "another client got someone else's answer (the origin saw {:?})",
+            seen.lock()
+        );
+    }
+    drop(attacker);
+}
+
+/// A request with both `Transfer-Encoding: chunked` and a `Content-Length` (the classic
+/// smuggling pair) is framed by its chunks alone: the origin gets the whole body as one
+/// upload (not the first `Content-Length` bytes, the rest read as a request of its own),
+/// and the client connection answers that one request and closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transfer_encoding_with_content_length_cannot_smuggle_a_request() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let o = origin().await;
+    let w = waitroom(Some(o), None).await;
+    let inner = "GET /smuggled HTTP/1.1\r\nhost: shop\r\n\r\n";
+    let raw = format!(
+        "POST /upload HTTP/1.1\r\nhost: shop\r\ncontent-length: 3\r\n\
+         transfer-encoding: chunked\r\n\r\n{:x}\r\n{inner}\r\n0\r\n\r\n",
+        inner.len()
+    );
+    let mut s = tokio::net::TcpStream::connect(w.addr).await.unwrap();
+    s.write_all(raw.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut got))
+        .await
+        .expect("the connection closes after its one answer")
+        .unwrap();
+    let text = String::from_utf8_lossy(&got);
+    assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "{text}");
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        text.ends_with(&format!("\r\n\r\n{}", inner.len())),
+        "the origin did not get the whole chunked body: {text}"
+    );
+}

@@ -7,8 +7,9 @@
 //! pool (or opens one), and the serving task polls that connection itself while it waits
 //! for the answer's head and, through [`Driven`], while the answer's body streams out. So a
 //! proxied request is served start to end by one task, as one nginx worker serves it in
-//! one event loop. A connection whose answer was read to its end goes back to the pool;
-//! one dropped midway (the client went away) is closed.
+//! one event loop. A connection whose answer was read to its end, and whose request was sent
+//! whole, goes back to the pool; one dropped midway (the client went away), or answered
+//! before its request body was all sent, is closed.
 //!
 //! The pool is a stack (the most recently used connection first, so the busy ones stay
 //! warm) of at most [`MAX_IDLE`] connections; one idle longer than [`IDLE_TIMEOUT`] is
@@ -256,9 +257,21 @@ impl Driven {
         }
     }
 
-    fn finished(&mut self) {
+    /// The answer ended: the connection goes back to the pool only if it is ready for the
+    /// next request. An origin may answer before it has read the whole request body (a
+    /// refused upload): the rest of that body is still to go out on this connection, and
+    /// an origin that did not drain it would read it as a request of its own, whose answer
+    /// would reach the next client of the connection. Such a connection is closed. Polled
+    /// once first (with the caller's context, or none from `drop`), so that a request and
+    /// answer both done have settled into waiting for the next request.
+    fn finished(&mut self, cx: Option<&mut Context<'_>>) {
         self.ended = true;
-        if let Some(link) = self.link.take() {
+        let Some(mut link) = self.link.take() else {
+            return;
+        };
+        let mut none = Context::from_waker(std::task::Waker::noop());
+        let cx = cx.unwrap_or(&mut none);
+        if Pin::new(&mut link.conn).poll(cx).is_pending() && link.send.is_ready() {
             self.pool.checkin(link);
         }
     }
@@ -280,9 +293,9 @@ impl hyper::body::Body for Driven {
             got = Pin::new(&mut this.body).poll_frame(cx);
         }
         match &got {
-            Poll::Ready(None) => this.finished(),
+            Poll::Ready(None) => this.finished(Some(cx)),
             Poll::Ready(Some(Err(_))) => this.link = None,
-            _ if this.body.is_end_stream() => this.finished(),
+            _ if this.body.is_end_stream() => this.finished(Some(cx)),
             _ => {}
         }
         got
@@ -302,7 +315,7 @@ impl Drop for Driven {
         // An empty answer (no body to read, `HEAD`, `204`) is never polled: it ended all
         // the same. One dropped midway leaves bytes on the connection: it is closed.
         if !self.ended && self.body.is_end_stream() {
-            self.finished();
+            self.finished(None);
         }
     }
 }
