@@ -332,6 +332,17 @@ async fn replicas_converge_across_nodes_and_after_a_gap() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batched_renewals_keep_polled_places_and_silent_ones_go() {
+    renewals_keep_polled_places_and_silent_ones_go(false).await;
+}
+
+/// The same with `POST /queue/heartbeat` (and WebSocket heartbeats): a heartbeat is a
+/// status without the answer, so the replica renews it the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_heartbeats_keep_their_places_and_silent_ones_go() {
+    renewals_keep_polled_places_and_silent_ones_go(true).await;
+}
+
+async fn renewals_keep_polled_places_and_silent_ones_go(by_heartbeat: bool) {
     let server = RedisServer::start();
     let prefix = unique_prefix();
     // A does the periodic work (the sweep); B answers the polls from its replica.
@@ -365,11 +376,17 @@ async fn batched_renewals_keep_polled_places_and_silent_ones_go() {
     // Three idle timeouts of polling every 600 ms.
     while started.elapsed() < Duration::from_secs(6) {
         let now = system_now();
-        let v = b
-            .status(ev, polled, now)
-            .await
-            .expect("the polled place stays");
-        assert_eq!(v.status, PlaceState::Waiting);
+        if by_heartbeat {
+            b.heartbeat(ev, polled, now)
+                .await
+                .expect("the place that beats stays");
+        } else {
+            let v = b
+                .status(ev, polled, now)
+                .await
+                .expect("the polled place stays");
+            assert_eq!(v.status, PlaceState::Waiting);
+        }
         // The renewal is queued, not written: the score is still older than this poll.
         let score: Option<u64> = redis::cmd("ZSCORE")
             .arg(&wseen)

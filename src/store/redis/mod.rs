@@ -710,6 +710,9 @@ impl Store for RedisStore {
     }
 
     async fn heartbeat(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<()> {
+        if replica::heartbeat(&self.inner, event_id, key, now).await {
+            return Ok(());
+        }
         self.inner
             .place_op(event_id, "heartbeat", key, now)
             .await

@@ -522,6 +522,17 @@ pub(super) async fn status(
     view
 }
 
+/// A heartbeat from this node's replica: a status without its answer, so the replica renews
+/// it the same way (queued, dated by the beat). `false`: only the script can take it.
+pub(super) async fn heartbeat(
+    inner: &Arc<Inner>,
+    event_id: &str,
+    key: PlaceKey,
+    now: Millis,
+) -> bool {
+    status(inner, event_id, key, now).await.is_some()
+}
+
 impl Inner {
     /// Sends the renewals queued for the event before a script call of this node at `now`
     /// that could sweep it (`now` at or past the replica's `nd`, or no synced replica).
