@@ -26,7 +26,7 @@ E2
   "$(command -v nginx || echo /usr/sbin/nginx)" -p "$d" -c "$d/nginx.conf" & pids+=($!); }
 ORIGIN=$(fp); PROXY=$(fp)
 nginx_conf origin 1 "server { listen 127.0.0.1:$ORIGIN; location / { default_type text/plain; return 200 'hello from the origin\n'; } }"
-nginx_conf proxy "$(nproc)" "upstream site { server 127.0.0.1:$ORIGIN; keepalive 128; }
+nginx_conf proxy "$(nproc)" "upstream site { server 127.0.0.1:$ORIGIN; keepalive 128; keepalive_requests 1000000; }
  server { listen 127.0.0.1:$PROXY; location / { proxy_pass http://site; proxy_http_version 1.1; proxy_set_header Connection '';
  proxy_set_header Host \$host; proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; proxy_set_header X-Forwarded-Proto \$scheme; } }"
 NGPID=${pids[-1]}

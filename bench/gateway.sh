@@ -65,7 +65,9 @@ EOF
 }
 
 nginx_conf origin 1 "server { listen 127.0.0.1:$ORIGIN; location / { default_type text/plain; return 200 'hello from the origin\n'; } }"
-nginx_conf proxy "$WORKERS" "upstream site { server 127.0.0.1:$ORIGIN; keepalive 128; }
+# nginx's upstream `keepalive_requests` (default 1000) would reopen each origin connection
+# every 1000 requests, which the gateway's pool never does: raised so that both keep theirs.
+nginx_conf proxy "$WORKERS" "upstream site { server 127.0.0.1:$ORIGIN; keepalive 128; keepalive_requests 1000000; }
     server { listen 127.0.0.1:$PROXY; location / {
         proxy_pass http://site; proxy_http_version 1.1; proxy_set_header Connection '';
         proxy_set_header Host \$host; proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Instructions per proxied request in gateway mode, counted by callgrind: a figure the
+machine's noise cannot move (docs/PERFORMANCE.md "Gateway mode").
+
+    python3 bench/gateway_instructions.py --bin BIN [--bin BIN...] [--requests 2000]
+
+For each binary: an origin (an nginx answering a fixed 22-byte body, as bench/gateway.sh
+runs it), and waitroom in gateway mode in front of it under `valgrind --tool=callgrind`
+(no instrumentation until the first phase). Two phases over one keep-alive connection:
+`GET /` (a path no event gates: passthrough) and `GET /checkout` with an admitted
+session's cookie (a gated path). Each phase is dumped on its own (`callgrind_control
+--dump`); instructions per request are its total over its requests. Each request waits
+for its answer before the next is sent: the work of one request on an idle server. The
+origin's own work is not counted (it is another process).
+"""
+
+import argparse
+import glob
+import http.client
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def totals(path):
+    with open(path) as f:
+        for line in f:
+            if line.startswith("totals:") or line.startswith("summary:"):
+                return int(line.split()[1])
+    raise SystemExit(f"no totals in {path}")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def origin(tmp):
+    d = os.path.join(tmp, "origin")
+    os.makedirs(d)
+    port = free_port()
+    with open(os.path.join(d, "nginx.conf"), "w") as f:
+        f.write(f"""daemon off; worker_processes 1; pid {d}/nginx.pid; error_log {d}/error.log;
+events {{ worker_connections 1024; }}
+http {{ access_log off; keepalive_requests 1000000;
+ client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fastcgi;
+ uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;
+ server {{ listen 127.0.0.1:{port}; location / {{ default_type text/plain;
+   return 200 'hello from the origin\\n'; }} }} }}
+""")
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    proc = subprocess.Popen([nginx, "-p", d, "-c", os.path.join(d, "nginx.conf")])
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc, port
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit("the origin did not start")
+
+
+def measure(binary, requests, origin_port, tmp, out):
+    data = tempfile.mkdtemp(prefix="gw-instr-", dir=tmp)
+    admin = "instr-admin-token-0123456789"
+    prefix = os.path.join(out, "callgrind.out")
+    cmd = [
+        "valgrind", "--tool=callgrind", "--instr-atstart=no",
+        f"--callgrind-out-file={prefix}",
+        binary, "serve", "--listen", "127.0.0.1:0", "--no-demo", "--data-dir", data,
+        "--durability", "relaxed", "--admin-token", admin, "--rate-limits", "off",
+        "--upstream", f"http://127.0.0.1:{origin_port}",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    addr = None
+    for line in proc.stdout:
+        m = re.search(r"listening on http://(\S+)", line)
+        if m:
+            addr = m.group(1)
+            break
+    if not addr:
+        raise SystemExit("the server did not start")
+    host, port = addr.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+
+    def get(path, headers=None, method="GET", body=None):
+        conn.request(method, path, body=body, headers=headers or {})
+        r = conn.getresponse()
+        payload = r.read()
+        return r, payload
+
+    r, p = get("/api/v1/admin/events/bench", method="PUT",
+               body='{"max_active": 100000, "paths": ["/checkout"]}',
+               headers={"authorization": f"Bearer {admin}",
+                        "content-type": "application/json"})
+    if r.status >= 300:
+        raise SystemExit(f"creating the event: {r.status} {p[:200]!r}")
+    cookie = None
+    for _ in range(200):
+        r, _ = get("/checkout")
+        c = r.getheader("set-cookie")
+        if r.status == 200 and c:
+            cookie = c.split(";", 1)[0]
+            break
+        time.sleep(0.05)
+    if not cookie:
+        raise SystemExit("no session cookie from the gateway")
+    phases = [("pass", "/", {}), ("gated", "/checkout", {"cookie": cookie})]
+    for _, path, headers in phases:  # warm each path outside the counts
+        for _ in range(20):
+            r, _ = get(path, headers)
+            if r.status != 200:
+                raise SystemExit(f"{path}: {r.status}")
+
+    def ctl(*args):
+        subprocess.run(["callgrind_control", *args, str(proc.pid)], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    ctl("--instr=on")
+    ctl("--zero")
+    results = {}
+    for name, path, headers in phases:
+        before = set(glob.glob(prefix + "*"))
+        for _ in range(requests):
+            get(path, headers)
+        ctl("--dump=" + name)
+        for _ in range(600):
+            new = set(glob.glob(prefix + "*")) - before
+            if new:
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)
+        results[name] = totals(sorted(new)[-1]) / requests
+    proc.terminate()
+    proc.wait(timeout=60)
+    return results
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", action="append", required=True)
+    ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--out", default="target/gateway-instructions")
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="gw-instr-")
+    nginx, port = origin(tmp)
+    try:
+        print("| binary | passthrough `GET /` | gated + session `GET /checkout` |")
+        print("|---|---:|---:|")
+        for i, b in enumerate(a.bin):
+            out = os.path.join(a.out, str(i))
+            shutil.rmtree(out, ignore_errors=True)
+            os.makedirs(out)
+            r = measure(b, a.requests, port, tmp, out)
+            print(f"| {b} | {r['pass']:,.0f} | {r['gated']:,.0f} |", flush=True)
+    finally:
+        nginx.terminate()
+        nginx.wait(timeout=30)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
