@@ -8,6 +8,7 @@
 //! (`trusted_proxies`), whose chain is kept and extended; from anyone else they are
 //! replaced, so a client cannot tell the origin it is someone else.
 
+use std::fmt::Write as _;
 use std::net::IpAddr;
 
 use axum::extract::Request;
@@ -20,18 +21,32 @@ const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 const FORWARDED: HeaderName = HeaderName::from_static("forwarded");
 
+// `static`, not `const`: a `const` array of names would be built and dropped again at each
+// use, for every header looked at.
+
 /// Headers that concern one connection only, never forwarded.
-const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
+static HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
 ];
+
+/// The forwarding headers, believed only from a trusted proxy.
+static FORWARDING: [HeaderName; 4] = [
+    X_FORWARDED_FOR,
+    X_FORWARDED_PROTO,
+    X_FORWARDED_HOST,
+    FORWARDED,
+];
+
+/// The headers waitroom vouches for or reads: never from the client.
+static OWN: [HeaderName; 3] = [X_WAITROOM_USER, X_WAITROOM_SESSION, X_WAITROOM_BYPASS];
 
 /// The host the client asked for: `Host`, or the authority of an HTTP/2 request.
 pub fn host_of(req: &Request) -> Option<String> {
@@ -53,8 +68,14 @@ pub fn upgrade_of(h: &HeaderMap) -> Option<HeaderValue> {
     asks.then(|| h.get(header::UPGRADE).cloned()).flatten()
 }
 
-/// Removes the hop-by-hop headers, those `Connection` names included.
-fn strip_hop_by_hop(h: &mut HeaderMap) {
+/// Removes the hop-by-hop headers, those `Connection` names included, and every header
+/// `also` names. One pass over the names finds them: most requests and answers carry none,
+/// and removing each of the sixteen by name would hash and probe sixteen times per request.
+fn strip_hop_by_hop(h: &mut HeaderMap, also: impl Fn(&HeaderName) -> bool) {
+    let doomed = |n: &HeaderName| HOP_BY_HOP.contains(n) || also(n);
+    if !h.keys().any(doomed) {
+        return;
+    }
     let named: Vec<HeaderName> = h
         .get_all(header::CONNECTION)
         .iter()
@@ -62,19 +83,38 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
         .flat_map(|v| v.split(','))
         .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
         .collect();
-    for n in named {
+    let listed: Vec<HeaderName> = h.keys().filter(|n| doomed(n)).cloned().collect();
+    for n in named.iter().chain(&listed) {
         h.remove(n);
-    }
-    for n in HOP_BY_HOP {
-        h.remove(*n);
     }
 }
 
-/// `for=` of RFC 7239: an IPv6 address is quoted and bracketed.
-fn forwarded_for(ip: IpAddr) -> String {
+fn value_of(s: &str) -> Option<HeaderValue> {
+    HeaderValue::from_str(s).ok()
+}
+
+/// Writes `ip` as its `Display` does. An IPv4 address is written octet by octet: `Display`
+/// for one goes through the formatting machinery and a padding buffer, several times the
+/// cost of the rest of a request's header rewriting.
+fn push_ip(buf: &mut String, ip: IpAddr) {
     match ip {
-        IpAddr::V4(v4) => format!("for={v4}"),
-        IpAddr::V6(v6) => format!("for=\"[{v6}]\""),
+        IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    buf.push('.');
+                }
+                if octet >= 100 {
+                    buf.push(char::from(b'0' + octet / 100));
+                }
+                if octet >= 10 {
+                    buf.push(char::from(b'0' + octet / 10 % 10));
+                }
+                buf.push(char::from(b'0' + octet % 10));
+            }
+        }
+        IpAddr::V6(v6) => {
+            let _ = write!(buf, "{v6}");
+        }
     }
 }
 
@@ -87,66 +127,65 @@ pub fn request_headers(
     host: Option<&str>,
     upgrade: Option<&HeaderValue>,
 ) {
-    strip_hop_by_hop(h);
-    for n in [X_WAITROOM_USER, X_WAITROOM_SESSION, X_WAITROOM_BYPASS] {
-        h.remove(n);
-    }
-    if !trusted {
-        for n in [
-            X_FORWARDED_FOR,
-            X_FORWARDED_PROTO,
-            X_FORWARDED_HOST,
-            FORWARDED,
-        ] {
-            h.remove(n);
-        }
-    }
+    strip_hop_by_hop(h, |n| {
+        OWN.contains(n) || (!trusted && FORWARDING.contains(n))
+    });
     let peer = peer.map(crate::config::guard::canonical);
+    // One buffer for both values written here, each part written into it in place (the
+    // value copies it once), rather than a string per part.
+    let mut buf = String::with_capacity(96);
     if let Some(ip) = peer {
-        let xff = match h.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-            Some(chain) => format!("{chain}, {ip}"),
-            None => ip.to_string(),
-        };
-        if let Ok(v) = HeaderValue::from_str(&xff) {
+        if let Some(chain) = h.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+            buf.push_str(chain);
+            buf.push_str(", ");
+        }
+        push_ip(&mut buf, ip);
+        if let Some(v) = value_of(&buf) {
             h.insert(X_FORWARDED_FOR, v);
         }
     }
-    if !h.contains_key(X_FORWARDED_PROTO) {
-        h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
-    }
-    let proto = h
-        .get(X_FORWARDED_PROTO)
-        .and_then(|v| v.to_str().ok())
-        .map_or("http", |p| {
-            if p.trim().eq_ignore_ascii_case("https") {
-                "https"
-            } else {
-                "http"
-            }
-        });
-    if let Some(host) = host {
-        if !h.contains_key(X_FORWARDED_HOST) {
-            if let Ok(v) = HeaderValue::from_str(host) {
-                h.insert(X_FORWARDED_HOST, v);
-            }
+    let proto = match h.get(X_FORWARDED_PROTO) {
+        None => {
+            h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+            "http"
         }
-        if !h.contains_key(header::HOST) {
-            if let Ok(v) = HeaderValue::from_str(host) {
+        Some(p) if p.as_bytes().trim_ascii().eq_ignore_ascii_case(b"https") => "https",
+        Some(_) => "http",
+    };
+    if let Some(host) = host {
+        // The client's own `Host` value when it is the host asked for: shared, not copied.
+        let given = h
+            .get(header::HOST)
+            .filter(|v| v.as_bytes() == host.as_bytes());
+        let value = given.cloned().or_else(|| value_of(host));
+        if let Some(v) = value {
+            if !h.contains_key(X_FORWARDED_HOST) {
+                h.insert(X_FORWARDED_HOST, v.clone());
+            }
+            if !h.contains_key(header::HOST) {
                 h.insert(header::HOST, v);
             }
         }
     }
     if let Some(ip) = peer {
-        let mut element = forwarded_for(ip);
-        if let Some(host) = host.filter(|h| !h.contains(['"', '\\'])) {
-            element.push_str(&format!(";host=\"{host}\""));
+        buf.clear();
+        if let Some(chain) = h.get(FORWARDED).and_then(|v| v.to_str().ok()) {
+            buf.push_str(chain);
+            buf.push_str(", ");
         }
-        element.push_str(&format!(";proto={proto}"));
-        let value = match h.get(FORWARDED).and_then(|v| v.to_str().ok()) {
-            Some(chain) => format!("{chain}, {element}"),
-            None => element,
-        };
-        if let Ok(v) = HeaderValue::from_str(&value) {
+        buf.push_str(if ip.is_ipv4() { "for=" } else { "for=\"[" });
+        push_ip(&mut buf, ip);
+        if ip.is_ipv6() {
+            buf.push_str("]\"");
+        }
+        if let Some(host) = host.filter(|h| !h.contains(['"', '\\'])) {
+            buf.push_str(";host=\"");
+            buf.push_str(host);
+            buf.push('"');
+        }
+        buf.push_str(";proto=");
+        buf.push_str(proto);
+        if let Some(v) = value_of(&buf) {
             h.insert(FORWARDED, v);
         }
     }
@@ -160,7 +199,7 @@ pub fn request_headers(
 /// `Connection: upgrade` and `Upgrade` kept.
 pub fn response_headers(h: &mut HeaderMap, upgraded: Option<&HeaderValue>) {
     let answer = h.get(header::UPGRADE).cloned();
-    strip_hop_by_hop(h);
+    strip_hop_by_hop(h, |_| false);
     if upgraded.is_some() {
         h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         if let Some(u) = answer {
@@ -243,6 +282,66 @@ mod tests {
             h["forwarded"],
             "for=203.0.113.9;proto=https, for=\"[::1]\";host=\"shop.example\";proto=https"
         );
+    }
+
+    #[test]
+    fn hop_by_hop_headers_go_and_the_rest_stay() {
+        let mut h = headers(&[
+            ("host", "shop.example"),
+            ("accept", "*/*"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-connection", "keep-alive"),
+            ("proxy-authorization", "Basic eA=="),
+            ("transfer-encoding", "chunked"),
+            ("trailer", "x-sum"),
+            ("x-custom", "kept"),
+        ]);
+        request_headers(&mut h, None, false, Some("shop.example"), None);
+        for gone in [
+            "keep-alive",
+            "proxy-connection",
+            "proxy-authorization",
+            "transfer-encoding",
+            "trailer",
+        ] {
+            assert!(!h.contains_key(gone), "{gone} forwarded");
+        }
+        assert_eq!(h["host"], "shop.example");
+        assert_eq!(h["x-forwarded-host"], "shop.example");
+        assert_eq!(h["accept"], "*/*");
+        assert_eq!(h["x-custom"], "kept");
+        // Nothing to strip: the client's headers are left as they came.
+        let mut plain = headers(&[("host", "a.example"), ("accept", "*/*")]);
+        request_headers(
+            &mut plain,
+            Some("192.0.2.1".parse().unwrap()),
+            false,
+            None,
+            None,
+        );
+        assert_eq!(plain["host"], "a.example");
+        assert_eq!(plain["accept"], "*/*");
+        assert_eq!(plain["x-forwarded-for"], "192.0.2.1");
+        assert_eq!(plain["forwarded"], "for=192.0.2.1;proto=http");
+        assert_eq!(plain.len(), 5);
+    }
+
+    #[test]
+    fn addresses_are_written_as_display_writes_them() {
+        for ip in [
+            "0.0.0.0",
+            "9.10.99.100",
+            "127.0.0.1",
+            "255.255.255.255",
+            "203.0.113.9",
+            "::1",
+            "2001:db8::8a2e:370:7334",
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            let mut buf = String::new();
+            push_ip(&mut buf, ip);
+            assert_eq!(buf, ip.to_string());
+        }
     }
 
     #[test]
