@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -152,13 +152,10 @@ pub async fn run(
     let guard = Arc::new(crate::http::guard::Guard::new(limits.rate_limits.clone()));
     let app = crate::http::router_with_guard(state.clone(), limits, guard.clone());
     // Gateway mode: the API's routes in front of the proxy to the site.
-    let app = match &settings.upstream {
-        Some(up) => {
-            tracing::info!(upstream = %up, "gateway mode: proxying to the site");
-            Arc::new(crate::gateway::Gateway::new(state, guard, up.clone())).wrap(app)
-        }
-        None => app,
-    };
+    let gateway = settings.upstream.as_ref().map(|up| {
+        tracing::info!(upstream = %up, "gateway mode: proxying to the site");
+        Arc::new(crate::gateway::Gateway::new(state, guard, up.clone()))
+    });
     let descriptors = raise_descriptor_limit();
     let caps = ConnectionCaps::new(&settings);
     tracing::info!(%addr, store = %settings.store, demo = settings.demo,
@@ -166,7 +163,16 @@ pub async fn run(
         descriptor_limit = ?descriptors, "serving");
     println!("listening on http://{addr}");
 
-    let served = serve(listener, app, &settings, caps, shutdown, streams_stop).await;
+    let served = serve(
+        listener,
+        app,
+        gateway,
+        &settings,
+        caps,
+        shutdown,
+        streams_stop,
+    )
+    .await;
 
     // Each one that did not stop in time is logged by name.
     tasks.stop(TASK_GRACE).await;
@@ -195,7 +201,7 @@ pub async fn serve_router(
 ) -> anyhow::Result<()> {
     let caps = ConnectionCaps::new(settings);
     let streams_stop = Arc::new(tokio::sync::watch::channel(false).0);
-    serve(listener, app, settings, caps, shutdown, streams_stop).await
+    serve(listener, app, None, settings, caps, shutdown, streams_stop).await
 }
 
 /// The caps on open connections: in total, and per client address.
@@ -349,6 +355,7 @@ fn default_max_connections() -> usize {
 async fn serve(
     listener: TcpListener,
     app: axum::Router,
+    gateway: Option<Arc<crate::gateway::Gateway>>,
     settings: &Settings,
     caps: ConnectionCaps,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -415,6 +422,7 @@ async fn serve(
                 })
         };
         let header_timeout = settings.connections.header_timeout;
+        let gateway = gateway.clone();
         let builder = builder.clone();
         let mut stop = stop_rx.clone();
         let open = open_tx.clone();
@@ -424,8 +432,13 @@ async fn serve(
             if !version_readable(&tcp, header_timeout).await {
                 return;
             }
-            let conn = builder
-                .serve_connection_with_upgrades(TokioIo::new(tcp), TowerToHyperService::new(svc));
+            let svc = Dispatch {
+                api: TowerToHyperService::new(svc),
+                gateway,
+                peer,
+                activity: activity.clone(),
+            };
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(tcp), svc);
             let mut conn = std::pin::pin!(conn);
             let mut closing = false;
             let ended = loop {
@@ -515,6 +528,49 @@ impl Drop for Busy {
         let mut a = (self.0).0.lock();
         a.0 -= 1;
         a.1 = tokio::time::Instant::now();
+    }
+}
+
+/// A connection's service: waitroom's own routes through the API's router (`api`), and in
+/// gateway mode every other path straight to the proxy, with no router, no layer and no
+/// request extension on the way (those are the API's; the proxy has its own rules and
+/// metrics, see `gateway`). Either way the request counts as in flight until its response
+/// body is done.
+struct Dispatch<S> {
+    api: S,
+    gateway: Option<Arc<crate::gateway::Gateway>>,
+    peer: SocketAddr,
+    activity: Activity,
+}
+
+type Proxied = std::pin::Pin<
+    Box<dyn Future<Output = Result<axum::response::Response, std::convert::Infallible>> + Send>,
+>;
+
+impl<S> hyper::service::Service<axum::http::Request<hyper::body::Incoming>> for Dispatch<S>
+where
+    S: hyper::service::Service<
+        axum::http::Request<hyper::body::Incoming>,
+        Response = axum::response::Response,
+        Error = std::convert::Infallible,
+    >,
+{
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = futures_util::future::Either<S::Future, Proxied>;
+
+    fn call(&self, req: axum::http::Request<hyper::body::Incoming>) -> Self::Future {
+        use futures_util::future::Either;
+        match &self.gateway {
+            Some(gw) if !crate::gateway::is_own_path(req.uri().path()) => {
+                let (gw, peer, busy) = (gw.clone(), self.peer, self.activity.busy());
+                Either::Right(Box::pin(async move {
+                    let res = gw.serve(req, peer).await;
+                    Ok(res.map(|body| axum::body::Body::new(Tracked { body, _busy: busy })))
+                }))
+            }
+            _ => Either::Left(self.api.call(req)),
+        }
     }
 }
 

@@ -16,18 +16,16 @@
 //! Proxied requests skip the API's limits (body size, request timeout): a site's uploads
 //! and long responses are the site's to bound.
 
-use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Request};
+use axum::extract::Request;
 use axum::http::uri::PathAndQuery;
 use axum::http::{header, HeaderValue, StatusCode, Uri, Version};
 use axum::response::{IntoResponse, Response};
-use axum::Router;
+use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use tower::ServiceExt as _;
 
 use crate::app::AppState;
 pub use crate::config::Upstream;
@@ -80,29 +78,20 @@ impl Gateway {
         }
     }
 
-    /// `router` (waitroom's own routes) in front of the proxy: one router to serve.
-    pub fn wrap(self: Arc<Self>, router: Router) -> Router {
-        let svc = tower::service_fn(move |req: Request| {
-            let (gw, router) = (self.clone(), router.clone());
-            async move {
-                if is_own_path(req.uri().path()) {
-                    router.oneshot(req).await
-                } else {
-                    Ok::<_, Infallible>(gw.serve(req).await)
-                }
-            }
-        });
-        Router::new().fallback_service(svc)
-    }
-
-    /// One request bound for the origin, counted in the gateway's metrics and, when
-    /// tracing export is on, run in a span of its own.
-    pub async fn serve(&self, req: Request) -> Response {
+    /// One request bound for the origin from the client connection at `peer`, counted in
+    /// the gateway's metrics and, when tracing export is on, run in a span of its own.
+    ///
+    /// The server calls this for every path not [`is_own_path`], straight from the
+    /// connection (see `server::Dispatch`): a proxied request passes through no router and
+    /// no layer of the API's, whose limits and edge metrics are the API's own.
+    pub async fn serve(&self, req: Request<Incoming>, peer: SocketAddr) -> Response {
         let start = std::time::Instant::now();
+        let req = req.map(Body::new);
+        let peer = Some(peer.ip());
         let (outcome, res) = if self.trace {
-            self.handle_traced(req).await
+            self.handle_traced(req, peer).await
         } else {
-            self.handle(req).await
+            self.handle(req, peer).await
         };
         self.metrics.record(outcome, start);
         res
@@ -110,18 +99,18 @@ impl Gateway {
 
     /// `handle` in a span that continues the client's `traceparent`; the request to the
     /// origin carries the span on ([`Gateway::proxy`] injects it).
-    async fn handle_traced(&self, req: Request) -> (Outcome, Response) {
+    async fn handle_traced(&self, req: Request, peer: Option<IpAddr>) -> (Outcome, Response) {
         use crate::telemetry::otel;
         use tracing::Instrument as _;
         let method = crate::http::edge::method_label(req.method());
         let span = otel::request_span(method, observe::SPAN_ROUTE, req.headers());
-        let (outcome, res) = self.handle(req).instrument(span.clone()).await;
+        let (outcome, res) = self.handle(req, peer).instrument(span.clone()).await;
         otel::record_status(&span, res.status().as_u16());
         (outcome, res)
     }
 
     /// One request bound for the origin: what became of it, and the answer.
-    async fn handle(&self, req: Request) -> (Outcome, Response) {
+    async fn handle(&self, req: Request, peer: Option<IpAddr>) -> (Outcome, Response) {
         // Two `Host` headers: the gate would check one and the origin might serve the other
         // (RFC 9112 §3.2: such a request is answered 400). A `Host` that is not ASCII text
         // cannot be matched against `hosts`, yet an origin may read a host name out of it
@@ -134,10 +123,6 @@ impl Gateway {
             );
             return (Outcome::Refused, e.into_response());
         }
-        let peer = req
-            .extensions()
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|c| c.0.ip());
         let client = self.guard.client_ip(peer, req.headers());
         let host = forward::host_of(&req);
         let gates = &self.state.gates;
