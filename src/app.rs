@@ -110,10 +110,30 @@ impl AppState {
                 self.gates.clone(),
                 self.store.clone(),
                 self.clock.clone(),
-                self.store.subscribe(),
+                self.store.subscribe_events(),
                 tasks.stop_signal(),
             ),
         );
         tasks
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::AppState;
+    use crate::clock::Clock;
+    use crate::store::embedded::EmbeddedStore;
+
+    /// Of the node's background tasks only the live hub hears every notice (each join's
+    /// `Moved`); the others take only the notices about events, so a join wakes one task.
+    #[tokio::test]
+    async fn only_the_live_hub_hears_every_notice() {
+        let store = Arc::new(EmbeddedStore::new());
+        let key = ed25519_dalek::SigningKey::from_bytes(&[7; 32]);
+        let state = AppState::new(store.clone(), &key, "admin", Clock::manual(0)).unwrap();
+        let _tasks = state.start_background();
+        assert_eq!(store.notice_receivers(), 1);
     }
 }

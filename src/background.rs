@@ -52,13 +52,13 @@ pub fn start(
         scheduler::run(
             store.clone(),
             clock.clone(),
-            store.subscribe(),
+            store.subscribe_events(),
             stop.clone(),
         ),
     );
     tasks.spawn(
         CATALOG,
-        catalog.clone().run(store.subscribe(), stop.clone()),
+        catalog.clone().run(store.subscribe_events(), stop.clone()),
     );
     tasks.spawn(
         HISTORY,
@@ -66,7 +66,7 @@ pub fn start(
             history.clone(),
             store.clone(),
             clock.clone(),
-            store.subscribe(),
+            store.subscribe_events(),
             stop.clone(),
         ),
     );
@@ -74,12 +74,15 @@ pub fn start(
         STORE_MEMORY,
         sample_store_memory(
             store.clone(),
-            store.subscribe(),
+            store.subscribe_events(),
             STORE_MEMORY_EVERY,
             stop.clone(),
         ),
     );
-    tasks.spawn(GAUGES, forget_deleted_events(store.subscribe(), stop));
+    tasks.spawn(
+        GAUGES,
+        forget_deleted_events(store.subscribe_events(), stop),
+    );
     tasks
 }
 

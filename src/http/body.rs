@@ -7,8 +7,10 @@
 //! some states is skipped when absent (`#[serde(skip_serializing_if)]`); one that the
 //! contract always carries is written as `null`.
 
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use serde::de::{Deserializer, MapAccess, Visitor};
-use serde::ser::{Error as _, SerializeMap, Serializer};
+use serde::ser::{Error as _, SerializeMap, SerializeStruct, Serializer};
 use serde::{Deserialize, Serialize};
 
 use crate::core::schedule::{commitment, format_rfc3339, hex};
@@ -23,8 +25,11 @@ use crate::store::EventSnapshot;
 // ---------------------------------------------------------------------------------------
 
 /// What `status` answers, and `join` around its waiting token: the fields a waiting page
-/// needs, present according to the place's state.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+/// needs, present according to the place's state. Serialized by hand ([`Place::fields`]),
+/// so that `join` writes the same fields after its token without serde's `flatten` (which
+/// goes through a map: a third more work for the answer); the `serde` attributes here
+/// describe the same fields to the OpenAPI schema.
+#[derive(Debug, utoipa::ToSchema)]
 pub struct Place {
     /// `pre-queue` (before the opening), `waiting`, `admitted` or `active`.
     #[schema(value_type = String, example = "waiting")]
@@ -144,12 +149,107 @@ impl Place {
     }
 }
 
-/// `POST /queue/join`
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+/// `POST /queue/join`: the waiting token, then the place's fields (serialized by hand, see
+/// [`Place`]).
+#[derive(Debug, utoipa::ToSchema)]
 pub struct Joined {
     pub waiting_token: String,
     #[serde(flatten)]
     pub place: Place,
+}
+
+impl Place {
+    /// How many fields [`Place::fields`] writes.
+    fn field_count(&self) -> usize {
+        let optional = [
+            self.position.is_some(),
+            self.opens_in_sec.is_some(),
+            self.prequeue_rank.is_some(),
+            self.enter_within_sec.is_some(),
+            self.session_expires_in_sec.is_some(),
+            self.announcement.is_some(),
+        ];
+        10 + optional.iter().filter(|&&b| b).count()
+    }
+
+    /// Writes the fields in the contract's order, leaving out the absent ones that the
+    /// contract shows only in some states.
+    fn fields<S: SerializeStruct>(&self, s: &mut S) -> Result<(), S::Error> {
+        fn some<S: SerializeStruct, T: Serialize>(
+            s: &mut S,
+            key: &'static str,
+            v: &Option<T>,
+        ) -> Result<(), S::Error> {
+            match v {
+                Some(v) => s.serialize_field(key, v),
+                None => s.skip_field(key),
+            }
+        }
+        s.serialize_field("status", &self.status)?;
+        s.serialize_field("event_id", &self.event_id)?;
+        some(s, "position", &self.position)?;
+        some(s, "opens_in_sec", &self.opens_in_sec)?;
+        some(s, "prequeue_rank", &self.prequeue_rank)?;
+        s.serialize_field("queue_length", &self.queue_length)?;
+        s.serialize_field("eta_sec", &self.eta_sec)?;
+        s.serialize_field("eta_low_sec", &self.eta_low_sec)?;
+        s.serialize_field("eta_high_sec", &self.eta_high_sec)?;
+        s.serialize_field("poll_after_sec", &self.poll_after_sec)?;
+        s.serialize_field("paused", &self.paused)?;
+        s.serialize_field("waited_sec", &self.waited_sec)?;
+        s.serialize_field("ready_for_entry", &self.ready_for_entry)?;
+        some(s, "enter_within_sec", &self.enter_within_sec)?;
+        some(s, "session_expires_in_sec", &self.session_expires_in_sec)?;
+        some(s, "announcement", &self.announcement)
+    }
+}
+
+impl Serialize for Place {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut s = serializer.serialize_struct("Place", self.field_count())?;
+        self.fields(&mut s)?;
+        s.end()
+    }
+}
+
+impl Serialize for Joined {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut s = serializer.serialize_struct("Joined", 1 + self.place.field_count())?;
+        s.serialize_field("waiting_token", &self.waiting_token)?;
+        self.place.fields(&mut s)?;
+        s.end()
+    }
+}
+
+/// A JSON answer written into one buffer sized for the common answer, rather than through
+/// `axum::Json`'s `BytesMut` writer (starting at 128 bytes, grown two or three times for a
+/// place, each small write checked by `BufMut`). Same header and bytes as `axum::Json`.
+pub struct JsonAnswer<T>(pub T);
+
+impl<T: Serialize> IntoResponse for JsonAnswer<T> {
+    fn into_response(self) -> Response {
+        let mut buf = Vec::with_capacity(512);
+        match serde_json::to_writer(&mut buf, &self.0) {
+            Ok(()) => (
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                )],
+                buf,
+            )
+                .into_response(),
+            // As `axum::Json` answers it (our bodies do not fail to serialize).
+            Err(e) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; charset=utf-8"),
+                )],
+                e.to_string(),
+            )
+                .into_response(),
+        }
+    }
 }
 
 /// `POST /queue/enter`
@@ -572,6 +672,62 @@ mod tests {
                    "poll_after_sec": 5, "paused": false, "waited_sec": 4,
                    "ready_for_entry": true, "enter_within_sec": 60})
         );
+    }
+
+    /// The hand-written serialization writes what serde's derive (and `flatten` for
+    /// `join`) wrote: the same keys in the same order, every optional field present here.
+    #[test]
+    fn join_and_status_bodies_are_byte_for_byte_the_derived_ones() {
+        let mut v = view(PlaceState::Waiting);
+        v.opens_in_sec = Some(11);
+        v.prequeue_rank = Some(12);
+        v.enter_within_sec = Some(13);
+        v.session_expires_in_sec = Some(14);
+        v.eta_range = Some((1, 2));
+        let mut place = Place::new("ev".into(), &v);
+        place.announcement = Some(AnnouncementBody {
+            message: serde_json::from_value(json!({"en": "hi \"there\""})).unwrap(),
+            at: "2026-11-23T00:00:00Z".into(),
+        });
+        let fields = concat!(
+            r#""status":"pre-queue","event_id":"ev","position":3,"opens_in_sec":11,"#,
+            r#""prequeue_rank":12,"queue_length":9,"eta_sec":0,"eta_low_sec":1,"#,
+            r#""eta_high_sec":2,"poll_after_sec":5,"paused":false,"waited_sec":4,"#,
+            r#""ready_for_entry":false,"enter_within_sec":13,"session_expires_in_sec":14,"#,
+            r#""announcement":{"message":{"en":"hi \"there\""},"at":"2026-11-23T00:00:00Z"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&place).unwrap(),
+            format!("{{{fields}}}")
+        );
+        let joined = Joined {
+            waiting_token: "t.k".into(),
+            place,
+        };
+        assert_eq!(
+            serde_json::to_string(&joined).unwrap(),
+            format!(r#"{{"waiting_token":"t.k",{fields}}}"#)
+        );
+    }
+
+    /// `JsonAnswer` answers as `axum::Json` does: the same header and bytes.
+    #[tokio::test]
+    async fn a_json_answer_is_what_axum_json_answers() {
+        let place = || {
+            let mut p = Place::new("ev".into(), &view(PlaceState::Waiting));
+            p.event_id = "e".repeat(600); // past the buffer's first size
+            p
+        };
+        let ours = JsonAnswer(place()).into_response();
+        let axums = axum::Json(place()).into_response();
+        assert_eq!(ours.status(), axums.status());
+        assert_eq!(ours.headers(), axums.headers());
+        let body = |r: Response| async {
+            axum::body::to_bytes(r.into_body(), usize::MAX)
+                .await
+                .unwrap()
+        };
+        assert_eq!(body(ours).await, body(axums).await);
     }
 
     /// Config and figures flatten into one object beside the id, with no name clash.

@@ -28,14 +28,41 @@ where
     type Rejection = AppError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        if !plain_json(req.headers()) {
+            return Self::checked_by_axum(req, state).await;
+        }
+        // The usual request (`Content-Type: application/json`, which axum's check
+        // accepts): the body read once, and parsed by serde_json alone. Only a body that
+        // fails is parsed again by axum, for its answer (the same input fails both ways).
+        let bytes = Bytes::from_request(req, state).await?;
+        let v = match serde_json::from_slice::<T>(&bytes) {
+            Ok(v) => v,
+            Err(_) => axum::Json::<T>::from_bytes(&bytes)?.0,
+        };
+        object_only(&bytes)?;
+        Ok(AppJson(v))
+    }
+}
+
+impl<T: DeserializeOwned> AppJson<T> {
+    /// Any other content type: axum's own checks (content type, syntax) first, so their
+    /// answers stay as they were.
+    async fn checked_by_axum<S: Send + Sync>(req: Request, state: &S) -> Result<Self, AppError> {
         let (parts, body) = req.into_parts();
         let bytes = Bytes::from_request(Request::from_parts(parts.clone(), body), state).await?;
         let req = Request::from_parts(parts, axum::body::Body::from(bytes.clone()));
-        // axum's checks (content type, syntax) first, so their answers stay as they were.
         let axum::Json(v) = axum::Json::<T>::from_request(req, state).await?;
         object_only(&bytes)?;
         Ok(AppJson(v))
     }
+}
+
+/// Whether the content type is exactly `application/json` (any case), a value axum's
+/// JSON check accepts; anything else goes through that check itself.
+fn plain_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"application/json"))
 }
 
 /// Refuses a JSON body that is not an object.
@@ -210,6 +237,93 @@ impl<S: Send + Sync> FromRequestParts<S> for WaitingTokenNoBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, PartialEq, Deserialize)]
+    struct Sample {
+        event_id: String,
+        #[allow(dead_code)]
+        n: Option<u32>,
+    }
+
+    /// The answer of `AppJson` to a body, as a client sees it (status and body).
+    async fn answer(content_type: &str, body: &str, fast: bool) -> String {
+        let req = Request::builder()
+            .header(CONTENT_TYPE, content_type)
+            .body(axum::body::Body::from(body.to_string()))
+            .unwrap();
+        let r = if fast {
+            AppJson::<Sample>::from_request(req, &()).await
+        } else {
+            AppJson::<Sample>::checked_by_axum(req, &()).await
+        };
+        match r {
+            Ok(AppJson(v)) => format!("ok {v:?}"),
+            Err(e) => {
+                let r = axum::response::IntoResponse::into_response(e);
+                let status = r.status();
+                let body = axum::body::to_bytes(r.into_body(), usize::MAX)
+                    .await
+                    .unwrap();
+                format!("{status} {}", String::from_utf8_lossy(&body))
+            }
+        }
+    }
+
+    /// The short path for `application/json` answers every body as axum's checks did.
+    #[tokio::test]
+    async fn plain_json_bodies_are_answered_as_axum_answered_them() {
+        let bodies = [
+            r#"{"event_id":"a"}"#,
+            r#" {"event_id":"a","n":3} "#,
+            r#"{"event_id":"a","n":-1}"#,
+            r#"{"event_id":"a","n":"x"}"#,
+            r#"{"n":1}"#,
+            r#"{"event_id":"a"} x"#,
+            r#"{"event_id":"a""#,
+            r#"["a",1]"#,
+            "",
+            "\u{ff}",
+        ];
+        for content_type in ["application/json", "Application/JSON"] {
+            assert!(plain_json(
+                &Request::builder()
+                    .header(CONTENT_TYPE, content_type)
+                    .body(())
+                    .unwrap()
+                    .headers()
+                    .clone()
+            ));
+            for body in bodies {
+                assert_eq!(
+                    answer(content_type, body, true).await,
+                    answer(content_type, body, false).await,
+                    "{content_type} {body:?}"
+                );
+            }
+        }
+        assert_eq!(
+            answer("application/json", r#"{"event_id":"a"}"#, true).await,
+            r#"ok Sample { event_id: "a", n: None }"#
+        );
+        assert!(answer("application/json", r#"["a",1]"#, true)
+            .await
+            .contains("must be an object"));
+        // Other content types take axum's path itself.
+        for other in [
+            "application/json; charset=utf-8",
+            "text/plain",
+            "application/x+json",
+        ] {
+            assert!(!plain_json(
+                &Request::builder()
+                    .header(CONTENT_TYPE, other)
+                    .body(())
+                    .unwrap()
+                    .headers()
+                    .clone()
+            ));
+        }
+    }
 
     fn token(uri: &str) -> Result<Option<String>, AppError> {
         TokenQuery::from_uri(&uri.parse().unwrap()).map(|q| q.token)

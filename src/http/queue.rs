@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 
 use super::admin::is_admin_token;
 use super::body::{
-    AnnouncementBody, Completed, Entered, Joined, Place, QueueInfo, Removed, Verified,
+    AnnouncementBody, Completed, Entered, Joined, JsonAnswer, Place, QueueInfo, Removed, Verified,
 };
 use super::error::{AppError, AppResult};
 use super::extract::{bearer, AppJson, AppQuery, BearerToken, WaitingToken, WaitingTokenNoBody};
@@ -129,7 +129,7 @@ pub async fn join(
     headers: HeaderMap,
     caller: Caller,
     AppJson(body): AppJson<JoinBody>,
-) -> AppResult<Json<Joined>> {
+) -> AppResult<JsonAnswer<Joined>> {
     validate_event_id(&body.event_id)?;
     if body
         .invite
@@ -186,7 +186,7 @@ pub async fn join(
     };
     let mut place = Place::new(body.event_id, &view);
     place.announcement = config.announcement.as_ref().map(AnnouncementBody::new);
-    Ok(Json(Joined {
+    Ok(JsonAnswer(Joined {
         waiting_token: state.waiting.issue(&place.event_id, view.key),
         place,
     }))
@@ -197,7 +197,7 @@ pub async fn status(
     State(state): State<AppState>,
     caller: Caller,
     WaitingTokenNoBody(token): WaitingTokenNoBody,
-) -> AppResult<Json<Place>> {
+) -> AppResult<JsonAnswer<Place>> {
     let (event_id, key) = parse_polling(&state, &caller, &token).await?;
     let now = state.clock.now();
     let view = match state.store.status(&event_id, key, now).await {
@@ -210,7 +210,7 @@ pub async fn status(
     if let Ok(c) = state.events.config(&place.event_id, now).await {
         place.announcement = c.announcement.as_ref().map(AnnouncementBody::new);
     }
-    Ok(Json(place))
+    Ok(JsonAnswer(place))
 }
 
 /// `POST /queue/heartbeat`

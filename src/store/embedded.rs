@@ -69,6 +69,9 @@ pub struct EmbeddedStore {
     events_write: Mutex<()>,
     journal: Option<Journal>,
     notices: broadcast::Sender<Notice>,
+    /// Only the notices about events themselves (see [`Store::subscribe_events`]): a join's
+    /// `Moved` wakes the live hub alone, not every background task.
+    event_notices: broadcast::Sender<Notice>,
     /// Single-use claims (`claim_once`), in memory only: see the contract.
     claims: Mutex<Claims>,
     /// Places read back on open: a store that holds some must keep its signing key.
@@ -110,6 +113,7 @@ impl Default for EmbeddedStore {
             events_write: Mutex::default(),
             journal: None,
             notices: broadcast::channel(NOTICE_BUFFER).0,
+            event_notices: broadcast::channel(NOTICE_BUFFER).0,
             claims: Mutex::default(),
             restored: 0,
             audit: Arc::new(Mutex::new(AuditFile::memory())),
@@ -161,6 +165,7 @@ impl EmbeddedStore {
             events_write: Mutex::default(),
             journal: Some(journal),
             notices: broadcast::channel(NOTICE_BUFFER).0,
+            event_notices: broadcast::channel(NOTICE_BUFFER).0,
             claims: Mutex::default(),
             restored: recovered.places,
             audit: Arc::new(Mutex::new(audit)),
@@ -175,6 +180,19 @@ impl EmbeddedStore {
     /// Bytes the durable store holds on disk (0 in memory).
     pub fn disk_space(&self) -> u64 {
         self.journal.as_ref().map_or(0, Journal::disk_space)
+    }
+
+    /// Receivers of every notice (the live hub's), as opposed to those of
+    /// [`Store::subscribe_events`]: each is a task woken by every join.
+    pub fn notice_receivers(&self) -> usize {
+        self.notices.receiver_count()
+    }
+
+    /// Tells every receiver of notices about an event itself (created, changed, deleted).
+    fn tell_event(&self, n: Notice) {
+        // Nobody listening is fine.
+        let _ = self.event_notices.send(n.clone());
+        let _ = self.notices.send(n);
     }
 
     fn slot(&self, event_id: &str) -> Result<Shared, QueueError> {
@@ -246,7 +264,7 @@ impl EmbeddedStore {
                 Ok(config)
             })
             .await?;
-        let _ = self.notices.send(Notice::EventChanged {
+        self.tell_event(Notice::EventChanged {
             event_id: event_id.into(),
         });
         Ok(config)
@@ -355,7 +373,7 @@ impl Store for EmbeddedStore {
         if let (Some(j), Some(t)) = (&self.journal, ticket) {
             j.wait(t).await?;
         }
-        let _ = self.notices.send(Notice::EventDeleted {
+        self.tell_event(Notice::EventDeleted {
             event_id: event_id.into(),
         });
         Ok(())
@@ -497,6 +515,10 @@ impl Store for EmbeddedStore {
         self.notices.subscribe()
     }
 
+    fn subscribe_events(&self) -> broadcast::Receiver<Notice> {
+        self.event_notices.subscribe()
+    }
+
     async fn put_inventory(
         &self,
         event_id: &str,
@@ -547,7 +569,46 @@ impl Store for EmbeddedStore {
 
 #[cfg(test)]
 mod tests {
-    use super::Claims;
+    use super::{Claims, EmbeddedStore};
+    use crate::core::EventPatch;
+    use crate::store::{JoinRequest, Notice, Store};
+
+    /// A join's `Moved` goes to the receivers of every notice only; an event's creation,
+    /// change and deletion go to both kinds of receiver.
+    #[tokio::test]
+    async fn place_notices_reach_only_the_receivers_of_every_notice() {
+        let store = EmbeddedStore::new();
+        let mut all = store.subscribe();
+        let mut events = store.subscribe_events();
+        let patch = EventPatch {
+            paused: Some(true), // nobody admitted: the join's only notice is `Moved`
+            ..EventPatch::default()
+        };
+        store.put_event("ev", &patch, 0).await.unwrap();
+        let join = JoinRequest {
+            nonce: 7,
+            ..JoinRequest::default()
+        };
+        store.join("ev", &join, 1).await.unwrap();
+        store.delete_event("ev").await.unwrap();
+        let changed = Notice::EventChanged {
+            event_id: "ev".into(),
+        };
+        let deleted = Notice::EventDeleted {
+            event_id: "ev".into(),
+        };
+        let moved = Notice::Moved {
+            event_id: "ev".into(),
+        };
+        for want in [&changed, &moved, &deleted] {
+            assert_eq!(&all.try_recv().unwrap(), want);
+        }
+        assert!(all.try_recv().is_err(), "nothing more");
+        for want in [&changed, &deleted] {
+            assert_eq!(&events.try_recv().unwrap(), want);
+        }
+        assert!(events.try_recv().is_err(), "no place's notice");
+    }
 
     #[test]
     fn spent_claims_are_bounded_by_their_lifetime() {

@@ -399,6 +399,10 @@ impl Store for FaultStore {
         self.inner.subscribe()
     }
 
+    fn subscribe_events(&self) -> broadcast::Receiver<Notice> {
+        self.inner.subscribe_events()
+    }
+
     /// Not gated: only the memory gauges ask, and no test injects faults into them.
     async fn memory_usage(&self, event_id: &str) -> StoreResult<Option<u64>> {
         self.inner.memory_usage(event_id).await

@@ -343,6 +343,17 @@ pub trait Store: Send + Sync + 'static {
     /// deleted events). Every call answers a new receiver.
     fn subscribe(&self) -> broadcast::Receiver<Notice>;
 
+    /// The notices about events themselves ([`Notice::EventChanged`],
+    /// [`Notice::EventDeleted`]), for the tasks that need no others (the scheduler, the
+    /// catalog, the gates, the history, the gauges): a place's notices (`Moved` of every
+    /// join, `Admitted`, `Ended`) are only the live hub's, and each receiver of a notice is
+    /// a task woken. A backend may answer every notice here (the default, as
+    /// [`Store::subscribe`]); receivers ignore the others. Every call answers a new
+    /// receiver.
+    fn subscribe_events(&self) -> broadcast::Receiver<Notice> {
+        self.subscribe()
+    }
+
     /// Makes everything acknowledged durable and releases the backend; called once at
     /// shutdown, after the server stopped taking requests.
     async fn close(&self) -> StoreResult<()> {
