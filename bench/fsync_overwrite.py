@@ -1,7 +1,11 @@
-# fdatasync of small appends into a sparse vs a zero-written file, while another thread
-# writes and fsyncs 16 MiB files (what the store's flushes and compactions do).
+# fdatasync of small appends into a sparse file (as fjall preallocates its journals, with
+# set_len) and into a file whose zeros were written first, while another thread writes and
+# fsyncs 16 MiB files (as the store's flushes and compactions do).
+#   python3 bench/fsync_overwrite.py DIR [SYNCS] [BYTES]   (DIR on the store's disk)
 import os, time, sys, threading
-d = sys.argv[1]; n = int(sys.argv[2]); rec = int(sys.argv[3])
+d = sys.argv[1]
+n = int(sys.argv[2]) if len(sys.argv) > 2 else 1500
+rec = int(sys.argv[3]) if len(sys.argv) > 3 else 1500
 stop = False
 def other():
     z = b'\1' * (1 << 20); i = 0
