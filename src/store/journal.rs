@@ -695,21 +695,9 @@ impl Writer {
         self.db.persist(mode)?;
         metrics::histogram!("waitroom_store_sync_seconds").record(started.elapsed().as_secs_f64());
         self.marker.synced()?;
-        self.zero_ahead();
+        // The group commit's flag is held: nothing is appended meanwhile.
+        super::zero_ahead::after_sync(&mut self.zero_ahead, &self.marker);
         Ok(())
-    }
-
-    /// Writes the next zeros ahead of the active journal's appends (see [`ZeroAhead`]). The
-    /// group commit's flag is held: nothing is appended meanwhile.
-    fn zero_ahead(&mut self) {
-        let (Some(z), Some((id, end))) = (self.zero_ahead.as_mut(), self.marker.active_end())
-        else {
-            return;
-        };
-        if let Err(e) = z.advance(id, &self.marker.journal_path(id), end) {
-            tracing::warn!(error = %e, "writing zeros ahead of the journal failed; syncs go on without them");
-            self.zero_ahead = None;
-        }
     }
 
     fn fail(&self, e: &dyn std::fmt::Display) {

@@ -75,6 +75,19 @@ impl ZeroAhead {
     }
 }
 
+/// After a sync of the journal: writes the next zeros ahead of the active journal's
+/// appends. `zero_ahead` becomes `None` if that fails: it only speeds syncs up, so the
+/// store goes on without it. The caller holds the group commit's flag.
+pub(super) fn after_sync(zero_ahead: &mut Option<ZeroAhead>, marker: &super::watermark::Marker) {
+    let (Some(z), Some((id, end))) = (zero_ahead.as_mut(), marker.active_end()) else {
+        return;
+    };
+    if let Err(e) = z.advance(id, &marker.journal_path(id), end) {
+        tracing::warn!(error = %e, "writing zeros ahead of the journal failed; syncs go on without them");
+        *zero_ahead = None;
+    }
+}
+
 #[cfg(unix)]
 fn read_exact_at(f: &File, buf: &mut [u8], at: u64) -> io::Result<()> {
     std::os::unix::fs::FileExt::read_exact_at(f, buf, at)
