@@ -1095,6 +1095,23 @@ fn print_timeline(t: &Tally, limit_ms: f64) {
     println!();
 }
 
+/// The journal's sync durations (`waitroom_store_sync_seconds`, a summary over about the
+/// last minute) from the server's `/metrics`: how much of a join's wait is the disk.
+async fn print_sync_times(target: &Target) {
+    let mut req = Vec::new();
+    common::get_request(&target.host, "/metrics", &mut req);
+    let Ok((200, text)) = common::call_once(target, &req).await else {
+        return;
+    };
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("waitroom_store_sync_seconds"))
+        .collect();
+    if !lines.is_empty() {
+        println!("\njournal syncs (seconds):\n{}", lines.join("\n"));
+    }
+}
+
 // ---- commands --------------------------------------------------------------------------
 
 async fn run(a: RunArgs) -> Result<()> {
@@ -1157,6 +1174,7 @@ async fn run(a: RunArgs) -> Result<()> {
     if let Some(r) = server.rss() {
         println!("\nserver resident memory at the end: {} MB", common::mb(r));
     }
+    print_sync_times(&server.target).await;
     if server.proc.is_none() {
         let _ = delete_event(&server.target, &server.admin, &event).await;
     }

@@ -651,3 +651,21 @@ async fn restart_keeps_the_end_of_the_sale_and_the_announcement() {
         PlaceState::Active
     );
 }
+
+/// The active journal's blocks ahead of its appends are allocated (written zeros, not
+/// fjall's sparse preallocation), so a sync overwrites allocated blocks and needs no
+/// file-system metadata commit; and what was written still reads back whole.
+#[cfg(unix)]
+#[tokio::test]
+async fn the_journal_is_allocated_ahead_of_its_appends() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let keys = fill(dir.path(), 40).await;
+    let (path, end) = journal(dir.path());
+    let allocated = std::fs::metadata(&path).unwrap().blocks() * 512;
+    assert!(
+        allocated >= end + 4 * 1024 * 1024,
+        "{allocated} bytes allocated for {end} bytes written"
+    );
+    assert_eq!(check_prefix(dir.path(), &keys).await, keys.len());
+}

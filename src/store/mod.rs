@@ -30,6 +30,7 @@ pub mod journal;
 mod journal_sale;
 pub mod redis;
 pub mod watermark;
+mod zero_ahead;
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -280,6 +280,18 @@ impl Marker {
         self.write()
     }
 
+    /// The journal being appended to and where its intact batches end, as of the last
+    /// [`Marker::synced`].
+    pub fn active_end(&self) -> Option<(u64, u64)> {
+        let (id, _) = self.active.as_ref()?;
+        Some((*id, self.marks.get(id)?.len))
+    }
+
+    /// The path of journal `id`.
+    pub fn journal_path(&self, id: u64) -> PathBuf {
+        self.dir.join(format!("{id}.jnl"))
+    }
+
     /// Lists the journals again: files fjall removed (flushed into tables) are dropped,
     /// new ones read, and the newest becomes the active one.
     fn relist(&mut self) -> std::io::Result<()> {

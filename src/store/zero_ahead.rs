@@ -1,0 +1,196 @@
+//! Writing the zeros of the active journal ahead of its appends, so that a group commit's
+//! `fdatasync` overwrites blocks the file system has already allocated.
+//!
+//! fjall preallocates each journal with `set_len`, which on ext4 (and most file systems)
+//! leaves a sparse file: every append then lands in a hole, the block is allocated when it
+//! is written back, and the `fdatasync` that makes the append durable must commit the file
+//! system's journal for that allocation. In ext4's default `data=ordered` mode that commit
+//! also writes out the data of every other file with blocks allocated in the same
+//! transaction: the store's own flushes and compactions, and any other process on the
+//! disk. That is where a join's sync wait of a few hundred µs turns into 100–300 ms (see
+//! docs/PERFORMANCE.md, "Tail latency at scale"). A sync that only overwrites allocated,
+//! written blocks needs no such commit: it writes its own pages and flushes the device.
+//!
+//! So after each sync, the journal writer (holding the group commit's flag, so nothing is
+//! appended meanwhile) writes zeros over the next stretch of the preallocated region, well
+//! ahead of the appends, and starts their write-back at once; by the time appends reach
+//! them, the blocks are allocated and that allocation long committed.
+//!
+//! **Content never changes.** A stretch is written only if it reads all zeros (it is the
+//! preallocated tail, which reads as zeros whether sparse or not), and it is written with
+//! the zeros it holds. So even if the watermark's idea of where the appends end were wrong,
+//! no byte would change value; recovery and [`super::watermark`] read the same file.
+
+use std::fs::File;
+use std::io;
+use std::path::Path;
+
+/// Bytes written per step (one step at most per sync).
+const STEP: u64 = 1024 * 1024;
+/// How far ahead of the appends the zeros are kept: at the 1–4 MB/s a busy journal grows,
+/// seconds, long enough for their write-back and the file system's own periodic commit.
+const AHEAD: u64 = 8 * 1024 * 1024;
+
+/// The zeroed stretch of one journal file.
+pub(super) struct ZeroAhead {
+    /// The journal's id, its file (opened for writing), and where the zeros written so far end.
+    active: Option<(u64, File, u64)>,
+}
+
+impl ZeroAhead {
+    pub(super) fn new() -> ZeroAhead {
+        ZeroAhead { active: None }
+    }
+
+    /// After a sync: the active journal `id` at `path` holds batches up to `end`. Writes one
+    /// step of zeros if the zeros end less than [`AHEAD`] past `end`. Must be called by the
+    /// only writer of the journal, with nothing appended meanwhile.
+    pub(super) fn advance(&mut self, id: u64, path: &Path, end: u64) -> io::Result<()> {
+        if self.active.as_ref().map(|a| a.0) != Some(id) {
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(path)?;
+            self.active = Some((id, file, 0));
+        }
+        let (_, file, zeroed) = self.active.as_mut().expect("set above");
+        let len = file.metadata()?.len();
+        // Page-aligned, so a step never shares a page with the appends.
+        let from = (*zeroed).max(end.div_ceil(4096) * 4096);
+        if from >= len || from >= end + AHEAD {
+            return Ok(());
+        }
+        let n = STEP.min(len - from);
+        let mut buf = vec![0u8; n as usize];
+        read_exact_at(file, &mut buf, from)?;
+        if buf.iter().any(|&b| b != 0) {
+            // Not the preallocated tail (appends we did not expect): leave this file alone.
+            *zeroed = len;
+            return Ok(());
+        }
+        write_all_at(file, &buf, from)?;
+        start_writeback(file, from, n);
+        *zeroed = from + n;
+        Ok(())
+    }
+}
+
+/// After a sync of the journal: writes the next zeros ahead of the active journal's
+/// appends. `zero_ahead` becomes `None` if that fails: it only speeds syncs up, so the
+/// store goes on without it. The caller holds the group commit's flag.
+pub(super) fn after_sync(zero_ahead: &mut Option<ZeroAhead>, marker: &super::watermark::Marker) {
+    let (Some(z), Some((id, end))) = (zero_ahead.as_mut(), marker.active_end()) else {
+        return;
+    };
+    if let Err(e) = z.advance(id, &marker.journal_path(id), end) {
+        tracing::warn!(error = %e, "writing zeros ahead of the journal failed; syncs go on without them");
+        *zero_ahead = None;
+    }
+}
+
+#[cfg(unix)]
+fn read_exact_at(f: &File, buf: &mut [u8], at: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(f, buf, at)
+}
+
+#[cfg(unix)]
+fn write_all_at(f: &File, buf: &[u8], at: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::write_all_at(f, buf, at)
+}
+
+#[cfg(not(unix))]
+fn read_exact_at(f: &File, buf: &mut [u8], at: u64) -> io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = f;
+    f.seek(SeekFrom::Start(at))?;
+    f.read_exact(buf)
+}
+
+#[cfg(not(unix))]
+fn write_all_at(f: &File, buf: &[u8], at: u64) -> io::Result<()> {
+    use std::io::{Seek, SeekFrom, Write};
+    let mut f = f;
+    f.seek(SeekFrom::Start(at))?;
+    f.write_all(buf)
+}
+
+/// Starts writing the step back now (Linux), so its blocks are allocated long before an
+/// append's sync; elsewhere the OS's own write-back does it within seconds.
+#[cfg(target_os = "linux")]
+fn start_writeback(f: &File, at: u64, n: u64) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a plain syscall on an open descriptor; it reads no memory of ours.
+    unsafe {
+        libc::sync_file_range(
+            f.as_raw_fd(),
+            at as libc::off64_t,
+            n as libc::off64_t,
+            libc::SYNC_FILE_RANGE_WRITE,
+        );
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn start_writeback(_f: &File, _at: u64, _n: u64) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sparse(dir: &Path, len: u64) -> std::path::PathBuf {
+        let p = dir.join("0.jnl");
+        let f = File::create(&p).unwrap();
+        f.set_len(len).unwrap();
+        p
+    }
+
+    #[cfg(unix)]
+    fn allocated(p: &Path) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p).unwrap().blocks() * 512
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn zeros_ahead_of_the_appends_become_allocated_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = sparse(dir.path(), 64 * 1024 * 1024);
+        assert!(allocated(&p) < STEP, "set_len leaves a sparse file");
+        let mut z = ZeroAhead::new();
+        for _ in 0..20 {
+            z.advance(0, &p, 100).unwrap();
+        }
+        std::fs::File::open(&p).unwrap().sync_all().unwrap();
+        let a = allocated(&p);
+        assert!(a >= AHEAD, "the next {AHEAD} bytes are allocated ({a})");
+        assert!(a <= AHEAD + 2 * STEP, "not much more ({a})");
+    }
+
+    #[test]
+    fn never_changes_a_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = sparse(dir.path(), 4 * STEP);
+        // Appends the watermark did not account for, past where it says they end.
+        let data: Vec<u8> = (1..=255).cycle().take(5000).collect();
+        write_all_at(
+            &File::options().write(true).open(&p).unwrap(),
+            &data,
+            10_000,
+        )
+        .unwrap();
+        let before = std::fs::read(&p).unwrap();
+        let mut z = ZeroAhead::new();
+        for _ in 0..8 {
+            z.advance(0, &p, 100).unwrap();
+        }
+        assert!(std::fs::read(&p).unwrap() == before, "content unchanged");
+        // A file that ends short of a whole step.
+        let q = dir.path().join("1.jnl");
+        File::create(&q).unwrap().set_len(STEP + 123).unwrap();
+        for _ in 0..4 {
+            z.advance(1, &q, 0).unwrap();
+        }
+        assert_eq!(std::fs::metadata(&q).unwrap().len(), STEP + 123);
+        assert!(std::fs::read(&q).unwrap().iter().all(|&b| b == 0));
+    }
+}
