@@ -257,7 +257,7 @@ where
         this.timer.set(None);
         finish(
             this.route.take(),
-            *this.method,
+            this.method,
             &res,
             *this.start,
             *this.log_failures,
