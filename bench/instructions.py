@@ -3,6 +3,7 @@
 
     cargo build --release --bins
     python3 bench/instructions.py [--bin target/release/waitroom] [--requests 2000]
+    python3 bench/instructions.py --ceiling target/release/waitroom-bench [--requests 2000]
 
 Starts the server under `valgrind --tool=callgrind` (no instrumentation until the first
 request phase), creates a paused event, then runs one phase per request kind over one
@@ -15,6 +16,11 @@ event and cost far under 1 % of a phase. The dumps are kept under target/instruc
 
 Each request waits for its answer before the next is sent, so this counts the work of one
 request on an idle server (no batching across requests, no contention).
+
+`--ceiling BENCH` counts the ceiling instead: `BENCH reference-serve --serve-loop server`
+(the bare axum `/healthz` of `waitroom-bench`, through the server's own serving loop), with
+the `healthz` phase only; the difference from the server's `healthz` is what the server's
+route stack adds.
 """
 
 import argparse
@@ -46,6 +52,8 @@ def main():
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--out", default=os.path.join(ROOT, "target/instructions"))
     ap.add_argument("--durability", default="sync")
+    ap.add_argument("--ceiling", metavar="BENCH",
+                    help="count the ceiling of this waitroom-bench binary (healthz only)")
     a = ap.parse_args()
     shutil.rmtree(a.out, ignore_errors=True)
     os.makedirs(a.out)
@@ -55,10 +63,15 @@ def main():
     cmd = [
         "valgrind", "--tool=callgrind", "--instr-atstart=no",
         f"--callgrind-out-file={prefix}",
-        a.bin, "serve", "--listen", "127.0.0.1:0", "--no-demo", "--data-dir", data,
-        "--durability", a.durability, "--admin-token", admin,
-        "--joins-per-minute", "100000000", "--polls-per-second", "1000000",
     ]
+    if a.ceiling:
+        cmd += [a.ceiling, "reference-serve", "--serve-loop", "server"]
+    else:
+        cmd += [
+            a.bin, "serve", "--listen", "127.0.0.1:0", "--no-demo", "--data-dir", data,
+            "--durability", a.durability, "--admin-token", admin,
+            "--joins-per-minute", "100000000", "--polls-per-second", "1000000",
+        ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     addr = None
     for line in proc.stdout:
@@ -83,6 +96,10 @@ def main():
             raise SystemExit(f"{method} {path}: {r.status} {payload[:200]!r}")
         return json.loads(payload) if payload else None
 
+    if a.ceiling:
+        call("GET", "/healthz")  # warm, outside the counts
+        count(a, proc, prefix, data, [("healthz", lambda i: call("GET", "/healthz"))])
+        return
     event = "instr"
     call("PUT", f"/api/v1/admin/events/{event}",
          {"name": "instr", "max_active": 1, "paused": True, "waiting_idle_sec": 2592000},
@@ -96,14 +113,24 @@ def main():
     call("GET", f"/api/v1/queue/status?token={tokens[0]}")
     call("POST", "/api/v1/queue/join", {"event_id": event, "user_id": "warm"})
 
-    ctl = lambda *args: subprocess.run(["callgrind_control", *args, str(proc.pid)],
-                                       check=True, stdout=subprocess.DEVNULL)
     phases = [
         ("healthz", lambda i: call("GET", "/healthz")),
         ("join", lambda i: call("POST", "/api/v1/queue/join",
                                 {"event_id": event, "user_id": f"u-{i}"})),
         ("status", lambda i: call("GET", f"/api/v1/queue/status?token={tokens[i]}")),
     ]
+    results = count(a, proc, prefix, data, phases)
+    h = results["healthz"]
+    print(f"| healthz | join | status | join/healthz | status/healthz |\n|---:|---:|---:|---:|---:|\n"
+          f"| {results['healthz']:,.0f} | {results['join']:,.0f} | {results['status']:,.0f} | "
+          f"{results['join'] / h:.2f} | {results['status'] / h:.2f} |")
+
+
+def count(a, proc, prefix, data, phases):
+    """Runs each phase `a.requests` times with callgrind counting, one dump per phase, then
+    stops the server; answers the instructions per request of each phase."""
+    ctl = lambda *args: subprocess.run(["callgrind_control", *args, str(proc.pid)],
+                                       check=True, stdout=subprocess.DEVNULL)
     ctl("--instr=on")
     ctl("--zero")
     results = {}
@@ -128,12 +155,11 @@ def main():
     proc.terminate()
     proc.wait(timeout=60)
     shutil.rmtree(data, ignore_errors=True)
-    print(json.dumps({"requests": a.requests, "durability": a.durability,
+    print(json.dumps({"requests": a.requests,
+                      "server": "ceiling" if a.ceiling else a.bin,
+                      "durability": a.durability,
                       "instructions_per_request": results}))
-    h = results["healthz"]
-    print(f"| healthz | join | status | join/healthz | status/healthz |\n|---:|---:|---:|---:|---:|\n"
-          f"| {results['healthz']:,.0f} | {results['join']:,.0f} | {results['status']:,.0f} | "
-          f"{results['join'] / h:.2f} | {results['status'] / h:.2f} |")
+    return results
 
 
 if __name__ == "__main__":

@@ -798,10 +798,22 @@ async fn ceiling(a: CeilingArgs) -> Result<()> {
     for (i, bin) in bins.iter().enumerate() {
         let admin = random_token();
         let proc = ServerProc::start(bin, None, Durability::Sync.name(), &admin)?;
-        let name = bin.file_name().map_or_else(
-            || format!("server {i}"),
-            |n| n.to_string_lossy().into_owned(),
-        );
+        // The file name, or with its folder when another build has the same file name
+        // (`/tmp/before/waitroom,/tmp/after/waitroom`), so the columns can be told apart.
+        let file = |b: &std::path::Path| b.file_name().map(|n| n.to_string_lossy().into_owned());
+        let shared = bins
+            .iter()
+            .filter(|b| file(b.as_path()) == file(bin.as_path()))
+            .count()
+            > 1;
+        let name = match (
+            file(bin.as_path()),
+            bin.parent().and_then(|p| p.file_name()),
+        ) {
+            (Some(f), Some(dir)) if shared => format!("{}/{f}", dir.to_string_lossy()),
+            (Some(f), _) => f,
+            (None, _) => format!("server {i}"),
+        };
         servers.push((name, proc));
     }
     println!(

@@ -1,5 +1,6 @@
 //! The one layer around every route: request metrics, the declared-size check, the request
-//! timeout and panic catching, in one service with one future per request.
+//! and body-read timeouts and panic catching, in one service with one unboxed future per
+//! request.
 //!
 //! They used to be five layers (two `from_fn` middlewares, a timeout with its error
 //! handler, a panic catcher), each with its own boxed future and clone of the inner stack,
@@ -16,6 +17,9 @@
 //! - **declared size**: a `Content-Length` over the limit answers `413 PAYLOAD_TOO_LARGE`
 //!   before any body is read.
 //! - **timeout**: a request that takes longer than the limit answers `503 UNAVAILABLE`.
+//! - **body-read timeout**: a request body that may still be arriving is read through
+//!   tower-http's `TimeoutBody` (a body trickled byte by byte is cut off); an empty one is
+//!   passed as it is.
 //! - **panics**: a panicking handler answers a JSON 500 instead of dropping the connection.
 //! - **failures in the log**: a 5xx answer is logged at `ERROR` as `response failed`, as
 //!   tower-http's trace layer did at the default log level (its per-request span and debug
@@ -29,17 +33,19 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
+use std::hash::BuildHasherDefault;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use axum::body::{Body, HttpBody as _};
 use axum::extract::{MatchedPath, Request};
 use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use futures_util::FutureExt as _;
 use metrics::{Counter, Histogram};
+use pin_project_lite::pin_project;
+use tower_http::timeout::TimeoutBody;
 
 use super::error::AppError;
 use crate::telemetry::otel;
@@ -47,28 +53,40 @@ use crate::telemetry::otel;
 /// The layer; see the module documentation.
 #[derive(Clone)]
 pub struct EdgeLayer {
-    limits: Arc<EdgeLimits>,
+    limits: EdgeLimits,
 }
 
+/// Copied into every route's service rather than shared behind an `Arc`: axum clones a
+/// route's whole service stack for every request, and a reference count bumped by every
+/// worker per request is a cache line the cores pass back and forth.
+#[derive(Clone, Copy)]
 struct EdgeLimits {
     max_body_bytes: u64,
     request_timeout: Duration,
+    /// Longest a request body may take to arrive (tower-http's `TimeoutBody` around it).
+    body_timeout: Duration,
     /// Log server errors here (when tower-http's trace layer, which logs them, is off).
     log_failures: bool,
-    /// Tracing export is on: each request gets its span (see `Edge::call_traced`).
+    /// Tracing export is on: each request gets its span (see `Edge::call`).
     trace_requests: bool,
 }
 
 impl EdgeLayer {
     /// `log_failures`: log 5xx answers (leave it to tower-http's trace layer when that runs).
-    pub fn new(max_body_bytes: usize, request_timeout: Duration, log_failures: bool) -> Self {
+    pub fn new(
+        max_body_bytes: usize,
+        request_timeout: Duration,
+        body_timeout: Duration,
+        log_failures: bool,
+    ) -> Self {
         EdgeLayer {
-            limits: Arc::new(EdgeLimits {
+            limits: EdgeLimits {
                 max_body_bytes: max_body_bytes as u64,
                 request_timeout,
+                body_timeout,
                 log_failures,
                 trace_requests: crate::telemetry::otel::enabled(),
-            }),
+            },
         }
     }
 }
@@ -79,7 +97,7 @@ impl<S> tower::Layer<S> for EdgeLayer {
     fn layer(&self, inner: S) -> Edge<S> {
         Edge {
             inner,
-            limits: self.limits.clone(),
+            limits: self.limits,
         }
     }
 }
@@ -88,99 +106,166 @@ impl<S> tower::Layer<S> for EdgeLayer {
 #[derive(Clone)]
 pub struct Edge<S> {
     inner: S,
-    limits: Arc<EdgeLimits>,
+    limits: EdgeLimits,
 }
-
-type EdgeFuture = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
 
 impl<S> tower::Service<Request> for Edge<S>
 where
     S: tower::Service<Request, Response = Response, Error = Infallible>,
-    S::Future: Send + 'static,
 {
     type Response = Response;
     type Error = Infallible;
-    type Future = EdgeFuture;
+    type Future = EdgeFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request) -> EdgeFuture {
-        if self.limits.trace_requests {
-            return self.call_traced(req);
-        }
-        self.serve(req)
-    }
-}
-
-impl<S> Edge<S>
-where
-    S: tower::Service<Request, Response = Response, Error = Infallible>,
-    S::Future: Send + 'static,
-{
-    /// With tracing export on: the request runs in its span (which continues the request's
-    /// `traceparent`), so its log lines and error bodies carry the trace id. Off, `call`
-    /// goes straight to `serve`: no span, no header parsing, nothing allocated.
-    fn call_traced(&mut self, req: Request) -> EdgeFuture {
-        use tracing::Instrument as _;
-        let route = req
-            .extensions()
-            .get::<MatchedPath>()
-            .map_or("unmatched", MatchedPath::as_str);
-        let span = otel::request_span(method_label(req.method()), route, req.headers());
-        let served = span.in_scope(|| self.serve(req));
-        let recorded = span.clone();
-        Box::pin(
-            async move {
-                let res = served.await;
-                if let Ok(r) = &res {
-                    otel::record_status(&recorded, r.status().as_u16());
-                }
-                res
-            }
-            .instrument(span),
-        )
-    }
-
-    fn serve(&mut self, req: Request) -> EdgeFuture {
+    fn call(&mut self, req: Request) -> EdgeFuture<S::Future> {
         let start = Instant::now();
         let route = req.extensions().get::<MatchedPath>().cloned();
         let method = method_label(req.method());
+        // With tracing export on, the request runs in its span (which continues the
+        // request's `traceparent`), so its log lines and error bodies carry the trace id.
+        // Off, no span is made and no header parsed.
+        let span = self.limits.trace_requests.then(|| {
+            let name = route.as_ref().map_or("unmatched", MatchedPath::as_str);
+            otel::request_span(method, name, req.headers())
+        });
+        let _entered = span.as_ref().map(tracing::Span::enter);
+        let mut fut = EdgeFuture {
+            state: State::Done,
+            timer: None,
+            start,
+            route,
+            method,
+            request_timeout: self.limits.request_timeout,
+            log_failures: self.limits.log_failures,
+            span: None,
+        };
         let declared = req
             .headers()
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok());
-        if declared.is_some_and(|n| n > self.limits.max_body_bytes) {
-            let res =
-                AppError::PayloadTooLarge("the request body is too large".into()).into_response();
-            finish(route, method, &res, start, self.limits.log_failures);
-            return Box::pin(std::future::ready(Ok(res)));
-        }
-        // The inner service was polled ready through `poll_ready` above, and its future
-        // owns what it needs: no clone of the inner stack per request.
-        let called = std::panic::catch_unwind(AssertUnwindSafe(|| self.inner.call(req)));
-        let timeout = self.limits.request_timeout;
-        let log_failures = self.limits.log_failures;
-        Box::pin(async move {
-            let res = match called {
-                Err(panic) => panic_response(panic),
-                Ok(fut) => {
-                    match tokio::time::timeout(timeout, AssertUnwindSafe(fut).catch_unwind()).await
-                    {
-                        Ok(Ok(Ok(res))) => res,
-                        Ok(Ok(Err(never))) => match never {},
-                        Ok(Err(panic)) => panic_response(panic),
-                        Err(_elapsed) => {
-                            AppError::Unavailable("request timed out".into()).into_response()
+        fut.state = if declared.is_some_and(|n| n > self.limits.max_body_bytes) {
+            State::Answered {
+                res: Some(
+                    AppError::PayloadTooLarge("the request body is too large".into())
+                        .into_response(),
+                ),
+            }
+        } else {
+            // A body that may still be arriving gets the body-read timeout (a body trickled
+            // byte by byte is cut off). One that is known to be empty (a `GET`) cannot
+            // trickle: it is passed as it is, without wrapping and boxing it again.
+            let req = if req.body().is_end_stream() {
+                req
+            } else {
+                let timeout = self.limits.body_timeout;
+                req.map(|body| Body::new(TimeoutBody::new(timeout, body)))
+            };
+            // The inner service was polled ready through `poll_ready` above, and its
+            // future owns what it needs: no clone of the inner stack per request.
+            match std::panic::catch_unwind(AssertUnwindSafe(|| self.inner.call(req))) {
+                Ok(inner) => State::Running { inner },
+                Err(panic) => State::Answered {
+                    res: Some(panic_response(panic)),
+                },
+            }
+        };
+        drop(_entered);
+        fut.span = span;
+        fut
+    }
+}
+
+pin_project! {
+    /// The future of one request through [`Edge`]: the inner service's future, run under
+    /// panic catching and the request timeout, then counted in its series.
+    ///
+    /// Hand-written rather than an `async` block in a box: one allocation fewer per request,
+    /// and the timeout's timer is made only if the inner future is not ready at its first
+    /// poll. A `tokio::time::timeout` made for every request costs a look-up of the runtime
+    /// handle (a reference count shared by every worker) and, when dropped, the timer
+    /// driver's lock, even when it never fired; most answers (`/healthz`, a status poll)
+    /// are ready at once and never need it. The deadline is the same: `start` + the timeout.
+    pub struct EdgeFuture<F> {
+        #[pin]
+        state: State<F>,
+        #[pin]
+        timer: Option<tokio::time::Sleep>,
+        start: Instant,
+        route: Option<MatchedPath>,
+        method: &'static str,
+        request_timeout: Duration,
+        log_failures: bool,
+        // With tracing export on: the request's span, entered at every poll.
+        span: Option<tracing::Span>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F> {
+        // The inner service's future.
+        Running { #[pin] inner: F },
+        // Answered by the layer itself (413, a panic in `call`); taken when polled.
+        Answered { res: Option<Response> },
+        // Done (the answer was handed out).
+        Done,
+    }
+}
+
+impl<F> Future for EdgeFuture<F>
+where
+    F: Future<Output = Result<Response, Infallible>>,
+{
+    type Output = Result<Response, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let _entered = this.span.as_ref().map(tracing::Span::enter);
+        let res = match this.state.as_mut().project() {
+            StateProj::Answered { res } => res.take().expect("polled after completion"),
+            StateProj::Done => panic!("polled after completion"),
+            StateProj::Running { inner } => {
+                match std::panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
+                    Ok(Poll::Ready(Ok(res))) => res,
+                    Ok(Poll::Ready(Err(never))) => match never {},
+                    Err(panic) => panic_response(panic),
+                    Ok(Poll::Pending) => {
+                        if this.timer.is_none() {
+                            // The deadline counts from `start` (the time already spent
+                            // counts); read on tokio's clock, which tests may pause.
+                            let left = this.request_timeout.saturating_sub(this.start.elapsed());
+                            this.timer.set(Some(tokio::time::sleep(left)));
+                        }
+                        let timer = this.timer.as_mut().as_pin_mut();
+                        match timer.map(|t| t.poll(cx)) {
+                            Some(Poll::Ready(())) => {
+                                AppError::Unavailable("request timed out".into()).into_response()
+                            }
+                            _ => return Poll::Pending,
                         }
                     }
                 }
-            };
-            finish(route, method, &res, start, log_failures);
-            Ok(res)
-        })
+            }
+        };
+        // Drops the inner future (and what it holds) before the answer is counted.
+        this.state.set(State::Done);
+        this.timer.set(None);
+        finish(
+            this.route.take(),
+            this.method,
+            &res,
+            *this.start,
+            *this.log_failures,
+        );
+        if let Some(span) = this.span.as_ref() {
+            otel::record_status(span, res.status().as_u16());
+        }
+        Poll::Ready(Ok(res))
     }
 }
 
@@ -217,10 +302,50 @@ struct Series {
 }
 
 thread_local! {
-    /// Per worker thread, so that finding a series takes no lock: route template → the
-    /// series seen for it. The routes are the router's templates (and `unmatched`), the
-    /// methods a fixed set: this stays as small as the set of series itself.
-    static SERIES: RefCell<HashMap<Box<str>, Vec<Series>>> = RefCell::new(HashMap::new());
+    /// Per worker thread, so that finding a series takes no lock: route → the series seen
+    /// for it. The routes are the router's templates (and `unmatched`), the methods a fixed
+    /// set: this stays as small as the set of series itself.
+    ///
+    /// Keyed by the address of the template's text rather than by the text: axum hands
+    /// every request of a route a clone of the same `Arc<str>` (`MatchedPath`), so its
+    /// address names the route without hashing the string (SipHash over the whole path, per
+    /// request). The entry keeps that `MatchedPath`, so the text cannot be freed and its
+    /// address given to another route while the entry lives.
+    static SERIES: RefCell<HashMap<usize, RouteSeries, BuildHasherDefault<AddressHasher>>> =
+        RefCell::new(HashMap::default());
+}
+
+/// The series of one route (`None`: `unmatched`), and the route's text kept alive.
+struct RouteSeries {
+    _route: Option<MatchedPath>,
+    series: Vec<Series>,
+}
+
+/// Most routers a worker thread keeps series handles for; a process serves one router,
+/// but a test process builds many, whose routes would otherwise stay in the map.
+const MAX_ROUTES_KEPT: usize = 4096;
+
+/// A hasher for addresses: they are unique already, so mixing their bits is enough.
+#[derive(Default)]
+struct AddressHasher(u64);
+
+impl std::hash::Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        // Fibonacci hashing folded down: hashbrown reads both the low bits (the bucket)
+        // and the high ones (the tag), and aligned addresses end in zero bits.
+        let h = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = h ^ (h >> 29);
+    }
 }
 
 /// Records one answer in its series, and logs it when it is a server error.
@@ -233,15 +358,18 @@ fn finish(
 ) {
     let elapsed = start.elapsed();
     let status = res.status();
-    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
+    let key = route.as_ref().map_or(0, |r| r.as_str().as_ptr() as usize);
     SERIES.with(|cell| {
         let mut map = cell.borrow_mut();
-        if !map.contains_key(route) {
-            map.insert(route.into(), Vec::new());
+        if !map.contains_key(&key) && map.len() >= MAX_ROUTES_KEPT {
+            map.clear();
         }
-        let Some(list) = map.get_mut(route) else {
-            return;
-        };
+        let entry = map.entry(key).or_insert_with(|| RouteSeries {
+            _route: route.clone(),
+            series: Vec::new(),
+        });
+        let list = &mut entry.series;
+        let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
         let code = status.as_u16();
         let i = match list
             .iter()
@@ -286,9 +414,9 @@ fn log_failure(status: StatusCode, latency: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::body::Body;
     use axum::routing::{get, post};
     use axum::Router;
+    use std::sync::Arc;
     use tower::ServiceExt as _;
 
     /// The sum of `waitroom_http_requests_total` over the series of `method`, `route`,
@@ -350,18 +478,104 @@ mod tests {
         };
         let route = Router::new().route("/edge-span", get(|| async { "ok" }));
         assert!(!otel::enabled(), "no export in the unit tests");
-        let app = route
-            .clone()
-            .layer(EdgeLayer::new(16, Duration::from_secs(5), true));
+        let app = route.clone().layer(EdgeLayer::new(
+            16,
+            Duration::from_secs(5),
+            Duration::from_secs(5),
+            true,
+        ));
         let res = app.oneshot(request()).await.unwrap();
         assert_eq!(res.status(), StatusCode::OK);
         assert_eq!(spans.load(std::sync::atomic::Ordering::Relaxed), 0);
 
-        let mut traced = EdgeLayer::new(16, Duration::from_secs(5), true);
-        Arc::get_mut(&mut traced.limits).unwrap().trace_requests = true;
+        let mut traced = EdgeLayer::new(16, Duration::from_secs(5), Duration::from_secs(5), true);
+        traced.limits.trace_requests = true;
         let res = route.layer(traced).oneshot(request()).await.unwrap();
         assert_eq!(res.status(), StatusCode::OK);
         assert_eq!(spans.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
+
+    /// The request timeout's timer is made only when the handler is not ready at once
+    /// (`EdgeFuture`): a handler that waits less than the timeout is answered, one that
+    /// waits longer gets the 503, and one ready at once needs no timer at all.
+    #[tokio::test]
+    async fn the_lazy_request_timer_answers_in_time_and_times_out_late() {
+        let app = Router::new()
+            .route("/now", get(|| async { "now" }))
+            .route(
+                "/soon",
+                get(|| async {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    "soon"
+                }),
+            )
+            .route(
+                "/late",
+                get(|| async {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    "late"
+                }),
+            )
+            .layer(EdgeLayer::new(
+                16,
+                Duration::from_millis(300),
+                Duration::from_secs(5),
+                false,
+            ));
+        assert_eq!(send(&app, "GET", "/now", "").await, StatusCode::OK);
+        assert_eq!(send(&app, "GET", "/soon", "").await, StatusCode::OK);
+        let late = tokio::time::timeout(Duration::from_secs(10), send(&app, "GET", "/late", ""));
+        assert_eq!(
+            late.await.expect("the request timeout answered"),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+    }
+
+    /// A body that keeps arriving gets the body-read timeout from `edge` (which took over
+    /// tower-http's layer): a body that stalls is cut off and the handler's read fails,
+    /// while an empty one, passed through unwrapped, and a complete one are read as usual.
+    #[tokio::test]
+    async fn a_stalled_body_is_cut_off_by_the_body_timeout() {
+        let app = Router::new()
+            .route(
+                "/read",
+                post(|body: axum::body::Bytes| async move { format!("{}", body.len()) }),
+            )
+            .route(
+                "/empty",
+                get(|req: Request| async move {
+                    assert!(req.body().is_end_stream());
+                    "empty"
+                }),
+            )
+            .layer(EdgeLayer::new(
+                1024,
+                Duration::from_secs(30),
+                Duration::from_millis(100),
+                false,
+            ));
+        // A chunked body (no declared length) whose first chunk comes and then nothing.
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<axum::body::Bytes, Infallible>>(1);
+        tx.send(Ok(axum::body::Bytes::from_static(b"{\"a\"")))
+            .await
+            .unwrap();
+        let stalled = Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|chunk| (chunk, rx))
+        }));
+        let req = axum::http::Request::builder()
+            .method("POST")
+            .uri("/read")
+            .body(stalled)
+            .unwrap();
+        let res = tokio::time::timeout(Duration::from_secs(10), app.clone().oneshot(req))
+            .await
+            .expect("the stalled body was cut off")
+            .unwrap();
+        assert!(res.status().is_client_error(), "{}", res.status());
+        drop(tx);
+
+        assert_eq!(send(&app, "POST", "/read", "{}").await, StatusCode::OK);
+        assert_eq!(send(&app, "GET", "/empty", "").await, StatusCode::OK);
     }
 
     #[tokio::test]
@@ -385,7 +599,12 @@ mod tests {
                     "late"
                 }),
             )
-            .layer(EdgeLayer::new(16, Duration::from_millis(50), false));
+            .layer(EdgeLayer::new(
+                16,
+                Duration::from_millis(50),
+                Duration::from_secs(5),
+                false,
+            ));
 
         // The same series twice (the second time from the handles kept), then the answers
         // the layer makes itself: each in the series of its own status.

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::extract::{ConnectInfo, FromRef, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue};
 use governor::clock::{Clock as _, DefaultClock};
@@ -486,15 +486,17 @@ pub struct Caller {
     pub ip: Option<IpAddr>,
 }
 
-impl<S: Send + Sync> FromRequestParts<S> for Caller {
+/// The guard comes from the router's state (`http::Shared`), not from an extension
+/// inserted into every request.
+impl<S> FromRequestParts<S> for Caller
+where
+    S: Send + Sync,
+    Arc<Guard>: FromRef<S>,
+{
     type Rejection = AppError;
 
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        let guard = parts
-            .extensions
-            .get::<Arc<Guard>>()
-            .cloned()
-            .ok_or_else(|| AppError::Internal("the router has no guard".into()))?;
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let guard = Arc::<Guard>::from_ref(state);
         let peer = parts
             .extensions
             .get::<ConnectInfo<SocketAddr>>()

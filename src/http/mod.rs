@@ -28,19 +28,18 @@
 //! when debug logging is on), then [`edge`] (metrics, a declared-size check: a
 //! `Content-Length` over the limit answers `413 PAYLOAD_TOO_LARGE` before any body is read;
 //! a request timeout: a stuck store answers `503 UNAVAILABLE` instead of hanging the client;
-//! panic catching: a bug answers a JSON 500 instead of dropping the connection), a body
-//! size limit for bodies without a declared length, and a body-read timeout (a body
-//! trickled byte by byte is cut off).
+//! panic catching: a bug answers a JSON 500 instead of dropping the connection; a
+//! body-read timeout around a body that may still arrive: a body trickled byte by byte is
+//! cut off), then a body size limit for bodies without a declared length. The state of the
+//! routes is [`Shared`]: one reference count per request, not a dozen.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, Request};
+use axum::extract::{DefaultBodyLimit, FromRef, Request};
 use axum::middleware;
-use axum::{Extension, Router};
+use axum::Router;
 use tower::ServiceBuilder;
-use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutBody};
 use tower_http::trace::TraceLayer;
 
 use crate::app::AppState;
@@ -123,8 +122,42 @@ macro_rules! admin {
 /// OpenAPI test compares the document with the routes actually served (`route_list`).
 #[derive(Default)]
 pub struct Routes {
-    router: Router<AppState>,
+    router: Router<Shared>,
     list: Vec<(&'static str, &'static str)>,
+}
+
+/// The routes' state: the [`AppState`] and the per-client [`guard::Guard`] behind one
+/// reference count. axum clones the router's state into every route and clones a route
+/// (with its state) on every request, twice with the layer around it: an `AppState` is a
+/// dozen `Arc`s, each of whose counts every worker thread would bump and drop per request
+/// (atomics on cache lines shared by all cores, see PERFORMANCE.md), and the guard was an
+/// extension inserted into every request. Handlers still take `State<AppState>` and
+/// [`guard::Caller`]; each clones its part out of this (through [`FromRef`]) only when it
+/// asks for it.
+#[derive(Clone)]
+pub struct Shared(Arc<SharedParts>);
+
+struct SharedParts {
+    app: AppState,
+    guard: Arc<guard::Guard>,
+}
+
+impl Shared {
+    fn new(app: AppState, guard: Arc<guard::Guard>) -> Shared {
+        Shared(Arc::new(SharedParts { app, guard }))
+    }
+}
+
+impl FromRef<Shared> for AppState {
+    fn from_ref(shared: &Shared) -> AppState {
+        shared.0.app.clone()
+    }
+}
+
+impl FromRef<Shared> for Arc<guard::Guard> {
+    fn from_ref(shared: &Shared) -> Arc<guard::Guard> {
+        shared.0.guard.clone()
+    }
 }
 
 /// Adds a route to a [`Routes`] and records it: `route!(r, PATH, get(h).post(h2))`.
@@ -167,11 +200,12 @@ impl Routes {
 /// Every route the server answers, as (method in lower case, path), in axum's path syntax
 /// (`/api/v1/events/{event_id}`).
 pub fn route_list(state: &AppState) -> Vec<(&'static str, &'static str)> {
-    routes(state).list
+    let guard = Arc::new(guard::Guard::new(RateLimitSettings::default()));
+    routes(&Shared::new(state.clone(), guard)).list
 }
 
 /// Every route, without the layers around them.
-fn routes(state: &AppState) -> Routes {
+fn routes(shared: &Shared) -> Routes {
     let mut admin = Routes::default();
     route!(admin, admin!("/events"), get(admin::list_events));
     route!(
@@ -240,7 +274,7 @@ fn routes(state: &AppState) -> Routes {
         put(sale::put_inventory).get(sale::get_inventory)
     );
     let admin = admin.route_layer(middleware::from_fn_with_state(
-        state.clone(),
+        shared.clone(),
         admin::require_admin,
     ));
 
@@ -293,7 +327,9 @@ fn routes(state: &AppState) -> Routes {
     route!(site, "/admin", get(pages::admin));
     route!(site, "/assets/{file}", get(pages::asset));
 
-    api.merge(admin).merge(site).merge(demo_site::routes(state))
+    api.merge(admin)
+        .merge(site)
+        .merge(demo_site::routes(&shared.0.app))
 }
 
 /// The whole API as one router, limiting through `guard` (which a test may inspect).
@@ -302,20 +338,17 @@ pub fn router_with_guard(state: AppState, limits: Limits, guard: Arc<guard::Guar
     // them. Without them `edge` logs the server errors the trace layer would have.
     let traced = tracing::enabled!(target: "tower_http::trace", tracing::Level::DEBUG);
     let layers = ServiceBuilder::new()
+        // `edge` also puts the body-read timeout around a body that may still arrive.
         .layer(edge::EdgeLayer::new(
             limits.max_body_bytes,
             limits.request_timeout,
+            limits.body_timeout,
             !traced,
         ))
-        .layer(DefaultBodyLimit::max(limits.max_body_bytes))
-        .layer(Extension(guard))
-        .layer(RequestBodyTimeoutLayer::new(limits.body_timeout))
-        // The body timeout changes the body type; the routes take axum's `Body` again. In
-        // the same stack rather than a layer of its own: each `Router::layer` wraps every
-        // route in one more boxed service, cloned on every request.
-        .map_request(|req: Request<TimeoutBody<Body>>| req.map(Body::new));
+        .layer(DefaultBodyLimit::max(limits.max_body_bytes));
 
-    let router = routes(&state)
+    let shared = Shared::new(state, guard);
+    let router = routes(&shared)
         .router
         // Both fallbacks before `.layer` so that they are measured and guarded too.
         .fallback(not_found)
@@ -326,7 +359,7 @@ pub fn router_with_guard(state: AppState, limits: Limits, guard: Arc<guard::Guar
     } else {
         router
     };
-    router.with_state(state)
+    router.with_state(shared)
 }
 
 async fn not_found() -> AppError {
