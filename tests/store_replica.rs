@@ -127,6 +127,66 @@ async fn status_from_the_replica_runs_no_script() {
     }
 }
 
+/// A snapshot of more places than one piece holds (4,096: replica.lua) is read in several
+/// script calls; the replica then answers exact positions, also after changes that landed
+/// between the pieces (node A leaves places while node B's replica loads).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_read_in_pieces_answers_exact_positions() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let prefix = unique_prefix();
+    let a = store(&server.url(), &prefix, true);
+    let b = store(&server.url(), &prefix, true);
+    let ev = "big";
+    event(&a, ev, serde_json::json!({"max_active": 1})).await;
+    let tasks: Vec<_> = (0..32)
+        .map(|_| {
+            let a = a.clone();
+            tokio::spawn(async move {
+                let mut mine = Vec::new();
+                for _ in 0..300 {
+                    mine.push(join(&a, ev).await);
+                }
+                mine
+            })
+        })
+        .collect();
+    let mut keys = Vec::new();
+    for t in tasks {
+        keys.extend(t.await.unwrap());
+    }
+    keys.sort_by_key(|k| k.seq);
+    // B's first poll starts its replica; A's leaves race with the pieces of its snapshot.
+    let first = b.status(ev, keys[9_000], system_now()).await.unwrap();
+    assert_eq!(first.position, Some(9_000));
+    let left: Vec<PlaceKey> = keys[1..].iter().step_by(3).copied().collect();
+    for k in &left {
+        assert!(a.leave(ev, *k, system_now()).await.unwrap());
+    }
+    let waiting: Vec<PlaceKey> = keys[1..]
+        .iter()
+        .filter(|k| !left.contains(k))
+        .copied()
+        .collect();
+    let last = *waiting.last().unwrap();
+    until_status(&b, ev, last, Duration::from_secs(5), |v| {
+        v.as_ref()
+            .is_ok_and(|v| v.position == Some(waiting.len() as u64))
+    })
+    .await;
+    let before = script_calls(&mut conn).await;
+    for (i, k) in waiting.iter().enumerate().step_by(97) {
+        let v = b.status(ev, *k, system_now()).await.unwrap();
+        assert_eq!(v.position, Some(i as u64 + 1), "seq {}", k.seq);
+        assert_eq!(v.queue_length, waiting.len() as u64);
+    }
+    let calls = script_calls(&mut conn).await - before;
+    assert!(
+        calls <= 5,
+        "{calls} script calls: the replica did not answer"
+    );
+}
+
 /// What node A saw after each of its changes: every tracked place's state, position and
 /// the queue length, or `None` once the place ended.
 type Seen = HashMap<u64, Option<(PlaceState, Option<u64>, u64)>>;
@@ -369,7 +429,8 @@ async fn renewals_keep_polled_places_and_silent_ones_go(by_heartbeat: bool) {
         })
     };
     let mut conn = raw(&server).await;
-    let wseen = format!("{prefix}:{{{ev}}}:ws");
+    // The heartbeat chunk of the polled place (128 seqs per chunk).
+    let wseen = format!("{prefix}:{{{ev}}}:ws:{}", polled.seq / 128);
     let mut silent_gone_at = None;
     let mut deferred = 0;
     let started = Instant::now();
