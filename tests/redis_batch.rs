@@ -8,7 +8,7 @@
 
 mod support;
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -567,16 +567,30 @@ async fn memory_per_place() {
         .map(str::to_string)
         .collect();
     keys.sort();
+    // The per-place chunks (`p:<c>`, `q:<c>`, `ws:<c>`) summed by family, with their
+    // encodings.
+    let mut families: std::collections::BTreeMap<String, (u64, u64, BTreeSet<String>)> =
+        Default::default();
     for key in keys {
         let bytes: u64 = cli(&["MEMORY", "USAGE", &key, "SAMPLES", "0"])
             .trim()
             .parse()
             .unwrap_or(0);
         let encoding = cli(&["OBJECT", "ENCODING", &key]);
+        let family = match key.rsplit_once(':') {
+            Some((head, c)) if c.chars().all(|d| d.is_ascii_digit()) => format!("{head}:<c>"),
+            _ => key.clone(),
+        };
+        let f = families.entry(family).or_default();
+        f.0 += bytes;
+        f.1 += 1;
+        f.2.insert(encoding.trim().to_string());
+    }
+    for (family, (bytes, count, encodings)) in families {
         println!(
-            "  {key:<40} {bytes:>10} bytes  {:>7.1} per place  {}",
+            "  {family:<40} {count:>6} keys {bytes:>10} bytes  {:>7.1} per place  {}",
             bytes as f64 / n as f64,
-            encoding.trim()
+            encodings.into_iter().collect::<Vec<_>>().join(",")
         );
     }
 }
