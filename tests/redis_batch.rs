@@ -543,6 +543,29 @@ async fn memory_per_place() {
         n as f64 / field("calls="),
         field("usec=") / n as f64
     );
+    // Every command Redis ran (the scripts' inner commands included), per join.
+    let mut by_cmd: Vec<(String, u64)> = stats
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+            let usec = rest.split("usec=").nth(1)?.split(',').next()?;
+            Some((
+                format!("{name} ({usec} us)"),
+                rest.split(',').next()?.parse().ok()?,
+            ))
+        })
+        .collect();
+    by_cmd.sort_by_key(|(_, c)| std::cmp::Reverse(*c));
+    let total: u64 = by_cmd.iter().map(|(_, c)| c).sum();
+    let each: Vec<String> = by_cmd
+        .iter()
+        .map(|(name, c)| format!("{name} {:.2}", *c as f64 / n as f64))
+        .collect();
+    println!(
+        "{:.2} Redis commands per join: {}",
+        total as f64 / n as f64,
+        each.join(", ")
+    );
     let places = store.get_event("mem", T0).await.unwrap().figures.waiting;
     assert_eq!(places, n);
     println!(

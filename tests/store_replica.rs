@@ -187,6 +187,46 @@ async fn a_snapshot_read_in_pieces_answers_exact_positions() {
     );
 }
 
+/// A poll answered by the replica renews its place later; a settings change that shortens
+/// `waiting_idle_sec` sweeps with the new timeout, so it must send the queued renewals
+/// first, even while no deadline is due under the old settings: the polled place stays,
+/// the silent one goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settings_change_sends_the_queued_renewals_before_it_sweeps() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let prefix = unique_prefix();
+    let a = store(&server.url(), &prefix, true);
+    let ev = "shorter";
+    let settings = |idle: u64| serde_json::json!({"max_active": 1, "ready_ttl_sec": 60, "waiting_idle_sec": idle});
+    event(&a, ev, settings(30)).await;
+    let _holder = join(&a, ev).await;
+    let polled = join(&a, ev).await;
+    let silent = join(&a, ev).await;
+    // The replica synced: its polls cost no script.
+    until_status(&a, ev, polled, Duration::from_secs(5), |v| v.is_ok()).await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let before = script_calls(&mut conn).await;
+    a.status(ev, polled, system_now()).await.unwrap();
+    assert_eq!(
+        script_calls(&mut conn).await,
+        before,
+        "answered by the replica"
+    );
+    // One second of idleness: both joined over a second ago, only one was polled since.
+    let patch: EventPatch = serde_json::from_value(settings(1)).unwrap();
+    a.put_event(ev, &patch, system_now()).await.unwrap();
+    let now = system_now();
+    assert_eq!(
+        a.peek(ev, polled, now).await.unwrap().status,
+        PlaceState::Waiting
+    );
+    assert!(
+        a.peek(ev, silent, now).await.is_err(),
+        "the silent place went"
+    );
+}
+
 /// What node A saw after each of its changes: every tracked place's state, position and
 /// the queue length, or `None` once the place ended.
 type Seen = HashMap<u64, Option<(PlaceState, Option<u64>, u64)>>;

@@ -591,7 +591,8 @@ pub(super) async fn heartbeat(
 
 impl Inner {
     /// Sends the renewals queued for the event before a script call of this node at `now`
-    /// that could sweep it (`now` at or past the replica's `nd`, or no synced replica).
+    /// that could sweep it (`now` at or past the replica's `nd`, no synced replica, or a
+    /// `put`, which may change the timeouts).
     pub(super) async fn renewals_before(
         &self,
         event_id: &str,
@@ -604,7 +605,9 @@ impl Inner {
         let Some(entry) = self.replicas.get(event_id) else {
             return Ok(());
         };
-        let safe = {
+        // A `put` may shorten the timeouts, and so bring a deadline before `nd`: its
+        // sweep must see every renewal first.
+        let safe = op != "put" && {
             let r = entry.replica.lock();
             r.synced && now < r.meta.nd
         };

@@ -90,6 +90,7 @@ if OP == 'clear' then
   redis.call('DEL', K_RANKF, K_WINDEX, K_PRE, K_PRESEQ)
   set('npre', 0)
   set('fsz', 0)
+  set('ftot', 0)
   return finish('OK', #seqs)
 end
 

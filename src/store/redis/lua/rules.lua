@@ -21,9 +21,11 @@
 -- K_USERS    HASH user id -> seq of the user's live place
 -- K_RANK     prefix of the chunks K_RANK:<c>, ZSET waiting seqs (past any pre-queue) scored
 --            by seq: ZRANK is the position within the chunk
--- K_RANKF    STRING: how many waiting seqs each K_RANK chunk holds, as a Fenwick tree of
---            u32 (node i at bit offset 32 i, chunk c is node c + 1; the meta's fsz is its
---            size, a power of two): prefix sums give the place of a chunk in the line
+-- K_RANKF    STRING: how many waiting seqs each K_RANK chunk before the meta's ftail holds,
+--            as a Fenwick tree of u32 (node i at bit offset 32 i, chunk c is node c + 1;
+--            the meta's fsz is its size, a power of two, ftot its total): prefix sums give
+--            the place of a chunk in the line. The tail chunk ftail, where the joins go, is
+--            counted in only once the line moves past it, so a join writes no tree
 -- K_WSEEN    prefix of the chunks K_WSEEN:<c>, ZSET waiting seqs scored by last heartbeat
 -- K_WINDEX   ZSET chunk number -> a time no heartbeat in K_WSEEN:<c> is earlier than; every
 --            chunk holding a waiting place is in it (the sweep drops it once empty)
@@ -94,11 +96,12 @@ local function wkey(c) return K_WSEEN .. ':' .. c end
 --   1 once the admin's `end` call ended it. Also read as 0 from an older meta.
 -- - lv, inc: the change log's version (one more per write of the meta) and the event's
 --   incarnation (replica.lua).
--- - fsz, lay: the size of the K_RANKF tree and the layout of the keys (LAYOUT).
+-- - fsz, ftail, ftot: the size of the K_RANKF tree, the line's tail chunk (not in the tree)
+--   and the tree's total; lay: the layout of the keys (LAYOUT).
 local FIELDS = {'cap', 'rate', 'ttl', 'sidle', 'smax', 'widle', 'maxq', 'paused', 'accept',
   'seq', 'completed', 'left', 'expired', 'joins', 'admissions', 'wsum', 'ssum', 'scnt', 'wn',
   'btok', 'blast', 'bprimed', 'nw', 'nad', 'nac', 'nd', 'fadm', 'hbusy', 'hsince', 'hends',
-  'opens', 'method', 'npre', 'closes', 'ended', 'lv', 'inc', 'fsz', 'lay'}
+  'opens', 'method', 'npre', 'closes', 'ended', 'lv', 'inc', 'fsz', 'ftail', 'ftot', 'lay'}
 local FADM_AT = 27
 local M = {}
 local DIRTY = false
@@ -125,10 +128,12 @@ local function fen_add(c, d)
     i = i + lowbit(i)
   end
   redis.call(unpack(args))
+  set('ftot', M.ftot + d)
 end
 
--- How many wait in the line's chunks before chunk c.
+-- How many wait in the line's chunks before chunk c (at most the tail chunk).
 local function fen_before(c)
+  if c >= M.ftail then return M.ftot end
   local i = math.min(c, M.fsz)
   if i <= 0 then return 0 end
   local args = {'BITFIELD_RO', K_RANKF}
@@ -146,6 +151,7 @@ end
 -- The chunk holding the k-th of the line, and its rank (1-based) within the chunk; a chunk
 -- past the last (empty) when fewer than k wait.
 local function fen_find(k)
+  if k > M.ftot then return M.ftail, k - M.ftot end
   local pos, step = 0, M.fsz
   while step > 0 do
     if pos + step <= M.fsz then
@@ -161,15 +167,22 @@ local function fen_find(k)
 end
 
 -- The line past any pre-queue (schedule.lua's line_* build on these).
+-- Seqs only grow: a join goes to the tail chunk or past it. Past it, the old tail's count
+-- goes into the tree (a chunk between them had no join into the line, or it would have
+-- been the tail: it is empty).
 local function rank_insert(seq)
   local c = chunk(seq)
+  if c > M.ftail then
+    local n = redis.call('ZCARD', qkey(M.ftail))
+    if n > 0 then fen_add(M.ftail, n) end
+    set('ftail', c)
+  end
   redis.call('ZADD', qkey(c), seq, seq)
-  fen_add(c, 1)
 end
 
 local function rank_remove(seq)
   local c = chunk(seq)
-  if redis.call('ZREM', qkey(c), seq) == 1 then fen_add(c, -1) end
+  if redis.call('ZREM', qkey(c), seq) == 1 and c < M.ftail then fen_add(c, -1) end
 end
 
 -- The 1-based place of seq in the line past any pre-queue.
@@ -206,7 +219,7 @@ end
 local function rank_drop(seqs)
   for c, l in pairs(by_chunk(seqs)) do
     local n = redis.call('ZREM', qkey(c), unpack(l))
-    if n > 0 then fen_add(c, -n) end
+    if n > 0 and c < M.ftail then fen_add(c, -n) end
   end
 end
 
