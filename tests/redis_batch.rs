@@ -8,7 +8,7 @@
 
 mod support;
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -467,9 +467,10 @@ async fn one_wait_per_batch_and_acknowledged_joins_are_on_the_replica() {
     let scripts = script_calls(&master);
     assert!(scripts < 48, "{scripts} script calls for 48 joins");
     assert_eq!(calls("wait"), scripts, "one WAIT per script call");
-    // Acknowledged means replicated: the replica holds every place.
+    // Acknowledged means replicated: the replica holds every place (seqs 1 to 48 are all
+    // in the line's first chunk of 128).
     let held =
-        support::redis::raw_command(replica.port, &format!("ZCARD {prefix}:{{w}}:q")).unwrap();
+        support::redis::raw_command(replica.port, &format!("ZCARD {prefix}:{{w}}:q:0")).unwrap();
     assert_eq!(held.trim(), ":47", "47 waiting places on the replica");
     let seqs: HashSet<u64> = views.iter().map(|v| v.key.seq).collect();
     assert_eq!(seqs.len(), 48);
@@ -542,6 +543,29 @@ async fn memory_per_place() {
         n as f64 / field("calls="),
         field("usec=") / n as f64
     );
+    // Every command Redis ran (the scripts' inner commands included), per join.
+    let mut by_cmd: Vec<(String, u64)> = stats
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+            let usec = rest.split("usec=").nth(1)?.split(',').next()?;
+            Some((
+                format!("{name} ({usec} us)"),
+                rest.split(',').next()?.parse().ok()?,
+            ))
+        })
+        .collect();
+    by_cmd.sort_by_key(|(_, c)| std::cmp::Reverse(*c));
+    let total: u64 = by_cmd.iter().map(|(_, c)| c).sum();
+    let each: Vec<String> = by_cmd
+        .iter()
+        .map(|(name, c)| format!("{name} {:.2}", *c as f64 / n as f64))
+        .collect();
+    println!(
+        "{:.2} Redis commands per join: {}",
+        total as f64 / n as f64,
+        each.join(", ")
+    );
     let places = store.get_event("mem", T0).await.unwrap().figures.waiting;
     assert_eq!(places, n);
     println!(
@@ -566,16 +590,30 @@ async fn memory_per_place() {
         .map(str::to_string)
         .collect();
     keys.sort();
+    // The per-place chunks (`p:<c>`, `q:<c>`, `ws:<c>`) summed by family, with their
+    // encodings.
+    let mut families: std::collections::BTreeMap<String, (u64, u64, BTreeSet<String>)> =
+        Default::default();
     for key in keys {
         let bytes: u64 = cli(&["MEMORY", "USAGE", &key, "SAMPLES", "0"])
             .trim()
             .parse()
             .unwrap_or(0);
         let encoding = cli(&["OBJECT", "ENCODING", &key]);
+        let family = match key.rsplit_once(':') {
+            Some((head, c)) if c.chars().all(|d| d.is_ascii_digit()) => format!("{head}:<c>"),
+            _ => key.clone(),
+        };
+        let f = families.entry(family).or_default();
+        f.0 += bytes;
+        f.1 += 1;
+        f.2.insert(encoding.trim().to_string());
+    }
+    for (family, (bytes, count, encodings)) in families {
         println!(
-            "  {key:<40} {bytes:>10} bytes  {:>7.1} per place  {}",
+            "  {family:<40} {count:>6} keys {bytes:>10} bytes  {:>7.1} per place  {}",
             bytes as f64 / n as f64,
-            encoding.trim()
+            encodings.into_iter().collect::<Vec<_>>().join(",")
         );
     }
 }

@@ -231,8 +231,9 @@ mod same_as_embedded {
             })
     }
 
-    fn op() -> impl Strategy<Value = Op> {
-        let i = 0usize..64;
+    /// An operation; those on one place pick among the first `places` places joined.
+    fn op(places: usize) -> impl Strategy<Value = Op> {
+        let i = 0usize..places;
         prop_oneof![
             6 => (prop::option::weighted(0.6, 0u8..4), prop::bool::weighted(0.3))
                 .prop_map(|(u, m)| Op::Join(u, m)),
@@ -395,8 +396,25 @@ mod same_as_embedded {
             failure_persistence: None,
             ..ProptestConfig::default()
         };
-        proptest!(config, |(ops in proptest::collection::vec(op(), 1..120))| {
+        proptest!(config, |(ops in proptest::collection::vec(op(64), 1..120))| {
             run(ops)?;
+        });
+    }
+
+    /// The same over places spread across several of Redis's chunks of 128 seqs (the line,
+    /// the heartbeats and the records are split by seq): 450 joins first, then operations on
+    /// any of them, so leaves, expiries, admissions and clears cross chunk boundaries.
+    #[test]
+    fn answers_match_the_embedded_store_across_chunks() {
+        let config = ProptestConfig {
+            cases: 6,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        };
+        proptest!(config, |(ops in proptest::collection::vec(op(450), 1..80))| {
+            let mut all: Vec<Op> = (0..450).map(|i| Op::Join(None, i % 50 == 0)).collect();
+            all.extend(ops);
+            run(all)?;
         });
     }
 }
@@ -522,4 +540,125 @@ async fn prequeue_opening_redis() {
 async fn sale_end_redis() {
     let n = std::env::var("END_N").map_or(100_000, |v| v.parse().unwrap());
     support::conformance::measure_end(standalone(), n).await;
+}
+
+/// The places of one event span several of Redis's chunks of 128 seqs: a whole chunk left
+/// empty, scattered leaves, the head of the queue across chunks, then the end of the sale
+/// removing the line in batches that cross chunk boundaries, all answered as the embedded
+/// store (the reference) answers them; on a standalone Redis and on the Cluster (the chunk
+/// keys are not among the script's declared keys, only in its slot).
+#[tokio::test]
+async fn a_line_across_chunks_answers_like_the_embedded_store() {
+    line_across_chunks(standalone()).await;
+}
+
+#[tokio::test]
+async fn a_line_across_chunks_answers_like_the_embedded_store_on_a_cluster() {
+    line_across_chunks(cluster()).await;
+}
+
+async fn line_across_chunks(red: Arc<dyn Store>) {
+    use support::conformance::end_sale;
+    use waitroom::core::EndCause;
+    use waitroom::store::embedded::EmbeddedStore;
+    let emb: Arc<dyn Store> = Arc::new(EmbeddedStore::new());
+    let ev = "chunks";
+    let mut keys = Vec::new();
+    for s in [&emb, &red] {
+        make_event(s, ev, serde_json::json!({"max_active": 1})).await;
+        let mut mine = Vec::new();
+        for _ in 0..1300 {
+            mine.push(join(s, ev, None, T0).await.key);
+        }
+        keys.push(mine);
+    }
+    // Seqs 256..384 (one whole chunk) and every fifth place leave.
+    for (s, mine) in [&emb, &red].into_iter().zip(&keys) {
+        for k in mine {
+            if (256..384).contains(&k.seq) || k.seq % 5 == 0 {
+                assert!(s.leave(ev, *k, T0 + 1).await.unwrap());
+            }
+        }
+    }
+    let view = |s: &Arc<dyn Store>, k| {
+        let s = s.clone();
+        async move {
+            s.status(ev, k, T0 + 2)
+                .await
+                .ok()
+                .map(|v| (v.status, v.position))
+        }
+    };
+    for (a, b) in keys[0].iter().zip(&keys[1]) {
+        assert_eq!(a.seq, b.seq);
+        assert_eq!(view(&emb, *a).await, view(&red, *b).await, "seq {}", a.seq);
+    }
+    let head = |s: &Arc<dyn Store>| {
+        let s = s.clone();
+        async move { s.queue_head(ev, 1000, T0 + 2).await.unwrap() }
+    };
+    assert_eq!(head(&emb).await, head(&red).await);
+    for s in [&emb, &red] {
+        end_sale(s, ev, EndCause::SoldOut, T0 + 3).await;
+    }
+    loop {
+        let a = emb.get_event(ev, T0 + 3).await.unwrap();
+        let b = red.get_event(ev, T0 + 3).await.unwrap();
+        assert_eq!(a, b);
+        if a.figures.waiting == 0 {
+            break;
+        }
+        emb.tick(ev, T0 + 3).await.unwrap();
+        red.tick(ev, T0 + 3).await.unwrap();
+    }
+    // Nothing of the line is left in Redis's chunks: the memory figure is back to the fixed
+    // keys once deleted.
+    red.delete_event(ev).await.unwrap();
+    assert_eq!(red.memory_usage(ev).await.unwrap(), Some(0));
+}
+
+/// An event written before the chunked layout (its meta without the layout's number) is
+/// refused with a clear error rather than misread, and can still be deleted and made again.
+#[tokio::test]
+async fn an_event_of_the_older_layout_is_refused_and_can_be_deleted() {
+    let opts = options();
+    let prefix = opts.key_prefix.clone();
+    let store: Arc<dyn Store> = Arc::new(RedisStore::new(&shared().url(), opts).unwrap());
+    let ev = "old";
+    make_event(&store, ev, serde_json::json!({"max_active": 1})).await;
+    let held = join(&store, ev, None, T0).await;
+    // The meta as the older script wrote it: its first 37 numbers, without those of the
+    // chunks (the line's tree, the layout).
+    let client = redis::Client::open(shared().url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("EVAL")
+        .arg(
+            "local v = cmsgpack.unpack(redis.call('HGET', KEYS[1], 'n')) \
+             while #v > 37 do table.remove(v) end \
+             redis.call('HSET', KEYS[1], 'n', cmsgpack.pack(v))",
+        )
+        .arg(1)
+        .arg(format!("{prefix}:{{{ev}}}:m"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for err in [
+        store.get_event(ev, T0).await.err(),
+        store
+            .join(ev, &support::conformance::req(None), T0)
+            .await
+            .err(),
+        store.status(ev, held.key, T0).await.err(),
+        store
+            .put_event(ev, &support::conformance::patch(serde_json::json!({})), T0)
+            .await
+            .err(),
+    ] {
+        let err = err.expect("refused").to_string();
+        assert!(err.contains("older waitroom"), "{err}");
+    }
+    store.delete_event(ev).await.unwrap();
+    assert_eq!(store.memory_usage(ev).await.unwrap(), Some(0));
+    make_event(&store, ev, serde_json::json!({"max_active": 1})).await;
+    assert_eq!(join(&store, ev, None, T0).await.key.seq, 1);
 }

@@ -127,6 +127,106 @@ async fn status_from_the_replica_runs_no_script() {
     }
 }
 
+/// A snapshot of more places than one piece holds (4,096: replica.lua) is read in several
+/// script calls; the replica then answers exact positions, also after changes that landed
+/// between the pieces (node A leaves places while node B's replica loads).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_read_in_pieces_answers_exact_positions() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let prefix = unique_prefix();
+    let a = store(&server.url(), &prefix, true);
+    let b = store(&server.url(), &prefix, true);
+    let ev = "big";
+    event(&a, ev, serde_json::json!({"max_active": 1})).await;
+    let tasks: Vec<_> = (0..32)
+        .map(|_| {
+            let a = a.clone();
+            tokio::spawn(async move {
+                let mut mine = Vec::new();
+                for _ in 0..300 {
+                    mine.push(join(&a, ev).await);
+                }
+                mine
+            })
+        })
+        .collect();
+    let mut keys = Vec::new();
+    for t in tasks {
+        keys.extend(t.await.unwrap());
+    }
+    keys.sort_by_key(|k| k.seq);
+    // B's first poll starts its replica; A's leaves race with the pieces of its snapshot.
+    let first = b.status(ev, keys[9_000], system_now()).await.unwrap();
+    assert_eq!(first.position, Some(9_000));
+    let left: Vec<PlaceKey> = keys[1..].iter().step_by(3).copied().collect();
+    for k in &left {
+        assert!(a.leave(ev, *k, system_now()).await.unwrap());
+    }
+    let waiting: Vec<PlaceKey> = keys[1..]
+        .iter()
+        .filter(|k| !left.contains(k))
+        .copied()
+        .collect();
+    let last = *waiting.last().unwrap();
+    until_status(&b, ev, last, Duration::from_secs(5), |v| {
+        v.as_ref()
+            .is_ok_and(|v| v.position == Some(waiting.len() as u64))
+    })
+    .await;
+    let before = script_calls(&mut conn).await;
+    for (i, k) in waiting.iter().enumerate().step_by(97) {
+        let v = b.status(ev, *k, system_now()).await.unwrap();
+        assert_eq!(v.position, Some(i as u64 + 1), "seq {}", k.seq);
+        assert_eq!(v.queue_length, waiting.len() as u64);
+    }
+    let calls = script_calls(&mut conn).await - before;
+    assert!(
+        calls <= 5,
+        "{calls} script calls: the replica did not answer"
+    );
+}
+
+/// A poll answered by the replica renews its place later; a settings change that shortens
+/// `waiting_idle_sec` sweeps with the new timeout, so it must send the queued renewals
+/// first, even while no deadline is due under the old settings: the polled place stays,
+/// the silent one goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settings_change_sends_the_queued_renewals_before_it_sweeps() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let prefix = unique_prefix();
+    let a = store(&server.url(), &prefix, true);
+    let ev = "shorter";
+    let settings = |idle: u64| serde_json::json!({"max_active": 1, "ready_ttl_sec": 60, "waiting_idle_sec": idle});
+    event(&a, ev, settings(30)).await;
+    let _holder = join(&a, ev).await;
+    let polled = join(&a, ev).await;
+    let silent = join(&a, ev).await;
+    // The replica synced: its polls cost no script.
+    until_status(&a, ev, polled, Duration::from_secs(5), |v| v.is_ok()).await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let before = script_calls(&mut conn).await;
+    a.status(ev, polled, system_now()).await.unwrap();
+    assert_eq!(
+        script_calls(&mut conn).await,
+        before,
+        "answered by the replica"
+    );
+    // One second of idleness: both joined over a second ago, only one was polled since.
+    let patch: EventPatch = serde_json::from_value(settings(1)).unwrap();
+    a.put_event(ev, &patch, system_now()).await.unwrap();
+    let now = system_now();
+    assert_eq!(
+        a.peek(ev, polled, now).await.unwrap().status,
+        PlaceState::Waiting
+    );
+    assert!(
+        a.peek(ev, silent, now).await.is_err(),
+        "the silent place went"
+    );
+}
+
 /// What node A saw after each of its changes: every tracked place's state, position and
 /// the queue length, or `None` once the place ended.
 type Seen = HashMap<u64, Option<(PlaceState, Option<u64>, u64)>>;
@@ -369,7 +469,8 @@ async fn renewals_keep_polled_places_and_silent_ones_go(by_heartbeat: bool) {
         })
     };
     let mut conn = raw(&server).await;
-    let wseen = format!("{prefix}:{{{ev}}}:ws");
+    // The heartbeat chunk of the polled place (128 seqs per chunk).
+    let wseen = format!("{prefix}:{{{ev}}}:ws:{}", polled.seq / 128);
     let mut silent_gone_at = None;
     let mut deferred = 0;
     let started = Instant::now();

@@ -71,7 +71,7 @@ macro_rules! store_conformance {
     };
 }
 
-fn patch(json: serde_json::Value) -> EventPatch {
+pub fn patch(json: serde_json::Value) -> EventPatch {
     serde_json::from_value(json).expect("valid patch")
 }
 
@@ -83,7 +83,7 @@ pub async fn make_event(store: &Arc<dyn Store>, id: &str, json: serde_json::Valu
 }
 
 /// A join by a caller who proved its user id (as the HTTP layer says of a user token).
-fn req(user: Option<&str>) -> JoinRequest {
+pub fn req(user: Option<&str>) -> JoinRequest {
     JoinRequest {
         user_id: user.map(str::to_string),
         metadata: None,

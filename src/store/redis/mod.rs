@@ -46,6 +46,7 @@
 mod batch;
 mod conn;
 mod decode;
+mod memory;
 mod relay;
 mod replica;
 mod sale;
@@ -944,25 +945,10 @@ impl Store for RedisStore {
         self.inner.notices.subscribe()
     }
 
-    /// The sum of `MEMORY USAGE` over the event's keys, in one pipeline (the keys share a
-    /// hash tag, so on a Cluster it goes to one shard). Redis estimates a large hash or set
-    /// from a few sampled elements (`SAMPLES 5`, its default), so this costs the same
-    /// whatever the size of the queue. Keys that do not exist (yet) count 0. One-off
-    /// proof-of-work claim keys are left out: they are small and expire by themselves.
+    /// The sum of `MEMORY USAGE` over the event's keys (`memory.rs`).
     async fn memory_usage(&self, event_id: &str) -> StoreResult<Option<u64>> {
         validate_event_id(event_id)?;
-        let s = &self.inner;
-        let mut pipe = redis::pipe();
-        for key in s.keys(event_id) {
-            pipe.cmd("MEMORY")
-                .arg("USAGE")
-                .arg(key)
-                .arg("SAMPLES")
-                .arg(5);
-        }
-        let mut conn = s.connection().await?;
-        let sizes: Vec<Option<u64>> = s.bounded(pipe.query_async(&mut conn)).await?;
-        Ok(Some(sizes.into_iter().flatten().sum()))
+        self.inner.memory_usage(event_id).await.map(Some)
     }
 
     /// Gives up this node's leases (so another node takes the periodic work over at once)

@@ -8,7 +8,8 @@
 //! the log is the exact sequence of the event's states.
 //!
 //! **The replica.** The first `status` of an event on a node starts a task that reads a
-//! snapshot (`replica` op: the numbers, every live place, the last log id, in one step)
+//! snapshot (`replica` op: the numbers and the last log id in one step, the live places
+//! in bounded pieces, chunk by chunk: [`read_snapshot`])
 //! and then polls the log every [`POLL`] to [`POLL_IDLE`] (at once after this node's own
 //! writes) and applies it. The order of the waiting places is the embedded store's Fenwick tree
 //! ([`RankIndex`]), so a position is O(log n). A version that jumps (entries trimmed past
@@ -289,23 +290,19 @@ impl Replica {
     }
 
     /// Replaces everything with a snapshot (`replica_snapshot` in replica.lua).
-    fn load(&mut self, payload: &Value) -> Result<(), Malformed> {
-        let a = array(payload)?;
-        let meta = Meta::parse(bytes(field(a, 0)?)?.ok_or(Malformed("numbers"))?)?;
-        let last_id = text(field(a, 1)?)?.ok_or(Malformed("a log id"))?;
-        let flat = array(field(a, 2)?)?;
-        let mut places = Vec::with_capacity(flat.len() / 2);
-        for pair in flat.chunks(2) {
-            let [seq, rec] = pair else {
-                return Err(Malformed("seq/record pairs"));
-            };
-            let seq = seq_of(seq)?;
-            places.push((seq, parse_place(bytes(rec)?.ok_or(Malformed("a record"))?)?));
-        }
+    fn load(&mut self, snapshot: Snapshot) {
+        let Snapshot {
+            meta,
+            last_id,
+            places,
+            whole,
+        } = snapshot;
         *self = Replica {
             meta,
             last_id,
-            fresh_at: Some(Instant::now()),
+            // Read in pieces, the places may be newer than the numbers: the replica answers
+            // once a read of the log that began after the last piece brought them in step.
+            fresh_at: whole.then(Instant::now),
             ..Replica::default()
         };
         for (seq, mut p) in places {
@@ -322,7 +319,6 @@ impl Replica {
             self.rank = RankIndex::rebuild(lo, hi - lo + 1, ranked.into_iter());
         }
         self.synced = true;
-        Ok(())
     }
 
     /// Applies one log entry; `Ok(false)` when it does not follow the last one applied (a
@@ -399,6 +395,66 @@ impl Replica {
         let ctx = m.ctx(now);
         Some(PlaceView::new(facts, &ctx.timeouts, &ctx.pace, now))
     }
+}
+
+/// A replica's starting point as read from Redis.
+struct Snapshot {
+    meta: Meta,
+    last_id: String,
+    places: Vec<(u64, Place)>,
+    /// Read in one script call: the places are exactly those of `meta` and `last_id`.
+    whole: bool,
+}
+
+/// Seq/record pairs of a snapshot's piece, added to `out`.
+fn snapshot_places(flat: &Value, out: &mut Vec<(u64, Place)>) -> Result<(), Malformed> {
+    let flat = array(flat)?;
+    out.reserve(flat.len() / 2);
+    for pair in flat.chunks(2) {
+        let [seq, rec] = pair else {
+            return Err(Malformed("seq/record pairs"));
+        };
+        let seq = seq_of(seq)?;
+        out.push((seq, parse_place(bytes(rec)?.ok_or(Malformed("a record"))?)?));
+    }
+    Ok(())
+}
+
+/// Reads a snapshot in bounded pieces, so that no script call holds Redis for the whole
+/// event: `replica` (the numbers, the last log id, the first piece of the places), then
+/// `replica_places` from the chunk each piece stopped at until the last. `None`: the event
+/// is gone.
+async fn read_snapshot(inner: &Inner, event_id: &str) -> StoreResult<Option<Snapshot>> {
+    let now = crate::clock::system_now();
+    let r = inner.run(event_id, "replica", now, &[], None).await?;
+    if r.code != super::script::OK {
+        return Ok(None);
+    }
+    let a = array(&r.payload)?;
+    let meta = Meta::parse(bytes(field(a, 0)?)?.ok_or(Malformed("numbers"))?)?;
+    let last_id = text(field(a, 1)?)?.ok_or(Malformed("a log id"))?;
+    let mut places = Vec::new();
+    snapshot_places(field(a, 2)?, &mut places)?;
+    let mut next = int(field(a, 3)?)?;
+    let whole = next < 0;
+    while next >= 0 {
+        let from = next.to_string();
+        let r = inner
+            .run(event_id, "replica_places", now, &[from.as_bytes()], None)
+            .await?;
+        if r.code != super::script::OK {
+            return Ok(None);
+        }
+        let a = array(&r.payload)?;
+        snapshot_places(field(a, 0)?, &mut places)?;
+        next = int(field(a, 1)?)?;
+    }
+    Ok(Some(Snapshot {
+        meta,
+        last_id,
+        places,
+        whole,
+    }))
 }
 
 fn seq_of(v: &Value) -> Result<u64, Malformed> {
@@ -535,20 +591,23 @@ pub(super) async fn heartbeat(
 
 impl Inner {
     /// Sends the renewals queued for the event before a script call of this node at `now`
-    /// that could sweep it (`now` at or past the replica's `nd`, or no synced replica).
+    /// that could sweep it (`now` at or past the replica's `nd`, no synced replica, or a
+    /// `put`, which may change the timeouts).
     pub(super) async fn renewals_before(
         &self,
         event_id: &str,
         op: &str,
         now: Millis,
     ) -> StoreResult<()> {
-        if op == "renew" || op == "replica" {
+        if matches!(op, "renew" | "replica" | "replica_places") {
             return Ok(());
         }
         let Some(entry) = self.replicas.get(event_id) else {
             return Ok(());
         };
-        let safe = {
+        // A `put` may shorten the timeouts, and so bring a deadline before `nd`: its
+        // sweep must see every renewal first.
+        let safe = op != "put" && {
             let r = entry.replica.lock();
             r.synced && now < r.meta.nd
         };
@@ -598,8 +657,8 @@ impl Inner {
     }
 
     fn log_key(&self, event_id: &str) -> String {
-        let keys = self.keys(event_id);
-        keys[keys.len() - 1].clone()
+        let at = super::script::KEYS.iter().position(|(k, _)| *k == "lg");
+        self.keys(event_id)[at.expect("the log is a key of the script")].clone()
     }
 
     /// Reads the log after `after`: the entries' field lists, oldest first.
@@ -712,26 +771,18 @@ async fn follow(inner: Weak<Inner>, event_id: String, entry: Arc<Entry>) {
 
 /// Loads a snapshot; whether it did.
 async fn snapshot(inner: &Inner, event_id: &str, entry: &Entry) -> bool {
-    let now = crate::clock::system_now();
-    match inner.run(event_id, "replica", now, &[], None).await {
-        Ok(r) if r.code == super::script::OK => {
+    match read_snapshot(inner, event_id).await {
+        Ok(Some(s)) => {
             let mut replica = entry.replica.lock();
-            match replica.load(&r.payload) {
-                Ok(()) => {
-                    entry.applied.send_replace(replica.meta.lv.max(1));
-                    metrics::counter!("waitroom_replica_resyncs_total").increment(1);
-                    true
-                }
-                Err(Malformed(what)) => {
-                    tracing::error!(event = event_id, expected = what, "malformed snapshot");
-                    false
-                }
-            }
+            replica.load(s);
+            entry.applied.send_replace(replica.meta.lv.max(1));
+            metrics::counter!("waitroom_replica_resyncs_total").increment(1);
+            true
         }
         // No such event (yet, or any more): the script answers its statuses. The replica
         // goes, and a waiting status is let go at once (the view of an unsynced replica is
         // always `None`).
-        Ok(_) => {
+        Ok(None) => {
             inner.replicas.forget(event_id);
             entry.applied.send_replace(u64::MAX);
             false

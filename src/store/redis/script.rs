@@ -18,7 +18,7 @@ use crate::core::{holds, EndReason, Millis, END_BATCH, EXPIRED_RETENTION_MS, RAT
 
 /// An event's keys, in the order the script receives them as `KEYS`: the suffix after
 /// `prefix:{event}:` and the Lua name it is bound to (`lua/rules.lua` says what each holds).
-pub(super) const KEYS: [(&str, &str); 21] = [
+pub(super) const KEYS: [(&str, &str); 23] = [
     ("m", "K_META"),
     ("p", "K_PLACES"),
     ("u", "K_USERS"),
@@ -40,7 +40,14 @@ pub(super) const KEYS: [(&str, &str); 21] = [
     ("pq", "K_PRE"),
     ("ps", "K_PRESEQ"),
     ("lg", "K_LOG"),
+    ("qf", "K_RANKF"),
+    ("wi", "K_WINDEX"),
 ];
+
+/// How many seqs share one chunk of the per-place keys (`p`, `q`, `ws`: `lua/rules.lua`,
+/// "Chunks"): at most Redis's default `*-max-listpack-entries` (128), so that every chunk
+/// keeps the compact encoding.
+pub(super) const CHUNK: u64 = 128;
 
 /// What an effect triple of a script answer reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,6 +128,7 @@ fn prelude() -> String {
         writeln!(h, "local {name} = {v}").expect("writing to a string");
     }
     writeln!(h, "local END_BATCH = {END_BATCH}").expect("writing to a string");
+    writeln!(h, "local CHUNK = {CHUNK}").expect("writing to a string");
     super::replica::prelude(&mut h);
     h
 }

@@ -12,6 +12,7 @@ if OP == 'put' then
   -- then closes_at (ms, 0: none), ended by the admin (0/1).
   local expected = tonumber(ARGV[3])
   local exists = load_meta()
+  if exists and OLD_LAYOUT then return redis.error_reply(OLD_LAYOUT_ERROR) end
   local ver = tonumber(redis.call('HGET', K_META, 'ver')) or 0
   if not exists then ver = 0 end
   if ver ~= expected then return finish('CONFLICT') end
@@ -30,6 +31,7 @@ if OP == 'put' then
     M.fadm = nil
     LOADED = true
     set('seq', 1)
+    set('lay', LAYOUT)
   end
   redis.call('HSET', K_META, 'cfg', ARGV[4], 'ver', fmt(ver + 1), 'inv', ARGV[14])
   for i = 1, 9 do set(FIELDS[i], tonumber(ARGV[4 + i])) end
@@ -46,8 +48,10 @@ if OP == 'put' then
 end
 
 if not load_meta() then return finish('EVENT_NOT_FOUND') end
+if OLD_LAYOUT and OP ~= 'delete' then return redis.error_reply(OLD_LAYOUT_ERROR) end
 -- The replicas' snapshot and the batched renewals (replica.lua).
 if OP == 'replica' then return replica_snapshot() end
+if OP == 'replica_places' then return replica_places(tonumber(ARGV[3])) end
 if OP == 'renew' then return renew_batch() end
 
 if OP == 'get' then
@@ -58,16 +62,35 @@ end
 
 if OP == 'delete' then
   redis.call('UNLINK', unpack(KEYS))
+  -- Every chunk a seq so far may have used (keys that do not exist cost little).
+  local batch = {}
+  for c = 0, chunk(M.seq) do
+    batch[#batch + 1] = K_PLACES .. ':' .. c
+    batch[#batch + 1] = qkey(c)
+    batch[#batch + 1] = wkey(c)
+    if #batch >= 300 or c == chunk(M.seq) then
+      redis.call('UNLINK', unpack(batch))
+      batch = {}
+    end
+  end
   return {'OK', false, FX, ctx()}
 end
 
 if OP == 'clear' then
   advance()
   local seqs = redis.call('ZRANGE', K_PRESEQ, 0, -1)
-  for _, seq in ipairs(redis.call('ZRANGE', K_RANK, 0, -1)) do seqs[#seqs + 1] = seq end
+  -- Every chunk holding a waiting place is in K_WINDEX; the line in seq order.
+  local chunks = redis.call('ZRANGE', K_WINDEX, 0, -1)
+  table.sort(chunks, function(x, y) return tonumber(x) < tonumber(y) end)
+  for _, c in ipairs(chunks) do
+    for _, seq in ipairs(redis.call('ZRANGE', qkey(c), 0, -1)) do seqs[#seqs + 1] = seq end
+  end
   for _, seq in ipairs(seqs) do end_place(seq, place(seq), FX_CLEARED, NOW, true) end
-  redis.call('DEL', K_RANK, K_WSEEN, K_PRE, K_PRESEQ)
+  for _, c in ipairs(chunks) do redis.call('UNLINK', qkey(c), wkey(c)) end
+  redis.call('DEL', K_RANKF, K_WINDEX, K_PRE, K_PRESEQ)
   set('npre', 0)
+  set('fsz', 0)
+  set('ftot', 0)
   return finish('OK', #seqs)
 end
 
@@ -143,7 +166,7 @@ local function op_join(ARGV)
       local p = place(seq)
       if p.proven then
         if p.state == 'w' then
-          redis.call('ZADD', K_WSEEN, 'XX', fmt(NOW), seq)
+          ws_set(seq, NOW, true)
           lower_nd(NOW + M.widle)
         end
         return finish('OK', view(seq, p))
@@ -162,9 +185,9 @@ local function op_join(ARGV)
   set('seq', M.seq + 1)
   local p = {nonce = ARGV[3], state = 'w', joined = NOW, adm = 0, ent = 0, user = user,
     proven = proven}
-  redis.call('HSET', K_PLACES, seq, encode(p))
+  redis.call('HSET', pkey(seq), seq, encode(p))
   line_insert(seq, NOW)
-  redis.call('ZADD', K_WSEEN, fmt(NOW), seq)
+  ws_set(seq, NOW)
   lower_nd(NOW + M.widle)
   N_W = N_W + 1
   if user then redis.call('HSET', K_USERS, user, seq) end
@@ -202,12 +225,10 @@ if OP == 'tick' then
     -- The end of the sale: one bounded batch of waiting places per tick (queue.rs `tick`),
     -- so a long queue never blocks Redis in one script; the next tick comes at once.
     -- The waiting ZSETs lose the batch in two bulk calls rather than two per place.
-    local seqs = redis.call('ZRANGE', K_RANK, 0, END_BATCH - 1)
+    local seqs = rank_range(1, END_BATCH)
     for _, s in ipairs(seqs) do end_place(s, place(s), FX_CLOSED, NOW, true) end
-    if #seqs > 0 then
-      redis.call('ZREMRANGEBYRANK', K_RANK, 0, #seqs - 1)
-      redis.call('ZREM', K_WSEEN, unpack(seqs))
-    end
+    rank_drop(seqs)
+    ws_drop(seqs)
     -- Then the pre-queue's places, from the head of K_PRE: its members carry their seq
     -- ("<key>:<seq>"), so no key is recomputed.
     local room = END_BATCH - #seqs
@@ -221,7 +242,7 @@ if OP == 'tick' then
       if #pre > 0 then
         redis.call('ZREMRANGEBYRANK', K_PRE, 0, #pre - 1)
         redis.call('ZREM', K_PRESEQ, unpack(pre))
-        redis.call('ZREM', K_WSEEN, unpack(pre))
+        ws_drop(pre)
         set('npre', M.npre - #pre)
       end
     end
@@ -276,7 +297,7 @@ local function op_place(OP, ARGV)
       if p.state == 'a' then
         p.state = 's'
         p.ent = NOW
-        redis.call('HSET', K_PLACES, seq, encode(p))
+        redis.call('HSET', pkey(seq), seq, encode(p))
         redis.call('ZREM', K_ADM, seq)
         redis.call('ZADD', K_ASEEN, fmt(NOW), seq)
         redis.call('ZADD', K_AENT, fmt(NOW), seq)

@@ -31,19 +31,45 @@ log_append = function()
     if FX[i] ~= FX_FORGOTTEN and not seen[s] then
       seen[s] = true
       args[#args + 1] = s
-      args[#args + 1] = redis.call('HGET', K_PLACES, s) or ''
+      args[#args + 1] = redis.call('HGET', pkey(s), s) or ''
     end
   end
   redis.call(unpack(args))
 end
 
--- A replica's starting point, read in one step: the numbers, the id of the last log entry
--- (the replica reads on after it) and every live place, as seq/record pairs.
+-- The live places of the chunks from `from` on, as seq/record pairs, in one bounded piece:
+-- it stops after SNAPSHOT_PLACES places or SNAPSHOT_CHUNKS chunks. Answers the pairs and
+-- the chunk to go on from, -1 after the last chunk (the one of the next seq).
+local SNAPSHOT_CHUNKS, SNAPSHOT_PLACES = 1024, 4096
+
+local function chunk_places(from)
+  local out = {}
+  local last = chunk(M.seq)
+  local c = from
+  while c <= last and c < from + SNAPSHOT_CHUNKS and #out < 2 * SNAPSHOT_PLACES do
+    for _, v in ipairs(redis.call('HGETALL', K_PLACES .. ':' .. c)) do out[#out + 1] = v end
+    c = c + 1
+  end
+  if c > last then c = -1 end
+  return out, c
+end
+
+-- A replica's starting point: the numbers and the id of the last log entry (the replica
+-- reads on after it), read together, and the first piece of the live places; `places`
+-- (replica_places) answers the next pieces. A place read in a later piece may be newer
+-- than the numbers: the log entries after the id bring every place they changed to its
+-- state at the end, so the replica answers only once it read the log past the last piece.
 local function replica_snapshot()
   local last = redis.call('XREVRANGE', K_LOG, '+', '-', 'COUNT', 1)
   local id = '0-0'
   if last[1] then id = last[1][1] end
-  return finish('OK', {log_meta(), id, redis.call('HGETALL', K_PLACES)})
+  local places, next = chunk_places(0)
+  return finish('OK', {log_meta(), id, places, next})
+end
+
+local function replica_places(from)
+  local places, next = chunk_places(from)
+  return finish('OK', {places, next})
 end
 
 -- Renewals a node collected from the polls its replica answered: ARGV holds (seq, time)
@@ -58,10 +84,10 @@ local function renew_batch()
     local s, t = ARGV[i], tonumber(ARGV[i + 1])
     local alive = t < M.nd
     if not alive then
-      local seen = redis.call('ZSCORE', K_WSEEN, s)
+      local seen = redis.call('ZSCORE', wkey(chunk(s)), s)
       alive = seen and tonumber(seen) + M.widle > t
     end
-    if alive then redis.call('ZADD', K_WSEEN, 'XX', 'GT', fmt(t), s) end
+    if alive then redis.call('ZADD', wkey(chunk(s)), 'XX', 'GT', fmt(t), s) end
   end
   return finish('OK', 0)
 end

@@ -17,10 +17,25 @@
 -- locals K_* are bound to KEYS by the generated prelude (src/store/redis/script.rs), in the
 -- order of its table:
 -- K_META     HASH: config (JSON and the numbers the rules use), counters, bucket
--- K_PLACES   HASH seq -> place record (see encode)
+-- K_PLACES   prefix of the chunks K_PLACES:<c>, HASH seq -> place record (see encode)
 -- K_USERS    HASH user id -> seq of the user's live place
--- K_RANK     ZSET waiting seqs scored by seq: ZRANK is the exact position
--- K_WSEEN    ZSET waiting seqs scored by last heartbeat
+-- K_RANK     prefix of the chunks K_RANK:<c>, ZSET waiting seqs (past any pre-queue) scored
+--            by seq: ZRANK is the position within the chunk
+-- K_RANKF    STRING: how many waiting seqs each K_RANK chunk before the meta's ftail holds,
+--            as a Fenwick tree of u32 (node i at bit offset 32 i, chunk c is node c + 1;
+--            the meta's fsz is its size, a power of two, ftot its total): prefix sums give
+--            the place of a chunk in the line. The tail chunk ftail, where the joins go, is
+--            counted in only once the line moves past it, so a join writes no tree
+-- K_WSEEN    prefix of the chunks K_WSEEN:<c>, ZSET waiting seqs scored by last heartbeat
+-- K_WINDEX   ZSET chunk number -> a time no heartbeat in K_WSEEN:<c> is earlier than; every
+--            chunk holding a waiting place is in it (the sweep drops it once empty)
+--
+-- Chunks: the per-place structures are split by seq into chunks of CHUNK seqs (c = seq
+-- // CHUNK), each small enough to stay in Redis's compact listpack encoding (up to 128
+-- entries), which costs a third of the memory of one large hash or skiplist per place.
+-- The chunk keys share the event's hash tag (one Cluster slot), are not among KEYS, and
+-- are dropped by `delete` and `clear`. The meta's `lay` is the layout's number: an event
+-- written before the chunks (lay 0) is refused, never misread (it can only be deleted).
 -- K_ADM      ZSET admitted seqs scored by admission time
 -- K_ASEEN    ZSET active seqs scored by last session heartbeat
 -- K_AENT     ZSET active seqs scored by entry time
@@ -48,6 +63,16 @@ end
 
 local function fmt(n) return string.format('%d', n) end
 
+-- The layout of this script's keys (see Chunks above); the meta records it at creation.
+local LAYOUT = 1
+local OLD_LAYOUT_ERROR = 'LAYOUT this event was written by an older waitroom (before the '
+  .. 'chunked Redis layout) and cannot be read; delete it and create it again'
+
+local function chunk(seq) return math.floor(tonumber(seq) / CHUNK) end
+local function pkey(seq) return K_PLACES .. ':' .. chunk(seq) end
+local function qkey(c) return K_RANK .. ':' .. c end
+local function wkey(c) return K_WSEEN .. ':' .. c end
+
 -- Meta: the numbers the rules read, kept as one MessagePack array in the meta's field `n`
 -- (decoding one string is several times cheaper than reading 27 hash fields, and an
 -- operation that changes nothing writes nothing back). Beside it: `cfg` (the config as
@@ -71,14 +96,165 @@ local function fmt(n) return string.format('%d', n) end
 --   1 once the admin's `end` call ended it. Also read as 0 from an older meta.
 -- - lv, inc: the change log's version (one more per write of the meta) and the event's
 --   incarnation (replica.lua).
+-- - fsz, ftail, ftot: the size of the K_RANKF tree, the line's tail chunk (not in the tree)
+--   and the tree's total; lay: the layout of the keys (LAYOUT).
 local FIELDS = {'cap', 'rate', 'ttl', 'sidle', 'smax', 'widle', 'maxq', 'paused', 'accept',
   'seq', 'completed', 'left', 'expired', 'joins', 'admissions', 'wsum', 'ssum', 'scnt', 'wn',
   'btok', 'blast', 'bprimed', 'nw', 'nad', 'nac', 'nd', 'fadm', 'hbusy', 'hsince', 'hends',
-  'opens', 'method', 'npre', 'closes', 'ended', 'lv', 'inc'}
+  'opens', 'method', 'npre', 'closes', 'ended', 'lv', 'inc', 'fsz', 'ftail', 'ftot', 'lay'}
 local FADM_AT = 27
 local M = {}
 local DIRTY = false
 local function set(f, v) M[f] = v; DIRTY = true end
+
+-- The Fenwick tree of the line's chunk counts (K_RANKF). A chunk past its size grows it by
+-- doubling: the new root covers the old one and only empty chunks.
+local function lowbit(i) return bit.band(i, -i) end
+
+local function fen_add(c, d)
+  local i = c + 1
+  if M.fsz == 0 then set('fsz', 1) end
+  while M.fsz < i do
+    local total = redis.call('BITFIELD_RO', K_RANKF, 'GET', 'u32', '#' .. M.fsz)[1]
+    redis.call('BITFIELD', K_RANKF, 'SET', 'u32', '#' .. (2 * M.fsz), total)
+    set('fsz', 2 * M.fsz)
+  end
+  local args = {'BITFIELD', K_RANKF}
+  while i <= M.fsz do
+    args[#args + 1] = 'INCRBY'
+    args[#args + 1] = 'u32'
+    args[#args + 1] = '#' .. i
+    args[#args + 1] = d
+    i = i + lowbit(i)
+  end
+  redis.call(unpack(args))
+  set('ftot', M.ftot + d)
+end
+
+-- How many wait in the line's chunks before chunk c (at most the tail chunk).
+local function fen_before(c)
+  if c >= M.ftail then return M.ftot end
+  local i = math.min(c, M.fsz)
+  if i <= 0 then return 0 end
+  local args = {'BITFIELD_RO', K_RANKF}
+  while i > 0 do
+    args[#args + 1] = 'GET'
+    args[#args + 1] = 'u32'
+    args[#args + 1] = '#' .. i
+    i = i - lowbit(i)
+  end
+  local sum = 0
+  for _, v in ipairs(redis.call(unpack(args))) do sum = sum + v end
+  return sum
+end
+
+-- The chunk holding the k-th of the line, and its rank (1-based) within the chunk; a chunk
+-- past the last (empty) when fewer than k wait.
+local function fen_find(k)
+  if k > M.ftot then return M.ftail, k - M.ftot end
+  local pos, step = 0, M.fsz
+  while step > 0 do
+    if pos + step <= M.fsz then
+      local v = redis.call('BITFIELD_RO', K_RANKF, 'GET', 'u32', '#' .. (pos + step))[1]
+      if v < k then
+        pos = pos + step
+        k = k - v
+      end
+    end
+    step = math.floor(step / 2)
+  end
+  return pos, k
+end
+
+-- The line past any pre-queue (schedule.lua's line_* build on these).
+-- Seqs only grow: a join goes to the tail chunk or past it. Past it, the old tail's count
+-- goes into the tree (a chunk between them had no join into the line, or it would have
+-- been the tail: it is empty).
+local function rank_insert(seq)
+  local c = chunk(seq)
+  if c > M.ftail then
+    local n = redis.call('ZCARD', qkey(M.ftail))
+    if n > 0 then fen_add(M.ftail, n) end
+    set('ftail', c)
+  end
+  redis.call('ZADD', qkey(c), seq, seq)
+end
+
+local function rank_remove(seq)
+  local c = chunk(seq)
+  if redis.call('ZREM', qkey(c), seq) == 1 and c < M.ftail then fen_add(c, -1) end
+end
+
+-- The 1-based place of seq in the line past any pre-queue.
+local function rank_position(seq)
+  local c = chunk(seq)
+  return fen_before(c) + redis.call('ZRANK', qkey(c), seq) + 1
+end
+
+-- The seqs from the k-th to the (k + n - 1)-th of the line past any pre-queue.
+local function rank_range(k, n)
+  local out = {}
+  while #out < n do
+    local c, r = fen_find(k + #out)
+    local got = redis.call('ZRANGE', qkey(c), r - 1, r - 1 + n - #out - 1)
+    if #got == 0 then break end
+    for _, s in ipairs(got) do out[#out + 1] = s end
+  end
+  return out
+end
+
+-- Seqs grouped by chunk: {c = {seq, ...}}.
+local function by_chunk(seqs)
+  local g = {}
+  for _, s in ipairs(seqs) do
+    local c = chunk(s)
+    if not g[c] then g[c] = {} end
+    local l = g[c]
+    l[#l + 1] = s
+  end
+  return g
+end
+
+-- Removes seqs from the line past any pre-queue, a command or two per chunk.
+local function rank_drop(seqs)
+  for c, l in pairs(by_chunk(seqs)) do
+    local n = redis.call('ZREM', qkey(c), unpack(l))
+    if n > 0 and c < M.ftail then fen_add(c, -n) end
+  end
+end
+
+-- Heartbeats of waiting places. A write that may lower a chunk's earliest score lowers its
+-- K_WINDEX entry too (LT); removals and renewals (which only raise scores) leave the entry
+-- low, still a lower bound, and the sweep sets it exactly when it visits the chunk.
+local function ws_set(seq, t, xx)
+  local c = chunk(seq)
+  if xx then
+    redis.call('ZADD', wkey(c), 'XX', fmt(t), seq)
+  else
+    redis.call('ZADD', wkey(c), fmt(t), seq)
+  end
+  redis.call('ZADD', K_WINDEX, 'LT', fmt(t), c)
+end
+
+local function ws_remove(seq)
+  redis.call('ZREM', wkey(chunk(seq)), seq)
+end
+
+local function ws_drop(seqs)
+  for c, l in pairs(by_chunk(seqs)) do redis.call('ZREM', wkey(c), unpack(l)) end
+end
+
+-- Sets each chunk's K_WINDEX entry to its earliest heartbeat, or drops it once empty.
+local function ws_refresh(chunks)
+  for _, c in ipairs(chunks) do
+    local r = redis.call('ZRANGE', wkey(c), 0, 0, 'WITHSCORES')
+    if r[2] then
+      redis.call('ZADD', K_WINDEX, r[2], c)
+    else
+      redis.call('ZREM', K_WINDEX, c)
+    end
+  end
+end
 
 -- The schedule's rules, defined in schedule.lua (after this file) and called below.
 local in_prequeue, before_opening, line_insert, line_remove, line_position, line_range
@@ -89,6 +265,8 @@ local N_W, N_AD, N_AC = 0, 0, 0
 -- Whether the event exists (its meta was loaded or is being created): only then does
 -- finish() write the meta back.
 local LOADED = false
+-- The event's meta is of an older layout (see Chunks above): only `delete` may run.
+local OLD_LAYOUT = false
 
 local function load_meta()
   local raw = redis.call('HGET', K_META, 'n')
@@ -98,6 +276,7 @@ local function load_meta()
   for i, f in ipairs(FIELDS) do M[f] = v[i] or 0 end
   if M.fadm < 0 then M.fadm = nil end -- nil until the first admission
   N_W, N_AD, N_AC = M.nw, M.nad, M.nac
+  OLD_LAYOUT = M.lay ~= LAYOUT
   return true
 end
 
@@ -195,7 +374,7 @@ local function encode(p)
 end
 
 local function place(seq)
-  return parse(redis.call('HGET', K_PLACES, seq))
+  return parse(redis.call('HGET', pkey(seq), seq))
 end
 
 -- Ends a session's holds and extensions (holds.lua, which defines it after these rules).
@@ -210,12 +389,12 @@ local function end_place(seq, p, kind, at, bulk)
     set('hbusy', math.max(M.hbusy - math.max(NOW - at, 0), 0))
     set('hends', M.hends + 1)
   end
-  redis.call('HDEL', K_PLACES, seq)
+  redis.call('HDEL', pkey(seq), seq)
   redis.call('HDEL', K_METADATA, seq)
   if p.state == 'w' then
     if not bulk then
       line_remove(seq, p.joined)
-      redis.call('ZREM', K_WSEEN, seq)
+      ws_remove(seq)
     end
     N_W = N_W - 1
   elseif p.state == 'a' then
@@ -259,10 +438,29 @@ local function lfront(key, add)
   return NEVER
 end
 
+-- The earliest heartbeat of any waiting place + add, or NEVER: K_WINDEX's front, made
+-- exact first (an entry left low by removals or renewals is set to its chunk's earliest
+-- heartbeat, or dropped, until the front is exact), so that deadlines and the tick's next
+-- wake-up are as exact as over one ZSET. Each correction is paid once per change that made
+-- an entry low.
+local function ws_front(add)
+  while true do
+    local r = redis.call('ZRANGE', K_WINDEX, 0, 0, 'WITHSCORES')
+    if not r[2] then return NEVER end
+    local w = redis.call('ZRANGE', wkey(r[1]), 0, 0, 'WITHSCORES')
+    if w[2] and tonumber(w[2]) == tonumber(r[2]) then return tonumber(r[2]) + add end
+    if w[2] then
+      redis.call('ZADD', K_WINDEX, w[2], r[1])
+    else
+      redis.call('ZREM', K_WINDEX, r[1])
+    end
+  end
+end
+
 -- The earliest deadline of any live place (a session's is min(seen + idle, entered + max),
 -- so the minimum over sessions is the smaller of the two ZSET fronts), or NEVER.
 local function next_deadline()
-  return math.min(zfront(K_WSEEN, M.widle), zfront(K_ADM, M.ttl), zfront(K_ASEEN, M.sidle),
+  return math.min(ws_front(M.widle), zfront(K_ADM, M.ttl), zfront(K_ASEEN, M.sidle),
     zfront(K_AENT, M.smax))
 end
 
@@ -272,9 +470,13 @@ local function expire_due()
   if NOW < M.nd then return false end
   local due = {}
   local seen = {}
-  local r = redis.call('ZRANGEBYSCORE', K_WSEEN, '-inf', fmt(NOW - M.widle), 'WITHSCORES')
-  for i = 1, #r, 2 do due[#due + 1] = {tonumber(r[i + 1]) + M.widle, r[i]} end
-  r = redis.call('ZRANGEBYSCORE', K_ADM, '-inf', fmt(NOW - M.ttl), 'WITHSCORES')
+  -- Waiting places: the chunks whose lower bound is due, then the due places in each.
+  local visited = redis.call('ZRANGEBYSCORE', K_WINDEX, '-inf', fmt(NOW - M.widle))
+  for _, c in ipairs(visited) do
+    local w = redis.call('ZRANGEBYSCORE', wkey(c), '-inf', fmt(NOW - M.widle), 'WITHSCORES')
+    for i = 1, #w, 2 do due[#due + 1] = {tonumber(w[i + 1]) + M.widle, w[i]} end
+  end
+  local r = redis.call('ZRANGEBYSCORE', K_ADM, '-inf', fmt(NOW - M.ttl), 'WITHSCORES')
   for i = 1, #r, 2 do due[#due + 1] = {tonumber(r[i + 1]) + M.ttl, r[i]} end
   -- A session ends at min(last heartbeat + idle, entry + max): due when either is.
   local function session_due(seq)
@@ -297,6 +499,7 @@ local function expire_due()
   for _, d in ipairs(due) do
     end_place(d[2], place(d[2]), FX_EXPIRED, d[1])
   end
+  ws_refresh(visited)
   while true do
     local h = redis.call('LINDEX', K_TORDER, 0)
     if not h then break end
@@ -361,10 +564,10 @@ local function admit()
     local seq = line_next()
     local p = place(seq)
     line_remove(seq, p.joined)
-    redis.call('ZREM', K_WSEEN, seq)
+    ws_remove(seq)
     p.state = 'a'
     p.adm = NOW
-    redis.call('HSET', K_PLACES, seq, encode(p))
+    redis.call('HSET', pkey(seq), seq, encode(p))
     redis.call('ZADD', K_ADM, fmt(NOW), seq)
     lower_nd(NOW + M.ttl)
     set('wsum', M.wsum + math.max(NOW - p.joined, 0))
@@ -400,7 +603,7 @@ end
 
 -- The place behind a token, or the error its token answers.
 local function lookup(seq, nonce)
-  local rec = redis.call('HGET', K_PLACES, seq)
+  local rec = redis.call('HGET', pkey(seq), seq)
   if rec and string.sub(rec, 1, 16) == nonce then
     -- Waiting when the sale ended: gone, even before the sweep removes it.
     if string.sub(rec, 17, 17) == 'w' and sale_ended() then return nil, 'TOKEN_NOT_FOUND' end
@@ -413,7 +616,7 @@ end
 -- Renews the heartbeat of a waiting place or a session (never moves it back).
 local function renew(seq, p)
   if p.state == 'w' then
-    redis.call('ZADD', K_WSEEN, 'XX', 'GT', fmt(NOW), seq)
+    redis.call('ZADD', wkey(chunk(seq)), 'XX', 'GT', fmt(NOW), seq)
   elseif p.state == 's' then
     redis.call('ZADD', K_ASEEN, 'XX', 'GT', fmt(NOW), seq)
   end

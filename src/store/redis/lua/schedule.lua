@@ -97,7 +97,7 @@ line_insert = function(seq, joined)
     redis.call('ZADD', K_PRESEQ, seq, seq)
     set('npre', M.npre + 1)
   else
-    redis.call('ZADD', K_RANK, seq, seq)
+    rank_insert(seq)
   end
 end
 
@@ -107,7 +107,7 @@ line_remove = function(seq, joined)
     redis.call('ZREM', K_PRESEQ, seq)
     set('npre', M.npre - 1)
   else
-    redis.call('ZREM', K_RANK, seq)
+    rank_remove(seq)
   end
 end
 
@@ -116,7 +116,7 @@ line_position = function(seq, joined)
   if in_prequeue(joined) then
     return (redis.call('ZRANK', K_PRE, pre_member(seq)) or -1) + 1
   end
-  return M.npre + redis.call('ZRANK', K_RANK, seq) + 1
+  return M.npre + rank_position(seq)
 end
 
 -- The seqs from the k-th to the (k + n - 1)-th waiting place in the order of admission.
@@ -128,9 +128,7 @@ line_range = function(k, n)
   end
   local left = n - #out
   if left > 0 then
-    local from = math.max(k - M.npre, 1)
-    local r = redis.call('ZRANGE', K_RANK, from - 1, from + left - 2)
-    for _, s in ipairs(r) do out[#out + 1] = s end
+    for _, s in ipairs(rank_range(math.max(k - M.npre, 1), left)) do out[#out + 1] = s end
   end
   return out
 end
