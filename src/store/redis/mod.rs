@@ -159,12 +159,17 @@ struct Inner {
     /// Joins, leaves and enters waiting to go to Redis together (`batch.rs`).
     lanes: batch::Lanes,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// The relay's publisher, apart from `tasks`: `close` lets it drain its queue.
+    publisher: Mutex<Option<JoinHandle<()>>>,
     replicas: replica::Replicas, // of the events this node answers `status` for
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         for t in self.tasks.get_mut().drain(..) {
+            t.abort();
+        }
+        if let Some(t) = self.publisher.get_mut().take() {
             t.abort();
         }
     }
@@ -197,6 +202,7 @@ impl RedisStore {
                 leases: Mutex::new(HashMap::new()),
                 lanes: batch::Lanes::default(),
                 tasks: Mutex::new(Vec::new()),
+                publisher: Mutex::new(None),
                 replicas: replica::Replicas::default(),
             }),
         })
@@ -319,7 +325,8 @@ impl Inner {
             events_key: self.events_key.clone(),
             op_timeout: self.options.op_timeout,
         }));
-        self.tasks.lock().extend([publisher, subscriber]);
+        *self.publisher.lock() = Some(publisher);
+        self.tasks.lock().push(subscriber);
         tracing::info!(cluster, node = %self.node_id, "connected to redis");
         Ok(conn)
     }
@@ -968,13 +975,13 @@ impl Store for RedisStore {
             }
         }
         s.outbox.lock().take();
-        let tasks: Vec<_> = s.tasks.lock().drain(..).collect();
-        let mut tasks = tasks.into_iter();
-        // The publisher ends once its queue is drained (its sender is gone); the
-        // subscriber never ends by itself.
-        if let Some(publisher) = tasks.next() {
+        // The publisher ends once its queue is drained (its sender is gone); the others
+        // (the subscriber, a Sentinel watcher) never end by themselves.
+        let publisher = s.publisher.lock().take();
+        if let Some(publisher) = publisher {
             let _ = tokio::time::timeout(s.options.op_timeout, publisher).await;
         }
+        let tasks: Vec<_> = s.tasks.lock().drain(..).collect();
         for t in tasks {
             t.abort();
         }
