@@ -417,6 +417,29 @@ mod same_as_embedded {
             run(all)?;
         });
     }
+
+    /// Joins interleaved with everything else, so that the line's tail chunk (kept out of
+    /// Redis's Fenwick tree until the joins pass it) fills, loses places to leaves, expiries,
+    /// admissions and clears, and is passed while it holds a part of the line; then every
+    /// place's view (its position) is compared.
+    #[test]
+    fn answers_match_the_embedded_store_as_joins_cross_chunks() {
+        let config = ProptestConfig {
+            cases: 8,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        };
+        let steps = proptest::collection::vec((op(300), 0usize..5), 1..80);
+        proptest!(config, |(prefix in 100usize..128, steps in steps)| {
+            let mut all: Vec<Op> = (0..prefix).map(|_| Op::Join(None, false)).collect();
+            for (op, joins) in steps {
+                all.push(op);
+                all.extend((0..joins).map(|_| Op::Join(None, false)));
+            }
+            all.extend((0..400).map(Op::Status));
+            run(all)?;
+        });
+    }
 }
 
 /// The audit list is one for every node sharing the Redis: written on one, read on another.
