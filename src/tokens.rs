@@ -22,6 +22,8 @@ use sha2::{Digest, Sha256};
 
 use crate::core::{Millis, PlaceKey};
 
+mod cache;
+
 const VERSION: u8 = 1;
 const MAC_LEN: usize = 16;
 /// Longest possible token: version, length byte, 64-byte event id, seq, nonce, MAC.
@@ -56,6 +58,9 @@ pub struct WaitingTokens {
     /// them keep reaching their places. Tried only when the newest key's MAC does not match,
     /// so a current token costs nothing more.
     older: std::sync::Arc<[Hmac<Sha256>]>,
+    /// Tokens that verified, so a gated request's cookie is checked once, not at every
+    /// request (`cache`); shared by the clones, which hold the same keys.
+    verified: std::sync::Arc<cache::VerifiedTokens>,
 }
 
 fn keyed_mac(key: &[u8; 32]) -> Hmac<Sha256> {
@@ -67,6 +72,7 @@ impl WaitingTokens {
         WaitingTokens {
             keyed: keyed_mac(&key),
             older: std::sync::Arc::new([]),
+            verified: std::sync::Arc::new(cache::VerifiedTokens::new(cache::SLOTS)),
         }
     }
 
@@ -75,6 +81,7 @@ impl WaitingTokens {
         WaitingTokens {
             keyed: keyed_mac(&newest),
             older: older.iter().map(keyed_mac).collect(),
+            verified: std::sync::Arc::new(cache::VerifiedTokens::new(cache::SLOTS)),
         }
     }
 
@@ -103,11 +110,23 @@ impl WaitingTokens {
         B64.encode(raw)
     }
 
-    /// The event and place a token names, if we issued it.
+    /// The event and place a token names, if we issued it. A token verified before is
+    /// answered from the cache of verified tokens (keyed by its exact text); anything else
+    /// is verified, and kept only if it passes.
     pub fn parse(&self, token: &str) -> Result<(String, PlaceKey), InvalidToken> {
         if token.len() > MAX_RAW.div_ceil(3) * 4 {
             return Err(InvalidToken);
         }
+        if let Some(hit) = self.verified.get(token) {
+            return Ok(hit);
+        }
+        let (event_id, key) = self.verify(token)?;
+        self.verified.insert(token, &event_id, key);
+        Ok((event_id, key))
+    }
+
+    /// Decodes `token` and checks its MAC under each configured key.
+    fn verify(&self, token: &str) -> Result<(String, PlaceKey), InvalidToken> {
         let raw = B64.decode(token.trim()).map_err(|_| InvalidToken)?;
         if raw.len() < 2 + 8 + 16 + MAC_LEN || raw[0] != VERSION {
             return Err(InvalidToken);
@@ -666,6 +685,81 @@ mod tests {
         for junk in ["", "x", "!!!!", &"A".repeat(10_000)] {
             assert!(t.parse(junk).is_err());
         }
+    }
+
+    /// Every variant of `tok` with one character changed to another of the base64url
+    /// alphabet (same length, mostly the same prefix as the cached good token).
+    fn one_char_forgeries(tok: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for i in 0..tok.len() {
+            for c in [b'A', b'z', b'0', b'-', b'_'] {
+                let mut b = tok.as_bytes().to_vec();
+                if b[i] != c {
+                    b[i] = c;
+                    out.push(String::from_utf8(b).unwrap());
+                }
+            }
+        }
+        out
+    }
+
+    /// A cached good token lends nothing to a forgery: with the cache reduced to one slot,
+    /// every token shares the good one's slot, and each variant with one character changed
+    /// is still refused (and not cached), while the good token keeps its place in the
+    /// cache and is answered from it.
+    #[test]
+    fn a_forgery_is_refused_after_the_good_token_was_cached() {
+        let mut t = WaitingTokens::new([7; 32]);
+        t.verified = std::sync::Arc::new(cache::VerifiedTokens::new(1));
+        let k = key();
+        let tok = t.issue("concert-a", k);
+        assert_eq!(t.parse(&tok), Ok(("concert-a".to_string(), k)));
+        assert_eq!(t.verified.len(), 1, "the good token is cached");
+        assert_eq!(
+            t.verified.get(&tok),
+            Some(("concert-a".to_string(), k)),
+            "and answered from the cache"
+        );
+        let forged = one_char_forgeries(&tok);
+        assert!(forged.len() > 100);
+        for f in &forged {
+            // Some changes of the last character touch only its unused low bits, which
+            // the decoder refuses too: every variant is a different text, so all must fail.
+            assert_eq!(t.parse(f), Err(InvalidToken), "{f} accepted");
+            assert_eq!(t.verified.get(f), None, "a failure was cached");
+        }
+        // A prefix or an extension of the good token is another token.
+        assert!(t.parse(&tok[..tok.len() - 1]).is_err());
+        assert!(t.parse(&format!("{tok}A")).is_err());
+        assert_eq!(t.verified.get(&tok), Some(("concert-a".to_string(), k)));
+        // Another key's cache never saw it: the MAC decides there.
+        assert!(WaitingTokens::new([8; 32]).parse(&tok).is_err());
+    }
+
+    /// The cache keeps at most its number of slots however many tokens verify, and a token
+    /// pushed out is verified again rather than refused.
+    #[test]
+    fn the_verified_token_cache_is_bounded() {
+        let mut t = WaitingTokens::new([7; 32]);
+        t.verified = std::sync::Arc::new(cache::VerifiedTokens::new(16));
+        let tokens: Vec<(String, PlaceKey)> = (0..200)
+            .map(|i| {
+                let k = PlaceKey {
+                    seq: i,
+                    nonce: random_u128(),
+                };
+                (t.issue(&format!("ev-{i}"), k), k)
+            })
+            .collect();
+        for (i, (tok, k)) in tokens.iter().enumerate() {
+            assert_eq!(t.parse(tok), Ok((format!("ev-{i}"), *k)));
+            assert!(t.verified.len() <= 16);
+        }
+        assert!(t.verified.len() > 1, "the cache is used");
+        for (i, (tok, k)) in tokens.iter().enumerate() {
+            assert_eq!(t.parse(tok), Ok((format!("ev-{i}"), *k)));
+        }
+        assert!(t.verified.len() <= 16);
     }
 
     #[test]

@@ -76,6 +76,23 @@ fn strip_hop_by_hop(h: &mut HeaderMap, also: impl Fn(&HeaderName) -> bool) {
     if !h.keys().any(doomed) {
         return;
     }
+    // The usual case (an origin's `Connection: keep-alive`, and nothing else to strip) costs
+    // no allocation: the single `Connection` value is moved out of the map, and the names it
+    // lists are removed by their text, which is looked up without building a `HeaderName`.
+    // Only then are the headers still doomed, if any, collected (two vectors and a name per
+    // token cost about 1.5k instructions, on every proxied answer).
+    if h.get_all(header::CONNECTION).iter().nth(1).is_none() {
+        if let Some(connection) = h.remove(header::CONNECTION) {
+            if let Ok(v) = connection.to_str() {
+                for t in v.split(',') {
+                    h.remove(t.trim());
+                }
+            }
+        }
+        if !h.keys().any(doomed) {
+            return;
+        }
+    }
     let named: Vec<HeaderName> = h
         .get_all(header::CONNECTION)
         .iter()
@@ -366,5 +383,39 @@ mod tests {
         let mut plain = headers(&[("connection", "close"), ("upgrade", "h2c")]);
         response_headers(&mut plain, None);
         assert!(plain.is_empty());
+    }
+
+    /// The origin's `Connection: keep-alive` (the answer of nearly every origin) goes, with
+    /// the headers it names whatever their case, and nothing else does. Several `Connection`
+    /// values are all honoured.
+    #[test]
+    fn an_answers_connection_goes_with_what_it_names() {
+        let mut r = headers(&[
+            ("content-type", "text/plain"),
+            ("connection", "keep-alive"),
+            ("content-length", "2"),
+        ]);
+        response_headers(&mut r, None);
+        assert_eq!(
+            r,
+            headers(&[("content-type", "text/plain"), ("content-length", "2")])
+        );
+        let mut named = headers(&[
+            ("connection", "Keep-Alive, X-Secret-Hop, , not a name"),
+            ("keep-alive", "timeout=5"),
+            ("x-secret-hop", "1"),
+            ("x-kept", "yes"),
+        ]);
+        response_headers(&mut named, None);
+        assert_eq!(named, headers(&[("x-kept", "yes")]));
+        let mut several = headers(&[
+            ("connection", "keep-alive"),
+            ("connection", "x-secret-hop"),
+            ("x-secret-hop", "1"),
+            ("te", "trailers"),
+            ("x-kept", "yes"),
+        ]);
+        response_headers(&mut several, None);
+        assert_eq!(several, headers(&[("x-kept", "yes")]));
     }
 }
