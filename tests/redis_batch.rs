@@ -617,3 +617,53 @@ async fn memory_per_place() {
         );
     }
 }
+
+/// A batch of joins reads back nothing it wrote: not the place records (for the answers and
+/// the change log), not the invite flag per join, and it lowers a chunk's heartbeat index
+/// entry once per batch (docs/PERFORMANCE.md, "Fewer commands per join"). The answers are
+/// those of places read from Redis: waiting, at positions 1..=48 in seq order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_joins_reads_back_nothing_it_wrote() {
+    let server = RedisServer::start();
+    let prefix = unique_prefix();
+    let store = node(&server.url(), &prefix);
+    make_event(
+        &store,
+        "r",
+        serde_json::json!({"max_active": 1, "paused": true}),
+    )
+    .await;
+    support::redis::raw_command(server.port, "CONFIG RESETSTAT").unwrap();
+    let reqs: Vec<JoinRequest> = (0..48).map(|_| anonymous()).collect();
+    let mut views: Vec<_> = join_all(reqs.iter().map(|r| store.join("r", r, T0)))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let stats = server.info("commandstats");
+    let calls = |cmd: &str| {
+        let k = format!("cmdstat_{cmd}:calls=");
+        stats.find(&k).map_or(0, |i| {
+            let rest = &stats[i + k.len()..];
+            rest[..rest.find(',').unwrap()].parse::<u64>().unwrap()
+        })
+    };
+    let scripts = script_calls(&server);
+    // Per script: the meta and the invite flag; per join: nothing.
+    assert!(
+        calls("hget") <= 2 * scripts,
+        "{} HGETs in {scripts} scripts for 48 joins",
+        calls("hget")
+    );
+    // Per join: the line and the heartbeat; per script: the index entry of the one chunk.
+    assert!(
+        calls("zadd") <= 2 * 48 + scripts,
+        "{} ZADDs in {scripts} scripts for 48 joins",
+        calls("zadd")
+    );
+    views.sort_by_key(|v| v.key.seq);
+    for (i, v) in views.iter().enumerate() {
+        assert_eq!(v.status, PlaceState::Waiting);
+        assert_eq!(v.position, Some(i as u64 + 1));
+    }
+}

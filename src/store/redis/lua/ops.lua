@@ -132,6 +132,10 @@ if OP == 'invite' then
   return finish('OK', added)
 end
 
+-- Whether the event is invite-only (the meta's `inv`), read once per script: only `put`
+-- writes it, and never in a script that joins.
+local INV = nil
+
 -- A join (EventQueue::join). A function, so that a batch can run it several times;
 -- its parameter shadows the script's ARGV with the join's own arguments.
 local function op_join(ARGV)
@@ -145,7 +149,8 @@ local function op_join(ARGV)
   -- The invite rule (EventQueue::check_invite): an unused code is bound by a new place
   -- below; a used one admits only the user it seats, proven.
   local bind = nil
-  if redis.call('HGET', K_META, 'inv') == '1' then
+  if INV == nil then INV = redis.call('HGET', K_META, 'inv') == '1' end
+  if INV then
     if ARGV[9] ~= '1' then return finish('INVITE_REQUIRED') end
     local held = redis.call('HGET', K_INVITES, ARGV[10])
     if not held then return finish('INVITE_INVALID') end
@@ -185,7 +190,7 @@ local function op_join(ARGV)
   set('seq', M.seq + 1)
   local p = {nonce = ARGV[3], state = 'w', joined = NOW, adm = 0, ent = 0, user = user,
     proven = proven}
-  redis.call('HSET', pkey(seq), seq, encode(p))
+  put_place(seq, p)
   line_insert(seq, NOW)
   ws_set(seq, NOW)
   lower_nd(NOW + M.widle)
@@ -297,7 +302,7 @@ local function op_place(OP, ARGV)
       if p.state == 'a' then
         p.state = 's'
         p.ent = NOW
-        redis.call('HSET', pkey(seq), seq, encode(p))
+        put_place(seq, p)
         redis.call('ZREM', K_ADM, seq)
         redis.call('ZADD', K_ASEEN, fmt(NOW), seq)
         redis.call('ZADD', K_AENT, fmt(NOW), seq)

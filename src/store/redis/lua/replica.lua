@@ -31,7 +31,7 @@ log_append = function()
     if FX[i] ~= FX_FORGOTTEN and not seen[s] then
       seen[s] = true
       args[#args + 1] = s
-      args[#args + 1] = redis.call('HGET', pkey(s), s) or ''
+      args[#args + 1] = WROTE[FX[i + 1]] or redis.call('HGET', pkey(s), s) or ''
     end
   end
   redis.call(unpack(args))

@@ -226,6 +226,11 @@ end
 -- Heartbeats of waiting places. A write that may lower a chunk's earliest score lowers its
 -- K_WINDEX entry too (LT); removals and renewals (which only raise scores) leave the entry
 -- low, still a lower bound, and the sweep sets it exactly when it visits the chunk.
+-- WLOW: chunk -> a time this script already lowered its entry to (so the entry is at or
+-- below it): a later write at or after that time skips the ZADD LT, which would change
+-- nothing (a batch's joins into one chunk pay it once). Forgotten whenever an entry is set
+-- otherwise (ws_refresh, ws_front).
+local WLOW = {}
 local function ws_set(seq, t, xx)
   local c = chunk(seq)
   if xx then
@@ -233,7 +238,9 @@ local function ws_set(seq, t, xx)
   else
     redis.call('ZADD', wkey(c), fmt(t), seq)
   end
+  if WLOW[c] and WLOW[c] <= t then return end
   redis.call('ZADD', K_WINDEX, 'LT', fmt(t), c)
+  WLOW[c] = t
 end
 
 local function ws_remove(seq)
@@ -246,6 +253,7 @@ end
 
 -- Sets each chunk's K_WINDEX entry to its earliest heartbeat, or drops it once empty.
 local function ws_refresh(chunks)
+  WLOW = {}
   for _, c in ipairs(chunks) do
     local r = redis.call('ZRANGE', wkey(c), 0, 0, 'WITHSCORES')
     if r[2] then
@@ -373,8 +381,19 @@ local function encode(p)
   return p.nonce .. p.state .. fmt(p.joined) .. ',' .. fmt(p.adm) .. ',' .. fmt(p.ent) .. ',' .. u
 end
 
+-- The live records this script wrote, by seq (a number): read back from here, not from
+-- Redis (a join's view, the change log's entry). Every write of a record goes through
+-- put_place and every removal through end_place, which keep it true.
+local WROTE = {}
+
+local function put_place(seq, p)
+  local rec = encode(p)
+  redis.call('HSET', pkey(seq), seq, rec)
+  WROTE[tonumber(seq)] = rec
+end
+
 local function place(seq)
-  return parse(redis.call('HGET', pkey(seq), seq))
+  return parse(WROTE[tonumber(seq)] or redis.call('HGET', pkey(seq), seq))
 end
 
 -- Ends a session's holds and extensions (holds.lua, which defines it after these rules).
@@ -390,6 +409,7 @@ local function end_place(seq, p, kind, at, bulk)
     set('hends', M.hends + 1)
   end
   redis.call('HDEL', pkey(seq), seq)
+  WROTE[tonumber(seq)] = nil
   redis.call('HDEL', K_METADATA, seq)
   if p.state == 'w' then
     if not bulk then
@@ -449,6 +469,7 @@ local function ws_front(add)
     if not r[2] then return NEVER end
     local w = redis.call('ZRANGE', wkey(r[1]), 0, 0, 'WITHSCORES')
     if w[2] and tonumber(w[2]) == tonumber(r[2]) then return tonumber(r[2]) + add end
+    WLOW = {}
     if w[2] then
       redis.call('ZADD', K_WINDEX, w[2], r[1])
     else
@@ -567,7 +588,7 @@ local function admit()
     ws_remove(seq)
     p.state = 'a'
     p.adm = NOW
-    redis.call('HSET', pkey(seq), seq, encode(p))
+    put_place(seq, p)
     redis.call('ZADD', K_ADM, fmt(NOW), seq)
     lower_nd(NOW + M.ttl)
     set('wsum', M.wsum + math.max(NOW - p.joined, 0))
