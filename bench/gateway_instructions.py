@@ -16,9 +16,7 @@ origin's own work is not counted (it is another process).
 
 import argparse
 import glob
-import http.client
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -26,13 +24,8 @@ import sys
 import tempfile
 import time
 
-
-def totals(path):
-    with open(path) as f:
-        for line in f:
-            if line.startswith("totals:") or line.startswith("summary:"):
-                return int(line.split()[1])
-    raise SystemExit(f"no totals in {path}")
+# Shared with the request path's counter (this script's folder is on the import path).
+from instructions import start, totals
 
 
 def free_port():
@@ -78,17 +71,7 @@ def measure(binary, requests, origin_port, tmp, out):
         "--durability", "relaxed", "--admin-token", admin, "--rate-limits", "off",
         "--upstream", f"http://127.0.0.1:{origin_port}",
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    addr = None
-    for line in proc.stdout:
-        m = re.search(r"listening on http://(\S+)", line)
-        if m:
-            addr = m.group(1)
-            break
-    if not addr:
-        raise SystemExit("the server did not start")
-    host, port = addr.rsplit(":", 1)
-    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    proc, conn = start(cmd)
 
     def get(path, headers=None, method="GET", body=None):
         conn.request(method, path, body=body, headers=headers or {})

@@ -46,6 +46,21 @@ def totals(path):
     raise SystemExit(f"no totals in {path}")
 
 
+def start(cmd):
+    """Starts the server command; answers the process and a connection to where it listens."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    addr = None
+    for line in proc.stdout:
+        m = re.search(r"listening on http://(\S+)", line)
+        if m:
+            addr = m.group(1)
+            break
+    if not addr:
+        raise SystemExit("the server did not start")
+    host, port = addr.rsplit(":", 1)
+    return proc, http.client.HTTPConnection(host, int(port), timeout=60)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.path.join(ROOT, "target/release/waitroom"))
@@ -72,17 +87,7 @@ def main():
             "--durability", a.durability, "--admin-token", admin,
             "--joins-per-minute", "100000000", "--polls-per-second", "1000000",
         ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    addr = None
-    for line in proc.stdout:
-        m = re.search(r"listening on http://(\S+)", line)
-        if m:
-            addr = m.group(1)
-            break
-    if not addr:
-        raise SystemExit("the server did not start")
-    host, port = addr.rsplit(":", 1)
-    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    proc, conn = start(cmd)
 
     def call(method, path, body=None, token=None):
         headers = {"content-type": "application/json"} if body is not None else {}
