@@ -33,6 +33,15 @@ fn store(url: &str, prefix: &str, replica: bool) -> Arc<dyn Store> {
     Arc::new(RedisStore::new(url, opts).unwrap())
 }
 
+/// Two nodes with replicas on one server under a fresh key prefix (answered too, for the
+/// tests that read the keys themselves).
+fn two_nodes(server: &RedisServer) -> (String, Arc<dyn Store>, Arc<dyn Store>) {
+    let prefix = unique_prefix();
+    let a = store(&server.url(), &prefix, true);
+    let b = store(&server.url(), &prefix, true);
+    (prefix, a, b)
+}
+
 async fn event(s: &Arc<dyn Store>, id: &str, json: serde_json::Value) {
     let patch: EventPatch = serde_json::from_value(json).unwrap();
     s.put_event(id, &patch, system_now()).await.unwrap();
@@ -134,9 +143,7 @@ async fn status_from_the_replica_runs_no_script() {
 async fn a_snapshot_read_in_pieces_answers_exact_positions() {
     let server = RedisServer::start();
     let mut conn = raw(&server).await;
-    let prefix = unique_prefix();
-    let a = store(&server.url(), &prefix, true);
-    let b = store(&server.url(), &prefix, true);
+    let (_, a, b) = two_nodes(&server);
     let ev = "big";
     event(&a, ev, serde_json::json!({"max_active": 1})).await;
     let tasks: Vec<_> = (0..32)
@@ -313,9 +320,7 @@ fn check(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_converge_across_nodes_and_after_a_gap() {
     let server = RedisServer::start();
-    let prefix = unique_prefix();
-    let a = store(&server.url(), &prefix, true);
-    let b = store(&server.url(), &prefix, true);
+    let (prefix, a, b) = two_nodes(&server);
     let ev = "race";
     event(&a, ev, serde_json::json!({"max_active": 2})).await;
     let mut keys = Vec::new();
@@ -444,10 +449,8 @@ async fn batched_heartbeats_keep_their_places_and_silent_ones_go() {
 
 async fn renewals_keep_polled_places_and_silent_ones_go(by_heartbeat: bool) {
     let server = RedisServer::start();
-    let prefix = unique_prefix();
     // A does the periodic work (the sweep); B answers the polls from its replica.
-    let a = store(&server.url(), &prefix, true);
-    let b = store(&server.url(), &prefix, true);
+    let (prefix, a, b) = two_nodes(&server);
     let ev = "idle";
     event(
         &a,
@@ -538,9 +541,7 @@ async fn renewals_keep_polled_places_and_silent_ones_go(by_heartbeat: bool) {
 async fn batched_writes_reach_the_other_nodes_replica_exactly() {
     let server = RedisServer::start();
     let mut conn = raw(&server).await;
-    let prefix = unique_prefix();
-    let a = store(&server.url(), &prefix, true);
-    let b = store(&server.url(), &prefix, true);
+    let (_, a, b) = two_nodes(&server);
     let ev = "batched";
     event(&a, ev, serde_json::json!({"max_active": 1})).await;
     let first = join(&a, ev).await;
