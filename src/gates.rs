@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use axum::http::HeaderValue;
 use parking_lot::Mutex;
 
 use crate::core::{GateRules, Millis, PlaceKey};
@@ -38,6 +39,25 @@ pub struct Gate {
     pub rules: GateRules,
     /// The event's idle timeout, for the renewal throttle.
     pub session_idle_ms: Millis,
+    /// The name of the event's session cookie ([`cookie_name`]), made once rather than at
+    /// every gated request.
+    pub cookie: Box<str>,
+}
+
+impl Gate {
+    pub fn new(event_id: Arc<str>, rules: GateRules, session_idle_ms: Millis) -> Self {
+        Gate {
+            cookie: cookie_name(&event_id).into(),
+            event_id,
+            rules,
+            session_idle_ms,
+        }
+    }
+}
+
+/// The cookie of an event's place.
+pub fn cookie_name(event_id: &str) -> String {
+    format!("waitroom_{event_id}")
 }
 
 /// How long a renewal stands before the store is asked again: a quarter of the idle
@@ -53,8 +73,41 @@ pub struct Renewal {
     pub at: Millis,
     /// Its hard end (`session_max_sec`), or sooner.
     pub ends_at: Millis,
-    /// Its user id, or `None` for an anonymous place.
-    pub user_id: Option<Arc<str>>,
+    /// What the origin is told of it.
+    pub ids: SessionIds,
+}
+
+/// What the origin is told of an admitted session (`X-Waitroom-User`,
+/// `X-Waitroom-Session`), as header values made once per renewal: a request passing on a
+/// renewal clones them (a reference count) instead of encoding the session id and copying
+/// both values again.
+#[derive(Debug, Clone)]
+pub struct SessionIds {
+    /// The user id, or the session id for an anonymous place; `None` when the user id
+    /// cannot be a header value (the header is then left out).
+    pub user: Option<HeaderValue>,
+    /// The session id (the `sid` of access tokens).
+    pub session: HeaderValue,
+}
+
+impl SessionIds {
+    pub fn new(key: PlaceKey, user_id: Option<&str>) -> Self {
+        let sid = crate::tokens::session_id(key);
+        let session = HeaderValue::from_str(&sid).expect("a session id is base64url");
+        let user = match user_id {
+            None => Some(session.clone()),
+            Some(u) => HeaderValue::from_str(u).ok(),
+        };
+        SessionIds { user, session }
+    }
+}
+
+/// A session's renewal, under its place's key (random: keys of two events never meet).
+/// The event is kept beside it and compared on every lookup, so a key is never taken for
+/// another event's; the map is keyed by the key alone so that a lookup builds no key.
+struct Renewed {
+    event_id: Arc<str>,
+    renewal: Renewal,
 }
 
 #[derive(Default)]
@@ -63,7 +116,7 @@ pub struct Gates {
     /// before us at a proxy we do not trust to say so).
     pub secure_cookies: bool,
     table: ArcSwap<Vec<Arc<Gate>>>,
-    renewals: Mutex<HashMap<(Arc<str>, PlaceKey), Renewal>>,
+    renewals: Mutex<HashMap<PlaceKey, Renewed>>,
 }
 
 impl Gates {
@@ -111,11 +164,11 @@ impl Gates {
                 let table = events
                     .into_iter()
                     .map(|e| {
-                        Arc::new(Gate {
-                            event_id: e.event_id.into(),
-                            session_idle_ms: u64::from(e.config.session_idle_sec) * 1000,
-                            rules: e.config.gate,
-                        })
+                        Arc::new(Gate::new(
+                            e.event_id.into(),
+                            e.config.gate,
+                            u64::from(e.config.session_idle_sec) * 1000,
+                        ))
                     })
                     .collect();
                 self.table.store(Arc::new(table));
@@ -128,17 +181,18 @@ impl Gates {
         }
     }
 
-    /// A renewal of the session that still stands at `now`.
+    /// What the origin is told of the session, if a renewal of it still stands at `now`.
     pub fn renewed(
         &self,
         event_id: &str,
         key: PlaceKey,
         idle_ms: Millis,
         now: Millis,
-    ) -> Option<Renewal> {
+    ) -> Option<SessionIds> {
         let map = self.renewals.lock();
-        let r = map.get(&(Arc::<str>::from(event_id), key))?;
-        (now < r.ends_at && now.saturating_sub(r.at) < renew_every(idle_ms)).then(|| r.clone())
+        let Renewed { event_id: of, renewal: r } = map.get(&key)?;
+        (**of == *event_id && now < r.ends_at && now.saturating_sub(r.at) < renew_every(idle_ms))
+            .then(|| r.ids.clone())
     }
 
     /// Notes that the store renewed the session at `now`.
@@ -146,19 +200,28 @@ impl Gates {
         let mut map = self.renewals.lock();
         if map.len() >= MAX_RENEWALS {
             let now = r.at;
-            map.retain(|_, v| v.ends_at > now && now.saturating_sub(v.at) < 10_000);
+            map.retain(|_, v| {
+                v.renewal.ends_at > now && now.saturating_sub(v.renewal.at) < 10_000
+            });
             if map.len() >= MAX_RENEWALS {
                 map.clear();
             }
         }
-        map.insert((event_id.into(), key), r);
+        map.insert(
+            key,
+            Renewed {
+                event_id: event_id.into(),
+                renewal: r,
+            },
+        );
     }
 
     /// Forgets a session (it ended here).
     pub fn forget(&self, event_id: &str, key: PlaceKey) {
-        self.renewals
-            .lock()
-            .remove(&(Arc::<str>::from(event_id), key));
+        let mut map = self.renewals.lock();
+        if map.get(&key).is_some_and(|r| *r.event_id == *event_id) {
+            map.remove(&key);
+        }
     }
 }
 
@@ -191,5 +254,50 @@ pub async fn run_refresh(
         if stale {
             gates.refresh(store.as_ref(), clock.now()).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn renewal(at: Millis, user: Option<&str>) -> Renewal {
+        let key = PlaceKey { seq: 1, nonce: 7 };
+        Renewal {
+            at,
+            ends_at: at + 60_000,
+            ids: SessionIds::new(key, user),
+        }
+    }
+
+    /// Renewals are kept under the place's key alone: one event's renewal must never
+    /// admit a request to another event carrying the same key.
+    #[test]
+    fn a_renewal_stands_for_its_own_event_only() {
+        let gates = Gates::default();
+        let key = PlaceKey { seq: 1, nonce: 7 };
+        gates.note_renewal("a", key, renewal(1_000, Some("ann")));
+        let ids = gates.renewed("a", key, 20_000, 2_000).expect("renewed");
+        assert_eq!(ids.user.unwrap(), "ann");
+        assert_eq!(ids.session, crate::tokens::session_id(key));
+        assert!(gates.renewed("b", key, 20_000, 2_000).is_none());
+        assert!(gates.renewed("ab", key, 20_000, 2_000).is_none());
+        assert!(gates.renewed("", key, 20_000, 2_000).is_none());
+        // Forgetting the other event's session leaves this one's.
+        gates.forget("b", key);
+        assert!(gates.renewed("a", key, 20_000, 2_000).is_some());
+        gates.forget("a", key);
+        assert!(gates.renewed("a", key, 20_000, 2_000).is_none());
+    }
+
+    #[test]
+    fn a_renewal_lapses_after_a_quarter_of_the_idle_timeout() {
+        let gates = Gates::default();
+        let key = PlaceKey { seq: 1, nonce: 7 };
+        gates.note_renewal("a", key, renewal(1_000, None));
+        let ids = gates.renewed("a", key, 20_000, 5_999).expect("within 5 s");
+        // An anonymous place: the user is the session.
+        assert_eq!(ids.user.unwrap(), ids.session);
+        assert!(gates.renewed("a", key, 20_000, 6_000).is_none());
     }
 }

@@ -28,7 +28,8 @@ use super::guard::{Caller, Guard};
 use super::look::escape;
 use crate::app::AppState;
 use crate::core::{Access, PlaceKey, PlaceState, PlaceView, QueueError};
-use crate::gates::{Gate, Renewal};
+pub use crate::gates::cookie_name;
+use crate::gates::{Gate, Renewal, SessionIds};
 use crate::store::{JoinRequest, StoreError};
 use crate::tokens;
 
@@ -49,10 +50,9 @@ const MAX_RETURN_LEN: usize = 2048;
 #[derive(Debug, Clone)]
 pub struct Session {
     pub key: PlaceKey,
-    /// The session id (`sid` of access tokens).
-    pub session_id: String,
-    /// The user id, or the session id for an anonymous place.
-    pub user: String,
+    /// The user (the user id, or the session id for an anonymous place) and the session id
+    /// (`sid` of access tokens), as the origin is told of them.
+    pub ids: SessionIds,
 }
 
 /// Where a request to a gated path stands.
@@ -69,11 +69,6 @@ pub enum Admission {
     },
     /// No live place, and none was asked for.
     Absent,
-}
-
-/// The cookie of an event's place.
-pub fn cookie_name(event_id: &str) -> String {
-    format!("waitroom_{event_id}")
 }
 
 /// The value of cookie `name`, if the request carries it.
@@ -147,14 +142,6 @@ pub fn waiting_room_url(event_id: &str, ret: &str) -> String {
     format!("/wait/{event_id}/queue?return={ret}")
 }
 
-fn session_of(key: PlaceKey, user_id: Option<&str>) -> Session {
-    let session_id = tokens::session_id(key);
-    Session {
-        key,
-        user: user_id.map_or_else(|| session_id.clone(), str::to_string),
-        session_id,
-    }
-}
 
 /// Enters an admitted place, or renews an active session, in the store; notes the
 /// renewal for the throttle.
@@ -171,16 +158,17 @@ async fn activate(
     } else {
         state.store.enter(event_id, key, now).await?
     };
+    let ids = SessionIds::new(key, view.user_id.as_deref());
     state.gates.note_renewal(
         event_id,
         key,
         Renewal {
             at: now,
             ends_at: view.session_ends_at.unwrap_or(now),
-            user_id: view.user_id.as_deref().map(Into::into),
+            ids: ids.clone(),
         },
     );
-    Ok(session_of(key, view.user_id.as_deref()))
+    Ok(Session { key, ids })
 }
 
 /// Whether a store error says the place is gone (rather than the store being away).
@@ -208,17 +196,17 @@ pub async fn admit(
 ) -> AppResult<Admission> {
     let event_id = &*gate.event_id;
     let now = state.clock.now();
-    let place = read_cookie(headers, &cookie_name(event_id))
+    let place = read_cookie(headers, &gate.cookie)
         .and_then(|t| state.waiting.parse(t).ok())
         .filter(|(e, _)| e == event_id)
         .map(|(_, key)| key);
     if let Some(key) = place {
-        if let Some(r) = state
+        if let Some(ids) = state
             .gates
             .renewed(event_id, key, gate.session_idle_ms, now)
         {
             return Ok(Admission::Active {
-                session: session_of(key, r.user_id.as_deref()),
+                session: Session { key, ids },
                 cookie: None,
             });
         }
@@ -333,14 +321,10 @@ pub async fn title_of(state: &AppState, event_id: &str) -> String {
 
 /// The session headers the origin (or nginx, through `auth_request_set`) is given.
 pub fn session_headers(h: &mut HeaderMap, s: &Session) {
-    for (name, v) in [
-        (X_WAITROOM_USER, &s.user),
-        (X_WAITROOM_SESSION, &s.session_id),
-    ] {
-        if let Ok(v) = HeaderValue::from_str(v) {
-            h.insert(name, v);
-        }
+    if let Some(user) = &s.ids.user {
+        h.insert(X_WAITROOM_USER, user.clone());
     }
+    h.insert(X_WAITROOM_SESSION, s.ids.session.clone());
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -423,11 +407,11 @@ async fn bearer_session(state: &AppState, gate: &Gate, jwt: &str) -> AppResult<S
         return Err(AppError::AccessDenied);
     }
     let now = state.clock.now();
-    if let Some(r) = state
+    if let Some(ids) = state
         .gates
         .renewed(&gate.event_id, key, gate.session_idle_ms, now)
     {
-        return Ok(session_of(key, r.user_id.as_deref()));
+        return Ok(Session { key, ids });
     }
     activate(state, gate, key, PlaceState::Active)
         .await
@@ -458,11 +442,11 @@ pub async fn queue_page(
     let now = state.clock.now();
     let config = state.events.config(&event_id, now).await?;
     let gate = state.gates.get(&event_id).unwrap_or_else(|| {
-        std::sync::Arc::new(Gate {
-            event_id: event_id.as_str().into(),
-            rules: config.gate.clone(),
-            session_idle_ms: u64::from(config.session_idle_sec) * 1000,
-        })
+        std::sync::Arc::new(Gate::new(
+            event_id.as_str().into(),
+            config.gate.clone(),
+            u64::from(config.session_idle_sec) * 1000,
+        ))
     });
     let secure = state.gates.secure_cookies || is_https(&caller.guard, peer, &headers);
     let ret = safe_return(q.ret.as_deref().unwrap_or("/")).to_string();
