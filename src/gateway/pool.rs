@@ -51,8 +51,11 @@ struct Link {
     conn: Conn,
 }
 
+/// Links are boxed: one is moved out of the idle stack, into the answer's body and back
+/// at every proxied request, and a `Link` (the connection's buffers and state) is several
+/// hundred bytes, copied at each move; a box is a pointer, allocated once per connection.
 struct Idle {
-    link: Link,
+    link: Box<Link>,
     since: Instant,
 }
 
@@ -144,7 +147,7 @@ impl Pool {
         &self,
         req: Request<Body>,
     ) -> Result<Response<Incoming>, OriginError> {
-        let Link { mut send, conn } = self.connect().await?;
+        let Link { mut send, conn } = *self.connect().await?;
         tokio::spawn(async move {
             if let Err(e) = conn.with_upgrades().await {
                 tracing::debug!(error = %e, "an upgraded connection to the origin ended");
@@ -154,7 +157,7 @@ impl Pool {
     }
 
     /// An idle connection still open and ready, if there is one.
-    fn checkout(&self, cx: &mut Context<'_>) -> Option<Link> {
+    fn checkout(&self, cx: &mut Context<'_>) -> Option<Box<Link>> {
         loop {
             let Idle { mut link, since } = self.idle.lock().pop()?;
             if since.elapsed() > IDLE_TIMEOUT {
@@ -172,24 +175,22 @@ impl Pool {
     }
 
     /// Puts a connection whose last answer was read to its end back.
-    fn checkin(&self, link: Link) {
+    fn checkin(&self, link: Box<Link>) {
+        let now = Instant::now();
         let mut idle = self.idle.lock();
         // The bottom of the stack is the longest idle: drop it once it is too old.
         if idle
             .first()
-            .is_some_and(|i| i.since.elapsed() > IDLE_TIMEOUT)
+            .is_some_and(|i| now.saturating_duration_since(i.since) > IDLE_TIMEOUT)
         {
             idle.remove(0);
         }
         if idle.len() < MAX_IDLE {
-            idle.push(Idle {
-                link,
-                since: Instant::now(),
-            });
+            idle.push(Idle { link, since: now });
         }
     }
 
-    async fn connect(&self) -> Result<Link, OriginError> {
+    async fn connect(&self) -> Result<Box<Link>, OriginError> {
         let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&self.addr))
             .await
             .map_err(|_| OriginError::ConnectTimeout)?
@@ -200,7 +201,7 @@ impl Pool {
             .handshake(TokioIo::new(tcp))
             .await
             .map_err(OriginError::Http)?;
-        Ok(Link { send, conn })
+        Ok(Box::new(Link { send, conn }))
     }
 }
 
@@ -242,7 +243,7 @@ where
 /// pool once the body has ended.
 struct Driven {
     body: Incoming,
-    link: Option<Link>,
+    link: Option<Box<Link>>,
     pool: std::sync::Arc<Pool>,
     ended: bool,
 }
