@@ -48,13 +48,17 @@ static FORWARDING: [HeaderName; 4] = [
 /// The headers waitroom vouches for or reads: never from the client.
 static OWN: [HeaderName; 3] = [X_WAITROOM_USER, X_WAITROOM_SESSION, X_WAITROOM_BYPASS];
 
-/// The host the client asked for: `Host`, or the authority of an HTTP/2 request.
-pub fn host_of(req: &Request) -> Option<String> {
+/// The host the client asked for: `Host` (when it is text), or the authority of an HTTP/2
+/// request. A header value, so that the usual `Host` is shared rather than copied.
+pub fn host_of(req: &Request) -> Option<HeaderValue> {
     req.headers()
         .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
-        .or_else(|| req.uri().authority().map(|a| a.to_string()))
+        .filter(|v| v.to_str().is_ok())
+        .cloned()
+        .or_else(|| {
+            let a = req.uri().authority()?;
+            HeaderValue::from_str(a.as_str()).ok()
+        })
 }
 
 /// The protocol a request asks to upgrade to (`Connection: upgrade` with `Upgrade`).

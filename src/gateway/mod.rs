@@ -129,7 +129,7 @@ impl Gateway {
         let found = if gates.is_empty() {
             None
         } else {
-            gates.find(host.as_deref(), req.uri().path())
+            gates.find(host_text(host.as_ref()), req.uri().path())
         };
         let Some(gate) = found else {
             return self.proxy(req, host, peer, None, Outcome::Pass).await;
@@ -196,7 +196,7 @@ impl Gateway {
     async fn proxy(
         &self,
         mut req: Request,
-        host: Option<String>,
+        host: Option<HeaderValue>,
         peer: Option<IpAddr>,
         session: Option<(&str, &Session)>,
         proxied: Outcome,
@@ -216,7 +216,7 @@ impl Gateway {
             req.headers_mut(),
             peer,
             trusted,
-            host.as_deref(),
+            host_text(host.as_ref()),
             upgrade.as_ref(),
         );
         if !req.headers().contains_key(header::HOST) {
@@ -268,6 +268,11 @@ impl Gateway {
         tracing::warn!(upstream = %self.upstream, error = %e, "the origin did not answer");
         bad_gateway()
     }
+}
+
+/// A host (from [`forward::host_of`], text already) as text.
+fn host_text(host: Option<&HeaderValue>) -> Option<&str> {
+    host.and_then(|h| h.to_str().ok())
 }
 
 /// The origin could not be reached: `502` in the API's error shape.
