@@ -71,17 +71,33 @@ pub enum Admission {
     Absent,
 }
 
-/// The value of cookie `name`, if the request carries it.
+/// The value of cookie `name`, if the request carries it: the first `name=value` pair,
+/// the pair's surrounding blanks and the value's quotes dropped. Read on every gated
+/// request, so the pairs are found by their bytes (`;` and `=` are ASCII, so every cut
+/// falls between characters) rather than through chains of string iterators.
 pub fn read_cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .find_map(|kv| {
-            let (k, v) = kv.trim().split_once('=')?;
-            (k == name).then_some(v.trim_matches('"'))
-        })
+    for v in headers.get_all(header::COOKIE) {
+        // A header that is not visible ASCII is skipped whole, as before.
+        let Ok(v) = v.to_str() else { continue };
+        let mut rest = v;
+        loop {
+            let (pair, next) = match rest.as_bytes().iter().position(|&b| b == b';') {
+                Some(i) => (&rest[..i], Some(&rest[i + 1..])),
+                None => (rest, None),
+            };
+            let pair = pair.trim();
+            if let Some(i) = pair.as_bytes().iter().position(|&b| b == b'=') {
+                if &pair[..i] == name {
+                    return Some(pair[i + 1..].trim_matches('"'));
+                }
+            }
+            match next {
+                Some(n) => rest = n,
+                None => break,
+            }
+        }
+    }
+    None
 }
 
 /// `Set-Cookie` for the place's waiting token (`None` clears the cookie).
@@ -519,6 +535,21 @@ mod tests {
         );
         assert_eq!(read_cookie(&h, "waitroom_e"), Some("tok"));
         assert_eq!(read_cookie(&h, "waitroom_x"), None);
+        let mut h = HeaderMap::new();
+        for v in [
+            "waitroom_e2=other; x=\"q\"",
+            "\u{e9}bad=1; waitroom_e=hidden",
+            " waitroom_ = 1 ;  waitroom_e=\"tok=2\" ; waitroom_e=late",
+        ] {
+            h.append(header::COOKIE, HeaderValue::from_bytes(v.as_bytes()).unwrap());
+        }
+        // A longer name, a name sharing a prefix, and a header that is not text are not it;
+        // the first pair named so is, unquoted, an `=` in its value kept.
+        assert_eq!(read_cookie(&h, "waitroom_e"), Some("tok=2"));
+        assert_eq!(read_cookie(&h, "x"), Some("q"));
+        assert_eq!(read_cookie(&h, "waitroom_"), None);
+        assert_eq!(read_cookie(&h, "waitroom"), None);
+        assert_eq!(read_cookie(&h, ""), None);
         let c = set_cookie("e", Some("t"), true);
         let c = c.to_str().unwrap();
         assert!(c.contains("HttpOnly") && c.contains("SameSite=Lax") && c.contains("Secure"));
