@@ -443,6 +443,9 @@ async fn serve(
             let mut closing = false;
             let ended = loop {
                 tokio::select! {
+                    // In this order, rather than a random one drawn at every wake-up of
+                    // the connection (several per request): the connection is what wakes it.
+                    biased;
                     ended = conn.as_mut() => break ended,
                     // HTTP/2 has no idle timeout of its own (its pings only prove the
                     // peer alive): a connection with no request in flight for the header
