@@ -190,7 +190,10 @@ impl Gates {
         now: Millis,
     ) -> Option<SessionIds> {
         let map = self.renewals.lock();
-        let Renewed { event_id: of, renewal: r } = map.get(&key)?;
+        let Renewed {
+            event_id: of,
+            renewal: r,
+        } = map.get(&key)?;
         (**of == *event_id && now < r.ends_at && now.saturating_sub(r.at) < renew_every(idle_ms))
             .then(|| r.ids.clone())
     }
@@ -200,9 +203,7 @@ impl Gates {
         let mut map = self.renewals.lock();
         if map.len() >= MAX_RENEWALS {
             let now = r.at;
-            map.retain(|_, v| {
-                v.renewal.ends_at > now && now.saturating_sub(v.renewal.at) < 10_000
-            });
+            map.retain(|_, v| v.renewal.ends_at > now && now.saturating_sub(v.renewal.at) < 10_000);
             if map.len() >= MAX_RENEWALS {
                 map.clear();
             }

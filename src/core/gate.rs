@@ -84,7 +84,9 @@ fn is_normal(path: &str) -> bool {
     if b.first() != Some(&b'/') {
         return false;
     }
-    if b.iter().any(|c| matches!(c, b'%' | b'\\' | b';' | b'?' | b'#')) {
+    if b.iter()
+        .any(|c| matches!(c, b'%' | b'\\' | b';' | b'?' | b'#'))
+    {
         return false;
     }
     // Segments between the slashes; the last may be empty (a trailing `/`, kept).
@@ -393,8 +395,14 @@ mod tests {
             paths = longer;
         }
         assert!(borrowed > 500, "the fast path was hardly taken: {borrowed}");
-        assert!(matches!(normalized("/checkout/pay"), std::borrow::Cow::Borrowed(_)));
-        assert!(matches!(normalized("/checkout/"), std::borrow::Cow::Borrowed(_)));
+        assert!(matches!(
+            normalized("/checkout/pay"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert!(matches!(
+            normalized("/checkout/"),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 
     #[test]

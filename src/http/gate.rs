@@ -158,7 +158,6 @@ pub fn waiting_room_url(event_id: &str, ret: &str) -> String {
     format!("/wait/{event_id}/queue?return={ret}")
 }
 
-
 /// Enters an admitted place, or renews an active session, in the store; notes the
 /// renewal for the throttle.
 async fn activate(
@@ -541,7 +540,10 @@ mod tests {
             "\u{e9}bad=1; waitroom_e=hidden",
             " waitroom_ = 1 ;  waitroom_e=\"tok=2\" ; waitroom_e=late",
         ] {
-            h.append(header::COOKIE, HeaderValue::from_bytes(v.as_bytes()).unwrap());
+            h.append(
+                header::COOKIE,
+                HeaderValue::from_bytes(v.as_bytes()).unwrap(),
+            );
         }
         // A longer name, a name sharing a prefix, and a header that is not text are not it;
         // the first pair named so is, unquoted, an `=` in its value kept.
