@@ -37,7 +37,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use super::group_commit::{GroupCommit, Refused, Sink};
+use super::group_commit::{GroupCommit, Handed, Refused, Sink};
 use super::journal_sale::{self as sale, KIND_EXTENDED};
 use super::zero_ahead::ZeroAhead;
 use super::{watermark, StoreError};
@@ -59,7 +59,8 @@ pub enum Durability {
     /// Answer only after the change is synced to disk (group commit).
     #[default]
     Sync,
-    /// Answer at once; sync about every 100 ms. A crash loses at most that window.
+    /// Answer once the change is handed to the OS; sync about every 100 ms. A crash of
+    /// the machine loses at most that window, a crash of the process nothing.
     Relaxed,
 }
 
@@ -468,19 +469,28 @@ impl Journal {
         self.commit.ticket()
     }
 
-    /// Waits until `ticket` is durable. In `relaxed` mode it does not wait: it writes what
-    /// is queued (unless another request is doing so) and answers. Call it after releasing
-    /// the event's lock.
+    /// Waits until `ticket` is durable. In `relaxed` mode, until it is handed to the OS
+    /// (written by this request, together with what others queued meanwhile, or by the
+    /// writer of the moment). Call it after releasing the event's lock.
     pub async fn wait(&self, ticket: u64) -> Result<(), StoreError> {
         if self.mode == Durability::Relaxed {
-            self.commit.write_queued();
+            // Bounded as in `sync`: the writer of the moment may be the thread's sync.
+            return match self.commit.handed_over(ticket, MAX_DURABLE_WAIT).await {
+                Handed::Yes if !self.failed.load(Ordering::Acquire) => Ok(()),
+                Handed::Late => Err(StoreError::Unavailable(
+                    "the store did not write the change in time".into(),
+                )),
+                _ => Err(StoreError::Unavailable(
+                    "the store cannot write to disk".into(),
+                )),
+            };
         }
         if self.failed.load(Ordering::Acquire) {
             return Err(StoreError::Unavailable(
                 "the store cannot write to disk".into(),
             ));
         }
-        if self.mode == Durability::Relaxed || self.durable_upto.load(Ordering::Acquire) >= ticket {
+        if self.durable_upto.load(Ordering::Acquire) >= ticket {
             return Ok(());
         }
         let mut rx = self.durable.clone();
