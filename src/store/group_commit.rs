@@ -6,12 +6,15 @@
 //!   thread only when it sleeps; it takes everything queued at once (one lock, no
 //!   per-change channel operation).
 //! - **`relaxed`**: nobody waits for the disk, so a request writes the queue itself
-//!   ("inline group commit"): after queueing its change it tries to become the writer; the
-//!   one that does writes everything queued (its own change and whatever others queued
-//!   meanwhile) and hands it to the OS, and the others return at once. No thread is woken
-//!   per change (that wake-up and the writer's context switches cost more than the
-//!   write, see docs/PERFORMANCE.md). The thread only syncs about every 100 ms, holding the
-//!   flag meanwhile, and writes what queued during its sync.
+//!   ("inline group commit"): after queueing its change it lets the other ready requests
+//!   of the runtime run once (they queue theirs meanwhile), then, unless one of them has
+//!   written its change already, tries to become the writer; the one that does writes
+//!   everything queued and hands it to the OS. A request answers only once its own change
+//!   is with the OS (so a crash of the process loses nothing acknowledged): one that did
+//!   not get the flag waits for the holder's batch ([`GroupCommit::handed_over`]). No
+//!   thread is woken per change (that wake-up and the writer's context switches cost more
+//!   than the write, see docs/PERFORMANCE.md). The thread only syncs about every 100 ms,
+//!   holding the flag meanwhile, and writes what queued during its sync.
 //!
 //! Nothing is left behind: the writer gives the flag back, then looks whether changes
 //! were queued that it did not take, and if so tries again. A request whose attempt failed
@@ -25,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
+use tokio::sync::Notify;
 
 use super::journal::Durability;
 
@@ -61,6 +65,10 @@ pub(super) struct GroupCommit<S: Sink> {
     queued: AtomicU64,
     /// Changes taken from the queue by a writer.
     taken: AtomicU64,
+    /// Changes written and handed to the OS (in `sync`, also synced), in ticket order.
+    handed: AtomicU64,
+    /// `relaxed`: told after every batch handed to the OS, and when the sink fails.
+    progress: Notify,
     /// Held by whoever writes: only its holder takes from the queue and uses the sink.
     writing: AtomicBool,
     /// Set when the sink failed: later changes are refused.
@@ -72,6 +80,16 @@ pub(super) struct GroupCommit<S: Sink> {
     sync_wanted: AtomicBool,
     sink: Mutex<S>,
     mode: Durability,
+}
+
+/// How [`GroupCommit::handed_over`] ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Handed {
+    Yes,
+    /// The sink failed: the change will never be written.
+    Failed,
+    /// Not written within the bound (the writer of the moment is slow).
+    Late,
 }
 
 /// Why a change was refused.
@@ -91,6 +109,8 @@ impl<S: Sink> GroupCommit<S> {
             wake: Condvar::new(),
             queued: AtomicU64::new(0),
             taken: AtomicU64::new(0),
+            handed: AtomicU64::new(0),
+            progress: Notify::new(),
             writing: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
             dirty: AtomicBool::new(false),
@@ -159,6 +179,54 @@ impl<S: Sink> GroupCommit<S> {
         }
     }
 
+    /// `relaxed`: answers once the change of `ticket` is written and handed to the OS
+    /// ([`Handed::Yes`]), so a crash of the process loses nothing that was answered; or
+    /// the sink failed, or the writer of the moment (the thread's sync) took longer than
+    /// `bound`. Cancel-safe: a change left behind is written by the next writer or the
+    /// thread's pass within 100 ms.
+    pub(super) async fn handed_over(&self, ticket: u64, bound: Duration) -> Handed {
+        if self.handed.load(SeqCst) >= ticket {
+            return Handed::Yes;
+        }
+        // One scheduling round first: the other requests ready on the runtime queue their
+        // changes meanwhile, and the first of them back writes them all as one batch (one
+        // fjall batch and one `write(2)` for many joins, as the `sync` thread's batches).
+        tokio::task::yield_now().await;
+        let mut deadline = None;
+        loop {
+            if self.handed.load(SeqCst) >= ticket {
+                return Handed::Yes;
+            }
+            if self.stopped.load(SeqCst) {
+                return Handed::Failed;
+            }
+            // Registered before trying, so the holder's batch after a failed try wakes us.
+            let notified = self.progress.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            // Taking the flag fails only while another writes: it then writes our change
+            // too (see `write_queued`), and tells `progress` after.
+            self.write_queued();
+            if self.handed.load(SeqCst) >= ticket {
+                return Handed::Yes;
+            }
+            if self.stopped.load(SeqCst) {
+                return Handed::Failed;
+            }
+            // The clock is read only here: the usual answer needs no timer.
+            let at = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + bound);
+            if tokio::time::timeout_at(at, notified).await.is_err() {
+                return Handed::Late;
+            }
+        }
+    }
+
+    /// Changes written and handed to the OS so far.
+    #[cfg(test)]
+    fn handed(&self) -> u64 {
+        self.handed.load(SeqCst)
+    }
+
     /// Takes the flag, waiting for the current holder (a request's write: microseconds).
     /// Requests step aside meanwhile; call [`Self::give_flag`] after.
     fn take_flag(&self) {
@@ -204,12 +272,17 @@ impl<S: Sink> GroupCommit<S> {
             if let Err(e) = written {
                 self.stopped.store(true, SeqCst);
                 sink.fail(&e);
+                self.progress.notify_waiters();
                 return;
             }
             if !synced {
                 self.dirty.store(true, SeqCst);
             }
+            self.handed.fetch_add(n, SeqCst);
             sink.done(n);
+            if !synced {
+                self.progress.notify_waiters();
+            }
         }
     }
 
@@ -249,8 +322,9 @@ impl<S: Sink> GroupCommit<S> {
             self.take_flag();
             {
                 let mut sink = self.sink.lock();
-                // Anything a request left (none does, see `write_queued`; but a change
-                // queued with no request waiting on it, an event's creation, can be).
+                // Anything a request left (one whose answer was cancelled before it
+                // wrote, or a change queued with no request waiting on it, an event's
+                // creation).
                 self.drain(&mut sink, false);
                 // Holding the flag: nothing is written between the sync and the
                 // watermark's look at the journal, so the watermark names synced bytes only.
@@ -258,6 +332,7 @@ impl<S: Sink> GroupCommit<S> {
                     if let Err(e) = sink.sync(false) {
                         self.stopped.store(true, SeqCst);
                         sink.fail(&e);
+                        self.progress.notify_waiters();
                     }
                 }
             }
@@ -305,11 +380,14 @@ mod tests {
         written: Arc<Mutex<Vec<(usize, u64)>>>,
         done: Arc<AtomicU64>,
         synced: Arc<AtomicU64>,
+        /// Held by a test to keep a writer inside `write`.
+        hold: Arc<Mutex<()>>,
     }
 
     impl Sink for Recorder {
         type Change = (usize, u64);
         fn write(&mut self, group: Vec<(usize, u64)>) -> Result<(), String> {
+            drop(self.hold.lock());
             let mut w = self.written.try_lock().expect("one writer at a time");
             w.extend(group);
             Ok(())
@@ -382,6 +460,81 @@ mod tests {
             assert_eq!(done.load(SeqCst), 8000);
             check_order(&written.lock(), &tickets);
         }
+    }
+
+    /// `relaxed`: a request whose change another writer is writing answers only once that
+    /// writer has handed it to the OS, not when its own try for the flag fails.
+    #[test]
+    fn a_relaxed_answer_waits_until_its_change_is_handed_over() {
+        let sink = Recorder::default();
+        let (written, hold) = (sink.written.clone(), sink.hold.clone());
+        let gc = GroupCommit::new(sink, Durability::Relaxed);
+        let held = hold.lock();
+        let first = {
+            let gc = gc.clone();
+            std::thread::spawn(move || {
+                gc.submit((0, 0)).ok().unwrap();
+                gc.write_queued(); // takes the flag, then waits in `write` on `hold`
+            })
+        };
+        while !gc.writing.load(SeqCst) {
+            std::thread::yield_now();
+        }
+        let ticket = gc.submit((1, 0)).ok().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let bound = Duration::from_secs(30);
+        let early = rt.block_on(async {
+            tokio::time::timeout(Duration::from_millis(100), gc.handed_over(ticket, bound)).await
+        });
+        assert!(early.is_err(), "answered while its change was not written");
+        assert!(written.lock().is_empty());
+        drop(held);
+        assert_eq!(rt.block_on(gc.handed_over(ticket, bound)), Handed::Yes);
+        assert_eq!(*written.lock(), vec![(0, 0), (1, 0)]);
+        first.join().unwrap();
+    }
+
+    /// Many requests on a runtime of two workers: each answers only after its change is
+    /// handed over, every change is written once, in ticket order, and batches form.
+    #[test]
+    fn racing_relaxed_answers_follow_their_changes() {
+        let sink = Recorder::default();
+        let (written, done) = (sink.written.clone(), sink.done.clone());
+        let gc = GroupCommit::new(sink, Durability::Relaxed);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_time()
+            .build()
+            .unwrap();
+        let (tasks, each) = (64usize, 200u64);
+        let tickets: Vec<Vec<u64>> = rt.block_on(async {
+            let handles: Vec<_> = (0..tasks)
+                .map(|t| {
+                    let gc = gc.clone();
+                    tokio::spawn(async move {
+                        let mut mine = Vec::new();
+                        for i in 0..each {
+                            let ticket = gc.submit((t, i)).ok().unwrap();
+                            let answer = gc.handed_over(ticket, Duration::from_secs(30)).await;
+                            assert_eq!(answer, Handed::Yes);
+                            assert!(gc.handed() >= ticket, "answered before handed over");
+                            mine.push(ticket);
+                        }
+                        mine
+                    })
+                })
+                .collect();
+            let mut all = Vec::new();
+            for h in handles {
+                all.push(h.await.unwrap());
+            }
+            all
+        });
+        assert_eq!(done.load(SeqCst), tasks as u64 * each);
+        check_order(&written.lock(), &tickets);
     }
 
     #[test]
