@@ -31,14 +31,6 @@ pub struct DeadlineHeap {
 }
 
 impl DeadlineHeap {
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     fn get(&self, i: usize) -> Entry {
         self.chunks[i >> CHUNK_BITS][i & MASK]
     }
@@ -173,9 +165,9 @@ mod tests {
                         std.push(Reverse((when, seq)));
                     }
                 }
-                prop_assert_eq!(h.len(), std.len());
+                prop_assert_eq!(h.len, std.len());
                 prop_assert_eq!(h.peek(), std.peek().map(|r| r.0));
-                prop_assert!(h.chunks.len() * CHUNK <= h.len() + 2 * CHUNK);
+                prop_assert!(h.chunks.len() * CHUNK <= h.len + 2 * CHUNK);
             }
             while let Some(e) = h.pop() {
                 prop_assert_eq!(Some(e), std.pop().map(|r| r.0));
