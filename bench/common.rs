@@ -225,6 +225,9 @@ pub struct Tally {
     pub at_ms: Vec<u32>,
     pub by_status: BTreeMap<u16, u64>,
     pub io_errors: u64,
+    /// Open loop only: slots never sent because the client fell too far behind (each also
+    /// in the latencies, with the wait it had when given up).
+    pub unsent: u64,
 }
 
 pub fn micros(d: Duration) -> u32 {
@@ -232,6 +235,26 @@ pub fn micros(d: Duration) -> u32 {
 }
 
 impl Tally {
+    /// Room for `n` samples of each kind, so recording never grows a vector mid-run.
+    pub fn with_capacity(n: usize) -> Tally {
+        Tally {
+            lat_us: Vec::with_capacity(n),
+            svc_us: Vec::with_capacity(n),
+            lag_us: Vec::with_capacity(n),
+            at_ms: Vec::with_capacity(n),
+            ..Tally::default()
+        }
+    }
+
+    /// One open-loop sample: the slot's time, the actual send, the answer.
+    pub fn record(&mut self, intended: Instant, sent: Instant, done: Instant, from: Instant) {
+        self.lat_us.push(micros(done.duration_since(intended)));
+        self.svc_us.push(micros(done.duration_since(sent)));
+        self.lag_us.push(micros(sent.duration_since(intended)));
+        self.at_ms
+            .push(intended.duration_since(from).as_millis() as u32);
+    }
+
     pub fn merge(&mut self, other: Tally) {
         self.lat_us.extend(other.lat_us);
         self.svc_us.extend(other.svc_us);
@@ -241,6 +264,7 @@ impl Tally {
             *self.by_status.entry(k).or_default() += v;
         }
         self.io_errors += other.io_errors;
+        self.unsent += other.unsent;
     }
 
     pub fn count(&self) -> u64 {
@@ -250,6 +274,7 @@ impl Tally {
     /// Requests that did not get a 2xx (or failed on the wire).
     pub fn errors(&self) -> u64 {
         self.io_errors
+            + self.unsent
             + self
                 .by_status
                 .iter()
@@ -267,6 +292,9 @@ impl Tally {
             .collect();
         if self.io_errors > 0 {
             parts.push(format!("{}×io", self.io_errors));
+        }
+        if self.unsent > 0 {
+            parts.push(format!("{}×unsent", self.unsent));
         }
         if parts.is_empty() {
             "0".into()
@@ -573,12 +601,15 @@ pub fn fresh_temp_dir(tag: &str) -> Result<PathBuf> {
 }
 
 /// One client (this process) makes every request: per-client limits this large are still
-/// checked on every request but never refuse one.
+/// checked on every request but never refuse one. The open loop may open up to 1,024
+/// connections (`--max-connections`), past the default of 256 per client address.
 pub const LOAD_FLAGS: &[&str] = &[
     "--joins-per-minute",
     "100000000",
     "--polls-per-second",
     "1000000",
+    "--max-connections-per-client",
+    "100000",
 ];
 
 impl ServerProc {

@@ -50,7 +50,7 @@ use anyhow::{bail, Context as _, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use common::{
-    delete_event, get_request, json_request, ms, percentiles, put_event, thousands, CpuSnap,
+    delete_event, get_request, json_request, ms, percentiles, put_event, thousands, Conn, CpuSnap,
     CpuUse, Pcts, ServerProc, Tally, Target,
 };
 
@@ -207,6 +207,11 @@ struct RunArgs {
     /// Concurrent keep-alive connections.
     #[arg(long, default_value_t = 64)]
     connections: usize,
+    /// Open loop: connections it may open on top of --connections while slots wait for a
+    /// free one (as many independent users would have); the table's `conns` is how many
+    /// it ended with.
+    #[arg(long, default_value_t = 1024)]
+    max_connections: usize,
     /// Seconds measured.
     #[arg(long, default_value_t = 10.0)]
     duration: f64,
@@ -244,9 +249,12 @@ struct SuiteArgs {
     /// Seconds measured per open-loop phase.
     #[arg(long, default_value_t = 10.0)]
     rate_duration: f64,
-    /// Connections available to the open-loop phases.
+    /// Connections the open-loop phases start with.
     #[arg(long, default_value_t = 128)]
     rate_connections: usize,
+    /// Connections the open-loop phases may grow to while slots wait for a free one.
+    #[arg(long, default_value_t = 1024)]
+    rate_max_connections: usize,
     /// Before each phase, wait up to this many seconds for the machine to be quiet (less
     /// than 0.3 cores busy for a second); 0 to never wait.
     #[arg(long, default_value_t = 20.0)]
@@ -400,10 +408,26 @@ async fn closed_loop(
 struct Dispatch {
     backlog: VecDeque<Instant>,
     idle: Vec<usize>,
+    /// Each connection's channel of slots, by its id; cleared when the pacer is done, which
+    /// ends every idle connection.
+    senders: Vec<tokio::sync::mpsc::UnboundedSender<Instant>>,
+    /// Connections open or being opened.
+    open: usize,
+    /// The grower was told to open one more connection and has not yet.
+    growing: bool,
+    /// The pacer released its last slot.
+    done: bool,
 }
 
 /// Open loop: a pacer thread releases `rate` request slots per second on an exact
 /// schedule; a free connection takes the next slot. Latency counts from the slot's time.
+///
+/// It starts with `connections` connections and opens more, up to `max_connections`, while
+/// slots wait for a free one: independent users each have their own connection, so a
+/// server that is slow for a moment should see the requests that came meanwhile rather
+/// than have them queued behind the generator's few sockets (that queueing showed as send
+/// lag and as a slow catch-up after every stall, which the server would not see from real
+/// users). The waiting counts in the latency either way: it is measured from the slot.
 #[allow(clippy::too_many_arguments)]
 async fn open_loop(
     target: &Target,
@@ -411,6 +435,7 @@ async fn open_loop(
     w: Arc<Workload>,
     label: String,
     connections: usize,
+    max_connections: usize,
     rate: u32,
     warmup: Duration,
     dur: Duration,
@@ -418,26 +443,35 @@ async fn open_loop(
     if rate == 0 {
         bail!("--rate must be positive");
     }
+    let max_connections = max_connections.max(connections);
     let conns = common::connect_all(target, connections).await?;
     let start = Instant::now() + Duration::from_millis(20);
     let measure_from = start + warmup;
     let end = measure_from + dur;
     // Slots still unsent this long after the end are dropped (and reported).
     let give_up = end + Duration::from_secs(5);
+    // Every measured slot's samples, so no worker grows its vectors mid-run.
+    let per_conn = (f64::from(rate) * dur.as_secs_f64() / connections as f64 * 1.5) as usize;
     // Slots go to idle connections directly (one channel each); when none is idle they
     // wait in the backlog, which a connection drains before it goes idle again.
-    let dispatch = Arc::new(std::sync::Mutex::new(Dispatch {
-        backlog: VecDeque::new(),
-        idle: (0..connections).collect(),
-    }));
-    let mut senders = Vec::with_capacity(connections);
     let mut receivers = Vec::with_capacity(connections);
+    let mut senders = Vec::with_capacity(max_connections);
     for _ in 0..connections {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
         senders.push(tx);
         receivers.push(rx);
     }
+    let dispatch = Arc::new(std::sync::Mutex::new(Dispatch {
+        backlog: VecDeque::new(),
+        idle: (0..connections).collect(),
+        senders,
+        open: connections,
+        growing: false,
+        done: false,
+    }));
+    let grow = Arc::new(tokio::sync::Notify::new());
     let pacer_dispatch = dispatch.clone();
+    let pacer_grow = grow.clone();
     let pacer = std::thread::Builder::new()
         .name("pacer".into())
         .spawn(move || {
@@ -462,86 +496,85 @@ async fn open_loop(
                     }
                     match d.idle.pop() {
                         Some(id) => {
-                            let _ = senders[id].send(t);
+                            let _ = d.senders[id].send(t);
                         }
-                        None => d.backlog.push_back(t),
+                        None => {
+                            d.backlog.push_back(t);
+                            if !d.growing && d.open < max_connections {
+                                d.growing = true;
+                                pacer_grow.notify_one();
+                            }
+                        }
                     }
                     i += 1;
                 }
             }
             // Dropping the senders ends every connection once it has nothing left.
+            let mut d = pacer_dispatch.lock().expect("not poisoned");
+            d.done = true;
+            d.senders.clear();
+            drop(d);
+            pacer_grow.notify_one();
         })?;
     let dropped = Arc::new(AtomicU64::new(0));
+    let ctx = Arc::new(SlotCtx {
+        w,
+        dispatch: dispatch.clone(),
+        target: target.clone(),
+        dropped: dropped.clone(),
+        measure_from,
+        give_up,
+        per_conn,
+    });
     let mut handles = Vec::with_capacity(connections);
-    for ((id, mut conn), mut rx) in conns.into_iter().enumerate().zip(receivers) {
-        let w = w.clone();
-        let dispatch = dispatch.clone();
-        let target = target.clone();
-        let dropped = dropped.clone();
-        handles.push(tokio::spawn(async move {
-            let mut tally = Tally::default();
-            let mut req = Vec::with_capacity(512);
-            let mut rng = 0xFACE_0000 + id as u64;
-            let mut n = 0u64;
-            let mut next = rx.recv().await;
-            while let Some(intended) = next {
-                let sent = Instant::now();
-                if sent > give_up {
-                    dropped.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    w.build(id, n, &mut rng, &mut req);
-                    n += 1;
-                    let res = conn.call(&req).await;
-                    let done = Instant::now();
-                    let measured = intended >= measure_from;
-                    match res {
-                        Ok((status, _)) => {
-                            if measured {
-                                tally
-                                    .lat_us
-                                    .push(common::micros(done.duration_since(intended)));
-                                tally.svc_us.push(common::micros(done.duration_since(sent)));
-                                tally
-                                    .lag_us
-                                    .push(common::micros(sent.duration_since(intended)));
-                                tally
-                                    .at_ms
-                                    .push(intended.duration_since(measure_from).as_millis() as u32);
-                                *tally.by_status.entry(status).or_default() += 1;
-                            }
-                        }
-                        Err(_) => {
-                            if measured {
-                                tally.io_errors += 1;
-                            }
-                            match common::reconnect(&target, give_up).await {
-                                Some(c) => conn = c,
-                                None => break,
-                            }
-                        }
-                    }
-                }
-                let queued = {
-                    let mut d = dispatch.lock().expect("not poisoned");
-                    let t = d.backlog.pop_front();
-                    if t.is_none() {
-                        d.idle.push(id);
-                    }
-                    t
-                };
-                next = match queued {
-                    Some(t) => Some(t),
-                    None => rx.recv().await,
-                };
-            }
-            tally
-        }));
+    for ((id, conn), rx) in conns.into_iter().enumerate().zip(receivers) {
+        handles.push(tokio::spawn(ctx.clone().serve(id, conn, rx, None)));
     }
+    // Opens one connection at a time while slots wait for one (see above).
+    let grower = {
+        let ctx = ctx.clone();
+        let target = target.clone();
+        tokio::spawn(async move {
+            let mut more = Vec::new();
+            loop {
+                grow.notified().await;
+                if dispatch.lock().expect("not poisoned").done {
+                    break;
+                }
+                let conn = Conn::connect(target.addr).await;
+                let mut d = dispatch.lock().expect("not poisoned");
+                d.growing = false;
+                let Ok(conn) = conn else {
+                    d.open = max_connections; // the server refuses more: stop trying
+                    continue;
+                };
+                if d.done {
+                    break;
+                }
+                let id = d.senders.len();
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
+                d.senders.push(tx);
+                d.open += 1;
+                let first = d.backlog.pop_front();
+                if first.is_none() {
+                    d.idle.push(id);
+                } else if !d.backlog.is_empty() && d.open < max_connections {
+                    d.growing = true;
+                    grow.notify_one();
+                }
+                drop(d);
+                more.push(tokio::spawn(ctx.clone().serve(id, conn, rx, first)));
+            }
+            more
+        })
+    };
     tokio::time::sleep_until(measure_from.into()).await;
     let before = CpuSnap::take(server_pid);
     tokio::time::sleep_until(end.into()).await;
     let after = CpuSnap::take(server_pid);
     let _ = tokio::task::spawn_blocking(move || pacer.join()).await;
+    handles.extend(grower.await?);
+    let opened = handles.len();
     let mut tally = Tally::default();
     for h in handles {
         tally.merge(h.await?);
@@ -550,14 +583,101 @@ async fn open_loop(
     if dropped > 0 {
         eprintln!("  {label}: {dropped} slots never sent (client fell behind by > 5 s)");
     }
+    if opened > connections {
+        eprintln!(
+            "  {label}: {opened} connections (opened {} while slots waited)",
+            opened - connections
+        );
+    }
     Ok(Phase {
         label,
-        connections,
+        connections: opened,
         secs: dur.as_secs_f64(),
         rate: Some(rate),
         tally,
         cpu: after.since(&before),
     })
+}
+
+/// What every open-loop connection shares.
+struct SlotCtx {
+    w: Arc<Workload>,
+    dispatch: Arc<std::sync::Mutex<Dispatch>>,
+    target: Target,
+    dropped: Arc<AtomicU64>,
+    measure_from: Instant,
+    give_up: Instant,
+    /// Samples to make room for up front.
+    per_conn: usize,
+}
+
+impl SlotCtx {
+    /// One connection of the open loop: takes slots (`first`, then from the backlog or its
+    /// channel) until the pacer is done and nothing is left.
+    async fn serve(
+        self: Arc<Self>,
+        id: usize,
+        mut conn: Conn,
+        mut rx: tokio::sync::mpsc::UnboundedReceiver<Instant>,
+        first: Option<Instant>,
+    ) -> Tally {
+        let mut tally = Tally::with_capacity(self.per_conn);
+        let mut req = Vec::with_capacity(512);
+        let mut rng = 0xFACE_0000 + id as u64;
+        let mut n = 0u64;
+        let mut next = match first {
+            Some(t) => Some(t),
+            None => rx.recv().await,
+        };
+        while let Some(intended) = next {
+            let sent = Instant::now();
+            let measured = intended >= self.measure_from;
+            if sent > self.give_up {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                if measured {
+                    // Never sent: it counts, with the wait it had when given up (a lower
+                    // bound), so the percentiles do not leave out the worst slots.
+                    tally.record(intended, sent, sent, self.measure_from);
+                    tally.unsent += 1;
+                }
+            } else {
+                self.w.build(id, n, &mut rng, &mut req);
+                n += 1;
+                let res = conn.call(&req).await;
+                let done = Instant::now();
+                match res {
+                    Ok((status, _)) => {
+                        if measured {
+                            tally.record(intended, sent, done, self.measure_from);
+                            *tally.by_status.entry(status).or_default() += 1;
+                        }
+                    }
+                    Err(_) => {
+                        if measured {
+                            tally.io_errors += 1;
+                        }
+                        match common::reconnect(&self.target, self.give_up).await {
+                            Some(c) => conn = c,
+                            None => break,
+                        }
+                    }
+                }
+            }
+            let queued = {
+                let mut d = self.dispatch.lock().expect("not poisoned");
+                let t = d.backlog.pop_front();
+                if t.is_none() {
+                    d.idle.push(id);
+                }
+                t
+            };
+            next = match queued {
+                Some(t) => Some(t),
+                None => rx.recv().await,
+            };
+        }
+        tally
+    }
 }
 
 /// Joins `n` places into `event` over `connections` connections; answers their tokens.
@@ -1171,6 +1291,7 @@ async fn run(a: RunArgs) -> Result<()> {
                 w,
                 label,
                 a.connections,
+                a.max_connections,
                 rate,
                 warmup,
                 dur,
@@ -1322,7 +1443,7 @@ async fn suite(a: SuiteArgs) -> Result<()> {
     let started = Instant::now();
     println!(
         "waitroom-bench suite: {} closed-loop connections, {} s per phase, {} rounds; \
-         open loop at {}/s for {} s with up to {} connections; {} client threads; \
+         open loop at {}/s for {} s with {} connections (up to {}); {} client threads; \
          up to {} s of settling before each phase",
         a.connections,
         a.phase,
@@ -1330,6 +1451,7 @@ async fn suite(a: SuiteArgs) -> Result<()> {
         a.rate,
         a.rate_duration,
         a.rate_connections,
+        a.rate_max_connections,
         c.threads,
         a.settle
     );
@@ -1436,6 +1558,7 @@ async fn suite(a: SuiteArgs) -> Result<()> {
                 w,
                 format!("{} ({label}) @{}/s", s.name(), a.rate),
                 a.rate_connections,
+                a.rate_max_connections,
                 a.rate,
                 warmup,
                 rate_dur,

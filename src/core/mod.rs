@@ -15,6 +15,7 @@
 //!   raw facts so that every backend answers with the same arithmetic.
 
 pub mod config;
+mod deadlines;
 pub mod effect;
 pub mod gate;
 pub mod holds;

@@ -15,11 +15,11 @@
 //! Mutating operations append the state changes they made to an `Effect` list: the durable
 //! store writes them to its log and the notifier pushes them to live clients.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 use serde::Serialize;
 
+use super::deadlines::DeadlineHeap;
 use super::holds::Inventory;
 use super::pace::{Bucket, Holds, RATE_WINDOW_MS};
 use super::places::{Place, PlaceTable, ShardedMap, UserIndex};
@@ -83,7 +83,7 @@ pub struct EventQueue {
     expired: u64,
     joins: u64,
     admissions: u64,
-    deadlines: BinaryHeap<Reverse<(Millis, u64)>>,
+    deadlines: DeadlineHeap,
     /// Expired places still answered with `TOKEN_EXPIRED`, pruned in time order.
     tombstones: ShardedMap<u128>,
     tombstone_order: VecDeque<(Millis, u64)>,
@@ -135,7 +135,7 @@ impl EventQueue {
             expired: 0,
             joins: 0,
             admissions: 0,
-            deadlines: BinaryHeap::new(),
+            deadlines: DeadlineHeap::default(),
             tombstones: ShardedMap::default(),
             tombstone_order: VecDeque::new(),
             bucket: Bucket::default(),
@@ -236,11 +236,7 @@ impl EventQueue {
         waiting.sort_unstable();
         let base = waiting.first().copied().unwrap_or(q.next_seq);
         q.rank = RankIndex::rebuild(base, q.next_seq - base + 1, waiting.into_iter());
-        q.deadlines = q
-            .places
-            .iter()
-            .map(|(s, p)| Reverse((p.sched, s)))
-            .collect();
+        q.deadlines = DeadlineHeap::from_entries(q.places.iter().map(|(s, p)| (p.sched, s)));
         let mut tombs: Vec<_> = tombstones.into_iter().collect();
         tombs.sort_unstable_by_key(|t| t.2);
         for (seq, nonce, at) in tombs {
@@ -267,9 +263,9 @@ impl EventQueue {
             let extra = self.extensions.get(&seq).map_or(0, |e| e.1);
             let d = Self::deadline_of(&self.config, p, extra);
             p.sched = d;
-            entries.push(Reverse((d, seq)));
+            entries.push((d, seq));
         }
-        self.deadlines = BinaryHeap::from(entries);
+        self.deadlines = DeadlineHeap::from_entries(entries);
         self.expire_due(now, fx);
         self.admit(now, fx);
     }
@@ -295,7 +291,7 @@ impl EventQueue {
             let d = Self::deadline_of(&self.config, p, extra);
             if d < p.sched {
                 p.sched = d;
-                self.deadlines.push(Reverse((d, seq)));
+                self.deadlines.push((d, seq));
             }
         }
     }
@@ -320,7 +316,7 @@ impl EventQueue {
     /// Ends what is due; answers whether anything ended.
     fn expire_due(&mut self, now: Millis, fx: &mut Vec<Effect>) -> bool {
         let mut ended = false;
-        while let Some(&Reverse((at, seq))) = self.deadlines.peek() {
+        while let Some((at, seq)) = self.deadlines.peek() {
             if at > now {
                 break;
             }
@@ -338,7 +334,7 @@ impl EventQueue {
                 ended = true;
             } else {
                 p.sched = d;
-                self.deadlines.push(Reverse((d, seq)));
+                self.deadlines.push((d, seq));
             }
         }
         while let Some(&(at, seq)) = self.tombstone_order.front() {
@@ -665,7 +661,7 @@ impl EventQueue {
             sched: Millis::MAX,
         };
         p.sched = Self::deadline_of(&self.config, &p, 0);
-        self.deadlines.push(Reverse((p.sched, seq)));
+        self.deadlines.push((p.sched, seq));
         self.places.insert(seq, p);
     }
 
@@ -839,7 +835,7 @@ impl EventQueue {
                 return Some(now + 1);
             }
         }
-        let mut next = self.deadlines.peek().map(|r| r.0 .0);
+        let mut next = self.deadlines.peek().map(|r| r.0);
         if let Some(t) = self.config.closes_at.filter(|&t| t > now) {
             next = Some(next.map_or(t, |n| n.min(t)));
         }
