@@ -93,6 +93,22 @@ pub(super) fn prelude(h: &mut String) {
     writeln!(h, "local LOG_MAXLEN = {LOG_MAXLEN}").expect("writing to a string");
 }
 
+/// Where `lv` is in [`LOG_FIELDS`].
+const LV_AT: usize = 23;
+
+/// Comma-separated integers; none in an empty string.
+fn csv_numbers(csv: &[u8]) -> Result<Vec<i64>, Malformed> {
+    if csv.is_empty() {
+        return Ok(Vec::new());
+    }
+    let bad = || Malformed("the log's numbers");
+    std::str::from_utf8(csv)
+        .map_err(|_| bad())?
+        .split(',')
+        .map(|x| x.parse().map_err(|_| bad()))
+        .collect()
+}
+
 /// The numbers of [`LOG_FIELDS`], by name.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct Meta {
@@ -124,18 +140,68 @@ struct Meta {
 }
 
 impl Meta {
+    /// All the numbers, comma-separated (a snapshot, a log entry's `m`).
     fn parse(csv: &[u8]) -> Result<Meta, Malformed> {
-        let bad = || Malformed("the log's numbers");
-        let s = std::str::from_utf8(csv).map_err(|_| bad())?;
-        let n: Vec<i64> = s
-            .split(',')
-            .map(|x| x.parse().map_err(|_| bad()))
-            .collect::<Result<_, _>>()?;
-        if n.len() != LOG_FIELDS.len() {
-            return Err(bad());
+        let n: [i64; LOG_FIELDS.len()] = csv_numbers(csv)?
+            .try_into()
+            .map_err(|_| Malformed("the log's numbers"))?;
+        Ok(Meta::from_numbers(&n))
+    }
+
+    /// The numbers after a log entry whose `d` is `pairs`: the place in [`LOG_FIELDS`] and
+    /// the new value of each number the transition set, comma-separated; the others are as
+    /// in `self` (the entry before), `lv` is the entry's version `v`.
+    fn patch(&self, pairs: &[u8], lv: u64) -> Result<Meta, Malformed> {
+        let mut n = self.numbers();
+        for pair in csv_numbers(pairs)?.chunks(2) {
+            let [at, value] = *pair else {
+                return Err(Malformed("the log's changed numbers"));
+            };
+            let slot = usize::try_from(at)
+                .ok()
+                .and_then(|i| n.get_mut(i))
+                .ok_or(Malformed("the log's changed numbers"))?;
+            *slot = value;
         }
+        n[LV_AT] = lv as i64;
+        Ok(Meta::from_numbers(&n))
+    }
+
+    /// The numbers in [`LOG_FIELDS`]' order, as `from_numbers` reads them.
+    fn numbers(&self) -> [i64; LOG_FIELDS.len()] {
+        let u = |v: u64| v as i64;
+        [
+            u(self.cap),
+            u(self.rate),
+            u(self.ttl),
+            u(self.sidle),
+            u(self.smax),
+            u(self.widle),
+            self.paused.into(),
+            u(self.ssum),
+            u(self.scnt),
+            u(self.wn),
+            u(self.nw),
+            u(self.nad),
+            u(self.nac),
+            u(self.nd),
+            self.fadm.map_or(-1, u),
+            u(self.hbusy),
+            u(self.hsince),
+            u(self.hends),
+            u(self.opens),
+            u(self.method),
+            u(self.npre),
+            u(self.closes),
+            self.ended.into(),
+            u(self.lv),
+            u(self.inc),
+        ]
+    }
+
+    fn from_numbers(n: &[i64; LOG_FIELDS.len()]) -> Meta {
         let u = |i: usize| n[i].max(0) as u64;
-        Ok(Meta {
+        Meta {
             cap: u(0),
             rate: u(1),
             ttl: u(2),
@@ -161,7 +227,7 @@ impl Meta {
             ended: n[22] != 0,
             lv: u(23),
             inc: u(24),
-        })
+        }
     }
 
     fn in_prequeue(&self, joined: Millis) -> bool {
@@ -333,7 +399,17 @@ impl Replica {
         };
         let v = int(next(b"v")?)? as u64;
         let t = int(next(b"t")?)? as u64;
-        let meta = Meta::parse(bytes(next(b"m")?)?.ok_or(Malformed("numbers"))?)?;
+        // All the numbers ('m': an event's first entry, or an older waitroom's), or those
+        // the transition set ('d', on top of the entry before).
+        let meta = match it.next() {
+            Some([k, m]) if bytes(k)? == Some(b"m") => {
+                Meta::parse(bytes(m)?.ok_or(Malformed("numbers"))?)?
+            }
+            Some([k, d]) if bytes(k)? == Some(b"d") => {
+                self.meta.patch(bytes(d)?.unwrap_or_default(), v)?
+            }
+            _ => return Err(Malformed("a log entry")),
+        };
         if v != self.meta.lv + 1 || meta.inc != self.meta.inc || meta.lv != v {
             return Ok(false);
         }
@@ -865,6 +941,91 @@ mod tests {
         assert_eq!(p.user.as_deref(), Some("alice"));
         assert!(parse_place(&rec(7, b'w', 123, "")).unwrap().user.is_none());
         assert!(parse_place(b"short").is_err());
+    }
+
+    fn bulk(s: &[u8]) -> Value {
+        Value::BulkString(s.to_vec())
+    }
+
+    #[test]
+    fn the_numbers_read_back_and_take_a_patch() {
+        assert_eq!(LOG_FIELDS[LV_AT], "lv");
+        let n: Vec<i64> = (0..LOG_FIELDS.len() as i64)
+            .map(|i| match i {
+                14 => -1,    // fadm: none yet
+                6 | 22 => 1, // paused, ended: flags
+                _ => 1_000 + i,
+            })
+            .collect();
+        let csv: Vec<String> = n.iter().map(|x| x.to_string()).collect();
+        let meta = Meta::parse(csv.join(",").as_bytes()).unwrap();
+        assert_eq!(meta.numbers().to_vec(), n);
+        assert_eq!(meta.fadm, None);
+        assert!(Meta::parse(b"1,2,3").is_err());
+        // Only what the entry names changes; lv is the entry's version.
+        let next = meta.patch(b"10,7,14,55", 2_000).unwrap();
+        assert_eq!((next.nw, next.fadm, next.lv), (7, Some(55), 2_000));
+        assert_eq!(
+            Meta {
+                nw: 1_010,
+                fadm: None,
+                lv: 1_023,
+                ..next
+            },
+            meta
+        );
+        assert_eq!(meta.patch(b"", 9).unwrap().lv, 9);
+        for bad in [&b"10"[..], b"25,1", b"-1,1", b"x,1"] {
+            assert!(meta.patch(bad, 9).is_err(), "{:?}", bad);
+        }
+    }
+
+    #[test]
+    fn log_entries_of_all_or_of_the_changed_numbers_apply() {
+        let mut n = vec![0i64; LOG_FIELDS.len()];
+        n[14] = -1;
+        n[LV_AT] = 1;
+        n[24] = 77; // inc
+        let csv: Vec<String> = n.iter().map(|x| x.to_string()).collect();
+        // From a snapshot at version 1: a join's entry, then a whole one.
+        let mut r = Replica {
+            meta: Meta::parse(csv.join(",").as_bytes()).unwrap(),
+            ..Replica::default()
+        };
+        let joined = [
+            bulk(b"v"),
+            bulk(b"2"),
+            bulk(b"t"),
+            bulk(b"6"),
+            bulk(b"d"),
+            bulk(b"10,1"),
+            bulk(b"9"),
+            bulk(&rec(3, b'w', 6, "")),
+        ];
+        assert!(r.apply(&joined).unwrap());
+        assert_eq!((r.meta.lv, r.meta.nw, r.meta.inc), (2, 1, 77));
+        assert!(r.places.contains_key(&9));
+        n[LV_AT] = 3;
+        n[10] = 5;
+        let csv: Vec<String> = n.iter().map(|x| x.to_string()).collect();
+        let whole = [
+            bulk(b"v"),
+            bulk(b"3"),
+            bulk(b"t"),
+            bulk(b"7"),
+            bulk(b"m"),
+            bulk(csv.join(",").as_bytes()),
+        ];
+        assert!(r.apply(&whole).unwrap());
+        assert_eq!((r.meta.lv, r.meta.nw), (3, 5));
+        // A gap, or a field of neither kind.
+        let mut gap = joined.clone();
+        gap[1] = bulk(b"5");
+        assert!(!r.apply(&gap).unwrap());
+        let mut other = joined.clone();
+        other[1] = bulk(b"4");
+        other[4] = bulk(b"x");
+        assert!(r.apply(&other).is_err());
     }
 
     #[test]

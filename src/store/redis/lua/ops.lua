@@ -65,7 +65,7 @@ if OP == 'delete' then
   -- Every chunk a seq so far may have used (keys that do not exist cost little).
   local batch = {}
   for c = 0, chunk(M.seq) do
-    batch[#batch + 1] = K_PLACES .. ':' .. c
+    batch[#batch + 1] = pchunk(c)
     batch[#batch + 1] = qkey(c)
     batch[#batch + 1] = wkey(c)
     if #batch >= 300 or c == chunk(M.seq) then
@@ -203,7 +203,7 @@ local function op_join(ARGV)
   set('joins', M.joins + 1)
   fx(FX_JOINED, seq, NOW)
   admit()
-  return finish('OK', view(seq))
+  return finish('OK', view(seq, p, true))
 end
 
 if OP == 'join' then return op_join(ARGV) end

@@ -7,10 +7,15 @@
 --       appended by flush_meta in the same script, so a replica applying the entries in
 --       order goes through the very states Redis went through. Fields: 'v' the log version
 --       (lv, one more per entry: a replica that sees a jump missed entries and resyncs),
---       't' the operation's time, 'm' the numbers LOG_FIELDS names (comma-separated, from
---       the prelude), then for each place the transition changed, its seq and its record
---       after it ('' once ended). Trimmed to about LOG_MAXLEN entries (MAXLEN ~), so a
---       node that falls further behind resyncs from a snapshot.
+--       't' the operation's time, then the numbers LOG_FIELDS names (from the prelude):
+--       'm' all of them, comma-separated, in an event's first entry (and in a new
+--       incarnation's), or else 'd' those the transition set, as comma-separated pairs of
+--       their 0-based place in LOG_FIELDS and their value (lv is 'v'; the rest as in the
+--       entry before, which a replica holds: it missed none, or the version jumped);
+--       then for each place the transition changed, its seq and its record after it ('' once
+--       ended). Trimmed to about LOG_MAXLEN entries (MAXLEN ~), so a node that falls
+--       further behind resyncs from a snapshot. Formatting all 25 numbers was most of a
+--       join's Lua time; a join sets one or two of them.
 
 local function log_meta()
   local out = {}
@@ -22,9 +27,29 @@ local function log_meta()
   return table.concat(out, ',')
 end
 
-log_append = function()
-  local args = {'XADD', K_LOG, 'MAXLEN', '~', LOG_MAXLEN, '*', 'v', fmt(M.lv), 't', fmt(NOW),
-    'm', log_meta()}
+-- The numbers set since the last entry (LOG_SET, rules.lua), as 'd' carries them.
+local function log_changes()
+  local out = {}
+  for k, i in ipairs(LOG_SET) do
+    local v = M[LOG_FIELDS[i]]
+    if i == LOG_AT.fadm and not v then v = -1 end
+    out[2 * k - 1] = fmt(i - 1)
+    out[2 * k] = fmt(v or 0)
+  end
+  return table.concat(out, ',')
+end
+
+local LOG_MAXLEN_ARG = fmt(LOG_MAXLEN)
+
+log_append = function(whole)
+  local args = {'XADD', K_LOG, 'MAXLEN', '~', LOG_MAXLEN_ARG, '*', 'v', fmt(M.lv), 't',
+    fmt(NOW)}
+  if whole then
+    args[11], args[12] = 'm', log_meta()
+  else
+    args[11], args[12] = 'd', log_changes()
+  end
+  LOG_SET, LOG_SEEN = {}, {}
   local seen = {}
   for i = 1, #FX, 3 do
     local s = fmt(FX[i + 1])
@@ -47,7 +72,7 @@ local function chunk_places(from)
   local last = chunk(M.seq)
   local c = from
   while c <= last and c < from + SNAPSHOT_CHUNKS and #out < 2 * SNAPSHOT_PLACES do
-    for _, v in ipairs(redis.call('HGETALL', K_PLACES .. ':' .. c)) do out[#out + 1] = v end
+    for _, v in ipairs(redis.call('HGETALL', pchunk(c))) do out[#out + 1] = v end
     c = c + 1
   end
   if c > last then c = -1 end

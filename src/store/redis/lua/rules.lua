@@ -61,7 +61,18 @@ local function fx(kind, seq, at)
   FX[#FX + 1] = at
 end
 
-local function fmt(n) return string.format('%d', n) end
+-- string.format costs a few µs of interpreter time per call, and a batch formats the same
+-- numbers again and again (its time, small counts, chunk numbers): each distinct number is
+-- formatted once per script.
+local FMTS = {}
+local function fmt(n)
+  local s = FMTS[n]
+  if not s then
+    s = string.format('%d', n)
+    FMTS[n] = s
+  end
+  return s
+end
 
 -- The layout of this script's keys (see Chunks above); the meta records it at creation.
 local LAYOUT = 1
@@ -69,9 +80,21 @@ local OLD_LAYOUT_ERROR = 'LAYOUT this event was written by an older waitroom (be
   .. 'chunked Redis layout) and cannot be read; delete it and create it again'
 
 local function chunk(seq) return math.floor(tonumber(seq) / CHUNK) end
-local function pkey(seq) return K_PLACES .. ':' .. chunk(seq) end
-local function qkey(c) return K_RANK .. ':' .. c end
-local function wkey(c) return K_WSEEN .. ':' .. c end
+-- A chunk's key names, built once per script and chunk (building one formats the number
+-- and hashes the new string: a batch of joins into one chunk would pay it per join).
+local function key_cache(base)
+  local names = {}
+  return function(c)
+    local k = names[c]
+    if not k then
+      k = base .. ':' .. c
+      names[c] = k
+    end
+    return k
+  end
+end
+local qkey, wkey, pchunk = key_cache(K_RANK), key_cache(K_WSEEN), key_cache(K_PLACES)
+local function pkey(seq) return pchunk(chunk(seq)) end
 
 -- Meta: the numbers the rules read, kept as one MessagePack array in the meta's field `n`
 -- (decoding one string is several times cheaper than reading 27 hash fields, and an
@@ -105,7 +128,23 @@ local FIELDS = {'cap', 'rate', 'ttl', 'sidle', 'smax', 'widle', 'maxq', 'paused'
 local FADM_AT = 27
 local M = {}
 local DIRTY = false
-local function set(f, v) M[f] = v; DIRTY = true end
+-- After an event's first entry, the change log carries only the numbers of LOG_FIELDS an
+-- operation set (replica.lua): LOG_AT maps a field to its place in LOG_FIELDS, LOG_SET
+-- lists the places set since the last entry (LOG_SEEN: once each). Every change of those
+-- numbers goes through set(), but for lv and inc (log_step: lv is the entry's `v`, and a
+-- new inc writes a whole entry).
+local LOG_AT = {}
+for i, f in ipairs(LOG_FIELDS) do LOG_AT[f] = i end
+local LOG_SET, LOG_SEEN = {}, {}
+local function set(f, v)
+  M[f] = v
+  DIRTY = true
+  local i = LOG_AT[f]
+  if i and not LOG_SEEN[i] then
+    LOG_SEEN[i] = true
+    LOG_SET[#LOG_SET + 1] = i
+  end
+end
 
 -- The Fenwick tree of the line's chunk counts (K_RANKF). A chunk past its size grows it by
 -- doubling: the new root covers the old one and only empty chunks.
@@ -239,7 +278,7 @@ local function ws_set(seq, t, xx)
     redis.call('ZADD', wkey(c), fmt(t), seq)
   end
   if WLOW[c] and WLOW[c] <= t then return end
-  redis.call('ZADD', K_WINDEX, 'LT', fmt(t), c)
+  redis.call('ZADD', K_WINDEX, 'LT', fmt(t), fmt(c))
   WLOW[c] = t
 end
 
@@ -312,8 +351,12 @@ local function log_step()
   DIRTY = false
   UNWRITTEN = true
   M.lv = M.lv + 1
-  if M.lv == 1 or M.inc == 0 then M.inc = NOW end
-  log_append()
+  local whole = false
+  if M.lv == 1 or M.inc == 0 then
+    M.inc = NOW
+    whole = true
+  end
+  log_append(whole)
 end
 
 local function flush_meta()
@@ -644,12 +687,19 @@ local function renew(seq, p)
 end
 
 -- The raw facts of a place; the Rust side turns them into a PlaceView. (The last heartbeat
--- matters only for a session's deadline.)
-local function view(seq, p)
+-- matters only for a session's deadline.) `newest`: seq is the place a join just made and
+-- p its record as written (admit() may have admitted it since, the one change a join
+-- makes to it after writing it: p is then read again).
+local function view(seq, p, newest)
+  if newest and string.sub(WROTE[tonumber(seq)], 17, 17) ~= 'w' then p, newest = nil, false end
   p = p or place(seq)
   local pos, ls, extra = 0, 0, 0
   local pre = p.state == 'w' and in_prequeue(p.joined)
-  if p.state == 'w' and not (pre and before_opening()) then
+  if newest and p.state == 'w' and not pre then
+    -- The newest seq is the last of the line: behind every waiting place, pre-queue
+    -- included (line_position counts it ahead), so its place is their count.
+    pos = N_W
+  elseif p.state == 'w' and not (pre and before_opening()) then
     -- (Before the opening a pre-queue place has no position to show.)
     pos = line_position(seq, p.joined)
   elseif p.state == 's' then
