@@ -60,6 +60,7 @@ pub mod look;
 pub mod openapi;
 pub mod ops;
 pub mod pages;
+pub mod place_json;
 pub mod pow;
 pub mod queue;
 pub mod records;

@@ -19,6 +19,7 @@ use super::body::{
 use super::error::{AppError, AppResult};
 use super::extract::{bearer, AppJson, AppQuery, BearerToken, WaitingToken, WaitingTokenNoBody};
 use super::guard::Caller;
+use super::place_json::PlaceAnswer;
 use super::pow::{check as check_pow, PowSolution};
 use crate::app::AppState;
 use crate::core::{validate_event_id, EventConfig, Millis, PlaceKey, QueueError};
@@ -199,7 +200,7 @@ pub async fn status(
     State(state): State<AppState>,
     caller: Caller,
     WaitingTokenNoBody(token): WaitingTokenNoBody,
-) -> AppResult<JsonAnswer<Place>> {
+) -> AppResult<PlaceAnswer> {
     let (event_id, key) = parse_polling(&state, &caller, &token).await?;
     let now = state.clock.now();
     let view = match state.store.status(&event_id, key, now).await {
@@ -212,7 +213,7 @@ pub async fn status(
     if let Ok(c) = state.events.config(&place.event_id, now).await {
         place.announcement = c.announcement.as_ref().map(AnnouncementBody::new);
     }
-    Ok(JsonAnswer(place))
+    Ok(PlaceAnswer(place))
 }
 
 /// `POST /queue/heartbeat`
