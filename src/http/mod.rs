@@ -147,6 +147,17 @@ impl Shared {
     fn new(app: AppState, guard: Arc<guard::Guard>) -> Shared {
         Shared(Arc::new(SharedParts { app, guard }))
     }
+
+    /// The state, borrowed: for the hottest handlers (`status`), which take
+    /// `State<Shared>` rather than clone an `AppState` per request.
+    pub fn app(&self) -> &AppState {
+        &self.0.app
+    }
+
+    /// The per-client limits, borrowed.
+    pub fn guard(&self) -> &guard::Guard {
+        &self.0.guard
+    }
 }
 
 impl FromRef<Shared> for AppState {
