@@ -773,7 +773,17 @@ mod tests {
             inputs.push(tok[..tok.len() - 1].to_string());
             inputs.push(format!("{tok}A"));
         }
-        inputs.extend(["", "x", "!!!!", "AAAA", &"A".repeat(MAX_TEXT), &"A".repeat(10_000)].map(String::from));
+        inputs.extend(
+            [
+                "",
+                "x",
+                "!!!!",
+                "AAAA",
+                &"A".repeat(MAX_TEXT),
+                &"A".repeat(10_000),
+            ]
+            .map(String::from),
+        );
         let mut accepted = 0;
         for input in &inputs {
             let (v, p) = (t.verify(input), t.parse(input));
@@ -781,7 +791,11 @@ mod tests {
             accepted += usize::from(v.is_ok());
         }
         assert_eq!(t.verify(&good[1]).unwrap().0, longest);
-        assert_eq!(accepted, 3 * 2, "the good tokens of known keys, bare and blank-padded");
+        assert_eq!(
+            accepted,
+            3 * 2,
+            "the good tokens of known keys, bare and blank-padded"
+        );
         let fresh = WaitingTokens::new([7; 32]);
         assert!(fresh.verify(&good[0]).is_ok());
         assert_eq!(fresh.verified.len(), 0, "verify keeps nothing");

@@ -383,15 +383,34 @@ mod tests {
     #[test]
     fn the_query_split_in_place_answers_as_form_urlencoded() {
         let pieces = [
-            "", "token=abc", "token=", "token", "token==x", "tokens=1", "xtoken=2", "TOKEN=3",
-            "token=a=b", "_=123", "&", "tok%65n=enc", "token=a%2Bb", "token=a+b", "a=%zz",
-            "token=AbC-_9", "=v", "x",
+            "",
+            "token=abc",
+            "token=",
+            "token",
+            "token==x",
+            "tokens=1",
+            "xtoken=2",
+            "TOKEN=3",
+            "token=a=b",
+            "_=123",
+            "&",
+            "tok%65n=enc",
+            "token=a%2Bb",
+            "token=a+b",
+            "a=%zz",
+            "token=AbC-_9",
+            "=v",
+            "x",
         ];
         let mut cases = 0;
         for a in pieces {
             for b in pieces {
                 for c in ["", "token=again", "&&", "y=1"] {
-                    for q in [format!("{a}&{b}&{c}"), format!("{a}{b}"), format!("{c}&{a}")] {
+                    for q in [
+                        format!("{a}&{b}&{c}"),
+                        format!("{a}{b}"),
+                        format!("{c}&{a}"),
+                    ] {
                         let uri = format!("/s?{q}");
                         if uri.parse::<axum::http::Uri>().is_err() {
                             continue;
@@ -410,7 +429,14 @@ mod tests {
     /// header, blanks trimmed, empty counting as absent.
     #[tokio::test]
     async fn the_body_less_waiting_token_is_found_as_before() {
-        let queries = ["/s", "/s?token=", "/s?token=%20", "/s?token=q1", "/s?token=+q2+", "/s?token=a&token=b"];
+        let queries = [
+            "/s",
+            "/s?token=",
+            "/s?token=%20",
+            "/s?token=q1",
+            "/s?token=+q2+",
+            "/s?token=a&token=b",
+        ];
         let headers = [None, Some("Bearer h1"), Some("Bearer  "), Some("Basic h2")];
         for uri in queries {
             for auth in headers {

@@ -64,7 +64,11 @@ impl Place {
         out.extend_from_slice(b",\"ready_for_entry\":");
         boolean(out, self.ready_for_entry);
         some(out, b",\"enter_within_sec\":", self.enter_within_sec);
-        some(out, b",\"session_expires_in_sec\":", self.session_expires_in_sec);
+        some(
+            out,
+            b",\"session_expires_in_sec\":",
+            self.session_expires_in_sec,
+        );
         if let Some(a) = &self.announcement {
             out.extend_from_slice(b",\"announcement\":");
             serde_json::to_writer(&mut *out, a).expect("an announcement serializes");
@@ -156,7 +160,14 @@ mod tests {
             PlaceState::Admitted,
             PlaceState::Active,
         ];
-        let ids = ["concert-a", "", "q\"uote\\back", "tab\there\u{1}", "é-ü", "e"];
+        let ids = [
+            "concert-a",
+            "",
+            "q\"uote\\back",
+            "tab\there\u{1}",
+            "é-ü",
+            "e",
+        ];
         for status in states {
             for n in [0, 7, 1_234_567, u64::MAX] {
                 for all in [false, true] {
