@@ -17,6 +17,10 @@ event and cost far under 1 % of a phase. The dumps are kept under target/instruc
 Each request waits for its answer before the next is sent, so this counts the work of one
 request on an idle server (no batching across requests, no contention).
 
+The status phase polls `--status-tokens K` distinct places in turn (default: as many as
+requests, each polled once, as a crowd larger than any cache polls; `1`: the same place
+every time, as one client polling, the warm-up having polled it once already).
+
 `--ceiling BENCH` counts the ceiling instead: `BENCH reference-serve --serve-loop server`
 (the bare axum `/healthz` of `waitroom-bench`, through the server's own serving loop), with
 the `healthz` phase only; the difference from the server's `healthz` is what the server's
@@ -67,6 +71,8 @@ def main():
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--out", default=os.path.join(ROOT, "target/instructions"))
     ap.add_argument("--durability", default="sync")
+    ap.add_argument("--status-tokens", type=int, default=0, metavar="K",
+                    help="distinct places the status phase polls in turn (default: --requests)")
     ap.add_argument("--ceiling", metavar="BENCH",
                     help="count the ceiling of this waitroom-bench binary (healthz only)")
     a = ap.parse_args()
@@ -109,6 +115,7 @@ def main():
     call("PUT", f"/api/v1/admin/events/{event}",
          {"name": "instr", "max_active": 1, "paused": True, "waiting_idle_sec": 2592000},
          token=admin)
+    status_tokens = min(a.status_tokens or a.requests, a.requests)
     # Places for the status phase, joined before counting starts.
     tokens = [call("POST", "/api/v1/queue/join",
                    {"event_id": event, "user_id": f"pre-{i}"})["waiting_token"]
@@ -122,13 +129,37 @@ def main():
         ("healthz", lambda i: call("GET", "/healthz")),
         ("join", lambda i: call("POST", "/api/v1/queue/join",
                                 {"event_id": event, "user_id": f"u-{i}"})),
-        ("status", lambda i: call("GET", f"/api/v1/queue/status?token={tokens[i]}")),
+        ("status", lambda i: call("GET",
+                                  f"/api/v1/queue/status?token={tokens[i % status_tokens]}")),
     ]
     results = count(a, proc, prefix, data, phases)
+    sha = sha256_share(a, "status")
+    if sha is not None:
+        # Valgrind's CPU has no SHA extensions, so sha2 runs its portable code here; on a
+        # CPU with them (x86 SHA-NI, ARMv8 SHA2) the MAC's two blocks cost a small part.
+        print(f"status: of which SHA-256 compression in software (the MAC): {sha:,.0f} "
+              "instructions per request", file=sys.stderr)
     h = results["healthz"]
     print(f"| healthz | join | status | join/healthz | status/healthz |\n|---:|---:|---:|---:|---:|\n"
           f"| {results['healthz']:,.0f} | {results['join']:,.0f} | {results['status']:,.0f} | "
           f"{results['join'] / h:.2f} | {results['status'] / h:.2f} |")
+
+
+def sha256_share(a, phase):
+    """Instructions per request of `phase` inside sha2's block function, or None."""
+    def head(path):
+        with open(path, errors="replace") as f:
+            return f.read(4000)
+    dumps = [p for p in glob.glob(os.path.join(a.out, "callgrind.out.*"))
+             if f"Trigger: dump {phase}\n" in head(p)]
+    if not dumps or not shutil.which("callgrind_annotate"):
+        return None
+    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", dumps[-1]],
+                         capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if "=>" not in line and "sha2::sha256::compress256 [" in line:
+            return int(line.split()[0].replace(",", "")) / a.requests
+    return 0.0
 
 
 def count(a, proc, prefix, data, phases):

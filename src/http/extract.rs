@@ -6,6 +6,8 @@
 //! [`OptionalJson`] also reads bodies that `navigator.sendBeacon` sends as `text/plain`, and
 //! bodies that are simply absent (the token came in the query or a header).
 
+use std::borrow::Cow;
+
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
@@ -163,19 +165,44 @@ impl TokenQuery {
     /// much as verifying the token's MAC. Answers as that extractor did: a repeated
     /// `token` is refused, other parameters are ignored.
     pub fn from_uri(uri: &axum::http::Uri) -> Result<TokenQuery, AppError> {
-        let mut token = None;
-        for (k, v) in form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()) {
+        Ok(TokenQuery {
+            token: query_token(uri)?.map(Cow::into_owned),
+        })
+    }
+}
+
+/// `?token=` of `uri`, decoded as `application/x-www-form-urlencoded`. A query with no
+/// `%` and no `+` (every token we issue is base64url) decodes to itself, so it is split
+/// in place with no copy; any other goes through `form_urlencoded`. Both answer alike
+/// (test below): pairs split at `&` (empty ones skipped), a name at its first `=`, a
+/// repeated `token` refused.
+fn query_token<'a>(uri: &'a axum::http::Uri) -> Result<Option<Cow<'a, str>>, AppError> {
+    let query = uri.query().unwrap_or("");
+    let mut token = None;
+    let mut found = |v: Cow<'a, str>| -> Result<(), AppError> {
+        if token.is_some() {
+            return Err(AppError::invalid(
+                "Failed to deserialize query string: duplicate field `token`",
+            ));
+        }
+        token = Some(v);
+        Ok(())
+    };
+    if query.bytes().any(|b| b == b'%' || b == b'+') {
+        for (k, v) in form_urlencoded::parse(query.as_bytes()) {
             if k == "token" {
-                if token.is_some() {
-                    return Err(AppError::invalid(
-                        "Failed to deserialize query string: duplicate field `token`",
-                    ));
-                }
-                token = Some(v.into_owned());
+                found(Cow::Owned(v.into_owned()))?;
             }
         }
-        Ok(TokenQuery { token })
+    } else {
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            if k == "token" {
+                found(Cow::Borrowed(v))?;
+            }
+        }
     }
+    Ok(token)
 }
 
 /// A body carrying a waiting token; both field names of the contract are accepted.
@@ -227,10 +254,16 @@ pub struct WaitingTokenNoBody(pub String);
 impl<S: Send + Sync> FromRequestParts<S> for WaitingTokenNoBody {
     type Rejection = AppError;
 
+    /// As [`WaitingToken::find`] without a body, with one copy of the token (the answer)
+    /// rather than two.
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        let query = TokenQuery::from_uri(&parts.uri)?;
-        WaitingToken::find(&query, None, &parts.headers)
-            .map(|WaitingToken(t)| WaitingTokenNoBody(t))
+        let query = query_token(&parts.uri)?;
+        query
+            .as_deref()
+            .filter(|t| !t.trim().is_empty())
+            .or_else(|| bearer(&parts.headers))
+            .map(|t| WaitingTokenNoBody(t.trim().to_string()))
+            .ok_or(AppError::MissingToken)
     }
 }
 
@@ -327,6 +360,102 @@ mod tests {
 
     fn token(uri: &str) -> Result<Option<String>, AppError> {
         TokenQuery::from_uri(&uri.parse().unwrap()).map(|q| q.token)
+    }
+
+    /// The query as `form_urlencoded` reads it (what `from_uri` did for every query).
+    fn token_by_form_urlencoded(uri: &str) -> Result<Option<String>, ()> {
+        let uri: axum::http::Uri = uri.parse().unwrap();
+        let mut token = None;
+        for (k, v) in form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()) {
+            if k == "token" {
+                if token.is_some() {
+                    return Err(());
+                }
+                token = Some(v.into_owned());
+            }
+        }
+        Ok(token)
+    }
+
+    /// The in-place split answers as `form_urlencoded` for every combination of the
+    /// pieces a query can hold (empty pairs, bare names, `=` in values, look-alike names,
+    /// encoded names and values, repeats).
+    #[test]
+    fn the_query_split_in_place_answers_as_form_urlencoded() {
+        let pieces = [
+            "",
+            "token=abc",
+            "token=",
+            "token",
+            "token==x",
+            "tokens=1",
+            "xtoken=2",
+            "TOKEN=3",
+            "token=a=b",
+            "_=123",
+            "&",
+            "tok%65n=enc",
+            "token=a%2Bb",
+            "token=a+b",
+            "a=%zz",
+            "token=AbC-_9",
+            "=v",
+            "x",
+        ];
+        let mut cases = 0;
+        for a in pieces {
+            for b in pieces {
+                for c in ["", "token=again", "&&", "y=1"] {
+                    for q in [
+                        format!("{a}&{b}&{c}"),
+                        format!("{a}{b}"),
+                        format!("{c}&{a}"),
+                    ] {
+                        let uri = format!("/s?{q}");
+                        if uri.parse::<axum::http::Uri>().is_err() {
+                            continue;
+                        }
+                        let ours = token(&uri).map_err(|_| ());
+                        assert_eq!(ours, token_by_form_urlencoded(&uri), "{uri}");
+                        cases += 1;
+                    }
+                }
+            }
+        }
+        assert!(cases > 3000, "{cases}");
+    }
+
+    /// The body-less extractor answers as `WaitingToken::find` does: query, then bearer
+    /// header, blanks trimmed, empty counting as absent.
+    #[tokio::test]
+    async fn the_body_less_waiting_token_is_found_as_before() {
+        let queries = [
+            "/s",
+            "/s?token=",
+            "/s?token=%20",
+            "/s?token=q1",
+            "/s?token=+q2+",
+            "/s?token=a&token=b",
+        ];
+        let headers = [None, Some("Bearer h1"), Some("Bearer  "), Some("Basic h2")];
+        for uri in queries {
+            for auth in headers {
+                let mut req = Request::builder().uri(uri);
+                if let Some(a) = auth {
+                    req = req.header(AUTHORIZATION, a);
+                }
+                let (mut parts, ()) = req.body(()).unwrap().into_parts();
+                let ours = WaitingTokenNoBody::from_request_parts(&mut parts, &())
+                    .await
+                    .map(|t| t.0)
+                    .map_err(|e| e.to_string());
+                let before = TokenQuery::from_uri(&parts.uri)
+                    .and_then(|q| WaitingToken::find(&q, None, &parts.headers))
+                    .map(|t| t.0)
+                    .map_err(|e| e.to_string());
+                assert_eq!(ours, before, "{uri} {auth:?}");
+            }
+        }
     }
 
     #[test]

@@ -48,7 +48,7 @@ use super::error::AppError;
 use crate::catalog::EventCatalog;
 use crate::config::guard::canonical;
 use crate::config::{ForwardedHeader, RateLimitSettings};
-use crate::core::{Millis, PlaceKey, RateLimits};
+use crate::core::{EventConfig, Millis, PlaceKey};
 
 /// Most live streams (WebSocket and SSE together) open at once for one place: a few tabs
 /// and devices of one person, not a bot's thousands.
@@ -316,17 +316,6 @@ impl Guard {
         limiter.check(key, &self.clock)
     }
 
-    /// The event's overrides; the server's values when it has none or cannot be read (a
-    /// join to an unknown event then fails in the store as it would have).
-    async fn overrides(&self, events: &EventCatalog, event_id: &str, now: Millis) -> RateLimits {
-        events
-            .config(event_id, now)
-            .await
-            .ok()
-            .and_then(|c| c.rate_limits.as_deref().copied())
-            .unwrap_or_default()
-    }
-
     /// A join by `client` to `event_id`. Only events that exist are keyed: made-up ids
     /// would otherwise fill the limiter (and push every newcomer into the overflow
     /// bucket); a join to an unknown event is answered `404` by the store anyway.
@@ -362,10 +351,25 @@ impl Guard {
         if !self.enabled() {
             return Ok(());
         }
-        let rate = self
-            .overrides(events, event_id, now)
-            .await
-            .polls_per_second
+        let config = events.config(event_id, now).await.ok();
+        self.check_poll_in(config.as_deref(), event_id, key)
+    }
+
+    /// [`check_poll`](Self::check_poll) with the event's settings already read (`None`:
+    /// unknown or unreadable, so the server's limit), for a handler that needs them too.
+    pub fn check_poll_in(
+        &self,
+        config: Option<&EventConfig>,
+        event_id: &str,
+        key: PlaceKey,
+    ) -> Result<(), AppError> {
+        if !self.enabled() {
+            return Ok(());
+        }
+        // The event's override; the server's limit when it has none or cannot be read.
+        let rate = config
+            .and_then(|c| c.rate_limits.as_deref())
+            .and_then(|r| r.polls_per_second)
             .unwrap_or(self.settings.polls_per_second);
         Ok(self.check(&self.polls, rate, (event_id, key))?)
     }

@@ -102,11 +102,12 @@ async fn admit(
         .ok_or(AppError::TooManyStreams)
 }
 
-/// The place a waiting token names; `401 TOKEN_INVALID` for a forged one.
+/// The place a waiting token names; `401 TOKEN_INVALID` for a forged one (checked by its
+/// MAC, as a status poll's: `WaitingTokens::verify`).
 fn parse(state: &AppState, token: &str) -> AppResult<(String, PlaceKey)> {
     state
         .waiting
-        .parse(token)
+        .verify(token)
         .map_err(|_| AppError::TokenInvalid)
 }
 

@@ -60,6 +60,7 @@ pub mod look;
 pub mod openapi;
 pub mod ops;
 pub mod pages;
+pub mod place_json;
 pub mod pow;
 pub mod queue;
 pub mod records;
@@ -145,6 +146,17 @@ struct SharedParts {
 impl Shared {
     fn new(app: AppState, guard: Arc<guard::Guard>) -> Shared {
         Shared(Arc::new(SharedParts { app, guard }))
+    }
+
+    /// The state, borrowed: for the hottest handlers (`status`), which take
+    /// `State<Shared>` rather than clone an `AppState` per request.
+    pub fn app(&self) -> &AppState {
+        &self.0.app
+    }
+
+    /// The per-client limits, borrowed.
+    pub fn guard(&self) -> &guard::Guard {
+        &self.0.guard
     }
 }
 

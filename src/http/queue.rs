@@ -19,7 +19,9 @@ use super::body::{
 use super::error::{AppError, AppResult};
 use super::extract::{bearer, AppJson, AppQuery, BearerToken, WaitingToken, WaitingTokenNoBody};
 use super::guard::Caller;
+use super::place_json::PlaceAnswer;
 use super::pow::{check as check_pow, PowSolution};
+use super::Shared;
 use crate::app::AppState;
 use crate::core::{validate_event_id, EventConfig, Millis, PlaceKey, QueueError};
 use crate::store::{JoinRequest, StoreError};
@@ -101,11 +103,13 @@ fn identity(
     Ok((Some(sub), true))
 }
 
-/// The event and place a waiting token names; no store lookup for forgeries.
+/// The event and place a waiting token names; no store lookup for forgeries. Verified by
+/// its MAC every time, not through the gate's cache of verified tokens: a crowd's polls
+/// would mostly miss it (`WaitingTokens::verify`).
 fn parse_waiting(state: &AppState, token: &str) -> AppResult<(String, PlaceKey)> {
     state
         .waiting
-        .parse(token)
+        .verify(token)
         .map_err(|_| AppError::TokenInvalid)
 }
 
@@ -192,25 +196,33 @@ pub async fn join(
     }))
 }
 
-/// `GET /queue/status`: counts as a heartbeat.
+/// `GET /queue/status`: counts as a heartbeat. Every waiting page polls it, so it borrows
+/// the routes' state (`Shared`) rather than cloning an `AppState` (a dozen reference
+/// counts bumped and dropped), and reads the event's settings once, for both the poll
+/// limit and the announcement.
 pub async fn status(
-    State(state): State<AppState>,
-    caller: Caller,
+    State(shared): State<Shared>,
     WaitingTokenNoBody(token): WaitingTokenNoBody,
-) -> AppResult<JsonAnswer<Place>> {
-    let (event_id, key) = parse_polling(&state, &caller, &token).await?;
+) -> AppResult<PlaceAnswer> {
+    let state = shared.app();
+    let (event_id, key) = parse_waiting(state, &token)?;
     let now = state.clock.now();
+    // From this node's catalog: no store call on a warm path, at most a second old.
+    let config = state.events.config(&event_id, now).await.ok();
+    shared
+        .guard()
+        .check_poll_in(config.as_deref(), &event_id, key)?;
     let view = match state.store.status(&event_id, key, now).await {
         Ok(v) => v,
-        Err(e) => return Err(super::lifecycle::explain(&state, &event_id, e.into()).await),
+        Err(e) => return Err(super::lifecycle::explain(state, &event_id, e.into()).await),
     };
     let mut place = Place::new(event_id, &view);
     // The operator's message, for clients that poll rather than follow the live stream.
-    // From this node's catalog: no store call on a warm path, at most a second old.
-    if let Ok(c) = state.events.config(&place.event_id, now).await {
-        place.announcement = c.announcement.as_ref().map(AnnouncementBody::new);
-    }
-    Ok(JsonAnswer(place))
+    place.announcement = config
+        .as_ref()
+        .and_then(|c| c.announcement.as_ref())
+        .map(AnnouncementBody::new);
+    Ok(PlaceAnswer(place))
 }
 
 /// `POST /queue/heartbeat`

@@ -14,6 +14,9 @@
 //! Direct-mapped: a fixed number of slots, one entry each, a new entry replacing whatever
 //! was there. Memory is bounded (slots × the longest token and event id) with no eviction
 //! bookkeeping; one lock per slot, so lookups of different tokens do not contend.
+//!
+//! Only the gate uses it (`WaitingTokens::parse`). The end-user API's polls come from a
+//! whole crowd, far more places than slots, and verify by the MAC (`WaitingTokens::verify`).
 
 use std::hash::{BuildHasher, RandomState};
 
