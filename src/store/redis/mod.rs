@@ -46,6 +46,7 @@
 mod batch;
 mod conn;
 mod decode;
+mod log_meta;
 mod memory;
 mod relay;
 mod replica;

@@ -41,7 +41,6 @@
 //! poll's time, so a late flush never revives one.
 
 use std::collections::HashMap;
-use std::fmt::Write;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -49,22 +48,14 @@ use parking_lot::Mutex;
 use redis::Value;
 use tokio::sync::{watch, Notify};
 
-use super::decode::{array, bytes, field, int, text, Ctx, Malformed};
+use super::decode::{array, bytes, field, int, text, Malformed};
+pub(super) use super::log_meta::prelude;
+use super::log_meta::Meta;
 use super::{Inner, StoreResult};
 use crate::core::rank::RankIndex;
-use crate::core::{Millis, Pace, PlaceFacts, PlaceKey, PlaceState, PlaceView, Timeouts};
+use crate::core::{Millis, PlaceFacts, PlaceKey, PlaceState, PlaceView};
 use crate::store::{Notice, StoreError};
 
-/// The meta's numbers each log entry carries, in this order (the prelude hands the list to
-/// the Lua).
-pub(super) const LOG_FIELDS: [&str; 25] = [
-    "cap", "rate", "ttl", "sidle", "smax", "widle", "paused", "ssum", "scnt", "wn", "nw", "nad",
-    "nac", "nd", "fadm", "hbusy", "hsince", "hends", "opens", "method", "npre", "closes", "ended",
-    "lv", "inc",
-];
-/// About how many entries the log keeps: at 20,000 changes a second, half a second of
-/// history for a lagging node before it must resync.
-pub(super) const LOG_MAXLEN: u64 = 10_000;
 /// How often a replica polls its log when nothing woke it: every [`POLL`] while entries
 /// come, backing off to [`POLL_IDLE`] on a quiet event (many replicated events on a node
 /// must not each cost Redis 200 reads a second).
@@ -85,186 +76,6 @@ const FLUSH_BATCH: usize = 4_000;
 const IDLE: Duration = Duration::from_secs(60);
 /// How often a replica checks that its log still exists (a deleted event's log is gone).
 const CHECK_EVERY: Duration = Duration::from_secs(1);
-
-/// The generated prelude's part: the log's fields and length.
-pub(super) fn prelude(h: &mut String) {
-    let names: Vec<String> = LOG_FIELDS.iter().map(|f| format!("'{f}'")).collect();
-    writeln!(h, "local LOG_FIELDS = {{{}}}", names.join(", ")).expect("writing to a string");
-    writeln!(h, "local LOG_MAXLEN = {LOG_MAXLEN}").expect("writing to a string");
-}
-
-/// Where `lv` is in [`LOG_FIELDS`].
-const LV_AT: usize = 23;
-
-/// Comma-separated integers; none in an empty string.
-fn csv_numbers(csv: &[u8]) -> Result<Vec<i64>, Malformed> {
-    if csv.is_empty() {
-        return Ok(Vec::new());
-    }
-    let bad = || Malformed("the log's numbers");
-    std::str::from_utf8(csv)
-        .map_err(|_| bad())?
-        .split(',')
-        .map(|x| x.parse().map_err(|_| bad()))
-        .collect()
-}
-
-/// The numbers of [`LOG_FIELDS`], by name.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-struct Meta {
-    cap: u64,
-    rate: u64,
-    ttl: u64,
-    sidle: u64,
-    smax: u64,
-    widle: u64,
-    paused: bool,
-    ssum: u64,
-    scnt: u64,
-    wn: u64,
-    nw: u64,
-    nad: u64,
-    nac: u64,
-    nd: u64,
-    fadm: Option<u64>,
-    hbusy: u64,
-    hsince: u64,
-    hends: u64,
-    opens: u64,
-    method: u64,
-    npre: u64,
-    closes: u64,
-    ended: bool,
-    lv: u64,
-    inc: u64,
-}
-
-impl Meta {
-    /// All the numbers, comma-separated (a snapshot, a log entry's `m`).
-    fn parse(csv: &[u8]) -> Result<Meta, Malformed> {
-        let n: [i64; LOG_FIELDS.len()] = csv_numbers(csv)?
-            .try_into()
-            .map_err(|_| Malformed("the log's numbers"))?;
-        Ok(Meta::from_numbers(&n))
-    }
-
-    /// The numbers after a log entry whose `d` is `pairs`: the place in [`LOG_FIELDS`] and
-    /// the new value of each number the transition set, comma-separated; the others are as
-    /// in `self` (the entry before), `lv` is the entry's version `v`.
-    fn patch(&self, pairs: &[u8], lv: u64) -> Result<Meta, Malformed> {
-        let mut n = self.numbers();
-        for pair in csv_numbers(pairs)?.chunks(2) {
-            let [at, value] = *pair else {
-                return Err(Malformed("the log's changed numbers"));
-            };
-            let slot = usize::try_from(at)
-                .ok()
-                .and_then(|i| n.get_mut(i))
-                .ok_or(Malformed("the log's changed numbers"))?;
-            *slot = value;
-        }
-        n[LV_AT] = lv as i64;
-        Ok(Meta::from_numbers(&n))
-    }
-
-    /// The numbers in [`LOG_FIELDS`]' order, as `from_numbers` reads them.
-    fn numbers(&self) -> [i64; LOG_FIELDS.len()] {
-        let u = |v: u64| v as i64;
-        [
-            u(self.cap),
-            u(self.rate),
-            u(self.ttl),
-            u(self.sidle),
-            u(self.smax),
-            u(self.widle),
-            self.paused.into(),
-            u(self.ssum),
-            u(self.scnt),
-            u(self.wn),
-            u(self.nw),
-            u(self.nad),
-            u(self.nac),
-            u(self.nd),
-            self.fadm.map_or(-1, u),
-            u(self.hbusy),
-            u(self.hsince),
-            u(self.hends),
-            u(self.opens),
-            u(self.method),
-            u(self.npre),
-            u(self.closes),
-            self.ended.into(),
-            u(self.lv),
-            u(self.inc),
-        ]
-    }
-
-    fn from_numbers(n: &[i64; LOG_FIELDS.len()]) -> Meta {
-        let u = |i: usize| n[i].max(0) as u64;
-        Meta {
-            cap: u(0),
-            rate: u(1),
-            ttl: u(2),
-            sidle: u(3),
-            smax: u(4),
-            widle: u(5),
-            paused: n[6] != 0,
-            ssum: u(7),
-            scnt: u(8),
-            wn: u(9),
-            nw: u(10),
-            nad: u(11),
-            nac: u(12),
-            nd: u(13),
-            fadm: u64::try_from(n[14]).ok(),
-            hbusy: u(15),
-            hsince: u(16),
-            hends: u(17),
-            opens: u(18),
-            method: u(19),
-            npre: u(20),
-            closes: u(21),
-            ended: n[22] != 0,
-            lv: u(23),
-            inc: u(24),
-        }
-    }
-
-    fn in_prequeue(&self, joined: Millis) -> bool {
-        self.opens > 0 && joined < self.opens
-    }
-
-    /// The script's `ctx()` at `now` (rules.lua): what ETAs and deadlines come from.
-    fn ctx(&self, now: Millis) -> Ctx {
-        let live = self.nad + self.nac;
-        let hold_ms = if self.hsince == 0 || now <= self.hsince {
-            self.hbusy
-        } else {
-            self.hbusy + live * (now - self.hsince)
-        };
-        Ctx {
-            pace: Pace {
-                recent_admissions: self.wn,
-                first_admission_at: self.fadm,
-                admit_per_minute: (self.rate > 0).then_some(self.rate as u32),
-                capacity: self.cap,
-                session_sum_ms: self.ssum,
-                session_count: self.scnt,
-                session_max_sec: (self.smax / 1000) as u32,
-                paused: self.paused,
-                hold_ms,
-                hold_ends: self.hends,
-                live,
-            },
-            timeouts: Timeouts {
-                ready_ttl_ms: self.ttl,
-                session_idle_ms: self.sidle,
-                session_max_ms: self.smax,
-                waiting_idle_ms: self.widle,
-            },
-        }
-    }
-}
 
 /// A place record as `encode` in rules.lua writes it.
 #[derive(Debug, Clone)]
@@ -924,6 +735,7 @@ async fn read(inner: &Inner, event_id: &str, entry: &Entry, checked_at: &mut Ins
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::redis::log_meta::{LOG_FIELDS, LV_AT};
 
     fn rec(nonce: u128, state: u8, joined: u64, user: &str) -> Vec<u8> {
         let mut r = nonce.to_be_bytes().to_vec();
@@ -945,39 +757,6 @@ mod tests {
 
     fn bulk(s: &[u8]) -> Value {
         Value::BulkString(s.to_vec())
-    }
-
-    #[test]
-    fn the_numbers_read_back_and_take_a_patch() {
-        assert_eq!(LOG_FIELDS[LV_AT], "lv");
-        let n: Vec<i64> = (0..LOG_FIELDS.len() as i64)
-            .map(|i| match i {
-                14 => -1,    // fadm: none yet
-                6 | 22 => 1, // paused, ended: flags
-                _ => 1_000 + i,
-            })
-            .collect();
-        let csv: Vec<String> = n.iter().map(|x| x.to_string()).collect();
-        let meta = Meta::parse(csv.join(",").as_bytes()).unwrap();
-        assert_eq!(meta.numbers().to_vec(), n);
-        assert_eq!(meta.fadm, None);
-        assert!(Meta::parse(b"1,2,3").is_err());
-        // Only what the entry names changes; lv is the entry's version.
-        let next = meta.patch(b"10,7,14,55", 2_000).unwrap();
-        assert_eq!((next.nw, next.fadm, next.lv), (7, Some(55), 2_000));
-        assert_eq!(
-            Meta {
-                nw: 1_010,
-                fadm: None,
-                lv: 1_023,
-                ..next
-            },
-            meta
-        );
-        assert_eq!(meta.patch(b"", 9).unwrap().lv, 9);
-        for bad in [&b"10"[..], b"25,1", b"-1,1", b"x,1"] {
-            assert!(meta.patch(bad, 9).is_err(), "{:?}", bad);
-        }
     }
 
     #[test]
