@@ -597,3 +597,48 @@ async fn batched_writes_reach_the_other_nodes_replica_exactly() {
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
+
+/// Every entry of the change log names the event's incarnation: `m` carries all the
+/// numbers, and each `d` the incarnation among the numbers it changed. A replica that
+/// missed an event's deletion and its new incarnation's first entries would otherwise
+/// patch the new entries onto the old incarnation's state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_log_entry_names_the_incarnation() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let (prefix, a, _) = two_nodes(&server);
+    let ev = "incarnation";
+    event(&a, ev, serde_json::json!({"max_active": 1})).await;
+    for _ in 0..3 {
+        join(&a, ev).await;
+    }
+    let log = format!("{prefix}:{{{ev}}}:lg");
+    // Place records are binary: the fields are read as bytes.
+    let entries: Vec<(String, Vec<Vec<u8>>)> = redis::cmd("XRANGE")
+        .arg(&log)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(entries.len() >= 4, "{entries:?}");
+    let mut inc = None;
+    for (id, fields) in &entries {
+        let field = |name: &str| {
+            fields
+                .chunks(2)
+                .find(|p| p[0] == name.as_bytes())
+                .map(|p| String::from_utf8_lossy(&p[1]).into_owned())
+        };
+        let seen = if let Some(m) = field("m") {
+            m.split(',').nth(24).map(str::to_string)
+        } else {
+            let d = field("d").unwrap_or_else(|| panic!("{id}: neither m nor d"));
+            let n: Vec<&str> = d.split(',').collect();
+            n.chunks(2).find(|p| p[0] == "24").map(|p| p[1].to_string())
+        };
+        let seen = seen.unwrap_or_else(|| panic!("{id}: no incarnation"));
+        assert_ne!(seen, "0", "{id}");
+        assert_eq!(inc.get_or_insert_with(|| seen.clone()), &seen, "{id}");
+    }
+}

@@ -167,7 +167,9 @@ impl<S: Sink> GroupCommit<S> {
         // following load of `queued` sees the change and it goes round again. The same
         // holds for a request that steps aside because the thread wants the flag: the
         // thread clears `sync_wanted` after giving the flag back, then looks again.
-        while self.queued.load(SeqCst) > self.taken.load(SeqCst) {
+        // After a failed write nothing is taken any more (`drain` stops at once), so the
+        // queue's count would never catch up: stop, or the holder spins for good.
+        while !self.stopped.load(SeqCst) && self.queued.load(SeqCst) > self.taken.load(SeqCst) {
             if self.sync_wanted.load(SeqCst) || self.writing.swap(true, SeqCst) {
                 return;
             }
@@ -382,12 +384,17 @@ mod tests {
         synced: Arc<AtomicU64>,
         /// Held by a test to keep a writer inside `write`.
         hold: Arc<Mutex<()>>,
+        /// Set by a test: writes fail from then on.
+        failing: Arc<AtomicBool>,
     }
 
     impl Sink for Recorder {
         type Change = (usize, u64);
         fn write(&mut self, group: Vec<(usize, u64)>) -> Result<(), String> {
             drop(self.hold.lock());
+            if self.failing.load(SeqCst) {
+                return Err("the disk is gone".into());
+            }
             let mut w = self.written.try_lock().expect("one writer at a time");
             w.extend(group);
             Ok(())
@@ -495,6 +502,44 @@ mod tests {
         assert_eq!(rt.block_on(gc.handed_over(ticket, bound)), Handed::Yes);
         assert_eq!(*written.lock(), vec![(0, 0), (1, 0)]);
         first.join().unwrap();
+    }
+
+    /// `relaxed`: a write that fails while a change waits behind it ends the writer's
+    /// loop (the failed sink takes nothing more, so the queue never empties).
+    #[test]
+    fn a_failed_write_ends_the_writers_loop() {
+        let sink = Recorder::default();
+        let (hold, failing) = (sink.hold.clone(), sink.failing.clone());
+        let gc = GroupCommit::new(sink, Durability::Relaxed);
+        let held = hold.lock();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let writer = {
+            let gc = gc.clone();
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                gc.submit((0, 0)).ok().unwrap();
+                gc.write_queued(); // takes the flag, then waits in `write` on `hold`
+                tx.send("first").unwrap();
+            })
+        };
+        while !gc.writing.load(SeqCst) {
+            std::thread::yield_now();
+        }
+        gc.submit((1, 0)).ok().unwrap();
+        failing.store(true, SeqCst);
+        drop(held);
+        let bound = Duration::from_secs(5);
+        assert_eq!(rx.recv_timeout(bound), Ok("first"), "the writer spins");
+        writer.join().unwrap();
+        let late = {
+            let gc = gc.clone();
+            std::thread::spawn(move || {
+                gc.write_queued();
+                tx.send("late").unwrap();
+            })
+        };
+        assert_eq!(rx.recv_timeout(bound), Ok("late"), "a later writer spins");
+        late.join().unwrap();
     }
 
     /// Many requests on a runtime of two workers: each answers only after its change is

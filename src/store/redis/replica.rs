@@ -797,6 +797,18 @@ mod tests {
         ];
         assert!(r.apply(&whole).unwrap());
         assert_eq!((r.meta.lv, r.meta.nw), (3, 5));
+        // The next version, but of another incarnation (the event deleted and made again,
+        // its first entries missed): not patched onto this one's state.
+        let other = [
+            bulk(b"v"),
+            bulk(b"4"),
+            bulk(b"t"),
+            bulk(b"8"),
+            bulk(b"d"),
+            bulk(b"10,1,24,88"),
+        ];
+        assert!(!r.apply(&other).unwrap());
+        assert_eq!((r.meta.lv, r.meta.inc), (3, 77));
         // A gap, or a field of neither kind.
         let mut gap = joined.clone();
         gap[1] = bulk(b"5");

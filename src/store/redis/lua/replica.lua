@@ -11,7 +11,8 @@
 --       'm' all of them, comma-separated, in an event's first entry (and in a new
 --       incarnation's), or else 'd' those the transition set, as comma-separated pairs of
 --       their 0-based place in LOG_FIELDS and their value (lv is 'v'; the rest as in the
---       entry before, which a replica holds: it missed none, or the version jumped);
+--       entry before, which a replica holds: it missed none, or the version jumped; 'inc'
+--       is always among them, so an entry of another incarnation is told apart);
 --       then for each place the transition changed, its seq and its record after it ('' once
 --       ended). Trimmed to about LOG_MAXLEN entries (MAXLEN ~), so a node that falls
 --       further behind resyncs from a snapshot. Formatting all 25 numbers was most of a
@@ -27,7 +28,10 @@ local function log_meta()
   return table.concat(out, ',')
 end
 
--- The numbers set since the last entry (LOG_SET, rules.lua), as 'd' carries them.
+-- The numbers set since the last entry (LOG_SET, rules.lua), as 'd' carries them, and
+-- always the incarnation: a replica that missed a deletion and the new incarnation's first
+-- entry (trimmed, or a stream id not above the old one's) must still see that the entry
+-- belongs to another incarnation rather than patch the old state with it.
 local function log_changes()
   local out = {}
   for k, i in ipairs(LOG_SET) do
@@ -35,6 +39,10 @@ local function log_changes()
     if i == LOG_AT.fadm and not v then v = -1 end
     out[2 * k - 1] = fmt(i - 1)
     out[2 * k] = fmt(v or 0)
+  end
+  if not LOG_SEEN[LOG_AT.inc] then
+    out[#out + 1] = fmt(LOG_AT.inc - 1)
+    out[#out + 1] = fmt(M.inc or 0)
   end
   return table.concat(out, ',')
 end
