@@ -285,7 +285,7 @@ impl From<StoreError> for AppError {
 }
 
 /// Too large is the only body failure that is not plain bad input.
-fn body_error(status: StatusCode, text: String) -> AppError {
+pub(super) fn body_error(status: StatusCode, text: String) -> AppError {
     if status == StatusCode::PAYLOAD_TOO_LARGE {
         AppError::PayloadTooLarge("the request body is too large".into())
     } else {

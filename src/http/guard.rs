@@ -326,10 +326,24 @@ impl Guard {
         client: Option<IpAddr>,
         event_id: &str,
     ) -> Result<(), AppError> {
-        let Some(ip) = client.filter(|_| self.enabled()) else {
+        if client.filter(|_| self.enabled()).is_none() {
+            return Ok(());
+        }
+        let Ok(config) = events.config(event_id, now).await else {
             return Ok(());
         };
-        let Ok(config) = events.config(event_id, now).await else {
+        self.check_join_in(&config, client, event_id)
+    }
+
+    /// [`check_join`](Self::check_join) with the event's settings already read, for the
+    /// join handler, which reads them anyway (one catalog lookup per join, not three).
+    pub fn check_join_in(
+        &self,
+        config: &EventConfig,
+        client: Option<IpAddr>,
+        event_id: &str,
+    ) -> Result<(), AppError> {
+        let Some(ip) = client.filter(|_| self.enabled()) else {
             return Ok(());
         };
         let rate = config

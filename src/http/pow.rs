@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use super::error::{AppError, AppResult};
 use crate::app::AppState;
+use crate::core::EventConfig;
 use crate::pow::PowError;
 
 /// `"pow": {"prefix", "nonce"}` of a join body.
@@ -21,13 +22,15 @@ pub struct PowSolution {
 /// Lets the join through when the event asks no work (or is closed: the store then says
 /// so, rather than asking for work that cannot help), or when `solution` solves one of our
 /// challenges for this event and was not spent before, on any node.
+///
+/// `config`: the event's settings as the join handler read them (not read again here).
 pub async fn check(
     state: &AppState,
+    config: &EventConfig,
     event_id: &str,
     solution: Option<&PowSolution>,
 ) -> AppResult<()> {
     let now = state.clock.now();
-    let config = state.events.config(event_id, now).await?;
     let rate = match config.pow_auto_above {
         Some(_) => state.join_rates.hit(event_id, now),
         None => 0,

@@ -14,12 +14,12 @@ use serde_json::{Map, Value};
 
 use super::admin::is_admin_token;
 use super::body::{
-    AnnouncementBody, Completed, Entered, Joined, JsonAnswer, Place, QueueInfo, Removed, Verified,
+    AnnouncementBody, Completed, Entered, Joined, Place, QueueInfo, Removed, Verified,
 };
 use super::error::{AppError, AppResult};
 use super::extract::{bearer, AppJson, AppQuery, BearerToken, WaitingToken, WaitingTokenNoBody};
 use super::guard::Caller;
-use super::place_json::PlaceAnswer;
+use super::place_json::{JoinedAnswer, PlaceAnswer};
 use super::pow::{check as check_pow, PowSolution};
 use super::Shared;
 use crate::app::AppState;
@@ -69,20 +69,22 @@ fn server_key(state: &AppState, caller: &Caller, headers: &HeaderMap) -> AppResu
 /// Who the joiner is and whether that is proven: by a valid user token (its `sub`) or by
 /// the site's server key (`server`). A bare `user_id` is a claim only, which the queue
 /// rules treat as such.
+///
+/// Takes the body's `user_id` (moved into the answer rather than copied).
 fn identity(
     config: &EventConfig,
     server: bool,
-    body: &JoinBody,
+    body: &mut JoinBody,
     now: Millis,
 ) -> AppResult<(Option<String>, bool)> {
     let Some(token) = body.user_token.as_deref() else {
         if server {
-            return Ok((body.user_id.clone(), true));
+            return Ok((body.user_id.take(), true));
         }
         if config.require_user_token {
             return Err(AppError::UserTokenRequired);
         }
-        return Ok((body.user_id.clone(), false));
+        return Ok((body.user_id.take(), false));
     };
     let sub = tokens::verify_user_token(
         token,
@@ -132,8 +134,8 @@ pub async fn join(
     State(state): State<AppState>,
     headers: HeaderMap,
     caller: Caller,
-    AppJson(body): AppJson<JoinBody>,
-) -> AppResult<JsonAnswer<Joined>> {
+    AppJson(mut body): AppJson<JoinBody>,
+) -> AppResult<JoinedAnswer> {
     validate_event_id(&body.event_id)?;
     if body
         .invite
@@ -151,11 +153,9 @@ pub async fn join(
     // A backend holding the server key joins for many users from one address: the
     // per-client limit is for anonymous clients.
     if !server {
-        (caller.guard)
-            .check_join(&state.events, now, caller.ip, &body.event_id)
-            .await?;
+        (caller.guard).check_join_in(&config, caller.ip, &body.event_id)?;
     }
-    let (user_id, proven) = identity(&config, server, &body, now)?;
+    let (user_id, proven) = identity(&config, server, &mut body, now)?;
     if let Some(u) = &user_id {
         let n = u.chars().count();
         if n == 0 || n > MAX_USER_ID_CHARS {
@@ -176,7 +176,7 @@ pub async fn join(
             Some(raw)
         }
     };
-    check_pow(&state, &body.event_id, body.pow.as_ref()).await?;
+    check_pow(&state, &config, &body.event_id, body.pow.as_ref()).await?;
     let req = JoinRequest {
         user_id,
         metadata,
@@ -190,7 +190,7 @@ pub async fn join(
     };
     let mut place = Place::new(body.event_id, &view);
     place.announcement = config.announcement.as_ref().map(AnnouncementBody::new);
-    Ok(JsonAnswer(Joined {
+    Ok(JoinedAnswer(Joined {
         waiting_token: state.waiting.issue(&place.event_id, view.key),
         place,
     }))
