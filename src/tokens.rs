@@ -128,6 +128,21 @@ impl WaitingTokens {
         Ok((event_id, key))
     }
 
+    /// The place `token` names if we issued it for `event_id`: [`Self::parse`] for a gated
+    /// request, whose cache hit compares the event id in place rather than copying it.
+    pub fn place_for(&self, token: &str, event_id: &str) -> Option<PlaceKey> {
+        let same_event = |e: &str, key| (e == event_id).then_some(key);
+        if token.len() > MAX_TEXT {
+            return None;
+        }
+        if let Some(hit) = self.verified.get_with(token, same_event) {
+            return hit;
+        }
+        let (e, key) = self.verify(token).ok()?;
+        self.verified.insert(token, &e, key);
+        same_event(&e, key)
+    }
+
     /// The event and place a token names, if we issued it: decoded on the stack and its MAC
     /// checked under each configured key, with no cache. The end-user API's polls come from
     /// a crowd far larger than the cache's slots, so there a lookup mostly misses and its

@@ -117,7 +117,9 @@ impl Pool {
             };
             let mut link = match link {
                 Some(l) => l,
-                None => self.connect().await?,
+                // Boxed: the connect future (name lookup, timeout, handshake) is large,
+                // and held inline it would be copied with every request's future.
+                None => Box::pin(self.connect()).await?,
             };
             let sent = link.send.try_send_request(req);
             match drive(&mut link.conn, sent).await {

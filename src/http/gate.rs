@@ -211,10 +211,8 @@ pub async fn admit(
 ) -> AppResult<Admission> {
     let event_id = &*gate.event_id;
     let now = state.clock.now();
-    let place = read_cookie(headers, &gate.cookie)
-        .and_then(|t| state.waiting.parse(t).ok())
-        .filter(|(e, _)| e == event_id)
-        .map(|(_, key)| key);
+    let place =
+        read_cookie(headers, &gate.cookie).and_then(|t| state.waiting.place_for(t, event_id));
     if let Some(key) = place {
         if let Some(ids) = state
             .gates

@@ -59,6 +59,18 @@ impl VerifiedTokens {
         same(e.token.as_bytes(), token.as_bytes()).then(|| (e.event_id.to_string(), e.key))
     }
 
+    /// `f` of what the verification of exactly `token` answered, if it is still kept, read
+    /// in place (no copy of the event id).
+    pub(super) fn get_with<R>(
+        &self,
+        token: &str,
+        f: impl FnOnce(&str, PlaceKey) -> R,
+    ) -> Option<R> {
+        let slot = self.slot(token).lock();
+        let e = slot.as_ref()?;
+        same(e.token.as_bytes(), token.as_bytes()).then(|| f(&e.event_id, e.key))
+    }
+
     /// Keeps what the verification of `token` answered. Call only for a token that verified.
     pub(super) fn insert(&self, token: &str, event_id: &str, key: PlaceKey) {
         let entry = Entry {
@@ -82,4 +94,55 @@ impl VerifiedTokens {
 /// it follows from its event id's).
 fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{random_u128, WaitingTokens, MAX_TEXT};
+    use super::PlaceKey;
+
+    fn key() -> PlaceKey {
+        PlaceKey {
+            seq: 42,
+            nonce: random_u128(),
+        }
+    }
+
+    /// Every text one character away from `tok`.
+    fn forgeries(tok: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for i in 0..tok.len() {
+            for c in [b'A', b'z', b'0', b'-', b'_'] {
+                let mut b = tok.as_bytes().to_vec();
+                if b[i] != c {
+                    b[i] = c;
+                    out.push(String::from_utf8(b).unwrap());
+                }
+            }
+        }
+        out
+    }
+
+    /// `place_for` (the gate's) answers what `parse` answers for the event asked and nothing
+    /// for another, on a miss (the MAC) and a hit (the cache) alike; forgeries get nothing.
+    #[test]
+    fn place_for_answers_as_parse_for_its_event_only() {
+        let (t, k) = (WaitingTokens::with_older([7; 32], &[[8; 32]]), key());
+        for tok in [
+            t.issue("ev-a", k),
+            WaitingTokens::new([8; 32]).issue("ev-a", k),
+        ] {
+            for round in ["miss", "hit"] {
+                assert_eq!(t.place_for(&tok, "ev-a"), Some(k), "{round}");
+                for other in ["ev-b", "ev-", "ev-aa", ""] {
+                    assert_eq!(t.place_for(&tok, other), None, "{round} {other:?}");
+                }
+            }
+            assert_eq!(t.parse(&tok), Ok(("ev-a".to_string(), k)));
+            for f in forgeries(&tok) {
+                assert_eq!(t.place_for(&f, "ev-a"), None, "{f} accepted");
+            }
+        }
+        assert_eq!(t.place_for(&"A".repeat(MAX_TEXT + 1), "ev-a"), None);
+    }
 }
