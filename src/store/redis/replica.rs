@@ -198,9 +198,32 @@ impl Replica {
         self.synced = true;
     }
 
-    /// Applies one log entry; `Ok(false)` when it does not follow the last one applied (a
-    /// gap or another incarnation): the replica must resync.
+    /// Applies one log entry, step by step (one step per version: a script call writes
+    /// the steps of all its operations as one entry); `Ok(false)` when a step does not
+    /// follow the last one applied (a gap or another incarnation): the replica must resync.
     fn apply(&mut self, fields: &[Value]) -> Result<bool, Malformed> {
+        if fields.is_empty() {
+            return Err(Malformed("a log entry"));
+        }
+        let mut rest = fields;
+        while !rest.is_empty() {
+            // A step runs up to the next `v` (its places' seqs are digits).
+            let end = rest
+                .chunks(2)
+                .skip(1)
+                .position(|p| matches!(bytes(&p[0]), Ok(Some(b"v"))))
+                .map_or(rest.len(), |i| 2 * (i + 1));
+            let (step, next) = rest.split_at(end);
+            if !self.apply_step(step)? {
+                return Ok(false);
+            }
+            rest = next;
+        }
+        Ok(true)
+    }
+
+    /// Applies one step of a log entry (see [`Replica::apply`]).
+    fn apply_step(&mut self, fields: &[Value]) -> Result<bool, Malformed> {
         let mut it = fields.chunks(2);
         let mut next = |name: &[u8]| -> Result<&Value, Malformed> {
             match it.next() {
@@ -817,6 +840,72 @@ mod tests {
         other[1] = bulk(b"4");
         other[4] = bulk(b"x");
         assert!(r.apply(&other).is_err());
+    }
+
+    /// A script call's entry holds one step per operation, each applied in turn; a step
+    /// that does not follow (here a gap inside the entry) stops it for a resync.
+    #[test]
+    fn an_entry_of_several_steps_applies_each() {
+        let mut n = vec![0i64; LOG_FIELDS.len()];
+        n[14] = -1;
+        n[LV_AT] = 1;
+        n[24] = 77; // inc
+        let csv: Vec<String> = n.iter().map(|x| x.to_string()).collect();
+        let start = Replica {
+            meta: Meta::parse(csv.join(",").as_bytes()).unwrap(),
+            ..Replica::default()
+        };
+        let step = |v: &[u8], nw: &[u8], seq: &[u8], nonce: u128| {
+            let d = [&b"10,"[..], nw].concat();
+            vec![
+                bulk(b"v"),
+                bulk(v),
+                bulk(b"t"),
+                bulk(b"6"),
+                bulk(b"d"),
+                bulk(&d),
+                bulk(seq),
+                bulk(&rec(nonce, b'w', 6, "")),
+            ]
+        };
+        let entry = [
+            step(b"2", b"1", b"9", 3),
+            step(b"3", b"2", b"10", 4),
+            // A step that changed no place.
+            vec![
+                bulk(b"v"),
+                bulk(b"4"),
+                bulk(b"t"),
+                bulk(b"7"),
+                bulk(b"d"),
+                bulk(b"10,2"),
+            ],
+            step(b"5", b"3", b"11", 5),
+        ]
+        .concat();
+        let mut r = Replica {
+            meta: start.meta,
+            ..Replica::default()
+        };
+        assert!(r.apply(&entry).unwrap());
+        assert_eq!((r.meta.lv, r.meta.nw), (5, 3));
+        assert_eq!(r.places.len(), 3);
+        assert_eq!(r.places[&10].nonce, 4);
+        assert_eq!(r.rank.count_below(11), 2);
+        // Version 4 missing inside the entry: not applied past the gap.
+        let gap = [
+            step(b"2", b"1", b"9", 3),
+            step(b"3", b"2", b"10", 4),
+            step(b"5", b"3", b"11", 5),
+        ]
+        .concat();
+        let mut r = Replica {
+            meta: start.meta,
+            ..Replica::default()
+        };
+        assert!(!r.apply(&gap).unwrap());
+        assert!(!r.places.contains_key(&11));
+        assert!(r.apply(&[]).is_err());
     }
 
     #[test]
