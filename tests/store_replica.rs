@@ -472,8 +472,8 @@ async fn renewals_keep_polled_places_and_silent_ones_go(by_heartbeat: bool) {
         })
     };
     let mut conn = raw(&server).await;
-    // The heartbeat chunk of the polled place (128 seqs per chunk).
-    let wseen = format!("{prefix}:{{{ev}}}:ws:{}", polled.seq / 128);
+    // The heartbeat chunk of the polled place (32 seqs per chunk).
+    let wseen = format!("{prefix}:{{{ev}}}:ws:{}", polled.seq / 32);
     let mut silent_gone_at = None;
     let mut deferred = 0;
     let started = Instant::now();
@@ -612,11 +612,11 @@ fn log_steps(fields: &[Vec<u8>]) -> Vec<&[Vec<u8>]> {
     steps
 }
 
-/// Every step of the change log names the event's incarnation: `m` carries all the
-/// numbers, and each `d` the incarnation among the numbers it changed. A replica that
-/// missed an event's deletion and its new incarnation's first entries would otherwise
-/// patch the new entries onto the old incarnation's state. Joins sent together share one
-/// entry (a step each): every step is checked, not only an entry's first.
+/// Every entry of the change log names the event's incarnation in its first step: `m`
+/// carries all the numbers, and a first `d` the incarnation among the numbers it changed.
+/// A replica that missed an event's deletion and its new incarnation's first entries would
+/// otherwise patch the new entries onto the old incarnation's state. Joins sent together
+/// share one entry (a step each, of one script call): a later step names no other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_log_entry_names_the_incarnation() {
     let server = RedisServer::start();
@@ -644,7 +644,7 @@ async fn every_log_entry_names_the_incarnation() {
     for (id, fields) in &entries {
         let steps = log_steps(fields);
         shared |= steps.len() > 1;
-        for step in steps {
+        for (i, step) in steps.into_iter().enumerate() {
             let field = |name: &str| {
                 step.chunks(2)
                     .find(|p| p[0] == name.as_bytes())
@@ -658,7 +658,10 @@ async fn every_log_entry_names_the_incarnation() {
                 let n: Vec<&str> = d.split(',').collect();
                 n.chunks(2).find(|p| p[0] == "24").map(|p| p[1].to_string())
             };
-            let seen = seen.unwrap_or_else(|| panic!("{id}: no incarnation"));
+            let Some(seen) = seen else {
+                assert!(i > 0, "{id}: no incarnation in the entry's first step");
+                continue;
+            };
             assert_ne!(seen, "0", "{id}");
             assert_eq!(inc.get_or_insert_with(|| seen.clone()), &seen, "{id}");
         }

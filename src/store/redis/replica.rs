@@ -3,8 +3,9 @@
 //!
 //! **The log.** Every script that changes an event writes its meta once (`flush_meta` in
 //! `rules.lua`); that same write appends one entry to the event's change log, a Stream under
-//! the event's hash tag (`lua/replica.lua`: the version `v`, the numbers [`LOG_FIELDS`],
-//! and the record of each place the transition changed). Redis runs the script alone, so
+//! the event's hash tag (`lua/replica.lua`), with one step per transition (a batch's
+//! operations each have theirs): the version `v`, the numbers [`LOG_FIELDS`], and the
+//! record of each place the transition changed. Redis runs the script alone, so
 //! the log is the exact sequence of the event's states.
 //!
 //! **The replica.** The first `status` of an event on a node starts a task that reads a
@@ -12,9 +13,9 @@
 //! in bounded pieces, chunk by chunk: [`read_snapshot`])
 //! and then polls the log every [`POLL`] to [`POLL_IDLE`] (at once after this node's own
 //! writes) and applies it. The order of the waiting places is the embedded store's Fenwick tree
-//! ([`RankIndex`]), so a position is O(log n). A version that jumps (entries trimmed past
-//! a lagging node, `MAXLEN ~` [`LOG_MAXLEN`]) or an incarnation that changed (the event
-//! deleted and made again) resyncs from a new snapshot.
+//! ([`RankIndex`]), so a position is O(log n). A version that jumps (versions trimmed past
+//! a lagging node: the log keeps [`LOG_MAXLEN`] to twice as many) or an incarnation that
+//! changed (the event deleted and made again) resyncs from a new snapshot.
 //!
 //! **When the replica answers.** Only when its answer is the one the script would give:
 //! - the replica holds this node's own latest write of the event (read your writes: each
@@ -232,10 +233,19 @@ impl Replica {
             }
         };
         let v = int(next(b"v")?)? as u64;
-        let t = int(next(b"t")?)? as u64;
+        // The time, left out by a step at the same time as the one before it.
+        let mut after = it.next();
+        let mut t = None;
+        if let Some([k, at]) = after {
+            if bytes(k)? == Some(b"t") {
+                t = Some(int(at)? as u64);
+                after = it.next();
+            }
+        }
         // All the numbers ('m': an event's first entry, or an older waitroom's), or those
-        // the transition set ('d', on top of the entry before).
-        let meta = match it.next() {
+        // the transition set ('d', on top of the step before; the incarnation only in an
+        // entry's first step, the others being of the same script call).
+        let meta = match after {
             Some([k, m]) if bytes(k)? == Some(b"m") => {
                 Meta::parse(bytes(m)?.ok_or(Malformed("numbers"))?)?
             }
@@ -248,9 +258,11 @@ impl Replica {
             return Ok(false);
         }
         // (Under a test's manual clock the times are not the wall's: nothing to measure.)
-        let lag = crate::clock::system_now().saturating_sub(t);
-        if lag < 60_000 {
-            metrics::histogram!("waitroom_replica_lag_seconds").record(lag as f64 / 1000.0);
+        if let Some(t) = t {
+            let lag = crate::clock::system_now().saturating_sub(t);
+            if lag < 60_000 {
+                metrics::histogram!("waitroom_replica_lag_seconds").record(lag as f64 / 1000.0);
+            }
         }
         self.meta = meta;
         for pair in it {
@@ -871,15 +883,8 @@ mod tests {
         let entry = [
             step(b"2", b"1", b"9", 3),
             step(b"3", b"2", b"10", 4),
-            // A step that changed no place.
-            vec![
-                bulk(b"v"),
-                bulk(b"4"),
-                bulk(b"t"),
-                bulk(b"7"),
-                bulk(b"d"),
-                bulk(b"10,2"),
-            ],
+            // A step that changed no place, at the same time as the one before: no 't'.
+            vec![bulk(b"v"), bulk(b"4"), bulk(b"d"), bulk(b"10,2")],
             step(b"5", b"3", b"11", 5),
         ]
         .concat();

@@ -9,12 +9,14 @@
 --       through the very states Redis went through. An entry is its steps' fields one
 --       after the other; each step is: 'v' the log version (lv, one more per step: a
 --       replica that sees a jump missed some and resyncs),
---       't' the operation's time, then the numbers LOG_FIELDS names (from the prelude):
+--       't' the operation's time (left out when the same as the step before it in the
+--       entry), then the numbers LOG_FIELDS names (from the prelude):
 --       'm' all of them, comma-separated, in an event's first entry (and in a new
 --       incarnation's), or else 'd' those the transition set, as comma-separated pairs of
 --       their 0-based place in LOG_FIELDS and their value (lv is 'v'; the rest as in the
 --       entry before, which a replica holds: it missed none, or the version jumped; 'inc'
---       is always among them, so an entry of another incarnation is told apart);
+--       is always among them in an entry's first step, so an entry of another
+--       incarnation is told apart);
 --       then for each place the transition changed, its seq and its record after it ('' once
 --       ended; a seq is digits, so the next 'v' starts the next step). Trimmed by
 --       versions (log_flush), so a node that falls further behind resyncs from a snapshot. Formatting all 25 numbers was most of a
@@ -31,10 +33,11 @@ local function log_meta()
 end
 
 -- The numbers set since the last entry (LOG_SET, rules.lua), as 'd' carries them, and
--- always the incarnation: a replica that missed a deletion and the new incarnation's first
--- entry (trimmed, or a stream id not above the old one's) must still see that the entry
--- belongs to another incarnation rather than patch the old state with it.
-local function log_changes()
+-- the incarnation in an entry's first step: a replica that missed a deletion and the new
+-- incarnation's first entry (trimmed, or a stream id not above the old one's) must still
+-- see that the entry belongs to another incarnation rather than patch the old state with
+-- it. (The later steps of an entry are of the same script call, so of its incarnation.)
+local function log_changes(first)
   local out = {}
   for k, i in ipairs(LOG_SET) do
     local v = M[LOG_FIELDS[i]]
@@ -42,7 +45,7 @@ local function log_changes()
     out[2 * k - 1] = fmt(i - 1)
     out[2 * k] = fmt(v or 0)
   end
-  if not LOG_SEEN[LOG_AT.inc] then
+  if first and not LOG_SEEN[LOG_AT.inc] then
     out[#out + 1] = fmt(LOG_AT.inc - 1)
     out[#out + 1] = fmt(M.inc or 0)
   end
@@ -59,7 +62,9 @@ local function log_new()
   return args
 end
 local LOG_PEND, LOG_FIRST = log_new(), 0
-local LOG_ENTRY_ARGS = 4000
+local LOG_ENTRY_ARGS = 2000
+-- The time of the entry's last step: a step at the same time leaves out its 't'.
+local LOG_T = nil
 
 -- Trimming counts versions, not entries (an entry holds any number of them): each time the
 -- log passes a multiple of LOG_MAXLEN versions, the id of the entry that passed it is kept
@@ -84,12 +89,21 @@ log_flush = function()
 end
 
 log_append = function(whole)
-  -- This step's fields, then onto the entry (reading a record may send the entry).
-  local step = {'v', fmt(M.lv), 't', fmt(NOW)}
-  if whole then
-    step[5], step[6] = 'm', log_meta()
+  if #LOG_PEND > LOG_ENTRY_ARGS then log_flush() end
+  -- An entry's first step is whole: its time, the incarnation. A later one leaves out what
+  -- the step before it said (the replica carries it on).
+  local first = #LOG_PEND == LOG_HEAD
+  local step
+  if first or NOW ~= LOG_T then
+    step = {'v', fmt(M.lv), 't', fmt(NOW)}
   else
-    step[5], step[6] = 'd', log_changes()
+    step = {'v', fmt(M.lv)}
+  end
+  LOG_T = NOW
+  if whole then
+    step[#step + 1], step[#step + 2] = 'm', log_meta()
+  else
+    step[#step + 1], step[#step + 2] = 'd', log_changes(first)
   end
   LOG_SET, LOG_SEEN = {}, {}
   local seen = {}
@@ -101,8 +115,7 @@ log_append = function(whole)
       step[#step + 1] = WROTE[FX[i + 1]] or rcall('HGET', pkey(s), s) or ''
     end
   end
-  if #LOG_PEND + #step > LOG_ENTRY_ARGS then log_flush() end
-  if #LOG_PEND == LOG_HEAD then LOG_FIRST = M.lv end
+  if first then LOG_FIRST = M.lv end
   local n = #LOG_PEND
   for i = 1, #step do LOG_PEND[n + i] = step[i] end
 end

@@ -31,11 +31,12 @@
 --            chunk holding a waiting place is in it (the sweep drops it once empty)
 --
 -- Chunks: the per-place structures are split by seq into chunks of CHUNK seqs (c = seq
--- // CHUNK), each small enough to stay in Redis's compact listpack encoding (up to 128
--- entries), which costs a third of the memory of one large hash or skiplist per place.
--- The chunk keys share the event's hash tag (one Cluster slot), are not among KEYS, and
--- are dropped by `delete` and `clear`. The meta's `lay` is the layout's number: an event
--- written before the chunks (lay 0) is refused, never misread (it can only be deleted).
+-- // CHUNK; 128 in an event of layout 1), each small enough to stay in Redis's compact
+-- listpack encoding (up to 128 entries), which costs a third of the memory of one large
+-- hash or skiplist per place. The chunk keys share the event's hash tag (one Cluster
+-- slot), are not among KEYS, and are dropped by `delete` and `clear`. The meta's `lay` is
+-- the layout's number (LAYOUT): an event written before the chunks (lay 0) is refused,
+-- never misread (it can only be deleted).
 -- K_ADM      ZSET admitted seqs scored by admission time
 -- K_ASEEN    ZSET active seqs scored by last session heartbeat
 -- K_AENT     ZSET active seqs scored by entry time
@@ -109,11 +110,17 @@ local function fmt(n)
 end
 
 -- The layout of this script's keys (see Chunks above); the meta records it at creation.
-local LAYOUT = 1
+-- Layouts differ only in the chunk size: 1 has chunks of 128 seqs, 2 (new events) of CHUNK.
+-- The smaller chunk costs Redis less per write (each insert into a listpack scans it) for a
+-- few bytes more per place; an event keeps the size it was made with.
+local LAYOUT = 2
+local CHUNK_OF = {[1] = 128, [2] = CHUNK}
 local OLD_LAYOUT_ERROR = 'LAYOUT this event was written by an older waitroom (before the '
   .. 'chunked Redis layout) and cannot be read; delete it and create it again'
 
-local function chunk(seq) return math.floor(tonumber(seq) / CHUNK) end
+-- This event's chunk size (load_meta sets it from the meta's layout).
+local EV_CHUNK = CHUNK
+local function chunk(seq) return math.floor(tonumber(seq) / EV_CHUNK) end
 -- A chunk's key names, built once per script and chunk (building one formats the number
 -- and hashes the new string: a batch of joins into one chunk would pay it per join).
 local function key_cache(base)
@@ -357,7 +364,8 @@ local function load_meta()
   for i, f in ipairs(FIELDS) do M[f] = v[i] or 0 end
   if M.fadm < 0 then M.fadm = nil end -- nil until the first admission
   N_W, N_AD, N_AC = M.nw, M.nad, M.nac
-  OLD_LAYOUT = M.lay ~= LAYOUT
+  OLD_LAYOUT = CHUNK_OF[M.lay] == nil
+  EV_CHUNK = CHUNK_OF[M.lay] or CHUNK
   return true
 end
 
