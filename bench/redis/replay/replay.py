@@ -1,0 +1,69 @@
+# Redis instructions per join, noise-free: replays the `batch` script calls captured by
+# monitor-redis-server (MONITOR output in MON, default /tmp/redis-cg/monitor.*.txt) against
+# a private redis-server under callgrind, with SCRIPT.lua (script.py's output) in place of
+# the captured script, into a fresh event (paused, one slot). Counters are zeroed after
+# the event is made and dumped after the last call.
+#   python3 replay.py SCRIPT.lua TAG        (prints Ir per join; LAX=1 skips the answer check)
+import socket,subprocess,sys,time,glob,re,os,hashlib
+mon=os.environ.get('MON') or glob.glob('/tmp/redis-cg/monitor.*.txt')[0]
+def unesc(s):
+    out=bytearray();i=0
+    while i<len(s):
+        c=s[i]
+        if c=='\\':
+            n=s[i+1]
+            if n=='x': out.append(int(s[i+2:i+4],16)); i+=4; continue
+            out+= {'n':b'\n','r':b'\r','t':b'\t','a':b'\a','b':b'\b','"':b'"','\\':b'\\'}[n]; i+=2; continue
+        out+=c.encode(); i+=1
+    return bytes(out)
+cmds=[]
+for line in open(mon, encoding='latin-1'):
+    if '"EVALSHA"' not in line or '"batch"' not in line: continue
+    args=[unesc(m) for m in re.findall(r'"((?:[^"\\]|\\.)*)"', line[line.index(']')+1:])]
+    cmds.append(args)
+body=open(sys.argv[1],'rb').read(); tag=sys.argv[2]
+OUT=os.environ.get('OUT','/tmp/redis-cg/replay'); os.makedirs(OUT, exist_ok=True)
+sha=hashlib.sha1(body).hexdigest()
+port=36000+os.getpid()%1000
+vp=subprocess.Popen(['valgrind','--tool=callgrind',f'--callgrind-out-file={OUT}/cg.{tag}.%p','/usr/bin/redis-server','--port',str(port),'--save','','--appendonly','no'],stdout=subprocess.DEVNULL,stderr=subprocess.DEVNULL)
+def enc(args):
+    out=b'*%d\r\n'%len(args)
+    for a in args:
+        if isinstance(a,str): a=a.encode()
+        out+=b'$%d\r\n%s\r\n'%(len(a),a)
+    return out
+for _ in range(100):
+    try: s=socket.create_connection(('127.0.0.1',port)); break
+    except OSError: time.sleep(0.2)
+f=s.makefile('rb')
+def read():
+    l=f.readline()
+    t=l[:1]
+    if t in b'+-:': return l[1:-2]
+    if t==b'$':
+        n=int(l[1:-2]); 
+        if n<0: return None
+        d=f.read(n+2); return d[:-2]
+    if t==b'*':
+        n=int(l[1:-2]); return [read() for _ in range(max(n,0))]
+    raise Exception(l)
+def call(*a):
+    s.sendall(enc(a)); return read()
+print(call('SCRIPT','LOAD',body)[:12], file=sys.stderr)
+keys=cmds[0][3:3+23]
+r=call('EVALSHA',sha,'23',*keys,'put','1700000000000','0','{}','1','0','120000','300000','3600000','2592000000','0','1','1','0','0','0','','','0','0')
+assert r[0]==b'OK', r
+subprocess.run(['callgrind_control','-z',str(vp.pid)],capture_output=True)
+joins=0
+for c in cmds:
+    c=list(c); c[1]=sha.encode()
+    r=call(*c)
+    if not os.environ.get('LAX') and (not isinstance(r,list) or not all(isinstance(x,list) and x[0]==b'OK' for x in r)): print('bad',str(r)[:300]); break
+    joins+=len(c[3+23+2:])//4
+subprocess.run(['callgrind_control','-d',str(vp.pid)],capture_output=True)
+time.sleep(1)
+call('SHUTDOWN','NOSAVE')
+vp.wait()
+files=sorted(glob.glob(f'{OUT}/cg.{tag}.{vp.pid}*'))
+tot=[int(re.search(r'totals: (\d+)',open(x).read()).group(1)) for x in files if 'totals' in open(x).read()]
+print(tag, joins, 'joins in', len(cmds),'calls;', 'Ir per join:', [t//max(joins,1) for t in tot])
