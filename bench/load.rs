@@ -41,6 +41,12 @@ mod common;
 mod holds;
 mod journey;
 
+/// The server's allocator (src/main.rs): the reference server (`reference-serve`, the
+/// ceiling) is this binary, and the ceiling must run on what the server runs on, or
+/// `/healthz` ÷ ceiling would compare two allocators as well as two request paths.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -11,6 +11,13 @@ use std::process::ExitCode;
 use waitroom::config::{Cli, Command, Settings};
 use waitroom::{server, telemetry};
 
+/// mimalloc instead of glibc's malloc: under join load glibc's malloc and free were 17-19 %
+/// of the server's CPU (docs/PERFORMANCE.md, "The allocator"). Set here and in the bench
+/// binaries (whose reference server, the ceiling, must run on the same allocator), never
+/// in the library: a test binary keeps the allocator it chooses (tests/allocations.rs).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     use clap::Parser as _;

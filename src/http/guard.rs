@@ -25,7 +25,7 @@
 //! (exactly once with a load balancer that is sticky per client address).
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash};
+use std::hash::{BuildHasher, BuildHasherDefault, Hash};
 use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -87,9 +87,41 @@ impl Refusal {
     }
 }
 
+/// The hasher of the limiters' maps: a key passes through as its own hash.
+///
+/// Every key is already the output of a keyed hash ([`Guard::check`] hashes the client or
+/// place with SipHash under the process's random `RandomState` key), so hashing it a
+/// second time with SipHash (the maps' default) only cost instructions on every check.
+/// This stays safe against hash flooding: an attacker who cannot learn the process's
+/// secret SipHash key cannot choose inputs whose keys share buckets, in the map's low bits
+/// or in DashMap's shard bits, any better than by chance, and a uniformly spread key is
+/// what the map would otherwise compute from it.
+#[derive(Clone, Copy, Default)]
+struct KeyedAlready(u64);
+
+impl std::hash::Hasher for KeyedAlready {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write_u64(&mut self, key: u64) {
+        self.0 = key;
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `u64` keys are hashed here (through `write_u64`); the trait needs this for
+        // any other input, which is folded in rather than dropped.
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+}
+
+type PassThrough = BuildHasherDefault<KeyedAlready>;
+
 /// A limiter's state: governor's DashMap store with a cap on the number of keys.
 struct Capped {
-    map: DashMapStateStore<u64>,
+    map: DashMapStateStore<u64, PassThrough>,
     cap: usize,
     /// Set when a new key was sent to the overflow bucket: the next check sweeps.
     full: Arc<AtomicBool>,
@@ -158,7 +190,7 @@ impl Limiter {
             .allow_burst(burst_nz);
         let full = Arc::new(AtomicBool::new(false));
         let store = Capped {
-            map: DashMapStateStore::default(),
+            map: DashMapStateStore::with_hasher(PassThrough::default()),
             cap: cap.max(1),
             full: full.clone(),
         };
@@ -606,6 +638,39 @@ mod tests {
         let xff = guard("10.0.0.0/8");
         assert_eq!(client(&xff, "10.0.0.1", &both), ip("192.0.2.9"));
         assert_eq!(client(&xff, "10.0.0.1", &both[1..]), ip("10.0.0.1"));
+    }
+
+    /// The limiters' maps use a key as its own hash, and only because the key is a keyed
+    /// hash already: two guards (two processes) key the same place differently, so no one
+    /// can pick places whose keys collide without the process's secret.
+    #[test]
+    fn limiter_keys_are_secret_keyed_and_pass_through_the_maps() {
+        let place = ("e", PlaceKey { seq: 7, nonce: 9 });
+        let (a, b) = (guard(""), guard(""));
+        let key = a.hasher.hash_one(place);
+        assert_ne!(key, b.hasher.hash_one(place), "a per-process secret key");
+        assert_eq!(PassThrough::default().hash_one(key), key);
+        assert_eq!(PassThrough::default().hash_one(u64::MAX), u64::MAX);
+    }
+
+    /// Keys that differ in one bit only (the map's shard bits, its bucket bits) are still
+    /// limited apart, and each one's limit still holds.
+    #[test]
+    fn nearby_keys_are_limited_apart() {
+        let clock = DefaultClock::default();
+        let limiter = Limiter::new("poll", 2, 60, 1024, &clock);
+        let keys = [0u64, 1, 1 << 32, 1 << 57, 1 << 63];
+        for key in keys {
+            assert!(limiter.check(key, &clock).is_ok());
+            assert!(limiter.check(key, &clock).is_ok());
+        }
+        for key in keys {
+            assert!(
+                limiter.check(key, &clock).is_err(),
+                "key {key:#x} over its burst"
+            );
+        }
+        assert_eq!(limiter.limiter.len(), keys.len());
     }
 
     #[test]
