@@ -718,7 +718,7 @@ mod tests {
 
     /// Every variant of `tok` with one character changed to another of the base64url
     /// alphabet (same length, mostly the same prefix as the cached good token).
-    fn one_char_forgeries(tok: &str) -> Vec<String> {
+    pub(super) fn one_char_forgeries(tok: &str) -> Vec<String> {
         let mut out = Vec::new();
         for i in 0..tok.len() {
             for c in [b'A', b'z', b'0', b'-', b'_'] {

@@ -108,21 +108,6 @@ mod tests {
         }
     }
 
-    /// Every text one character away from `tok`.
-    fn forgeries(tok: &str) -> Vec<String> {
-        let mut out = Vec::new();
-        for i in 0..tok.len() {
-            for c in [b'A', b'z', b'0', b'-', b'_'] {
-                let mut b = tok.as_bytes().to_vec();
-                if b[i] != c {
-                    b[i] = c;
-                    out.push(String::from_utf8(b).unwrap());
-                }
-            }
-        }
-        out
-    }
-
     /// `place_for` (the gate's) answers what `parse` answers for the event asked and nothing
     /// for another, on a miss (the MAC) and a hit (the cache) alike; forgeries get nothing.
     #[test]
@@ -139,7 +124,7 @@ mod tests {
                 }
             }
             assert_eq!(t.parse(&tok), Ok(("ev-a".to_string(), k)));
-            for f in forgeries(&tok) {
+            for f in super::super::tests::one_char_forgeries(&tok) {
                 assert_eq!(t.place_for(&f, "ev-a"), None, "{f} accepted");
             }
         }
