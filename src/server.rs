@@ -32,6 +32,8 @@ use crate::store::redis::{RedisOptions, RedisStore};
 use crate::store::Store;
 use crate::tokens;
 
+mod threads;
+
 /// How long in-flight requests and open connections get to finish after the shutdown
 /// signal. Long-lived streams (WebSocket, SSE) would otherwise hold the process forever;
 /// it stays under the 10 s that container runtimes wait before killing.
@@ -151,11 +153,6 @@ pub async fn run(
     };
     let guard = Arc::new(crate::http::guard::Guard::new(limits.rate_limits.clone()));
     let app = crate::http::router_with_guard(state.clone(), limits, guard.clone());
-    // Gateway mode: the API's routes in front of the proxy to the site.
-    let gateway = settings.upstream.as_ref().map(|up| {
-        tracing::info!(upstream = %up, "gateway mode: proxying to the site");
-        Arc::new(crate::gateway::Gateway::new(state, guard, up.clone()))
-    });
     let descriptors = raise_descriptor_limit();
     let caps = ConnectionCaps::new(&settings);
     tracing::info!(%addr, store = %settings.store, demo = settings.demo,
@@ -163,21 +160,40 @@ pub async fn run(
         descriptor_limit = ?descriptors, "serving");
     println!("listening on http://{addr}");
 
-    let served = serve(
-        listener,
-        app,
-        gateway,
-        &settings,
-        caps,
-        shutdown,
-        streams_stop,
-    )
-    .await;
+    // Gateway mode: the API's routes in front of the proxy to the site, served by one
+    // thread per worker, each with its own listening socket and origin connections
+    // (`threads`); the API alone is served on the runtime.
+    let (served, threads) = match settings.upstream.clone() {
+        Some(up) => {
+            tracing::info!(upstream = %up, "gateway mode: proxying to the site");
+            let count = tokio::runtime::Handle::current().metrics().num_workers();
+            let gateway = || {
+                let gw = crate::gateway::Gateway::new(state.clone(), guard.clone(), up.clone());
+                Arc::new(gw)
+            };
+            let shared = threads::Shared {
+                app,
+                settings: settings.clone(),
+                caps,
+                streams_stop,
+            };
+            let (served, threads) =
+                threads::serve(listener, count, gateway, shared, shutdown).await;
+            (served, Some(threads))
+        }
+        None => {
+            let served = serve(listener, app, None, &settings, caps, shutdown, streams_stop);
+            (served.await, None)
+        }
+    };
 
     // Each one that did not stop in time is logged by name.
     tasks.stop(TASK_GRACE).await;
     // Last, once nothing can change the state any more: make what was acknowledged durable.
     let closed = store.close().await.context("closing the store");
+    if let Some(threads) = threads {
+        threads.release().await;
+    }
     tracing::info!("stopped");
     served.and(closed)
 }
@@ -204,7 +220,9 @@ pub async fn serve_router(
     serve(listener, app, None, settings, caps, shutdown, streams_stop).await
 }
 
-/// The caps on open connections: in total, and per client address.
+/// The caps on open connections: in total, and per client address. Clones share the
+/// counts (the gateway's serving threads count against the same caps).
+#[derive(Clone)]
 struct ConnectionCaps {
     total: usize,
     per_client: usize,
