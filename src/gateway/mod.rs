@@ -9,7 +9,8 @@
 //! carrying `X-Waitroom-Complete: 1` ends the session: its slot goes to the next person.
 //!
 //! The proxy keeps its own pool of HTTP/1.1 connections to the origin, each driven by the
-//! task serving the request ([`pool`]: no task hand-off per request). Request and response
+//! task serving the request ([`pool`]: no task hand-off per request); each of the server's
+//! serving threads has a `Gateway`, so a pool, of its own (`server::threads`). Request and response
 //! bodies stream through, WebSocket (and any HTTP/1.1) upgrades are joined byte for byte
 //! once both sides agreed ([`forward`] has the header rules: hop-by-hop headers,
 //! `X-Forwarded-*`, `Forwarded`).

@@ -13,7 +13,9 @@
 //! until the server is done (see [`Threads::release`]).
 //!
 //! Where a second socket cannot join the address (`SO_REUSEPORT` refused), the threads share
-//! the one listening socket instead, each accepting from it.
+//! the one listening socket instead, each accepting from it. With `SO_REUSEPORT` on, another
+//! process of the same user could bind the port too and get a share of the connections, as
+//! with nginx's `reuseport`: a process of the same user could already do worse.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
