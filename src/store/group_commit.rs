@@ -13,8 +13,10 @@
 //!   is with the OS (so a crash of the process loses nothing acknowledged): one that did
 //!   not get the flag waits for the holder's batch ([`GroupCommit::handed_over`]). No
 //!   thread is woken per change (that wake-up and the writer's context switches cost more
-//!   than the write, see docs/PERFORMANCE.md). The thread only syncs about every 100 ms,
-//!   holding the flag meanwhile, and writes what queued during its sync.
+//!   than the write, see docs/PERFORMANCE.md). The thread only syncs about every 100 ms:
+//!   holding the flag it writes what is left and notes what the sync will cover
+//!   ([`Sink::capture`]), then gives the flag back and syncs that while requests go on
+//!   writing ([`Sink::sync_captured`], [`super::journal_sync`]).
 //!
 //! Nothing is left behind: the writer gives the flag back, then looks whether changes
 //! were queued that it did not take, and if so tries again. A request whose attempt failed
@@ -42,6 +44,14 @@ pub(super) trait Sink: Send + 'static {
     fn buffer(&mut self) -> Result<(), String>;
     /// Syncs what was written to disk (`all`: metadata too, at close).
     fn sync(&mut self, all: bool) -> Result<(), String>;
+    /// What a `relaxed` sync covers.
+    type Capture: Send;
+    /// `relaxed`, as the flag's holder with everything written handed to the OS: notes
+    /// what a sync started now covers, for [`Sink::sync_captured`].
+    fn capture(&mut self) -> Result<Self::Capture, String>;
+    /// `relaxed`: syncs exactly what was captured and records it as durable. Called with
+    /// neither the flag nor the sink held, so requests go on writing meanwhile.
+    fn sync_captured(capture: Self::Capture) -> Result<(), String>;
     /// `n` more changes are written (and in `sync`, synced).
     fn done(&mut self, n: u64);
     /// Writing failed: nothing more will be written.
@@ -264,6 +274,7 @@ impl<S: Sink> GroupCommit<S> {
             }
             let n = group.len() as u64;
             self.taken.fetch_add(n, SeqCst);
+            let started = std::time::Instant::now();
             let written = sink.write(group).and_then(|()| {
                 if synced {
                     sink.sync(false)
@@ -271,6 +282,7 @@ impl<S: Sink> GroupCommit<S> {
                     sink.buffer()
                 }
             });
+            note_slow_write(started, n, synced);
             if let Err(e) = written {
                 self.stopped.store(true, SeqCst);
                 sink.fail(&e);
@@ -322,33 +334,47 @@ impl<S: Sink> GroupCommit<S> {
                 q.closed
             };
             self.take_flag();
-            {
+            let capture = {
                 let mut sink = self.sink.lock();
                 // Anything a request left (one whose answer was cancelled before it
                 // wrote, or a change queued with no request waiting on it, an event's
                 // creation).
                 self.drain(&mut sink, false);
-                // Holding the flag: nothing is written between the sync and the
-                // watermark's look at the journal, so the watermark names synced bytes only.
+                // Holding the flag: nothing is written while the sink notes what the sync
+                // covers, so the watermark will name synced bytes only.
                 if !self.stopped.load(SeqCst) && self.dirty.swap(false, SeqCst) {
-                    if let Err(e) = sink.sync(false) {
-                        self.stopped.store(true, SeqCst);
-                        sink.fail(&e);
-                        self.progress.notify_waiters();
-                    }
+                    sink.capture().map_err(|e| self.stop(&mut sink, &e)).ok()
+                } else {
+                    None
                 }
-            }
+            };
             self.give_flag();
             if self.stopped.load(SeqCst) {
                 return;
             }
-            // What requests queued during the sync, they left to us.
+            // What requests queued while we held the flag, they left to us.
             self.write_queued();
+            // Requests write meanwhile; what they write is `dirty` for the next pass.
+            if let Some(c) = capture {
+                if let Err(e) = S::sync_captured(c) {
+                    self.take_flag();
+                    self.stop(&mut self.sink.lock(), &e);
+                    self.give_flag();
+                    return;
+                }
+            }
             if closed {
                 break;
             }
         }
         self.final_sync();
+    }
+
+    /// The sink failed: nothing more is written; waiters are told. Holding the flag.
+    fn stop(&self, sink: &mut S, error: &str) {
+        self.stopped.store(true, SeqCst);
+        sink.fail(error);
+        self.progress.notify_waiters();
     }
 
     /// At close: writes what is left and syncs everything.
@@ -372,6 +398,28 @@ impl<S: Sink> GroupCommit<S> {
     }
 }
 
+/// Logs a batch whose write took long: every request of the batch, and in `relaxed` every
+/// request behind the writer, waited for it. Lined up with the store's own log lines
+/// (`RUST_LOG=info,waitroom::store=debug,fjall=debug,lsm_tree=debug`), it names the stall.
+fn note_slow_write(started: std::time::Instant, changes: u64, synced: bool) {
+    let took = started.elapsed();
+    if took >= Duration::from_millis(50) {
+        tracing::warn!(
+            ms = took.as_millis() as u64,
+            changes,
+            synced,
+            "a journal write took long"
+        );
+    } else if took >= Duration::from_millis(2) {
+        tracing::debug!(
+            us = took.as_micros() as u64,
+            changes,
+            synced,
+            "slow journal write"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,6 +434,20 @@ mod tests {
         hold: Arc<Mutex<()>>,
         /// Set by a test: writes fail from then on.
         failing: Arc<AtomicBool>,
+        /// Held by a test to keep the thread inside a captured sync.
+        sync_hold: Arc<Mutex<()>>,
+        /// Set while the thread is inside a captured sync.
+        syncing: Arc<AtomicBool>,
+        /// Changes a captured sync covered, for each one that ended.
+        covered: Arc<Mutex<Vec<usize>>>,
+    }
+
+    /// What a captured sync covers: the changes written by then.
+    struct Captured {
+        upto: usize,
+        hold: Arc<Mutex<()>>,
+        syncing: Arc<AtomicBool>,
+        covered: Arc<Mutex<Vec<usize>>>,
     }
 
     impl Sink for Recorder {
@@ -410,6 +472,22 @@ mod tests {
             self.done.fetch_add(n, SeqCst);
         }
         fn fail(&mut self, _error: &str) {}
+        type Capture = Captured;
+        fn capture(&mut self) -> Result<Captured, String> {
+            Ok(Captured {
+                upto: self.written.try_lock().expect("one writer at a time").len(),
+                hold: self.sync_hold.clone(),
+                syncing: self.syncing.clone(),
+                covered: self.covered.clone(),
+            })
+        }
+        fn sync_captured(c: Captured) -> Result<(), String> {
+            c.syncing.store(true, SeqCst);
+            drop(c.hold.lock());
+            c.covered.lock().push(c.upto);
+            c.syncing.store(false, SeqCst);
+            Ok(())
+        }
     }
 
     /// Submits from `threads` threads at once (each calling `write_queued` after each
@@ -580,6 +658,53 @@ mod tests {
         });
         assert_eq!(done.load(SeqCst), tasks as u64 * each);
         check_order(&written.lock(), &tickets);
+    }
+
+    /// `relaxed`: while the thread's sync is under way, requests still write and are
+    /// answered (the sync holds neither the flag nor the sink); that sync covers only what
+    /// was written when it was captured, and the next pass covers the rest.
+    #[test]
+    fn relaxed_writers_go_on_during_the_threads_sync() {
+        let sink = Recorder::default();
+        let (written, sync_hold, syncing, covered) = (
+            sink.written.clone(),
+            sink.sync_hold.clone(),
+            sink.syncing.clone(),
+            sink.covered.clone(),
+        );
+        let gc = GroupCommit::new(sink, Durability::Relaxed);
+        let held = sync_hold.lock();
+        let thread = gc.spawn().unwrap();
+        gc.submit((0, 0)).ok().unwrap();
+        gc.write_queued();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !syncing.load(SeqCst) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the thread never synced"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        for i in 1..=50 {
+            let ticket = gc.submit((0, i)).ok().unwrap();
+            let bound = Duration::from_secs(5);
+            assert_eq!(rt.block_on(gc.handed_over(ticket, bound)), Handed::Yes);
+        }
+        assert!(syncing.load(SeqCst), "the sync is still under way");
+        assert_eq!(written.lock().len(), 51, "written during the sync");
+        drop(held);
+        gc.close();
+        thread.join().unwrap();
+        let covered = covered.lock();
+        assert_eq!(
+            covered[0], 1,
+            "the first sync covers what was captured only"
+        );
+        assert_eq!(*covered.last().unwrap(), 51, "a later pass covers the rest");
     }
 
     #[test]

@@ -38,8 +38,10 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::group_commit::{GroupCommit, Handed, Refused, Sink};
+use super::journal_files::restrict_tree;
+pub use super::journal_files::{create_private_dir, written_end};
 use super::journal_sale::{self as sale, KIND_EXTENDED};
-use super::zero_ahead::ZeroAhead;
+use super::journal_sync::Syncer;
 use super::{watermark, StoreError};
 use crate::core::{
     Effect, EndReason, EventConfig, EventQueue, InviteHolder, Millis, QueueMeta, RestoredPlace,
@@ -275,62 +277,6 @@ fn enc<T: Serialize>(v: &T) -> Vec<u8> {
     postcard::to_stdvec(v).expect("serialising to memory does not fail")
 }
 
-/// Creates `dir` (and its parents) readable by its owner only, and makes it so if it was
-/// not: the store holds user ids and metadata.
-pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-    }
-    Ok(())
-}
-
-/// Makes every directory under `dir` 0700 and every file 0600: fjall creates its files with
-/// the process's umask (`server::run` narrows it, but an embedding program or an older data
-/// dir may not have).
-fn restrict_tree(dir: &Path) -> std::io::Result<()> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        for entry in std::fs::read_dir(dir)? {
-            let entry = entry?;
-            let ty = entry.file_type()?;
-            if ty.is_dir() {
-                std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o700))?;
-                restrict_tree(&entry.path())?;
-            } else if ty.is_file() {
-                std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o600))?;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = dir;
-    Ok(())
-}
-
-/// Where the written bytes of a journal end. Journals are preallocated with zeros, so this
-/// is just past the last non-zero byte. Recovery cuts a journal back to its last intact
-/// batch; if it cuts below this point, a damaged or half-written batch was discarded.
-pub fn written_end(path: &Path) -> std::io::Result<u64> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut f = std::fs::File::open(path)?;
-    let mut end = f.metadata()?.len();
-    let mut buf = vec![0u8; 64 * 1024];
-    while end > 0 {
-        let start = end.saturating_sub(buf.len() as u64);
-        let n = (end - start) as usize;
-        f.seek(SeekFrom::Start(start))?;
-        f.read_exact(&mut buf[..n])?;
-        if let Some(i) = buf[..n].iter().rposition(|&b| b != 0) {
-            return Ok(start + i as u64 + 1);
-        }
-        end = start;
-    }
-    Ok(0)
-}
-
 impl Journal {
     /// Opens (or creates) the database under `dir`, reads back every event, and starts the
     /// writer. `now` is the restart time that idle grace periods count from. A damaged
@@ -410,8 +356,7 @@ impl Journal {
             durable: durable_tx,
             failed: failed.clone(),
             done: 0,
-            marker,
-            zero_ahead: Some(ZeroAhead::new()),
+            syncer: Syncer::new(db.clone(), marker),
         };
         let commit = GroupCommit::new(writer, mode);
         let handle = commit.spawn()?;
@@ -661,11 +606,8 @@ struct Writer {
     failed: Arc<AtomicBool>,
     /// Changes written (and in `sync`, synced) so far.
     done: u64,
-    /// The durability watermark, rewritten after each sync.
-    marker: watermark::Marker,
-    /// Zeros written ahead of the active journal's appends (`None` once it failed: it only
-    /// speeds syncs up, so the store goes on without it).
-    zero_ahead: Option<ZeroAhead>,
+    /// The durability watermark and the zeros ahead, kept up to date by each sync.
+    syncer: Arc<Mutex<Syncer>>,
 }
 
 impl Sink for Writer {
@@ -690,6 +632,16 @@ impl Sink for Writer {
         Writer::sync(self, mode).map_err(|e| e.to_string())
     }
 
+    type Capture = super::journal_sync::Capture;
+
+    fn capture(&mut self) -> Result<Self::Capture, String> {
+        Syncer::capture(&self.syncer).map_err(|e| e.to_string())
+    }
+
+    fn sync_captured(capture: Self::Capture) -> Result<(), String> {
+        capture.finish().map_err(|e| e.to_string())
+    }
+
     fn done(&mut self, n: u64) {
         self.done += n;
         // Before the `watch`: a waiter woken by it finds the count at least as high here.
@@ -705,13 +657,7 @@ impl Sink for Writer {
 impl Writer {
     /// Syncs the journal, then records what is now durable in the watermark.
     fn sync(&mut self, mode: PersistMode) -> anyhow::Result<()> {
-        let started = std::time::Instant::now();
-        self.db.persist(mode)?;
-        metrics::histogram!("waitroom_store_sync_seconds").record(started.elapsed().as_secs_f64());
-        self.marker.synced()?;
-        // The group commit's flag is held: nothing is appended meanwhile.
-        super::zero_ahead::after_sync(&mut self.zero_ahead, &self.marker);
-        Ok(())
+        self.syncer.lock().sync_now(mode)
     }
 
     fn fail(&self, e: &dyn std::fmt::Display) {

@@ -265,6 +265,15 @@ impl Marker {
     /// Call after the journal was synced: records what is now durable. Lengths only grow
     /// within a file.
     pub fn synced(&mut self) -> std::io::Result<()> {
+        let marks = self.capture()?;
+        self.record(&marks)
+    }
+
+    /// Reads what the journals hold now, without recording it: the marks a sync that
+    /// starts after this call covers. Call with nothing appended meanwhile (the group
+    /// commit's flag held), then sync, then [`Marker::record`] exactly these marks, so the
+    /// watermark names synced bytes only even when appends go on during the sync.
+    pub fn capture(&mut self) -> std::io::Result<Marks> {
         let rotated = match &self.active {
             Some((id, _)) => self.dir.join(format!("{}.jnl", id + 1)).exists(),
             None => true,
@@ -277,11 +286,23 @@ impl Marker {
             let new = scan_reader(r, old.len)?;
             self.marks.insert(*id, add(old, new));
         }
-        self.write()
+        Ok(self.marks.clone())
+    }
+
+    /// Writes `marks` (from [`Marker::capture`], now synced) as the watermark.
+    pub fn record(&mut self, marks: &Marks) -> std::io::Result<()> {
+        self.write(marks)
+    }
+
+    /// A second handle of the journal being appended to, as of the last capture: syncing
+    /// it syncs the file, whoever holds it (a sync is per file, not per handle).
+    pub fn active_file(&self) -> Option<std::io::Result<std::fs::File>> {
+        let (_, r) = self.active.as_ref()?;
+        Some(r.get_ref().try_clone())
     }
 
     /// The journal being appended to and where its intact batches end, as of the last
-    /// [`Marker::synced`].
+    /// [`Marker::capture`].
     pub fn active_end(&self) -> Option<(u64, u64)> {
         let (id, _) = self.active.as_ref()?;
         Some((*id, self.marks.get(id)?.len))
@@ -312,7 +333,7 @@ impl Marker {
 
     /// Rewrites the sidecar in place (length, body, checksum), without fsync: see the
     /// module's notes.
-    fn write(&mut self) -> std::io::Result<()> {
+    fn write(&mut self, marks: &Marks) -> std::io::Result<()> {
         if self.file.is_none() {
             self.file = Some(
                 private_options()
@@ -324,7 +345,7 @@ impl Marker {
             );
         }
         let f = self.file.as_mut().expect("opened above");
-        let body = postcard::to_stdvec(&self.marks).expect("serialising to memory");
+        let body = postcard::to_stdvec(marks).expect("serialising to memory");
         let mut out = Vec::with_capacity(body.len() + 12);
         out.extend_from_slice(&(body.len() as u32).to_le_bytes());
         out.extend_from_slice(&body);

@@ -1,0 +1,182 @@
+//! Syncing the journal and recording what is durable; in `relaxed`, without holding the
+//! writers up.
+//!
+//! fjall's `Database::persist` holds fjall's journal lock during the `fdatasync`, and the
+//! `relaxed` thread used to call it holding the group commit's flag too: every request
+//! that wrote during a sync (3–30 ms every 100 ms under load) waited for it, and one that
+//! met fjall's lock blocked a runtime worker's thread (docs/PERFORMANCE.md, "The periodic
+//! sync off the writers' path"). So the `relaxed` sync has two halves:
+//!
+//! 1. [`Syncer::capture`], the flag held and everything written handed to the OS (so
+//!    nothing is appended meanwhile): reads the journal's new batches into the watermark's
+//!    marks, without recording them; writes the next zeros ahead of the appends (which
+//!    needs nothing appended meanwhile: [`super::zero_ahead`]); takes a handle of the
+//!    journal being appended to.
+//! 2. [`Capture::finish`], with neither the flag nor fjall's lock: `fdatasync` through that
+//!    handle, then the watermark records exactly the captured marks.
+//!
+//! Why the watermark still names synced bytes only:
+//! - A sync is per file, not per handle: ours makes durable every byte of the file written
+//!   to the OS before it began, so every captured byte.
+//! - Bytes appended during the sync may or may not be covered; the captured marks end
+//!   before them, and the next pass syncs them (the group commit's `dirty`).
+//! - fjall syncs a journal (`SyncAll`) before it starts `N+1.jnl`. A capture after such a
+//!   rotation lists the journals again, so its handle is the newest journal's and the older
+//!   ones are synced already; a rotation after the capture leaves our handle on `N`, which
+//!   holds every captured byte.
+//!
+//! What a request is answered on (its change handed to the OS) does not move; only when
+//! the pass's sync ends does, within the same ~100 ms.
+
+use std::fs::File;
+use std::sync::Arc;
+use std::time::Instant;
+
+use fjall::{Database, PersistMode};
+use parking_lot::Mutex;
+
+use super::watermark::{Marker, Marks};
+use super::zero_ahead::{self, ZeroAhead};
+
+/// The journal writer's sync state: the watermark and the zeros ahead of the appends.
+/// Used by one thread at a time (the flag's holder, or the `relaxed` thread after a
+/// capture), so its lock is never contended.
+pub(super) struct Syncer {
+    db: Database,
+    marker: Marker,
+    /// Zeros written ahead of the active journal's appends (`None` once it failed: it only
+    /// speeds syncs up, so the store goes on without it).
+    zero_ahead: Option<ZeroAhead>,
+}
+
+/// What a `relaxed` sync covers, captured under the flag.
+pub(super) struct Capture {
+    syncer: Arc<Mutex<Syncer>>,
+    marks: Marks,
+    /// The journal being appended to at the capture; `None`: synced already (no journal
+    /// file was found, so the capture synced through fjall).
+    file: Option<File>,
+}
+
+impl Syncer {
+    pub(super) fn new(db: Database, marker: Marker) -> Arc<Mutex<Syncer>> {
+        Arc::new(Mutex::new(Syncer {
+            db,
+            marker,
+            zero_ahead: Some(ZeroAhead::new()),
+        }))
+    }
+
+    /// Syncs through fjall (`sync` mode's group commits, the last sync at close), then
+    /// records what is durable. The caller holds the group commit's flag.
+    pub(super) fn sync_now(&mut self, mode: PersistMode) -> anyhow::Result<()> {
+        let started = Instant::now();
+        self.db.persist(mode)?;
+        record_sync_time(started);
+        self.marker.synced()?;
+        // The group commit's flag is held: nothing is appended meanwhile.
+        zero_ahead::after_sync(&mut self.zero_ahead, &self.marker);
+        Ok(())
+    }
+
+    /// `relaxed`: the first half of a sync (see the module's notes). The caller holds the
+    /// group commit's flag, and everything written is handed to the OS.
+    pub(super) fn capture(me: &Arc<Mutex<Syncer>>) -> anyhow::Result<Capture> {
+        let mut guard = me.lock();
+        let s = &mut *guard;
+        let marks = s.marker.capture()?;
+        let file = match s.marker.active_file() {
+            Some(f) => Some(f?),
+            None => {
+                // No journal file to hold: sync through fjall, as `sync_now` does.
+                let started = Instant::now();
+                s.db.persist(PersistMode::SyncData)?;
+                record_sync_time(started);
+                None
+            }
+        };
+        // Nothing is appended meanwhile, so the zeros start past the captured end.
+        zero_ahead::after_sync(&mut s.zero_ahead, &s.marker);
+        drop(guard);
+        Ok(Capture {
+            syncer: me.clone(),
+            marks,
+            file,
+        })
+    }
+}
+
+impl Capture {
+    /// `relaxed`: the second half of a sync, with neither the flag nor fjall's lock held:
+    /// syncs the captured journal, then records the captured marks as durable.
+    pub(super) fn finish(self) -> anyhow::Result<()> {
+        if let Some(f) = &self.file {
+            let started = Instant::now();
+            f.sync_data()?;
+            record_sync_time(started);
+            let took = started.elapsed();
+            if took >= std::time::Duration::from_millis(2) {
+                tracing::debug!(us = took.as_micros() as u64, "slow relaxed sync");
+            }
+        }
+        self.syncer.lock().marker.record(&self.marks)?;
+        Ok(())
+    }
+}
+
+fn record_sync_time(started: Instant) {
+    metrics::histogram!("waitroom_store_sync_seconds").record(started.elapsed().as_secs_f64());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::watermark;
+
+    fn append(db: &Database, ks: &fjall::Keyspace, from: u32, n: u32) {
+        for i in from..from + n {
+            let mut b = db.batch();
+            b.insert(ks, i.to_be_bytes(), vec![7u8; 100]);
+            b.commit().unwrap();
+        }
+        db.persist(PersistMode::Buffer).unwrap();
+    }
+
+    /// Batches appended between a capture and its sync's end are in the journal but not
+    /// in the watermark that sync records; the next capture's sync records them.
+    #[test]
+    fn the_watermark_names_what_was_captured_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::builder(dir.path())
+            .manual_journal_persist(true)
+            .open()
+            .unwrap();
+        let ks = db
+            .keyspace("places", fjall::KeyspaceCreateOptions::default)
+            .unwrap();
+        append(&db, &ks, 0, 10);
+        let syncer = Syncer::new(db.clone(), Marker::new(dir.path()).unwrap());
+        append(&db, &ks, 10, 5);
+        let capture = Syncer::capture(&syncer).unwrap();
+        // Requests write while the sync runs.
+        append(&db, &ks, 15, 20);
+        capture.finish().unwrap();
+        let (id, path) = watermark::journals(dir.path())
+            .into_iter()
+            .next_back()
+            .unwrap();
+        let marked = |d: &std::path::Path| watermark::read_marks(d).unwrap()[&id];
+        let all = watermark::scan_from(&path, 0).unwrap();
+        let first = marked(dir.path());
+        assert!(first.len < all.len, "the later batches are not named");
+        assert_eq!(all.tally.records - first.tally.records, 20);
+        // What the watermark names reads back as exactly the batches captured.
+        let mut prefix = std::fs::read(&path).unwrap();
+        prefix.truncate(first.len as usize);
+        let cut = dir.path().join("cut.jnl");
+        std::fs::write(&cut, &prefix).unwrap();
+        assert_eq!(watermark::scan_from(&cut, 0).unwrap(), first);
+        Syncer::capture(&syncer).unwrap().finish().unwrap();
+        assert_eq!(marked(dir.path()), all, "the next sync names them");
+    }
+}
