@@ -51,7 +51,9 @@ const KIND_JOINED: u8 = 0;
 const KIND_ADMITTED: u8 = 1;
 const KIND_ENTERED: u8 = 2;
 const KIND_EXPIRED: u8 = 3;
-/// Longest a request waits for its change to be synced before it answers `UNAVAILABLE`.
+/// Longest a request waits for its change to be synced before it answers `UNAVAILABLE`;
+/// in `relaxed`, also how old an unsynced write may get while changes are still answered
+/// (what a crash of the machine can take back while the disk stalls, `group_commit.rs`).
 const MAX_DURABLE_WAIT: Duration = Duration::from_secs(3);
 
 /// When a change is acknowledged relative to reaching the disk.
@@ -256,6 +258,9 @@ pub struct Journal {
     mode: Durability,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     db: Database,
+    /// Tests: the writer's sync state (its hook that stalls syncs).
+    #[cfg(test)]
+    pub(super) syncer: Arc<Mutex<Syncer>>,
 }
 
 fn place_key(event_id: &str, seq: u64, kind: u8) -> Vec<u8> {
@@ -358,7 +363,9 @@ impl Journal {
             done: 0,
             syncer: Syncer::new(db.clone(), marker),
         };
-        let commit = GroupCommit::new(writer, mode);
+        #[cfg(test)]
+        let syncer = writer.syncer.clone();
+        let commit = GroupCommit::new(writer, mode, MAX_DURABLE_WAIT);
         let handle = commit.spawn()?;
         Ok((
             Journal {
@@ -369,6 +376,8 @@ impl Journal {
                 mode,
                 writer: Mutex::new(Some(handle)),
                 db,
+                #[cfg(test)]
+                syncer,
             },
             recovered,
         ))

@@ -47,6 +47,19 @@ pub(super) struct Syncer {
     /// Zeros written ahead of the active journal's appends (`None` once it failed: it only
     /// speeds syncs up, so the store goes on without it).
     zero_ahead: Option<ZeroAhead>,
+    /// Tests: a disk that stalls.
+    #[cfg(test)]
+    pub(super) stall: Arc<Stall>,
+}
+
+/// Tests: holds a `relaxed` sync before its `fdatasync`, as a disk that stalls would.
+#[cfg(test)]
+#[derive(Default)]
+pub(super) struct Stall {
+    /// While set, syncs wait before their `fdatasync`.
+    pub(super) on: std::sync::atomic::AtomicBool,
+    /// Syncs that reached the stall.
+    pub(super) reached: std::sync::atomic::AtomicU64,
 }
 
 /// What a `relaxed` sync covers, captured under the flag.
@@ -64,6 +77,8 @@ impl Syncer {
             db,
             marker,
             zero_ahead: Some(ZeroAhead::new()),
+            #[cfg(test)]
+            stall: Arc::default(),
         }))
     }
 
@@ -110,6 +125,16 @@ impl Capture {
     /// `relaxed`: the second half of a sync, with neither the flag nor fjall's lock held:
     /// syncs the captured journal, then records the captured marks as durable.
     pub(super) fn finish(self) -> anyhow::Result<()> {
+        #[cfg(test)]
+        {
+            let stall = self.syncer.lock().stall.clone();
+            stall
+                .reached
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            while stall.on.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
         if let Some(f) = &self.file {
             let started = Instant::now();
             f.sync_data()?;
@@ -178,5 +203,78 @@ mod tests {
         assert_eq!(watermark::scan_from(&cut, 0).unwrap(), first);
         Syncer::capture(&syncer).unwrap().finish().unwrap();
         assert_eq!(marked(dir.path()), all, "the next sync names them");
+    }
+
+    /// A disk that stalls in `relaxed`: while the sync in flight is young, changes are
+    /// answered; once the oldest unsynced write is older than the bound (3 s), a change is
+    /// written but not answered, and answers `503` after its own 3 s; once the sync ends,
+    /// changes are answered again. Without the bound every change would be answered while
+    /// the sync hangs, and a crash of the machine could take back all of them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stalled_sync_stops_relaxed_answers_after_the_bound() {
+        use crate::core::{EventConfig, QueueMeta};
+        use crate::store::journal::{Durability, Journal};
+        use crate::store::StoreError;
+        use std::sync::atomic::Ordering::SeqCst;
+        use std::time::Duration;
+        let dir = tempfile::tempdir().unwrap();
+        let (journal, _) = Journal::open(dir.path(), Durability::Relaxed, 0).unwrap();
+        let journal = Arc::new(journal);
+        let stall = journal.syncer.lock().stall.clone();
+        let id: Arc<str> = "concert".into();
+        let mut joins = 0u64;
+        let mut change = || {
+            joins += 1;
+            let meta = QueueMeta {
+                joins,
+                ..QueueMeta::default()
+            };
+            // The event's record (a change with no places is not written).
+            let config = Some(EventConfig::default());
+            journal.record(&id, Vec::new(), meta, config).unwrap()
+        };
+        stall.on.store(true, SeqCst);
+        let first = change();
+        journal.wait(first).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while stall.reached.load(SeqCst) == 0 {
+            assert!(Instant::now() < deadline, "the thread never synced");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let stalled_at = Instant::now();
+        let young = change();
+        journal
+            .wait(young)
+            .await
+            .expect("answered while the sync is young");
+        tokio::time::sleep(Duration::from_millis(3300)).await;
+        let old = change();
+        let asked = Instant::now();
+        let answer = journal.wait(old).await;
+        assert!(
+            matches!(answer, Err(StoreError::Unavailable(_))),
+            "answered {answer:?} while the sync was {:?} old",
+            asked - stalled_at
+        );
+        assert!(
+            asked.elapsed() >= Duration::from_secs(3),
+            "waited its bound"
+        );
+        assert_eq!(stall.reached.load(SeqCst), 1, "the same sync still hangs");
+        // Requests that are waiting when the sync ends are answered.
+        let waiting = {
+            let journal = journal.clone();
+            let ticket = change();
+            tokio::spawn(async move { journal.wait(ticket).await })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stall.on.store(false, SeqCst);
+        waiting
+            .await
+            .unwrap()
+            .expect("answered once the sync ended");
+        let after = change();
+        journal.wait(after).await.expect("answered again");
+        assert!(stall.reached.load(SeqCst) >= 2, "a later sync covered them");
     }
 }
