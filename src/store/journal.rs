@@ -51,6 +51,8 @@ const KIND_JOINED: u8 = 0;
 const KIND_ADMITTED: u8 = 1;
 const KIND_ENTERED: u8 = 2;
 const KIND_EXPIRED: u8 = 3;
+/// The `events` keyspace's memtable (see where it is opened).
+const EVENTS_MEMTABLE: u64 = 32 * 1024 * 1024;
 /// Longest a request waits for its change to be synced before it answers `UNAVAILABLE`;
 /// in `relaxed`, also how old an unsynced write may get while changes are still answered
 /// (what a crash of the machine can take back while the disk stalls, `group_commit.rs`).
@@ -331,8 +333,15 @@ impl Journal {
             .map_err(|e| anyhow::anyhow!("opening the store in {}: {e}", dir.display()))?;
         // Small memtables: everything live is in memory already (the queues), so the store
         // only needs enough buffer to batch its flushes, not 64 MiB per keyspace.
+        // Except `events`: every batch writes its event's record again (~1 KB), so at
+        // 10,000 joins/s a 4 MiB memtable filled in 0.6-1.5 s, and each flush (and every
+        // fifth, a compaction: 180-300 ms) holds the tree's version lock over five fsyncs
+        // while every batch waits to insert (docs/PERFORMANCE.md, "The periodic sync off
+        // the writers' path"). At 32 MiB: one flush per ~8 s. Only the latest version
+        // survives a flush, so this is memory for superseded versions, used only while
+        // events change.
         let events = db.keyspace("events", || {
-            KeyspaceCreateOptions::default().max_memtable_size(4 * 1024 * 1024)
+            KeyspaceCreateOptions::default().max_memtable_size(EVENTS_MEMTABLE)
         })?;
         let places = db.keyspace("places", || {
             KeyspaceCreateOptions::default().max_memtable_size(16 * 1024 * 1024)

@@ -277,4 +277,44 @@ mod tests {
         journal.wait(after).await.expect("answered again");
         assert!(stall.reached.load(SeqCst) >= 2, "a later sync covered them");
     }
+
+    /// Every batch writes its event's record again: 8 MiB of such versions (what 10,000
+    /// joins/s wrote in about 1.6 s) must not flush the `events` keyspace, whose flushes
+    /// and compactions stall every write (docs/PERFORMANCE.md).
+    #[tokio::test]
+    async fn rewriting_an_events_record_does_not_flush_its_keyspace() {
+        use crate::core::{EventConfig, QueueMeta};
+        use crate::store::journal::{Durability, Journal};
+        let dir = tempfile::tempdir().unwrap();
+        let (journal, _) = Journal::open(dir.path(), Durability::Relaxed, 0).unwrap();
+        let id: std::sync::Arc<str> = "concert".into();
+        let config = EventConfig {
+            name: "n".repeat(200),
+            ..EventConfig::default()
+        };
+        let mut meta = QueueMeta::default();
+        let (mut written, mut n) = (0usize, 0u64);
+        while written < 8 * 1024 * 1024 {
+            n += 1;
+            meta.joins = n;
+            let ticket = journal
+                .record(&id, Vec::new(), meta.clone(), Some(config.clone()))
+                .unwrap();
+            journal.wait(ticket).await.unwrap();
+            // The record's settings (JSON) and counters, plus its key.
+            written += serde_json::to_string(&config).unwrap().len() + 40;
+        }
+        // A flush is the worker's: give it time to show up.
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let tables = dir.path().join("keyspaces/1/tables");
+        let flushed = std::fs::read_dir(&tables).map_or(0, |d| d.count());
+        assert_eq!(flushed, 0, "{n} versions of one record flushed `events`");
+        drop(journal);
+        let (_, recovered) = Journal::open(dir.path(), Durability::Relaxed, 0).unwrap();
+        assert_eq!(
+            recovered.events[0].1.meta().joins,
+            n,
+            "the latest version is kept"
+        );
+    }
 }
