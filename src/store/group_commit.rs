@@ -13,8 +13,17 @@
 //!   is with the OS (so a crash of the process loses nothing acknowledged): one that did
 //!   not get the flag waits for the holder's batch ([`GroupCommit::handed_over`]). No
 //!   thread is woken per change (that wake-up and the writer's context switches cost more
-//!   than the write, see docs/PERFORMANCE.md). The thread only syncs about every 100 ms,
-//!   holding the flag meanwhile, and writes what queued during its sync.
+//!   than the write, see docs/PERFORMANCE.md). The thread only syncs about every 100 ms:
+//!   holding the flag it writes what is left and notes what the sync will cover
+//!   ([`Sink::capture`]), then gives the flag back and syncs that while requests go on
+//!   writing ([`Sink::sync_captured`], [`super::journal_sync`]).
+//! - **The bound on what a machine crash loses** (`relaxed`): a change is answered only
+//!   while the oldest change handed to the OS and not yet synced is younger than
+//!   `max_unsynced` (the 3 s of `journal.rs`); past that (a sync that hangs, a thread that
+//!   does not get to sync) requests wait for a sync to end, as they did when the sync held
+//!   the flag, and answer [`Handed::Late`] after their own bound. Their changes are still
+//!   written. So a stalled disk stops the answers after the bound, and what a crash of the
+//!   machine can take back was answered within `max_unsynced` of the oldest unsynced write.
 //!
 //! Nothing is left behind: the writer gives the flag back, then looks whether changes
 //! were queued that it did not take, and if so tries again. A request whose attempt failed
@@ -25,7 +34,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 use tokio::sync::Notify;
@@ -42,6 +51,14 @@ pub(super) trait Sink: Send + 'static {
     fn buffer(&mut self) -> Result<(), String>;
     /// Syncs what was written to disk (`all`: metadata too, at close).
     fn sync(&mut self, all: bool) -> Result<(), String>;
+    /// What a `relaxed` sync covers.
+    type Capture: Send;
+    /// `relaxed`, as the flag's holder with everything written handed to the OS: notes
+    /// what a sync started now covers, for [`Sink::sync_captured`].
+    fn capture(&mut self) -> Result<Self::Capture, String>;
+    /// `relaxed`: syncs exactly what was captured and records it as durable. Called with
+    /// neither the flag nor the sink held, so requests go on writing meanwhile.
+    fn sync_captured(capture: Self::Capture) -> Result<(), String>;
     /// `n` more changes are written (and in `sync`, synced).
     fn done(&mut self, n: u64);
     /// Writing failed: nothing more will be written.
@@ -67,6 +84,18 @@ pub(super) struct GroupCommit<S: Sink> {
     taken: AtomicU64,
     /// Changes written and handed to the OS (in `sync`, also synced), in ticket order.
     handed: AtomicU64,
+    /// `relaxed`: changes that may be answered (handed to the OS while the oldest unsynced
+    /// write was younger than `max_unsynced`, or synced since). Only ever raised.
+    answerable: AtomicU64,
+    /// `relaxed`: when the first batch handed to the OS since the last capture was
+    /// written, in µs since `epoch` plus one (0: none). Written by the flag's holder only.
+    unsynced_since: AtomicU64,
+    /// `relaxed`: the same for the oldest write the sync in flight covers (0: no sync in
+    /// flight). Set at the capture, under the flag; cleared by the thread when it ends.
+    syncing_since: AtomicU64,
+    /// `relaxed`: how old an unsynced write may get while changes are still answered.
+    max_unsynced: Duration,
+    epoch: Instant,
     /// `relaxed`: told after every batch handed to the OS, and when the sink fails.
     progress: Notify,
     /// Held by whoever writes: only its holder takes from the queue and uses the sink.
@@ -99,7 +128,8 @@ pub(super) enum Refused {
 }
 
 impl<S: Sink> GroupCommit<S> {
-    pub(super) fn new(sink: S, mode: Durability) -> Arc<Self> {
+    /// `max_unsynced`: see the module's notes (`relaxed` only).
+    pub(super) fn new(sink: S, mode: Durability, max_unsynced: Duration) -> Arc<Self> {
         Arc::new(GroupCommit {
             queue: Mutex::new(Queue {
                 changes: Vec::new(),
@@ -110,6 +140,11 @@ impl<S: Sink> GroupCommit<S> {
             queued: AtomicU64::new(0),
             taken: AtomicU64::new(0),
             handed: AtomicU64::new(0),
+            answerable: AtomicU64::new(0),
+            unsynced_since: AtomicU64::new(0),
+            syncing_since: AtomicU64::new(0),
+            max_unsynced,
+            epoch: Instant::now(),
             progress: Notify::new(),
             writing: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
@@ -182,12 +217,13 @@ impl<S: Sink> GroupCommit<S> {
     }
 
     /// `relaxed`: answers once the change of `ticket` is written and handed to the OS
-    /// ([`Handed::Yes`]), so a crash of the process loses nothing that was answered; or
-    /// the sink failed, or the writer of the moment (the thread's sync) took longer than
-    /// `bound`. Cancel-safe: a change left behind is written by the next writer or the
-    /// thread's pass within 100 ms.
+    /// ([`Handed::Yes`]), so a crash of the process loses nothing that was answered, and
+    /// the oldest unsynced write is younger than `max_unsynced` (or a sync has covered the
+    /// change since); or the sink failed, or neither happened within `bound` (the writer
+    /// of the moment is slow, or the disk does not sync). Cancel-safe: a change left
+    /// behind is written by the next writer or the thread's pass within 100 ms.
     pub(super) async fn handed_over(&self, ticket: u64, bound: Duration) -> Handed {
-        if self.handed.load(SeqCst) >= ticket {
+        if self.answerable.load(SeqCst) >= ticket {
             return Handed::Yes;
         }
         // One scheduling round first: the other requests ready on the runtime queue their
@@ -196,7 +232,7 @@ impl<S: Sink> GroupCommit<S> {
         tokio::task::yield_now().await;
         let mut deadline = None;
         loop {
-            if self.handed.load(SeqCst) >= ticket {
+            if self.answerable.load(SeqCst) >= ticket {
                 return Handed::Yes;
             }
             if self.stopped.load(SeqCst) {
@@ -209,7 +245,7 @@ impl<S: Sink> GroupCommit<S> {
             // Taking the flag fails only while another writes: it then writes our change
             // too (see `write_queued`), and tells `progress` after.
             self.write_queued();
-            if self.handed.load(SeqCst) >= ticket {
+            if self.answerable.load(SeqCst) >= ticket {
                 return Handed::Yes;
             }
             if self.stopped.load(SeqCst) {
@@ -243,6 +279,33 @@ impl<S: Sink> GroupCommit<S> {
         self.sync_wanted.store(false, SeqCst);
     }
 
+    /// `at` in µs since `epoch`, plus one (0 stands for "none").
+    fn micros(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.epoch).as_micros() as u64 + 1
+    }
+
+    /// Whether a write at `since` (from [`Self::micros`]; 0: none) is younger than
+    /// `max_unsynced` at `now`.
+    fn young(&self, since: u64, now: Instant) -> bool {
+        since == 0 || self.micros(now).saturating_sub(since) <= self.max_unsynced.as_micros() as u64
+    }
+
+    /// `relaxed`, after the thread's sync of a capture ended: what it covered is on disk,
+    /// so every change handed over may be answered unless a write since the capture is
+    /// itself older than the bound (the next pass syncs it; answers whether it is behind).
+    fn sync_ended(&self) -> bool {
+        self.syncing_since.store(0, SeqCst);
+        // `handed` before `unsynced_since`: a change counted in it that the sync did not
+        // cover set `unsynced_since` before it was counted (`drain`).
+        let handed = self.handed.load(SeqCst);
+        let behind = !self.young(self.unsynced_since.load(SeqCst), Instant::now());
+        if !behind {
+            self.answerable.fetch_max(handed, SeqCst);
+        }
+        self.progress.notify_waiters();
+        behind
+    }
+
     /// As the flag's holder: writes what is queued, batch by batch, in order. `synced`:
     /// each batch is synced before it counts as done (`sync` mode); otherwise it is handed
     /// to the OS.
@@ -264,6 +327,7 @@ impl<S: Sink> GroupCommit<S> {
             }
             let n = group.len() as u64;
             self.taken.fetch_add(n, SeqCst);
+            let started = Instant::now();
             let written = sink.write(group).and_then(|()| {
                 if synced {
                     sink.sync(false)
@@ -271,6 +335,8 @@ impl<S: Sink> GroupCommit<S> {
                     sink.buffer()
                 }
             });
+            let ended = Instant::now();
+            note_slow_write(ended - started, n, synced);
             if let Err(e) = written {
                 self.stopped.store(true, SeqCst);
                 sink.fail(&e);
@@ -279,10 +345,23 @@ impl<S: Sink> GroupCommit<S> {
             }
             if !synced {
                 self.dirty.store(true, SeqCst);
+                // Before `handed`: the thread's look after a sync relies on it.
+                if self.unsynced_since.load(SeqCst) == 0 {
+                    self.unsynced_since.store(self.micros(started), SeqCst);
+                }
             }
-            self.handed.fetch_add(n, SeqCst);
+            let handed = self.handed.fetch_add(n, SeqCst) + n;
             sink.done(n);
             if !synced {
+                // `syncing_since` first: a sync that ends meanwhile clears it after our
+                // `handed`, and then answers these changes itself (`sync_ended`).
+                let oldest = match self.syncing_since.load(SeqCst) {
+                    0 => self.unsynced_since.load(SeqCst),
+                    s => s,
+                };
+                if self.young(oldest, ended) {
+                    self.answerable.fetch_max(handed, SeqCst);
+                }
                 self.progress.notify_waiters();
             }
         }
@@ -313,42 +392,64 @@ impl<S: Sink> GroupCommit<S> {
 
     fn run_relaxed(&self) {
         const EVERY: Duration = Duration::from_millis(100);
+        // Answers wait for the next sync: do not sleep before it.
+        let mut behind = false;
         loop {
             let closed = {
                 let mut q = self.queue.lock();
-                if !q.closed {
+                if !q.closed && !behind {
                     self.wake.wait_for(&mut q, EVERY);
                 }
                 q.closed
             };
+            behind = false;
             self.take_flag();
-            {
+            let capture = {
                 let mut sink = self.sink.lock();
                 // Anything a request left (one whose answer was cancelled before it
                 // wrote, or a change queued with no request waiting on it, an event's
                 // creation).
                 self.drain(&mut sink, false);
-                // Holding the flag: nothing is written between the sync and the
-                // watermark's look at the journal, so the watermark names synced bytes only.
+                // Holding the flag: nothing is written while the sink notes what the sync
+                // covers, so the watermark will name synced bytes only.
                 if !self.stopped.load(SeqCst) && self.dirty.swap(false, SeqCst) {
-                    if let Err(e) = sink.sync(false) {
-                        self.stopped.store(true, SeqCst);
-                        sink.fail(&e);
-                        self.progress.notify_waiters();
-                    }
+                    // What the sync will cover, and since when it is unsynced; later
+                    // writes start `unsynced_since` again.
+                    self.syncing_since
+                        .store(self.unsynced_since.swap(0, SeqCst), SeqCst);
+                    sink.capture().map_err(|e| self.stop(&mut sink, &e)).ok()
+                } else {
+                    None
                 }
-            }
+            };
             self.give_flag();
             if self.stopped.load(SeqCst) {
                 return;
             }
-            // What requests queued during the sync, they left to us.
+            // What requests queued while we held the flag, they left to us.
             self.write_queued();
+            // Requests write meanwhile; what they write is `dirty` for the next pass.
+            if let Some(c) = capture {
+                if let Err(e) = S::sync_captured(c) {
+                    self.take_flag();
+                    self.stop(&mut self.sink.lock(), &e);
+                    self.give_flag();
+                    return;
+                }
+                behind = self.sync_ended();
+            }
             if closed {
                 break;
             }
         }
         self.final_sync();
+    }
+
+    /// The sink failed: nothing more is written; waiters are told. Holding the flag.
+    fn stop(&self, sink: &mut S, error: &str) {
+        self.stopped.store(true, SeqCst);
+        sink.fail(error);
+        self.progress.notify_waiters();
     }
 
     /// At close: writes what is left and syncs everything.
@@ -357,8 +458,13 @@ impl<S: Sink> GroupCommit<S> {
         let mut sink = self.sink.lock();
         self.drain(&mut sink, false);
         if !self.stopped.load(SeqCst) {
-            if let Err(e) = sink.sync(true) {
-                sink.fail(&e);
+            match sink.sync(true) {
+                Err(e) => self.stop(&mut sink, &e),
+                // Everything written is on disk.
+                Ok(()) => {
+                    self.answerable.fetch_max(self.handed.load(SeqCst), SeqCst);
+                    self.progress.notify_waiters();
+                }
             }
         }
         self.give_flag();
@@ -372,9 +478,33 @@ impl<S: Sink> GroupCommit<S> {
     }
 }
 
+/// Logs a batch whose write took long: every request of the batch, and in `relaxed` every
+/// request behind the writer, waited for it. Lined up with the store's own log lines
+/// (`RUST_LOG=info,waitroom::store=debug,fjall=debug,lsm_tree=debug`), it names the stall.
+fn note_slow_write(took: Duration, changes: u64, synced: bool) {
+    if took >= Duration::from_millis(50) {
+        tracing::warn!(
+            ms = took.as_millis() as u64,
+            changes,
+            synced,
+            "a journal write took long"
+        );
+    } else if took >= Duration::from_millis(2) {
+        tracing::debug!(
+            us = took.as_micros() as u64,
+            changes,
+            synced,
+            "slow journal write"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A bound on unsynced writes that tests about ordering never reach.
+    const UNBOUNDED: Duration = Duration::from_secs(3600);
 
     /// Records what is written, and checks batches are never written concurrently.
     #[derive(Default)]
@@ -386,6 +516,20 @@ mod tests {
         hold: Arc<Mutex<()>>,
         /// Set by a test: writes fail from then on.
         failing: Arc<AtomicBool>,
+        /// Held by a test to keep the thread inside a captured sync.
+        sync_hold: Arc<Mutex<()>>,
+        /// Set while the thread is inside a captured sync.
+        syncing: Arc<AtomicBool>,
+        /// Changes a captured sync covered, for each one that ended.
+        covered: Arc<Mutex<Vec<usize>>>,
+    }
+
+    /// What a captured sync covers: the changes written by then.
+    struct Captured {
+        upto: usize,
+        hold: Arc<Mutex<()>>,
+        syncing: Arc<AtomicBool>,
+        covered: Arc<Mutex<Vec<usize>>>,
     }
 
     impl Sink for Recorder {
@@ -410,6 +554,22 @@ mod tests {
             self.done.fetch_add(n, SeqCst);
         }
         fn fail(&mut self, _error: &str) {}
+        type Capture = Captured;
+        fn capture(&mut self) -> Result<Captured, String> {
+            Ok(Captured {
+                upto: self.written.try_lock().expect("one writer at a time").len(),
+                hold: self.sync_hold.clone(),
+                syncing: self.syncing.clone(),
+                covered: self.covered.clone(),
+            })
+        }
+        fn sync_captured(c: Captured) -> Result<(), String> {
+            c.syncing.store(true, SeqCst);
+            drop(c.hold.lock());
+            c.covered.lock().push(c.upto);
+            c.syncing.store(false, SeqCst);
+            Ok(())
+        }
     }
 
     /// Submits from `threads` threads at once (each calling `write_queued` after each
@@ -462,7 +622,7 @@ mod tests {
             let written = sink.written.clone();
             let done = sink.done.clone();
             // No thread: the requests' own writes must cover every change.
-            let gc = GroupCommit::new(sink, Durability::Relaxed);
+            let gc = GroupCommit::new(sink, Durability::Relaxed, UNBOUNDED);
             let tickets = storm(&gc, 4, 2000, true);
             assert_eq!(done.load(SeqCst), 8000);
             check_order(&written.lock(), &tickets);
@@ -475,7 +635,7 @@ mod tests {
     fn a_relaxed_answer_waits_until_its_change_is_handed_over() {
         let sink = Recorder::default();
         let (written, hold) = (sink.written.clone(), sink.hold.clone());
-        let gc = GroupCommit::new(sink, Durability::Relaxed);
+        let gc = GroupCommit::new(sink, Durability::Relaxed, UNBOUNDED);
         let held = hold.lock();
         let first = {
             let gc = gc.clone();
@@ -510,7 +670,7 @@ mod tests {
     fn a_failed_write_ends_the_writers_loop() {
         let sink = Recorder::default();
         let (hold, failing) = (sink.hold.clone(), sink.failing.clone());
-        let gc = GroupCommit::new(sink, Durability::Relaxed);
+        let gc = GroupCommit::new(sink, Durability::Relaxed, UNBOUNDED);
         let held = hold.lock();
         let (tx, rx) = std::sync::mpsc::channel();
         let writer = {
@@ -548,7 +708,7 @@ mod tests {
     fn racing_relaxed_answers_follow_their_changes() {
         let sink = Recorder::default();
         let (written, done) = (sink.written.clone(), sink.done.clone());
-        let gc = GroupCommit::new(sink, Durability::Relaxed);
+        let gc = GroupCommit::new(sink, Durability::Relaxed, UNBOUNDED);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_time()
@@ -582,12 +742,111 @@ mod tests {
         check_order(&written.lock(), &tickets);
     }
 
+    /// `relaxed`: while the thread's sync is under way, requests still write and are
+    /// answered (the sync holds neither the flag nor the sink); that sync covers only what
+    /// was written when it was captured, and the next pass covers the rest.
+    #[test]
+    fn relaxed_writers_go_on_during_the_threads_sync() {
+        let sink = Recorder::default();
+        let (written, sync_hold, syncing, covered) = (
+            sink.written.clone(),
+            sink.sync_hold.clone(),
+            sink.syncing.clone(),
+            sink.covered.clone(),
+        );
+        let gc = GroupCommit::new(sink, Durability::Relaxed, UNBOUNDED);
+        let held = sync_hold.lock();
+        let thread = gc.spawn().unwrap();
+        gc.submit((0, 0)).ok().unwrap();
+        gc.write_queued();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !syncing.load(SeqCst) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the thread never synced"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        for i in 1..=50 {
+            let ticket = gc.submit((0, i)).ok().unwrap();
+            let bound = Duration::from_secs(5);
+            assert_eq!(rt.block_on(gc.handed_over(ticket, bound)), Handed::Yes);
+        }
+        assert!(syncing.load(SeqCst), "the sync is still under way");
+        assert_eq!(written.lock().len(), 51, "written during the sync");
+        drop(held);
+        gc.close();
+        thread.join().unwrap();
+        let covered = covered.lock();
+        assert_eq!(
+            covered[0], 1,
+            "the first sync covers what was captured only"
+        );
+        assert_eq!(*covered.last().unwrap(), 51, "a later pass covers the rest");
+    }
+
+    /// `relaxed`: a sync that hangs bounds what a crash of the machine can take back.
+    /// While the oldest unsynced write is younger than the bound, changes are answered;
+    /// past it a change is written but answers `Late` after its own bound; once a sync
+    /// has covered them, changes are answered again.
+    #[test]
+    fn relaxed_answers_stop_while_a_sync_hangs_past_the_bound() {
+        let sink = Recorder::default();
+        let (written, sync_hold, syncing, covered) = (
+            sink.written.clone(),
+            sink.sync_hold.clone(),
+            sink.syncing.clone(),
+            sink.covered.clone(),
+        );
+        let bound = Duration::from_millis(300);
+        let gc = GroupCommit::new(sink, Durability::Relaxed, bound);
+        let held = sync_hold.lock();
+        let thread = gc.spawn().unwrap();
+        gc.submit((0, 0)).ok().unwrap();
+        gc.write_queued();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !syncing.load(SeqCst) {
+            assert!(Instant::now() < deadline, "the thread never synced");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let young = gc.submit((0, 1)).ok().unwrap();
+        assert_eq!(rt.block_on(gc.handed_over(young, bound)), Handed::Yes);
+        std::thread::sleep(bound + Duration::from_millis(100));
+        let old = gc.submit((0, 2)).ok().unwrap();
+        assert_eq!(rt.block_on(gc.handed_over(old, bound)), Handed::Late);
+        assert_eq!(
+            written.lock().len(),
+            3,
+            "its change is written all the same"
+        );
+        assert!(syncing.load(SeqCst), "the first sync still hangs");
+        drop(held);
+        let after = gc.submit((0, 3)).ok().unwrap();
+        let wait = Duration::from_secs(30);
+        assert_eq!(rt.block_on(gc.handed_over(after, wait)), Handed::Yes);
+        assert_eq!(rt.block_on(gc.handed_over(old, wait)), Handed::Yes);
+        assert!(
+            covered.lock().iter().any(|&upto| upto >= 3),
+            "answered once a sync covered the late change"
+        );
+        gc.close();
+        thread.join().unwrap();
+    }
+
     #[test]
     fn the_sync_thread_writes_and_syncs_everything_in_order() {
         let sink = Recorder::default();
         let (written, done, synced) =
             (sink.written.clone(), sink.done.clone(), sink.synced.clone());
-        let gc = GroupCommit::new(sink, Durability::Sync);
+        let gc = GroupCommit::new(sink, Durability::Sync, UNBOUNDED);
         let thread = gc.spawn().unwrap();
         let tickets = storm(&gc, 4, 2000, false);
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -606,7 +865,7 @@ mod tests {
     fn relaxed_close_writes_what_is_queued_and_syncs() {
         let sink = Recorder::default();
         let (written, synced) = (sink.written.clone(), sink.synced.clone());
-        let gc = GroupCommit::new(sink, Durability::Relaxed);
+        let gc = GroupCommit::new(sink, Durability::Relaxed, UNBOUNDED);
         let thread = gc.spawn().unwrap();
         // Queued without writing (as an event's creation is): the thread's pass or its
         // close must write it.

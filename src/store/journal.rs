@@ -38,8 +38,10 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::group_commit::{GroupCommit, Handed, Refused, Sink};
+use super::journal_files::restrict_tree;
+pub use super::journal_files::{create_private_dir, written_end};
 use super::journal_sale::{self as sale, KIND_EXTENDED};
-use super::zero_ahead::ZeroAhead;
+use super::journal_sync::Syncer;
 use super::{watermark, StoreError};
 use crate::core::{
     Effect, EndReason, EventConfig, EventQueue, InviteHolder, Millis, QueueMeta, RestoredPlace,
@@ -49,7 +51,11 @@ const KIND_JOINED: u8 = 0;
 const KIND_ADMITTED: u8 = 1;
 const KIND_ENTERED: u8 = 2;
 const KIND_EXPIRED: u8 = 3;
-/// Longest a request waits for its change to be synced before it answers `UNAVAILABLE`.
+/// The `events` keyspace's memtable (see where it is opened).
+const EVENTS_MEMTABLE: u64 = 32 * 1024 * 1024;
+/// Longest a request waits for its change to be synced before it answers `UNAVAILABLE`;
+/// in `relaxed`, also how old an unsynced write may get while changes are still answered
+/// (what a crash of the machine can take back while the disk stalls, `group_commit.rs`).
 const MAX_DURABLE_WAIT: Duration = Duration::from_secs(3);
 
 /// When a change is acknowledged relative to reaching the disk.
@@ -254,6 +260,9 @@ pub struct Journal {
     mode: Durability,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     db: Database,
+    /// Tests: the writer's sync state (its hook that stalls syncs).
+    #[cfg(test)]
+    pub(super) syncer: Arc<Mutex<Syncer>>,
 }
 
 fn place_key(event_id: &str, seq: u64, kind: u8) -> Vec<u8> {
@@ -273,62 +282,6 @@ fn event_prefix(event_id: &str) -> Vec<u8> {
 
 fn enc<T: Serialize>(v: &T) -> Vec<u8> {
     postcard::to_stdvec(v).expect("serialising to memory does not fail")
-}
-
-/// Creates `dir` (and its parents) readable by its owner only, and makes it so if it was
-/// not: the store holds user ids and metadata.
-pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-    }
-    Ok(())
-}
-
-/// Makes every directory under `dir` 0700 and every file 0600: fjall creates its files with
-/// the process's umask (`server::run` narrows it, but an embedding program or an older data
-/// dir may not have).
-fn restrict_tree(dir: &Path) -> std::io::Result<()> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        for entry in std::fs::read_dir(dir)? {
-            let entry = entry?;
-            let ty = entry.file_type()?;
-            if ty.is_dir() {
-                std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o700))?;
-                restrict_tree(&entry.path())?;
-            } else if ty.is_file() {
-                std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o600))?;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = dir;
-    Ok(())
-}
-
-/// Where the written bytes of a journal end. Journals are preallocated with zeros, so this
-/// is just past the last non-zero byte. Recovery cuts a journal back to its last intact
-/// batch; if it cuts below this point, a damaged or half-written batch was discarded.
-pub fn written_end(path: &Path) -> std::io::Result<u64> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut f = std::fs::File::open(path)?;
-    let mut end = f.metadata()?.len();
-    let mut buf = vec![0u8; 64 * 1024];
-    while end > 0 {
-        let start = end.saturating_sub(buf.len() as u64);
-        let n = (end - start) as usize;
-        f.seek(SeekFrom::Start(start))?;
-        f.read_exact(&mut buf[..n])?;
-        if let Some(i) = buf[..n].iter().rposition(|&b| b != 0) {
-            return Ok(start + i as u64 + 1);
-        }
-        end = start;
-    }
-    Ok(0)
 }
 
 impl Journal {
@@ -380,8 +333,15 @@ impl Journal {
             .map_err(|e| anyhow::anyhow!("opening the store in {}: {e}", dir.display()))?;
         // Small memtables: everything live is in memory already (the queues), so the store
         // only needs enough buffer to batch its flushes, not 64 MiB per keyspace.
+        // Except `events`: every batch writes its event's record again (~1 KB), so at
+        // 10,000 joins/s a 4 MiB memtable filled in 0.6-1.5 s, and each flush (and every
+        // fifth, a compaction: 180-300 ms) holds the tree's version lock over five fsyncs
+        // while every batch waits to insert (docs/PERFORMANCE.md, "The periodic sync off
+        // the writers' path"). At 32 MiB: one flush per ~8 s. Only the latest version
+        // survives a flush, so this is memory for superseded versions, used only while
+        // events change.
         let events = db.keyspace("events", || {
-            KeyspaceCreateOptions::default().max_memtable_size(4 * 1024 * 1024)
+            KeyspaceCreateOptions::default().max_memtable_size(EVENTS_MEMTABLE)
         })?;
         let places = db.keyspace("places", || {
             KeyspaceCreateOptions::default().max_memtable_size(16 * 1024 * 1024)
@@ -410,10 +370,11 @@ impl Journal {
             durable: durable_tx,
             failed: failed.clone(),
             done: 0,
-            marker,
-            zero_ahead: Some(ZeroAhead::new()),
+            syncer: Syncer::new(db.clone(), marker),
         };
-        let commit = GroupCommit::new(writer, mode);
+        #[cfg(test)]
+        let syncer = writer.syncer.clone();
+        let commit = GroupCommit::new(writer, mode, MAX_DURABLE_WAIT);
         let handle = commit.spawn()?;
         Ok((
             Journal {
@@ -424,6 +385,8 @@ impl Journal {
                 mode,
                 writer: Mutex::new(Some(handle)),
                 db,
+                #[cfg(test)]
+                syncer,
             },
             recovered,
         ))
@@ -661,11 +624,8 @@ struct Writer {
     failed: Arc<AtomicBool>,
     /// Changes written (and in `sync`, synced) so far.
     done: u64,
-    /// The durability watermark, rewritten after each sync.
-    marker: watermark::Marker,
-    /// Zeros written ahead of the active journal's appends (`None` once it failed: it only
-    /// speeds syncs up, so the store goes on without it).
-    zero_ahead: Option<ZeroAhead>,
+    /// The durability watermark and the zeros ahead, kept up to date by each sync.
+    syncer: Arc<Mutex<Syncer>>,
 }
 
 impl Sink for Writer {
@@ -690,6 +650,16 @@ impl Sink for Writer {
         Writer::sync(self, mode).map_err(|e| e.to_string())
     }
 
+    type Capture = super::journal_sync::Capture;
+
+    fn capture(&mut self) -> Result<Self::Capture, String> {
+        Syncer::capture(&self.syncer).map_err(|e| e.to_string())
+    }
+
+    fn sync_captured(capture: Self::Capture) -> Result<(), String> {
+        capture.finish().map_err(|e| e.to_string())
+    }
+
     fn done(&mut self, n: u64) {
         self.done += n;
         // Before the `watch`: a waiter woken by it finds the count at least as high here.
@@ -705,13 +675,7 @@ impl Sink for Writer {
 impl Writer {
     /// Syncs the journal, then records what is now durable in the watermark.
     fn sync(&mut self, mode: PersistMode) -> anyhow::Result<()> {
-        let started = std::time::Instant::now();
-        self.db.persist(mode)?;
-        metrics::histogram!("waitroom_store_sync_seconds").record(started.elapsed().as_secs_f64());
-        self.marker.synced()?;
-        // The group commit's flag is held: nothing is appended meanwhile.
-        super::zero_ahead::after_sync(&mut self.zero_ahead, &self.marker);
-        Ok(())
+        self.syncer.lock().sync_now(mode)
     }
 
     fn fail(&self, e: &dyn std::fmt::Display) {

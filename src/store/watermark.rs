@@ -265,6 +265,15 @@ impl Marker {
     /// Call after the journal was synced: records what is now durable. Lengths only grow
     /// within a file.
     pub fn synced(&mut self) -> std::io::Result<()> {
+        let marks = self.capture()?;
+        self.record(&marks)
+    }
+
+    /// Reads what the journals hold now, without recording it: the marks a sync that
+    /// starts after this call covers. Call with nothing appended meanwhile (the group
+    /// commit's flag held), then sync, then [`Marker::record`] exactly these marks, so the
+    /// watermark names synced bytes only even when appends go on during the sync.
+    pub fn capture(&mut self) -> std::io::Result<Marks> {
         let rotated = match &self.active {
             Some((id, _)) => self.dir.join(format!("{}.jnl", id + 1)).exists(),
             None => true,
@@ -277,11 +286,23 @@ impl Marker {
             let new = scan_reader(r, old.len)?;
             self.marks.insert(*id, add(old, new));
         }
-        self.write()
+        Ok(self.marks.clone())
+    }
+
+    /// Writes `marks` (from [`Marker::capture`], now synced) as the watermark.
+    pub fn record(&mut self, marks: &Marks) -> std::io::Result<()> {
+        self.write(marks)
+    }
+
+    /// A second handle of the journal being appended to, as of the last capture: syncing
+    /// it syncs the file, whoever holds it (a sync is per file, not per handle).
+    pub fn active_file(&self) -> Option<std::io::Result<std::fs::File>> {
+        let (_, r) = self.active.as_ref()?;
+        Some(r.get_ref().try_clone())
     }
 
     /// The journal being appended to and where its intact batches end, as of the last
-    /// [`Marker::synced`].
+    /// [`Marker::capture`].
     pub fn active_end(&self) -> Option<(u64, u64)> {
         let (id, _) = self.active.as_ref()?;
         Some((*id, self.marks.get(id)?.len))
@@ -295,13 +316,28 @@ impl Marker {
     /// Lists the journals again: files fjall removed (flushed into tables) are dropped,
     /// new ones read, and the newest becomes the active one.
     fn relist(&mut self) -> std::io::Result<()> {
-        let files = journals(&self.dir);
+        self.read_listed(journals(&self.dir))
+    }
+
+    /// [`Marker::relist`] after the listing: reads the journals `files` names.
+    fn read_listed(&mut self, files: BTreeMap<u64, PathBuf>) -> std::io::Result<()> {
         self.marks.retain(|id, _| files.contains_key(id));
         self.active = None;
+        let newest = files.keys().next_back().copied();
         for (&id, path) in &files {
             let old = self.marks.get(&id).copied().unwrap_or_default();
-            let new = scan_from(path, old.len)?;
-            self.marks.insert(id, add(old, new));
+            match scan_from(path, old.len) {
+                Ok(new) => {
+                    self.marks.insert(id, add(old, new));
+                }
+                // fjall deletes an older journal once its keyspaces are flushed, at any
+                // moment: one listed a moment ago may be gone, as if it was not listed.
+                // Not the newest: it is the one being appended to.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && Some(id) != newest => {
+                    self.marks.remove(&id);
+                }
+                Err(e) => return Err(e),
+            }
         }
         if let Some((&id, path)) = files.iter().next_back() {
             let f = std::fs::File::open(path)?;
@@ -312,7 +348,7 @@ impl Marker {
 
     /// Rewrites the sidecar in place (length, body, checksum), without fsync: see the
     /// module's notes.
-    fn write(&mut self) -> std::io::Result<()> {
+    fn write(&mut self, marks: &Marks) -> std::io::Result<()> {
         if self.file.is_none() {
             self.file = Some(
                 private_options()
@@ -324,7 +360,7 @@ impl Marker {
             );
         }
         let f = self.file.as_mut().expect("opened above");
-        let body = postcard::to_stdvec(&self.marks).expect("serialising to memory");
+        let body = postcard::to_stdvec(marks).expect("serialising to memory");
         let mut out = Vec::with_capacity(body.len() + 12);
         out.extend_from_slice(&(body.len() as u32).to_le_bytes());
         out.extend_from_slice(&body);
@@ -524,5 +560,28 @@ mod tests {
         b.extend_from_slice(&[0; 3]);
         assert_eq!(batch_ends(&b), 1);
         assert_eq!(batch_ends(&b[..10]), 0);
+    }
+
+    /// fjall deletes a flushed journal whenever it likes, so one can vanish between the
+    /// listing and its reading: an older one counts as removed; the newest (the one being
+    /// appended to) missing is still an error.
+    #[test]
+    fn a_journal_removed_after_the_listing_counts_as_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        for id in 1..=2 {
+            std::fs::write(dir.path().join(format!("{id}.jnl")), [0u8; 64]).unwrap();
+        }
+        let mut m = Marker::new(dir.path()).unwrap();
+        assert_eq!(m.marks.keys().copied().collect::<Vec<_>>(), [1, 2]);
+        std::fs::write(dir.path().join("3.jnl"), [0u8; 64]).unwrap();
+        let listed = journals(dir.path());
+        std::fs::remove_file(dir.path().join("1.jnl")).unwrap();
+        m.read_listed(listed).unwrap();
+        assert_eq!(m.marks.keys().copied().collect::<Vec<_>>(), [2, 3]);
+        assert_eq!(m.active_end(), Some((3, 0)));
+        let listed = journals(dir.path());
+        std::fs::remove_file(dir.path().join("3.jnl")).unwrap();
+        let gone = m.read_listed(listed).unwrap_err();
+        assert_eq!(gone.kind(), std::io::ErrorKind::NotFound);
     }
 }

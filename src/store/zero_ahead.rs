@@ -11,10 +11,11 @@
 //! docs/PERFORMANCE.md, "Tail latency at scale"). A sync that only overwrites allocated,
 //! written blocks needs no such commit: it writes its own pages and flushes the device.
 //!
-//! So after each sync, the journal writer (holding the group commit's flag, so nothing is
-//! appended meanwhile) writes zeros over the next stretch of the preallocated region, well
-//! ahead of the appends, and starts their write-back at once; by the time appends reach
-//! them, the blocks are allocated and that allocation long committed.
+//! So after each sync (in `relaxed`, when the sync is captured, just before it: see
+//! [`super::journal_sync`]), the journal writer (holding the group commit's flag, so
+//! nothing is appended meanwhile) writes zeros over the next stretch of the preallocated
+//! region, well ahead of the appends, and starts their write-back at once; by the time
+//! appends reach them, the blocks are allocated and that allocation long committed.
 //!
 //! **Content never changes.** A stretch is written only if it reads all zeros (it is the
 //! preallocated tail, which reads as zeros whether sparse or not), and it is written with

@@ -1,0 +1,60 @@
+//! The files of the embedded store's directory: private permissions, and where a
+//! preallocated journal's written bytes end.
+
+use std::path::Path;
+
+/// Creates `dir` (and its parents) readable by its owner only, and makes it so if it was
+/// not: the store holds user ids and metadata.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// Makes every directory under `dir` 0700 and every file 0600: fjall creates its files with
+/// the process's umask (`server::run` narrows it, but an embedding program or an older data
+/// dir may not have).
+pub(super) fn restrict_tree(dir: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let ty = entry.file_type()?;
+            if ty.is_dir() {
+                std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o700))?;
+                restrict_tree(&entry.path())?;
+            } else if ty.is_file() {
+                std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o600))?;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
+}
+
+/// Where the written bytes of a journal end. Journals are preallocated with zeros, so this
+/// is just past the last non-zero byte. Recovery cuts a journal back to its last intact
+/// batch; if it cuts below this point, a damaged or half-written batch was discarded.
+pub fn written_end(path: &Path) -> std::io::Result<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path)?;
+    let mut end = f.metadata()?.len();
+    let mut buf = vec![0u8; 64 * 1024];
+    while end > 0 {
+        let start = end.saturating_sub(buf.len() as u64);
+        let n = (end - start) as usize;
+        f.seek(SeekFrom::Start(start))?;
+        f.read_exact(&mut buf[..n])?;
+        if let Some(i) = buf[..n].iter().rposition(|&b| b != 0) {
+            return Ok(start + i as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(0)
+}

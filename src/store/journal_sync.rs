@@ -1,0 +1,320 @@
+//! Syncing the journal and recording what is durable; in `relaxed`, without holding the
+//! writers up.
+//!
+//! fjall's `Database::persist` holds fjall's journal lock during the `fdatasync`, and the
+//! `relaxed` thread used to call it holding the group commit's flag too: every request
+//! that wrote during a sync (3–30 ms every 100 ms under load) waited for it, and one that
+//! met fjall's lock blocked a runtime worker's thread (docs/PERFORMANCE.md, "The periodic
+//! sync off the writers' path"). So the `relaxed` sync has two halves:
+//!
+//! 1. [`Syncer::capture`], the flag held and everything written handed to the OS (so
+//!    nothing is appended meanwhile): reads the journal's new batches into the watermark's
+//!    marks, without recording them; writes the next zeros ahead of the appends (which
+//!    needs nothing appended meanwhile: [`super::zero_ahead`]); takes a handle of the
+//!    journal being appended to.
+//! 2. [`Capture::finish`], with neither the flag nor fjall's lock: `fdatasync` through that
+//!    handle, then the watermark records exactly the captured marks.
+//!
+//! Why the watermark still names synced bytes only:
+//! - A sync is per file, not per handle: ours makes durable every byte of the file written
+//!   to the OS before it began, so every captured byte.
+//! - Bytes appended during the sync may or may not be covered; the captured marks end
+//!   before them, and the next pass syncs them (the group commit's `dirty`).
+//! - fjall syncs a journal (`SyncAll`) before it starts `N+1.jnl`. A capture after such a
+//!   rotation lists the journals again, so its handle is the newest journal's and the older
+//!   ones are synced already; a rotation after the capture leaves our handle on `N`, which
+//!   holds every captured byte.
+//!
+//! What a request is answered on (its change handed to the OS) does not move; only when
+//! the pass's sync ends does, within the same ~100 ms.
+
+use std::fs::File;
+use std::sync::Arc;
+use std::time::Instant;
+
+use fjall::{Database, PersistMode};
+use parking_lot::Mutex;
+
+use super::watermark::{Marker, Marks};
+use super::zero_ahead::{self, ZeroAhead};
+
+/// The journal writer's sync state: the watermark and the zeros ahead of the appends.
+/// Used by one thread at a time (the flag's holder, or the `relaxed` thread after a
+/// capture), so its lock is never contended.
+pub(super) struct Syncer {
+    db: Database,
+    marker: Marker,
+    /// Zeros written ahead of the active journal's appends (`None` once it failed: it only
+    /// speeds syncs up, so the store goes on without it).
+    zero_ahead: Option<ZeroAhead>,
+    /// Tests: a disk that stalls.
+    #[cfg(test)]
+    pub(super) stall: Arc<Stall>,
+}
+
+/// Tests: holds a `relaxed` sync before its `fdatasync`, as a disk that stalls would.
+#[cfg(test)]
+#[derive(Default)]
+pub(super) struct Stall {
+    /// While set, syncs wait before their `fdatasync`.
+    pub(super) on: std::sync::atomic::AtomicBool,
+    /// Syncs that reached the stall.
+    pub(super) reached: std::sync::atomic::AtomicU64,
+}
+
+/// What a `relaxed` sync covers, captured under the flag.
+pub(super) struct Capture {
+    syncer: Arc<Mutex<Syncer>>,
+    marks: Marks,
+    /// The journal being appended to at the capture; `None`: synced already (no journal
+    /// file was found, so the capture synced through fjall).
+    file: Option<File>,
+}
+
+impl Syncer {
+    pub(super) fn new(db: Database, marker: Marker) -> Arc<Mutex<Syncer>> {
+        Arc::new(Mutex::new(Syncer {
+            db,
+            marker,
+            zero_ahead: Some(ZeroAhead::new()),
+            #[cfg(test)]
+            stall: Arc::default(),
+        }))
+    }
+
+    /// Syncs through fjall (`sync` mode's group commits, the last sync at close), then
+    /// records what is durable. The caller holds the group commit's flag.
+    pub(super) fn sync_now(&mut self, mode: PersistMode) -> anyhow::Result<()> {
+        let started = Instant::now();
+        self.db.persist(mode)?;
+        record_sync_time(started);
+        self.marker.synced()?;
+        // The group commit's flag is held: nothing is appended meanwhile.
+        zero_ahead::after_sync(&mut self.zero_ahead, &self.marker);
+        Ok(())
+    }
+
+    /// `relaxed`: the first half of a sync (see the module's notes). The caller holds the
+    /// group commit's flag, and everything written is handed to the OS.
+    pub(super) fn capture(me: &Arc<Mutex<Syncer>>) -> anyhow::Result<Capture> {
+        let mut guard = me.lock();
+        let s = &mut *guard;
+        let marks = s.marker.capture()?;
+        let file = match s.marker.active_file() {
+            Some(f) => Some(f?),
+            None => {
+                // No journal file to hold: sync through fjall, as `sync_now` does.
+                let started = Instant::now();
+                s.db.persist(PersistMode::SyncData)?;
+                record_sync_time(started);
+                None
+            }
+        };
+        // Nothing is appended meanwhile, so the zeros start past the captured end.
+        zero_ahead::after_sync(&mut s.zero_ahead, &s.marker);
+        drop(guard);
+        Ok(Capture {
+            syncer: me.clone(),
+            marks,
+            file,
+        })
+    }
+}
+
+impl Capture {
+    /// `relaxed`: the second half of a sync, with neither the flag nor fjall's lock held:
+    /// syncs the captured journal, then records the captured marks as durable.
+    pub(super) fn finish(self) -> anyhow::Result<()> {
+        #[cfg(test)]
+        {
+            let stall = self.syncer.lock().stall.clone();
+            stall
+                .reached
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            while stall.on.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        if let Some(f) = &self.file {
+            let started = Instant::now();
+            f.sync_data()?;
+            record_sync_time(started);
+            let took = started.elapsed();
+            if took >= std::time::Duration::from_millis(2) {
+                tracing::debug!(us = took.as_micros() as u64, "slow relaxed sync");
+            }
+        }
+        self.syncer.lock().marker.record(&self.marks)?;
+        Ok(())
+    }
+}
+
+fn record_sync_time(started: Instant) {
+    metrics::histogram!("waitroom_store_sync_seconds").record(started.elapsed().as_secs_f64());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::watermark;
+
+    fn append(db: &Database, ks: &fjall::Keyspace, from: u32, n: u32) {
+        for i in from..from + n {
+            let mut b = db.batch();
+            b.insert(ks, i.to_be_bytes(), vec![7u8; 100]);
+            b.commit().unwrap();
+        }
+        db.persist(PersistMode::Buffer).unwrap();
+    }
+
+    /// Batches appended between a capture and its sync's end are in the journal but not
+    /// in the watermark that sync records; the next capture's sync records them.
+    #[test]
+    fn the_watermark_names_what_was_captured_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::builder(dir.path())
+            .manual_journal_persist(true)
+            .open()
+            .unwrap();
+        let ks = db
+            .keyspace("places", fjall::KeyspaceCreateOptions::default)
+            .unwrap();
+        append(&db, &ks, 0, 10);
+        let syncer = Syncer::new(db.clone(), Marker::new(dir.path()).unwrap());
+        append(&db, &ks, 10, 5);
+        let capture = Syncer::capture(&syncer).unwrap();
+        // Requests write while the sync runs.
+        append(&db, &ks, 15, 20);
+        capture.finish().unwrap();
+        let (id, path) = watermark::journals(dir.path())
+            .into_iter()
+            .next_back()
+            .unwrap();
+        let marked = |d: &std::path::Path| watermark::read_marks(d).unwrap()[&id];
+        let all = watermark::scan_from(&path, 0).unwrap();
+        let first = marked(dir.path());
+        assert!(first.len < all.len, "the later batches are not named");
+        assert_eq!(all.tally.records - first.tally.records, 20);
+        // What the watermark names reads back as exactly the batches captured.
+        let mut prefix = std::fs::read(&path).unwrap();
+        prefix.truncate(first.len as usize);
+        let cut = dir.path().join("cut.jnl");
+        std::fs::write(&cut, &prefix).unwrap();
+        assert_eq!(watermark::scan_from(&cut, 0).unwrap(), first);
+        Syncer::capture(&syncer).unwrap().finish().unwrap();
+        assert_eq!(marked(dir.path()), all, "the next sync names them");
+    }
+
+    /// A disk that stalls in `relaxed`: while the sync in flight is young, changes are
+    /// answered; once the oldest unsynced write is older than the bound (3 s), a change is
+    /// written but not answered, and answers `503` after its own 3 s; once the sync ends,
+    /// changes are answered again. Without the bound every change would be answered while
+    /// the sync hangs, and a crash of the machine could take back all of them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stalled_sync_stops_relaxed_answers_after_the_bound() {
+        use crate::core::{EventConfig, QueueMeta};
+        use crate::store::journal::{Durability, Journal};
+        use crate::store::StoreError;
+        use std::sync::atomic::Ordering::SeqCst;
+        use std::time::Duration;
+        let dir = tempfile::tempdir().unwrap();
+        let (journal, _) = Journal::open(dir.path(), Durability::Relaxed, 0).unwrap();
+        let journal = Arc::new(journal);
+        let stall = journal.syncer.lock().stall.clone();
+        let id: Arc<str> = "concert".into();
+        let mut joins = 0u64;
+        let mut change = || {
+            joins += 1;
+            let meta = QueueMeta {
+                joins,
+                ..QueueMeta::default()
+            };
+            // The event's record (a change with no places is not written).
+            let config = Some(EventConfig::default());
+            journal.record(&id, Vec::new(), meta, config).unwrap()
+        };
+        stall.on.store(true, SeqCst);
+        let first = change();
+        journal.wait(first).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while stall.reached.load(SeqCst) == 0 {
+            assert!(Instant::now() < deadline, "the thread never synced");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let stalled_at = Instant::now();
+        let young = change();
+        journal
+            .wait(young)
+            .await
+            .expect("answered while the sync is young");
+        tokio::time::sleep(Duration::from_millis(3300)).await;
+        let old = change();
+        let asked = Instant::now();
+        let answer = journal.wait(old).await;
+        assert!(
+            matches!(answer, Err(StoreError::Unavailable(_))),
+            "answered {answer:?} while the sync was {:?} old",
+            asked - stalled_at
+        );
+        assert!(
+            asked.elapsed() >= Duration::from_secs(3),
+            "waited its bound"
+        );
+        assert_eq!(stall.reached.load(SeqCst), 1, "the same sync still hangs");
+        // Requests that are waiting when the sync ends are answered.
+        let waiting = {
+            let journal = journal.clone();
+            let ticket = change();
+            tokio::spawn(async move { journal.wait(ticket).await })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stall.on.store(false, SeqCst);
+        waiting
+            .await
+            .unwrap()
+            .expect("answered once the sync ended");
+        let after = change();
+        journal.wait(after).await.expect("answered again");
+        assert!(stall.reached.load(SeqCst) >= 2, "a later sync covered them");
+    }
+
+    /// Every batch writes its event's record again: 8 MiB of such versions (what 10,000
+    /// joins/s wrote in about 1.6 s) must not flush the `events` keyspace, whose flushes
+    /// and compactions stall every write (docs/PERFORMANCE.md).
+    #[tokio::test]
+    async fn rewriting_an_events_record_does_not_flush_its_keyspace() {
+        use crate::core::{EventConfig, QueueMeta};
+        use crate::store::journal::{Durability, Journal};
+        let dir = tempfile::tempdir().unwrap();
+        let (journal, _) = Journal::open(dir.path(), Durability::Relaxed, 0).unwrap();
+        let id: std::sync::Arc<str> = "concert".into();
+        let config = EventConfig {
+            name: "n".repeat(200),
+            ..EventConfig::default()
+        };
+        let mut meta = QueueMeta::default();
+        let (mut written, mut n) = (0usize, 0u64);
+        while written < 8 * 1024 * 1024 {
+            n += 1;
+            meta.joins = n;
+            let ticket = journal
+                .record(&id, Vec::new(), meta.clone(), Some(config.clone()))
+                .unwrap();
+            journal.wait(ticket).await.unwrap();
+            // The record's settings (JSON) and counters, plus its key.
+            written += serde_json::to_string(&config).unwrap().len() + 40;
+        }
+        // A flush is the worker's: give it time to show up.
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let tables = dir.path().join("keyspaces/1/tables");
+        let flushed = std::fs::read_dir(&tables).map_or(0, |d| d.count());
+        assert_eq!(flushed, 0, "{n} versions of one record flushed `events`");
+        drop(journal);
+        let (_, recovered) = Journal::open(dir.path(), Durability::Relaxed, 0).unwrap();
+        assert_eq!(
+            recovered.events[0].1.meta().joins,
+            n,
+            "the latest version is kept"
+        );
+    }
+}
