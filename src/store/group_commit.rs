@@ -19,7 +19,7 @@
 //!   writing ([`Sink::sync_captured`], [`super::journal_sync`]).
 //! - **The bound on what a machine crash loses** (`relaxed`): a change is answered only
 //!   while the oldest change handed to the OS and not yet synced is younger than
-//!   `max_unsynced` (the 3 s of `journal.rs`); past that (a sync that hangs, a thread that
+//!   `max_unsynced` (`RELAXED_UNSYNCED_BOUND` of `journal.rs`, 500 ms); past that (a sync that hangs, a thread that
 //!   does not get to sync) requests wait for a sync to end, as they did when the sync held
 //!   the flag, and answer [`Handed::Late`] after their own bound. Their changes are still
 //!   written. So a stalled disk stops the answers after the bound, and what a crash of the

@@ -156,6 +156,7 @@ fn record_sync_time(started: Instant) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::journal::RELAXED_UNSYNCED_BOUND;
     use crate::store::watermark;
 
     fn append(db: &Database, ks: &fjall::Keyspace, from: u32, n: u32) {
@@ -206,7 +207,7 @@ mod tests {
     }
 
     /// A disk that stalls in `relaxed`: while the sync in flight is young, changes are
-    /// answered; once the oldest unsynced write is older than the bound (3 s), a change is
+    /// answered; once the oldest unsynced write is older than the bound (500 ms), a change is
     /// written but not answered, and answers `503` after its own 3 s; once the sync ends,
     /// changes are answered again. Without the bound every change would be answered while
     /// the sync hangs, and a crash of the machine could take back all of them.
@@ -247,7 +248,7 @@ mod tests {
             .wait(young)
             .await
             .expect("answered while the sync is young");
-        tokio::time::sleep(Duration::from_millis(3300)).await;
+        tokio::time::sleep(RELAXED_UNSYNCED_BOUND + Duration::from_millis(200)).await;
         let old = change();
         let asked = Instant::now();
         let answer = journal.wait(old).await;
