@@ -27,6 +27,7 @@ pub mod embedded;
 pub mod fault;
 mod group_commit;
 pub mod journal;
+mod journal_places;
 mod journal_sale;
 pub mod redis;
 pub mod watermark;
