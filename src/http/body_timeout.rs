@@ -97,7 +97,9 @@ mod tests {
     use std::convert::Infallible;
     use std::task::Waker;
 
-    fn poll<B: HttpBody>(body: Pin<&mut B>) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+    type Polled<B> = Poll<Option<Result<Frame<<B as HttpBody>::Data>, <B as HttpBody>::Error>>>;
+
+    fn poll<B: HttpBody>(body: Pin<&mut B>) -> Polled<B> {
         body.poll_frame(&mut Context::from_waker(Waker::noop()))
     }
 
