@@ -376,6 +376,13 @@ async fn route(hub: Arc<Hub>, mut notices: broadcast::Receiver<Notice>, mut stop
     let mut last_start = Instant::now()
         .checked_sub(COALESCE)
         .unwrap_or_else(Instant::now);
+    // One timer for the task's life, moved to each new deadline. A timer made afresh at
+    // every turn of the loop was registered in the runtime's timer wheel and taken out again
+    // for every notice (every join's `Moved`) while something was dirty or a sweep ran;
+    // this one stays registered while its deadline holds.
+    let timer = tokio::time::sleep_until(last_start);
+    tokio::pin!(timer);
+    let mut armed: Option<Instant> = None;
     loop {
         // The next thing the timer must do: a slot of the running sweep, or the start of
         // the next one once something is dirty.
@@ -384,18 +391,18 @@ async fn route(hub: Arc<Hub>, mut notices: broadcast::Receiver<Notice>, mut stop
             None if everything || !dirty.is_empty() => Some(last_start + COALESCE),
             None => None,
         };
-        let timer = async {
-            match due {
-                Some(t) => tokio::time::sleep_until(t).await,
-                None => std::future::pending().await,
-            }
-        };
+        if let Some(t) = due.filter(|t| armed != Some(*t)) {
+            timer.as_mut().reset(t);
+            armed = Some(t);
+        }
         tokio::select! {
             // The timer before reading: under a storm of notices `recv` is always ready, and
             // the coalesced refresh must still go out on time.
             biased;
             _ = stopped(&mut stop) => break,
-            _ = timer => {
+            () = timer.as_mut(), if due.is_some() => {
+                // Fired: the next deadline, even an equal one, arms it again.
+                armed = None;
                 let mut s = sweep.take().unwrap_or_else(|| {
                     last_start = Instant::now();
                     let events = (!everything).then(|| std::mem::take(&mut dirty));

@@ -563,21 +563,22 @@ impl EventQueue {
         let metadata: Option<Box<str>> = metadata.map(Into::into);
         self.insert_waiting(seq, nonce, user_id.clone(), proven, metadata.clone(), now);
         self.joins += 1;
+        // Bound to a user only when the joiner proved it is that user: a code bound to a
+        // bare user id would seat anyone who claims that id once the place ends.
+        let bound = bind.map(|code| match &user_id {
+            Some(u) if proven => (code, InviteHolder::User(u.clone())),
+            _ => (code, InviteHolder::Place(seq)),
+        });
+        // The effect takes the user id itself: a copy of it per join fewer.
         fx.push(Effect::Joined {
             seq,
             nonce,
-            user_id: user_id.clone(),
+            user_id,
             proven,
             metadata,
             at: now,
         });
-        if let Some(code) = bind {
-            // Bound to a user only when the joiner proved it is that user: a code bound to
-            // a bare user id would seat anyone who claims that id once the place ends.
-            let holder = match user_id {
-                Some(u) if proven => InviteHolder::User(u),
-                _ => InviteHolder::Place(seq),
-            };
+        if let Some((code, holder)) = bound {
             self.invites.insert(code.clone(), Some(holder.clone()));
             fx.push(Effect::InviteBound { code, holder });
         }

@@ -18,8 +18,8 @@
 //!   before any body is read.
 //! - **timeout**: a request that takes longer than the limit answers `503 UNAVAILABLE`.
 //! - **body-read timeout**: a request body that may still be arriving is read through
-//!   tower-http's `TimeoutBody` (a body trickled byte by byte is cut off); an empty one is
-//!   passed as it is.
+//!   [`BodyTimeout`] (a body trickled byte by byte is cut off; tower-http's `TimeoutBody`'s
+//!   limit, with a timer only while the body is pending); an empty one is passed as it is.
 //! - **panics**: a panicking handler answers a JSON 500 instead of dropping the connection.
 //! - **failures in the log**: a 5xx answer is logged at `ERROR` as `response failed`, as
 //!   tower-http's trace layer did at the default log level (its per-request span and debug
@@ -45,8 +45,8 @@ use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use metrics::{Counter, Histogram};
 use pin_project_lite::pin_project;
-use tower_http::timeout::TimeoutBody;
 
+use super::body_timeout::BodyTimeout;
 use super::error::AppError;
 use crate::telemetry::otel;
 
@@ -63,7 +63,7 @@ pub struct EdgeLayer {
 struct EdgeLimits {
     max_body_bytes: u64,
     request_timeout: Duration,
-    /// Longest a request body may take to arrive (tower-http's `TimeoutBody` around it).
+    /// Longest a request body may take to arrive ([`BodyTimeout`] around it).
     body_timeout: Duration,
     /// Log server errors here (when tower-http's trace layer, which logs them, is off).
     log_failures: bool,
@@ -163,7 +163,7 @@ where
                 req
             } else {
                 let timeout = self.limits.body_timeout;
-                req.map(|body| Body::new(TimeoutBody::new(timeout, body)))
+                req.map(|body| Body::new(BodyTimeout::new(timeout, body)))
             };
             // The inner service was polled ready through `poll_ready` above, and its
             // future owns what it needs: no clone of the inner stack per request.

@@ -22,7 +22,8 @@
 //! - [`extract`]: extractors whose rejections are `AppError`s, so that no malformed request
 //!   ever gets axum's plain-text answer.
 //! - [`guard`]: per-client limits (who the client is, 429s) and the live-stream cap.
-//! - [`edge`]: the one layer around every route (metrics, size check, timeout, panics).
+//! - [`edge`]: the one layer around every route (metrics, size check, timeout, panics);
+//!   [`body_timeout`] its body-read timeout.
 //!
 //! Around every route, from the outside in: tracing (tower-http's per-request span, only
 //! when debug logging is on), then [`edge`] (metrics, a declared-size check: a
@@ -47,6 +48,7 @@ use crate::config::RateLimitSettings;
 
 pub mod admin;
 pub mod body;
+pub mod body_timeout;
 pub mod demo_site;
 pub mod edge;
 pub mod error;

@@ -6,7 +6,7 @@
 //! current time, and shape the answer. All queue rules live in the store.
 
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use serde::Deserialize;
@@ -17,7 +17,7 @@ use super::body::{
     AnnouncementBody, Completed, Entered, Joined, Place, QueueInfo, Removed, Verified,
 };
 use super::error::{AppError, AppResult};
-use super::extract::{bearer, AppJson, AppQuery, BearerToken, WaitingToken, WaitingTokenNoBody};
+use super::extract::{AppJson, AppQuery, BearerToken, WaitingToken, WaitingTokenNoBody};
 use super::guard::Caller;
 use super::place_json::{JoinedAnswer, PlaceAnswer};
 use super::pow::{check as check_pow, PowSolution};
@@ -55,8 +55,8 @@ pub struct JoinBody {
 /// token>`, a backend joining on a user's behalf). A wrong bearer counts as a wrong admin
 /// token, limited per client like on the admin API: otherwise join would be a free oracle
 /// for guessing the admin token.
-fn server_key(state: &AppState, caller: &Caller, headers: &HeaderMap) -> AppResult<bool> {
-    match bearer(headers) {
+fn server_key(state: &AppState, caller: &Caller, bearer: Option<&str>) -> AppResult<bool> {
+    match bearer {
         Some(t) if is_admin_token(state, t) => Ok(true),
         Some(_) => {
             caller.guard.check_admin_failure(caller.ip)?;
@@ -129,13 +129,16 @@ async fn parse_polling(
     Ok((event_id, key))
 }
 
-/// `POST /queue/join`
+/// `POST /queue/join`. Borrows the routes' state (`Shared`) rather than clone an
+/// `AppState` (a dozen reference counts, shared by every worker, bumped and dropped per
+/// join), and reads only the bearer token of the head rather than a copy of all of it.
 pub async fn join(
-    State(state): State<AppState>,
-    headers: HeaderMap,
+    State(shared): State<Shared>,
+    bearer: Option<BearerToken>,
     caller: Caller,
     AppJson(mut body): AppJson<JoinBody>,
 ) -> AppResult<JoinedAnswer> {
+    let state = shared.app();
     validate_event_id(&body.event_id)?;
     if body
         .invite
@@ -147,7 +150,7 @@ pub async fn join(
         )));
     }
     let now = state.clock.now();
-    let server = server_key(&state, &caller, &headers)?;
+    let server = server_key(state, &caller, bearer.as_ref().map(|b| b.0.as_str()))?;
     // The event must exist before anything is keyed on its id (see `check_join`).
     let config = state.events.config(&body.event_id, now).await?;
     // A backend holding the server key joins for many users from one address: the
@@ -176,7 +179,7 @@ pub async fn join(
             Some(raw)
         }
     };
-    check_pow(&state, &config, &body.event_id, body.pow.as_ref()).await?;
+    check_pow(state, &config, &body.event_id, body.pow.as_ref()).await?;
     let req = JoinRequest {
         user_id,
         metadata,
@@ -186,7 +189,7 @@ pub async fn join(
     };
     let view = match state.store.join(&body.event_id, &req, now).await {
         Ok(v) => v,
-        Err(e) => return Err(super::lifecycle::explain(&state, &body.event_id, e.into()).await),
+        Err(e) => return Err(super::lifecycle::explain(state, &body.event_id, e.into()).await),
     };
     let mut place = Place::new(body.event_id, &view);
     place.announcement = config.announcement.as_ref().map(AnnouncementBody::new);

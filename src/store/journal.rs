@@ -25,6 +25,7 @@
 //! prefix scan reads one event in join order. Keyspace `events`: `event_id` → config and counters.
 //! Keyspace `invites`: `event_id ‖ 0x00 ‖ code` → whom the code seats (`None` while unused).
 //! Kind 4 = a session's extensions and keyspace `items` (the inventory): `journal_sale.rs`.
+//! The places' keys and records are made in `journal_places.rs`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -40,17 +41,16 @@ use tokio::sync::watch;
 use super::group_commit::{GroupCommit, Handed, Refused, Sink};
 use super::journal_files::restrict_tree;
 pub use super::journal_files::{create_private_dir, written_end};
+use super::journal_places::{
+    apply_effect, JoinRec, PlaceOps, KIND_ADMITTED, KIND_ENTERED, KIND_EXPIRED, KIND_JOINED,
+};
 use super::journal_sale::{self as sale, KIND_EXTENDED};
 use super::journal_sync::Syncer;
 use super::{watermark, StoreError};
 use crate::core::{
-    Effect, EndReason, EventConfig, EventQueue, InviteHolder, Millis, QueueMeta, RestoredPlace,
+    Effect, EventConfig, EventQueue, InviteHolder, Millis, QueueMeta, RestoredPlace,
 };
 
-const KIND_JOINED: u8 = 0;
-const KIND_ADMITTED: u8 = 1;
-const KIND_ENTERED: u8 = 2;
-const KIND_EXPIRED: u8 = 3;
 /// The `events` keyspace's memtable (see where it is opened).
 const EVENTS_MEMTABLE: u64 = 32 * 1024 * 1024;
 /// Longest a request waits for its change to be synced before it answers `UNAVAILABLE`.
@@ -82,45 +82,6 @@ impl std::str::FromStr for Durability {
             other => Err(format!(
                 "unknown durability {other:?} (expected sync or relaxed)"
             )),
-        }
-    }
-}
-
-/// A place's join record: the postcard fields below, then one byte of flags
-/// ([`JOIN_PROVEN`]). Records written before the flags byte existed end after `joined_at`
-/// and read as flags 0: their places count as unproven, so the user's next proven join
-/// replaces them rather than adopt a place whose maker we cannot know. (A prefix marker, as
-/// event records have, cannot tell the shapes apart here: the first field is the random
-/// nonce, whose varint may start with any byte. The end of the record can.)
-#[derive(Serialize, Deserialize)]
-struct JoinRec {
-    nonce: u128,
-    user_id: Option<String>,
-    metadata: Option<String>,
-    joined_at: Millis,
-}
-
-/// Join record flag: the joiner proved it is the place's user.
-const JOIN_PROVEN: u8 = 1;
-
-impl JoinRec {
-    fn encode(&self, proven: bool) -> Vec<u8> {
-        // Sized for the longest varints (nonce 19, lengths 5, time 10, flags 1): grown from
-        // empty, a record of a few dozen bytes took four reallocations.
-        let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
-        let mut out = Vec::with_capacity(42 + text(&self.user_id) + text(&self.metadata));
-        postcard::to_io(self, &mut out).expect("serialising to memory does not fail");
-        out.push(if proven { JOIN_PROVEN } else { 0 });
-        out
-    }
-
-    /// The record and whether its place is proven.
-    fn decode(bytes: &[u8]) -> Result<(Self, bool), postcard::Error> {
-        let (rec, rest): (JoinRec, _) = postcard::take_from_bytes(bytes)?;
-        match rest {
-            [] => Ok((rec, false)),
-            [flags] => Ok((rec, flags & JOIN_PROVEN != 0)),
-            _ => Err(postcard::Error::DeserializeBadEncoding),
         }
     }
 }
@@ -267,15 +228,6 @@ pub struct Journal {
     /// Tests: the writer's sync state (its hook that stalls syncs).
     #[cfg(test)]
     pub(super) syncer: Arc<Mutex<Syncer>>,
-}
-
-fn place_key(event_id: &str, seq: u64, kind: u8) -> Vec<u8> {
-    let mut k = Vec::with_capacity(event_id.len() + 10);
-    k.extend_from_slice(event_id.as_bytes());
-    k.push(0);
-    k.extend_from_slice(&seq.to_be_bytes());
-    k.push(kind);
-    k
 }
 
 fn event_prefix(event_id: &str) -> Vec<u8> {
@@ -692,7 +644,7 @@ impl Writer {
     /// Writes one group as one atomic batch. Later changes to a key override earlier ones
     /// in the group (a batch must not hold one key twice).
     fn write(&mut self, group: Vec<Change>) -> fjall::Result<()> {
-        let mut place_ops: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
+        let mut place_ops = PlaceOps::new();
         // An event's record is encoded once per batch, from the counters of its last
         // change in it: a batch of a hundred joins to one event writes one record.
         let mut event_ops: BTreeMap<Arc<str>, Option<QueueMeta>> = BTreeMap::new();
@@ -733,8 +685,8 @@ impl Writer {
                 }
                 Change::Delete { event_id } => {
                     let prefix = event_prefix(&event_id);
-                    let pending: Vec<Vec<u8>> = place_ops
-                        .range(prefix.clone()..)
+                    let pending: Vec<fjall::Slice> = place_ops
+                        .range(fjall::Slice::new(&prefix)..)
                         .take_while(|(k, _)| k.starts_with(&prefix))
                         .map(|(k, _)| k.clone())
                         .collect();
@@ -742,8 +694,7 @@ impl Writer {
                         place_ops.insert(k, None);
                     }
                     for kv in self.places.prefix(&prefix) {
-                        let k = kv.key()?;
-                        place_ops.insert(k.to_vec(), None);
+                        place_ops.insert(kv.key()?, None);
                     }
                     let pending: Vec<Vec<u8>> = invite_ops
                         .range(prefix.clone()..)
@@ -790,66 +741,6 @@ impl Writer {
             }
         }
         batch.commit()
-    }
-}
-
-fn apply_effect(ops: &mut BTreeMap<Vec<u8>, Option<Vec<u8>>>, ev: &str, fx: Effect) {
-    match fx {
-        Effect::Joined {
-            seq,
-            nonce,
-            user_id,
-            proven,
-            metadata,
-            at,
-        } => {
-            let rec = JoinRec {
-                nonce,
-                user_id: user_id.map(String::from),
-                metadata: metadata.map(String::from),
-                joined_at: at,
-            };
-            ops.insert(place_key(ev, seq, KIND_JOINED), Some(rec.encode(proven)));
-        }
-        Effect::Admitted { seq, at } => {
-            ops.insert(place_key(ev, seq, KIND_ADMITTED), Some(enc(&at)));
-        }
-        Effect::Entered { seq, at } => {
-            ops.insert(place_key(ev, seq, KIND_ENTERED), Some(enc(&at)));
-        }
-        Effect::Ended {
-            seq,
-            nonce,
-            reason,
-            noticed_at,
-            ..
-        } => {
-            for kind in [KIND_JOINED, KIND_ADMITTED, KIND_ENTERED, KIND_EXTENDED] {
-                ops.insert(place_key(ev, seq, kind), None);
-            }
-            if reason == EndReason::Expired {
-                // Retention counts from when the expiry was noticed, as in memory.
-                ops.insert(
-                    place_key(ev, seq, KIND_EXPIRED),
-                    Some(enc(&(nonce, noticed_at))),
-                );
-            }
-        }
-        Effect::Forgotten { seq } => {
-            ops.insert(place_key(ev, seq, KIND_EXPIRED), None);
-        }
-        Effect::Extended {
-            seq,
-            count,
-            extra_ms,
-        } => {
-            ops.insert(
-                place_key(ev, seq, KIND_EXTENDED),
-                Some(sale::extension_value(count, extra_ms)),
-            );
-        }
-        // Written to the `invites` and `items` keyspaces by `Writer::write`.
-        Effect::Invited { .. } | Effect::InviteBound { .. } | Effect::Item { .. } => {}
     }
 }
 
@@ -937,31 +828,5 @@ mod tests {
         // varint whose second byte is at most 6; the marker's is `W`.
         let longest = enc(&"\u{10FFFF}".repeat(200));
         assert!(longest[1] <= 6 && EVENT_REC_JSON[1] > 6);
-    }
-
-    #[test]
-    fn a_join_record_keeps_its_proof_and_an_old_one_reads_as_unproven() {
-        let rec = || JoinRec {
-            nonce: u128::MAX - 7,
-            user_id: Some("alice".into()),
-            metadata: Some("{}".into()),
-            joined_at: 42,
-        };
-        for proven in [false, true] {
-            let (back, p) = JoinRec::decode(&rec().encode(proven)).unwrap();
-            assert_eq!(p, proven);
-            assert_eq!((back.nonce, back.joined_at), (u128::MAX - 7, 42));
-            assert_eq!(back.user_id.as_deref(), Some("alice"));
-        }
-        // A record written before the flags byte: exactly the postcard fields.
-        let (back, proven) = JoinRec::decode(&enc(&rec())).unwrap();
-        assert!(!proven, "a place of unknown proof reads as unproven");
-        assert_eq!(back.metadata.as_deref(), Some("{}"));
-        let mut long = rec().encode(true);
-        long.push(0);
-        assert!(
-            JoinRec::decode(&long).is_err(),
-            "unknown trailing bytes are damage"
-        );
     }
 }

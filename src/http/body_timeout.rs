@@ -1,0 +1,191 @@
+//! The body-read timeout of [`super::edge`]: a request body that stops arriving for longer
+//! than the limit fails, so a body trickled byte by byte cannot hold a connection forever.
+//!
+//! It waits as tower-http's `TimeoutBody` did (the limit runs while a frame is awaited and
+//! starts again after each frame; the failure reads "data was not received within the
+//! designated timeout"), but asks the body first and makes the timer only when the body
+//! has nothing yet. tower-http's makes a timer at every read and polls it before the body:
+//! a join's body, already received whole with its head, paid two timers (each a
+//! registration in the runtime's timer wheel and, when dropped, its lock) for a frame and
+//! an end of stream that were both there at once (about 2,000 instructions of a join,
+//! callgrind; PERFORMANCE.md, "Join's own work, seventh round").
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::HttpBody;
+use hyper::body::Frame;
+use pin_project_lite::pin_project;
+use tokio::time::{sleep, Sleep};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+pin_project! {
+    /// `body`, failing with [`BodyTimedOut`] once a frame has been awaited for `timeout`.
+    pub struct BodyTimeout<B> {
+        timeout: Duration,
+        // Running only while the body is pending: made at the first read that found
+        // nothing, dropped as soon as a frame (or the end) came.
+        #[pin]
+        sleep: Option<Sleep>,
+        #[pin]
+        body: B,
+    }
+}
+
+impl<B> BodyTimeout<B> {
+    pub fn new(timeout: Duration, body: B) -> Self {
+        BodyTimeout {
+            timeout,
+            sleep: None,
+            body,
+        }
+    }
+}
+
+impl<B> HttpBody for BodyTimeout<B>
+where
+    B: HttpBody,
+    B::Error: Into<BoxError>,
+{
+    type Data = B::Data;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let mut this = self.project();
+        if let Poll::Ready(frame) = this.body.poll_frame(cx) {
+            this.sleep.set(None);
+            return Poll::Ready(frame.map(|r| r.map_err(Into::into)));
+        }
+        if this.sleep.is_none() {
+            this.sleep.set(Some(sleep(*this.timeout)));
+        }
+        let timer = this.sleep.as_pin_mut().expect("set above");
+        match timer.poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimedOut)))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    // `is_end_stream` and `size_hint` keep their defaults, as tower-http's wrapper did: the
+    // body limit and the readers behind this layer see the same body as before.
+}
+
+/// A request body that did not arrive in time; the same words as tower-http's, which the
+/// 400 answer quotes.
+#[derive(Debug)]
+pub struct BodyTimedOut;
+
+impl std::error::Error for BodyTimedOut {}
+
+impl std::fmt::Display for BodyTimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("data was not received within the designated timeout")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Bytes;
+    use http_body_util::{BodyExt, StreamBody};
+    use std::convert::Infallible;
+    use std::task::Waker;
+
+    type Polled<B> = Poll<Option<Result<Frame<<B as HttpBody>::Data>, <B as HttpBody>::Error>>>;
+
+    fn poll<B: HttpBody>(body: Pin<&mut B>) -> Polled<B> {
+        body.poll_frame(&mut Context::from_waker(Waker::noop()))
+    }
+
+    fn timing<B>(body: Pin<&mut BodyTimeout<B>>) -> bool {
+        body.project().sleep.is_some()
+    }
+
+    /// A body that is already there is read without any timer: polled outside a runtime,
+    /// where making a `Sleep` panics ("there is no reactor running"), as tower-http's
+    /// `TimeoutBody` does here.
+    #[test]
+    fn a_body_already_received_is_read_without_a_timer() {
+        let mut body = std::pin::pin!(BodyTimeout::new(
+            Duration::from_millis(1),
+            http_body_util::Full::new(Bytes::from_static(b"{\"a\":1}")),
+        ));
+        let Poll::Ready(Some(Ok(frame))) = poll(body.as_mut()) else {
+            panic!("the frame was there");
+        };
+        assert_eq!(frame.into_data().unwrap(), Bytes::from_static(b"{\"a\":1}"));
+        assert!(matches!(poll(body.as_mut()), Poll::Ready(None)));
+        assert!(!timing(body));
+    }
+
+    fn channel_body() -> (
+        tokio::sync::mpsc::Sender<Result<Frame<Bytes>, Infallible>>,
+        impl HttpBody<Data = Bytes, Error = Infallible> + Unpin,
+    ) {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let stream =
+            futures_util::stream::unfold(
+                rx,
+                |mut rx| async move { rx.recv().await.map(|f| (f, rx)) },
+            );
+        (tx, StreamBody::new(Box::pin(stream)))
+    }
+
+    /// The limit runs per frame awaited, from the read that found nothing, and starts again
+    /// after each frame: frames spaced under it all pass, a gap over it fails with the
+    /// words the 400 answer quotes.
+    #[tokio::test(start_paused = true)]
+    async fn a_gap_between_frames_longer_than_the_limit_fails() {
+        let limit = Duration::from_millis(100);
+        let (tx, inner) = channel_body();
+        let mut body = Box::pin(BodyTimeout::new(limit, inner));
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            while let Some(frame) = body.frame().await {
+                match frame {
+                    Ok(f) => got.extend_from_slice(&f.into_data().unwrap()),
+                    Err(e) => return (got, Some(e.to_string())),
+                }
+            }
+            (got, None)
+        });
+        for chunk in [&b"ab"[..], b"cd", b"ef"] {
+            tokio::time::sleep(limit - Duration::from_millis(10)).await;
+            tx.send(Ok(Frame::data(Bytes::from_static(chunk))))
+                .await
+                .unwrap();
+        }
+        // Then nothing, for longer than the limit.
+        tokio::time::sleep(limit * 3).await;
+        let (got, err) = reader.await.unwrap();
+        assert_eq!(got, b"abcdef");
+        assert_eq!(
+            err.as_deref(),
+            Some("data was not received within the designated timeout")
+        );
+        drop(tx);
+    }
+
+    /// A body that ends in time is read whole, and the timer of its last wait is gone.
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_ends_in_time_is_read_whole() {
+        let (tx, inner) = channel_body();
+        let mut body = Box::pin(BodyTimeout::new(Duration::from_millis(100), inner));
+        assert!(poll(body.as_mut()).is_pending());
+        assert!(timing(body.as_mut()), "a pending read runs the timer");
+        tx.send(Ok(Frame::data(Bytes::from_static(b"x"))))
+            .await
+            .unwrap();
+        drop(tx);
+        let frame = body.frame().await.unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap(), Bytes::from_static(b"x"));
+        assert!(!timing(body.as_mut()), "a frame stops the timer");
+        assert!(body.frame().await.is_none());
+    }
+}
