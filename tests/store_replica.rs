@@ -472,8 +472,8 @@ async fn renewals_keep_polled_places_and_silent_ones_go(by_heartbeat: bool) {
         })
     };
     let mut conn = raw(&server).await;
-    // The heartbeat chunk of the polled place (128 seqs per chunk).
-    let wseen = format!("{prefix}:{{{ev}}}:ws:{}", polled.seq / 128);
+    // The heartbeat chunk of the polled place (32 seqs per chunk).
+    let wseen = format!("{prefix}:{{{ev}}}:ws:{}", polled.seq / 32);
     let mut silent_gone_at = None;
     let mut deferred = 0;
     let started = Instant::now();
@@ -598,10 +598,25 @@ async fn batched_writes_reach_the_other_nodes_replica_exactly() {
     b.close().await.unwrap();
 }
 
-/// Every entry of the change log names the event's incarnation: `m` carries all the
-/// numbers, and each `d` the incarnation among the numbers it changed. A replica that
-/// missed an event's deletion and its new incarnation's first entries would otherwise
-/// patch the new entries onto the old incarnation's state.
+/// The steps of a change-log entry: one per version, each from its `v` up to the next.
+fn log_steps(fields: &[Vec<u8>]) -> Vec<&[Vec<u8>]> {
+    let mut steps: Vec<&[Vec<u8>]> = Vec::new();
+    let mut start = 0;
+    for i in (2..fields.len()).step_by(2) {
+        if fields[i] == b"v" {
+            steps.push(&fields[start..i]);
+            start = i;
+        }
+    }
+    steps.push(&fields[start..]);
+    steps
+}
+
+/// Every entry of the change log names the event's incarnation in its first step: `m`
+/// carries all the numbers, and a first `d` the incarnation among the numbers it changed.
+/// A replica that missed an event's deletion and its new incarnation's first entries would
+/// otherwise patch the new entries onto the old incarnation's state. Joins sent together
+/// share one entry (a step each, of one script call): a later step names no other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_log_entry_names_the_incarnation() {
     let server = RedisServer::start();
@@ -612,6 +627,7 @@ async fn every_log_entry_names_the_incarnation() {
     for _ in 0..3 {
         join(&a, ev).await;
     }
+    futures_util::future::join_all((0..40).map(|_| join(&a, ev))).await;
     let log = format!("{prefix}:{{{ev}}}:lg");
     // Place records are binary: the fields are read as bytes.
     let entries: Vec<(String, Vec<Vec<u8>>)> = redis::cmd("XRANGE")
@@ -623,22 +639,82 @@ async fn every_log_entry_names_the_incarnation() {
         .unwrap();
     assert!(entries.len() >= 4, "{entries:?}");
     let mut inc = None;
+    let mut versions = Vec::new();
+    let mut shared = false;
     for (id, fields) in &entries {
-        let field = |name: &str| {
-            fields
-                .chunks(2)
-                .find(|p| p[0] == name.as_bytes())
-                .map(|p| String::from_utf8_lossy(&p[1]).into_owned())
-        };
-        let seen = if let Some(m) = field("m") {
-            m.split(',').nth(24).map(str::to_string)
-        } else {
-            let d = field("d").unwrap_or_else(|| panic!("{id}: neither m nor d"));
-            let n: Vec<&str> = d.split(',').collect();
-            n.chunks(2).find(|p| p[0] == "24").map(|p| p[1].to_string())
-        };
-        let seen = seen.unwrap_or_else(|| panic!("{id}: no incarnation"));
-        assert_ne!(seen, "0", "{id}");
-        assert_eq!(inc.get_or_insert_with(|| seen.clone()), &seen, "{id}");
+        let steps = log_steps(fields);
+        shared |= steps.len() > 1;
+        for (i, step) in steps.into_iter().enumerate() {
+            let field = |name: &str| {
+                step.chunks(2)
+                    .find(|p| p[0] == name.as_bytes())
+                    .map(|p| String::from_utf8_lossy(&p[1]).into_owned())
+            };
+            versions.push(field("v").unwrap().parse::<u64>().unwrap());
+            let seen = if let Some(m) = field("m") {
+                m.split(',').nth(24).map(str::to_string)
+            } else {
+                let d = field("d").unwrap_or_else(|| panic!("{id}: neither m nor d"));
+                let n: Vec<&str> = d.split(',').collect();
+                n.chunks(2).find(|p| p[0] == "24").map(|p| p[1].to_string())
+            };
+            let Some(seen) = seen else {
+                assert!(i > 0, "{id}: no incarnation in the entry's first step");
+                continue;
+            };
+            assert_ne!(seen, "0", "{id}");
+            assert_eq!(inc.get_or_insert_with(|| seen.clone()), &seen, "{id}");
+        }
     }
+    assert!(shared, "no entry held the steps of several joins");
+    // One step per version, none missing.
+    let want: Vec<u64> = (1..=versions.len() as u64).collect();
+    assert_eq!(versions, want);
+}
+
+/// The log is trimmed by versions, not entries: with joins sent together (an entry holds a
+/// step each), it still keeps about `LOG_MAXLEN` (10,000, src/store/redis/log_meta.rs) to
+/// twice as many versions, no more, and never fewer than `LOG_MAXLEN`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_is_trimmed_by_versions() {
+    const LOG_MAXLEN: u64 = 10_000;
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let (prefix, a, _) = two_nodes(&server);
+    let ev = "trim";
+    event(&a, ev, serde_json::json!({"max_active": 1, "paused": true})).await;
+    let workers = 64u64;
+    let total = 2 * LOG_MAXLEN + LOG_MAXLEN / 2;
+    let tasks: Vec<_> = (0..workers)
+        .map(|w| {
+            let a = a.clone();
+            tokio::spawn(async move {
+                for _ in (w..total).step_by(workers as usize) {
+                    join(&a, ev).await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let log = format!("{prefix}:{{{ev}}}:lg");
+    let entries: Vec<(String, Vec<Vec<u8>>)> = redis::cmd("XRANGE")
+        .arg(&log)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let kept: u64 = entries.iter().map(|(_, f)| log_steps(f).len() as u64).sum();
+    assert!(
+        entries.len() as u64 * 4 < kept,
+        "{} entries of {kept} versions: the joins were not sent together",
+        entries.len()
+    );
+    // MINID ~ drops whole stream nodes only: a node's worth of slack.
+    assert!(
+        (LOG_MAXLEN..=2 * LOG_MAXLEN + 1_000).contains(&kept),
+        "{kept} versions kept of {total}"
+    );
 }
