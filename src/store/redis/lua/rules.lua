@@ -70,7 +70,24 @@ local function flush_pending()
   if not PENDING then return end
   local pend, keys = PEND, PEND_KEYS
   PEND, PEND_KEYS, PENDING = {}, {}, false
-  for _, k in ipairs(keys) do redis.call(unpack(pend[k])) end
+  -- A key sent alone (flush_key) is gone from pend; one buffered again after that is
+  -- listed twice and goes once.
+  for _, k in ipairs(keys) do
+    local l = pend[k]
+    if l then
+      pend[k] = nil
+      redis.call(unpack(l))
+    end
+  end
+end
+-- Sends what waits for one key only, before a command that reads that key alone: the
+-- other keys' appends keep waiting, so a chunk's appends still go as one command (the tail
+-- chunk's count, read when a join passes it, split every chunk's appends in two).
+local function flush_key(key)
+  local l = PEND[key]
+  if not l then return end
+  PEND[key] = nil
+  redis.call(unpack(l))
 end
 local function rcall(...)
   if PENDING then flush_pending() end
@@ -191,12 +208,15 @@ end
 -- doubling: the new root covers the old one and only empty chunks.
 local function lowbit(i) return bit.band(i, -i) end
 
+-- K_RANKF is never buffered, and these commands read nothing else: they go by redis.call,
+-- leaving the buffer be (a join passing the tail chunk adds its count here, which through
+-- rcall sent every chunk's appends apart from the rest of the batch's).
 local function fen_add(c, d)
   local i = c + 1
   if M.fsz == 0 then set('fsz', 1) end
   while M.fsz < i do
-    local total = rcall('BITFIELD_RO', K_RANKF, 'GET', 'u32', '#' .. M.fsz)[1]
-    rcall('BITFIELD', K_RANKF, 'SET', 'u32', '#' .. (2 * M.fsz), total)
+    local total = redis.call('BITFIELD_RO', K_RANKF, 'GET', 'u32', '#' .. M.fsz)[1]
+    redis.call('BITFIELD', K_RANKF, 'SET', 'u32', '#' .. (2 * M.fsz), total)
     set('fsz', 2 * M.fsz)
   end
   local args = {'BITFIELD', K_RANKF}
@@ -207,7 +227,7 @@ local function fen_add(c, d)
     args[#args + 1] = d
     i = i + lowbit(i)
   end
-  rcall(unpack(args))
+  redis.call(unpack(args))
   set('ftot', M.ftot + d)
 end
 
@@ -253,7 +273,8 @@ end
 local function rank_insert(seq)
   local c = chunk(seq)
   if c > M.ftail then
-    local n = rcall('ZCARD', qkey(M.ftail))
+    flush_key(qkey(M.ftail))
+    local n = redis.call('ZCARD', qkey(M.ftail))
     if n > 0 then fen_add(M.ftail, n) end
     set('ftail', c)
   end
@@ -319,7 +340,10 @@ local function ws_set(seq, t, xx)
     pend(wkey(c), 'ZADD', fmt(t), seq)
   end
   if WLOW[c] and WLOW[c] <= t then return end
-  rcall('ZADD', K_WINDEX, 'LT', fmt(t), fmt(c))
+  -- K_WINDEX is never buffered and this reads nothing else: it need not send the buffer
+  -- (through rcall, a batch's first join into each chunk sent that chunk's appends
+  -- alone, and the rest went in a second command).
+  redis.call('ZADD', K_WINDEX, 'LT', fmt(t), fmt(c))
   WLOW[c] = t
 end
 
