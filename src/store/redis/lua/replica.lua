@@ -62,6 +62,9 @@ local function log_new()
   return args
 end
 local LOG_PEND, LOG_FIRST = log_new(), 0
+-- The version of the entry's last step: log_flush marks by it, never by M.lv, which in an
+-- early flush (from log_append) is already the next step's version, not yet in the entry.
+local LOG_LAST = 0
 local LOG_ENTRY_ARGS = 2000
 -- The time of the entry's last step: a step at the same time leaves out its 't'.
 local LOG_T = nil
@@ -75,7 +78,7 @@ log_flush = function()
   if #LOG_PEND == LOG_HEAD then return end
   local args = LOG_PEND
   LOG_PEND = log_new()
-  if math.floor(M.lv / LOG_MAXLEN) > math.floor((LOG_FIRST - 1) / LOG_MAXLEN) then
+  if math.floor(LOG_LAST / LOG_MAXLEN) > math.floor((LOG_FIRST - 1) / LOG_MAXLEN) then
     local mark = rcall('HGET', K_META, 'lgm')
     if mark then
       table.insert(args, 3, 'MINID')
@@ -116,6 +119,7 @@ log_append = function(whole)
     end
   end
   if first then LOG_FIRST = M.lv end
+  LOG_LAST = M.lv
   local n = #LOG_PEND
   for i = 1, #step do LOG_PEND[n + i] = step[i] end
 end
