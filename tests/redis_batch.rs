@@ -761,3 +761,73 @@ async fn an_event_of_the_earlier_chunk_size_keeps_it() {
         assert_eq!(s.queue_length, 170);
     }
 }
+
+/// User joins sent together keep the one-command-per-chunk writes: the user index is read
+/// from the batch's own waiting writes first and written with them (through separate
+/// commands, each user join sent every chunk's appends: about two ZADDs per join). A user
+/// who joins twice in one batch still gets one place: the second join sees the first's
+/// waiting write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_user_joins_writes_each_chunk_once() {
+    let server = RedisServer::start();
+    let prefix = unique_prefix();
+    let store = node(&server.url(), &prefix);
+    make_event(
+        &store,
+        "u",
+        serde_json::json!({"max_active": 1, "paused": true}),
+    )
+    .await;
+    support::redis::raw_command(server.port, "CONFIG RESETSTAT").unwrap();
+    // 47 users, the 25th twice (in the middle of a batch whichever way they fall).
+    let mut reqs: Vec<JoinRequest> = (0..47).map(|i| user(&format!("u{i}"), false)).collect();
+    reqs.insert(30, user("u24", false));
+    let answers = join_all(reqs.iter().map(|r| store.join("u", r, T0))).await;
+    let stats = server.info("commandstats");
+    let calls = |cmd: &str| {
+        let k = format!("cmdstat_{cmd}:calls=");
+        stats.find(&k).map_or(0, |i| {
+            let rest = &stats[i + k.len()..];
+            rest[..rest.find(',').unwrap()].parse::<u64>().unwrap()
+        })
+    };
+    let scripts = script_calls(&server);
+    let mut views = Vec::new();
+    let mut twice = Vec::new();
+    for (r, a) in reqs.iter().zip(answers) {
+        if r.user_id.as_deref() == Some("u24") {
+            twice.push(a);
+        } else {
+            views.push(a.unwrap());
+        }
+    }
+    let (ok, refused): (Vec<_>, Vec<_>) = twice.into_iter().partition(Result::is_ok);
+    assert_eq!((ok.len(), refused.len()), (1, 1), "one place for u24");
+    assert_eq!(
+        queue_error(refused.into_iter().next().unwrap()),
+        QueueError::AlreadyJoined
+    );
+    views.push(ok.into_iter().next().unwrap().unwrap());
+    views.sort_by_key(|v| v.key.seq);
+    for (i, v) in views.iter().enumerate() {
+        assert_eq!(v.position, Some(i as u64 + 1));
+    }
+    assert!(
+        scripts <= 24,
+        "{scripts} scripts for 48 joins sent together"
+    );
+    // As for anonymous joins: per chunk (seqs 1..=47, at most scripts + 1 of them) the
+    // line, the heartbeats, the index entry.
+    let chunks = scripts + 1;
+    assert!(
+        calls("zadd") <= 3 * chunks,
+        "{} ZADDs in {scripts} scripts for 48 user joins",
+        calls("zadd")
+    );
+    // The records per chunk; per script the meta and the user index.
+    assert!(
+        calls("hset") <= chunks + 2 * scripts,
+        "{} HSETs in {scripts} scripts for 48 user joins",
+        calls("hset")
+    );
+}

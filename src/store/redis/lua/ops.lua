@@ -163,7 +163,7 @@ local function op_join(ARGV)
   -- An unproven place of this user that a proven join replaces (EventQueue::join).
   local squat, squat_p = nil, nil
   if user then
-    local seq = rcall('HGET', K_USERS, user)
+    local seq = hget_pending(K_USERS, user)
     if seq then
       -- Only a caller who proved it is the user gets the place back, and only a place
       -- made by a proven join.
@@ -195,8 +195,8 @@ local function op_join(ARGV)
   ws_set(seq, NOW)
   lower_nd(NOW + M.widle)
   N_W = N_W + 1
-  if user then rcall('HSET', K_USERS, user, seq) end
-  if ARGV[6] == '1' then rcall('HSET', K_METADATA, seq, ARGV[7]) end
+  if user then pend(K_USERS, 'HSET', user, seq) end
+  if ARGV[6] == '1' then pend(K_METADATA, 'HSET', seq, ARGV[7]) end
   -- Bound to a user only when proven: a code bound to a bare id would seat anyone who
   -- claims that id once the place ends.
   if bind then rcall('HSET', K_INVITES, bind, proven and ('=' .. user) or ('#' .. seq)) end

@@ -66,10 +66,12 @@ local FX = {}  -- flat triples: kind, seq, at
 -- and nothing runs between the script's commands. Nothing reads the buffered keys in
 -- between but through rcall; finish() (flush_meta) sends the rest.
 local PEND, PEND_KEYS, PENDING = {}, {}, false
+-- The values of the waiting HSETs, key -> field -> value, for hget_pending.
+local PEND_HV = {}
 local function flush_pending()
   if not PENDING then return end
   local pend, keys = PEND, PEND_KEYS
-  PEND, PEND_KEYS, PENDING = {}, {}, false
+  PEND, PEND_KEYS, PENDING, PEND_HV = {}, {}, false, {}
   -- A key sent alone (flush_key) is gone from pend; one buffered again after that is
   -- listed twice and goes once.
   for _, k in ipairs(keys) do
@@ -86,7 +88,7 @@ end
 local function flush_key(key)
   local l = PEND[key]
   if not l then return end
-  PEND[key] = nil
+  PEND[key], PEND_HV[key] = nil, nil
   redis.call(unpack(l))
 end
 local function rcall(...)
@@ -106,6 +108,23 @@ local function pend(key, cmd, a, b)
   end
   local n = #l
   l[n + 1], l[n + 2] = a, b
+  if cmd == 'HSET' then
+    local hv = PEND_HV[key]
+    if not hv then
+      hv = {}
+      PEND_HV[key] = hv
+    end
+    hv[a] = b
+  end
+end
+-- HGET of a hash whose HSETs may wait in the buffer: the waiting value, else Redis's. The
+-- buffer stays (a field not waiting is current in Redis: any other write to the key went
+-- through rcall, which sent the buffer first). A user join reads and writes the user index
+-- (K_USERS): through rcall, both sent every chunk's appends at each such join.
+local function hget_pending(key, field)
+  local hv = PEND_HV[key]
+  if hv and hv[field] ~= nil then return hv[field] end
+  return redis.call('HGET', key, field)
 end
 local function fx(kind, seq, at)
   FX[#FX + 1] = kind
