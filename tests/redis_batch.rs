@@ -467,11 +467,17 @@ async fn one_wait_per_batch_and_acknowledged_joins_are_on_the_replica() {
     let scripts = script_calls(&master);
     assert!(scripts < 48, "{scripts} script calls for 48 joins");
     assert_eq!(calls("wait"), scripts, "one WAIT per script call");
-    // Acknowledged means replicated: the replica holds every place (seqs 1 to 48 are all
-    // in the line's first chunk of 128).
-    let held =
-        support::redis::raw_command(replica.port, &format!("ZCARD {prefix}:{{w}}:q:0")).unwrap();
-    assert_eq!(held.trim(), ":47", "47 waiting places on the replica");
+    // Acknowledged means replicated: the replica holds every place (seqs 1 to 48 are in
+    // the line's first two chunks of 32).
+    let held: u64 = (0..2)
+        .map(|c| {
+            let n =
+                support::redis::raw_command(replica.port, &format!("ZCARD {prefix}:{{w}}:q:{c}"))
+                    .unwrap();
+            n.trim().trim_start_matches(':').parse::<u64>().unwrap()
+        })
+        .sum();
+    assert_eq!(held, 47, "47 waiting places on the replica");
     let seqs: HashSet<u64> = views.iter().map(|v| v.key.seq).collect();
     assert_eq!(seqs.len(), 48);
 }
@@ -649,21 +655,179 @@ async fn a_batch_of_joins_reads_back_nothing_it_wrote() {
         })
     };
     let scripts = script_calls(&server);
+    assert!(
+        scripts <= 24,
+        "{scripts} scripts for 48 joins sent together"
+    );
     // Per script: the meta and the invite flag; per join: nothing.
     assert!(
         calls("hget") <= 2 * scripts,
         "{} HGETs in {scripts} scripts for 48 joins",
         calls("hget")
     );
-    // Per join: the line and the heartbeat; per script: the index entry of the one chunk.
+    // Per chunk a script's joins go to: one ZADD for the line, one for the heartbeats, one
+    // for the index entry; per join: nothing. Seqs 1..=48 cross one chunk's end (chunks of
+    // 32), so the scripts together go to at most `scripts + 1` chunks: the bound holds
+    // however the joins fell into scripts. (A script's first join into a chunk, or its
+    // passing the tail chunk, must not send that chunk's appends apart from the rest: one
+    // script of 48 joins made 10 ZADDs, two of 1 and 47 made 13.)
+    let chunks = scripts + 1;
     assert!(
-        calls("zadd") <= 2 * 48 + scripts,
+        calls("zadd") <= 3 * chunks,
         "{} ZADDs in {scripts} scripts for 48 joins",
         calls("zadd")
+    );
+    // One HSET of the records per chunk, one of the meta per script; one change-log entry.
+    assert!(
+        calls("hset") <= chunks + scripts,
+        "{} HSETs in {scripts} scripts for 48 joins",
+        calls("hset")
+    );
+    assert!(
+        calls("xadd") <= scripts,
+        "{} XADDs in {scripts} scripts for 48 joins",
+        calls("xadd")
     );
     views.sort_by_key(|v| v.key.seq);
     for (i, v) in views.iter().enumerate() {
         assert_eq!(v.status, PlaceState::Waiting);
         assert_eq!(v.position, Some(i as u64 + 1));
     }
+}
+
+/// An event made before the chunks shrank (layout 1: 128 seqs a chunk) keeps its chunk
+/// size: its places are written and read where that layout puts them, positions stay
+/// exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_of_the_earlier_chunk_size_keeps_it() {
+    let server = RedisServer::start();
+    let prefix = unique_prefix();
+    let store = node(&server.url(), &prefix);
+    make_event(
+        &store,
+        "old",
+        serde_json::json!({"max_active": 1, "paused": true}),
+    )
+    .await;
+    // Made a layout-1 event: `lay` is the last number of the meta's MessagePack array (a
+    // one-byte integer).
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let key = |suffix: &str| format!("{prefix}:{{old}}:{suffix}");
+    let mut n: Vec<u8> = redis::cmd("HGET")
+        .arg(key("m"))
+        .arg("n")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(n.last(), Some(&2), "the layout is the meta's last number");
+    *n.last_mut().unwrap() = 1;
+    redis::cmd("HSET")
+        .arg(key("m"))
+        .arg("n")
+        .arg(n)
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+    let reqs: Vec<JoinRequest> = (0..300).map(|_| anonymous()).collect();
+    let mut views: Vec<_> = join_all(reqs.iter().map(|r| store.join("old", r, T0)))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    views.sort_by_key(|v| v.key.seq);
+    // Seqs 1..=300 in chunks of 128: 0, 1 and 2, for each of the records, the line and
+    // the heartbeats.
+    for suffix in ["p", "q", "ws"] {
+        for c in 0..4 {
+            let n: u64 = redis::cmd("EXISTS")
+                .arg(key(&format!("{suffix}:{c}")))
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            assert_eq!(n, u64::from(c < 3), "{suffix}:{c}");
+        }
+    }
+    // Leaving the first 130 (across a chunk's end), the rest move up exactly.
+    for v in &views[..130] {
+        assert!(store.leave("old", v.key, T0 + 1).await.unwrap());
+    }
+    for (i, v) in views[130..].iter().enumerate().step_by(17) {
+        let s = store.status("old", v.key, T0 + 2).await.unwrap();
+        assert_eq!(s.position, Some(i as u64 + 1), "seq {}", v.key.seq);
+        assert_eq!(s.queue_length, 170);
+    }
+}
+
+/// User joins sent together keep the one-command-per-chunk writes: the user index is read
+/// from the batch's own waiting writes first and written with them (through separate
+/// commands, each user join sent every chunk's appends: about two ZADDs per join). A user
+/// who joins twice in one batch still gets one place: the second join sees the first's
+/// waiting write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_user_joins_writes_each_chunk_once() {
+    let server = RedisServer::start();
+    let prefix = unique_prefix();
+    let store = node(&server.url(), &prefix);
+    make_event(
+        &store,
+        "u",
+        serde_json::json!({"max_active": 1, "paused": true}),
+    )
+    .await;
+    support::redis::raw_command(server.port, "CONFIG RESETSTAT").unwrap();
+    // 47 users, the 25th twice (in the middle of a batch whichever way they fall).
+    let mut reqs: Vec<JoinRequest> = (0..47).map(|i| user(&format!("u{i}"), false)).collect();
+    reqs.insert(30, user("u24", false));
+    let answers = join_all(reqs.iter().map(|r| store.join("u", r, T0))).await;
+    let stats = server.info("commandstats");
+    let calls = |cmd: &str| {
+        let k = format!("cmdstat_{cmd}:calls=");
+        stats.find(&k).map_or(0, |i| {
+            let rest = &stats[i + k.len()..];
+            rest[..rest.find(',').unwrap()].parse::<u64>().unwrap()
+        })
+    };
+    let scripts = script_calls(&server);
+    let mut views = Vec::new();
+    let mut twice = Vec::new();
+    for (r, a) in reqs.iter().zip(answers) {
+        if r.user_id.as_deref() == Some("u24") {
+            twice.push(a);
+        } else {
+            views.push(a.unwrap());
+        }
+    }
+    let (ok, refused): (Vec<_>, Vec<_>) = twice.into_iter().partition(Result::is_ok);
+    assert_eq!((ok.len(), refused.len()), (1, 1), "one place for u24");
+    assert_eq!(
+        queue_error(refused.into_iter().next().unwrap()),
+        QueueError::AlreadyJoined
+    );
+    views.push(ok.into_iter().next().unwrap().unwrap());
+    views.sort_by_key(|v| v.key.seq);
+    for (i, v) in views.iter().enumerate() {
+        assert_eq!(v.position, Some(i as u64 + 1));
+    }
+    assert!(
+        scripts <= 24,
+        "{scripts} scripts for 48 joins sent together"
+    );
+    // As for anonymous joins: per chunk (seqs 1..=47, at most scripts + 1 of them) the
+    // line, the heartbeats, the index entry.
+    let chunks = scripts + 1;
+    assert!(
+        calls("zadd") <= 3 * chunks,
+        "{} ZADDs in {scripts} scripts for 48 user joins",
+        calls("zadd")
+    );
+    // The records per chunk; per script the meta and the user index.
+    assert!(
+        calls("hset") <= chunks + 2 * scripts,
+        "{} HSETs in {scripts} scripts for 48 user joins",
+        calls("hset")
+    );
 }

@@ -401,7 +401,7 @@ mod same_as_embedded {
         });
     }
 
-    /// The same over places spread across several of Redis's chunks of 128 seqs (the line,
+    /// The same over places spread across several of Redis's chunks of 32 seqs (the line,
     /// the heartbeats and the records are split by seq): 450 joins first, then operations on
     /// any of them, so leaves, expiries, admissions and clears cross chunk boundaries.
     #[test]
@@ -565,7 +565,7 @@ async fn sale_end_redis() {
     support::conformance::measure_end(standalone(), n).await;
 }
 
-/// The places of one event span several of Redis's chunks of 128 seqs: a whole chunk left
+/// The places of one event span several of Redis's chunks of 32 seqs: a whole chunk left
 /// empty, scattered leaves, the head of the queue across chunks, then the end of the sale
 /// removing the line in batches that cross chunk boundaries, all answered as the embedded
 /// store (the reference) answers them; on a standalone Redis and on the Cluster (the chunk

@@ -472,8 +472,8 @@ async fn renewals_keep_polled_places_and_silent_ones_go(by_heartbeat: bool) {
         })
     };
     let mut conn = raw(&server).await;
-    // The heartbeat chunk of the polled place (128 seqs per chunk).
-    let wseen = format!("{prefix}:{{{ev}}}:ws:{}", polled.seq / 128);
+    // The heartbeat chunk of the polled place (32 seqs per chunk).
+    let wseen = format!("{prefix}:{{{ev}}}:ws:{}", polled.seq / 32);
     let mut silent_gone_at = None;
     let mut deferred = 0;
     let started = Instant::now();
@@ -598,10 +598,25 @@ async fn batched_writes_reach_the_other_nodes_replica_exactly() {
     b.close().await.unwrap();
 }
 
-/// Every entry of the change log names the event's incarnation: `m` carries all the
-/// numbers, and each `d` the incarnation among the numbers it changed. A replica that
-/// missed an event's deletion and its new incarnation's first entries would otherwise
-/// patch the new entries onto the old incarnation's state.
+/// The steps of a change-log entry: one per version, each from its `v` up to the next.
+fn log_steps(fields: &[Vec<u8>]) -> Vec<&[Vec<u8>]> {
+    let mut steps: Vec<&[Vec<u8>]> = Vec::new();
+    let mut start = 0;
+    for i in (2..fields.len()).step_by(2) {
+        if fields[i] == b"v" {
+            steps.push(&fields[start..i]);
+            start = i;
+        }
+    }
+    steps.push(&fields[start..]);
+    steps
+}
+
+/// Every entry of the change log names the event's incarnation in its first step: `m`
+/// carries all the numbers, and a first `d` the incarnation among the numbers it changed.
+/// A replica that missed an event's deletion and its new incarnation's first entries would
+/// otherwise patch the new entries onto the old incarnation's state. Joins sent together
+/// share one entry (a step each, of one script call): a later step names no other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_log_entry_names_the_incarnation() {
     let server = RedisServer::start();
@@ -612,6 +627,7 @@ async fn every_log_entry_names_the_incarnation() {
     for _ in 0..3 {
         join(&a, ev).await;
     }
+    futures_util::future::join_all((0..40).map(|_| join(&a, ev))).await;
     let log = format!("{prefix}:{{{ev}}}:lg");
     // Place records are binary: the fields are read as bytes.
     let entries: Vec<(String, Vec<Vec<u8>>)> = redis::cmd("XRANGE")
@@ -623,22 +639,348 @@ async fn every_log_entry_names_the_incarnation() {
         .unwrap();
     assert!(entries.len() >= 4, "{entries:?}");
     let mut inc = None;
+    let mut versions = Vec::new();
+    let mut shared = false;
     for (id, fields) in &entries {
-        let field = |name: &str| {
-            fields
-                .chunks(2)
-                .find(|p| p[0] == name.as_bytes())
-                .map(|p| String::from_utf8_lossy(&p[1]).into_owned())
-        };
-        let seen = if let Some(m) = field("m") {
-            m.split(',').nth(24).map(str::to_string)
-        } else {
-            let d = field("d").unwrap_or_else(|| panic!("{id}: neither m nor d"));
-            let n: Vec<&str> = d.split(',').collect();
-            n.chunks(2).find(|p| p[0] == "24").map(|p| p[1].to_string())
-        };
-        let seen = seen.unwrap_or_else(|| panic!("{id}: no incarnation"));
-        assert_ne!(seen, "0", "{id}");
-        assert_eq!(inc.get_or_insert_with(|| seen.clone()), &seen, "{id}");
+        let steps = log_steps(fields);
+        shared |= steps.len() > 1;
+        for (i, step) in steps.into_iter().enumerate() {
+            let field = |name: &str| {
+                step.chunks(2)
+                    .find(|p| p[0] == name.as_bytes())
+                    .map(|p| String::from_utf8_lossy(&p[1]).into_owned())
+            };
+            versions.push(field("v").unwrap().parse::<u64>().unwrap());
+            let seen = if let Some(m) = field("m") {
+                m.split(',').nth(24).map(str::to_string)
+            } else {
+                let d = field("d").unwrap_or_else(|| panic!("{id}: neither m nor d"));
+                let n: Vec<&str> = d.split(',').collect();
+                n.chunks(2).find(|p| p[0] == "24").map(|p| p[1].to_string())
+            };
+            let Some(seen) = seen else {
+                assert!(i > 0, "{id}: no incarnation in the entry's first step");
+                continue;
+            };
+            assert_ne!(seen, "0", "{id}");
+            assert_eq!(inc.get_or_insert_with(|| seen.clone()), &seen, "{id}");
+        }
     }
+    assert!(shared, "no entry held the steps of several joins");
+    // One step per version, none missing.
+    let want: Vec<u64> = (1..=versions.len() as u64).collect();
+    assert_eq!(versions, want);
+}
+
+/// The log is trimmed by versions, not entries: with joins sent together (an entry holds a
+/// step each), it still keeps about `LOG_MAXLEN` (10,000, src/store/redis/log_meta.rs) to
+/// twice as many versions, no more, and never fewer than `LOG_MAXLEN`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_is_trimmed_by_versions() {
+    const LOG_MAXLEN: u64 = 10_000;
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let (prefix, a, _) = two_nodes(&server);
+    let ev = "trim";
+    event(&a, ev, serde_json::json!({"max_active": 1, "paused": true})).await;
+    let workers = 64u64;
+    let total = 2 * LOG_MAXLEN + LOG_MAXLEN / 2;
+    let tasks: Vec<_> = (0..workers)
+        .map(|w| {
+            let a = a.clone();
+            tokio::spawn(async move {
+                for _ in (w..total).step_by(workers as usize) {
+                    join(&a, ev).await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let log = format!("{prefix}:{{{ev}}}:lg");
+    let entries: Vec<(String, Vec<Vec<u8>>)> = redis::cmd("XRANGE")
+        .arg(&log)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let kept: u64 = entries.iter().map(|(_, f)| log_steps(f).len() as u64).sum();
+    assert!(
+        entries.len() as u64 * 4 < kept,
+        "{} entries of {kept} versions: the joins were not sent together",
+        entries.len()
+    );
+    // MINID ~ drops whole stream nodes only: a node's worth of slack.
+    assert!(
+        (LOG_MAXLEN..=2 * LOG_MAXLEN + 1_000).contains(&kept),
+        "{kept} versions kept of {total}"
+    );
+}
+
+/// The version of the change log's last step.
+async fn last_version(conn: &mut redis::aio::MultiplexedConnection, log: &str) -> u64 {
+    let last: Vec<(String, Vec<Vec<u8>>)> = redis::cmd("XREVRANGE")
+        .arg(log)
+        .arg("+")
+        .arg("-")
+        .arg("COUNT")
+        .arg(1)
+        .query_async(conn)
+        .await
+        .unwrap();
+    let steps = log_steps(&last[0].1);
+    let v = &steps.last().unwrap()[1];
+    std::str::from_utf8(v).unwrap().parse().unwrap()
+}
+
+/// How many `cmd` commands the server ran so far (scripts' own commands included).
+async fn command_calls(conn: &mut redis::aio::MultiplexedConnection, cmd: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    let key = format!("cmdstat_{cmd}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(key.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// `n` anonymous joins sent together by node `s`, each at its own time from `clock` on (a
+/// step of the log then always carries its time, so an entry holds a fixed number of
+/// steps), in this order.
+async fn joins_at(s: &Arc<dyn Store>, ev: &str, clock: &mut u64, n: usize) -> Vec<PlaceKey> {
+    let reqs: Vec<(JoinRequest, u64)> = (0..n)
+        .map(|_| {
+            *clock += 1;
+            (anonymous(), *clock)
+        })
+        .collect();
+    futures_util::future::join_all(reqs.iter().map(|(r, t)| s.join(ev, r, *t)))
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().key)
+        .collect()
+}
+
+fn anonymous() -> JoinRequest {
+    JoinRequest {
+        nonce: waitroom::tokens::random_u128(),
+        ..JoinRequest::default()
+    }
+}
+
+/// A node on a runtime of its own (one thread), which the test can stop for a while: its
+/// replica then falls behind the log exactly as a node that stalled would.
+struct Stalling {
+    handle: tokio::runtime::Handle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Stalling {
+    fn start() -> Stalling {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let handle = rt.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            rt.block_on(async {
+                let _ = stopped.await;
+            });
+        });
+        Stalling {
+            handle,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// Blocks the runtime's one thread (every task of the node waits) until the sender is
+    /// used or dropped; answers once it is blocked.
+    async fn stall(&self) -> std::sync::mpsc::Sender<()> {
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let (blocked, is_blocked) = tokio::sync::oneshot::channel::<()>();
+        self.handle.spawn(async move {
+            let _ = blocked.send(());
+            let _ = wait.recv();
+        });
+        is_blocked.await.unwrap();
+        go
+    }
+}
+
+impl Drop for Stalling {
+    fn drop(&mut self) {
+        let _ = self.stop.take().map(|s| s.send(()));
+        let _ = self.thread.take().map(std::thread::JoinHandle::join);
+    }
+}
+
+/// A full batch (more joins in one script call than one change-log entry holds, so that
+/// an entry is written before the call ends) whose early entry ends just before a multiple
+/// of `LOG_MAXLEN`: the log still keeps at least `LOG_MAXLEN` versions (README, "the log is
+/// trimmed to 10,000–20,000 versions"), and a replica that fell behind by a few hundred
+/// reads on without a new snapshot. (The trimming marked the early entry by the version
+/// that came next, so it and the entry after it both counted as passing the multiple: the
+/// log shrank to those two entries, and every lagging replica reloaded.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_batch_across_the_trim_length_keeps_the_log() {
+    const LOG_MAXLEN: u64 = 10_000;
+    const FULL: usize = 256; // MAX_BATCH, src/store/redis/batch.rs
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let prefix = unique_prefix();
+    let a = store(&server.url(), &prefix, true);
+    let ev = "full";
+    let log = format!("{prefix}:{{{ev}}}:lg");
+    let idle = serde_json::json!({"max_active": 1, "paused": true, "waiting_idle_sec": 2_592_000});
+    event(&a, ev, idle).await;
+    // Times in the past, one per join, so nothing the test does depends on the clock.
+    let mut clock = system_now() - 200_000;
+
+    // One call of FULL joins: one in flight alone while the server is stopped, the rest
+    // queue behind it and go together. How many steps an entry holds: the early one's.
+    let batch = |a: Arc<dyn Store>, mut clock: u64| async move {
+        server_paused_batch(a, ev, &mut clock).await;
+        clock
+    };
+    server.pause();
+    let run = tokio::spawn(batch(a.clone(), clock));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.resume();
+    clock = run.await.unwrap();
+    let entries: Vec<(String, Vec<Vec<u8>>)> = redis::cmd("XRANGE")
+        .arg(&log)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let per_entry = entries
+        .iter()
+        .map(|(_, f)| log_steps(f).len())
+        .max()
+        .unwrap();
+    assert!(
+        per_entry < FULL,
+        "an entry held {per_entry} steps: a full batch writes no early entry"
+    );
+    let per_entry = per_entry as u64;
+    // The full batch below starts at version `start`, its early entry ends at a multiple.
+    let start = LOG_MAXLEN - per_entry;
+
+    // Up close, many at once; the last few one by one.
+    while last_version(&mut conn, &log).await + FULL as u64 + 50 < start {
+        joins_at(&a, ev, &mut clock, FULL).await;
+    }
+    let first = join(&a, ev).await;
+    // Node B follows the log, then stalls.
+    let b_node = Stalling::start();
+    let (url, p) = (server.url(), prefix.clone());
+    let b = b_node
+        .handle
+        .spawn(async move { store(&url, &p, true) })
+        .await
+        .unwrap();
+    let on_b = move |b: Arc<dyn Store>, key: PlaceKey| async move {
+        b.status(ev, key, system_now()).await
+    };
+    let sb = b.clone();
+    b_node
+        .handle
+        .spawn(async move { until_status(&sb, ev, first, BOUND, |r| r.is_ok()).await })
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let go = b_node.stall().await;
+    // B now lags: more versions than one entry, before the full batch.
+    while last_version(&mut conn, &log).await + 2 < start {
+        clock += 1;
+        a.join(ev, &anonymous(), clock).await.unwrap();
+    }
+    assert_eq!(last_version(&mut conn, &log).await + 2, start);
+    server.pause();
+    let run = tokio::spawn(batch(a.clone(), clock));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.resume();
+    run.await.unwrap();
+
+    let entries: Vec<(String, Vec<Vec<u8>>)> = redis::cmd("XRANGE")
+        .arg(&log)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let versions: Vec<u64> = entries
+        .iter()
+        .flat_map(|(_, f)| log_steps(f))
+        .map(|s| std::str::from_utf8(&s[1]).unwrap().parse().unwrap())
+        .collect();
+    let last = *versions.last().unwrap();
+    assert!(last > LOG_MAXLEN, "the log passed {LOG_MAXLEN}: {last}");
+    // The batch's early entry ends where the test put it.
+    let ends_at_multiple = entries.iter().any(|(_, f)| {
+        let steps = log_steps(f);
+        let v = |s: &[Vec<u8>]| -> u64 { std::str::from_utf8(&s[1]).unwrap().parse().unwrap() };
+        steps.len() as u64 == per_entry
+            && v(steps[0]) == start
+            && v(steps[steps.len() - 1]) == LOG_MAXLEN - 1
+    });
+    assert!(
+        ends_at_multiple,
+        "no entry of versions {start}..{LOG_MAXLEN}"
+    );
+    let kept = versions.len() as u64;
+    assert!(
+        kept >= LOG_MAXLEN,
+        "{kept} versions kept of {last}: fewer than {LOG_MAXLEN}"
+    );
+    assert!(kept <= 2 * LOG_MAXLEN, "{kept} versions kept");
+    let want: Vec<u64> = (last + 1 - kept..=last).collect();
+    assert_eq!(versions, want, "the kept versions follow each other");
+
+    // B reads on from where it stalled: no new snapshot (each reads the log's last id).
+    let snapshots = command_calls(&mut conn, "xrevrange").await;
+    drop(go);
+    let key = *joins_at(&a, ev, &mut clock, 1).await.last().unwrap();
+    b_node
+        .handle
+        .spawn(async move {
+            let start = Instant::now();
+            while on_b(b.clone(), key).await.is_err() {
+                assert!(start.elapsed() < BOUND, "B never answered");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            // Time for B to have read the whole log.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            b.close().await.unwrap();
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        command_calls(&mut conn, "xrevrange").await,
+        snapshots,
+        "the lagging replica loaded a new snapshot"
+    );
+    a.close().await.unwrap();
+}
+
+/// One join sent alone, then (while it is in flight on a stopped server) `MAX_BATCH` more,
+/// which queue behind it and go in one script call.
+async fn server_paused_batch(a: Arc<dyn Store>, ev: &'static str, clock: &mut u64) {
+    *clock += 1;
+    let alone = {
+        let (a, t) = (a.clone(), *clock);
+        tokio::spawn(async move { a.join(ev, &anonymous(), t).await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    joins_at(&a, ev, clock, 256).await;
+    alone.await.unwrap();
 }

@@ -14,8 +14,9 @@ pub(super) const LOG_FIELDS: [&str; 25] = [
     "nac", "nd", "fadm", "hbusy", "hsince", "hends", "opens", "method", "npre", "closes", "ended",
     "lv", "inc",
 ];
-/// About how many entries the log keeps: at 20,000 changes a second, half a second of
-/// history for a lagging node before it must resync.
+/// How many versions (steps) the log keeps at least, and at most about twice as many
+/// (`log_flush` in replica.lua): at 20,000 changes a second, half a second of history for
+/// a lagging node before it must resync.
 pub(super) const LOG_MAXLEN: u64 = 10_000;
 /// The generated prelude's part: the log's fields and length.
 pub(super) fn prelude(h: &mut String) {

@@ -13,7 +13,7 @@ impl Inner {
     /// estimated the same way: those of [`MEMORY_SAMPLED_CHUNKS`] chunks holding waiting
     /// places (the `wi` index lists them), times the number of such chunks. So this costs
     /// about the same whatever the size of the queue (the index is one small integer per
-    /// 128 places); the records of admitted and active places in chunks where nobody waits
+    /// chunk of places); the records of admitted and active places in chunks where nobody waits
     /// any more are left out, as are one-off proof-of-work claim keys (small, they expire
     /// by themselves). Keys that do not exist (yet) count 0.
     pub(super) async fn memory_usage(&self, event_id: &str) -> StoreResult<u64> {

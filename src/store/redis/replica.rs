@@ -3,8 +3,9 @@
 //!
 //! **The log.** Every script that changes an event writes its meta once (`flush_meta` in
 //! `rules.lua`); that same write appends one entry to the event's change log, a Stream under
-//! the event's hash tag (`lua/replica.lua`: the version `v`, the numbers [`LOG_FIELDS`],
-//! and the record of each place the transition changed). Redis runs the script alone, so
+//! the event's hash tag (`lua/replica.lua`), with one step per transition (a batch's
+//! operations each have theirs): the version `v`, the numbers [`LOG_FIELDS`], and the
+//! record of each place the transition changed. Redis runs the script alone, so
 //! the log is the exact sequence of the event's states.
 //!
 //! **The replica.** The first `status` of an event on a node starts a task that reads a
@@ -12,9 +13,9 @@
 //! in bounded pieces, chunk by chunk: [`read_snapshot`])
 //! and then polls the log every [`POLL`] to [`POLL_IDLE`] (at once after this node's own
 //! writes) and applies it. The order of the waiting places is the embedded store's Fenwick tree
-//! ([`RankIndex`]), so a position is O(log n). A version that jumps (entries trimmed past
-//! a lagging node, `MAXLEN ~` [`LOG_MAXLEN`]) or an incarnation that changed (the event
-//! deleted and made again) resyncs from a new snapshot.
+//! ([`RankIndex`]), so a position is O(log n). A version that jumps (versions trimmed past
+//! a lagging node: the log keeps [`LOG_MAXLEN`] to twice as many) or an incarnation that
+//! changed (the event deleted and made again) resyncs from a new snapshot.
 //!
 //! **When the replica answers.** Only when its answer is the one the script would give:
 //! - the replica holds this node's own latest write of the event (read your writes: each
@@ -198,9 +199,32 @@ impl Replica {
         self.synced = true;
     }
 
-    /// Applies one log entry; `Ok(false)` when it does not follow the last one applied (a
-    /// gap or another incarnation): the replica must resync.
+    /// Applies one log entry, step by step (one step per version: a script call writes
+    /// the steps of all its operations as one entry); `Ok(false)` when a step does not
+    /// follow the last one applied (a gap or another incarnation): the replica must resync.
     fn apply(&mut self, fields: &[Value]) -> Result<bool, Malformed> {
+        if fields.is_empty() {
+            return Err(Malformed("a log entry"));
+        }
+        let mut rest = fields;
+        while !rest.is_empty() {
+            // A step runs up to the next `v` (its places' seqs are digits).
+            let end = rest
+                .chunks(2)
+                .skip(1)
+                .position(|p| matches!(bytes(&p[0]), Ok(Some(b"v"))))
+                .map_or(rest.len(), |i| 2 * (i + 1));
+            let (step, next) = rest.split_at(end);
+            if !self.apply_step(step)? {
+                return Ok(false);
+            }
+            rest = next;
+        }
+        Ok(true)
+    }
+
+    /// Applies one step of a log entry (see [`Replica::apply`]).
+    fn apply_step(&mut self, fields: &[Value]) -> Result<bool, Malformed> {
         let mut it = fields.chunks(2);
         let mut next = |name: &[u8]| -> Result<&Value, Malformed> {
             match it.next() {
@@ -209,10 +233,19 @@ impl Replica {
             }
         };
         let v = int(next(b"v")?)? as u64;
-        let t = int(next(b"t")?)? as u64;
+        // The time, left out by a step at the same time as the one before it.
+        let mut after = it.next();
+        let mut t = None;
+        if let Some([k, at]) = after {
+            if bytes(k)? == Some(b"t") {
+                t = Some(int(at)? as u64);
+                after = it.next();
+            }
+        }
         // All the numbers ('m': an event's first entry, or an older waitroom's), or those
-        // the transition set ('d', on top of the entry before).
-        let meta = match it.next() {
+        // the transition set ('d', on top of the step before; the incarnation only in an
+        // entry's first step, the others being of the same script call).
+        let meta = match after {
             Some([k, m]) if bytes(k)? == Some(b"m") => {
                 Meta::parse(bytes(m)?.ok_or(Malformed("numbers"))?)?
             }
@@ -225,9 +258,11 @@ impl Replica {
             return Ok(false);
         }
         // (Under a test's manual clock the times are not the wall's: nothing to measure.)
-        let lag = crate::clock::system_now().saturating_sub(t);
-        if lag < 60_000 {
-            metrics::histogram!("waitroom_replica_lag_seconds").record(lag as f64 / 1000.0);
+        if let Some(t) = t {
+            let lag = crate::clock::system_now().saturating_sub(t);
+            if lag < 60_000 {
+                metrics::histogram!("waitroom_replica_lag_seconds").record(lag as f64 / 1000.0);
+            }
         }
         self.meta = meta;
         for pair in it {
@@ -817,6 +852,65 @@ mod tests {
         other[1] = bulk(b"4");
         other[4] = bulk(b"x");
         assert!(r.apply(&other).is_err());
+    }
+
+    /// A script call's entry holds one step per operation, each applied in turn; a step
+    /// that does not follow (here a gap inside the entry) stops it for a resync.
+    #[test]
+    fn an_entry_of_several_steps_applies_each() {
+        let mut n = vec![0i64; LOG_FIELDS.len()];
+        n[14] = -1;
+        n[LV_AT] = 1;
+        n[24] = 77; // inc
+        let csv: Vec<String> = n.iter().map(|x| x.to_string()).collect();
+        let start = Replica {
+            meta: Meta::parse(csv.join(",").as_bytes()).unwrap(),
+            ..Replica::default()
+        };
+        let step = |v: &[u8], nw: &[u8], seq: &[u8], nonce: u128| {
+            let d = [&b"10,"[..], nw].concat();
+            vec![
+                bulk(b"v"),
+                bulk(v),
+                bulk(b"t"),
+                bulk(b"6"),
+                bulk(b"d"),
+                bulk(&d),
+                bulk(seq),
+                bulk(&rec(nonce, b'w', 6, "")),
+            ]
+        };
+        let entry = [
+            step(b"2", b"1", b"9", 3),
+            step(b"3", b"2", b"10", 4),
+            // A step that changed no place, at the same time as the one before: no 't'.
+            vec![bulk(b"v"), bulk(b"4"), bulk(b"d"), bulk(b"10,2")],
+            step(b"5", b"3", b"11", 5),
+        ]
+        .concat();
+        let mut r = Replica {
+            meta: start.meta,
+            ..Replica::default()
+        };
+        assert!(r.apply(&entry).unwrap());
+        assert_eq!((r.meta.lv, r.meta.nw), (5, 3));
+        assert_eq!(r.places.len(), 3);
+        assert_eq!(r.places[&10].nonce, 4);
+        assert_eq!(r.rank.count_below(11), 2);
+        // Version 4 missing inside the entry: not applied past the gap.
+        let gap = [
+            step(b"2", b"1", b"9", 3),
+            step(b"3", b"2", b"10", 4),
+            step(b"5", b"3", b"11", 5),
+        ]
+        .concat();
+        let mut r = Replica {
+            meta: start.meta,
+            ..Replica::default()
+        };
+        assert!(!r.apply(&gap).unwrap());
+        assert!(!r.places.contains_key(&11));
+        assert!(r.apply(&[]).is_err());
     }
 
     #[test]

@@ -45,9 +45,11 @@ pub(super) const KEYS: [(&str, &str); 23] = [
 ];
 
 /// How many seqs share one chunk of the per-place keys (`p`, `q`, `ws`: `lua/rules.lua`,
-/// "Chunks"): at most Redis's default `*-max-listpack-entries` (128), so that every chunk
-/// keeps the compact encoding.
-pub(super) const CHUNK: u64 = 128;
+/// "Chunks") in an event made by this version (layout 2; layout 1 had 128): at most
+/// Redis's default `*-max-listpack-entries` (128), so that every chunk keeps the compact
+/// encoding, and small, because each insert into a listpack scans it (docs/PERFORMANCE.md,
+/// "Redis joins: one command per chunk and batch, smaller chunks").
+pub(super) const CHUNK: u64 = 32;
 
 /// What an effect triple of a script answer reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

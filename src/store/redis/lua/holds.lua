@@ -12,7 +12,7 @@
 
 local CFG = nil
 local function cfg_num(name, default)
-  if not CFG then CFG = cjson.decode(redis.call('HGET', K_META, 'cfg')) end
+  if not CFG then CFG = cjson.decode(rcall('HGET', K_META, 'cfg')) end
   local v = CFG[name]
   if type(v) ~= 'number' then return default end
   return v
@@ -20,53 +20,53 @@ end
 
 local function sess_items(seq)
   local t = {}
-  local s = redis.call('HGET', K_HSESS, seq)
+  local s = rcall('HGET', K_HSESS, seq)
   if s then for id in string.gmatch(s, '%S+') do t[#t + 1] = id end end
   return t
 end
 
 local function sess_write(seq, t)
   if #t == 0 then
-    redis.call('HDEL', K_HSESS, seq)
+    rcall('HDEL', K_HSESS, seq)
   else
     table.sort(t)
-    redis.call('HSET', K_HSESS, seq, table.concat(t, ' '))
+    rcall('HSET', K_HSESS, seq, table.concat(t, ' '))
   end
 end
 
 -- Ends every hold of a session, in the step that ends the session (end_place): sold when
 -- it completed, released otherwise. Forward-declared in rules.lua.
 release_holds = function(seq, sell)
-  redis.call('HDEL', K_EXT, seq)
-  local s = redis.call('HGET', K_HSESS, seq)
+  rcall('HDEL', K_EXT, seq)
+  local s = rcall('HGET', K_HSESS, seq)
   if not s then return end
   local n = 0
   for id in string.gmatch(s, '%S+') do
-    redis.call('ZREM', K_HUNTIL, id)
-    if sell then redis.call('HSET', K_ITEMS, id, 's' .. seq) else redis.call('HSET', K_ITEMS, id, '') end
+    rcall('ZREM', K_HUNTIL, id)
+    if sell then rcall('HSET', K_ITEMS, id, 's' .. seq) else rcall('HSET', K_ITEMS, id, '') end
     n = n + 1
   end
-  redis.call('HDEL', K_HSESS, seq)
-  redis.call('HINCRBY', K_META, 'iheld', -n)
-  if sell then redis.call('HINCRBY', K_META, 'isold', n) end
+  rcall('HDEL', K_HSESS, seq)
+  rcall('HINCRBY', K_META, 'iheld', -n)
+  if sell then rcall('HINCRBY', K_META, 'isold', n) end
 end
 
 -- Releases every hold whose time is up at NOW (core Inventory::expire).
 local function expire_holds()
-  local due = redis.call('ZRANGEBYSCORE', K_HUNTIL, '-inf', fmt(NOW))
+  local due = rcall('ZRANGEBYSCORE', K_HUNTIL, '-inf', fmt(NOW))
   if #due == 0 then return end
   local by_seq = {}
   for _, id in ipairs(due) do
-    local st = redis.call('HGET', K_ITEMS, id)
+    local st = rcall('HGET', K_ITEMS, id)
     local seq = string.match(st or '', '^h(%d+):')
     if seq then
       by_seq[seq] = by_seq[seq] or {}
       by_seq[seq][id] = true
     end
-    redis.call('HSET', K_ITEMS, id, '')
-    redis.call('ZREM', K_HUNTIL, id)
+    rcall('HSET', K_ITEMS, id, '')
+    rcall('ZREM', K_HUNTIL, id)
   end
-  redis.call('HINCRBY', K_META, 'iheld', -#due)
+  rcall('HINCRBY', K_META, 'iheld', -#due)
   for seq, gone in pairs(by_seq) do
     local keep = {}
     for _, id in ipairs(sess_items(seq)) do
@@ -81,13 +81,13 @@ local function holds_of(seq)
   local out = {}
   for _, id in ipairs(sess_items(seq)) do
     out[#out + 1] = id
-    out[#out + 1] = tonumber(redis.call('ZSCORE', K_HUNTIL, id))
+    out[#out + 1] = tonumber(rcall('ZSCORE', K_HUNTIL, id))
   end
   return out
 end
 
 local function inventory_counts()
-  local c = redis.call('HMGET', K_META, 'itotal', 'iheld', 'isold')
+  local c = rcall('HMGET', K_META, 'itotal', 'iheld', 'isold')
   return {tonumber(c[1]) or 0, tonumber(c[2]) or 0, tonumber(c[3]) or 0}
 end
 
@@ -99,12 +99,12 @@ local function put_inventory()
     local id = ARGV[i]
     if not seen[id] then
       seen[id] = true
-      if redis.call('HEXISTS', K_ITEMS, id) == 0 then fresh[#fresh + 1] = id end
+      if rcall('HEXISTS', K_ITEMS, id) == 0 then fresh[#fresh + 1] = id end
     end
   end
   if total + #fresh > MAX_ITEMS then return finish('INVENTORY_FULL') end
-  for _, id in ipairs(fresh) do redis.call('HSET', K_ITEMS, id, '') end
-  if #fresh > 0 then redis.call('HINCRBY', K_META, 'itotal', #fresh) end
+  for _, id in ipairs(fresh) do rcall('HSET', K_ITEMS, id, '') end
+  if #fresh > 0 then rcall('HINCRBY', K_META, 'itotal', #fresh) end
   local c = inventory_counts()
   return finish('OK', {#fresh, c[1], c[2], c[3]})
 end
@@ -113,7 +113,7 @@ local function get_inventory()
   advance()
   expire_holds()
   local c = inventory_counts()
-  return finish('OK', {c[1], c[2], c[3], redis.call('HGETALL', K_ITEMS)})
+  return finish('OK', {c[1], c[2], c[3], rcall('HGETALL', K_ITEMS)})
 end
 
 -- ARGV[5..]: item ids. All or none, checked in the order given (Inventory::hold).
@@ -130,7 +130,7 @@ local function hold(seq)
     if not seen[id] then
       seen[id] = true
       wanted[#wanted + 1] = id
-      local st = redis.call('HGET', K_ITEMS, id)
+      local st = rcall('HGET', K_ITEMS, id)
       if not st then return finish('ITEM_NOT_FOUND') end
       if st == '' then
         fresh = fresh + 1
@@ -143,10 +143,10 @@ local function hold(seq)
   local mark = 'h' .. seq .. ':' .. fmt(until_)
   for _, id in ipairs(wanted) do
     if not have[id] then mine[#mine + 1] = id end
-    redis.call('HSET', K_ITEMS, id, mark)
-    redis.call('ZADD', K_HUNTIL, fmt(until_), id)
+    rcall('HSET', K_ITEMS, id, mark)
+    rcall('ZADD', K_HUNTIL, fmt(until_), id)
   end
-  if fresh > 0 then redis.call('HINCRBY', K_META, 'iheld', fresh) end
+  if fresh > 0 then rcall('HINCRBY', K_META, 'iheld', fresh) end
   sess_write(seq, mine)
   return finish('OK', holds_of(seq))
 end
@@ -160,14 +160,14 @@ local function release(seq)
   local keep, n = {}, 0
   for _, id in ipairs(sess_items(seq)) do
     if all or gone[id] then
-      redis.call('HSET', K_ITEMS, id, '')
-      redis.call('ZREM', K_HUNTIL, id)
+      rcall('HSET', K_ITEMS, id, '')
+      rcall('ZREM', K_HUNTIL, id)
       n = n + 1
     else
       keep[#keep + 1] = id
     end
   end
-  if n > 0 then redis.call('HINCRBY', K_META, 'iheld', -n) end
+  if n > 0 then rcall('HINCRBY', K_META, 'iheld', -n) end
   sess_write(seq, keep)
   return finish('OK', holds_of(seq))
 end
@@ -178,14 +178,14 @@ local function extend(seq, p)
   local max = cfg_num('max_extensions', DEFAULT_MAX_EXTENSIONS)
   local add = cfg_num('session_extend_sec', DEFAULT_SESSION_EXTEND_SEC) * 1000
   local count, extra = 0, 0
-  local cur = redis.call('HGET', K_EXT, seq)
+  local cur = rcall('HGET', K_EXT, seq)
   if cur then
     local c, e = string.match(cur, '^(%d+):(%d+)$')
     count, extra = tonumber(c), tonumber(e)
   end
   if count >= max then return finish('EXTENSION_LIMIT') end
   renew(seq, p)
-  redis.call('HSET', K_EXT, seq, fmt(count + 1) .. ':' .. fmt(extra + add))
-  redis.call('ZADD', K_AENT, fmt(p.ent + extra + add), seq)
+  rcall('HSET', K_EXT, seq, fmt(count + 1) .. ':' .. fmt(extra + add))
+  rcall('ZADD', K_AENT, fmt(p.ent + extra + add), seq)
   return finish('OK', view(seq, p))
 end

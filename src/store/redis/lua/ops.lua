@@ -13,7 +13,7 @@ if OP == 'put' then
   local expected = tonumber(ARGV[3])
   local exists = load_meta()
   if exists and OLD_LAYOUT then return redis.error_reply(OLD_LAYOUT_ERROR) end
-  local ver = tonumber(redis.call('HGET', K_META, 'ver')) or 0
+  local ver = tonumber(rcall('HGET', K_META, 'ver')) or 0
   if not exists then ver = 0 end
   if ver ~= expected then return finish('CONFLICT') end
   -- queue_schedule.rs `schedule_change_allowed`: opens_at may not move a waiting place
@@ -33,11 +33,11 @@ if OP == 'put' then
     set('seq', 1)
     set('lay', LAYOUT)
   end
-  redis.call('HSET', K_META, 'cfg', ARGV[4], 'ver', fmt(ver + 1), 'inv', ARGV[14])
+  rcall('HSET', K_META, 'cfg', ARGV[4], 'ver', fmt(ver + 1), 'inv', ARGV[14])
   for i = 1, 9 do set(FIELDS[i], tonumber(ARGV[4 + i])) end
   set('opens', opens)
   set('method', tonumber(ARGV[16]))
-  if ARGV[17] ~= '' then redis.call('HSET', K_META, 'sseed', ARGV[17], 'lkey', ARGV[18]) end
+  if ARGV[17] ~= '' then rcall('HSET', K_META, 'sseed', ARGV[17], 'lkey', ARGV[18]) end
   set('closes', tonumber(ARGV[19]))
   set('ended', tonumber(ARGV[20]))
   -- Deadlines are measured with the new settings: sweep and recompute nd now.
@@ -56,12 +56,12 @@ if OP == 'renew' then return renew_batch() end
 
 if OP == 'get' then
   advance()
-  return finish('OK', {redis.call('HGET', K_META, 'cfg'), N_W, N_AD, N_AC, M.completed, M.left,
+  return finish('OK', {rcall('HGET', K_META, 'cfg'), N_W, N_AD, N_AC, M.completed, M.left,
     M.expired, M.cap, M.wsum, M.admissions, M.wn, M.joins})
 end
 
 if OP == 'delete' then
-  redis.call('UNLINK', unpack(KEYS))
+  rcall('UNLINK', unpack(KEYS))
   -- Every chunk a seq so far may have used (keys that do not exist cost little).
   local batch = {}
   for c = 0, chunk(M.seq) do
@@ -69,7 +69,7 @@ if OP == 'delete' then
     batch[#batch + 1] = qkey(c)
     batch[#batch + 1] = wkey(c)
     if #batch >= 300 or c == chunk(M.seq) then
-      redis.call('UNLINK', unpack(batch))
+      rcall('UNLINK', unpack(batch))
       batch = {}
     end
   end
@@ -78,16 +78,16 @@ end
 
 if OP == 'clear' then
   advance()
-  local seqs = redis.call('ZRANGE', K_PRESEQ, 0, -1)
+  local seqs = rcall('ZRANGE', K_PRESEQ, 0, -1)
   -- Every chunk holding a waiting place is in K_WINDEX; the line in seq order.
-  local chunks = redis.call('ZRANGE', K_WINDEX, 0, -1)
+  local chunks = rcall('ZRANGE', K_WINDEX, 0, -1)
   table.sort(chunks, function(x, y) return tonumber(x) < tonumber(y) end)
   for _, c in ipairs(chunks) do
-    for _, seq in ipairs(redis.call('ZRANGE', qkey(c), 0, -1)) do seqs[#seqs + 1] = seq end
+    for _, seq in ipairs(rcall('ZRANGE', qkey(c), 0, -1)) do seqs[#seqs + 1] = seq end
   end
   for _, seq in ipairs(seqs) do end_place(seq, place(seq), FX_CLEARED, NOW, true) end
-  for _, c in ipairs(chunks) do redis.call('UNLINK', qkey(c), wkey(c)) end
-  redis.call('DEL', K_RANKF, K_WINDEX, K_PRE, K_PRESEQ)
+  for _, c in ipairs(chunks) do rcall('UNLINK', qkey(c), wkey(c)) end
+  rcall('DEL', K_RANKF, K_WINDEX, K_PRE, K_PRESEQ)
   set('npre', 0)
   set('fsz', 0)
   set('ftot', 0)
@@ -103,7 +103,7 @@ if OP == 'head' then
     -- is listed in join order.
     local seqs
     if before_opening() then
-      seqs = redis.call('ZRANGE', K_PRESEQ, 0, limit - 1)
+      seqs = rcall('ZRANGE', K_PRESEQ, 0, limit - 1)
     else
       seqs = line_range(1, limit)
     end
@@ -121,14 +121,14 @@ if OP == 'inventory' then return get_inventory() end
 if OP == 'prequeue' then
   -- ARGV: after this seq, at most this many: the pre-queue's waiting places in join order.
   advance()
-  return finish('OK', redis.call('ZRANGEBYSCORE', K_PRESEQ, '(' .. ARGV[3], '+inf', 'LIMIT', 0,
+  return finish('OK', rcall('ZRANGEBYSCORE', K_PRESEQ, '(' .. ARGV[3], '+inf', 'LIMIT', 0,
     tonumber(ARGV[4])))
 end
 
 if OP == 'invite' then
   -- ARGV: the codes to add; a known code keeps its binding.
   local added = 0
-  for i = 3, #ARGV do added = added + redis.call('HSETNX', K_INVITES, ARGV[i], '') end
+  for i = 3, #ARGV do added = added + rcall('HSETNX', K_INVITES, ARGV[i], '') end
   return finish('OK', added)
 end
 
@@ -149,10 +149,10 @@ local function op_join(ARGV)
   -- The invite rule (EventQueue::check_invite): an unused code is bound by a new place
   -- below; a used one admits only the user it seats, proven.
   local bind = nil
-  if INV == nil then INV = redis.call('HGET', K_META, 'inv') == '1' end
+  if INV == nil then INV = rcall('HGET', K_META, 'inv') == '1' end
   if INV then
     if ARGV[9] ~= '1' then return finish('INVITE_REQUIRED') end
-    local held = redis.call('HGET', K_INVITES, ARGV[10])
+    local held = rcall('HGET', K_INVITES, ARGV[10])
     if not held then return finish('INVITE_INVALID') end
     if held == '' then
       bind = ARGV[10]
@@ -163,7 +163,7 @@ local function op_join(ARGV)
   -- An unproven place of this user that a proven join replaces (EventQueue::join).
   local squat, squat_p = nil, nil
   if user then
-    local seq = redis.call('HGET', K_USERS, user)
+    local seq = hget_pending(K_USERS, user)
     if seq then
       -- Only a caller who proved it is the user gets the place back, and only a place
       -- made by a proven join.
@@ -195,11 +195,11 @@ local function op_join(ARGV)
   ws_set(seq, NOW)
   lower_nd(NOW + M.widle)
   N_W = N_W + 1
-  if user then redis.call('HSET', K_USERS, user, seq) end
-  if ARGV[6] == '1' then redis.call('HSET', K_METADATA, seq, ARGV[7]) end
+  if user then pend(K_USERS, 'HSET', user, seq) end
+  if ARGV[6] == '1' then pend(K_METADATA, 'HSET', seq, ARGV[7]) end
   -- Bound to a user only when proven: a code bound to a bare id would seat anyone who
   -- claims that id once the place ends.
-  if bind then redis.call('HSET', K_INVITES, bind, proven and ('=' .. user) or ('#' .. seq)) end
+  if bind then rcall('HSET', K_INVITES, bind, proven and ('=' .. user) or ('#' .. seq)) end
   set('joins', M.joins + 1)
   fx(FX_JOINED, seq, NOW)
   admit()
@@ -213,16 +213,16 @@ if OP == 'tick' then
   -- length (ms). Only the holder does the periodic work; checking the fencing value in the
   -- same script as the work means a node that lost its lease can never act on it.
   local held, node, lease_ms = ARGV[3], ARGV[4], ARGV[5]
-  local cur = redis.call('GET', K_LEASE)
+  local cur = rcall('GET', K_LEASE)
   local mine
   if cur and cur == held then
-    redis.call('PEXPIRE', K_LEASE, lease_ms)
+    rcall('PEXPIRE', K_LEASE, lease_ms)
     mine = cur
   elseif not cur then
-    mine = node .. ':' .. redis.call('HINCRBY', K_META, 'lepoch', 1)
-    redis.call('SET', K_LEASE, mine, 'NX', 'PX', lease_ms)
+    mine = node .. ':' .. rcall('HINCRBY', K_META, 'lepoch', 1)
+    rcall('SET', K_LEASE, mine, 'NX', 'PX', lease_ms)
   else
-    return finish('LEASED', redis.call('PTTL', K_LEASE))
+    return finish('LEASED', rcall('PTTL', K_LEASE))
   end
   expire_due()
   admit()
@@ -238,15 +238,15 @@ if OP == 'tick' then
     -- ("<key>:<seq>"), so no key is recomputed.
     local room = END_BATCH - #seqs
     if room > 0 and M.npre > 0 then
-      local members = redis.call('ZRANGE', K_PRE, 0, room - 1)
+      local members = rcall('ZRANGE', K_PRE, 0, room - 1)
       local pre = {}
       for i, m in ipairs(members) do
         pre[i] = string.match(m, ':(%d+)$')
         end_place(pre[i], place(pre[i]), FX_CLOSED, NOW, true)
       end
       if #pre > 0 then
-        redis.call('ZREMRANGEBYRANK', K_PRE, 0, #pre - 1)
-        redis.call('ZREM', K_PRESEQ, unpack(pre))
+        rcall('ZREMRANGEBYRANK', K_PRE, 0, #pre - 1)
+        rcall('ZREM', K_PRESEQ, unpack(pre))
         ws_drop(pre)
         set('npre', M.npre - #pre)
       end
@@ -265,7 +265,7 @@ if OP == 'tick' then
   -- The opening: the pre-queue starts to be admitted. Asked for even while nobody waits:
   -- a join does not re-plan the scheduler.
   if before_opening() then sooner(M.opens) end
-  local front = redis.call('LINDEX', K_TORDER, 0)
+  local front = rcall('LINDEX', K_TORDER, 0)
   if front then
     sooner(tonumber(string.match(front, '^(%d+):')) + RETENTION)
   end
@@ -275,7 +275,7 @@ end
 
 if OP == 'release' then
   -- ARGV: the lease value to give up (at shutdown), so another node takes over at once.
-  if redis.call('GET', K_LEASE) == ARGV[3] then redis.call('DEL', K_LEASE) end
+  if rcall('GET', K_LEASE) == ARGV[3] then rcall('DEL', K_LEASE) end
   return {'OK', false, FX, ctx()}
 end
 
@@ -303,9 +303,9 @@ local function op_place(OP, ARGV)
         p.state = 's'
         p.ent = NOW
         put_place(seq, p)
-        redis.call('ZREM', K_ADM, seq)
-        redis.call('ZADD', K_ASEEN, fmt(NOW), seq)
-        redis.call('ZADD', K_AENT, fmt(NOW), seq)
+        rcall('ZREM', K_ADM, seq)
+        rcall('ZADD', K_ASEEN, fmt(NOW), seq)
+        rcall('ZADD', K_AENT, fmt(NOW), seq)
         lower_nd(NOW + math.min(M.sidle, M.smax))
         N_AD = N_AD - 1
         N_AC = N_AC + 1

@@ -3,19 +3,23 @@
 -- operations only the replicas use. Follows schedule.lua; ops.lua dispatches 'replica' and
 -- 'renew' to the functions below.
 --
--- K_LOG STREAM: one entry per write of the meta (every transition that changed anything),
---       appended by flush_meta in the same script, so a replica applying the entries in
---       order goes through the very states Redis went through. Fields: 'v' the log version
---       (lv, one more per entry: a replica that sees a jump missed entries and resyncs),
---       't' the operation's time, then the numbers LOG_FIELDS names (from the prelude):
+-- K_LOG STREAM: one step per transition that changed anything (a version), the steps of
+--       one script call (a batch's operations) together in one entry, appended by
+--       flush_meta in the same script, so a replica applying the steps in order goes
+--       through the very states Redis went through. An entry is its steps' fields one
+--       after the other; each step is: 'v' the log version (lv, one more per step: a
+--       replica that sees a jump missed some and resyncs),
+--       't' the operation's time (left out when the same as the step before it in the
+--       entry), then the numbers LOG_FIELDS names (from the prelude):
 --       'm' all of them, comma-separated, in an event's first entry (and in a new
 --       incarnation's), or else 'd' those the transition set, as comma-separated pairs of
 --       their 0-based place in LOG_FIELDS and their value (lv is 'v'; the rest as in the
 --       entry before, which a replica holds: it missed none, or the version jumped; 'inc'
---       is always among them, so an entry of another incarnation is told apart);
+--       is always among them in an entry's first step, so an entry of another
+--       incarnation is told apart);
 --       then for each place the transition changed, its seq and its record after it ('' once
---       ended). Trimmed to about LOG_MAXLEN entries (MAXLEN ~), so a node that falls
---       further behind resyncs from a snapshot. Formatting all 25 numbers was most of a
+--       ended; a seq is digits, so the next 'v' starts the next step). Trimmed by
+--       versions (log_flush), so a node that falls further behind resyncs from a snapshot. Formatting all 25 numbers was most of a
 --       join's Lua time; a join sets one or two of them.
 
 local function log_meta()
@@ -29,10 +33,11 @@ local function log_meta()
 end
 
 -- The numbers set since the last entry (LOG_SET, rules.lua), as 'd' carries them, and
--- always the incarnation: a replica that missed a deletion and the new incarnation's first
--- entry (trimmed, or a stream id not above the old one's) must still see that the entry
--- belongs to another incarnation rather than patch the old state with it.
-local function log_changes()
+-- the incarnation in an entry's first step: a replica that missed a deletion and the new
+-- incarnation's first entry (trimmed, or a stream id not above the old one's) must still
+-- see that the entry belongs to another incarnation rather than patch the old state with
+-- it. (The later steps of an entry are of the same script call, so of its incarnation.)
+local function log_changes(first)
   local out = {}
   for k, i in ipairs(LOG_SET) do
     local v = M[LOG_FIELDS[i]]
@@ -40,22 +45,68 @@ local function log_changes()
     out[2 * k - 1] = fmt(i - 1)
     out[2 * k] = fmt(v or 0)
   end
-  if not LOG_SEEN[LOG_AT.inc] then
+  if first and not LOG_SEEN[LOG_AT.inc] then
     out[#out + 1] = fmt(LOG_AT.inc - 1)
     out[#out + 1] = fmt(M.inc or 0)
   end
   return table.concat(out, ',')
 end
 
-local LOG_MAXLEN_ARG = fmt(LOG_MAXLEN)
+-- The entry being built: the XADD and its steps' fields, one step per transition
+-- (log_step in rules.lua), written by log_flush as one command at the end of the script (a
+-- batch's joins cost one XADD, not one each), or sooner once it grows past LOG_ENTRY_ARGS
+-- values (a bound on one command's arguments). LOG_FIRST: the version of its first step.
+local LOG_HEAD = 3
+local function log_new()
+  local args = {'XADD', K_LOG, '*'}
+  return args
+end
+local LOG_PEND, LOG_FIRST = log_new(), 0
+-- The version of the entry's last step: log_flush marks by it, never by M.lv, which in an
+-- early flush (from log_append) is already the next step's version, not yet in the entry.
+local LOG_LAST = 0
+local LOG_ENTRY_ARGS = 2000
+-- The time of the entry's last step: a step at the same time leaves out its 't'.
+local LOG_T = nil
+
+-- Trimming counts versions, not entries (an entry holds any number of them): each time the
+-- log passes a multiple of LOG_MAXLEN versions, the id of the entry that passed it is kept
+-- in the meta's `lgm`, and the entries before the previous such id go (MINID ~: whole
+-- stream nodes only). So the log holds about LOG_MAXLEN to 2 LOG_MAXLEN versions, however
+-- they are grouped into entries; a node that falls further behind resyncs from a snapshot.
+log_flush = function()
+  if #LOG_PEND == LOG_HEAD then return end
+  local args = LOG_PEND
+  LOG_PEND = log_new()
+  if math.floor(LOG_LAST / LOG_MAXLEN) > math.floor((LOG_FIRST - 1) / LOG_MAXLEN) then
+    local mark = rcall('HGET', K_META, 'lgm')
+    if mark then
+      table.insert(args, 3, 'MINID')
+      table.insert(args, 4, '~')
+      table.insert(args, 5, mark)
+    end
+    rcall('HSET', K_META, 'lgm', rcall(unpack(args)))
+  else
+    rcall(unpack(args))
+  end
+end
 
 log_append = function(whole)
-  local args = {'XADD', K_LOG, 'MAXLEN', '~', LOG_MAXLEN_ARG, '*', 'v', fmt(M.lv), 't',
-    fmt(NOW)}
-  if whole then
-    args[11], args[12] = 'm', log_meta()
+  if #LOG_PEND > LOG_ENTRY_ARGS then log_flush() end
+  -- An entry's first step is whole: its time, the incarnation. A later one leaves out what
+  -- the step before it said (the replica carries it on).
+  local first = #LOG_PEND == LOG_HEAD
+  local step
+  if first or NOW ~= LOG_T then
+    step = {'v', fmt(M.lv), 't', fmt(NOW)}
   else
-    args[11], args[12] = 'd', log_changes()
+    step = {'v', fmt(M.lv)}
+  end
+  LOG_T = NOW
+  if whole then
+    step[#step + 1], step[#step + 2] = 'm', log_meta()
+  else
+    step[#step + 1], step[#step + 2] = 'd', log_changes(first)
   end
   LOG_SET, LOG_SEEN = {}, {}
   local seen = {}
@@ -63,11 +114,14 @@ log_append = function(whole)
     local s = fmt(FX[i + 1])
     if FX[i] ~= FX_FORGOTTEN and not seen[s] then
       seen[s] = true
-      args[#args + 1] = s
-      args[#args + 1] = WROTE[FX[i + 1]] or redis.call('HGET', pkey(s), s) or ''
+      step[#step + 1] = s
+      step[#step + 1] = WROTE[FX[i + 1]] or rcall('HGET', pkey(s), s) or ''
     end
   end
-  redis.call(unpack(args))
+  if first then LOG_FIRST = M.lv end
+  LOG_LAST = M.lv
+  local n = #LOG_PEND
+  for i = 1, #step do LOG_PEND[n + i] = step[i] end
 end
 
 -- The live places of the chunks from `from` on, as seq/record pairs, in one bounded piece:
@@ -80,7 +134,7 @@ local function chunk_places(from)
   local last = chunk(M.seq)
   local c = from
   while c <= last and c < from + SNAPSHOT_CHUNKS and #out < 2 * SNAPSHOT_PLACES do
-    for _, v in ipairs(redis.call('HGETALL', pchunk(c))) do out[#out + 1] = v end
+    for _, v in ipairs(rcall('HGETALL', pchunk(c))) do out[#out + 1] = v end
     c = c + 1
   end
   if c > last then c = -1 end
@@ -93,7 +147,7 @@ end
 -- than the numbers: the log entries after the id bring every place they changed to its
 -- state at the end, so the replica answers only once it read the log past the last piece.
 local function replica_snapshot()
-  local last = redis.call('XREVRANGE', K_LOG, '+', '-', 'COUNT', 1)
+  local last = rcall('XREVRANGE', K_LOG, '+', '-', 'COUNT', 1)
   local id = '0-0'
   if last[1] then id = last[1][1] end
   local places, next = chunk_places(0)
@@ -117,10 +171,10 @@ local function renew_batch()
     local s, t = ARGV[i], tonumber(ARGV[i + 1])
     local alive = t < M.nd
     if not alive then
-      local seen = redis.call('ZSCORE', wkey(chunk(s)), s)
+      local seen = rcall('ZSCORE', wkey(chunk(s)), s)
       alive = seen and tonumber(seen) + M.widle > t
     end
-    if alive then redis.call('ZADD', wkey(chunk(s)), 'XX', 'GT', fmt(t), s) end
+    if alive then rcall('ZADD', wkey(chunk(s)), 'XX', 'GT', fmt(t), s) end
   end
   return finish('OK', 0)
 end

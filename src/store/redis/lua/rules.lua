@@ -31,11 +31,12 @@
 --            chunk holding a waiting place is in it (the sweep drops it once empty)
 --
 -- Chunks: the per-place structures are split by seq into chunks of CHUNK seqs (c = seq
--- // CHUNK), each small enough to stay in Redis's compact listpack encoding (up to 128
--- entries), which costs a third of the memory of one large hash or skiplist per place.
--- The chunk keys share the event's hash tag (one Cluster slot), are not among KEYS, and
--- are dropped by `delete` and `clear`. The meta's `lay` is the layout's number: an event
--- written before the chunks (lay 0) is refused, never misread (it can only be deleted).
+-- // CHUNK; 128 in an event of layout 1), each small enough to stay in Redis's compact
+-- listpack encoding (up to 128 entries), which costs a third of the memory of one large
+-- hash or skiplist per place. The chunk keys share the event's hash tag (one Cluster
+-- slot), are not among KEYS, and are dropped by `delete` and `clear`. The meta's `lay` is
+-- the layout's number (LAYOUT): an event written before the chunks (lay 0) is refused,
+-- never misread (it can only be deleted).
 -- K_ADM      ZSET admitted seqs scored by admission time
 -- K_ASEEN    ZSET active seqs scored by last session heartbeat
 -- K_AENT     ZSET active seqs scored by entry time
@@ -55,6 +56,76 @@
 local NOW = tonumber(ARGV[2])
 
 local FX = {}  -- flat triples: kind, seq, at
+
+-- Buffered writes. A batch of joins writes three keys per join (the place's record, the
+-- line and the heartbeats, each into its chunk), and each `redis.call` costs Redis as much
+-- as a short command of its own: so these appends wait in PEND (key -> the command and its
+-- pairs, in the order they came) and go as one command per key and batch. Every other
+-- command goes through rcall, which sends what waits first: whatever reads a key (or
+-- writes it otherwise) sees every write before it, exactly as if each had gone at once,
+-- and nothing runs between the script's commands. Nothing reads the buffered keys in
+-- between but through rcall; finish() (flush_meta) sends the rest.
+local PEND, PEND_KEYS, PENDING = {}, {}, false
+-- The values of the waiting HSETs, key -> field -> value, for hget_pending.
+local PEND_HV = {}
+local function flush_pending()
+  if not PENDING then return end
+  local pend, keys = PEND, PEND_KEYS
+  PEND, PEND_KEYS, PENDING, PEND_HV = {}, {}, false, {}
+  -- A key sent alone (flush_key) is gone from pend; one buffered again after that is
+  -- listed twice and goes once.
+  for _, k in ipairs(keys) do
+    local l = pend[k]
+    if l then
+      pend[k] = nil
+      redis.call(unpack(l))
+    end
+  end
+end
+-- Sends what waits for one key only, before a command that reads that key alone: the
+-- other keys' appends keep waiting, so a chunk's appends still go as one command (the tail
+-- chunk's count, read when a join passes it, split every chunk's appends in two).
+local function flush_key(key)
+  local l = PEND[key]
+  if not l then return end
+  PEND[key], PEND_HV[key] = nil, nil
+  redis.call(unpack(l))
+end
+local function rcall(...)
+  if PENDING then flush_pending() end
+  return redis.call(...)
+end
+-- Buffers `cmd key a b` (HSET of a field, ZADD of a member: their pairs append, and a
+-- later pair for the same field or member wins, as it would in separate commands). A key
+-- takes one kind of command only.
+local function pend(key, cmd, a, b)
+  local l = PEND[key]
+  if not l then
+    l = {cmd, key}
+    PEND[key] = l
+    PEND_KEYS[#PEND_KEYS + 1] = key
+    PENDING = true
+  end
+  local n = #l
+  l[n + 1], l[n + 2] = a, b
+  if cmd == 'HSET' then
+    local hv = PEND_HV[key]
+    if not hv then
+      hv = {}
+      PEND_HV[key] = hv
+    end
+    hv[a] = b
+  end
+end
+-- HGET of a hash whose HSETs may wait in the buffer: the waiting value, else Redis's. The
+-- buffer stays (a field not waiting is current in Redis: any other write to the key went
+-- through rcall, which sent the buffer first). A user join reads and writes the user index
+-- (K_USERS): through rcall, both sent every chunk's appends at each such join.
+local function hget_pending(key, field)
+  local hv = PEND_HV[key]
+  if hv and hv[field] ~= nil then return hv[field] end
+  return redis.call('HGET', key, field)
+end
 local function fx(kind, seq, at)
   FX[#FX + 1] = kind
   FX[#FX + 1] = tonumber(seq)
@@ -75,11 +146,17 @@ local function fmt(n)
 end
 
 -- The layout of this script's keys (see Chunks above); the meta records it at creation.
-local LAYOUT = 1
+-- Layouts differ only in the chunk size: 1 has chunks of 128 seqs, 2 (new events) of CHUNK.
+-- The smaller chunk costs Redis less per write (each insert into a listpack scans it) for a
+-- few bytes more per place; an event keeps the size it was made with.
+local LAYOUT = 2
+local CHUNK_OF = {[1] = 128, [2] = CHUNK}
 local OLD_LAYOUT_ERROR = 'LAYOUT this event was written by an older waitroom (before the '
   .. 'chunked Redis layout) and cannot be read; delete it and create it again'
 
-local function chunk(seq) return math.floor(tonumber(seq) / CHUNK) end
+-- This event's chunk size (load_meta sets it from the meta's layout).
+local EV_CHUNK = CHUNK
+local function chunk(seq) return math.floor(tonumber(seq) / EV_CHUNK) end
 -- A chunk's key names, built once per script and chunk (building one formats the number
 -- and hashes the new string: a batch of joins into one chunk would pay it per join).
 local function key_cache(base)
@@ -150,6 +227,9 @@ end
 -- doubling: the new root covers the old one and only empty chunks.
 local function lowbit(i) return bit.band(i, -i) end
 
+-- K_RANKF is never buffered, and these commands read nothing else: they go by redis.call,
+-- leaving the buffer be (a join passing the tail chunk adds its count here, which through
+-- rcall sent every chunk's appends apart from the rest of the batch's).
 local function fen_add(c, d)
   local i = c + 1
   if M.fsz == 0 then set('fsz', 1) end
@@ -183,7 +263,7 @@ local function fen_before(c)
     i = i - lowbit(i)
   end
   local sum = 0
-  for _, v in ipairs(redis.call(unpack(args))) do sum = sum + v end
+  for _, v in ipairs(rcall(unpack(args))) do sum = sum + v end
   return sum
 end
 
@@ -194,7 +274,7 @@ local function fen_find(k)
   local pos, step = 0, M.fsz
   while step > 0 do
     if pos + step <= M.fsz then
-      local v = redis.call('BITFIELD_RO', K_RANKF, 'GET', 'u32', '#' .. (pos + step))[1]
+      local v = rcall('BITFIELD_RO', K_RANKF, 'GET', 'u32', '#' .. (pos + step))[1]
       if v < k then
         pos = pos + step
         k = k - v
@@ -212,22 +292,23 @@ end
 local function rank_insert(seq)
   local c = chunk(seq)
   if c > M.ftail then
+    flush_key(qkey(M.ftail))
     local n = redis.call('ZCARD', qkey(M.ftail))
     if n > 0 then fen_add(M.ftail, n) end
     set('ftail', c)
   end
-  redis.call('ZADD', qkey(c), seq, seq)
+  pend(qkey(c), 'ZADD', seq, seq)
 end
 
 local function rank_remove(seq)
   local c = chunk(seq)
-  if redis.call('ZREM', qkey(c), seq) == 1 and c < M.ftail then fen_add(c, -1) end
+  if rcall('ZREM', qkey(c), seq) == 1 and c < M.ftail then fen_add(c, -1) end
 end
 
 -- The 1-based place of seq in the line past any pre-queue.
 local function rank_position(seq)
   local c = chunk(seq)
-  return fen_before(c) + redis.call('ZRANK', qkey(c), seq) + 1
+  return fen_before(c) + rcall('ZRANK', qkey(c), seq) + 1
 end
 
 -- The seqs from the k-th to the (k + n - 1)-th of the line past any pre-queue.
@@ -235,7 +316,7 @@ local function rank_range(k, n)
   local out = {}
   while #out < n do
     local c, r = fen_find(k + #out)
-    local got = redis.call('ZRANGE', qkey(c), r - 1, r - 1 + n - #out - 1)
+    local got = rcall('ZRANGE', qkey(c), r - 1, r - 1 + n - #out - 1)
     if #got == 0 then break end
     for _, s in ipairs(got) do out[#out + 1] = s end
   end
@@ -257,7 +338,7 @@ end
 -- Removes seqs from the line past any pre-queue, a command or two per chunk.
 local function rank_drop(seqs)
   for c, l in pairs(by_chunk(seqs)) do
-    local n = redis.call('ZREM', qkey(c), unpack(l))
+    local n = rcall('ZREM', qkey(c), unpack(l))
     if n > 0 and c < M.ftail then fen_add(c, -n) end
   end
 end
@@ -273,32 +354,35 @@ local WLOW = {}
 local function ws_set(seq, t, xx)
   local c = chunk(seq)
   if xx then
-    redis.call('ZADD', wkey(c), 'XX', fmt(t), seq)
+    rcall('ZADD', wkey(c), 'XX', fmt(t), seq)
   else
-    redis.call('ZADD', wkey(c), fmt(t), seq)
+    pend(wkey(c), 'ZADD', fmt(t), seq)
   end
   if WLOW[c] and WLOW[c] <= t then return end
+  -- K_WINDEX is never buffered and this reads nothing else: it need not send the buffer
+  -- (through rcall, a batch's first join into each chunk sent that chunk's appends
+  -- alone, and the rest went in a second command).
   redis.call('ZADD', K_WINDEX, 'LT', fmt(t), fmt(c))
   WLOW[c] = t
 end
 
 local function ws_remove(seq)
-  redis.call('ZREM', wkey(chunk(seq)), seq)
+  rcall('ZREM', wkey(chunk(seq)), seq)
 end
 
 local function ws_drop(seqs)
-  for c, l in pairs(by_chunk(seqs)) do redis.call('ZREM', wkey(c), unpack(l)) end
+  for c, l in pairs(by_chunk(seqs)) do rcall('ZREM', wkey(c), unpack(l)) end
 end
 
 -- Sets each chunk's K_WINDEX entry to its earliest heartbeat, or drops it once empty.
 local function ws_refresh(chunks)
   WLOW = {}
   for _, c in ipairs(chunks) do
-    local r = redis.call('ZRANGE', wkey(c), 0, 0, 'WITHSCORES')
+    local r = rcall('ZRANGE', wkey(c), 0, 0, 'WITHSCORES')
     if r[2] then
-      redis.call('ZADD', K_WINDEX, r[2], c)
+      rcall('ZADD', K_WINDEX, r[2], c)
     else
-      redis.call('ZREM', K_WINDEX, c)
+      rcall('ZREM', K_WINDEX, c)
     end
   end
 end
@@ -316,14 +400,15 @@ local LOADED = false
 local OLD_LAYOUT = false
 
 local function load_meta()
-  local raw = redis.call('HGET', K_META, 'n')
+  local raw = rcall('HGET', K_META, 'n')
   if not raw then return false end
   LOADED = true
   local v = cmsgpack.unpack(raw)
   for i, f in ipairs(FIELDS) do M[f] = v[i] or 0 end
   if M.fadm < 0 then M.fadm = nil end -- nil until the first admission
   N_W, N_AD, N_AC = M.nw, M.nad, M.nac
-  OLD_LAYOUT = M.lay ~= LAYOUT
+  OLD_LAYOUT = CHUNK_OF[M.lay] == nil
+  EV_CHUNK = CHUNK_OF[M.lay] or CHUNK
   return true
 end
 
@@ -331,8 +416,9 @@ local function lower_nd(t)
   if t < M.nd then set('nd', t) end
 end
 
--- Appends the transition to the event's change log (replica.lua, after these rules).
-local log_append
+-- Adds the transition to the change log's next entry, and writes that entry (replica.lua,
+-- after these rules).
+local log_append, log_flush
 
 -- True when the meta changed since the last write (a batch writes it once, at its end, but
 -- logs each of its operations as its own entry).
@@ -361,12 +447,14 @@ end
 
 local function flush_meta()
   log_step()
+  flush_pending()
+  log_flush()
   if not UNWRITTEN then return end
   UNWRITTEN = false
   local v = {}
   for i, f in ipairs(FIELDS) do v[i] = M[f] end
   v[FADM_AT] = M.fadm or -1
-  redis.call('HSET', K_META, 'n', cmsgpack.pack(v))
+  rcall('HSET', K_META, 'n', cmsgpack.pack(v))
 end
 
 -- Slot-time held (queue.rs `Holds`), brought up to NOW before the number of live holds
@@ -431,12 +519,12 @@ local WROTE = {}
 
 local function put_place(seq, p)
   local rec = encode(p)
-  redis.call('HSET', pkey(seq), seq, rec)
+  pend(pkey(seq), 'HSET', seq, rec)
   WROTE[tonumber(seq)] = rec
 end
 
 local function place(seq)
-  return parse(WROTE[tonumber(seq)] or redis.call('HGET', pkey(seq), seq))
+  return parse(WROTE[tonumber(seq)] or rcall('HGET', pkey(seq), seq))
 end
 
 -- Ends a session's holds and extensions (holds.lua, which defines it after these rules).
@@ -451,9 +539,9 @@ local function end_place(seq, p, kind, at, bulk)
     set('hbusy', math.max(M.hbusy - math.max(NOW - at, 0), 0))
     set('hends', M.hends + 1)
   end
-  redis.call('HDEL', pkey(seq), seq)
+  rcall('HDEL', pkey(seq), seq)
   WROTE[tonumber(seq)] = nil
-  redis.call('HDEL', K_METADATA, seq)
+  rcall('HDEL', K_METADATA, seq)
   if p.state == 'w' then
     if not bulk then
       line_remove(seq, p.joined)
@@ -461,26 +549,26 @@ local function end_place(seq, p, kind, at, bulk)
     end
     N_W = N_W - 1
   elseif p.state == 'a' then
-    redis.call('ZREM', K_ADM, seq)
+    rcall('ZREM', K_ADM, seq)
     N_AD = N_AD - 1
   else
-    redis.call('ZREM', K_ASEEN, seq)
-    redis.call('ZREM', K_AENT, seq)
+    rcall('ZREM', K_ASEEN, seq)
+    rcall('ZREM', K_AENT, seq)
     -- In this same step: a completed session's holds are sold, any other end releases them.
     release_holds(seq, kind == FX_COMPLETED)
     N_AC = N_AC - 1
     set('ssum', M.ssum + math.max(at - p.ent, 0))
     set('scnt', M.scnt + 1)
   end
-  if p.user and redis.call('HGET', K_USERS, p.user) == seq then
-    redis.call('HDEL', K_USERS, p.user)
+  if p.user and rcall('HGET', K_USERS, p.user) == seq then
+    rcall('HDEL', K_USERS, p.user)
   end
   if kind == FX_COMPLETED then
     set('completed', M.completed + 1)
   elseif kind == FX_EXPIRED then
     set('expired', M.expired + 1)
-    redis.call('HSET', K_TOMB, seq, p.nonce)
-    redis.call('RPUSH', K_TORDER, fmt(NOW) .. ':' .. seq)
+    rcall('HSET', K_TOMB, seq, p.nonce)
+    rcall('RPUSH', K_TORDER, fmt(NOW) .. ':' .. seq)
     lower_nd(NOW + RETENTION)
   else
     set('left', M.left + 1)
@@ -490,13 +578,13 @@ end
 
 -- The earliest of: a ZSET's lowest score + add; a "time:…" list's first time + add.
 local function zfront(key, add)
-  local r = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  local r = rcall('ZRANGE', key, 0, 0, 'WITHSCORES')
   if r[2] then return tonumber(r[2]) + add end
   return NEVER
 end
 
 local function lfront(key, add)
-  local h = redis.call('LINDEX', key, 0)
+  local h = rcall('LINDEX', key, 0)
   if h then return tonumber(string.match(h, '^(%d+):')) + add end
   return NEVER
 end
@@ -508,15 +596,15 @@ end
 -- an entry low.
 local function ws_front(add)
   while true do
-    local r = redis.call('ZRANGE', K_WINDEX, 0, 0, 'WITHSCORES')
+    local r = rcall('ZRANGE', K_WINDEX, 0, 0, 'WITHSCORES')
     if not r[2] then return NEVER end
-    local w = redis.call('ZRANGE', wkey(r[1]), 0, 0, 'WITHSCORES')
+    local w = rcall('ZRANGE', wkey(r[1]), 0, 0, 'WITHSCORES')
     if w[2] and tonumber(w[2]) == tonumber(r[2]) then return tonumber(r[2]) + add end
     WLOW = {}
     if w[2] then
-      redis.call('ZADD', K_WINDEX, w[2], r[1])
+      rcall('ZADD', K_WINDEX, w[2], r[1])
     else
-      redis.call('ZREM', K_WINDEX, r[1])
+      rcall('ZREM', K_WINDEX, r[1])
     end
   end
 end
@@ -535,24 +623,24 @@ local function expire_due()
   local due = {}
   local seen = {}
   -- Waiting places: the chunks whose lower bound is due, then the due places in each.
-  local visited = redis.call('ZRANGEBYSCORE', K_WINDEX, '-inf', fmt(NOW - M.widle))
+  local visited = rcall('ZRANGEBYSCORE', K_WINDEX, '-inf', fmt(NOW - M.widle))
   for _, c in ipairs(visited) do
-    local w = redis.call('ZRANGEBYSCORE', wkey(c), '-inf', fmt(NOW - M.widle), 'WITHSCORES')
+    local w = rcall('ZRANGEBYSCORE', wkey(c), '-inf', fmt(NOW - M.widle), 'WITHSCORES')
     for i = 1, #w, 2 do due[#due + 1] = {tonumber(w[i + 1]) + M.widle, w[i]} end
   end
-  local r = redis.call('ZRANGEBYSCORE', K_ADM, '-inf', fmt(NOW - M.ttl), 'WITHSCORES')
+  local r = rcall('ZRANGEBYSCORE', K_ADM, '-inf', fmt(NOW - M.ttl), 'WITHSCORES')
   for i = 1, #r, 2 do due[#due + 1] = {tonumber(r[i + 1]) + M.ttl, r[i]} end
   -- A session ends at min(last heartbeat + idle, entry + max): due when either is.
   local function session_due(seq)
     if seen[seq] then return end
     seen[seq] = true
-    local ls = tonumber(redis.call('ZSCORE', K_ASEEN, seq))
-    local en = tonumber(redis.call('ZSCORE', K_AENT, seq))
+    local ls = tonumber(rcall('ZSCORE', K_ASEEN, seq))
+    local en = tonumber(rcall('ZSCORE', K_AENT, seq))
     due[#due + 1] = {math.min(ls + M.sidle, en + M.smax), seq}
   end
-  r = redis.call('ZRANGEBYSCORE', K_ASEEN, '-inf', fmt(NOW - M.sidle))
+  r = rcall('ZRANGEBYSCORE', K_ASEEN, '-inf', fmt(NOW - M.sidle))
   for i = 1, #r do session_due(r[i]) end
-  r = redis.call('ZRANGEBYSCORE', K_AENT, '-inf', fmt(NOW - M.smax))
+  r = rcall('ZRANGEBYSCORE', K_AENT, '-inf', fmt(NOW - M.smax))
   for i = 1, #r do session_due(r[i]) end
   if #due > 1 then
     table.sort(due, function(x, y)
@@ -565,20 +653,20 @@ local function expire_due()
   end
   ws_refresh(visited)
   while true do
-    local h = redis.call('LINDEX', K_TORDER, 0)
+    local h = rcall('LINDEX', K_TORDER, 0)
     if not h then break end
     local at, s = string.match(h, '^(%d+):(%d+)$')
     if tonumber(at) + RETENTION > NOW then break end
-    redis.call('LPOP', K_TORDER)
-    redis.call('HDEL', K_TOMB, s)
+    rcall('LPOP', K_TORDER)
+    rcall('HDEL', K_TOMB, s)
     fx(FX_FORGOTTEN, s, NOW)
   end
   while M.wn > 0 do
-    local h = redis.call('LINDEX', K_WINDOW, 0)
+    local h = rcall('LINDEX', K_WINDOW, 0)
     if not h then set('wn', 0); break end
     local at, n = string.match(h, '^(%d+):(%d+)$')
     if tonumber(at) + WINDOW > NOW then break end
-    redis.call('LPOP', K_WINDOW)
+    rcall('LPOP', K_WINDOW)
     set('wn', M.wn - tonumber(n))
   end
   set('nd', math.min(next_deadline(), lfront(K_TORDER, RETENTION), lfront(K_WINDOW, WINDOW)))
@@ -632,7 +720,7 @@ local function admit()
     p.state = 'a'
     p.adm = NOW
     put_place(seq, p)
-    redis.call('ZADD', K_ADM, fmt(NOW), seq)
+    rcall('ZADD', K_ADM, fmt(NOW), seq)
     lower_nd(NOW + M.ttl)
     set('wsum', M.wsum + math.max(NOW - p.joined, 0))
     set('admissions', M.admissions + 1)
@@ -643,13 +731,13 @@ local function admit()
   end
   if k > 0 then
     -- Admissions at the same instant share one window entry.
-    local tail = redis.call('LINDEX', K_WINDOW, -1)
+    local tail = rcall('LINDEX', K_WINDOW, -1)
     local at, n = nil, nil
     if tail then at, n = string.match(tail, '^(%d+):(%d+)$') end
     if at and tonumber(at) == NOW then
-      redis.call('LSET', K_WINDOW, -1, fmt(NOW) .. ':' .. fmt(tonumber(n) + k))
+      rcall('LSET', K_WINDOW, -1, fmt(NOW) .. ':' .. fmt(tonumber(n) + k))
     else
-      redis.call('RPUSH', K_WINDOW, fmt(NOW) .. ':' .. fmt(k))
+      rcall('RPUSH', K_WINDOW, fmt(NOW) .. ':' .. fmt(k))
     end
     set('wn', M.wn + k)
     lower_nd(NOW + WINDOW)
@@ -667,22 +755,22 @@ end
 
 -- The place behind a token, or the error its token answers.
 local function lookup(seq, nonce)
-  local rec = redis.call('HGET', pkey(seq), seq)
+  local rec = rcall('HGET', pkey(seq), seq)
   if rec and string.sub(rec, 1, 16) == nonce then
     -- Waiting when the sale ended: gone, even before the sweep removes it.
     if string.sub(rec, 17, 17) == 'w' and sale_ended() then return nil, 'TOKEN_NOT_FOUND' end
     return parse(rec)
   end
-  if redis.call('HGET', K_TOMB, seq) == nonce then return nil, 'TOKEN_EXPIRED' end
+  if rcall('HGET', K_TOMB, seq) == nonce then return nil, 'TOKEN_EXPIRED' end
   return nil, 'TOKEN_NOT_FOUND'
 end
 
 -- Renews the heartbeat of a waiting place or a session (never moves it back).
 local function renew(seq, p)
   if p.state == 'w' then
-    redis.call('ZADD', wkey(chunk(seq)), 'XX', 'GT', fmt(NOW), seq)
+    rcall('ZADD', wkey(chunk(seq)), 'XX', 'GT', fmt(NOW), seq)
   elseif p.state == 's' then
-    redis.call('ZADD', K_ASEEN, 'XX', 'GT', fmt(NOW), seq)
+    rcall('ZADD', K_ASEEN, 'XX', 'GT', fmt(NOW), seq)
   end
 end
 
@@ -703,9 +791,9 @@ local function view(seq, p, newest)
     -- (Before the opening a pre-queue place has no position to show.)
     pos = line_position(seq, p.joined)
   elseif p.state == 's' then
-    ls = tonumber(redis.call('ZSCORE', K_ASEEN, seq))
+    ls = tonumber(rcall('ZSCORE', K_ASEEN, seq))
     -- What extensions added to the session's maximum (its entry score moved by as much).
-    extra = tonumber(redis.call('ZSCORE', K_AENT, seq)) - p.ent
+    extra = tonumber(rcall('ZSCORE', K_AENT, seq)) - p.ent
   end
   return {seq, p.nonce, p.state, p.user or false, p.joined, p.adm, p.ent, ls, pos, N_W,
     pre and 1 or 0, M.opens, M.method, extra}

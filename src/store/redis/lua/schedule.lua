@@ -72,7 +72,7 @@ end
 local SECRETS = nil
 local function secret(field)
   if not SECRETS then
-    local v = redis.call('HMGET', K_META, 'sseed', 'lkey')
+    local v = rcall('HMGET', K_META, 'sseed', 'lkey')
     SECRETS = {sseed = v[1] or '', lkey = v[2] or ''}
   end
   return SECRETS[field]
@@ -93,8 +93,8 @@ end
 
 line_insert = function(seq, joined)
   if in_prequeue(joined) then
-    redis.call('ZADD', K_PRE, 0, pre_member(seq))
-    redis.call('ZADD', K_PRESEQ, seq, seq)
+    rcall('ZADD', K_PRE, 0, pre_member(seq))
+    rcall('ZADD', K_PRESEQ, seq, seq)
     set('npre', M.npre + 1)
   else
     rank_insert(seq)
@@ -103,8 +103,8 @@ end
 
 line_remove = function(seq, joined)
   if in_prequeue(joined) then
-    redis.call('ZREM', K_PRE, pre_member(seq))
-    redis.call('ZREM', K_PRESEQ, seq)
+    rcall('ZREM', K_PRE, pre_member(seq))
+    rcall('ZREM', K_PRESEQ, seq)
     set('npre', M.npre - 1)
   else
     rank_remove(seq)
@@ -114,7 +114,7 @@ end
 -- The 1-based place of a waiting place in the order of admission.
 line_position = function(seq, joined)
   if in_prequeue(joined) then
-    return (redis.call('ZRANK', K_PRE, pre_member(seq)) or -1) + 1
+    return (rcall('ZRANK', K_PRE, pre_member(seq)) or -1) + 1
   end
   return M.npre + rank_position(seq)
 end
@@ -123,7 +123,7 @@ end
 line_range = function(k, n)
   local out = {}
   if k <= M.npre then
-    local r = redis.call('ZRANGE', K_PRE, k - 1, math.min(k + n - 1, M.npre) - 1)
+    local r = rcall('ZRANGE', K_PRE, k - 1, math.min(k + n - 1, M.npre) - 1)
     for _, m in ipairs(r) do out[#out + 1] = string.match(m, ':(%d+)$') end
   end
   local left = n - #out
