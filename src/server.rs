@@ -162,13 +162,21 @@ pub async fn run(
 
     // Gateway mode: the API's routes in front of the proxy to the site, served by one
     // thread per worker, each with its own listening socket and origin connections
-    // (`threads`); the API alone is served on the runtime.
-    let (served, threads) = match settings.upstream.clone() {
-        Some(up) => {
+    // (`threads`), on the embedded store only; the API alone, and gateway mode on a Redis
+    // store, are served on the runtime.
+    let upstream = settings.upstream.clone();
+    if upstream.is_some() && !serving_threads(&settings.store) {
+        tracing::info!(
+            "gateway mode on a Redis store: served on the runtime, without serving threads"
+        );
+    }
+    let (served, threads) = match upstream {
+        Some(up) if serving_threads(&settings.store) => {
             tracing::info!(upstream = %up, "gateway mode: proxying to the site");
             let count = tokio::runtime::Handle::current().metrics().num_workers();
             let gateway = || {
-                let gw = crate::gateway::Gateway::new(state.clone(), guard.clone(), up.clone());
+                let (state, guard, up) = (state.clone(), guard.clone(), up.clone());
+                let gw = crate::gateway::Gateway::with_pools(state, guard, up, count);
                 Arc::new(gw)
             };
             let shared = threads::Shared {
@@ -176,13 +184,27 @@ pub async fn run(
                 settings: settings.clone(),
                 caps,
                 streams_stop,
+                runtime: threads::current_thread_runtime,
             };
             let (served, threads) =
                 threads::serve(listener, count, gateway, shared, shutdown).await;
             (served, Some(threads))
         }
-        None => {
-            let served = serve(listener, app, None, &settings, caps, shutdown, streams_stop);
+        upstream => {
+            if let Some(up) = &upstream {
+                tracing::info!(upstream = %up, "gateway mode: proxying to the site");
+            }
+            let gateway =
+                upstream.map(|up| Arc::new(crate::gateway::Gateway::new(state.clone(), guard, up)));
+            let served = serve(
+                listener,
+                app,
+                gateway,
+                &settings,
+                caps,
+                shutdown,
+                streams_stop,
+            );
             (served.await, None)
         }
     };
@@ -196,6 +218,18 @@ pub async fn run(
     }
     tracing::info!("stopped");
     served.and(closed)
+}
+
+/// Whether gateway mode is served by serving threads of its own (see `threads`): on the
+/// embedded store only. The Redis store's connections are driven by tasks it spawns on
+/// whichever runtime first needs them (redis-rs's `ConnectionManager` reconnects with
+/// `tokio::spawn` on the runtime that saw the error; the batch lanes' drains and the
+/// replica followers are spawned by the request that starts them): spawned from a serving
+/// thread, the connection every thread uses would be driven by that one thread's reactor,
+/// and stall whenever that thread is busy or blocked. So with Redis, gateway mode is
+/// served on the shared multi-thread runtime, as before the serving threads.
+fn serving_threads(store: &StoreBackend) -> bool {
+    matches!(store, StoreBackend::Embedded)
 }
 
 /// Session cookies are `Secure` always when the settings say so.
