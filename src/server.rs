@@ -162,7 +162,7 @@ pub async fn run(
 
     // Gateway mode: the API's routes in front of the proxy to the site, served by one
     // thread per worker, each with its own listening socket and origin connections
-    // (`threads`), on the embedded store only; the API alone, and gateway mode on a Redis
+    // (`threads`; each counts the connections it accepts), on the embedded store only; the API alone, and gateway mode on a Redis
     // store, are served on the runtime.
     let upstream = settings.upstream.clone();
     if upstream.is_some() && !serving_threads(&settings.store) {
@@ -204,6 +204,7 @@ pub async fn run(
                 caps,
                 shutdown,
                 streams_stop,
+                metrics::Counter::noop(),
             );
             (served.await, None)
         }
@@ -251,7 +252,18 @@ pub async fn serve_router(
 ) -> anyhow::Result<()> {
     let caps = ConnectionCaps::new(settings);
     let streams_stop = Arc::new(tokio::sync::watch::channel(false).0);
-    serve(listener, app, None, settings, caps, shutdown, streams_stop).await
+    let accepted = metrics::Counter::noop();
+    serve(
+        listener,
+        app,
+        None,
+        settings,
+        caps,
+        shutdown,
+        streams_stop,
+        accepted,
+    )
+    .await
 }
 
 /// The caps on open connections: in total, and per client address. Clones share the
@@ -404,6 +416,9 @@ fn default_max_connections() -> usize {
 /// also counts its requests in flight ([`Activity`], until the response body ends) and is
 /// shut down gracefully once none has been in flight for the header timeout. A
 /// connection over a cap is closed at once, before anything is read.
+// Eight: the serving threads' counter of accepted connections came last; the others are
+// what every caller has at hand already, and a struct of them would be built once per call.
+#[allow(clippy::too_many_arguments)]
 async fn serve(
     listener: TcpListener,
     app: axum::Router,
@@ -412,6 +427,7 @@ async fn serve(
     caps: ConnectionCaps,
     shutdown: impl Future<Output = ()> + Send + 'static,
     streams_stop: Arc<tokio::sync::watch::Sender<bool>>,
+    accepted: metrics::Counter,
 ) -> anyhow::Result<()> {
     use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
     use hyper_util::server::conn::auto;
@@ -446,6 +462,7 @@ async fn serve(
                 }
             },
         };
+        accepted.increment(1);
         let Some(slot) = caps.admit(peer.ip()) else {
             metrics::counter!("waitroom_connections_refused_total").increment(1);
             continue; // dropped: closed at once

@@ -37,6 +37,9 @@ use crate::config::Settings;
 /// closed anyway and the process can end.
 const THREAD_MARGIN: Duration = Duration::from_secs(2);
 
+/// Counter of the connections each serving thread accepted (label `thread`: its index).
+const ACCEPTED: &str = "waitroom_gateway_thread_connections_total";
+
 /// The serving threads, drained and waiting for [`Threads::release`].
 pub(super) struct Threads {
     release: watch::Sender<bool>,
@@ -127,6 +130,8 @@ pub(super) async fn serve(
                         return;
                     }
                 };
+                // Counted per thread: how the kernel spreads connections over the sockets.
+                let accepted = metrics::counter!(ACCEPTED, "thread" => i.to_string());
                 runtime.block_on(async move {
                     let stopped = async move {
                         let _ = stop.wait_for(|s| *s).await;
@@ -141,6 +146,7 @@ pub(super) async fn serve(
                                 caps,
                                 stopped,
                                 streams_stop,
+                                accepted,
                             )
                             .await
                         }
