@@ -165,13 +165,13 @@ pub async fn run(
     // (`threads`; each counts the connections it accepts), on the embedded store only; the API alone, and gateway mode on a Redis
     // store, are served on the runtime.
     let upstream = settings.upstream.clone();
-    if upstream.is_some() && !serving_threads(&settings.store) {
+    if upstream.is_some() && !threads::for_store(&settings.store) {
         tracing::info!(
             "gateway mode on a Redis store: served on the runtime, without serving threads"
         );
     }
     let (served, threads) = match upstream {
-        Some(up) if serving_threads(&settings.store) => {
+        Some(up) if threads::for_store(&settings.store) => {
             tracing::info!(upstream = %up, "gateway mode: proxying to the site");
             let count = tokio::runtime::Handle::current().metrics().num_workers();
             let gateway = || {
@@ -219,18 +219,6 @@ pub async fn run(
     }
     tracing::info!("stopped");
     served.and(closed)
-}
-
-/// Whether gateway mode is served by serving threads of its own (see `threads`): on the
-/// embedded store only. The Redis store's connections are driven by tasks it spawns on
-/// whichever runtime first needs them (redis-rs's `ConnectionManager` reconnects with
-/// `tokio::spawn` on the runtime that saw the error; the batch lanes' drains and the
-/// replica followers are spawned by the request that starts them): spawned from a serving
-/// thread, the connection every thread uses would be driven by that one thread's reactor,
-/// and stall whenever that thread is busy or blocked. So with Redis, gateway mode is
-/// served on the shared multi-thread runtime, as before the serving threads.
-fn serving_threads(store: &StoreBackend) -> bool {
-    matches!(store, StoreBackend::Embedded)
 }
 
 /// Session cookies are `Secure` always when the settings say so.

@@ -198,7 +198,7 @@ async fn every_serving_thread_proxies_times_out_and_drains() {
 
 /// On a Redis store gateway mode is served on the shared runtime, with no serving thread:
 /// the store's connection tasks would otherwise be driven by whichever serving thread
-/// spawned them (see `server::serving_threads`). Requests are proxied all the same.
+/// spawned them (see `server::threads::for_store`). Requests are proxied all the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_redis_store_gateway_mode_has_no_serving_threads() {
     let _turn = ONE_AT_A_TIME.lock().await;

@@ -37,6 +37,18 @@ use crate::config::Settings;
 /// closed anyway and the process can end.
 const THREAD_MARGIN: Duration = Duration::from_secs(2);
 
+/// Whether gateway mode is served by serving threads of its own (see `threads`): on the
+/// embedded store only. The Redis store's connections are driven by tasks it spawns on
+/// whichever runtime first needs them (redis-rs's `ConnectionManager` reconnects with
+/// `tokio::spawn` on the runtime that saw the error; the batch lanes' drains and the
+/// replica followers are spawned by the request that starts them): spawned from a serving
+/// thread, the connection every thread uses would be driven by that one thread's reactor,
+/// and stall whenever that thread is busy or blocked. So with Redis, gateway mode is
+/// served on the shared multi-thread runtime, as before the serving threads.
+pub(super) fn for_store(store: &crate::config::StoreBackend) -> bool {
+    matches!(store, crate::config::StoreBackend::Embedded)
+}
+
 /// Counter of the connections each serving thread accepted (label `thread`: its index).
 const ACCEPTED: &str = "waitroom_gateway_thread_connections_total";
 
