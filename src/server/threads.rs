@@ -8,12 +8,17 @@
 //! thread, as one nginx worker serves its connections in one event loop: no wake-up crosses
 //! threads, no task is stolen. The kernel spreads new connections over the sockets by their
 //! addresses. What the handlers share (the store, the tokens, the gates, the metrics, the
-//! caps on connections) is shared as before; a task a request spawns (a Redis batch's
-//! drain, a joined upgrade) runs on its serving thread's runtime, which is kept running
-//! until the server is done (see [`Threads::release`]).
+//! caps on connections) is shared as before; a task a request spawns (a joined upgrade)
+//! runs on its serving thread's runtime, which is kept running until the server is done
+//! (see [`Threads::release`]). Only on the embedded store: see [`for_store`].
+//!
+//! A thread that ends before the shutdown stops the server (an error from `run`); one that
+//! blocks (a handler holding its runtime) holds its socket's share of new connections, and
+//! at shutdown is waited for a bounded time only, then logged and left behind.
 //!
 //! Where a second socket cannot join the address (`SO_REUSEPORT` refused), the threads share
-//! the one listening socket instead, each accepting from it. With `SO_REUSEPORT` on, another
+//! the one listening socket instead, each accepting from it, and `SO_REUSEPORT` is cleared
+//! on it. With `SO_REUSEPORT` on, another
 //! process of the same user could bind the port too and get a share of the connections, as
 //! with nginx's `reuseport`: a process of the same user could already do worse.
 
@@ -37,7 +42,7 @@ use crate::config::Settings;
 /// closed anyway and the process can end.
 const THREAD_MARGIN: Duration = Duration::from_secs(2);
 
-/// Whether gateway mode is served by serving threads of its own (see `threads`): on the
+/// Whether gateway mode is served by serving threads of its own (this module's): on the
 /// embedded store only. The Redis store's connections are driven by tasks it spawns on
 /// whichever runtime first needs them (redis-rs's `ConnectionManager` reconnects with
 /// `tokio::spawn` on the runtime that saw the error; the batch lanes' drains and the
@@ -165,8 +170,8 @@ pub(super) async fn serve(
                         Err(e) => Err(anyhow::Error::new(e).context("registering a listener")),
                     };
                     let _ = done_tx.send(served);
-                    // Still running what the requests spawned (a Redis batch's drain, an
-                    // upgraded connection) while the server stops its tasks and the store.
+                    // Still running what the requests spawned (an upgraded connection)
+                    // while the server stops its tasks and the store.
                     let _ = release.wait_for(|r| *r).await;
                 });
                 drop(runtime);
