@@ -162,13 +162,21 @@ pub async fn run(
 
     // Gateway mode: the API's routes in front of the proxy to the site, served by one
     // thread per worker, each with its own listening socket and origin connections
-    // (`threads`); the API alone is served on the runtime.
-    let (served, threads) = match settings.upstream.clone() {
-        Some(up) => {
+    // (`threads`; each counts the connections it accepts), on the embedded store only; the API alone, and gateway mode on a Redis
+    // store, are served on the runtime.
+    let upstream = settings.upstream.clone();
+    if upstream.is_some() && !threads::for_store(&settings.store) {
+        tracing::info!(
+            "gateway mode on a Redis store: served on the runtime, without serving threads"
+        );
+    }
+    let (served, threads) = match upstream {
+        Some(up) if threads::for_store(&settings.store) => {
             tracing::info!(upstream = %up, "gateway mode: proxying to the site");
             let count = tokio::runtime::Handle::current().metrics().num_workers();
             let gateway = || {
-                let gw = crate::gateway::Gateway::new(state.clone(), guard.clone(), up.clone());
+                let (state, guard, up) = (state.clone(), guard.clone(), up.clone());
+                let gw = crate::gateway::Gateway::with_pools(state, guard, up, count);
                 Arc::new(gw)
             };
             let shared = threads::Shared {
@@ -176,13 +184,28 @@ pub async fn run(
                 settings: settings.clone(),
                 caps,
                 streams_stop,
+                runtime: threads::current_thread_runtime,
             };
             let (served, threads) =
                 threads::serve(listener, count, gateway, shared, shutdown).await;
             (served, Some(threads))
         }
-        None => {
-            let served = serve(listener, app, None, &settings, caps, shutdown, streams_stop);
+        upstream => {
+            if let Some(up) = &upstream {
+                tracing::info!(upstream = %up, "gateway mode: proxying to the site");
+            }
+            let gateway =
+                upstream.map(|up| Arc::new(crate::gateway::Gateway::new(state.clone(), guard, up)));
+            let served = serve(
+                listener,
+                app,
+                gateway,
+                &settings,
+                caps,
+                shutdown,
+                streams_stop,
+                metrics::Counter::noop(),
+            );
             (served.await, None)
         }
     };
@@ -217,7 +240,18 @@ pub async fn serve_router(
 ) -> anyhow::Result<()> {
     let caps = ConnectionCaps::new(settings);
     let streams_stop = Arc::new(tokio::sync::watch::channel(false).0);
-    serve(listener, app, None, settings, caps, shutdown, streams_stop).await
+    let accepted = metrics::Counter::noop();
+    serve(
+        listener,
+        app,
+        None,
+        settings,
+        caps,
+        shutdown,
+        streams_stop,
+        accepted,
+    )
+    .await
 }
 
 /// The caps on open connections: in total, and per client address. Clones share the
@@ -370,6 +404,9 @@ fn default_max_connections() -> usize {
 /// also counts its requests in flight ([`Activity`], until the response body ends) and is
 /// shut down gracefully once none has been in flight for the header timeout. A
 /// connection over a cap is closed at once, before anything is read.
+// Eight: the serving threads' counter of accepted connections came last; the others are
+// what every caller has at hand already, and a struct of them would be built once per call.
+#[allow(clippy::too_many_arguments)]
 async fn serve(
     listener: TcpListener,
     app: axum::Router,
@@ -378,6 +415,7 @@ async fn serve(
     caps: ConnectionCaps,
     shutdown: impl Future<Output = ()> + Send + 'static,
     streams_stop: Arc<tokio::sync::watch::Sender<bool>>,
+    accepted: metrics::Counter,
 ) -> anyhow::Result<()> {
     use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
     use hyper_util::server::conn::auto;
@@ -412,6 +450,7 @@ async fn serve(
                 }
             },
         };
+        accepted.increment(1);
         let Some(slot) = caps.admit(peer.ip()) else {
             metrics::counter!("waitroom_connections_refused_total").increment(1);
             continue; // dropped: closed at once

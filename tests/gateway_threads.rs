@@ -1,6 +1,7 @@
 //! Gateway mode's serving threads (src/server/threads.rs): one per worker of the runtime,
-//! each with its own listening socket and timers. One test in its own binary, as it counts
-//! the process's threads by name (another server in the same process would be counted too).
+//! each with its own listening socket and timers. In a binary of its own, as it counts the
+//! process's threads by name (another server in the same process would be counted too);
+//! its tests take turns ([`ONE_AT_A_TIME`]) for the same reason.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -9,6 +10,13 @@ use axum::routing::get;
 use axum::Router;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+#[allow(dead_code)]
+#[path = "support/redis.rs"]
+mod redis;
+
+/// Held by each test while its server runs: the thread counts are the process's.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// An origin answering `/` at once and `/slow` after half a second.
 async fn origin() -> SocketAddr {
@@ -26,6 +34,9 @@ async fn origin() -> SocketAddr {
     tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
     addr
 }
+
+/// Names of the serving threads (`waitroom-serve-N`).
+const SERVING: &str = "waitroom-serve";
 
 /// The process's threads whose name starts with `prefix` (Linux's `/proc`).
 fn threads_named(prefix: &str) -> usize {
@@ -69,12 +80,13 @@ async fn closed_within(mut sock: TcpStream, limit: Duration) {
     assert!(r.is_ok(), "the connection was still open after {limit:?}");
 }
 
-/// Two workers, two serving threads; connections spread over them are all proxied, the
+/// Two workers, two serving threads; connections spread over them (every thread accepts
+/// some) are all proxied, the
 /// idle ones are closed by their thread's timer, a shutdown lets the requests in flight on
 /// every thread finish, then stops accepting, and the threads are gone once `run` is done.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_serving_thread_proxies_times_out_and_drains() {
-    const SERVING: &str = "waitroom-serve";
+    let _turn = ONE_AT_A_TIME.lock().await;
     assert_eq!(threads_named(SERVING), 0);
     let o = origin().await;
     let dir = tempfile::tempdir().unwrap();
@@ -118,6 +130,30 @@ async fn every_serving_thread_proxies_times_out_and_drains() {
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         idle.push(s);
     }
+    // Every serving thread accepted some of them (the healthz probes and the 16), as the
+    // per-thread counter on `/metrics` shows.
+    let metrics = c
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let accepted: Vec<f64> = (0..2)
+        .map(|i| {
+            let series = format!("waitroom_gateway_thread_connections_total{{thread=\"{i}\"}}");
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(&series)?.trim().parse().ok())
+                .unwrap_or(0.0)
+        })
+        .collect();
+    assert!(
+        accepted.iter().all(|&n| n > 0.0),
+        "every serving thread accepts some connections: {accepted:?}"
+    );
+    assert!(accepted.iter().sum::<f64>() >= 17.0, "{accepted:?}");
     let started = Instant::now();
     futures_util::future::join_all(
         idle.into_iter()
@@ -158,4 +194,54 @@ async fn every_serving_thread_proxies_times_out_and_drains() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// On a Redis store gateway mode is served on the shared runtime, with no serving thread:
+/// the store's connection tasks would otherwise be driven by whichever serving thread
+/// spawned them (see `server::threads::for_store`). Requests are proxied all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_redis_store_gateway_mode_has_no_serving_threads() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let redis = redis::RedisServer::start();
+    let o = origin().await;
+    let dir = tempfile::tempdir().unwrap();
+    waitroom::tokens::load_or_generate_key(None, dir.path()).unwrap();
+    let settings = waitroom::config::Settings {
+        listen: "127.0.0.1:0".into(),
+        data_dir: dir.path().join("data"),
+        store: waitroom::config::StoreBackend::parse(&redis.url()).unwrap(),
+        signing_keys: vec![dir.path().join("signing-key.pem")],
+        admin_token: Some("threads-admin-token-0123456789".to_string().into()),
+        demo: false,
+        upstream: Some(waitroom::gateway::Upstream::parse(&format!("http://{o}")).unwrap()),
+        ..Default::default()
+    };
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(waitroom::server::run(settings, l, async {
+        let _ = stopped.await;
+    }));
+    let c = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c
+        .get(format!("http://{addr}/healthz"))
+        .send()
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "the server did not start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let answer = ask(&mut s, "/").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(threads_named(SERVING), 0, "no serving thread on Redis");
+    drop(s);
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .expect("run ends")
+        .unwrap()
+        .expect("a clean shutdown");
 }

@@ -69,10 +69,21 @@ pub fn is_own_path(path: &str) -> bool {
 
 impl Gateway {
     pub fn new(state: AppState, guard: Arc<Guard>, upstream: Upstream) -> Self {
+        Self::with_pools(state, guard, upstream, 1)
+    }
+
+    /// As [`Gateway::new`], for one of `pools` gateways (one per serving thread), each with
+    /// a pool of its own: each keeps its share of the process's idle origin connections.
+    pub fn with_pools(
+        state: AppState,
+        guard: Arc<Guard>,
+        upstream: Upstream,
+        pools: usize,
+    ) -> Self {
         Gateway {
             state,
             guard,
-            origin: pool::Pool::new(&upstream.authority),
+            origin: pool::Pool::new(&upstream.authority, pool::idle_cap(pools)),
             metrics: observe::Metrics::new(),
             trace: crate::telemetry::otel::enabled(),
             upstream,

@@ -12,7 +12,8 @@
 //! before its request body was all sent, is closed.
 //!
 //! The pool is a stack (the most recently used connection first, so the busy ones stay
-//! warm) of at most [`MAX_IDLE`] connections; one idle longer than [`IDLE_TIMEOUT`] is
+//! warm) of at most [`MAX_IDLE`] connections per process (each of gateway mode's serving
+//! threads has a pool of its own, and a share of them: [`idle_cap`]); one idle longer than [`IDLE_TIMEOUT`] is
 //! closed when met. A connection the origin closed while idle is noticed when taken (it is
 //! polled once: its end of stream shows) and replaced; a request the connection had not
 //! started to send when it failed is sent again on a new one, as hyper-util's client does.
@@ -39,9 +40,15 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// An idle connection older than this is closed rather than used (origins close theirs
 /// after a minute or more: nginx's `keepalive_timeout` is 75 s).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-/// Idle connections kept: enough for every busy client connection of a large sale's
-/// burst to find one, few enough not to hold an origin's workers.
-const MAX_IDLE: usize = 256;
+/// Idle connections kept by the process: enough for every busy client connection of a
+/// large sale's burst to find one, few enough not to hold an origin's workers.
+pub const MAX_IDLE: usize = 256;
+
+/// The idle connections each of `pools` pools (one per serving thread) may keep, so that
+/// all together keep at most [`MAX_IDLE`]: an equal share, at least one.
+pub fn idle_cap(pools: usize) -> usize {
+    (MAX_IDLE / pools.max(1)).max(1)
+}
 
 type Conn = http1::Connection<TokioIo<TcpStream>, Body>;
 
@@ -85,10 +92,13 @@ pub struct Pool {
     /// `host:port`, as `TcpStream::connect` resolves it.
     addr: String,
     idle: Mutex<Vec<Idle>>,
+    /// Most idle connections kept (see [`idle_cap`]).
+    max_idle: usize,
 }
 
 impl Pool {
-    pub fn new(authority: &axum::http::uri::Authority) -> std::sync::Arc<Self> {
+    /// A pool that keeps at most `max_idle` idle connections.
+    pub fn new(authority: &axum::http::uri::Authority, max_idle: usize) -> std::sync::Arc<Self> {
         let addr = format!(
             "{}:{}",
             authority.host(),
@@ -97,6 +107,7 @@ impl Pool {
         std::sync::Arc::new(Pool {
             addr,
             idle: Mutex::new(Vec::new()),
+            max_idle,
         })
     }
 
@@ -187,7 +198,7 @@ impl Pool {
         {
             idle.remove(0);
         }
-        if idle.len() < MAX_IDLE {
+        if idle.len() < self.max_idle {
             idle.push(Idle { link, since: now });
         }
     }
@@ -320,5 +331,51 @@ impl Drop for Driven {
         if !self.ended && self.body.is_end_stream() {
             self.finished(None);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt as _;
+
+    /// The serving threads' pools together keep at most `MAX_IDLE` idle connections,
+    /// each at least one.
+    #[test]
+    fn the_threads_share_the_idle_cap() {
+        assert_eq!(idle_cap(1), MAX_IDLE);
+        assert_eq!(idle_cap(0), MAX_IDLE);
+        assert_eq!(idle_cap(2), MAX_IDLE / 2);
+        for threads in [1, 2, 3, 7, 16, 64, 255, 256] {
+            assert!(idle_cap(threads) * threads <= MAX_IDLE, "{threads}");
+            assert!(idle_cap(threads) >= 1);
+        }
+        assert_eq!(idle_cap(1000), 1);
+    }
+
+    /// Three answers read to their end at once, from three connections: a pool capped at
+    /// two keeps two of them.
+    #[tokio::test]
+    async fn a_pool_keeps_no_more_idle_connections_than_its_cap() {
+        let origin = axum::Router::new().fallback(|| async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            "ok"
+        });
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(l, origin).await.unwrap() });
+        let authority: axum::http::uri::Authority = addr.to_string().parse().unwrap();
+        let pool = Pool::new(&authority, 2);
+        let ask = |pool: std::sync::Arc<Pool>| async move {
+            let req = Request::get("/")
+                .header("host", "origin.example")
+                .body(Body::empty())
+                .unwrap();
+            let res = pool.send(req).await.unwrap();
+            res.into_body().collect().await.unwrap().to_bytes()
+        };
+        let answers = futures_util::future::join_all((0..3).map(|_| ask(pool.clone()))).await;
+        assert!(answers.iter().all(|a| a.as_ref() == b"ok"));
+        assert_eq!(pool.idle.lock().len(), 2);
     }
 }
