@@ -57,9 +57,11 @@ const EVENTS_MEMTABLE: u64 = 32 * 1024 * 1024;
 const MAX_DURABLE_WAIT: Duration = Duration::from_secs(3);
 /// `relaxed`: how old an unsynced write may get while changes are still answered, so what
 /// a crash of the machine can take back while the disk is slow (`group_commit.rs`). Five
-/// sync intervals: a sync that takes up to ~400 ms (p99 under a saturated machine was
-/// 73-176 ms) stops nothing; a disk that stalls longer holds the answers back, as the
-/// sync under the writer's flag did, instead of widening the window to the 3 s above.
+/// sync intervals. A write made just after a capture is covered by the next sync, at an
+/// age of about sync + 100 ms + sync, so syncs up to ~200 ms (p99 under a saturated
+/// machine was 73-176 ms) hold nothing back; a disk slower than that holds the answers
+/// back, as the sync under the writer's flag did, instead of widening the window to the
+/// 3 s above.
 pub(super) const RELAXED_UNSYNCED_BOUND: Duration = Duration::from_millis(500);
 
 /// When a change is acknowledged relative to reaching the disk.

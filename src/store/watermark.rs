@@ -274,8 +274,16 @@ impl Marker {
     /// commit's flag held), then sync, then [`Marker::record`] exactly these marks, so the
     /// watermark names synced bytes only even when appends go on during the sync.
     pub fn capture(&mut self) -> std::io::Result<Marks> {
+        // fjall rotates and deletes sealed journals (oldest first) on its own threads. A
+        // newer journal means the active one was sealed; the active one gone means it was
+        // sealed and its successor may be gone too (two rotations and flushes between
+        // captures). Either way, list again: a handle of a deleted journal would be synced
+        // for ever while the one appended to never is.
         let rotated = match &self.active {
-            Some((id, _)) => self.dir.join(format!("{}.jnl", id + 1)).exists(),
+            Some((id, _)) => {
+                self.dir.join(format!("{}.jnl", id + 1)).exists()
+                    || !self.dir.join(format!("{id}.jnl")).exists()
+            }
             None => true,
         };
         if rotated {
@@ -583,5 +591,24 @@ mod tests {
         std::fs::remove_file(dir.path().join("3.jnl")).unwrap();
         let gone = m.read_listed(listed).unwrap_err();
         assert_eq!(gone.kind(), std::io::ErrorKind::NotFound);
+    }
+
+    /// Two rotations and both sealed journals deleted between two captures: the next
+    /// capture follows the journal being appended to, not the deleted one it held.
+    #[test]
+    fn a_capture_after_two_rotations_follows_the_newest_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("1.jnl"), [0u8; 64]).unwrap();
+        let mut m = Marker::new(dir.path()).unwrap();
+        assert_eq!(m.active_end().map(|(id, _)| id), Some(1));
+        for id in 2..=3 {
+            std::fs::write(dir.path().join(format!("{id}.jnl")), [0u8; 64]).unwrap();
+        }
+        for id in 1..=2 {
+            std::fs::remove_file(dir.path().join(format!("{id}.jnl"))).unwrap();
+        }
+        m.capture().unwrap();
+        assert_eq!(m.active_end().map(|(id, _)| id), Some(3));
+        assert_eq!(m.marks.keys().copied().collect::<Vec<_>>(), [3]);
     }
 }
