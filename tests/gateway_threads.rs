@@ -18,6 +18,35 @@ mod redis;
 /// Held by each test while its server runs: the thread counts are the process's.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// Starts the server on a free port and waits until it answers `/healthz`; the sender
+/// stops it, the handle gives its result.
+async fn start(
+    settings: waitroom::config::Settings,
+) -> (
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(waitroom::server::run(settings, l, async {
+        let _ = stopped.await;
+    }));
+    let c = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c
+        .get(format!("http://{addr}/healthz"))
+        .send()
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "the server did not start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (addr, stop, server)
+}
+
 /// An origin answering `/` at once and `/slow` after half a second.
 async fn origin() -> SocketAddr {
     let app = Router::new()
@@ -102,23 +131,8 @@ async fn every_serving_thread_proxies_times_out_and_drains() {
         },
         ..Default::default()
     };
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(waitroom::server::run(settings, l, async {
-        let _ = stopped.await;
-    }));
+    let (addr, stop, server) = start(settings).await;
     let c = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while c
-        .get(format!("http://{addr}/healthz"))
-        .send()
-        .await
-        .is_err()
-    {
-        assert!(Instant::now() < deadline, "the server did not start");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
     assert_eq!(threads_named(SERVING), 2, "one serving thread per worker");
 
     // 16 client connections (from 16 ports: the kernel spreads them over both sockets),
@@ -216,23 +230,7 @@ async fn on_a_redis_store_gateway_mode_has_no_serving_threads() {
         upstream: Some(waitroom::gateway::Upstream::parse(&format!("http://{o}")).unwrap()),
         ..Default::default()
     };
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(waitroom::server::run(settings, l, async {
-        let _ = stopped.await;
-    }));
-    let c = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while c
-        .get(format!("http://{addr}/healthz"))
-        .send()
-        .await
-        .is_err()
-    {
-        assert!(Instant::now() < deadline, "the server did not start");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (addr, stop, server) = start(settings).await;
     let mut s = TcpStream::connect(addr).await.unwrap();
     let answer = ask(&mut s, "/").await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");

@@ -38,6 +38,18 @@ async fn make_event(store: &Arc<dyn Store>, id: &str, json: serde_json::Value) {
     store.put_event(id, &patch, T0).await.unwrap();
 }
 
+/// A node of a fresh prefix with a paused event `id` of one slot: joins only wait.
+async fn paused_event(server: &RedisServer, id: &str) -> Arc<dyn Store> {
+    let store = node(&server.url(), &unique_prefix());
+    make_event(
+        &store,
+        id,
+        serde_json::json!({"max_active": 1, "paused": true}),
+    )
+    .await;
+    store
+}
+
 fn anonymous() -> JoinRequest {
     JoinRequest {
         nonce: random_u128(),
@@ -631,14 +643,7 @@ async fn memory_per_place() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_of_joins_reads_back_nothing_it_wrote() {
     let server = RedisServer::start();
-    let prefix = unique_prefix();
-    let store = node(&server.url(), &prefix);
-    make_event(
-        &store,
-        "r",
-        serde_json::json!({"max_active": 1, "paused": true}),
-    )
-    .await;
+    let store = paused_event(&server, "r").await;
     support::redis::raw_command(server.port, "CONFIG RESETSTAT").unwrap();
     let reqs: Vec<JoinRequest> = (0..48).map(|_| anonymous()).collect();
     let mut views: Vec<_> = join_all(reqs.iter().map(|r| store.join("r", r, T0)))
@@ -770,14 +775,7 @@ async fn an_event_of_the_earlier_chunk_size_keeps_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_of_user_joins_writes_each_chunk_once() {
     let server = RedisServer::start();
-    let prefix = unique_prefix();
-    let store = node(&server.url(), &prefix);
-    make_event(
-        &store,
-        "u",
-        serde_json::json!({"max_active": 1, "paused": true}),
-    )
-    .await;
+    let store = paused_event(&server, "u").await;
     support::redis::raw_command(server.port, "CONFIG RESETSTAT").unwrap();
     // 47 users, the 25th twice (in the middle of a batch whichever way they fall).
     let mut reqs: Vec<JoinRequest> = (0..47).map(|i| user(&format!("u{i}"), false)).collect();
