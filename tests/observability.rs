@@ -116,7 +116,9 @@ const CALLER_SPAN: &str = "00f067aa0ba902b7";
 /// With `--otlp-endpoint`, a request's span continues the caller's `traceparent`, reaches
 /// the collector with that trace id, and the error body and the log lines of the request
 /// carry the same id; on SIGTERM the last spans are flushed.
-#[tokio::test]
+// Two workers: `terminate` blocks its thread while the server flushes its last spans, and
+// the collector must go on answering meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_traced_request_reaches_the_collector_with_the_callers_trace_id() {
     let collector = Collector::start().await;
     let redis = RedisServer::start();
