@@ -317,16 +317,15 @@ impl Journal {
         let (durable_tx, durable_rx) = watch::channel(0u64);
         let failed = Arc::new(AtomicBool::new(false));
         let durable_upto = Arc::new(AtomicU64::new(0));
-        let relay = super::sync_relay::Relay::new(durable_tx, durable_upto.clone());
-        relay.start();
         let writer = Writer {
+            durable_upto: durable_upto.clone(),
             db: db.clone(),
             events,
             places,
             invites,
             items,
             configs,
-            relay,
+            durable: durable_tx,
             failed: failed.clone(),
             done: 0,
             syncer: Syncer::new(db.clone(), marker),
@@ -578,8 +577,8 @@ struct Writer {
     /// Latest config per event (as its record holds it, JSON), so changes that carry only
     /// counters can still write the whole event record without encoding the settings again.
     configs: HashMap<String, String>,
-    /// Tells the waiting requests what is durable (`sync`: through a task on the runtime).
-    relay: Arc<super::sync_relay::Relay>,
+    durable: watch::Sender<u64>,
+    durable_upto: Arc<AtomicU64>,
     failed: Arc<AtomicBool>,
     /// Changes written (and in `sync`, synced) so far.
     done: u64,
@@ -621,19 +620,13 @@ impl Sink for Writer {
 
     fn done(&mut self, n: u64) {
         self.done += n;
-        self.relay.publish(self.done);
+        // Before the `watch`: a waiter woken by it finds the count at least as high here.
+        self.durable_upto.store(self.done, Ordering::Release);
+        self.durable.send_replace(self.done);
     }
 
     fn fail(&mut self, error: &str) {
         Writer::fail(self, &error);
-    }
-}
-
-impl Drop for Writer {
-    fn drop(&mut self) {
-        // The relay task holds the `watch`'s sender too: end it, so waiters left see the
-        // writer gone as before.
-        self.relay.close();
     }
 }
 
@@ -647,7 +640,7 @@ impl Writer {
         tracing::error!(error = %e, "writing to the store failed; refusing further changes");
         self.failed.store(true, Ordering::Release);
         // Wake every waiter so it can see the failure.
-        self.relay.wake_all();
+        self.durable.send_modify(|_| {});
     }
 
     /// Writes one group as one atomic batch. Later changes to a key override earlier ones

@@ -32,7 +32,6 @@ mod journal_places;
 mod journal_sale;
 mod journal_sync;
 pub mod redis;
-mod sync_relay;
 pub mod watermark;
 mod zero_ahead;
 
