@@ -7,7 +7,6 @@
 //! - while slots wait, the generator opens more connections, up to its cap;
 //! - the request of every slot is the one the workload wrote for it.
 
-#[allow(dead_code)]
 #[path = "../bench/common.rs"]
 mod common;
 #[allow(dead_code)] // the bench reads the CPU figures
