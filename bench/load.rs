@@ -26,11 +26,13 @@
 //!
 //! - **Closed loop** (default): N keep-alive connections, each sending its next request as
 //!   soon as the previous answer arrived. Measures the most requests/s the server gives.
-//! - **Open loop** (`--rate R`): a pacer thread releases request slots at exactly R per
-//!   second; whichever connection is free takes the next one. Latency is measured from the
-//!   slot's *intended* send time, so a server stall counts against every request it delayed
-//!   (no coordinated omission). The service time (from the actual send) and the send lag
-//!   (how late the client itself was) are reported beside it.
+//! - **Open loop** (`--rate R`, bench/open_loop.rs): request slots are released at exactly
+//!   R per second (each generator thread keeps its share of the schedule with a `timerfd`);
+//!   whichever connection of that thread is free takes the next one. Latency is measured
+//!   from the slot's *intended* send time, so a server stall counts against every request it
+//!   delayed (no coordinated omission). The service time (from the actual send), the send
+//!   lag (how late the client itself was) and the generator's CPU per request are reported
+//!   beside it.
 //!
 //! The load generator shares the machine with the server, so the budgets are ratios of
 //! rates measured side by side in one run. Every phase reports the CPU used by the server,
@@ -479,8 +481,10 @@ struct Phase {
 }
 
 impl Phase {
+    /// Requests sent per second (answered or failed on the wire): an open loop's slots
+    /// never sent are in the latencies but not in the rate it achieved.
     fn rps(&self) -> f64 {
-        self.tally.count() as f64 / self.secs
+        (self.tally.count() - self.tally.unsent) as f64 / self.secs
     }
 }
 
@@ -1076,7 +1080,8 @@ fn print_open(p: &mut Phase) -> Pcts {
     let lag = percentiles(&mut p.tally.lag_us);
     let [cs, cb, co] = p.cpu.cells();
     // The generator's own CPU per request: what it takes from the server on a shared box.
-    let bench_us = p.cpu.bench * p.secs * 1e6 / (p.tally.count().max(1) as f64);
+    let sent = (p.tally.count() - p.tally.unsent).max(1);
+    let bench_us = p.cpu.bench * p.secs * 1e6 / sent as f64;
     println!(
         "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {cs} | {cb} | {co} | {bench_us:.1} |",
         p.label,
