@@ -179,7 +179,9 @@ struct Mailbox {
 #[derive(Default)]
 struct Slots {
     backlog: VecDeque<Slot>,
-    idle: Vec<usize>,
+    /// First in, first out: every connection is used in turn, so none sits unused for
+    /// the server's header timeout (10 s), after which the server closes it.
+    idle: VecDeque<usize>,
     mailbox: Vec<Mailbox>,
     /// Connections open or being opened.
     open: usize,
@@ -240,7 +242,7 @@ impl Worker {
             (f64::from(plan.rate) * plan.dur.as_secs_f64() / self.threads as f64) as usize + 2;
         let local = Rc::new(Local {
             slots: RefCell::new(Slots {
-                idle: (0..conns.len()).rev().collect(),
+                idle: (0..conns.len()).collect(),
                 mailbox: (0..conns.len()).map(|_| Mailbox::default()).collect(),
                 open: conns.len(),
                 ..Slots::default()
@@ -334,7 +336,7 @@ impl Worker {
 /// allowed and none is being opened).
 fn release(local: &Rc<Local>, grown: &Rc<RefCell<Vec<tokio::task::JoinHandle<()>>>>, slot: Slot) {
     let mut s = local.slots.borrow_mut();
-    if let Some(id) = s.idle.pop() {
+    if let Some(id) = s.idle.pop_front() {
         let m = &mut s.mailbox[id];
         m.slot = Some(slot);
         if let Some(w) = m.waker.take() {
@@ -369,7 +371,7 @@ async fn grow(local: Rc<Local>, grown: Rc<RefCell<Vec<tokio::task::JoinHandle<()
         s.open += 1;
         let first = s.backlog.pop_front();
         if first.is_none() {
-            s.idle.push(id);
+            s.idle.push_back(id);
         }
         let again = !s.backlog.is_empty() && s.open < local.max_connections;
         s.growing = again;
@@ -462,7 +464,7 @@ async fn connection(local: Rc<Local>, id: usize, mut conn: Conn, first: Option<S
         match s.backlog.pop_front() {
             Some(t) => next = Some(t),
             None if s.done => return,
-            None => s.idle.push(id),
+            None => s.idle.push_back(id),
         }
     }
 }

@@ -194,3 +194,38 @@ async fn every_slot_is_sent_once() {
     assert_eq!(seen, (0..500).collect::<Vec<u64>>());
     assert_eq!(served.load(Ordering::Relaxed), 500);
 }
+
+/// Idle connections are taken in turn: at a rate one connection could carry alone, every
+/// one of them still sends (none sits unused until the server's header timeout closes it,
+/// which would show as an error when a burst finally takes it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_connection_is_used_in_turn() {
+    use std::collections::HashSet;
+    use std::net::SocketAddr;
+
+    use axum::extract::ConnectInfo;
+
+    let peers: Arc<std::sync::Mutex<HashSet<SocketAddr>>> = Arc::default();
+    let seen = peers.clone();
+    let app = axum::Router::new().route(
+        "/sleep/{ms}/{n}",
+        get(move |ConnectInfo(peer): ConnectInfo<SocketAddr>| {
+            seen.lock().unwrap().insert(peer);
+            async { "ok" }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap()
+    });
+    let target = Target::from_url(&format!("http://{addr}")).unwrap();
+    let out = run(plan(&target, 50, 6, 6, 1), sleeper(&target.host, |_| 0)).await;
+    assert_eq!(out.tally.by_status.get(&200), Some(&50));
+    assert_eq!(peers.lock().unwrap().len(), 6, "every connection sent");
+}
