@@ -59,26 +59,28 @@ fn bad(msg: &str) -> io::Error {
 }
 
 /// Parses a response head: (status, head length including the blank line, body length).
+/// Works on the bytes as they are (no UTF-8 check, no string splitting): it runs once per
+/// answer on the load generator, whose every cycle is taken from the server it measures.
 fn parse_head(buf: &[u8]) -> io::Result<Option<(u16, usize, usize)>> {
     let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
         return Ok(None);
     };
-    let head = std::str::from_utf8(&buf[..end]).map_err(|_| bad("non-UTF-8 head"))?;
-    let mut lines = head.split("\r\n");
+    let mut lines = buf[..end].split(|&b| b == b'\n');
     let status = lines
         .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|s| s.parse::<u16>().ok())
+        .and_then(|l| l.split(|&b| b == b' ').nth(1))
+        .and_then(parse_decimal)
+        .and_then(|s| u16::try_from(s).ok())
         .ok_or_else(|| bad("bad status line"))?;
     let mut len = None;
     for line in lines {
-        let Some((k, v)) = line.split_once(':') else {
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
             continue;
         };
-        let k = k.trim();
-        if k.eq_ignore_ascii_case("content-length") {
-            len = v.trim().parse::<usize>().ok();
-        } else if k.eq_ignore_ascii_case("transfer-encoding") {
+        let k = line[..colon].trim_ascii();
+        if k.eq_ignore_ascii_case(b"content-length") {
+            len = parse_decimal(&line[colon + 1..]);
+        } else if k.eq_ignore_ascii_case(b"transfer-encoding") {
             return Err(bad(
                 "chunked responses are not supported by the bench client",
             ));
@@ -90,6 +92,15 @@ fn parse_head(buf: &[u8]) -> io::Result<Option<(u16, usize, usize)>> {
         _ => return Err(bad("response without Content-Length")),
     };
     Ok(Some((status, end + 4, len)))
+}
+
+/// A decimal number between optional spaces (and a trailing `\r`).
+fn parse_decimal(b: &[u8]) -> Option<usize> {
+    let b = b.trim_ascii();
+    if b.is_empty() || b.len() > 15 || !b.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(b.iter().fold(0, |n, &d| n * 10 + usize::from(d - b'0')))
 }
 
 impl Conn {
@@ -757,5 +768,34 @@ impl Drop for ServerProc {
             let _ = std::fs::remove_dir_all(&d);
             let _ = std::fs::remove_file(d.with_extension("server.log"));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_head;
+
+    #[test]
+    fn parses_status_and_length_from_bytes() {
+        let r = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nContent-Length:  12 \r\n\r\nhello world!";
+        assert_eq!(parse_head(r).unwrap(), Some((200, r.len() - 12, 12)));
+        let r = b"HTTP/1.1 204 No Content\r\ndate: x\r\n\r\n";
+        assert_eq!(parse_head(r).unwrap(), Some((204, r.len(), 0)));
+        // Not a whole head yet.
+        assert_eq!(
+            parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n").unwrap(),
+            None
+        );
+        // Bytes that are not UTF-8 in a header value do not matter.
+        let r = b"HTTP/1.1 429 Too Many\r\nx: \xff\xfe\r\ncontent-length: 0\r\n\r\n";
+        assert_eq!(parse_head(r).unwrap(), Some((429, r.len(), 0)));
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_frame() {
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\n\r\n").is_err());
+        assert!(parse_head(b"HTTP/1.1 2x0 OK\r\ncontent-length: 1\r\n\r\n").is_err());
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n").is_err());
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n").is_err());
     }
 }

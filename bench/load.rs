@@ -26,11 +26,13 @@
 //!
 //! - **Closed loop** (default): N keep-alive connections, each sending its next request as
 //!   soon as the previous answer arrived. Measures the most requests/s the server gives.
-//! - **Open loop** (`--rate R`): a pacer thread releases request slots at exactly R per
-//!   second; whichever connection is free takes the next one. Latency is measured from the
-//!   slot's *intended* send time, so a server stall counts against every request it delayed
-//!   (no coordinated omission). The service time (from the actual send) and the send lag
-//!   (how late the client itself was) are reported beside it.
+//! - **Open loop** (`--rate R`, bench/open_loop.rs): request slots are released at exactly
+//!   R per second (each generator thread keeps its share of the schedule with a `timerfd`);
+//!   whichever connection of that thread is free takes the next one. Latency is measured
+//!   from the slot's *intended* send time, so a server stall counts against every request it
+//!   delayed (no coordinated omission). The service time (from the actual send), the send
+//!   lag (how late the client itself was) and the generator's CPU per request are reported
+//!   beside it.
 //!
 //! The load generator shares the machine with the server, so the budgets are ratios of
 //! rates measured side by side in one run. Every phase reports the CPU used by the server,
@@ -40,6 +42,7 @@
 mod common;
 mod holds;
 mod journey;
+mod open_loop;
 
 /// The server's allocator (src/main.rs): the reference server (`reference-serve`, the
 /// ceiling) is this binary, and the ceiling must run on what the server runs on, or
@@ -47,7 +50,6 @@ mod journey;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -56,8 +58,8 @@ use anyhow::{bail, Context as _, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use common::{
-    delete_event, get_request, json_request, ms, percentiles, put_event, thousands, Conn, CpuSnap,
-    CpuUse, Pcts, ServerProc, Tally, Target,
+    delete_event, get_request, json_request, ms, percentiles, put_event, thousands, CpuUse, Pcts,
+    ServerProc, Tally, Target,
 };
 
 #[derive(Parser)]
@@ -190,7 +192,8 @@ struct Common {
     /// The server binary to start (default: `waitroom` next to this binary).
     #[arg(long)]
     bin: Option<std::path::PathBuf>,
-    /// Worker threads of the load generator's runtime.
+    /// Threads of the load generator: the closed loop's runtime workers; in the open loop,
+    /// threads each with a runtime of its own and a share of the connections and schedule.
     #[arg(long, default_value_t = 2)]
     threads: usize,
     /// Places joined before a status or mixed phase (their tokens are polled at random).
@@ -323,21 +326,118 @@ struct Workload {
     tokens: Arc<Vec<String>>,
     join_percent: u32,
     tag: String,
+    /// The open loop's requests, built once: only the slot number (joins) or the token
+    /// (polls, when every token has one length) is rewritten per request.
+    healthz_req: Vec<u8>,
+    join_req: Template,
+    status_req: Option<Template>,
+}
+
+/// A whole request with one stretch (`hole`, `len` bytes) rewritten per request.
+struct Template {
+    bytes: Vec<u8>,
+    hole: usize,
+    len: usize,
+}
+
+impl Template {
+    /// `build(filler)` must place `filler` exactly once in the request.
+    fn new(len: usize, build: impl Fn(&str, &mut Vec<u8>)) -> Template {
+        let filler = "~".repeat(len);
+        let mut bytes = Vec::new();
+        build(&filler, &mut bytes);
+        let hole = bytes
+            .windows(len)
+            .position(|w| w == filler.as_bytes())
+            .expect("the filler is in the request");
+        Template { bytes, hole, len }
+    }
+
+    /// Copies the request into `out` (cleared) and answers its hole to fill.
+    fn fill<'a>(&self, out: &'a mut Vec<u8>) -> &'a mut [u8] {
+        out.clear();
+        out.extend_from_slice(&self.bytes);
+        &mut out[self.hole..self.hole + self.len]
+    }
+}
+
+/// Digits of a join's slot number in its user id (zero-padded, so every join request has
+/// one length and one template).
+const SLOT_DIGITS: usize = 20;
+
+/// `n` in decimal, zero-padded to the slice's length.
+fn put_digits(out: &mut [u8], mut n: u64) {
+    for b in out.iter_mut().rev() {
+        *b = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
 }
 
 impl Workload {
     fn new(target: &Target, scenario: Scenario, event: &str, tokens: Arc<Vec<String>>) -> Self {
+        let host = target.host.clone();
+        let tag = format!(
+            "b{}p{}",
+            std::process::id(),
+            PHASE.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut healthz_req = Vec::new();
+        get_request(&host, "/healthz", &mut healthz_req);
+        let join_req = Template::new(SLOT_DIGITS, |digits, out| {
+            let body = format!(r#"{{"event_id":"{event}","user_id":"{tag}-s{digits}"}}"#);
+            json_request("POST", &host, "/api/v1/queue/join", None, &body, out);
+        });
+        let token_len = tokens.first().map_or(0, String::len);
+        let status_req =
+            (token_len > 0 && tokens.iter().all(|t| t.len() == token_len)).then(|| {
+                Template::new(token_len, |token, out| {
+                    get_request(&host, &format!("/api/v1/queue/status?token={token}"), out);
+                })
+            });
         Workload {
             scenario,
-            host: target.host.clone(),
+            host,
             event: event.to_string(),
             tokens,
             join_percent: 10,
-            tag: format!(
-                "b{}p{}",
-                std::process::id(),
-                PHASE.fetch_add(1, Ordering::Relaxed)
-            ),
+            tag,
+            healthz_req,
+            join_req,
+            status_req,
+        }
+    }
+
+    /// The kind of the next request (the mixed scenario draws it).
+    fn kind(&self, rng: &mut u64) -> Scenario {
+        match self.scenario {
+            Scenario::Mixed if (common::next_rand(rng) % 100) < u64::from(self.join_percent) => {
+                Scenario::Join
+            }
+            Scenario::Mixed => Scenario::Status,
+            s => s,
+        }
+    }
+
+    /// Writes the open loop's request for slot `n` (unique in the phase) into `out`, from
+    /// the templates.
+    fn write_slot(&self, n: u64, rng: &mut u64, out: &mut Vec<u8>) {
+        match self.kind(rng) {
+            Scenario::Healthz => {
+                out.clear();
+                out.extend_from_slice(&self.healthz_req);
+            }
+            Scenario::Join => put_digits(self.join_req.fill(out), n),
+            Scenario::Status | Scenario::Mixed => {
+                let i = (common::next_rand(rng) % self.tokens.len() as u64) as usize;
+                match &self.status_req {
+                    Some(t) => t.fill(out).copy_from_slice(self.tokens[i].as_bytes()),
+                    None => {
+                        out.clear();
+                        let path = format!("/api/v1/queue/status?token={}", self.tokens[i]);
+                        get_request(&self.host, &path, out);
+                    }
+                }
+            }
         }
     }
 
@@ -381,8 +481,10 @@ struct Phase {
 }
 
 impl Phase {
+    /// Requests sent per second (answered or failed on the wire): an open loop's slots
+    /// never sent are in the latencies but not in the rate it achieved.
     fn rps(&self) -> f64 {
-        self.tally.count() as f64 / self.secs
+        (self.tally.count() - self.tally.unsent) as f64 / self.secs
     }
 }
 
@@ -410,30 +512,12 @@ async fn closed_loop(
     })
 }
 
-/// Open-loop slots not yet taken by a connection, and the connections waiting for one.
-struct Dispatch {
-    backlog: VecDeque<Instant>,
-    idle: Vec<usize>,
-    /// Each connection's channel of slots, by its id; cleared when the pacer is done, which
-    /// ends every idle connection.
-    senders: Vec<tokio::sync::mpsc::UnboundedSender<Instant>>,
-    /// Connections open or being opened.
-    open: usize,
-    /// The grower was told to open one more connection and has not yet.
-    growing: bool,
-    /// The pacer released its last slot.
-    done: bool,
-}
-
-/// Open loop: a pacer thread releases `rate` request slots per second on an exact
-/// schedule; a free connection takes the next slot. Latency counts from the slot's time.
-///
-/// It starts with `connections` connections and opens more, up to `max_connections`, while
-/// slots wait for a free one: independent users each have their own connection, so a
-/// server that is slow for a moment should see the requests that came meanwhile rather
-/// than have them queued behind the generator's few sockets (that queueing showed as send
-/// lag and as a slow catch-up after every stall, which the server would not see from real
-/// users). The waiting counts in the latency either way: it is measured from the slot.
+/// Open loop over the workload (see [`open_loop::run`]): slots released at `rate` per
+/// second, latency from each slot's intended time. It starts with `connections`
+/// connections and opens more, up to `max_connections`, while slots wait for a free one:
+/// independent users each have their own connection, so a server that is slow for a
+/// moment should see the requests that came meanwhile rather than have them queued behind
+/// the generator's few sockets. The waiting counts in the latency either way.
 #[allow(clippy::too_many_arguments)]
 async fn open_loop(
     target: &Target,
@@ -442,248 +526,46 @@ async fn open_loop(
     label: String,
     connections: usize,
     max_connections: usize,
+    threads: usize,
     rate: u32,
     warmup: Duration,
     dur: Duration,
 ) -> Result<Phase> {
-    if rate == 0 {
-        bail!("--rate must be positive");
-    }
-    let max_connections = max_connections.max(connections);
-    let conns = common::connect_all(target, connections).await?;
-    let start = Instant::now() + Duration::from_millis(20);
-    let measure_from = start + warmup;
-    let end = measure_from + dur;
-    // Slots still unsent this long after the end are dropped (and reported).
-    let give_up = end + Duration::from_secs(5);
-    // Every measured slot's samples, so no worker grows its vectors mid-run.
-    let per_conn = (f64::from(rate) * dur.as_secs_f64() / connections as f64 * 1.5) as usize;
-    // Slots go to idle connections directly (one channel each); when none is idle they
-    // wait in the backlog, which a connection drains before it goes idle again.
-    let mut receivers = Vec::with_capacity(connections);
-    let mut senders = Vec::with_capacity(max_connections);
-    for _ in 0..connections {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
-        senders.push(tx);
-        receivers.push(rx);
-    }
-    let dispatch = Arc::new(std::sync::Mutex::new(Dispatch {
-        backlog: VecDeque::new(),
-        idle: (0..connections).collect(),
-        senders,
-        open: connections,
-        growing: false,
-        done: false,
-    }));
-    let grow = Arc::new(tokio::sync::Notify::new());
-    let pacer_dispatch = dispatch.clone();
-    let pacer_grow = grow.clone();
-    let pacer = std::thread::Builder::new()
-        .name("pacer".into())
-        .spawn(move || {
-            let interval = Duration::from_secs_f64(1.0 / f64::from(rate));
-            let mut i: u32 = 0;
-            loop {
-                let t = start + interval * i;
-                if t >= end {
-                    break;
-                }
-                let now = Instant::now();
-                if t > now {
-                    std::thread::sleep(t - now);
-                }
-                // Release every slot that is due by now (several after an oversleep).
-                let now = Instant::now();
-                let mut d = pacer_dispatch.lock().expect("not poisoned");
-                loop {
-                    let t = start + interval * i;
-                    if t > now || t >= end {
-                        break;
-                    }
-                    match d.idle.pop() {
-                        Some(id) => {
-                            let _ = d.senders[id].send(t);
-                        }
-                        None => {
-                            d.backlog.push_back(t);
-                            if !d.growing && d.open < max_connections {
-                                d.growing = true;
-                                pacer_grow.notify_one();
-                            }
-                        }
-                    }
-                    i += 1;
-                }
-            }
-            // Dropping the senders ends every connection once it has nothing left.
-            let mut d = pacer_dispatch.lock().expect("not poisoned");
-            d.done = true;
-            d.senders.clear();
-            drop(d);
-            pacer_grow.notify_one();
-        })?;
-    let dropped = Arc::new(AtomicU64::new(0));
-    let ctx = Arc::new(SlotCtx {
-        w,
-        dispatch: dispatch.clone(),
+    let plan = open_loop::Plan {
         target: target.clone(),
-        dropped: dropped.clone(),
-        measure_from,
-        give_up,
-        per_conn,
-    });
-    let mut handles = Vec::with_capacity(connections);
-    for ((id, conn), rx) in conns.into_iter().enumerate().zip(receivers) {
-        handles.push(tokio::spawn(ctx.clone().serve(id, conn, rx, None)));
-    }
-    // Opens one connection at a time while slots wait for one (see above).
-    let grower = {
-        let ctx = ctx.clone();
-        let target = target.clone();
-        tokio::spawn(async move {
-            let mut more = Vec::new();
-            loop {
-                grow.notified().await;
-                if dispatch.lock().expect("not poisoned").done {
-                    break;
-                }
-                let conn = Conn::connect(target.addr).await;
-                let mut d = dispatch.lock().expect("not poisoned");
-                d.growing = false;
-                let Ok(conn) = conn else {
-                    d.open = max_connections; // the server refuses more: stop trying
-                    continue;
-                };
-                if d.done {
-                    break;
-                }
-                let id = d.senders.len();
-                let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
-                d.senders.push(tx);
-                d.open += 1;
-                let first = d.backlog.pop_front();
-                if first.is_none() {
-                    d.idle.push(id);
-                } else if !d.backlog.is_empty() && d.open < max_connections {
-                    d.growing = true;
-                    grow.notify_one();
-                }
-                drop(d);
-                more.push(tokio::spawn(ctx.clone().serve(id, conn, rx, first)));
-            }
-            more
-        })
+        rate,
+        connections,
+        max_connections,
+        threads,
+        warmup,
+        dur,
+        give_up_after: Duration::from_secs(5),
     };
-    tokio::time::sleep_until(measure_from.into()).await;
-    let before = CpuSnap::take(server_pid);
-    tokio::time::sleep_until(end.into()).await;
-    let after = CpuSnap::take(server_pid);
-    let _ = tokio::task::spawn_blocking(move || pacer.join()).await;
-    handles.extend(grower.await?);
-    let opened = handles.len();
-    let mut tally = Tally::default();
-    for h in handles {
-        tally.merge(h.await?);
-    }
-    let dropped = dropped.load(Ordering::Relaxed);
-    if dropped > 0 {
-        eprintln!("  {label}: {dropped} slots never sent (client fell behind by > 5 s)");
-    }
-    if opened > connections {
+    let write: Arc<open_loop::WriteFn> =
+        Arc::new(move |n, rng: &mut u64, out: &mut Vec<u8>| w.write_slot(n, rng, out));
+    let out =
+        tokio::task::spawn_blocking(move || open_loop::run(&plan, server_pid, write)).await??;
+    if out.tally.unsent > 0 {
         eprintln!(
-            "  {label}: {opened} connections (opened {} while slots waited)",
-            opened - connections
+            "  {label}: {} slots never sent (client fell behind by > 5 s)",
+            out.tally.unsent
+        );
+    }
+    if out.connections > connections {
+        eprintln!(
+            "  {label}: {} connections (opened {} while slots waited)",
+            out.connections,
+            out.connections - connections.max(threads)
         );
     }
     Ok(Phase {
         label,
-        connections: opened,
+        connections: out.connections,
         secs: dur.as_secs_f64(),
         rate: Some(rate),
-        tally,
-        cpu: after.since(&before),
+        tally: out.tally,
+        cpu: out.cpu,
     })
-}
-
-/// What every open-loop connection shares.
-struct SlotCtx {
-    w: Arc<Workload>,
-    dispatch: Arc<std::sync::Mutex<Dispatch>>,
-    target: Target,
-    dropped: Arc<AtomicU64>,
-    measure_from: Instant,
-    give_up: Instant,
-    /// Samples to make room for up front.
-    per_conn: usize,
-}
-
-impl SlotCtx {
-    /// One connection of the open loop: takes slots (`first`, then from the backlog or its
-    /// channel) until the pacer is done and nothing is left.
-    async fn serve(
-        self: Arc<Self>,
-        id: usize,
-        mut conn: Conn,
-        mut rx: tokio::sync::mpsc::UnboundedReceiver<Instant>,
-        first: Option<Instant>,
-    ) -> Tally {
-        let mut tally = Tally::with_capacity(self.per_conn);
-        let mut req = Vec::with_capacity(512);
-        let mut rng = 0xFACE_0000 + id as u64;
-        let mut n = 0u64;
-        let mut next = match first {
-            Some(t) => Some(t),
-            None => rx.recv().await,
-        };
-        while let Some(intended) = next {
-            let sent = Instant::now();
-            let measured = intended >= self.measure_from;
-            if sent > self.give_up {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-                if measured {
-                    // Never sent: it counts, with the wait it had when given up (a lower
-                    // bound), so the percentiles do not leave out the worst slots.
-                    tally.record(intended, sent, sent, self.measure_from);
-                    tally.unsent += 1;
-                }
-            } else {
-                self.w.build(id, n, &mut rng, &mut req);
-                n += 1;
-                let res = conn.call(&req).await;
-                let done = Instant::now();
-                match res {
-                    Ok((status, _)) => {
-                        if measured {
-                            tally.record(intended, sent, done, self.measure_from);
-                            *tally.by_status.entry(status).or_default() += 1;
-                        }
-                    }
-                    Err(_) => {
-                        if measured {
-                            tally.io_errors += 1;
-                        }
-                        match common::reconnect(&self.target, self.give_up).await {
-                            Some(c) => conn = c,
-                            None => break,
-                        }
-                    }
-                }
-            }
-            let queued = {
-                let mut d = self.dispatch.lock().expect("not poisoned");
-                let t = d.backlog.pop_front();
-                if t.is_none() {
-                    d.idle.push(id);
-                }
-                t
-            };
-            next = match queued {
-                Some(t) => Some(t),
-                None => rx.recv().await,
-            };
-        }
-        tally
-    }
 }
 
 /// Joins `n` places into `event` over `connections` connections; answers their tokens.
@@ -1186,8 +1068,8 @@ fn print_closed(p: &mut Phase) {
 }
 
 fn print_open_header() {
-    println!("| phase | conns | target/s | achieved/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | service p99 ms | send lag p99 ms | errors | cpu server | cpu bench | cpu other |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|");
+    println!("| phase | conns | target/s | achieved/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | service p99 ms | send lag p99 ms | errors | cpu server | cpu bench | cpu other | bench µs/req |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|");
 }
 
 /// Prints an open-loop row; answers the latency percentiles (from the intended time).
@@ -1197,8 +1079,11 @@ fn print_open(p: &mut Phase) -> Pcts {
     let svc = percentiles(&mut p.tally.svc_us);
     let lag = percentiles(&mut p.tally.lag_us);
     let [cs, cb, co] = p.cpu.cells();
+    // The generator's own CPU per request: what it takes from the server on a shared box.
+    let sent = (p.tally.count() - p.tally.unsent).max(1);
+    let bench_us = p.cpu.bench * p.secs * 1e6 / sent as f64;
     println!(
-        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {cs} | {cb} | {co} |",
+        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {cs} | {cb} | {co} | {bench_us:.1} |",
         p.label,
         p.connections,
         thousands(f64::from(p.rate.unwrap_or(0))),
@@ -1298,6 +1183,7 @@ async fn run(a: RunArgs) -> Result<()> {
                 label,
                 a.connections,
                 a.max_connections,
+                c.threads,
                 rate,
                 warmup,
                 dur,
@@ -1565,6 +1451,7 @@ async fn suite(a: SuiteArgs) -> Result<()> {
                 format!("{} ({label}) @{}/s", s.name(), a.rate),
                 a.rate_connections,
                 a.rate_max_connections,
+                a.common.threads,
                 a.rate,
                 warmup,
                 rate_dur,

@@ -44,7 +44,7 @@ one() { # DIR NAME ARGS...
   [ -f "$OUT/$name.trace" ] && summarise "$OUT/$name.trace"
   return 0
 }
-echo "| phase | conns | target/s | achieved/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | service p99 ms | send lag p99 ms | errors | cpu server | cpu bench | cpu other |"
+echo "| phase | conns | target/s | achieved/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | service p99 ms | send lag p99 ms | errors | cpu server | cpu bench | cpu other | bench µs/req |"
 for r in $(seq "$ROUNDS"); do
   for d in sync relaxed; do
     for side in before after; do
