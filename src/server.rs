@@ -491,7 +491,7 @@ async fn serve(
             }
             let svc = Dispatch {
                 api: TowerToHyperService::new(svc),
-                gateway,
+                gateway: gateway.map(crate::gateway::Connection::new),
                 peer,
                 activity: activity.clone(),
             };
@@ -608,7 +608,7 @@ impl Drop for Busy {
 /// body is done.
 struct Dispatch<S> {
     api: S,
-    gateway: Option<Arc<crate::gateway::Gateway>>,
+    gateway: Option<Arc<crate::gateway::Connection>>,
     peer: SocketAddr,
     activity: Activity,
 }

@@ -1239,3 +1239,119 @@ async fn transfer_encoding_with_content_length_cannot_smuggle_a_request() {
         "the origin did not get the whole chunked body: {text}"
     );
 }
+
+/// One keep-alive connection to the gateway (hyper's client on one socket): every request
+/// goes over the same connection, so what the gateway keeps per connection is in play.
+struct OneConnection {
+    send: hyper::client::conn::http1::SendRequest<http_body_util::Empty<axum::body::Bytes>>,
+}
+
+impl OneConnection {
+    async fn open(addr: SocketAddr) -> Self {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        OneConnection { send }
+    }
+
+    /// `GET path` with `cookie` as its one `Cookie` header, asking for JSON.
+    async fn get(&mut self, path: &str, cookie: &str) -> Answer {
+        use http_body_util::BodyExt;
+        let req = axum::http::Request::get(path)
+            .header("host", "shop")
+            .header("accept", "application/json")
+            .header("cookie", cookie)
+            .body(http_body_util::Empty::new())
+            .unwrap();
+        self.send.ready().await.expect("the connection stays open");
+        let r = self.send.send_request(req).await.unwrap();
+        let (status, headers) = (r.status(), r.headers().clone());
+        let body = r.into_body().collect().await.unwrap().to_bytes();
+        Answer {
+            status,
+            headers,
+            text: String::from_utf8_lossy(&body).into_owned(),
+        }
+    }
+}
+
+/// Attack: the gateway keeps, per connection, the place the last session cookie named.
+/// On one connection that sent a valid cookie, a one-byte forgery is not admitted, and
+/// once the session is completed (or reached its maximum) the very same cookie, sent
+/// again on that connection, no longer reaches the origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_connection_cannot_reuse_a_cookie_that_was_forged_completed_or_expired() {
+    let o = origin().await;
+    let w = waitroom(Some(o), None).await;
+    event(&w, "shop", gated("shop", json!({}))).await;
+    let url = |p: &str| format!("http://{}{p}", w.addr);
+    let mut a = Person::default();
+    let r = a.get(&url("/checkout"), &[]).await;
+    assert!(r.is_origin(), "{} {}", r.status, r.text);
+    let session = r.json()["session"].as_str().unwrap().to_string();
+    let token = a.cookie("waitroom_shop").unwrap();
+    let cookie = format!("waitroom_shop={token}");
+
+    let mut conn = OneConnection::open(w.addr).await;
+    for _ in 0..3 {
+        let r = conn.get("/checkout", &cookie).await;
+        assert!(r.is_origin(), "{} {}", r.status, r.text);
+        assert_eq!(r.json()["session"], session.as_str());
+    }
+    // A forgery on the same connection: the event is full, so a new place waits.
+    let last = token.chars().last().unwrap();
+    let forged = format!(
+        "waitroom_shop={}{}",
+        &token[..token.len() - 1],
+        if last == 'A' { 'B' } else { 'A' }
+    );
+    let r = conn.get("/checkout", &forged).await;
+    assert_eq!(r.status, 503, "a forgery reached the origin: {}", r.text);
+    let r = conn.get("/checkout", &cookie).await;
+    assert_eq!(
+        r.json()["session"],
+        session.as_str(),
+        "the real one still opens"
+    );
+
+    // The origin completes the session (over another connection).
+    let r = a.get(&url("/checkout/done"), &[]).await;
+    assert_eq!(r.text, "purchase done");
+    for _ in 0..2 {
+        let r = conn.get("/checkout", &cookie).await;
+        assert!(
+            !r.is_origin() || r.json()["session"] != session.as_str(),
+            "a completed session reached the origin again: {}",
+            r.text
+        );
+        assert_eq!(
+            r.status, 503,
+            "the forger's place holds the slot now: {}",
+            r.text
+        );
+    }
+
+    // A session that reaches its maximum, used over one connection until then.
+    event(
+        &w,
+        "brief",
+        json!({"max_active": 1, "paths": ["/brief"], "session_max_sec": 2}),
+    )
+    .await;
+    let mut b = Person::default();
+    let r = b.get(&url("/brief"), &[]).await;
+    assert!(r.is_origin(), "{} {}", r.status, r.text);
+    let session = r.json()["session"].as_str().unwrap().to_string();
+    let cookie = format!("waitroom_brief={}", b.cookie("waitroom_brief").unwrap());
+    let mut conn = OneConnection::open(w.addr).await;
+    assert!(conn.get("/brief", &cookie).await.is_origin());
+    tokio::time::sleep(Duration::from_millis(2600)).await;
+    let r = conn.get("/brief", &cookie).await;
+    assert!(
+        !r.is_origin() || r.json()["session"] != session.as_str(),
+        "an expired session reached the origin: {}",
+        r.text
+    );
+}

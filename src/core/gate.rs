@@ -84,18 +84,24 @@ fn is_normal(path: &str) -> bool {
     if b.first() != Some(&b'/') {
         return false;
     }
-    if b.iter()
-        .any(|c| matches!(c, b'%' | b'\\' | b';' | b'?' | b'#'))
-    {
-        return false;
-    }
-    // Segments between the slashes; the last may be empty (a trailing `/`, kept).
-    let mut segs = path[1..].split('/').peekable();
-    while let Some(seg) = segs.next() {
-        let last = segs.peek().is_none();
-        if (seg.is_empty() && !last) || seg == "." || seg == ".." {
+    // One walk over the bytes, each segment judged at its end (a `split('/')` and a search
+    // per forbidden byte cost ~250 instructions for `/checkout`, on every proxied request).
+    let mut start = 1;
+    for i in 1..=b.len() {
+        let last = i == b.len();
+        if !last {
+            match b[i] {
+                b'%' | b'\\' | b';' | b'?' | b'#' => return false,
+                b'/' => {}
+                _ => continue,
+            }
+        }
+        // Segments between the slashes; the last may be empty (a trailing `/`, kept).
+        let seg = &b[start..i];
+        if (seg.is_empty() && !last) || seg == b"." || seg == b".." {
             return false;
         }
+        start = i + 1;
     }
     true
 }
@@ -180,9 +186,13 @@ impl GateRules {
             }
         }
         let norm = normalized(path);
+        // A path that is its own normal form is matched once, not twice.
+        let resolved = matches!(norm, std::borrow::Cow::Owned(_));
         self.paths
             .iter()
-            .filter(|p| prefix_matches(p, path, true) || prefix_matches(p, &norm, true))
+            .filter(|p| {
+                prefix_matches(p, path, true) || (resolved && prefix_matches(p, &norm, true))
+            })
             .map(String::len)
             .max()
     }

@@ -7,6 +7,8 @@
 //! once while the event has room and nobody waits, and otherwise answered the waiting room
 //! in place (the page, or the place as JSON, `503` with `Retry-After`). An origin answer
 //! carrying `X-Waitroom-Complete: 1` ends the session: its slot goes to the next person.
+//! A client connection's requests share the reading of its last session cookie
+//! ([`Connection`]); whether the session is still live is asked at every request.
 //!
 //! The proxy keeps its own pool of HTTP/1.1 connections to the origin, each driven by the
 //! task serving the request ([`pool`]: no task hand-off per request); each of the server's
@@ -23,7 +25,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::uri::PathAndQuery;
-use axum::http::{header, HeaderValue, StatusCode, Uri, Version};
+use axum::http::{header, HeaderName, HeaderValue, StatusCode, Uri, Version};
 use axum::response::{IntoResponse, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
@@ -33,14 +35,19 @@ pub use crate::config::Upstream;
 use crate::http::gate::{self, Admission, Session};
 use crate::http::guard::Guard;
 
+mod connection;
 pub mod forward;
 mod observe;
 mod pool;
 
+pub use connection::Connection;
+use connection::LastCookie;
+
 use observe::Outcome;
 
-/// The origin's answer header that ends the session (the purchase is done).
-pub const X_WAITROOM_COMPLETE: &str = "x-waitroom-complete";
+/// The origin's answer header that ends the session (the purchase is done). A name, not
+/// text: removing it by its text parsed the name at every gated answer (~340 instructions).
+pub const X_WAITROOM_COMPLETE: HeaderName = HeaderName::from_static("x-waitroom-complete");
 
 /// The proxy: what every proxied request shares.
 pub struct Gateway {
@@ -96,7 +103,22 @@ impl Gateway {
     /// The server calls this for every path not [`is_own_path`], straight from the
     /// connection (see `server::Dispatch`): a proxied request passes through no router and
     /// no layer of the API's, whose limits and edge metrics are the API's own.
-    pub async fn serve(&self, req: Request<Incoming>, peer: SocketAddr) -> Response {
+    pub fn serve(
+        &self,
+        req: Request<Incoming>,
+        peer: SocketAddr,
+    ) -> impl std::future::Future<Output = Response> + Send + '_ {
+        self.serve_on(req, peer, None)
+    }
+
+    /// [`Gateway::serve`], with the connection's last session cookie when the request
+    /// comes through a [`Connection`].
+    async fn serve_on(
+        &self,
+        req: Request<Incoming>,
+        peer: SocketAddr,
+        last: Option<&LastCookie>,
+    ) -> Response {
         let start = std::time::Instant::now();
         // Boxed, though the origin could be sent the `Incoming` as it is: a request with an
         // `Incoming` body is larger and is moved several times (into the connection, back
@@ -105,9 +127,9 @@ impl Gateway {
         let req = req.map(Body::new);
         let peer = Some(peer.ip());
         let (outcome, res) = if self.trace {
-            self.handle_traced(req, peer).await
+            self.handle_traced(req, peer, last).await
         } else {
-            self.handle(req, peer).await
+            self.handle(req, peer, last).await
         };
         self.metrics.record(outcome, start);
         res
@@ -115,18 +137,28 @@ impl Gateway {
 
     /// `handle` in a span that continues the client's `traceparent`; the request to the
     /// origin carries the span on ([`Gateway::proxy`] injects it).
-    async fn handle_traced(&self, req: Request, peer: Option<IpAddr>) -> (Outcome, Response) {
+    async fn handle_traced(
+        &self,
+        req: Request,
+        peer: Option<IpAddr>,
+        last: Option<&LastCookie>,
+    ) -> (Outcome, Response) {
         use crate::telemetry::otel;
         use tracing::Instrument as _;
         let method = crate::http::edge::method_label(req.method());
         let span = otel::request_span(method, observe::SPAN_ROUTE, req.headers());
-        let (outcome, res) = self.handle(req, peer).instrument(span.clone()).await;
+        let (outcome, res) = self.handle(req, peer, last).instrument(span.clone()).await;
         otel::record_status(&span, res.status().as_u16());
         (outcome, res)
     }
 
     /// One request bound for the origin: what became of it, and the answer.
-    async fn handle(&self, req: Request, peer: Option<IpAddr>) -> (Outcome, Response) {
+    async fn handle(
+        &self,
+        req: Request,
+        peer: Option<IpAddr>,
+        last: Option<&LastCookie>,
+    ) -> (Outcome, Response) {
         // Two `Host` headers: the gate would check one and the origin might serve the other
         // (RFC 9112 §3.2: such a request is answered 400). A `Host` that is not ASCII text
         // cannot be matched against `hosts`, yet an origin may read a host name out of it
@@ -140,12 +172,14 @@ impl Gateway {
             return (Outcome::Refused, e.into_response());
         }
         let client = self.guard.client_ip(peer, req.headers());
-        let host = forward::host_of(&req);
+        let host_value = forward::host_of(&req);
+        // Read as text once, for the gates and the origin's headers alike.
+        let host = host_text(host_value.as_ref());
         let gates = &self.state.gates;
         let found = if gates.is_empty() {
             None
         } else {
-            gates.find(host_text(host.as_ref()), req.uri().path())
+            gates.find(host, req.uri().path())
         };
         let Some(gate) = found else {
             return self.proxy(req, host, peer, None, Outcome::Pass).await;
@@ -159,8 +193,8 @@ impl Gateway {
         }
         let secure =
             self.state.gates.secure_cookies || gate::is_https(&self.guard, peer, req.headers());
-        let admission =
-            gate::admit(&self.state, &self.guard, &gate, req.headers(), client, true).await;
+        let place = connection::place_of(self, last, &gate, req.headers());
+        let admission = gate::admit(&self.state, &self.guard, &gate, place, client, true).await;
         match admission {
             Err(e) => (Outcome::Refused, e.into_response()),
             Ok(Admission::Waiting { view, cookie }) => {
@@ -184,10 +218,13 @@ impl Gateway {
                     res.headers_mut()
                         .append(header::SET_COOKIE, gate::secure_cookie(c, secure));
                 }
-                let done = res
-                    .headers_mut()
-                    .remove(X_WAITROOM_COMPLETE)
-                    .is_some_and(|v| v.as_bytes().trim_ascii() == b"1");
+                // Looked for among the answer's few names before it is removed: a removal
+                // hashes the name (~200 instructions) and most answers do not carry it.
+                let done = res.headers().keys().any(|n| *n == X_WAITROOM_COMPLETE)
+                    && res
+                        .headers_mut()
+                        .remove(X_WAITROOM_COMPLETE)
+                        .is_some_and(|v| v.as_bytes().trim_ascii() == b"1");
                 if done {
                     if let Err(e) = gate::complete(&self.state, &gate.event_id, session.key).await {
                         tracing::warn!(event = %gate.event_id, error = %e, "completing a session the origin ended failed");
@@ -212,7 +249,7 @@ impl Gateway {
     async fn proxy(
         &self,
         mut req: Request,
-        host: Option<HeaderValue>,
+        host: Option<&str>,
         peer: Option<IpAddr>,
         session: Option<(&str, &Session)>,
         proxied: Outcome,
@@ -228,13 +265,7 @@ impl Gateway {
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
         *req.uri_mut() = Uri::from(path);
         *req.version_mut() = Version::HTTP_11;
-        forward::request_headers(
-            req.headers_mut(),
-            peer,
-            trusted,
-            host_text(host.as_ref()),
-            upgrade.as_ref(),
-        );
+        forward::request_headers(req.headers_mut(), peer, trusted, host, upgrade.as_ref());
         if !req.headers().contains_key(header::HOST) {
             // HTTP/1.1 needs one (RFC 9112 §3.2); a client that sent none gets the origin's.
             if let Ok(v) = HeaderValue::from_str(self.upstream.authority.as_str()) {

@@ -72,32 +72,85 @@ pub enum Admission {
 }
 
 /// The value of cookie `name`, if the request carries it: the first `name=value` pair,
-/// the pair's surrounding blanks and the value's quotes dropped. Read on every gated
-/// request, so the pairs are found by their bytes (`;` and `=` are ASCII, so every cut
-/// falls between characters) rather than through chains of string iterators.
+/// the pair's surrounding blanks and the value's quotes dropped. A header that is not
+/// visible ASCII is skipped whole.
+///
+/// Read on every gated request (~1,000 instructions as string iterators over a ~100-byte
+/// header), so it works on the bytes: the header is checked eight bytes at a time, and
+/// each pair is compared with `name=` where it starts, only the value's end being
+/// searched for (`;` and `=` are ASCII, so every cut falls between characters).
 pub fn read_cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    let name = name.as_bytes();
     for v in headers.get_all(header::COOKIE) {
-        // A header that is not visible ASCII is skipped whole, as before.
-        let Ok(v) = v.to_str() else { continue };
-        let mut rest = v;
+        let bytes = v.as_bytes();
+        if !visible_ascii(bytes) {
+            continue;
+        }
+        let mut rest = bytes;
         loop {
-            let (pair, next) = match rest.as_bytes().iter().position(|&b| b == b';') {
-                Some(i) => (&rest[..i], Some(&rest[i + 1..])),
-                None => (rest, None),
-            };
-            let pair = pair.trim();
-            if let Some(i) = pair.as_bytes().iter().position(|&b| b == b'=') {
-                if &pair[..i] == name {
-                    return Some(pair[i + 1..].trim_matches('"'));
-                }
+            let start = rest
+                .iter()
+                .position(|b| !is_blank(*b))
+                .unwrap_or(rest.len());
+            rest = &rest[start..];
+            let end = memchr::memchr(b';', rest).unwrap_or(rest.len());
+            let pair = &rest[..end];
+            // The pair's name is what comes before its first `=`: `name` followed by `=`,
+            // as long as `name` has no `=` of its own.
+            if pair.len() > name.len()
+                && pair.starts_with(name)
+                && pair[name.len()] == b'='
+                && name.iter().all(|&b| b != b'=')
+            {
+                let value = trim_end_blanks(&pair[name.len() + 1..]);
+                let value = value.strip_prefix(b"\"").unwrap_or(value);
+                let value = value.strip_suffix(b"\"").unwrap_or(value);
+                // The whole header is visible ASCII, so any cut of it is text.
+                return std::str::from_utf8(value).ok();
             }
-            match next {
-                Some(n) => rest = n,
-                None => break,
+            if end == rest.len() {
+                break;
             }
+            rest = &rest[end + 1..];
         }
     }
     None
+}
+
+/// The blanks `str::trim` drops around a pair that can be in a visible-ASCII header.
+fn is_blank(b: u8) -> bool {
+    b == b' ' || b == b'\t'
+}
+
+fn trim_end_blanks(mut b: &[u8]) -> &[u8] {
+    while let [rest @ .., last] = b {
+        if !is_blank(*last) {
+            break;
+        }
+        b = rest;
+    }
+    b
+}
+
+/// What `HeaderValue::to_str` accepts (visible ASCII and tab), checked a word at a time
+/// (a byte at a time, that check cost ~4 instructions per byte of every gated cookie).
+fn visible_ascii(b: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let byte_ok = |c: u8| (0x20..0x7f).contains(&c) || c == b'\t';
+    let mut words = b.chunks_exact(8);
+    for w in &mut words {
+        let x = u64::from_le_bytes(w.try_into().expect("eight bytes"));
+        // A byte with its high bit set, under 0x20, or equal to 0x7f sets its high bit
+        // here; only then is the word looked at byte by byte (a tab is allowed).
+        let under_space = x.wrapping_sub(ONES * 0x20) & !x;
+        let del = x ^ (ONES * 0x7f);
+        let is_del = del.wrapping_sub(ONES) & !del;
+        if (x | under_space | is_del) & HIGH != 0 && !w.iter().all(|&c| byte_ok(c)) {
+            return false;
+        }
+    }
+    words.remainder().iter().all(|&c| byte_ok(c))
 }
 
 /// `Set-Cookie` for the place's waiting token (`None` clears the cookie).
@@ -199,20 +252,25 @@ fn place_gone(e: &StoreError) -> bool {
     )
 }
 
-/// The one decision for a request to a gated path (see the module documentation). With
-/// `join`, a person without a live place gets a new one.
+/// The place that the request's session cookie for `gate` names, if it carries one we
+/// issued for that event (its MAC checked, or found in the cache of verified tokens).
+pub fn cookie_place(state: &AppState, gate: &Gate, headers: &HeaderMap) -> Option<PlaceKey> {
+    read_cookie(headers, &gate.cookie).and_then(|t| state.waiting.place_for(t, &gate.event_id))
+}
+
+/// The one decision for a request to a gated path (see the module documentation), for the
+/// place its cookie names ([`cookie_place`]). With `join`, a person without a live place
+/// gets a new one.
 pub async fn admit(
     state: &AppState,
     guard: &Guard,
     gate: &Gate,
-    headers: &HeaderMap,
+    place: Option<PlaceKey>,
     client: Option<IpAddr>,
     join: bool,
 ) -> AppResult<Admission> {
     let event_id = &*gate.event_id;
     let now = state.clock.now();
-    let place =
-        read_cookie(headers, &gate.cookie).and_then(|t| state.waiting.place_for(t, event_id));
     if let Some(key) = place {
         if let Some(ids) = state
             .gates
@@ -386,7 +444,8 @@ pub async fn gate(
         None => None,
     };
     if session.is_none() {
-        session = match admit(&state, &caller.guard, &gate, &headers, caller.ip, false).await? {
+        let place = cookie_place(&state, &gate, &headers);
+        session = match admit(&state, &caller.guard, &gate, place, caller.ip, false).await? {
             Admission::Active { session, .. } => Some(session),
             Admission::Waiting { .. } | Admission::Absent => None,
         };
@@ -463,7 +522,8 @@ pub async fn queue_page(
     });
     let secure = state.gates.secure_cookies || is_https(&caller.guard, peer, &headers);
     let ret = safe_return(q.ret.as_deref().unwrap_or("/")).to_string();
-    match admit(&state, &caller.guard, &gate, &headers, caller.ip, true).await? {
+    let place = cookie_place(&state, &gate, &headers);
+    match admit(&state, &caller.guard, &gate, place, caller.ip, true).await? {
         Admission::Active { cookie, .. } => {
             let mut res = (StatusCode::SEE_OTHER, [(header::LOCATION, ret)]).into_response();
             res.headers_mut()
