@@ -12,8 +12,9 @@
 //!    marks, without recording them; writes the next zeros ahead of the appends (which
 //!    needs nothing appended meanwhile: [`super::zero_ahead`]); takes a handle of the
 //!    journal being appended to.
-//! 2. [`Capture::finish`], with neither the flag nor fjall's lock: `fdatasync` through that
-//!    handle, then the watermark records exactly the captured marks.
+//! 2. [`Capture::finish`], with neither the flag nor fjall's lock: starts the write-back
+//!    of those zeros (it waits whenever the kernel throttles a busy disk), `fdatasync`s
+//!    through that handle, then the watermark records exactly the captured marks.
 //!
 //! Why the watermark still names synced bytes only:
 //! - A sync is per file, not per handle: ours makes durable every byte of the file written

@@ -14,8 +14,9 @@
 //! So after each sync (in `relaxed`, when the sync is captured, just before it: see
 //! [`super::journal_sync`]), the journal writer (holding the group commit's flag, so
 //! nothing is appended meanwhile) writes zeros over the next stretch of the preallocated
-//! region, well ahead of the appends, and starts their write-back at once; by the time
-//! appends reach them, the blocks are allocated and that allocation long committed.
+//! region, well ahead of the appends, and starts their write-back at once (in `relaxed`,
+//! once the flag is given back: [`Writeback`]); by the time appends reach them, the blocks
+//! are allocated and that allocation long committed.
 //!
 //! **Content never changes.** A stretch is written only if it reads all zeros (it is the
 //! preallocated tail, which reads as zeros whether sparse or not), and it is written with
