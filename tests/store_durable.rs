@@ -669,3 +669,47 @@ async fn the_journal_is_allocated_ahead_of_its_appends() {
     );
     assert_eq!(check_prefix(dir.path(), &keys).await, keys.len());
 }
+
+/// The nice value of every thread of this process named `name`.
+fn nice_of_threads(name: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue; // ended meanwhile
+        };
+        let close = stat.rfind(')').unwrap();
+        if &stat[stat.find('(').unwrap() + 1..close] != name {
+            continue;
+        }
+        // Fields after the name start at stat(5)'s third, the state; nice is the 19th.
+        let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+        out.push(fields[16].parse().unwrap());
+    }
+    out
+}
+
+/// fjall's flushes and compactions run below the requests' priority, so that on two cores
+/// a flush does not take the CPU from requests (docs/PERFORMANCE.md, "What stalls joins at
+/// 10,000/s"); the threads that open the store and serve keep theirs. Every store of this
+/// test binary is opened through `EmbeddedStore::open`, so every fjall worker must be lowered.
+#[test]
+fn the_stores_background_threads_run_at_a_lower_priority() {
+    let (_store, _dir) = in_temp_dir();
+    // fjall's workers name themselves once they run: wait for them.
+    let mut workers = Vec::new();
+    for _ in 0..2000 {
+        workers = nice_of_threads("fjall:worker");
+        if !workers.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert!(!workers.is_empty(), "no fjall worker thread found");
+    assert!(
+        workers.iter().all(|&n| n == 10),
+        "fjall's workers run at nice {workers:?}, expected 10"
+    );
+    // SAFETY: a plain system call. (-1 is a valid answer: errno is not needed here.)
+    let own = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+    assert_eq!(own, 0, "the thread that opened the store was lowered");
+}

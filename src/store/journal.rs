@@ -38,6 +38,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use super::background;
 use super::group_commit::{GroupCommit, Handed, Refused, Sink};
 use super::journal_files::restrict_tree;
 pub use super::journal_files::{create_private_dir, written_end};
@@ -282,13 +283,16 @@ impl Journal {
                  batches written after its last update cannot be counted"
             );
         }
-        let db = Database::builder(dir)
-            .manual_journal_persist(true)
-            // Read only at start (the full scan); a small cache is enough.
-            .cache_size(8 * 1024 * 1024)
-            .max_journaling_size(64 * 1024 * 1024)
-            .open()
-            .map_err(|e| anyhow::anyhow!("opening the store in {}: {e}", dir.display()))?;
+        // Opened so that fjall's flushes and compactions run below the requests' priority.
+        let db = background::open_at_background_priority(|| {
+            Database::builder(dir)
+                .manual_journal_persist(true)
+                // Read only at start (the full scan); a small cache is enough.
+                .cache_size(8 * 1024 * 1024)
+                .max_journaling_size(64 * 1024 * 1024)
+                .open()
+        })
+        .map_err(|e| anyhow::anyhow!("opening the store in {}: {e}", dir.display()))?;
         // Small memtables: everything live is in memory already (the queues), so the store
         // only needs enough buffer to batch its flushes, not 64 MiB per keyspace.
         // Except `events`: every batch writes its event's record again (~1 KB), so at

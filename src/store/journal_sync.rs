@@ -12,8 +12,9 @@
 //!    marks, without recording them; writes the next zeros ahead of the appends (which
 //!    needs nothing appended meanwhile: [`super::zero_ahead`]); takes a handle of the
 //!    journal being appended to.
-//! 2. [`Capture::finish`], with neither the flag nor fjall's lock: `fdatasync` through that
-//!    handle, then the watermark records exactly the captured marks.
+//! 2. [`Capture::finish`], with neither the flag nor fjall's lock: starts the write-back
+//!    of those zeros (it waits whenever the kernel throttles a busy disk), `fdatasync`s
+//!    through that handle, then the watermark records exactly the captured marks.
 //!
 //! Why the watermark still names synced bytes only:
 //! - A sync is per file, not per handle: ours makes durable every byte of the file written
@@ -36,7 +37,7 @@ use fjall::{Database, PersistMode};
 use parking_lot::Mutex;
 
 use super::watermark::{Marker, Marks};
-use super::zero_ahead::{self, ZeroAhead};
+use super::zero_ahead::{self, Writeback, ZeroAhead};
 
 /// The journal writer's sync state: the watermark and the zeros ahead of the appends.
 /// Used by one thread at a time (the flag's holder, or the `relaxed` thread after a
@@ -69,6 +70,8 @@ pub(super) struct Capture {
     /// The journal being appended to at the capture; `None`: synced already (no journal
     /// file was found, so the capture synced through fjall).
     file: Option<File>,
+    /// The write-back of the zeros written ahead at the capture, started outside the flag.
+    writeback: Option<Writeback>,
 }
 
 impl Syncer {
@@ -89,8 +92,11 @@ impl Syncer {
         self.db.persist(mode)?;
         record_sync_time(started);
         self.marker.synced()?;
-        // The group commit's flag is held: nothing is appended meanwhile.
-        zero_ahead::after_sync(&mut self.zero_ahead, &self.marker);
+        // The group commit's flag is held: nothing is appended meanwhile. (`sync` mode: the
+        // thread that holds the flag is the one requests wait for anyway.)
+        if let Some(w) = zero_ahead::after_sync(&mut self.zero_ahead, &self.marker) {
+            w.start();
+        }
         Ok(())
     }
 
@@ -110,13 +116,15 @@ impl Syncer {
                 None
             }
         };
-        // Nothing is appended meanwhile, so the zeros start past the captured end.
-        zero_ahead::after_sync(&mut s.zero_ahead, &s.marker);
+        // Nothing is appended meanwhile, so the zeros start past the captured end. Their
+        // write-back starts in `finish`, once the flag is given back.
+        let writeback = zero_ahead::after_sync(&mut s.zero_ahead, &s.marker);
         drop(guard);
         Ok(Capture {
             syncer: me.clone(),
             marks,
             file,
+            writeback,
         })
     }
 }
@@ -124,7 +132,11 @@ impl Syncer {
 impl Capture {
     /// `relaxed`: the second half of a sync, with neither the flag nor fjall's lock held:
     /// syncs the captured journal, then records the captured marks as durable.
-    pub(super) fn finish(self) -> anyhow::Result<()> {
+    pub(super) fn finish(mut self) -> anyhow::Result<()> {
+        // Before the sync, so it carries the zeros too (as when the capture started them).
+        if let Some(w) = self.writeback.take() {
+            w.start();
+        }
         #[cfg(test)]
         {
             let stall = self.syncer.lock().stall.clone();
@@ -204,6 +216,45 @@ mod tests {
         assert_eq!(watermark::scan_from(&cut, 0).unwrap(), first);
         Syncer::capture(&syncer).unwrap().finish().unwrap();
         assert_eq!(marked(dir.path()), all, "the next sync names them");
+    }
+
+    /// The capture (under the group commit's flag) writes the next zeros ahead but leaves
+    /// their write-back, which waits whenever the kernel throttles a busy disk, to `finish`
+    /// (outside the flag): the step it hands over starts past the captured end, and once
+    /// finished the journal's blocks there are allocated.
+    #[cfg(unix)]
+    #[test]
+    fn the_capture_leaves_the_zeros_write_back_to_the_sync() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::builder(dir.path())
+            .manual_journal_persist(true)
+            .open()
+            .unwrap();
+        let ks = db
+            .keyspace("places", fjall::KeyspaceCreateOptions::default)
+            .unwrap();
+        let syncer = Syncer::new(db.clone(), Marker::new(dir.path()).unwrap());
+        append(&db, &ks, 0, 10);
+        let capture = Syncer::capture(&syncer).unwrap();
+        let (id, end) = syncer.lock().marker.active_end().unwrap();
+        let (at, n) = capture
+            .writeback
+            .as_ref()
+            .expect("the capture hands the step's write-back over")
+            .range();
+        assert!(
+            at >= end && n > 0,
+            "step {at}+{n} starts past the appends ({end})"
+        );
+        capture.finish().unwrap();
+        let path = syncer.lock().marker.journal_path(id);
+        std::fs::File::open(&path).unwrap().sync_all().unwrap();
+        let blocks = std::fs::metadata(&path).unwrap().blocks() * 512;
+        assert!(
+            blocks >= at + n,
+            "the step's blocks are allocated ({blocks})"
+        );
     }
 
     /// A disk that stalls in `relaxed`: while the sync in flight is young, changes are

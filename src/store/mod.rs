@@ -23,6 +23,7 @@ use crate::core::{
 };
 
 pub mod audit_file;
+mod background;
 pub mod embedded;
 pub mod fault;
 mod group_commit;

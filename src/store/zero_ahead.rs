@@ -14,8 +14,9 @@
 //! So after each sync (in `relaxed`, when the sync is captured, just before it: see
 //! [`super::journal_sync`]), the journal writer (holding the group commit's flag, so
 //! nothing is appended meanwhile) writes zeros over the next stretch of the preallocated
-//! region, well ahead of the appends, and starts their write-back at once; by the time
-//! appends reach them, the blocks are allocated and that allocation long committed.
+//! region, well ahead of the appends, and starts their write-back at once (in `relaxed`,
+//! once the flag is given back: [`Writeback`]); by the time appends reach them, the blocks
+//! are allocated and that allocation long committed.
 //!
 //! **Content never changes.** A stretch is written only if it reads all zeros (it is the
 //! preallocated tail, which reads as zeros whether sparse or not), and it is written with
@@ -44,9 +45,15 @@ impl ZeroAhead {
     }
 
     /// After a sync: the active journal `id` at `path` holds batches up to `end`. Writes one
-    /// step of zeros if the zeros end less than [`AHEAD`] past `end`. Must be called by the
+    /// step of zeros if the zeros end less than [`AHEAD`] past `end`, and answers its
+    /// write-back, to be started by the caller ([`Writeback::start`]). Must be called by the
     /// only writer of the journal, with nothing appended meanwhile.
-    pub(super) fn advance(&mut self, id: u64, path: &Path, end: u64) -> io::Result<()> {
+    pub(super) fn advance(
+        &mut self,
+        id: u64,
+        path: &Path,
+        end: u64,
+    ) -> io::Result<Option<Writeback>> {
         if self.active.as_ref().map(|a| a.0) != Some(id) {
             let file = std::fs::OpenOptions::new()
                 .read(true)
@@ -59,7 +66,7 @@ impl ZeroAhead {
         // Page-aligned, so a step never shares a page with the appends.
         let from = (*zeroed).max(end.div_ceil(4096) * 4096);
         if from >= len || from >= end + AHEAD {
-            return Ok(());
+            return Ok(None);
         }
         let n = STEP.min(len - from);
         let mut buf = vec![0u8; n as usize];
@@ -67,25 +74,61 @@ impl ZeroAhead {
         if buf.iter().any(|&b| b != 0) {
             // Not the preallocated tail (appends we did not expect): leave this file alone.
             *zeroed = len;
-            return Ok(());
+            return Ok(None);
         }
         write_all_at(file, &buf, from)?;
-        start_writeback(file, from, n);
         *zeroed = from + n;
-        Ok(())
+        Ok(Some(Writeback {
+            file: file.try_clone()?,
+            at: from,
+            n,
+        }))
+    }
+}
+
+/// The write-back of a step just written, to start once the group commit's flag is given
+/// back: `sync_file_range` submits the step's 256 pages to the disk and waits whenever the
+/// kernel throttles write-back (a busy disk), 20–90 ms at times on a busy machine (the
+/// writes of every request waited that long when it ran holding the flag; docs/PERFORMANCE.md,
+/// "What stalls joins at 10,000/s"). Starting it a moment later changes nothing else: the
+/// zeros are in the file already.
+pub(super) struct Writeback {
+    file: File,
+    at: u64,
+    n: u64,
+}
+
+impl Writeback {
+    /// Starts writing the step back (Linux; elsewhere the OS's own write-back does it).
+    pub(super) fn start(self) {
+        start_writeback(&self.file, self.at, self.n);
+    }
+
+    /// Where the step starts and how long it is.
+    #[cfg(test)]
+    pub(super) fn range(&self) -> (u64, u64) {
+        (self.at, self.n)
     }
 }
 
 /// After a sync of the journal: writes the next zeros ahead of the active journal's
 /// appends. `zero_ahead` becomes `None` if that fails: it only speeds syncs up, so the
-/// store goes on without it. The caller holds the group commit's flag.
-pub(super) fn after_sync(zero_ahead: &mut Option<ZeroAhead>, marker: &super::watermark::Marker) {
+/// store goes on without it. The caller holds the group commit's flag, and starts the
+/// answered write-back once it no longer does.
+pub(super) fn after_sync(
+    zero_ahead: &mut Option<ZeroAhead>,
+    marker: &super::watermark::Marker,
+) -> Option<Writeback> {
     let (Some(z), Some((id, end))) = (zero_ahead.as_mut(), marker.active_end()) else {
-        return;
+        return None;
     };
-    if let Err(e) = z.advance(id, &marker.journal_path(id), end) {
-        tracing::warn!(error = %e, "writing zeros ahead of the journal failed; syncs go on without them");
-        *zero_ahead = None;
+    match z.advance(id, &marker.journal_path(id), end) {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!(error = %e, "writing zeros ahead of the journal failed; syncs go on without them");
+            *zero_ahead = None;
+            None
+        }
     }
 }
 
@@ -159,7 +202,9 @@ mod tests {
         assert!(allocated(&p) < STEP, "set_len leaves a sparse file");
         let mut z = ZeroAhead::new();
         for _ in 0..20 {
-            z.advance(0, &p, 100).unwrap();
+            if let Some(w) = z.advance(0, &p, 100).unwrap() {
+                w.start();
+            }
         }
         std::fs::File::open(&p).unwrap().sync_all().unwrap();
         let a = allocated(&p);
