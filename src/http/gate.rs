@@ -583,6 +583,25 @@ mod tests {
         );
     }
 
+    /// The word-at-a-time check answers as `HeaderValue::to_str` does, for every byte
+    /// value at every place of a header (in a whole word or in the remainder).
+    #[test]
+    fn visible_ascii_answers_as_to_str() {
+        for len in [1, 8, 19] {
+            for at in 0..len {
+                for b in 0..=255u8 {
+                    let mut v = vec![b'a'; len];
+                    v[at] = b;
+                    let ok = (0x20..0x7f).contains(&b) || b == b'\t';
+                    assert_eq!(visible_ascii(&v), ok, "{b:#x} at {at} of {len}");
+                    if let Ok(h) = HeaderValue::from_bytes(&v) {
+                        assert_eq!(h.to_str().is_ok(), ok, "{b:#x}");
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn cookies_are_read_among_others() {
         let mut h = HeaderMap::new();

@@ -61,8 +61,11 @@ impl VerifiedTokens {
         tail[8 - n..].copy_from_slice(&b[b.len() - n..]);
         let x = (u64::from_le_bytes(tail) ^ b.len() as u64).wrapping_add(self.mix.1);
         let h = x.wrapping_mul(self.mix.0);
-        // The high bits of the product depend on every bit of `x`.
-        let i = (h >> 32) as usize % self.slots.len();
+        // The slot is read from the product's top bits (a multiply-high reduction), the
+        // only ones that depend on every bit of `x`: a bit of the product depends on the
+        // bits of `x` at or below it, so bits 32..45 (`h >> 32` modulo the slots) ignored
+        // the token's last two bytes.
+        let i = ((u128::from(h) * self.slots.len() as u128) >> 64) as usize;
         &self.slots[i]
     }
 
@@ -141,6 +144,29 @@ mod tests {
                 assert!(!super::same(&a, &b), "{len} {i}");
             }
             assert!(!super::same(&a, &a[..len.saturating_sub(1)]) || len == 0);
+        }
+    }
+
+    /// Each of the token's last eight bytes (its MAC's) moves the slot: tokens that differ
+    /// in one of them alone are spread over the slots, not all kept in one.
+    #[test]
+    fn each_of_the_last_eight_bytes_moves_the_slot() {
+        let cache = super::VerifiedTokens::new(super::SLOTS);
+        let base = b"abcdefghijklmnopqrstuvwx".to_vec();
+        for from_end in 1..=8 {
+            let slots: std::collections::HashSet<*const _> = (b'A'..=b'Z')
+                .map(|c| {
+                    let mut t = base.clone();
+                    let i = t.len() - from_end;
+                    t[i] = c;
+                    let t = String::from_utf8(t).unwrap();
+                    std::ptr::from_ref(cache.slot(&t))
+                })
+                .collect();
+            assert!(
+                slots.len() > 1,
+                "byte {from_end} from the end never moves it"
+            );
         }
     }
 
