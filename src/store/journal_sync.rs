@@ -171,6 +171,18 @@ mod tests {
     use crate::store::journal::RELAXED_UNSYNCED_BOUND;
     use crate::store::watermark;
 
+    /// A database whose journal is synced by hand, with one keyspace.
+    fn open(dir: &std::path::Path) -> (Database, fjall::Keyspace) {
+        let db = Database::builder(dir)
+            .manual_journal_persist(true)
+            .open()
+            .unwrap();
+        let ks = db
+            .keyspace("places", fjall::KeyspaceCreateOptions::default)
+            .unwrap();
+        (db, ks)
+    }
+
     fn append(db: &Database, ks: &fjall::Keyspace, from: u32, n: u32) {
         for i in from..from + n {
             let mut b = db.batch();
@@ -185,13 +197,7 @@ mod tests {
     #[test]
     fn the_watermark_names_what_was_captured_only() {
         let dir = tempfile::tempdir().unwrap();
-        let db = Database::builder(dir.path())
-            .manual_journal_persist(true)
-            .open()
-            .unwrap();
-        let ks = db
-            .keyspace("places", fjall::KeyspaceCreateOptions::default)
-            .unwrap();
+        let (db, ks) = open(dir.path());
         append(&db, &ks, 0, 10);
         let syncer = Syncer::new(db.clone(), Marker::new(dir.path()).unwrap());
         append(&db, &ks, 10, 5);
@@ -227,13 +233,7 @@ mod tests {
     fn the_capture_leaves_the_zeros_write_back_to_the_sync() {
         use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().unwrap();
-        let db = Database::builder(dir.path())
-            .manual_journal_persist(true)
-            .open()
-            .unwrap();
-        let ks = db
-            .keyspace("places", fjall::KeyspaceCreateOptions::default)
-            .unwrap();
+        let (db, ks) = open(dir.path());
         let syncer = Syncer::new(db.clone(), Marker::new(dir.path()).unwrap());
         append(&db, &ks, 0, 10);
         let capture = Syncer::capture(&syncer).unwrap();
