@@ -38,12 +38,40 @@ pub(super) fn restrict_tree(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Turns the kernel's readahead off for reads through `f`, a handle of a journal that is
+/// (or may become) the one appended to.
+///
+/// Readahead reads past what is asked, up to the disk's `read_ahead_kb` (8 MiB on the
+/// development VM's disk), so a scan of the journal's batches or a read of its
+/// preallocated tail caches megabytes of that tail ahead of the appends, and since Linux
+/// 6.16 ext4 caches it in large folios (up to 2 MiB). Every later append that lands in one
+/// then walks all of the folio's buffer heads twice (`ext4_block_write_begin`,
+/// `block_commit_write`): 5–7 µs of CPU per write instead of well under one, on every
+/// request's write in `relaxed` at 10,000 joins/s (docs/PERFORMANCE.md, "Large folios
+/// under the journal's appends"). Without readahead a read caches only the pages it asks
+/// for, in single pages, and the appends then fill those. Reads of these handles are few
+/// and sequential over data just written (in the page cache already), so nothing is lost.
+pub(super) fn no_readahead(f: &std::fs::File) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a plain syscall on an open descriptor; it reads no memory of ours. It
+        // only advises: if it fails, reads work as before.
+        unsafe {
+            libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = f;
+}
+
 /// Where the written bytes of a journal end. Journals are preallocated with zeros, so this
 /// is just past the last non-zero byte. Recovery cuts a journal back to its last intact
 /// batch; if it cuts below this point, a damaged or half-written batch was discarded.
 pub fn written_end(path: &Path) -> std::io::Result<u64> {
     use std::io::{Read, Seek, SeekFrom};
     let mut f = std::fs::File::open(path)?;
+    no_readahead(&f);
     let mut end = f.metadata()?.len();
     let mut buf = vec![0u8; 64 * 1024];
     while end > 0 {

@@ -100,6 +100,7 @@ pub fn journals(dir: &Path) -> BTreeMap<u64, PathBuf> {
 /// Answers where the last intact batch ends and what the batches read hold.
 pub fn scan_from(path: &Path, from: u64) -> std::io::Result<FileMark> {
     let mut f = std::fs::File::open(path)?;
+    super::journal_files::no_readahead(&f);
     let size = f.metadata()?.len();
     f.seek(SeekFrom::Start(from))?;
     let mut r = BufReader::with_capacity(64 * 1024, f);
@@ -349,6 +350,7 @@ impl Marker {
         }
         if let Some((&id, path)) = files.iter().next_back() {
             let f = std::fs::File::open(path)?;
+            super::journal_files::no_readahead(&f);
             self.active = Some((id, BufReader::with_capacity(ACTIVE_READ, f)));
         }
         Ok(())

@@ -59,6 +59,9 @@ impl ZeroAhead {
                 .read(true)
                 .write(true)
                 .open(path)?;
+            // Its reads of the tail must not cache more of it, in large folios, than the
+            // step they read (see `no_readahead`).
+            super::journal_files::no_readahead(&file);
             self.active = Some((id, file, 0));
         }
         let (_, file, zeroed) = self.active.as_mut().expect("set above");
@@ -210,6 +213,116 @@ mod tests {
         let a = allocated(&p);
         assert!(a >= AHEAD, "the next {AHEAD} bytes are allocated ({a})");
         assert!(a <= AHEAD + 2 * STEP, "not much more ({a})");
+    }
+
+    /// Pages of `p`'s page cache in `[from, to)` that belong to a large (compound) folio, and
+    /// the cached pages seen; `None` where page flags cannot be read (not root: the
+    /// kernel hides page frame numbers).
+    #[cfg(target_os = "linux")]
+    fn large_folio_pages(p: &Path, from: u64, to: u64) -> Option<(u64, u64)> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::FileExt;
+        let f = File::open(p).unwrap();
+        let len = (to - from) as usize;
+        let pages = len / 4096;
+        // SAFETY: a read-only shared mapping of an open file, unmapped below; only read
+        // through volatile loads of bytes inside it.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                from as libc::off_t,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        let mut cached = vec![0u8; pages];
+        // SAFETY: `cached` holds one byte per page of the mapping.
+        assert_eq!(unsafe { libc::mincore(base, len, cached.as_mut_ptr()) }, 0);
+        let pagemap = File::open("/proc/self/pagemap").ok()?;
+        let flags = File::open("/proc/kpageflags").ok()?;
+        let (mut large, mut seen) = (0, 0);
+        for (i, c) in cached.iter().enumerate() {
+            if c & 1 == 0 {
+                continue; // not cached: reading it would cache it
+            }
+            let addr = base as usize + i * 4096;
+            // SAFETY: inside the mapping; maps the page already cached.
+            unsafe { std::ptr::read_volatile(addr as *const u8) };
+            let mut e = [0u8; 8];
+            pagemap
+                .read_exact_at(&mut e, (addr / 4096 * 8) as u64)
+                .ok()?;
+            let e = u64::from_ne_bytes(e);
+            let pfn = e & ((1 << 55) - 1);
+            if e >> 63 == 0 || pfn == 0 {
+                // SAFETY: the mapping made above.
+                unsafe { libc::munmap(base, len) };
+                return None; // not mapped after all, or frame numbers hidden
+            }
+            let mut k = [0u8; 8];
+            flags.read_exact_at(&mut k, pfn * 8).ok()?;
+            let k = u64::from_ne_bytes(k);
+            // KPF_COMPOUND_HEAD (15), KPF_COMPOUND_TAIL (16).
+            if k >> 15 & 1 == 1 || k >> 16 & 1 == 1 {
+                large += 1;
+            }
+            seen += 1;
+        }
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(base, len) };
+        Some((large, seen))
+    }
+
+    /// The zeros ahead and the watermark's scan read the journal's preallocated tail; with
+    /// the kernel's readahead those reads cached megabytes of it in large folios, and each
+    /// small append into one cost 5–7 µs of buffer-head walking (see
+    /// `journal_files::no_readahead`). They now leave the tail in single pages. Compared
+    /// with a plain sequential read of a file like it, which on a kernel that caches in
+    /// large folios (Linux ≥ 6.16 on ext4) does make large folios; where the control makes
+    /// none (or page flags cannot be read), there is nothing to tell apart and it says so.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn reads_of_the_journal_leave_its_tail_in_single_pages() {
+        use std::io::Read;
+        const MIB: u64 = 1024 * 1024;
+        let dir = tempfile::tempdir().unwrap();
+        let control = dir.path().join("control");
+        File::create(&control).unwrap().set_len(32 * MIB).unwrap();
+        let mut f = File::open(&control).unwrap();
+        let mut buf = vec![0u8; 64 * 1024];
+        for _ in 0..(4 * MIB / buf.len() as u64) {
+            f.read_exact(&mut buf).unwrap();
+        }
+        let Some((control_large, _)) = large_folio_pages(&control, 0, 16 * MIB) else {
+            eprintln!("page flags are not readable here (not root): nothing to compare");
+            return;
+        };
+        if control_large == 0 {
+            eprintln!("a plain read caches this file system's pages singly: nothing to compare");
+            return;
+        }
+        let p = sparse(dir.path(), 32 * MIB);
+        let mut z = ZeroAhead::new();
+        for _ in 0..12 {
+            if let Some(w) = z.advance(0, &p, 100).unwrap() {
+                w.start();
+            }
+        }
+        let mark = crate::store::watermark::scan_from(&p, 0).unwrap();
+        assert_eq!(mark.len, 0, "zeros hold no batch");
+        let (large, seen) = large_folio_pages(&p, 0, 16 * MIB).unwrap();
+        assert!(
+            seen >= AHEAD / 4096,
+            "the zeros ahead are cached ({seen} pages)"
+        );
+        assert_eq!(
+            large, 0,
+            "{large} of {seen} cached pages of the tail are in large folios \
+             (a plain read of the control made {control_large})"
+        );
     }
 
     #[test]
