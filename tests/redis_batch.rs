@@ -881,7 +881,10 @@ async fn a_fresh_joins_answer_is_short_and_its_view_whole() {
         assert!(seqs.insert(v.key.seq));
         // The script's own view of it later says the same.
         let s = store.status("s", v.key, T0 + 6).await.unwrap();
-        assert_eq!((s.key, s.user_id.clone(), s.joined_at), (v.key, v.user_id.clone(), v.joined_at));
+        assert_eq!(
+            (s.key, s.user_id.clone(), s.joined_at),
+            (v.key, v.user_id.clone(), v.joined_at)
+        );
         assert_eq!(s.position, v.position);
     }
     assert_eq!(seqs, (1..=64).collect());

@@ -289,12 +289,22 @@ fn expand(batch: &[Pending], items: &[Value]) -> StoreResult<Vec<Value>> {
         let n = |a: &[Value], i: usize| decode::int(decode::field(a, i)?);
         let whole = match items.get(k) {
             Some(Value::Int(_)) => {
-                let a = items.get(k..k + 3).ok_or(decode::Malformed("a short join answer"))?;
+                let a = items
+                    .get(k..k + 3)
+                    .ok_or(decode::Malformed("a short join answer"))?;
                 k += 3;
                 let (opens, method, ctx) = last
                     .as_ref()
                     .ok_or(decode::Malformed("a short answer before a flat one"))?;
-                expand_join(p, n(a, 0)?, n(a, 1)?, n(a, 2)?, *opens, *method, ctx.clone())?
+                expand_join(
+                    p,
+                    n(a, 0)?,
+                    n(a, 1)?,
+                    n(a, 2)?,
+                    *opens,
+                    *method,
+                    ctx.clone(),
+                )?
             }
             Some(Value::Array(a)) if matches!(a.first(), Some(Value::Int(_))) => {
                 k += 1;

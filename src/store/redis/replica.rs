@@ -901,7 +901,12 @@ mod tests {
         assert_eq!(r.places[&11].joined, 7);
         assert_eq!(r.rank.count_below(11), 2);
         // Not the next version: a resync, nothing applied.
-        let gap = [bulk(b"v"), bulk(b"6"), bulk(b"12"), bulk(&rec(6, b'w', 7, ""))];
+        let gap = [
+            bulk(b"v"),
+            bulk(b"6"),
+            bulk(b"12"),
+            bulk(&rec(6, b'w', 7, "")),
+        ];
         assert!(!r.apply(&gap).unwrap());
         assert_eq!((r.meta.lv, r.meta.nw), (4, 3));
         assert!(!r.places.contains_key(&12));

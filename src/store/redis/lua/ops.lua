@@ -370,8 +370,8 @@ if OP == 'batch' then
       for j = 1, n do a[2 + j] = ARGV[i + 2 + j] end
     end
     NOW = num(a[2])
-    if FX_GIVEN then
-      FX, FX_GIVEN = {}, false
+    if GAVE_FX then
+      FX, GAVE_FX = {}, false
     else
       for k = #FX, 1, -1 do FX[k] = nil end
     end
@@ -386,7 +386,7 @@ if OP == 'batch' then
       -- refused log write leaves a gap in lv, which a replica resyncs over).
       pcall(log_step)
       r = {'FAILED', tostring(type(r) == 'table' and r.err or r), FX, ctx(), M.lv or 0}
-      PREV_CTX, FX_GIVEN = r[4], true
+      PREV_CTX, GAVE_FX = r[4], true
     end
     if r.flat then
       local k = #out

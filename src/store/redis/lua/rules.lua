@@ -507,7 +507,7 @@ local PREV_CTX = nil
 -- Whether FX went out in an answer (finish): the next operation of a batch then starts a
 -- new table, else it clears this one in place (each table made costs Redis its share of
 -- the Lua collector's passes over the whole script).
-local FX_GIVEN = false
+local GAVE_FX = false
 
 -- The one way out: writes the meta back (in a batch, logs the operation) and answers
 -- {code, payload, effects, context, log version} (the version tells this node when its
@@ -517,7 +517,7 @@ local function finish(code, payload)
   if payload == nil then payload = false end
   local c = ctx()
   PREV_CTX = c
-  FX_GIVEN = true
+  GAVE_FX = true
   return {code, payload, FX, c, M.lv or 0}
 end
 
