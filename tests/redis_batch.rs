@@ -829,3 +829,63 @@ async fn a_batch_of_user_joins_writes_each_chunk_once() {
         calls("hset")
     );
 }
+
+/// A fresh join's answer is short (batch.rs `expand`, rules.lua `finish_join`): Redis sends
+/// its seq, the waiting count and the log version (and the context when it changed), and
+/// the node rebuilds the rest of the view from the request. The views are whole and exact:
+/// each join's own nonce and user, waiting, last of the line when it joined. (The whole
+/// answer was some 210 bytes a join: the view's 14 values, the effect, the context.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_joins_answer_is_short_and_its_view_whole() {
+    let server = RedisServer::start();
+    let store = paused_event(&server, "s").await;
+    let bytes_out = || {
+        let info = server.info("stats");
+        let line = info
+            .lines()
+            .find(|l| l.starts_with("total_net_output_bytes:"))
+            .unwrap();
+        line["total_net_output_bytes:".len()..]
+            .trim()
+            .parse::<u64>()
+            .unwrap()
+    };
+    let reqs: Vec<JoinRequest> = (0..64)
+        .map(|i| match i % 4 {
+            0 => user(&format!("u{i}"), true),
+            1 => user(&format!("u{i}"), false),
+            _ => anonymous(),
+        })
+        .collect();
+    let before = bytes_out();
+    let views: Vec<_> = join_all(reqs.iter().map(|r| store.join("s", r, T0 + 5)))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let per_join = (bytes_out() - before) / 64;
+    let scripts = script_calls(&server);
+    assert!(
+        per_join < 100,
+        "{per_join} bytes of answer per join ({scripts} scripts)"
+    );
+    let mut seqs = BTreeSet::new();
+    for (r, v) in reqs.iter().zip(&views) {
+        assert_eq!(v.key.nonce, r.nonce);
+        assert_eq!(v.user_id, r.user_id);
+        assert_eq!(v.status, PlaceState::Waiting);
+        assert_eq!(v.joined_at, T0 + 5);
+        // The newest place is the last of the line: its position is the line's length.
+        assert_eq!(v.position, Some(v.key.seq));
+        assert_eq!(v.queue_length, v.key.seq);
+        assert!(seqs.insert(v.key.seq));
+        // The script's own view of it later says the same.
+        let s = store.status("s", v.key, T0 + 6).await.unwrap();
+        assert_eq!(
+            (s.key, s.user_id.clone(), s.joined_at),
+            (v.key, v.user_id.clone(), v.joined_at)
+        );
+        assert_eq!(s.position, v.position);
+    }
+    assert_eq!(seqs, (1..=64).collect());
+}

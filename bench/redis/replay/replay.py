@@ -3,7 +3,10 @@
 # a private redis-server under callgrind, with SCRIPT.lua (script.py's output) in place of
 # the captured script, into a fresh event (paused, one slot). Counters are zeroed after
 # the event is made and dumped after the last call.
+# (or written by synth.py: the same calls without a test run). Also prints the commands
+# the scripts ran per join (INFO commandstats, read after the dump).
 #   python3 replay.py SCRIPT.lua TAG        (prints Ir per join; LAX=1 skips the answer check)
+# The Ir list holds one figure per callgrind part: the replayed calls are the larger.
 import socket,subprocess,sys,time,glob,re,os,hashlib
 mon=os.environ.get('MON') or glob.glob('/tmp/redis-cg/monitor.*.txt')[0]
 def unesc(s):
@@ -53,17 +56,27 @@ print(call('SCRIPT','LOAD',body)[:12], file=sys.stderr)
 keys=cmds[0][3:3+23]
 r=call('EVALSHA',sha,'23',*keys,'put','1700000000000','0','{}','1','0','120000','300000','3600000','2592000000','0','1','1','0','0','0','','','0','0')
 assert r[0]==b'OK', r
+call('CONFIG','RESETSTAT')
 subprocess.run(['callgrind_control','-z',str(vp.pid)],capture_output=True)
 joins=0
 for c in cmds:
     c=list(c); c[1]=sha.encode()
     r=call(*c)
-    if not os.environ.get('LAX') and (not isinstance(r,list) or not all(isinstance(x,list) and x[0]==b'OK' for x in r)): print('bad',str(r)[:300]); break
-    joins+=len(c[3+23+2:])//4
+    # An answer per operation: {code, ...}, or a fresh join's short answer {seq, ...} or
+    # its flat numbers (batch.rs `expand`).
+    if not os.environ.get('LAX') and (not isinstance(r,list) or not all((isinstance(x,list) and (x[0]==b'OK' or x[0].isdigit())) or (isinstance(x,bytes) and x.isdigit()) for x in r)): print('bad',str(r)[:300]); break
+    i=3+23+2
+    while i<len(c):
+        joins+=c[i]==b'join'; i+=3+int(c[i+2])
 subprocess.run(['callgrind_control','-d',str(vp.pid)],capture_output=True)
+time.sleep(1)
+# Commands the scripts ran (not the calls themselves), per join.
+st=call('INFO','commandstats').decode()
+inner={m.group(1):int(m.group(2)) for m in re.finditer(r'cmdstat_(\w+):calls=(\d+)',st) if m.group(1) not in ('evalsha','config','info')}
 time.sleep(1)
 call('SHUTDOWN','NOSAVE')
 vp.wait()
 files=sorted(glob.glob(f'{OUT}/cg.{tag}.{vp.pid}*'))
 tot=[int(re.search(r'totals: (\d+)',open(x).read()).group(1)) for x in files if 'totals' in open(x).read()]
 print(tag, joins, 'joins in', len(cmds),'calls;', 'Ir per join:', [t//max(joins,1) for t in tot])
+print(tag, 'commands per join: %.3f' % (sum(inner.values())/max(joins,1)), {k: round(v/max(joins,1),3) for k,v in sorted(inner.items())})

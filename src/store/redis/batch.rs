@@ -28,7 +28,7 @@ use redis::Value;
 use tokio::sync::oneshot;
 
 use super::decode::{self, array, bytes, text, unexpected, Reply};
-use super::script::{FAILED, OK, SCRIPT};
+use super::script::{FxKind, FAILED, OK, SCRIPT};
 use super::Inner;
 use crate::core::{Millis, PlaceKey, PlaceView};
 use crate::store::{JoinRequest, StoreError, StoreResult};
@@ -264,16 +264,123 @@ impl Inner {
                 return Ok(vec![value.clone(); batch.len()]);
             }
         }
-        if items.len() != batch.len() {
-            return Err(decode::Malformed("one answer per operation of a batch").into());
-        }
+        let out = expand(batch, items)?;
         // Each operation was its own entry of the change log: the replica learns the
         // versions this node wrote (its read-your-writes), in order.
-        for (p, answer) in batch.iter().zip(items) {
+        for (p, answer) in batch.iter().zip(&out) {
             self.replicas.wrote(event_id, p.op, answer);
         }
-        Ok(items.to_vec())
+        Ok(out)
     }
+}
+
+/// The answer of each operation of a batch, in order, from the script's answer: an
+/// operation's whole answer `{code, payload, effects, context, log version}`, or a fresh
+/// join's short one (`finish_join`, rules.lua), rebuilt here into the whole one. A short
+/// answer is `{seq, waiting, log version, opens, method, context (14 numbers)}`, or, when
+/// opens, method and the context are those of the short answer before it, its first three
+/// numbers alone, flat among the answers.
+fn expand(batch: &[Pending], items: &[Value]) -> StoreResult<Vec<Value>> {
+    let mut out = Vec::with_capacity(batch.len());
+    // Opens, method and the context of the last short answer, while no whole one followed.
+    let mut last: Option<(i64, i64, Value)> = None;
+    let mut k = 0;
+    for p in batch {
+        let n = |a: &[Value], i: usize| decode::int(decode::field(a, i)?);
+        let whole = match items.get(k) {
+            Some(Value::Int(_)) => {
+                let a = items
+                    .get(k..k + 3)
+                    .ok_or(decode::Malformed("a short join answer"))?;
+                k += 3;
+                let (opens, method, ctx) = last
+                    .as_ref()
+                    .ok_or(decode::Malformed("a short answer before a flat one"))?;
+                expand_join(
+                    p,
+                    n(a, 0)?,
+                    n(a, 1)?,
+                    n(a, 2)?,
+                    *opens,
+                    *method,
+                    ctx.clone(),
+                )?
+            }
+            Some(Value::Array(a)) if matches!(a.first(), Some(Value::Int(_))) => {
+                k += 1;
+                if a.len() != 19 {
+                    return Err(decode::Malformed("a short join answer").into());
+                }
+                let (opens, method) = (n(a, 3)?, n(a, 4)?);
+                let ctx = Value::Array(a[5..].to_vec());
+                last = Some((opens, method, ctx.clone()));
+                expand_join(p, n(a, 0)?, n(a, 1)?, n(a, 2)?, opens, method, ctx)?
+            }
+            Some(other) => {
+                k += 1;
+                last = None;
+                other.clone()
+            }
+            None => return Err(decode::Malformed("one answer per operation of a batch").into()),
+        };
+        out.push(whole);
+    }
+    if k != items.len() {
+        return Err(decode::Malformed("one answer per operation of a batch").into());
+    }
+    Ok(out)
+}
+
+/// The whole answer of a fresh join from its short one (see [`expand`]): the rest is the
+/// join's own: its nonce and user id (its arguments, `join_args`), its time (joined at, and
+/// the effect's time), the state `w`, zero times, and position = the waiting count (the
+/// newest place is the last of the line).
+fn expand_join(
+    p: &Pending,
+    seq: i64,
+    waiting: i64,
+    lv: i64,
+    opens: i64,
+    method: i64,
+    ctx: Value,
+) -> StoreResult<Value> {
+    if p.op != "join" {
+        return Err(decode::Malformed("a short answer to a join only").into());
+    }
+    let nonce = p.args.first().cloned().unwrap_or_default();
+    let user = match (p.args.get(1), p.args.get(2)) {
+        (Some(flag), Some(id)) if flag[..] == b"1"[..] => Value::BulkString(id.clone()),
+        _ => Value::Nil,
+    };
+    let now = Value::Int(p.now as i64);
+    let zero = Value::Int(0);
+    let view = vec![
+        Value::Int(seq),
+        Value::BulkString(nonce),
+        Value::BulkString(b"w".to_vec()),
+        user,
+        now.clone(),
+        zero.clone(),
+        zero.clone(),
+        zero.clone(),
+        Value::Int(waiting),
+        Value::Int(waiting),
+        zero.clone(),
+        Value::Int(opens),
+        Value::Int(method),
+        zero,
+    ];
+    Ok(Value::Array(vec![
+        Value::BulkString(OK.to_vec()),
+        Value::Array(view),
+        Value::Array(vec![
+            Value::Int(FxKind::Joined.number()),
+            Value::Int(seq),
+            now,
+        ]),
+        ctx,
+        Value::Int(lv),
+    ]))
 }
 
 #[cfg(test)]

@@ -28,6 +28,9 @@ pub(super) fn prelude(h: &mut String) {
 /// Where `lv` is in [`LOG_FIELDS`].
 pub(super) const LV_AT: usize = 23;
 
+/// Where `nw` (the waiting count) is in [`LOG_FIELDS`].
+pub(super) const NW_AT: usize = 10;
+
 /// Comma-separated integers; none in an empty string.
 fn csv_numbers(csv: &[u8]) -> Result<Vec<i64>, Malformed> {
     if csv.is_empty() {
@@ -97,6 +100,15 @@ impl Meta {
         }
         n[LV_AT] = lv as i64;
         Ok(Meta::from_numbers(&n))
+    }
+
+    /// The numbers after a step that carries none (a join's, `log_append` in replica.lua):
+    /// one more waiting, version `lv`, the rest as before.
+    pub(super) fn one_more_waiting(&self, lv: u64) -> Meta {
+        let mut n = self.numbers();
+        n[NW_AT] += 1;
+        n[LV_AT] = lv as i64;
+        Meta::from_numbers(&n)
     }
 
     /// The numbers in [`LOG_FIELDS`]' order, as `from_numbers` reads them.
@@ -205,6 +217,7 @@ mod tests {
     #[test]
     fn the_numbers_read_back_and_take_a_patch() {
         assert_eq!(LOG_FIELDS[LV_AT], "lv");
+        assert_eq!(LOG_FIELDS[NW_AT], "nw");
         let n: Vec<i64> = (0..LOG_FIELDS.len() as i64)
             .map(|i| match i {
                 14 => -1,    // fadm: none yet

@@ -244,13 +244,20 @@ impl Replica {
         }
         // All the numbers ('m': an event's first entry, or an older waitroom's), or those
         // the transition set ('d', on top of the step before; the incarnation only in an
-        // entry's first step, the others being of the same script call).
+        // entry's first step, the others being of the same script call), or none: a
+        // seq/record pair at once is a step that only added one waiting place (a join's,
+        // never an entry's first step), whose waiting count is one more.
+        let mut first_place = None;
         let meta = match after {
             Some([k, m]) if bytes(k)? == Some(b"m") => {
                 Meta::parse(bytes(m)?.ok_or(Malformed("numbers"))?)?
             }
             Some([k, d]) if bytes(k)? == Some(b"d") => {
                 self.meta.patch(bytes(d)?.unwrap_or_default(), v)?
+            }
+            Some(pair) if seq_of(&pair[0]).is_ok() => {
+                first_place = Some(pair);
+                self.meta.one_more_waiting(v)
             }
             _ => return Err(Malformed("a log entry")),
         };
@@ -265,7 +272,7 @@ impl Replica {
             }
         }
         self.meta = meta;
-        for pair in it {
+        for pair in first_place.into_iter().chain(it) {
             let [seq, rec] = pair else {
                 return Err(Malformed("seq/record pairs"));
             };
@@ -852,6 +859,57 @@ mod tests {
         other[1] = bulk(b"4");
         other[4] = bulk(b"x");
         assert!(r.apply(&other).is_err());
+    }
+
+    /// A step that carries no numbers (a join's after an entry's first step: `log_append`
+    /// in replica.lua) counts one more waiting and adds its place, with or without its
+    /// time; one that does not follow still stops the entry.
+    #[test]
+    fn a_step_without_numbers_adds_one_waiting() {
+        let mut n = vec![0i64; LOG_FIELDS.len()];
+        n[14] = -1;
+        n[LV_AT] = 1;
+        n[24] = 77; // inc
+        let csv: Vec<String> = n.iter().map(|x| x.to_string()).collect();
+        let mut r = Replica {
+            meta: Meta::parse(csv.join(",").as_bytes()).unwrap(),
+            ..Replica::default()
+        };
+        let entry = [
+            bulk(b"v"),
+            bulk(b"2"),
+            bulk(b"t"),
+            bulk(b"6"),
+            bulk(b"d"),
+            bulk(b"10,1,24,77"),
+            bulk(b"9"),
+            bulk(&rec(3, b'w', 6, "")),
+            bulk(b"v"),
+            bulk(b"3"),
+            bulk(b"10"),
+            bulk(&rec(4, b'w', 6, "")),
+            bulk(b"v"),
+            bulk(b"4"),
+            bulk(b"t"),
+            bulk(b"7"),
+            bulk(b"11"),
+            bulk(&rec(5, b'w', 7, "=bob")),
+        ];
+        assert!(r.apply(&entry).unwrap());
+        assert_eq!((r.meta.lv, r.meta.nw, r.meta.inc), (4, 3, 77));
+        assert_eq!(r.places[&11].user.as_deref(), Some("bob"));
+        assert_eq!(r.places[&11].joined, 7);
+        assert_eq!(r.rank.count_below(11), 2);
+        // Not the next version: a resync, nothing applied.
+        let gap = [
+            bulk(b"v"),
+            bulk(b"6"),
+            bulk(b"12"),
+            bulk(&rec(6, b'w', 7, "")),
+        ];
+        assert!(!r.apply(&gap).unwrap());
+        assert_eq!((r.meta.lv, r.meta.nw), (4, 3));
+        assert!(!r.places.contains_key(&12));
     }
 
     /// A script call's entry holds one step per operation, each applied in turn; a step

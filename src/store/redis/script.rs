@@ -76,6 +76,14 @@ pub(super) const FX_KINDS: [(&str, FxKind); 9] = [
 ];
 
 impl FxKind {
+    /// The number the script sends for this kind.
+    pub(super) fn number(self) -> i64 {
+        FX_KINDS
+            .iter()
+            .position(|(_, k)| *k == self)
+            .map_or(0, |i| i as i64 + 1)
+    }
+
     /// The kind a script sent as `n`.
     pub(super) fn from_number(n: i64) -> Option<FxKind> {
         let i = usize::try_from(n).ok()?.checked_sub(1)?;

@@ -186,11 +186,10 @@ local function op_join(ARGV)
   if M.maxq > 0 and N_W - freed >= M.maxq then return finish('QUEUE_FULL') end
   -- Its slot, if it held one, goes to the head of the queue by the admit below.
   if squat then end_place(squat, squat_p, FX_LEFT, NOW) end
-  local seq = fmt(M.seq)
-  set('seq', M.seq + 1)
-  local p = {nonce = ARGV[3], state = 'w', joined = NOW, adm = 0, ent = 0, user = user,
-    proven = proven}
-  put_place(seq, p)
+  local seqn = M.seq
+  local seq = fmt(seqn)
+  set('seq', seqn + 1)
+  put_place(seq, nil, encode(nil, ARGV[3], user, proven))
   line_insert(seq, NOW)
   ws_set(seq, NOW)
   lower_nd(NOW + M.widle)
@@ -203,7 +202,10 @@ local function op_join(ARGV)
   set('joins', M.joins + 1)
   fx(FX_JOINED, seq, NOW)
   admit()
-  return finish('OK', view(seq, p, true))
+  -- Nothing but this join happened (no expiry, no admission, no squatter): the short answer.
+  if BATCHED and #FX == 3 and not in_prequeue(NOW) then return finish_join(seqn) end
+  -- (view reads the place back from what this script wrote: admit() may have admitted it.)
+  return finish('OK', view(seq, nil, true))
 end
 
 if OP == 'join' then return op_join(ARGV) end
@@ -347,16 +349,32 @@ end
 -- Redis refuses a script's first write and lets every later one through: so either an
 -- operation wrote and the meta can be written too, or nothing was written and writing the
 -- meta is refused as well; then the whole batch fails as one (nothing changed).
+-- The answer lists each operation's own in order: a table, or for a fresh join whose
+-- context did not change, three numbers flat (finish_join in rules.lua; batch.rs `expand`).
 if OP == 'batch' then
   BATCHED = true
   local out = {}
   local i = 3
+  -- A join's arguments go in one table for every join of the batch (op_join keeps no
+  -- reference to it), with the arguments it left out nil.
+  local ja = {}
   while i <= #ARGV do
-    local name, n = ARGV[i], tonumber(ARGV[i + 2])
-    local a = {name, ARGV[i + 1]}
-    for j = 1, n do a[2 + j] = ARGV[i + 2 + j] end
-    NOW = tonumber(a[2])
-    FX = {}
+    local name, n = ARGV[i], num(ARGV[i + 2])
+    local a = ja
+    if name == 'join' then
+      for j = 1, n do a[2 + j] = ARGV[i + 2 + j] end
+      for j = n + 1, 8 do a[2 + j] = nil end
+      a[1], a[2] = name, ARGV[i + 1]
+    else
+      a = {name, ARGV[i + 1]}
+      for j = 1, n do a[2 + j] = ARGV[i + 2 + j] end
+    end
+    NOW = num(a[2])
+    if GAVE_FX then
+      FX, GAVE_FX = {}, false
+    else
+      for k = #FX, 1, -1 do FX[k] = nil end
+    end
     local ok, r
     if name == 'join' then
       ok, r = pcall(op_join, a)
@@ -368,8 +386,14 @@ if OP == 'batch' then
       -- refused log write leaves a gap in lv, which a replica resyncs over).
       pcall(log_step)
       r = {'FAILED', tostring(type(r) == 'table' and r.err or r), FX, ctx(), M.lv or 0}
+      PREV_CTX, GAVE_FX = r[4], true
     end
-    out[#out + 1] = r
+    if r.flat then
+      local k = #out
+      out[k + 1], out[k + 2], out[k + 3] = r[1], r[2], r[3]
+    else
+      out[#out + 1] = r
+    end
     i = i + 3 + n
   end
   BATCHED = false

@@ -16,7 +16,10 @@
 --       their 0-based place in LOG_FIELDS and their value (lv is 'v'; the rest as in the
 --       entry before, which a replica holds: it missed none, or the version jumped; 'inc'
 --       is always among them in an entry's first step, so an entry of another
---       incarnation is told apart);
+--       incarnation is told apart), or none at all when the step only added one
+--       waiting place (a join's; never an entry's first step): its seq/record pair comes
+--       at once and the replica counts one more waiting (a replica of an earlier
+--       waitroom finds no numbers, refuses the entry and resyncs; it never patches it);
 --       then for each place the transition changed, its seq and its record after it ('' once
 --       ended; a seq is digits, so the next 'v' starts the next step). Trimmed by
 --       versions (log_flush), so a node that falls further behind resyncs from a snapshot. Formatting all 25 numbers was most of a
@@ -38,14 +41,24 @@ end
 -- see that the entry belongs to another incarnation rather than patch the old state with
 -- it. (The later steps of an entry are of the same script call, so of its incarnation.)
 local function log_changes(first)
+  local n = #LOG_SET
+  local inc = first and not LOG_SEEN[LOG_AT.inc]
+  -- One number and no incarnation (a join: the waiting count): one string, no table.
+  if n == 1 and not inc then
+    local i = LOG_SET[1]
+    local v = M[LOG_FIELDS[i]]
+    if i == LOG_AT.fadm and not v then v = -1 end
+    return fmt(i - 1) .. ',' .. fmt(v or 0)
+  end
   local out = {}
-  for k, i in ipairs(LOG_SET) do
+  for k = 1, n do
+    local i = LOG_SET[k]
     local v = M[LOG_FIELDS[i]]
     if i == LOG_AT.fadm and not v then v = -1 end
     out[2 * k - 1] = fmt(i - 1)
     out[2 * k] = fmt(v or 0)
   end
-  if first and not LOG_SEEN[LOG_AT.inc] then
+  if inc then
     out[#out + 1] = fmt(LOG_AT.inc - 1)
     out[#out + 1] = fmt(M.inc or 0)
   end
@@ -65,9 +78,14 @@ local LOG_PEND, LOG_FIRST = log_new(), 0
 -- The version of the entry's last step: log_flush marks by it, never by M.lv, which in an
 -- early flush (from log_append) is already the next step's version, not yet in the entry.
 local LOG_LAST = 0
-local LOG_ENTRY_ARGS = 2000
--- The time of the entry's last step: a step at the same time leaves out its 't'.
-local LOG_T = nil
+-- (1,500: a full batch of joins, each at its own time, is 6 values a step and 1,539 in all,
+-- so it still writes an early entry, the case the trimming must mark right:
+-- `a_full_batch_across_the_trim_length_keeps_the_log`. At 2,000 it did while a join's
+-- step carried its numbers, 8 values.)
+local LOG_ENTRY_ARGS = 1500
+-- The time of the entry's last step: a step at the same time leaves out its 't'; and its
+-- waiting count.
+local LOG_T, LOG_NW = nil, 0
 
 -- Trimming counts versions, not entries (an entry holds any number of them): each time the
 -- log passes a multiple of LOG_MAXLEN versions, the id of the entry that passed it is kept
@@ -91,37 +109,59 @@ log_flush = function()
   end
 end
 
+-- The step goes straight into the entry, and the tables it needs are reused: a join's
+-- step is a few values, and building it in tables of its own (the step, the sets of
+-- numbers, the seqs seen) cost Redis more than the XADD that writes it.
 log_append = function(whole)
   if #LOG_PEND > LOG_ENTRY_ARGS then log_flush() end
+  local P = LOG_PEND
+  local n = #P
   -- An entry's first step is whole: its time, the incarnation. A later one leaves out what
   -- the step before it said (the replica carries it on).
-  local first = #LOG_PEND == LOG_HEAD
-  local step
+  local first = n == LOG_HEAD
+  P[n + 1], P[n + 2] = 'v', fmt(M.lv)
+  n = n + 2
   if first or NOW ~= LOG_T then
-    step = {'v', fmt(M.lv), 't', fmt(NOW)}
-  else
-    step = {'v', fmt(M.lv)}
+    P[n + 1], P[n + 2] = 't', fmt(NOW)
+    n = n + 2
   end
   LOG_T = NOW
   if whole then
-    step[#step + 1], step[#step + 2] = 'm', log_meta()
-  else
-    step[#step + 1], step[#step + 2] = 'd', log_changes(first)
+    P[n + 1], P[n + 2] = 'm', log_meta()
+    n = n + 2
+  elseif first or #LOG_SET ~= 1 or LOG_SET[1] ~= LOG_AT.nw or M.nw ~= LOG_NW + 1 then
+    P[n + 1], P[n + 2] = 'd', log_changes(first)
+    n = n + 2
   end
-  LOG_SET, LOG_SEEN = {}, {}
-  local seen = {}
-  for i = 1, #FX, 3 do
-    local s = fmt(FX[i + 1])
-    if FX[i] ~= FX_FORGOTTEN and not seen[s] then
-      seen[s] = true
-      step[#step + 1] = s
-      step[#step + 1] = WROTE[FX[i + 1]] or rcall('HGET', pkey(s), s) or ''
+  -- (else: a step that only added one waiting place, a join's, carries no numbers: its
+  -- seq/record pair comes at once, and the replica counts one more waiting.)
+  LOG_NW = M.nw
+  -- Cleared in place (LOG_SEEN keeps its hash part: no new table, no rehash per step).
+  for k = #LOG_SET, 1, -1 do
+    LOG_SEEN[LOG_SET[k]] = nil
+    LOG_SET[k] = nil
+  end
+  -- The places the transition changed, once each (a join: its own place alone).
+  local nfx = #FX
+  if nfx == 3 then
+    if FX[1] ~= FX_FORGOTTEN then
+      local sq = FX[2]
+      local s = fmt(sq)
+      P[n + 1], P[n + 2] = s, WROTE[sq] or rcall('HGET', pkey(s), s) or ''
+    end
+  else
+    local seen = {}
+    for i = 1, nfx, 3 do
+      local s = fmt(FX[i + 1])
+      if FX[i] ~= FX_FORGOTTEN and not seen[s] then
+        seen[s] = true
+        P[n + 1], P[n + 2] = s, WROTE[FX[i + 1]] or rcall('HGET', pkey(s), s) or ''
+        n = n + 2
+      end
     end
   end
   if first then LOG_FIRST = M.lv end
   LOG_LAST = M.lv
-  local n = #LOG_PEND
-  for i = 1, #step do LOG_PEND[n + i] = step[i] end
 end
 
 -- The live places of the chunks from `from` on, as seq/record pairs, in one bounded piece:

@@ -66,7 +66,7 @@ local FX = {}  -- flat triples: kind, seq, at
 -- and nothing runs between the script's commands. Nothing reads the buffered keys in
 -- between but through rcall; finish() (flush_meta) sends the rest.
 local PEND, PEND_KEYS, PENDING = {}, {}, false
--- The values of the waiting HSETs, key -> field -> value, for hget_pending.
+-- The values of the user index's waiting HSETs, key -> field -> value, for hget_pending.
 local PEND_HV = {}
 local function flush_pending()
   if not PENDING then return end
@@ -108,7 +108,9 @@ local function pend(key, cmd, a, b)
   end
   local n = #l
   l[n + 1], l[n + 2] = a, b
-  if cmd == 'HSET' then
+  -- (Only the user index is read back through the buffer: a place's record is read from
+  -- WROTE, so its chunks' values are not kept twice.)
+  if key == K_USERS then
     local hv = PEND_HV[key]
     if not hv then
       hv = {}
@@ -126,23 +128,40 @@ local function hget_pending(key, field)
   if hv and hv[field] ~= nil then return hv[field] end
   return redis.call('HGET', key, field)
 end
-local function fx(kind, seq, at)
-  FX[#FX + 1] = kind
-  FX[#FX + 1] = tonumber(seq)
-  FX[#FX + 1] = at
+-- tonumber of a string is glibc's strtod (a thousand instructions and more), and a join
+-- read its seq (a string: it goes into commands as one) back as a number five times, and
+-- each operation's time and argument count in the batch loop: each distinct string is read
+-- once per script (fmt below records the strings it makes). A number passes through.
+-- (fmt and num share their tables in a block: the main chunk may hold 200 locals only.)
+local num, fmt
+do
+local NUMS, FMTS = {}, {}
+num = function(s)
+  local n = NUMS[s]
+  if not n then
+    n = tonumber(s)
+    NUMS[s] = n
+  end
+  return n
 end
-
 -- string.format costs a few µs of interpreter time per call, and a batch formats the same
 -- numbers again and again (its time, small counts, chunk numbers): each distinct number is
 -- formatted once per script.
-local FMTS = {}
-local function fmt(n)
+fmt = function(n)
   local s = FMTS[n]
   if not s then
     s = string.format('%d', n)
     FMTS[n] = s
+    NUMS[s] = n
   end
   return s
+end
+end
+
+local function fx(kind, seq, at)
+  FX[#FX + 1] = kind
+  FX[#FX + 1] = num(seq)
+  FX[#FX + 1] = at
 end
 
 -- The layout of this script's keys (see Chunks above); the meta records it at creation.
@@ -156,7 +175,7 @@ local OLD_LAYOUT_ERROR = 'LAYOUT this event was written by an older waitroom (be
 
 -- This event's chunk size (load_meta sets it from the meta's layout).
 local EV_CHUNK = CHUNK
-local function chunk(seq) return math.floor(tonumber(seq) / EV_CHUNK) end
+local function chunk(seq) return math.floor(num(seq) / EV_CHUNK) end
 -- A chunk's key names, built once per script and chunk (building one formats the number
 -- and hashes the new string: a batch of joins into one chunk would pay it per join).
 local function key_cache(base)
@@ -482,6 +501,13 @@ end
 
 -- Inside a batch (ops.lua), the meta is written back once, after the batch's last operation.
 local BATCHED = false
+-- The context of the batch's answer before this one (nil: none, or not to be relied on),
+-- which a fresh join's short answer leaves out when it is the same (finish_join).
+local PREV_CTX = nil
+-- Whether FX went out in an answer (finish): the next operation of a batch then starts a
+-- new table, else it clears this one in place (each table made costs Redis its share of
+-- the Lua collector's passes over the whole script).
+local GAVE_FX = false
 
 -- The one way out: writes the meta back (in a batch, logs the operation) and answers
 -- {code, payload, effects, context, log version} (the version tells this node when its
@@ -489,7 +515,44 @@ local BATCHED = false
 local function finish(code, payload)
   if BATCHED then log_step() else flush_meta() end
   if payload == nil then payload = false end
-  return {code, payload, FX, ctx(), M.lv or 0}
+  local c = ctx()
+  PREV_CTX = c
+  GAVE_FX = true
+  return {code, payload, FX, c, M.lv or 0}
+end
+
+-- The answer of a fresh join inside a batch that only joined (its effects are its own
+-- FX_JOINED alone), past any pre-queue and still waiting: it is the last of the line, so
+-- its position is the waiting count. The node knows everything else of the view (the
+-- nonce, the user, the time, the state) and of the effect, and rebuilds them (batch.rs
+-- `expand`): {seq, waiting count, log version, opens, method} and the 14 numbers of the
+-- context; or, when opens, method and the context are those of the short answer before it
+-- in the batch, only its first three numbers, flat in the batch's answer (SHORT, marked
+-- `flat`, which the batch loop copies out: no table of its own). Each table and value of
+-- an answer costs Redis a conversion: the whole answer was four tables and 36 values.
+local finish_join
+do
+local SHORT = {flat = true}
+finish_join = function(seq)
+  log_step()
+  -- The same context as ctx() would build, compared without building it (most joins).
+  local p = PREV_CTX
+  if p and p[15] == M.opens and p[16] == M.method and p[1] == M.wn
+      and p[2] == (M.fadm or -1) and p[3] == M.rate and p[4] == M.cap and p[5] == M.ssum
+      and p[6] == M.scnt and p[7] == M.ttl and p[8] == M.sidle and p[9] == M.smax
+      and p[10] == M.widle and p[11] == M.paused and p[12] == hold_total()
+      and p[13] == M.hends and p[14] == N_AD + N_AC then
+    SHORT[1], SHORT[2], SHORT[3] = seq, N_W, M.lv
+    return SHORT
+  end
+  local c = ctx()
+  local out = {seq, N_W, M.lv, M.opens, M.method}
+  for i = 1, 14 do out[5 + i] = c[i] end
+  -- (A whole answer's context has no [15]: the next short answer carries its own.)
+  c[15], c[16] = M.opens, M.method
+  PREV_CTX = c
+  return out
+end
 end
 
 -- A place record: nonce (16 raw bytes), state ('w' waiting, 'a' admitted, 's' in session),
@@ -506,8 +569,14 @@ local function parse(rec)
     proven = string.sub(u, 1, 1) == '!'}
 end
 
-local function encode(p)
+-- The record of p, or (p nil) of a new place: waiting, joined NOW, nonce and user given
+-- (a join writes it without a table for the place).
+local function encode(p, nonce, user, proven)
   local u = ''
+  if not p then
+    if user then u = (proven and '!' or '=') .. user end
+    return nonce .. 'w' .. fmt(NOW) .. ',0,0,' .. u
+  end
   if p.user then u = (p.proven and '!' or '=') .. p.user end
   return p.nonce .. p.state .. fmt(p.joined) .. ',' .. fmt(p.adm) .. ',' .. fmt(p.ent) .. ',' .. u
 end
@@ -517,14 +586,14 @@ end
 -- put_place and every removal through end_place, which keep it true.
 local WROTE = {}
 
-local function put_place(seq, p)
-  local rec = encode(p)
+local function put_place(seq, p, rec)
+  rec = rec or encode(p)
   pend(pkey(seq), 'HSET', seq, rec)
-  WROTE[tonumber(seq)] = rec
+  WROTE[num(seq)] = rec
 end
 
 local function place(seq)
-  return parse(WROTE[tonumber(seq)] or rcall('HGET', pkey(seq), seq))
+  return parse(WROTE[num(seq)] or rcall('HGET', pkey(seq), seq))
 end
 
 -- Ends a session's holds and extensions (holds.lua, which defines it after these rules).
@@ -540,7 +609,7 @@ local function end_place(seq, p, kind, at, bulk)
     set('hends', M.hends + 1)
   end
   rcall('HDEL', pkey(seq), seq)
-  WROTE[tonumber(seq)] = nil
+  WROTE[num(seq)] = nil
   rcall('HDEL', K_METADATA, seq)
   if p.state == 'w' then
     if not bulk then
@@ -779,7 +848,7 @@ end
 -- p its record as written (admit() may have admitted it since, the one change a join
 -- makes to it after writing it: p is then read again).
 local function view(seq, p, newest)
-  if newest and string.sub(WROTE[tonumber(seq)], 17, 17) ~= 'w' then p, newest = nil, false end
+  if newest and string.sub(WROTE[num(seq)], 17, 17) ~= 'w' then p, newest = nil, false end
   p = p or place(seq)
   local pos, ls, extra = 0, 0, 0
   local pre = p.state == 'w' and in_prequeue(p.joined)
