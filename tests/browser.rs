@@ -228,14 +228,25 @@ impl Browser {
         panic!("{css} did not become visible within {WAIT:?}");
     }
 
+    /// Clicks the element `css` names. The pages re-render parts of themselves on live
+    /// updates (the seat map on every hold), so the element found may be replaced before
+    /// the click reaches it: then the element `css` names now is found and clicked again.
     async fn click(&self, css: &str) {
-        self.c()
-            .find(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("{css}: {e}"))
-            .click()
-            .await
-            .unwrap();
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let e = self
+                .c()
+                .find(Locator::Css(css))
+                .await
+                .unwrap_or_else(|e| panic!("{css}: {e}"));
+            match e.click().await {
+                Ok(()) => return,
+                Err(e) if e.is_stale_element_reference() && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("{css}: {e}"),
+            }
+        }
     }
 
     async fn js(&self, script: &str) -> Value {
