@@ -652,7 +652,11 @@ where
 /// request (the gate, the origin's send, the answer), ~420 instructions of `memcpy` per
 /// request, though only its few captured values are set when it is made.
 fn boxed_in_place<F: Future>(make: impl FnOnce() -> F) -> std::pin::Pin<Box<F>> {
-    Box::into_pin(Box::write(Box::new_uninit(), make()))
+    let mut place = Box::new_uninit();
+    place.write(make());
+    // SAFETY: written just above. (`Box::write` does the same safely, but is newer than
+    // the crate's minimum Rust version.)
+    Box::into_pin(unsafe { place.assume_init() })
 }
 
 /// A response body that keeps its request counted as in flight until it is done. Handed
