@@ -12,10 +12,17 @@ session's cookie (a gated path). Each phase is dumped on its own (`callgrind_con
 --dump`); instructions per request are its total over its requests. Each request waits
 for its answer before the next is sent: the work of one request on an idle server. The
 origin's own work is not counted (it is another process).
+
+`--nginx` counts nginx proxying the same origin the same way, as bench/gateway.sh's
+`nginx proxy` runs it (keep-alive upstream, the same `proxy_set_header`s), in one process
+(`master_process off; worker_processes 1`) under callgrind: `GET /`, then `GET /checkout`
+with a cookie of the gated phase's length (nginx gates nothing: it is the same request's
+bytes parsed and forwarded). A row `nginx` in the same table: the gap in instructions.
 """
 
 import argparse
 import glob
+import http.client
 import os
 import shutil
 import socket
@@ -123,6 +130,84 @@ def measure(binary, requests, origin_port, tmp, out):
         results[name] = totals(sorted(new)[-1]) / requests
     proc.terminate()
     proc.wait(timeout=60)
+    results["cookie_len"] = len(cookie)
+    return results
+
+
+def measure_nginx(requests, origin_port, tmp, out, cookie_len):
+    """nginx proxying the origin (bench/gateway.sh's `nginx proxy`), one process under
+    callgrind; the same two phases, the second with a cookie of `cookie_len` bytes."""
+    d = os.path.join(tmp, "proxy")
+    os.makedirs(d)
+    port = free_port()
+    with open(os.path.join(d, "nginx.conf"), "w") as f:
+        f.write(f"""daemon off; master_process off; worker_processes 1; pid {d}/nginx.pid;
+error_log {d}/error.log;
+events {{ worker_connections 1024; }}
+http {{ access_log off; keepalive_requests 1000000;
+ client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fastcgi;
+ uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;
+ upstream site {{ server 127.0.0.1:{origin_port}; keepalive 128; keepalive_requests 1000000; }}
+ server {{ listen 127.0.0.1:{port}; location / {{
+   proxy_pass http://site; proxy_http_version 1.1; proxy_set_header Connection '';
+   proxy_set_header Host $host; proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+   proxy_set_header X-Forwarded-Proto $scheme; }} }} }}
+""")
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    prefix = os.path.join(out, "callgrind.out")
+    proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                             f"--callgrind-out-file={prefix}",
+                             nginx, "-p", d, "-c", os.path.join(d, "nginx.conf")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    conn = None
+    for _ in range(600):
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            conn.connect()
+            break
+        except OSError:
+            conn = None
+            time.sleep(0.1)
+    if conn is None:
+        raise SystemExit("nginx under callgrind did not start")
+
+    def get(path, headers):
+        conn.request("GET", path, headers=headers)
+        r = conn.getresponse()
+        r.read()
+        return r
+
+    # A cookie of the gated phase's length (`waitroom_bench=` and a token's characters).
+    name = "waitroom_bench="
+    cookie = name + "A" * max(cookie_len - len(name), 1)
+    phases = [("pass", "/", {}), ("gated", "/checkout", {"cookie": cookie})]
+    for _, path, headers in phases:
+        for _ in range(20):
+            if get(path, headers).status != 200:
+                raise SystemExit(f"nginx {path}: not 200")
+
+    def ctl(*args):
+        subprocess.run(["callgrind_control", *args, str(proc.pid)], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    ctl("--instr=on")
+    ctl("--zero")
+    results = {}
+    for name_, path, headers in phases:
+        before = set(glob.glob(prefix + "*"))
+        for _ in range(requests):
+            get(path, headers)
+        ctl("--dump=" + name_)
+        for _ in range(600):
+            new = set(glob.glob(prefix + "*")) - before
+            if new:
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)
+        results[name_] = totals(sorted(new)[-1]) / requests
+    conn.close()
+    proc.terminate()
+    proc.wait(timeout=60)
     return results
 
 
@@ -131,18 +216,29 @@ def main():
     ap.add_argument("--bin", action="append", required=True)
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--out", default="target/gateway-instructions")
+    ap.add_argument("--nginx", action="store_true",
+                    help="also count nginx proxying the same origin (a row `nginx`)")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="gw-instr-")
     nginx, port = origin(tmp)
     try:
         print("| binary | passthrough `GET /` | gated + session `GET /checkout` |")
         print("|---|---:|---:|")
+        cookie_len = None
         for i, b in enumerate(a.bin):
             out = os.path.join(a.out, str(i))
             shutil.rmtree(out, ignore_errors=True)
             os.makedirs(out)
             r = measure(b, a.requests, port, tmp, out)
+            cookie_len = r.pop("cookie_len")
             print(f"| {b} | {r['pass']:,.0f} | {r['gated']:,.0f} |", flush=True)
+        if a.nginx:
+            out = os.path.join(a.out, "nginx")
+            shutil.rmtree(out, ignore_errors=True)
+            os.makedirs(out)
+            r = measure_nginx(a.requests, port, tmp, out, cookie_len or 120)
+            print(f"| nginx (proxy) | {r['pass']:,.0f} | {r['gated']:,.0f} "
+                  "(same bytes, not gated) |", flush=True)
     finally:
         nginx.terminate()
         nginx.wait(timeout=30)

@@ -33,7 +33,9 @@ const MAX_KEPT: usize = 4096;
 /// The gateway as one client connection uses it (see the module documentation).
 pub struct Connection {
     gateway: Arc<Gateway>,
-    last: LastCookie,
+    pub(super) last: LastCookie,
+    /// The forwarding headers' values last written for this connection's peer.
+    pub(super) forwarding: super::forward::Forwarding,
 }
 
 impl Connection {
@@ -43,6 +45,7 @@ impl Connection {
         Arc::new(Connection {
             gateway,
             last: LastCookie::default(),
+            forwarding: Default::default(),
         })
     }
 
@@ -54,7 +57,7 @@ impl Connection {
         req: Request<Incoming>,
         peer: SocketAddr,
     ) -> impl std::future::Future<Output = Response> + Send + '_ {
-        self.gateway.serve_on(req, peer, Some(&self.last))
+        self.gateway.serve_on(req, peer, Some(self))
     }
 }
 

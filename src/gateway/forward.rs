@@ -155,49 +155,131 @@ fn push_ip(buf: &mut String, ip: IpAddr) {
     }
 }
 
+/// The forwarding values (`X-Forwarded-For`, `Forwarded`) last written for one client
+/// connection from a peer that is not a trusted proxy. Those depend on the peer's address
+/// and the host asked for only (the client's own forwarding headers are dropped), both
+/// the same for every request of a connection in practice: writing them cost ~700
+/// instructions per request (a buffer, the address written twice, two values checked and
+/// copied), sharing the last ones costs a comparison and two reference counts.
+#[derive(Default)]
+pub struct Forwarding(parking_lot::Mutex<Option<Written>>);
+
+struct Written {
+    peer: IpAddr,
+    host: Option<Box<str>>,
+    x_forwarded_for: Option<HeaderValue>,
+    forwarded: Option<HeaderValue>,
+}
+
+impl Forwarding {
+    /// The values for `peer` and `host`: the last ones when both are the same, else
+    /// `write`'s (kept for the next request).
+    fn values(
+        &self,
+        peer: IpAddr,
+        host: Option<&str>,
+        write: impl FnOnce() -> (Option<HeaderValue>, Option<HeaderValue>),
+    ) -> (Option<HeaderValue>, Option<HeaderValue>) {
+        let mut kept = self.0.lock();
+        if let Some(w) = &*kept {
+            if w.peer == peer && w.host.as_deref() == host {
+                return (w.x_forwarded_for.clone(), w.forwarded.clone());
+            }
+        }
+        let (x_forwarded_for, forwarded) = write();
+        *kept = Some(Written {
+            peer,
+            host: host.map(Into::into),
+            x_forwarded_for: x_forwarded_for.clone(),
+            forwarded: forwarded.clone(),
+        });
+        (x_forwarded_for, forwarded)
+    }
+}
+
+/// `X-Forwarded-For` and `Forwarded` for a request from `ip` (canonical), each extending
+/// the chain the request carries when `trusted`; `proto` is the protocol the request came
+/// by. One buffer for both, each part written into it in place (the value copies it
+/// once), rather than a string per part.
+fn forwarding_values(
+    h: &HeaderMap,
+    ip: IpAddr,
+    trusted: bool,
+    host: Option<&str>,
+    proto: &str,
+) -> (Option<HeaderValue>, Option<HeaderValue>) {
+    let mut buf = String::with_capacity(96);
+    let chain = if trusted {
+        h.get(X_FORWARDED_FOR)
+    } else {
+        None
+    };
+    if let Some(chain) = chain.and_then(|v| v.to_str().ok()) {
+        buf.push_str(chain);
+        buf.push_str(", ");
+    }
+    push_ip(&mut buf, ip);
+    let x_forwarded_for = value_of(&buf);
+    buf.clear();
+    let chain = if trusted { h.get(FORWARDED) } else { None };
+    if let Some(chain) = chain.and_then(|v| v.to_str().ok()) {
+        buf.push_str(chain);
+        buf.push_str(", ");
+    }
+    buf.push_str(if ip.is_ipv4() { "for=" } else { "for=\"[" });
+    push_ip(&mut buf, ip);
+    if ip.is_ipv6() {
+        buf.push_str("]\"");
+    }
+    if let Some(host) = host.filter(|h| !h.contains(['"', '\\'])) {
+        buf.push_str(";host=\"");
+        buf.push_str(host);
+        buf.push('"');
+    }
+    buf.push_str(";proto=");
+    buf.push_str(proto);
+    (x_forwarded_for, value_of(&buf))
+}
+
 /// The headers of a request bound for the origin. `peer` is the connection's address,
-/// `trusted` whether it is a trusted proxy, `host` what the client asked for.
+/// `trusted` whether it is a trusted proxy, `host` what the client asked for; `kept`, the
+/// connection's last forwarding values, when the request comes through a connection.
 pub fn request_headers(
     h: &mut HeaderMap,
     peer: Option<IpAddr>,
     trusted: bool,
     host: Option<&str>,
     upgrade: Option<&HeaderValue>,
+    kept: Option<&Forwarding>,
 ) {
     strip_hop_by_hop(h, |k| k == Kind::Own || (!trusted && k == Kind::Forwarding));
     let peer = peer.map(crate::config::guard::canonical);
     // From anyone but a trusted proxy the forwarding headers are gone now: not looked up
     // (each lookup of a name of our own hashes it, ~150 instructions).
-    // One buffer for both values written here, each part written into it in place (the
-    // value copies it once), rather than a string per part.
-    let mut buf = String::with_capacity(96);
-    if let Some(ip) = peer {
-        let chain = if trusted {
-            h.get(X_FORWARDED_FOR)
-        } else {
-            None
-        };
-        if let Some(chain) = chain.and_then(|v| v.to_str().ok()) {
-            buf.push_str(chain);
-            buf.push_str(", ");
-        }
-        push_ip(&mut buf, ip);
-        if let Some(v) = value_of(&buf) {
-            h.insert(X_FORWARDED_FOR, v);
-        }
-    }
-    let proto = match if trusted {
+    let sent_proto = if trusted {
         h.get(X_FORWARDED_PROTO)
     } else {
         None
-    } {
-        None => {
-            h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
-            "http"
-        }
-        Some(p) if p.as_bytes().trim_ascii().eq_ignore_ascii_case(b"https") => "https",
-        Some(_) => "http",
     };
+    let (proto, add_proto) = match sent_proto {
+        None => ("http", true),
+        Some(p) if p.as_bytes().trim_ascii().eq_ignore_ascii_case(b"https") => ("https", false),
+        Some(_) => ("http", false),
+    };
+    let (x_forwarded_for, forwarded) = match (peer, kept) {
+        (None, _) => (None, None),
+        // Only from an untrusted peer: a trusted proxy's chains differ per request.
+        (Some(ip), Some(kept)) if !trusted => {
+            kept.values(ip, host, || forwarding_values(h, ip, trusted, host, proto))
+        }
+        (Some(ip), _) => forwarding_values(h, ip, trusted, host, proto),
+    };
+    if let Some(v) = x_forwarded_for {
+        h.insert(X_FORWARDED_FOR, v);
+    }
+    if add_proto {
+        h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+    }
     if let Some(host) = host {
         // The client's own `Host` value when it is the host asked for: shared, not copied.
         let client_host = h.get(header::HOST);
@@ -215,28 +297,8 @@ pub fn request_headers(
             }
         }
     }
-    if let Some(ip) = peer {
-        buf.clear();
-        let chain = if trusted { h.get(FORWARDED) } else { None };
-        if let Some(chain) = chain.and_then(|v| v.to_str().ok()) {
-            buf.push_str(chain);
-            buf.push_str(", ");
-        }
-        buf.push_str(if ip.is_ipv4() { "for=" } else { "for=\"[" });
-        push_ip(&mut buf, ip);
-        if ip.is_ipv6() {
-            buf.push_str("]\"");
-        }
-        if let Some(host) = host.filter(|h| !h.contains(['"', '\\'])) {
-            buf.push_str(";host=\"");
-            buf.push_str(host);
-            buf.push('"');
-        }
-        buf.push_str(";proto=");
-        buf.push_str(proto);
-        if let Some(v) = value_of(&buf) {
-            h.insert(FORWARDED, v);
-        }
+    if let Some(v) = forwarded {
+        h.insert(FORWARDED, v);
     }
     if let Some(u) = upgrade {
         h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
@@ -334,6 +396,7 @@ mod tests {
             false,
             Some("shop.example"),
             None,
+            None,
         );
         assert_eq!(h["x-forwarded-for"], "10.0.0.5");
         assert_eq!(h["x-forwarded-proto"], "http");
@@ -367,6 +430,7 @@ mod tests {
             true,
             Some("shop.example"),
             None,
+            None,
         );
         assert_eq!(h["x-forwarded-for"], "203.0.113.9, ::1");
         assert_eq!(h["x-forwarded-proto"], "https");
@@ -388,7 +452,7 @@ mod tests {
             ("trailer", "x-sum"),
             ("x-custom", "kept"),
         ]);
-        request_headers(&mut h, None, false, Some("shop.example"), None);
+        request_headers(&mut h, None, false, Some("shop.example"), None, None);
         for gone in [
             "keep-alive",
             "proxy-connection",
@@ -408,6 +472,7 @@ mod tests {
             &mut plain,
             Some("192.0.2.1".parse().unwrap()),
             false,
+            None,
             None,
             None,
         );
@@ -444,7 +509,7 @@ mod tests {
         ]);
         let u = upgrade_of(&h);
         assert_eq!(u.as_ref().unwrap(), "websocket");
-        request_headers(&mut h, None, false, None, u.as_ref());
+        request_headers(&mut h, None, false, None, u.as_ref(), None);
         assert_eq!(h["connection"], "upgrade");
         assert_eq!(h["upgrade"], "websocket");
         let mut r = headers(&[
@@ -492,5 +557,68 @@ mod tests {
         ]);
         response_headers(&mut several, None);
         assert_eq!(several, headers(&[("x-kept", "yes")]));
+    }
+
+    /// A connection's kept forwarding values are exactly what writing them in full gives,
+    /// for the same peer and host only: another host or peer is written afresh, a client's
+    /// own forwarding headers never reach them, and a trusted proxy's chains (which differ
+    /// per request) are never taken from them.
+    #[test]
+    fn kept_forwarding_values_stand_for_the_same_peer_and_host_only() {
+        let kept = Forwarding::default();
+        let send = |pairs: &[(&str, &str)], peer: &str, trusted: bool, host: Option<&str>| {
+            let peer: IpAddr = peer.parse().unwrap();
+            let (mut with, mut without) = (headers(pairs), headers(pairs));
+            request_headers(&mut with, Some(peer), trusted, host, None, Some(&kept));
+            request_headers(&mut without, Some(peer), trusted, host, None, None);
+            assert_eq!(with, without, "{pairs:?} {peer} {trusted} {host:?}");
+            with
+        };
+        let h = send(
+            &[("host", "a.example")],
+            "192.0.2.1",
+            false,
+            Some("a.example"),
+        );
+        assert_eq!(
+            h["forwarded"],
+            "for=192.0.2.1;host=\"a.example\";proto=http"
+        );
+        // A forged chain from the same untrusted client: still replaced.
+        let forged = [
+            ("host", "a.example"),
+            ("x-forwarded-for", "6.6.6.6"),
+            ("forwarded", "for=6.6.6.6"),
+            ("x-forwarded-proto", "https"),
+        ];
+        let h = send(&forged, "192.0.2.1", false, Some("a.example"));
+        assert_eq!(h["x-forwarded-for"], "192.0.2.1");
+        // Another host on the same connection, then none, then another peer.
+        let h = send(
+            &[("host", "b.example")],
+            "192.0.2.1",
+            false,
+            Some("b.example"),
+        );
+        assert_eq!(
+            h["forwarded"],
+            "for=192.0.2.1;host=\"b.example\";proto=http"
+        );
+        let h = send(&[], "192.0.2.1", false, None);
+        assert_eq!(h["forwarded"], "for=192.0.2.1;proto=http");
+        let h = send(&[], "::ffff:198.51.100.7", false, None);
+        assert_eq!(h["x-forwarded-for"], "198.51.100.7");
+        // A trusted proxy: its chains are extended, request by request.
+        for chain in ["203.0.113.9", "203.0.113.10"] {
+            let h = send(
+                &[("x-forwarded-for", chain), ("forwarded", "for=x")],
+                "10.0.0.1",
+                true,
+                Some("a.example"),
+            );
+            assert_eq!(h["x-forwarded-for"], format!("{chain}, 10.0.0.1").as_str());
+        }
+        let h = send(&[], "10.0.0.1", false, Some("a.example"));
+        assert_eq!(h["forwarded"], "for=10.0.0.1;host=\"a.example\";proto=http");
     }
 }

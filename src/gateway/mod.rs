@@ -41,7 +41,6 @@ mod observe;
 mod pool;
 
 pub use connection::Connection;
-use connection::LastCookie;
 
 use observe::Outcome;
 
@@ -111,13 +110,13 @@ impl Gateway {
         self.serve_on(req, peer, None)
     }
 
-    /// [`Gateway::serve`], with the connection's last session cookie when the request
-    /// comes through a [`Connection`].
+    /// [`Gateway::serve`], with what the connection kept (its last session cookie, its
+    /// forwarding values) when the request comes through a [`Connection`].
     async fn serve_on(
         &self,
         req: Request<Incoming>,
         peer: SocketAddr,
-        last: Option<&LastCookie>,
+        conn: Option<&Connection>,
     ) -> Response {
         let start = std::time::Instant::now();
         // Boxed, though the origin could be sent the `Incoming` as it is: a request with an
@@ -127,9 +126,9 @@ impl Gateway {
         let req = req.map(Body::new);
         let peer = Some(peer.ip());
         let (outcome, res) = if self.trace {
-            self.handle_traced(req, peer, last).await
+            self.handle_traced(req, peer, conn).await
         } else {
-            self.handle(req, peer, last).await
+            self.handle(req, peer, conn).await
         };
         self.metrics.record(outcome, start);
         res
@@ -141,13 +140,13 @@ impl Gateway {
         &self,
         req: Request,
         peer: Option<IpAddr>,
-        last: Option<&LastCookie>,
+        conn: Option<&Connection>,
     ) -> (Outcome, Response) {
         use crate::telemetry::otel;
         use tracing::Instrument as _;
         let method = crate::http::edge::method_label(req.method());
         let span = otel::request_span(method, observe::SPAN_ROUTE, req.headers());
-        let (outcome, res) = self.handle(req, peer, last).instrument(span.clone()).await;
+        let (outcome, res) = self.handle(req, peer, conn).instrument(span.clone()).await;
         otel::record_status(&span, res.status().as_u16());
         (outcome, res)
     }
@@ -157,7 +156,7 @@ impl Gateway {
         &self,
         req: Request,
         peer: Option<IpAddr>,
-        last: Option<&LastCookie>,
+        conn: Option<&Connection>,
     ) -> (Outcome, Response) {
         // Two `Host` headers: the gate would check one and the origin might serve the other
         // (RFC 9112 §3.2: such a request is answered 400). A `Host` that is not ASCII text
@@ -182,18 +181,20 @@ impl Gateway {
             gates.find(host, req.uri().path())
         };
         let Some(gate) = found else {
-            return self.proxy(req, host, peer, None, Outcome::Pass).await;
+            return self.proxy(req, host, peer, conn, None, Outcome::Pass).await;
         };
         let secret = req
             .headers()
             .get(gate::X_WAITROOM_BYPASS)
             .map(HeaderValue::as_bytes);
         if gate.rules.bypasses(req.uri().path(), client, secret) {
-            return self.proxy(req, host, peer, None, Outcome::Bypass).await;
+            return self
+                .proxy(req, host, peer, conn, None, Outcome::Bypass)
+                .await;
         }
         let secure =
             self.state.gates.secure_cookies || gate::is_https(&self.guard, peer, req.headers());
-        let place = connection::place_of(self, last, &gate, req.headers());
+        let place = connection::place_of(self, conn.map(|c| &c.last), &gate, req.headers());
         let admission = gate::admit(&self.state, &self.guard, &gate, place, client, true).await;
         match admission {
             Err(e) => (Outcome::Refused, e.into_response()),
@@ -212,7 +213,7 @@ impl Gateway {
             Ok(Admission::Active { session, cookie }) => {
                 let session_of = Some((&*gate.event_id, &session));
                 let (outcome, mut res) = self
-                    .proxy(req, host, peer, session_of, Outcome::Admitted)
+                    .proxy(req, host, peer, conn, session_of, Outcome::Admitted)
                     .await;
                 if let Some(c) = cookie {
                     res.headers_mut()
@@ -251,6 +252,7 @@ impl Gateway {
         mut req: Request,
         host: Option<&str>,
         peer: Option<IpAddr>,
+        conn: Option<&Connection>,
         session: Option<(&str, &Session)>,
         proxied: Outcome,
     ) -> (Outcome, Response) {
@@ -265,7 +267,14 @@ impl Gateway {
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
         *req.uri_mut() = Uri::from(path);
         *req.version_mut() = Version::HTTP_11;
-        forward::request_headers(req.headers_mut(), peer, trusted, host, upgrade.as_ref());
+        forward::request_headers(
+            req.headers_mut(),
+            peer,
+            trusted,
+            host,
+            upgrade.as_ref(),
+            conn.map(|c| &c.forwarding),
+        );
         if !req.headers().contains_key(header::HOST) {
             // HTTP/1.1 needs one (RFC 9112 §3.2); a client that sent none gets the origin's.
             if let Ok(v) = HeaderValue::from_str(self.upstream.authority.as_str()) {
