@@ -21,7 +21,6 @@ bytes parsed and forwarded). A row `nginx` in the same table: the gap in instruc
 """
 
 import argparse
-import glob
 import http.client
 import os
 import shutil
@@ -32,7 +31,7 @@ import tempfile
 import time
 
 # Shared with the request path's counter (this script's folder is on the import path).
-from instructions import start, totals
+from instructions import count_phases, start
 
 
 def free_port():
@@ -109,25 +108,10 @@ def measure(binary, requests, origin_port, tmp, out):
             if r.status != 200:
                 raise SystemExit(f"{path}: {r.status}")
 
-    def ctl(*args):
-        subprocess.run(["callgrind_control", *args, str(proc.pid)], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    ctl("--instr=on")
-    ctl("--zero")
-    results = {}
-    for name, path, headers in phases:
-        before = set(glob.glob(prefix + "*"))
-        for _ in range(requests):
-            get(path, headers)
-        ctl("--dump=" + name)
-        for _ in range(600):
-            new = set(glob.glob(prefix + "*")) - before
-            if new:
-                break
-            time.sleep(0.1)
-        time.sleep(0.5)
-        results[name] = totals(sorted(new)[-1]) / requests
+    results = count_phases(
+        proc.pid, prefix,
+        [(name, lambda _, p=path, h=headers: get(p, h)) for name, path, headers in phases],
+        requests)
     proc.terminate()
     proc.wait(timeout=60)
     results["cookie_len"] = len(cookie)
@@ -186,25 +170,10 @@ http {{ access_log off; keepalive_requests 1000000;
             if get(path, headers).status != 200:
                 raise SystemExit(f"nginx {path}: not 200")
 
-    def ctl(*args):
-        subprocess.run(["callgrind_control", *args, str(proc.pid)], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    ctl("--instr=on")
-    ctl("--zero")
-    results = {}
-    for name_, path, headers in phases:
-        before = set(glob.glob(prefix + "*"))
-        for _ in range(requests):
-            get(path, headers)
-        ctl("--dump=" + name_)
-        for _ in range(600):
-            new = set(glob.glob(prefix + "*")) - before
-            if new:
-                break
-            time.sleep(0.1)
-        time.sleep(0.5)
-        results[name_] = totals(sorted(new)[-1]) / requests
+    results = count_phases(
+        proc.pid, prefix,
+        [(n, lambda _, p=path, h=headers: get(p, h)) for n, path, headers in phases],
+        requests)
     conn.close()
     proc.terminate()
     proc.wait(timeout=60)

@@ -162,18 +162,21 @@ def sha256_share(a, phase):
     return 0.0
 
 
-def count(a, proc, prefix, data, phases):
-    """Runs each phase `a.requests` times with callgrind counting, one dump per phase, then
-    stops the server; answers the instructions per request of each phase."""
-    ctl = lambda *args: subprocess.run(["callgrind_control", *args, str(proc.pid)],
-                                       check=True, stdout=subprocess.DEVNULL)
+def count_phases(pid, prefix, phases, requests, report=None):
+    """Runs each phase's `f` `requests` times in the callgrind-run process `pid` (dumps
+    named `prefix*`) with counting on, one dump per phase; answers each phase's
+    instructions per request. `report(name, per_request, seconds, dump)` after each."""
+    def ctl(*args):
+        subprocess.run(["callgrind_control", *args, str(pid)], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
     ctl("--instr=on")
     ctl("--zero")
     results = {}
     for name, f in phases:
         before = set(glob.glob(prefix + "*"))
         started = time.time()
-        for i in range(a.requests):
+        for i in range(requests):
             f(i)
         ctl("--dump=" + name)
         # The dump is written asynchronously; wait for the new file.
@@ -184,10 +187,20 @@ def count(a, proc, prefix, data, phases):
             time.sleep(0.1)
         time.sleep(0.5)
         path = sorted(new)[-1]
-        results[name] = totals(path) / a.requests
-        print(f"{name}: {results[name]:,.0f} instructions per request "
-              f"({time.time() - started:.1f} s, dump {os.path.basename(path)})",
-              file=sys.stderr)
+        results[name] = totals(path) / requests
+        if report:
+            report(name, results[name], time.time() - started, path)
+    return results
+
+
+def count(a, proc, prefix, data, phases):
+    """Runs each phase `a.requests` times with callgrind counting, one dump per phase, then
+    stops the server; answers the instructions per request of each phase."""
+    def report(name, per_request, seconds, path):
+        print(f"{name}: {per_request:,.0f} instructions per request "
+              f"({seconds:.1f} s, dump {os.path.basename(path)})", file=sys.stderr)
+
+    results = count_phases(proc.pid, prefix, phases, a.requests, report)
     proc.terminate()
     proc.wait(timeout=60)
     shutil.rmtree(data, ignore_errors=True)
