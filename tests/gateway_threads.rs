@@ -133,6 +133,12 @@ async fn every_serving_thread_proxies_times_out_and_drains() {
     };
     let (addr, stop, server) = start(settings).await;
     let c = reqwest::Client::new();
+    // A thread takes its name as it starts, which on a loaded machine can come a moment
+    // after the server answers: wait for the count to settle, then require exactly two.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while threads_named(SERVING) != 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(threads_named(SERVING), 2, "one serving thread per worker");
 
     // 16 client connections (from 16 ports: the kernel spreads them over both sockets),
