@@ -889,3 +889,146 @@ async fn a_fresh_joins_answer_is_short_and_its_view_whole() {
     }
     assert_eq!(seqs, (1..=64).collect());
 }
+
+/// Crowded batches against the reference: groups of joins (anonymous, users proven or not,
+/// repeat users), enters and leaves, each at its own time, sent at once to Redis (one batch
+/// per group, so fresh joins get short answers, flat ones when the context did not change
+/// since the answer before: batch.rs `expand`) and one by one, in the same order at the same
+/// times, to the embedded store. Sessions come and go, so the context (the slot-time held,
+/// the live count) changes from one operation to the next within a batch; some groups are
+/// paused, or joined before a pre-queue's opening, or right after a change of the settings.
+/// Every answer must be the reference's, field for field.
+#[tokio::test]
+async fn crowded_batches_answer_like_the_embedded_store() {
+    use waitroom::core::schedule::format_rfc3339;
+    use waitroom::store::embedded::EmbeddedStore;
+    let server = RedisServer::start();
+    let red = node(&server.url(), &unique_prefix());
+    let emb: Arc<dyn Store> = Arc::new(EmbeddedStore::new());
+    let ev = "crowd";
+    let config = |group: u64, paused: bool, opens: Option<Millis>| {
+        let mut c = serde_json::json!({
+            "max_active": 2 + group % 3, "ready_ttl_sec": 2, "session_idle_sec": 3,
+            "session_max_sec": 6, "waiting_idle_sec": 30, "paused": paused,
+            "opens_at": opens.map(format_rfc3339),
+        });
+        if group % 4 == 1 {
+            c["admit_per_minute"] = 120.into();
+        }
+        let mut p: EventPatch = serde_json::from_value(c).unwrap();
+        p.fresh_secret = Some([0x5a; 32]);
+        p
+    };
+    let mut now = T0;
+    for s in [&emb, &red] {
+        s.put_event(ev, &config(0, false, None), now).await.unwrap();
+    }
+    #[derive(Debug, Clone, Copy)]
+    enum Op {
+        Join(Option<u64>, bool),
+        Enter(usize),
+        Leave(usize),
+    }
+    let mut keys: Vec<PlaceKey> = Vec::new();
+    let mut nonce = 0u128;
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    for group in 0..48u64 {
+        // Now and then the settings change: paused, or a pre-queue whose opening is a
+        // little ahead (the line cleared first: `opens_at` may not move a waiting place
+        // into the pre-queue).
+        if group % 3 == 2 {
+            let opens = (group % 9 == 5).then_some(now + 2_000);
+            if opens.is_some() {
+                for s in [&emb, &red] {
+                    s.clear(ev, now).await.unwrap();
+                }
+            }
+            let patch = config(group, group % 5 == 2, opens);
+            let a = emb
+                .put_event(ev, &patch, now)
+                .await
+                .map_err(|e| e.to_string());
+            let b = red
+                .put_event(ev, &patch, now)
+                .await
+                .map_err(|e| e.to_string());
+            assert_eq!(a, b, "group {group}: the settings");
+        }
+        let ops: Vec<(Op, Millis)> = (0..48)
+            .map(|_| {
+                now += next(3) * 40;
+                let op = match next(10) {
+                    0..=5 => Op::Join((next(3) == 0).then(|| next(24)), next(2) == 0),
+                    6..=7 => Op::Enter(next(keys.len().max(1) as u64) as usize),
+                    _ => Op::Leave(next(keys.len().max(1) as u64) as usize),
+                };
+                (op, now)
+            })
+            .collect();
+        let reqs: Vec<JoinRequest> = ops
+            .iter()
+            .map(|(op, _)| {
+                nonce += 1;
+                let (user, proven) = match op {
+                    Op::Join(u, p) => (*u, *p),
+                    _ => (None, false),
+                };
+                JoinRequest {
+                    user_id: user.map(|u| format!("user-{u}")),
+                    proven,
+                    nonce: nonce * 0x9E37_79B9_7F4A_7C15_F39C,
+                    ..JoinRequest::default()
+                }
+            })
+            .collect();
+        let nobody = PlaceKey { seq: 0, nonce: 0 };
+        // An operation's answer as comparable text, and the place a join holds.
+        let run = |s: Arc<dyn Store>, i: usize| {
+            let (op, at) = ops[i];
+            let req = reqs[i].clone();
+            let key = |j: usize| keys.get(j).copied().unwrap_or(nobody);
+            async move {
+                match op {
+                    Op::Join(..) => {
+                        let r = s.join(ev, &req, at).await;
+                        let key = r.as_ref().ok().map(|v| v.key);
+                        (format!("{r:?}"), key)
+                    }
+                    Op::Enter(j) => (format!("{:?}", s.enter(ev, key(j), at).await), None),
+                    Op::Leave(j) => (format!("{:?}", s.leave(ev, key(j), at).await), None),
+                }
+            }
+        };
+        let mut want = Vec::new();
+        for i in 0..ops.len() {
+            want.push(run(emb.clone(), i).await);
+        }
+        let before = script_calls(&server);
+        let got = join_all((0..ops.len()).map(|i| run(red.clone(), i))).await;
+        let calls = script_calls(&server) - before;
+        assert!(
+            calls <= 3,
+            "group {group}: {calls} script calls, not one batch"
+        );
+        for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+            assert_eq!(a.0, b.0, "group {group}, operation {i}: {:?}", ops[i]);
+        }
+        for (_, key) in &got {
+            if let Some(k) = key {
+                if !keys.contains(k) {
+                    keys.push(*k);
+                }
+            }
+        }
+        now += 300;
+        for s in [&emb, &red] {
+            s.tick(ev, now).await.unwrap();
+        }
+    }
+}
