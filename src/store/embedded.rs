@@ -67,7 +67,8 @@ pub struct EmbeddedStore {
     /// on); creating or deleting an event swaps in a new map under `events_write`.
     events: ArcSwap<Events>,
     events_write: Mutex<()>,
-    journal: Option<Journal>,
+    /// Shared with the purges of deleted events' keys, which run on tasks of their own.
+    journal: Option<Arc<Journal>>,
     notices: broadcast::Sender<Notice>,
     /// Only the notices about events themselves (see [`Store::subscribe_events`]): a join's
     /// `Moved` wakes the live hub alone, not every background task.
@@ -163,7 +164,7 @@ impl EmbeddedStore {
         Ok(EmbeddedStore {
             events: ArcSwap::from_pointee(events),
             events_write: Mutex::default(),
-            journal: Some(journal),
+            journal: Some(Arc::new(journal)),
             notices: broadcast::channel(NOTICE_BUFFER).0,
             event_notices: broadcast::channel(NOTICE_BUFFER).0,
             claims: Mutex::default(),
@@ -179,7 +180,7 @@ impl EmbeddedStore {
 
     /// Bytes the durable store holds on disk (0 in memory).
     pub fn disk_space(&self) -> u64 {
-        self.journal.as_ref().map_or(0, Journal::disk_space)
+        self.journal.as_deref().map_or(0, Journal::disk_space)
     }
 
     /// Receivers of every notice (the live hub's), as opposed to those of
@@ -292,12 +293,21 @@ impl Store for EmbeddedStore {
         let existing = self.events.load().get(event_id).cloned();
         let slot = match existing {
             Some(s) => s,
-            None => {
+            None => loop {
                 let config = patch.apply(event_id, &EventConfig::default())?;
+                // A deleted event of the same id whose keys are still being removed: its
+                // keys would be read back as the new event's (`journal/purge.rs`).
+                if let Some(j) = &self.journal {
+                    j.purged(event_id).await;
+                }
                 let _write = self.events_write.lock();
                 let mut events = Events::clone(&self.events.load());
                 match events.get(event_id) {
-                    Some(s) => s.clone(), // created meanwhile: update that one
+                    Some(s) => break s.clone(), // created meanwhile: update that one
+                    // Deleted again meanwhile (under this lock, so checked here for good).
+                    None if self.journal.as_ref().is_some_and(|j| j.purging(event_id)) => {
+                        continue;
+                    }
                     None => {
                         // The new event's record is queued to the journal before the event
                         // becomes visible, under the map's lock (as deletions are), so its
@@ -311,10 +321,10 @@ impl Store for EmbeddedStore {
                         let slot = Arc::new(Mutex::new(slot));
                         events.insert(event_id.to_string(), slot.clone());
                         self.events.store(Arc::new(events));
-                        slot
+                        break slot;
                     }
                 }
-            }
+            },
         };
         self.reconfigure(event_id, &slot, patch, now).await
     }
@@ -372,6 +382,18 @@ impl Store for EmbeddedStore {
         };
         if let (Some(j), Some(t)) = (&self.journal, ticket) {
             j.wait(t).await?;
+            // The keys go in steps on a task of its own, so that the answer does not wait
+            // for them and a request that goes away cannot leave them half removed.
+            // Weak: a store dropped before the task ran is not kept open by it (the next
+            // open finishes the purge).
+            let (j, id) = (Arc::downgrade(j), Arc::<str>::from(event_id));
+            tokio::spawn(async move {
+                let Some(j) = j.upgrade() else { return };
+                if let Err(e) = j.purge(id.clone()).await {
+                    tracing::warn!(event_id = %id, error = %e,
+                        "removing a deleted event's keys stopped; the next start finishes it");
+                }
+            });
         }
         self.tell_event(Notice::EventDeleted {
             event_id: event_id.into(),
@@ -571,6 +593,7 @@ impl Store for EmbeddedStore {
 mod tests {
     use super::{Claims, EmbeddedStore};
     use crate::core::EventPatch;
+    use crate::store::journal::Durability;
     use crate::store::{JoinRequest, Notice, Store};
 
     /// A join's `Moved` goes to the receivers of every notice only; an event's creation,
@@ -628,5 +651,103 @@ mod tests {
             !c.claim("ev", "99999", 100_099, 100_000),
             "a live claim holds"
         );
+    }
+
+    /// Settings under which places wait (nobody is admitted).
+    fn paused() -> EventPatch {
+        EventPatch {
+            paused: Some(true),
+            ..EventPatch::default()
+        }
+    }
+
+    /// A store in `dir` with `big` holding `n` waiting places and `other` empty.
+    async fn with_big_event(dir: &std::path::Path, n: u64) -> EmbeddedStore {
+        let store = EmbeddedStore::open(dir, Durability::Relaxed, 0).unwrap();
+        for id in ["big", "other"] {
+            store.put_event(id, &paused(), 0).await.unwrap();
+        }
+        for nonce in 0..n {
+            let join = JoinRequest {
+                nonce: nonce.into(),
+                ..JoinRequest::default()
+            };
+            store.join("big", &join, 1).await.unwrap();
+        }
+        store
+    }
+
+    /// The deletion's own batch removes the record only; the keys go in later steps, with
+    /// other events' changes written between them (they no longer wait for one batch of
+    /// every tombstone: seconds for a large event).
+    #[tokio::test]
+    async fn a_deletion_leaves_the_keys_to_steps_that_other_changes_come_between() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = with_big_event(dir.path(), 300).await;
+        let journal = store.journal.clone().unwrap();
+        assert_eq!(journal.keys_of("big"), (300, false));
+        store.delete_event("big").await.unwrap();
+        // The purge's task has not run yet (this runtime has one thread, not yielded to).
+        assert_eq!(
+            journal.keys_of("big"),
+            (300, true),
+            "the deletion wrote no tombstone"
+        );
+        assert!(journal.purging("big"));
+        let join = JoinRequest {
+            nonce: 1,
+            ..JoinRequest::default()
+        };
+        assert_eq!(
+            store.join("other", &join, 2).await.unwrap().position,
+            Some(1)
+        );
+        journal.purged("big").await;
+        assert_eq!(
+            journal.keys_of("big"),
+            (0, false),
+            "every key and the mark are gone"
+        );
+        assert!(store.get_event("big", 3).await.is_err());
+    }
+
+    /// A stop before the purge ended leaves its mark; the next open removes the rest before
+    /// reading anything, and a new event of the same id starts empty.
+    #[tokio::test]
+    async fn a_purge_cut_short_is_finished_by_the_next_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = with_big_event(dir.path(), 300).await;
+        store.delete_event("big").await.unwrap();
+        store.close().await.unwrap(); // before the purge's task ran
+        assert_eq!(store.journal.as_ref().unwrap().keys_of("big"), (300, true));
+        drop(store);
+        let store = EmbeddedStore::open(dir.path(), Durability::Relaxed, 10).unwrap();
+        assert_eq!(store.journal.as_ref().unwrap().keys_of("big"), (0, false));
+        store.put_event("big", &paused(), 11).await.unwrap();
+        let snap = store.get_event("big", 12).await.unwrap();
+        assert_eq!(
+            snap.figures.waiting, 0,
+            "nothing of the deleted event came back"
+        );
+    }
+
+    /// A re-creation of a deleted id waits until the old keys are gone: they lie under the
+    /// same prefix, and a restart would read them back as the new event's places.
+    #[tokio::test]
+    async fn a_recreated_event_does_not_inherit_the_deleted_ones_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = with_big_event(dir.path(), 300).await;
+        store.delete_event("big").await.unwrap();
+        store.put_event("big", &paused(), 5).await.unwrap();
+        let join = JoinRequest {
+            nonce: 10_000,
+            ..JoinRequest::default()
+        };
+        store.join("big", &join, 6).await.unwrap();
+        store.close().await.unwrap();
+        drop(store);
+        let store = EmbeddedStore::open(dir.path(), Durability::Relaxed, 10).unwrap();
+        let snap = store.get_event("big", 11).await.unwrap();
+        assert_eq!(snap.figures.waiting, 1, "only the new event's place");
     }
 }

@@ -25,6 +25,8 @@
 //! prefix scan reads one event in join order. Keyspace `events`: `event_id` → config and counters.
 //! Keyspace `invites`: `event_id ‖ 0x00 ‖ code` → whom the code seats (`None` while unused).
 //! Kind 4 = a session's extensions and keyspace `items` (the inventory): `journal_sale.rs`.
+//! Keyspace `purges`: `event_id` → nothing, while a deleted event's keys are being removed
+//! (`journal/purge.rs`).
 //! The places' keys and records are made in `journal_places.rs`.
 
 use std::collections::{BTreeMap, HashMap};
@@ -48,9 +50,12 @@ use super::journal_places::{
 use super::journal_sale::{self as sale, KIND_EXTENDED};
 use super::journal_sync::Syncer;
 use super::{watermark, StoreError};
+
+mod purge;
 use crate::core::{
     Effect, EventConfig, EventQueue, InviteHolder, Millis, QueueMeta, RestoredPlace,
 };
+use purge::{Part, Purging};
 
 /// The `events` keyspace's memtable (see where it is opened).
 const EVENTS_MEMTABLE: u64 = 32 * 1024 * 1024;
@@ -205,8 +210,15 @@ enum Change {
         /// Boxed: settings changes are rare, and the queue holds many changes.
         config: Option<Box<EventConfig>>,
     },
-    Delete {
+    /// The event's record goes, and its mark in `purges` is set: its keys are removed by
+    /// [`Change::Purge`] steps after it (see `journal/purge.rs`).
+    Delete { event_id: Arc<str> },
+    /// One step of removing a deleted event's keys; `last` removes its mark.
+    Purge {
         event_id: Arc<str>,
+        part: Part,
+        keys: Vec<fjall::Slice>,
+        last: bool,
     },
 }
 
@@ -228,6 +240,11 @@ pub struct Journal {
     mode: Durability,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     db: Database,
+    /// Read by purges (`journal/purge.rs`), which choose each step's keys.
+    places: Keyspace,
+    invites: Keyspace,
+    items: Keyspace,
+    purging: Purging,
     /// Tests: the writer's sync state (its hook that stalls syncs).
     #[cfg(test)]
     pub(super) syncer: Arc<Mutex<Syncer>>,
@@ -310,6 +327,9 @@ impl Journal {
         })?;
         let invites = db.keyspace("invites", KeyspaceCreateOptions::default)?;
         let items = db.keyspace("items", KeyspaceCreateOptions::default)?;
+        // Deleted events whose keys were still being removed when the process stopped.
+        let purges = db.keyspace("purges", KeyspaceCreateOptions::default)?;
+        purge::finish_at_open(&db, &purges, [&places, &invites, &items])?;
         let recovered = recover(&events, &places, &invites, &items, now)?;
         restrict_tree(dir)?;
         let marker = watermark::Marker::new(dir)?;
@@ -325,9 +345,10 @@ impl Journal {
             durable_upto: durable_upto.clone(),
             db: db.clone(),
             events,
-            places,
-            invites,
-            items,
+            places: places.clone(),
+            invites: invites.clone(),
+            items: items.clone(),
+            purges,
             configs,
             durable: durable_tx,
             failed: failed.clone(),
@@ -347,6 +368,10 @@ impl Journal {
                 mode,
                 writer: Mutex::new(Some(handle)),
                 db,
+                places,
+                invites,
+                items,
+                purging: Purging::default(),
                 #[cfg(test)]
                 syncer,
             },
@@ -386,11 +411,15 @@ impl Journal {
         })
     }
 
-    /// Queues the removal of an event and all its keys.
+    /// Queues the removal of an event's record; its keys are then removed by
+    /// [`Journal::purge`], which the caller starts once this ticket is written. Until that
+    /// ends, [`Journal::purged`] waits.
     pub fn delete(&self, event_id: &Arc<str>) -> Result<u64, StoreError> {
-        self.submit(Change::Delete {
+        let ticket = self.submit(Change::Delete {
             event_id: event_id.clone(),
-        })
+        })?;
+        self.purging.start(event_id);
+        Ok(ticket)
     }
 
     /// The ticket of the last queued change: an operation that only read state waits for
@@ -578,6 +607,8 @@ struct Writer {
     places: Keyspace,
     invites: Keyspace,
     items: Keyspace,
+    /// Marks of deleted events whose keys are still being removed.
+    purges: Keyspace,
     /// Latest config per event (as its record holds it, JSON), so changes that carry only
     /// counters can still write the whole event record without encoding the settings again.
     configs: HashMap<String, String>,
@@ -656,6 +687,8 @@ impl Writer {
         let mut event_ops: BTreeMap<Arc<str>, Option<QueueMeta>> = BTreeMap::new();
         let mut invite_ops: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
         let mut item_ops = sale::Ops::new();
+        // Deleted events' marks: set (`true`) by a deletion, removed by its purge's end.
+        let mut purge_ops: BTreeMap<Arc<str>, bool> = BTreeMap::new();
         for change in group {
             match change {
                 Change::Event {
@@ -690,6 +723,8 @@ impl Writer {
                     }
                 }
                 Change::Delete { event_id } => {
+                    // This batch's own changes to the event are dropped; what earlier
+                    // batches wrote is removed by the purge's steps.
                     let prefix = event_prefix(&event_id);
                     let pending: Vec<fjall::Slice> = place_ops
                         .range(fjall::Slice::new(&prefix)..)
@@ -699,9 +734,6 @@ impl Writer {
                     for k in pending {
                         place_ops.insert(k, None);
                     }
-                    for kv in self.places.prefix(&prefix) {
-                        place_ops.insert(kv.key()?, None);
-                    }
                     let pending: Vec<Vec<u8>> = invite_ops
                         .range(prefix.clone()..)
                         .take_while(|(k, _)| k.starts_with(&prefix))
@@ -710,12 +742,33 @@ impl Writer {
                     for k in pending {
                         invite_ops.insert(k, None);
                     }
-                    for kv in self.invites.prefix(&prefix) {
-                        invite_ops.insert(kv.key()?.to_vec(), None);
-                    }
-                    sale::drop_items(&mut item_ops, &self.items, &event_id)?;
+                    sale::drop_pending_items(&mut item_ops, &event_id);
                     self.configs.remove(&*event_id);
+                    purge_ops.insert(event_id.clone(), true);
                     event_ops.insert(event_id, None);
+                }
+                Change::Purge {
+                    event_id,
+                    part,
+                    keys,
+                    last,
+                } => {
+                    for k in keys {
+                        match part {
+                            Part::Places => {
+                                place_ops.insert(k, None);
+                            }
+                            Part::Invites => {
+                                invite_ops.insert(k.to_vec(), None);
+                            }
+                            Part::Items => {
+                                item_ops.insert(k.to_vec(), None);
+                            }
+                        }
+                    }
+                    if last {
+                        purge_ops.insert(event_id, false);
+                    }
                 }
             }
         }
@@ -744,6 +797,13 @@ impl Writer {
                     batch.insert(&self.events, k.as_bytes(), encode_event(config, &meta))
                 }
                 None => batch.remove(&self.events, k.as_bytes()),
+            }
+        }
+        for (id, marked) in purge_ops {
+            if marked {
+                batch.insert(&self.purges, id.as_bytes(), b"");
+            } else {
+                batch.remove(&self.purges, id.as_bytes());
             }
         }
         batch.commit()

@@ -32,8 +32,9 @@ pub(super) fn record_item(ops: &mut Ops, event_id: &str, id: &str, state: &ItemS
     ops.insert(k, Some(v));
 }
 
-/// Queues the removal of every item of a deleted event, pending or written.
-pub(super) fn drop_items(ops: &mut Ops, items: &Keyspace, event_id: &str) -> fjall::Result<()> {
+/// Drops a deleted event's items written earlier in the same batch (what earlier batches
+/// wrote is removed by the purge's steps, `journal/purge.rs`).
+pub(super) fn drop_pending_items(ops: &mut Ops, event_id: &str) {
     let p = prefix(event_id);
     let pending: Vec<Vec<u8>> = ops
         .range(p.clone()..)
@@ -43,10 +44,6 @@ pub(super) fn drop_items(ops: &mut Ops, items: &Keyspace, event_id: &str) -> fja
     for k in pending {
         ops.insert(k, None);
     }
-    for kv in items.prefix(&p) {
-        ops.insert(kv.key()?.to_vec(), None);
-    }
-    Ok(())
 }
 
 /// The encoded value of an extension record.
