@@ -423,10 +423,13 @@ async fn serve(
     use tower::ServiceExt as _;
 
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(settings.connections.header_timeout);
+    // No timer for HTTP/1: hyper's header-read timeout boxes a `Sleep` and registers it in
+    // the runtime's timer wheel at every request head (~900 instructions per proxied request,
+    // ~1,950 per `/healthz`).
+    // The connection's own closer below bounds an idle keep-alive wait and a trickled
+    // head instead, with one timer per connection. (`None` explicitly: hyper's default of
+    // 30 s without a timer would only log a warning per connection.)
+    builder.http1().header_read_timeout(None);
     builder
         .http2()
         .timer(TokioTimer::new())
@@ -486,9 +489,9 @@ async fn serve(
         tokio::spawn(async move {
             // The builder reads the first bytes to choose HTTP/1 or HTTP/2 before either's
             // timeouts run: a silent or stalled client is bounded here instead.
-            if !version_readable(&tcp, header_timeout).await {
+            let Some(version) = version_read(&tcp, header_timeout).await else {
                 return;
-            }
+            };
             let svc = Dispatch {
                 api: TowerToHyperService::new(svc),
                 gateway: gateway.map(crate::gateway::Connection::new),
@@ -497,15 +500,21 @@ async fn serve(
             };
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(tcp), svc);
             let mut conn = std::pin::pin!(conn);
-            // What closes the connection gracefully: HTTP/2 has no idle timeout of its own
-            // (its pings only prove the peer alive), so a connection with no request in
-            // flight for the header timeout is closed, on HTTP/1 too (where hyper's own
-            // timer also does); and the server's shutdown.
+            // What closes the connection: no request in flight for the header timeout
+            // (counted from the accept or from the end of the last answer), and the
+            // server's shutdown. This is HTTP/2's idle timeout (its pings only prove the
+            // peer alive) and HTTP/1's header and keep-alive timeout, as hyper's own timer
+            // for HTTP/1 is off. On HTTP/1, `graceful_shutdown` closes a connection at once
+            // between answers, even with part of the next head read (hyper's keep-alive
+            // state is idle until a head is whole); but before the first answer it only
+            // disables keep-alive and would go on reading a trickled first head, so a
+            // connection that never had a request is dropped outright: it has nothing to
+            // finish.
             let closer = async {
                 tokio::select! {
                     biased;
-                    () = activity.idle_for(header_timeout) => {}
-                    _ = stop.wait_for(|s| *s) => {}
+                    () = activity.idle_for(header_timeout) => Closing::Idle,
+                    _ = stop.wait_for(|s| *s) => Closing::Shutdown,
                 }
             };
             let mut closer = std::pin::pin!(closer);
@@ -519,7 +528,14 @@ async fn serve(
                 if let Poll::Ready(ended) = conn.as_mut().poll(cx) {
                     return Poll::Ready(ended);
                 }
-                if !closing && closer_woken.poll(closer.as_mut(), cx).is_ready() {
+                if closing {
+                    return Poll::Pending;
+                }
+                if let Poll::Ready(why) = closer_woken.poll(closer.as_mut(), cx) {
+                    if why == Closing::Idle && version == Version::Http1 && !activity.had_requests()
+                    {
+                        return Poll::Ready(Ok(()));
+                    }
                     closing = true;
                     conn.as_mut().graceful_shutdown();
                     return conn.as_mut().poll(cx);
@@ -553,28 +569,56 @@ async fn serve(
     Ok(())
 }
 
-/// One connection's requests: how many are in flight, and when the last one ended.
+/// Why a connection's closer fired.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Closing {
+    /// No request in flight for the header timeout.
+    Idle,
+    /// The server is shutting down.
+    Shutdown,
+}
+
+/// One connection's requests: how many are in flight, when the last one ended, and
+/// whether there ever was one.
 #[derive(Clone)]
-struct Activity(Arc<parking_lot::Mutex<(usize, tokio::time::Instant)>>);
+struct Activity(Arc<parking_lot::Mutex<Requests>>);
+
+struct Requests {
+    in_flight: usize,
+    since: tokio::time::Instant,
+    any: bool,
+}
 
 impl Activity {
     fn new() -> Self {
-        Activity(Arc::new(parking_lot::Mutex::new((
-            0,
-            tokio::time::Instant::now(),
-        ))))
+        Activity(Arc::new(parking_lot::Mutex::new(Requests {
+            in_flight: 0,
+            since: tokio::time::Instant::now(),
+            any: false,
+        })))
     }
 
     /// One more request in flight, until the returned value is dropped.
     fn busy(&self) -> Busy {
-        self.0.lock().0 += 1;
+        let mut r = self.0.lock();
+        r.in_flight += 1;
+        r.any = true;
+        drop(r);
         Busy(self.clone())
+    }
+
+    /// Whether a request was ever handed to the service on this connection.
+    fn had_requests(&self) -> bool {
+        self.0.lock().any
     }
 
     /// Resolves once no request has been in flight for `limit`.
     async fn idle_for(&self, limit: Duration) {
         loop {
-            let (in_flight, since) = *self.0.lock();
+            let (in_flight, since) = {
+                let r = self.0.lock();
+                (r.in_flight, r.since)
+            };
             let until = since + limit;
             if in_flight == 0 && tokio::time::Instant::now() >= until {
                 return;
@@ -595,9 +639,9 @@ struct Busy(Activity);
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        let mut a = (self.0).0.lock();
-        a.0 -= 1;
-        a.1 = tokio::time::Instant::now();
+        let mut r = (self.0).0.lock();
+        r.in_flight -= 1;
+        r.since = tokio::time::Instant::now();
     }
 }
 
@@ -739,22 +783,31 @@ impl OnWake {
     }
 }
 
-/// Whether enough of the request arrived within `limit` for the connection builder to tell
-/// HTTP/1 from HTTP/2 (a byte that differs from the HTTP/2 preface, or all of it).
-async fn version_readable(tcp: &TcpStream, limit: Duration) -> bool {
+/// The protocol a connection speaks, as the connection builder will tell it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Version {
+    Http1,
+    Http2,
+}
+
+/// Which protocol the connection speaks, once enough of the request arrived within `limit`
+/// for the connection builder to tell (a byte that differs from the HTTP/2 preface: HTTP/1;
+/// all of it: HTTP/2); `None` if it did not, or the connection ended.
+async fn version_read(tcp: &TcpStream, limit: Duration) -> Option<Version> {
     const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
     let wait = async {
         let mut buf = [0u8; 24];
         loop {
             match tcp.peek(&mut buf).await {
-                Ok(0) | Err(_) => return false,
-                Ok(n) if n >= PREFACE.len() || buf[..n] != PREFACE[..n] => return true,
+                Ok(0) | Err(_) => return None,
+                Ok(n) if buf[..n] != PREFACE[..n] => return Some(Version::Http1),
+                Ok(n) if n >= PREFACE.len() => return Some(Version::Http2),
                 // Part of the preface: peek answers at once while it sits unread.
                 Ok(_) => tokio::time::sleep(Duration::from_millis(10)).await,
             }
         }
     };
-    tokio::time::timeout(limit, wait).await.unwrap_or(false)
+    tokio::time::timeout(limit, wait).await.ok().flatten()
 }
 
 /// The generated admin token, kept in the data dir like the signing key (owner-only), so

@@ -247,32 +247,9 @@ async fn idle_half_sent_and_trickled_requests_are_closed() {
     assert!(a >= Duration::from_millis(500) && b >= Duration::from_millis(500));
 
     // Headers a line at a time, each well within the timeout: the whole head is bounded.
-    let mut trickle = TcpStream::connect(s.addr).await.unwrap();
-    let started = Instant::now();
-    trickle
-        .write_all(b"GET /healthz HTTP/1.1\r\n")
-        .await
-        .unwrap();
-    let mut closed = false;
-    for i in 0..40 {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        if trickle
-            .write_all(format!("x-h{i}: v\r\n").as_bytes())
-            .await
-            .is_err()
-        {
-            closed = true;
-            break;
-        }
-    }
-    if !closed {
-        closed_within(trickle, Duration::from_secs(1)).await;
-    }
-    assert!(
-        started.elapsed() < Duration::from_secs(6),
-        "trickle held {:?}",
-        started.elapsed()
-    );
+    let trickle = TcpStream::connect(s.addr).await.unwrap();
+    let held = trickled_head(trickle).await;
+    assert!(held < Duration::from_secs(3), "trickle held {held:?}");
 
     // Keep-alive: after one answered request, an idle connection is closed too.
     let mut ka = TcpStream::connect(s.addr).await.unwrap();
@@ -283,6 +260,65 @@ async fn idle_half_sent_and_trickled_requests_are_closed() {
     let n = ka.read(&mut buf).await.unwrap();
     assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
     closed_within(ka, Duration::from_secs(5)).await;
+}
+
+/// Sends a request head a header line every 200 ms, never ending it, until the server
+/// closes the connection (at most 8 s); how long the connection was held.
+async fn trickled_head(mut sock: TcpStream) -> Duration {
+    let started = Instant::now();
+    sock.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
+    for i in 0..40 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if sock
+            .write_all(format!("x-h{i}: v\r\n").as_bytes())
+            .await
+            .is_err()
+        {
+            return started.elapsed();
+        }
+    }
+    closed_within(sock, Duration::from_secs(1)).await;
+    started.elapsed()
+}
+
+/// After an answered request, the next head trickled a line at a time is bounded as the
+/// first is: the header timeout counts from the end of the last answer.
+#[tokio::test]
+async fn a_trickled_head_after_an_answer_is_closed() {
+    let s = start(short_timeouts).await;
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    c.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let n = c.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    let held = trickled_head(c).await;
+    assert!(held < Duration::from_secs(3), "trickle held {held:?}");
+}
+
+/// A first head trickled after a silent start is bounded from the connect, not from its
+/// first byte: the wait for the first byte and the head share one header timeout.
+#[tokio::test]
+async fn a_late_trickled_first_head_is_bounded_from_the_connect() {
+    let s = start(|s| {
+        s.connections = ConnectionSettings {
+            header_timeout: Duration::from_secs(2),
+            body_timeout: Duration::from_secs(2),
+            ..ConnectionSettings::default()
+        };
+    })
+    .await;
+    let c = TcpStream::connect(s.addr).await.unwrap();
+    let connected = Instant::now();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    trickled_head(c).await;
+    // Bounded from the first byte it would be held ~3.5 s; from the connect, ~2 s.
+    let held = connected.elapsed();
+    assert!(
+        held < Duration::from_millis(3200),
+        "held {held:?} from the connect"
+    );
 }
 
 #[tokio::test]
