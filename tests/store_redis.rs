@@ -39,6 +39,27 @@ fn queue_rules_match_the_reference_model() {
     support::model::check_backend(standalone, 30, 80);
 }
 
+/// The EVALSHA path (a server before Redis 7, or `functions: false`): the same stories and
+/// a shorter model run, so that both ways of calling the script are held to the rules.
+mod with_evalsha {
+    use super::*;
+
+    fn evalsha() -> Arc<dyn Store> {
+        let options = RedisOptions {
+            functions: false,
+            ..options()
+        };
+        Arc::new(RedisStore::new(&shared().url(), options).unwrap())
+    }
+
+    store_conformance!(async { evalsha() });
+
+    #[test]
+    fn queue_rules_match_the_reference_model() {
+        support::model::check_backend(evalsha, 10, 60);
+    }
+}
+
 mod on_a_cluster {
     use super::*;
 

@@ -58,7 +58,8 @@ async fn join(s: &Arc<dyn Store>, ev: &str) -> PlaceKey {
     s.join(ev, &req, system_now()).await.unwrap().key
 }
 
-/// How many script calls (`EVALSHA`) the server ran so far.
+/// How many script calls (`FCALL`, or `EVALSHA` on a server without Functions) the server
+/// ran so far.
 async fn script_calls(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
@@ -66,9 +67,13 @@ async fn script_calls(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
         .await
         .unwrap();
     info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
+        .filter_map(|l| {
+            l.strip_prefix("cmdstat_fcall:calls=")
+                .or_else(|| l.strip_prefix("cmdstat_evalsha:calls="))
+        })
+        .filter_map(|rest| rest.split(',').next())
+        .map(|n| n.parse::<u64>().unwrap())
+        .sum()
 }
 
 async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {

@@ -101,7 +101,7 @@ measure() {
         { sub("cmdstat_", "", $1); total += $3; calls[$1] = $3; usec[$1] = $5 }
         END {
             printf "    per join (%d joins): %.2f Redis commands, %.3f script calls, %.1f us of Redis time in scripts\n",
-                n, total / n, (calls["evalsha"] + calls["eval"]) / n, (usec["evalsha"] + usec["eval"]) / n
+                n, total / n, (calls["fcall"] + calls["evalsha"] + calls["eval"]) / n, (usec["fcall"] + usec["evalsha"] + usec["eval"]) / n
             for (c in calls) if (calls[c] / n >= 0.01) printf "      %-12s %6.3f\n", c, calls[c] / n
         }' "$WORK/$label.stats"
 }

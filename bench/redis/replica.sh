@@ -47,7 +47,7 @@ start_node() {
 
 # Redis commands so far (INFO itself left out), and script calls (round trips) so far.
 calls() { R info commandstats | tr -d '\r' | awk -F'[:=,]' '/^cmdstat_/ && $1 != "cmdstat_info" { t += $3 } END { print t + 0 }'; }
-scripts() { R info commandstats | tr -d '\r' | awk -F'[:=,]' '$1 == "cmdstat_evalsha" { print $3 }'; }
+scripts() { R info commandstats | tr -d '\r' | awk -F'[:=,]' '$1 == "cmdstat_fcall" || $1 == "cmdstat_evalsha" { n += $3 } END { print n + 0 }'; }
 statuses() {
     curl -sf "$1/metrics" | awk '/^waitroom_http_requests_total/ && /route="\/api\/v1\/queue\/status"/ { t += $NF } END { print t + 0 }'
 }

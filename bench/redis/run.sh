@@ -89,7 +89,7 @@ cmdstats() { R info commandstats | tr -d '\r' | grep '^cmdstat_'; }
 per_request() {
     awk -F'[:=,]' -v n="$1" '{ sub("cmdstat_", "", $1); total += $3; printf "    %-18s %6.2f\n", $1, $3 / n }
         END { printf "    %-18s %6.2f\n", "(all)", total / n }' "$2" | sort -k2 -nr | head -12
-    awk -F'[:=,]' '$1 == "cmdstat_evalsha" { printf "    Redis time per script run: %s us\n", $7 }' "$2"
+    awk -F'[:=,]' '$1 == "cmdstat_fcall" || $1 == "cmdstat_evalsha" { printf "    Redis time per script run: %s us\n", $7 }' "$2"
 }
 
 echo "== machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); redis $(redis-server --version | awk '{print $3}')"

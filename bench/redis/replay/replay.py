@@ -6,6 +6,8 @@
 # (or written by synth.py: the same calls without a test run). Also prints the commands
 # the scripts ran per join (INFO commandstats, read after the dump).
 #   python3 replay.py SCRIPT.lua TAG        (prints Ir per join; LAX=1 skips the answer check)
+# FN=1: the calls go as FCALL of the library in SCRIPT.lua.fn (script.py writes it for a
+# version that has one), loaded with FUNCTION LOAD before the counters are zeroed.
 # The Ir list holds one figure per callgrind part: the replayed calls are the larger.
 import socket,subprocess,sys,time,glob,re,os,hashlib
 mon=os.environ.get('MON') or glob.glob('/tmp/redis-cg/monitor.*.txt')[0]
@@ -53,14 +55,19 @@ def read():
 def call(*a):
     s.sendall(enc(a)); return read()
 print(call('SCRIPT','LOAD',body)[:12], file=sys.stderr)
+head=('EVALSHA',sha)
+if os.environ.get('FN'):
+    lib=open(sys.argv[1]+'.fn','rb').read()
+    head=('FCALL',call('FUNCTION','LOAD',lib))
+    print(head, file=sys.stderr)
 keys=cmds[0][3:3+23]
-r=call('EVALSHA',sha,'23',*keys,'put','1700000000000','0','{}','1','0','120000','300000','3600000','2592000000','0','1','1','0','0','0','','','0','0')
+r=call(*head,'23',*keys,'put','1700000000000','0','{}','1','0','120000','300000','3600000','2592000000','0','1','1','0','0','0','','','0','0')
 assert r[0]==b'OK', r
 call('CONFIG','RESETSTAT')
 subprocess.run(['callgrind_control','-z',str(vp.pid)],capture_output=True)
 joins=0
 for c in cmds:
-    c=list(c); c[1]=sha.encode()
+    c=list(c); c[0]=head[0].encode(); c[1]=head[1] if isinstance(head[1],bytes) else head[1].encode()
     r=call(*c)
     # An answer per operation: {code, ...}, or a fresh join's short answer {seq, ...} or
     # its flat numbers (batch.rs `expand`).
@@ -72,7 +79,7 @@ subprocess.run(['callgrind_control','-d',str(vp.pid)],capture_output=True)
 time.sleep(1)
 # Commands the scripts ran (not the calls themselves), per join.
 st=call('INFO','commandstats').decode()
-inner={m.group(1):int(m.group(2)) for m in re.finditer(r'cmdstat_(\w+):calls=(\d+)',st) if m.group(1) not in ('evalsha','config','info')}
+inner={m.group(1):int(m.group(2)) for m in re.finditer(r'cmdstat_(\w+):calls=(\d+)',st) if m.group(1) not in ('evalsha','fcall','function','config','info')}
 time.sleep(1)
 call('SHUTDOWN','NOSAVE')
 vp.wait()

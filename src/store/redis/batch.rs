@@ -28,7 +28,7 @@ use redis::Value;
 use tokio::sync::oneshot;
 
 use super::decode::{self, array, bytes, text, unexpected, Reply};
-use super::script::{FxKind, FAILED, OK, SCRIPT};
+use super::script::{FxKind, FAILED, OK};
 use super::Inner;
 use crate::core::{Millis, PlaceKey, PlaceView};
 use crate::store::{JoinRequest, StoreError, StoreResult};
@@ -241,20 +241,15 @@ impl Inner {
         let keys = self.keys(event_id);
         let mut conn = self.connection().await?;
         let value = self
-            .bounded(async {
-                let mut inv = SCRIPT.prepare_invoke();
-                for k in &keys {
-                    inv.key(k);
-                }
-                inv.arg("batch").arg(batch[0].now);
+            .bounded(self.caller.call(&mut conn, &keys, |c| {
+                c.arg("batch").arg(batch[0].now);
                 for p in batch {
-                    inv.arg(p.op).arg(p.now).arg(p.args.len());
+                    c.arg(p.op).arg(p.now).arg(p.args.len());
                     for a in &p.args {
-                        inv.arg(&a[..]);
+                        c.arg(&a[..]);
                     }
                 }
-                inv.invoke_async::<Value>(&mut conn).await
-            })
+            }))
             .await?;
         self.wait_for_replicas(&mut conn).await?;
         let items = array(&value)?;

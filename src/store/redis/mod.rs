@@ -4,10 +4,11 @@
 //! How it stays exact without locks:
 //! - **One script per operation.** The queue rules of [`crate::core::queue`] are mirrored in
 //!   Lua (`lua/rules.lua`, `lua/ops.lua`, after a prelude generated from the Rust constants
-//!   by `script.rs`, sent as one script with EVALSHA and reloaded on NOSCRIPT); `decode.rs`
-//!   reads its answers, and the core computes views and figures from them. Redis runs a
-//!   script alone, so each operation observes and changes one event as a single step,
-//!   whichever node sends it; a join or heartbeat is one round trip (a status none: replica.rs).
+//!   by `script.rs`: Redis Functions called with FCALL, or EVALSHA on a server without
+//!   them, each loaded again when missing: `call.rs`); `decode.rs` reads its answers, and
+//!   the core computes views and figures from them. Redis runs a script alone, so each
+//!   operation observes and changes one event as a single step, whichever node sends it;
+//!   a join or heartbeat is one round trip (a status none: replica.rs).
 //!   Time comes from the caller (`now`), never from Redis, as the [`Store`] contract asks.
 //!   Joins, leaves and enters of an event go to Redis in batches, one script call for all
 //!   that queued while the event's previous call was in flight (`batch.rs`).
@@ -44,6 +45,7 @@
 //! same key.
 
 mod batch;
+mod call;
 mod conn;
 mod decode;
 mod log_meta;
@@ -62,7 +64,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{RedisResult, Value};
+use redis::RedisResult;
 use tokio::sync::{broadcast, mpsc, OnceCell};
 use tokio::task::JoinHandle;
 
@@ -77,7 +79,7 @@ use crate::core::{
 };
 use crate::telemetry;
 use decode::{array, field, int, queue_error, text, uint, unexpected, Malformed, Reply};
-use script::{CONFLICT, KEYS, LEASED, OK, SCHEDULE_LOCKED, SCRIPT};
+use script::{CONFLICT, KEYS, LEASED, OK, SCHEDULE_LOCKED};
 
 /// How long a connection attempt may take before it counts as failed.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -106,6 +108,8 @@ pub struct RedisOptions {
     pub wait_replicas: u32,
     /// `status` from node-local replicas, renewals batched (`replica.rs`); off: the script.
     pub replica: bool,
+    /// FCALL of the script's Redis Functions where the server has them; off: EVALSHA (`call.rs`).
+    pub functions: bool,
 }
 
 impl Default for RedisOptions {
@@ -116,6 +120,7 @@ impl Default for RedisOptions {
             op_timeout: Duration::from_millis(1500),
             wait_replicas: 0,
             replica: true,
+            functions: true,
         }
     }
 }
@@ -163,6 +168,8 @@ struct Inner {
     /// The relay's publisher, apart from `tasks`: `close` lets it drain its queue.
     publisher: Mutex<Option<JoinHandle<()>>>,
     replicas: replica::Replicas, // of the events this node answers `status` for
+    /// FCALL or EVALSHA (`call.rs`).
+    caller: call::Caller,
 }
 
 impl Drop for Inner {
@@ -189,6 +196,7 @@ impl RedisStore {
             None => Target::Node(redis::Client::open(url)?),
         };
         let prefix = options.key_prefix.clone();
+        let caller = call::Caller::new(options.functions);
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 target,
@@ -205,6 +213,7 @@ impl RedisStore {
                 tasks: Mutex::new(Vec::new()),
                 publisher: Mutex::new(None),
                 replicas: replica::Replicas::default(),
+                caller,
             }),
         })
     }
@@ -296,6 +305,10 @@ impl Inner {
                 }
             }
         };
+        // Not fatal: a call that finds the library missing loads it (`call.rs`).
+        if let Err(e) = self.caller.load(&mut conn.clone()).await {
+            tracing::warn!(error = %e, "could not load the script's function library yet");
+        }
         // Every node of a Cluster relays PUBLISH to all others, so the subscriber may listen
         // on any of them; it moves on to the next when one fails.
         let mut targets = vec![client.get_connection_info().clone()];
@@ -362,17 +375,12 @@ impl Inner {
         let keys = self.keys(event_id);
         let mut conn = self.connection().await?;
         let value = self
-            .bounded(async {
-                let mut inv = SCRIPT.prepare_invoke();
-                for k in &keys {
-                    inv.key(k);
-                }
-                inv.arg(op).arg(now);
+            .bounded(self.caller.call(&mut conn, &keys, |c| {
+                c.arg(op).arg(now);
                 for a in args {
-                    inv.arg(*a);
+                    c.arg(*a);
                 }
-                inv.invoke_async::<Value>(&mut conn).await
-            })
+            }))
             .await?;
         self.wait_for_replicas(&mut conn).await?;
         self.replicas.wrote(event_id, op, &value);

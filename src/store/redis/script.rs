@@ -110,9 +110,26 @@ pub(super) const SCHEDULE_LOCKED: &[u8] = b"SCHEDULE_LOCKED";
 /// The generated prelude: the shared facts as Lua locals.
 fn prelude() -> String {
     let mut h = String::from("-- Generated from src/store/redis/script.rs; not a source file.\n");
-    for (i, (_, name)) in KEYS.iter().enumerate() {
-        writeln!(h, "local {name} = KEYS[{}]", i + 1).expect("writing to a string");
-    }
+    // The keys and arguments are bound per call (begin_call), not at the top level: a
+    // library of Redis Functions runs its top level once, at load, without them.
+    let names: Vec<&str> = KEYS.iter().map(|(_, name)| *name).collect();
+    let slots: Vec<String> = (1..=KEYS.len()).map(|i| format!("keys[{i}]")).collect();
+    writeln!(h, "local KEYS, ARGV\nlocal {}", names.join(", ")).expect("writing to a string");
+    writeln!(
+        h,
+        "-- Per-call state: each hook registered by on_call runs at the start of every call, in\n\
+         -- the order registered, once the keys and arguments are bound (rules.lua).\n\
+         local ON_CALL = {{}}\n\
+         local function on_call(f) ON_CALL[#ON_CALL + 1] = f end\n\
+         local function begin_call(keys, argv)\n  \
+           KEYS, ARGV = keys, argv\n  \
+           {} = {}\n  \
+           for i = 1, #ON_CALL do ON_CALL[i]() end\n\
+         end",
+        names.join(", "),
+        slots.join(", ")
+    )
+    .expect("writing to a string");
     for (i, (name, _)) in FX_KINDS.iter().enumerate() {
         writeln!(h, "local {name} = {}", i + 1).expect("writing to a string");
     }
@@ -149,13 +166,41 @@ const SCHEDULE: &str = include_str!("lua/schedule.lua");
 const REPLICA: &str = include_str!("lua/replica.lua");
 const OPS: &str = include_str!("lua/ops.lua");
 
-/// The one script every operation runs: the prelude, the rules, the holds, the schedule,
-/// the change log of the replicas, then the entry points.
+/// The Lua every operation runs: the prelude, the rules, the holds, the schedule, the
+/// change log of the replicas, then the entry points; it defines `main(keys, argv)`.
+fn body() -> String {
+    format!("{}{RULES}{HOLDS}{SCHEDULE}{REPLICA}{OPS}", prelude())
+}
+
+/// The body as one script for EVALSHA: its top level (every function definition, about
+/// 200 closures) runs on every call, then calls `main`. The path for a server without
+/// Redis Functions (before 7.0), and for a call that a function's flags would refuse
+/// (`call.rs`).
 pub(super) static SCRIPT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{}{RULES}{HOLDS}{SCHEDULE}{REPLICA}{OPS}",
-        prelude()
+        "local EVAL_KEYS, EVAL_ARGV = KEYS, ARGV\n{}return main(EVAL_KEYS, EVAL_ARGV)\n",
+        body()
     ))
+});
+
+/// The body as a library of Redis Functions: `FUNCTION LOAD` runs its top level once, and
+/// each `FCALL` then runs `main` alone.
+pub(super) struct Library {
+    /// The library's name and its one function's: `wr_` and the hash of the EVALSHA
+    /// script, so nodes of different versions each call their own during an upgrade.
+    pub(super) name: String,
+    pub(super) code: String,
+}
+
+pub(super) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
+    let name = format!("wr_{}", SCRIPT.get_hash());
+    // No flags: the function may write and is refused up front under `maxmemory` (as a
+    // write command is), which call.rs turns into an EVALSHA of the same call.
+    let code = format!(
+        "#!lua name={name}\n{}redis.register_function('{name}', main)\n",
+        body()
+    );
+    Library { name, code }
 });
 
 #[cfg(test)]
@@ -208,7 +253,9 @@ mod tests {
     fn every_shared_name_in_the_lua_comes_from_the_prelude() {
         let prelude = prelude();
         let src = format!("{RULES}{HOLDS}{SCHEDULE}{REPLICA}{OPS}");
-        let defined = |name: &str| prelude.contains(&format!("local {name} = "));
+        let defined = |name: &str| {
+            prelude.contains(&format!("local {name} = ")) || KEYS.iter().any(|(_, k)| *k == name)
+        };
         let names = src
             .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
             .filter(|w| {
@@ -222,6 +269,88 @@ mod tests {
         for hand in ["local RETENTION", "local WINDOW", "local NEVER", "= KEYS["] {
             assert!(!src.contains(hand), "the Lua defines {hand:?} by hand");
         }
+    }
+
+    /// A library of Redis Functions keeps its top level's variables from one call to the
+    /// next: each one must be set afresh by an `on_call` hook, or be set once at load and
+    /// never changed by a call (listed here), or one call's state would leak into the next.
+    #[test]
+    fn every_top_level_variable_is_set_per_call_or_constant() {
+        const AT_LOAD: &[&str] = &[
+            // Functions defined later than they are declared.
+            "num",
+            "fmt",
+            "in_prequeue",
+            "before_opening",
+            "line_insert",
+            "line_remove",
+            "line_position",
+            "line_range",
+            "line_next",
+            "limits",
+            "check_reject",
+            "log_append",
+            "log_flush",
+            "finish_join",
+            "release_holds",
+            // Constants. (SHORT: finish_join fills it before each answer that hands it out.)
+            "LAYOUT",
+            "CHUNK_OF",
+            "OLD_LAYOUT_ERROR",
+            "FIELDS",
+            "FADM_AT",
+            "LOG_AT",
+            "SHORT",
+            "SHA_K",
+            "LOG_HEAD",
+            "LOG_ENTRY_ARGS",
+            "SNAPSHOT_CHUNKS",
+            "SNAPSHOT_PLACES",
+        ];
+        let src = format!("{RULES}{HOLDS}{SCHEDULE}{REPLICA}{OPS}");
+        let mut hooks = String::new();
+        let mut lines = src.lines();
+        while let Some(line) = lines.next() {
+            if let Some(rest) = line.strip_prefix("on_call(function()") {
+                hooks.push_str(rest);
+                if !rest.ends_with("end)") {
+                    for l in lines.by_ref() {
+                        hooks.push_str(l);
+                        hooks.push('\n');
+                        if l == "end)" {
+                            break;
+                        }
+                    }
+                }
+                hooks.push('\n');
+            }
+        }
+        let set_by_hook = |name: &str| {
+            hooks
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .any(|w| w == name)
+        };
+        let mut seen = 0;
+        for line in src.lines() {
+            let Some(decl) = line.strip_prefix("local ") else {
+                continue;
+            };
+            if decl.starts_with("function ") {
+                continue;
+            }
+            let names = decl.split('=').next().unwrap();
+            for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                seen += 1;
+                assert!(
+                    AT_LOAD.contains(&name) || set_by_hook(name),
+                    "the top-level variable {name} is neither set per call (on_call) nor \
+                     listed as set at load"
+                );
+            }
+        }
+        assert!(seen > 40, "the scan found {seen} top-level variables");
+        // The scan must see hooks at all.
+        assert!(set_by_hook("NOW") && set_by_hook("WROTE") && set_by_hook("INV"));
     }
 
     #[test]

@@ -10,7 +10,8 @@
 -- The hold and extension settings are read from the config JSON (cfg), only by these
 -- operations, with the Rust defaults from the prelude for a config written before them.
 
-local CFG = nil
+local CFG
+on_call(function() CFG = nil end)
 local function cfg_num(name, default)
   if not CFG then CFG = cjson.decode(rcall('HGET', K_META, 'cfg')) end
   local v = CFG[name]

@@ -1,9 +1,10 @@
 
 -- Entry points: ARGV[1] names the operation, ARGV[2] is the time, the rest is its own.
 -- Each mirrors the EventQueue method of the same name in queue.rs.
-local OP = ARGV[1]
+-- Each operation runs in main (at the end), which the script's call enters: EVAL's top
+-- level calls it last, and a library of Redis Functions registers it (script.rs).
 
-if OP == 'put' then
+local function op_put()
   -- ARGV: expected config version (0: the event must not exist yet), config JSON, then
   -- capacity, rate per minute (0: none), ready ttl, session idle, session max, waiting idle
   -- (all ms), max queue length (0: none), paused, accept joins (0/1), invite-only (0/1),
@@ -47,94 +48,10 @@ if OP == 'put' then
   return finish('OK', ver + 1)
 end
 
-if not load_meta() then return finish('EVENT_NOT_FOUND') end
-if OLD_LAYOUT and OP ~= 'delete' then return redis.error_reply(OLD_LAYOUT_ERROR) end
--- The replicas' snapshot and the batched renewals (replica.lua).
-if OP == 'replica' then return replica_snapshot() end
-if OP == 'replica_places' then return replica_places(tonumber(ARGV[3])) end
-if OP == 'renew' then return renew_batch() end
-
-if OP == 'get' then
-  advance()
-  return finish('OK', {rcall('HGET', K_META, 'cfg'), N_W, N_AD, N_AC, M.completed, M.left,
-    M.expired, M.cap, M.wsum, M.admissions, M.wn, M.joins})
-end
-
-if OP == 'delete' then
-  rcall('UNLINK', unpack(KEYS))
-  -- Every chunk a seq so far may have used (keys that do not exist cost little).
-  local batch = {}
-  for c = 0, chunk(M.seq) do
-    batch[#batch + 1] = pchunk(c)
-    batch[#batch + 1] = qkey(c)
-    batch[#batch + 1] = wkey(c)
-    if #batch >= 300 or c == chunk(M.seq) then
-      rcall('UNLINK', unpack(batch))
-      batch = {}
-    end
-  end
-  return {'OK', false, FX, ctx()}
-end
-
-if OP == 'clear' then
-  advance()
-  local seqs = rcall('ZRANGE', K_PRESEQ, 0, -1)
-  -- Every chunk holding a waiting place is in K_WINDEX; the line in seq order.
-  local chunks = rcall('ZRANGE', K_WINDEX, 0, -1)
-  table.sort(chunks, function(x, y) return tonumber(x) < tonumber(y) end)
-  for _, c in ipairs(chunks) do
-    for _, seq in ipairs(rcall('ZRANGE', qkey(c), 0, -1)) do seqs[#seqs + 1] = seq end
-  end
-  for _, seq in ipairs(seqs) do end_place(seq, place(seq), FX_CLEARED, NOW, true) end
-  for _, c in ipairs(chunks) do rcall('UNLINK', qkey(c), wkey(c)) end
-  rcall('DEL', K_RANKF, K_WINDEX, K_PRE, K_PRESEQ)
-  set('npre', 0)
-  set('fsz', 0)
-  set('ftot', 0)
-  return finish('OK', #seqs)
-end
-
-if OP == 'head' then
-  advance()
-  local limit = tonumber(ARGV[3])
-  local out = {}
-  if limit > 0 then
-    -- Before the opening the shuffle order is secret, even from the admin: the pre-queue
-    -- is listed in join order.
-    local seqs
-    if before_opening() then
-      seqs = rcall('ZRANGE', K_PRESEQ, 0, limit - 1)
-    else
-      seqs = line_range(1, limit)
-    end
-    for _, seq in ipairs(seqs) do
-      local p = place(seq)
-      out[#out + 1] = p.user or false
-      out[#out + 1] = p.joined
-    end
-  end
-  return finish('OK', out)
-end
-
-if OP == 'inventory_put' then return put_inventory() end
-if OP == 'inventory' then return get_inventory() end
-if OP == 'prequeue' then
-  -- ARGV: after this seq, at most this many: the pre-queue's waiting places in join order.
-  advance()
-  return finish('OK', rcall('ZRANGEBYSCORE', K_PRESEQ, '(' .. ARGV[3], '+inf', 'LIMIT', 0,
-    tonumber(ARGV[4])))
-end
-
-if OP == 'invite' then
-  -- ARGV: the codes to add; a known code keeps its binding.
-  local added = 0
-  for i = 3, #ARGV do added = added + rcall('HSETNX', K_INVITES, ARGV[i], '') end
-  return finish('OK', added)
-end
-
 -- Whether the event is invite-only (the meta's `inv`), read once per script: only `put`
 -- writes it, and never in a script that joins.
-local INV = nil
+local INV
+on_call(function() INV = nil end)
 
 -- A join (EventQueue::join). A function, so that a batch can run it several times;
 -- its parameter shadows the script's ARGV with the join's own arguments.
@@ -208,9 +125,7 @@ local function op_join(ARGV)
   return finish('OK', view(seq, nil, true))
 end
 
-if OP == 'join' then return op_join(ARGV) end
-
-if OP == 'tick' then
+local function op_tick()
   -- ARGV: the lease value this node believes it holds ('' if none), this node's id, lease
   -- length (ms). Only the holder does the periodic work; checking the fencing value in the
   -- same script as the work means a node that lost its lease can never act on it.
@@ -273,12 +188,6 @@ if OP == 'tick' then
   end
   if next == NEVER then next = -1 end
   return finish('OK', {next, mine})
-end
-
-if OP == 'release' then
-  -- ARGV: the lease value to give up (at shutdown), so another node takes over at once.
-  if rcall('GET', K_LEASE) == ARGV[3] then rcall('DEL', K_LEASE) end
-  return {'OK', false, FX, ctx()}
 end
 
 -- Operations on one place: ARGV[3] is its seq, ARGV[4] its nonce. A function, like
@@ -348,10 +257,12 @@ end
 -- operation only, and the meta still records what the others did. Under `maxmemory`,
 -- Redis refuses a script's first write and lets every later one through: so either an
 -- operation wrote and the meta can be written too, or nothing was written and writing the
--- meta is refused as well; then the whole batch fails as one (nothing changed).
+-- meta is refused as well; then the whole batch fails as one (nothing changed). (FCALL,
+-- whose function may write, is refused whole under `maxmemory`: call.rs then sends the
+-- same call as EVALSHA, which behaves as said here.)
 -- The answer lists each operation's own in order: a table, or for a fresh join whose
 -- context did not change, three numbers flat (finish_join in rules.lua; batch.rs `expand`).
-if OP == 'batch' then
+local function op_batch()
   BATCHED = true
   local out = {}
   local i = 3
@@ -402,4 +313,105 @@ if OP == 'batch' then
   return out
 end
 
-return op_place(OP, ARGV)
+local function main(keys, argv)
+  begin_call(keys, argv)
+  local OP = ARGV[1]
+  if OP == 'put' then return op_put() end
+
+  if not load_meta() then return finish('EVENT_NOT_FOUND') end
+  if OLD_LAYOUT and OP ~= 'delete' then return redis.error_reply(OLD_LAYOUT_ERROR) end
+  -- The replicas' snapshot and the batched renewals (replica.lua).
+  if OP == 'replica' then return replica_snapshot() end
+  if OP == 'replica_places' then return replica_places(tonumber(ARGV[3])) end
+  if OP == 'renew' then return renew_batch() end
+
+  if OP == 'get' then
+    advance()
+    return finish('OK', {rcall('HGET', K_META, 'cfg'), N_W, N_AD, N_AC, M.completed, M.left,
+      M.expired, M.cap, M.wsum, M.admissions, M.wn, M.joins})
+  end
+
+  if OP == 'delete' then
+    rcall('UNLINK', unpack(KEYS))
+    -- Every chunk a seq so far may have used (keys that do not exist cost little).
+    local batch = {}
+    for c = 0, chunk(M.seq) do
+      batch[#batch + 1] = pchunk(c)
+      batch[#batch + 1] = qkey(c)
+      batch[#batch + 1] = wkey(c)
+      if #batch >= 300 or c == chunk(M.seq) then
+        rcall('UNLINK', unpack(batch))
+        batch = {}
+      end
+    end
+    return {'OK', false, FX, ctx()}
+  end
+
+  if OP == 'clear' then
+    advance()
+    local seqs = rcall('ZRANGE', K_PRESEQ, 0, -1)
+    -- Every chunk holding a waiting place is in K_WINDEX; the line in seq order.
+    local chunks = rcall('ZRANGE', K_WINDEX, 0, -1)
+    table.sort(chunks, function(x, y) return tonumber(x) < tonumber(y) end)
+    for _, c in ipairs(chunks) do
+      for _, seq in ipairs(rcall('ZRANGE', qkey(c), 0, -1)) do seqs[#seqs + 1] = seq end
+    end
+    for _, seq in ipairs(seqs) do end_place(seq, place(seq), FX_CLEARED, NOW, true) end
+    for _, c in ipairs(chunks) do rcall('UNLINK', qkey(c), wkey(c)) end
+    rcall('DEL', K_RANKF, K_WINDEX, K_PRE, K_PRESEQ)
+    set('npre', 0)
+    set('fsz', 0)
+    set('ftot', 0)
+    return finish('OK', #seqs)
+  end
+
+  if OP == 'head' then
+    advance()
+    local limit = tonumber(ARGV[3])
+    local out = {}
+    if limit > 0 then
+      -- Before the opening the shuffle order is secret, even from the admin: the pre-queue
+      -- is listed in join order.
+      local seqs
+      if before_opening() then
+        seqs = rcall('ZRANGE', K_PRESEQ, 0, limit - 1)
+      else
+        seqs = line_range(1, limit)
+      end
+      for _, seq in ipairs(seqs) do
+        local p = place(seq)
+        out[#out + 1] = p.user or false
+        out[#out + 1] = p.joined
+      end
+    end
+    return finish('OK', out)
+  end
+
+  if OP == 'inventory_put' then return put_inventory() end
+  if OP == 'inventory' then return get_inventory() end
+  if OP == 'prequeue' then
+    -- ARGV: after this seq, at most this many: the pre-queue's waiting places in join order.
+    advance()
+    return finish('OK', rcall('ZRANGEBYSCORE', K_PRESEQ, '(' .. ARGV[3], '+inf', 'LIMIT', 0,
+      tonumber(ARGV[4])))
+  end
+
+  if OP == 'invite' then
+    -- ARGV: the codes to add; a known code keeps its binding.
+    local added = 0
+    for i = 3, #ARGV do added = added + rcall('HSETNX', K_INVITES, ARGV[i], '') end
+    return finish('OK', added)
+  end
+
+  if OP == 'join' then return op_join(ARGV) end
+  if OP == 'tick' then return op_tick() end
+
+  if OP == 'release' then
+    -- ARGV: the lease value to give up (at shutdown), so another node takes over at once.
+    if rcall('GET', K_LEASE) == ARGV[3] then rcall('DEL', K_LEASE) end
+    return {'OK', false, FX, ctx()}
+  end
+
+  if OP == 'batch' then return op_batch() end
+  return op_place(OP, ARGV)
+end

@@ -74,10 +74,10 @@ local function log_new()
   local args = {'XADD', K_LOG, '*'}
   return args
 end
-local LOG_PEND, LOG_FIRST = log_new(), 0
+local LOG_PEND, LOG_FIRST
 -- The version of the entry's last step: log_flush marks by it, never by M.lv, which in an
 -- early flush (from log_append) is already the next step's version, not yet in the entry.
-local LOG_LAST = 0
+local LOG_LAST
 -- (1,500: a full batch of joins, each at its own time, is 6 values a step and 1,539 in all,
 -- so it still writes an early entry, the case the trimming must mark right:
 -- `a_full_batch_across_the_trim_length_keeps_the_log`. At 2,000 it did while a join's
@@ -85,7 +85,10 @@ local LOG_LAST = 0
 local LOG_ENTRY_ARGS = 1500
 -- The time of the entry's last step: a step at the same time leaves out its 't'; and its
 -- waiting count.
-local LOG_T, LOG_NW = nil, 0
+local LOG_T, LOG_NW
+on_call(function()
+  LOG_PEND, LOG_FIRST, LOG_LAST, LOG_T, LOG_NW = log_new(), 0, 0, nil, 0
+end)
 
 -- Trimming counts versions, not entries (an entry holds any number of them): each time the
 -- log passes a multiple of LOG_MAXLEN versions, the id of the entry that passed it is kept

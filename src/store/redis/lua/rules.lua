@@ -53,9 +53,15 @@
 -- WINDOW (RATE_WINDOW_MS), NEVER ("no deadline": 2^53, above any time and still exact as a
 -- double) and the effect kinds FX_* that the Rust side decodes.
 
-local NOW = tonumber(ARGV[2])
-
-local FX = {}  -- flat triples: kind, seq, at
+-- Per-call state. The script's top level runs once when it is loaded as a library of Redis
+-- Functions, and its functions then serve every call: so each value below that a call
+-- changes is set afresh by an on_call hook (prelude) at the start of every call, in the
+-- order they are declared (after the keys and ARGV are bound). Constants are set here.
+local NOW, FX
+on_call(function()
+  NOW = tonumber(ARGV[2])
+  FX = {}  -- flat triples: kind, seq, at
+end)
 
 -- Buffered writes. A batch of joins writes three keys per join (the place's record, the
 -- line and the heartbeats, each into its chunk), and each `redis.call` costs Redis as much
@@ -65,9 +71,10 @@ local FX = {}  -- flat triples: kind, seq, at
 -- writes it otherwise) sees every write before it, exactly as if each had gone at once,
 -- and nothing runs between the script's commands. Nothing reads the buffered keys in
 -- between but through rcall; finish() (flush_meta) sends the rest.
-local PEND, PEND_KEYS, PENDING = {}, {}, false
+local PEND, PEND_KEYS, PENDING
 -- The values of the user index's waiting HSETs, key -> field -> value, for hget_pending.
-local PEND_HV = {}
+local PEND_HV
+on_call(function() PEND, PEND_KEYS, PENDING, PEND_HV = {}, {}, false, {} end)
 local function flush_pending()
   if not PENDING then return end
   local pend, keys = PEND, PEND_KEYS
@@ -135,7 +142,8 @@ end
 -- (fmt and num share their tables in a block: the main chunk may hold 200 locals only.)
 local num, fmt
 do
-local NUMS, FMTS = {}, {}
+local NUMS, FMTS
+on_call(function() NUMS, FMTS = {}, {} end)
 num = function(s)
   local n = NUMS[s]
   if not n then
@@ -174,7 +182,8 @@ local OLD_LAYOUT_ERROR = 'LAYOUT this event was written by an older waitroom (be
   .. 'chunked Redis layout) and cannot be read; delete it and create it again'
 
 -- This event's chunk size (load_meta sets it from the meta's layout).
-local EV_CHUNK = CHUNK
+local EV_CHUNK
+on_call(function() EV_CHUNK = CHUNK end)
 local function chunk(seq) return math.floor(num(seq) / EV_CHUNK) end
 -- A chunk's key names, built once per script and chunk (building one formats the number
 -- and hashes the new string: a batch of joins into one chunk would pay it per join).
@@ -189,7 +198,10 @@ local function key_cache(base)
     return k
   end
 end
-local qkey, wkey, pchunk = key_cache(K_RANK), key_cache(K_WSEEN), key_cache(K_PLACES)
+local qkey, wkey, pchunk
+on_call(function()
+  qkey, wkey, pchunk = key_cache(K_RANK), key_cache(K_WSEEN), key_cache(K_PLACES)
+end)
 local function pkey(seq) return pchunk(chunk(seq)) end
 
 -- Meta: the numbers the rules read, kept as one MessagePack array in the meta's field `n`
@@ -222,16 +234,18 @@ local FIELDS = {'cap', 'rate', 'ttl', 'sidle', 'smax', 'widle', 'maxq', 'paused'
   'btok', 'blast', 'bprimed', 'nw', 'nad', 'nac', 'nd', 'fadm', 'hbusy', 'hsince', 'hends',
   'opens', 'method', 'npre', 'closes', 'ended', 'lv', 'inc', 'fsz', 'ftail', 'ftot', 'lay'}
 local FADM_AT = 27
-local M = {}
-local DIRTY = false
+local M, DIRTY
+on_call(function() M, DIRTY = {}, false end)
 -- After an event's first entry, the change log carries only the numbers of LOG_FIELDS an
 -- operation set (replica.lua): LOG_AT maps a field to its place in LOG_FIELDS, LOG_SET
 -- lists the places set since the last entry (LOG_SEEN: once each). Every change of those
 -- numbers goes through set(), but for lv and inc (log_step: lv is the entry's `v`, and a
 -- new inc writes a whole entry).
 local LOG_AT = {}
-for i, f in ipairs(LOG_FIELDS) do LOG_AT[f] = i end
-local LOG_SET, LOG_SEEN = {}, {}
+-- (A plain loop: a library of Functions may read no global, not even ipairs, while it loads.)
+for i = 1, #LOG_FIELDS do LOG_AT[LOG_FIELDS[i]] = i end
+local LOG_SET, LOG_SEEN
+on_call(function() LOG_SET, LOG_SEEN = {}, {} end)
 local function set(f, v)
   M[f] = v
   DIRTY = true
@@ -369,7 +383,8 @@ end
 -- below it): a later write at or after that time skips the ZADD LT, which would change
 -- nothing (a batch's joins into one chunk pay it once). Forgotten whenever an entry is set
 -- otherwise (ws_refresh, ws_front).
-local WLOW = {}
+local WLOW
+on_call(function() WLOW = {} end)
 local function ws_set(seq, t, xx)
   local c = chunk(seq)
   if xx then
@@ -411,12 +426,13 @@ local in_prequeue, before_opening, line_insert, line_remove, line_position, line
 local line_next, limits, check_reject
 
 -- Live counts, kept in step by the rules below and written back by finish().
-local N_W, N_AD, N_AC = 0, 0, 0
+local N_W, N_AD, N_AC
 -- Whether the event exists (its meta was loaded or is being created): only then does
 -- finish() write the meta back.
-local LOADED = false
+local LOADED
 -- The event's meta is of an older layout (see Chunks above): only `delete` may run.
-local OLD_LAYOUT = false
+local OLD_LAYOUT
+on_call(function() N_W, N_AD, N_AC, LOADED, OLD_LAYOUT = 0, 0, 0, false, false end)
 
 local function load_meta()
   local raw = rcall('HGET', K_META, 'n')
@@ -441,7 +457,8 @@ local log_append, log_flush
 
 -- True when the meta changed since the last write (a batch writes it once, at its end, but
 -- logs each of its operations as its own entry).
-local UNWRITTEN = false
+local UNWRITTEN
+on_call(function() UNWRITTEN = false end)
 
 -- Ends one transition: when it changed the meta, the change log gets one entry for it,
 -- numbered by lv (replica.lua), with this transition's effects and time. Inside a batch
@@ -500,14 +517,15 @@ local function ctx()
 end
 
 -- Inside a batch (ops.lua), the meta is written back once, after the batch's last operation.
-local BATCHED = false
+local BATCHED
 -- The context of the batch's answer before this one (nil: none, or not to be relied on),
 -- which a fresh join's short answer leaves out when it is the same (finish_join).
-local PREV_CTX = nil
+local PREV_CTX
 -- Whether FX went out in an answer (finish): the next operation of a batch then starts a
 -- new table, else it clears this one in place (each table made costs Redis its share of
 -- the Lua collector's passes over the whole script).
-local GAVE_FX = false
+local GAVE_FX
+on_call(function() BATCHED, PREV_CTX, GAVE_FX = false, nil, false end)
 
 -- The one way out: writes the meta back (in a batch, logs the operation) and answers
 -- {code, payload, effects, context, log version} (the version tells this node when its
@@ -584,7 +602,8 @@ end
 -- The live records this script wrote, by seq (a number): read back from here, not from
 -- Redis (a join's view, the change log's entry). Every write of a record goes through
 -- put_place and every removal through end_place, which keep it true.
-local WROTE = {}
+local WROTE
+on_call(function() WROTE = {} end)
 
 local function put_place(seq, p, rec)
   rec = rec or encode(p)

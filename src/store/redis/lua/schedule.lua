@@ -13,8 +13,12 @@
 
 -- SHA-256 (FIPS 180-4) over Redis's LuaBitOp: the shuffle keys and the lottery's draws must
 -- be the very numbers the Rust side computes, and Redis offers only SHA-1 to scripts.
-local band, bor, bxor, bnot = bit.band, bit.bor, bit.bxor, bit.bnot
-local rshift, lshift, ror, tobit = bit.rshift, bit.lshift, bit.ror, bit.tobit
+-- Bound per call: a library of Redis Functions may read no global (bit) while it loads.
+local band, bor, bxor, bnot, rshift, lshift, ror, tobit
+on_call(function()
+  band, bor, bxor, bnot = bit.band, bit.bor, bit.bxor, bit.bnot
+  rshift, lshift, ror, tobit = bit.rshift, bit.lshift, bit.ror, bit.tobit
+end)
 local SHA_K = {
   0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
   0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
@@ -69,7 +73,8 @@ local function sha256_hex(msg)
   return table.concat(out)
 end
 
-local SECRETS = nil
+local SECRETS
+on_call(function() SECRETS = nil end)
 local function secret(field)
   if not SECRETS then
     local v = rcall('HMGET', K_META, 'sseed', 'lkey')

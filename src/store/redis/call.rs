@@ -1,0 +1,128 @@
+//! How a node calls the script: as a Redis Function (`FCALL`) where the server has them
+//! (Redis 7.0 and later), else with EVALSHA.
+//!
+//! EVALSHA runs the script's whole top level on every call (every function definition of
+//! the rules, about 200 closures) before the operation itself; a library loaded with
+//! `FUNCTION LOAD` runs it once, and each `FCALL` then runs the operation alone. The keys
+//! go with the call either way, so a Cluster routes it by the event's slot.
+//!
+//! The library is loaded when the connection opens (on every master of a Cluster), and
+//! again whenever a call finds it missing (a restart without persistence, a `FUNCTION
+//! FLUSH`, a failover to a server that never had it), after which the call is made once
+//! more, as EVALSHA does on NOSCRIPT. A server without Functions answers the load with an
+//! error, and the node keeps to EVALSHA.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
+
+use super::conn::Conn;
+use super::script::{LIBRARY, SCRIPT};
+
+/// Which way this node calls the script.
+pub(super) struct Caller {
+    /// EVALSHA only: set by [`RedisOptions::functions`](super::RedisOptions) off, or once
+    /// the server refused to load the library.
+    eval: AtomicBool,
+}
+
+/// Error codes with which Redis refuses a writing command before it runs it. A function
+/// without the `no-writes` flag counts as one, so `FCALL` is refused whole; EVAL, which
+/// declares nothing, runs until its first write and is refused only there (under
+/// `maxmemory` a batch's leaves still go through, and an operation that writes nothing still
+/// answers: see the batch in ops.lua). Such a call goes again as EVALSHA, so that it is
+/// answered exactly as before; nothing of it ran.
+const REFUSED_UP_FRONT: [&str; 4] = ["OOM", "READONLY", "NOREPLICAS", "MISCONF"];
+
+/// The library is not on the server the call reached.
+fn missing(e: &RedisError) -> bool {
+    e.code() == Some("ERR")
+        && e.detail()
+            .is_some_and(|d| d.starts_with("Function not found"))
+}
+
+/// The server has no Functions (before Redis 7: no such command), or the ACL user may not
+/// load them. Any other error (a server still loading, a Cluster in a failover) passes.
+fn refuses_functions(e: &RedisError) -> bool {
+    let detail = e.detail().unwrap_or("");
+    e.code() == Some("NOPERM")
+        || (e.code() == Some("ERR")
+            && (detail.starts_with("unknown command") || detail.starts_with("unknown subcommand")))
+}
+
+impl Caller {
+    pub(super) fn new(functions: bool) -> Caller {
+        Caller {
+            eval: AtomicBool::new(!functions),
+        }
+    }
+
+    /// Whether calls go as EVALSHA.
+    pub(super) fn eval_only(&self) -> bool {
+        self.eval.load(Ordering::Relaxed)
+    }
+
+    /// Loads the library (`REPLACE`: one of the same name is the same code, since the name
+    /// is its hash; so a node starting beside others of its version succeeds). On a
+    /// Cluster the command goes to every master. A server that refuses it (no Functions
+    /// before Redis 7, or an ACL without them) leaves this node on EVALSHA; any other
+    /// failure is an error.
+    pub(super) async fn load(&self, conn: &mut Conn) -> RedisResult<()> {
+        if self.eval_only() {
+            return Ok(());
+        }
+        let load = redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg("REPLACE")
+            .arg(&LIBRARY.code)
+            .query_async::<Value>(conn)
+            .await;
+        match load {
+            Ok(_) => Ok(()),
+            Err(e) if refuses_functions(&e) => {
+                tracing::warn!(
+                    error = %e,
+                    "redis refused to load the script as a function library; using EVALSHA"
+                );
+                self.eval.store(true, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Calls the script with `keys` and the arguments `args` appends: `FCALL`, with one
+    /// load and one more call if the library is missing, or EVALSHA.
+    pub(super) async fn call(
+        &self,
+        conn: &mut Conn,
+        keys: &[String],
+        args: impl Fn(&mut Cmd),
+    ) -> RedisResult<Value> {
+        if !self.eval_only() {
+            let mut cmd = redis::cmd("FCALL");
+            cmd.arg(&LIBRARY.name).arg(keys.len()).arg(keys);
+            args(&mut cmd);
+            match cmd.query_async::<Value>(conn).await {
+                Err(e) if missing(&e) => {
+                    self.load(conn).await?;
+                    if !self.eval_only() {
+                        return cmd.query_async(conn).await;
+                    }
+                }
+                Err(e) if e.code().is_some_and(|c| REFUSED_UP_FRONT.contains(&c)) => {}
+                other => return other,
+            }
+        }
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(SCRIPT.get_hash()).arg(keys.len()).arg(keys);
+        args(&mut cmd);
+        match cmd.query_async(conn).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                SCRIPT.load_async(conn).await?;
+                cmd.query_async(conn).await
+            }
+            other => other,
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! The script as a library of Redis Functions (`src/store/redis/call.rs`): loaded on every
+//! master, loaded again when a server lost it, and EVALSHA where a server has no Functions
+//! (or the store is told not to use them), with the same answers.
+//!
+//! Each test has servers of its own: they flush functions, count commands and disable
+//! commands, which would disturb tests sharing a server.
+
+mod support;
+
+use std::process::Command;
+use std::sync::Arc;
+
+use support::conformance::{join, make_event, S, T0};
+use support::redis::{raw_command, unique_prefix, RedisCluster, RedisServer};
+use waitroom::core::{PlaceKey, PlaceState};
+use waitroom::store::redis::{RedisOptions, RedisStore};
+use waitroom::store::Store;
+
+fn store(url: &str, functions: bool) -> Arc<dyn Store> {
+    let options = RedisOptions {
+        key_prefix: unique_prefix(),
+        functions,
+        ..RedisOptions::default()
+    };
+    Arc::new(RedisStore::new(url, options).unwrap())
+}
+
+/// `redis-cli` on `port`: the reply as text.
+fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The names of the function libraries the server on `port` holds.
+fn libraries(port: u16) -> Vec<String> {
+    let list = cli(port, &["FUNCTION", "LIST"]);
+    let lines: Vec<&str> = list.lines().collect();
+    lines
+        .windows(2)
+        .filter(|w| w[0] == "library_name")
+        .map(|w| w[1].to_string())
+        .collect()
+}
+
+/// How many times the server on `port` ran `command` (INFO commandstats).
+fn calls(port: u16, command: &str) -> u64 {
+    let stats = raw_command(port, "INFO commandstats").unwrap();
+    let Some(line) = stats
+        .lines()
+        .find(|l| l.starts_with(&format!("cmdstat_{command}:")))
+    else {
+        return 0;
+    };
+    let n = line
+        .split("calls=")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap();
+    n.parse().unwrap()
+}
+
+/// An event, joins (anonymous and of users, each its own call), a status, an enter and a
+/// leave: the answers as JSON (a view without its key, whose nonce is random).
+async fn some_calls(store: &Arc<dyn Store>, id: &str) -> Vec<serde_json::Value> {
+    make_event(store, id, serde_json::json!({"max_active": 1})).await;
+    let mut out = Vec::new();
+    let mut keys: Vec<PlaceKey> = Vec::new();
+    for (i, user) in [None, Some("u1"), None, Some("u2")].into_iter().enumerate() {
+        let v = join(store, id, user, T0 + i as u64 * S).await;
+        keys.push(v.key);
+        out.push(serde_json::to_value(&v).unwrap());
+    }
+    let v = store.status(id, keys[2], T0 + 5 * S).await.unwrap();
+    out.push(serde_json::to_value(&v).unwrap());
+    let v = store.enter(id, keys[0], T0 + 6 * S).await.unwrap();
+    out.push(serde_json::to_value(&v).unwrap());
+    out.push(serde_json::json!(store
+        .leave(id, keys[3], T0 + 7 * S)
+        .await
+        .unwrap()));
+    let v = store.status(id, keys[2], T0 + 8 * S).await.unwrap();
+    out.push(serde_json::to_value(&v).unwrap());
+    out
+}
+
+#[tokio::test]
+async fn calls_go_as_fcall_and_a_flushed_library_is_loaded_again() {
+    let server = RedisServer::start();
+    let store = store(&server.url(), true);
+    let first = some_calls(&store, "f").await;
+    let libs = libraries(server.port);
+    assert_eq!(libs.len(), 1, "one library: {libs:?}");
+    assert!(libs[0].starts_with("wr_"), "{libs:?}");
+    assert!(calls(server.port, "fcall") >= 4);
+    assert_eq!(calls(server.port, "evalsha"), 0);
+
+    // The server loses the library (as after a restart without persistence): the next
+    // call loads it again and answers as before.
+    assert_eq!(cli(server.port, &["FUNCTION", "FLUSH"]).trim(), "OK");
+    assert!(libraries(server.port).is_empty());
+    assert_eq!(some_calls(&store, "g").await, first);
+    assert_eq!(libraries(server.port), libs);
+    assert_eq!(calls(server.port, "evalsha"), 0);
+}
+
+#[tokio::test]
+async fn evalsha_answers_like_fcall() {
+    let server = RedisServer::start();
+    let with = some_calls(&store(&server.url(), true), "e").await;
+    let fcalls = calls(server.port, "fcall");
+    let without = some_calls(&store(&server.url(), false), "e").await;
+    assert_eq!(with, without);
+    assert_eq!(
+        calls(server.port, "fcall"),
+        fcalls,
+        "the second store sent no FCALL"
+    );
+    assert!(calls(server.port, "evalsha") >= 4);
+    assert_eq!(with[0]["status"], serde_json::json!(PlaceState::Admitted));
+    assert_eq!(with[4]["position"], serde_json::json!(2));
+}
+
+/// A server without Functions (Redis 6 answers FUNCTION with "unknown command"; here the
+/// command is renamed away): the store keeps to EVALSHA and answers the same.
+#[tokio::test]
+async fn a_server_without_functions_gets_evalsha() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = support::redis::free_port(false);
+    let server = RedisServer::start_with(
+        port,
+        dir.path(),
+        &[
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--rename-command",
+            "FUNCTION",
+            "",
+        ],
+    );
+    let store = store(&server.url(), true);
+    let answers = some_calls(&store, "old").await;
+    let reference = RedisServer::start();
+    assert_eq!(
+        answers,
+        some_calls(&self::store(&reference.url(), true), "old").await
+    );
+    assert_eq!(calls(server.port, "fcall"), 0);
+    assert!(calls(server.port, "evalsha") >= 4);
+}
+
+#[tokio::test]
+async fn every_master_of_a_cluster_has_the_library_after_the_first_call() {
+    let cluster = RedisCluster::start();
+    let store = store(&cluster.url(), true);
+    let reference = RedisServer::start();
+    assert_eq!(
+        some_calls(&store, "c").await,
+        some_calls(&self::store(&reference.url(), true), "c").await
+    );
+    let name = libraries(cluster.nodes[0].port);
+    assert_eq!(name.len(), 1, "{name:?}");
+    for n in &cluster.nodes {
+        assert_eq!(libraries(n.port), name, "master on {}", n.port);
+    }
+    // Flushed everywhere: each event's call reloads on the master of its slot.
+    for n in &cluster.nodes {
+        cli(n.port, &["FUNCTION", "FLUSH"]);
+    }
+    for id in ["c1", "c2", "c3", "c4", "c5", "c6"] {
+        make_event(&store, id, serde_json::json!({"max_active": 1})).await;
+        assert_eq!(
+            join(&store, id, None, T0).await.status,
+            PlaceState::Admitted
+        );
+    }
+    for n in &cluster.nodes {
+        assert_eq!(libraries(n.port), name, "master on {}", n.port);
+    }
+}
