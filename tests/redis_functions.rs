@@ -185,3 +185,47 @@ async fn every_master_of_a_cluster_has_the_library_after_the_first_call() {
         assert_eq!(libraries(n.port), name, "master on {}", n.port);
     }
 }
+
+/// An ACL user that may load functions but not call them: `FCALL` is refused before it
+/// runs, and the node keeps to EVALSHA with the same answers (rather than failing every
+/// call).
+#[tokio::test]
+async fn an_acl_user_without_fcall_gets_evalsha() {
+    let server = RedisServer::start();
+    let set = raw_command(server.port, "ACL SETUSER nofcall on >pw ~* &* +@all -fcall").unwrap();
+    assert!(set.starts_with("+OK"), "{set}");
+    let url = format!("redis://nofcall:pw@127.0.0.1:{}", server.port);
+    let answers = some_calls(&store(&url, true), "acl").await;
+    // It could load the library, so only the refused FCALL tells it to use EVALSHA.
+    assert_eq!(libraries(server.port).len(), 1);
+    let reference = RedisServer::start();
+    assert_eq!(
+        answers,
+        some_calls(&store(&reference.url(), true), "acl").await
+    );
+    assert!(calls(server.port, "evalsha") >= 4);
+}
+
+/// A server that lost the library while at `maxmemory` refuses `FUNCTION LOAD` too (it is
+/// a write): the call goes as EVALSHA, which answers a read and lets a leave's deletions
+/// through, as before Functions; once memory is free the library is loaded again.
+#[tokio::test]
+async fn a_library_lost_under_maxmemory_leaves_the_call_to_evalsha() {
+    let server = RedisServer::start();
+    let store = store(&server.url(), true);
+    make_event(&store, "m", serde_json::json!({"max_active": 1})).await;
+    join(&store, "m", None, T0).await;
+    let second = join(&store, "m", None, T0 + S).await;
+    assert_eq!(cli(server.port, &["FUNCTION", "FLUSH"]).trim(), "OK");
+    raw_command(server.port, "CONFIG SET maxmemory 1").unwrap();
+    let v = store.peek("m", second.key, T0 + 2 * S).await.unwrap();
+    assert_eq!(v.position, Some(1));
+    assert!(store.leave("m", second.key, T0 + 2 * S).await.unwrap());
+    assert!(libraries(server.port).is_empty());
+    assert!(calls(server.port, "evalsha") >= 2);
+    raw_command(server.port, "CONFIG SET maxmemory 0").unwrap();
+    let third = join(&store, "m", None, T0 + 3 * S).await;
+    assert_eq!(third.key.seq, second.key.seq + 1);
+    assert_eq!(third.position, Some(1));
+    assert_eq!(libraries(server.port).len(), 1, "loaded again");
+}
