@@ -10,7 +10,7 @@ mod support;
 use std::process::Command;
 use std::sync::Arc;
 
-use support::conformance::{join, make_event, S, T0};
+use support::conformance::{join, make_event, req, S, T0};
 use support::redis::{raw_command, unique_prefix, RedisCluster, RedisServer};
 use waitroom::core::{PlaceKey, PlaceState};
 use waitroom::store::redis::{RedisOptions, RedisStore};
@@ -114,6 +114,9 @@ async fn evalsha_answers_like_fcall() {
     let server = RedisServer::start();
     let with = some_calls(&store(&server.url(), true), "e").await;
     let fcalls = calls(server.port, "fcall");
+    // (The first store's answers came through FCALL, or the comparison compares nothing.)
+    assert!(fcalls >= 4, "{fcalls} FCALLs");
+    assert_eq!(calls(server.port, "evalsha"), 0);
     let without = some_calls(&store(&server.url(), false), "e").await;
     assert_eq!(with, without);
     assert_eq!(
@@ -167,6 +170,15 @@ async fn every_master_of_a_cluster_has_the_library_after_the_first_call() {
     );
     let name = libraries(cluster.nodes[0].port);
     assert_eq!(name.len(), 1, "{name:?}");
+    let sent = |command| {
+        cluster
+            .nodes
+            .iter()
+            .map(|n| calls(n.port, command))
+            .sum::<u64>()
+    };
+    assert!(sent("fcall") >= 4, "the calls went as FCALL");
+    assert_eq!(sent("evalsha"), 0);
     for n in &cluster.nodes {
         assert_eq!(libraries(n.port), name, "master on {}", n.port);
     }
@@ -183,5 +195,96 @@ async fn every_master_of_a_cluster_has_the_library_after_the_first_call() {
     }
     for n in &cluster.nodes {
         assert_eq!(libraries(n.port), name, "master on {}", n.port);
+    }
+}
+
+/// An ACL user that may load functions but not call them: `FCALL` is refused before it
+/// runs, and the node keeps to EVALSHA with the same answers (rather than failing every
+/// call).
+#[tokio::test]
+async fn an_acl_user_without_fcall_gets_evalsha() {
+    let server = RedisServer::start();
+    let set = raw_command(server.port, "ACL SETUSER nofcall on >pw ~* &* +@all -fcall").unwrap();
+    assert!(set.starts_with("+OK"), "{set}");
+    let url = format!("redis://nofcall:pw@127.0.0.1:{}", server.port);
+    let answers = some_calls(&store(&url, true), "acl").await;
+    // It could load the library, so only the refused FCALL tells it to use EVALSHA.
+    assert_eq!(libraries(server.port).len(), 1);
+    let reference = RedisServer::start();
+    assert_eq!(
+        answers,
+        some_calls(&store(&reference.url(), true), "acl").await
+    );
+    assert!(calls(server.port, "evalsha") >= 4);
+}
+
+/// A server that lost the library while at `maxmemory` refuses `FUNCTION LOAD` too (it is
+/// a write): the call goes as EVALSHA, which answers a read and lets a leave's deletions
+/// through, as before Functions; once memory is free the library is loaded again.
+#[tokio::test]
+async fn a_library_lost_under_maxmemory_leaves_the_call_to_evalsha() {
+    let server = RedisServer::start();
+    let store = store(&server.url(), true);
+    make_event(&store, "m", serde_json::json!({"max_active": 1})).await;
+    join(&store, "m", None, T0).await;
+    let second = join(&store, "m", None, T0 + S).await;
+    assert_eq!(cli(server.port, &["FUNCTION", "FLUSH"]).trim(), "OK");
+    raw_command(server.port, "CONFIG SET maxmemory 1").unwrap();
+    let v = store.peek("m", second.key, T0 + 2 * S).await.unwrap();
+    assert_eq!(v.position, Some(1));
+    assert!(store.leave("m", second.key, T0 + 2 * S).await.unwrap());
+    assert!(libraries(server.port).is_empty());
+    assert!(calls(server.port, "evalsha") >= 2);
+    raw_command(server.port, "CONFIG SET maxmemory 0").unwrap();
+    let third = join(&store, "m", None, T0 + 3 * S).await;
+    assert_eq!(third.key.seq, second.key.seq + 1);
+    assert_eq!(third.position, Some(1));
+    assert_eq!(libraries(server.port).len(), 1, "loaded again");
+}
+
+/// Joins of an invite-only event and of an open one, interleaved, each its own call: the
+/// answers, as text.
+async fn two_kinds_interleaved(store: &Arc<dyn Store>) -> Vec<String> {
+    make_event(store, "open", serde_json::json!({"max_active": 1})).await;
+    make_event(
+        store,
+        "vip",
+        serde_json::json!({"max_active": 1, "access": "invite"}),
+    )
+    .await;
+    store
+        .add_invites("vip", &["k1".to_string()], T0)
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    for i in 0..3u64 {
+        for ev in ["vip", "open"] {
+            let mut r = req(None);
+            if i == 2 && ev == "vip" {
+                r.invite = Some("k1".into());
+            }
+            out.push(match store.join(ev, &r, T0 + i * S).await {
+                Ok(v) => format!("{ev} {}", serde_json::to_value(&v).unwrap()),
+                Err(e) => format!("{ev} {e:?}"),
+            });
+        }
+    }
+    out
+}
+
+/// One library serves every call, so a variable a call leaves set would reach the next
+/// call, of another event (here the invite rule `INV`, read once per call). Interleaved,
+/// the two events answer through FCALL exactly as through EVALSHA, which runs the top
+/// level afresh each time.
+#[tokio::test]
+async fn one_event_s_call_leaves_nothing_to_the_next() {
+    let server = RedisServer::start();
+    let with = two_kinds_interleaved(&store(&server.url(), true)).await;
+    assert!(calls(server.port, "fcall") >= 6);
+    let without = two_kinds_interleaved(&store(&server.url(), false)).await;
+    assert_eq!(with, without);
+    for (i, a) in with.iter().enumerate() {
+        let refused = a.starts_with("vip") && i < 4;
+        assert_eq!(a.contains("InviteRequired"), refused, "{i}: {a}");
     }
 }

@@ -9,8 +9,10 @@
 //! The library is loaded when the connection opens (on every master of a Cluster), and
 //! again whenever a call finds it missing (a restart without persistence, a `FUNCTION
 //! FLUSH`, a failover to a server that never had it), after which the call is made once
-//! more, as EVALSHA does on NOSCRIPT. A server without Functions answers the load with an
-//! error, and the node keeps to EVALSHA.
+//! more, as EVALSHA does on NOSCRIPT; a load that fails then (`FUNCTION LOAD` is refused
+//! under `maxmemory` and on a read-only replica) sends that call as EVALSHA. A server
+//! without Functions, or an ACL user without `FUNCTION LOAD` or `FCALL`, answers the load or
+//! the call with an error, and the node keeps to EVALSHA.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -48,6 +50,15 @@ fn refuses_functions(e: &RedisError) -> bool {
     e.code() == Some("NOPERM")
         || (e.code() == Some("ERR")
             && (detail.starts_with("unknown command") || detail.starts_with("unknown subcommand")))
+}
+
+/// `FCALL` itself is refused: by the ACL ("no permissions to run the 'fcall' command"),
+/// or as an unknown command (a server without Functions, such as one a failover reached).
+/// A refusal for the keys the call names is not one: EVALSHA gets it as well.
+fn refuses_fcall(e: &RedisError) -> bool {
+    let detail = e.detail().unwrap_or("");
+    (e.code() == Some("NOPERM") && detail.contains("'fcall'"))
+        || (e.code() == Some("ERR") && detail.starts_with("unknown command"))
 }
 
 impl Caller {
@@ -93,6 +104,12 @@ impl Caller {
 
     /// Calls the script with `keys` and the arguments `args` appends: `FCALL`, with one
     /// load and one more call if the library is missing, or EVALSHA.
+    ///
+    /// Every error that sends the call on as EVALSHA is one Redis answers before it runs
+    /// anything of the call: a missing library, a load that failed (under `maxmemory`, where
+    /// `FUNCTION LOAD` is refused too; on a read-only replica), a write refused up front, or
+    /// `FCALL` itself refused (an ACL without it, a server without it). So no call is
+    /// applied twice, and each is answered as EVALSHA answers it.
     pub(super) async fn call(
         &self,
         conn: &mut Conn,
@@ -103,13 +120,23 @@ impl Caller {
             let mut cmd = redis::cmd("FCALL");
             cmd.arg(&LIBRARY.name).arg(keys.len()).arg(keys);
             args(&mut cmd);
-            match cmd.query_async::<Value>(conn).await {
-                Err(e) if missing(&e) => {
-                    self.load(conn).await?;
-                    if !self.eval_only() {
-                        return cmd.query_async(conn).await;
-                    }
+            let mut reply = cmd.query_async::<Value>(conn).await;
+            if reply.as_ref().is_err_and(missing) {
+                match self.load(conn).await {
+                    Ok(()) if !self.eval_only() => reply = cmd.query_async(conn).await,
+                    Ok(()) => {}
+                    Err(e) => tracing::warn!(
+                        error = %e,
+                        "could not load the script's function library; this call goes as EVALSHA"
+                    ),
                 }
+            }
+            match reply {
+                Err(e) if refuses_fcall(&e) => {
+                    tracing::warn!(error = %e, "redis refused FCALL; using EVALSHA");
+                    self.eval.store(true, Ordering::Relaxed);
+                }
+                Err(e) if missing(&e) => {}
                 Err(e) if e.code().is_some_and(|c| REFUSED_UP_FRONT.contains(&c)) => {}
                 other => return other,
             }
