@@ -19,6 +19,7 @@
 //!   would walk over every tombstone written before it, quadratic in the event's size.
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use fjall::{Keyspace, Slice};
@@ -36,6 +37,10 @@ pub(super) const PURGE_CHUNK: usize = 4096;
 /// Small in tests, so that a few hundred places take many steps.
 #[cfg(test)]
 pub(super) const PURGE_CHUNK: usize = 64;
+
+/// How many times a purge waits for one step before it gives up (each wait is bounded by
+/// the store's own durable-wait limit, a few seconds).
+const STEP_WAITS: u32 = 20;
 
 /// Which keyspace a step's keys are in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,7 +123,7 @@ impl Journal {
                     keys,
                     last,
                 })?;
-                self.wait(ticket).await?;
+                self.wait_for_step(ticket).await?;
                 if !rest {
                     break;
                 }
@@ -126,6 +131,24 @@ impl Journal {
         }
         self.purging.end(&event_id);
         Ok(())
+    }
+
+    /// Waits for a step to be written. A slow disk makes a wait give up (a request answers
+    /// `503` then) while the step stays queued and is written later, in order: the purge
+    /// waits again rather than stop half done, which would hold back a re-creation of the
+    /// id until the next start. It stops on a failed store, or after [`STEP_WAITS`] waits
+    /// (a writer that is gone answers every wait at once).
+    async fn wait_for_step(&self, ticket: u64) -> Result<(), StoreError> {
+        let mut waits = 1;
+        loop {
+            match self.wait(ticket).await {
+                Ok(()) => return Ok(()),
+                Err(e) if waits >= STEP_WAITS || self.failed.load(Ordering::Acquire) => {
+                    return Err(e)
+                }
+                Err(_) => waits += 1,
+            }
+        }
     }
 
     /// Waits until no purge of `event_id`'s keys is under way (see the module's comment).
