@@ -32,11 +32,15 @@ const MAX_RAW: usize = 2 + 64 + 8 + 16 + MAC_LEN;
 const MAX_TEXT: usize = MAX_RAW.div_ceil(3) * 4;
 const ISSUER: &str = "waitroom";
 
-/// 128 bits from the operating system's CSPRNG.
+/// 128 unpredictable bits (nonces of places and sessions, proofs of work, node ids).
+///
+/// From the thread's CSPRNG (`rand`'s `ThreadRng`: ChaCha12, seeded from the operating
+/// system's source and reseeded from it every 64 KiB of output), not a `getrandom` system
+/// call each: every join makes a nonce, and that call was one of a join's ~3 system calls
+/// (docs/PERFORMANCE.md, "A join's system calls").
 pub fn random_u128() -> u128 {
-    let mut b = [0u8; 16];
-    getrandom::fill(&mut b).expect("the OS random source is available");
-    u128::from_le_bytes(b)
+    use rand::Rng;
+    rand::rng().random()
 }
 
 /// A fresh invite code: 96 bits from the CSPRNG as 16 URL-safe characters.
