@@ -16,7 +16,7 @@ use waitroom::{server, telemetry};
 /// binaries (whose reference server, the ceiling, must run on the same allocator), never
 /// in the library: a test binary keeps the allocator it chooses (tests/allocations.rs).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: waitroom::alloc::MiMalloc = waitroom::alloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> ExitCode {
