@@ -48,7 +48,7 @@ mod open_loop;
 /// ceiling) is this binary, and the ceiling must run on what the server runs on, or
 /// `/healthz` ÷ ceiling would compare two allocators as well as two request paths.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: waitroom::alloc::MiMalloc = waitroom::alloc::MiMalloc;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -31,7 +31,7 @@ mod common;
 /// The server's allocator (src/main.rs): the in-process steps measure the resident memory
 /// of the store's structures, which depends on the allocator that holds them.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: waitroom::alloc::MiMalloc = waitroom::alloc::MiMalloc;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

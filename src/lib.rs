@@ -31,6 +31,7 @@
 //! - [`server`]: startup: config to a running server, background tasks started and joined
 //!   by name, graceful shutdown.
 
+pub mod alloc;
 pub mod app;
 pub mod audit;
 pub mod background;

@@ -15,8 +15,9 @@ use waitroom::{server, telemetry};
 /// of the server's CPU (docs/PERFORMANCE.md, "The allocator"). Set here and in the bench
 /// binaries (whose reference server, the ceiling, must run on the same allocator), never
 /// in the library: a test binary keeps the allocator it chooses (tests/allocations.rs).
+/// `waitroom::alloc::MiMalloc` asks mimalloc through its plain calls where they align enough.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: waitroom::alloc::MiMalloc = waitroom::alloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> ExitCode {

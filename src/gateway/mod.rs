@@ -163,15 +163,17 @@ impl Gateway {
         // cannot be matched against `hosts`, yet an origin may read a host name out of it
         // (nginx serves `shop.example:\xff` as `shop.example`).
         let mut hosts = req.headers().get_all(header::HOST).iter();
-        let bad_host = hosts.next().is_some_and(|h| h.to_str().is_err());
+        let first_host = hosts.next();
+        let bad_host = first_host.is_some_and(|h| h.to_str().is_err());
         if bad_host || hosts.next().is_some() {
             let e = crate::http::AppError::invalid(
                 "a request must have one Host header, of ASCII text",
             );
             return (Outcome::Refused, e.into_response());
         }
+        // The `Host` just found, not looked up again.
+        let host_value = forward::host_from(first_host, &req);
         let client = self.guard.client_ip(peer, req.headers());
-        let host_value = forward::host_of(&req);
         // Read as text once, for the gates and the origin's headers alike.
         let host = host_text(host_value.as_ref());
         let gates = &self.state.gates;
@@ -328,7 +330,7 @@ impl Gateway {
     }
 }
 
-/// A host (from [`forward::host_of`], text already) as text.
+/// A host (from [`forward::host_from`], text already) as text.
 fn host_text(host: Option<&HeaderValue>) -> Option<&str> {
     host.and_then(|h| h.to_str().ok())
 }
