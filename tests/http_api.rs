@@ -1422,6 +1422,68 @@ async fn unknown_routes_and_methods_answer_json() {
     .err(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED");
 }
 
+/// What goes around every route (`edge`: metrics, limits, timeouts, panics) is put around
+/// each handler as it is added, not by one `Router::layer` afterwards: the answers axum and
+/// the route groups make around the handlers are still inside it. The 404 of an unknown
+/// path and the 405 of a wrong method are measured (`unmatched`, and the path's template),
+/// an admin route's 401 too (the admin check runs inside `edge`), a wrong method on an
+/// admin path is a 405 without any token (the check is the route's, not the path's), and a
+/// `HEAD` of a `GET` route answers as before, without a body.
+#[tokio::test]
+async fn answers_around_the_handlers_are_measured_as_before() {
+    let app = app();
+    /// `waitroom_http_requests_total` of one series, 0 when absent.
+    fn count(text: &str, method: &str, route: &str, status: u16) -> f64 {
+        let series = format!(
+            "waitroom_http_requests_total{{method=\"{method}\",route=\"{route}\",status=\"{status}\"}} "
+        );
+        text.lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .map_or(0.0, |v| v.trim().parse().unwrap())
+    }
+    let series = [
+        ("GET", "unmatched", 404),
+        ("POST", "/api/v1/admin/stats", 405),
+        ("GET", "/api/v1/admin/stats", 401),
+        ("HEAD", "/healthz", 200),
+    ];
+    // The recorder is the process's: other tests count in it too, so compare before/after.
+    let before = app.get("/metrics").await.text;
+
+    app.get("/nowhere-at-all")
+        .await
+        .err(StatusCode::NOT_FOUND, "NOT_FOUND");
+    let r = app
+        .send(
+            req(Method::POST, "/api/v1/admin/stats")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    r.err(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED");
+    assert!(r.headers[header::ALLOW].to_str().unwrap().contains("GET"));
+    app.get("/api/v1/admin/stats")
+        .await
+        .err(StatusCode::UNAUTHORIZED, "UNAUTHORIZED");
+    let head = app
+        .send(req(Method::HEAD, "/healthz").body(Body::empty()).unwrap())
+        .await;
+    assert_eq!(head.status, StatusCode::OK);
+    assert!(
+        head.text.is_empty(),
+        "a HEAD answer has no body: {}",
+        head.text
+    );
+
+    let after = app.get("/metrics").await.text;
+    for (method, route, status) in series {
+        assert!(
+            count(&after, method, route, status) >= count(&before, method, route, status) + 1.0,
+            "{method} {route} {status} not counted:\n{after}"
+        );
+    }
+}
+
 /// An app over a store whose every call does `fault`, for the failure paths of the HTTP
 /// layer.
 fn failing_app(fault: Fault, limits: Limits) -> TestApp {

@@ -11,7 +11,7 @@ use waitroom_guard::{AccessClaims, FnJwks, GuardLayer, Verifier};
 
 use super::error::{AppError, AppResult};
 use super::extract::AppJson;
-use super::{route, Routes};
+use super::{route, Around, Routes};
 use crate::app::AppState;
 use crate::demo::DEMO_EVENT;
 
@@ -39,7 +39,7 @@ pub struct Order {
 /// The route, behind the guard layer. The event a token must be for is the page's
 /// `?event=` (the booking page serves any event whose `target_url` points at it), the demo
 /// event by default.
-pub fn routes(state: &AppState) -> Routes {
+pub fn routes(state: &AppState, around: &Around) -> Routes<GuardLayer> {
     let access = state.access.clone();
     let verifier = Verifier::new(FnJwks(move || {
         Bytes::from(serde_json::to_vec(&access.jwks()).expect("the JWKS serializes"))
@@ -55,9 +55,9 @@ pub fn routes(state: &AppState) -> Routes {
             None => Some(DEMO_EVENT.to_string()),
         }
     });
-    let mut site = Routes::default();
+    let mut site = Routes::new(around).inner(guard);
     route!(site, ORDER_PATH, post(order));
-    site.route_layer(guard)
+    site
 }
 
 /// `POST /demo/booking/order`: books the chosen area for the token's holder.

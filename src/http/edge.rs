@@ -19,7 +19,9 @@
 //! - **timeout**: a request that takes longer than the limit answers `503 UNAVAILABLE`.
 //! - **body-read timeout**: a request body that may still be arriving is read through
 //!   [`BodyTimeout`] (a body trickled byte by byte is cut off; tower-http's `TimeoutBody`'s
-//!   limit, with a timer only while the body is pending); an empty one is passed as it is.
+//!   limit, with a timer only while the body is pending), and gets the body size limit
+//!   (axum's `DefaultBodyLimit`, read by the body extractors); an empty one is passed as it
+//!   is.
 //! - **panics**: a panicking handler answers a JSON 500 instead of dropping the connection.
 //! - **failures in the log**: a 5xx answer is logged at `ERROR` as `response failed`, as
 //!   tower-http's trace layer did at the default log level (its per-request span and debug
@@ -40,11 +42,12 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, HttpBody as _};
-use axum::extract::{MatchedPath, Request};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use metrics::{Counter, Histogram};
 use pin_project_lite::pin_project;
+use tower::Layer as _;
 
 use super::body_timeout::BodyTimeout;
 use super::error::AppError;
@@ -157,17 +160,27 @@ where
             }
         } else {
             // A body that may still be arriving gets the body-read timeout (a body trickled
-            // byte by byte is cut off). One that is known to be empty (a `GET`) cannot
-            // trickle: it is passed as it is, without wrapping and boxing it again.
-            let req = if req.body().is_end_stream() {
-                req
-            } else {
-                let timeout = self.limits.body_timeout;
-                req.map(|body| Body::new(BodyTimeout::new(timeout, body)))
-            };
+            // byte by byte is cut off) and the body size limit (axum's `DefaultBodyLimit`,
+            // which the body extractors read). One that is known to be empty (a `GET`)
+            // cannot trickle nor be too large: it is passed as it is, without wrapping and
+            // boxing it again nor an extension inserted into the request.
+            let empty = req.body().is_end_stream();
+            let limits = self.limits;
+            let inner = &mut self.inner;
             // The inner service was polled ready through `poll_ready` above, and its
             // future owns what it needs: no clone of the inner stack per request.
-            match std::panic::catch_unwind(AssertUnwindSafe(|| self.inner.call(req))) {
+            let call = move || {
+                if empty {
+                    inner.call(req)
+                } else {
+                    let timeout = limits.body_timeout;
+                    let req = req.map(|body| Body::new(BodyTimeout::new(timeout, body)));
+                    DefaultBodyLimit::max(limits.max_body_bytes as usize)
+                        .layer(inner)
+                        .call(req)
+                }
+            };
+            match std::panic::catch_unwind(AssertUnwindSafe(call)) {
                 Ok(inner) => State::Running { inner },
                 Err(panic) => State::Answered {
                     res: Some(panic_response(panic)),

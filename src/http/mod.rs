@@ -29,18 +29,22 @@
 //! when debug logging is on), then [`edge`] (metrics, a declared-size check: a
 //! `Content-Length` over the limit answers `413 PAYLOAD_TOO_LARGE` before any body is read;
 //! a request timeout: a stuck store answers `503 UNAVAILABLE` instead of hanging the client;
-//! panic catching: a bug answers a JSON 500 instead of dropping the connection; a
-//! body-read timeout around a body that may still arrive: a body trickled byte by byte is
-//! cut off), then a body size limit for bodies without a declared length. The state of the
+//! panic catching: a bug answers a JSON 500 instead of dropping the connection; around a
+//! body that may still arrive, a body-read timeout: a body trickled byte by byte is cut off,
+//! and a body size limit for bodies without a declared length). `edge` is put around each
+//! handler as it is added ([`route!`]), the fallbacks included, rather than by a
+//! `Router::layer` afterwards (one boxed route level per request fewer). The state of the
 //! routes is [`Shared`]: one reference count per request, not a dozen.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{DefaultBodyLimit, FromRef, Request};
+use axum::extract::FromRef;
+use axum::handler::{Handler, HandlerService};
 use axum::middleware;
+use axum::routing::{any_service, MethodFilter, MethodRouter};
 use axum::Router;
-use tower::ServiceBuilder;
+use tower::Layer as _;
 use tower_http::trace::TraceLayer;
 
 use crate::app::AppState;
@@ -123,10 +127,49 @@ macro_rules! admin {
 
 /// A router that records the method and path of every route it is given, so that the
 /// OpenAPI test compares the document with the routes actually served (`route_list`).
-#[derive(Default)]
-pub struct Routes {
+///
+/// Every handler added through [`route!`] is wrapped at once in what goes around every route
+/// ([`Around`]: `edge`, then this group's own `inner` layer, e.g. the admin check), as one
+/// typed service, instead of by `Router::layer` afterwards: that boxed the layered stack into
+/// a second `Route` around each route's own, and axum clones a route's box and calls through
+/// it per request, so every request paid two boxed clones, two boxed futures and a second
+/// `Oneshot` (see PERFORMANCE.md).
+pub struct Routes<L = tower::layer::util::Identity> {
     router: Router<Shared>,
     list: Vec<(&'static str, &'static str)>,
+    around: Around,
+    inner: L,
+}
+
+/// What goes around every route, the fallbacks included: the state the handlers are given
+/// and [`edge`] (metrics, limits, timeouts, panics; the body size limit).
+#[derive(Clone)]
+pub struct Around {
+    shared: Shared,
+    edge: edge::EdgeLayer,
+}
+
+impl Around {
+    fn new(shared: Shared, limits: &Limits, log_failures: bool) -> Around {
+        Around {
+            shared,
+            edge: edge::EdgeLayer::new(
+                limits.max_body_bytes,
+                limits.request_timeout,
+                limits.body_timeout,
+                log_failures,
+            ),
+        }
+    }
+
+    /// A handler with the state and `edge` around it, and nothing else.
+    fn wrap<H, T>(&self, handler: H) -> edge::Edge<HandlerService<H, T, Shared>>
+    where
+        H: Handler<T, Shared>,
+        T: 'static,
+    {
+        self.edge.layer(handler.with_state(self.shared.clone()))
+    }
 }
 
 /// The routes' state: the [`AppState`] and the per-client [`guard::Guard`] behind one
@@ -174,37 +217,86 @@ impl FromRef<Shared> for Arc<guard::Guard> {
     }
 }
 
-/// Adds a route to a [`Routes`] and records it: `route!(r, PATH, get(h).post(h2))`.
+/// Adds a route to a [`Routes`] and records it: `route!(r, PATH, get(h).post(h2))`. Each
+/// handler is wrapped in what goes around every route ([`Routes::wrap`]), and a method the
+/// path does not serve answers `405 METHOD_NOT_ALLOWED` through the same wrapping (without
+/// the group's own `inner` layer, as before: a wrong method is not an admin request).
 macro_rules! route {
     ($routes:ident, $path:expr, $($method:ident($handler:expr)).+) => {{
         let path: &'static str = $path;
-        $routes.router = std::mem::take(&mut $routes.router).route(
-            path,
-            axum::routing::MethodRouter::new()$(.$method($handler))+,
-        );
+        let methods = $routes.methods()
+            $(.on_service($crate::http::method_filter(stringify!($method)), $routes.wrap($handler)))+;
+        $routes.router = std::mem::take(&mut $routes.router).route(path, methods);
         $( $routes.list.push((stringify!($method), path)); )+
     }};
 }
 pub(crate) use route;
 
+/// The method filter of `route!`'s method names.
+pub(crate) fn method_filter(name: &str) -> MethodFilter {
+    match name {
+        "get" => MethodFilter::GET,
+        "post" => MethodFilter::POST,
+        "put" => MethodFilter::PUT,
+        "delete" => MethodFilter::DELETE,
+        "patch" => MethodFilter::PATCH,
+        "head" => MethodFilter::HEAD,
+        "options" => MethodFilter::OPTIONS,
+        other => panic!("route!: unknown method {other}"),
+    }
+}
+
 impl Routes {
-    /// Wraps every route added so far in `layer` (axum's `route_layer`).
-    pub fn route_layer<L>(mut self, layer: L) -> Self
+    /// No routes yet, wrapped in `around` only.
+    pub fn new(around: &Around) -> Routes {
+        Routes {
+            router: Router::new(),
+            list: Vec::new(),
+            around: around.clone(),
+            inner: tower::layer::util::Identity::new(),
+        }
+    }
+}
+
+impl<L> Routes<L> {
+    /// The routes added from now on get `inner` between `edge` and the handler (axum's
+    /// `route_layer`, e.g. the admin check): the routes' own answers are measured, limited
+    /// and timed by `edge` as every other.
+    pub fn inner<L2>(self, inner: L2) -> Routes<L2> {
+        assert!(
+            self.list.is_empty(),
+            "set the inner layer before adding routes"
+        );
+        Routes {
+            router: self.router,
+            list: self.list,
+            around: self.around,
+            inner,
+        }
+    }
+
+    /// A handler wrapped: `edge`, then `inner`, then the handler with the state.
+    pub fn wrap<H, T>(&self, handler: H) -> edge::Edge<L::Service>
     where
-        L: tower::Layer<axum::routing::Route> + Clone + Send + Sync + 'static,
-        L::Service: tower::Service<Request> + Clone + Send + Sync + 'static,
-        <L::Service as tower::Service<Request>>::Response: axum::response::IntoResponse + 'static,
-        <L::Service as tower::Service<Request>>::Error: Into<std::convert::Infallible> + 'static,
-        <L::Service as tower::Service<Request>>::Future: Send + 'static,
+        H: Handler<T, Shared>,
+        T: 'static,
+        L: tower::Layer<HandlerService<H, T, Shared>>,
     {
-        self.router = self.router.route_layer(layer);
-        self
+        self.around.edge.layer(
+            self.inner
+                .layer(handler.with_state(self.around.shared.clone())),
+        )
+    }
+
+    /// A path's methods before any is added: what answers a method it does not serve.
+    pub fn methods(&self) -> MethodRouter<Shared> {
+        MethodRouter::new().fallback_service(self.around.wrap(method_not_allowed))
     }
 
     /// Both sets of routes. Merged, not nested: `nest` rewrites the URI of every request
     /// under its prefix (a `format!` and an allocation per request, measured in
     /// PERFORMANCE.md).
-    pub fn merge(mut self, other: Routes) -> Self {
+    pub fn merge<L2>(mut self, other: Routes<L2>) -> Self {
         self.router = self.router.merge(other.router);
         self.list.extend(other.list);
         self
@@ -215,12 +307,17 @@ impl Routes {
 /// (`/api/v1/events/{event_id}`).
 pub fn route_list(state: &AppState) -> Vec<(&'static str, &'static str)> {
     let guard = Arc::new(guard::Guard::new(RateLimitSettings::default()));
-    routes(&Shared::new(state.clone(), guard)).list
+    let shared = Shared::new(state.clone(), guard);
+    routes(&Around::new(shared, &Limits::default(), true)).list
 }
 
-/// Every route, without the layers around them.
-fn routes(shared: &Shared) -> Routes {
-    let mut admin = Routes::default();
+/// Every route, each wrapped in `around`.
+fn routes(around: &Around) -> Routes {
+    let shared = &around.shared;
+    let mut admin = Routes::new(around).inner(middleware::from_fn_with_state(
+        shared.clone(),
+        admin::require_admin,
+    ));
     route!(admin, admin!("/events"), get(admin::list_events));
     route!(
         admin,
@@ -287,12 +384,8 @@ fn routes(shared: &Shared) -> Routes {
         admin!("/events/{event_id}/inventory"),
         put(sale::put_inventory).get(sale::get_inventory)
     );
-    let admin = admin.route_layer(middleware::from_fn_with_state(
-        shared.clone(),
-        admin::require_admin,
-    ));
 
-    let mut api = Routes::default();
+    let mut api = Routes::new(around);
     route!(api, api!("/queue/join"), post(queue::join));
     route!(api, api!("/queue/status"), get(queue::status));
     route!(api, api!("/queue/heartbeat"), post(queue::heartbeat));
@@ -327,7 +420,7 @@ fn routes(shared: &Shared) -> Routes {
     );
     route!(api, api!("/session/extend"), post(sale::extend));
 
-    let mut site = Routes::default();
+    let mut site = Routes::new(around);
     route!(site, "/.well-known/jwks.json", get(queue::jwks));
     route!(site, "/healthz", get(ops::healthz));
     route!(site, "/readyz", get(ops::readyz));
@@ -343,7 +436,7 @@ fn routes(shared: &Shared) -> Routes {
 
     api.merge(admin)
         .merge(site)
-        .merge(demo_site::routes(&shared.0.app))
+        .merge(demo_site::routes(&shared.0.app, around))
 }
 
 /// The whole API as one router, limiting through `guard` (which a test may inspect).
@@ -351,23 +444,14 @@ pub fn router_with_guard(state: AppState, limits: Limits, guard: Arc<guard::Guar
     // A span and two debug events per request: worth their cost only when someone reads
     // them. Without them `edge` logs the server errors the trace layer would have.
     let traced = tracing::enabled!(target: "tower_http::trace", tracing::Level::DEBUG);
-    let layers = ServiceBuilder::new()
-        // `edge` also puts the body-read timeout around a body that may still arrive.
-        .layer(edge::EdgeLayer::new(
-            limits.max_body_bytes,
-            limits.request_timeout,
-            limits.body_timeout,
-            !traced,
-        ))
-        .layer(DefaultBodyLimit::max(limits.max_body_bytes));
-
     let shared = Shared::new(state, guard);
-    let router = routes(&shared)
+    // `edge` (which also puts the body-read timeout and the body size limit around a body
+    // that may still arrive) goes around each handler as it is added, the fallbacks
+    // included, so that they are measured and guarded too.
+    let around = Around::new(shared.clone(), &limits, !traced);
+    let router = routes(&around)
         .router
-        // Both fallbacks before `.layer` so that they are measured and guarded too.
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(layers);
+        .fallback_service(any_service(around.wrap(not_found)));
     let router = if traced {
         router.layer(TraceLayer::new_for_http())
     } else {
