@@ -110,4 +110,64 @@ mod tests {
             }
         }
     }
+
+    /// Many blocks of each layout live at once (several pages of each bin, so blocks other
+    /// than a page's first ones are checked), freed in a scattered order and allocated again
+    /// (blocks from the free list, not only fresh ones), and reallocated across the plain /
+    /// aligned boundary in both directions, including the huge sizes past 64 KiB.
+    #[test]
+    fn many_live_blocks_are_aligned() {
+        let a = MiMalloc;
+        let sizes: Vec<usize> = (1..=80)
+            .chain([96, 100, 127, 128, 200, 1000, 1024, 1025, 4096, 5000])
+            .chain([(64 << 10) + 1, 300 << 10])
+            .collect();
+        for align in [1usize, 2, 4, 8, 16, 32, 64, 4096] {
+            for &size in &sizes {
+                let n = if size > 8 << 10 { 8 } else { 600 };
+                let layout = Layout::from_size_align(size, align).unwrap();
+                let check = |p: *mut u8, what: &str, s: usize| {
+                    assert!(!p.is_null());
+                    assert_eq!(p as usize % align, 0, "{what}: size {s}, align {align}");
+                };
+                unsafe {
+                    let mut live: Vec<*mut u8> = (0..n)
+                        .map(|i| {
+                            let p = if i % 2 == 0 {
+                                a.alloc(layout)
+                            } else {
+                                a.alloc_zeroed(layout)
+                            };
+                            check(p, "alloc", size);
+                            p.write_bytes(i as u8, size);
+                            p
+                        })
+                        .collect();
+                    // Free every third block, then allocate into the holes.
+                    for i in (0..n).step_by(3) {
+                        a.dealloc(live[i], layout);
+                        live[i] = a.alloc(layout);
+                        check(live[i], "reuse", size);
+                        live[i].write_bytes(i as u8, size);
+                    }
+                    // Shrink each to below the alignment and back, keeping the others live.
+                    for (i, p) in live.iter_mut().enumerate() {
+                        let small = (i % 20) + 1;
+                        let keep = small.min(size);
+                        let q = a.realloc(*p, layout, small);
+                        check(q, "shrink", small);
+                        assert!((0..keep).all(|k| *q.add(k) == i as u8));
+                        let small_layout = Layout::from_size_align(small, align).unwrap();
+                        let r = a.realloc(q, small_layout, size);
+                        check(r, "regrow", size);
+                        assert!((0..keep).all(|k| *r.add(k) == i as u8));
+                        *p = r;
+                    }
+                    for p in live {
+                        a.dealloc(p, layout);
+                    }
+                }
+            }
+        }
+    }
 }

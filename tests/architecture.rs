@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 /// Top-level modules from the bottom up. A module may import from those before it only.
 const LAYERS: &[&str] = &[
+    "alloc",
     "core",
     "clock",
     "tokens",

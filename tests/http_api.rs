@@ -1902,3 +1902,34 @@ async fn sessions_extend_over_http() {
         .await
         .err(StatusCode::UNAUTHORIZED, "ACCESS_DENIED");
 }
+
+/// Every admin route, whatever its method, answers 401 without the admin token: none was
+/// added outside the group whose routes get the admin check (a route! call before the
+/// group's `inner`, or into another group, would answer without it). Taken from the
+/// routes actually served (`route_list`), so a new admin route is covered as it is added.
+#[tokio::test]
+async fn every_admin_route_requires_the_admin_token() {
+    let app = app();
+    let admin: Vec<_> = waitroom::http::route_list(&app.state)
+        .into_iter()
+        .filter(|(_, p)| p.starts_with("/api/v1/admin/"))
+        .collect();
+    assert!(admin.len() >= 20, "{admin:?}");
+    for (method, path) in admin {
+        let uri = path.replace("{event_id}", "ev");
+        let m = Method::from_bytes(method.to_ascii_uppercase().as_bytes()).unwrap();
+        for auth in [None, Some("Bearer wrong")] {
+            let mut r = req(m.clone(), &uri).header(header::CONTENT_TYPE, "application/json");
+            if let Some(a) = auth {
+                r = r.header(header::AUTHORIZATION, a);
+            }
+            let resp = app.send(r.body(Body::from("{}")).unwrap()).await;
+            assert_eq!(
+                resp.status,
+                StatusCode::UNAUTHORIZED,
+                "{method} {path} ({auth:?}): {}",
+                resp.text
+            );
+        }
+    }
+}
