@@ -31,14 +31,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
 
 use super::background;
 use super::group_commit::{GroupCommit, Handed, Refused, Sink};
@@ -49,6 +47,7 @@ use super::journal_places::{
 };
 use super::journal_sale::{self as sale, KIND_EXTENDED};
 use super::journal_sync::Syncer;
+use super::synced::Synced;
 use super::{watermark, StoreError};
 
 mod purge;
@@ -231,12 +230,8 @@ pub struct Recovered {
 pub struct Journal {
     /// The writer's queue, in ticket order.
     commit: Arc<GroupCommit<Writer>>,
-    durable: watch::Receiver<u64>,
-    /// The same count as `durable`, for the fast path of [`Journal::wait`]: a load, where
-    /// `watch::Receiver::borrow` takes a read lock that every request of every event
-    /// would write.
-    durable_upto: Arc<AtomicU64>,
-    failed: Arc<AtomicBool>,
+    /// What is synced (`sync`), and whether writing failed (both modes).
+    synced: Arc<Synced>,
     mode: Durability,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     db: Database,
@@ -338,11 +333,10 @@ impl Journal {
             .iter()
             .map(|(id, q)| (id.clone(), config_json(q.config())))
             .collect();
-        let (durable_tx, durable_rx) = watch::channel(0u64);
-        let failed = Arc::new(AtomicBool::new(false));
-        let durable_upto = Arc::new(AtomicU64::new(0));
+        let synced = Arc::new(Synced::default());
         let writer = Writer {
-            durable_upto: durable_upto.clone(),
+            synced: synced.clone(),
+            woken: Vec::new(),
             db: db.clone(),
             events,
             places: places.clone(),
@@ -350,8 +344,6 @@ impl Journal {
             items: items.clone(),
             purges,
             configs,
-            durable: durable_tx,
-            failed: failed.clone(),
             done: 0,
             syncer: Syncer::new(db.clone(), marker),
         };
@@ -362,9 +354,7 @@ impl Journal {
         Ok((
             Journal {
                 commit,
-                durable: durable_rx,
-                durable_upto,
-                failed,
+                synced,
                 mode,
                 writer: Mutex::new(Some(handle)),
                 db,
@@ -434,7 +424,7 @@ impl Journal {
     pub async fn wait(&self, ticket: u64) -> Result<(), StoreError> {
         if self.mode == Durability::Relaxed {
             return match self.commit.handed_over(ticket, MAX_DURABLE_WAIT).await {
-                Handed::Yes if !self.failed.load(Ordering::Acquire) => Ok(()),
+                Handed::Yes if !self.synced.failed() => Ok(()),
                 Handed::Late => Err(StoreError::Unavailable(
                     "the store did not write the change in time".into(),
                 )),
@@ -443,27 +433,23 @@ impl Journal {
                 )),
             };
         }
-        if self.failed.load(Ordering::Acquire) {
+        if self.synced.failed() {
             return Err(StoreError::Unavailable(
                 "the store cannot write to disk".into(),
             ));
         }
-        if self.durable_upto.load(Ordering::Acquire) >= ticket {
+        if self.synced.upto() >= ticket {
             return Ok(());
         }
-        let mut rx = self.durable.clone();
-        let failed = &self.failed;
-        let synced = rx.wait_for(|d| *d >= ticket || failed.load(Ordering::Acquire));
         // A stalled disk must not hang requests: answer UNAVAILABLE after a bound. The
         // change may still become durable later; the client retries, and joins are
         // idempotent per user.
-        tokio::time::timeout(MAX_DURABLE_WAIT, synced)
+        tokio::time::timeout(MAX_DURABLE_WAIT, self.synced.wait(ticket))
             .await
             .map_err(|_| {
                 StoreError::Unavailable("the disk did not confirm the write in time".into())
-            })?
-            .map_err(|_| StoreError::Unavailable("the store's writer stopped".into()))?;
-        if failed.load(Ordering::Acquire) {
+            })?;
+        if self.synced.failed() {
             return Err(StoreError::Unavailable(
                 "the store cannot write to disk".into(),
             ));
@@ -472,7 +458,7 @@ impl Journal {
     }
 
     pub fn is_healthy(&self) -> bool {
-        !self.failed.load(Ordering::Acquire)
+        !self.synced.failed()
     }
 
     /// Bytes on disk (journals and tables).
@@ -612,9 +598,9 @@ struct Writer {
     /// Latest config per event (as its record holds it, JSON), so changes that carry only
     /// counters can still write the whole event record without encoding the settings again.
     configs: HashMap<String, String>,
-    durable: watch::Sender<u64>,
-    durable_upto: Arc<AtomicU64>,
-    failed: Arc<AtomicBool>,
+    synced: Arc<Synced>,
+    /// Scratch space for the wakers a sync calls (see [`Synced::advance`]).
+    woken: Vec<std::task::Waker>,
     /// Changes written (and in `sync`, synced) so far.
     done: u64,
     /// The durability watermark and the zeros ahead, kept up to date by each sync.
@@ -655,9 +641,7 @@ impl Sink for Writer {
 
     fn done(&mut self, n: u64) {
         self.done += n;
-        // Before the `watch`: a waiter woken by it finds the count at least as high here.
-        self.durable_upto.store(self.done, Ordering::Release);
-        self.durable.send_replace(self.done);
+        self.synced.advance(self.done, &mut self.woken);
     }
 
     fn fail(&mut self, error: &str) {
@@ -673,9 +657,8 @@ impl Writer {
 
     fn fail(&self, e: &dyn std::fmt::Display) {
         tracing::error!(error = %e, "writing to the store failed; refusing further changes");
-        self.failed.store(true, Ordering::Release);
-        // Wake every waiter so it can see the failure.
-        self.durable.send_modify(|_| {});
+        // Wakes every waiter so it can see the failure.
+        self.synced.fail();
     }
 
     /// Writes one group as one atomic batch. Later changes to a key override earlier ones

@@ -33,6 +33,7 @@ mod journal_places;
 mod journal_sale;
 mod journal_sync;
 pub mod redis;
+mod synced;
 pub mod watermark;
 mod zero_ahead;
 

@@ -19,7 +19,6 @@
 //!   would walk over every tombstone written before it, quadratic in the event's size.
 
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use fjall::{Keyspace, Slice};
@@ -143,9 +142,7 @@ impl Journal {
         loop {
             match self.wait(ticket).await {
                 Ok(()) => return Ok(()),
-                Err(e) if waits >= STEP_WAITS || self.failed.load(Ordering::Acquire) => {
-                    return Err(e)
-                }
+                Err(e) if waits >= STEP_WAITS || self.synced.failed() => return Err(e),
                 Err(_) => waits += 1,
             }
         }

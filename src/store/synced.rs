@@ -1,0 +1,198 @@
+//! `sync`: how many changes are on disk, and the requests waiting for theirs.
+//!
+//! A request waits until the count reaches its ticket. A broadcast (a `watch` channel, a
+//! `Notify`) would wake every waiting request at every sync, though only those of the batch
+//! just synced can go on: the others, queued for the next batch, poll once for nothing and
+//! wait again. With 64 clients that is about one useless wake-up and poll of a request per
+//! join, with 256 several (see docs/PERFORMANCE.md, "Sync joins: each wakes once"). Here each
+//! waiter is kept with its ticket, and a sync wakes exactly those it covered.
+
+use std::future::poll_fn;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::task::{Poll, Waker};
+
+use parking_lot::Mutex;
+
+#[derive(Default)]
+pub(super) struct Synced {
+    /// Changes synced so far, in ticket order. Only ever raised.
+    upto: AtomicU64,
+    /// Writing failed: nothing more will be synced.
+    failed: AtomicBool,
+    /// The waiters not yet covered, each with its ticket (in no particular order).
+    waiting: Mutex<Vec<(u64, Waker)>>,
+}
+
+impl Synced {
+    /// Changes synced so far.
+    pub(super) fn upto(&self) -> u64 {
+        self.upto.load(SeqCst)
+    }
+
+    pub(super) fn failed(&self) -> bool {
+        self.failed.load(SeqCst)
+    }
+
+    /// Records that the changes up to `to` are synced and wakes their waiters. `woken` is
+    /// the caller's scratch space (kept so that a sync allocates nothing); the wakers are
+    /// called after the lock is let go, so a waiter registering meanwhile is not held up by
+    /// the wake-ups' system calls.
+    pub(super) fn advance(&self, to: u64, woken: &mut Vec<Waker>) {
+        // Before the lock: a waiter that registers after we took it finds the new count
+        // when it looks again under the lock (see `wait`).
+        self.upto.store(to, SeqCst);
+        self.take(woken, |ticket| ticket <= to);
+        woken.drain(..).for_each(Waker::wake);
+    }
+
+    /// Writing failed: every waiter is woken to see it, and later ones do not wait.
+    pub(super) fn fail(&self) {
+        self.failed.store(true, SeqCst);
+        let mut woken = Vec::new();
+        self.take(&mut woken, |_| true);
+        woken.into_iter().for_each(Waker::wake);
+    }
+
+    fn take(&self, into: &mut Vec<Waker>, covered: impl Fn(u64) -> bool) {
+        let mut waiting = self.waiting.lock();
+        let mut i = 0;
+        while i < waiting.len() {
+            if covered(waiting[i].0) {
+                into.push(waiting.swap_remove(i).1);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    fn ready(&self, ticket: u64) -> bool {
+        self.upto.load(SeqCst) >= ticket || self.failed.load(SeqCst)
+    }
+
+    /// Ends once the change of `ticket` is synced or writing failed (the caller tells
+    /// which). Cancel-safe: a dropped wait leaves its entry behind until the sync that
+    /// covers its ticket (or the failure) takes it, which wakes nothing then.
+    pub(super) async fn wait(&self, ticket: u64) {
+        poll_fn(|cx| {
+            if self.ready(ticket) {
+                return Poll::Ready(());
+            }
+            let mut waiting = self.waiting.lock();
+            // Again under the lock: `advance` raised the count before taking it, so either
+            // this sees the new count or `advance` sees this entry.
+            if self.ready(ticket) {
+                return Poll::Ready(());
+            }
+            waiting.push((ticket, cx.waker().clone()));
+            Poll::Pending
+        })
+        .await
+    }
+
+    #[cfg(test)]
+    fn waiting(&self) -> usize {
+        self.waiting.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+    use std::task::Wake;
+
+    /// Counts its wake-ups.
+    struct Count(AtomicUsize);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+
+    fn poll_once(s: &Synced, ticket: u64, count: &Arc<Count>) -> bool {
+        let waker = Waker::from(count.clone());
+        let mut cx = std::task::Context::from_waker(&waker);
+        let fut = std::pin::pin!(s.wait(ticket));
+        fut.poll(&mut cx).is_ready()
+    }
+
+    use std::future::Future;
+
+    /// A sync wakes the waiters it covered and no other: the next batch's waiters sleep on.
+    #[test]
+    fn a_sync_wakes_only_the_waiters_it_covered() {
+        let s = Synced::default();
+        let counts: Vec<Arc<Count>> = (0..6)
+            .map(|_| Arc::new(Count(AtomicUsize::new(0))))
+            .collect();
+        for (i, c) in counts.iter().enumerate() {
+            assert!(!poll_once(&s, i as u64 + 1, c));
+        }
+        let mut woken = Vec::new();
+        s.advance(3, &mut woken);
+        let wakes: Vec<usize> = counts.iter().map(|c| c.0.load(SeqCst)).collect();
+        assert_eq!(wakes, [1, 1, 1, 0, 0, 0]);
+        assert_eq!(s.waiting(), 3);
+        assert!(poll_once(&s, 3, &counts[2]));
+        s.advance(6, &mut woken);
+        let wakes: Vec<usize> = counts.iter().map(|c| c.0.load(SeqCst)).collect();
+        assert_eq!(wakes, [1, 1, 1, 1, 1, 1]);
+        assert_eq!(s.waiting(), 0);
+    }
+
+    #[test]
+    fn a_failure_wakes_everyone_and_later_waits_end_at_once() {
+        let s = Synced::default();
+        let c = Arc::new(Count(AtomicUsize::new(0)));
+        assert!(!poll_once(&s, 5, &c));
+        assert!(!poll_once(&s, 9, &c));
+        s.fail();
+        assert_eq!(c.0.load(SeqCst), 2);
+        assert!(poll_once(&s, 100, &c));
+        assert!(s.failed());
+    }
+
+    /// Many tasks wait while a thread raises the count in uneven steps: every wait ends
+    /// (none is lost between its look and the raise), and nothing is left registered.
+    #[test]
+    fn racing_waits_and_syncs_lose_no_waiter() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        for _ in 0..20 {
+            let s = Arc::new(Synced::default());
+            const N: u64 = 2000;
+            let tasks: Vec<_> = (1..=N)
+                .map(|t| {
+                    let s = s.clone();
+                    rt.spawn(async move { s.wait(t).await })
+                })
+                .collect();
+            let raiser = {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    let mut woken = Vec::new();
+                    let mut to = 0;
+                    while to < N {
+                        to = (to + 1 + to % 7).min(N);
+                        s.advance(to, &mut woken);
+                        std::thread::yield_now();
+                    }
+                })
+            };
+            rt.block_on(async {
+                for t in tasks {
+                    tokio::time::timeout(std::time::Duration::from_secs(10), t)
+                        .await
+                        .expect("a waiter was never woken")
+                        .unwrap();
+                }
+            });
+            raiser.join().unwrap();
+            assert_eq!(s.waiting(), 0);
+        }
+    }
+}
