@@ -22,7 +22,8 @@
 //! Key layout (keyspace `places`): `event_id ‖ 0x00 ‖ seq (u64 BE) ‖ kind`, with kind
 //! 0 = joined, 1 = admitted, 2 = entered, 3 = expired (the nonce and when the expiry was
 //! noticed, kept while `TOKEN_EXPIRED` is answered). Event ids never contain 0x00, so one
-//! prefix scan reads one event in join order. Keyspace `events`: `event_id` → config and counters.
+//! prefix scan reads one event in join order. Keyspace `events`: `event_id` → settings;
+//! keyspace `counters`: `event_id` → counters (`journal_events.rs`: why apart).
 //! Keyspace `invites`: `event_id ‖ 0x00 ‖ code` → whom the code seats (`None` while unused).
 //! Kind 4 = a session's extensions and keyspace `items` (the inventory): `journal_sale.rs`.
 //! Keyspace `purges`: `event_id` → nothing, while a deleted event's keys are being removed
@@ -40,6 +41,9 @@ use serde::{Deserialize, Serialize};
 
 use super::background;
 use super::group_commit::{GroupCommit, Handed, Refused, Sink};
+use super::journal_events::{
+    config_json, decode_counters, encode_counters, encode_settings, SettingsRec,
+};
 use super::journal_files::restrict_tree;
 pub use super::journal_files::{create_private_dir, written_end};
 use super::journal_places::{
@@ -91,111 +95,6 @@ impl std::str::FromStr for Durability {
             )),
         }
     }
-}
-
-/// An event's record: its settings and counters.
-struct EventRec {
-    config: EventConfig,
-    meta: QueueMeta,
-}
-
-/// Starts an event record whose settings are JSON, so that a setting added later reads back
-/// with its default. Records written before it hold the settings in postcard, which reads
-/// fields by position and so cannot read a record of another shape. Such a record starts
-/// with the name's length (at most 800 bytes), whose varint is never `0xFF` then `W`.
-const EVENT_REC_JSON: &[u8] = b"\xffWR2";
-
-#[derive(Serialize, Deserialize)]
-struct EventRecJson {
-    config: String,
-    meta: QueueMeta,
-}
-
-/// The settings as records before [`EVENT_REC_JSON`] held them, field by field.
-#[derive(Deserialize)]
-struct LegacyConfig {
-    name: String,
-    max_active: u32,
-    overbooking_ratio: f64,
-    admit_per_minute: Option<u32>,
-    ready_ttl_sec: u32,
-    session_idle_sec: u32,
-    session_max_sec: u32,
-    waiting_idle_sec: u32,
-    max_queue_length: Option<u32>,
-    paused: bool,
-    accept_joins: bool,
-    target_url: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct LegacyEventRec {
-    config: LegacyConfig,
-    meta: QueueMeta,
-}
-
-impl EventRec {
-    #[cfg(test)]
-    fn encode(&self) -> Vec<u8> {
-        encode_event(&config_json(&self.config), &self.meta)
-    }
-
-    fn decode(bytes: &[u8]) -> Result<Self, String> {
-        if let Some(rest) = bytes.strip_prefix(EVENT_REC_JSON) {
-            let r: EventRecJson = postcard::from_bytes(rest).map_err(|e| e.to_string())?;
-            let config = serde_json::from_str(&r.config).map_err(|e| e.to_string())?;
-            return Ok(EventRec {
-                config,
-                meta: r.meta,
-            });
-        }
-        let r: LegacyEventRec = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
-        let c = r.config;
-        Ok(EventRec {
-            config: EventConfig {
-                name: c.name,
-                max_active: c.max_active,
-                overbooking_ratio: c.overbooking_ratio,
-                admit_per_minute: c.admit_per_minute,
-                ready_ttl_sec: c.ready_ttl_sec,
-                session_idle_sec: c.session_idle_sec,
-                session_max_sec: c.session_max_sec,
-                waiting_idle_sec: c.waiting_idle_sec,
-                max_queue_length: c.max_queue_length,
-                paused: c.paused,
-                accept_joins: c.accept_joins,
-                target_url: c.target_url,
-                ..EventConfig::default()
-            },
-            meta: r.meta,
-        })
-    }
-}
-
-/// An event's settings as its record holds them.
-fn config_json(config: &EventConfig) -> String {
-    serde_json::to_string(config).expect("settings serialise")
-}
-
-/// An event's record from its settings (already JSON: see [`config_json`]) and counters.
-fn encode_event(config_json: &str, meta: &QueueMeta) -> Vec<u8> {
-    #[derive(Serialize)]
-    struct Borrowed<'a> {
-        config: &'a str,
-        meta: &'a QueueMeta,
-    }
-    // Sized once (settings' JSON, nine varints): grown from the marker, it took ~7 reallocs.
-    let mut out = Vec::with_capacity(EVENT_REC_JSON.len() + 5 + config_json.len() + 96);
-    out.extend_from_slice(EVENT_REC_JSON);
-    postcard::to_io(
-        &Borrowed {
-            config: config_json,
-            meta,
-        },
-        &mut out,
-    )
-    .expect("serialising to memory does not fail");
-    out
 }
 
 /// One request's changes to one event.
@@ -307,14 +206,18 @@ impl Journal {
         .map_err(|e| anyhow::anyhow!("opening the store in {}: {e}", dir.display()))?;
         // Small memtables: everything live is in memory already (the queues), so the store
         // only needs enough buffer to batch its flushes, not 64 MiB per keyspace.
-        // Except `events`: every batch writes its event's record again (~1 KB), so at
-        // 10,000 joins/s a 4 MiB memtable filled in 0.6-1.5 s, and each flush (and every
-        // fifth, a compaction: 180-300 ms) holds the tree's version lock over five fsyncs
-        // while every batch waits to insert (docs/PERFORMANCE.md, "The periodic sync off
-        // the writers' path"). At 32 MiB: one flush per ~8 s. Only the latest version
-        // survives a flush, so this is memory for superseded versions, used only while
-        // events change.
+        // Except `events` and `counters`: every batch writes its event's counters again,
+        // and each flush (and every fifth, a compaction: 180-300 ms) holds the tree's
+        // version lock over five fsyncs while every batch waits to insert
+        // (docs/PERFORMANCE.md, "The periodic sync off the writers' path"). When the
+        // counters were part of the ~1 KB settings record, a 4 MiB memtable filled in
+        // 0.6-1.5 s at 10,000 joins/s; at ~30 bytes a 32 MiB one lasts minutes. Only the
+        // latest version survives a flush, so this is memory for superseded versions,
+        // used only while events change.
         let events = db.keyspace("events", || {
+            KeyspaceCreateOptions::default().max_memtable_size(EVENTS_MEMTABLE)
+        })?;
+        let counters = db.keyspace("counters", || {
             KeyspaceCreateOptions::default().max_memtable_size(EVENTS_MEMTABLE)
         })?;
         let places = db.keyspace("places", || {
@@ -325,7 +228,8 @@ impl Journal {
         // Deleted events whose keys were still being removed when the process stopped.
         let purges = db.keyspace("purges", KeyspaceCreateOptions::default)?;
         purge::finish_at_open(&db, &purges, [&places, &invites, &items])?;
-        let recovered = recover(&events, &places, &invites, &items, now)?;
+        let (recovered, older) = recover(&events, &counters, &places, &invites, &items, now)?;
+        rewrite_older_records(&db, &events, &counters, older)?;
         restrict_tree(dir)?;
         let marker = watermark::Marker::new(dir)?;
         let configs: HashMap<String, String> = recovered
@@ -339,6 +243,7 @@ impl Journal {
             woken: Vec::new(),
             db: db.clone(),
             events,
+            counters,
             places: places.clone(),
             invites: invites.clone(),
             items: items.clone(),
@@ -481,29 +386,57 @@ impl Drop for Journal {
     }
 }
 
+/// An event whose record is of an older kind, holding its counters: its id, settings
+/// (JSON) and counters, for [`rewrite_older_records`].
+type OlderRecord = (String, String, QueueMeta);
+
 fn recover(
     events: &Keyspace,
+    counters: &Keyspace,
     places: &Keyspace,
     invites: &Keyspace,
     items: &Keyspace,
     now: Millis,
-) -> anyhow::Result<Recovered> {
+) -> anyhow::Result<(Recovered, Vec<OlderRecord>)> {
     let mut out = Vec::new();
     let mut total = 0u64;
     let mut known = HashMap::new();
+    let mut older = Vec::new();
+    let mut counts = HashMap::new();
+    for kv in counters.iter() {
+        let (k, v) = kv.into_inner()?;
+        let id = String::from_utf8(k.to_vec())
+            .map_err(|_| anyhow::anyhow!("the store holds counters with a non-UTF-8 id"))?;
+        let meta = decode_counters(&v).map_err(|e| {
+            anyhow::anyhow!("the store's counters of event {id:?} are unreadable: {e}")
+        })?;
+        counts.insert(id, meta);
+    }
     for kv in events.iter() {
         let (k, v) = kv.into_inner()?;
         let id = String::from_utf8(k.to_vec())
             .map_err(|_| anyhow::anyhow!("the store holds an event with a non-UTF-8 id"))?;
-        let rec = EventRec::decode(&v).map_err(|e| {
+        let rec = SettingsRec::decode(&v).map_err(|e| {
             anyhow::anyhow!("the store's record of event {id:?} is unreadable: {e}")
         })?;
-        known.insert(id, rec);
+        // The counters' own record is the newer when both exist (they are written together
+        // from the first batch on); a record of an older kind alone is rewritten.
+        let meta = match (counts.remove(&id), rec.counters) {
+            (Some(meta), _) => meta,
+            (None, Some(meta)) => {
+                older.push((id.clone(), config_json(&rec.config), meta.clone()));
+                meta
+            }
+            (None, None) => {
+                anyhow::bail!("the store's record of event {id:?} has no counters")
+            }
+        };
+        known.insert(id, (rec.config, meta));
     }
     let mut ids: Vec<String> = known.keys().cloned().collect();
     ids.sort();
     for id in ids {
-        let rec = known.remove(&id).expect("listed");
+        let (config, meta) = known.remove(&id).expect("listed");
         let mut restored: Vec<RestoredPlace> = Vec::new();
         let mut tombstones = Vec::new();
         let mut extensions = Vec::new();
@@ -565,7 +498,7 @@ fn recover(
             }
         }
         total += restored.len() as u64;
-        let mut queue = EventQueue::restore(rec.config, rec.meta, restored, tombstones, now);
+        let mut queue = EventQueue::restore(config, meta, restored, tombstones, now);
         let mut codes = Vec::new();
         for kv in invites.prefix(event_prefix(&id)) {
             let (k, v) = kv.into_inner()?;
@@ -581,15 +514,46 @@ fn recover(
         queue.restore_items(sale::recover_items(items, &id)?);
         out.push((id, queue));
     }
-    Ok(Recovered {
-        events: out,
-        places: total,
-    })
+    Ok((
+        Recovered {
+            events: out,
+            places: total,
+        },
+        older,
+    ))
+}
+
+/// Rewrites records of the older kinds (settings and counters in one) as a settings record
+/// and a counters record, in one batch, synced before anything else is written: from then
+/// on only the counters' record changes per batch, and an older waitroom refuses the store
+/// rather than read counters that no longer change (see `journal_events.rs`).
+fn rewrite_older_records(
+    db: &Database,
+    events: &Keyspace,
+    counters: &Keyspace,
+    older: Vec<OlderRecord>,
+) -> anyhow::Result<()> {
+    if older.is_empty() {
+        return Ok(());
+    }
+    let mut batch = db.batch();
+    for (id, config, meta) in &older {
+        batch.insert(events, id.as_bytes(), encode_settings(config));
+        batch.insert(counters, id.as_bytes(), encode_counters(meta));
+    }
+    batch.commit()?;
+    db.persist(PersistMode::SyncAll)?;
+    tracing::info!(
+        events = older.len(),
+        "the events' records were rewritten with their counters apart"
+    );
+    Ok(())
 }
 
 struct Writer {
     db: Database,
     events: Keyspace,
+    counters: Keyspace,
     places: Keyspace,
     invites: Keyspace,
     items: Keyspace,
@@ -665,9 +629,10 @@ impl Writer {
     /// in the group (a batch must not hold one key twice).
     fn write(&mut self, group: Vec<Change>) -> fjall::Result<()> {
         let mut place_ops = PlaceOps::new();
-        // An event's record is encoded once per batch, from the counters of its last
-        // change in it: a batch of a hundred joins to one event writes one record.
-        let mut event_ops: BTreeMap<Arc<str>, Option<QueueMeta>> = BTreeMap::new();
+        // An event's counters are encoded once per batch, from its last change in it (a
+        // batch of a hundred joins to one event writes one record), and its settings only
+        // when a change in the batch set them (`true`).
+        let mut event_ops: BTreeMap<Arc<str>, Option<(QueueMeta, bool)>> = BTreeMap::new();
         let mut invite_ops: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
         let mut item_ops = sale::Ops::new();
         // Deleted events' marks: set (`true`) by a deletion, removed by its purge's end.
@@ -698,11 +663,14 @@ impl Writer {
                             fx => apply_effect(&mut place_ops, &event_id, fx),
                         }
                     }
+                    let set = config.is_some();
                     if let Some(c) = config {
                         self.configs.insert(event_id.to_string(), config_json(&c));
                     }
                     if self.configs.contains_key(&*event_id) {
-                        event_ops.insert(event_id, Some(meta));
+                        // Settings set by an earlier change in the batch are still to write.
+                        let set = set || matches!(event_ops.get(&event_id), Some(Some((_, true))));
+                        event_ops.insert(event_id, Some((meta, set)));
                     }
                 }
                 Change::Delete { event_id } => {
@@ -774,12 +742,18 @@ impl Writer {
                 None => batch.remove(&self.items, k),
             }
         }
-        for (k, meta) in event_ops {
-            match meta.zip(self.configs.get(&*k)) {
-                Some((meta, config)) => {
-                    batch.insert(&self.events, k.as_bytes(), encode_event(config, &meta))
+        for (k, op) in event_ops {
+            match op.zip(self.configs.get(&*k)) {
+                Some(((meta, set), config)) => {
+                    if set {
+                        batch.insert(&self.events, k.as_bytes(), encode_settings(config));
+                    }
+                    batch.insert(&self.counters, k.as_bytes(), encode_counters(&meta));
                 }
-                None => batch.remove(&self.events, k.as_bytes()),
+                None => {
+                    batch.remove(&self.events, k.as_bytes());
+                    batch.remove(&self.counters, k.as_bytes());
+                }
             }
         }
         for (id, marked) in purge_ops {
@@ -797,85 +771,164 @@ impl Writer {
 mod tests {
     use super::*;
 
-    /// The shape event records had before their settings became JSON, written field by
-    /// field as that version wrote them.
-    #[derive(Serialize)]
-    struct OldRec {
-        config: OldConfig,
-        meta: QueueMeta,
+    fn joined(seq: u64) -> Effect {
+        Effect::Joined {
+            seq,
+            nonce: seq as u128,
+            user_id: None,
+            proven: false,
+            metadata: None,
+            at: 1,
+        }
     }
 
-    #[derive(Serialize)]
-    struct OldConfig(
-        String,
-        u32,
-        f64,
-        Option<u32>,
-        u32,
-        u32,
-        u32,
-        u32,
-        Option<u32>,
-        bool,
-        bool,
-        Option<String>,
-    );
+    /// Bytes written to the store's journals so far (past their zeros ahead).
+    fn journal_bytes(dir: &Path) -> u64 {
+        watermark::journals(dir)
+            .values()
+            .map(|p| written_end(p).unwrap())
+            .sum()
+    }
 
-    #[test]
-    fn a_record_of_the_previous_version_still_reads() {
+    /// Joins into an event with ~2 KB of settings, one change a batch as `relaxed` writes
+    /// them at a moderate rate: the settings are written once, not with every batch. Before
+    /// the counters had a record of their own, each batch wrote them all again (~4 MB here).
+    #[tokio::test]
+    async fn a_batch_writes_its_events_counters_not_its_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        let (journal, _) = Journal::open(dir.path(), Durability::Sync, 0).unwrap();
+        let id: Arc<str> = "concert".into();
+        let config = EventConfig {
+            name: "n".repeat(2000),
+            ..EventConfig::default()
+        };
+        let t = journal
+            .record(&id, Vec::new(), QueueMeta::default(), Some(config.clone()))
+            .unwrap();
+        journal.wait(t).await.unwrap();
+        let before = journal_bytes(dir.path());
+        let mut meta = QueueMeta::default();
+        for seq in 1..=2000 {
+            meta.next_seq = seq + 1;
+            meta.joins = seq;
+            let t = journal
+                .record(&id, vec![joined(seq)], meta.clone(), None)
+                .unwrap();
+            journal.wait(t).await.unwrap();
+        }
+        let per_batch = (journal_bytes(dir.path()) - before) / 2000;
+        assert!(
+            per_batch < 200,
+            "{per_batch} journal bytes per one-join batch"
+        );
+        drop(journal);
+        let (_, recovered) = Journal::open(dir.path(), Durability::Sync, 0).unwrap();
+        let (rid, q) = &recovered.events[0];
+        assert_eq!(rid, "concert");
+        assert_eq!(q.config(), &config, "the settings written once read back");
+        assert_eq!(q.meta().joins, 2000, "the latest counters read back");
+        assert_eq!(recovered.places, 2000);
+    }
+
+    /// A store whose event record holds its counters (as versions before wrote it) opens
+    /// with those counters, and is rewritten at open: afterwards the record is a settings
+    /// record (which an older version refuses to read) and the counters have their own.
+    /// Later changes then read back from the counters' record.
+    #[tokio::test]
+    async fn a_record_with_its_counters_is_rewritten_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let id: Arc<str> = "arena".into();
+        let config = EventConfig {
+            name: "Arena".into(),
+            max_active: 7,
+            ..EventConfig::default()
+        };
         let meta = QueueMeta {
-            next_seq: 42,
-            joins: 41,
+            next_seq: 11,
+            joins: 10,
             ..QueueMeta::default()
         };
-        let old = OldRec {
-            config: OldConfig(
-                "Concert".into(),
-                7,
-                1.5,
-                Some(60),
-                30,
-                90,
-                600,
-                45,
-                Some(1000),
-                true,
-                false,
-                Some("https://example.com/book".into()),
-            ),
-            meta: meta.clone(),
-        };
-        let rec = EventRec::decode(&enc(&old)).unwrap();
-        let c = &rec.config;
-        assert_eq!((c.name.as_str(), c.max_active), ("Concert", 7));
-        assert_eq!(c.overbooking_ratio, 1.5);
-        assert_eq!(c.admit_per_minute, Some(60));
-        assert_eq!(
-            (c.ready_ttl_sec, c.session_idle_sec, c.session_max_sec),
-            (30, 90, 600)
+        {
+            let (journal, _) = Journal::open(dir.path(), Durability::Sync, 0).unwrap();
+            drop(journal);
+            // The record as the version before wrote it, put there under the journal.
+            let db = Database::builder(dir.path()).open().unwrap();
+            let events = db
+                .keyspace("events", KeyspaceCreateOptions::default)
+                .unwrap();
+            let old = super::super::journal_events::encode_settings_and_counters(
+                &config_json(&config),
+                &meta,
+            );
+            events.insert(id.as_bytes(), old).unwrap();
+            db.persist(PersistMode::SyncAll).unwrap();
+        }
+        let (journal, recovered) = Journal::open(dir.path(), Durability::Sync, 0).unwrap();
+        assert_eq!(recovered.events[0].1.meta(), meta);
+        assert_eq!(recovered.events[0].1.config(), &config);
+        let raw = journal
+            .db
+            .keyspace("events", KeyspaceCreateOptions::default)
+            .unwrap();
+        let rec = SettingsRec::decode(&raw.get(id.as_bytes()).unwrap().unwrap()).unwrap();
+        assert!(
+            rec.counters.is_none(),
+            "the record was rewritten without its counters"
         );
-        assert_eq!((c.waiting_idle_sec, c.max_queue_length), (45, Some(1000)));
-        assert!(c.paused && !c.accept_joins);
-        assert_eq!(c.target_url.as_deref(), Some("https://example.com/book"));
-        assert_eq!(c.pow_difficulty, 0, "a later setting reads as its default");
-        assert_eq!(rec.meta, meta);
+        let counters = journal
+            .db
+            .keyspace("counters", KeyspaceCreateOptions::default)
+            .unwrap();
+        let stored = decode_counters(&counters.get(id.as_bytes()).unwrap().unwrap()).unwrap();
+        assert_eq!(stored, meta);
+        let later = QueueMeta {
+            next_seq: 12,
+            joins: 11,
+            ..meta
+        };
+        let t = journal
+            .record(&id, vec![joined(11)], later.clone(), None)
+            .unwrap();
+        journal.wait(t).await.unwrap();
+        drop((journal, raw, counters));
+        let (_, recovered) = Journal::open(dir.path(), Durability::Sync, 0).unwrap();
+        assert_eq!(recovered.events[0].1.meta(), later);
     }
 
-    #[test]
-    fn a_record_round_trips_and_its_marker_cannot_start_an_old_one() {
-        let rec = EventRec {
-            config: EventConfig {
-                name: "x".repeat(200),
-                pow_difficulty: 12,
-                ..EventConfig::default()
-            },
-            meta: QueueMeta::default(),
+    /// A deletion removes both records; an event created again in the same batch as its
+    /// deletion keeps its new settings.
+    #[tokio::test]
+    async fn a_deletion_removes_the_settings_and_the_counters() {
+        let dir = tempfile::tempdir().unwrap();
+        let (journal, _) = Journal::open(dir.path(), Durability::Sync, 0).unwrap();
+        let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+        let meta = QueueMeta {
+            next_seq: 2,
+            joins: 1,
+            ..QueueMeta::default()
         };
-        let back = EventRec::decode(&rec.encode()).unwrap();
-        assert_eq!(back.config, rec.config);
-        // The longest name an old record can hold (200 characters of 4 bytes) has a length
-        // varint whose second byte is at most 6; the marker's is `W`.
-        let longest = enc(&"\u{10FFFF}".repeat(200));
-        assert!(longest[1] <= 6 && EVENT_REC_JSON[1] > 6);
+        for id in [&a, &b] {
+            let t = journal
+                .record(
+                    id,
+                    vec![joined(1)],
+                    meta.clone(),
+                    Some(EventConfig::default()),
+                )
+                .unwrap();
+            journal.wait(t).await.unwrap();
+        }
+        let t = journal.delete(&a).unwrap();
+        journal.wait(t).await.unwrap();
+        let counters = journal
+            .db
+            .keyspace("counters", KeyspaceCreateOptions::default)
+            .unwrap();
+        assert!(counters.get(a.as_bytes()).unwrap().is_none());
+        assert!(counters.get(b.as_bytes()).unwrap().is_some());
+        drop((journal, counters));
+        let (_, recovered) = Journal::open(dir.path(), Durability::Sync, 0).unwrap();
+        let ids: Vec<&str> = recovered.events.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ids, ["b"]);
     }
 }

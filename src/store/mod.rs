@@ -28,6 +28,7 @@ pub mod embedded;
 pub mod fault;
 mod group_commit;
 pub mod journal;
+mod journal_events;
 mod journal_files;
 mod journal_places;
 mod journal_sale;
