@@ -1,11 +1,10 @@
 //! How changes reach the journal: one queue in ticket order, and whoever holds the
 //! writer's flag writes what has queued as one batch.
 //!
-//! - **`sync`**: a thread of its own writes (an fsync must not block a runtime worker) and
-//!   hands each batch's sync to one of two syncing threads, which tell the waiting requests
-//!   once it ended; it goes on writing meanwhile ([`pipeline`]). Requests queue their
-//!   changes and wake the thread only when it sleeps; it takes everything queued at once
-//!   (one lock, no per-change channel operation).
+//! - **`sync`**: a thread of its own writes and syncs (an fsync must not block a runtime
+//!   worker), then tells the waiting requests. Requests queue their changes and wake the
+//!   thread only when it sleeps; it takes everything queued at once (one lock, no
+//!   per-change channel operation).
 //! - **`relaxed`**: nobody waits for the disk, so a request writes the queue itself
 //!   ("inline group commit"): after queueing its change it lets the other ready requests
 //!   of the runtime run once (they queue theirs meanwhile), then, unless one of them has
@@ -41,9 +40,6 @@ use parking_lot::{Condvar, Mutex};
 use tokio::sync::Notify;
 
 use super::journal::Durability;
-use super::synced::Synced;
-
-mod pipeline;
 
 /// Where the batches go: the journal writer's state.
 pub(super) trait Sink: Send + 'static {
@@ -113,9 +109,6 @@ pub(super) struct GroupCommit<S: Sink> {
     sync_wanted: AtomicBool,
     sink: Mutex<S>,
     mode: Durability,
-    /// `sync`: the changes synced, and the requests waiting for theirs; both modes: whether
-    /// writing failed.
-    synced: Arc<Synced>,
 }
 
 /// How [`GroupCommit::handed_over`] ended.
@@ -159,29 +152,19 @@ impl<S: Sink> GroupCommit<S> {
             sync_wanted: AtomicBool::new(false),
             sink: Mutex::new(sink),
             mode,
-            synced: Arc::new(Synced::default()),
         })
-    }
-
-    /// What is synced (`sync`), and whether writing failed (both modes).
-    pub(super) fn synced(&self) -> &Arc<Synced> {
-        &self.synced
     }
 
     /// Starts the thread that writes (`sync`) or syncs (`relaxed`).
     pub(super) fn spawn(self: &Arc<Self>) -> std::io::Result<std::thread::JoinHandle<()>> {
         let me = self.clone();
-        let syncing = match self.mode {
-            Durability::Sync => Some(pipeline::Syncing::spawn(self)?),
-            Durability::Relaxed => None,
-        };
         std::thread::Builder::new()
             .name("waitroom-journal".into())
             .spawn(move || {
                 let _span = tracing::info_span!("journal_writer").entered();
-                match syncing {
-                    Some(syncing) => me.run_sync(syncing),
-                    None => me.run_relaxed(),
+                match me.mode {
+                    Durability::Sync => me.run_sync(),
+                    Durability::Relaxed => me.run_relaxed(),
                 }
             })
     }
@@ -227,7 +210,7 @@ impl<S: Sink> GroupCommit<S> {
             }
             {
                 let mut sink = self.sink.lock();
-                self.drain(&mut sink);
+                self.drain(&mut sink, false);
             }
             self.writing.store(false, SeqCst);
         }
@@ -323,10 +306,10 @@ impl<S: Sink> GroupCommit<S> {
         behind
     }
 
-    /// As the flag's holder: writes what is queued, batch by batch, in order, and hands it
-    /// to the OS (`sync`: the syncing threads sync it after, see [`pipeline`]).
-    fn drain(&self, sink: &mut S) {
-        let relaxed = self.mode == Durability::Relaxed;
+    /// As the flag's holder: writes what is queued, batch by batch, in order. `synced`:
+    /// each batch is synced before it counts as done (`sync` mode); otherwise it is handed
+    /// to the OS.
+    fn drain(&self, sink: &mut S, synced: bool) {
         loop {
             if self.stopped.load(SeqCst) {
                 return;
@@ -345,17 +328,22 @@ impl<S: Sink> GroupCommit<S> {
             let n = group.len() as u64;
             self.taken.fetch_add(n, SeqCst);
             let started = Instant::now();
-            let written = sink.write(group).and_then(|()| sink.buffer());
+            let written = sink.write(group).and_then(|()| {
+                if synced {
+                    sink.sync(false)
+                } else {
+                    sink.buffer()
+                }
+            });
             let ended = Instant::now();
-            note_slow_write(ended - started, n);
+            note_slow_write(ended - started, n, synced);
             if let Err(e) = written {
                 self.stopped.store(true, SeqCst);
                 sink.fail(&e);
-                self.synced.fail();
                 self.progress.notify_waiters();
                 return;
             }
-            if relaxed {
+            if !synced {
                 self.dirty.store(true, SeqCst);
                 // Before `handed`: the thread's look after a sync relies on it.
                 if self.unsynced_since.load(SeqCst) == 0 {
@@ -364,7 +352,7 @@ impl<S: Sink> GroupCommit<S> {
             }
             let handed = self.handed.fetch_add(n, SeqCst) + n;
             sink.done(n);
-            if relaxed {
+            if !synced {
                 // `syncing_since` first: a sync that ends meanwhile clears it after our
                 // `handed`, and then answers these changes itself (`sync_ended`).
                 let oldest = match self.syncing_since.load(SeqCst) {
@@ -377,6 +365,29 @@ impl<S: Sink> GroupCommit<S> {
                 self.progress.notify_waiters();
             }
         }
+    }
+
+    fn run_sync(&self) {
+        loop {
+            {
+                let mut q = self.queue.lock();
+                while q.changes.is_empty() && !q.closed {
+                    q.sleeping = true;
+                    self.wake.wait(&mut q);
+                }
+                if q.changes.is_empty() {
+                    break; // closed, and everything written
+                }
+            }
+            // The only writer in `sync`: the flag is free.
+            self.take_flag();
+            self.drain(&mut self.sink.lock(), true);
+            self.give_flag();
+            if self.stopped.load(SeqCst) {
+                return;
+            }
+        }
+        self.final_sync();
     }
 
     fn run_relaxed(&self) {
@@ -398,7 +409,7 @@ impl<S: Sink> GroupCommit<S> {
                 // Anything a request left (one whose answer was cancelled before it
                 // wrote, or a change queued with no request waiting on it, an event's
                 // creation).
-                self.drain(&mut sink);
+                self.drain(&mut sink, false);
                 // Holding the flag: nothing is written while the sink notes what the sync
                 // covers, so the watermark will name synced bytes only.
                 if !self.stopped.load(SeqCst) && self.dirty.swap(false, SeqCst) {
@@ -438,7 +449,6 @@ impl<S: Sink> GroupCommit<S> {
     fn stop(&self, sink: &mut S, error: &str) {
         self.stopped.store(true, SeqCst);
         sink.fail(error);
-        self.synced.fail();
         self.progress.notify_waiters();
     }
 
@@ -446,16 +456,14 @@ impl<S: Sink> GroupCommit<S> {
     fn final_sync(&self) {
         self.take_flag();
         let mut sink = self.sink.lock();
-        self.drain(&mut sink);
+        self.drain(&mut sink, false);
         if !self.stopped.load(SeqCst) {
             match sink.sync(true) {
                 Err(e) => self.stop(&mut sink, &e),
                 // Everything written is on disk.
                 Ok(()) => {
-                    let handed = self.handed.load(SeqCst);
-                    self.answerable.fetch_max(handed, SeqCst);
+                    self.answerable.fetch_max(self.handed.load(SeqCst), SeqCst);
                     self.progress.notify_waiters();
-                    self.synced.advance(handed, &mut Vec::new());
                 }
             }
         }
@@ -473,15 +481,21 @@ impl<S: Sink> GroupCommit<S> {
 /// Logs a batch whose write took long: every request of the batch, and in `relaxed` every
 /// request behind the writer, waited for it. Lined up with the store's own log lines
 /// (`RUST_LOG=info,waitroom::store=debug,fjall=debug,lsm_tree=debug`), it names the stall.
-fn note_slow_write(took: Duration, changes: u64) {
+fn note_slow_write(took: Duration, changes: u64, synced: bool) {
     if took >= Duration::from_millis(50) {
         tracing::warn!(
             ms = took.as_millis() as u64,
             changes,
+            synced,
             "a journal write took long"
         );
     } else if took >= Duration::from_millis(2) {
-        tracing::debug!(us = took.as_micros() as u64, changes, "slow journal write");
+        tracing::debug!(
+            us = took.as_micros() as u64,
+            changes,
+            synced,
+            "slow journal write"
+        );
     }
 }
 
@@ -830,25 +844,19 @@ mod tests {
     #[test]
     fn the_sync_thread_writes_and_syncs_everything_in_order() {
         let sink = Recorder::default();
-        let (written, done, synced, covered) = (
-            sink.written.clone(),
-            sink.done.clone(),
-            sink.synced.clone(),
-            sink.covered.clone(),
-        );
+        let (written, done, synced) =
+            (sink.written.clone(), sink.done.clone(), sink.synced.clone());
         let gc = GroupCommit::new(sink, Durability::Sync, UNBOUNDED);
         let thread = gc.spawn().unwrap();
         let tickets = storm(&gc, 4, 2000, false);
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        // Each batch's sync is a captured one, on the syncing threads; the last covers
-        // everything.
-        while done.load(SeqCst) < 8000 || covered.lock().iter().max() != Some(&8000) {
+        while done.load(SeqCst) < 8000 {
             assert!(std::time::Instant::now() < deadline, "the writer stalled");
             std::thread::sleep(Duration::from_millis(1));
         }
+        assert!(synced.load(SeqCst) >= 1);
         gc.close();
         thread.join().unwrap();
-        assert_eq!(synced.load(SeqCst), 1, "closing syncs everything once more");
         check_order(&written.lock(), &tickets);
         assert!(gc.submit((0, 0)).is_err(), "closed refuses changes");
     }

@@ -237,7 +237,10 @@ impl Journal {
             .iter()
             .map(|(id, q)| (id.clone(), config_json(q.config())))
             .collect();
+        let synced = Arc::new(Synced::default());
         let writer = Writer {
+            synced: synced.clone(),
+            woken: Vec::new(),
             db: db.clone(),
             events,
             counters,
@@ -252,7 +255,6 @@ impl Journal {
         #[cfg(test)]
         let syncer = writer.syncer.clone();
         let commit = GroupCommit::new(writer, mode, RELAXED_UNSYNCED_BOUND);
-        let synced = commit.synced().clone();
         let handle = commit.spawn()?;
         Ok((
             Journal {
@@ -560,6 +562,9 @@ struct Writer {
     /// Latest config per event (as its record holds it, JSON), so changes that carry only
     /// counters can still write the whole event record without encoding the settings again.
     configs: HashMap<String, String>,
+    synced: Arc<Synced>,
+    /// Scratch space for the wakers a sync calls (see [`Synced::advance`]).
+    woken: Vec<std::task::Waker>,
     /// Changes written (and in `sync`, synced) so far.
     done: u64,
     /// The durability watermark and the zeros ahead, kept up to date by each sync.
@@ -600,6 +605,7 @@ impl Sink for Writer {
 
     fn done(&mut self, n: u64) {
         self.done += n;
+        self.synced.advance(self.done, &mut self.woken);
     }
 
     fn fail(&mut self, error: &str) {
@@ -614,8 +620,9 @@ impl Writer {
     }
 
     fn fail(&self, e: &dyn std::fmt::Display) {
-        // The group commit wakes every waiter to see it.
         tracing::error!(error = %e, "writing to the store failed; refusing further changes");
+        // Wakes every waiter so it can see the failure.
+        self.synced.fail();
     }
 
     /// Writes one group as one atomic batch. Later changes to a key override earlier ones

@@ -48,10 +48,6 @@ pub(super) struct Syncer {
     /// Zeros written ahead of the active journal's appends (`None` once it failed: it only
     /// speeds syncs up, so the store goes on without it).
     zero_ahead: Option<ZeroAhead>,
-    /// Captures taken so far, and the newest one whose marks were recorded: in `sync`, two
-    /// syncs may end out of order, and the older must not record its marks over the newer.
-    captures: u64,
-    recorded: u64,
     /// Tests: a disk that stalls.
     #[cfg(test)]
     pub(super) stall: Arc<Stall>,
@@ -76,8 +72,6 @@ pub(super) struct Capture {
     file: Option<File>,
     /// The write-back of the zeros written ahead at the capture, started outside the flag.
     writeback: Option<Writeback>,
-    /// Which capture this is (the first is 1).
-    seq: u64,
 }
 
 impl Syncer {
@@ -86,8 +80,6 @@ impl Syncer {
             db,
             marker,
             zero_ahead: Some(ZeroAhead::new()),
-            captures: 0,
-            recorded: 0,
             #[cfg(test)]
             stall: Arc::default(),
         }))
@@ -108,9 +100,8 @@ impl Syncer {
         Ok(())
     }
 
-    /// The first half of a sync (see the module's notes; `sync` mode takes one per batch).
-    /// The caller holds the group commit's flag, and everything written is handed to the
-    /// OS.
+    /// `relaxed`: the first half of a sync (see the module's notes). The caller holds the
+    /// group commit's flag, and everything written is handed to the OS.
     pub(super) fn capture(me: &Arc<Mutex<Syncer>>) -> anyhow::Result<Capture> {
         let mut guard = me.lock();
         let s = &mut *guard;
@@ -128,23 +119,19 @@ impl Syncer {
         // Nothing is appended meanwhile, so the zeros start past the captured end. Their
         // write-back starts in `finish`, once the flag is given back.
         let writeback = zero_ahead::after_sync(&mut s.zero_ahead, &s.marker);
-        s.captures += 1;
-        let seq = s.captures;
         drop(guard);
         Ok(Capture {
             syncer: me.clone(),
             marks,
             file,
             writeback,
-            seq,
         })
     }
 }
 
 impl Capture {
-    /// The second half of a sync, with neither the flag nor fjall's lock held: syncs the
-    /// captured journal, then records the captured marks as durable (unless a newer
-    /// capture's sync ended first and recorded its own).
+    /// `relaxed`: the second half of a sync, with neither the flag nor fjall's lock held:
+    /// syncs the captured journal, then records the captured marks as durable.
     pub(super) fn finish(mut self) -> anyhow::Result<()> {
         // Before the sync, so it carries the zeros too (as when the capture started them).
         if let Some(w) = self.writeback.take() {
@@ -169,11 +156,7 @@ impl Capture {
                 tracing::debug!(us = took.as_micros() as u64, "slow relaxed sync");
             }
         }
-        let mut s = self.syncer.lock();
-        if self.seq > s.recorded {
-            s.marker.record(&self.marks)?;
-            s.recorded = self.seq;
-        }
+        self.syncer.lock().marker.record(&self.marks)?;
         Ok(())
     }
 }

@@ -33,15 +33,14 @@ impl Synced {
         self.failed.load(SeqCst)
     }
 
-    /// Records that the changes up to `to` are synced and wakes their waiters. Syncs may
-    /// end out of order (`group_commit/pipeline.rs`): the count keeps the highest. `woken`
-    /// is the caller's scratch space (kept so that a sync allocates nothing); the wakers
-    /// are called after the lock is let go, so a waiter registering meanwhile is not held
-    /// up by the wake-ups' system calls.
+    /// Records that the changes up to `to` are synced and wakes their waiters. `woken` is
+    /// the caller's scratch space (kept so that a sync allocates nothing); the wakers are
+    /// called after the lock is let go, so a waiter registering meanwhile is not held up by
+    /// the wake-ups' system calls.
     pub(super) fn advance(&self, to: u64, woken: &mut Vec<Waker>) {
         // Before the lock: a waiter that registers after we took it finds the new count
         // when it looks again under the lock (see `wait`).
-        let to = self.upto.fetch_max(to, SeqCst).max(to);
+        self.upto.store(to, SeqCst);
         self.take(woken, |ticket| ticket <= to);
         woken.drain(..).for_each(Waker::wake);
     }
