@@ -193,7 +193,7 @@ local OLD_LAYOUT_ERROR = 'LAYOUT this event was written by an older waitroom (be
 -- This event's chunk size (load_meta sets it from the meta's layout).
 -- RANK_LIST: the line's chunks are LISTs (layout 3 on).
 local EV_CHUNK, RANK_LIST
-on_call(function() EV_CHUNK, RANK_LIST = CHUNK, true end)
+on_call(function() EV_CHUNK, RANK_LIST = CHUNK, LAYOUT >= 3 end)
 local function chunk(seq) return math.floor(num(seq) / EV_CHUNK) end
 -- A chunk's key names, built once per script and chunk (building one formats the number
 -- and hashes the new string: a batch of joins into one chunk would pay it per join).
