@@ -408,13 +408,24 @@ local function by_chunk(seqs)
   return g
 end
 
--- Removes seqs from the line past any pre-queue, a command or two per chunk (a LIST
--- chunk: one LREM per seq).
+-- Removes seqs from the line past any pre-queue, a command or two per chunk. A LIST
+-- chunk whose first values are the chunk's seqs in order (the end of the sale drops the
+-- line's head) loses them by one LTRIM; otherwise one LREM per seq.
 local function rank_drop(seqs)
   for c, l in pairs(by_chunk(seqs)) do
     local n = 0
     if RANK_LIST then
-      for _, s in ipairs(l) do n = n + rcall('LREM', qkey(c), 1, s) end
+      local head = rcall('LRANGE', qkey(c), 0, #l - 1)
+      local prefix = #head == #l
+      for i = 1, #l do
+        if head[i] ~= l[i] then prefix = false; break end
+      end
+      if prefix then
+        rcall('LTRIM', qkey(c), #l, -1)
+        n = #l
+      else
+        for _, s in ipairs(l) do n = n + rcall('LREM', qkey(c), 1, s) end
+      end
     else
       n = rcall('ZREM', qkey(c), unpack(l))
     end
