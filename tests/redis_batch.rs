@@ -488,7 +488,7 @@ async fn one_wait_per_batch_and_acknowledged_joins_are_on_the_replica() {
     let held: u64 = (0..2)
         .map(|c| {
             let n =
-                support::redis::raw_command(replica.port, &format!("ZCARD {prefix}:{{w}}:q:{c}"))
+                support::redis::raw_command(replica.port, &format!("LLEN {prefix}:{{w}}:q:{c}"))
                     .unwrap();
             n.trim().trim_start_matches(':').parse::<u64>().unwrap()
         })
@@ -734,7 +734,7 @@ async fn an_event_of_the_earlier_chunk_size_keeps_it() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(n.last(), Some(&2), "the layout is the meta's last number");
+    assert_eq!(n.last(), Some(&3), "the layout is the meta's last number");
     *n.last_mut().unwrap() = 1;
     redis::cmd("HSET")
         .arg(key("m"))
@@ -771,6 +771,125 @@ async fn an_event_of_the_earlier_chunk_size_keeps_it() {
         assert_eq!(s.position, Some(i as u64 + 1), "seq {}", v.key.seq);
         assert_eq!(s.queue_length, 170);
     }
+}
+
+/// Makes `id` an event of `layout` in the meta (its last number, a one-byte integer).
+async fn set_layout(server: &RedisServer, prefix: &str, id: &str, layout: u8) {
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let key = format!("{prefix}:{{{id}}}:m");
+    let mut n: Vec<u8> = redis::cmd("HGET")
+        .arg(&key)
+        .arg("n")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    *n.last_mut().unwrap() = layout;
+    redis::cmd("HSET")
+        .arg(&key)
+        .arg("n")
+        .arg(n)
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+}
+
+/// A new event's line is a LIST of seqs per chunk (layout 3: a join appends), an event of
+/// layout 2 keeps its ZSET chunks, and both answer the same through everything that reads
+/// or changes the line: joins in batches, leaves across a chunk's end, positions, the
+/// head, admissions, the end of the sale and `clear`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_line_is_a_list_per_chunk_and_layout_2_keeps_its_zsets() {
+    use waitroom::core::schedule::format_rfc3339;
+    let server = RedisServer::start();
+    let prefix = unique_prefix();
+    let store = node(&server.url(), &prefix);
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    for (ev, layout, kind) in [("new", 3, "list"), ("old", 2, "zset")] {
+        make_event(
+            &store,
+            ev,
+            serde_json::json!({"max_active": 5, "paused": true}),
+        )
+        .await;
+        if layout != 3 {
+            set_layout(&server, &prefix, ev, layout).await;
+        }
+        let reqs: Vec<JoinRequest> = (0..100).map(|_| anonymous()).collect();
+        let mut views: Vec<_> = join_all(reqs.iter().map(|r| store.join(ev, r, T0)))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        views.sort_by_key(|v| v.key.seq);
+        // Seqs 1..=100 in chunks of 32: 0 to 3.
+        for c in 0..4 {
+            let t: String = redis::cmd("TYPE")
+                .arg(format!("{prefix}:{{{ev}}}:q:{c}"))
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            assert_eq!(t, kind, "{ev}: q:{c}");
+        }
+        let mut out = Vec::new();
+        // Leaving seqs 20..=45 (across chunk 0's end): the rest move up exactly.
+        for v in &views[19..45] {
+            assert!(store.leave(ev, v.key, T0 + 1).await.unwrap());
+        }
+        let left: Vec<_> = views[..19].iter().chain(&views[45..]).collect();
+        for (i, v) in left.iter().enumerate() {
+            let s = store.status(ev, v.key, T0 + 2).await.unwrap();
+            assert_eq!(s.position, Some(i as u64 + 1), "{ev}: seq {}", v.key.seq);
+            assert_eq!(s.queue_length, 74);
+        }
+        let head = store.queue_head(ev, 25, T0 + 2).await.unwrap();
+        out.push(format!("{head:?}"));
+        // Admissions take the first five in order.
+        let patch: EventPatch =
+            serde_json::from_value(serde_json::json!({"paused": false})).unwrap();
+        store.put_event(ev, &patch, T0 + 3).await.unwrap();
+        for (i, v) in left.iter().enumerate() {
+            let s = store.status(ev, v.key, T0 + 4).await.unwrap();
+            if i < 5 {
+                assert_eq!(s.status, PlaceState::Admitted, "{ev}: seq {}", v.key.seq);
+            } else {
+                assert_eq!(s.position, Some(i as u64 - 4), "{ev}: seq {}", v.key.seq);
+            }
+            out.push(format!(
+                "{:?} {:?} {}",
+                s.status, s.position, s.queue_length
+            ));
+        }
+        // The end of the sale drops the line from its head; then `clear` finds it empty.
+        let patch: EventPatch =
+            serde_json::from_value(serde_json::json!({"closes_at": format_rfc3339(T0 + 10)}))
+                .unwrap();
+        store.put_event(ev, &patch, T0 + 5).await.unwrap();
+        store.tick(ev, T0 + 11).await.unwrap();
+        for v in &left[5..] {
+            let e = store.status(ev, v.key, T0 + 12).await.unwrap_err();
+            out.push(format!("{e:?}"));
+        }
+        assert_eq!(store.clear(ev, T0 + 12).await.unwrap(), 0, "{ev}");
+        for c in 0..4 {
+            let n: u64 = redis::cmd("EXISTS")
+                .arg(format!("{prefix}:{{{ev}}}:q:{c}"))
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            assert_eq!(n, 0, "{ev}: q:{c} after the end of the sale");
+        }
+        seen.push(out);
+    }
+    assert_eq!(seen[0], seen[1]);
 }
 
 /// User joins sent together keep the one-command-per-chunk writes: the user index is read

@@ -292,6 +292,7 @@ mod tests {
             "log_append",
             "log_flush",
             "finish_join",
+            "set",
             "release_holds",
             // Constants. (SHORT: finish_join fills it before each answer that hands it out.)
             "LAYOUT",
@@ -299,6 +300,7 @@ mod tests {
             "OLD_LAYOUT_ERROR",
             "FIELDS",
             "FADM_AT",
+            "CTX_F",
             "LOG_AT",
             "SHORT",
             "SHA_K",

@@ -58,7 +58,9 @@ on_call(function() INV = nil end)
 local function op_join(ARGV)
   -- ARGV: nonce (16 bytes), has user (0/1), user id, has metadata (0/1), metadata, proven
   -- (0/1), has invite (0/1), invite code.
-  advance()
+  -- (Before nd nothing is due, and without a pre-queue advance() has nothing to do: most
+  -- joins skip the call.)
+  if NOW >= M.nd or M.npre > 0 then advance() end
   if sale_ended() then return finish('EVENT_CLOSED') end
   local user = nil
   if ARGV[4] == '1' then user = ARGV[5] end
@@ -106,9 +108,11 @@ local function op_join(ARGV)
   local seqn = M.seq
   local seq = fmt(seqn)
   set('seq', seqn + 1)
-  put_place(seq, nil, encode(nil, ARGV[3], user, proven))
-  line_insert(seq, NOW)
-  ws_set(seq, NOW)
+  -- Its chunk, found once for the three writes into it.
+  local c = chunk(seq)
+  put_place(seq, nil, encode(nil, ARGV[3], user, proven), c)
+  line_insert(seq, NOW, c)
+  ws_set(seq, NOW, false, c)
   lower_nd(NOW + M.widle)
   N_W = N_W + 1
   if user then pend(K_USERS, 'HSET', user, seq) end
@@ -268,13 +272,17 @@ local function op_batch()
   local i = 3
   -- A join's arguments go in one table for every join of the batch (op_join keeps no
   -- reference to it), with the arguments it left out nil.
-  local ja = {}
-  while i <= #ARGV do
+  -- jn: how many arguments the join before left in it (only those past this join's own
+  -- are cleared: setting an absent field to nil still costs Lua a lookup and a store).
+  local ja, jn = {}, 0
+  local nargv = #ARGV
+  while i <= nargv do
     local name, n = ARGV[i], num(ARGV[i + 2])
     local a = ja
     if name == 'join' then
       for j = 1, n do a[2 + j] = ARGV[i + 2 + j] end
-      for j = n + 1, 8 do a[2 + j] = nil end
+      for j = n + 1, jn do a[2 + j] = nil end
+      jn = n
       a[1], a[2] = name, ARGV[i + 1]
     else
       a = {name, ARGV[i + 1]}
@@ -354,7 +362,7 @@ local function main(keys, argv)
     local chunks = rcall('ZRANGE', K_WINDEX, 0, -1)
     table.sort(chunks, function(x, y) return tonumber(x) < tonumber(y) end)
     for _, c in ipairs(chunks) do
-      for _, seq in ipairs(rcall('ZRANGE', qkey(c), 0, -1)) do seqs[#seqs + 1] = seq end
+      for _, seq in ipairs(rank_chunk(c, 0, -1)) do seqs[#seqs + 1] = seq end
     end
     for _, seq in ipairs(seqs) do end_place(seq, place(seq), FX_CLEARED, NOW, true) end
     for _, c in ipairs(chunks) do rcall('UNLINK', qkey(c), wkey(c)) end

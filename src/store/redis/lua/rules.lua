@@ -19,8 +19,9 @@
 -- K_META     HASH: config (JSON and the numbers the rules use), counters, bucket
 -- K_PLACES   prefix of the chunks K_PLACES:<c>, HASH seq -> place record (see encode)
 -- K_USERS    HASH user id -> seq of the user's live place
--- K_RANK     prefix of the chunks K_RANK:<c>, ZSET waiting seqs (past any pre-queue) scored
---            by seq: ZRANK is the position within the chunk
+-- K_RANK     prefix of the chunks K_RANK:<c>, LIST of the waiting seqs (past any
+--            pre-queue) in seq order (layouts 1 and 2: a ZSET of them scored by seq): LPOS
+--            (ZRANK) is the position within the chunk
 -- K_RANKF    STRING: how many waiting seqs each K_RANK chunk before the meta's ftail holds,
 --            as a Fenwick tree of u32 (node i at bit offset 32 i, chunk c is node c + 1;
 --            the meta's fsz is its size, a power of two, ftot its total): prefix sums give
@@ -103,8 +104,9 @@ local function rcall(...)
   return redis.call(...)
 end
 -- Buffers `cmd key a b` (HSET of a field, ZADD of a member: their pairs append, and a
--- later pair for the same field or member wins, as it would in separate commands). A key
--- takes one kind of command only.
+-- later pair for the same field or member wins, as it would in separate commands), or
+-- `cmd key a` (b nil: RPUSH of a value, appended after those before). A key takes one kind
+-- of command only.
 local function pend(key, cmd, a, b)
   local l = PEND[key]
   if not l then
@@ -114,7 +116,11 @@ local function pend(key, cmd, a, b)
     PENDING = true
   end
   local n = #l
-  l[n + 1], l[n + 2] = a, b
+  if b == nil then
+    l[n + 1] = a
+  else
+    l[n + 1], l[n + 2] = a, b
+  end
   -- (Only the user index is read back through the buffer: a place's record is read from
   -- WROTE, so its chunks' values are not kept twice.)
   if key == K_USERS then
@@ -167,23 +173,27 @@ end
 end
 
 local function fx(kind, seq, at)
-  FX[#FX + 1] = kind
-  FX[#FX + 1] = num(seq)
-  FX[#FX + 1] = at
+  local n = #FX
+  FX[n + 1], FX[n + 2], FX[n + 3] = kind, num(seq), at
 end
 
 -- The layout of this script's keys (see Chunks above); the meta records it at creation.
--- Layouts differ only in the chunk size: 1 has chunks of 128 seqs, 2 (new events) of CHUNK.
--- The smaller chunk costs Redis less per write (each insert into a listpack scans it) for a
--- few bytes more per place; an event keeps the size it was made with.
-local LAYOUT = 2
-local CHUNK_OF = {[1] = 128, [2] = CHUNK}
+-- Layout 1 has chunks of 128 seqs, 2 of CHUNK: the smaller chunk costs Redis less per
+-- write (each insert into a listpack scans it) for a few bytes more per place. Layout 3
+-- (new events) has chunks of CHUNK too, and the line's chunks K_RANK:<c> are LISTs of
+-- seqs in line order rather than ZSETs scored by seq (rank_* below): seqs only grow, so a
+-- join appends (RPUSH) instead of inserting into a ZSET's listpack, which searched it for
+-- the member and walked it for the score (half of a join's ZADD work). An event keeps the
+-- layout it was made with.
+local LAYOUT = 3
+local CHUNK_OF = {[1] = 128, [2] = CHUNK, [3] = CHUNK}
 local OLD_LAYOUT_ERROR = 'LAYOUT this event was written by an older waitroom (before the '
   .. 'chunked Redis layout) and cannot be read; delete it and create it again'
 
 -- This event's chunk size (load_meta sets it from the meta's layout).
-local EV_CHUNK
-on_call(function() EV_CHUNK = CHUNK end)
+-- RANK_LIST: the line's chunks are LISTs (layout 3 on).
+local EV_CHUNK, RANK_LIST
+on_call(function() EV_CHUNK, RANK_LIST = CHUNK, LAYOUT >= 3 end)
 local function chunk(seq) return math.floor(num(seq) / EV_CHUNK) end
 -- A chunk's key names, built once per script and chunk (building one formats the number
 -- and hashes the new string: a batch of joins into one chunk would pay it per join).
@@ -246,7 +256,19 @@ local LOG_AT = {}
 for i = 1, #LOG_FIELDS do LOG_AT[LOG_FIELDS[i]] = i end
 local LOG_SET, LOG_SEEN
 on_call(function() LOG_SET, LOG_SEEN = {}, {} end)
-local function set(f, v)
+-- The numbers of M an answer's context is made of (ctx(), with opens and method that a
+-- short answer carries beside it), but for those hold_total() reads: CTX_GEN counts their
+-- changes in this call, so that a fresh join's answer knows its context is the one before
+-- it without comparing each (finish_join). Only set() changes them after load_meta.
+-- (CTX_F in a block: the main chunk may hold 200 locals only.)
+local CTX_GEN, set
+on_call(function() CTX_GEN = 0 end)
+do
+local CTX_F = {wn = true, fadm = true, rate = true, cap = true, ssum = true, scnt = true,
+  ttl = true, sidle = true, smax = true, widle = true, paused = true, hends = true,
+  opens = true, method = true}
+set = function(f, v)
+  if CTX_F[f] and M[f] ~= v then CTX_GEN = CTX_GEN + 1 end
   M[f] = v
   DIRTY = true
   local i = LOG_AT[f]
@@ -254,6 +276,7 @@ local function set(f, v)
     LOG_SEEN[i] = true
     LOG_SET[#LOG_SET + 1] = i
   end
+end
 end
 
 -- The Fenwick tree of the line's chunk counts (K_RANKF). A chunk past its size grows it by
@@ -322,26 +345,43 @@ end
 -- Seqs only grow: a join goes to the tail chunk or past it. Past it, the old tail's count
 -- goes into the tree (a chunk between them had no join into the line, or it would have
 -- been the tail: it is empty).
-local function rank_insert(seq)
-  local c = chunk(seq)
+-- (c: seq's chunk, when the caller has it.)
+local function rank_insert(seq, c)
+  c = c or chunk(seq)
   if c > M.ftail then
     flush_key(qkey(M.ftail))
-    local n = redis.call('ZCARD', qkey(M.ftail))
+    local n = redis.call(RANK_LIST and 'LLEN' or 'ZCARD', qkey(M.ftail))
     if n > 0 then fen_add(M.ftail, n) end
     set('ftail', c)
   end
-  pend(qkey(c), 'ZADD', seq, seq)
+  if RANK_LIST then
+    pend(qkey(c), 'RPUSH', seq)
+  else
+    pend(qkey(c), 'ZADD', seq, seq)
+  end
 end
 
 local function rank_remove(seq)
   local c = chunk(seq)
-  if rcall('ZREM', qkey(c), seq) == 1 and c < M.ftail then fen_add(c, -1) end
+  local n
+  if RANK_LIST then
+    n = rcall('LREM', qkey(c), 1, seq)
+  else
+    n = rcall('ZREM', qkey(c), seq)
+  end
+  if n == 1 and c < M.ftail then fen_add(c, -1) end
 end
 
 -- The 1-based place of seq in the line past any pre-queue.
 local function rank_position(seq)
   local c = chunk(seq)
-  return fen_before(c) + rcall('ZRANK', qkey(c), seq) + 1
+  return fen_before(c) + rcall(RANK_LIST and 'LPOS' or 'ZRANK', qkey(c), seq) + 1
+end
+
+-- The seqs of chunk c from the i-th to the j-th (0-based, both included; -1: the last),
+-- in line order.
+local function rank_chunk(c, i, j)
+  return rcall(RANK_LIST and 'LRANGE' or 'ZRANGE', qkey(c), i, j)
 end
 
 -- The seqs from the k-th to the (k + n - 1)-th of the line past any pre-queue.
@@ -349,7 +389,7 @@ local function rank_range(k, n)
   local out = {}
   while #out < n do
     local c, r = fen_find(k + #out)
-    local got = rcall('ZRANGE', qkey(c), r - 1, r - 1 + n - #out - 1)
+    local got = rank_chunk(c, r - 1, r - 1 + n - #out - 1)
     if #got == 0 then break end
     for _, s in ipairs(got) do out[#out + 1] = s end
   end
@@ -368,10 +408,27 @@ local function by_chunk(seqs)
   return g
 end
 
--- Removes seqs from the line past any pre-queue, a command or two per chunk.
+-- Removes seqs from the line past any pre-queue, a command or two per chunk. A LIST
+-- chunk whose first values are the chunk's seqs in order (the end of the sale drops the
+-- line's head) loses them by one LTRIM; otherwise one LREM per seq.
 local function rank_drop(seqs)
   for c, l in pairs(by_chunk(seqs)) do
-    local n = rcall('ZREM', qkey(c), unpack(l))
+    local n = 0
+    if RANK_LIST then
+      local head = rcall('LRANGE', qkey(c), 0, #l - 1)
+      local prefix = #head == #l
+      for i = 1, #l do
+        if head[i] ~= l[i] then prefix = false; break end
+      end
+      if prefix then
+        rcall('LTRIM', qkey(c), #l, -1)
+        n = #l
+      else
+        for _, s in ipairs(l) do n = n + rcall('LREM', qkey(c), 1, s) end
+      end
+    else
+      n = rcall('ZREM', qkey(c), unpack(l))
+    end
     if n > 0 and c < M.ftail then fen_add(c, -n) end
   end
 end
@@ -385,8 +442,8 @@ end
 -- otherwise (ws_refresh, ws_front).
 local WLOW
 on_call(function() WLOW = {} end)
-local function ws_set(seq, t, xx)
-  local c = chunk(seq)
+local function ws_set(seq, t, xx, c)
+  c = c or chunk(seq)
   if xx then
     rcall('ZADD', wkey(c), 'XX', fmt(t), seq)
   else
@@ -444,6 +501,7 @@ local function load_meta()
   N_W, N_AD, N_AC = M.nw, M.nad, M.nac
   OLD_LAYOUT = CHUNK_OF[M.lay] == nil
   EV_CHUNK = CHUNK_OF[M.lay] or CHUNK
+  RANK_LIST = M.lay >= 3
   return true
 end
 
@@ -551,15 +609,17 @@ end
 local finish_join
 do
 local SHORT = {flat = true}
+-- The CTX_GEN of the short answer's context before (PREV_CTX, when it has opens and method
+-- at [15] and [16]: only a join's whole answer leaves it so).
+local PREV_GEN
+on_call(function() PREV_GEN = nil end)
 finish_join = function(seq)
   log_step()
-  -- The same context as ctx() would build, compared without building it (most joins).
+  -- The same context as ctx() would build, known without building it (most joins): none
+  -- of its numbers of M changed since, and the two it computes are equal.
   local p = PREV_CTX
-  if p and p[15] == M.opens and p[16] == M.method and p[1] == M.wn
-      and p[2] == (M.fadm or -1) and p[3] == M.rate and p[4] == M.cap and p[5] == M.ssum
-      and p[6] == M.scnt and p[7] == M.ttl and p[8] == M.sidle and p[9] == M.smax
-      and p[10] == M.widle and p[11] == M.paused and p[12] == hold_total()
-      and p[13] == M.hends and p[14] == N_AD + N_AC then
+  if p and p[15] ~= nil and PREV_GEN == CTX_GEN and p[14] == N_AD + N_AC
+      and p[12] == hold_total() then
     SHORT[1], SHORT[2], SHORT[3] = seq, N_W, M.lv
     return SHORT
   end
@@ -568,7 +628,7 @@ finish_join = function(seq)
   for i = 1, 14 do out[5 + i] = c[i] end
   -- (A whole answer's context has no [15]: the next short answer carries its own.)
   c[15], c[16] = M.opens, M.method
-  PREV_CTX = c
+  PREV_CTX, PREV_GEN = c, CTX_GEN
   return out
 end
 end
@@ -605,9 +665,9 @@ end
 local WROTE
 on_call(function() WROTE = {} end)
 
-local function put_place(seq, p, rec)
+local function put_place(seq, p, rec, c)
   rec = rec or encode(p)
-  pend(pkey(seq), 'HSET', seq, rec)
+  pend(pchunk(c or chunk(seq)), 'HSET', seq, rec)
   WROTE[num(seq)] = rec
 end
 

@@ -96,13 +96,14 @@ local function pre_member(seq)
   return sha256_hex(secret('sseed') .. be8(tonumber(seq))) .. ':' .. seq
 end
 
-line_insert = function(seq, joined)
+-- (c: seq's chunk, when the caller has it.)
+line_insert = function(seq, joined, c)
   if in_prequeue(joined) then
     rcall('ZADD', K_PRE, 0, pre_member(seq))
     rcall('ZADD', K_PRESEQ, seq, seq)
     set('npre', M.npre + 1)
   else
-    rank_insert(seq)
+    rank_insert(seq, c)
   end
 end
 
