@@ -69,6 +69,11 @@ pub struct EmbeddedStore {
     events_write: Mutex<()>,
     /// Shared with the purges of deleted events' keys, which run on tasks of their own.
     journal: Option<Arc<Journal>>,
+    /// Those purge tasks not yet ended: [`Store::close`] waits for them, so that once it
+    /// returns no task holds the journal, and so fjall's lock on the directory, any more
+    /// (an open of the same directory right after, as a restart in one process does,
+    /// found it `Locked`).
+    purges: Arc<Tasks>,
     notices: broadcast::Sender<Notice>,
     /// Only the notices about events themselves (see [`Store::subscribe_events`]): a join's
     /// `Moved` wakes the live hub alone, not every background task.
@@ -113,6 +118,7 @@ impl Default for EmbeddedStore {
             events: ArcSwap::default(),
             events_write: Mutex::default(),
             journal: None,
+            purges: Arc::default(),
             notices: broadcast::channel(NOTICE_BUFFER).0,
             event_notices: broadcast::channel(NOTICE_BUFFER).0,
             claims: Mutex::default(),
@@ -165,6 +171,7 @@ impl EmbeddedStore {
             events: ArcSwap::from_pointee(events),
             events_write: Mutex::default(),
             journal: Some(Arc::new(journal)),
+            purges: Arc::default(),
             notices: broadcast::channel(NOTICE_BUFFER).0,
             event_notices: broadcast::channel(NOTICE_BUFFER).0,
             claims: Mutex::default(),
@@ -387,7 +394,10 @@ impl Store for EmbeddedStore {
             // Weak: a store dropped before the task ran is not kept open by it (the next
             // open finishes the purge).
             let (j, id) = (Arc::downgrade(j), Arc::<str>::from(event_id));
+            let running = self.purges.start();
             tokio::spawn(async move {
+                // Declared first, so ended last: after the journal's handle below.
+                let _running = running;
                 let Some(j) = j.upgrade() else { return };
                 if let Err(e) = j.purge(id.clone()).await {
                     tracing::warn!(event_id = %id, error = %e,
@@ -585,7 +595,55 @@ impl Store for EmbeddedStore {
         if let Some(j) = &self.journal {
             j.close();
         }
+        // A purge meets the closed journal at its next step and ends.
+        self.purges.ended().await;
         Ok(())
+    }
+}
+
+/// Tasks running, and a way to wait until none is.
+#[derive(Default)]
+struct Tasks {
+    running: std::sync::atomic::AtomicUsize,
+    none: tokio::sync::Notify,
+}
+
+/// One running task of [`Tasks`], until dropped.
+struct Running(Arc<Tasks>);
+
+impl Tasks {
+    /// Counts a task from before it is spawned (one that has not started yet counts too).
+    fn start(self: &Arc<Self>) -> Running {
+        self.running
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Running(self.clone())
+    }
+
+    async fn ended(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        loop {
+            let none = self.none.notified();
+            tokio::pin!(none);
+            // Registered before the look, so a last task ending in between still wakes us.
+            none.as_mut().enable();
+            if self.running.load(SeqCst) == 0 {
+                return;
+            }
+            none.await;
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self
+            .0
+            .running
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst)
+            == 1
+        {
+            self.0.none.notify_waiters();
+        }
     }
 }
 
@@ -729,6 +787,35 @@ mod tests {
             snap.figures.waiting, 0,
             "nothing of the deleted event came back"
         );
+    }
+
+    /// A store closed while a purge runs can be opened again at once: the purge's task no
+    /// longer holds the journal (and fjall's lock) once `close` returned.
+    #[tokio::test]
+    async fn a_store_closed_during_a_purge_opens_again_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = with_big_event(dir.path(), 12_000).await;
+        for round in 0..3 {
+            store.delete_event("big").await.unwrap();
+            // One thread: the purge's task starts here and waits for its first step's
+            // write, holding the journal, when the store is closed.
+            tokio::task::yield_now().await;
+            assert!(store.journal.as_ref().unwrap().purging("big"));
+            store.close().await.unwrap();
+            drop(store);
+            store = match EmbeddedStore::open(dir.path(), Durability::Relaxed, 10) {
+                Ok(s) => s,
+                Err(e) => panic!("round {round}: {e}"),
+            };
+            store.put_event("big", &paused(), 11).await.unwrap();
+            for nonce in 0..4_000u64 {
+                let join = JoinRequest {
+                    nonce: nonce.into(),
+                    ..JoinRequest::default()
+                };
+                store.join("big", &join, 12).await.unwrap();
+            }
+        }
     }
 
     /// A re-creation of a deleted id waits until the old keys are gone: they lie under the

@@ -60,7 +60,7 @@ use crate::core::{
 };
 use purge::{Part, Purging};
 
-/// The `events` keyspace's memtable (see where it is opened).
+/// The `events` and `counters` keyspaces' memtables (see where they are opened).
 const EVENTS_MEMTABLE: u64 = 32 * 1024 * 1024;
 /// Longest a request waits for its change to be synced before it answers `UNAVAILABLE`.
 const MAX_DURABLE_WAIT: Duration = Duration::from_secs(3);
@@ -206,8 +206,9 @@ impl Journal {
         .map_err(|e| anyhow::anyhow!("opening the store in {}: {e}", dir.display()))?;
         // Small memtables: everything live is in memory already (the queues), so the store
         // only needs enough buffer to batch its flushes, not 64 MiB per keyspace.
-        // Except `events` and `counters`: every batch writes its event's counters again,
-        // and each flush (and every fifth, a compaction: 180-300 ms) holds the tree's
+        // Except `counters`, which every batch writes again for its event, and `events`
+        // (the settings: rewritten only when they change, in bursts of a schedule or an
+        // operator's edits). Each flush (and every fifth, a compaction: 180-300 ms) holds the tree's
         // version lock over five fsyncs while every batch waits to insert
         // (docs/PERFORMANCE.md, "The periodic sync off the writers' path"). When the
         // counters were part of the ~1 KB settings record, a 4 MiB memtable filled in
@@ -390,6 +391,10 @@ impl Drop for Journal {
 /// (JSON) and counters, for [`rewrite_older_records`].
 type OlderRecord = (String, String, QueueMeta);
 
+/// What [`rewrite_older_records`] rewrites: records of an older kind, and counters records
+/// of no event (by id).
+type Rewrite = (Vec<OlderRecord>, Vec<String>);
+
 fn recover(
     events: &Keyspace,
     counters: &Keyspace,
@@ -397,7 +402,7 @@ fn recover(
     invites: &Keyspace,
     items: &Keyspace,
     now: Millis,
-) -> anyhow::Result<(Recovered, Vec<OlderRecord>)> {
+) -> anyhow::Result<(Recovered, Rewrite)> {
     let mut out = Vec::new();
     let mut total = 0u64;
     let mut known = HashMap::new();
@@ -419,19 +424,26 @@ fn recover(
         let rec = SettingsRec::decode(&v).map_err(|e| {
             anyhow::anyhow!("the store's record of event {id:?} is unreadable: {e}")
         })?;
-        // The counters' own record is the newer when both exist (they are written together
-        // from the first batch on); a record of an older kind alone is rewritten.
-        let meta = match (counts.remove(&id), rec.counters) {
-            (Some(meta), _) => meta,
-            (None, Some(meta)) => {
+        // A record of an older kind holds its counters and is rewritten. This version never
+        // writes one, so its counters are the newer should a counters record exist too
+        // (which this version never leaves: it writes both kinds' records together).
+        let counted = counts.remove(&id);
+        let meta = match (rec.counters, counted) {
+            (Some(meta), _) => {
                 older.push((id.clone(), config_json(&rec.config), meta.clone()));
                 meta
             }
+            (None, Some(meta)) => meta,
             (None, None) => {
                 anyhow::bail!("the store's record of event {id:?} has no counters")
             }
         };
         known.insert(id, (rec.config, meta));
+    }
+    // Counters of no event (never left by this version: a deletion removes both records).
+    let orphans: Vec<String> = counts.into_keys().collect();
+    if !orphans.is_empty() {
+        tracing::warn!(events = ?orphans, "counters without an event's settings are removed");
     }
     let mut ids: Vec<String> = known.keys().cloned().collect();
     ids.sort();
@@ -519,7 +531,7 @@ fn recover(
             events: out,
             places: total,
         },
-        older,
+        (older, orphans),
     ))
 }
 
@@ -531,15 +543,18 @@ fn rewrite_older_records(
     db: &Database,
     events: &Keyspace,
     counters: &Keyspace,
-    older: Vec<OlderRecord>,
+    (older, orphans): Rewrite,
 ) -> anyhow::Result<()> {
-    if older.is_empty() {
+    if older.is_empty() && orphans.is_empty() {
         return Ok(());
     }
     let mut batch = db.batch();
     for (id, config, meta) in &older {
         batch.insert(events, id.as_bytes(), encode_settings(config));
         batch.insert(counters, id.as_bytes(), encode_counters(meta));
+    }
+    for id in &orphans {
+        batch.remove(counters, id.as_bytes());
     }
     batch.commit()?;
     db.persist(PersistMode::SyncAll)?;
@@ -559,8 +574,8 @@ struct Writer {
     items: Keyspace,
     /// Marks of deleted events whose keys are still being removed.
     purges: Keyspace,
-    /// Latest config per event (as its record holds it, JSON), so changes that carry only
-    /// counters can still write the whole event record without encoding the settings again.
+    /// Latest settings per event (as its record holds them, JSON): the events that have a
+    /// settings record, whose counters a change may write.
     configs: HashMap<String, String>,
     synced: Arc<Synced>,
     /// Scratch space for the wakers a sync calls (see [`Synced::advance`]).
@@ -895,8 +910,49 @@ mod tests {
         assert_eq!(recovered.events[0].1.meta(), later);
     }
 
-    /// A deletion removes both records; an event created again in the same batch as its
-    /// deletion keeps its new settings.
+    /// Changes queued together (one batch, or as the writer takes them): settings set by a
+    /// change are written though a later change of the batch carries counters only, and an
+    /// event deleted and created again comes back with its new settings and counters.
+    #[tokio::test]
+    async fn changes_queued_together_keep_settings_and_counters() {
+        let dir = tempfile::tempdir().unwrap();
+        let (journal, _) = Journal::open(dir.path(), Durability::Sync, 0).unwrap();
+        let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+        let named = |n: &str| EventConfig {
+            name: n.into(),
+            ..EventConfig::default()
+        };
+        let meta = |joins: u64| QueueMeta {
+            next_seq: joins + 1,
+            joins,
+            ..QueueMeta::default()
+        };
+        // Queued without waiting in between, so that the writer takes several at once.
+        journal
+            .record(&a, vec![], meta(0), Some(named("A1")))
+            .unwrap();
+        journal.record(&a, vec![joined(1)], meta(1), None).unwrap();
+        journal
+            .record(&b, vec![], meta(0), Some(named("B1")))
+            .unwrap();
+        journal.delete(&b).unwrap();
+        journal
+            .record(&b, vec![], meta(0), Some(named("B2")))
+            .unwrap();
+        journal.record(&b, vec![joined(1)], meta(1), None).unwrap();
+        let last = journal.record(&b, vec![joined(2)], meta(2), None).unwrap();
+        journal.wait(last).await.unwrap();
+        drop(journal);
+        let (_, recovered) = Journal::open(dir.path(), Durability::Sync, 0).unwrap();
+        let got: Vec<(&str, &str, u64)> = recovered
+            .events
+            .iter()
+            .map(|(id, q)| (id.as_str(), q.config().name.as_str(), q.meta().joins))
+            .collect();
+        assert_eq!(got, [("a", "A1", 1), ("b", "B2", 2)]);
+    }
+
+    /// A deletion removes both records.
     #[tokio::test]
     async fn a_deletion_removes_the_settings_and_the_counters() {
         let dir = tempfile::tempdir().unwrap();
