@@ -330,9 +330,10 @@ mod tests {
         assert!(stall.reached.load(SeqCst) >= 2, "a later sync covered them");
     }
 
-    /// Every batch writes its event's record again: 8 MiB of such versions (what 10,000
-    /// joins/s wrote in about 1.6 s) must not flush the `events` keyspace, whose flushes
-    /// and compactions stall every write (docs/PERFORMANCE.md).
+    /// Settings changed again and again rewrite the event's settings record (as every batch
+    /// did before the counters had a record of their own): 8 MiB of such versions must not
+    /// flush the `events` keyspace, whose flushes and compactions stall every write
+    /// (docs/PERFORMANCE.md). `keyspaces/1` is `events`, the first keyspace opened.
     #[tokio::test]
     async fn rewriting_an_events_record_does_not_flush_its_keyspace() {
         use crate::core::{EventConfig, QueueMeta};
