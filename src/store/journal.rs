@@ -434,8 +434,14 @@ fn recover(
                 meta
             }
             (None, Some(meta)) => meta,
+            // Never left by this version's writes (both records go in one batch), but a
+            // repair's cut can leave it when one keyspace was flushed and the other not:
+            // the event then starts again from its places (the queue's next seq follows
+            // them), its totals from zero, rather than the store refusing to open.
             (None, None) => {
-                anyhow::bail!("the store's record of event {id:?} has no counters")
+                tracing::warn!(event_id = %id,
+                    "the event's counters are missing; they start again from its places");
+                QueueMeta::default()
             }
         };
         known.insert(id, (rec.config, meta));
@@ -950,6 +956,38 @@ mod tests {
             .map(|(id, q)| (id.as_str(), q.config().name.as_str(), q.meta().joins))
             .collect();
         assert_eq!(got, [("a", "A1", 1), ("b", "B2", 2)]);
+    }
+
+    /// Settings whose counters are gone (as a repair's cut can leave them): the event opens
+    /// with its places, and a join after gets a seq past theirs.
+    #[tokio::test]
+    async fn settings_without_counters_open_from_the_places() {
+        let dir = tempfile::tempdir().unwrap();
+        let id: Arc<str> = "solo".into();
+        {
+            let (journal, _) = Journal::open(dir.path(), Durability::Sync, 0).unwrap();
+            let meta = QueueMeta {
+                next_seq: 4,
+                joins: 3,
+                ..QueueMeta::default()
+            };
+            let effects = (1..=3).map(joined).collect();
+            let t = journal
+                .record(&id, effects, meta, Some(EventConfig::default()))
+                .unwrap();
+            journal.wait(t).await.unwrap();
+            let counters = journal
+                .db
+                .keyspace("counters", KeyspaceCreateOptions::default)
+                .unwrap();
+            counters.remove(id.as_bytes()).unwrap();
+            journal.db.persist(PersistMode::SyncAll).unwrap();
+        }
+        let (_, recovered) = Journal::open(dir.path(), Durability::Sync, 0).unwrap();
+        assert_eq!(recovered.places, 3);
+        let q = &recovered.events[0].1;
+        assert_eq!(q.meta().next_seq, 4, "the next seq follows the places");
+        assert_eq!(q.meta().joins, 0, "the totals start again");
     }
 
     /// A deletion removes both records.
