@@ -8,6 +8,11 @@
 #      per join; the CPU of Redis and of the node; then the same joins in open loop at RATE
 #      per second (below both binaries' maxima), whose p99 compares the latency of the two
 #      at the same load (a closed loop's p99 is taken at different rates).
+# REDIS_CPU=25 caps Redis at 25 % of one core (bench/redis/lib.sh `redis_cap`, needs root):
+# every phase is then bounded by Redis, as on a machine whose nodes have cores to spare, and
+# join/s ÷ yardstick calls/s is the ratio of what a join and a yardstick call cost Redis.
+# The last line gives that ratio against the mean of the two yardstick phases, and Redis's
+# CPU per operation (user + system, from /proc) in each phase.
 # Memory per waiting place is measured apart (the layout does not depend on batching):
 #   cargo test --test redis_batch memory_per_place -- --ignored --nocapture
 #
@@ -25,17 +30,21 @@ BASE_BIN=${BASE_BIN:-}
 DUR=${DUR:-10}          # seconds of each measured join phase
 CONNS=${CONNS:-64}      # HTTP connections
 RB_N=${RB_N:-300000}    # redis-benchmark requests per yardstick phase
-RATE=${RATE:-3000}      # joins/s of the open-loop latency phase
+RATE=${RATE:-3000}      # joins/s of the open-loop latency phase (0: none)
+REDIS_CPU=${REDIS_CPU:-}  # percent of one core Redis may use (empty: no cap)
 ADMIN=bench-admin
 
 # shellcheck source=bench/redis/lib.sh
 source "$ROOT/bench/redis/lib.sh"
 redis_start waitroom-batch-bench
+if [ -n "$REDIS_CPU" ]; then redis_cap "$REDIS_CPU"; fi
 CLK=$(getconf CLK_TCK)
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 now_ns() { date +%s%N; }
 
-echo "== machine: $(nproc) cores; uptime:$(uptime | sed 's/.*up/ up/'); redis $(redis-server --version | awk '{print $3}')"
+echo "== machine: $(nproc) cores; uptime:$(uptime | sed 's/.*up/ up/'); redis $(redis-server --version | awk '{print $3}')${REDIS_CPU:+; Redis capped at $REDIS_CPU % of a core}"
+YARD=()      # each yardstick phase's calls/s
+RESULTS=()   # "label join/s redis-us-per-join"
 
 # The yardstick: a script of one ZADD, straight on Redis, 64 connections.
 ZSHA=$(R script load "return redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])")
@@ -47,12 +56,15 @@ yardstick() {
     out=$(redis-benchmark -p "$PORT" -c 64 -n "$RB_N" -r 1000000000 -q \
         EVALSHA "$ZSHA" 1 zb __rand_int__ m__rand_int__ | tr '\r' '\n' | grep 'requests per second' | tail -1)
     t1=$(now_ns)
-    local usec
+    local usec rate rticks
     usec=$(R info commandstats | tr -d '\r' | awk -F'[:=,]' '$1 == "cmdstat_evalsha" { print $7 }')
-    printf '  redis-benchmark, EVALSHA of one ZADD: %10.0f calls/s  (%s; Redis CPU %d%%; %s us of Redis time per call)\n' \
-        "$(echo "$out" | sed -E 's/.*: ([0-9.]+) requests per second.*/\1/')" \
-        "$(echo "$out" | sed -E 's/.*(p50=[0-9.]+ msec).*/\1/')" \
-        "$(( ($(ticks "$REDIS_PID") - r0) * 100 * 1000000000 / CLK / (t1 - t0) ))" "$usec"
+    rate=$(echo "$out" | sed -E 's/.*: ([0-9.]+) requests per second.*/\1/')
+    rticks=$(($(ticks "$REDIS_PID") - r0))
+    YARD+=("$rate")
+    printf '  redis-benchmark, EVALSHA of one ZADD: %10.0f calls/s  (%s; Redis CPU %d%%, %.1f us per call; %s us of Redis time per call in the script)\n' \
+        "$rate" "$(echo "$out" | sed -E 's/.*(p50=[0-9.]+ msec).*/\1/')" \
+        "$((rticks * 100 * 1000000000 / CLK / (t1 - t0)))" \
+        "$(awk -v t="$rticks" -v c="$CLK" -v n="$RB_N" 'BEGIN { print t * 1e6 / c / n }')" "$usec"
     R del zb >/dev/null
 }
 
@@ -86,16 +98,25 @@ measure() {
     rcpu=$(( ($(ticks "$REDIS_PID") - r0) * 100 * 1000000000 / CLK / (t1 - t0) ))
     ncpu=$(( ($(ticks "$NODE_PID") - n0) * 100 * 1000000000 / CLK / (t1 - t0) ))
     R info commandstats | tr -d '\r' | grep '^cmdstat_' >"$WORK/$label.stats"
-    "$BENCH" run --url "$url" --admin-token "$ADMIN" --scenario join --connections "$CONNS" \
-        --duration "$DUR" --warmup 1 --rate "$RATE" >"$WORK/$label.rate" 2>&1
+    local rus
+    rus=$(awk -v t="$(($(ticks "$REDIS_PID") - r0))" -v c="$CLK" -v n="$((j1 - j0))" 'BEGIN { printf "%.1f", t * 1e6 / c / n }')
+    if [ "$RATE" != 0 ]; then
+        "$BENCH" run --url "$url" --admin-token "$ADMIN" --scenario join --connections "$CONNS" \
+            --duration "$DUR" --warmup 1 --rate "$RATE" >"$WORK/$label.rate" 2>&1
+    fi
     kill "$NODE_PID"
     wait "$NODE_PID" 2>/dev/null || true
     NODE_PID=""
     local row
     row=$(grep '^| join' "$WORK/$label.bench" | tail -1)
-    echo "  $label: $(echo "$row" | awk -F'|' '{gsub(/ /, "", $4); gsub(/ /, "", $8); printf "%s join/s, p99 %s ms", $4, $8}')  (Redis CPU ${rcpu}%, node CPU ${ncpu}%)"
-    row=$(grep '^| join' "$WORK/$label.rate" | tail -1)
-    echo "    open loop at $RATE joins/s: $(echo "$row" | awk -F'|' '{for (i = 5; i <= 13; i++) gsub(/ /, "", $i); printf "%s join/s, p50 %s ms, p99 %s ms (service p99 %s ms, send lag p99 %s ms), errors %s", $5, $6, $8, $11, $12, $13}')"
+    local jps
+    jps=$(echo "$row" | awk -F'|' '{gsub(/[ ,]/, "", $4); print $4}')
+    RESULTS+=("$label $jps $rus")
+    echo "  $label: $(echo "$row" | awk -F'|' '{gsub(/ /, "", $4); gsub(/ /, "", $8); printf "%s join/s, p99 %s ms", $4, $8}')  (Redis CPU ${rcpu}%, $rus us per join; node CPU ${ncpu}%)"
+    if [ "$RATE" != 0 ]; then
+        row=$(grep '^| join' "$WORK/$label.rate" | tail -1)
+        echo "    open loop at $RATE joins/s: $(echo "$row" | awk -F'|' '{for (i = 5; i <= 13; i++) gsub(/ /, "", $i); printf "%s join/s, p50 %s ms, p99 %s ms (service p99 %s ms, send lag p99 %s ms), errors %s", $5, $6, $8, $11, $12, $13}')"
+    fi
     local joins=$((j1 - j0))
     awk -F'[:=,]' -v n="$joins" '
         { sub("cmdstat_", "", $1); total += $3; calls[$1] = $3; usec[$1] = $5 }
@@ -111,3 +132,8 @@ yardstick
 if [ -n "$BASE_BIN" ]; then measure before "$BASE_BIN"; fi
 measure after "$BIN"
 yardstick
+for r in "${RESULTS[@]}"; do
+    read -r label jps rus <<<"$r"
+    awk -v l="$label" -v j="$jps" -v a="${YARD[0]}" -v b="${YARD[1]}" -v u="$rus" \
+        'BEGIN { printf "%s: join/s ÷ yardstick calls/s = %.2f (%.0f ÷ %.0f, the mean of the two phases); %s us of Redis CPU per join\n", l, j / ((a + b) / 2), j, (a + b) / 2, u }'
+done

@@ -6,11 +6,13 @@
 #   redis_start NAME   # sets WORK (/tmp/NAME.XXXXXX), PORT, REDIS_PID; R runs redis-cli
 
 PIDS=()
+CAP_DIR=""
 NODE_PID=""
 PORT=""
 WORK=""
 
 redis_cleanup() {
+    [ -n "$CAP_DIR" ] && { redis_uncap; rmdir "$CAP_DIR" 2>/dev/null || true; }
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     [ -n "$NODE_PID" ] && kill "$NODE_PID" 2>/dev/null || true
     [ -n "$PORT" ] && redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true
@@ -28,4 +30,40 @@ redis_start() {
     until R ping >/dev/null 2>&1; do sleep 0.05; done
     REDIS_PID=$(cat "$WORK/redis.pid")
     openssl genpkey -algorithm ed25519 -out "$WORK/key.pem" 2>/dev/null
+}
+
+# redis_cap PERCENT: limits the private redis-server to PERCENT % of one core (a CPU cgroup:
+# v1's cfs quota, or v2's cpu.max; needs root). Redis is single-threaded, so on a machine
+# where the nodes and the load generator have cores to spare Redis is what bounds a hot
+# event's throughput; on this 2-core machine the node and the generator would bound it
+# first. With Redis capped, every phase of a run (the yardstick and the nodes) is bounded
+# by the same Redis CPU, and their rates compare what each operation costs Redis, its
+# system calls included. The period is 10 ms, so a capped Redis stalls at most ~10 ms.
+redis_cap() {
+    local pct=$1 period=10000
+    local quota=$((period * pct / 100))
+    if [ -d /sys/fs/cgroup/cpu ] && [ -f /sys/fs/cgroup/cpu/cgroup.procs ]; then
+        CAP_DIR=/sys/fs/cgroup/cpu/waitroom-bench-redis.$$
+        mkdir "$CAP_DIR"
+        echo "$period" >"$CAP_DIR/cpu.cfs_period_us"
+        echo "$quota" >"$CAP_DIR/cpu.cfs_quota_us"
+    elif grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+        CAP_DIR=/sys/fs/cgroup/waitroom-bench-redis.$$
+        grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control || echo +cpu >/sys/fs/cgroup/cgroup.subtree_control
+        mkdir "$CAP_DIR"
+        echo "$quota $period" >"$CAP_DIR/cpu.max"
+    else
+        echo "redis_cap: no CPU cgroup controller here (or not root)" >&2
+        return 1
+    fi
+    # Writing the pid to cgroup.procs moves every thread of Redis.
+    echo "$REDIS_PID" >"$CAP_DIR/cgroup.procs"
+}
+
+# Moves Redis back to the root group, so its cgroup can be removed.
+redis_uncap() {
+    local root
+    if [ -f /sys/fs/cgroup/cpu/cgroup.procs ]; then root=/sys/fs/cgroup/cpu; else root=/sys/fs/cgroup; fi
+    [ -f "$CAP_DIR/cgroup.procs" ] || return 0
+    while read -r p; do echo "$p" >"$root/cgroup.procs" 2>/dev/null || true; done <"$CAP_DIR/cgroup.procs"
 }
