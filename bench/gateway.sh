@@ -4,7 +4,9 @@
 #   1. the origin directly (an nginx answering a fixed body: the ceiling),
 #   2. nginx proxying to that origin (keep-alive upstream, as docs/nginx.conf does),
 #   3. waitroom in gateway mode on an ungated path (passthrough),
-#   4. waitroom in gateway mode on a gated path with an admitted session's cookie.
+#   4. waitroom in gateway mode on a gated path with an admitted session's cookie,
+#   5. nginx proxying with the same cookie (the same request bytes as 4: nginx gates
+#      nothing, but parses and forwards the same header), the like-for-like reference of 4.
 # Every server runs on loopback on free ports in a temp dir; nothing of the system's nginx
 # is touched.
 #
@@ -118,5 +120,6 @@ run "origin directly" "http://127.0.0.1:$ORIGIN/" "" origin
 run "nginx proxy" "http://127.0.0.1:$PROXY/" "" nginx
 run "waitroom gateway, ungated path" "http://127.0.0.1:$GATEWAY/" "" pass
 run "waitroom gateway, gated + session" "http://127.0.0.1:$GATEWAY/checkout" "Cookie: $COOKIE" gated
-awk -v n="$(cat "$tmp/rps.nginx")" -v p="$(cat "$tmp/rps.pass")" -v g="$(cat "$tmp/rps.gated")" \
-    'BEGIN { printf "gateway / nginx: ungated %.2f, gated %.2f\n", p / n, g / n }'
+run "nginx proxy, the same cookie" "http://127.0.0.1:$PROXY/checkout" "Cookie: $COOKIE" nginxc
+awk -v n="$(cat "$tmp/rps.nginx")" -v c="$(cat "$tmp/rps.nginxc")" -v p="$(cat "$tmp/rps.pass")" -v g="$(cat "$tmp/rps.gated")" \
+    'BEGIN { printf "gateway / nginx: ungated %.2f, gated %.2f (gated / nginx with the same cookie %.2f)\n", p / n, g / n, g / c }'
