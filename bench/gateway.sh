@@ -12,11 +12,18 @@
 #
 #   bench/gateway.sh [DURATION] [CONNECTIONS]     (defaults: 10s 64)
 #   WAITROOM_BIN=path/to/waitroom bench/gateway.sh  (default: cargo build --release)
+#   ROUNDS=6 bench/gateway.sh 10s 64   (default 1: the targets in turn, ROUNDS times over, then
+#                                       the median of each ratio over the rounds)
+#
+# Two runs of the same target moments apart differ by up to ±10 % on a shared 2-core machine
+# (nginx against nginx with a cookie, the same work, gave 0.89–1.10 in one afternoon), so a
+# single round's ratio says little: the medians of several interleaved rounds are the figures.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 DUR=${1:-10s}
 CONN=${2:-64}
+ROUNDS=${ROUNDS:-1}
 THREADS=${WRK_THREADS:-2}
 # nginx's workers: one per core, as `worker_processes auto` would; waitroom's runtime has a
 # worker thread per core too.
@@ -113,13 +120,27 @@ run() { # LABEL URL [HEADER]
     echo "$rps" >"$tmp/rps.$4"
 }
 
-echo "wrk -t$THREADS -c$CONN -d$DUR, nginx workers: $WORKERS, cores: $(nproc)"
-echo "| target                             | requests/s | p99      | errors"
-echo "|------------------------------------|------------|----------|-------"
-run "origin directly" "http://127.0.0.1:$ORIGIN/" "" origin
-run "nginx proxy" "http://127.0.0.1:$PROXY/" "" nginx
-run "waitroom gateway, ungated path" "http://127.0.0.1:$GATEWAY/" "" pass
-run "waitroom gateway, gated + session" "http://127.0.0.1:$GATEWAY/checkout" "Cookie: $COOKIE" gated
-run "nginx proxy, the same cookie" "http://127.0.0.1:$PROXY/checkout" "Cookie: $COOKIE" nginxc
-awk -v n="$(cat "$tmp/rps.nginx")" -v c="$(cat "$tmp/rps.nginxc")" -v p="$(cat "$tmp/rps.pass")" -v g="$(cat "$tmp/rps.gated")" \
-    'BEGIN { printf "gateway / nginx: ungated %.2f, gated %.2f (gated / nginx with the same cookie %.2f)\n", p / n, g / n, g / c }'
+echo "wrk -t$THREADS -c$CONN -d$DUR, nginx workers: $WORKERS, cores: $(nproc), rounds: $ROUNDS"
+: >"$tmp/ratios"
+for round in $(seq "$ROUNDS"); do
+    [ "$ROUNDS" = 1 ] || echo "round $round"
+    echo "| target                             | requests/s | p99      | errors"
+    echo "|------------------------------------|------------|----------|-------"
+    run "origin directly" "http://127.0.0.1:$ORIGIN/" "" origin
+    run "nginx proxy" "http://127.0.0.1:$PROXY/" "" nginx
+    run "waitroom gateway, ungated path" "http://127.0.0.1:$GATEWAY/" "" pass
+    run "waitroom gateway, gated + session" "http://127.0.0.1:$GATEWAY/checkout" "Cookie: $COOKIE" gated
+    run "nginx proxy, the same cookie" "http://127.0.0.1:$PROXY/checkout" "Cookie: $COOKIE" nginxc
+    awk -v n="$(cat "$tmp/rps.nginx")" -v c="$(cat "$tmp/rps.nginxc")" -v p="$(cat "$tmp/rps.pass")" -v g="$(cat "$tmp/rps.gated")" \
+        'BEGIN { printf "gateway / nginx: ungated %.2f, gated %.2f (gated / nginx with the same cookie %.2f)\n", p / n, g / n, g / c }'
+    awk -v n="$(cat "$tmp/rps.nginx")" -v c="$(cat "$tmp/rps.nginxc")" -v p="$(cat "$tmp/rps.pass")" -v g="$(cat "$tmp/rps.gated")" \
+        'BEGIN { printf "%.4f %.4f %.4f %.4f\n", p / n, g / n, g / c, c / n }' >>"$tmp/ratios"
+done
+if [ "$ROUNDS" != 1 ]; then
+    # Column K of the rounds' ratios: median, min and max.
+    stat() { cut -d' ' -f"$1" "$tmp/ratios" | sort -n | awk '{ v[NR] = $1 } END {
+        m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+        printf "median %.2f (%.2f–%.2f)", m, v[1], v[NR] }'; }
+    echo "over $ROUNDS rounds: ungated / nginx $(stat 1); gated / nginx $(stat 2);" \
+        "gated / nginx with the same cookie $(stat 3); nginx with the cookie / nginx $(stat 4)"
+fi
