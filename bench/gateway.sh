@@ -24,6 +24,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 DUR=${1:-10s}
 CONN=${2:-64}
 ROUNDS=${ROUNDS:-1}
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS must be a whole number, 1 or more" >&2; exit 1; }
 THREADS=${WRK_THREADS:-2}
 # nginx's workers: one per core, as `worker_processes auto` would; waitroom's runtime has a
 # worker thread per core too.
@@ -105,7 +106,7 @@ COOKIE=$(curl -s -D - -o /dev/null "http://127.0.0.1:$GATEWAY/checkout" | tr -d 
     | sed -n 's/^[Ss]et-[Cc]ookie: \([^;]*\).*/\1/p' | head -1)
 [ -n "$COOKIE" ] || { echo "no session cookie from the gateway" >&2; exit 1; }
 
-run() { # LABEL URL [HEADER]
+run() { # LABEL URL HEADER KEY (an empty HEADER sends none; KEY names the rate's file)
     local out
     if [ -n "${3:-}" ]; then
         out=$(wrk -t"$THREADS" -c"$CONN" -d"$DUR" --latency -H "$3" "$2")
@@ -134,13 +135,13 @@ for round in $(seq "$ROUNDS"); do
     awk -v n="$(cat "$tmp/rps.nginx")" -v c="$(cat "$tmp/rps.nginxc")" -v p="$(cat "$tmp/rps.pass")" -v g="$(cat "$tmp/rps.gated")" \
         'BEGIN { printf "gateway / nginx: ungated %.2f, gated %.2f (gated / nginx with the same cookie %.2f)\n", p / n, g / n, g / c }'
     awk -v n="$(cat "$tmp/rps.nginx")" -v c="$(cat "$tmp/rps.nginxc")" -v p="$(cat "$tmp/rps.pass")" -v g="$(cat "$tmp/rps.gated")" \
-        'BEGIN { printf "%.4f %.4f %.4f %.4f\n", p / n, g / n, g / c, c / n }' >>"$tmp/ratios"
+        'BEGIN { printf "%.6f %.6f %.6f %.6f\n", p / n, g / n, g / c, c / n }' >>"$tmp/ratios"
 done
 if [ "$ROUNDS" != 1 ]; then
     # Column K of the rounds' ratios: median, min and max.
-    stat() { cut -d' ' -f"$1" "$tmp/ratios" | sort -n | awk '{ v[NR] = $1 } END {
+    ratio_stat() { cut -d' ' -f"$1" "$tmp/ratios" | sort -n | awk '{ v[NR] = $1 } END {
         m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
         printf "median %.2f (%.2f–%.2f)", m, v[1], v[NR] }'; }
-    echo "over $ROUNDS rounds: ungated / nginx $(stat 1); gated / nginx $(stat 2);" \
-        "gated / nginx with the same cookie $(stat 3); nginx with the cookie / nginx $(stat 4)"
+    echo "over $ROUNDS rounds: ungated / nginx $(ratio_stat 1); gated / nginx $(ratio_stat 2);" \
+        "gated / nginx with the same cookie $(ratio_stat 3); nginx with the cookie / nginx $(ratio_stat 4)"
 fi

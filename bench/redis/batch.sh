@@ -8,11 +8,15 @@
 #      per join; the CPU of Redis and of the node; then the same joins in open loop at RATE
 #      per second (below both binaries' maxima), whose p99 compares the latency of the two
 #      at the same load (a closed loop's p99 is taken at different rates).
-# REDIS_CPU=25 caps Redis at 25 % of one core (bench/redis/lib.sh `redis_cap`, needs root):
+# REDIS_CPU=25 caps Redis at 25 % of one core (bench/redis/lib.sh `redis_cap`, needs root; keep
+# each yardstick phase ~10 s, the default RB_N at 25 %: a phase of ~1 s came out cheaper per
+# call and gave a lower ratio, see docs/PERFORMANCE.md):
 # every phase is then bounded by Redis, as on a machine whose nodes have cores to spare, and
 # join/s ÷ yardstick calls/s is the ratio of what a join and a yardstick call cost Redis.
-# The last line gives that ratio against the mean of the two yardstick phases, and Redis's
-# CPU per operation (user + system, from /proc) in each phase.
+# Each yardstick line gives Redis's CPU per call (user + system, from /proc) and each join
+# phase its CPU per join; the last line gives join/s ÷ the mean of the two yardstick phases.
+# (INFO commandstats' time per call, also printed, counts the time a capped Redis waits
+# throttled: read /proc's CPU instead when capped.)
 # Memory per waiting place is measured apart (the layout does not depend on batching):
 #   cargo test --test redis_batch memory_per_place -- --ignored --nocapture
 #
@@ -112,7 +116,8 @@ measure() {
     local jps
     jps=$(echo "$row" | awk -F'|' '{gsub(/[ ,]/, "", $4); print $4}')
     RESULTS+=("$label $jps $rus")
-    echo "  $label: $(echo "$row" | awk -F'|' '{gsub(/ /, "", $4); gsub(/ /, "", $8); printf "%s join/s, p99 %s ms", $4, $8}')  (Redis CPU ${rcpu}%, $rus us per join; node CPU ${ncpu}%)"
+    # The closed loop's row: | phase | conns | req/s | p50 | p90 | p99 | p99.9 | ...
+    echo "  $label: $(echo "$row" | awk -F'|' '{gsub(/ /, "", $4); gsub(/ /, "", $7); printf "%s join/s, p99 %s ms", $4, $7}')  (Redis CPU ${rcpu}%, $rus us per join; node CPU ${ncpu}%)"
     if [ "$RATE" != 0 ]; then
         row=$(grep '^| join' "$WORK/$label.rate" | tail -1)
         echo "    open loop at $RATE joins/s: $(echo "$row" | awk -F'|' '{for (i = 5; i <= 13; i++) gsub(/ /, "", $i); printf "%s join/s, p50 %s ms, p99 %s ms (service p99 %s ms, send lag p99 %s ms), errors %s", $5, $6, $8, $11, $12, $13}')"
@@ -134,6 +139,10 @@ measure after "$BIN"
 yardstick
 for r in "${RESULTS[@]}"; do
     read -r label jps rus <<<"$r"
+    if [ -z "$rus" ] || [ "${#YARD[@]}" -lt 2 ] || [ -z "${YARD[0]}" ] || [ -z "${YARD[1]}" ]; then
+        echo "$label: a phase's figures could not be read (see above)" >&2
+        continue
+    fi
     awk -v l="$label" -v j="$jps" -v a="${YARD[0]}" -v b="${YARD[1]}" -v u="$rus" \
         'BEGIN { printf "%s: join/s ÷ yardstick calls/s = %.2f (%.0f ÷ %.0f, the mean of the two phases); %s us of Redis CPU per join\n", l, j / ((a + b) / 2), j, (a + b) / 2, u }'
 done

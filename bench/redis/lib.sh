@@ -12,10 +12,14 @@ PORT=""
 WORK=""
 
 redis_cleanup() {
-    [ -n "$CAP_DIR" ] && { redis_uncap; rmdir "$CAP_DIR" 2>/dev/null || true; }
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     [ -n "$NODE_PID" ] && kill "$NODE_PID" 2>/dev/null || true
     [ -n "$PORT" ] && redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true
+    if [ -n "$CAP_DIR" ]; then
+        # A cgroup is removed once it holds no process: wait for Redis to be gone.
+        for _ in $(seq 50); do kill -0 "$REDIS_PID" 2>/dev/null || break; sleep 0.1; done
+        rmdir "$CAP_DIR" 2>/dev/null || echo "redis_cap: could not remove $CAP_DIR" >&2
+    fi
     [ -n "$WORK" ] && rm -rf "$WORK"
 }
 
@@ -41,6 +45,14 @@ redis_start() {
 # system calls included. The period is 10 ms, so a capped Redis stalls at most ~10 ms.
 redis_cap() {
     local pct=$1 period=10000
+    if ! [[ "$pct" =~ ^[0-9]+$ ]] || [ "$pct" -lt 10 ] || [ "$pct" -gt 100 ]; then
+        echo "redis_cap: the cap is a whole percent of one core, 10 to 100 (got '$pct')" >&2
+        return 1
+    fi
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "redis_cap: a CPU cgroup needs root" >&2
+        return 1
+    fi
     local quota=$((period * pct / 100))
     if [ -d /sys/fs/cgroup/cpu ] && [ -f /sys/fs/cgroup/cpu/cgroup.procs ]; then
         CAP_DIR=/sys/fs/cgroup/cpu/waitroom-bench-redis.$$
@@ -49,21 +61,16 @@ redis_cap() {
         echo "$quota" >"$CAP_DIR/cpu.cfs_quota_us"
     elif grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
         CAP_DIR=/sys/fs/cgroup/waitroom-bench-redis.$$
+        # Enables the cpu controller for the root's children (left enabled: it changes
+        # nothing for a group without limits).
         grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control || echo +cpu >/sys/fs/cgroup/cgroup.subtree_control
         mkdir "$CAP_DIR"
         echo "$quota $period" >"$CAP_DIR/cpu.max"
     else
-        echo "redis_cap: no CPU cgroup controller here (or not root)" >&2
+        echo "redis_cap: no CPU cgroup controller here" >&2
         return 1
     fi
-    # Writing the pid to cgroup.procs moves every thread of Redis.
+    # Writing the pid to cgroup.procs moves every thread of Redis. The group is removed at
+    # exit, once Redis is shut down (`redis_cleanup`).
     echo "$REDIS_PID" >"$CAP_DIR/cgroup.procs"
-}
-
-# Moves Redis back to the root group, so its cgroup can be removed.
-redis_uncap() {
-    local root
-    if [ -f /sys/fs/cgroup/cpu/cgroup.procs ]; then root=/sys/fs/cgroup/cpu; else root=/sys/fs/cgroup; fi
-    [ -f "$CAP_DIR/cgroup.procs" ] || return 0
-    while read -r p; do echo "$p" >"$root/cgroup.procs" 2>/dev/null || true; done <"$CAP_DIR/cgroup.procs"
 }
