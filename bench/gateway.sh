@@ -132,10 +132,11 @@ for round in $(seq "$ROUNDS"); do
     run "waitroom gateway, ungated path" "http://127.0.0.1:$GATEWAY/" "" pass
     run "waitroom gateway, gated + session" "http://127.0.0.1:$GATEWAY/checkout" "Cookie: $COOKIE" gated
     run "nginx proxy, the same cookie" "http://127.0.0.1:$PROXY/checkout" "Cookie: $COOKIE" nginxc
-    awk -v n="$(cat "$tmp/rps.nginx")" -v c="$(cat "$tmp/rps.nginxc")" -v p="$(cat "$tmp/rps.pass")" -v g="$(cat "$tmp/rps.gated")" \
-        'BEGIN { printf "gateway / nginx: ungated %.2f, gated %.2f (gated / nginx with the same cookie %.2f)\n", p / n, g / n, g / c }'
-    awk -v n="$(cat "$tmp/rps.nginx")" -v c="$(cat "$tmp/rps.nginxc")" -v p="$(cat "$tmp/rps.pass")" -v g="$(cat "$tmp/rps.gated")" \
-        'BEGIN { printf "%.6f %.6f %.6f %.6f\n", p / n, g / n, g / c, c / n }' >>"$tmp/ratios"
+    # The round's ratios, printed, and kept unrounded for the medians.
+    awk -v n="$(cat "$tmp/rps.nginx")" -v c="$(cat "$tmp/rps.nginxc")" -v p="$(cat "$tmp/rps.pass")" \
+        -v g="$(cat "$tmp/rps.gated")" -v keep="$tmp/ratios" 'BEGIN {
+        printf "gateway / nginx: ungated %.2f, gated %.2f (gated / nginx with the same cookie %.2f)\n", p / n, g / n, g / c
+        printf "%.6f %.6f %.6f %.6f\n", p / n, g / n, g / c, c / n >>keep }'
 done
 if [ "$ROUNDS" != 1 ]; then
     # Column K of the rounds' ratios: median, min and max.
