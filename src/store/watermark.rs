@@ -117,7 +117,9 @@ pub fn scan_from(path: &Path, from: u64) -> std::io::Result<FileMark> {
 
 /// [`scan_from`] on a journal that is kept open.
 fn scan_reader(r: &mut BufReader<std::fs::File>, from: u64) -> std::io::Result<FileMark> {
-    let size = r.get_ref().metadata()?.len();
+    // Once per sync: no `stat` (`journal_files::len_quietly`); the seek below discards
+    // the reader's buffer and sets the offset again.
+    let size = super::journal_files::len_quietly(r.get_ref())?;
     r.seek(SeekFrom::Start(from))?;
     let mut mark = FileMark {
         len: from,
@@ -282,8 +284,10 @@ impl Marker {
         // for ever while the one appended to never is.
         let rotated = match &self.active {
             Some((id, _)) => {
-                self.dir.join(format!("{}.jnl", id + 1)).exists()
-                    || !self.dir.join(format!("{id}.jnl")).exists()
+                // Neither `stat`s the journal: see `journal_files::len_quietly`.
+                use super::journal_files::exists_quietly;
+                exists_quietly(&self.dir.join(format!("{}.jnl", id + 1)))
+                    || !exists_quietly(&self.dir.join(format!("{id}.jnl")))
             }
             None => true,
         };

@@ -65,7 +65,9 @@ impl ZeroAhead {
             self.active = Some((id, file, 0));
         }
         let (_, file, zeroed) = self.active.as_mut().expect("set above");
-        let len = file.metadata()?.len();
+        // Once per sync: no `stat` (`journal_files::len_quietly`); reads and writes here
+        // are at explicit offsets.
+        let len = super::journal_files::len_quietly(file)?;
         // Page-aligned, so a step never shares a page with the appends.
         let from = (*zeroed).max(end.div_ceil(4096) * 4096);
         if from >= len || from >= end + AHEAD {
