@@ -121,3 +121,34 @@ pub fn written_end(path: &Path) -> std::io::Result<u64> {
     }
     Ok(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Seek, SeekFrom, Write};
+
+    /// The quiet helpers answer what `metadata` and `exists` do, and the length's seek
+    /// leaves nothing for a reader that seeks before reading (as the watermark's scan does).
+    #[test]
+    fn the_quiet_helpers_answer_as_a_stat_would() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("7.jnl");
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(&[1u8; 1234]).unwrap();
+        f.set_len(8192).unwrap();
+        let mut f = std::fs::File::open(&path).unwrap();
+        assert_eq!(len_quietly(&f).unwrap(), 8192);
+        assert_eq!(len_quietly(&f).unwrap(), f.metadata().unwrap().len());
+        f.seek(SeekFrom::Start(1230)).unwrap();
+        let mut b = [0u8; 6];
+        f.read_exact(&mut b).unwrap();
+        assert_eq!(b, [1, 1, 1, 1, 0, 0]);
+
+        assert!(exists_quietly(&path));
+        assert!(!exists_quietly(&dir.path().join("8.jnl")));
+        assert!(
+            exists_quietly(dir.path()),
+            "a directory exists too, as for `exists`"
+        );
+    }
+}
