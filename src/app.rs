@@ -126,8 +126,9 @@ mod tests {
     use crate::clock::Clock;
     use crate::store::embedded::EmbeddedStore;
 
-    /// Of the node's background tasks only the live hub hears every notice (each join's
-    /// `Moved`); the others take only the notices about events, so a join wakes one task.
+    /// Of the node's background tasks only the live hub hears every notice (a place's
+    /// `Admitted` and `Ended`; the embedded store's moves reach it as marks, not notices);
+    /// the others take only the notices about events.
     #[tokio::test]
     async fn only_the_live_hub_hears_every_notice() {
         let store = Arc::new(EmbeddedStore::new());

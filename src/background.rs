@@ -46,7 +46,10 @@ pub fn start(
 ) -> Tasks {
     let mut tasks = Tasks::new();
     let stop = tasks.stop_signal();
-    tasks.spawn(LIVE_HUB, live.run(store.subscribe(), stop.clone()));
+    tasks.spawn(
+        LIVE_HUB,
+        live.run(store.subscribe(), store.moved_events(), stop.clone()),
+    );
     tasks.spawn(
         SCHEDULER,
         scheduler::run(

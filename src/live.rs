@@ -13,7 +13,10 @@
 //!   and, at most every [`COALESCE`], bumps one `watch` per event; the connections of that
 //!   event then re-read their own position (a `peek`, which renews nothing) and push an
 //!   update only when it changed. A storm of a thousand moves costs each connection at most
-//!   one re-read per [`COALESCE`]; a lone move is pushed at once.
+//!   one re-read per [`COALESCE`]; a lone move is pushed at once. The embedded store
+//!   reports its moves without a notice per change: it marks the event in a set
+//!   ([`MovedEvents`]) that wakes the hub when it was empty, and the hub takes the set
+//!   when the next sweep starts, so the joins of a burst wake it once.
 //! - A lagged receiver (the hub fell more than the store's buffer behind) may have missed
 //!   admissions and ends: every followed event is then treated as moved, and since a re-read
 //!   also reveals admission and ends, nobody is left waiting on a lost notice.
@@ -55,7 +58,7 @@ use crate::core::{
     EndCause, EndReason, EventConfig, Millis, PlaceKey, PlaceState, PlaceView, QueueError,
     ShownStatus, Texts,
 };
-use crate::store::{Notice, Store, StoreError};
+use crate::store::{MovedEvents, Notice, Store, StoreError};
 use crate::tasks::{stopped, Stop};
 
 /// Shortest time between two position refreshes of one event: "at most a few per second"
@@ -316,9 +319,10 @@ impl Live {
     pub fn run(
         &self,
         notices: broadcast::Receiver<Notice>,
+        moved: Option<Arc<MovedEvents>>,
         stop: Stop,
     ) -> impl Future<Output = ()> + Send + 'static {
-        route(self.hub.clone(), notices, stop)
+        route(self.hub.clone(), notices, moved, stop)
     }
 
     /// Registers interest in one place (and its event's moves) before its state is read, so
@@ -368,7 +372,12 @@ struct Sweep {
 /// walks its slots over that window, and what turns dirty meanwhile waits for the next
 /// sweep. So each follower is refreshed at most once per window, and a lone change in a
 /// quiet event is pushed at once.
-async fn route(hub: Arc<Hub>, mut notices: broadcast::Receiver<Notice>, mut stop: Stop) {
+async fn route(
+    hub: Arc<Hub>,
+    mut notices: broadcast::Receiver<Notice>,
+    moved: Option<Arc<MovedEvents>>,
+    mut stop: Stop,
+) {
     let mut dirty: HashSet<Arc<str>> = HashSet::new();
     let mut everything = false;
     let mut sweep: Option<Sweep> = None;
@@ -383,12 +392,14 @@ async fn route(hub: Arc<Hub>, mut notices: broadcast::Receiver<Notice>, mut stop
     let timer = tokio::time::sleep_until(last_start);
     tokio::pin!(timer);
     let mut armed: Option<Instant> = None;
+    // The store's set of moved events has events not taken yet.
+    let mut moved_marked = false;
     loop {
         // The next thing the timer must do: a slot of the running sweep, or the start of
         // the next one once something is dirty.
         let due = match &sweep {
             Some(s) => Some(s.next_at),
-            None if everything || !dirty.is_empty() => Some(last_start + COALESCE),
+            None if everything || !dirty.is_empty() || moved_marked => Some(last_start + COALESCE),
             None => None,
         };
         if let Some(t) = due.filter(|t| armed != Some(*t)) {
@@ -404,6 +415,11 @@ async fn route(hub: Arc<Hub>, mut notices: broadcast::Receiver<Notice>, mut stop
                 // Fired: the next deadline, even an equal one, arms it again.
                 armed = None;
                 let mut s = sweep.take().unwrap_or_else(|| {
+                    if let (true, Some(m)) = (std::mem::take(&mut moved_marked), &moved) {
+                        // Taken before the sweep reads positions: a move marked after this
+                        // marks the set again, for the next sweep.
+                        dirty.extend(m.take());
+                    }
                     last_start = Instant::now();
                     let events = (!everything).then(|| std::mem::take(&mut dirty));
                     dirty.clear();
@@ -444,7 +460,23 @@ async fn route(hub: Arc<Hub>, mut notices: broadcast::Receiver<Notice>, mut stop
                 }
                 Err(broadcast::error::RecvError::Closed) => break,
             },
+            // The store's moves, coalesced where they are made (`MovedEvents`): woken when
+            // the first event is marked, the hub only arms the timer; the set is taken when
+            // the next sweep starts. Until then it stays non-empty, so the joins meanwhile
+            // wake nobody.
+            () = marked(moved.as_deref()), if !moved_marked => {
+                moved_marked = true;
+            }
         }
+    }
+}
+
+/// Ends when `moved` has events marked; never without one (a backend whose moves come as
+/// notices).
+async fn marked(moved: Option<&MovedEvents>) {
+    match moved {
+        Some(m) => m.marked().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -889,6 +921,49 @@ mod tests {
         assert!(live.hub.events.lock().is_empty());
     }
 
+    /// The store's coalesced moves (`MovedEvents`) reach followers as `Moved` notices do:
+    /// a lone move at once, a burst as one bump at the end of the window, and a move marked
+    /// during a sweep at the next one.
+    #[tokio::test(start_paused = true)]
+    async fn marked_moves_are_pushed_like_notices() {
+        let hub = Arc::new(Hub::default());
+        let live = Live { hub: hub.clone() };
+        let mut a = live.subscribe("a", 1);
+        let mut b = live.subscribe("b", 1);
+        let (_tx, rx) = broadcast::channel::<Notice>(4);
+        let moved = Arc::new(MovedEvents::default());
+        let (stop_tx, stop_rx) = crate::tasks::stop_channel();
+        let task = tokio::spawn(route(hub, rx, Some(moved.clone()), stop_rx));
+        let a_id: Arc<str> = Arc::from("a");
+
+        // A lone move goes out at once.
+        moved.mark(&a_id);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(*a.moved().borrow_and_update(), 1);
+
+        // A burst within the coalescing window is one bump, at the end of the window.
+        for _ in 0..3 {
+            moved.mark(&a_id);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!a.moved().has_changed().unwrap());
+        tokio::time::sleep(COALESCE).await;
+        assert_eq!(*a.moved().borrow_and_update(), 2);
+        assert!(
+            !b.moved().has_changed().unwrap(),
+            "other events are untouched"
+        );
+
+        // Marked again after the sweep took the set: pushed in the next window.
+        moved.mark(&Arc::from("b"));
+        tokio::time::sleep(COALESCE + Duration::from_millis(1)).await;
+        assert_eq!(*b.moved().borrow_and_update(), 1);
+        assert!(!a.moved().has_changed().unwrap());
+
+        stop_tx.send(true).unwrap();
+        task.await.unwrap();
+    }
+
     #[tokio::test(start_paused = true)]
     async fn moves_are_coalesced_and_lag_refreshes_everyone() {
         let hub = Arc::new(Hub::default());
@@ -897,7 +972,7 @@ mod tests {
         let mut b = live.subscribe("b", 1);
         let (tx, rx) = broadcast::channel(4);
         let (stop_tx, stop_rx) = crate::tasks::stop_channel();
-        let task = tokio::spawn(route(hub, rx, stop_rx));
+        let task = tokio::spawn(route(hub, rx, None, stop_rx));
         let moved = |id: &str| Notice::Moved {
             event_id: Arc::from(id),
         };
@@ -940,7 +1015,7 @@ mod tests {
         let mut other = live.subscribe("stays", 1);
         let (tx, rx) = broadcast::channel(4);
         let (stop_tx, stop_rx) = crate::tasks::stop_channel();
-        let task = tokio::spawn(route(hub, rx, stop_rx));
+        let task = tokio::spawn(route(hub, rx, None, stop_rx));
         tx.send(Notice::EventDeleted {
             event_id: Arc::from("gone"),
         })
@@ -965,7 +1040,7 @@ mod tests {
         let mut subs: Vec<Subscription> = (0..3000).map(|seq| live.subscribe("big", seq)).collect();
         let (tx, rx) = broadcast::channel(4);
         let (stop_tx, stop_rx) = crate::tasks::stop_channel();
-        let task = tokio::spawn(route(hub, rx, stop_rx));
+        let task = tokio::spawn(route(hub, rx, None, stop_rx));
         tx.send(Notice::Moved {
             event_id: Arc::from("big"),
         })

@@ -20,7 +20,8 @@ use tokio::sync::broadcast;
 use super::audit_file::AuditFile;
 use super::journal::{Durability, Journal};
 use super::{
-    notices_of, EventSnapshot, JoinRequest, Notice, Store, StoreError, StoreResult, NOTICE_BUFFER,
+    notices_but_moved, EventSnapshot, JoinRequest, MovedEvents, Notice, Store, StoreError,
+    StoreResult, NOTICE_BUFFER,
 };
 use crate::core::{
     Effect, EventConfig, EventPatch, EventQueue, HeadEntry, InventoryCounts, InventoryView, Millis,
@@ -75,9 +76,11 @@ pub struct EmbeddedStore {
     /// found it `Locked`).
     purges: Arc<Tasks>,
     notices: broadcast::Sender<Notice>,
-    /// Only the notices about events themselves (see [`Store::subscribe_events`]): a join's
-    /// `Moved` wakes the live hub alone, not every background task.
+    /// Only the notices about events themselves (see [`Store::subscribe_events`]): a
+    /// place's notices wake the live hub alone, not every background task.
     event_notices: broadcast::Sender<Notice>,
+    /// Each change's `Moved`, coalesced for the live hub (see [`MovedEvents`]).
+    moved: Arc<MovedEvents>,
     /// Single-use claims (`claim_once`), in memory only: see the contract.
     claims: Mutex<Claims>,
     /// Places read back on open: a store that holds some must keep its signing key.
@@ -121,6 +124,7 @@ impl Default for EmbeddedStore {
             purges: Arc::default(),
             notices: broadcast::channel(NOTICE_BUFFER).0,
             event_notices: broadcast::channel(NOTICE_BUFFER).0,
+            moved: Arc::default(),
             claims: Mutex::default(),
             restored: 0,
             audit: Arc::new(Mutex::new(AuditFile::memory())),
@@ -174,6 +178,7 @@ impl EmbeddedStore {
             purges: Arc::default(),
             notices: broadcast::channel(NOTICE_BUFFER).0,
             event_notices: broadcast::channel(NOTICE_BUFFER).0,
+            moved: Arc::default(),
             claims: Mutex::default(),
             restored: recovered.places,
             audit: Arc::new(Mutex::new(audit)),
@@ -220,7 +225,7 @@ impl EmbeddedStore {
         f: impl FnOnce(&mut EventQueue, &mut Vec<Effect>) -> Result<T, QueueError> + Send,
     ) -> StoreResult<T> {
         let mut fx = Vec::new();
-        let (out, ticket, notices) = {
+        let (out, ticket, notices, moved) = {
             let mut guard = slot.lock();
             let s = &mut *guard;
             if s.deleted {
@@ -228,11 +233,13 @@ impl EmbeddedStore {
             }
             let out = f(&mut s.queue, &mut fx);
             s.counters.record(&fx);
-            let notices = if self.notices.receiver_count() > 0 {
-                notices_of(&s.id, &fx)
-            } else {
-                Vec::new()
-            };
+            let (mut notices, mut moved) = notices_but_moved(&s.id, &fx);
+            if self.notices.receiver_count() == 0 {
+                notices.clear();
+            }
+            // Nobody took the set's handle (no live hub runs): nothing to mark.
+            moved &= Arc::strong_count(&self.moved) > 1;
+            let moved = moved.then(|| s.id.clone());
             let ticket = match &self.journal {
                 Some(j) if !fx.is_empty() || config_changed => {
                     let config = config_changed.then(|| s.queue.config().clone());
@@ -245,13 +252,16 @@ impl EmbeddedStore {
                 Some(_) => Some(s.last_ticket),
                 None => None,
             };
-            (out, ticket, notices)
+            (out, ticket, notices, moved)
         };
         if let (Some(j), Some(t)) = (&self.journal, ticket) {
             j.wait(t).await?;
         }
         for n in notices {
             let _ = self.notices.send(n); // nobody listening is fine
+        }
+        if let Some(id) = moved {
+            self.moved.mark(&id);
         }
         Ok(out?)
     }
@@ -551,6 +561,10 @@ impl Store for EmbeddedStore {
         self.event_notices.subscribe()
     }
 
+    fn moved_events(&self) -> Option<Arc<MovedEvents>> {
+        Some(self.moved.clone())
+    }
+
     async fn put_inventory(
         &self,
         event_id: &str,
@@ -654,23 +668,31 @@ mod tests {
     use crate::store::journal::Durability;
     use crate::store::{JoinRequest, Notice, Store};
 
-    /// A join's `Moved` goes to the receivers of every notice only; an event's creation,
-    /// change and deletion go to both kinds of receiver.
+    /// A join's `Moved` goes to the set of moved events (the live hub's), not to any
+    /// receiver of notices; an event's creation, change and deletion go to both kinds of
+    /// receiver.
     #[tokio::test]
     async fn place_notices_reach_only_the_receivers_of_every_notice() {
         let store = EmbeddedStore::new();
         let mut all = store.subscribe();
         let mut events = store.subscribe_events();
+        let moved = store
+            .moved_events()
+            .expect("the embedded store coalesces its moves");
         let patch = EventPatch {
             paused: Some(true), // nobody admitted: the join's only notice is `Moved`
             ..EventPatch::default()
         };
         store.put_event("ev", &patch, 0).await.unwrap();
+        assert!(moved.take().is_empty(), "creating an event moves nobody");
         let join = JoinRequest {
             nonce: 7,
             ..JoinRequest::default()
         };
         store.join("ev", &join, 1).await.unwrap();
+        let taken = moved.take();
+        assert_eq!(taken.len(), 1);
+        assert!(taken.contains("ev"));
         store.delete_event("ev").await.unwrap();
         let changed = Notice::EventChanged {
             event_id: "ev".into(),
@@ -678,17 +700,53 @@ mod tests {
         let deleted = Notice::EventDeleted {
             event_id: "ev".into(),
         };
-        let moved = Notice::Moved {
-            event_id: "ev".into(),
-        };
-        for want in [&changed, &moved, &deleted] {
+        for want in [&changed, &deleted] {
             assert_eq!(&all.try_recv().unwrap(), want);
         }
-        assert!(all.try_recv().is_err(), "nothing more");
+        assert!(all.try_recv().is_err(), "nothing more: no `Moved` notice");
         for want in [&changed, &deleted] {
             assert_eq!(&events.try_recv().unwrap(), want);
         }
         assert!(events.try_recv().is_err(), "no place's notice");
+    }
+
+    /// Joins into an event whose move is not taken yet mark nothing more and wake nobody;
+    /// one after the take wakes the taker again.
+    #[tokio::test]
+    async fn moves_are_marked_once_until_taken() {
+        let store = EmbeddedStore::new();
+        let moved = store.moved_events().unwrap();
+        store
+            .put_event("ev", &EventPatch::default(), 0)
+            .await
+            .unwrap();
+        for nonce in 1..=50 {
+            let join = JoinRequest {
+                nonce,
+                ..JoinRequest::default()
+            };
+            store.join("ev", &join, 1).await.unwrap();
+        }
+        // One wake-up (stored, as nobody waited), then none until the set is taken.
+        tokio::time::timeout(std::time::Duration::from_secs(1), moved.marked())
+            .await
+            .expect("the first mark wakes");
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(50), moved.marked())
+                .await
+                .is_err(),
+            "49 more joins marked nothing new"
+        );
+        assert_eq!(moved.take().len(), 1);
+        let join = JoinRequest {
+            nonce: 51,
+            ..JoinRequest::default()
+        };
+        store.join("ev", &join, 2).await.unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(1), moved.marked())
+            .await
+            .expect("a move after the take wakes again");
+        assert!(moved.take().contains("ev"));
     }
 
     #[test]

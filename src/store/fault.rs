@@ -403,6 +403,10 @@ impl Store for FaultStore {
         self.inner.subscribe_events()
     }
 
+    fn moved_events(&self) -> Option<std::sync::Arc<crate::store::MovedEvents>> {
+        self.inner.moved_events()
+    }
+
     /// Not gated: only the memory gauges ask, and no test injects faults into them.
     async fn memory_usage(&self, event_id: &str) -> StoreResult<Option<u64>> {
         self.inner.memory_usage(event_id).await
