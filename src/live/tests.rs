@@ -1,0 +1,223 @@
+//! Unit tests of the live hub in `live.rs` (kept apart so that file stays the routing).
+
+use super::*;
+use serde_json::json;
+
+#[test]
+fn messages_have_the_contract_shape() {
+    let m = LiveMessage::QueueUpdate {
+        status: ShownStatus::Waiting,
+        position: Some(3),
+        opens_in_sec: None,
+        prequeue_rank: None,
+        queue_length: 118,
+        eta_sec: 9,
+        eta_low_sec: Some(7),
+        eta_high_sec: Some(12),
+        poll_after_sec: 2,
+        paused: false,
+    };
+    assert_eq!(
+        serde_json::to_value(&m).unwrap(),
+        json!({"type": "queue-update", "status": "waiting", "position": 3,
+               "queue_length": 118, "eta_sec": 9, "eta_low_sec": 7, "eta_high_sec": 12,
+               "poll_after_sec": 2, "paused": false})
+    );
+    assert_eq!(
+        LiveMessage::EventState {
+            paused: true,
+            accept_joins: true
+        }
+        .to_json(),
+        r#"{"type":"event-state","paused":true,"accept_joins":true}"#
+    );
+    assert_eq!(
+        serde_json::to_value(LiveMessage::QueueReady {
+            enter_within_sec: 60
+        })
+        .unwrap(),
+        json!({"type": "queue-ready", "enter_within_sec": 60})
+    );
+    assert_eq!(
+        LiveMessage::QueueExpired.to_json(),
+        r#"{"type":"queue-expired"}"#
+    );
+    assert_eq!(
+        LiveMessage::QueueCleared.to_json(),
+        r#"{"type":"queue-cleared"}"#
+    );
+    assert_eq!(
+        serde_json::to_value(LiveMessage::ended(EndReason::Completed)).unwrap(),
+        json!({"type": "queue-left", "reason": "completed"})
+    );
+    for m in [
+        LiveMessage::QueueExpired,
+        LiveMessage::QueueCleared,
+        LiveMessage::ended(EndReason::Left),
+    ] {
+        assert!(m.is_final());
+        let v = serde_json::to_value(&m).unwrap();
+        assert_eq!(v["type"], m.kind());
+    }
+}
+
+#[tokio::test]
+async fn subscriptions_unregister_when_the_last_connection_goes() {
+    let live = Live::new();
+    let a = live.subscribe("ev", 1);
+    let b = live.subscribe("ev", 1);
+    let c = live.subscribe("ev", 2);
+    assert_eq!(live.followers(), 3);
+    drop(a);
+    assert_eq!(live.followers(), 2);
+    live.hub.signal("ev", 1, |s| s.admitted = true);
+    assert!(b.place.as_ref().unwrap().has_changed().unwrap());
+    drop(b);
+    drop(c);
+    assert_eq!(live.followers(), 0);
+    assert!(live.hub.events.lock().is_empty());
+}
+
+/// The store's coalesced moves (`MovedEvents`) reach followers as `Moved` notices do:
+/// a lone move at once, a burst as one bump at the end of the window, and a move marked
+/// during a sweep at the next one.
+#[tokio::test(start_paused = true)]
+async fn marked_moves_are_pushed_like_notices() {
+    let hub = Arc::new(Hub::default());
+    let live = Live { hub: hub.clone() };
+    let mut a = live.subscribe("a", 1);
+    let mut b = live.subscribe("b", 1);
+    let (_tx, rx) = broadcast::channel::<Notice>(4);
+    let moved = Arc::new(MovedEvents::default());
+    let (stop_tx, stop_rx) = crate::tasks::stop_channel();
+    let task = tokio::spawn(route(hub, rx, Some(moved.clone()), stop_rx));
+    let a_id: Arc<str> = Arc::from("a");
+
+    // A lone move goes out at once.
+    moved.mark(&a_id);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(*a.moved().borrow_and_update(), 1);
+
+    // A burst within the coalescing window is one bump, at the end of the window.
+    for _ in 0..3 {
+        moved.mark(&a_id);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!a.moved().has_changed().unwrap());
+    tokio::time::sleep(COALESCE).await;
+    assert_eq!(*a.moved().borrow_and_update(), 2);
+    assert!(
+        !b.moved().has_changed().unwrap(),
+        "other events are untouched"
+    );
+
+    // Marked again after the sweep took the set: pushed in the next window.
+    moved.mark(&Arc::from("b"));
+    tokio::time::sleep(COALESCE + Duration::from_millis(1)).await;
+    assert_eq!(*b.moved().borrow_and_update(), 1);
+    assert!(!a.moved().has_changed().unwrap());
+
+    stop_tx.send(true).unwrap();
+    task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn moves_are_coalesced_and_lag_refreshes_everyone() {
+    let hub = Arc::new(Hub::default());
+    let live = Live { hub: hub.clone() };
+    let mut a = live.subscribe("a", 1);
+    let mut b = live.subscribe("b", 1);
+    let (tx, rx) = broadcast::channel(4);
+    let (stop_tx, stop_rx) = crate::tasks::stop_channel();
+    let task = tokio::spawn(route(hub, rx, None, stop_rx));
+    let moved = |id: &str| Notice::Moved {
+        event_id: Arc::from(id),
+    };
+
+    // A lone move goes out at once.
+    tx.send(moved("a")).unwrap();
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(*a.moved().borrow_and_update(), 1);
+
+    // A burst within the coalescing window is one bump, at the end of the window.
+    for _ in 0..3 {
+        tx.send(moved("a")).unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!a.moved().has_changed().unwrap());
+    tokio::time::sleep(COALESCE).await;
+    assert_eq!(*a.moved().borrow_and_update(), 2);
+    assert!(
+        !b.moved().has_changed().unwrap(),
+        "other events are untouched"
+    );
+
+    // Overflowing the buffer: every event counts as moved.
+    for _ in 0..10 {
+        tx.send(moved("a")).unwrap();
+    }
+    tokio::time::sleep(COALESCE * 2).await;
+    assert!(b.moved().has_changed().unwrap());
+
+    stop_tx.send(true).unwrap();
+    task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deleted_event_ends_its_followers_at_once() {
+    let hub = Arc::new(Hub::default());
+    let live = Live { hub: hub.clone() };
+    let mut a = live.subscribe("gone", 1);
+    let mut b = live.subscribe("gone", 2);
+    let mut other = live.subscribe("stays", 1);
+    let (tx, rx) = broadcast::channel(4);
+    let (stop_tx, stop_rx) = crate::tasks::stop_channel();
+    let task = tokio::spawn(route(hub, rx, None, stop_rx));
+    tx.send(Notice::EventDeleted {
+        event_id: Arc::from("gone"),
+    })
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    for s in [&mut a, &mut b] {
+        assert_eq!(
+            s.place().borrow_and_update().ended,
+            Some(EndReason::Cleared)
+        );
+    }
+    assert!(!other.place().has_changed().unwrap());
+    stop_tx.send(true).unwrap();
+    task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_big_event_is_refreshed_shard_by_shard() {
+    let hub = Arc::new(Hub::default());
+    let live = Live { hub: hub.clone() };
+    // 3,000 followers: three slots, so shards 0, 3, 6, … go first, then 1, 4, … .
+    let mut subs: Vec<Subscription> = (0..3000).map(|seq| live.subscribe("big", seq)).collect();
+    let (tx, rx) = broadcast::channel(4);
+    let (stop_tx, stop_rx) = crate::tasks::stop_channel();
+    let task = tokio::spawn(route(hub, rx, None, stop_rx));
+    tx.send(Notice::Moved {
+        event_id: Arc::from("big"),
+    })
+    .unwrap();
+
+    let changed =
+        |subs: &mut Vec<Subscription>, seq: usize| subs[seq].moved().has_changed().unwrap();
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert!(changed(&mut subs, 0) && changed(&mut subs, 3) && changed(&mut subs, 16));
+    assert!(!changed(&mut subs, 1) && !changed(&mut subs, 2));
+    tokio::time::sleep(SLOT).await;
+    assert!(changed(&mut subs, 1) && changed(&mut subs, 4));
+    assert!(!changed(&mut subs, 2));
+    tokio::time::sleep(SLOT).await;
+    assert!(changed(&mut subs, 2) && changed(&mut subs, 5));
+    assert!(
+        subs.iter_mut().all(|s| s.moved().has_changed().unwrap()),
+        "everyone is refreshed within one window"
+    );
+
+    stop_tx.send(true).unwrap();
+    task.await.unwrap();
+}
