@@ -1161,6 +1161,27 @@ async fn lax_origin() -> (SocketAddr, std::sync::Arc<parking_lot::Mutex<Vec<Stri
     (addr, seen)
 }
 
+/// Reads `s` until what came ends with `suffix` (an answer's body); panics if the gateway
+/// closes first or nothing comes for 5 s. Answers all that came.
+async fn read_until_it_ends_with(s: &mut tokio::net::TcpStream, suffix: &str) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !String::from_utf8_lossy(&got).ends_with(suffix) {
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut chunk))
+            .await
+            .expect("an answer")
+            .unwrap();
+        assert!(
+            n > 0,
+            "the gateway closed: {}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&chunk[..n]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
 /// An origin that answers before the request's body was sent whole leaves that connection
 /// mid-request: the rest of the body still goes out on it. Reused for another client, the
 /// origin would read that rest as a request of its own (here a smuggled `GET /smuggled`)
@@ -1168,7 +1189,7 @@ async fn lax_origin() -> (SocketAddr, std::sync::Arc<parking_lot::Mutex<Vec<Stri
 /// a request sent whole still reuses its connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_answered_before_its_request_body_was_sent_is_never_reused() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let (o, seen) = lax_origin().await;
     let w = waitroom(Some(o), None).await;
     let c = client();
@@ -1180,21 +1201,8 @@ async fn a_connection_answered_before_its_request_body_was_sent_is_never_reused(
     for path in ["/first", "/second"] {
         let req = format!("POST {path} HTTP/1.1\r\nhost: shop\r\ncontent-length: 6\r\n\r\na body");
         keep.write_all(req.as_bytes()).await.unwrap();
-        let mut got = Vec::new();
-        let mut chunk = [0u8; 1024];
-        while !String::from_utf8_lossy(&got).ends_with(path) {
-            let n = tokio::time::timeout(Duration::from_secs(5), keep.read(&mut chunk))
-                .await
-                .expect("the answer")
-                .unwrap();
-            assert!(
-                n > 0,
-                "the gateway closed: {}",
-                String::from_utf8_lossy(&got)
-            );
-            got.extend_from_slice(&chunk[..n]);
-        }
-        assert!(String::from_utf8_lossy(&got).starts_with("HTTP/1.1 200"));
+        let got = read_until_it_ends_with(&mut keep, path).await;
+        assert!(got.starts_with("HTTP/1.1 200"));
     }
     drop(keep);
     assert_eq!(*seen.lock(), ["accept", "/first", "/second"]);
@@ -1206,20 +1214,7 @@ async fn a_connection_answered_before_its_request_body_was_sent_is_never_reused(
         smuggled.len()
     );
     attacker.write_all(head.as_bytes()).await.unwrap();
-    let mut got = Vec::new();
-    let mut chunk = [0u8; 1024];
-    while !String::from_utf8_lossy(&got).ends_with("/early") {
-        let n = tokio::time::timeout(Duration::from_secs(5), attacker.read(&mut chunk))
-            .await
-            .expect("the early answer")
-            .unwrap();
-        assert!(
-            n > 0,
-            "the gateway closed: {}",
-            String::from_utf8_lossy(&got)
-        );
-        got.extend_from_slice(&chunk[..n]);
-    }
+    read_until_it_ends_with(&mut attacker, "/early").await;
     // The answer came; now the body, which the origin will read as a request.
     attacker.write_all(smuggled).await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;

@@ -78,6 +78,27 @@ async fn subscriptions_unregister_when_the_last_connection_goes() {
     assert!(live.hub.events.lock().is_empty());
 }
 
+/// With a routing hub running and `a`, `b` following places of events "a" and "b" (nothing
+/// moved yet), `move_a` moving event "a": a lone move goes out at once, and a burst within
+/// the coalescing window is one bump, at the end of the window; "b" is left alone.
+async fn a_lone_move_then_a_burst(a: &mut Subscription, b: &mut Subscription, move_a: impl Fn()) {
+    move_a();
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(*a.moved().borrow_and_update(), 1);
+
+    for _ in 0..3 {
+        move_a();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!a.moved().has_changed().unwrap());
+    tokio::time::sleep(COALESCE).await;
+    assert_eq!(*a.moved().borrow_and_update(), 2);
+    assert!(
+        !b.moved().has_changed().unwrap(),
+        "other events are untouched"
+    );
+}
+
 /// The store's coalesced moves (`MovedEvents`) reach followers as `Moved` notices do:
 /// a lone move at once, a burst as one bump at the end of the window, and a move marked
 /// during a sweep at the next one.
@@ -93,23 +114,7 @@ async fn marked_moves_are_pushed_like_notices() {
     let task = tokio::spawn(route(hub, rx, Some(moved.clone()), stop_rx));
     let a_id: Arc<str> = Arc::from("a");
 
-    // A lone move goes out at once.
-    moved.mark(&a_id);
-    tokio::time::sleep(Duration::from_millis(1)).await;
-    assert_eq!(*a.moved().borrow_and_update(), 1);
-
-    // A burst within the coalescing window is one bump, at the end of the window.
-    for _ in 0..3 {
-        moved.mark(&a_id);
-    }
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(!a.moved().has_changed().unwrap());
-    tokio::time::sleep(COALESCE).await;
-    assert_eq!(*a.moved().borrow_and_update(), 2);
-    assert!(
-        !b.moved().has_changed().unwrap(),
-        "other events are untouched"
-    );
+    a_lone_move_then_a_burst(&mut a, &mut b, || moved.mark(&a_id)).await;
 
     // Marked again after the sweep took the set: pushed in the next window.
     moved.mark(&Arc::from("b"));
@@ -134,23 +139,10 @@ async fn moves_are_coalesced_and_lag_refreshes_everyone() {
         event_id: Arc::from(id),
     };
 
-    // A lone move goes out at once.
-    tx.send(moved("a")).unwrap();
-    tokio::time::sleep(Duration::from_millis(1)).await;
-    assert_eq!(*a.moved().borrow_and_update(), 1);
-
-    // A burst within the coalescing window is one bump, at the end of the window.
-    for _ in 0..3 {
+    a_lone_move_then_a_burst(&mut a, &mut b, || {
         tx.send(moved("a")).unwrap();
-    }
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(!a.moved().has_changed().unwrap());
-    tokio::time::sleep(COALESCE).await;
-    assert_eq!(*a.moved().borrow_and_update(), 2);
-    assert!(
-        !b.moved().has_changed().unwrap(),
-        "other events are untouched"
-    );
+    })
+    .await;
 
     // Overflowing the buffer: every event counts as moved.
     for _ in 0..10 {
