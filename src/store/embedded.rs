@@ -720,17 +720,19 @@ mod tests {
             .put_event("ev", &EventPatch::default(), 0)
             .await
             .unwrap();
-        for nonce in 1..=50 {
-            let join = JoinRequest {
-                nonce,
-                ..JoinRequest::default()
-            };
-            store.join("ev", &join, 1).await.unwrap();
-        }
-        // One wake-up (stored, as nobody waited), then none until the set is taken.
+        let join = |nonce| JoinRequest {
+            nonce,
+            ..JoinRequest::default()
+        };
+        store.join("ev", &join(1), 1).await.unwrap();
         tokio::time::timeout(std::time::Duration::from_secs(1), moved.marked())
             .await
             .expect("the first mark wakes");
+        // The set is not taken: more joins mark nothing new, and wake nobody (a notify
+        // per mark would leave a permit here).
+        for nonce in 2..=50 {
+            store.join("ev", &join(nonce), 1).await.unwrap();
+        }
         assert!(
             tokio::time::timeout(std::time::Duration::from_millis(50), moved.marked())
                 .await
@@ -738,11 +740,7 @@ mod tests {
             "49 more joins marked nothing new"
         );
         assert_eq!(moved.take().len(), 1);
-        let join = JoinRequest {
-            nonce: 51,
-            ..JoinRequest::default()
-        };
-        store.join("ev", &join, 2).await.unwrap();
+        store.join("ev", &join(51), 2).await.unwrap();
         tokio::time::timeout(std::time::Duration::from_secs(1), moved.marked())
             .await
             .expect("a move after the take wakes again");
