@@ -22,6 +22,7 @@ static ALLOCATOR: waitroom::alloc::MiMalloc = waitroom::alloc::MiMalloc;
 #[tokio::main]
 async fn main() -> ExitCode {
     use clap::Parser as _;
+    waitroom::alloc::small_pages_only();
     // clap prints usage and exits with status 2 on a malformed command line.
     let cli = Cli::parse();
     if let Some(Command::Keygen { dir }) = &cli.command {
