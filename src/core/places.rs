@@ -106,10 +106,17 @@ impl PlaceTable {
         let (c, s) = (i / CHUNK, i % CHUNK);
         while self.chunks.len() <= c {
             // A chunk left behind is made full-length, so the flat numbering of `iter` holds.
-            if let Some(last) = self.chunks.back_mut() {
-                last.slots.resize_with(CHUNK, || None);
-            }
-            self.chunks.push_back(Chunk::default());
+            let slots = match self.chunks.back_mut() {
+                Some(last) => {
+                    last.slots.resize_with(CHUNK, || None);
+                    // Past its first chunk an event is large: the new chunk is made whole
+                    // at once, not doubled up to it (a dozen reallocations, each a copy of
+                    // the places so far and fresh pages to fault in, inside joins).
+                    Vec::with_capacity(CHUNK)
+                }
+                None => Vec::new(),
+            };
+            self.chunks.push_back(Chunk { slots, live: 0 });
         }
         let chunk = &mut self.chunks[c];
         if s >= chunk.slots.len() {
@@ -323,9 +330,34 @@ mod tests {
         }
     }
 
+    /// The first chunk grows with a small event; every later one is allocated whole when
+    /// it starts, so a large event's joins never reallocate (and copy) a chunk.
     #[test]
-    fn user_index_spills_a_colliding_hash() {
-        let place = |u: &str| Place {
+    fn chunks_past_the_first_start_whole() {
+        let mut places = PlaceTable::default();
+        for seq in 0..3 {
+            places.insert(seq, place("u"));
+        }
+        assert!(
+            places.chunks[0].slots.capacity() < CHUNK,
+            "a small event stays small"
+        );
+        let cap = |p: &PlaceTable, c: usize| {
+            let v = &p.chunks[c].slots;
+            (v.capacity(), v.as_ptr())
+        };
+        places.insert(CHUNK as u64, place("v"));
+        let (first, at) = cap(&places, 1);
+        assert_eq!(first, CHUNK);
+        for seq in CHUNK as u64 + 1..2 * CHUNK as u64 {
+            places.insert(seq, place("w"));
+        }
+        assert_eq!(cap(&places, 1), (CHUNK, at), "filled in place, never moved");
+        assert_eq!(places.len(), 3 + CHUNK);
+    }
+
+    fn place(u: &str) -> Place {
+        Place {
             nonce: 0,
             user_id: Some(u.into()),
             proven: false,
@@ -336,7 +368,11 @@ mod tests {
             entered_at: 0,
             state: PlaceState::Waiting,
             sched: 0,
-        };
+        }
+    }
+
+    #[test]
+    fn user_index_spills_a_colliding_hash() {
         let mut places = PlaceTable::default();
         places.insert(1, place("a"));
         places.insert(2, place("b"));
