@@ -215,10 +215,14 @@ impl<V> Default for ShardedMap<V> {
 }
 
 impl<V> ShardedMap<V> {
-    /// The top bits of the Fibonacci hash: the shard maps themselves index by the low bits
-    /// of the same hash, so the two choices are independent.
+    /// Six bits from the middle of the Fibonacci hash. The shard maps use the same hash
+    /// (`SeqHasher`) twice: its low bits pick a bucket, its top seven bits are the tag each
+    /// bucket keeps so a probe compares keys only where the tag matches. The shard must take
+    /// neither: taken from the top bits (as it was), every key of a shard shared six of the
+    /// tag's seven bits, so a probe compared the key in half the buckets of its group, each
+    /// a cache miss in a large event (docs/PERFORMANCE.md, "The shards' tags").
     fn shard(key: u64) -> usize {
-        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SHARDS.trailing_zeros())) as usize
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % SHARDS
     }
 
     pub(super) fn get(&self, key: &u64) -> Option<&V> {
@@ -326,6 +330,43 @@ mod tests {
             }
             for (k, v) in &reference {
                 prop_assert_eq!(m.get(k), Some(v));
+            }
+        }
+    }
+
+    /// A shard's keys spread over all of the tags its map keeps per bucket (the hash's
+    /// top seven bits) and over its buckets (the low bits): the shard is picked from
+    /// neither, for dense sequence numbers and for keyed hashes of user ids alike.
+    #[test]
+    fn a_shards_keys_keep_their_tags_and_buckets_apart() {
+        use std::hash::{BuildHasher, Hasher};
+        let hash = |k: u64| {
+            let mut h = BuildSeqHasher::default().build_hasher();
+            h.write_u64(k);
+            h.finish()
+        };
+        let ids = std::hash::RandomState::new();
+        let dense = 0..20_000u64;
+        let hashed = (0..20_000u64).map(|i| ids.hash_one(format!("user-{i}")));
+        for keys in [dense.collect::<Vec<_>>(), hashed.collect()] {
+            let mut tags = vec![std::collections::HashSet::new(); SHARDS];
+            let mut buckets = vec![std::collections::HashSet::new(); SHARDS];
+            for k in keys {
+                let s = ShardedMap::<()>::shard(k);
+                tags[s].insert(hash(k) >> 57);
+                buckets[s].insert(hash(k) & 1023);
+            }
+            for s in 0..SHARDS {
+                assert!(
+                    tags[s].len() > 100,
+                    "shard {s}: {} tags of 128",
+                    tags[s].len()
+                );
+                assert!(
+                    buckets[s].len() > 200,
+                    "shard {s}: {} buckets",
+                    buckets[s].len()
+                );
             }
         }
     }
