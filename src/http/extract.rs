@@ -33,7 +33,10 @@ where
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         if !plain_json(req.headers()) {
-            return Self::checked_by_axum(req, state).await;
+            // Boxed: inline, this rare path's future (two extractors and a copy of the
+            // request's parts, ~1.4 KB) made every request's future that large, and the
+            // handler's future is moved whole into its box at every request.
+            return Box::pin(Self::checked_by_axum(req, state)).await;
         }
         // The usual request (`Content-Type: application/json`, which axum's check
         // accepts): the body read once, and parsed by serde_json alone. Only a body that
