@@ -51,7 +51,7 @@ use super::journal_places::{
 };
 use super::journal_sale::{self as sale, KIND_EXTENDED};
 use super::journal_sync::Syncer;
-use super::synced::Synced;
+use super::synced::{Synced, Watchdog};
 use super::{watermark, StoreError};
 
 mod purge;
@@ -62,8 +62,10 @@ use purge::{Part, Purging};
 
 /// The `events` and `counters` keyspaces' memtables (see where they are opened).
 const EVENTS_MEMTABLE: u64 = 32 * 1024 * 1024;
-/// Longest a request waits for its change to be synced before it answers `UNAVAILABLE`.
+/// Longest a request waits for its change to be synced before it answers `UNAVAILABLE`
+/// (`sync`: give or take the watchdog's look, every `WATCH_EVERY`).
 const MAX_DURABLE_WAIT: Duration = Duration::from_secs(3);
+const WATCH_EVERY: Duration = Duration::from_millis(250);
 /// `relaxed`: how old an unsynced write may get while changes are still answered, so what
 /// a crash of the machine can take back while the disk is slow (`group_commit.rs`). Five
 /// sync intervals. A write made just after a capture is covered by the next sync, at an
@@ -133,6 +135,8 @@ pub struct Journal {
     synced: Arc<Synced>,
     mode: Durability,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// `sync`: gives up on changes the disk does not confirm in time.
+    _watchdog: Option<Watchdog>,
     db: Database,
     /// Read by purges (`journal/purge.rs`), which choose each step's keys.
     places: Keyspace,
@@ -257,12 +261,23 @@ impl Journal {
         let syncer = writer.syncer.clone();
         let commit = GroupCommit::new(writer, mode, RELAXED_UNSYNCED_BOUND);
         let handle = commit.spawn()?;
+        let watchdog = match mode {
+            Durability::Sync => Some(Watchdog::spawn(
+                &synced,
+                Arc::downgrade(&commit),
+                GroupCommit::ticket,
+                MAX_DURABLE_WAIT,
+                WATCH_EVERY,
+            )?),
+            Durability::Relaxed => None,
+        };
         Ok((
             Journal {
                 commit,
                 synced,
                 mode,
                 writer: Mutex::new(Some(handle)),
+                _watchdog: watchdog,
                 db,
                 places,
                 invites,
@@ -344,23 +359,23 @@ impl Journal {
                 "the store cannot write to disk".into(),
             ));
         }
+        if self.synced.upto() < ticket {
+            self.synced.wait(ticket).await;
+        }
         if self.synced.upto() >= ticket {
             return Ok(());
         }
-        // A stalled disk must not hang requests: answer UNAVAILABLE after a bound. The
-        // change may still become durable later; the client retries, and joins are
-        // idempotent per user.
-        tokio::time::timeout(MAX_DURABLE_WAIT, self.synced.wait(ticket))
-            .await
-            .map_err(|_| {
-                StoreError::Unavailable("the disk did not confirm the write in time".into())
-            })?;
         if self.synced.failed() {
             return Err(StoreError::Unavailable(
                 "the store cannot write to disk".into(),
             ));
         }
-        Ok(())
+        // Given up on by the watchdog: a stalled disk must not hang requests. The change
+        // may still become durable later; the client retries, and joins are idempotent
+        // per user.
+        Err(StoreError::Unavailable(
+            "the disk did not confirm the write in time".into(),
+        ))
     }
 
     pub fn is_healthy(&self) -> bool {

@@ -53,7 +53,7 @@ pub(super) struct Syncer {
     pub(super) stall: Arc<Stall>,
 }
 
-/// Tests: holds a `relaxed` sync before its `fdatasync`, as a disk that stalls would.
+/// Tests: holds a sync before its `fdatasync`, as a disk that stalls would.
 #[cfg(test)]
 #[derive(Default)]
 pub(super) struct Stall {
@@ -61,6 +61,17 @@ pub(super) struct Stall {
     pub(super) on: std::sync::atomic::AtomicBool,
     /// Syncs that reached the stall.
     pub(super) reached: std::sync::atomic::AtomicU64,
+}
+
+#[cfg(test)]
+impl Stall {
+    fn hold(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.reached.fetch_add(1, SeqCst);
+        while self.on.load(SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
 }
 
 /// What a `relaxed` sync covers, captured under the flag.
@@ -88,6 +99,8 @@ impl Syncer {
     /// Syncs through fjall (`sync` mode's group commits, the last sync at close), then
     /// records what is durable. The caller holds the group commit's flag.
     pub(super) fn sync_now(&mut self, mode: PersistMode) -> anyhow::Result<()> {
+        #[cfg(test)]
+        self.stall.hold();
         let started = Instant::now();
         self.db.persist(mode)?;
         record_sync_time(started);
@@ -140,12 +153,7 @@ impl Capture {
         #[cfg(test)]
         {
             let stall = self.syncer.lock().stall.clone();
-            stall
-                .reached
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            while stall.on.load(std::sync::atomic::Ordering::SeqCst) {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
+            stall.hold();
         }
         if let Some(f) = &self.file {
             let started = Instant::now();
@@ -328,6 +336,88 @@ mod tests {
         let after = change();
         journal.wait(after).await.expect("answered again");
         assert!(stall.reached.load(SeqCst) >= 2, "a later sync covered them");
+    }
+
+    /// A disk that stalls in `sync`: a waiting change answers `503` once it has waited the
+    /// bound (3 s, give or take the watchdog's look), with no timer of its own; one queued
+    /// later is still waiting when the sync ends, and is answered; and so are the next.
+    /// Without the watchdog the first wait would never end.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stalled_sync_answers_unavailable_after_the_bound() {
+        use crate::core::{EventConfig, QueueMeta};
+        use crate::store::journal::{Durability, Journal};
+        use crate::store::StoreError;
+        use std::sync::atomic::Ordering::SeqCst;
+        use std::time::Duration;
+        let dir = tempfile::tempdir().unwrap();
+        let (journal, _) = Journal::open(dir.path(), Durability::Sync, 0).unwrap();
+        let journal = Arc::new(journal);
+        let stall = journal.syncer.lock().stall.clone();
+        let id: Arc<str> = "concert".into();
+        let change = {
+            let journal = journal.clone();
+            let joins = std::sync::atomic::AtomicU64::new(0);
+            move || {
+                let meta = QueueMeta {
+                    joins: joins.fetch_add(1, SeqCst) + 1,
+                    ..QueueMeta::default()
+                };
+                let config = Some(EventConfig::default());
+                journal.record(&id, Vec::new(), meta, config).unwrap()
+            }
+        };
+        journal
+            .wait(change())
+            .await
+            .expect("a healthy disk answers");
+        stall.on.store(true, SeqCst);
+        let reached = stall.reached.load(SeqCst);
+        let stalled = change();
+        let asked = Instant::now();
+        let first = {
+            let journal = journal.clone();
+            tokio::spawn(async move { journal.wait(stalled).await })
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while stall.reached.load(SeqCst) == reached {
+            assert!(Instant::now() < deadline, "the thread never synced");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let answer = tokio::time::timeout(Duration::from_secs(20), first).await;
+        // Released before any check can fail: closing the journal waits for its thread.
+        let Ok(answer) = answer else {
+            stall.on.store(false, SeqCst);
+            panic!("a stalled sync hung the request");
+        };
+        let answer = answer.unwrap();
+        let waited = asked.elapsed();
+        assert!(
+            matches!(&answer, Err(StoreError::Unavailable(m)) if m.contains("in time")),
+            "{answer:?}"
+        );
+        assert!(
+            waited >= Duration::from_secs(3),
+            "answered after {waited:?}"
+        );
+        let hung = stall.reached.load(SeqCst);
+        // Queued now, it has not waited its bound when the sync ends.
+        let waiting = {
+            let journal = journal.clone();
+            let ticket = change();
+            tokio::spawn(async move { journal.wait(ticket).await })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        stall.on.store(false, SeqCst);
+        assert_eq!(hung, reached + 1, "the same sync hung throughout");
+        waiting
+            .await
+            .unwrap()
+            .expect("answered once the sync ended");
+        journal.wait(change()).await.expect("answered again");
+        journal
+            .wait(stalled)
+            .await
+            .expect("the given-up change was synced later");
     }
 
     /// Settings changed again and again rewrite the event's settings record (as every batch

@@ -6,10 +6,19 @@
 //! wait again. With 64 clients that is about one useless wake-up and poll of a request per
 //! join, with 256 several (see docs/PERFORMANCE.md, "Sync joins: each wakes once"). Here each
 //! waiter is kept with its ticket, and a sync wakes exactly those it covered.
+//!
+//! A disk that stops confirming must not hang the requests. Rather than a timer per
+//! waiting request (a timer-wheel entry made and cancelled at every join: ~0.5 µs of a
+//! runtime worker's time per join, docs/PERFORMANCE.md), one [`Watchdog`] thread notes the
+//! latest ticket four times a second; a ticket queued longer than the bound ago and still
+//! not synced is *late*, and every waiter up to it is woken to answer that.
 
+use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::{mpsc, Arc, Weak};
 use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -19,6 +28,9 @@ pub(super) struct Synced {
     upto: AtomicU64,
     /// Writing failed: nothing more will be synced.
     failed: AtomicBool,
+    /// Changes up to here that are not synced were given up on ([`Watchdog`]): their waiters
+    /// answer that the disk did not confirm them in time. Only ever raised.
+    late: AtomicU64,
     /// The waiters not yet covered, each with its ticket (in no particular order).
     waiting: Mutex<Vec<(u64, Waker)>>,
 }
@@ -65,12 +77,31 @@ impl Synced {
         }
     }
 
-    fn ready(&self, ticket: u64) -> bool {
-        self.upto.load(SeqCst) >= ticket || self.failed.load(SeqCst)
+    /// Gives up on the changes up to `ticket` that are not synced yet: their waiters are
+    /// woken, and they and later waits for them see [`Synced::late`]. Their changes may
+    /// still be synced later.
+    pub(super) fn give_up_to(&self, ticket: u64) {
+        // Before the lock, as in `advance`.
+        self.late.fetch_max(ticket, SeqCst);
+        let mut woken = Vec::new();
+        self.take(&mut woken, |t| t <= ticket);
+        woken.into_iter().for_each(Waker::wake);
     }
 
-    /// Ends once the change of `ticket` is synced or writing failed (the caller tells
-    /// which). Cancel-safe: a dropped wait leaves its entry behind until the sync that
+    /// Whether the change of `ticket` was given up on and is still not synced.
+    #[cfg(test)]
+    pub(super) fn late(&self, ticket: u64) -> bool {
+        self.late.load(SeqCst) >= ticket && self.upto.load(SeqCst) < ticket
+    }
+
+    fn ready(&self, ticket: u64) -> bool {
+        self.upto.load(SeqCst) >= ticket
+            || self.failed.load(SeqCst)
+            || self.late.load(SeqCst) >= ticket
+    }
+
+    /// Ends once the change of `ticket` is synced, writing failed, or it was given up on
+    /// (the caller tells which). Cancel-safe: a dropped wait leaves its entry behind until the sync that
     /// covers its ticket (or the failure) takes it, which wakes nothing then.
     pub(super) async fn wait(&self, ticket: u64) {
         poll_fn(|cx| {
@@ -92,6 +123,57 @@ impl Synced {
     #[cfg(test)]
     fn waiting(&self) -> usize {
         self.waiting.lock().len()
+    }
+}
+
+/// Gives up on changes the disk does not confirm within a bound (see the module's notes).
+/// Its thread ends when the watchdog is dropped, or when the journal it watches is gone.
+pub(super) struct Watchdog {
+    _stop: mpsc::Sender<()>,
+}
+
+impl Watchdog {
+    /// Every `every`, notes `queued()` (the latest ticket); a ticket noted at least `bound`
+    /// ago that is not synced is given up on. So a change waits between `bound` and
+    /// `bound + every` (and the thread's scheduling) before its request answers.
+    pub(super) fn spawn<Q>(
+        synced: &Arc<Synced>,
+        queued: Weak<Q>,
+        ticket: fn(&Q) -> u64,
+        bound: Duration,
+        every: Duration,
+    ) -> std::io::Result<Watchdog>
+    where
+        Q: Send + Sync + 'static,
+    {
+        let synced = Arc::downgrade(synced);
+        let (stop, stopped) = mpsc::channel::<()>();
+        std::thread::Builder::new()
+            .name("waitroom-journal-watch".into())
+            .spawn(move || {
+                let mut noted: VecDeque<(Instant, u64)> = VecDeque::new();
+                // Ends on `Disconnected`: the watchdog was dropped.
+                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
+                    let (Some(synced), Some(queued)) = (synced.upgrade(), queued.upgrade()) else {
+                        return;
+                    };
+                    let now = Instant::now();
+                    noted.push_back((now, ticket(&queued)));
+                    // The newest ticket noted at least `bound` ago.
+                    let mut due = None;
+                    while noted
+                        .front()
+                        .is_some_and(|(at, _)| now.duration_since(*at) >= bound)
+                    {
+                        due = noted.pop_front().map(|(_, t)| t);
+                    }
+                    // `late` stays raised: a later wait for these tickets ends at once.
+                    if let Some(t) = due.filter(|&t| synced.upto() < t) {
+                        synced.give_up_to(t);
+                    }
+                }
+            })?;
+        Ok(Watchdog { _stop: stop })
     }
 }
 
@@ -151,6 +233,45 @@ mod tests {
         assert_eq!(c.0.load(SeqCst), 2);
         assert!(poll_once(&s, 100, &c));
         assert!(s.failed());
+    }
+
+    /// The watchdog gives up on a ticket queued longer than its bound ago and not synced,
+    /// wakes its waiter, and leaves alone one synced in time and one queued later.
+    #[test]
+    fn the_watchdog_gives_up_on_what_waited_its_bound() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let s = Arc::new(Synced::default());
+        let queued = Arc::new(AtomicU64::new(0));
+        let bound = Duration::from_millis(300);
+        let _watch = Watchdog::spawn(
+            &s,
+            Arc::downgrade(&queued),
+            |q: &AtomicU64| q.load(SeqCst),
+            bound,
+            Duration::from_millis(20),
+        )
+        .unwrap();
+        queued.store(3, SeqCst);
+        let mut woken = Vec::new();
+        s.advance(2, &mut woken);
+        let asked = Instant::now();
+        rt.block_on(async {
+            tokio::time::timeout(Duration::from_secs(10), s.wait(3))
+                .await
+                .expect("the watchdog woke the waiter")
+        });
+        assert!(asked.elapsed() >= bound, "after {:?}", asked.elapsed());
+        assert!(s.late(3) && !s.late(2), "2 was synced in time");
+        assert!(!s.failed());
+        // Queued now: not given up on before its own bound.
+        queued.store(4, SeqCst);
+        std::thread::sleep(bound / 2);
+        assert!(!s.late(4));
+        s.advance(4, &mut woken);
+        assert!(!s.late(3) && !s.late(4), "synced at last");
     }
 
     /// Many tasks wait while a thread raises the count in uneven steps: every wait ends
