@@ -86,7 +86,9 @@ pub fn small_pages_only() {
     // SAFETY: `prctl` with `PR_SET_THP_DISABLE` takes plain integers and touches no memory
     // of ours.
     unsafe {
-        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+        // The kernel reads the arguments as `unsigned long` (and refuses non-zero unused ones).
+        let (on, unused): (libc::c_ulong, libc::c_ulong) = (1, 0);
+        libc::prctl(libc::PR_SET_THP_DISABLE, on, unused, unused, unused);
     }
 }
 

@@ -227,8 +227,12 @@ async fn bare_waitroom_serves_the_demo_with_a_generated_admin_token() {
     assert!(dir.path().join("waitroom-data/signing-key.pem").is_file());
     // The server turns transparent huge pages off for itself (`alloc::small_pages_only`):
     // the kernel reports it per process.
-    let status = std::fs::read_to_string(format!("/proc/{}/status", s.child.id())).unwrap();
-    if let Some(thp) = status.lines().find(|l| l.starts_with("THP_enabled:")) {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", s.child.id()));
+    if let Some(thp) = status
+        .iter()
+        .flat_map(|s| s.lines())
+        .find(|l| l.starts_with("THP_enabled:"))
+    {
         assert_eq!(thp.split_whitespace().nth(1), Some("0"), "{thp}");
     }
 

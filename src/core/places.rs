@@ -372,7 +372,7 @@ mod tests {
     }
 
     /// The first chunk grows with a small event; every later one is allocated whole when
-    /// it starts, so a large event's joins never reallocate (and copy) a chunk.
+    /// it starts, so a large event's joins do not reallocate (and copy) the chunks they fill.
     #[test]
     fn chunks_past_the_first_start_whole() {
         let mut places = PlaceTable::default();

@@ -63,8 +63,8 @@ use purge::{Part, Purging};
 /// The `events` and `counters` keyspaces' memtables (see where they are opened).
 const EVENTS_MEMTABLE: u64 = 32 * 1024 * 1024;
 /// Longest a request waits for its change to be synced before it answers `UNAVAILABLE`
-/// (`sync`: give or take the watchdog's look, every `WATCH_EVERY`).
-const MAX_DURABLE_WAIT: Duration = Duration::from_secs(3);
+/// (`sync`: plus up to two of the watchdog's looks, every `WATCH_EVERY`).
+pub(super) const MAX_DURABLE_WAIT: Duration = Duration::from_secs(3);
 const WATCH_EVERY: Duration = Duration::from_millis(250);
 /// `relaxed`: how old an unsynced write may get while changes are still answered, so what
 /// a crash of the machine can take back while the disk is slow (`group_commit.rs`). Five
@@ -136,7 +136,7 @@ pub struct Journal {
     mode: Durability,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// `sync`: gives up on changes the disk does not confirm in time.
-    _watchdog: Option<Watchdog>,
+    watchdog: Mutex<Option<Watchdog>>,
     db: Database,
     /// Read by purges (`journal/purge.rs`), which choose each step's keys.
     places: Keyspace,
@@ -260,7 +260,7 @@ impl Journal {
         #[cfg(test)]
         let syncer = writer.syncer.clone();
         let commit = GroupCommit::new(writer, mode, RELAXED_UNSYNCED_BOUND);
-        let handle = commit.spawn()?;
+        // Before the writer: if it cannot start, nothing is left running.
         let watchdog = match mode {
             Durability::Sync => Some(Watchdog::spawn(
                 &synced,
@@ -271,13 +271,14 @@ impl Journal {
             )?),
             Durability::Relaxed => None,
         };
+        let handle = commit.spawn()?;
         Ok((
             Journal {
                 commit,
                 synced,
                 mode,
                 writer: Mutex::new(Some(handle)),
-                _watchdog: watchdog,
+                watchdog: Mutex::new(watchdog),
                 db,
                 places,
                 invites,
@@ -389,6 +390,9 @@ impl Journal {
 
     /// Stops accepting changes, writes and syncs what is queued, and stops the writer.
     pub fn close(&self) {
+        if let Some(mut w) = self.watchdog.lock().take() {
+            w.stop();
+        }
         self.commit.close();
         if let Some(h) = self.writer.lock().take() {
             let _ = h.join();

@@ -65,6 +65,19 @@ pub(super) struct Stall {
 
 #[cfg(test)]
 impl Stall {
+    /// Stalls the syncs until the guard is dropped, even by a test that panics: a sync
+    /// held for good would hang the journal's close, and so the test binary.
+    pub(super) fn stall(&self) -> impl Drop + '_ {
+        struct Release<'a>(&'a Stall);
+        impl Drop for Release<'_> {
+            fn drop(&mut self) {
+                self.0.on.store(false, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        self.on.store(true, std::sync::atomic::Ordering::SeqCst);
+        Release(self)
+    }
+
     fn hold(&self) {
         use std::sync::atomic::Ordering::SeqCst;
         self.reached.fetch_add(1, SeqCst);
@@ -293,7 +306,7 @@ mod tests {
             let config = Some(EventConfig::default());
             journal.record(&id, Vec::new(), meta, config).unwrap()
         };
-        stall.on.store(true, SeqCst);
+        let stalling = stall.stall();
         let first = change();
         journal.wait(first).await.unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -328,7 +341,7 @@ mod tests {
             tokio::spawn(async move { journal.wait(ticket).await })
         };
         tokio::time::sleep(Duration::from_millis(200)).await;
-        stall.on.store(false, SeqCst);
+        drop(stalling);
         waiting
             .await
             .unwrap()
@@ -370,10 +383,10 @@ mod tests {
             .wait(change())
             .await
             .expect("a healthy disk answers");
-        stall.on.store(true, SeqCst);
+        let stalling = stall.stall();
         let reached = stall.reached.load(SeqCst);
-        let stalled = change();
         let asked = Instant::now();
+        let stalled = change();
         let first = {
             let journal = journal.clone();
             tokio::spawn(async move { journal.wait(stalled).await })
@@ -383,13 +396,10 @@ mod tests {
             assert!(Instant::now() < deadline, "the thread never synced");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        let answer = tokio::time::timeout(Duration::from_secs(20), first).await;
-        // Released before any check can fail: closing the journal waits for its thread.
-        let Ok(answer) = answer else {
-            stall.on.store(false, SeqCst);
-            panic!("a stalled sync hung the request");
-        };
-        let answer = answer.unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(20), first)
+            .await
+            .expect("a stalled sync hung the request")
+            .unwrap();
         let waited = asked.elapsed();
         assert!(
             matches!(&answer, Err(StoreError::Unavailable(m)) if m.contains("in time")),
@@ -407,7 +417,7 @@ mod tests {
             tokio::spawn(async move { journal.wait(ticket).await })
         };
         tokio::time::sleep(Duration::from_millis(300)).await;
-        stall.on.store(false, SeqCst);
+        drop(stalling);
         assert_eq!(hung, reached + 1, "the same sync hung throughout");
         waiting
             .await

@@ -11,7 +11,9 @@
 //! waiting request (a timer-wheel entry made and cancelled at every join: ~0.5 µs of a
 //! runtime worker's time per join, docs/PERFORMANCE.md), one [`Watchdog`] thread notes the
 //! latest ticket four times a second; a ticket queued longer than the bound ago and still
-//! not synced is *late*, and every waiter up to it is woken to answer that.
+//! not synced is *late*, and every waiter up to it is woken to answer that. Late stays
+//! late until the ticket is synced: a later wait for it (a read that waits for the latest
+//! ticket, say) ends at once, as the disk has not confirmed anything for the bound.
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
@@ -89,7 +91,6 @@ impl Synced {
     }
 
     /// Whether the change of `ticket` was given up on and is still not synced.
-    #[cfg(test)]
     pub(super) fn late(&self, ticket: u64) -> bool {
         self.late.load(SeqCst) >= ticket && self.upto.load(SeqCst) < ticket
     }
@@ -127,15 +128,17 @@ impl Synced {
 }
 
 /// Gives up on changes the disk does not confirm within a bound (see the module's notes).
-/// Its thread ends when the watchdog is dropped, or when the journal it watches is gone.
+/// Its thread ends when the watchdog is stopped or dropped, or when what it watches is gone.
 pub(super) struct Watchdog {
-    _stop: mpsc::Sender<()>,
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Watchdog {
     /// Every `every`, notes `queued()` (the latest ticket); a ticket noted at least `bound`
-    /// ago that is not synced is given up on. So a change waits between `bound` and
-    /// `bound + every` (and the thread's scheduling) before its request answers.
+    /// ago that is not synced is given up on. A change is noted up to `every` after it is
+    /// queued and looked at every `every`, so its request waits between `bound` and
+    /// `bound + 2 × every` (and the thread's scheduling) before it answers.
     pub(super) fn spawn<Q>(
         synced: &Arc<Synced>,
         queued: Weak<Q>,
@@ -148,7 +151,7 @@ impl Watchdog {
     {
         let synced = Arc::downgrade(synced);
         let (stop, stopped) = mpsc::channel::<()>();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("waitroom-journal-watch".into())
             .spawn(move || {
                 let mut noted: VecDeque<(Instant, u64)> = VecDeque::new();
@@ -173,7 +176,25 @@ impl Watchdog {
                     }
                 }
             })?;
-        Ok(Watchdog { _stop: stop })
+        Ok(Watchdog {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops the thread and waits for it: it may hold what it watches for a moment (an
+    /// upgraded reference), which must be let go before the journal's files are.
+    pub(super) fn stop(&mut self) {
+        self.stop.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
@@ -254,10 +275,10 @@ mod tests {
             Duration::from_millis(20),
         )
         .unwrap();
+        let asked = Instant::now();
         queued.store(3, SeqCst);
         let mut woken = Vec::new();
         s.advance(2, &mut woken);
-        let asked = Instant::now();
         rt.block_on(async {
             tokio::time::timeout(Duration::from_secs(10), s.wait(3))
                 .await

@@ -143,7 +143,15 @@ impl Journal {
             match self.wait(ticket).await {
                 Ok(()) => return Ok(()),
                 Err(e) if waits >= STEP_WAITS || self.synced.failed() => return Err(e),
-                Err(_) => waits += 1,
+                Err(_) => {
+                    waits += 1;
+                    // Given up on by the watchdog (`sync`), a step stays so until it is
+                    // synced, and its next wait ends at once: wait the bound here instead,
+                    // so the purge still waits about a minute in all.
+                    if self.synced.late(ticket) {
+                        tokio::time::sleep(super::MAX_DURABLE_WAIT).await;
+                    }
+                }
             }
         }
     }
