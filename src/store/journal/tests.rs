@@ -235,3 +235,44 @@ async fn a_deletion_removes_the_settings_and_the_counters() {
     let ids: Vec<&str> = recovered.events.iter().map(|(id, _)| id.as_str()).collect();
     assert_eq!(ids, ["b"]);
 }
+
+/// A disk that stalls during a purge: the watchdog gives the step's wait up after 3 s, and
+/// the purge waits for the step again (the bound between two asks) instead of asking its
+/// twenty times at once and stopping half done; once the disk is back, it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_outlasts_a_stalled_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, _) = Journal::open(dir.path(), Durability::Sync, 0).unwrap();
+    let journal = Arc::new(journal);
+    let id: Arc<str> = "gone".into();
+    let meta = QueueMeta {
+        next_seq: 2,
+        joins: 1,
+        ..QueueMeta::default()
+    };
+    let t = journal
+        .record(&id, vec![joined(1)], meta, Some(EventConfig::default()))
+        .unwrap();
+    journal.wait(t).await.unwrap();
+    let t = journal.delete(&id).unwrap();
+    journal.wait(t).await.unwrap();
+    let stall = journal.syncer.lock().stall.clone();
+    let stalling = stall.stall();
+    let purge = {
+        let (journal, id) = (journal.clone(), id.clone());
+        tokio::spawn(async move { journal.purge(id).await })
+    };
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        !purge.is_finished(),
+        "the purge stopped while the disk stalled"
+    );
+    assert!(journal.purging(&id));
+    drop(stalling);
+    tokio::time::timeout(Duration::from_secs(30), purge)
+        .await
+        .expect("the purge ends once the disk is back")
+        .unwrap()
+        .expect("the purge finished");
+    assert!(!journal.purging(&id));
+}
