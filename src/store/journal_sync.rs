@@ -189,8 +189,55 @@ fn record_sync_time(started: Instant) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::journal::RELAXED_UNSYNCED_BOUND;
+    use crate::core::{EventConfig, QueueMeta};
+    use crate::store::journal::{Durability, Journal, RELAXED_UNSYNCED_BOUND};
     use crate::store::watermark;
+    use crate::store::StoreError;
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    use std::time::Duration;
+
+    /// A journal whose syncs a test stalls, and changes to its one event.
+    struct Stallable {
+        _dir: tempfile::TempDir,
+        journal: Arc<Journal>,
+        stall: Arc<Stall>,
+        id: Arc<str>,
+        joins: AtomicU64,
+    }
+
+    impl Stallable {
+        fn open(mode: Durability) -> Stallable {
+            let dir = tempfile::tempdir().unwrap();
+            let (journal, _) = Journal::open(dir.path(), mode, 0).unwrap();
+            let stall = journal.syncer.lock().stall.clone();
+            Stallable {
+                _dir: dir,
+                journal: Arc::new(journal),
+                stall,
+                id: "concert".into(),
+                joins: AtomicU64::new(0),
+            }
+        }
+
+        /// Queues a change of the event's record (a change with no places and no record is
+        /// not written) and answers its ticket.
+        fn change(&self) -> u64 {
+            let meta = QueueMeta {
+                joins: self.joins.fetch_add(1, SeqCst) + 1,
+                ..QueueMeta::default()
+            };
+            let config = Some(EventConfig::default());
+            self.journal
+                .record(&self.id, Vec::new(), meta, config)
+                .unwrap()
+        }
+
+        /// Waits for `ticket` on a task of its own.
+        fn wait_on_a_task(&self, ticket: u64) -> tokio::task::JoinHandle<Result<(), StoreError>> {
+            let journal = self.journal.clone();
+            tokio::spawn(async move { journal.wait(ticket).await })
+        }
+    }
 
     /// A database whose journal is synced by hand, with one keyspace.
     fn open(dir: &std::path::Path) -> (Database, fjall::Keyspace) {
@@ -285,27 +332,9 @@ mod tests {
     /// the sync hangs, and a crash of the machine could take back all of them.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_stalled_sync_stops_relaxed_answers_after_the_bound() {
-        use crate::core::{EventConfig, QueueMeta};
-        use crate::store::journal::{Durability, Journal};
-        use crate::store::StoreError;
-        use std::sync::atomic::Ordering::SeqCst;
-        use std::time::Duration;
-        let dir = tempfile::tempdir().unwrap();
-        let (journal, _) = Journal::open(dir.path(), Durability::Relaxed, 0).unwrap();
-        let journal = Arc::new(journal);
-        let stall = journal.syncer.lock().stall.clone();
-        let id: Arc<str> = "concert".into();
-        let mut joins = 0u64;
-        let mut change = || {
-            joins += 1;
-            let meta = QueueMeta {
-                joins,
-                ..QueueMeta::default()
-            };
-            // The event's record (a change with no places is not written).
-            let config = Some(EventConfig::default());
-            journal.record(&id, Vec::new(), meta, config).unwrap()
-        };
+        let s = Stallable::open(Durability::Relaxed);
+        let (journal, stall) = (&s.journal, &s.stall);
+        let change = || s.change();
         let stalling = stall.stall();
         let first = change();
         journal.wait(first).await.unwrap();
@@ -335,11 +364,7 @@ mod tests {
         );
         assert_eq!(stall.reached.load(SeqCst), 1, "the same sync still hangs");
         // Requests that are waiting when the sync ends are answered.
-        let waiting = {
-            let journal = journal.clone();
-            let ticket = change();
-            tokio::spawn(async move { journal.wait(ticket).await })
-        };
+        let waiting = s.wait_on_a_task(change());
         tokio::time::sleep(Duration::from_millis(200)).await;
         drop(stalling);
         waiting
@@ -357,28 +382,9 @@ mod tests {
     /// Without the watchdog the first wait would never end.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_stalled_sync_answers_unavailable_after_the_bound() {
-        use crate::core::{EventConfig, QueueMeta};
-        use crate::store::journal::{Durability, Journal};
-        use crate::store::StoreError;
-        use std::sync::atomic::Ordering::SeqCst;
-        use std::time::Duration;
-        let dir = tempfile::tempdir().unwrap();
-        let (journal, _) = Journal::open(dir.path(), Durability::Sync, 0).unwrap();
-        let journal = Arc::new(journal);
-        let stall = journal.syncer.lock().stall.clone();
-        let id: Arc<str> = "concert".into();
-        let change = {
-            let journal = journal.clone();
-            let joins = std::sync::atomic::AtomicU64::new(0);
-            move || {
-                let meta = QueueMeta {
-                    joins: joins.fetch_add(1, SeqCst) + 1,
-                    ..QueueMeta::default()
-                };
-                let config = Some(EventConfig::default());
-                journal.record(&id, Vec::new(), meta, config).unwrap()
-            }
-        };
+        let s = Stallable::open(Durability::Sync);
+        let (journal, stall) = (&s.journal, &s.stall);
+        let change = || s.change();
         journal
             .wait(change())
             .await
@@ -387,10 +393,7 @@ mod tests {
         let reached = stall.reached.load(SeqCst);
         let asked = Instant::now();
         let stalled = change();
-        let first = {
-            let journal = journal.clone();
-            tokio::spawn(async move { journal.wait(stalled).await })
-        };
+        let first = s.wait_on_a_task(stalled);
         let deadline = Instant::now() + Duration::from_secs(30);
         while stall.reached.load(SeqCst) == reached {
             assert!(Instant::now() < deadline, "the thread never synced");
@@ -411,11 +414,7 @@ mod tests {
         );
         let hung = stall.reached.load(SeqCst);
         // Queued now, it has not waited its bound when the sync ends.
-        let waiting = {
-            let journal = journal.clone();
-            let ticket = change();
-            tokio::spawn(async move { journal.wait(ticket).await })
-        };
+        let waiting = s.wait_on_a_task(change());
         tokio::time::sleep(Duration::from_millis(300)).await;
         drop(stalling);
         assert_eq!(hung, reached + 1, "the same sync hung throughout");
