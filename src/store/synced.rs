@@ -8,7 +8,7 @@
 //! waiter is kept with its ticket, and a sync wakes exactly those it covered.
 //!
 //! A disk that stops confirming must not hang the requests. Rather than a timer per
-//! waiting request (a timer-wheel entry made and cancelled at every join: ~0.5 µs of a
+//! waiting request (a timer-wheel entry made and cancelled at every join: 0.5-0.8 µs of a
 //! runtime worker's time per join, docs/PERFORMANCE.md), one [`Watchdog`] thread notes the
 //! latest ticket four times a second; a ticket queued longer than the bound ago and still
 //! not synced is *late*, and every waiter up to it is woken to answer that. Late stays
