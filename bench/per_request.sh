@@ -14,16 +14,9 @@
 # target/). Needs perf with tracepoints (root, or perf_event_paranoid <= 1).
 set -euo pipefail
 B=$1; MODE=$2; SC=$3; shift 3
-OUT=$(mktemp -d)
-"$B/waitroom-bench" run --bin "$B/waitroom" --scenario "$SC" --durability "$MODE" \
-    --duration 10 "$@" > "$OUT/bench" 2>&1 &
-BP=$!
-SP=
-for _ in $(seq 1 100); do
-    SP=$(pgrep -P $BP -f waitroom | head -1 || true)
-    [ -n "$SP" ] && break
-    sleep 0.1
-done
+# shellcheck source=bench/phase.sh
+. "$(dirname "$0")/phase.sh"
+start_phase "$B" "$MODE" "$SC" "$@"
 sleep 4
 read -r _ _ _ _ i1 w1 _ < /proc/stat
 perf stat --per-thread -x, -e task-clock,context-switches,raw_syscalls:sys_enter,\

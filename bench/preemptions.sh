@@ -14,16 +14,9 @@
 # target/). Needs perf with the sched tracepoints (root, or perf_event_paranoid <= 1).
 set -euo pipefail
 B=$1; MODE=$2; SC=$3; shift 3
-OUT=$(mktemp -d)
-"$B/waitroom-bench" run --bin "$B/waitroom" --scenario "$SC" --durability "$MODE" \
-    --duration 10 "$@" > "$OUT/bench" 2>&1 &
-BP=$!
-SP=
-for _ in $(seq 1 100); do
-    SP=$(pgrep -P $BP -f waitroom | head -1 || true)
-    [ -n "$SP" ] && break
-    sleep 0.1
-done
+# shellcheck source=bench/phase.sh
+. "$(dirname "$0")/phase.sh"
+start_phase "$B" "$MODE" "$SC" "$@"
 sleep 5
 ps -eLo pid,tid,comm | awk -v s="$SP" -v b="$BP" \
     '$1==s {print $2, "srv-" $3} $1==b {print $2, "bench-" $3}' > "$OUT/tids"
