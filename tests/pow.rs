@@ -236,11 +236,19 @@ async fn a_forged_prefix_is_refused() {
         &foreign,
         "not issued",
     );
-    // A malformed `pow` object is bad input, not a refused solution.
-    let (status, _) = n
-        .join(json!({ "event_id": "ev", "pow": { "prefix": 1 } }))
-        .await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
+    // A malformed `pow` object is bad input, not a refused solution; so is an array,
+    // which serde would otherwise read as the object's fields in order (even a solving
+    // one is not taken in that shape).
+    for bad in [
+        json!({ "prefix": 1 }),
+        json!(["a", "b"]),
+        json!([foreign, nonce]),
+        json!("x"),
+    ] {
+        let (status, body) = n.join(json!({ "event_id": "ev", "pow": bad })).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+        assert_eq!(body["error"]["code"], "INVALID_REQUEST", "{bad}: {body}");
+    }
 }
 
 #[tokio::test]

@@ -164,6 +164,8 @@ async fn announcements_are_checked_shown_to_pollers_cleared_and_audited() {
         json!({"message": {"en": long}}),
         json!({"message": {"en": "bell\u{7}"}}),
         json!({"message": {"fr": "bonjour"}}),
+        // Not read as `{"ko": …, "en": …}` field by field.
+        json!({"message": ["공지", "notice"]}),
         json!({"message": {"en": "x"}, "extra": 1}),
     ] {
         let got = app.admin(Method::POST, path, Some(bad.clone())).await;
@@ -260,6 +262,11 @@ async fn the_end_call_closes_joins_and_places_with_a_reason() {
         json!({"reason": "bored"}),
         json!({"reason": "sold_out", "message": {"en": "x".repeat(501)}}),
         json!({"reason": "sold_out", "extra": true}),
+        // Checked like an announcement's: a message given needs a text.
+        json!({"reason": "sold_out", "message": {}}),
+        json!({"reason": "sold_out", "message": {"en": "   "}}),
+        json!({"reason": "sold_out", "message": {"ko": "", "en": ""}}),
+        json!({"reason": "sold_out", "message": ["Sold out"]}),
     ] {
         let got = app.admin(Method::POST, "/events/ev/end", Some(bad)).await;
         assert_err(&got, StatusCode::BAD_REQUEST, "INVALID_REQUEST");
@@ -299,6 +306,14 @@ async fn the_end_call_closes_joins_and_places_with_a_reason() {
     let gone = app.status(&w["waiting_token"]).await;
     assert_err(&gone, StatusCode::NOT_FOUND, "TOKEN_NOT_FOUND");
     assert_eq!(gone.1["error"]["reason"], "sold_out");
+    // `heartbeat` and `enter` say why too (API.md: "`status`, `heartbeat`, `enter` and the
+    // live endpoints").
+    let body = json!({"waiting_token": w["waiting_token"]}).to_string();
+    for path in ["/api/v1/queue/heartbeat", "/api/v1/queue/enter"] {
+        let gone = app.send(Method::POST, path, false, Some(&body)).await;
+        assert_err(&gone, StatusCode::NOT_FOUND, "TOKEN_NOT_FOUND");
+        assert_eq!(gone.1["error"]["reason"], "sold_out", "{path}");
+    }
     // The admitted place may still enter.
     let body = json!({"waiting_token": first["waiting_token"]}).to_string();
     let (s, _) = app

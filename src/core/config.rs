@@ -1,6 +1,7 @@
 //! Event configuration: the stored settings of one sale and the validated patch that
 //! creates or updates them (`PUT /admin/events/{id}`).
 
+use serde::de::Unexpected;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::gate::GateRules;
@@ -231,7 +232,7 @@ pub struct EventPatch {
     pub pow_difficulty: Option<u64>,
     #[serde(default, deserialize_with = "nullable")]
     pub pow_auto_above: Option<Option<u64>>,
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "nullable_object")]
     pub rate_limits: Option<Option<RateLimits>>,
     /// RFC 3339; `null` clears it.
     #[serde(default, deserialize_with = "nullable")]
@@ -244,13 +245,13 @@ pub struct EventPatch {
     #[serde(skip)]
     pub fresh_secret: Option<[u8; 32]>,
     // The look and words, checked in `core::look`.
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "nullable_object")]
     pub title: Option<Option<Texts>>,
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "nullable_object")]
     pub headline: Option<Option<Texts>>,
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "nullable_object")]
     pub note: Option<Option<Texts>>,
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "nullable_object")]
     pub turn_message: Option<Option<Texts>>,
     #[serde(default, deserialize_with = "nullable")]
     pub theme_color: Option<Option<String>>,
@@ -298,6 +299,66 @@ where
 {
     Option::<T>::deserialize(d).map(Some)
 }
+
+/// [`nullable`] for a nested object ([`optional_object`]).
+fn nullable_object<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    optional_object(d).map(Some)
+}
+
+/// A nested struct read from a JSON object only. serde's derived reader of a struct takes
+/// an array too, field by field in order: `"rate_limits": [7, 3]` would set both limits,
+/// `"title": ["x"]` would be a Korean title, and `"note": []` (every field absent) would
+/// clear the note. The contract takes objects. Formats that are not human-readable (the
+/// stores' postcard) are read as they are.
+pub fn object<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    if !d.is_human_readable() {
+        return T::deserialize(d);
+    }
+    json_object(serde_json::Value::deserialize(d)?)?
+        .ok_or_else(|| serde::de::Error::invalid_type(Unexpected::Unit, &OBJECT))
+}
+
+/// [`object`] for an optional field: `null` is `None`.
+pub fn optional_object<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    if !d.is_human_readable() {
+        return Option::<T>::deserialize(d);
+    }
+    json_object(serde_json::Value::deserialize(d)?)
+}
+
+/// `T` from a JSON object; `None` from `null`; anything else refused.
+fn json_object<'de, T: Deserialize<'de>, E: serde::de::Error>(
+    v: serde_json::Value,
+) -> Result<Option<T>, E> {
+    use serde_json::Value;
+    let unexpected = match v {
+        Value::Null => return Ok(None),
+        Value::Object(map) => {
+            return T::deserialize(Value::Object(map))
+                .map(Some)
+                .map_err(E::custom)
+        }
+        Value::Array(_) => Unexpected::Seq,
+        Value::Bool(b) => Unexpected::Bool(b),
+        Value::Number(_) => Unexpected::Other("number"),
+        Value::String(_) => Unexpected::Other("string"),
+    };
+    Err(E::invalid_type(unexpected, &OBJECT))
+}
+
+const OBJECT: &str = "a JSON object";
 
 fn bad(msg: impl Into<String>) -> QueueError {
     QueueError::Invalid(msg.into())
@@ -599,6 +660,56 @@ mod tests {
         assert!(serde_json::from_str::<EventPatch>(r#"{"end": {"reason": "closed"}}"#).is_err());
         assert!(serde_json::from_str::<EventPatch>(r#"{"announcement": null}"#).is_err());
         assert!(serde_json::from_str::<EventPatch>(r#"{"rate_limits": {"joins": 3}}"#).is_err());
+        // Nested settings are objects: serde would read an array field by field (`[7, 3]`
+        // as both limits), and an empty one as "nothing set", which clears the setting.
+        for bad in [
+            r#"{"rate_limits": [7, 3]}"#,
+            r#"{"rate_limits": []}"#,
+            r#"{"title": ["x"]}"#,
+            r#"{"headline": ["ko", "en"]}"#,
+            r#"{"note": []}"#,
+            r#"{"turn_message": "x"}"#,
+            r#"{"note": 3}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<EventPatch>(bad).is_err(),
+                "{bad} read"
+            );
+        }
+        let p = patch(r#"{"rate_limits": {"joins_per_minute": 7}, "note": null}"#);
+        assert_eq!(p.note, Some(None), "null still clears");
+        assert_eq!(
+            p.rate_limits,
+            Some(Some(RateLimits {
+                joins_per_minute: Some(7),
+                polls_per_second: None
+            }))
+        );
+        // A format that is not human-readable (postcard) reads a nested struct as it is.
+        #[derive(Debug, PartialEq, Serialize, Deserialize)]
+        struct Inner {
+            a: u32,
+            b: Option<String>,
+        }
+        #[derive(Debug, PartialEq, Serialize, Deserialize)]
+        struct Outer {
+            #[serde(deserialize_with = "object")]
+            one: Inner,
+            #[serde(deserialize_with = "optional_object")]
+            two: Option<Inner>,
+        }
+        let o = Outer {
+            one: Inner { a: 4, b: None },
+            two: Some(Inner {
+                a: 5,
+                b: Some("x".into()),
+            }),
+        };
+        let bytes = postcard::to_stdvec(&o).unwrap();
+        assert_eq!(postcard::from_bytes::<Outer>(&bytes).unwrap(), o);
+        let json = serde_json::to_string(&o).unwrap();
+        assert_eq!(serde_json::from_str::<Outer>(&json).unwrap(), o);
+        assert!(serde_json::from_str::<Outer>(r#"{"one": [4, null], "two": null}"#).is_err());
         assert!(serde_json::from_str::<EventPatch>(r#"{"max_active": -3}"#).is_err());
         assert!(EventPatch::default().apply("bad id!", &base).is_err());
         assert!(EventPatch::default().apply(&"x".repeat(65), &base).is_err());

@@ -170,11 +170,30 @@ where
                 "expected a JSON body (application/json or text/plain)",
             ));
         }
-        let v = serde_json::from_slice(&bytes)
-            .map_err(|e| AppError::invalid(format!("invalid JSON body: {e}")))?;
+        let v = parse_naming_the_field(&bytes)?;
         object_only(&bytes)?;
         Ok(OptionalJson(Some(v)))
     }
+}
+
+/// `serde_json::from_slice`, with a refusal that starts with the field it is about
+/// (`title: invalid type: …`, as the settings' own checks name theirs); one that is about
+/// no field (the syntax, the body as a whole) says `invalid JSON body: …`.
+fn parse_naming_the_field<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, AppError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let v = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path.is_empty() || path == "." || inner.is_syntax() || inner.is_eof() {
+            AppError::invalid(format!("invalid JSON body: {inner}"))
+        } else {
+            AppError::invalid(format!("{path}: {inner}"))
+        }
+    })?;
+    // Trailing characters, as `from_slice` refuses them.
+    de.end()
+        .map_err(|e| AppError::invalid(format!("invalid JSON body: {e}")))?;
+    Ok(v)
 }
 
 /// The token of an `Authorization: Bearer …` header, if there is one. Other schemes are

@@ -24,6 +24,7 @@ use crate::core::{validate_event_id, Announcement, EndCause, EventPatch, SaleEnd
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AnnounceBody {
+    #[serde(deserialize_with = "crate::core::config::object")]
     pub message: Texts,
 }
 
@@ -32,7 +33,7 @@ pub struct AnnounceBody {
 #[serde(deny_unknown_fields)]
 pub struct EndBody {
     pub reason: EndCause,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::core::config::optional_object")]
     pub message: Option<Texts>,
 }
 
@@ -113,8 +114,13 @@ pub async fn end(
     AppJson(body): AppJson<EndBody>,
 ) -> AppResult<Json<SaleEnded>> {
     let id = event_id(path)?;
+    // Checked like an announcement's (API.md): given, it needs a text, so `{}` or blank
+    // texts are refused rather than read as "no message" on a call that cannot be undone.
     let message = match &body.message {
-        Some(m) => check_message("message", m)?,
+        Some(m) => Some(
+            check_message("message", m)?
+                .ok_or_else(|| AppError::invalid("message needs a text in ko or en"))?,
+        ),
         None => None,
     };
     let now = state.clock.now();

@@ -48,6 +48,7 @@ pub struct JoinBody {
     pub invite: Option<String>,
     /// The solution of a proof-of-work challenge, for events that ask one.
     #[schema(value_type = Option<Object>)]
+    #[serde(default, deserialize_with = "crate::core::config::optional_object")]
     pub pow: Option<PowSolution>,
 }
 
@@ -235,10 +236,14 @@ pub async fn heartbeat(
     WaitingToken(token): WaitingToken,
 ) -> AppResult<StatusCode> {
     let (event_id, key) = parse_polling(&state, &caller, &token).await?;
-    state
+    // After the end of the sale the place is gone: say why, as `status` does.
+    if let Err(e) = state
         .store
         .heartbeat(&event_id, key, state.clock.now())
-        .await?;
+        .await
+    {
+        return Err(super::lifecycle::explain(&state, &event_id, e.into()).await);
+    }
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -251,7 +256,10 @@ pub async fn enter(
 ) -> AppResult<Json<Entered>> {
     let (event_id, key) = parse_polling(&state, &caller, &token).await?;
     let now = state.clock.now();
-    let view = state.store.enter(&event_id, key, now).await?;
+    let view = match state.store.enter(&event_id, key, now).await {
+        Ok(v) => v,
+        Err(e) => return Err(super::lifecycle::explain(&state, &event_id, e.into()).await),
+    };
     let ends_at = view
         .session_ends_at
         .ok_or_else(|| AppError::Internal("an entered place has no session end".into()))?;
