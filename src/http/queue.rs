@@ -167,6 +167,12 @@ pub async fn join(
                 "user_id must be 1-{MAX_USER_ID_CHARS} characters"
             )));
         }
+        // It reaches the admin's queue list, history and CSV exports as it is.
+        if u.chars().any(char::is_control) {
+            return Err(AppError::invalid(
+                "user_id must not contain control characters",
+            ));
+        }
     }
     let metadata = match &body.metadata {
         None => None,
