@@ -348,6 +348,18 @@ async fn an_unknown_event_answers_a_404_page_to_browsers_and_json_to_others() {
         (st, &v["error"]["code"]),
         (StatusCode::NOT_FOUND, &json!("EVENT_NOT_FOUND"))
     );
+    // An address no event can have (a link broken on its way): the same page for a
+    // browser, with the id escaped; the API's 400 for others.
+    let r = page(&s, "/wait/a%20%3Cb%3E", "en").await;
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let html = r.text().await.unwrap();
+    assert!(html.contains("This event does not exist"), "{html}");
+    assert!(!html.contains("<b>"), "{html}");
+    let (st, v) = s.call(Method::GET, "/wait/a%20b", None, None).await;
+    assert_eq!(
+        (st, &v["error"]["code"]),
+        (StatusCode::BAD_REQUEST, &json!("INVALID_REQUEST"))
+    );
     let (st, _) = s
         .call(Method::GET, "/wait/nope/theme.css", None, None)
         .await;

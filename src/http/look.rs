@@ -260,8 +260,20 @@ pub async fn wait(
     uri: Uri,
     headers: HeaderMap,
 ) -> AppResult<Response> {
-    validate_event_id(&id)?;
     let lang = language(&uri, &headers);
+    if let Err(e) = validate_event_id(&id) {
+        // No event has such an id: a person who followed a broken link gets the page that
+        // leads back to the start, as for an unknown event; an API client the 400.
+        if wants_html(&headers) {
+            return Ok(html(
+                StatusCode::NOT_FOUND,
+                render_missing(&id, lang),
+                CSP,
+                &headers,
+            ));
+        }
+        return Err(e.into());
+    }
     let config = match state.events.config(&id, state.clock.now()).await {
         Ok(c) => Some(c),
         Err(e) => match AppError::from(e) {
