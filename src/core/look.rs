@@ -155,6 +155,14 @@ fn plain_host(u: &url::Url) -> bool {
     }
 }
 
+/// Whether `u` starts with `https://` and a host right after it. The parser is lenient
+/// with special schemes: it reads `https:///x.png`, `https:x.png` or `https:\\x.png` as
+/// the host `x.png`, which is not what was written.
+fn authority_follows(u: &str) -> bool {
+    u.strip_prefix("https://")
+        .is_some_and(|rest| !rest.starts_with(['/', '\\']))
+}
+
 fn logo(u: &str) -> Result<String, QueueError> {
     let refused = || {
         bad(format!(
@@ -179,7 +187,7 @@ fn logo(u: &str) -> Result<String, QueueError> {
         || !plain_host(&parsed)
         || !parsed.username().is_empty()
         || parsed.password().is_some()
-        || !u.starts_with("https://")
+        || !authority_follows(u)
     {
         return Err(refused());
     }
@@ -411,6 +419,31 @@ mod tests {
             let c = apply(&format!(r#"{{"logo_url": "{ok}"}}"#)).unwrap();
             assert!(logo_origin(c.look.logo_url.as_deref().unwrap()).is_some());
         }
+    }
+
+    /// The URL parser reads a missing or doubled `//` as if the host followed; such a URL
+    /// is refused rather than stored as another one.
+    #[test]
+    fn a_logo_url_is_stored_as_written() {
+        for bad in [
+            "https:///x.png",
+            "https:////cdn.example.com/x.png",
+            "https:cdn.example.com/x.png",
+            r"https:\\cdn.example.com/x.png",
+            r"https:/\\cdn.example.com/x.png",
+            "https://",
+        ] {
+            let json = serde_json::json!({ "logo_url": bad }).to_string();
+            match apply(&json) {
+                Err(QueueError::Invalid(m)) => assert!(m.starts_with("logo_url"), "{bad}: {m}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        let c = apply(r#"{"logo_url": "https://CDN.Example.COM/Logo.png"}"#).unwrap();
+        assert_eq!(
+            c.look.logo_url.as_deref(),
+            Some("https://cdn.example.com/Logo.png")
+        );
     }
 
     #[test]
