@@ -194,29 +194,29 @@ impl EventConfig {
 #[serde(deny_unknown_fields)]
 pub struct EventPatch {
     /// Accepted so a body may name its event; must match the path when given.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub event_id: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub name: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub max_active: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub overbooking_ratio: Option<f64>,
     #[serde(default, deserialize_with = "nullable")]
     pub admit_per_minute: Option<Option<u64>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub ready_ttl_sec: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub session_idle_sec: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub session_max_sec: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub waiting_idle_sec: Option<u64>,
     #[serde(default, deserialize_with = "nullable")]
     pub max_queue_length: Option<Option<u64>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub paused: Option<bool>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub accept_joins: Option<bool>,
     #[serde(default, deserialize_with = "nullable")]
     pub target_url: Option<Option<String>>,
@@ -224,11 +224,11 @@ pub struct EventPatch {
     pub user_token_secret: Option<Option<String>>,
     #[serde(default, deserialize_with = "nullable")]
     pub user_token_public_key: Option<Option<String>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub require_user_token: Option<bool>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub access: Option<Access>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub pow_difficulty: Option<u64>,
     #[serde(default, deserialize_with = "nullable")]
     pub pow_auto_above: Option<Option<u64>>,
@@ -237,7 +237,7 @@ pub struct EventPatch {
     /// RFC 3339; `null` clears it.
     #[serde(default, deserialize_with = "nullable")]
     pub opens_at: Option<Option<String>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub queueing_method: Option<QueueingMethod>,
     /// The event's secret if it needs one and has none yet; never read from a body. The
     /// admin API leaves it empty (a fresh random one is made); tests pass their own so that
@@ -260,23 +260,23 @@ pub struct EventPatch {
     #[serde(default, deserialize_with = "nullable")]
     pub stylesheet: Option<Option<String>>,
     // The gate rules, checked in `core::gate`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub paths: Option<Vec<String>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub hosts: Option<Vec<String>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub bypass_paths: Option<Vec<String>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub bypass_cidrs: Option<Vec<String>>,
     #[serde(default, deserialize_with = "nullable")]
     pub bypass_secret: Option<Option<String>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub hold_ttl_sec: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub max_holds_per_session: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub session_extend_sec: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub max_extensions: Option<u64>,
     /// RFC 3339; `null` clears it.
     #[serde(default, deserialize_with = "nullable")]
@@ -298,6 +298,17 @@ where
     T: Deserialize<'de>,
 {
     Option::<T>::deserialize(d).map(Some)
+}
+
+/// A field that may be left out but is never `null` (only the nullable fields clear with
+/// `null`): `Option`'s own reader would take `null` as "left out" and answer `200` for a
+/// value of the wrong type.
+fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
 }
 
 /// [`nullable`] for a nested object ([`optional_object`]).
@@ -673,6 +684,38 @@ mod tests {
         ] {
             assert!(
                 serde_json::from_str::<EventPatch>(bad).is_err(),
+                "{bad} read"
+            );
+        }
+        // `null` clears a nullable setting only; elsewhere it is a value of the wrong type,
+        // not "left out".
+        for field in [
+            "event_id",
+            "name",
+            "max_active",
+            "overbooking_ratio",
+            "ready_ttl_sec",
+            "session_idle_sec",
+            "session_max_sec",
+            "waiting_idle_sec",
+            "paused",
+            "accept_joins",
+            "require_user_token",
+            "access",
+            "pow_difficulty",
+            "queueing_method",
+            "paths",
+            "hosts",
+            "bypass_paths",
+            "bypass_cidrs",
+            "hold_ttl_sec",
+            "max_holds_per_session",
+            "session_extend_sec",
+            "max_extensions",
+        ] {
+            let bad = format!(r#"{{"{field}": null}}"#);
+            assert!(
+                serde_json::from_str::<EventPatch>(&bad).is_err(),
                 "{bad} read"
             );
         }
