@@ -228,6 +228,9 @@ const MAX_USER_TOKEN_LEN: usize = 4096;
 struct UserClaims {
     sub: String,
     exp: u64,
+    /// Not before (seconds), when the site sets it.
+    #[serde(default)]
+    nbf: Option<u64>,
 }
 
 /// Checks a user token signed by a booking site: HS256 with `secret` or EdDSA with the
@@ -273,6 +276,16 @@ pub fn verify_user_token(
         <= now
     {
         return Err(UserTokenError::Expired);
+    }
+    // Like `exp`, on our clock and with the same leeway for clocks that disagree.
+    if claims
+        .nbf
+        .is_some_and(|nbf| nbf.saturating_mul(1000) > now.saturating_add(USER_TOKEN_LEEWAY_MS))
+    {
+        return Err(Invalid("not valid yet (nbf)"));
+    }
+    if claims.sub.is_empty() {
+        return Err(Invalid("sub is empty"));
     }
     Ok(claims.sub)
 }

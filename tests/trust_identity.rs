@@ -315,6 +315,32 @@ async fn user_tokens_prove_the_user_and_nothing_else_does() {
     join(&app, json!({"event_id": "show", "user_token": no_sub}))
         .await
         .err(StatusCode::UNAUTHORIZED, "USER_TOKEN_INVALID");
+    // An empty `sub` names nobody; a token whose `nbf` is still ahead is not valid yet
+    // (the site minted it for later), measured on the server's clock like `exp`.
+    let signed = |claims: Value| {
+        jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .unwrap()
+    };
+    for claims in [
+        json!({"sub": "", "aud": "show", "exp": later / 1000}),
+        json!({"sub": "carol", "aud": "show", "exp": later / 1000, "nbf": (T0 + 600_000) / 1000}),
+    ] {
+        join(
+            &app,
+            json!({"event_id": "show", "user_token": signed(claims.clone())}),
+        )
+        .await
+        .err(StatusCode::UNAUTHORIZED, "USER_TOKEN_INVALID");
+    }
+    let now_valid =
+        signed(json!({"sub": "carol", "aud": "show", "exp": later / 1000, "nbf": T0 / 1000}));
+    join(&app, json!({"event_id": "show", "user_token": now_valid}))
+        .await
+        .ok();
     // A token for alice with a body naming bob is a contradiction.
     join(
         &app,
