@@ -37,6 +37,13 @@ pub struct EndBody {
     pub message: Option<Texts>,
 }
 
+/// A message that is given needs a text (the announcement's rule, which the end's message
+/// follows too: `{}` or blank texts are refused, not read as "no message").
+fn needed_message(m: &Texts) -> AppResult<Texts> {
+    check_message("message", m)?
+        .ok_or_else(|| AppError::invalid("message needs a text in ko or en"))
+}
+
 fn event_id(AppPath(id): AppPath<String>) -> AppResult<String> {
     validate_event_id(&id)?;
     Ok(id)
@@ -60,8 +67,7 @@ pub async fn announce(
     AppJson(body): AppJson<AnnounceBody>,
 ) -> AppResult<Json<Announced>> {
     let id = event_id(path)?;
-    let message = check_message("message", &body.message)?
-        .ok_or_else(|| AppError::invalid("message needs a text in ko or en"))?;
+    let message = needed_message(&body.message)?;
     let a = Announcement {
         message,
         at: state.clock.now(),
@@ -116,13 +122,7 @@ pub async fn end(
     let id = event_id(path)?;
     // Checked like an announcement's (API.md): given, it needs a text, so `{}` or blank
     // texts are refused rather than read as "no message" on a call that cannot be undone.
-    let message = match &body.message {
-        Some(m) => Some(
-            check_message("message", m)?
-                .ok_or_else(|| AppError::invalid("message needs a text in ko or en"))?,
-        ),
-        None => None,
-    };
+    let message = body.message.as_ref().map(needed_message).transpose()?;
     let now = state.clock.now();
     // Read before: once ended, the scheduler may remove the places at any moment.
     let waiting = state.store.get_event(&id, now).await?.figures.waiting;
