@@ -20,7 +20,15 @@ const ADMIN: &str = "gateway-admin-token-0123456789";
 /// messages on `/ws`.
 async fn origin() -> SocketAddr {
     async fn echo(uri: axum::http::Uri, h: HeaderMap) -> impl IntoResponse {
-        let get = |n: &str| h.get(n).and_then(|v| v.to_str().ok()).map(str::to_string);
+        // Every line of a header, so that a test sees a line passed on beside another.
+        let get = |n: &str| {
+            let lines: Vec<&str> = h
+                .get_all(n)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .collect();
+            (!lines.is_empty()).then(|| lines.join(" | "))
+        };
         axum::Json(json!({
             "origin": true,
             "path": uri.path(),
@@ -375,6 +383,57 @@ async fn forged_and_expired_cookies_are_refused() {
     assert_ne!(late.cookie("waitroom_shop"), Some(token));
 }
 
+/// A trusted proxy that adds its hop as a line of its own (HAProxy's `option forwardfor`)
+/// after the line a client invented: the origin must get the whole chain, the real client
+/// included, or the invention becomes the nearest untrusted hop and the origin's own
+/// per-address rules see the address the client chose. Of `X-Forwarded-Proto` only the
+/// proxy's line, the last, counts and goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trusted_proxys_own_header_line_is_kept_in_the_chain() {
+    let o = origin().await;
+    let w = waitroom(Some(o), Some("127.0.0.1")).await;
+    event(&w, "shop", gated("shop", json!({"max_active": 5}))).await;
+    let url = |p: &str| format!("http://{}{p}", w.addr);
+    let lines = [
+        ("x-forwarded-for", "6.6.6.6"),
+        ("x-forwarded-for", "5.5.5.5"),
+        ("forwarded", "for=6.6.6.6;proto=https"),
+        ("forwarded", "for=5.5.5.5;proto=http"),
+        ("x-forwarded-proto", "https"),
+        ("x-forwarded-proto", "http"),
+    ];
+    let seen = Person::default().get(&url("/pub"), &lines).await.json();
+    assert_eq!(seen["xff"], "6.6.6.6, 5.5.5.5, 127.0.0.1");
+    assert_eq!(seen["proto"], "http", "one line, the proxy's");
+    let forwarded = seen["forwarded"].as_str().unwrap();
+    assert!(
+        forwarded.starts_with("for=6.6.6.6;proto=https, for=5.5.5.5;proto=http, for=127.0.0.1;"),
+        "{forwarded}"
+    );
+    assert!(forwarded.ends_with(";proto=http"), "{forwarded}");
+    // The session cookie follows the proxy's line too: not `Secure` over http…
+    let mut a = Person::default();
+    let r = a.get(&url("/checkout"), &lines).await;
+    assert!(r.is_origin(), "{} {}", r.status, r.text);
+    let set = r.headers["set-cookie"].to_str().unwrap();
+    assert!(!set.contains("Secure"), "{set}");
+    // …and `Secure` when the proxy says https after a client's http.
+    let mut b = Person::default();
+    let r = b
+        .get(
+            &url("/checkout"),
+            &[
+                ("x-forwarded-proto", "http"),
+                ("x-forwarded-proto", "https"),
+            ],
+        )
+        .await;
+    assert!(r.is_origin(), "{} {}", r.status, r.text);
+    assert_eq!(r.json()["proto"], "https");
+    let set = r.headers["set-cookie"].to_str().unwrap();
+    assert!(set.contains("Secure"), "{set}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_session_frees_its_slot_and_use_renews_it() {
     let o = origin().await;
@@ -533,6 +592,18 @@ async fn the_gate_endpoint_answers_auth_request() {
     // Ungated URLs pass; gated ones without a session are sent to the waiting room with
     // their return path; only same-site paths come back (an open redirect is an attack).
     assert_eq!(ask("/about", None, None).await.status(), 204);
+    // An nginx that forgot to pass the URI is refused, not let through as `/` (fail
+    // closed): with or without the event named.
+    for q in [&[][..], &[("event_id", "shop")][..]] {
+        let r = client().get(&gate).query(q).send().await.unwrap();
+        assert_eq!(r.status(), 400);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "INVALID_REQUEST");
+        assert!(body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("X-Original-URI"));
+    }
     let r = ask("/checkout?seat=1", None, None).await;
     assert_eq!(r.status(), 401);
     assert_eq!(

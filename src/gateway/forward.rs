@@ -35,7 +35,21 @@ enum Kind {
 }
 
 fn kind(n: &HeaderName) -> Kind {
-    match n.as_str() {
+    let name = n.as_str();
+    match named_kind(name) {
+        // CGI, PHP, WSGI and Rack origins read `X_Waitroom_User` as `HTTP_X_WAITROOM_USER`,
+        // the name of the header waitroom vouches for: a spelling with `_` of one of these
+        // names never goes on, from anyone. Only names with `_` pay for the second look.
+        Kind::Other if name.contains('_') => match named_kind(&name.replace('_', "-")) {
+            Kind::Other => Kind::Other,
+            _ => Kind::Own,
+        },
+        k => k,
+    }
+}
+
+fn named_kind(name: &str) -> Kind {
+    match name {
         "connection"
         | "keep-alive"
         | "proxy-connection"
@@ -195,6 +209,18 @@ impl Forwarding {
     }
 }
 
+/// Appends every line of header `name` to `buf`, in order, as one comma-separated list
+/// (RFC 9110 §5.3: lines of a list header are one list), each followed by `", "`. A proxy
+/// may add its hop as a line of its own after the client's: reading only the first line
+/// would drop that hop and leave the client's invention as the nearest one. A line that is
+/// not visible ASCII is skipped, as `Guard::client_ip` skips it when it reads the chain.
+fn push_lines(buf: &mut String, h: &HeaderMap, name: &HeaderName) {
+    for line in h.get_all(name).iter().filter_map(|v| v.to_str().ok()) {
+        buf.push_str(line);
+        buf.push_str(", ");
+    }
+}
+
 /// `X-Forwarded-For` and `Forwarded` for a request from `ip` (canonical), each extending
 /// the chain the request carries when `trusted`; `proto` is the protocol the request came
 /// by. One buffer for both, each part written into it in place (the value copies it
@@ -207,22 +233,14 @@ fn forwarding_values(
     proto: &str,
 ) -> (Option<HeaderValue>, Option<HeaderValue>) {
     let mut buf = String::with_capacity(96);
-    let chain = if trusted {
-        h.get(X_FORWARDED_FOR)
-    } else {
-        None
-    };
-    if let Some(chain) = chain.and_then(|v| v.to_str().ok()) {
-        buf.push_str(chain);
-        buf.push_str(", ");
+    if trusted {
+        push_lines(&mut buf, h, &X_FORWARDED_FOR);
     }
     push_ip(&mut buf, ip);
     let x_forwarded_for = value_of(&buf);
     buf.clear();
-    let chain = if trusted { h.get(FORWARDED) } else { None };
-    if let Some(chain) = chain.and_then(|v| v.to_str().ok()) {
-        buf.push_str(chain);
-        buf.push_str(", ");
+    if trusted {
+        push_lines(&mut buf, h, &FORWARDED);
     }
     buf.push_str(if ip.is_ipv4() { "for=" } else { "for=\"[" });
     push_ip(&mut buf, ip);
@@ -254,16 +272,21 @@ pub fn request_headers(
     let peer = peer.map(crate::config::guard::canonical);
     // From anyone but a trusted proxy the forwarding headers are gone now: not looked up
     // (each lookup of a name of our own hashes it, ~150 instructions).
+    // Of several lines, the last is the nearest proxy's (as with the chains), and only it
+    // goes on: the origin must not read a line the client wrote before it.
     let sent_proto = if trusted {
-        h.get(X_FORWARDED_PROTO)
+        crate::http::gate::last_line(h, &X_FORWARDED_PROTO).cloned()
     } else {
         None
     };
-    let (proto, add_proto) = match sent_proto {
+    let (proto, add_proto) = match &sent_proto {
         None => ("http", true),
         Some(p) if p.as_bytes().trim_ascii().eq_ignore_ascii_case(b"https") => ("https", false),
         Some(_) => ("http", false),
     };
+    if let Some(p) = sent_proto.filter(|_| h.get_all(X_FORWARDED_PROTO).iter().nth(1).is_some()) {
+        h.insert(X_FORWARDED_PROTO, p);
+    }
     let (x_forwarded_for, forwarded) = match (peer, kept) {
         (None, _) => (None, None),
         // Only from an untrusted peer: a trusted proxy's chains differ per request.
@@ -374,6 +397,41 @@ mod tests {
         ] {
             let n = HeaderName::from_static(n);
             assert!(kind(&n) == Kind::Other, "{n}");
+        }
+    }
+
+    /// A name that CGI-style origins read as one of ours (`_` for `-`) is dropped, whoever
+    /// sends it; other names with `_` are not.
+    #[test]
+    fn underscore_spellings_of_our_names_never_go_on() {
+        for trusted in [false, true] {
+            let mut h = headers(&[
+                ("x_waitroom_user", "admin"),
+                ("x-waitroom_session", "forged"),
+                ("x_forwarded_for", "6.6.6.6"),
+                ("transfer_encoding", "chunked"),
+                ("x_custom_thing", "kept"),
+            ]);
+            request_headers(
+                &mut h,
+                Some("10.0.0.5".parse().unwrap()),
+                trusted,
+                None,
+                None,
+                None,
+            );
+            for gone in [
+                "x_waitroom_user",
+                "x-waitroom_session",
+                "x_forwarded_for",
+                "transfer_encoding",
+            ] {
+                assert!(
+                    !h.contains_key(gone),
+                    "{gone} forwarded (trusted: {trusted})"
+                );
+            }
+            assert_eq!(h["x_custom_thing"], "kept");
         }
     }
 

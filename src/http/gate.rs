@@ -170,13 +170,18 @@ pub fn set_cookie(event_id: &str, token: Option<&str>, secure: bool) -> HeaderVa
 }
 
 /// Whether the client reached us over https: cookies are then `Secure`. Only a trusted
-/// proxy's `X-Forwarded-Proto` is believed (`trusted_proxies`).
+/// proxy's `X-Forwarded-Proto` is believed (`trusted_proxies`), and of several lines its
+/// own, the last (the client may have sent one before it).
 pub fn is_https(guard: &Guard, peer: Option<IpAddr>, headers: &HeaderMap) -> bool {
     peer.is_some_and(|p| guard.is_trusted_proxy(p))
-        && headers
-            .get("x-forwarded-proto")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.trim().eq_ignore_ascii_case("https"))
+        && last_line(headers, &HeaderName::from_static("x-forwarded-proto"))
+            .is_some_and(|v| v.as_bytes().trim_ascii().eq_ignore_ascii_case(b"https"))
+}
+
+/// The last line of header `name`: the one the nearest proxy added, where a proxy adds a
+/// line of its own rather than extending the client's.
+pub fn last_line<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a HeaderValue> {
+    headers.get_all(name).iter().next_back()
 }
 
 /// Whether the client asked for JSON rather than a page.
@@ -410,10 +415,19 @@ pub async fn gate(
     super::extract::AppQuery(q): super::extract::AppQuery<GateQuery>,
     headers: HeaderMap,
 ) -> AppResult<Response> {
+    // Without the URI the gate cannot tell what is asked for. Reading it as `/` would pass
+    // every gated URL of an nginx that forgot the header (fail open); a 400 makes
+    // nginx answer 500 instead, so the mistake shows at once and protects meanwhile.
     let uri = headers
         .get(X_ORIGINAL_URI)
         .and_then(|v| v.to_str().ok())
-        .unwrap_or("/");
+        .ok_or_else(|| {
+            AppError::InvalidRequest(
+                "X-Original-URI is missing or not text: nginx must pass the request's URI \
+                 (proxy_set_header X-Original-URI $request_uri)"
+                    .into(),
+            )
+        })?;
     let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
     let gate = match q.event_id.as_deref() {
         Some(e) => {

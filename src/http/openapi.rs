@@ -493,6 +493,7 @@ fn gate_queue_page() {}
     params(("event_id" = Option<String>, Query, description = "The event (else the one whose `paths` match `X-Original-URI`)")),
     responses(
         (status = 204, description = "An admitted session (the cookie or a Bearer access token); renewed"),
+        (status = 400, description = "INVALID_REQUEST: no `X-Original-URI` (the gate fails closed)", body = ErrorBody),
         (status = 401, description = "ACCESS_DENIED, with `X-Waitroom-Redirect: <waiting room URL with the return path>`", body = ErrorBody),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn gate() {}
