@@ -394,11 +394,31 @@ async fn closes_at_is_checked_and_ends_the_sale_on_time() {
         public["ended"],
         json!({"reason": "closed", "message": null, "at": "2023-11-14T22:13:30Z"})
     );
-    // Cleared, joins are taken again.
-    let (_, put) = app
-        .admin(Method::PUT, "/events/ev", Some(json!({"closes_at": null})))
-        .await;
-    assert_eq!(put["closes_at"], Value::Null);
+    // Cleared, joins are taken again: once the sweep has removed the places the close
+    // ended (until then the change is refused, so that none of them waits again).
+    let mut put = Value::Null;
+    for _ in 0..400 {
+        let (s, body) = app
+            .admin(Method::PUT, "/events/ev", Some(json!({"closes_at": null})))
+            .await;
+        if s == StatusCode::OK {
+            put = body;
+            break;
+        }
+        assert_err(
+            &(s, body.clone()),
+            StatusCode::BAD_REQUEST,
+            "INVALID_REQUEST",
+        );
+        assert!(body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("closes_at"));
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(put["closes_at"], Value::Null, "never reopened");
+    let gone = app.status(&w["waiting_token"]).await;
+    assert_err(&gone, StatusCode::NOT_FOUND, "TOKEN_NOT_FOUND");
     assert_eq!(app.join("ev").await.0, StatusCode::OK);
 }
 

@@ -99,6 +99,26 @@ pub fn sale_ended<'a>(
     })
 }
 
+/// Refuses settings that would reopen a sale while places it ended are still waiting to be
+/// removed (the sweep takes [`END_BATCH`] a tick): reopened, those places would be
+/// waiting again, though each was already told the sale is over. Once the sweep is done
+/// nobody is waiting, and `closes_at` may move later or be cleared.
+pub fn reopen_allowed(
+    old: Option<Ended<'_>>,
+    new: Option<Ended<'_>>,
+    waiting: u64,
+) -> Result<(), QueueError> {
+    if waiting > 0 && old.is_some() && new.is_none() {
+        Err(QueueError::Invalid(REOPEN_LOCKED.into()))
+    } else {
+        Ok(())
+    }
+}
+
+/// Why a reopening was refused.
+pub const REOPEN_LOCKED: &str =
+    "closes_at cannot move past now or be cleared yet: the places the closed sale ended are still being removed (500 every few milliseconds); they stay ended, so try again in a few seconds";
+
 /// Checks an announcement or end message: at most [`MAX_MESSAGE_CHARS`] per language, no
 /// control characters but line breaks. Empty languages count as absent; `None` when neither
 /// is left.
@@ -160,6 +180,18 @@ mod tests {
             EndCause::SoldOut
         );
         assert_eq!(sale_ended(None, None, u64::MAX), None);
+    }
+
+    #[test]
+    fn a_sale_reopens_only_once_its_places_are_gone() {
+        let closed = sale_ended(None, Some(10), 10);
+        let open = sale_ended(None, None, 10);
+        assert!(reopen_allowed(closed, open, 1).is_err());
+        assert!(reopen_allowed(closed, sale_ended(None, Some(11), 10), 3).is_err());
+        assert!(reopen_allowed(closed, open, 0).is_ok());
+        assert!(reopen_allowed(closed, sale_ended(None, Some(5), 10), 3).is_ok());
+        assert!(reopen_allowed(open, open, 3).is_ok());
+        assert!(reopen_allowed(open, closed, 3).is_ok());
     }
 
     #[test]

@@ -121,9 +121,15 @@ impl EventQueue {
     /// Refuses settings whose `opens_at` would move a waiting place into or out of the
     /// pre-queue: with places waiting, `opens_at` may change only while both the old and
     /// the new time are ahead (a postponed or advanced opening), where every waiting place
-    /// joined before both.
+    /// joined before both. Also refuses reopening an ended sale while places it ended
+    /// still wait to be removed (`lifecycle::reopen_allowed`).
     pub fn check_config(&self, new: &EventConfig, now: Millis) -> Result<(), QueueError> {
-        schedule_change_allowed(self.config.opens_at, new.opens_at, self.waiting_len(), now)
+        schedule_change_allowed(self.config.opens_at, new.opens_at, self.waiting_len(), now)?;
+        crate::core::lifecycle::reopen_allowed(
+            self.config.sale_ended(now),
+            new.sale_ended(now),
+            self.waiting_len(),
+        )
     }
 
     /// The pre-queue's waiting places in join order, after `after`, at most `limit`.

@@ -1494,6 +1494,37 @@ pub async fn closes_at_ends_the_sale_on_time(store: Arc<dyn Store>) {
         store.enter("cat", a.key, closes).await.unwrap().status,
         PlaceState::Active
     );
+    // Reopened before the sweep removed the place, the place would be waiting again,
+    // though it was told the sale is over: refused until the sweep is done.
+    for reopen in [
+        serde_json::json!(null),
+        serde_json::json!(format_rfc3339(closes + 60 * S)),
+    ] {
+        let r = store
+            .update_event(
+                "cat",
+                &patch(serde_json::json!({"closes_at": reopen})),
+                closes,
+            )
+            .await;
+        assert!(
+            matches!(&r, Err(StoreError::Queue(QueueError::Invalid(m))) if m.contains("closes_at")),
+            "{r:?}"
+        );
+    }
+    assert_eq!(
+        queue_err(store.status("cat", w.key, closes).await),
+        QueueError::TokenNotFound
+    );
+    // Other settings of the closed sale still change.
+    store
+        .update_event(
+            "cat",
+            &patch(serde_json::json!({"name": "Cat, closed"})),
+            closes,
+        )
+        .await
+        .unwrap();
     assert_eq!(tick_out(&store, "cat", closes).await, 1);
     assert_eq!(
         store

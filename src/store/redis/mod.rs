@@ -79,7 +79,7 @@ use crate::core::{
 };
 use crate::telemetry;
 use decode::{array, field, int, queue_error, text, uint, unexpected, Malformed, Reply};
-use script::{CONFLICT, KEYS, LEASED, OK, SCHEDULE_LOCKED};
+use script::{CONFLICT, KEYS, LEASED, OK, REOPEN_LOCKED, SCHEDULE_LOCKED};
 
 /// How long a connection attempt may take before it counts as failed.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -581,6 +581,11 @@ impl Inner {
                 SCHEDULE_LOCKED => {
                     return Err(
                         QueueError::Invalid(crate::core::queue::SCHEDULE_LOCKED.into()).into(),
+                    )
+                }
+                REOPEN_LOCKED => {
+                    return Err(
+                        QueueError::Invalid(crate::core::lifecycle::REOPEN_LOCKED.into()).into(),
                     )
                 }
                 other => return Err(unexpected(other)),

@@ -106,6 +106,9 @@ pub(super) const LEASED: &[u8] = b"LEASED";
 /// `put`: the change of `opens_at` would move waiting places into or out of the pre-queue
 /// ([`crate::core::queue::SCHEDULE_LOCKED`]).
 pub(super) const SCHEDULE_LOCKED: &[u8] = b"SCHEDULE_LOCKED";
+/// `put`: the change would reopen a sale while places it ended are still waiting to be
+/// removed ([`crate::core::lifecycle::REOPEN_LOCKED`]).
+pub(super) const REOPEN_LOCKED: &[u8] = b"REOPEN_LOCKED";
 
 /// The generated prelude: the shared facts as Lua locals.
 fn prelude() -> String {
@@ -240,8 +243,8 @@ mod tests {
             );
         }
         for code in &codes {
-            let internal =
-                [OK, CONFLICT, LEASED, SCHEDULE_LOCKED, FAILED].contains(&code.as_bytes());
+            let internal = [OK, CONFLICT, LEASED, SCHEDULE_LOCKED, REOPEN_LOCKED, FAILED]
+                .contains(&code.as_bytes());
             assert!(
                 internal || QueueError::from_code(code).is_some(),
                 "the Lua scripts can answer {code:?}, which the Rust side does not know"

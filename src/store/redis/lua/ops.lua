@@ -24,6 +24,12 @@ local function op_put()
       and not (M.opens > 0 and NOW < M.opens and opens > 0 and NOW < opens) then
     return finish('SCHEDULE_LOCKED')
   end
+  -- lifecycle.rs `reopen_allowed`: an ended sale reopens only once its places are gone.
+  local closes, ended = tonumber(ARGV[19]), tonumber(ARGV[20])
+  if exists and N_W > 0 and sale_ended()
+      and not (ended == 1 or (closes > 0 and NOW >= closes)) then
+    return finish('REOPEN_LOCKED')
+  end
   if exists then
     -- What fell due under the old settings ends under them.
     advance()
@@ -39,8 +45,8 @@ local function op_put()
   set('opens', opens)
   set('method', tonumber(ARGV[16]))
   if ARGV[17] ~= '' then rcall('HSET', K_META, 'sseed', ARGV[17], 'lkey', ARGV[18]) end
-  set('closes', tonumber(ARGV[19]))
-  set('ended', tonumber(ARGV[20]))
+  set('closes', closes)
+  set('ended', ended)
   -- Deadlines are measured with the new settings: sweep and recompute nd now.
   set('nd', 0)
   expire_due()
