@@ -174,12 +174,37 @@ impl Default for EventConfig {
     }
 }
 
+/// floor(`m` × `r`), with `r` read as the shortest decimal that is this `f64` (what a JSON
+/// `1.15` was written as; Rust's `Display` writes it, never in exponent form), in integers.
+fn decimal_product_floor(m: u32, r: f64) -> u64 {
+    let text = r.to_string();
+    let (whole, frac) = text.split_once('.').unwrap_or((&text, ""));
+    // A ratio in [1, 10] has at most 17 significant digits: within u128 times m.
+    let digits: u128 = format!("{whole}{frac}").parse().unwrap_or(0);
+    let scale = 10u128.pow(u32::try_from(frac.len()).unwrap_or(0));
+    u64::try_from(u128::from(m) * digits / scale).unwrap_or(u64::MAX)
+}
+
 impl EventConfig {
     /// floor(`max_active` × `overbooking_ratio`): admitted + active never exceed it.
     pub fn capacity(&self) -> u64 {
-        let c = (f64::from(self.max_active) * self.overbooking_ratio).floor();
+        let m = self.max_active;
+        let r = self.overbooking_ratio;
+        let p = f64::from(m) * r;
+        let f = p.floor();
         // The ratio is validated into [1, 10], so this is within u64 and ≥ max_active.
-        c.max(1.0) as u64
+        // The product in floating point is off by under 1e-4 (m < 2^32, r ≤ 10: the
+        // ratio's own rounding times m, plus the product's), so its floor is the floor of
+        // the exact product unless it lies that close to an integer: 100 × 1.15 is
+        // 114.99999999999999. Then (and for a whole ratio) the ratio is taken as the
+        // decimal it was written as.
+        if r == 1.0 {
+            u64::from(m.max(1))
+        } else if p - f < 1e-4 || f + 1.0 - p < 1e-4 {
+            decimal_product_floor(m, r).max(1)
+        } else {
+            (f as u64).max(1)
+        }
     }
 
     /// Whether the sale ended by `now` (`core::lifecycle`).
@@ -787,5 +812,44 @@ mod tests {
             ..EventConfig::default()
         };
         assert_eq!(c.capacity(), 12);
+    }
+
+    /// The product is exact for the ratio as written: in floating point 100 × 1.15 is
+    /// 114.99999999999999, whose floor would lose a slot.
+    #[test]
+    fn capacity_is_exact_for_the_written_ratio() {
+        let cap = |max_active, overbooking_ratio| {
+            EventConfig {
+                max_active,
+                overbooking_ratio,
+                ..EventConfig::default()
+            }
+            .capacity()
+        };
+        for (m, r, want) in [
+            (100, 1.15, 115),
+            (100, 1.13, 113),
+            (1000, 1.001, 1001),
+            (100, 2.3, 230),
+            (50, 1.14, 57),
+            (3, 1.5, 4),
+            (7, 1.0, 7),
+            (1, 1.0, 1),
+            (u32::MAX, 10.0, 42_949_672_950),
+            (u32::MAX, 1.1, 4_724_464_024),
+            (10, 1.0999, 10),
+            (123_456, 1.234_567, 152_414),
+        ] {
+            assert_eq!(cap(m, r), want, "{m} × {r}");
+        }
+        // Against the exact product of many written ratios.
+        for m in [1u32, 7, 50, 100, 999, 1000, 12_345, 4_000_000_000] {
+            for hundredths in 100..=1000u64 {
+                let r: f64 = format!("{}.{:02}", hundredths / 100, hundredths % 100)
+                    .parse()
+                    .unwrap();
+                assert_eq!(cap(m, r), u64::from(m) * hundredths / 100, "{m} × {r}");
+            }
+        }
     }
 }
