@@ -169,3 +169,27 @@ async fn schedule_settings_are_checked_and_reject_says_when_to_come_back() {
         .await;
     assert_eq!(st, StatusCode::UNAUTHORIZED);
 }
+
+/// A second opening of the same event: its pre-queue's order must not follow from the
+/// seed the first opening published (else a bot joins many times and keeps the place with
+/// the smallest key), so its commitment is of a new seed.
+#[tokio::test]
+async fn a_second_opening_commits_to_a_new_seed() {
+    let s = TestServer::start().await;
+    s.put_event("again", json!({"opens_at": "2020-01-01T00:00:00Z"}))
+        .await;
+    let published = info(&s, "again").await["shuffle_seed"]
+        .as_str()
+        .expect("the first opening's seed")
+        .to_string();
+    s.put_event("again", json!({"opens_at": from_now_ms(3_600_000)}))
+        .await;
+    let next = info(&s, "again").await;
+    let commitment = next["shuffle_commitment"].as_str().expect("a commitment");
+    assert_ne!(
+        unhex(commitment),
+        Sha256::digest(unhex(&published)).to_vec(),
+        "the new pre-queue's seed is the one already published"
+    );
+    assert!(next.get("shuffle_seed").is_none(), "{next}");
+}

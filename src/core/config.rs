@@ -439,8 +439,13 @@ pub fn validate_event_id(id: &str) -> Result<(), QueueError> {
 
 impl EventPatch {
     /// Applies the patch on top of `base` (the stored config, or the defaults for a new
-    /// event) and validates the result as a whole.
-    pub fn apply(&self, event_id: &str, base: &EventConfig) -> Result<EventConfig, QueueError> {
+    /// event) at `now` and validates the result as a whole.
+    pub fn apply(
+        &self,
+        event_id: &str,
+        base: &EventConfig,
+        now: Millis,
+    ) -> Result<EventConfig, QueueError> {
         validate_event_id(event_id)?;
         if let Some(id) = &self.event_id {
             if id != event_id {
@@ -532,7 +537,7 @@ impl EventPatch {
             }
             c.rate_limits = r.filter(|r| *r != RateLimits::default()).map(Box::new);
         }
-        self.apply_schedule(&mut c)?;
+        self.apply_schedule(&mut c, now)?;
         if let Some(t) = &self.closes_at {
             c.closes_at = t
                 .as_deref()
@@ -572,7 +577,9 @@ impl EventPatch {
     }
 
     /// `opens_at` and `queueing_method`, and the secret they need.
-    fn apply_schedule(&self, c: &mut EventConfig) -> Result<(), QueueError> {
+    fn apply_schedule(&self, c: &mut EventConfig, now: Millis) -> Result<(), QueueError> {
+        let ahead = |t: Option<Millis>| t.is_some_and(|t| now < t);
+        let was_ahead = ahead(c.opens_at);
         if let Some(t) = &self.opens_at {
             c.opens_at = match t {
                 None => None,
@@ -587,7 +594,14 @@ impl EventPatch {
             c.queueing_method = m;
         }
         let needs = c.opens_at.is_some() || c.queueing_method == QueueingMethod::Random;
-        if needs && c.event_secret.is_none() {
+        // A new pre-queue (an opening ahead where none was) gets a new secret: the old one's
+        // seed may be published already (an earlier opening reached), and with it every
+        // key of the new pre-queue could be computed before joining, so a bot could keep
+        // the place that will come first. Only with nobody waiting: otherwise such a change
+        // is refused (`schedule_change_allowed`), and a postponed opening keeps its
+        // commitment.
+        let new_prequeue = ahead(c.opens_at) && !was_ahead;
+        if (needs && c.event_secret.is_none()) || (new_prequeue && c.event_secret.is_some()) {
             c.event_secret = Some(
                 self.fresh_secret
                     .map_or_else(EventSecret::random, EventSecret),
@@ -651,10 +665,10 @@ mod tests {
             admit_per_minute: Some(10),
             ..EventConfig::default()
         };
-        let kept = patch("{}").apply("e", &base).unwrap();
+        let kept = patch("{}").apply("e", &base, 0).unwrap();
         assert_eq!(kept.admit_per_minute, Some(10));
         let cleared = patch(r#"{"admit_per_minute": null}"#)
-            .apply("e", &base)
+            .apply("e", &base, 0)
             .unwrap();
         assert_eq!(cleared.admit_per_minute, None);
     }
@@ -688,7 +702,7 @@ mod tests {
             r#"{"closes_at": 1795395600}"#,
         ] {
             let refused = serde_json::from_str::<EventPatch>(bad)
-                .map_or(true, |p| p.apply("e", &base).is_err());
+                .map_or(true, |p| p.apply("e", &base, 0).is_err());
             assert!(refused, "{bad} accepted");
         }
         assert!(serde_json::from_str::<EventPatch>(r#"{"max_activ": 3}"#).is_err());
@@ -779,29 +793,59 @@ mod tests {
         assert_eq!(serde_json::from_str::<Outer>(&json).unwrap(), o);
         assert!(serde_json::from_str::<Outer>(r#"{"one": [4, null], "two": null}"#).is_err());
         assert!(serde_json::from_str::<EventPatch>(r#"{"max_active": -3}"#).is_err());
-        assert!(EventPatch::default().apply("bad id!", &base).is_err());
-        assert!(EventPatch::default().apply(&"x".repeat(65), &base).is_err());
+        assert!(EventPatch::default().apply("bad id!", &base, 0).is_err());
+        assert!(EventPatch::default()
+            .apply(&"x".repeat(65), &base, 0)
+            .is_err());
     }
 
     #[test]
     fn a_schedule_gets_a_secret_that_stays() {
         let base = EventConfig::default();
         let plain = patch(r#"{"queueing_method": "reject"}"#)
-            .apply("e", &base)
+            .apply("e", &base, 0)
             .unwrap();
         assert_eq!(plain.event_secret, None, "no secret without a use for it");
         let mut p = patch(r#"{"opens_at": "2026-12-01T10:00:00+09:00"}"#);
         p.fresh_secret = Some([3; 32]);
-        let c = p.apply("e", &base).unwrap();
+        let c = p.apply("e", &base, 0).unwrap();
         assert_eq!(c.opens_at, Some(1_796_086_800_000));
         assert_eq!(c.event_secret, Some(EventSecret([3; 32])));
         let mut again = patch(r#"{"opens_at": null, "queueing_method": "random"}"#);
         again.fresh_secret = Some([4; 32]);
-        let c = again.apply("e", &c).unwrap();
+        let c = again.apply("e", &c, 0).unwrap();
         assert_eq!(c.opens_at, None);
         assert_eq!(c.event_secret, Some(EventSecret([3; 32])), "kept once made");
         let json = serde_json::to_string(&c).unwrap();
         assert_eq!(serde_json::from_str::<EventConfig>(&json).unwrap(), c);
+    }
+
+    /// A second opening must not reuse a secret whose seed the first one published; a
+    /// postponed opening keeps its secret (its commitment is out).
+    #[test]
+    fn a_new_prequeue_gets_a_new_secret() {
+        let opens = 1_796_086_800_000; // 2026-12-01T01:00:00Z
+        let mut first = patch(r#"{"opens_at": "2026-12-01T10:00:00+09:00"}"#);
+        first.fresh_secret = Some([3; 32]);
+        let c = first.apply("e", &EventConfig::default(), 0).unwrap();
+        let mut later = patch(r#"{"opens_at": "2026-12-02T10:00:00+09:00"}"#);
+        later.fresh_secret = Some([4; 32]);
+        // Postponed before the opening: kept.
+        let postponed = later.apply("e", &c, opens - 1).unwrap();
+        assert_eq!(postponed.event_secret, Some(EventSecret([3; 32])));
+        // After the opening (its seed published): a new one.
+        let again = later.apply("e", &c, opens).unwrap();
+        assert_eq!(again.event_secret, Some(EventSecret([4; 32])));
+        // Cleared after the opening, then set ahead again: a new one too.
+        let cleared = patch(r#"{"opens_at": null}"#)
+            .apply("e", &c, opens + 1)
+            .unwrap();
+        assert_eq!(cleared.event_secret, Some(EventSecret([3; 32])));
+        let again = later.apply("e", &cleared, opens + 1).unwrap();
+        assert_eq!(again.event_secret, Some(EventSecret([4; 32])));
+        // Other settings of an opened event leave it alone.
+        let renamed = patch(r#"{"name": "x"}"#).apply("e", &c, opens + 1).unwrap();
+        assert_eq!(renamed.event_secret, Some(EventSecret([3; 32])));
     }
 
     #[test]

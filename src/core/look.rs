@@ -288,7 +288,7 @@ mod tests {
     fn apply(json: &str) -> Result<EventConfig, QueueError> {
         serde_json::from_str::<EventPatch>(json)
             .map_err(|e| bad(e.to_string()))?
-            .apply("e", &EventConfig::default())
+            .apply("e", &EventConfig::default(), 0)
     }
 
     #[test]
@@ -320,7 +320,7 @@ mod tests {
         assert_eq!(back, c, "the look round-trips through the stored JSON");
         let cleared = serde_json::from_str::<EventPatch>(r#"{"title": null, "logo_url": null}"#)
             .unwrap()
-            .apply("e", &c)
+            .apply("e", &c, 0)
             .unwrap();
         assert_eq!(cleared.look.title, None);
         assert_eq!(cleared.look.logo_url, None);

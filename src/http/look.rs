@@ -428,7 +428,7 @@ mod tests {
     fn event(json: &str) -> EventConfig {
         serde_json::from_str::<EventPatch>(json)
             .unwrap()
-            .apply("fest", &EventConfig::default())
+            .apply("fest", &EventConfig::default(), 0)
             .unwrap()
     }
 

@@ -276,7 +276,7 @@ impl EmbeddedStore {
     ) -> StoreResult<EventConfig> {
         let config = self
             .run(slot, true, |q, fx| {
-                let config = patch.apply(event_id, q.config())?;
+                let config = patch.apply(event_id, q.config(), now)?;
                 q.check_config(&config, now)?;
                 q.set_config(config.clone(), now, fx);
                 Ok(config)
@@ -311,7 +311,7 @@ impl Store for EmbeddedStore {
         let slot = match existing {
             Some(s) => s,
             None => loop {
-                let config = patch.apply(event_id, &EventConfig::default())?;
+                let config = patch.apply(event_id, &EventConfig::default(), now)?;
                 // A deleted event of the same id whose keys are still being removed: its
                 // keys would be read back as the new event's (`journal/purge.rs`).
                 if let Some(j) = &self.journal {

@@ -519,7 +519,7 @@ impl Inner {
                 // and this refuses to retry it as a creation).
                 None => return Err(QueueError::EventNotFound.into()),
             };
-            let config = patch.apply(event_id, &base)?;
+            let config = patch.apply(event_id, &base, now)?;
             // The version the script must still find: 0 for "must not exist yet". Every
             // stored config has one of at least 1, so an update can never pass for a creation.
             let expected = match (&cfg, ver) {
