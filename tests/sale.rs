@@ -247,6 +247,16 @@ async fn announcements_are_checked_shown_to_pollers_cleared_and_audited() {
     assert!(st.get("announcement").is_none(), "{st}");
     let actions = audit_actions(&app).await;
     assert_eq!(actions, ["announce", "update", "announce", "create"]);
+    // Each announce entry says what it replaced: the clearing names the message it removed.
+    let (_, audit) = app.admin(Method::GET, "/audit", None).await;
+    assert_eq!(
+        audit[0]["changes"],
+        json!([{"field": "announcement", "old": want["message"], "new": null}])
+    );
+    assert_eq!(
+        audit[2]["changes"],
+        json!([{"field": "announcement", "old": null, "new": want["message"]}])
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -327,6 +337,23 @@ async fn the_end_call_closes_joins_and_places_with_a_reason() {
     let (_, admin) = app.admin(Method::GET, "/events/ev", None).await;
     assert_eq!(admin["ended"], want);
     assert_eq!(audit_actions(&app).await[0], "end");
+    let (_, audit) = app.admin(Method::GET, "/audit", None).await;
+    assert_eq!(
+        audit[0]["changes"],
+        json!([{"field": "ended", "old": null, "new": want}])
+    );
+    // Called again, the entry names the end it replaced.
+    let (s, again) = app
+        .admin(
+            Method::POST,
+            "/events/ev/end",
+            Some(json!({"reason": "cancelled"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{again}");
+    let (_, audit) = app.admin(Method::GET, "/audit", None).await;
+    assert_eq!(audit[0]["changes"][0]["old"], want);
+    assert_eq!(audit[0]["changes"][0]["new"]["reason"], "cancelled");
 
     // An event that has not ended answers the same codes without a reason.
     app.admin(

@@ -49,13 +49,19 @@ fn event_id(AppPath(id): AppPath<String>) -> AppResult<String> {
     Ok(id)
 }
 
-/// The audit's record of a message: the texts as posted.
-fn change(field: &str, new: &impl serde::Serialize) -> Vec<Change> {
+/// The audit's record of a change: what it replaced (read just before it) and what it set.
+fn change(field: &str, old: &impl serde::Serialize, new: &impl serde::Serialize) -> Vec<Change> {
     vec![Change {
         field: field.into(),
-        old: serde_json::Value::Null,
+        old: serde_json::to_value(old).unwrap_or_default(),
         new: serde_json::to_value(new).unwrap_or_default(),
     }]
+}
+
+/// The event's announcement as the audit records it (its message), before a change.
+async fn announced_before(state: &AppState, id: &str, now: u64) -> AppResult<Option<Texts>> {
+    let config = state.store.get_event(id, now).await?.config;
+    Ok(config.announcement.map(|a| a.message))
 }
 
 /// `POST /events/{event_id}/announcement`: posts the message to everyone waiting (live
@@ -72,13 +78,14 @@ pub async fn announce(
         message,
         at: state.clock.now(),
     };
+    let old = announced_before(&state, &id, a.at).await?;
     let patch = EventPatch {
         announcement: Some(Some(a.clone())),
         ..EventPatch::default()
     };
     state.store.update_event(&id, &patch, a.at).await?;
     let body = AnnouncementBody::new(&a);
-    let changes = change("announcement", &body.message);
+    let changes = change("announcement", &old, &body.message);
     records::audit(&state, &caller, Action::Announce, &id, changes, None).await;
     Ok(Json(Announced {
         event_id: id,
@@ -98,11 +105,10 @@ pub async fn clear_announcement(
         announcement: Some(None),
         ..EventPatch::default()
     };
-    state
-        .store
-        .update_event(&id, &patch, state.clock.now())
-        .await?;
-    let changes = change("announcement", &serde_json::Value::Null);
+    let now = state.clock.now();
+    let old = announced_before(&state, &id, now).await?;
+    state.store.update_event(&id, &patch, now).await?;
+    let changes = change("announcement", &old, &serde_json::Value::Null);
     records::audit(&state, &caller, Action::Announce, &id, changes, None).await;
     Ok(Json(Announced {
         event_id: id,
@@ -125,7 +131,9 @@ pub async fn end(
     let message = body.message.as_ref().map(needed_message).transpose()?;
     let now = state.clock.now();
     // Read before: once ended, the scheduler may remove the places at any moment.
-    let waiting = state.store.get_event(&id, now).await?.figures.waiting;
+    let before = state.store.get_event(&id, now).await?;
+    let waiting = before.figures.waiting;
+    let old = EndedBody::of(&before.config, now);
     let patch = EventPatch {
         end: Some(SaleEnd {
             reason: body.reason,
@@ -137,7 +145,7 @@ pub async fn end(
     let config = state.store.update_event(&id, &patch, now).await?;
     let ended = EndedBody::of(&config, now)
         .ok_or_else(|| AppError::Internal("an ended sale reads as running".into()))?;
-    let changes = change("ended", &ended);
+    let changes = change("ended", &old, &ended);
     records::audit(&state, &caller, Action::End, &id, changes, Some(waiting)).await;
     Ok(Json(SaleEnded {
         event_id: id,
