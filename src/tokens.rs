@@ -701,7 +701,9 @@ mod tests {
             let c = invite_code();
             assert_eq!(c.len(), 16);
             assert!(!c.starts_with(['-', '=', '+', '@']), "{c}");
-            assert!(c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+            assert!(c
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
         }
     }
 
