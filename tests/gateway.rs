@@ -37,6 +37,7 @@ async fn origin() -> SocketAddr {
             "bypass": get("x-waitroom-bypass"),
             "xff": get("x-forwarded-for"),
             "proto": get("x-forwarded-proto"),
+            "xfh": get("x-forwarded-host"),
             "forwarded": get("forwarded"),
         }))
     }
@@ -401,8 +402,11 @@ async fn a_trusted_proxys_own_header_line_is_kept_in_the_chain() {
         ("forwarded", "for=5.5.5.5;proto=http"),
         ("x-forwarded-proto", "https"),
         ("x-forwarded-proto", "http"),
+        ("x-forwarded-host", "evil.example"),
+        ("x-forwarded-host", "shop.example"),
     ];
     let seen = Person::default().get(&url("/pub"), &lines).await.json();
+    assert_eq!(seen["xfh"], "shop.example", "one line, the proxy's");
     assert_eq!(seen["xff"], "6.6.6.6, 5.5.5.5, 127.0.0.1");
     assert_eq!(seen["proto"], "http", "one line, the proxy's");
     let forwarded = seen["forwarded"].as_str().unwrap();

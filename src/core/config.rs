@@ -175,14 +175,21 @@ impl Default for EventConfig {
 }
 
 /// floor(`m` × `r`), with `r` read as the shortest decimal that is this `f64` (what a JSON
-/// `1.15` was written as; Rust's `Display` writes it, never in exponent form), in integers.
-fn decimal_product_floor(m: u32, r: f64) -> u64 {
-    let text = r.to_string();
-    let (whole, frac) = text.split_once('.').unwrap_or((&text, ""));
-    // A ratio in [1, 10] has at most 17 significant digits: within u128 times m.
-    let digits: u128 = format!("{whole}{frac}").parse().unwrap_or(0);
-    let scale = 10u128.pow(u32::try_from(frac.len()).unwrap_or(0));
-    u64::try_from(u128::from(m) * digits / scale).unwrap_or(u64::MAX)
+/// `1.15` was written as), in integers: the fewest fraction digits `k` whose
+/// `round(r × 10^k) / 10^k` is `r` again. Without allocating: `capacity` runs on every
+/// admission check. `None` past 15 digits (the product would not be exact in an `f64`).
+fn decimal_product_floor(m: u32, r: f64) -> Option<u64> {
+    let mut scale = 1.0_f64;
+    for _ in 0..=15 {
+        let digits = (r * scale).round();
+        if digits / scale == r {
+            // digits < 10^16 (r ≤ 10): exact in an f64 and, times m < 2^32, in a u128.
+            let floor = u128::from(m) * digits as u128 / scale as u128;
+            return u64::try_from(floor).ok();
+        }
+        scale *= 10.0;
+    }
+    None
 }
 
 impl EventConfig {
@@ -201,7 +208,7 @@ impl EventConfig {
         if r == 1.0 {
             u64::from(m.max(1))
         } else if p - f < 1e-4 || f + 1.0 - p < 1e-4 {
-            decimal_product_floor(m, r).max(1)
+            decimal_product_floor(m, r).unwrap_or(f as u64).max(1)
         } else {
             (f as u64).max(1)
         }

@@ -2,10 +2,10 @@
 //! `bypass_cidrs`, `bypass_secret`): the rules the gateway and `GET /api/v1/gate` apply,
 //! pure, with their checks.
 //!
-//! Matching errs on the side of the queue. A gated prefix matches the path as sent and the
-//! path as an origin would read it (percent-decoded, `.`/`..` and `//` resolved, trailing
-//! dots and spaces of a segment dropped, cut at a NUL), ignoring
-//! ASCII case (some origins do); a bypass prefix matches only a path that has nothing to
+//! Matching errs on the side of the queue. A gated prefix matches the path as sent, the
+//! path as an origin would read it (percent-decoded, `.`/`..` and `//` resolved) and, when
+//! it differs, as a Windows server or a C program would (each segment's trailing dots and
+//! spaces dropped, cut at a NUL), ignoring ASCII case (some origins do); a bypass prefix matches only a path that has nothing to
 //! resolve (no `%`, no dot segment, no empty segment), so `/static/../checkout` or
 //! `/static/%2e%2e/checkout` never slip past the queue through a bypass.
 
@@ -92,15 +92,14 @@ fn is_normal(path: &str) -> bool {
         let last = i == b.len();
         if !last {
             match b[i] {
-                b'%' | b'\\' | b';' | b'?' | b'#' | b' ' | 0 => return false,
+                b'%' | b'\\' | b';' | b'?' | b'#' => return false,
                 b'/' => {}
                 _ => continue,
             }
         }
         // Segments between the slashes; the last may be empty (a trailing `/`, kept).
         let seg = &b[start..i];
-        // A segment ending in `.` (`.` and `..` among them) is one that resolves.
-        if (seg.is_empty() && !last) || seg.last() == Some(&b'.') {
+        if (seg.is_empty() && !last) || seg == b"." || seg == b".." {
             return false;
         }
         start = i + 1;
@@ -111,22 +110,16 @@ fn is_normal(path: &str) -> bool {
 fn normalize_slow(raw: &str) -> String {
     let path = raw.split(['?', '#']).next().unwrap_or("");
     let decoded = percent_decode(path);
-    // Origins written in C read a path only up to a NUL (`/checkout%00.png`).
-    let decoded = decoded.split('\0').next().unwrap_or("");
     let mut out: Vec<&str> = Vec::new();
     // A backslash is a separator to some origins; Java servlet containers drop a segment's
-    // `;` parameters (`/checkout;jsessionid=1` is `/checkout`, `..;` is `..`); Windows
-    // servers drop a segment's trailing dots and spaces (`/checkout.` is `/checkout`).
+    // `;` parameters (`/checkout;jsessionid=1` is `/checkout`, `..;` is `..`).
     for seg in decoded.split(['/', '\\']).map(without_params) {
         match seg {
             "" | "." => {}
             ".." => {
                 out.pop();
             }
-            s => match s.trim_end_matches(['.', ' ']) {
-                "" => {}
-                t => out.push(t),
-            },
+            s => out.push(s),
         }
     }
     let mut s = String::with_capacity(decoded.len() + 1);
@@ -138,6 +131,47 @@ fn normalize_slow(raw: &str) -> String {
         s.push('/');
     }
     s
+}
+
+/// The path as a Windows server or a program written in C reads it, when that differs
+/// from [`normalize_path`]: percent-decoded and cut at the first NUL (`/checkout%00.png`),
+/// each segment without its trailing dots and spaces (`/checkout.`, `/checkout%20`; a
+/// segment that is then `.`, `..` or empty resolves as those), then resolved as in
+/// [`normalize_slow`]. `None` for a path with none of these (no `%`, space or NUL, no
+/// segment ending in `.` other than `.` and `..`): the usual path costs one walk.
+fn windows_form(raw: &str) -> Option<String> {
+    let path = raw.split(['?', '#']).next().unwrap_or("");
+    let trims = |seg: &str| seg != "." && seg != ".." && (seg.ends_with('.') || seg.ends_with(' '));
+    if !path.contains(['%', ' ', '\0']) && !path.split(['/', '\\']).map(without_params).any(trims) {
+        return None;
+    }
+    let decoded = percent_decode(path);
+    let decoded = decoded.split('\0').next().unwrap_or("");
+    let mut out: Vec<&str> = Vec::new();
+    for seg in decoded.split(['/', '\\']).map(without_params) {
+        let seg = seg.trim_end_matches(' ');
+        let seg = if seg == "." || seg == ".." {
+            seg
+        } else {
+            seg.trim_end_matches(['.', ' '])
+        };
+        match seg {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            s => out.push(s),
+        }
+    }
+    let mut s = String::with_capacity(decoded.len() + 1);
+    for seg in &out {
+        s.push('/');
+        s.push_str(seg);
+    }
+    if s.is_empty() || (decoded.ends_with('/') && !out.is_empty()) {
+        s.push('/');
+    }
+    Some(s)
 }
 
 fn percent_decode(s: &str) -> String {
@@ -196,10 +230,16 @@ impl GateRules {
         let norm = normalized(path);
         // A path that is its own normal form is matched once, not twice.
         let resolved = matches!(norm, std::borrow::Cow::Owned(_));
+        // A third reading only adds matches: each form is one some origin may use.
+        let windows = windows_form(path);
         self.paths
             .iter()
             .filter(|p| {
-                prefix_matches(p, path, true) || (resolved && prefix_matches(p, &norm, true))
+                prefix_matches(p, path, true)
+                    || (resolved && prefix_matches(p, &norm, true))
+                    || windows
+                        .as_deref()
+                        .is_some_and(|w| prefix_matches(p, w, true))
             })
             .map(String::len)
             .max()
@@ -383,6 +423,7 @@ mod tests {
             "/a\\..\\checkout",
             "/checkout;jsessionid=1",
             "/x/..;/checkout",
+            // As a Windows server or a C program reads them.
             "/checkout.",
             "/checkout..",
             "/checkout%20",
@@ -390,7 +431,12 @@ mod tests {
             "/checkout%2e",
             "/checkout%00",
             "/checkout%00.png",
-            "/x/.../../checkout",
+            "/x/..%20/checkout",
+            // Read as RFC 3986 does, whatever the other forms make of them.
+            "/x/../checkout/.../..",
+            "/x/../checkout/%20/..",
+            "/x/../checkout/./%2e%2e%2e/..",
+            "/%00/../checkout",
         ] {
             assert!(r.gates(None, p).is_some(), "{p} slipped through");
         }
@@ -400,7 +446,7 @@ mod tests {
     /// of up to six bytes over an alphabet of the bytes that matter.
     #[test]
     fn a_path_is_borrowed_only_when_it_is_already_normal() {
-        const ALPHABET: &[u8] = b"/a.%;\\?#2 \0";
+        const ALPHABET: &[u8] = b"/a.%;\\?#2";
         let mut borrowed = 0;
         let mut paths = vec![String::new()];
         for _ in 0..6 {
@@ -420,12 +466,15 @@ mod tests {
             }
             paths = longer;
         }
-        // (495 of these paths are borrowed: a segment ending in `.` is not.)
-        assert!(borrowed > 400, "the fast path was hardly taken: {borrowed}");
+        assert!(borrowed > 500, "the fast path was hardly taken: {borrowed}");
         assert!(matches!(
             normalized("/checkout/pay"),
             std::borrow::Cow::Borrowed(_)
         ));
+        // Nor is a third reading made of the usual path.
+        assert_eq!(windows_form("/checkout/pay.html?x=1."), None);
+        assert_eq!(windows_form("/a/./b/../c/"), None);
+        assert_eq!(windows_form("/checkout.").as_deref(), Some("/checkout"));
         assert!(matches!(
             normalized("/checkout/"),
             std::borrow::Cow::Borrowed(_)

@@ -287,6 +287,13 @@ pub fn request_headers(
     if let Some(p) = sent_proto.filter(|_| h.get_all(X_FORWARDED_PROTO).iter().nth(1).is_some()) {
         h.insert(X_FORWARDED_PROTO, p);
     }
+    // `X-Forwarded-Host` likewise: a trusted proxy's is kept, and of several lines only its
+    // own, the last.
+    if trusted && h.get_all(X_FORWARDED_HOST).iter().nth(1).is_some() {
+        if let Some(last) = crate::http::gate::last_line(h, &X_FORWARDED_HOST).cloned() {
+            h.insert(X_FORWARDED_HOST, last);
+        }
+    }
     let (x_forwarded_for, forwarded) = match (peer, kept) {
         (None, _) => (None, None),
         // Only from an untrusted peer: a trusted proxy's chains differ per request.

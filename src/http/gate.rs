@@ -415,19 +415,20 @@ pub async fn gate(
     super::extract::AppQuery(q): super::extract::AppQuery<GateQuery>,
     headers: HeaderMap,
 ) -> AppResult<Response> {
-    // Without the URI the gate cannot tell what is asked for. Reading it as `/` would pass
-    // every gated URL of an nginx that forgot the header (fail open); a 400 makes
-    // nginx answer 500 instead, so the mistake shows at once and protects meanwhile.
-    let uri = headers
-        .get(X_ORIGINAL_URI)
-        .and_then(|v| v.to_str().ok())
-        .ok_or_else(|| {
-            AppError::InvalidRequest(
-                "X-Original-URI is missing or not text: nginx must pass the request's URI \
-                 (proxy_set_header X-Original-URI $request_uri)"
-                    .into(),
-            )
-        })?;
+    // Without the URI the gate cannot tell what is asked for. Reading it as `/` passed
+    // every gated URL of an nginx that forgot the header; a 400 makes nginx answer 500
+    // instead, so the mistake shows at once. (A client can still send its own header
+    // through such an nginx: only `proxy_set_header` makes the gate safe.) Bytes that are
+    // not ASCII are read leniently, as nginx passes a raw request line on.
+    let uri = headers.get(X_ORIGINAL_URI).ok_or_else(|| {
+        AppError::InvalidRequest(
+            "X-Original-URI is missing: nginx must pass the request's URI \
+             (proxy_set_header X-Original-URI $request_uri)"
+                .into(),
+        )
+    })?;
+    let uri = String::from_utf8_lossy(uri.as_bytes());
+    let uri: &str = &uri;
     let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
     let gate = match q.event_id.as_deref() {
         Some(e) => {
