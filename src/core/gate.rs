@@ -109,11 +109,15 @@ fn is_normal(path: &str) -> bool {
 
 fn normalize_slow(raw: &str) -> String {
     let path = raw.split(['?', '#']).next().unwrap_or("");
-    let decoded = percent_decode(path);
+    resolve(&percent_decode(path), |seg| seg)
+}
+
+/// A decoded path's segments resolved (`.`, `..` and empty ones), each read through `read`
+/// first. A backslash is a separator to some origins; Java servlet containers drop a
+/// segment's `;` parameters (`/checkout;jsessionid=1` is `/checkout`, `..;` is `..`).
+fn resolve<'a>(decoded: &'a str, read: impl Fn(&'a str) -> &'a str) -> String {
     let mut out: Vec<&str> = Vec::new();
-    // A backslash is a separator to some origins; Java servlet containers drop a segment's
-    // `;` parameters (`/checkout;jsessionid=1` is `/checkout`, `..;` is `..`).
-    for seg in decoded.split(['/', '\\']).map(without_params) {
+    for seg in decoded.split(['/', '\\']).map(without_params).map(read) {
         match seg {
             "" | "." => {}
             ".." => {
@@ -147,31 +151,14 @@ fn windows_form(raw: &str) -> Option<String> {
     }
     let decoded = percent_decode(path);
     let decoded = decoded.split('\0').next().unwrap_or("");
-    let mut out: Vec<&str> = Vec::new();
-    for seg in decoded.split(['/', '\\']).map(without_params) {
+    Some(resolve(decoded, |seg| {
         let seg = seg.trim_end_matches(' ');
-        let seg = if seg == "." || seg == ".." {
+        if seg == "." || seg == ".." {
             seg
         } else {
             seg.trim_end_matches(['.', ' '])
-        };
-        match seg {
-            "" | "." => {}
-            ".." => {
-                out.pop();
-            }
-            s => out.push(s),
         }
-    }
-    let mut s = String::with_capacity(decoded.len() + 1);
-    for seg in &out {
-        s.push('/');
-        s.push_str(seg);
-    }
-    if s.is_empty() || (decoded.ends_with('/') && !out.is_empty()) {
-        s.push('/');
-    }
-    Some(s)
+    }))
 }
 
 fn percent_decode(s: &str) -> String {
