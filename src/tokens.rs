@@ -23,6 +23,9 @@ use sha2::{Digest, Sha256};
 use crate::core::{Millis, PlaceKey};
 
 mod cache;
+mod invite;
+
+pub use invite::invite_code;
 
 const VERSION: u8 = 1;
 const MAC_LEN: usize = 16;
@@ -41,20 +44,6 @@ const ISSUER: &str = "waitroom";
 pub fn random_u128() -> u128 {
     use rand::Rng;
     rand::rng().random()
-}
-
-/// A fresh invite code: 96 bits from the CSPRNG as 16 URL-safe characters, never starting
-/// with `-`: a spreadsheet opening the CSV of codes reads such a cell as a formula and
-/// shows an error in its place (1 code in 64). Drawn again then, which leaves ~95.98 bits.
-pub fn invite_code() -> String {
-    loop {
-        let mut b = [0u8; 12];
-        getrandom::fill(&mut b).expect("the OS random source is available");
-        let code = B64.encode(b);
-        if !code.starts_with('-') {
-            return code;
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -692,20 +681,6 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// No code a spreadsheet would read as a formula (1 in 64 drawn would start with `-`:
-    /// 20,000 codes without one would happen by chance with odds of about e^-312).
-    #[test]
-    fn invite_codes_never_start_like_a_formula() {
-        for _ in 0..20_000 {
-            let c = invite_code();
-            assert_eq!(c.len(), 16);
-            assert!(!c.starts_with(['-', '=', '+', '@']), "{c}");
-            assert!(c
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
-        }
-    }
 
     /// `waitroom keygen` (and the first start) writes the key through a temporary file: one
     /// already there with a wider mode (left by another user or tool) must not lend its mode

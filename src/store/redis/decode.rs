@@ -46,6 +46,12 @@ impl From<Malformed> for StoreError {
     }
 }
 
+/// A refused settings change (`put`'s `SCHEDULE_LOCKED`, `REOPEN_LOCKED`), with the rule's
+/// own words.
+pub(super) fn invalid(why: &str) -> StoreError {
+    QueueError::Invalid(why.into()).into()
+}
+
 /// The error for a script code that is not `OK`: its queue error, or `Unavailable` for a
 /// code this version does not know.
 pub(super) fn unexpected(code: &[u8]) -> StoreError {

@@ -78,7 +78,7 @@ use crate::core::{
     InventoryView, Millis, PlaceKey, PlaceView, QueueError, SessionHolds,
 };
 use crate::telemetry;
-use decode::{array, field, int, queue_error, text, uint, unexpected, Malformed, Reply};
+use decode::{array, field, int, invalid, queue_error, text, uint, unexpected, Malformed, Reply};
 use script::{CONFLICT, KEYS, LEASED, OK, REOPEN_LOCKED, SCHEDULE_LOCKED};
 
 /// How long a connection attempt may take before it counts as failed.
@@ -578,16 +578,8 @@ impl Inner {
                     return Ok(config);
                 }
                 CONFLICT => continue,
-                SCHEDULE_LOCKED => {
-                    return Err(
-                        QueueError::Invalid(crate::core::queue::SCHEDULE_LOCKED.into()).into(),
-                    )
-                }
-                REOPEN_LOCKED => {
-                    return Err(
-                        QueueError::Invalid(crate::core::lifecycle::REOPEN_LOCKED.into()).into(),
-                    )
-                }
+                SCHEDULE_LOCKED => return Err(invalid(crate::core::queue::SCHEDULE_LOCKED)),
+                REOPEN_LOCKED => return Err(invalid(crate::core::lifecycle::REOPEN_LOCKED)),
                 other => return Err(unexpected(other)),
             }
         }
