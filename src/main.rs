@@ -4,7 +4,9 @@
 //!
 //! Exit codes: 0 after a clean shutdown, 2 for a malformed command line or invalid
 //! settings, 1 when the server cannot start or fails. `waitroom healthcheck` exits 0 when
-//! the server with the same settings answers `/healthz`, 1 when it does not.
+//! the server with the same settings answers `/healthz`, 1 otherwise, even for a malformed
+//! command line or invalid settings: a container runtime reserves 2 (Docker's
+//! `HEALTHCHECK` documents it as "do not use").
 
 use std::process::ExitCode;
 
@@ -23,8 +25,17 @@ static ALLOCATOR: waitroom::alloc::MiMalloc = waitroom::alloc::MiMalloc;
 async fn main() -> ExitCode {
     use clap::Parser as _;
     waitroom::alloc::small_pages_only();
-    // clap prints usage and exits with status 2 on a malformed command line.
-    let cli = Cli::parse();
+    // clap prints usage and exits with status 2 on a malformed command line; 1 for a
+    // health check's.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.use_stderr() && std::env::args().any(|a| a == "healthcheck") => {
+            let _ = e.print();
+            return ExitCode::FAILURE;
+        }
+        Err(e) => e.exit(),
+    };
+    let healthcheck = matches!(cli.command, Some(Command::Healthcheck(_)));
     if let Some(Command::Keygen { dir }) = &cli.command {
         return match waitroom::tokens::load_or_generate_key(None, dir) {
             Ok(_) => {
@@ -41,10 +52,14 @@ async fn main() -> ExitCode {
         Ok(s) => s,
         Err(e) => {
             eprintln!("waitroom: {e}");
-            return ExitCode::from(2);
+            return if healthcheck {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::from(2)
+            };
         }
     };
-    if matches!(cli.command, Some(Command::Healthcheck(_))) {
+    if healthcheck {
         return match server::healthcheck(&settings.listen).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -67,15 +82,23 @@ async fn main() -> ExitCode {
         }
     };
     telemetry::init_logging(settings.log_format.as_str());
+    // From here on, the error that stops the server is a log line in the chosen format: a
+    // collector that reads JSON lines would otherwise lose the one that says why.
+    let json = settings.log_format.as_str() == "json";
+    let fatal = |message: String| {
+        if json {
+            tracing::error!("{message}");
+        } else {
+            eprintln!("waitroom: {message}");
+        }
+        ExitCode::FAILURE
+    };
 
     // Installed before anything slow, so an early SIGTERM already shuts down cleanly.
     let shutdown = server::shutdown_signal();
     let listener = match tokio::net::TcpListener::bind(&settings.listen).await {
         Ok(l) => l,
-        Err(e) => {
-            eprintln!("waitroom: cannot listen on {}: {e}", settings.listen);
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return fatal(format!("cannot listen on {}: {e}", settings.listen)),
     };
     let result = server::run(settings, listener, shutdown).await;
     // The spans of the last requests are still batched: send them before exiting.
@@ -84,9 +107,6 @@ async fn main() -> ExitCode {
     }
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("waitroom: {e:#}");
-            ExitCode::FAILURE
-        }
+        Err(e) => fatal(format!("{e:#}")),
     }
 }

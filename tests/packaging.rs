@@ -275,6 +275,82 @@ async fn healthcheck_asks_the_server_the_same_settings_run() {
         err.contains("unhealthy") && err.contains("/healthz"),
         "{err}"
     );
+    // Whatever is wrong, a health check answers 1, never 2 (which Docker reserves): a
+    // malformed command line, or settings that do not load.
+    let bad_flag = run(&["healthcheck", "--no-such-flag"], &[]);
+    assert_eq!(bad_flag.status.code(), Some(1), "{bad_flag:?}");
+    let bad_config = run(
+        &["healthcheck"],
+        &[("WAITROOM_CONFIG", "/no/such/waitroom.toml")],
+    );
+    assert_eq!(bad_config.status.code(), Some(1), "{bad_config:?}");
+    // `serve` keeps 2 for those.
+    assert_eq!(
+        run(&["serve", "--no-such-flag"], &[]).status.code(),
+        Some(2)
+    );
+}
+
+/// Request logging at debug level names each request's path, never its query, where a
+/// waiting token may travel (`?token=`).
+#[tokio::test]
+async fn debug_request_logs_keep_no_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        dir.path(),
+        &["--listen", "127.0.0.1:0", "--no-demo", "--admin-token", "t"],
+        &[("RUST_LOG", "debug")],
+    );
+    let secret = "AQJzaG9wc2VjcmV0dG9rZW5zZWNyZXR0b2tlbg";
+    let r = reqwest::get(s.url(&format!("/api/v1/queue/status?token={secret}")))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let log_file = s.stderr_file.clone();
+    assert!(s.terminate(Duration::from_secs(10)).success());
+    let log = std::fs::read_to_string(log_file).unwrap();
+    assert!(
+        log.contains("/api/v1/queue/status"),
+        "no request line: {log}"
+    );
+    assert!(!log.contains(secret), "the token is in the log: {log}");
+}
+
+/// With JSON logs, the error that stops the server is a JSON line too (a collector that
+/// reads JSON lines would drop a plain one: the line that says why the node died).
+#[test]
+fn the_fatal_error_is_a_log_line_in_the_chosen_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let data = dir.path().join("data");
+    let out = run(
+        &[
+            "--log-format",
+            "json",
+            "--listen",
+            &addr,
+            "--no-demo",
+            "--admin-token",
+            "t",
+            "--data-dir",
+            data.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let last = err.lines().last().unwrap_or_default();
+    let line: serde_json::Value = serde_json::from_str(last).unwrap_or_else(|_| panic!("{err}"));
+    assert_eq!(line["level"], "ERROR", "{line}");
+    assert!(
+        line["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("cannot listen"),
+        "{line}"
+    );
+    drop(taken);
 }
 
 #[tokio::test]

@@ -453,7 +453,18 @@ pub fn router_with_guard(state: AppState, limits: Limits, guard: Arc<guard::Guar
         .router
         .fallback_service(any_service(around.wrap(not_found)));
     let router = if traced {
-        router.layer(TraceLayer::new_for_http())
+        // The path, not the URI: a query may carry a waiting token (`?token=`), which a
+        // debug log must not keep.
+        router.layer(
+            TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
+                tracing::debug_span!(
+                    "request",
+                    method = %req.method(),
+                    path = req.uri().path(),
+                    version = ?req.version(),
+                )
+            }),
+        )
     } else {
         router
     };
