@@ -777,6 +777,17 @@ impl Follower {
             self.last = Some(figures);
             self.next_refresh = Instant::now() + REFRESH;
         }
+        // In the pre-queue, the opening changes the place (a position, then `waiting`)
+        // even when nobody is admitted at it, which moves nobody: refresh then, not up
+        // to REFRESH later. `opens_in_sec` is rounded up, so this lands within a second
+        // after the opening.
+        if let Some(n) = view
+            .opens_in_sec
+            .filter(|_| view.status == PlaceState::Waiting)
+        {
+            let at = Instant::now() + Duration::from_secs(n.max(1));
+            self.next_refresh = self.next_refresh.min(at);
+        }
         if view.status != PlaceState::Waiting && !self.ready_sent {
             self.ready_sent = true;
             if view.status == PlaceState::Admitted {

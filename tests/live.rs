@@ -139,6 +139,30 @@ async fn ws_update_on_connect_then_pushed_position_changes() {
     assert_eq!(longer["position"], 1);
 }
 
+/// The opening changes a pre-queue place's answer even when it admits nobody (the slot is
+/// taken): its follower hears of it within about a second, not at the next periodic
+/// refresh (9.5 s).
+#[tokio::test]
+async fn ws_the_opening_is_pushed_even_when_nobody_is_admitted() {
+    let s = TestServer::start().await;
+    event_with_holder(&s, "ev", json!({"waiting_idle_sec": 60})).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let opens = waitroom::core::schedule::format_rfc3339(now + 2_000);
+    s.put_event("ev", json!({"opens_at": opens})).await;
+    let b = s.join_token("ev", "b").await;
+    let mut ws = ws_connect(&s, &b).await;
+    let first = msg(ws_next(&mut ws, Duration::from_secs(5)).await);
+    assert_eq!(first["status"], "pre-queue", "{first}");
+    let opened = ws_until(&mut ws, Duration::from_secs(5), |v| {
+        v["status"] == "waiting"
+    })
+    .await;
+    assert_eq!(opened["position"], 1, "{opened}");
+}
+
 #[tokio::test]
 async fn ws_queue_ready_when_a_slot_frees_then_left_after_completion() {
     let s = TestServer::start().await;
