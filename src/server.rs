@@ -62,7 +62,7 @@ pub async fn run(
     }
     crate::store::journal::create_private_dir(&settings.data_dir).with_context(|| {
         format!(
-            "cannot create the data directory {}",
+            "cannot create or narrow the data directory {}",
             settings.data_dir.display()
         )
     })?;

@@ -10,9 +10,44 @@ pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        narrow_dir(dir, |d| {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))
+        })?;
     }
     Ok(())
+}
+
+/// Narrows `dir` with `set` (its mode to 0700). A directory of another owner cannot be
+/// narrowed (`EPERM`): a mounted volume (Kubernetes' `fsGroup`, a group-writable bind
+/// mount) or one a root run made. It is used as it is, with a warning, since the files
+/// made in it are still this user's only; but not if anyone at all may write in it,
+/// where another user could replace the signing key or the journal.
+#[cfg(unix)]
+fn narrow_dir(dir: &Path, set: impl FnOnce(&Path) -> std::io::Result<()>) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    match set(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            let mode = std::fs::metadata(dir)?.permissions().mode();
+            if mode & 0o002 != 0 {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "{} is writable by every user and not this user's to narrow to 0700 \
+                         ({e}): give it to this user, or use a directory inside it",
+                        dir.display()
+                    ),
+                ));
+            }
+            tracing::warn!(
+                dir = %dir.display(),
+                mode = format!("{:o}", mode & 0o7777),
+                "the data directory is not this user's, so it is used as it is \
+                 (the files made in it are still this user's only)"
+            );
+            Ok(())
+        }
+        r => r,
+    }
 }
 
 /// Makes every directory under `dir` 0700 and every file 0600: fjall creates its files with
@@ -25,11 +60,18 @@ pub(super) fn restrict_tree(dir: &Path) -> std::io::Result<()> {
         for entry in std::fs::read_dir(dir)? {
             let entry = entry?;
             let ty = entry.file_type()?;
+            // An error names the file: "Operation not permitted" alone does not say which
+            // of the store's files another user owns.
+            let named = |e: std::io::Error| {
+                std::io::Error::new(e.kind(), format!("{}: {e}", entry.path().display()))
+            };
             if ty.is_dir() {
-                std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o700))?;
+                std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o700))
+                    .map_err(named)?;
                 restrict_tree(&entry.path())?;
             } else if ty.is_file() {
-                std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o600))?;
+                std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o600))
+                    .map_err(named)?;
             }
         }
     }
@@ -126,6 +168,32 @@ pub fn written_end(path: &Path) -> std::io::Result<u64> {
 mod tests {
     use super::*;
     use std::io::{Read, Seek, SeekFrom, Write};
+
+    /// A directory this user may not narrow (another owner's: `set` answers `EPERM`, as
+    /// `chmod` does then) is used as it is, unless every user may write in it.
+    #[cfg(unix)]
+    #[test]
+    fn a_directory_of_another_owner_is_used_unless_anyone_may_write_in_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let eperm = |_: &Path| Err(std::io::Error::from_raw_os_error(libc::EPERM));
+        let dir = tempfile::tempdir().unwrap();
+        let mode = |m| std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(m));
+        mode(0o2775).unwrap(); // a Kubernetes volume with fsGroup
+        assert!(narrow_dir(dir.path(), eperm).is_ok());
+        mode(0o777).unwrap();
+        let e = narrow_dir(dir.path(), eperm).unwrap_err();
+        assert!(e.to_string().contains("writable by every user"), "{e}");
+        assert!(
+            e.to_string().contains(&dir.path().display().to_string()),
+            "{e}"
+        );
+        // Other errors are errors, and a directory that can be narrowed is.
+        let eio = |_: &Path| Err(std::io::Error::from_raw_os_error(libc::EIO));
+        assert!(narrow_dir(dir.path(), eio).is_err());
+        create_private_dir(dir.path()).unwrap();
+        let m = std::fs::metadata(dir.path()).unwrap().permissions().mode();
+        assert_eq!(m & 0o777, 0o700);
+    }
 
     /// The quiet helpers answer what `metadata` and `exists` do, and the length's seek
     /// leaves nothing for a reader that seeks before reading (as the watermark's scan does).
