@@ -43,7 +43,8 @@ async fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                eprintln!("waitroom: {e:#}");
+                // The error alone ("File exists") does not say where.
+                eprintln!("waitroom: cannot write a key into {}: {e:#}", dir.display());
                 ExitCode::FAILURE
             }
         };

@@ -372,6 +372,13 @@ async fn keygen_writes_one_private_key_that_a_server_uses() {
         let mode = std::fs::metadata(&file).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
     }
+    // A directory that cannot be one is named in the error.
+    let not_a_dir = dir.path().join("a-file");
+    std::fs::write(&not_a_dir, "x").unwrap();
+    let out = run(&["keygen", not_a_dir.to_str().unwrap()], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(not_a_dir.to_str().unwrap()), "{err}");
     // A second run keeps the key: nodes already using it are not cut off.
     assert!(run(&["keygen", keys.to_str().unwrap()], &[])
         .status

@@ -216,8 +216,10 @@ fn parse_on_off(s: &str) -> Result<bool, String> {
 
 /// A number, or from the environment its digits.
 fn lenient_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    // `expecting`: the message of a value that is neither (`-5`, `1.5`), which is
+    // otherwise "data did not match any variant of untagged enum N".
     #[derive(Deserialize)]
-    #[serde(untagged)]
+    #[serde(untagged, expecting = "a whole number, 0 or more")]
     enum N {
         N(u64),
         S(String),
@@ -234,7 +236,7 @@ fn lenient_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error>
 /// A comma-separated string, or (in TOML) a list of strings.
 fn string_or_list<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     #[derive(Deserialize)]
-    #[serde(untagged)]
+    #[serde(untagged, expecting = "a string, or a list of strings")]
     enum L {
         S(String),
         L(Vec<String>),

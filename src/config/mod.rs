@@ -581,6 +581,18 @@ mod tests {
                 let err = load(args).expect_err(&format!("{args:?} accepted"));
                 assert!(err.contains(needle), "{args:?}: {err}");
             }
+            // A value of neither accepted shape says what is wanted, not which of the
+            // reader's internal enums failed.
+            jail.clear_env();
+            for (toml, want) in [
+                ("joins_per_minute = -5", "a whole number"),
+                ("joins_per_minute = 1.5", "a whole number"),
+                ("trusted_proxies = 5", "a string, or a list of strings"),
+            ] {
+                jail.create_file("bad.toml", toml)?;
+                let err = load(&["--config", "bad.toml"]).expect_err(toml);
+                assert!(err.contains(want) && !err.contains("enum"), "{toml}: {err}");
+            }
             Ok(())
         });
     }
