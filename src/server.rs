@@ -817,6 +817,14 @@ fn load_or_generate_admin_token(
 ) -> anyhow::Result<(String, std::path::PathBuf)> {
     let path = data_dir.join("admin-token");
     match std::fs::read_to_string(&path) {
+        // Checked as a configured token is: it travels in an `Authorization` header.
+        Ok(t) if !t.trim().is_empty() && !t.trim().bytes().all(|b| b.is_ascii_graphic()) => {
+            anyhow::bail!(
+                "the admin token in {} must be printable ASCII without spaces, as a \
+                 configured one: correct it, or delete the file to have one generated",
+                path.display()
+            )
+        }
         Ok(t) if !t.trim().is_empty() => return Ok((t.trim().to_string(), path)),
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

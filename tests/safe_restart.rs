@@ -70,6 +70,20 @@ async fn a_generated_admin_token_is_kept_across_restarts() {
         std::fs::read_to_string(data.join("admin-token")).unwrap(),
         kept
     );
+    // A kept token edited by hand is checked as a configured one is: the start is refused,
+    // naming the file, rather than a token with a space accepted.
+    std::fs::write(data.join("admin-token"), "my token\n").unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let started = waitroom::server::run(generated(), listener, std::future::pending());
+    let err = tokio::time::timeout(Duration::from_secs(20), started)
+        .await
+        .expect("started and served with an admin token that has a space")
+        .expect_err("started with an admin token that has a space");
+    let err = format!("{err:#}");
+    assert!(
+        err.contains("admin-token") && err.contains("printable ASCII"),
+        "{err}"
+    );
 }
 
 fn settings(dir: &Path, repair: bool) -> Settings {
