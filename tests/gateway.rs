@@ -1457,3 +1457,99 @@ async fn one_connection_cannot_reuse_a_cookie_that_was_forged_completed_or_expir
         r.text
     );
 }
+
+/// The automatic proof of work holds at gated URLs too: gated joins count toward the join
+/// rate, and while that rate asks work of every join a gated one (which brings none) is
+/// refused rather than given a place. Once the sale ends, a browser at a gated URL is shown
+/// a page with the operator's message, and a JSON client the API's refusal with its reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gated_joins_meet_the_surge_defence_and_an_ended_sale_says_so() {
+    let o = origin().await;
+    let w = waitroom(Some(o), None).await;
+    event(&w, "surge", gated("surge", json!({"pow_auto_above": 1}))).await;
+    let url = |p: &str| format!("http://{}{p}", w.addr);
+    let json_accept = [("accept", "application/json")];
+    // A burst of new people at the gated URL, each without a cookie: past one join a
+    // second, work is asked of every join, so gated ones are refused.
+    let mut placed = 0;
+    let mut refused = 0;
+    for _ in 0..6 {
+        let r = Person::default().get(&url("/checkout"), &json_accept).await;
+        match r.status.as_u16() {
+            200 | 503 => placed += 1,
+            400 => {
+                assert_eq!(r.json()["error"]["code"], "INVALID_REQUEST", "{}", r.text);
+                refused += 1;
+            }
+            s => panic!("unexpected {s}: {}", r.text),
+        }
+    }
+    assert!(refused >= 4, "placed {placed}, refused {refused}");
+    // The same through the nginx flow's waiting room.
+    let r = Person::default()
+        .get(&url("/wait/surge/queue?return=%2Fcheckout"), &json_accept)
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    // And the gated joins counted: the API asks work of the next join.
+    let r = client()
+        .post(url("/api/v1/queue/join"))
+        .json(&json!({"event_id": "surge"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 428);
+
+    event(&w, "done", gated("done", json!({"paths": ["/tickets"]}))).await;
+    let r = client()
+        .post(url("/api/v1/admin/events/done/end"))
+        .bearer_auth(ADMIN)
+        .json(&json!({"reason": "sold_out", "message": {"en": "All <gone> & sold"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    for path in ["/tickets/a", "/wait/done/queue?return=%2Ftickets"] {
+        let r = Person::default().get(&url(path), &json_accept).await;
+        assert_eq!(r.status, 409, "{path}: {}", r.text);
+        let body = r.json();
+        assert_eq!(body["error"]["code"], "EVENT_CLOSED", "{path}: {body}");
+        assert_eq!(body["error"]["reason"], "sold_out", "{path}: {body}");
+        let r = Person::default()
+            .get(&url(path), &[("accept", "text/html,*/*")])
+            .await;
+        assert_eq!(r.status, 409, "{path}");
+        assert!(
+            r.headers["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/html"),
+            "{path}"
+        );
+        assert_eq!(r.headers["cache-control"], "no-store", "{path}");
+        assert!(r.text.contains("Sold out"), "{path}: {}", r.text);
+        assert!(
+            r.text.contains("All &lt;gone&gt; &amp; sold"),
+            "{path}: the operator's message, escaped: {}",
+            r.text
+        );
+    }
+}
+
+/// A return path with characters outside ASCII comes back percent-encoded in `Location`
+/// (a header is ASCII; raw bytes there are read differently by each client).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_return_location_is_ascii() {
+    let w = waitroom(None, None).await;
+    event(&w, "shop", gated("shop", json!({}))).await;
+    let r = Person::default()
+        .get(
+            &format!(
+                "http://{}/wait/shop/queue?return=%2Fcaf%C3%A9%3Fa%3D%25C3",
+                w.addr
+            ),
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, 303, "{}", r.text);
+    assert_eq!(r.headers["location"].as_bytes(), b"/caf%C3%A9?a=%C3");
+}

@@ -199,7 +199,11 @@ impl Gateway {
         let place = connection::place_of(self, conn.map(|c| &c.last), &gate, req.headers());
         let admission = gate::admit(&self.state, &self.guard, &gate, place, client, true).await;
         match admission {
-            Err(e) => (Outcome::Refused, e.into_response()),
+            Err(e) => {
+                let json = gate::wants_json(req.headers());
+                let res = gate::refusal(&self.state, &gate.event_id, e, json).await;
+                (Outcome::Refused, res)
+            }
             Ok(Admission::Waiting { view, cookie }) => {
                 let title =
                     crate::http::look::escape(&gate::title_of(&self.state, &gate.event_id).await);

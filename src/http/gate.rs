@@ -210,6 +210,23 @@ pub fn safe_return(path: &str) -> &str {
     }
 }
 
+/// `path` as a `Location` may carry it: ASCII only (RFC 9110), so every other character's
+/// UTF-8 bytes are percent-encoded; the rest is kept as it came.
+pub fn ascii_location(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for c in path.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            let mut buf = [0u8; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        }
+    }
+    out
+}
+
 /// The waiting room of `event_id` that sends the person back to `ret` once admitted.
 pub fn waiting_room_url(event_id: &str, ret: &str) -> String {
     let ret: String = form_urlencoded::byte_serialize(safe_return(ret).as_bytes()).collect();
@@ -318,11 +335,27 @@ pub async fn admit(
     guard
         .check_join(&state.events, now, client, event_id)
         .await?;
+    // The automatic difficulty: a gated join counts toward the join rate as an API join
+    // does, and while that rate asks work of every join, a gated one (which brings none)
+    // is refused as for a fixed difficulty. Letting it through made the gated URL a way
+    // around the surge defence.
+    if config.accept_joins && config.pow_auto_above.is_some() {
+        let rate = state.join_rates.hit(event_id, now);
+        if crate::pow::difficulty(config.pow_difficulty, rate, config.pow_auto_above) > 0 {
+            return Err(AppError::invalid(
+                "this event asks a proof of work of every join now (joins come faster than pow_auto_above): people join it at /wait/{event_id}, not at a gated path",
+            ));
+        }
+    }
     let req = JoinRequest {
         nonce: tokens::random_u128(),
         ..JoinRequest::default()
     };
-    let view = state.store.join(event_id, &req, now).await?;
+    let view = match state.store.join(event_id, &req, now).await {
+        Ok(v) => v,
+        // After the sale's end: the same refusal as the API's, with its reason.
+        Err(e) => return Err(super::lifecycle::explain(state, event_id, e.into()).await),
+    };
     let token = state.waiting.issue(event_id, view.key);
     let cookie = Some(set_cookie(
         event_id,
@@ -379,6 +412,64 @@ pub fn waiting_response(
     if let Some(c) = cookie {
         h.append(header::SET_COOKIE, c);
     }
+    res
+}
+
+/// A gated URL's refusal: the API's JSON error for a client that asks for JSON; for a
+/// browser, a page that says it (with the operator's message once the sale ended), under
+/// the same status and headers (`Retry-After`, …), never cached.
+pub async fn refusal(state: &AppState, event_id: &str, e: AppError, json: bool) -> Response {
+    if json {
+        return e.into_response();
+    }
+    let reason = match &e {
+        AppError::SaleEnded(_, r) => Some(*r),
+        _ => None,
+    };
+    let message = e.to_string();
+    let (parts, _) = e.into_response().into_parts();
+    let now = state.clock.now();
+    let config = state.events.config(event_id, now).await.ok();
+    let title = config.as_ref().map_or_else(
+        || event_id.to_string(),
+        |c| {
+            c.look
+                .title
+                .as_ref()
+                .and_then(|t| t.pick("en"))
+                .map_or_else(|| c.name.clone(), str::to_string)
+        },
+    );
+    let (heading, text) = match reason {
+        Some(r) => {
+            let said = config
+                .as_ref()
+                .and_then(|c| c.sale_ended(now))
+                .and_then(|end| end.message)
+                .and_then(|m| m.pick("en"))
+                .map(str::to_string);
+            let (heading, default) = match r {
+                "sold_out" => ("Sold out", "Everything has been sold."),
+                "cancelled" => ("Sale cancelled", "This sale has been called off."),
+                _ => ("This sale has ended", "The sale is over."),
+            };
+            (heading, said.unwrap_or_else(|| default.to_string()))
+        }
+        None => ("The waiting room cannot let you in right now", message),
+    };
+    let page = super::gate_page::render_refused(&escape(&title), heading, &escape(&text));
+    let mut res = Response::from_parts(parts, axum::body::Body::from(page));
+    let h = res.headers_mut();
+    h.remove(header::CONTENT_LENGTH);
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(super::gate_page::CSP),
+    );
     res
 }
 
@@ -536,9 +627,13 @@ pub async fn queue_page(
         ))
     });
     let secure = state.gates.secure_cookies || is_https(&caller.guard, peer, &headers);
-    let ret = safe_return(q.ret.as_deref().unwrap_or("/")).to_string();
+    let ret = ascii_location(safe_return(q.ret.as_deref().unwrap_or("/")));
     let place = cookie_place(&state, &gate, &headers);
-    match admit(&state, &caller.guard, &gate, place, caller.ip, true).await? {
+    let admission = match admit(&state, &caller.guard, &gate, place, caller.ip, true).await {
+        Ok(a) => a,
+        Err(e) => return Ok(refusal(&state, &event_id, e, wants_json(&headers)).await),
+    };
+    match admission {
         Admission::Active { cookie, .. } => {
             let mut res = (StatusCode::SEE_OTHER, [(header::LOCATION, ret)]).into_response();
             res.headers_mut()
@@ -596,6 +691,12 @@ mod tests {
             waiting_room_url("e", "//evil.example"),
             "/wait/e/queue?return=%2F"
         );
+        // A `Location` is ASCII: other characters go percent-encoded, the rest unchanged.
+        assert_eq!(
+            ascii_location("/caf\u{e9}?q=%41&x=\u{fffd}"),
+            "/caf%C3%A9?q=%41&x=%EF%BF%BD"
+        );
+        assert_eq!(ascii_location("/a/b?c=d"), "/a/b?c=d");
     }
 
     /// The word-at-a-time check answers as `HeaderValue::to_str` does, for every byte

@@ -51,6 +51,35 @@ main {{ background: #fff; padding: 2rem 2.5rem; border-radius: 12px; box-shadow:
     )
 }
 
+/// The page of a refusal at a gated URL (the sale ended, the event is closed, a limit):
+/// `title`, `heading` and `text` already escaped. No refresh: reloading changes nothing
+/// soon.
+pub fn render_refused(title: &str, heading: &str, text: &str) -> String {
+    format!(
+        r#"<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="robots" content="noindex">
+<title>{title}: {heading}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 0; min-height: 100vh; display: grid; place-items: center; background: #f6f7f9; color: #1d2330; }}
+main {{ background: #fff; padding: 2rem 2.5rem; border-radius: 12px; box-shadow: 0 2px 12px rgba(0,0,0,.08); max-width: 28rem; text-align: center; white-space: pre-line; }}
+</style>
+</head>
+<body>
+<main>
+<h1>{title}</h1>
+<h2 id="waitroom-refused">{heading}</h2>
+<p id="waitroom-message">{text}</p>
+</main>
+</body>
+</html>
+"#
+    )
+}
+
 fn minutes(sec: u64) -> String {
     if sec < 90 {
         "about a minute".to_string()
