@@ -201,6 +201,46 @@ async fn relaxed_durability_survives_a_clean_close() {
 }
 
 /// The newest journal file of a store directory and where its written bytes end.
+/// A restart does not hand out a fresh burst of `admit_per_minute`: a process restarting
+/// many times a second (a crash loop) admitted a second's worth at every start, nearly
+/// twice the cap over a minute. `admitted_last_minute` keeps the admissions it restored.
+#[tokio::test]
+async fn a_restart_does_not_reset_the_admission_pace() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = |now| -> Arc<dyn Store> {
+        Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, now).unwrap())
+    };
+    let admitted = |store: Arc<dyn Store>, now| async move {
+        store.tick("ev", now).await.unwrap();
+        let f = store.get_event("ev", now).await.unwrap().figures;
+        (f.admissions, f.admitted_last_minute)
+    };
+    {
+        let store = open(T0);
+        make_event(
+            &store,
+            "ev",
+            serde_json::json!({"max_active": 100, "admit_per_minute": 120}),
+        )
+        .await;
+        for _ in 0..20 {
+            join(&store, "ev", None, T0).await;
+        }
+        assert_eq!(admitted(store, T0).await, (2, 2), "a second's burst: 2");
+    }
+    // Restarts within the same second: nothing more is let in.
+    for at in [T0, T0 + 100, T0 + 200] {
+        assert_eq!(
+            admitted(open(at), at).await,
+            (2, 2),
+            "restarted at +{}",
+            at - T0
+        );
+    }
+    // Later, the pace goes on from the last start: one every half second.
+    assert_eq!(admitted(open(T0 + 300), T0 + 800).await.0, 3);
+}
+
 fn journal(dir: &std::path::Path) -> (std::path::PathBuf, u64) {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .unwrap()

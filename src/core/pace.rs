@@ -219,6 +219,19 @@ pub(super) struct Bucket {
 }
 
 impl Bucket {
+    /// The bucket of a queue read back from disk: primed and empty as of `now`. What the
+    /// old process had left is not persisted, and a full burst at every start let a
+    /// process that restarts (or crash-loops) admit a second's worth each time, far past
+    /// the cap. Empty, it admits after a restart no more than it could have without one:
+    /// the tokens it would have had are at least zero.
+    pub(super) fn restored(now: Millis) -> Bucket {
+        Bucket {
+            tokens: 0.0,
+            last: now,
+            primed: true,
+        }
+    }
+
     pub(super) fn burst(per_minute: u32) -> f64 {
         (f64::from(per_minute) / 60.0).ceil().max(1.0)
     }

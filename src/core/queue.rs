@@ -185,6 +185,7 @@ impl EventQueue {
         now: Millis,
     ) -> Self {
         let mut q = EventQueue::new(config);
+        q.bucket = Bucket::restored(now);
         q.next_seq = meta.next_seq.max(1);
         q.completed = meta.completed;
         q.left = meta.left;
@@ -233,6 +234,18 @@ impl EventQueue {
             }
             q.places.insert(r.seq, p);
         }
+        // The admissions of the last minute that are still admitted or active, so that
+        // `admitted_last_minute` does not read as if nobody had been let in (those whose
+        // session already ended are not known).
+        let mut recent: Vec<Millis> = q
+            .places
+            .values()
+            .filter(|p| p.state != PlaceState::Waiting)
+            .map(|p| p.admitted_at)
+            .filter(|&t| t <= now && t + RATE_WINDOW_MS > now)
+            .collect();
+        recent.sort_unstable();
+        q.window.extend(recent);
         waiting.sort_unstable();
         let base = waiting.first().copied().unwrap_or(q.next_seq);
         q.rank = RankIndex::rebuild(base, q.next_seq - base + 1, waiting.into_iter());
