@@ -1553,3 +1553,69 @@ async fn the_return_location_is_ascii() {
     assert_eq!(r.status, 303, "{}", r.text);
     assert_eq!(r.headers["location"].as_bytes(), b"/caf%C3%A9?a=%C3");
 }
+
+/// A session that ends on this node stops passing its gate at once: the gate's few seconds
+/// of trust in a renewed session are for ends decided elsewhere: completed, or left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_ended_here_stops_passing_the_gate_at_once() {
+    let w = waitroom(None, None).await;
+    event(&w, "shop", gated("shop", json!({"max_active": 5}))).await;
+    let api = |p: &str| format!("http://{}/api/v1{p}", w.addr);
+    let gate = |jwt: String| {
+        let url = api("/gate");
+        async move {
+            client()
+                .get(url)
+                .header("x-original-uri", "/checkout/pay")
+                .bearer_auth(jwt)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    let session = || async {
+        let joined: Value = client()
+            .post(api("/queue/join"))
+            .json(&json!({"event_id": "shop"}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let waiting = joined["waiting_token"].as_str().unwrap().to_string();
+        let entered: Value = client()
+            .post(api("/queue/enter"))
+            .bearer_auth(&waiting)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let jwt = entered["access_token"].as_str().unwrap().to_string();
+        assert_eq!(gate(jwt.clone()).await, 204, "a live session passes");
+        (waiting, jwt)
+    };
+
+    let (_, jwt) = session().await;
+    let r = client()
+        .post(api("/session/complete"))
+        .bearer_auth(&jwt)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(gate(jwt).await, 401, "completed");
+
+    let (waiting, jwt) = session().await;
+    let r = client()
+        .post(api("/queue/leave"))
+        .bearer_auth(&waiting)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(gate(jwt).await, 401, "left");
+}

@@ -293,7 +293,10 @@ pub async fn leave(
     WaitingToken(token): WaitingToken,
 ) -> AppResult<Json<Removed>> {
     let (event_id, key) = parse_waiting(&state, &token)?;
-    let removed = match state.store.leave(&event_id, key, state.clock.now()).await {
+    let left = state.store.leave(&event_id, key, state.clock.now()).await;
+    // As at `complete`: the gate must not let a session that left pass on its word.
+    state.gates.forget(&event_id, key);
+    let removed = match left {
         Ok(r) => r,
         Err(StoreError::Queue(QueueError::EventNotFound)) => false,
         Err(e) => return Err(e.into()),
@@ -374,11 +377,15 @@ pub async fn session_complete(
     BearerToken(jwt): BearerToken,
 ) -> AppResult<Json<Completed>> {
     let (claims, key) = access_claims(&state, &jwt)?;
-    state
+    let done = state
         .store
         .complete(&claims.aud, key, state.clock.now())
-        .await
-        .map_err(AppError::from_session_error)?;
+        .await;
+    // This node's gate lets a renewed session through on its own word for a few seconds:
+    // a session that ends here must stop passing at once (forgotten after the store's
+    // answer, so a renewal racing the completion is not kept).
+    state.gates.forget(&claims.aud, key);
+    done.map_err(AppError::from_session_error)?;
     Ok(Json(Completed { completed: true }))
 }
 
