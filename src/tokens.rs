@@ -423,9 +423,14 @@ impl AccessTokens {
         v.validate_aud = false;
         v.leeway = 0;
         v.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
-        jsonwebtoken::decode::<AccessClaims>(token, &key.decoding, &v)
-            .map(|d| d.claims)
-            .map_err(|_| InvalidToken)
+        let claims = jsonwebtoken::decode::<AccessClaims>(token, &key.decoding, &v)
+            .map_err(|_| InvalidToken)?
+            .claims;
+        // The library compares whole seconds and passes a token through its `exp` second;
+        // from `exp` on it is over (RFC 7519 4.1.4).
+        (claims.exp.saturating_mul(1000) > crate::clock::system_now())
+            .then_some(claims)
+            .ok_or(InvalidToken)
     }
 
     /// The JWKS document of `/.well-known/jwks.json`: every configured key, newest first
@@ -882,6 +887,11 @@ mod tests {
         let far = crate::clock::system_now() + 600_000;
         let jwt_valid = a.sign("ev", "u1", k, far - 1000, far);
         assert!(a.verify(&jwt).is_err(), "expired tokens are refused");
+        let ending = crate::clock::system_now() / 1000 * 1000;
+        assert!(
+            a.verify(&a.sign("ev", "u1", k, ending, ending)).is_err(),
+            "in exp's second"
+        );
         let c = a.verify(&jwt_valid).unwrap();
         assert_eq!((c.aud.as_str(), c.sub.as_str()), ("ev", "u1"));
         assert_eq!(parse_session_id(&c.sid), Some(k));

@@ -286,7 +286,7 @@ impl Verifier {
         }
         v.leeway = self.inner.leeway_sec;
         v.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
-        jsonwebtoken::decode::<AccessClaims>(token, &key, &v)
+        let claims = jsonwebtoken::decode::<AccessClaims>(token, &key, &v)
             .map(|d| d.claims)
             .map_err(|e| match e.kind() {
                 ErrorKind::ExpiredSignature => Refusal::Expired,
@@ -295,7 +295,20 @@ impl Verifier {
                 ErrorKind::InvalidSignature => Refusal::BadSignature,
                 ErrorKind::InvalidAlgorithm => Refusal::Algorithm,
                 _ => Refusal::Malformed,
-            })
+            })?;
+        // The library compares whole seconds and passes a token through its `exp` second;
+        // from `exp` (plus the leeway) on it is over (RFC 7519 4.1.4).
+        let end_ms = claims
+            .exp
+            .saturating_add(self.inner.leeway_sec)
+            .saturating_mul(1000);
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        if end_ms <= now_ms {
+            return Err(Refusal::Expired);
+        }
+        Ok(claims)
     }
 
     /// The key `kid` names: from the cache while it is fresh, else after a fetch, which an

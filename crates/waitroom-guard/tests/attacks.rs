@@ -194,6 +194,9 @@ async fn wrong_event_wrong_issuer_and_expired_tokens_are_refused() {
     assert_denied(call(&app, "/book", Some(&other)).await, "another event");
     let expired = sign_with(&good, "k1", &claims("concert", now() - 1));
     assert_denied(call(&app, "/book", Some(&expired)).await, "expired");
+    // From `exp` itself on, not from the second after it.
+    let ending = sign_with(&good, "k1", &claims("concert", now()));
+    assert_denied(call(&app, "/book", Some(&ending)).await, "expired");
     let mut c = claims("concert", now() + 600);
     c["iss"] = json!("someone-else");
     let foreign = sign_with(&good, "k1", &c);
