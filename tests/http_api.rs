@@ -1908,6 +1908,81 @@ async fn sessions_extend_over_http() {
         .err(StatusCode::UNAUTHORIZED, "ACCESS_DENIED");
 }
 
+/// Actions that take no body refuse one that is malformed or names an option they do not
+/// have, and do nothing: a client that sent `{"only_expired": tru` to `clear` meant
+/// something else than clearing everything. No body, or `{}`, still works.
+#[tokio::test]
+async fn actions_without_a_body_refuse_a_malformed_one_and_do_nothing() {
+    let app = live_app();
+    app.put_event(
+        "ev",
+        json!({"max_active": 1, "session_max_sec": 600, "max_extensions": 1}),
+    )
+    .await;
+    let first = token(&app.join("ev", None).await);
+    app.join("ev", None).await;
+    app.admin(
+        Method::POST,
+        "/events/ev/announcement",
+        Some(json!({"message": {"en": "hello"}})),
+    )
+    .await
+    .ok();
+    let jwt = app.enter(&first).await.ok()["access_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let raw = |method: Method, uri: &str, auth: &str, body: &'static str| {
+        req(method, uri)
+            .header(header::AUTHORIZATION, format!("Bearer {auth}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body))
+            .unwrap()
+    };
+    let admin = |m: Method, uri: &str, body: &'static str| {
+        raw(m, &format!("/api/v1/admin{uri}"), ADMIN, body)
+    };
+    for body in [
+        r#"{"only_expired": tru"#,
+        "not json",
+        r#"{"only_expired": true}"#,
+        "[]",
+    ] {
+        for (m, uri) in [
+            (Method::POST, "/events/ev/clear"),
+            (Method::POST, "/events/ev/pause"),
+            (Method::POST, "/events/ev/resume"),
+            (Method::DELETE, "/events/ev/announcement"),
+            (Method::DELETE, "/events/ev"),
+        ] {
+            app.send(admin(m.clone(), uri, body))
+                .await
+                .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+        }
+        app.send(raw(Method::POST, "/api/v1/session/extend", &jwt, body))
+            .await
+            .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    }
+    let f = app.figures("ev").await;
+    assert_eq!(
+        (f["waiting"].as_u64(), f["paused"].as_bool()),
+        (Some(1), Some(false)),
+        "{f}"
+    );
+    assert_eq!(
+        app.get("/api/v1/queue/info?event_id=ev").await.ok()["announcement"]["message"]["en"],
+        "hello"
+    );
+    // The extension was not spent; `{}` and no body at all are fine.
+    app.send(raw(Method::POST, "/api/v1/session/extend", &jwt, "{}"))
+        .await
+        .ok();
+    app.send(admin(Method::POST, "/events/ev/pause", " {} "))
+        .await
+        .ok();
+    app.admin(Method::POST, "/events/ev/clear", None).await.ok();
+}
+
 /// Every admin route, whatever its method, answers 401 without the admin token: none was
 /// added outside the group whose routes get the admin check (a route! call before the
 /// group's `inner`, or into another group, would answer without it). Taken from the

@@ -19,7 +19,7 @@ use super::body::{
     AdminEvent, Cleared, Deleted, EventSettings, Invites, Prequeue, Settings, StatsRow,
 };
 use super::error::{AppError, AppResult};
-use super::extract::{bearer, AppJson, AppPath, AppQuery, OptionalJson};
+use super::extract::{bearer, AppJson, AppPath, AppQuery, NoBody, OptionalJson};
 use super::guard::Caller;
 use super::records::{self, settings_object};
 use crate::app::AppState;
@@ -128,6 +128,7 @@ pub async fn delete_event(
     State(state): State<AppState>,
     caller: Caller,
     path: AppPath<String>,
+    _: NoBody,
 ) -> AppResult<Json<Deleted>> {
     let id = event_id(path)?;
     state.store.delete_event(&id).await?;
@@ -171,6 +172,7 @@ pub async fn pause(
     State(state): State<AppState>,
     caller: Caller,
     path: AppPath<String>,
+    _: NoBody,
 ) -> AppResult<Json<EventSettings>> {
     set_paused(&state, &caller, &event_id(path)?, true).await
 }
@@ -180,6 +182,7 @@ pub async fn resume(
     State(state): State<AppState>,
     caller: Caller,
     path: AppPath<String>,
+    _: NoBody,
 ) -> AppResult<Json<EventSettings>> {
     set_paused(&state, &caller, &event_id(path)?, false).await
 }
@@ -256,6 +259,7 @@ pub async fn clear(
     State(state): State<AppState>,
     caller: Caller,
     path: AppPath<String>,
+    _: NoBody,
 ) -> AppResult<Json<Cleared>> {
     let id = event_id(path)?;
     let n = state.store.clear(&id, state.clock.now()).await?;

@@ -176,6 +176,32 @@ where
     }
 }
 
+/// The body of an action that takes none (pause, clear, delete, …): absent, or an empty
+/// JSON object. Anything else is refused before the action runs: a client that sent a
+/// malformed body, or an option the action does not have (`{"only_expired": true}`), meant
+/// something else, and must not have the action done as if it had sent nothing.
+pub struct NoBody;
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Nothing {}
+
+impl<S: Send + Sync> FromRequest<S> for NoBody {
+    type Rejection = AppError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        OptionalJson::<Nothing>::from_request(req, state)
+            .await
+            .map(|_| NoBody)
+            .map_err(|e| match e {
+                AppError::InvalidRequest(m) => {
+                    AppError::invalid(format!("this action takes no body (or {{}}): {m}"))
+                }
+                e => e,
+            })
+    }
+}
+
 /// `serde_json::from_slice`, with a refusal that starts with the field it is about
 /// (`title: invalid type: …`, as the settings' own checks name theirs); one that is about
 /// no field (the syntax, the body as a whole) says `invalid JSON body: …`.

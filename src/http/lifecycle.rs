@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use super::body::{Announced, AnnouncementBody, EndedBody, SaleEnded};
 use super::error::{AppError, AppResult};
-use super::extract::{AppJson, AppPath};
+use super::extract::{AppJson, AppPath, NoBody};
 use super::guard::Caller;
 use super::records;
 use crate::app::AppState;
@@ -99,6 +99,7 @@ pub async fn clear_announcement(
     State(state): State<AppState>,
     caller: Caller,
     path: AppPath<String>,
+    _: NoBody,
 ) -> AppResult<Json<Announced>> {
     let id = event_id(path)?;
     let patch = EventPatch {

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::admin::event_id_of;
 use super::error::{AppError, AppResult};
-use super::extract::{AppJson, AppPath, BearerToken, OptionalJson};
+use super::extract::{AppJson, AppPath, BearerToken, NoBody, OptionalJson};
 use super::guard::Caller;
 use super::queue::access_claims;
 use super::records;
@@ -242,6 +242,7 @@ pub async fn release(
 pub async fn extend(
     State(state): State<AppState>,
     BearerToken(jwt): BearerToken,
+    _: NoBody,
 ) -> AppResult<Json<Extended>> {
     let (claims, key) = access_claims(&state, &jwt)?;
     let AccessClaims { aud, sub, .. } = claims;
