@@ -29,17 +29,22 @@ async fn origin() -> SocketAddr {
                 .collect();
             (!lines.is_empty()).then(|| lines.join(" | "))
         };
-        axum::Json(json!({
-            "origin": true,
-            "path": uri.path(),
-            "user": get("x-waitroom-user"),
-            "session": get("x-waitroom-session"),
-            "bypass": get("x-waitroom-bypass"),
-            "xff": get("x-forwarded-for"),
-            "proto": get("x-forwarded-proto"),
-            "xfh": get("x-forwarded-host"),
-            "forwarded": get("forwarded"),
-        }))
+        // A site that lets shared caches keep its pages.
+        let cache = [("cache-control", "public, max-age=3600")];
+        (
+            cache,
+            axum::Json(json!({
+                "origin": true,
+                "path": uri.path(),
+                "user": get("x-waitroom-user"),
+                "session": get("x-waitroom-session"),
+                "bypass": get("x-waitroom-bypass"),
+                "xff": get("x-forwarded-for"),
+                "proto": get("x-forwarded-proto"),
+                "xfh": get("x-forwarded-host"),
+                "forwarded": get("forwarded"),
+            })),
+        )
     }
     async fn done() -> impl IntoResponse {
         ([("x-waitroom-complete", "1")], "purchase done")
@@ -1618,4 +1623,24 @@ async fn a_session_ended_here_stops_passing_the_gate_at_once() {
         .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(gate(jwt).await, 401, "left");
+}
+
+/// The origin's answer that also carries the session cookie waitroom set is never kept by
+/// a shared cache, whatever the origin said: the next visitor would get the cookie. Answers
+/// without a cookie of ours keep the origin's caching.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_carrying_our_cookie_is_not_cached() {
+    let o = origin().await;
+    let w = waitroom(Some(o), None).await;
+    event(&w, "shop", gated("shop", json!({}))).await;
+    let mut a = Person::default();
+    let url = format!("http://{}/checkout", w.addr);
+    let first = a.get(&url, &[]).await;
+    assert!(first.is_origin(), "admitted at once: {}", first.text);
+    assert!(first.headers.contains_key("set-cookie"));
+    assert_eq!(first.headers["cache-control"], "no-store");
+    let again = a.get(&url, &[]).await;
+    assert!(again.is_origin());
+    assert!(!again.headers.contains_key("set-cookie"));
+    assert_eq!(again.headers["cache-control"], "public, max-age=3600");
 }

@@ -1887,13 +1887,19 @@ async fn sessions_extend_over_http() {
     )
     .await;
     let t = token(&app.join("ev", Some("ann")).await);
-    let g = app.enter(&t).await.ok();
+    let g = app.enter(&t).await;
+    assert_eq!(g.headers["cache-control"], "no-store", "an access token");
+    let g = g.ok();
     let jwt = g["access_token"].as_str().unwrap();
     let before = g["expires_at"].as_u64().unwrap();
+    // Admin answers name people and hold invite codes: not cached either.
+    let r = app.admin(Method::GET, "/events/ev/queue", None).await;
+    assert_eq!(r.headers["cache-control"], "no-store", "{}", r.text);
     let x = app
         .send(bearer(Method::POST, "/api/v1/session/extend", jwt))
-        .await
-        .ok();
+        .await;
+    assert_eq!(x.headers["cache-control"], "no-store", "a new access token");
+    let x = x.ok();
     assert_eq!(x["expires_at"].as_u64().unwrap(), before + 120);
     assert_eq!(x["token_type"], "Bearer");
     let fresh = x["access_token"].as_str().unwrap();

@@ -224,6 +224,11 @@ impl Gateway {
                 if let Some(c) = cookie {
                     res.headers_mut()
                         .append(header::SET_COOKIE, gate::secure_cookie(c, secure));
+                    // The origin's answer now carries this person's session: whatever the
+                    // origin said of caching it, no shared cache may keep it (and hand the
+                    // cookie to the next visitor).
+                    res.headers_mut()
+                        .insert(header::CACHE_CONTROL, crate::http::NO_STORE.clone());
                 }
                 // Looked for among the answer's few names before it is removed: a removal
                 // hashes the name (~200 instructions) and most answers do not carry it.
@@ -240,6 +245,8 @@ impl Gateway {
                         header::SET_COOKIE,
                         gate::set_cookie(&gate.event_id, None, secure),
                     );
+                    res.headers_mut()
+                        .insert(header::CACHE_CONTROL, crate::http::NO_STORE.clone());
                 }
                 (outcome, res)
             }

@@ -61,7 +61,12 @@ pub async fn require_admin(
         caller.guard.check_admin_failure(caller.ip)?;
         return Err(AppError::Unauthorized);
     }
-    Ok(next.run(req).await)
+    // Admin answers hold people's ids, invite codes, the audit: no cache on the way may
+    // keep them.
+    let mut res = next.run(req).await;
+    res.headers_mut()
+        .insert(header::CACHE_CONTROL, super::NO_STORE.clone());
+    Ok(res)
 }
 
 /// The checked event id of a path (for the admin handlers of other files).

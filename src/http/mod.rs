@@ -303,6 +303,11 @@ impl<L> Routes<L> {
     }
 }
 
+/// `Cache-Control: no-store`: answers that carry a credential (an access token) or admin
+/// data, which no shared cache may keep.
+pub(crate) static NO_STORE: axum::http::HeaderValue =
+    axum::http::HeaderValue::from_static("no-store");
+
 /// Every route the server answers, as (method in lower case, path), in axum's path syntax
 /// (`/api/v1/events/{event_id}`).
 pub fn route_list(state: &AppState) -> Vec<(&'static str, &'static str)> {

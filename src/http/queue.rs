@@ -6,7 +6,7 @@
 //! current time, and shape the answer. All queue rules live in the store.
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use serde::Deserialize;
@@ -259,7 +259,7 @@ pub async fn enter(
     State(state): State<AppState>,
     caller: Caller,
     WaitingToken(token): WaitingToken,
-) -> AppResult<Json<Entered>> {
+) -> AppResult<([(header::HeaderName, HeaderValue); 1], Json<Entered>)> {
     let (event_id, key) = parse_polling(&state, &caller, &token).await?;
     let now = state.clock.now();
     let view = match state.store.enter(&event_id, key, now).await {
@@ -275,15 +275,20 @@ pub async fn enter(
     let jwt = state
         .access
         .sign(&event_id, subject, view.key, now, ends_at);
-    Ok(Json(Entered {
-        admission: "granted",
-        access_token: jwt,
-        token_type: "Bearer",
-        session_id,
-        expires_in: ends_at.saturating_sub(now) / 1000,
-        expires_at: ends_at / 1000,
-        event_id,
-    }))
+    // The answer carries the access token: no cache may keep it (RFC 6749 5.1).
+    let no_store = [(header::CACHE_CONTROL, super::NO_STORE.clone())];
+    Ok((
+        no_store,
+        Json(Entered {
+            admission: "granted",
+            access_token: jwt,
+            token_type: "Bearer",
+            session_id,
+            expires_in: ends_at.saturating_sub(now) / 1000,
+            expires_at: ends_at / 1000,
+            event_id,
+        }),
+    ))
 }
 
 /// `POST /queue/leave` and `DELETE /queue/leave`. A place that is already gone, even with

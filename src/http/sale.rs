@@ -3,6 +3,7 @@
 //! transition (the seat map's read is two reads: the session, then the inventory).
 
 use axum::extract::State;
+use axum::http::{header, HeaderName, HeaderValue};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
@@ -243,7 +244,7 @@ pub async fn extend(
     State(state): State<AppState>,
     BearerToken(jwt): BearerToken,
     _: NoBody,
-) -> AppResult<Json<Extended>> {
+) -> AppResult<([(HeaderName, HeaderValue); 1], Json<Extended>)> {
     let (claims, key) = access_claims(&state, &jwt)?;
     let AccessClaims { aud, sub, .. } = claims;
     let now = state.clock.now();
@@ -260,10 +261,14 @@ pub async fn extend(
         Some(key)
     );
     let access_token = state.access.sign(&aud, &sub, key, now, ends_at);
-    Ok(Json(Extended {
-        access_token,
-        token_type: "Bearer",
-        expires_in: ends_at.saturating_sub(now) / 1000,
-        expires_at: ends_at / 1000,
-    }))
+    // A new access token: no cache may keep it (RFC 6749 5.1).
+    Ok((
+        [(header::CACHE_CONTROL, super::NO_STORE.clone())],
+        Json(Extended {
+            access_token,
+            token_type: "Bearer",
+            expires_in: ends_at.saturating_sub(now) / 1000,
+            expires_at: ends_at / 1000,
+        }),
+    ))
 }
