@@ -444,6 +444,19 @@ pub fn validate_event_id(id: &str) -> Result<(), QueueError> {
     }
 }
 
+/// Whether an `http(s)://` URL names a host right after the `//`, with a port of 1–65535
+/// if it has one: everyone admitted is sent there. The URL parser reads `http:///x` as the
+/// host `x`, which is not what was written; it refuses an empty host or port 99999, but
+/// takes port 0.
+fn names_a_host(u: &str) -> bool {
+    let rest = u
+        .strip_prefix("https://")
+        .or_else(|| u.strip_prefix("http://"));
+    rest.is_some_and(|rest| !rest.starts_with('/'))
+        && url::Url::parse(u)
+            .is_ok_and(|p| p.host_str().is_some_and(|h| !h.is_empty()) && p.port() != Some(0))
+}
+
 impl EventPatch {
     /// Applies the patch on top of `base` (the stored config, or the defaults for a new
     /// event) at `now` and validates the result as a whole.
@@ -508,9 +521,9 @@ impl EventPatch {
                 let clean = !u
                     .chars()
                     .any(|c| c.is_whitespace() || c.is_control() || c == '\\');
-                if !scheme_ok || u.len() > 2048 || !clean {
+                if !scheme_ok || u.len() > 2048 || !clean || !(path_ok || names_a_host(u)) {
                     return Err(bad(
-                        "target_url must be an http(s) URL or an absolute path, at most 2048 characters",
+                        "target_url must be an http(s) URL with a host (and a port of 1-65535, if any) or an absolute path, at most 2048 characters",
                     ));
                 }
             }
@@ -804,6 +817,44 @@ mod tests {
         assert!(EventPatch::default()
             .apply(&"x".repeat(65), &base, 0)
             .is_err());
+    }
+
+    /// Everyone admitted is sent to `target_url`: a URL without a host or with a port no
+    /// connection can use is refused, not stored.
+    #[test]
+    fn a_target_url_names_a_host() {
+        let base = EventConfig::default();
+        for bad in [
+            "https://[::1]:99999/",
+            "https://example.com:0/",
+            "https://example.com:65536/",
+            "http://",
+            "https://",
+            "http:///x",
+            "https:////example.com/",
+            "http://:80/",
+            "http://?x",
+            "http://#x",
+        ] {
+            let json = serde_json::json!({ "target_url": bad }).to_string();
+            match patch(&json).apply("e", &base, 0) {
+                Err(QueueError::Invalid(m)) => {
+                    assert!(m.starts_with("target_url must be"), "{bad}: {m}")
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        for ok in [
+            "https://tickets.example.com/book",
+            "http://example.com:8080",
+            "https://[::1]:65535/x?y#z",
+            "https://192.0.2.7:1/",
+            "/book?from=queue",
+        ] {
+            let json = serde_json::json!({ "target_url": ok }).to_string();
+            let c = patch(&json).apply("e", &base, 0).unwrap();
+            assert_eq!(c.target_url.as_deref(), Some(ok), "stored as written");
+        }
     }
 
     #[test]
