@@ -81,10 +81,24 @@ fn bad(msg: impl Into<String>) -> QueueError {
 
 /// Checks one text: at most `max` characters per language, no control characters (but line
 /// breaks where `lines`). Empty strings count as absent; with neither language, `None`.
+///
+/// A line break is stored as `\n` however it was written: text pasted from Windows or typed
+/// in a browser's `<textarea>` (whose form value is `\r\n`) has `\r\n`, an old Mac's a lone
+/// `\r`. One form keeps the count of characters, the pages and every reader of the JSON
+/// alike.
 fn texts(field: &str, t: &Texts, max: usize, lines: bool) -> Result<Option<Texts>, QueueError> {
     let mut out = Texts::default();
     for (lang, v, slot) in [("ko", &t.ko, &mut out.ko), ("en", &t.en, &mut out.en)] {
-        let Some(s) = v.as_deref().map(str::trim).filter(|s| !s.is_empty()) else {
+        let newlines = v
+            .as_deref()
+            .filter(|s| lines && s.contains('\r'))
+            .map(|s| s.replace("\r\n", "\n").replace('\r', "\n"));
+        let Some(s) = newlines
+            .as_deref()
+            .or(v.as_deref())
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        else {
             continue;
         };
         if s.chars().count() > max {
@@ -444,6 +458,39 @@ mod tests {
             c.look.logo_url.as_deref(),
             Some("https://cdn.example.com/Logo.png")
         );
+    }
+
+    /// `\r\n` (a `<textarea>`'s, Windows') and a lone `\r` are line breaks where `\n` is one,
+    /// stored as `\n`; where no line break is allowed, they are refused as before.
+    #[test]
+    fn every_line_break_is_stored_as_a_newline() {
+        let c = apply(
+            r#"{"note": {"en": "line1\r\nline2\rline3\n"}, "turn_message": {"ko": "a\r\n\r\nb"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            c.look.note.unwrap().en.as_deref(),
+            Some("line1\nline2\nline3")
+        );
+        assert_eq!(c.look.turn_message.unwrap().ko.as_deref(), Some("a\n\nb"));
+        let message = Texts {
+            ko: None,
+            en: Some("Gate 3\r\nfrom 10:00".into()),
+        };
+        let checked = super::super::lifecycle::check_message("message", &message).unwrap();
+        assert_eq!(checked.unwrap().en.as_deref(), Some("Gate 3\nfrom 10:00"));
+        // A break counts as one character.
+        let long = "x\r\n".repeat(MAX_NOTE_CHARS / 2);
+        assert!(apply(&serde_json::json!({ "note": { "en": long } }).to_string()).is_ok());
+        for json in [
+            r#"{"title": {"en": "two\r\nlines"}}"#,
+            r#"{"headline": {"en": "two\rlines"}}"#,
+        ] {
+            match apply(json) {
+                Err(QueueError::Invalid(m)) => assert!(m.contains("control characters"), "{m}"),
+                other => panic!("{json} answered {other:?}"),
+            }
+        }
     }
 
     #[test]
