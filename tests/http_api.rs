@@ -1073,6 +1073,47 @@ async fn admin_put_validates_and_answers_the_stored_config() {
     );
 }
 
+/// A settings body as sent, byte for byte (`json!` would round a long number first).
+async fn put_raw(app: &TestApp, id: &str, body: &str) -> Resp {
+    let r = req(Method::PUT, &format!("/api/v1/admin/events/{id}"))
+        .header(header::AUTHORIZATION, format!("Bearer {ADMIN}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    app.send(r).await
+}
+
+/// `overbooking_ratio` is checked as written: a decimal that an `f64` would round into the
+/// range, or into a larger capacity, is refused with the field named; nothing is stored.
+#[tokio::test]
+async fn admin_put_takes_the_ratio_as_written() {
+    let app = app();
+    app.put_event("ev", json!({"max_active": 100_000_000}))
+        .await;
+    for body in [
+        r#"{"overbooking_ratio": 0.99999999999999999999}"#,
+        r#"{"overbooking_ratio": 10.0000000000000001}"#,
+        r#"{"overbooking_ratio": 1.9999999999999999999}"#,
+    ] {
+        let r = put_raw(&app, "ev", body).await;
+        r.err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+        let m = r.body["error"]["message"].as_str().unwrap();
+        assert!(
+            m.starts_with("overbooking_ratio: invalid value") && m.contains("15 significant"),
+            "{body}: {m}"
+        );
+    }
+    assert_eq!(app.figures("ev").await["overbooking_ratio"], 1.0);
+    let r = put_raw(&app, "ev", r#"{"overbooking_ratio": 0.999999999999999}"#).await;
+    r.err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    let ok = put_raw(&app, "ev", r#"{"overbooking_ratio": 1.99999999999999e0}"#)
+        .await
+        .ok();
+    assert_eq!(ok["overbooking_ratio"], 1.99999999999999);
+    let info = app.get("/api/v1/queue/info?event_id=ev").await.ok();
+    assert_eq!(info["capacity"], 199_999_999);
+}
+
 /// Admin changes are notices of the store (which wake the scheduler and reach every node),
 /// whoever served them; reads are not.
 #[tokio::test]

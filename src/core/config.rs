@@ -232,7 +232,7 @@ pub struct EventPatch {
     pub name: Option<String>,
     #[serde(default, deserialize_with = "present")]
     pub max_active: Option<u64>,
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "written_ratio")]
     pub overbooking_ratio: Option<f64>,
     #[serde(default, deserialize_with = "nullable")]
     pub admit_per_minute: Option<Option<u64>>,
@@ -341,6 +341,55 @@ where
     T: Deserialize<'de>,
 {
     T::deserialize(d).map(Some)
+}
+
+/// Most significant digits of a written `overbooking_ratio`. Distinct decimals of 15
+/// digits are distinct `f64`s, in the same order, so such a ratio is stored as the decimal
+/// written: the range check and [`EventConfig::capacity`] are exact for it. serde_json reads
+/// a longer one as the nearest `f64`, silently: `0.99999999999999999999` would be `1.0` and
+/// pass the check, `1.9999999999999999999` would be `2.0` in the capacity.
+pub const MAX_RATIO_DIGITS: usize = 15;
+
+/// `overbooking_ratio`, refused past [`MAX_RATIO_DIGITS`] significant digits: the number's
+/// text is read (serde_json's raw value), as its `f64` alone cannot tell. Formats that are
+/// not human-readable are read as they are.
+fn written_ratio<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    use serde::de::Error;
+    use serde_json::Value;
+    if !d.is_human_readable() {
+        return f64::deserialize(d).map(Some);
+    }
+    let raw = Box::<serde_json::value::RawValue>::deserialize(d)?;
+    let text = raw.get();
+    let unexpected = match serde_json::from_str::<Value>(text).map_err(D::Error::custom)? {
+        Value::Number(n) => {
+            if significant_digits(text) > MAX_RATIO_DIGITS {
+                let expected = format!("a number of at most {MAX_RATIO_DIGITS} significant digits");
+                return Err(D::Error::invalid_value(
+                    Unexpected::Other(text),
+                    &expected.as_str(),
+                ));
+            }
+            return n
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| D::Error::invalid_type(Unexpected::Other(text), &"a number"));
+        }
+        Value::Null => Unexpected::Unit,
+        Value::Bool(b) => Unexpected::Bool(b),
+        Value::String(s) => return Err(D::Error::invalid_type(Unexpected::Str(&s), &"a number")),
+        Value::Array(_) => Unexpected::Seq,
+        Value::Object(_) => Unexpected::Map,
+    };
+    Err(D::Error::invalid_type(unexpected, &"a number"))
+}
+
+/// The significant digits of a JSON number's text: its digits before any exponent, without
+/// the leading and trailing zeros (`0.0150e3`: 2).
+fn significant_digits(number: &str) -> usize {
+    let mantissa = number.split(['e', 'E']).next().unwrap_or_default();
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    digits.trim_matches('0').len()
 }
 
 /// [`nullable`] for a nested object ([`optional_object`]).
@@ -904,6 +953,65 @@ mod tests {
         // Other settings of an opened event leave it alone.
         let renamed = patch(r#"{"name": "x"}"#).apply("e", &c, opens + 1).unwrap();
         assert_eq!(renamed.event_secret, Some(EventSecret([3; 32])));
+    }
+
+    /// The ratio is checked and multiplied as written; a ratio with more digits than an
+    /// `f64` keeps is refused, not rounded into the range or into a larger capacity.
+    #[test]
+    fn a_ratio_is_taken_as_written() {
+        let base = EventConfig::default();
+        for (json, want) in [
+            (r#"{"overbooking_ratio": 1}"#, 1.0),
+            (r#"{"overbooking_ratio": 10.0}"#, 10.0),
+            (r#"{"overbooking_ratio": 1.15000000000000000000}"#, 1.15),
+            (r#"{"overbooking_ratio": 115e-2}"#, 1.15),
+            (r#"{"overbooking_ratio": 0.0115E2}"#, 1.15),
+            (
+                r#"{"overbooking_ratio": 1.99999999999999}"#,
+                1.99999999999999,
+            ),
+            (
+                r#"{"overbooking_ratio": 9.99999999999999}"#,
+                9.99999999999999,
+            ),
+        ] {
+            let c = patch(json).apply("e", &base, 0).unwrap();
+            assert_eq!(c.overbooking_ratio, want, "{json}");
+        }
+        for json in [
+            r#"{"overbooking_ratio": 0.99999999999999999999}"#,
+            r#"{"overbooking_ratio": 10.0000000000000001}"#,
+            r#"{"overbooking_ratio": 1.9999999999999999999}"#,
+            r#"{"overbooking_ratio": 1.0000000000000001}"#,
+        ] {
+            let e = serde_json::from_str::<EventPatch>(json).unwrap_err();
+            assert!(
+                e.to_string().contains("at most 15 significant digits"),
+                "{json}: {e}"
+            );
+        }
+        for json in [
+            r#"{"overbooking_ratio": 0.999999999999999}"#,
+            r#"{"overbooking_ratio": 10.0000000000001}"#,
+        ] {
+            assert!(patch(json).apply("e", &base, 0).is_err(), "{json}");
+        }
+        for json in [
+            r#"{"overbooking_ratio": "1.5"}"#,
+            r#"{"overbooking_ratio": null}"#,
+            r#"{"overbooking_ratio": [1.5]}"#,
+        ] {
+            let e = serde_json::from_str::<EventPatch>(json).unwrap_err();
+            assert!(e.to_string().starts_with("invalid type"), "{json}: {e}");
+        }
+        // 15 digits keep the capacity exact: 10^8 × 1.99999999999999 is 199999999.999999.
+        let c = patch(r#"{"max_active": 100000000, "overbooking_ratio": 1.99999999999999}"#)
+            .apply("e", &base, 0)
+            .unwrap();
+        assert_eq!(c.capacity(), 199_999_999);
+        // A stored ratio reads back as it was written.
+        let json = serde_json::to_string(&c).unwrap();
+        assert_eq!(serde_json::from_str::<EventConfig>(&json).unwrap(), c);
     }
 
     #[test]
