@@ -526,6 +526,10 @@ impl EventPatch {
             if n.chars().count() > 200 {
                 return Err(bad("name must be at most 200 characters"));
             }
+            // Shown on the waiting pages and in the admin's lists, as every other text.
+            if n.chars().any(char::is_control) {
+                return Err(bad("name must not contain control characters"));
+            }
             c.name = n.clone();
         }
         if let Some(v) = self.max_active {
@@ -1012,6 +1016,41 @@ mod tests {
         // A stored ratio reads back as it was written.
         let json = serde_json::to_string(&c).unwrap();
         assert_eq!(serde_json::from_str::<EventConfig>(&json).unwrap(), c);
+    }
+
+    /// The name reaches the pages like the other texts and refuses control characters as
+    /// they do; a name stored before that still reads, and other settings still change.
+    #[test]
+    fn a_name_has_no_control_characters() {
+        let base = EventConfig::default();
+        for name in [
+            "A\u{0}B",
+            "A\u{1b}[31mC",
+            "two\nlines",
+            "tab\there",
+            "c1\u{85}",
+        ] {
+            let json = serde_json::json!({ "name": name }).to_string();
+            match patch(&json).apply("e", &base, 0) {
+                Err(QueueError::Invalid(m)) => {
+                    assert_eq!(m, "name must not contain control characters", "{name:?}")
+                }
+                other => panic!("{name:?}: {other:?}"),
+            }
+        }
+        let c = patch(r#"{"name": "Spring concert 봄"}"#)
+            .apply("e", &base, 0)
+            .unwrap();
+        assert_eq!(c.name, "Spring concert 봄");
+        let old = EventConfig {
+            name: "A\u{0}B\u{1b}[31mC\nD".into(),
+            ..EventConfig::default()
+        };
+        let stored = serde_json::to_string(&old).unwrap();
+        let read: EventConfig = serde_json::from_str(&stored).unwrap();
+        assert_eq!(read, old);
+        let paused = patch(r#"{"paused": true}"#).apply("e", &read, 0).unwrap();
+        assert_eq!(paused.name, old.name);
     }
 
     #[test]
