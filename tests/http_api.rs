@@ -1955,6 +1955,36 @@ async fn sessions_extend_over_http() {
         .err(StatusCode::UNAUTHORIZED, "ACCESS_DENIED");
 }
 
+/// A settings body's refusal of a field's type names the field, for the string-valued
+/// choices too (serde_json calls `null` or a number there a syntax error); a body that is
+/// not JSON at all says so.
+#[tokio::test]
+async fn a_choice_of_the_wrong_type_is_refused_naming_the_field() {
+    let app = app();
+    for (body, field) in [
+        (json!({"queueing_method": null}), "queueing_method"),
+        (json!({"access": 0}), "access"),
+        (json!({"queueing_method": [1]}), "queueing_method"),
+    ] {
+        let r = app.admin(Method::PUT, "/events/ev", Some(body)).await;
+        r.err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+        let m = r.body["error"]["message"].as_str().unwrap();
+        assert!(m.starts_with(&format!("{field}: invalid type")), "{m}");
+    }
+    let r = app
+        .send(
+            req(Method::PUT, "/api/v1/admin/events/ev")
+                .header(header::AUTHORIZATION, format!("Bearer {ADMIN}"))
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(r#"{"access": nul"#))
+                .unwrap(),
+        )
+        .await;
+    r.err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    let m = r.body["error"]["message"].as_str().unwrap();
+    assert!(m.starts_with("invalid JSON body"), "{m}");
+}
+
 /// Actions that take no body refuse one that is malformed or names an option they do not
 /// have, and do nothing: a client that sent `{"only_expired": tru` to `clear` meant
 /// something else than clearing everything. No body, or `{}`, still works.

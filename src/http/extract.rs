@@ -210,10 +210,16 @@ fn parse_naming_the_field<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, AppErr
     let v = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
-        if path.is_empty() || path == "." || inner.is_syntax() || inner.is_eof() {
-            AppError::invalid(format!("invalid JSON body: {inner}"))
-        } else {
+        let at_field = !path.is_empty() && path != ".";
+        if at_field && !inner.is_syntax() && !inner.is_eof() {
             AppError::invalid(format!("{path}: {inner}"))
+        } else if at_field && serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok() {
+            // serde_json calls a value an enum cannot start with (`null`, a number) a
+            // syntax error, "expected value", though the JSON is fine: it is the field's
+            // type that is wrong, so say that, naming the field.
+            AppError::invalid(format!("{path}: invalid type: expected a string"))
+        } else {
+            AppError::invalid(format!("invalid JSON body: {inner}"))
         }
     })?;
     // Trailing characters, as `from_slice` refuses them.
