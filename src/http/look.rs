@@ -49,8 +49,9 @@ pub fn escape(s: &str) -> String {
     out
 }
 
-/// The page's language: `?lang=ko|en`, else the browser's first choice (what the page's
-/// script picks too when nothing is remembered).
+/// The page's language: `?lang=ko|en`, else the one of ours the browser prefers
+/// (`Accept-Language`, weighed by `q`; what the page's script picks too when nothing is
+/// remembered).
 fn language(uri: &Uri, headers: &HeaderMap) -> &'static str {
     let asked = uri
         .query()
@@ -62,19 +63,40 @@ fn language(uri: &Uri, headers: &HeaderMap) -> &'static str {
             _ => None,
         });
     asked.unwrap_or_else(|| {
-        let first = headers
+        headers
             .get(header::ACCEPT_LANGUAGE)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(',').next())
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
-        if first.starts_with("ko") {
-            "ko"
-        } else {
-            "en"
-        }
+            .map_or("en", preferred)
     })
+}
+
+/// Of our two languages, the one an `Accept-Language` value ranks highest (RFC 9110
+/// 12.5.4): by `q` (1 when absent; 0 means "not this one"), the earlier on a tie; a tag
+/// counts by its primary subtag (`ko-KR`), and `*` stands for English. English when
+/// nothing of ours is acceptable.
+fn preferred(accept: &str) -> &'static str {
+    let mut best: Option<(&'static str, u16)> = None;
+    for item in accept.split(',') {
+        let mut parts = item.split(';');
+        let tag = parts.next().unwrap_or("").trim();
+        let primary = tag.split('-').next().unwrap_or("");
+        let lang = if primary.eq_ignore_ascii_case("ko") {
+            "ko"
+        } else if primary.eq_ignore_ascii_case("en") || tag == "*" {
+            "en"
+        } else {
+            continue;
+        };
+        // q in thousandths: "0.8" → 800; anything unreadable counts as 1.
+        let q = parts
+            .find_map(|p| p.trim().strip_prefix("q=").or(p.trim().strip_prefix("Q=")))
+            .and_then(|q| q.trim().parse::<f32>().ok())
+            .map_or(1000, |q| (q.clamp(0.0, 1.0) * 1000.0).round() as u16);
+        if q > 0 && best.is_none_or(|(_, b)| q > b) {
+            best = Some((lang, q));
+        }
+    }
+    best.map_or("en", |(l, _)| l)
 }
 
 fn wants_html(headers: &HeaderMap) -> bool {
@@ -424,6 +446,24 @@ pub async fn branding(
 mod tests {
     use super::*;
     use crate::core::EventPatch;
+
+    #[test]
+    fn the_language_follows_the_browsers_weights() {
+        for (accept, want) in [
+            ("ko-KR,ko;q=0.9,en;q=0.8", "ko"),
+            ("fr-FR,fr;q=0.9,ko;q=0.8", "ko"),
+            ("en;q=0.1, ko", "ko"),
+            ("ko;q=0, en", "en"),
+            ("ko;q=0", "en"),
+            ("fr, de", "en"),
+            ("*, ko;q=0.5", "en"),
+            ("en-GB, ko", "en"),
+            ("KO", "ko"),
+            ("", "en"),
+        ] {
+            assert_eq!(preferred(accept), want, "{accept:?}");
+        }
+    }
 
     fn event(json: &str) -> EventConfig {
         serde_json::from_str::<EventPatch>(json)

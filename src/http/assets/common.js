@@ -16,8 +16,15 @@ window.WR = (() => {
     if (q === 'ko' || q === 'en') { store.set('localStorage', LANG_KEY, q); return q; }
     const saved = store.get('localStorage', LANG_KEY);
     if (saved === 'ko' || saved === 'en') return saved;
-    const first = (navigator.languages && navigator.languages[0]) || navigator.language || 'en';
-    return first.toLowerCase().startsWith('ko') ? 'ko' : 'en';
+    // The first of the browser's languages (in its order of preference) that is one of
+    // ours, as the server picks from Accept-Language.
+    const langs = (navigator.languages && navigator.languages.length)
+      ? navigator.languages : [navigator.language || 'en'];
+    for (const l of langs) {
+      const primary = String(l).toLowerCase().split('-')[0];
+      if (primary === 'ko' || primary === 'en') return primary;
+    }
+    return 'en';
   }
 
   let lang = pickLang();
