@@ -723,7 +723,7 @@ async fn json_bodies_must_be_objects() {
 }
 
 #[tokio::test]
-async fn verify_refuses_an_empty_event_id() {
+async fn verify_refuses_an_empty_or_misspelt_event_id() {
     let app = live_app();
     app.put_event("ev", json!({"max_active": 1})).await;
     let a = token(&app.join("ev", Some("alice")).await);
@@ -734,6 +734,15 @@ async fn verify_refuses_an_empty_event_id() {
     app.send(bearer(Method::POST, "/api/v1/queue/verify?event_id=", &jwt))
         .await
         .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    // A misspelt parameter is not "no event asked": it would pass another event's token.
+    app.put_event("other", json!({})).await;
+    app.send(bearer(
+        Method::POST,
+        "/api/v1/queue/verify?eventId=other",
+        &jwt,
+    ))
+    .await
+    .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
     app.send(bearer(
         Method::POST,
         "/api/v1/queue/verify?event_id=ev",

@@ -320,7 +320,10 @@ pub(super) fn access_claims(state: &AppState, jwt: &str) -> AppResult<(AccessCla
     Ok((claims, key))
 }
 
+/// Unknown parameters are refused: a misspelt `?eventId=` would otherwise skip the event
+/// check the site meant to make, and answer `valid` for another event's token.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct VerifyQuery {
     pub event_id: Option<String>,
 }
