@@ -46,7 +46,9 @@ const DEMO_CROWD: &str = "demo-crowd";
 /// Serves the API on `listener` until `shutdown` resolves, then stops accepting, lets
 /// in-flight requests finish (for at most [`SHUTDOWN_GRACE`]), stops the background tasks
 /// (the live hub, the scheduler, the gauge upkeep and the demo crowd; those that did not
-/// stop in time are logged by name) and answers `Ok`. Startup problems (an unusable data dir or signing key, an unavailable
+/// stop in time are logged by name) and answers `Ok`. A store that stopped for good
+/// ([`Store::failed`]) shuts the server down the same way and answers an error, so the
+/// process exits for its supervisor to restart it. Startup problems (an unusable data dir or signing key, an unavailable
 /// backend) are errors before anything is served.
 pub async fn run(
     settings: Settings,
@@ -170,6 +172,20 @@ pub async fn run(
             "gateway mode on a Redis store: served on the runtime, without serving threads"
         );
     }
+    // A store that stopped for good refuses every change until the process restarts: stop
+    // serving and exit with an error, so that the supervisor restarts it and the restart
+    // recovers everything acknowledged from the journal.
+    let shutdown = {
+        let store = store.clone();
+        async move {
+            tokio::select! {
+                () = shutdown => {}
+                () = store.until_failed() => tracing::error!(
+                    "the store cannot write any more; shutting down, to be restarted"
+                ),
+            }
+        }
+    };
     let (served, threads) = match upstream {
         Some(up) if threads::for_store(&settings.store) => {
             tracing::info!(upstream = %up, "gateway mode: proxying to the site");
@@ -218,6 +234,14 @@ pub async fn run(
         threads.release().await;
     }
     tracing::info!("stopped");
+    if store.failed() {
+        anyhow::bail!(
+            "the store in {} stopped writing (the error is logged above: a full or failing \
+             disk?); restart the server once the disk is fixed: it recovers every \
+             acknowledged change from the journal",
+            settings.data_dir.join("store").display()
+        );
+    }
     served.and(closed)
 }
 

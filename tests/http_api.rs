@@ -1554,6 +1554,22 @@ fn some_token(app: &TestApp) -> String {
         .issue("ev", PlaceKey { seq: 1, nonce: 99 })
 }
 
+/// A store that stopped for good (the embedded store once its journal could not be
+/// written) fails `/healthz` too, so a supervisor that probes it restarts the process.
+#[tokio::test]
+async fn healthz_fails_once_the_store_stopped_for_good() {
+    let store = Arc::new(FaultStore::embedded());
+    let app = app_with(store.clone(), Clock::manual(T0), Limits::default());
+    assert_eq!(app.get("/healthz").await.ok()["status"], "ok");
+    store.fail_for_good();
+    app.get("/healthz")
+        .await
+        .err(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE");
+    app.get("/readyz")
+        .await
+        .err(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE");
+}
+
 #[tokio::test]
 async fn unreachable_store_answers_503_with_retry_after() {
     let app = failing_app(Fault::unavailable(), Limits::default());

@@ -376,7 +376,9 @@ fn audit() {}
 fn jwks() {}
 
 #[utoipa::path(get, path = "/healthz", tag = "ops",
-    responses((status = 200, description = "The process serves", body = Health)))]
+    responses(
+        (status = 200, description = "The process serves", body = Health),
+        (status = 503, description = "UNAVAILABLE: the store stopped for good; the server is shutting down", body = ErrorBody)))]
 fn healthz() {}
 
 #[utoipa::path(get, path = "/readyz", tag = "ops",

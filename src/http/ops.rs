@@ -3,7 +3,8 @@
 //!
 //! `/healthz` says the process serves; `/readyz` says it can do useful work (the store
 //! answers), so a load balancer can take a node whose store is gone out of rotation while
-//! an orchestrator leaves the process running. `/metrics` refreshes the per-event gauges
+//! an orchestrator leaves the process running. A store that stopped for good (see
+//! [`crate::store::Store::failed`]) fails both: only a restart mends it. `/metrics` refreshes the per-event gauges
 //! from the store on each scrape, so they are exact at the moment they are read.
 
 use std::time::Duration;
@@ -15,6 +16,7 @@ use axum::Json;
 
 use super::body::Health;
 use super::error::{AppError, AppResult};
+use super::Shared;
 use crate::app::AppState;
 use crate::telemetry;
 
@@ -22,9 +24,17 @@ use crate::telemetry;
 /// that takes longer than this is as bad as none.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// `GET /healthz`
-pub async fn healthz() -> Json<Health> {
-    Json(Health { status: "ok" })
+/// `GET /healthz`: `200` while the process serves; `503` once the store stopped for good
+/// (the embedded store after its journal could not be written), which only a restart
+/// mends: a supervisor that probes this restarts the process even if its shutdown hangs.
+/// One atomic load: probes are frequent, and this is benchmarked.
+pub async fn healthz(State(shared): State<Shared>) -> AppResult<Json<Health>> {
+    if shared.app().store.failed() {
+        return Err(AppError::Unavailable(
+            "the store stopped writing; the server is shutting down to restart".into(),
+        ));
+    }
+    Ok(Json(Health { status: "ok" }))
 }
 
 /// `GET /readyz`: `200` only when the store answers, in time.

@@ -553,6 +553,18 @@ impl Store for EmbeddedStore {
         }
     }
 
+    fn failed(&self) -> bool {
+        self.journal.as_ref().is_some_and(|j| !j.is_healthy())
+    }
+
+    async fn until_failed(&self) {
+        match &self.journal {
+            Some(j) => j.until_failed().await,
+            // In memory: nothing to write, so nothing fails.
+            None => std::future::pending().await,
+        }
+    }
+
     fn subscribe(&self) -> broadcast::Receiver<Notice> {
         self.notices.subscribe()
     }

@@ -18,12 +18,13 @@
 //! ```
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, Notify};
 use tokio::time::Instant;
 
 use super::embedded::EmbeddedStore;
@@ -97,6 +98,9 @@ pub struct FaultStore {
     faults: Mutex<Faults>,
     /// Every call, in order, with the time it was made.
     calls: Mutex<Vec<(Op, Instant)>>,
+    /// Set by [`FaultStore::fail_for_good`]: the backend stopped for good.
+    failed: AtomicBool,
+    on_fail: Notify,
     /// Something that must outlive the inner store, such as the temporary directory a
     /// durable store writes into. Declared after `inner`, so it is dropped after it.
     _keep: Option<Box<dyn std::any::Any + Send + Sync>>,
@@ -115,6 +119,8 @@ impl FaultStore {
             inner,
             faults: Mutex::new(Faults::default()),
             calls: Mutex::new(Vec::new()),
+            failed: AtomicBool::new(false),
+            on_fail: Notify::new(),
             _keep: None,
         }
     }
@@ -131,6 +137,15 @@ impl FaultStore {
     /// Wraps a fresh in-memory [`EmbeddedStore`].
     pub fn embedded() -> Self {
         Self::new(Arc::new(EmbeddedStore::new()))
+    }
+
+    /// Stops the backend for good, as the embedded store stops once its journal cannot be
+    /// written: [`Store::failed`] answers `true` and [`Store::until_failed`] ends. Every
+    /// operation then answers `Unavailable`.
+    pub fn fail_for_good(&self) {
+        self.inject_all(Fault::Unavailable("the store's writer stopped".into()));
+        self.failed.store(true, SeqCst);
+        self.on_fail.notify_waiters();
     }
 
     /// The wrapped store, to set up or inspect data behind the faults' back.
@@ -393,6 +408,24 @@ impl Store for FaultStore {
     async fn ping(&self) -> StoreResult<()> {
         self.gate(Op::Ping).await?;
         self.inner.ping().await
+    }
+
+    fn failed(&self) -> bool {
+        self.failed.load(SeqCst) || self.inner.failed()
+    }
+
+    async fn until_failed(&self) {
+        let told = self.on_fail.notified();
+        let mut told = std::pin::pin!(told);
+        // Registered before the flag is read, so a failure after the read still wakes it.
+        told.as_mut().enable();
+        if self.failed.load(SeqCst) {
+            return;
+        }
+        tokio::select! {
+            () = told => {}
+            () = self.inner.until_failed() => {}
+        }
     }
 
     fn subscribe(&self) -> broadcast::Receiver<Notice> {

@@ -338,9 +338,7 @@ impl<S: Sink> GroupCommit<S> {
             let ended = Instant::now();
             note_slow_write(ended - started, n, synced);
             if let Err(e) = written {
-                self.stopped.store(true, SeqCst);
-                sink.fail(&e);
-                self.progress.notify_waiters();
+                self.stop(sink, &e);
                 return;
             }
             if !synced {
@@ -447,8 +445,11 @@ impl<S: Sink> GroupCommit<S> {
 
     /// The sink failed: nothing more is written; waiters are told. Holding the flag.
     fn stop(&self, sink: &mut S, error: &str) {
-        self.stopped.store(true, SeqCst);
+        // The sink first: a change refused as `Stopped` must find the failure recorded
+        // (`/healthz` answers 503 from it), and one queued meanwhile is never written, as
+        // nothing is taken after a failed write; its waiter sees the failure too.
         sink.fail(error);
+        self.stopped.store(true, SeqCst);
         self.progress.notify_waiters();
     }
 

@@ -383,6 +383,11 @@ impl Journal {
         !self.synced.failed()
     }
 
+    /// Resolves once writing failed: the journal then refuses every change for good.
+    pub async fn until_failed(&self) {
+        self.synced.until_failed().await
+    }
+
     /// Bytes on disk (journals and tables).
     pub fn disk_space(&self) -> u64 {
         self.db.disk_space().unwrap_or(0)
@@ -660,9 +665,13 @@ impl Writer {
     }
 
     fn fail(&self, e: &dyn std::fmt::Display) {
-        tracing::error!(error = %e, "writing to the store failed; refusing further changes");
-        // Wakes every waiter so it can see the failure.
+        // Wakes every waiter so it can see the failure; before the log line, which may
+        // take a while to write.
         self.synced.fail();
+        tracing::error!(
+            error = %e,
+            "writing to the store failed; refusing further changes until a restart"
+        );
     }
 
     /// Writes one group as one atomic batch. Later changes to a key override earlier ones

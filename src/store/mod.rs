@@ -352,6 +352,20 @@ pub trait Store: Send + Sync + 'static {
     /// Answers when the backend is reachable (for `/readyz`).
     async fn ping(&self) -> StoreResult<()>;
 
+    /// Whether the backend stopped for good: it refuses every change until the process
+    /// restarts (the embedded store once writing its journal failed). `/healthz` asks at
+    /// every probe, so it must cost one atomic load. `false` (the default) for a backend
+    /// that recovers on its own, as Redis does when it is reachable again.
+    fn failed(&self) -> bool {
+        false
+    }
+
+    /// Resolves once [`Store::failed`] turns `true` (at once if it is already); never for a
+    /// backend that cannot fail for good. The server waits on it to shut down.
+    async fn until_failed(&self) {
+        std::future::pending::<()>().await
+    }
+
     /// Adds items (seat ids) to the event's inventory, available; ids it knows keep their
     /// state. Answers how many were new and the counts after. Errors: `EventNotFound`,
     /// `Invalid` (an id that is not 1-64 of `[A-Za-z0-9._:-]`), `InventoryFull` (nothing

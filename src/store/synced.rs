@@ -23,6 +23,7 @@ use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use tokio::sync::Notify;
 
 #[derive(Default)]
 pub(super) struct Synced {
@@ -30,6 +31,8 @@ pub(super) struct Synced {
     upto: AtomicU64,
     /// Writing failed: nothing more will be synced.
     failed: AtomicBool,
+    /// Told when writing fails, for [`Synced::until_failed`].
+    on_fail: Notify,
     /// Changes up to here that are not synced were given up on ([`Watchdog`]): their waiters
     /// answer that the disk did not confirm them in time. Only ever raised.
     late: AtomicU64,
@@ -65,6 +68,21 @@ impl Synced {
         let mut woken = Vec::new();
         self.take(&mut woken, |_| true);
         woken.into_iter().for_each(Waker::wake);
+        self.on_fail.notify_waiters();
+    }
+
+    /// Resolves once writing failed (at once if it has).
+    pub(super) async fn until_failed(&self) {
+        loop {
+            let told = self.on_fail.notified();
+            let mut told = std::pin::pin!(told);
+            // Registered before the flag is read: a failure after the read still wakes it.
+            told.as_mut().enable();
+            if self.failed() {
+                return;
+            }
+            told.await;
+        }
     }
 
     fn take(&self, into: &mut Vec<Waker>, covered: impl Fn(u64) -> bool) {
@@ -254,6 +272,27 @@ mod tests {
         assert_eq!(c.0.load(SeqCst), 2);
         assert!(poll_once(&s, 100, &c));
         assert!(s.failed());
+    }
+
+    /// What the server waits on to stop: a wait begun before the failure ends with it, and
+    /// one begun after ends at once.
+    #[tokio::test]
+    async fn until_failed_ends_when_writing_fails() {
+        let s = Arc::new(Synced::default());
+        let before = tokio::spawn({
+            let s = s.clone();
+            async move { s.until_failed().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!before.is_finished());
+        s.fail();
+        tokio::time::timeout(Duration::from_secs(5), before)
+            .await
+            .expect("a wait begun before the failure ends with it")
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(5), s.until_failed())
+            .await
+            .expect("a wait begun after the failure ends at once");
     }
 
     /// The watchdog gives up on a ticket queued longer than its bound ago and not synced,
