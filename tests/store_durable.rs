@@ -241,6 +241,31 @@ async fn a_restart_does_not_reset_the_admission_pace() {
     assert_eq!(admitted(open(T0 + 300), T0 + 800).await.0, 3);
 }
 
+/// A store whose `version` file went missing is refused with a message that names it,
+/// not fjall's "File exists" from trying to create a store over the old one.
+#[tokio::test]
+async fn a_store_without_its_version_file_is_refused_plainly() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store: Arc<dyn Store> =
+            Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, T0).unwrap());
+        make_event(&store, "ev", serde_json::json!({})).await;
+        join(&store, "ev", None, T0).await;
+    }
+    let store_dir = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.join("version").exists())
+        .unwrap_or_else(|| dir.path().to_path_buf());
+    std::fs::remove_file(store_dir.join("version")).unwrap();
+    let err = EmbeddedStore::open(dir.path(), Durability::Sync, T0)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("`version` file is missing"), "{err}");
+}
+
 fn journal(dir: &std::path::Path) -> (std::path::PathBuf, u64) {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
