@@ -175,17 +175,7 @@ pub async fn run(
     // A store that stopped for good refuses every change until the process restarts: stop
     // serving and exit with an error, so that the supervisor restarts it and the restart
     // recovers everything acknowledged from the journal.
-    let shutdown = {
-        let store = store.clone();
-        async move {
-            tokio::select! {
-                () = shutdown => {}
-                () = store.until_failed() => tracing::error!(
-                    "the store cannot write any more; shutting down, to be restarted"
-                ),
-            }
-        }
-    };
+    let shutdown = shutdown_or_store_failure(store.clone(), shutdown);
     let (served, threads) = match upstream {
         Some(up) if threads::for_store(&settings.store) => {
             tracing::info!(upstream = %up, "gateway mode: proxying to the site");
@@ -249,6 +239,20 @@ pub async fn run(
 fn state_gates_secure(state: &mut AppState, settings: &Settings) {
     if settings.cookie_secure {
         state.gates = Arc::new(crate::gates::Gates::with_secure_cookies());
+    }
+}
+
+/// Ends when `shutdown` does, or when the store stops for good ([`Store::until_failed`]):
+/// what [`run`] stops serving on.
+pub async fn shutdown_or_store_failure(
+    store: Arc<dyn Store>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    tokio::select! {
+        () = shutdown => {}
+        () = store.until_failed() => tracing::error!(
+            "the store cannot write any more; shutting down, to be restarted"
+        ),
     }
 }
 

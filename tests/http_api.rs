@@ -1570,6 +1570,24 @@ async fn healthz_fails_once_the_store_stopped_for_good() {
         .err(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE");
 }
 
+/// What the server stops serving on ends when the store stops for good, though nobody
+/// asked it to shut down: the process then exits for its supervisor to restart it.
+#[tokio::test]
+async fn the_server_stops_once_the_store_stopped_for_good() {
+    let store = Arc::new(FaultStore::embedded());
+    let stop = tokio::spawn(waitroom::server::shutdown_or_store_failure(
+        store.clone(),
+        std::future::pending(),
+    ));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!stop.is_finished(), "a working store keeps the server up");
+    store.fail_for_good();
+    tokio::time::timeout(Duration::from_secs(5), stop)
+        .await
+        .expect("the server stops")
+        .unwrap();
+}
+
 #[tokio::test]
 async fn unreachable_store_answers_503_with_retry_after() {
     let app = failing_app(Fault::unavailable(), Limits::default());
