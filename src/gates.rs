@@ -107,7 +107,32 @@ impl SessionIds {
 /// another event's; the map is keyed by the key alone so that a lookup builds no key.
 struct Renewed {
     event_id: Arc<str>,
-    renewal: Renewal,
+    /// `None`: the session ended on this node at `ended_at` ([`Gates::forget`]); a renewal
+    /// that reaches the map after that (its store call raced the end) is not kept.
+    renewal: Option<Renewal>,
+    ended_at: Millis,
+}
+
+impl Renewed {
+    /// Whether the entry still matters at `now`: a renewal while it may stand, an end for
+    /// as long as a renewal could still be on its way (a store call's time, well under
+    /// 10 s).
+    fn live(&self, now: Millis) -> bool {
+        match &self.renewal {
+            Some(r) => r.ends_at > now && now.saturating_sub(r.at) < 10_000,
+            None => now.saturating_sub(self.ended_at) < 10_000,
+        }
+    }
+}
+
+/// Keeps the renewals' map under [`MAX_RENEWALS`]: what no longer matters goes first.
+fn make_room(map: &mut Renewals, now: Millis) {
+    if map.len() >= MAX_RENEWALS {
+        map.retain(|_, v| v.live(now));
+        if map.len() >= MAX_RENEWALS {
+            map.clear();
+        }
+    }
 }
 
 /// Hashes a place's key for the renewals' map by folding its words with a multiply: its
@@ -222,8 +247,12 @@ impl Gates {
         let map = self.renewals.lock();
         let Renewed {
             event_id: of,
-            renewal: r,
-        } = map.get(&key)?;
+            renewal: Some(r),
+            ..
+        } = map.get(&key)?
+        else {
+            return None;
+        };
         (**of == *event_id && now < r.ends_at && now.saturating_sub(r.at) < renew_every(idle_ms))
             .then(|| r.ids.clone())
     }
@@ -231,28 +260,42 @@ impl Gates {
     /// Notes that the store renewed the session at `now`.
     pub fn note_renewal(&self, event_id: &str, key: PlaceKey, r: Renewal) {
         let mut map = self.renewals.lock();
-        if map.len() >= MAX_RENEWALS {
-            let now = r.at;
-            map.retain(|_, v| v.renewal.ends_at > now && now.saturating_sub(v.renewal.at) < 10_000);
-            if map.len() >= MAX_RENEWALS {
-                map.clear();
-            }
+        if map
+            .get(&key)
+            .is_some_and(|v| v.renewal.is_none() && *v.event_id == *event_id && v.live(r.at))
+        {
+            // It ended here meanwhile: the store's renewal came before the end, its note
+            // after it.
+            return;
         }
+        make_room(&mut map, r.at);
         map.insert(
             key,
             Renewed {
                 event_id: event_id.into(),
-                renewal: r,
+                renewal: Some(r),
+                ended_at: 0,
             },
         );
     }
 
-    /// Forgets a session (it ended here).
-    pub fn forget(&self, event_id: &str, key: PlaceKey) {
+    /// Forgets a session that ended here at `now`, and keeps a renewal of it that was
+    /// already on its way from being noted. Another event's renewal under the same key
+    /// (keys are random: never in practice) is left alone.
+    pub fn forget(&self, event_id: &str, key: PlaceKey, now: Millis) {
         let mut map = self.renewals.lock();
-        if map.get(&key).is_some_and(|r| *r.event_id == *event_id) {
-            map.remove(&key);
+        if map.get(&key).is_some_and(|r| *r.event_id != *event_id) {
+            return;
         }
+        make_room(&mut map, now);
+        map.insert(
+            key,
+            Renewed {
+                event_id: event_id.into(),
+                renewal: None,
+                ended_at: now,
+            },
+        );
     }
 }
 
@@ -315,10 +358,25 @@ mod tests {
         assert!(gates.renewed("ab", key, 20_000, 2_000).is_none());
         assert!(gates.renewed("", key, 20_000, 2_000).is_none());
         // Forgetting the other event's session leaves this one's.
-        gates.forget("b", key);
+        gates.forget("b", key, 2_000);
         assert!(gates.renewed("a", key, 20_000, 2_000).is_some());
-        gates.forget("a", key);
+        gates.forget("a", key, 2_000);
         assert!(gates.renewed("a", key, 20_000, 2_000).is_none());
+    }
+
+    /// A renewal whose store call raced the session's end here (renewed in the store just
+    /// before the end, noted just after it) is not kept: the ended session would pass the
+    /// gate on this node's word until the next renewal.
+    #[test]
+    fn a_renewal_noted_after_the_end_is_dropped() {
+        let gates = Gates::default();
+        let key = PlaceKey { seq: 1, nonce: 7 };
+        gates.forget("a", key, 2_000);
+        gates.note_renewal("a", key, renewal(1_900, None));
+        assert!(gates.renewed("a", key, 20_000, 2_100).is_none());
+        // Long after, the key's end no longer matters (and a new renewal would be kept).
+        gates.note_renewal("a", key, renewal(20_000, None));
+        assert!(gates.renewed("a", key, 20_000, 20_100).is_some());
     }
 
     #[test]

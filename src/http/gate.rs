@@ -318,7 +318,7 @@ pub async fn admit(
                 Err(e) if place_gone(&e) => {}
                 Err(e) => return Err(e.into()),
             },
-            Err(e) if place_gone(&e) => state.gates.forget(event_id, key),
+            Err(e) if place_gone(&e) => state.gates.forget(event_id, key, now),
             Err(e) => return Err(e.into()),
         }
     }
@@ -372,7 +372,7 @@ pub async fn admit(
 /// Ends a session that the origin said is complete (`X-Waitroom-Complete: 1`): its slot
 /// goes to the next person at once.
 pub async fn complete(state: &AppState, event_id: &str, key: PlaceKey) -> AppResult<()> {
-    state.gates.forget(event_id, key);
+    state.gates.forget(event_id, key, state.clock.now());
     match state.store.complete(event_id, key, state.clock.now()).await {
         Ok(()) => Ok(()),
         Err(e) if place_gone(&e) => Ok(()),

@@ -300,7 +300,7 @@ pub async fn leave(
     let (event_id, key) = parse_waiting(&state, &token)?;
     let left = state.store.leave(&event_id, key, state.clock.now()).await;
     // As at `complete`: the gate must not let a session that left pass on its word.
-    state.gates.forget(&event_id, key);
+    state.gates.forget(&event_id, key, state.clock.now());
     let removed = match left {
         Ok(r) => r,
         Err(StoreError::Queue(QueueError::EventNotFound)) => false,
@@ -392,7 +392,7 @@ pub async fn session_complete(
     // This node's gate lets a renewed session through on its own word for a few seconds:
     // a session that ends here must stop passing at once (forgotten after the store's
     // answer, so a renewal racing the completion is not kept).
-    state.gates.forget(&claims.aud, key);
+    state.gates.forget(&claims.aud, key, state.clock.now());
     done.map_err(AppError::from_session_error)?;
     Ok(Json(Completed { completed: true }))
 }
