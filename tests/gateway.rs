@@ -1519,6 +1519,11 @@ async fn gated_joins_meet_the_surge_defence_and_an_ended_sale_says_so() {
         let body = r.json();
         assert_eq!(body["error"]["code"], "EVENT_CLOSED", "{path}: {body}");
         assert_eq!(body["error"]["reason"], "sold_out", "{path}: {body}");
+        // `fetch`'s default `*/*` is not a page's navigation: JSON too.
+        let r = Person::default()
+            .get(&url(path), &[("accept", "*/*")])
+            .await;
+        assert_eq!(r.json()["error"]["reason"], "sold_out", "{path}");
         let r = Person::default()
             .get(&url(path), &[("accept", "text/html,*/*")])
             .await;

@@ -263,7 +263,7 @@ async fn a_store_without_its_version_file_is_refused_plainly() {
         .err()
         .expect("refused")
         .to_string();
-    assert!(err.contains("`version` file is missing"), "{err}");
+    assert!(err.contains("not its `version` file"), "{err}");
 }
 
 fn journal(dir: &std::path::Path) -> (std::path::PathBuf, u64) {

@@ -363,7 +363,8 @@ fn written_ratio<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Erro
     let text = raw.get();
     let unexpected = match serde_json::from_str::<Value>(text).map_err(D::Error::custom)? {
         Value::Number(n) => {
-            if significant_digits(text) > MAX_RATIO_DIGITS {
+            let names_a_double = n.as_f64().is_some_and(|f| names_its_double(text, f));
+            if significant_digits(text) > MAX_RATIO_DIGITS && !names_a_double {
                 let expected = format!("a number of at most {MAX_RATIO_DIGITS} significant digits");
                 return Err(D::Error::invalid_value(
                     Unexpected::Other(text),
@@ -382,6 +383,29 @@ fn written_ratio<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Erro
         Value::Object(_) => Unexpected::Map,
     };
     Err(D::Error::invalid_type(unexpected, &"a number"))
+}
+
+/// Whether `text` is the shortest decimal that reads back as `f` (what JavaScript and Rust
+/// print for a double): then the decimal written is exactly that double's, whatever its
+/// digits. A ratio stored earlier (or computed, `1.1 * 1.1` = `1.2100000000000002`) comes
+/// back from the admin form in that form, and must not be refused as rounded.
+fn names_its_double(text: &str, f: f64) -> bool {
+    decimal_parts(text) == decimal_parts(&format!("{f:e}"))
+}
+
+/// A decimal's significant digits (no leading or trailing zeros) and the power of ten of
+/// the first: `0.0150e3` and `15` both `("15", 2)`.
+fn decimal_parts(number: &str) -> (String, i64) {
+    let (mantissa, exp) = match number.find(['e', 'E']) {
+        Some(i) => (&number[..i], number[i + 1..].parse::<i64>().unwrap_or(0)),
+        None => (number, 0),
+    };
+    let mantissa = mantissa.trim_start_matches('-');
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let all = format!("{int}{frac}");
+    let lead = all.len() - all.trim_start_matches('0').len();
+    let digits = all.trim_matches('0').to_string();
+    (digits, int.len() as i64 - lead as i64 + exp)
 }
 
 /// The significant digits of a JSON number's text: its digits before any exponent, without
@@ -527,7 +551,9 @@ impl EventPatch {
                 return Err(bad("name must be at most 200 characters"));
             }
             // Shown on the waiting pages and in the admin's lists, as every other text.
-            if n.chars().any(char::is_control) {
+            // A name stored before this check is let through unchanged: the admin form
+            // sends every field back, and must still save the event's other settings.
+            if *n != base.name && n.chars().any(char::is_control) {
                 return Err(bad("name must not contain control characters"));
             }
             c.name = n.clone();
@@ -725,380 +751,5 @@ impl EventPatch {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn patch(json: &str) -> EventPatch {
-        serde_json::from_str(json).unwrap()
-    }
-
-    #[test]
-    fn null_clears_and_absent_keeps() {
-        let base = EventConfig {
-            admit_per_minute: Some(10),
-            ..EventConfig::default()
-        };
-        let kept = patch("{}").apply("e", &base, 0).unwrap();
-        assert_eq!(kept.admit_per_minute, Some(10));
-        let cleared = patch(r#"{"admit_per_minute": null}"#)
-            .apply("e", &base, 0)
-            .unwrap();
-        assert_eq!(cleared.admit_per_minute, None);
-    }
-
-    #[test]
-    fn validation_rejects_out_of_range() {
-        let base = EventConfig::default();
-        for bad in [
-            r#"{"max_active": 0}"#,
-            r#"{"overbooking_ratio": 0.5}"#,
-            r#"{"overbooking_ratio": 11}"#,
-            r#"{"ready_ttl_sec": 0}"#,
-            r#"{"admit_per_minute": 0}"#,
-            r#"{"target_url": "javascript:alert(1)"}"#,
-            r#"{"target_url": "//evil.example/book"}"#,
-            r#"{"target_url": "/\\evil.example"}"#,
-            r#"{"event_id": "other"}"#,
-            r#"{"user_token_secret": "too short"}"#,
-            r#"{"user_token_public_key": "not a key"}"#,
-            r#"{"require_user_token": true}"#,
-            r#"{"access": "friends"}"#,
-            r#"{"pow_difficulty": 29}"#,
-            r#"{"pow_auto_above": 0}"#,
-            r#"{"rate_limits": {"joins_per_minute": 0}}"#,
-            r#"{"rate_limits": {"polls_per_second": 100000001}}"#,
-            r#"{"opens_at": "2026-12-01"}"#,
-            r#"{"opens_at": "soon"}"#,
-            r#"{"opens_at": 1700000000}"#,
-            r#"{"queueing_method": "lifo"}"#,
-            r#"{"closes_at": "tomorrow"}"#,
-            r#"{"closes_at": 1795395600}"#,
-        ] {
-            let refused = serde_json::from_str::<EventPatch>(bad)
-                .map_or(true, |p| p.apply("e", &base, 0).is_err());
-            assert!(refused, "{bad} accepted");
-        }
-        assert!(serde_json::from_str::<EventPatch>(r#"{"max_activ": 3}"#).is_err());
-        // The end and the announcement have their own calls: a settings body cannot set them.
-        assert!(serde_json::from_str::<EventPatch>(r#"{"end": {"reason": "closed"}}"#).is_err());
-        assert!(serde_json::from_str::<EventPatch>(r#"{"announcement": null}"#).is_err());
-        assert!(serde_json::from_str::<EventPatch>(r#"{"rate_limits": {"joins": 3}}"#).is_err());
-        // Nested settings are objects: serde would read an array field by field (`[7, 3]`
-        // as both limits), and an empty one as "nothing set", which clears the setting.
-        for bad in [
-            r#"{"rate_limits": [7, 3]}"#,
-            r#"{"rate_limits": []}"#,
-            r#"{"title": ["x"]}"#,
-            r#"{"headline": ["ko", "en"]}"#,
-            r#"{"note": []}"#,
-            r#"{"turn_message": "x"}"#,
-            r#"{"note": 3}"#,
-        ] {
-            assert!(
-                serde_json::from_str::<EventPatch>(bad).is_err(),
-                "{bad} read"
-            );
-        }
-        // `null` clears a nullable setting only; elsewhere it is a value of the wrong type,
-        // not "left out".
-        for field in [
-            "event_id",
-            "name",
-            "max_active",
-            "overbooking_ratio",
-            "ready_ttl_sec",
-            "session_idle_sec",
-            "session_max_sec",
-            "waiting_idle_sec",
-            "paused",
-            "accept_joins",
-            "require_user_token",
-            "access",
-            "pow_difficulty",
-            "queueing_method",
-            "paths",
-            "hosts",
-            "bypass_paths",
-            "bypass_cidrs",
-            "hold_ttl_sec",
-            "max_holds_per_session",
-            "session_extend_sec",
-            "max_extensions",
-        ] {
-            let bad = format!(r#"{{"{field}": null}}"#);
-            assert!(
-                serde_json::from_str::<EventPatch>(&bad).is_err(),
-                "{bad} read"
-            );
-        }
-        let p = patch(r#"{"rate_limits": {"joins_per_minute": 7}, "note": null}"#);
-        assert_eq!(p.note, Some(None), "null still clears");
-        assert_eq!(
-            p.rate_limits,
-            Some(Some(RateLimits {
-                joins_per_minute: Some(7),
-                polls_per_second: None
-            }))
-        );
-        // A format that is not human-readable (postcard) reads a nested struct as it is.
-        #[derive(Debug, PartialEq, Serialize, Deserialize)]
-        struct Inner {
-            a: u32,
-            b: Option<String>,
-        }
-        #[derive(Debug, PartialEq, Serialize, Deserialize)]
-        struct Outer {
-            #[serde(deserialize_with = "object")]
-            one: Inner,
-            #[serde(deserialize_with = "optional_object")]
-            two: Option<Inner>,
-        }
-        let o = Outer {
-            one: Inner { a: 4, b: None },
-            two: Some(Inner {
-                a: 5,
-                b: Some("x".into()),
-            }),
-        };
-        let bytes = postcard::to_stdvec(&o).unwrap();
-        assert_eq!(postcard::from_bytes::<Outer>(&bytes).unwrap(), o);
-        let json = serde_json::to_string(&o).unwrap();
-        assert_eq!(serde_json::from_str::<Outer>(&json).unwrap(), o);
-        assert!(serde_json::from_str::<Outer>(r#"{"one": [4, null], "two": null}"#).is_err());
-        assert!(serde_json::from_str::<EventPatch>(r#"{"max_active": -3}"#).is_err());
-        assert!(EventPatch::default().apply("bad id!", &base, 0).is_err());
-        assert!(EventPatch::default()
-            .apply(&"x".repeat(65), &base, 0)
-            .is_err());
-    }
-
-    /// Everyone admitted is sent to `target_url`: a URL without a host or with a port no
-    /// connection can use is refused, not stored.
-    #[test]
-    fn a_target_url_names_a_host() {
-        let base = EventConfig::default();
-        for bad in [
-            "https://[::1]:99999/",
-            "https://example.com:0/",
-            "https://example.com:65536/",
-            "http://",
-            "https://",
-            "http:///x",
-            "https:////example.com/",
-            "http://:80/",
-            "http://?x",
-            "http://#x",
-        ] {
-            let json = serde_json::json!({ "target_url": bad }).to_string();
-            match patch(&json).apply("e", &base, 0) {
-                Err(QueueError::Invalid(m)) => {
-                    assert!(m.starts_with("target_url must be"), "{bad}: {m}")
-                }
-                other => panic!("{bad}: {other:?}"),
-            }
-        }
-        for ok in [
-            "https://tickets.example.com/book",
-            "http://example.com:8080",
-            "https://[::1]:65535/x?y#z",
-            "https://192.0.2.7:1/",
-            "/book?from=queue",
-        ] {
-            let json = serde_json::json!({ "target_url": ok }).to_string();
-            let c = patch(&json).apply("e", &base, 0).unwrap();
-            assert_eq!(c.target_url.as_deref(), Some(ok), "stored as written");
-        }
-    }
-
-    #[test]
-    fn a_schedule_gets_a_secret_that_stays() {
-        let base = EventConfig::default();
-        let plain = patch(r#"{"queueing_method": "reject"}"#)
-            .apply("e", &base, 0)
-            .unwrap();
-        assert_eq!(plain.event_secret, None, "no secret without a use for it");
-        let mut p = patch(r#"{"opens_at": "2026-12-01T10:00:00+09:00"}"#);
-        p.fresh_secret = Some([3; 32]);
-        let c = p.apply("e", &base, 0).unwrap();
-        assert_eq!(c.opens_at, Some(1_796_086_800_000));
-        assert_eq!(c.event_secret, Some(EventSecret([3; 32])));
-        let mut again = patch(r#"{"opens_at": null, "queueing_method": "random"}"#);
-        again.fresh_secret = Some([4; 32]);
-        let c = again.apply("e", &c, 0).unwrap();
-        assert_eq!(c.opens_at, None);
-        assert_eq!(c.event_secret, Some(EventSecret([3; 32])), "kept once made");
-        let json = serde_json::to_string(&c).unwrap();
-        assert_eq!(serde_json::from_str::<EventConfig>(&json).unwrap(), c);
-    }
-
-    /// A second opening must not reuse a secret whose seed the first one published; a
-    /// postponed opening keeps its secret (its commitment is out).
-    #[test]
-    fn a_new_prequeue_gets_a_new_secret() {
-        let opens = 1_796_086_800_000; // 2026-12-01T01:00:00Z
-        let mut first = patch(r#"{"opens_at": "2026-12-01T10:00:00+09:00"}"#);
-        first.fresh_secret = Some([3; 32]);
-        let c = first.apply("e", &EventConfig::default(), 0).unwrap();
-        let mut later = patch(r#"{"opens_at": "2026-12-02T10:00:00+09:00"}"#);
-        later.fresh_secret = Some([4; 32]);
-        // Postponed before the opening: kept.
-        let postponed = later.apply("e", &c, opens - 1).unwrap();
-        assert_eq!(postponed.event_secret, Some(EventSecret([3; 32])));
-        // After the opening (its seed published): a new one.
-        let again = later.apply("e", &c, opens).unwrap();
-        assert_eq!(again.event_secret, Some(EventSecret([4; 32])));
-        // Cleared after the opening, then set ahead again: a new one too.
-        let cleared = patch(r#"{"opens_at": null}"#)
-            .apply("e", &c, opens + 1)
-            .unwrap();
-        assert_eq!(cleared.event_secret, Some(EventSecret([3; 32])));
-        let again = later.apply("e", &cleared, opens + 1).unwrap();
-        assert_eq!(again.event_secret, Some(EventSecret([4; 32])));
-        // Other settings of an opened event leave it alone.
-        let renamed = patch(r#"{"name": "x"}"#).apply("e", &c, opens + 1).unwrap();
-        assert_eq!(renamed.event_secret, Some(EventSecret([3; 32])));
-    }
-
-    /// The ratio is checked and multiplied as written; a ratio with more digits than an
-    /// `f64` keeps is refused, not rounded into the range or into a larger capacity.
-    #[test]
-    fn a_ratio_is_taken_as_written() {
-        let base = EventConfig::default();
-        for (json, want) in [
-            (r#"{"overbooking_ratio": 1}"#, 1.0),
-            (r#"{"overbooking_ratio": 10.0}"#, 10.0),
-            (r#"{"overbooking_ratio": 1.15000000000000000000}"#, 1.15),
-            (r#"{"overbooking_ratio": 115e-2}"#, 1.15),
-            (r#"{"overbooking_ratio": 0.0115E2}"#, 1.15),
-            (
-                r#"{"overbooking_ratio": 1.99999999999999}"#,
-                1.99999999999999,
-            ),
-            (
-                r#"{"overbooking_ratio": 9.99999999999999}"#,
-                9.99999999999999,
-            ),
-        ] {
-            let c = patch(json).apply("e", &base, 0).unwrap();
-            assert_eq!(c.overbooking_ratio, want, "{json}");
-        }
-        for json in [
-            r#"{"overbooking_ratio": 0.99999999999999999999}"#,
-            r#"{"overbooking_ratio": 10.0000000000000001}"#,
-            r#"{"overbooking_ratio": 1.9999999999999999999}"#,
-            r#"{"overbooking_ratio": 1.0000000000000001}"#,
-        ] {
-            let e = serde_json::from_str::<EventPatch>(json).unwrap_err();
-            assert!(
-                e.to_string().contains("at most 15 significant digits"),
-                "{json}: {e}"
-            );
-        }
-        for json in [
-            r#"{"overbooking_ratio": 0.999999999999999}"#,
-            r#"{"overbooking_ratio": 10.0000000000001}"#,
-        ] {
-            assert!(patch(json).apply("e", &base, 0).is_err(), "{json}");
-        }
-        for json in [
-            r#"{"overbooking_ratio": "1.5"}"#,
-            r#"{"overbooking_ratio": null}"#,
-            r#"{"overbooking_ratio": [1.5]}"#,
-        ] {
-            let e = serde_json::from_str::<EventPatch>(json).unwrap_err();
-            assert!(e.to_string().starts_with("invalid type"), "{json}: {e}");
-        }
-        // 15 digits keep the capacity exact: 10^8 × 1.99999999999999 is 199999999.999999.
-        let c = patch(r#"{"max_active": 100000000, "overbooking_ratio": 1.99999999999999}"#)
-            .apply("e", &base, 0)
-            .unwrap();
-        assert_eq!(c.capacity(), 199_999_999);
-        // A stored ratio reads back as it was written.
-        let json = serde_json::to_string(&c).unwrap();
-        assert_eq!(serde_json::from_str::<EventConfig>(&json).unwrap(), c);
-    }
-
-    /// The name reaches the pages like the other texts and refuses control characters as
-    /// they do; a name stored before that still reads, and other settings still change.
-    #[test]
-    fn a_name_has_no_control_characters() {
-        let base = EventConfig::default();
-        for name in [
-            "A\u{0}B",
-            "A\u{1b}[31mC",
-            "two\nlines",
-            "tab\there",
-            "c1\u{85}",
-        ] {
-            let json = serde_json::json!({ "name": name }).to_string();
-            match patch(&json).apply("e", &base, 0) {
-                Err(QueueError::Invalid(m)) => {
-                    assert_eq!(m, "name must not contain control characters", "{name:?}")
-                }
-                other => panic!("{name:?}: {other:?}"),
-            }
-        }
-        let c = patch(r#"{"name": "Spring concert 봄"}"#)
-            .apply("e", &base, 0)
-            .unwrap();
-        assert_eq!(c.name, "Spring concert 봄");
-        let old = EventConfig {
-            name: "A\u{0}B\u{1b}[31mC\nD".into(),
-            ..EventConfig::default()
-        };
-        let stored = serde_json::to_string(&old).unwrap();
-        let read: EventConfig = serde_json::from_str(&stored).unwrap();
-        assert_eq!(read, old);
-        let paused = patch(r#"{"paused": true}"#).apply("e", &read, 0).unwrap();
-        assert_eq!(paused.name, old.name);
-    }
-
-    #[test]
-    fn capacity_floors_the_product() {
-        let c = EventConfig {
-            max_active: 10,
-            overbooking_ratio: 1.25,
-            ..EventConfig::default()
-        };
-        assert_eq!(c.capacity(), 12);
-    }
-
-    /// The product is exact for the ratio as written: in floating point 100 × 1.15 is
-    /// 114.99999999999999, whose floor would lose a slot.
-    #[test]
-    fn capacity_is_exact_for_the_written_ratio() {
-        let cap = |max_active, overbooking_ratio| {
-            EventConfig {
-                max_active,
-                overbooking_ratio,
-                ..EventConfig::default()
-            }
-            .capacity()
-        };
-        for (m, r, want) in [
-            (100, 1.15, 115),
-            (100, 1.13, 113),
-            (1000, 1.001, 1001),
-            (100, 2.3, 230),
-            (50, 1.14, 57),
-            (3, 1.5, 4),
-            (7, 1.0, 7),
-            (1, 1.0, 1),
-            (u32::MAX, 10.0, 42_949_672_950),
-            (u32::MAX, 1.1, 4_724_464_024),
-            (10, 1.0999, 10),
-            (123_456, 1.234_567, 152_414),
-        ] {
-            assert_eq!(cap(m, r), want, "{m} × {r}");
-        }
-        // Against the exact product of many written ratios.
-        for m in [1u32, 7, 50, 100, 999, 1000, 12_345, 4_000_000_000] {
-            for hundredths in 100..=1000u64 {
-                let r: f64 = format!("{}.{:02}", hundredths / 100, hundredths % 100)
-                    .parse()
-                    .unwrap();
-                assert_eq!(cap(m, r), u64::from(m) * hundredths / 100, "{m} × {r}");
-            }
-        }
-    }
-}
+#[path = "config_tests.rs"]
+mod tests;

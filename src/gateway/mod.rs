@@ -200,7 +200,7 @@ impl Gateway {
         let admission = gate::admit(&self.state, &self.guard, &gate, place, client, true).await;
         match admission {
             Err(e) => {
-                let json = gate::wants_json(req.headers());
+                let json = !gate::asks_html(req.headers());
                 let res = gate::refusal(&self.state, &gate.event_id, e, json).await;
                 (Outcome::Refused, res)
             }

@@ -190,6 +190,13 @@ impl<S: Send + Sync> FromRequest<S> for NoBody {
     type Rejection = AppError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let (parts, body) = req.into_parts();
+        let bytes = Bytes::from_request(Request::from_parts(parts.clone(), body), state).await?;
+        // `{}` under any content type: `curl -d '{}'` sends it as a form.
+        if bytes.trim_ascii() == b"{}" {
+            return Ok(NoBody);
+        }
+        let req = Request::from_parts(parts, axum::body::Body::from(bytes));
         OptionalJson::<Nothing>::from_request(req, state)
             .await
             .map(|_| NoBody)

@@ -192,6 +192,16 @@ pub fn wants_json(headers: &HeaderMap) -> bool {
         .is_some_and(|a| a.contains("application/json") && !a.contains("text/html"))
 }
 
+/// Whether the client asks for a page (`Accept` names `text/html`, as a browser's
+/// navigation does): a refusal is then a page; anything else (`fetch`'s `*/*`, no
+/// `Accept`, an API client) gets the JSON error.
+pub fn asks_html(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("text/html"))
+}
+
 /// A return path that stays on this site: an absolute path (`/…`, not `//…` or `/\…`,
 /// which browsers read as another host), without control characters or backslashes;
 /// anything else becomes `/`. Guards `X-Waitroom-Redirect` and the waiting room's
@@ -631,7 +641,7 @@ pub async fn queue_page(
     let place = cookie_place(&state, &gate, &headers);
     let admission = match admit(&state, &caller.guard, &gate, place, caller.ip, true).await {
         Ok(a) => a,
-        Err(e) => return Ok(refusal(&state, &event_id, e, wants_json(&headers)).await),
+        Err(e) => return Ok(refusal(&state, &event_id, e, !asks_html(&headers)).await),
     };
     match admission {
         Admission::Active { cookie, .. } => {

@@ -320,12 +320,25 @@ pub(super) fn access_claims(state: &AppState, jwt: &str) -> AppResult<(AccessCla
     Ok((claims, key))
 }
 
-/// Unknown parameters are refused: a misspelt `?eventId=` would otherwise skip the event
-/// check the site meant to make, and answer `valid` for another event's token.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct VerifyQuery {
     pub event_id: Option<String>,
+    /// Other parameters (a cache buster) are ignored, but not a misspelt `event_id`
+    /// ([`misspelt_event_id`]).
+    #[serde(flatten)]
+    pub other: std::collections::BTreeMap<String, String>,
+}
+
+/// A parameter that is `event_id` spelt another way (`eventId`, `event-id`, `event`): read
+/// as "no event asked", it would skip the event check the site meant to make, and answer
+/// `valid` for another event's token.
+fn misspelt_event_id(name: &str) -> bool {
+    let folded: String = name
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    folded == "eventid" || folded == "event"
 }
 
 /// `POST /queue/verify`: for protected sites. Checks the signature and expiry, the event
@@ -340,6 +353,11 @@ pub async fn verify(
     // event": refuse it rather than skip the check the site meant to make.
     if q.event_id.as_deref().is_some_and(str::is_empty) {
         return Err(AppError::invalid("event_id must not be empty"));
+    }
+    if let Some(name) = q.other.keys().find(|k| misspelt_event_id(k)) {
+        return Err(AppError::invalid(format!(
+            "unknown parameter {name:?}: the event is asked with event_id"
+        )));
     }
     let (claims, key) = access_claims(&state, &jwt)?;
     if let Some(ev) = q.event_id.as_deref() {

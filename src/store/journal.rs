@@ -159,7 +159,9 @@ fn refuse_without_version(dir: &Path) -> anyhow::Result<()> {
             .any(|e| e.file_name().to_string_lossy().ends_with(".jnl"));
     if has_data && !dir.join("version").exists() {
         anyhow::bail!(
-            "the store in {} holds data but its `version` file is missing (removed or lost).              Refusing to start: restore the data directory from a backup",
+            "the store in {} has its files but not its `version` file (removed or lost, or \
+             the very first start was cut short: then it holds nothing yet and the directory \
+             can be removed). Refusing to start: restore the data directory from a backup",
             dir.display()
         );
     }
