@@ -24,8 +24,10 @@ use crate::core::{Millis, PlaceKey};
 
 mod cache;
 mod invite;
+mod user;
 
 pub use invite::invite_code;
+pub use user::{verify_user_token, UserTokenError, USER_TOKEN_LEEWAY_MS};
 
 const VERSION: u8 = 1;
 const MAC_LEN: usize = 16;
@@ -202,88 +204,6 @@ pub fn parse_session_id(sid: &str) -> Option<PlaceKey> {
         seq: u64::from_be_bytes(raw[..8].try_into().ok()?),
         nonce: u128::from_be_bytes(raw[8..].try_into().ok()?),
     })
-}
-
-/// Why a site-signed user token was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum UserTokenError {
-    /// Garbled, badly signed, signed with a key the event does not trust, for another
-    /// event, or without `sub`/`aud`/`exp`. The text says which, for the integrator.
-    #[error("{0}")]
-    Invalid(&'static str),
-    #[error("expired")]
-    Expired,
-}
-
-/// Tolerated clock difference between the booking site that signs user tokens and us.
-pub const USER_TOKEN_LEEWAY_MS: Millis = 30_000;
-/// Longest accepted user token; real ones are a few hundred bytes.
-const MAX_USER_TOKEN_LEN: usize = 4096;
-
-#[derive(Deserialize)]
-struct UserClaims {
-    sub: String,
-    exp: u64,
-    /// Not before (seconds), when the site sets it.
-    #[serde(default)]
-    nbf: Option<u64>,
-}
-
-/// Checks a user token signed by a booking site: HS256 with `secret` or EdDSA with the
-/// Ed25519 `public_key_pem` (whichever the token's header names, if the event trusts that
-/// kind of key), `aud` = `event_id`, `exp` not passed at `now` (our clock, not the system's,
-/// with [`USER_TOKEN_LEEWAY_MS`]). Answers the `sub`: the user id.
-pub fn verify_user_token(
-    token: &str,
-    event_id: &str,
-    secret: Option<&str>,
-    public_key_pem: Option<&str>,
-    now: Millis,
-) -> Result<String, UserTokenError> {
-    use jsonwebtoken::errors::ErrorKind;
-    use UserTokenError::Invalid;
-    if token.len() > MAX_USER_TOKEN_LEN {
-        return Err(Invalid("too long"));
-    }
-    let header = jsonwebtoken::decode_header(token).map_err(|_| Invalid("malformed"))?;
-    let key = match (header.alg, secret, public_key_pem) {
-        (Algorithm::HS256, Some(s), _) => DecodingKey::from_secret(s.as_bytes()),
-        (Algorithm::EdDSA, _, Some(pem)) => DecodingKey::from_ed_pem(pem.trim().as_bytes())
-            .map_err(|_| Invalid("the event's public key is unusable"))?,
-        _ => return Err(Invalid("not signed with a key this event trusts")),
-    };
-    let mut v = Validation::new(header.alg);
-    v.set_audience(&[event_id]);
-    // Expiry is checked below against our clock.
-    v.validate_exp = false;
-    v.set_required_spec_claims(&["exp", "sub", "aud"]);
-    let claims = jsonwebtoken::decode::<UserClaims>(token, &key, &v)
-        .map_err(|e| match e.kind() {
-            ErrorKind::InvalidSignature => Invalid("bad signature"),
-            ErrorKind::InvalidAudience => Invalid("issued for another event (aud)"),
-            ErrorKind::MissingRequiredClaim(_) => Invalid("sub, aud and exp are required"),
-            _ => Invalid("malformed"),
-        })?
-        .claims;
-    if claims
-        .exp
-        .saturating_mul(1000)
-        .saturating_add(USER_TOKEN_LEEWAY_MS)
-        <= now
-    {
-        return Err(UserTokenError::Expired);
-    }
-    // Like `exp`, on our clock and with the same leeway for clocks that disagree.
-    if claims
-        .nbf
-        .is_some_and(|nbf| nbf.saturating_mul(1000) > now.saturating_add(USER_TOKEN_LEEWAY_MS))
-    {
-        return Err(Invalid("not valid yet (nbf)"));
-    }
-    if claims.sub.is_empty() {
-        return Err(Invalid("sub is empty"));
-    }
-    Ok(claims.sub)
 }
 
 /// Claims of an access token.

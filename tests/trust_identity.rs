@@ -341,6 +341,36 @@ async fn user_tokens_prove_the_user_and_nothing_else_does() {
     join(&app, json!({"event_id": "show", "user_token": now_valid}))
         .await
         .ok();
+    // NumericDates may be fractional (RFC 7519 2): read as the seconds they say.
+    let fractional = signed(
+        json!({"sub": "dave", "aud": "show", "exp": later as f64 / 1000.0 + 0.5, "nbf": T0 as f64 / 1000.0 - 0.5}),
+    );
+    join(&app, json!({"event_id": "show", "user_token": fractional}))
+        .await
+        .ok();
+    let past = signed(json!({"sub": "dave", "aud": "show", "exp": T0 as f64 / 1000.0 - 60.5}));
+    join(&app, json!({"event_id": "show", "user_token": past}))
+        .await
+        .err(StatusCode::UNAUTHORIZED, "USER_TOKEN_EXPIRED");
+    // A header extension marked critical that we do not know must be refused (RFC 7515
+    // 4.1.11); the library ignores `crit`.
+    let critical = format!(
+        "{}.{}",
+        b64(r#"{"alg":"HS256","typ":"JWT","crit":["exp-ext"],"exp-ext":1}"#),
+        b64(&json!({"sub": "erin", "aud": "show", "exp": later / 1000}).to_string())
+    );
+    let mac = {
+        use hmac::Mac;
+        let mut m = hmac::Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+        m.update(critical.as_bytes());
+        b64_bytes(&m.finalize().into_bytes())
+    };
+    join(
+        &app,
+        json!({"event_id": "show", "user_token": format!("{critical}.{mac}")}),
+    )
+    .await
+    .err(StatusCode::UNAUTHORIZED, "USER_TOKEN_INVALID");
     // A token for alice with a body naming bob is a contradiction.
     join(
         &app,
@@ -359,8 +389,12 @@ async fn user_tokens_prove_the_user_and_nothing_else_does() {
 }
 
 fn b64(s: &str) -> String {
+    b64_bytes(s.as_bytes())
+}
+
+fn b64_bytes(b: &[u8]) -> String {
     use base64::Engine as _;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s)
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
 }
 
 #[tokio::test]
