@@ -157,6 +157,33 @@ async fn event(w: &Waitroom, id: &str, settings: Value) {
     panic!("the gate table never learnt of {id}");
 }
 
+/// Joins `event` through the API and enters at once (it has room): the waiting token and
+/// the access token.
+async fn api_session(w: &Waitroom, event: &str) -> (String, String) {
+    let api = |p: &str| format!("http://{}/api/v1{p}", w.addr);
+    let joined: Value = client()
+        .post(api("/queue/join"))
+        .json(&json!({ "event_id": event }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let waiting = joined["waiting_token"].as_str().unwrap().to_string();
+    let entered: Value = client()
+        .post(api("/queue/enter"))
+        .bearer_auth(&waiting)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let jwt = entered["access_token"].as_str().unwrap().to_string();
+    (waiting, jwt)
+}
+
 /// A person: their cookies, kept by hand (the client has no cookie store).
 #[derive(Default, Clone)]
 struct Person {
@@ -659,25 +686,7 @@ async fn the_gate_endpoint_answers_auth_request() {
     // A Bearer access token of the event's API flow works too.
     let api = |p: &str| format!("http://{}/api/v1{p}", w.addr);
     event(&w, "other", gated("other", json!({"paths": ["/other"]}))).await;
-    let joined: Value = client()
-        .post(api("/queue/join"))
-        .json(&json!({"event_id": "other"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let entered: Value = client()
-        .post(api("/queue/enter"))
-        .bearer_auth(joined["waiting_token"].as_str().unwrap())
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let jwt = entered["access_token"].as_str().unwrap().to_string();
+    let (_, jwt) = api_session(&w, "other").await;
     assert_eq!(ask("/other/x", None, Some(jwt.clone())).await.status(), 204);
     // …for its own event only; and a Bearer token that is not the event's (the site's own
     // API auth, say) hides neither the cookie nor the way to the waiting room.
@@ -1585,26 +1594,7 @@ async fn a_session_ended_here_stops_passing_the_gate_at_once() {
         }
     };
     let session = || async {
-        let joined: Value = client()
-            .post(api("/queue/join"))
-            .json(&json!({"event_id": "shop"}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let waiting = joined["waiting_token"].as_str().unwrap().to_string();
-        let entered: Value = client()
-            .post(api("/queue/enter"))
-            .bearer_auth(&waiting)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let jwt = entered["access_token"].as_str().unwrap().to_string();
+        let (waiting, jwt) = api_session(&w, "shop").await;
         assert_eq!(gate(jwt.clone()).await, 204, "a live session passes");
         (waiting, jwt)
     };

@@ -8,6 +8,18 @@ use crate::core::PlaceView;
 /// The page's Content-Security-Policy: its one inline style, nothing else.
 pub const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
+/// Both pages' start, up to their own `<meta>`s.
+const HEAD: &str = r#"<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+"#;
+
+/// Both pages' look: a card in the middle.
+const BOX: &str = "body { font-family: system-ui, sans-serif; margin: 0; min-height: 100vh; display: grid; place-items: center; background: #f6f7f9; color: #1d2330; }
+main { background: #fff; padding: 2rem 2.5rem; border-radius: 12px; box-shadow: 0 2px 12px rgba(0,0,0,.08); max-width: 28rem; text-align: center; }";
+
 /// The page, for `title` (already escaped), refreshing after `retry` seconds.
 pub fn render(title: &str, view: &PlaceView, retry: u64) -> String {
     let position = view
@@ -20,17 +32,11 @@ pub fn render(title: &str, view: &PlaceView, retry: u64) -> String {
         _ => "Estimating your wait…".to_string(),
     };
     format!(
-        r#"<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta http-equiv="refresh" content="{retry}">
+        r#"{HEAD}<meta http-equiv="refresh" content="{retry}">
 <meta name="robots" content="noindex">
 <title>{title}: waiting room</title>
 <style>
-body {{ font-family: system-ui, sans-serif; margin: 0; min-height: 100vh; display: grid; place-items: center; background: #f6f7f9; color: #1d2330; }}
-main {{ background: #fff; padding: 2rem 2.5rem; border-radius: 12px; box-shadow: 0 2px 12px rgba(0,0,0,.08); max-width: 28rem; text-align: center; }}
+{BOX}
 .pos {{ font-size: 3rem; font-weight: 700; margin: .5rem 0; }}
 .fine {{ color: #5b6475; font-size: .9rem; }}
 </style>
@@ -48,6 +54,8 @@ main {{ background: #fff; padding: 2rem 2.5rem; border-radius: 12px; box-shadow:
 </html>
 "#,
         queue = view.queue_length,
+        HEAD = HEAD,
+        BOX = BOX,
     )
 }
 
@@ -56,16 +64,11 @@ main {{ background: #fff; padding: 2rem 2.5rem; border-radius: 12px; box-shadow:
 /// soon.
 pub fn render_refused(title: &str, heading: &str, text: &str) -> String {
     format!(
-        r#"<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="robots" content="noindex">
+        r#"{HEAD}<meta name="robots" content="noindex">
 <title>{title}: {heading}</title>
 <style>
-body {{ font-family: system-ui, sans-serif; margin: 0; min-height: 100vh; display: grid; place-items: center; background: #f6f7f9; color: #1d2330; }}
-main {{ background: #fff; padding: 2rem 2.5rem; border-radius: 12px; box-shadow: 0 2px 12px rgba(0,0,0,.08); max-width: 28rem; text-align: center; white-space: pre-line; }}
+{BOX}
+main {{ white-space: pre-line; }}
 </style>
 </head>
 <body>
@@ -76,7 +79,9 @@ main {{ background: #fff; padding: 2rem 2.5rem; border-radius: 12px; box-shadow:
 </main>
 </body>
 </html>
-"#
+"#,
+        HEAD = HEAD,
+        BOX = BOX,
     )
 }
 
