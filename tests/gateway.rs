@@ -684,7 +684,6 @@ async fn the_gate_endpoint_answers_auth_request() {
     );
 
     // A Bearer access token of the event's API flow works too.
-    let api = |p: &str| format!("http://{}/api/v1{p}", w.addr);
     event(&w, "other", gated("other", json!({"paths": ["/other"]}))).await;
     let (_, jwt) = api_session(&w, "other").await;
     assert_eq!(ask("/other/x", None, Some(jwt.clone())).await.status(), 204);
