@@ -160,26 +160,16 @@ async fn event(w: &Waitroom, id: &str, settings: Value) {
 /// Joins `event` through the API and enters at once (it has room): the waiting token and
 /// the access token.
 async fn api_session(w: &Waitroom, event: &str) -> (String, String) {
-    let api = |p: &str| format!("http://{}/api/v1{p}", w.addr);
-    let joined: Value = client()
-        .post(api("/queue/join"))
-        .json(&json!({ "event_id": event }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let post = |path: &str, body: Value| {
+        let url = format!("http://{}/api/v1{path}", w.addr);
+        async move {
+            let r = client().post(url).json(&body).send().await.unwrap();
+            r.json::<Value>().await.unwrap()
+        }
+    };
+    let joined = post("/queue/join", json!({ "event_id": event })).await;
     let waiting = joined["waiting_token"].as_str().unwrap().to_string();
-    let entered: Value = client()
-        .post(api("/queue/enter"))
-        .bearer_auth(&waiting)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let entered = post("/queue/enter", json!({ "waiting_token": waiting })).await;
     let jwt = entered["access_token"].as_str().unwrap().to_string();
     (waiting, jwt)
 }
