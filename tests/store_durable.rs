@@ -401,11 +401,61 @@ async fn a_truncated_journal_refuses_to_start() {
     refused(dir.path(), &last);
 }
 
+/// The watermark's two slots.
+const MARK_SLOTS: [&str; 2] = [
+    waitroom::store::watermark::MARK_FILE,
+    waitroom::store::watermark::MARK_FILE_B,
+];
+
+/// A machine crash can tear the watermark's write (it has no fsync of its own), and a disk
+/// can damage it: either slot unreadable leaves the other, one sync older, and the check
+/// still tells a journal cut in half from a torn tail.
+#[tokio::test]
+async fn one_torn_watermark_slot_keeps_the_check_strict() {
+    for torn in MARK_SLOTS {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = fill(dir.path(), 200).await;
+        flip(&dir.path().join(torn), 2, 8);
+        let (last, end) = journal(dir.path());
+        truncate(&last, end / 2);
+        let err = refused(dir.path(), &last);
+        assert!(err.contains("truncated"), "{torn} torn: {err}");
+        let k = repaired_prefix(dir.path(), &keys).await;
+        assert!((50..150).contains(&k), "{k}");
+    }
+}
+
+/// A repair cuts the journal below what the watermark names; the watermark goes with it
+/// (made durable at once), so a crash before the next one cannot leave a slot that makes
+/// the next start see the cut as damage.
+#[tokio::test]
+async fn a_repair_forgets_the_watermark_it_cut_below() {
+    use waitroom::store::watermark;
+    let dir = tempfile::tempdir().unwrap();
+    let keys = fill(dir.path(), 100).await;
+    let (last, end) = journal(dir.path());
+    truncate(&last, end / 2);
+    let damage = watermark::check(dir.path())
+        .unwrap()
+        .expect("a cut in half is damage");
+    watermark::repair(dir.path(), &damage).unwrap();
+    for slot in MARK_SLOTS {
+        assert!(
+            !dir.path().join(slot).exists(),
+            "{slot} outlived the repair"
+        );
+    }
+    let k = check_prefix(dir.path(), &keys).await;
+    assert!((25..75).contains(&k), "{k}");
+}
+
 #[tokio::test]
 async fn without_a_watermark_intact_batches_after_the_damage_still_refuse() {
     let dir = tempfile::tempdir().unwrap();
     let keys = fill(dir.path(), 200).await;
-    std::fs::remove_file(dir.path().join(waitroom::store::watermark::MARK_FILE)).unwrap();
+    for slot in MARK_SLOTS {
+        std::fs::remove_file(dir.path().join(slot)).unwrap();
+    }
     let (last, end) = journal(dir.path());
     flip(&last, end as usize / 2, 16);
     let err = refused(dir.path(), &last);
@@ -420,10 +470,11 @@ async fn a_torn_tail_after_the_watermark_starts_normally() {
     // never recorded (the crash came first): the end of the journal is a torn tail.
     let dir = tempfile::tempdir().unwrap();
     let mut keys = fill(dir.path(), 150).await;
-    let mark = dir.path().join(waitroom::store::watermark::MARK_FILE);
-    let old_mark = std::fs::read(&mark).unwrap();
+    let old_marks = MARK_SLOTS.map(|slot| std::fs::read(dir.path().join(slot)).unwrap());
     keys.extend(more(dir.path(), 50).await);
-    std::fs::write(&mark, &old_mark).unwrap();
+    for (slot, old) in MARK_SLOTS.iter().zip(&old_marks) {
+        std::fs::write(dir.path().join(slot), old).unwrap();
+    }
     let (last, end) = journal(dir.path());
     truncate(&last, end - 37);
     let k = check_prefix(dir.path(), &keys).await;

@@ -205,7 +205,7 @@ impl Journal {
                      start with --repair to drop everything from that offset on"
                 );
             }
-            watermark::repair(&damage)?;
+            watermark::repair(dir, &damage)?;
             tracing::error!(
                 journal = %damage.file.display(),
                 offset = damage.offset,

@@ -12,14 +12,19 @@
 //!   refuse to start, naming the file and the byte offset, unless asked to repair: then we
 //!   cut the journals at the damage ourselves and log how much acknowledged data went.
 //!
-//! "Known durable" is the **watermark**: a small sidecar file ([`MARK_FILE`]) that the
-//! journal writer rewrites after each sync, listing each journal file with its length and
-//! the batches, records and place joins it holds up to that length. It is written without
-//! its own fsync (a process crash keeps it in the page cache; a machine crash may leave it
-//! older than the journal, which only makes the check more lenient, never wrong in the
-//! strict direction) and carries a checksum, so a torn sidecar is recognised and ignored.
-//! Without a readable watermark (a data dir from before it existed) a truncation cannot be
-//! told from a torn tail; intact batches after the cut still can.
+//! "Known durable" is the **watermark**: a small sidecar that the journal writer rewrites
+//! after each sync, listing each journal file with its length and the batches, records and
+//! place joins it holds up to that length. It is written without its own fsync (a process
+//! crash keeps it in the page cache; a machine crash may leave it older than the journal,
+//! which only makes the check more lenient, never wrong in the strict direction) and
+//! carries a checksum, so a torn one is recognised.
+//!
+//! It has two slots, two files ([`MARK_FILE`], [`MARK_FILE_B`]) rewritten in turn, and the
+//! check reads the one that covers more of the journal. Writing one slot never touches the
+//! other, so a write torn by a machine crash (or one slot damaged by hand or by the disk)
+//! leaves the previous watermark whole, one sync older: the check stays strict. Only with
+//! both slots unreadable (or absent: a data dir from before it existed) is a truncation
+//! impossible to tell from a torn tail; intact batches after the cut still are.
 //!
 //! The journal format read here is fjall 3's: per batch a start entry (tag 1, item count,
 //! seqno), the items (tag 2, or tag 4 for a cleared keyspace), and an end entry (tag 3,
@@ -31,8 +36,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-/// The watermark's file name, inside the store's directory.
+/// The watermark's first slot, inside the store's directory (the only one before the
+/// second existed, so an older version's watermark is read as a first slot).
 pub const MARK_FILE: &str = "durable.mark";
+/// The watermark's second slot.
+pub const MARK_FILE_B: &str = "durable.mark.b";
+const SLOTS: [&str; 2] = [MARK_FILE, MARK_FILE_B];
 
 const TAG_START: u8 = 1;
 const TAG_ITEM: u8 = 2;
@@ -216,20 +225,85 @@ fn batch_ends(bytes: &[u8]) -> u64 {
         .count() as u64
 }
 
-/// Reads the watermark of a store directory; `None` when absent or unreadable.
-pub fn read_marks(dir: &Path) -> Option<Marks> {
-    let bytes = std::fs::read(dir.join(MARK_FILE)).ok()?;
-    let len = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
-    let body = bytes.get(4..4 + len)?;
-    let sum = u64::from_le_bytes(bytes.get(4 + len..12 + len)?.try_into().ok()?);
-    if xxhash_rust::xxh3::xxh3_64(body) != sum {
-        tracing::warn!(
-            file = %dir.join(MARK_FILE).display(),
-            "the journal's durability watermark is torn; checking the journal without it"
-        );
-        return None;
+/// What one slot of the watermark holds.
+enum Slot {
+    Missing,
+    Torn,
+    Read(Marks),
+}
+
+fn read_slot(path: &Path) -> Slot {
+    let Ok(bytes) = std::fs::read(path) else {
+        return Slot::Missing;
+    };
+    let body = || {
+        let len = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
+        let body = bytes.get(4..4 + len)?;
+        let sum = u64::from_le_bytes(bytes.get(4 + len..12 + len)?.try_into().ok()?);
+        (xxhash_rust::xxh3::xxh3_64(body) == sum).then_some(body)
+    };
+    match body().and_then(|b| postcard::from_bytes(b).ok()) {
+        Some(marks) => Slot::Read(marks),
+        None => Slot::Torn,
     }
-    postcard::from_bytes(body).ok()
+}
+
+/// How far a watermark reaches: its newest journal and that journal's length. Journals
+/// only grow and a newer one has a higher id, so of two watermarks written by one run the
+/// later reaches further (equal reaches hold the same marks).
+fn reach(m: &Marks) -> (u64, u64) {
+    m.iter().next_back().map_or((0, 0), |(&id, f)| (id, f.len))
+}
+
+/// The readable slot that reaches furthest, with its index, and whether a slot is torn.
+fn best_slot(dir: &Path) -> (Option<(usize, Marks)>, bool) {
+    let mut best: Option<(usize, Marks)> = None;
+    let mut torn = false;
+    for (i, name) in SLOTS.iter().enumerate() {
+        match read_slot(&dir.join(name)) {
+            Slot::Missing => {}
+            Slot::Torn => torn = true,
+            Slot::Read(m) => {
+                if best.as_ref().is_none_or(|(_, b)| reach(&m) > reach(b)) {
+                    best = Some((i, m));
+                }
+            }
+        }
+    }
+    (best, torn)
+}
+
+/// Reads the watermark of a store directory: its slot that reaches furthest; `None` when
+/// neither slot is there and readable.
+pub fn read_marks(dir: &Path) -> Option<Marks> {
+    let (best, torn) = best_slot(dir);
+    if torn {
+        if best.is_some() {
+            tracing::warn!(
+                dir = %dir.display(),
+                "one slot of the journal's durability watermark is torn; using the other"
+            );
+        } else {
+            tracing::warn!(
+                dir = %dir.display(),
+                "the journal's durability watermark is torn; checking the journal without it"
+            );
+        }
+    }
+    best.map(|(_, m)| m)
+}
+
+/// Removes both slots of the watermark (after a repair cut the journal below what they
+/// name) and makes the removal durable, so that a crash before the next watermark cannot
+/// bring back one that names the bytes cut away.
+fn forget_marks(dir: &Path) -> std::io::Result<()> {
+    for name in SLOTS {
+        match std::fs::remove_file(dir.join(name)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// The journal writer's view of the watermark: what it last wrote, kept up to date after
@@ -243,7 +317,10 @@ pub fn read_marks(dir: &Path) -> Option<Marks> {
 pub struct Marker {
     dir: PathBuf,
     marks: Marks,
-    file: Option<std::fs::File>,
+    /// The two slots' files, opened at their first write.
+    files: [Option<std::fs::File>; 2],
+    /// The slot the next write goes to: never the one holding the newest whole watermark.
+    next: usize,
     /// The journal being appended to, open, with its id.
     active: Option<(u64, BufReader<std::fs::File>)>,
 }
@@ -255,10 +332,17 @@ const ACTIVE_READ: usize = 8 * 1024;
 impl Marker {
     /// Starts from the journals as they are now (just opened, so all intact).
     pub fn new(dir: &Path) -> std::io::Result<Marker> {
+        // The first write goes to the slot that is not the best one now, so that a crash
+        // tearing it leaves the best one as it was.
+        let next = match best_slot(dir).0 {
+            Some((0, _)) => 1,
+            _ => 0,
+        };
         let mut m = Marker {
             dir: dir.to_path_buf(),
             marks: Marks::new(),
-            file: None,
+            files: [None, None],
+            next,
             active: None,
         };
         m.synced()?;
@@ -360,27 +444,30 @@ impl Marker {
         Ok(())
     }
 
-    /// Rewrites the sidecar in place (length, body, checksum), without fsync: see the
-    /// module's notes.
+    /// Rewrites the next slot in place (length, body, checksum), without fsync: see the
+    /// module's notes. The other slot keeps the previous watermark.
     fn write(&mut self, marks: &Marks) -> std::io::Result<()> {
-        if self.file.is_none() {
-            self.file = Some(
+        let slot = self.next;
+        if self.files[slot].is_none() {
+            self.files[slot] = Some(
                 private_options()
                     .read(true)
                     .write(true)
                     .create(true)
                     .truncate(false)
-                    .open(self.dir.join(MARK_FILE))?,
+                    .open(self.dir.join(SLOTS[slot]))?,
             );
         }
-        let f = self.file.as_mut().expect("opened above");
+        let f = self.files[slot].as_mut().expect("opened above");
         let body = postcard::to_stdvec(marks).expect("serialising to memory");
         let mut out = Vec::with_capacity(body.len() + 12);
         out.extend_from_slice(&(body.len() as u32).to_le_bytes());
         out.extend_from_slice(&body);
         out.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(&body).to_le_bytes());
         f.seek(SeekFrom::Start(0))?;
-        f.write_all(&out)
+        f.write_all(&out)?;
+        self.next = 1 - slot;
+        Ok(())
     }
 }
 
@@ -548,8 +635,8 @@ pub fn check(dir: &Path) -> std::io::Result<Option<Damage>> {
 }
 
 /// Cuts the damaged journal at the damage and removes the journals after it, so that what
-/// remains is an intact prefix of the history.
-pub fn repair(d: &Damage) -> std::io::Result<()> {
+/// remains is an intact prefix of the history; `dir` is the store directory [`check`] read.
+pub fn repair(dir: &Path, d: &Damage) -> std::io::Result<()> {
     if d.file.exists() {
         let f = std::fs::OpenOptions::new().write(true).open(&d.file)?;
         f.set_len(d.offset)?;
@@ -558,7 +645,8 @@ pub fn repair(d: &Damage) -> std::io::Result<()> {
     for p in &d.later {
         std::fs::remove_file(p)?;
     }
-    Ok(())
+    // The watermark names what was cut away: a start after this one would see damage.
+    forget_marks(dir)
 }
 
 #[cfg(test)]
@@ -597,6 +685,46 @@ mod tests {
         std::fs::remove_file(dir.path().join("3.jnl")).unwrap();
         let gone = m.read_listed(listed).unwrap_err();
         assert_eq!(gone.kind(), std::io::ErrorKind::NotFound);
+    }
+
+    /// Writes alternate between the slots; the check reads the one reaching furthest,
+    /// the other when that one is torn, and none when both are; a new writer's first
+    /// write spares the best slot.
+    #[test]
+    fn the_watermark_alternates_between_two_slots() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("1.jnl"), [0u8; 64]).unwrap();
+        let mut m = Marker::new(dir.path()).unwrap();
+        let at = |len| {
+            Marks::from([(
+                1,
+                FileMark {
+                    len,
+                    tally: Tally::default(),
+                },
+            )])
+        };
+        m.record(&at(100)).unwrap();
+        m.record(&at(200)).unwrap();
+        let slot = |i: usize| match read_slot(&dir.path().join(SLOTS[i])) {
+            Slot::Read(marks) => marks[&1].len,
+            _ => panic!("slot {i} unreadable"),
+        };
+        let (newest, older) = if slot(0) == 200 { (0, 1) } else { (1, 0) };
+        assert_eq!((slot(newest), slot(older)), (200, 100));
+        assert_eq!(read_marks(dir.path()).unwrap()[&1].len, 200);
+
+        // A new writer (a restart) writes first where the older watermark is.
+        let mut again = Marker::new(dir.path()).unwrap();
+        assert_eq!(slot(newest), 200);
+        again.record(&at(300)).unwrap();
+        assert_eq!(slot(newest), 300);
+
+        let tear = |i: usize| std::fs::write(dir.path().join(SLOTS[i]), [7u8; 30]).unwrap();
+        tear(newest);
+        assert_eq!(read_marks(dir.path()).unwrap()[&1].len, 0);
+        tear(older);
+        assert!(read_marks(dir.path()).is_none());
     }
 
     /// Two rotations and both sealed journals deleted between two captures: the next
