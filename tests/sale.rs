@@ -381,12 +381,19 @@ async fn closes_at_is_checked_and_ends_the_sale_on_time() {
         json!("2023-11-14"),
         json!(1700000000),
         json!("1969-01-01T00:00:00Z"),
+        // Year 10000 in UTC: no answer could write it back.
+        json!("9999-12-31T23:00:00-01:00"),
     ] {
         let got = app
             .admin(Method::PUT, "/events/ev", Some(json!({"closes_at": bad})))
             .await;
         assert_err(&got, StatusCode::BAD_REQUEST, "INVALID_REQUEST");
     }
+    // Refused, nothing was made: the event is not there.
+    let (s, _) = app
+        .send(Method::GET, "/api/v1/events/ev", false, None)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
     let (s, put) = app
         .admin(
             Method::PUT,
@@ -447,6 +454,31 @@ async fn closes_at_is_checked_and_ends_the_sale_on_time() {
     let gone = app.status(&w["waiting_token"]).await;
     assert_err(&gone, StatusCode::NOT_FOUND, "TOKEN_NOT_FOUND");
     assert_eq!(app.join("ev").await.0, StatusCode::OK);
+}
+
+/// An end called after `closes_at` was reached keeps the moment the places ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_after_the_close_keeps_its_moment() {
+    let app = app();
+    let closes = json!({"closes_at": "2023-11-14T22:13:30Z"});
+    assert_eq!(
+        app.admin(Method::PUT, "/events/ev", Some(closes)).await.0,
+        StatusCode::OK
+    );
+    // 2 s after the close.
+    app.clock.advance(12_000);
+    let (s, ended) = app
+        .admin(
+            Method::POST,
+            "/events/ev/end",
+            Some(json!({"reason": "sold_out"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{ended}");
+    assert_eq!(
+        ended["ended"],
+        json!({"reason": "sold_out", "message": null, "at": "2023-11-14T22:13:30Z"})
+    );
 }
 
 /// The node's copy of the settings may not know of the end yet (its change notice is on

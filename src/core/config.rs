@@ -17,8 +17,6 @@ pub const MAX_EVENT_ID_LEN: usize = 64;
 pub const MAX_SECONDS: u64 = 365 * 24 * 3600;
 /// Upper bound on `max_active`, `admit_per_minute` and `max_queue_length`.
 pub const MAX_COUNT: u64 = 100_000_000;
-/// Latest accepted `opens_at`: the end of year 9999, in milliseconds.
-pub const MAX_OPENS_AT: u64 = 253_402_300_799_999;
 /// Highest `pow_difficulty`: 2^28 hashes is minutes for a phone's browser already.
 pub const MAX_POW_BITS: u64 = 28;
 
@@ -644,8 +642,15 @@ impl EventPatch {
                 .transpose()?;
         }
         if let Some(e) = &self.end {
-            // A second end keeps the moment of the first: the places already ended then.
-            let at = c.ended.as_ref().map_or(e.at, |old| old.at);
+            // A second end keeps the moment of the first: the places already ended then. So
+            // does an end after `closes_at` was reached (by the settings before this patch).
+            let closed = base.closes_at.filter(|&t| t <= now);
+            let at = c
+                .ended
+                .as_ref()
+                .map(|old| old.at)
+                .or(closed)
+                .unwrap_or(e.at);
             c.ended = Some(SaleEnd { at, ..e.clone() });
         }
         if let Some(a) = &self.announcement {
@@ -682,7 +687,7 @@ impl EventPatch {
         if let Some(t) = &self.opens_at {
             c.opens_at = match t {
                 None => None,
-                Some(s) => Some(parse_rfc3339(s).filter(|&ms| ms <= MAX_OPENS_AT).ok_or_else(
+                Some(s) => Some(parse_rfc3339(s).ok_or_else(
                     || {
                         bad("opens_at must be an RFC 3339 date-time (e.g. 2026-12-01T10:00:00+09:00) between 1970 and 9999")
                     },

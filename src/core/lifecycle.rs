@@ -131,7 +131,7 @@ pub fn check_message(field: &str, t: &Texts) -> Result<Option<Texts>, QueueError
 pub fn parse_rfc3339(field: &str, s: &str) -> Result<Millis, QueueError> {
     super::schedule::parse_rfc3339(s).ok_or_else(|| {
         QueueError::Invalid(format!(
-            "{field} must be an RFC 3339 time after 1970, like 2026-11-23T10:00:00+09:00"
+            "{field} must be an RFC 3339 time between 1970 and 9999, like 2026-11-23T10:00:00+09:00"
         ))
     })
 }

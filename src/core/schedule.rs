@@ -246,19 +246,28 @@ impl PreQueue {
 
 /// RFC 3339 to milliseconds since the epoch; `None` if it is not RFC 3339 or lies before
 /// 1970 or after 9999.
+/// The bound is on the instant, in UTC: `9999-12-31T23:00:00-01:00` is in year 10000,
+/// which no answer could write back.
 pub fn parse_rfc3339(s: &str) -> Option<Millis> {
     use time::format_description::well_known::Rfc3339;
     let t = time::OffsetDateTime::parse(s, &Rfc3339).ok()?;
     let ms = t.unix_timestamp_nanos() / 1_000_000;
-    u64::try_from(ms).ok()
+    u64::try_from(ms).ok().filter(|&ms| ms <= MAX_TIME)
 }
 
+/// The last instant [`parse_rfc3339`] takes and [`format_rfc3339`] writes: the end of year
+/// 9999, in milliseconds.
+pub const MAX_TIME: Millis = 253_402_300_799_999;
+
 /// Milliseconds since the epoch as RFC 3339 in UTC (`2026-11-23T01:00:00Z`, with
-/// milliseconds only when there are some).
+/// milliseconds only when there are some). A time past [`MAX_TIME`] (stored before it was
+/// refused on input) is written as `MAX_TIME`, so that reading such an event answers
+/// rather than fails, and its settings can still be changed.
 pub fn format_rfc3339(ms: Millis) -> String {
     use time::format_description::well_known::Rfc3339;
-    let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .expect("a time from 1970 on");
+    let t =
+        time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms.min(MAX_TIME)) * 1_000_000)
+            .expect("0 to MAX_TIME is in range");
     t.format(&Rfc3339).expect("formats")
 }
 
@@ -293,6 +302,20 @@ mod tests {
         for bad in ["2026-11-23", "tomorrow", "1960-01-01T00:00:00Z", ""] {
             assert_eq!(parse_rfc3339(bad), None, "{bad}");
         }
+    }
+
+    /// Year 10000 once the offset is applied is refused; a time past the bound that was
+    /// stored before is written as the bound instead of failing the answer.
+    #[test]
+    fn rfc3339_stays_within_year_9999() {
+        assert_eq!(parse_rfc3339("9999-12-31T23:59:59.999Z"), Some(MAX_TIME));
+        for bad in ["9999-12-31T23:00:00-01:00", "9999-12-31T23:59:59-00:01"] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+        assert_eq!(
+            format_rfc3339(MAX_TIME + 3_600_000),
+            "9999-12-31T23:59:59.999Z"
+        );
     }
 
     #[test]
