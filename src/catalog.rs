@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 use tokio::sync::broadcast;
 
 use crate::core::{EventConfig, Millis};
-use crate::store::{Notice, Store, StoreResult};
+use crate::store::{Notice, Store, StoreError, StoreResult};
 use crate::tasks::{stopped, Stop};
 
 /// Longest an entry is trusted without a notice.
@@ -85,6 +85,22 @@ impl EventCatalog {
             }
         }
         Ok(config)
+    }
+
+    /// [`config`](Self::config) for a caller that goes on without the settings (`None`:
+    /// an unknown event, or settings that cannot be read) but then asks the store itself:
+    /// the store unreachable is an error at once, since that next call would wait out the
+    /// same timeout a second time (`503` after twice the documented 1.5 s).
+    pub async fn config_if_reachable(
+        &self,
+        event_id: &str,
+        now: Millis,
+    ) -> StoreResult<Option<Arc<EventConfig>>> {
+        match self.config(event_id, now).await {
+            Ok(c) => Ok(Some(c)),
+            Err(e @ StoreError::Unavailable(_)) => Err(e),
+            Err(_) => Ok(None),
+        }
     }
 
     /// Drops the copy of one event.

@@ -1646,6 +1646,39 @@ async fn unreachable_store_answers_503_with_retry_after() {
     assert!(m.text.contains("waitroom_store_up"), "{}", m.text);
 }
 
+/// An unreachable store is asked once per poll: after the event's settings could not be
+/// read, asking it for the place too would wait out a second timeout (on Redis, 3 s
+/// instead of the documented 1.5 s).
+#[tokio::test]
+async fn an_unreachable_store_is_asked_once_per_poll() {
+    use waitroom::store::fault::Op;
+    let store = Arc::new(FaultStore::embedded());
+    let app = app_with(store.clone(), Clock::manual(T0), Limits::default());
+    app.admin(Method::PUT, "/events/ev", Some(json!({})))
+        .await
+        .ok();
+    let t = app.join("ev", None).await["waiting_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    store.inject_all(Fault::unavailable());
+    for (what, poll) in [("status", 0), ("heartbeat", 1)] {
+        // The node's copy of the settings is gone (as after its second of trust).
+        app.state.events.forget("ev");
+        store.forget_calls();
+        let r = match poll {
+            0 => app.status(&t).await,
+            _ => {
+                app.post("/api/v1/queue/heartbeat", json!({"token": t}))
+                    .await
+            }
+        };
+        r.err(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE");
+        let asked = [Op::GetEvent, Op::Status, Op::Heartbeat].map(|op| store.calls(op));
+        assert_eq!(asked.iter().sum::<usize>(), 1, "{what}: {asked:?}");
+    }
+}
+
 #[tokio::test]
 async fn hanging_store_times_out_as_503() {
     let app = failing_app(

@@ -436,10 +436,15 @@ pub async fn refusal(state: &AppState, event_id: &str, e: AppError, json: bool) 
         AppError::SaleEnded(_, r) => Some(*r),
         _ => None,
     };
+    // The store unreachable: its settings would wait out the timeout a second time.
+    let reachable = !matches!(e, AppError::Unavailable(_));
     let message = e.to_string();
     let (parts, _) = e.into_response().into_parts();
     let now = state.clock.now();
-    let config = state.events.config(event_id, now).await.ok();
+    let config = match reachable {
+        true => state.events.config(event_id, now).await.ok(),
+        false => None,
+    };
     let title = config.as_ref().map_or_else(
         || event_id.to_string(),
         |c| {

@@ -361,7 +361,7 @@ impl Guard {
         if client.filter(|_| self.enabled()).is_none() {
             return Ok(());
         }
-        let Ok(config) = events.config(event_id, now).await else {
+        let Some(config) = events.config_if_reachable(event_id, now).await? else {
             return Ok(());
         };
         self.check_join_in(&config, client, event_id)
@@ -397,7 +397,7 @@ impl Guard {
         if !self.enabled() {
             return Ok(());
         }
-        let config = events.config(event_id, now).await.ok();
+        let config = events.config_if_reachable(event_id, now).await?;
         self.check_poll_in(config.as_deref(), event_id, key)
     }
 

@@ -218,7 +218,7 @@ pub async fn status(
     let (event_id, key) = parse_waiting(state, &token)?;
     let now = state.clock.now();
     // From this node's catalog: no store call on a warm path, at most a second old.
-    let config = state.events.config(&event_id, now).await.ok();
+    let config = state.events.config_if_reachable(&event_id, now).await?;
     shared
         .guard()
         .check_poll_in(config.as_deref(), &event_id, key)?;
