@@ -49,18 +49,30 @@ pub async fn run(
     mut stop: Stop,
 ) {
     let mut backoff: Option<Duration> = None;
+    // Some events ticked while others failed (one shard of a Redis Cluster down).
+    let mut partly = false;
+    let mut known = Vec::new();
     // Once the store's channel is closed, only the timer wakes the loop.
     let mut listening = true;
     loop {
         let now = clock.now();
-        let delay = match pass(store.as_ref(), now).await {
-            Ok(next) => {
-                if backoff.take().is_some() {
+        let pass = pass(store.as_ref(), now, &mut known).await;
+        let delay = match pass.failure {
+            None => {
+                if backoff.take().is_some() || std::mem::take(&mut partly) {
                     tracing::info!("store answers again; ticking resumed");
                 }
-                delay_until(next, now)
+                delay_until(pass.next, now)
             }
-            Err(e) => {
+            // The events that answer keep their pace; the others are tried on each pass.
+            Some(e) if pass.ticked > 0 => {
+                if !std::mem::replace(&mut partly, true) {
+                    tracing::warn!(error = %e, "ticks of some events failed; the others go on");
+                }
+                backoff = None;
+                delay_until(pass.next, now)
+            }
+            Some(e) => {
                 let b = backoff.map_or(BACKOFF_START, |b| (b * 2).min(BACKOFF_MAX));
                 backoff = Some(b);
                 tracing::warn!(error = %e, retry_in_ms = b.as_millis() as u64, "tick failed");
@@ -89,27 +101,46 @@ pub async fn run(
     }
 }
 
-/// One pass over every event; answers the earliest next deadline. An event whose tick fails
-/// does not stop the others; the first error is answered after all were tried.
-async fn pass(store: &dyn Store, now: Millis) -> Result<Option<Millis>, StoreError> {
-    let mut next: Option<Millis> = None;
-    let mut failure = None;
-    for id in store.event_ids().await? {
-        match store.tick(&id, now).await {
-            Ok(Some(t)) => next = Some(next.map_or(t, |n| n.min(t))),
-            Ok(None) => {}
+/// What one pass did.
+struct Pass {
+    /// The earliest next deadline the ticked events reported.
+    next: Option<Millis>,
+    /// Events whose tick answered.
+    ticked: usize,
+    /// The first error, after every event was tried.
+    failure: Option<StoreError>,
+}
+
+/// One pass over every event. An event whose tick fails does not stop the others; nor
+/// does a failure to list them (on a Redis Cluster the list lives on one shard, the
+/// events on all): then the events `known` from the last listing are ticked.
+async fn pass(store: &dyn Store, now: Millis, known: &mut Vec<String>) -> Pass {
+    let mut p = Pass {
+        next: None,
+        ticked: 0,
+        failure: None,
+    };
+    match store.event_ids().await {
+        Ok(ids) => *known = ids,
+        Err(e) => p.failure = Some(e),
+    }
+    for id in known.iter() {
+        match store.tick(id, now).await {
+            Ok(t) => {
+                p.ticked += 1;
+                if let Some(t) = t {
+                    p.next = Some(p.next.map_or(t, |n| n.min(t)));
+                }
+            }
             // Deleted between listing and ticking: nothing to do.
             Err(StoreError::Queue(QueueError::EventNotFound)) => {}
             Err(e) => {
                 tracing::debug!(event = %id, error = %e, "tick of one event failed");
-                failure.get_or_insert(e);
+                p.failure.get_or_insert(e);
             }
         }
     }
-    match failure {
-        Some(e) => Err(e),
-        None => Ok(next),
-    }
+    p
 }
 
 /// How long to sleep for a next deadline `next` seen at `now`.
@@ -285,6 +316,19 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(5_000 + 600)).await;
         let gaps = gaps(&store);
         assert_eq!(&gaps[gaps.len() - 2..], &[250, 250], "{gaps:?}");
+    }
+
+    /// The list of events unreadable (the shard holding it down) while the events answer:
+    /// they are ticked from the last list, at their own pace, not after a backoff.
+    #[tokio::test(start_paused = true)]
+    async fn events_tick_on_while_their_list_cannot_be_read() {
+        let store = store_due_in(None).await;
+        let (_tx, _h) = start(store.clone());
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        store.inject(Op::EventIds, Fault::Unavailable("down".into()));
+        store.forget_calls();
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        assert_eq!(gaps(&store), vec![250, 250, 250], "ticks went on");
     }
 
     #[tokio::test(start_paused = true)]
