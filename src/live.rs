@@ -575,6 +575,13 @@ pub struct Follower {
     next_refresh: Instant,
 }
 
+/// How often a follower renews its place's heartbeat: a third of the event's idle time,
+/// so two renewals may be lost before the place lapses.
+fn heartbeat_period(config: &EventConfig) -> Duration {
+    let idle = Duration::from_secs(u64::from(config.waiting_idle_sec.max(1)));
+    (idle / 3).clamp(HEARTBEAT_MIN, HEARTBEAT_MAX)
+}
+
 impl Follower {
     /// Starts following one place (its waiting token already checked by the caller):
     /// refuses ended places with the error `GET /queue/status` would answer, renews the
@@ -594,8 +601,7 @@ impl Follower {
         let now = clock.now();
         let snapshot = store.get_event(event_id, now).await?;
         let view = store.status(event_id, key, now).await?;
-        let idle = Duration::from_secs(u64::from(snapshot.config.waiting_idle_sec.max(1)));
-        let heartbeat_every = (idle / 3).clamp(HEARTBEAT_MIN, HEARTBEAT_MAX);
+        let heartbeat_every = heartbeat_period(&snapshot.config);
         let t = Instant::now();
         let mut f = Follower {
             store,
@@ -739,6 +745,14 @@ impl Follower {
     async fn event_state(&mut self, out: &mut Vec<LiveMessage>) {
         match self.store.get_event(&self.event_id, self.clock.now()).await {
             Ok(s) => {
+                // A shorter idle time applies to the place at once, counted from its last
+                // renewal, which the old period may have left too far back: renew at the
+                // next wake-up, then at the new period.
+                let every = heartbeat_period(&s.config);
+                if every < self.heartbeat_every {
+                    self.next_heartbeat = Instant::now();
+                }
+                self.heartbeat_every = every;
                 let announced = s.config.announcement.as_ref().map(|a| a.at);
                 if announced != self.announced {
                     self.announced = announced;

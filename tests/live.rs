@@ -705,6 +705,36 @@ async fn sse_open_stream_keeps_the_place_and_a_closed_one_does_not_end_it() {
     );
 }
 
+/// The idle time shortened while a stream is open: the stream renews at the new pace (the
+/// old one, a third of 30 s, would leave the place past the new 2 s).
+#[tokio::test]
+async fn an_open_stream_keeps_the_place_when_the_idle_time_is_shortened() {
+    let s = TestServer::start().await;
+    event_with_holder(&s, "ev", json!({"waiting_idle_sec": 30})).await;
+    let b = s.join_token("ev", "b").await;
+    let mut sse = sse_connect(&s, &b).await;
+    sse.next(Duration::from_secs(5)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    s.put_event("ev", json!({"waiting_idle_sec": 2})).await;
+
+    let until = Instant::now() + Duration::from_millis(4500);
+    while Instant::now() < until {
+        let left = until.saturating_duration_since(Instant::now());
+        if tokio::time::timeout(left, sse.next(Duration::from_secs(60)))
+            .await
+            .is_err()
+        {
+            break;
+        }
+    }
+    let f = s.figures("ev").await;
+    assert_eq!(
+        (f["waiting"].as_u64(), f["expired"].as_u64()),
+        (Some(1), Some(0)),
+        "{f}"
+    );
+}
+
 #[tokio::test]
 async fn sse_cleared_and_expired_places_end_the_stream() {
     let s = TestServer::start().await;
