@@ -13,7 +13,6 @@
 //!
 //! Logs go to stderr through `tracing`.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -32,7 +31,10 @@ use crate::store::redis::{RedisOptions, RedisStore};
 use crate::store::Store;
 use crate::tokens;
 
+mod caps;
 mod threads;
+
+use caps::{ConnectionCaps, HeldStream};
 
 /// How long in-flight requests and open connections get to finish after the shutdown
 /// signal. Long-lived streams (WebSocket, SSE) would otherwise hold the process forever;
@@ -282,86 +284,6 @@ pub async fn serve_router(
     .await
 }
 
-/// The caps on open connections: in total, and per client address. Clones share the
-/// counts (the gateway's serving threads count against the same caps).
-#[derive(Clone)]
-struct ConnectionCaps {
-    total: usize,
-    per_client: usize,
-    /// Peers exempt from the per-client cap: a proxy carries many clients.
-    trusted: Vec<crate::config::Cidr>,
-    open: Arc<std::sync::atomic::AtomicUsize>,
-    by_client: ByClient,
-}
-
-/// Open connections per client address.
-type ByClient = Arc<parking_lot::Mutex<HashMap<IpAddr, usize>>>;
-
-impl ConnectionCaps {
-    fn new(settings: &Settings) -> Self {
-        ConnectionCaps {
-            total: settings
-                .connections
-                .max_connections
-                .unwrap_or_else(default_max_connections),
-            per_client: settings.connections.max_connections_per_client,
-            trusted: settings.rate_limits.trusted_proxies.clone(),
-            open: Arc::default(),
-            by_client: Arc::default(),
-        }
-    }
-
-    /// A slot for a new connection from `peer`, or `None` when a cap is reached.
-    fn admit(&self, peer: IpAddr) -> Option<ConnectionSlot> {
-        use std::sync::atomic::Ordering;
-        if self.open.fetch_add(1, Ordering::AcqRel) >= self.total {
-            self.open.fetch_sub(1, Ordering::AcqRel);
-            return None;
-        }
-        let mut slot = ConnectionSlot {
-            open: self.open.clone(),
-            client: None,
-        };
-        let peer = crate::config::guard::canonical(peer);
-        if !self.trusted.iter().any(|c| c.contains(peer)) {
-            // IPv6 by /64, as the rate limits key it.
-            let key = match peer {
-                IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) >> 64 << 64).into()),
-                v4 => v4,
-            };
-            let mut by_client = self.by_client.lock();
-            let n = by_client.entry(key).or_insert(0);
-            if *n >= self.per_client {
-                return None;
-            }
-            *n += 1;
-            slot.client = Some((self.by_client.clone(), key));
-        }
-        Some(slot)
-    }
-}
-
-/// One open connection's share of the caps, given back when dropped.
-struct ConnectionSlot {
-    open: Arc<std::sync::atomic::AtomicUsize>,
-    client: Option<(ByClient, IpAddr)>,
-}
-
-impl Drop for ConnectionSlot {
-    fn drop(&mut self) {
-        self.open.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-        if let Some((map, key)) = &self.client {
-            let mut map = map.lock();
-            if let Some(n) = map.get_mut(key) {
-                *n -= 1;
-                if *n == 0 {
-                    map.remove(key);
-                }
-            }
-        }
-    }
-}
-
 /// Raises the soft limit on open descriptors to the hard one and answers the soft limit
 /// now in force (`None`: unlimited or unknown). Many systems start processes with a soft
 /// limit of 1,024 under a much higher hard one, which would cap a waiting room at 768
@@ -526,7 +448,8 @@ async fn serve(
                 peer,
                 activity: activity.clone(),
             };
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(tcp), svc);
+            let io = TokioIo::new(HeldStream { tcp, _slot: slot });
+            let conn = builder.serve_connection_with_upgrades(io, svc);
             let mut conn = std::pin::pin!(conn);
             // What closes the connection: no request in flight for the header timeout
             // (counted from the accept or from the end of the last answer), and the
@@ -575,7 +498,6 @@ async fn serve(
             if let Err(e) = ended {
                 tracing::debug!(error = %e, %peer, "connection ended");
             }
-            drop(slot);
             drop(open);
         });
     }

@@ -400,6 +400,39 @@ async fn connections_per_client_are_capped() {
     );
 }
 
+/// An upgraded connection (a WebSocket) counts against the caps for as long as it is
+/// open, not only until its upgrade was answered.
+#[tokio::test]
+async fn websockets_count_against_the_connection_caps() {
+    let s = start(|s| s.connections.max_connections_per_client = 4).await;
+    s.put_event("e", json!({"rate_limits": {"polls_per_second": 100}}))
+        .await;
+    let v: Value = s.join("e", None).await.json().await.unwrap();
+    let token = v["waiting_token"].as_str().unwrap().to_string();
+    let url = format!("ws://{}/api/v1/queue/ws?token={token}", s.addr);
+    let mut sockets = Vec::new();
+    for _ in 0..3 {
+        let (ws, resp) = tokio_tungstenite::connect_async(url.as_str())
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 101);
+        sockets.push(ws);
+    }
+    // The set-up's own connections closed by now; the sockets hold three of four slots.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut fourth = TcpStream::connect(s.addr).await.unwrap();
+    fourth
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 256];
+    assert!(fourth.read(&mut buf).await.unwrap() > 0);
+    let fifth = TcpStream::connect(s.addr).await.unwrap();
+    let took = closed_within(fifth, Duration::from_secs(2)).await;
+    assert!(took < Duration::from_millis(900), "closed at once");
+    drop(sockets);
+}
+
 #[tokio::test]
 async fn the_seventeenth_stream_of_a_place_is_refused() {
     let s = start(|_| {}).await;
