@@ -597,6 +597,35 @@ async fn websockets_and_streamed_bodies_pass_through() {
     assert!(!r.text().await.unwrap().contains("origin"));
 }
 
+/// A waiting person who reloads faster than the poll limit is still sent to the waiting
+/// room: nginx's `auth_request` takes only 2xx, 401 and 403, and answered a 429 with 500.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gate_sends_a_fast_reloading_waiter_to_the_waiting_room() {
+    let w = waitroom(None, None).await;
+    event(&w, "shop", gated("shop", json!({}))).await;
+    let room = format!("http://{}/wait/shop/queue?return=/checkout", w.addr);
+    let mut first = Person::default();
+    assert_eq!(first.get(&room, &[]).await.status, 303);
+    let mut second = Person::default();
+    second.get(&room, &[]).await;
+    let cookie = second.cookie("waitroom_shop").expect("a waiting place");
+    let gate = format!("http://{}/api/v1/gate", w.addr);
+    for i in 0..15 {
+        let r = client()
+            .get(&gate)
+            .header("x-original-uri", "/checkout")
+            .header("cookie", format!("waitroom_shop={cookie}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401, "reload {i}");
+        assert_eq!(
+            r.headers()["x-waitroom-redirect"],
+            "/wait/shop/queue?return=%2Fcheckout"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gate_endpoint_answers_auth_request() {
     let w = waitroom(None, None).await;

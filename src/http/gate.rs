@@ -566,9 +566,14 @@ pub async fn gate(
     };
     if session.is_none() {
         let place = cookie_place(&state, &gate, &headers);
-        session = match admit(&state, &caller.guard, &gate, place, caller.ip, false).await? {
-            Admission::Active { session, .. } => Some(session),
-            Admission::Waiting { .. } | Admission::Absent => None,
+        session = match admit(&state, &caller.guard, &gate, place, caller.ip, false).await {
+            Ok(Admission::Active { session, .. }) => Some(session),
+            Ok(Admission::Waiting { .. } | Admission::Absent) => None,
+            // A waiting place polling too fast: not let in, sent to the waiting room as any
+            // place without a session (which keeps its own limit). nginx's `auth_request`
+            // knows only 2xx, 401 and 403: a 429 would be the visitor's 500.
+            Err(AppError::RateLimited(_)) => None,
+            Err(e) => return Err(e),
         };
     }
     match session {
