@@ -183,15 +183,17 @@ impl Gates {
         }
     }
 
-    /// The event that gates a request to `host` and `path` (the longest matching prefix;
-    /// the first event by id on a tie).
+    /// The event that gates a request to `host` and `path`: the longest matching prefix;
+    /// on a tie, an event whose `hosts` named the host (it was set up for that site, as
+    /// nginx's named server wins over its default one), then the first by id.
     pub fn find(&self, host: Option<&str>, path: &str) -> Option<Arc<Gate>> {
         let table = self.table.load();
-        let mut best: Option<(usize, &Arc<Gate>)> = None;
+        let mut best: Option<((usize, bool), &Arc<Gate>)> = None;
         for g in table.iter() {
             if let Some(n) = g.rules.gates(host, path) {
-                if best.is_none_or(|(m, _)| n > m) {
-                    best = Some((n, g));
+                let rank = (n, !g.rules.hosts.is_empty());
+                if best.is_none_or(|(m, _)| rank > m) {
+                    best = Some((rank, g));
                 }
             }
         }
@@ -377,6 +379,37 @@ mod tests {
         // Long after, the key's end no longer matters (and a new renewal would be kept).
         gates.note_renewal("a", key, renewal(20_000, None));
         assert!(gates.renewed("a", key, 20_000, 20_100).is_some());
+    }
+
+    /// Of two events gating the same prefix, the one set up for the request's host wins,
+    /// whatever their ids: the other (any host) would admit that site's visitors under
+    /// its own, larger capacity.
+    #[test]
+    fn an_event_for_the_host_wins_a_tie_with_one_for_any_host() {
+        let gate = |id: &str, hosts: &[&str]| {
+            let rules = crate::core::GateRules {
+                paths: vec!["/checkout".into()],
+                hosts: hosts.iter().map(|h| h.to_string()).collect(),
+                ..Default::default()
+            };
+            Arc::new(Gate::new(id.into(), rules, 60_000))
+        };
+        let gates = Gates::default();
+        gates.table.store(Arc::new(vec![
+            gate("aa-shop", &["aa.example"]),
+            gate("main", &[]),
+            gate("zz-shop", &["zz.example"]),
+        ]));
+        let found = |host| {
+            gates
+                .find(Some(host), "/checkout/pay")
+                .unwrap()
+                .event_id
+                .clone()
+        };
+        assert_eq!(&*found("aa.example"), "aa-shop");
+        assert_eq!(&*found("zz.example"), "zz-shop");
+        assert_eq!(&*found("other.example"), "main");
     }
 
     #[test]
