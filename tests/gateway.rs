@@ -884,6 +884,32 @@ async fn a_real_nginx_with_the_documented_config_walks_the_flow() {
     let seen = r.json();
     assert_eq!(seen["user"], Value::Null, "{seen}");
     assert_eq!(seen["session"], Value::Null, "{seen}");
+
+    // The waiting page's live updates pass through it: the WebSocket's upgrade too.
+    let joined: Value = client()
+        .post(url("/api/v1/queue/join"))
+        .json(&json!({"event_id": "shop"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = joined["waiting_token"].as_str().expect("joined");
+    let ws = format!("ws://127.0.0.1:{port}/api/v1/queue/ws?token={token}");
+    let (mut ws, resp) = tokio_tungstenite::connect_async(ws)
+        .await
+        .expect("a WebSocket through nginx");
+    assert_eq!(resp.status(), 101);
+    let first = tokio::time::timeout(
+        Duration::from_secs(5),
+        futures_util::StreamExt::next(&mut ws),
+    )
+    .await
+    .expect("a first message")
+    .unwrap()
+    .unwrap();
+    assert!(first.to_text().unwrap().contains("queue-update"), "{first}");
 }
 
 /// Sends `raw` (a whole HTTP/1.1 request) to `addr` and answers the status line's code.
