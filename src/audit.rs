@@ -83,18 +83,27 @@ pub struct Entry {
 }
 
 /// The fields of two settings objects that differ, by field name. `old` is `None`
-/// for an event that did not exist (every field is then a change from `null`).
+/// for an event that did not exist (every field is then a change from `null`). A field
+/// absent from one side is `null` there: a cleared setting that is left out when unset
+/// (`closes_at`) is a change to `null`.
 pub fn changes(old: Option<&Map<String, Value>>, new: &Map<String, Value>) -> Vec<Change> {
-    new.iter()
-        .filter_map(|(field, value)| {
-            let before = old.map_or(&Value::Null, |o| o.get(field).unwrap_or(&Value::Null));
-            (before != value).then(|| Change {
-                field: field.clone(),
-                old: before.clone(),
-                new: value.clone(),
-            })
+    let change = |field: &String, before: &Value, after: &Value| {
+        (before != after).then(|| Change {
+            field: field.clone(),
+            old: before.clone(),
+            new: after.clone(),
         })
-        .collect()
+    };
+    let set = new.iter().filter_map(|(field, value)| {
+        let before = old.map_or(&Value::Null, |o| o.get(field).unwrap_or(&Value::Null));
+        change(field, before, value)
+    });
+    let cleared = old
+        .into_iter()
+        .flatten()
+        .filter(|(field, _)| !new.contains_key(*field))
+        .filter_map(|(field, before)| change(field, before, &Value::Null));
+    set.chain(cleared).collect()
 }
 
 /// Logs `entry` (target `waitroom::audit`) and appends it to the store's list. A failed
@@ -170,5 +179,21 @@ mod tests {
         );
         assert_eq!(changes(None, &new).len(), 3, "a creation sets every field");
         assert!(changes(Some(&new), &new).is_empty());
+    }
+
+    /// A setting left out of the settings object when unset (`closes_at`) and cleared is a
+    /// change to `null`, not nothing.
+    #[test]
+    fn a_setting_cleared_out_of_the_object_is_a_change() {
+        let old = obj(json!({"name": "a", "closes_at": "2030-01-01T00:00:00Z"}));
+        let new = obj(json!({"name": "a"}));
+        assert_eq!(
+            changes(Some(&old), &new),
+            [Change {
+                field: "closes_at".into(),
+                old: json!("2030-01-01T00:00:00Z"),
+                new: Value::Null,
+            }]
+        );
     }
 }
