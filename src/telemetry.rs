@@ -178,8 +178,14 @@ pub fn init_logging(format: &str) {
 /// Sets the gauge of the bytes the store spends on one event (Redis only; see
 /// [`crate::background::sample_store_memory`]).
 pub fn record_store_memory(event_id: &str, bytes: u64) {
+    STORE_MEMORY_REPORTED.store(true, std::sync::atomic::Ordering::Relaxed);
     metrics::gauge!(STORE_MEMORY, "event" => event_id.to_string()).set(bytes as f64);
 }
+
+/// Whether this process reports [`STORE_MEMORY`] at all (a Redis store): only then does a
+/// deleted event's series need zeroing; otherwise zeroing would create it.
+static STORE_MEMORY_REPORTED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
 
 /// The gauge of [`record_store_memory`].
 pub const STORE_MEMORY: &str = "waitroom_store_memory_bytes";
@@ -188,13 +194,16 @@ pub const STORE_MEMORY: &str = "waitroom_store_memory_bytes";
 /// figures. A scrape only refreshes the events that exist, so nothing else would: every
 /// node calls this when it hears the store's deletion notice.
 pub fn forget_event(event_id: &str) {
+    let memory = STORE_MEMORY_REPORTED.load(std::sync::atomic::Ordering::Relaxed);
     for name in [
         "waitroom_waiting",
         "waitroom_admitted",
         "waitroom_active",
         "waitroom_capacity",
-        STORE_MEMORY,
-    ] {
+    ]
+    .into_iter()
+    .chain(memory.then_some(STORE_MEMORY))
+    {
         metrics::gauge!(name, "event" => event_id.to_string()).set(0.0);
     }
 }

@@ -338,6 +338,46 @@ fn dashboard_metrics() -> BTreeSet<String> {
 /// The dashboard queries only metrics that a running server exports: a server on Redis is
 /// driven through every kind of change (join, admission, entry, completion, leave, expiry,
 /// a limit, a refused connection, a live follower), then its `/metrics` is read.
+/// The Redis-only memory gauge does not appear on an embedded server when an event is
+/// deleted (zeroing a deleted event's gauges created its series).
+#[tokio::test]
+async fn an_embedded_server_has_no_store_memory_series() {
+    use reqwest::Method;
+    use support::binary::call;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let s = Server::start(
+        dir.path(),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-token",
+            ADMIN,
+            "--no-demo",
+        ]
+        .into_iter()
+        .chain(["--data-dir", data.to_str().unwrap()])
+        .collect::<Vec<_>>(),
+        &[],
+    );
+    let ev = s.url("/api/v1/admin/events/gone");
+    let (st, body) = call(Method::PUT, &ev, Some(ADMIN), Some(json!({}))).await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    let (st, _) = call(Method::DELETE, &ev, Some(ADMIN), None).await;
+    assert_eq!(st, StatusCode::OK);
+    let text = reqwest::get(s.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("waitroom_waiting{event=\"gone\"} 0"),
+        "{text}"
+    );
+    assert!(!text.contains("waitroom_store_memory_bytes"), "{text}");
+}
+
 #[tokio::test]
 async fn every_metric_of_the_dashboard_is_exported_by_a_running_server() {
     let names = dashboard_metrics();
