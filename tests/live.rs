@@ -250,6 +250,27 @@ async fn ws_heartbeats_keep_a_place_past_waiting_idle_sec() {
     assert_eq!(f["expired"], 0, "{f}");
 }
 
+/// A client's close frame gets the server's in reply (RFC 6455 5.5.1), so the browser
+/// sees a clean close; the place stays, as for any client that went away.
+#[tokio::test]
+async fn ws_a_clients_close_is_answered() {
+    let s = TestServer::start().await;
+    event_with_holder(&s, "ev", json!({"waiting_idle_sec": 60})).await;
+    let b = s.join_token("ev", "b").await;
+    let mut ws = ws_connect(&s, &b).await;
+    msg(ws_next(&mut ws, Duration::from_secs(5)).await);
+    ws.send(Message::Close(None)).await.unwrap();
+    let reply = loop {
+        match tokio::time::timeout(Duration::from_secs(3), ws.next()).await {
+            Ok(Some(Ok(Message::Close(f)))) => break Some(f),
+            Ok(Some(Ok(_))) => continue,
+            _ => break None,
+        }
+    };
+    assert!(reply.is_some(), "no close frame in reply");
+    assert_eq!(s.figures("ev").await["waiting"], 1);
+}
+
 #[tokio::test]
 async fn ws_dropped_or_silent_socket_does_not_end_the_place_only_the_lapse_does() {
     let s = TestServer::start().await;

@@ -195,7 +195,14 @@ async fn serve_ws(mut socket: WebSocket, mut follower: Follower, first: Vec<Live
             }
             msg = socket.recv() => match msg {
                 // Gone or closed by the client: the place stays until its heartbeat lapses.
-                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return,
+                None | Some(Err(_)) => return,
+                // The WebSocket layer queued the reply a close frame must get (RFC 6455
+                // 5.5.1); reading on sends it, then ends. Returning at once dropped it and
+                // the client saw an unclean close.
+                Some(Ok(Message::Close(_))) => {
+                    let _ = tokio::time::timeout(CLOSE_WAIT, socket.recv()).await;
+                    return;
+                }
                 // Pongs, `{"type": "heartbeat"}`, anything: the client is there. (Pings are
                 // answered by the WebSocket layer itself.)
                 Some(Ok(_)) => alive = true,
