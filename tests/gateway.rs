@@ -1152,6 +1152,95 @@ async fn origin_connections_are_reused_and_a_closed_one_is_replaced() {
     assert_eq!(opened.load(Ordering::SeqCst), 10);
 }
 
+/// A bare HTTP/1.1 origin whose every connection answers its first request (a 2-byte body,
+/// after `extra` header lines) and closes on the next without answering it: an origin's
+/// keep-alive timeout striking as a request goes out on a kept connection.
+async fn forgetful_origin(extra: String) -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let extra = extra.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let mut answered = false;
+                loop {
+                    if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        if answered {
+                            return; // the second request: closed, unanswered
+                        }
+                        buf.drain(..end + 4);
+                        let answer =
+                            format!("HTTP/1.1 200 OK\r\n{extra}content-length: 2\r\n\r\nok");
+                        if s.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                        answered = true;
+                        continue;
+                    }
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A request lost with a kept connection the origin closed as it went out is sent again
+/// on a new one when that is safe (a GET without a body), never otherwise; and an answer
+/// with many header fields (a site's many cookies) passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_safe_request_lost_with_a_kept_connection_is_sent_again() {
+    use http_body_util::BodyExt as _;
+    let cookies: String = (0..150)
+        .map(|i| format!("set-cookie: c{i}=v\r\n"))
+        .collect();
+    let w = waitroom(Some(forgetful_origin(cookies).await), None).await;
+    // One client connection, driven by hand, so that every request meets the same pool.
+    let tcp = tokio::net::TcpStream::connect(w.addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::Builder::new()
+        .max_headers(1000)
+        .handshake(hyper_util::rt::TokioIo::new(tcp))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let mut ask = |method: axum::http::Method, path: &str, body: &'static str| {
+        let req = axum::http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", w.addr.to_string())
+            .body(http_body_util::Full::new(axum::body::Bytes::from(body)))
+            .unwrap();
+        let sent = send.send_request(req);
+        async move {
+            let r = sent.await.unwrap();
+            let status = r.status();
+            let cookies = r.headers().get_all("set-cookie").iter().count();
+            r.into_body().collect().await.unwrap();
+            (status, cookies)
+        }
+    };
+    assert_eq!(
+        ask(axum::http::Method::GET, "/a", "").await,
+        (StatusCode::OK, 150)
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let again = ask(axum::http::Method::GET, "/b", "").await;
+    assert_eq!(again, (StatusCode::OK, 150), "the GET was not sent again");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let post = ask(axum::http::Method::POST, "/c", "x").await;
+    assert_eq!(
+        post.0,
+        StatusCode::BAD_GATEWAY,
+        "a POST must not be sent twice"
+    );
+}
+
 /// A value of `/metrics` text: the sample `name{labels}`, 0 when absent.
 fn sample(text: &str, series: &str) -> f64 {
     text.lines()

@@ -16,7 +16,9 @@
 //! threads has a pool of its own, and a share of them: [`idle_cap`]); one idle longer than [`IDLE_TIMEOUT`] is
 //! closed when met. A connection the origin closed while idle is noticed when taken (it is
 //! polled once: its end of stream shows) and replaced; a request the connection had not
-//! started to send when it failed is sent again on a new one, as hyper-util's client does.
+//! started to send when it failed is sent again on a new one, as hyper-util's client does,
+//! and so is one lost in flight on a connection taken after an idle spell, when it can be
+//! sent twice (a safe method, no body), as nginx does.
 //!
 //! Upgrades (WebSocket) get a connection of their own, driven by a task of its own (the
 //! joined streams outlive the request) and never pooled.
@@ -48,6 +50,31 @@ pub const MAX_IDLE: usize = 256;
 /// all together keep at most [`MAX_IDLE`]: an equal share, at least one.
 pub fn idle_cap(pools: usize) -> usize {
     (MAX_IDLE / pools.max(1)).max(1)
+}
+
+/// A pooled connection idle at least this long may have been closed by the origin as the
+/// request went out: a request that can be sent twice is kept until answered.
+const RESEND_AFTER_IDLE: Duration = Duration::from_millis(250);
+/// Header fields an origin's answer may have.
+const MAX_ORIGIN_HEADERS: usize = 1000;
+
+/// A copy of `req` to send again if the first was lost with its connection: a safe method
+/// (GET, HEAD, OPTIONS, TRACE) and no body, so that the origin may see it twice.
+fn resendable(req: &Request<Body>) -> Option<Request<Body>> {
+    use axum::http::Method;
+    let safe = matches!(
+        *req.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
+    );
+    if !safe || !req.body().is_end_stream() {
+        return None;
+    }
+    let mut copy = Request::new(Body::empty());
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.version_mut() = req.version();
+    *copy.headers_mut() = req.headers().clone();
+    Some(copy)
 }
 
 type Conn = http1::Connection<TokioIo<TcpStream>, Body>;
@@ -126,14 +153,23 @@ impl Pool {
             } else {
                 poll_fn(|cx| Poll::Ready(self.checkout(cx))).await
             };
+            // The origin may also close an idle connection just as a request goes out on
+            // it (its keep-alive timeout: gunicorn's 2 s, Node's 5 s), and the request is
+            // then lost in flight. One that can be sent twice (no body, a safe method) is
+            // kept to send again on a new connection, as nginx does; only after an idle
+            // spell, since a connection in steady use is not closed so.
+            let mut again = match &link {
+                Some((_, since)) if since.elapsed() >= RESEND_AFTER_IDLE => resendable(&req),
+                _ => None,
+            };
             let mut link = match link {
-                Some(l) => l,
+                Some((l, _)) => l,
                 // Boxed: the connect future (name lookup, timeout, handshake) is large,
                 // and held inline it would be copied with every request's future.
                 None => Box::pin(self.connect()).await?,
             };
             let sent = link.send.try_send_request(req);
-            match drive(&mut link.conn, sent).await {
+            let failed = match drive(&mut link.conn, sent).await {
                 Ok(Ok(res)) => {
                     return Ok(res.map(|body| {
                         Body::new(Driven {
@@ -144,11 +180,17 @@ impl Pool {
                         })
                     }))
                 }
-                Ok(Err(mut e)) => match e.take_message() {
-                    Some(again) if !fresh => req = again,
-                    _ => return Err(OriginError::Http(e.into_error())),
-                },
-                Err(closed) => return Err(closed),
+                Ok(Err(mut e)) => {
+                    if let Some(unsent) = e.take_message() {
+                        again = Some(unsent);
+                    }
+                    OriginError::Http(e.into_error())
+                }
+                Err(closed) => closed,
+            };
+            match again.take() {
+                Some(r) if !fresh => req = r,
+                _ => return Err(failed),
             }
         }
         Err(OriginError::Closed)
@@ -169,8 +211,8 @@ impl Pool {
         send.send_request(req).await.map_err(OriginError::Http)
     }
 
-    /// An idle connection still open and ready, if there is one.
-    fn checkout(&self, cx: &mut Context<'_>) -> Option<Box<Link>> {
+    /// An idle connection still open and ready, if there is one, with when it went idle.
+    fn checkout(&self, cx: &mut Context<'_>) -> Option<(Box<Link>, Instant)> {
         loop {
             let Idle { mut link, since } = self.idle.lock().pop()?;
             if since.elapsed() > IDLE_TIMEOUT {
@@ -182,7 +224,7 @@ impl Pool {
                 continue;
             }
             if link.send.is_ready() {
-                return Some(link);
+                return Some((link, since));
             }
         }
     }
@@ -211,6 +253,9 @@ impl Pool {
         // Requests and answers are written whole: no Nagle delay on either.
         let _ = tcp.set_nodelay(true);
         let (send, conn) = http1::Builder::new()
+            // hyper's default of 100 would answer a site's valid, header-heavy answer
+            // (many `Set-Cookie`) as unreachable; the head's size stays bounded by hyper.
+            .max_headers(MAX_ORIGIN_HEADERS)
             .handshake(TokioIo::new(tcp))
             .await
             .map_err(OriginError::Http)?;
