@@ -43,6 +43,7 @@ async fn origin() -> SocketAddr {
                 "proto": get("x-forwarded-proto"),
                 "xfh": get("x-forwarded-host"),
                 "forwarded": get("forwarded"),
+                "cookie": get("cookie"),
             })),
         )
     }
@@ -1239,6 +1240,33 @@ async fn a_safe_request_lost_with_a_kept_connection_is_sent_again() {
         StatusCode::BAD_GATEWAY,
         "a POST must not be sent twice"
     );
+}
+
+/// An HTTP/2 client may split its cookies over several fields; the origin, reached over
+/// HTTP/1.1, gets them on one line (RFC 9113 8.2.3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cookies_split_over_http2_fields_reach_the_origin_on_one_line() {
+    use http_body_util::BodyExt as _;
+    let w = waitroom(Some(origin().await), None).await;
+    let tcp = tokio::net::TcpStream::connect(w.addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let req = axum::http::Request::builder()
+        .uri(format!("http://{}/about", w.addr))
+        .header("cookie", "a=1")
+        .header("cookie", "b=2")
+        .body(http_body_util::Empty::<axum::body::Bytes>::new())
+        .unwrap();
+    let r = send.send_request(req).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let body = r.into_body().collect().await.unwrap().to_bytes();
+    let seen: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(seen["cookie"], "a=1; b=2", "{seen}");
 }
 
 /// A value of `/metrics` text: the sample `name{labels}`, 0 when absent.

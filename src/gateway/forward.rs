@@ -271,6 +271,26 @@ fn forwarding_values(
     (x_forwarded_for, value_of(&buf))
 }
 
+/// Joins the `cookie` fields of an HTTP/2 request into one, `"; "` between them, as a
+/// request passed on over HTTP/1.1 must have them (RFC 9113 8.2.3: HTTP/2 clients may
+/// split the cookies over many fields; an HTTP/1.1 origin may read only one line, or join
+/// lines with `,`, which is not a cookie separator).
+pub fn join_cookies(h: &mut HeaderMap) {
+    let mut lines = h.get_all(header::COOKIE).iter();
+    if lines.next().is_none() || lines.next().is_none() {
+        return;
+    }
+    let joined: Vec<u8> = h
+        .get_all(header::COOKIE)
+        .iter()
+        .map(HeaderValue::as_bytes)
+        .collect::<Vec<_>>()
+        .join(&b"; "[..]);
+    if let Ok(v) = HeaderValue::from_bytes(&joined) {
+        h.insert(header::COOKIE, v);
+    }
+}
+
 /// The headers of a request bound for the origin. `peer` is the connection's address,
 /// `trusted` whether it is a trusted proxy, `host` what the client asked for; `kept`, the
 /// connection's last forwarding values, when the request comes through a connection.
@@ -620,6 +640,20 @@ mod tests {
             push_ip(&mut buf, ip);
             assert_eq!(buf, ip.to_string());
         }
+    }
+
+    #[test]
+    fn split_cookies_are_joined_into_one_line() {
+        let mut h = HeaderMap::new();
+        h.append(header::COOKIE, HeaderValue::from_static("a=1"));
+        h.append(header::COOKIE, HeaderValue::from_static("b=2; c=3"));
+        join_cookies(&mut h);
+        let lines: Vec<_> = h.get_all(header::COOKIE).iter().collect();
+        assert_eq!(lines, ["a=1; b=2; c=3"]);
+        let mut one = HeaderMap::new();
+        one.insert(header::COOKIE, HeaderValue::from_static("a=1"));
+        join_cookies(&mut one);
+        assert_eq!(one[header::COOKIE], "a=1");
     }
 
     #[test]

@@ -279,6 +279,9 @@ impl Gateway {
             .cloned()
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
         *req.uri_mut() = Uri::from(path);
+        if req.version() == Version::HTTP_2 {
+            forward::join_cookies(req.headers_mut());
+        }
         *req.version_mut() = Version::HTTP_11;
         forward::request_headers(
             req.headers_mut(),
