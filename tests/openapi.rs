@@ -382,3 +382,64 @@ fn every_route_goes_through_the_recording_macro() {
         bare.join("\n")
     );
 }
+
+/// What a client generated from the document needs: the token's body on the routes that
+/// take one, the token optional where a Bearer header may carry it, every admin route's
+/// 401, the parameters' ranges, the settings' fields, and the invites' CSV.
+#[test]
+fn the_document_describes_bodies_tokens_ranges_and_settings() {
+    let doc = openapi::document();
+    let op = |method: &str, path: &str| doc["paths"][path][method].clone();
+    for path in [
+        "/api/v1/queue/enter",
+        "/api/v1/queue/heartbeat",
+        "/api/v1/queue/leave",
+    ] {
+        let body = &op("post", path)["requestBody"]["content"]["application/json"]["schema"];
+        assert!(body.to_string().contains("TokenBody"), "{path}: {body}");
+    }
+    for (method, path) in [
+        ("get", "/api/v1/queue/status"),
+        ("delete", "/api/v1/queue/leave"),
+    ] {
+        let token = op(method, path)["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "token")
+            .cloned()
+            .unwrap();
+        assert_ne!(token["required"], true, "{path}: {token}");
+    }
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        if path.starts_with("/api/v1/admin/") {
+            for (method, o) in item.as_object().unwrap() {
+                assert!(o["responses"].get("401").is_some(), "{method} {path}");
+            }
+        }
+    }
+    let limit = op("get", "/api/v1/admin/audit")["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "limit")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (&limit["schema"]["minimum"], &limit["schema"]["maximum"]),
+        (&json!(1), &json!(1000))
+    );
+    let schemas = &doc["components"]["schemas"];
+    let settings = schemas["EventSettings"].to_string();
+    assert!(
+        settings.contains("\"max_active\":{\"type\":\"integer\"}"),
+        "{settings}"
+    );
+    let admin = schemas["AdminEvent"].to_string();
+    assert!(
+        admin.contains("\"waiting\":{\"type\":\"integer\"}"),
+        "{admin}"
+    );
+    let invites = &op("post", "/api/v1/admin/events/{event_id}/invites")["responses"]["200"];
+    assert!(invites["content"].get("text/csv").is_some(), "{invites}");
+}

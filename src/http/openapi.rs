@@ -34,6 +34,15 @@ pub struct ErrorDetail {
     trace_id: Option<String>,
 }
 
+/// The waiting token in a body (it may also come as `?token=` or `Authorization: Bearer`).
+#[derive(utoipa::ToSchema)]
+pub struct TokenBody {
+    /// The waiting token.
+    token: Option<String>,
+    /// The same, under the name `join` answers it.
+    waiting_token: Option<String>,
+}
+
 /// `GET /.well-known/jwks.json`
 #[derive(utoipa::ToSchema)]
 pub struct JwksBody {
@@ -66,6 +75,8 @@ pub fn document() -> Value {
         "access": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
                    "description": "An access token from `POST /api/v1/queue/enter`."},
     });
+    bounds(&mut doc);
+    described_settings(&mut doc);
     if let Some(paths) = doc["paths"].as_object_mut() {
         for (path, item) in paths.iter_mut() {
             let scheme = if path.starts_with("/api/v1/admin/") {
@@ -84,10 +95,106 @@ pub fn document() -> Value {
                 .flat_map(|o| o.values_mut())
             {
                 op["security"] = json!([{ scheme: [] }]);
+                // Every admin route refuses a missing or wrong admin token.
+                if scheme == "admin" && op["responses"].get("401").is_none() {
+                    op["responses"]["401"] = json!({
+                        "description": "UNAUTHORIZED",
+                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+                    });
+                }
             }
         }
     }
     doc
+}
+
+/// The settings and figures objects (flattened into `EventSettings` and `AdminEvent`, which
+/// utoipa can only call objects) described by their fields as a new event answers them:
+/// each field's type from its default value (any type where the default is `null`).
+fn described_settings(doc: &mut Value) {
+    fn schema_of(sample: Value, what: &str) -> Value {
+        let props: serde_json::Map<String, Value> = sample
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| {
+                let t = match v {
+                    Value::Null => json!({}),
+                    Value::Bool(_) => json!({"type": "boolean"}),
+                    Value::Number(n) if n.is_f64() => json!({"type": "number"}),
+                    Value::Number(_) => json!({"type": "integer"}),
+                    Value::String(_) => json!({"type": "string"}),
+                    Value::Array(_) => json!({"type": "array"}),
+                    Value::Object(_) => json!({"type": "object"}),
+                };
+                (k.clone(), t)
+            })
+            .collect();
+        json!({"type": "object", "description": what, "properties": props})
+    }
+    let settings = serde_json::to_value(Settings(crate::core::EventConfig::default()))
+        .expect("settings serialize");
+    let settings = schema_of(
+        settings,
+        "The event's settings (API.md \"Admin API\"); the types are those of a new event's defaults",
+    );
+    let figures =
+        serde_json::to_value(crate::core::EventFigures::default()).expect("figures serialize");
+    let figures = schema_of(figures, "The event's figures (API.md \"Admin API\")");
+    for (name, parts) in [
+        ("EventSettings", vec![settings.clone()]),
+        ("AdminEvent", vec![settings, figures]),
+    ] {
+        let all = doc["components"]["schemas"][name]["allOf"].as_array_mut();
+        let bare = all
+            .into_iter()
+            .flatten()
+            .filter(|p| **p == json!({"type": "object"}));
+        for (slot, part) in bare.zip(parts) {
+            *slot = part;
+        }
+    }
+}
+
+/// The ranges of the query parameters the handlers check, which utoipa's parameter tuples
+/// cannot state: (path, parameter, minimum, maximum).
+fn bounds(doc: &mut Value) {
+    use super::{admin, records};
+    let step = (crate::history::STEP_MS / 1000, records::MAX_STEP_SEC);
+    let ranges = [
+        ("/api/v1/admin/audit", "limit", 1, crate::audit::KEEP as u64),
+        (
+            "/api/v1/admin/events/{event_id}/queue",
+            "limit",
+            1,
+            admin::MAX_HEAD_LIMIT as u64,
+        ),
+        (
+            "/api/v1/admin/events/{event_id}/prequeue",
+            "limit",
+            1,
+            admin::MAX_PREQUEUE_PAGE as u64,
+        ),
+        (
+            "/api/v1/admin/events/{event_id}/history",
+            "step",
+            step.0,
+            step.1,
+        ),
+        (
+            "/api/v1/admin/events/{event_id}/history.csv",
+            "step",
+            step.0,
+            step.1,
+        ),
+    ];
+    for (path, name, min, max) in ranges {
+        let params = doc["paths"][path]["get"]["parameters"].as_array_mut();
+        for p in params.into_iter().flatten().filter(|p| p["name"] == name) {
+            p["schema"]["minimum"] = json!(min);
+            p["schema"]["maximum"] = json!(max);
+        }
+    }
 }
 
 #[derive(utoipa::OpenApi)]
@@ -153,7 +260,7 @@ pub fn document() -> Value {
         asset,
         booking_order
     ),
-    components(schemas(ErrorBody, ErrorDetail))
+    components(schemas(ErrorBody, ErrorDetail, TokenBody))
 )]
 struct Doc;
 
@@ -174,7 +281,7 @@ struct Doc;
 fn join() {}
 
 #[utoipa::path(get, path = "/api/v1/queue/status", tag = "queue",
-    params(("token" = String, Query, description = "The waiting token")),
+    params(("token" = Option<String>, Query, description = "The waiting token (or `Authorization: Bearer`)")),
     responses(
         (status = 200, description = "The place (counts as a heartbeat)", body = Place),
         (status = 400, description = "MISSING_TOKEN", body = ErrorBody),
@@ -184,22 +291,31 @@ fn join() {}
 fn status() {}
 
 #[utoipa::path(post, path = "/api/v1/queue/heartbeat", tag = "queue",
+    params(("token" = Option<String>, Query, description = "The waiting token (or in the body, or `Authorization: Bearer`)")),
+    request_body(content = Option<TokenBody>),
     responses(
         (status = 204, description = "Renewed"),
         (status = 400, description = "MISSING_TOKEN", body = ErrorBody),
         (status = 401, description = "TOKEN_INVALID", body = ErrorBody),
-        (status = 404, description = "TOKEN_EXPIRED, TOKEN_NOT_FOUND", body = ErrorBody)))]
+        (status = 404, description = "TOKEN_EXPIRED, TOKEN_NOT_FOUND", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED", body = ErrorBody)))]
 fn heartbeat() {}
 
 #[utoipa::path(post, path = "/api/v1/queue/enter", tag = "queue",
+    params(("token" = Option<String>, Query, description = "The waiting token (or in the body, or `Authorization: Bearer`)")),
+    request_body(content = Option<TokenBody>),
     responses(
         (status = 200, description = "The access token of the session", body = Entered),
+        (status = 400, description = "MISSING_TOKEN", body = ErrorBody),
         (status = 401, description = "TOKEN_INVALID", body = ErrorBody),
         (status = 403, description = "NOT_READY", body = ErrorBody),
-        (status = 404, description = "TOKEN_EXPIRED, TOKEN_NOT_FOUND", body = ErrorBody)))]
+        (status = 404, description = "TOKEN_EXPIRED, TOKEN_NOT_FOUND", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED", body = ErrorBody)))]
 fn enter() {}
 
 #[utoipa::path(post, path = "/api/v1/queue/leave", tag = "queue",
+    params(("token" = Option<String>, Query, description = "The waiting token (or in the body, or `Authorization: Bearer`)")),
+    request_body(content = Option<TokenBody>),
     responses(
         (status = 200, description = "Whether a place was removed", body = Removed),
         (status = 400, description = "MISSING_TOKEN", body = ErrorBody),
@@ -207,7 +323,7 @@ fn enter() {}
 fn leave_post() {}
 
 #[utoipa::path(delete, path = "/api/v1/queue/leave", tag = "queue",
-    params(("token" = String, Query, description = "The waiting token")),
+    params(("token" = Option<String>, Query, description = "The waiting token (or `Authorization: Bearer`)")),
     responses(
         (status = 200, description = "Whether a place was removed", body = Removed),
         (status = 400, description = "MISSING_TOKEN", body = ErrorBody),
@@ -328,7 +444,9 @@ fn clear() {}
     params(("event_id" = String, Path), ("format" = Option<String>, Query, description = "`csv` for a download")),
     request_body = super::admin::InvitesBody,
     responses(
-        (status = 200, description = "Fresh invite codes (JSON, or CSV)", body = Invites),
+        (status = 200, description = "Fresh invite codes (JSON, or CSV with `?format=csv`)", content(
+            (Invites = "application/json"),
+            (String = "text/csv"))),
         (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn invites() {}
