@@ -283,6 +283,17 @@ pub fn merge(file: Option<&PathBuf>, flags: Layered) -> Result<Layered, ConfigEr
         }
         figment = figment.merge(Toml::file_exact(path));
     }
+    // Each lower layer read on its own first: merged, a malformed value that a higher layer
+    // overrides is never read, and would stop the start only the day the override goes.
+    let alone = |f: Figment| {
+        f.extract::<Layered>()
+            .map(drop)
+            .map_err(|e| ConfigError::Layers(Box::new(e)))
+    };
+    if let Some(path) = file {
+        alone(Figment::from(Toml::file_exact(path)))?;
+    }
+    alone(Figment::from(RawEnv::new()))?;
     figment
         .merge(RawEnv::new())
         .merge(Serialized::defaults(flags))

@@ -535,6 +535,21 @@ mod tests {
         });
     }
 
+    /// A malformed value in a lower layer is refused even when a higher one overrides it:
+    /// otherwise it would stop the start only on the day the override is removed.
+    #[test]
+    fn a_malformed_value_under_an_override_is_still_refused() {
+        Jail::expect_with(|jail| {
+            jail.create_file("bad.toml", "joins_per_minute = \"many\"")?;
+            let err = load(&["--config", "bad.toml", "--joins-per-minute", "5"]).unwrap_err();
+            assert!(err.contains("many"), "{err}");
+            jail.set_env("WAITROOM_DEMO", "maybe");
+            let err = load(&["--no-demo"]).unwrap_err();
+            assert!(err.contains("maybe"), "{err}");
+            Ok(())
+        });
+    }
+
     #[test]
     fn limits_and_timeouts_from_every_layer() {
         Jail::expect_with(|jail| {
