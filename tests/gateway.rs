@@ -598,6 +598,29 @@ async fn websockets_and_streamed_bodies_pass_through() {
     assert!(!r.text().await.unwrap().contains("origin"));
 }
 
+/// The gated waiting room of an unknown event (deleted while a browser waited, a broken
+/// link): a browser gets the page that leads back to the start; other clients the JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiting_room_of_an_unknown_event_is_a_page_for_a_browser() {
+    let w = waitroom(None, None).await;
+    for id in ["nope", "bad*id"] {
+        let url = format!("http://{}/wait/{id}/queue?return=/x", w.addr);
+        let r = client()
+            .get(&url)
+            .header("accept", "text/html,*/*")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404, "{id}");
+        let kind = r.headers()["content-type"].to_str().unwrap().to_string();
+        assert!(kind.starts_with("text/html"), "{id}: {kind}");
+        assert!(r.text().await.unwrap().contains("href=\"/\""), "{id}");
+        let r = client().get(&url).send().await.unwrap();
+        let body: Value = r.json().await.unwrap();
+        assert!(body["error"]["code"].is_string(), "{id}: {body}");
+    }
+}
+
 /// A waiting person who reloads faster than the poll limit is still sent to the waiting
 /// room: nginx's `auth_request` takes only 2xx, 401 and 403, and answered a 429 with 500.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

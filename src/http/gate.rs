@@ -630,15 +630,29 @@ pub async fn queue_page(
     caller: Caller,
     super::extract::AppQuery(q): super::extract::AppQuery<QueueQuery>,
     extensions: axum::http::Extensions,
+    uri: axum::http::Uri,
     headers: HeaderMap,
 ) -> AppResult<Response> {
     let peer = extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip());
-    crate::core::validate_event_id(&event_id)?;
+    // An unknown event (deleted while a browser waited, or a broken link): a browser gets
+    // the page that leads back to the start, as at `/wait/{event_id}`.
+    let missing = |e: AppError| match e {
+        AppError::EventNotFound | AppError::InvalidRequest(_) if asks_html(&headers) => {
+            Ok(super::look::missing_page(&event_id, &uri, &headers))
+        }
+        e => Err(e),
+    };
+    if let Err(e) = crate::core::validate_event_id(&event_id) {
+        return missing(e.into());
+    }
     // An event without gate rules is served too: `event_id` names it explicitly.
     let now = state.clock.now();
-    let config = state.events.config(&event_id, now).await?;
+    let config = match state.events.config(&event_id, now).await {
+        Ok(c) => c,
+        Err(e) => return missing(e.into()),
+    };
     let gate = state.gates.get(&event_id).unwrap_or_else(|| {
         std::sync::Arc::new(Gate::new(
             event_id.as_str().into(),

@@ -100,10 +100,13 @@ fn preferred(accept: &str) -> &'static str {
 }
 
 fn wants_html(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| a.contains("text/html"))
+    super::gate::asks_html(headers)
+}
+
+/// The `404` page of an unknown event, for a browser that followed a link to one.
+pub fn missing_page(event_id: &str, uri: &Uri, headers: &HeaderMap) -> Response {
+    let body = render_missing(event_id, language(uri, headers));
+    html(StatusCode::NOT_FOUND, body, CSP, headers)
 }
 
 fn pick<'a>(t: &'a Option<Texts>, lang: &str) -> Option<&'a str> {
