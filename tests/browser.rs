@@ -966,6 +966,14 @@ async fn the_dashboard_on_a_phone_in_korean() {
         .js("return document.getElementById('f-max_active').getAttribute('aria-invalid')")
         .await;
     assert_eq!(invalid, "true");
+    // A value of the wrong type ("max_active: invalid type: …") names the label too.
+    type_into(&b, "#f-max_active", "1.5").await;
+    b.click("#save").await;
+    let err = b
+        .text_until("#form-error", |t| !t.contains("사이의 값"))
+        .await;
+    assert!(err.starts_with("최대 동시 이용:"), "{err}");
+    assert!(!err.contains("max_active"), "{err}");
     type_into(&b, "#f-max_active", "5").await;
     type_into(&b, "#f-theme_color", "red").await;
     b.click("#save").await;

@@ -89,13 +89,13 @@
     en: {
       csv: 'Export CSV', range: 'Charts', range10m: 'last 10 min', range1h: 'last hour', range6h: 'last 6 hours', range24h: 'last 24 hours',
       auditTitle: 'Recent admin changes', auditEmpty: 'No admin changes yet.', from: 'from {c}',
-      aCreate: 'created', aUpdate: 'changed', aPause: 'paused', aResume: 'resumed', aClear: 'cleared', aDelete: 'deleted', aInvites: 'made invite codes',
+      aCreate: 'created', aUpdate: 'changed', aPause: 'paused', aResume: 'resumed', aClear: 'cleared', aDelete: 'deleted', aInvites: 'made invite codes', aInventory: 'added items',
       nCleared: '{n} waiting removed', nInvites: '{n} codes',
     },
     ko: {
       csv: 'CSV 내보내기', range: '차트', range10m: '최근 10분', range1h: '최근 1시간', range6h: '최근 6시간', range24h: '최근 24시간',
       auditTitle: '최근 관리 변경', auditEmpty: '아직 관리 변경이 없습니다.', from: '{c}에서',
-      aCreate: '생성', aUpdate: '변경', aPause: '일시 중지', aResume: '재개', aClear: '대기열 비움', aDelete: '삭제', aInvites: '초대 코드 생성',
+      aCreate: '생성', aUpdate: '변경', aPause: '일시 중지', aResume: '재개', aClear: '대기열 비움', aDelete: '삭제', aInvites: '초대 코드 생성', aInventory: '재고 추가',
       nCleared: '대기 {n}명 제거', nInvites: '코드 {n}개',
     },
   };
@@ -564,6 +564,7 @@
     target_url: 'fTarget', 'title.ko': 'fTitleKo', 'title.en': 'fTitleEn', 'headline.ko': 'fHeadlineKo',
     'headline.en': 'fHeadlineEn', 'note.ko': 'fNoteKo', 'note.en': 'fNoteEn', 'turn_message.ko': 'fTurnKo',
     'turn_message.en': 'fTurnEn', theme_color: 'fTheme', logo_url: 'fLogo', stylesheet: 'fSheet',
+    'message.ko': 'saleMsgKo', 'message.en': 'saleMsgEn',
   };
   const inputOf = (field) => el('f-' + field.replace('.', '-'));
 
@@ -573,14 +574,15 @@
   function explain(r) {
     if (!r.data || !r.data.error) return { text: t('unreachable'), field: null };
     const m = String(r.data.error.message || '');
-    const head = m.split(' ')[0];
+    // "field must …", or "field: invalid type: …" (a value of the wrong type).
+    const head = m.split(' ')[0].replace(/:$/, '');
     const field = LABELS[head] ? head : null;
     if (!field) {
       if (/^require_user_token/.test(m)) return { text: t('eNeedsKey'), field: null };
       return { text: t('eGeneric', { m }), field: null };
     }
     const label = t(LABELS[field]);
-    const rest = m.slice(head.length + 1);
+    const rest = m.slice(m.indexOf(' ') + 1);
     let match;
     if ((match = /^must be between (\S+) and (\S+)/.exec(rest))) return { text: t('eBetween', { label, a: match[1], b: match[2] }), field };
     if ((match = /^must be at most (\d+) characters/.exec(rest))) return { text: t('eAtMost', { label, n: match[1] }), field };
@@ -791,7 +793,7 @@
     show('audit-empty', r.data.length === 0);
   }
 
-  const ACTION_KEY = { create: 'aCreate', update: 'aUpdate', pause: 'aPause', resume: 'aResume', clear: 'aClear', delete: 'aDelete', invites: 'aInvites', announce: 'aAnnounce', end: 'aEnd' };
+  const ACTION_KEY = { create: 'aCreate', update: 'aUpdate', pause: 'aPause', resume: 'aResume', clear: 'aClear', delete: 'aDelete', invites: 'aInvites', inventory: 'aInventory', announce: 'aAnnounce', end: 'aEnd' };
 
   function auditItem(x) {
     const li = node('li');
