@@ -1107,6 +1107,49 @@ async fn the_page_shows_a_pause_at_once() {
     b.close().await;
 }
 
+/// The landing page marks an ended sale and offers no way to join it; a lottery
+/// (`random`: no position) still shows its estimate for the middle of the line.
+#[tokio::test]
+async fn ended_sales_are_marked_and_a_lottery_shows_its_wait() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    s.put_event("open", json!({})).await;
+    s.put_event("gone", json!({})).await;
+    let (st, _) = s
+        .call(
+            Method::POST,
+            "/api/v1/admin/events/gone/end",
+            Some(ADMIN),
+            Some(json!({"reason": "sold_out"})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK);
+    s.put_event(
+        "lot",
+        json!({"max_active": 10, "admit_per_minute": 1, "queueing_method": "random"}),
+    )
+    .await;
+    assert_eq!(s.join("lot", "holder").await["status"], "admitted");
+    let b = Browser::start(&PHONE).await;
+    b.goto(&s.url("/")).await;
+    let ended = "li[data-ended=\"sold_out\"]";
+    let said = b.text_until(ended, |t| !t.is_empty()).await;
+    assert!(said.contains("sold out"), "{said}");
+    let links = b
+        .js("return document.querySelectorAll('li[data-ended] a').length")
+        .await;
+    assert_eq!(links, 0, "an ended sale offers no join");
+    let joinable = b
+        .js("return document.querySelectorAll('#events a[href=\"/wait/open\"]').length")
+        .await;
+    assert_eq!(joinable, 1);
+    b.goto(&s.url("/wait/lot")).await;
+    b.text_until("#status", |t| t == "You are in line").await;
+    let eta = b.text_until("#eta", |t| t != "–").await;
+    assert!(eta.contains("min"), "{eta}");
+    b.close().await;
+}
+
 /// The estimate in Korean: with a configured pace that alone sets the pace, a figure;
 /// without any basis (one slot, taken, nobody finished, no pace), "아직 알 수 없습니다".
 #[tokio::test]

@@ -187,6 +187,21 @@ async fn page(s: &TestServer, path: &str, lang: &str) -> reqwest::Response {
         .unwrap()
 }
 
+/// Without scripts the waiting page cannot join: it says so in the page's language and
+/// points to the waiting room that works without them.
+#[tokio::test]
+async fn the_waiting_page_without_scripts_points_to_the_plain_waiting_room() {
+    let s = TestServer::start().await;
+    s.put_event("fest", json!({})).await;
+    for (lang, says) in [("en", "needs JavaScript"), ("ko-KR", "자바스크립트")] {
+        let html = page(&s, "/wait/fest", lang).await.text().await.unwrap();
+        let start = html.find("<noscript>").expect("a notice without scripts");
+        let notice = &html[start..html.find("</noscript>").unwrap()];
+        assert!(notice.contains(says), "{notice}");
+        assert!(notice.contains("href=\"/wait/fest/queue\""), "{notice}");
+    }
+}
+
 /// The waiting page carries the event's title (in `<title>` and its heading), headline,
 /// note, logo and colour in its HTML, rendered by the server in the browser's language, with
 /// every text escaped and the policy widened only by the logo's origin, for images.

@@ -198,10 +198,24 @@ pub fn render_wait(event_id: &str, config: Option<&EventConfig>, lang: &str) -> 
         Some(_) => format!("{} · {}", escape(title), default_title(lang)),
         None => default_title(lang).to_string(),
     };
+    // Without scripts this page cannot join or follow: it says so, and points to the
+    // waiting room that works without them (a page that refreshes itself).
+    let plain = format!("/wait/{}/queue", escape(event_id));
+    let noscript = match lang {
+        "ko" => format!(
+            "<noscript><p class=\"notice\">이 페이지는 자바스크립트가 있어야 줄을 설 수 있습니다. \
+             <a href=\"{plain}\">자바스크립트 없이 쓰는 대기실</a>에서 기다려 주세요.</p></noscript>"
+        ),
+        _ => format!(
+            "<noscript><p class=\"notice\">This page needs JavaScript to keep your place in line. \
+             Without it, wait in the <a href=\"{plain}\">waiting room that works without it</a>.</p></noscript>"
+        ),
+    };
     let html = fill(
         WAIT_HTML,
         &[
             ("lang", lang),
+            ("noscript", &noscript),
             ("page_title", &page_title),
             ("head", &head),
             ("logo", &logo),

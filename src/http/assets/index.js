@@ -7,13 +7,13 @@
       brand: 'Waiting room', title: 'Choose an event', empty: 'No sale is open right now.',
       lead: 'Join the line of the sale you came for. Your place is kept while this page stays open.',
       inLine: '{n} in line', paused: 'paused', closed: 'not taking new people', join: 'Join the line',
-      operators: 'Operator dashboard',
+      operators: 'Operator dashboard', sold_out: 'sold out', over: 'sale ended', cancelled: 'sale cancelled',
     },
     ko: {
       brand: '대기실', title: '이벤트를 선택하세요', empty: '지금 열려 있는 판매가 없습니다.',
       lead: '원하는 판매의 대기열에 들어가세요. 페이지를 열어 두는 동안 순서가 유지됩니다.',
       inLine: '{n}명 대기 중', paused: '입장 일시 중지', closed: '새 입장 받지 않음', join: '줄 서기',
-      operators: '운영자 대시보드',
+      operators: '운영자 대시보드', sold_out: '매진', over: '판매 종료', cancelled: '판매 취소',
     },
   };
   const { t, api, el } = WR;
@@ -29,6 +29,16 @@
       name.textContent = WR.pick(e.title) || e.name || e.event_id;
       const meta = document.createElement('span');
       meta.className = 'meta';
+      // An ended sale (sold out, over, cancelled) takes nobody: said so, and no way to join.
+      if (e.ended) {
+        const why = { sold_out: 'sold_out', cancelled: 'cancelled' }[e.ended.reason] || 'over';
+        meta.textContent = t(why);
+        li.dataset.ended = e.ended.reason;
+        text.append(name, meta);
+        li.append(text);
+        list.append(li);
+        continue;
+      }
       const bits = [t('inLine', { n: WR.num(e.queue_length) })];
       if (e.paused) bits.push(t('paused'));
       if (!e.accept_joins) bits.push(t('closed'));

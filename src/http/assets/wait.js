@@ -175,7 +175,8 @@
     const ready = phase === 'ready';
     el('position').textContent = ready ? '✓' : f && f.position ? WR.num(f.position) : '–';
     el('queue-length').textContent = f ? WR.num(f.queue_length) : '–';
-    el('eta').textContent = ready ? '–' : f && f.position ? etaText(f) : '–';
+    // A lottery (`random`) has no position but an estimate for the middle of the line.
+    el('eta').textContent = ready ? '–' : f && (f.position || f.eta_sec != null) ? etaText(f) : '–';
     let pct = 0;
     if (ready) pct = 100;
     else if (f && f.position && place && place.start) {
@@ -526,5 +527,9 @@
   el('continue').addEventListener('click', (e) => { e.preventDefault(); enter(); });
   // Back from the site through the browser's cache: the page may be stale; look again.
   window.addEventListener('pageshow', (e) => { if (e.persisted && place) { phase = 'init'; resume(); } });
+  // Leaving the page (even into the back/forward cache, where the browser would keep the
+  // socket open and answer its pings) stops following: the place then lapses as for a
+  // closed tab, unless the person comes back in time (`pageshow` above).
+  window.addEventListener('pagehide', stopLive);
   start();
 })();
