@@ -696,7 +696,20 @@ async fn sse_open_stream_keeps_the_place_and_a_closed_one_does_not_end_it() {
     sse.next(Duration::from_secs(5)).await.unwrap();
 
     // Open for 4.5 s, past the 2 s idle limit: the place stays.
-    let until = Instant::now() + Duration::from_millis(4500);
+    read_for(&mut sse, Duration::from_millis(4500)).await;
+    waiting_and_expired(&s, 1, 0).await;
+
+    // The client goes away: nothing ends at once; the lapse does, later.
+    drop(sse);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(s.figures("ev").await["waiting"], 1);
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    waiting_and_expired(&s, 0, 1).await;
+}
+
+/// Reads the stream for `d` (or until it ends).
+async fn read_for(sse: &mut Sse, d: Duration) {
+    let until = Instant::now() + d;
     while Instant::now() < until {
         let left = until.saturating_duration_since(Instant::now());
         if tokio::time::timeout(left, sse.next(Duration::from_secs(60)))
@@ -706,22 +719,14 @@ async fn sse_open_stream_keeps_the_place_and_a_closed_one_does_not_end_it() {
             break;
         }
     }
-    let f = s.figures("ev").await;
-    assert_eq!(
-        (f["waiting"].as_u64(), f["expired"].as_u64()),
-        (Some(1), Some(0)),
-        "{f}"
-    );
+}
 
-    // The client goes away: nothing ends at once; the lapse does, later.
-    drop(sse);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(s.figures("ev").await["waiting"], 1);
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+/// Asserts the event `ev`'s waiting and expired counts.
+async fn waiting_and_expired(s: &TestServer, waiting: u64, expired: u64) {
     let f = s.figures("ev").await;
     assert_eq!(
         (f["waiting"].as_u64(), f["expired"].as_u64()),
-        (Some(0), Some(1)),
+        (Some(waiting), Some(expired)),
         "{f}"
     );
 }
@@ -738,22 +743,8 @@ async fn an_open_stream_keeps_the_place_when_the_idle_time_is_shortened() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     s.put_event("ev", json!({"waiting_idle_sec": 2})).await;
 
-    let until = Instant::now() + Duration::from_millis(4500);
-    while Instant::now() < until {
-        let left = until.saturating_duration_since(Instant::now());
-        if tokio::time::timeout(left, sse.next(Duration::from_secs(60)))
-            .await
-            .is_err()
-        {
-            break;
-        }
-    }
-    let f = s.figures("ev").await;
-    assert_eq!(
-        (f["waiting"].as_u64(), f["expired"].as_u64()),
-        (Some(1), Some(0)),
-        "{f}"
-    );
+    read_for(&mut sse, Duration::from_millis(4500)).await;
+    waiting_and_expired(&s, 1, 0).await;
 }
 
 #[tokio::test]
