@@ -1002,3 +1002,93 @@ async fn server_paused_batch(a: Arc<dyn Store>, ev: &'static str, clock: &mut u6
     joins_at(&a, ev, clock, 256).await;
     alone.await.unwrap();
 }
+
+/// A failover to a Redis replica that had not received the last writes sets an event back
+/// in time (here: its keys restored from a dump taken before them). A node's replica that
+/// applied those writes starts over from a snapshot, so the lost places answer
+/// `TOKEN_NOT_FOUND` instead of waiting for ever on a quiet event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_ahead_of_a_log_set_back_starts_over() {
+    use waitroom::core::QueueError;
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let prefix = unique_prefix();
+    let s = store(&server.url(), &prefix, true);
+    event(&s, "ev", serde_json::json!({"paused": true})).await;
+    let mut kept = Vec::new();
+    for _ in 0..5 {
+        kept.push(join(&s, "ev").await);
+    }
+    assert_eq!(
+        s.status("ev", kept[4], system_now())
+            .await
+            .unwrap()
+            .position,
+        Some(5)
+    );
+    let pattern = format!("{prefix}:{{ev}}:*");
+    let names: Vec<String> = redis::cmd("KEYS")
+        .arg(&pattern)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut dumps = Vec::new();
+    for k in &names {
+        let d: Vec<u8> = redis::cmd("DUMP")
+            .arg(k)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        dumps.push((k.clone(), d));
+    }
+    let mut lost = Vec::new();
+    for _ in 0..5 {
+        lost.push(join(&s, "ev").await);
+    }
+    until_status(&s, "ev", lost[4], BOUND, |r| {
+        r.as_ref().is_ok_and(|v| v.position == Some(10))
+    })
+    .await;
+
+    // The failover: the event as it was before the lost joins.
+    let now: Vec<String> = redis::cmd("KEYS")
+        .arg(&pattern)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(&now)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for (k, d) in &dumps {
+        let _: () = redis::cmd("RESTORE")
+            .arg(k)
+            .arg(0)
+            .arg(d)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    for k in &lost {
+        until_status(&s, "ev", *k, Duration::from_secs(10), |r| {
+            matches!(r, Err(StoreError::Queue(QueueError::TokenNotFound)))
+        })
+        .await;
+    }
+    // Once settled (the polls of the lost places above went to the script, whose writes
+    // the replica follows), answered from the replica again: this node's own writes that
+    // the failover lost are not waited for (each poll would wait 50 ms, then ask Redis).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before = script_calls(&mut conn).await;
+    for _ in 0..4 {
+        for (i, k) in kept.iter().enumerate() {
+            let v = s.status("ev", *k, system_now()).await.unwrap();
+            assert_eq!(v.position, Some(i as u64 + 1));
+            assert_eq!(v.queue_length, 5);
+        }
+    }
+    let calls = script_calls(&mut conn).await - before;
+    assert!(calls <= 3, "{calls} script calls for 20 polls");
+    s.close().await.unwrap();
+}

@@ -704,7 +704,13 @@ async fn snapshot(inner: &Inner, event_id: &str, entry: &Entry) -> bool {
         Ok(Some(s)) => {
             let mut replica = entry.replica.lock();
             replica.load(s);
-            entry.applied.send_replace(replica.meta.lv.max(1));
+            let lv = replica.meta.lv.max(1);
+            // This node's own writes past the snapshot are gone from Redis (a failover lost
+            // them): a status must not wait for the replica to reach them.
+            let mut written = entry.written.lock();
+            *written = (*written).min(lv);
+            drop(written);
+            entry.applied.send_replace(lv);
             metrics::counter!("waitroom_replica_resyncs_total").increment(1);
             true
         }
@@ -720,6 +726,20 @@ async fn snapshot(inner: &Inner, event_id: &str, entry: &Entry) -> bool {
             tracing::debug!(event = event_id, error = %e, "could not read a snapshot");
             false
         }
+    }
+}
+
+/// Whether a log whose last entry is `tail` (`None`: empty or gone) no longer holds the
+/// entry `applied` this replica read last. Stream ids are `ms-seq` and only grow.
+fn log_went_back(tail: Option<&str>, applied: &str) -> bool {
+    let id = |s: &str| -> Option<(u64, u64)> {
+        let (ms, seq) = s.split_once('-').unwrap_or((s, "0"));
+        Some((ms.parse().ok()?, seq.parse().ok()?))
+    };
+    match (tail, id(applied)) {
+        (_, None) | (_, Some((0, 0))) => false,
+        (None, Some(_)) => true,
+        (Some(t), Some(a)) => id(t).is_some_and(|t| t < a),
     }
 }
 
@@ -740,14 +760,34 @@ async fn read(inner: &Inner, event_id: &str, entry: &Entry, checked_at: &mut Ins
     };
     if entries.is_empty() && checked_at.elapsed() >= CHECK_EVERY {
         *checked_at = Instant::now();
-        // A log that vanished (the event deleted; a notice lost): start over.
+        // A log that vanished (the event deleted; a notice lost), or that ends before what
+        // this replica applied (a failover to a replica of Redis that had not received the
+        // last writes: they are lost, and no new entry may come to show it on a quiet
+        // event): start over from a snapshot.
         if let Ok(mut conn) = inner.connection().await {
-            let exists: StoreResult<bool> = inner
-                .bounded(redis::cmd("EXISTS").arg(&key).query_async(&mut conn))
+            let last: StoreResult<Value> = inner
+                .bounded(
+                    redis::cmd("XREVRANGE")
+                        .arg(&key)
+                        .arg("+")
+                        .arg("-")
+                        .arg("COUNT")
+                        .arg(1)
+                        .query_async(&mut conn),
+                )
                 .await;
-            if matches!(exists, Ok(false)) {
-                entry.replica.lock().synced = false;
-                return false;
+            if let Ok(last) = last {
+                let tail = match &last {
+                    Value::Array(a) => a.first().and_then(|e| match e {
+                        Value::Array(e) => e.first().and_then(|id| text(id).ok().flatten()),
+                        _ => None,
+                    }),
+                    _ => None,
+                };
+                if log_went_back(tail.as_deref(), &after) {
+                    entry.replica.lock().synced = false;
+                    return false;
+                }
             }
         }
     }
