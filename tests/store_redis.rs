@@ -141,6 +141,28 @@ async fn notices_reach_other_nodes_on_a_cluster() {
     notices_travel(shared_cluster().url()).await;
 }
 
+/// The relay keeps its subscription on a quiet channel: its keep-alive PING, which a
+/// subscribed RESP2 connection answers as an array, is not taken for a dead link (that
+/// reconnected every 5 s and told every event moved, losing what was published meanwhile).
+#[tokio::test]
+async fn a_quiet_relay_keeps_its_subscription() {
+    let s = standalone();
+    make_event(&s, "quiet", serde_json::json!({})).await;
+    s.ping().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut notices = s.subscribe();
+    // Past the relay's keep-alive (every 5 s of silence).
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let heard = notices.try_recv();
+    assert!(
+        matches!(
+            heard,
+            Err(tokio::sync::broadcast::error::TryRecvError::Empty)
+        ),
+        "a quiet store told {heard:?}"
+    );
+}
+
 async fn notices_travel(url: String) {
     let opts = options();
     let a: Arc<dyn Store> = Arc::new(RedisStore::new(&url, opts.clone()).unwrap());

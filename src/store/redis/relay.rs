@@ -253,7 +253,9 @@ async fn listen(s: &Subscriber, pubsub: redis::aio::PubSub) {
                 }
             }
             _ = tokio::time::sleep(PING_EVERY) => {
-                let pong = tokio::time::timeout(s.op_timeout, sink.ping::<String>()).await;
+                // Any answer: a subscribed RESP2 connection answers `["pong", ""]`, not
+                // `PONG` (read as text, that failed, and every quiet 5 s reconnected).
+                let pong = tokio::time::timeout(s.op_timeout, sink.ping::<redis::Value>()).await;
                 if !matches!(pong, Ok(Ok(_))) {
                     tracing::debug!("notice relay connection stopped answering");
                     return;
