@@ -39,6 +39,10 @@ use tokio::net::TcpStream;
 
 /// Longest wait for a connection to the origin.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest wait for the origin's answer head once the request is on its way (nginx's
+/// `proxy_read_timeout`): an origin that stalls does not hold the client's connection, and
+/// a connection to it, for ever.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(60);
 /// An idle connection older than this is closed rather than used (origins close theirs
 /// after a minute or more: nginx's `keepalive_timeout` is 75 s).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -101,6 +105,8 @@ pub enum OriginError {
     Http(hyper::Error),
     /// The connection ended without answering and without an error.
     Closed,
+    /// No answer head within this long.
+    Timeout(Duration),
 }
 
 impl std::fmt::Display for OriginError {
@@ -110,6 +116,7 @@ impl std::fmt::Display for OriginError {
             OriginError::ConnectTimeout => write!(f, "cannot connect: timed out"),
             OriginError::Http(e) => write!(f, "{e}"),
             OriginError::Closed => write!(f, "the connection closed before an answer"),
+            OriginError::Timeout(d) => write!(f, "no answer within {} s", d.as_secs_f64()),
         }
     }
 }
@@ -121,6 +128,8 @@ pub struct Pool {
     idle: Mutex<Vec<Idle>>,
     /// Most idle connections kept (see [`idle_cap`]).
     max_idle: usize,
+    /// [`HEAD_TIMEOUT`], shorter in tests.
+    head_timeout: Duration,
 }
 
 impl Pool {
@@ -135,7 +144,16 @@ impl Pool {
             addr,
             idle: Mutex::new(Vec::new()),
             max_idle,
+            head_timeout: HEAD_TIMEOUT,
         })
+    }
+
+    /// The same pool waiting at most `d` for an answer head.
+    #[cfg(test)]
+    fn with_head_timeout(self: std::sync::Arc<Self>, d: Duration) -> std::sync::Arc<Self> {
+        let mut p = std::sync::Arc::into_inner(self).expect("not shared yet");
+        p.head_timeout = d;
+        std::sync::Arc::new(p)
     }
 
     /// Sends `req` (its URI in origin form) and answers the origin's response, whose body
@@ -169,7 +187,13 @@ impl Pool {
                 None => Box::pin(self.connect()).await?,
             };
             let sent = link.send.try_send_request(req);
-            let failed = match drive(&mut link.conn, sent).await {
+            let answered = tokio::time::timeout(self.head_timeout, drive(&mut link.conn, sent));
+            // Stalled: the connection is dropped with the request (never sent again: the
+            // origin may be working on it).
+            let Ok(answered) = answered.await else {
+                return Err(OriginError::Timeout(self.head_timeout));
+            };
+            let failed = match answered {
                 Ok(Ok(res)) => {
                     return Ok(res.map(|body| {
                         Body::new(Driven {
@@ -203,12 +227,18 @@ impl Pool {
         req: Request<Body>,
     ) -> Result<Response<Incoming>, OriginError> {
         let Link { mut send, conn } = *self.connect().await?;
-        tokio::spawn(async move {
+        let driver = tokio::spawn(async move {
             if let Err(e) = conn.with_upgrades().await {
                 tracing::debug!(error = %e, "an upgraded connection to the origin ended");
             }
         });
-        send.send_request(req).await.map_err(OriginError::Http)
+        match tokio::time::timeout(self.head_timeout, send.send_request(req)).await {
+            Ok(answer) => answer.map_err(OriginError::Http),
+            Err(_) => {
+                driver.abort();
+                Err(OriginError::Timeout(self.head_timeout))
+            }
+        }
     }
 
     /// An idle connection still open and ready, if there is one, with when it went idle.
@@ -396,6 +426,32 @@ mod tests {
             assert!(idle_cap(threads) >= 1);
         }
         assert_eq!(idle_cap(1000), 1);
+    }
+
+    /// An origin that takes the request and never answers: the wait ends at the head
+    /// timeout, and the request is not sent again (the origin may be working on it).
+    #[tokio::test]
+    async fn a_stalled_origin_is_given_up_on() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = accepted.clone();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = l.accept().await {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                held.push(s);
+            }
+        });
+        let authority: axum::http::uri::Authority = addr.to_string().parse().unwrap();
+        let pool = Pool::new(&authority, 2).with_head_timeout(Duration::from_millis(300));
+        let req = Request::get("/").body(Body::empty()).unwrap();
+        let e = tokio::time::timeout(Duration::from_secs(10), pool.send(req))
+            .await
+            .expect("the wait ends")
+            .unwrap_err();
+        assert!(matches!(e, OriginError::Timeout(_)), "{e}");
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
     /// Three answers read to their end at once, from three connections: a pool capped at
