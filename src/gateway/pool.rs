@@ -39,9 +39,9 @@ use tokio::net::TcpStream;
 
 /// Longest wait for a connection to the origin.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Longest wait for the origin's answer head once the request is on its way (nginx's
-/// `proxy_read_timeout`): an origin that stalls does not hold the client's connection, and
-/// a connection to it, for ever.
+/// Longest wait for the origin's answer head once a request without a body is on its way
+/// (nginx's `proxy_read_timeout`): an origin that stalls does not hold the client's
+/// connection, and a connection to it, for ever.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(60);
 /// An idle connection older than this is closed rather than used (origins close theirs
 /// after a minute or more: nginx's `keepalive_timeout` is 75 s).
@@ -186,12 +186,19 @@ impl Pool {
                 // and held inline it would be copied with every request's future.
                 None => Box::pin(self.connect()).await?,
             };
+            // Timed only without a body: with one, the wait includes the upload, which a slow
+            // client may take minutes over (nginx buffers it first, then times the answer).
+            let limit = req.body().is_end_stream().then_some(self.head_timeout);
             let sent = link.send.try_send_request(req);
-            let answered = tokio::time::timeout(self.head_timeout, drive(&mut link.conn, sent));
-            // Stalled: the connection is dropped with the request (never sent again: the
-            // origin may be working on it).
-            let Ok(answered) = answered.await else {
-                return Err(OriginError::Timeout(self.head_timeout));
+            let answered = drive(&mut link.conn, sent);
+            let answered = match limit {
+                None => answered.await,
+                // Stalled: the connection is dropped with the request (never sent again:
+                // the origin may be working on it).
+                Some(d) => match tokio::time::timeout(d, answered).await {
+                    Ok(a) => a,
+                    Err(_) => return Err(OriginError::Timeout(d)),
+                },
             };
             let failed = match answered {
                 Ok(Ok(res)) => {
