@@ -461,6 +461,36 @@ mod tests {
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
+    /// An upload is not timed: a slow client's body may take longer than the head timeout,
+    /// and the origin answers once it has all of it.
+    #[tokio::test]
+    async fn a_slow_upload_outlasts_the_head_timeout() {
+        let origin =
+            axum::Router::new().fallback(|body: Bytes| async move { body.len().to_string() });
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(l, origin).await.unwrap() });
+        let authority: axum::http::uri::Authority = addr.to_string().parse().unwrap();
+        let pool = Pool::new(&authority, 2).with_head_timeout(Duration::from_millis(200));
+        // Four parts, 150 ms apart: 600 ms of upload against a 200 ms head timeout.
+        let chunks = futures_util::stream::unfold(0, |i| async move {
+            if i == 4 {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            Some((Ok::<_, std::io::Error>(Bytes::from_static(b"part")), i + 1))
+        });
+        let req = Request::post("/upload")
+            .body(Body::from_stream(chunks))
+            .unwrap();
+        let res = pool
+            .send(req)
+            .await
+            .expect("answered after the whole upload");
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"16");
+    }
+
     /// Three answers read to their end at once, from three connections: a pool capped at
     /// two keeps two of them.
     #[tokio::test]
