@@ -59,8 +59,9 @@ pub fn idle_cap(pools: usize) -> usize {
 /// A pooled connection idle at least this long may have been closed by the origin as the
 /// request went out: a request that can be sent twice is kept until answered.
 const RESEND_AFTER_IDLE: Duration = Duration::from_millis(250);
-/// Header fields an origin's answer may have.
-const MAX_ORIGIN_HEADERS: usize = 1000;
+/// A request lost with its connection this soon after it went out was lost to the
+/// keep-alive race; later, the origin had it.
+const RESEND_WITHIN: Duration = Duration::from_secs(1);
 
 /// A copy of `req` to send again if the first was lost with its connection: a safe method
 /// (GET, HEAD, OPTIONS, TRACE) and no body, so that the origin may see it twice.
@@ -189,6 +190,7 @@ impl Pool {
             // Timed only without a body: with one, the wait includes the upload, which a slow
             // client may take minutes over (nginx buffers it first, then times the answer).
             let limit = req.body().is_end_stream().then_some(self.head_timeout);
+            let sent_at = Instant::now();
             let sent = link.send.try_send_request(req);
             let answered = drive(&mut link.conn, sent);
             let answered = match limit {
@@ -211,14 +213,29 @@ impl Pool {
                         })
                     }))
                 }
-                Ok(Err(mut e)) => {
-                    if let Some(unsent) = e.take_message() {
+                Ok(Err(mut e)) => match e.take_message() {
+                    // Never sent: safe to send again, whatever it is.
+                    Some(unsent) => {
                         again = Some(unsent);
+                        OriginError::Http(e.into_error())
                     }
-                    OriginError::Http(e.into_error())
-                }
+                    None => {
+                        let e = e.into_error();
+                        // Sent, and then only the connection closing is the keep-alive
+                        // race; an answer the origin sent (however malformed) is not.
+                        if !e.is_incomplete_message() {
+                            again = None;
+                        }
+                        OriginError::Http(e)
+                    }
+                },
                 Err(closed) => closed,
             };
+            // The race is over at once: a connection that closed later had the request
+            // (an origin's worker killed mid-request), and the origin may have acted on it.
+            if sent_at.elapsed() > RESEND_WITHIN {
+                again = None;
+            }
             match again.take() {
                 Some(r) if !fresh => req = r,
                 _ => return Err(failed),
@@ -289,10 +306,9 @@ impl Pool {
             .map_err(OriginError::Connect)?;
         // Requests and answers are written whole: no Nagle delay on either.
         let _ = tcp.set_nodelay(true);
+        // hyper's limit of 100 header fields in an answer is kept: raising it at all moves
+        // the parsing buffers to the heap, for every answer (about 64 KiB at 1,000).
         let (send, conn) = http1::Builder::new()
-            // hyper's default of 100 would answer a site's valid, header-heavy answer
-            // (many `Set-Cookie`) as unreachable; the head's size stays bounded by hyper.
-            .max_headers(MAX_ORIGIN_HEADERS)
             .handshake(TokioIo::new(tcp))
             .await
             .map_err(OriginError::Http)?;
