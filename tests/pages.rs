@@ -187,18 +187,33 @@ async fn page(s: &TestServer, path: &str, lang: &str) -> reqwest::Response {
         .unwrap()
 }
 
-/// Without scripts the waiting page cannot join: it says so in the page's language and
-/// points to the waiting room that works without them.
+/// Without scripts the waiting page cannot join: it says so in the page's language; for
+/// an event gating a site's paths it points to the waiting room that works without them
+/// (back to the first gated path once admitted), for another event to nothing (its turn
+/// is an access token only the script hands to `target_url`).
 #[tokio::test]
-async fn the_waiting_page_without_scripts_points_to_the_plain_waiting_room() {
+async fn the_waiting_page_without_scripts_says_so_and_points_where_it_can() {
     let s = TestServer::start().await;
-    s.put_event("fest", json!({})).await;
-    for (lang, says) in [("en", "needs JavaScript"), ("ko-KR", "자바스크립트")] {
-        let html = page(&s, "/wait/fest", lang).await.text().await.unwrap();
+    s.put_event("shop", json!({"paths": ["/checkout"]})).await;
+    s.put_event("fest", json!({"target_url": "/demo/booking"}))
+        .await;
+    s.put_event("vip", json!({"paths": ["/vip"], "access": "invite"}))
+        .await;
+    let notice = |html: String| {
         let start = html.find("<noscript>").expect("a notice without scripts");
-        let notice = &html[start..html.find("</noscript>").unwrap()];
-        assert!(notice.contains(says), "{notice}");
-        assert!(notice.contains("href=\"/wait/fest/queue\""), "{notice}");
+        html[start..html.find("</noscript>").unwrap()].to_string()
+    };
+    for (lang, says) in [("en", "needs JavaScript"), ("ko-KR", "자바스크립트")] {
+        let shop = notice(page(&s, "/wait/shop", lang).await.text().await.unwrap());
+        assert!(shop.contains(says), "{shop}");
+        assert!(
+            shop.contains("href=\"/wait/shop/queue?return=%2Fcheckout\""),
+            "{shop}"
+        );
+        for other in ["/wait/fest", "/wait/vip"] {
+            let n = notice(page(&s, other, lang).await.text().await.unwrap());
+            assert!(n.contains(says) && !n.contains("href"), "{other}: {n}");
+        }
     }
 }
 

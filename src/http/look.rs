@@ -198,18 +198,36 @@ pub fn render_wait(event_id: &str, config: Option<&EventConfig>, lang: &str) -> 
         Some(_) => format!("{} · {}", escape(title), default_title(lang)),
         None => default_title(lang).to_string(),
     };
-    // Without scripts this page cannot join or follow: it says so, and points to the
-    // waiting room that works without them (a page that refreshes itself).
-    let plain = format!("/wait/{}/queue", escape(event_id));
-    let noscript = match lang {
-        "ko" => format!(
+    // Without scripts this page cannot join or follow: it says so. For an event that gates
+    // a site's paths (its session is a cookie), it points to the waiting room that works
+    // without them (a page that refreshes itself), which sends the person to the first
+    // gated path once admitted. Not for other events: their turn is an access token the
+    // script hands to `target_url`, or their join needs what only the script can send
+    // (a user token, an invite, proof of work).
+    let plain = config
+        .filter(|c| {
+            c.access == crate::core::Access::Public
+                && !c.require_user_token
+                && c.pow_difficulty == 0
+                && c.pow_auto_above.is_none()
+        })
+        .and_then(|c| c.gate.paths.first())
+        .map(|path| escape(&super::gate::waiting_room_url(event_id, path)));
+    let noscript = match (lang, plain) {
+        ("ko", Some(plain)) => format!(
             "<noscript><p class=\"notice\">이 페이지는 자바스크립트가 있어야 줄을 설 수 있습니다. \
              <a href=\"{plain}\">자바스크립트 없이 쓰는 대기실</a>에서 기다려 주세요.</p></noscript>"
         ),
-        _ => format!(
+        ("ko", None) => "<noscript><p class=\"notice\">이 페이지는 자바스크립트가 있어야 줄을 설 수 \
+                         있습니다. 자바스크립트를 켜 주세요.</p></noscript>"
+            .to_string(),
+        (_, Some(plain)) => format!(
             "<noscript><p class=\"notice\">This page needs JavaScript to keep your place in line. \
              Without it, wait in the <a href=\"{plain}\">waiting room that works without it</a>.</p></noscript>"
         ),
+        (_, None) => "<noscript><p class=\"notice\">This page needs JavaScript to keep your place \
+                      in line: please turn it on.</p></noscript>"
+            .to_string(),
     };
     let html = fill(
         WAIT_HTML,
