@@ -403,6 +403,9 @@ struct Entry {
     used_at: Mutex<Instant>,
     /// Waiting places whose polls the replica answered: seq -> time of the latest poll.
     renewals: Mutex<HashMap<u64, Millis>>,
+    /// The log ended before what the replica applied (a failover lost writes): the next
+    /// snapshot lowers `written` to what Redis holds.
+    set_back: std::sync::atomic::AtomicBool,
 }
 
 /// This node's replicas, by event.
@@ -467,6 +470,7 @@ pub(super) async fn status(
                     wake: Notify::new(),
                     used_at: Mutex::new(Instant::now()),
                     renewals: Mutex::new(HashMap::new()),
+                    set_back: std::sync::atomic::AtomicBool::new(false),
                 });
                 map.insert(event_id.to_string(), e.clone());
                 // The task ends by itself (store dropped or closed, event deleted, idle).
@@ -705,11 +709,17 @@ async fn snapshot(inner: &Inner, event_id: &str, entry: &Entry) -> bool {
             let mut replica = entry.replica.lock();
             replica.load(s);
             let lv = replica.meta.lv.max(1);
-            // This node's own writes past the snapshot are gone from Redis (a failover lost
-            // them): a status must not wait for the replica to reach them.
-            let mut written = entry.written.lock();
-            *written = (*written).min(lv);
-            drop(written);
+            // After a set-back log, this node's own writes past the snapshot are gone from
+            // Redis (a failover lost them): a status must not wait for the replica to reach
+            // them. Only then: otherwise a write answered while the snapshot was read is
+            // one the replica must still reach before answering (read-your-writes).
+            if entry
+                .set_back
+                .swap(false, std::sync::atomic::Ordering::AcqRel)
+            {
+                let mut written = entry.written.lock();
+                *written = (*written).min(lv);
+            }
             entry.applied.send_replace(lv);
             metrics::counter!("waitroom_replica_resyncs_total").increment(1);
             true
@@ -785,6 +795,9 @@ async fn read(inner: &Inner, event_id: &str, entry: &Entry, checked_at: &mut Ins
                     _ => None,
                 };
                 if log_went_back(tail.as_deref(), &after) {
+                    entry
+                        .set_back
+                        .store(true, std::sync::atomic::Ordering::Release);
                     entry.replica.lock().synced = false;
                     return false;
                 }
