@@ -48,39 +48,30 @@ pub async fn run(
     mut notices: broadcast::Receiver<Notice>,
     mut stop: Stop,
 ) {
-    let mut backoff: Option<Duration> = None;
-    // Some events ticked while others failed (one shard of a Redis Cluster down).
-    let mut partly = false;
     let mut known = Vec::new();
+    let mut failing = Failing::default();
     // Once the store's channel is closed, only the timer wakes the loop.
     let mut listening = true;
     loop {
         let now = clock.now();
-        let pass = pass(store.as_ref(), now, &mut known).await;
-        let delay = match pass.failure {
-            None => {
-                if backoff.take().is_some() || std::mem::take(&mut partly) {
-                    tracing::info!("store answers again; ticking resumed");
-                }
-                delay_until(pass.next, now)
+        let was_failing = failing.any();
+        let pass = pass(store.as_ref(), now, &mut known, &mut failing).await;
+        if let Some(e) = &pass.failure {
+            if !was_failing {
+                tracing::warn!(error = %e, ticked = pass.ticked,
+                    "tick failed; what failed is tried again with backoff, the rest goes on");
+            } else {
+                tracing::debug!(error = %e, "tick failed again");
             }
-            // The events that answer keep their pace; the others are tried on each pass.
-            Some(e) if pass.ticked > 0 => {
-                if !std::mem::replace(&mut partly, true) {
-                    tracing::warn!(error = %e, "ticks of some events failed; the others go on");
-                }
-                backoff = None;
-                delay_until(pass.next, now)
-            }
-            Some(e) => {
-                let b = backoff.map_or(BACKOFF_START, |b| (b * 2).min(BACKOFF_MAX));
-                backoff = Some(b);
-                tracing::warn!(error = %e, retry_in_ms = b.as_millis() as u64, "tick failed");
-                b
-            }
-        };
+        } else if was_failing && !failing.any() {
+            tracing::info!("store answers again; ticking resumed");
+        }
+        let mut delay = delay_until(pass.next, now);
+        if let Some(at) = pass.retry_at {
+            delay = delay.min(at.saturating_duration_since(tokio::time::Instant::now()));
+        }
 
-        let sleep = tokio::time::sleep(delay);
+        let sleep = tokio::time::sleep(delay.max(MIN_SLEEP));
         tokio::pin!(sleep);
         loop {
             tokio::select! {
@@ -101,6 +92,40 @@ pub async fn run(
     }
 }
 
+/// A call that failed, tried again only once its pause is over; the pause doubles at each
+/// failure, from [`BACKOFF_START`] to [`BACKOFF_MAX`].
+#[derive(Clone, Copy)]
+struct Backoff {
+    until: tokio::time::Instant,
+    pause: Duration,
+}
+
+impl Backoff {
+    fn after(previous: Option<Backoff>) -> Backoff {
+        let pause = previous.map_or(BACKOFF_START, |b| (b.pause * 2).min(BACKOFF_MAX));
+        Backoff {
+            until: tokio::time::Instant::now() + pause,
+            pause,
+        }
+    }
+}
+
+/// What failed lately: the list of events, and events whose tick failed. Each is paused on
+/// its own, so that one that fails (on a Redis Cluster, the shard holding the list, or an
+/// event's own shard, down) neither stops the others nor is asked on every pass, where
+/// each try may wait out the store's timeout.
+#[derive(Default)]
+struct Failing {
+    ids: Option<Backoff>,
+    events: std::collections::HashMap<String, Backoff>,
+}
+
+impl Failing {
+    fn any(&self) -> bool {
+        self.ids.is_some() || !self.events.is_empty()
+    }
+}
+
 /// What one pass did.
 struct Pass {
     /// The earliest next deadline the ticked events reported.
@@ -109,37 +134,69 @@ struct Pass {
     ticked: usize,
     /// The first error, after every event was tried.
     failure: Option<StoreError>,
+    /// When the first paused call is due again.
+    retry_at: Option<tokio::time::Instant>,
 }
 
 /// One pass over every event. An event whose tick fails does not stop the others; nor
 /// does a failure to list them (on a Redis Cluster the list lives on one shard, the
 /// events on all): then the events `known` from the last listing are ticked.
-async fn pass(store: &dyn Store, now: Millis, known: &mut Vec<String>) -> Pass {
+async fn pass(
+    store: &dyn Store,
+    now: Millis,
+    known: &mut Vec<String>,
+    failing: &mut Failing,
+) -> Pass {
     let mut p = Pass {
         next: None,
         ticked: 0,
         failure: None,
+        retry_at: None,
     };
-    match store.event_ids().await {
-        Ok(ids) => *known = ids,
-        Err(e) => p.failure = Some(e),
+    let started = tokio::time::Instant::now();
+    let due = |b: Option<&Backoff>| b.is_none_or(|b| b.until <= started);
+    if due(failing.ids.as_ref()) {
+        match store.event_ids().await {
+            Ok(ids) => {
+                *known = ids;
+                failing.ids = None;
+                failing.events.retain(|id, _| known.contains(id));
+            }
+            Err(e) => {
+                failing.ids = Some(Backoff::after(failing.ids));
+                p.failure = Some(e);
+            }
+        }
     }
+    let mut retry = failing.ids.map(|b| b.until);
     for id in known.iter() {
+        let paused = failing.events.get(id).copied();
+        if let Some(b) = paused.filter(|b| b.until > started) {
+            retry = Some(retry.map_or(b.until, |r| r.min(b.until)));
+            continue;
+        }
         match store.tick(id, now).await {
             Ok(t) => {
                 p.ticked += 1;
+                failing.events.remove(id);
                 if let Some(t) = t {
                     p.next = Some(p.next.map_or(t, |n| n.min(t)));
                 }
             }
             // Deleted between listing and ticking: nothing to do.
-            Err(StoreError::Queue(QueueError::EventNotFound)) => {}
+            Err(StoreError::Queue(QueueError::EventNotFound)) => {
+                failing.events.remove(id);
+            }
             Err(e) => {
                 tracing::debug!(event = %id, error = %e, "tick of one event failed");
+                let b = Backoff::after(paused);
+                retry = Some(retry.map_or(b.until, |r| r.min(b.until)));
+                failing.events.insert(id.clone(), b);
                 p.failure.get_or_insert(e);
             }
         }
     }
+    p.retry_at = retry;
     p
 }
 
@@ -319,7 +376,8 @@ mod tests {
     }
 
     /// The list of events unreadable (the shard holding it down) while the events answer:
-    /// they are ticked from the last list, at their own pace, not after a backoff.
+    /// they are ticked from the last list, at their own pace, not after a backoff; the list
+    /// itself is asked again only with backoff (each try may wait out a timeout).
     #[tokio::test(start_paused = true)]
     async fn events_tick_on_while_their_list_cannot_be_read() {
         let store = store_due_in(None).await;
@@ -327,8 +385,13 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(600)).await;
         store.inject(Op::EventIds, Fault::Unavailable("down".into()));
         store.forget_calls();
-        tokio::time::sleep(Duration::from_millis(1_100)).await;
-        assert_eq!(gaps(&store), vec![250, 250, 250], "ticks went on");
+        tokio::time::sleep(Duration::from_millis(3_100)).await;
+        assert_eq!(gaps(&store), vec![250; 11], "ticks went on");
+        let asked = store.calls(Op::EventIds);
+        assert!(
+            (3..=5).contains(&asked),
+            "the list was asked {asked} times in 3 s"
+        );
     }
 
     #[tokio::test(start_paused = true)]
