@@ -1260,14 +1260,17 @@ async fn a_safe_request_lost_with_a_kept_connection_is_sent_again() {
         r.into_body().collect().await.unwrap();
         status
     }
-    let (o, _) = forgetful_origin(None).await;
-    let w = waitroom(Some(o), None).await;
-    let mut send = client_of(&w).await;
-    assert_eq!(
-        ask(&mut send, &w, axum::http::Method::GET, "").await,
-        StatusCode::OK
-    );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A gateway whose kept origin connection has been idle for 300 ms after a first GET.
+    let idle_after_a_get = |second: Option<String>| async move {
+        let (o, seen) = forgetful_origin(second).await;
+        let w = waitroom(Some(o), None).await;
+        let mut send = client_of(&w).await;
+        let first = ask(&mut send, &w, axum::http::Method::GET, "").await;
+        assert_eq!(first, StatusCode::OK);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        (w, send, seen)
+    };
+    let (w, mut send, _) = idle_after_a_get(None).await;
     let again = ask(&mut send, &w, axum::http::Method::GET, "").await;
     assert_eq!(again, StatusCode::OK, "the GET was not sent again");
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -1282,14 +1285,7 @@ async fn a_safe_request_lost_with_a_kept_connection_is_sent_again() {
         .map(|i| format!("set-cookie: c{i}=v\r\n"))
         .collect();
     let head = format!("HTTP/1.1 200 OK\r\n{cookies}content-length: 2\r\n\r\nok");
-    let (o, seen) = forgetful_origin(Some(head)).await;
-    let w = waitroom(Some(o), None).await;
-    let mut send = client_of(&w).await;
-    assert_eq!(
-        ask(&mut send, &w, axum::http::Method::GET, "").await,
-        StatusCode::OK
-    );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (w, mut send, seen) = idle_after_a_get(Some(head)).await;
     let answered = ask(&mut send, &w, axum::http::Method::GET, "").await;
     assert_eq!(answered, StatusCode::BAD_GATEWAY);
     assert_eq!(
