@@ -257,6 +257,10 @@ impl Journal {
         let (recovered, older) = recover(&events, &counters, &places, &invites, &items, now)?;
         rewrite_older_records(&db, &events, &counters, older)?;
         restrict_tree(dir)?;
+        // What the open itself wrote (keyspaces made, a purge finished) is made durable
+        // before the first watermark names it as durable: after a machine crash right
+        // after a start, a watermark ahead of the journal would read as damage.
+        db.persist(PersistMode::SyncAll)?;
         let marker = watermark::Marker::new(dir)?;
         let configs: HashMap<String, String> = recovered
             .events
