@@ -202,7 +202,8 @@ impl Inventory {
     /// Holds `ids` for the session `seq` until `until`, all or none: an unknown item is
     /// `ItemNotFound`, one held by another session or sold `HoldConflict` (checked in the
     /// order given, the first failure answers), more than `max` held at once
-    /// `TooManyHolds`. Items the session holds already are renewed.
+    /// `TooManyHolds` (unless every item is one it holds already). Items the session holds
+    /// already are renewed.
     pub fn hold(
         &mut self,
         seq: u64,
@@ -226,8 +227,10 @@ impl Inventory {
                 Some(_) => return Err(QueueError::HoldConflict),
             }
         }
+        // Renewing only what the session holds adds nothing, so it is never refused: a
+        // limit lowered while seats are held must not make them lapse at the next renewal.
         let mine = self.sessions.get(&seq).map_or(0, BTreeSet::len);
-        if (mine + fresh.len()) as u64 > u64::from(max) {
+        if !fresh.is_empty() && (mine + fresh.len()) as u64 > u64::from(max) {
             return Err(QueueError::TooManyHolds);
         }
         for id in wanted {

@@ -708,7 +708,7 @@ fn model_hold(m: &Model, i: usize, want: &[usize]) -> Option<QueueError> {
         .iter()
         .filter(|s| matches!(s, MSeat::Held(p, _) if *p == i))
         .count();
-    (mine + fresh.len() > MAX_HOLDS).then_some(QueueError::TooManyHolds)
+    (!fresh.is_empty() && mine + fresh.len() > MAX_HOLDS).then_some(QueueError::TooManyHolds)
 }
 
 /// Applies the admissions the store made, after checking they are the ones the rules allow:

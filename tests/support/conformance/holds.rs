@@ -7,7 +7,7 @@ use std::sync::Arc;
 use waitroom::core::{InventoryCounts, ItemState, PlaceKey, PlaceState, QueueError};
 use waitroom::store::Store;
 
-use super::{join, make_event, queue_err, S, T0};
+use super::{join, make_event, patch, queue_err, S, T0};
 
 fn seats(n: usize) -> Vec<String> {
     (1..=n).map(|i| format!("A-{i}")).collect()
@@ -90,6 +90,33 @@ pub async fn holds_are_exclusive_and_all_or_nothing(store: Arc<dyn Store>) {
         queue_err(store.hold("ho", a, &ids(&["A-4"]), T0 + 2 * S).await),
         QueueError::TooManyHolds
     );
+    // A limit lowered under held seats: renewing them is still allowed (it adds nothing),
+    // a new seat is not, and the old limit comes back for what follows.
+    store
+        .update_event(
+            "ho",
+            &patch(serde_json::json!({"max_holds_per_session": 1})),
+            T0,
+        )
+        .await
+        .unwrap();
+    let h = store
+        .hold("ho", a, &ids(&["A-3", "A-1"]), T0 + 2 * S)
+        .await
+        .unwrap();
+    assert_eq!(held(&h), ["A-1", "A-2", "A-3"], "a renewal above the limit");
+    assert_eq!(
+        queue_err(store.hold("ho", a, &ids(&["A-1", "A-4"]), T0 + 2 * S).await),
+        QueueError::TooManyHolds
+    );
+    store
+        .update_event(
+            "ho",
+            &patch(serde_json::json!({"max_holds_per_session": 3})),
+            T0,
+        )
+        .await
+        .unwrap();
     let h = store
         .release("ho", a, Some(&ids(&["A-2", "A-4"])), T0 + 3 * S)
         .await

@@ -140,7 +140,8 @@ local function hold(seq)
       end
     end
   end
-  if #mine + fresh > max then return finish('TOO_MANY_HOLDS') end
+  -- A pure renewal adds nothing: never refused, even above a lowered limit.
+  if fresh > 0 and #mine + fresh > max then return finish('TOO_MANY_HOLDS') end
   local mark = 'h' .. seq .. ':' .. fmt(until_)
   for _, id in ipairs(wanted) do
     if not have[id] then mine[#mine + 1] = id end
