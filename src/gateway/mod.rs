@@ -307,6 +307,7 @@ impl Gateway {
         let Some(client_side) = client_side else {
             let mut res = match self.origin.send(req).await {
                 Ok(r) => r,
+                Err(pool::OriginError::Upload(e)) => return (Outcome::Refused, upload_failed(&e)),
                 Err(e) => return (Outcome::Unavailable, self.unanswered(e)),
             };
             forward::response_headers(res.headers_mut(), None);
@@ -347,6 +348,17 @@ impl Gateway {
 /// A host (from [`forward::host_from`], text already) as text.
 fn host_text(host: Option<&HeaderValue>) -> Option<&str> {
     host.and_then(|h| h.to_str().ok())
+}
+
+/// A proxied request body that stopped arriving (or broke off): `400`, as the API answers a
+/// body cut off, and not counted against the origin.
+fn upload_failed(e: &hyper::Error) -> Response {
+    let body = serde_json::json!({"error": {
+        "code": crate::http::error::code::INVALID_REQUEST,
+        "message": format!("the request body did not arrive: {}",
+            std::error::Error::source(e).map_or_else(|| e.to_string(), ToString::to_string)),
+    }});
+    (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
 }
 
 /// The origin could not be reached: `502` in the API's error shape.

@@ -28,7 +28,8 @@ pub enum Outcome {
     Waiting,
     /// The origin did not answer (`502`).
     Unavailable,
-    /// Refused before the origin was asked (a malformed request, a store error).
+    /// Refused before the origin was asked (a malformed request, a store error), or the
+    /// client's upload stopped or broke off.
     Refused,
 }
 

@@ -30,6 +30,8 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::body::Bytes;
+
+use crate::http::body_timeout::BodyTimeout;
 use axum::http::{Request, Response};
 use hyper::body::{Body as _, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1;
@@ -43,6 +45,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// (nginx's `proxy_read_timeout`): an origin that stalls does not hold the client's
 /// connection, and a connection to it, for ever.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Longest wait for the next piece of a request's body on its way to the origin (nginx's
+/// `client_body_timeout`).
+pub const UPLOAD_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// An idle connection older than this is closed rather than used (origins close theirs
 /// after a minute or more: nginx's `keepalive_timeout` is 75 s).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -108,6 +114,9 @@ pub enum OriginError {
     Closed,
     /// No answer head within this long.
     Timeout(Duration),
+    /// The request's own body failed while it went out (the client stopped sending it, or
+    /// went away): the client's doing, not the origin's.
+    Upload(hyper::Error),
 }
 
 impl std::fmt::Display for OriginError {
@@ -118,6 +127,10 @@ impl std::fmt::Display for OriginError {
             OriginError::Http(e) => write!(f, "{e}"),
             OriginError::Closed => write!(f, "the connection closed before an answer"),
             OriginError::Timeout(d) => write!(f, "no answer within {} s", d.as_secs_f64()),
+            OriginError::Upload(e) => match std::error::Error::source(e) {
+                Some(cause) => write!(f, "the request body failed: {cause}"),
+                None => write!(f, "the request body failed: {e}"),
+            },
         }
     }
 }
@@ -131,6 +144,8 @@ pub struct Pool {
     max_idle: usize,
     /// [`HEAD_TIMEOUT`], shorter in tests.
     head_timeout: Duration,
+    /// [`UPLOAD_IDLE_TIMEOUT`], shorter in tests.
+    upload_idle: Duration,
 }
 
 impl Pool {
@@ -146,6 +161,7 @@ impl Pool {
             idle: Mutex::new(Vec::new()),
             max_idle,
             head_timeout: HEAD_TIMEOUT,
+            upload_idle: UPLOAD_IDLE_TIMEOUT,
         })
     }
 
@@ -157,6 +173,14 @@ impl Pool {
         std::sync::Arc::new(p)
     }
 
+    /// The same pool waiting at most `d` for the next piece of an upload.
+    #[cfg(test)]
+    fn with_upload_idle(self: std::sync::Arc<Self>, d: Duration) -> std::sync::Arc<Self> {
+        let mut p = std::sync::Arc::into_inner(self).expect("not shared yet");
+        p.upload_idle = d;
+        std::sync::Arc::new(p)
+    }
+
     /// Sends `req` (its URI in origin form) and answers the origin's response, whose body
     /// drives the connection as it is read.
     pub async fn send(
@@ -164,6 +188,14 @@ impl Pool {
         req: Request<Body>,
     ) -> Result<Response<Body>, OriginError> {
         let mut req = req;
+        if !req.body().is_end_stream() {
+            // An upload that stops arriving would hold the client's connection and the
+            // origin's for ever: like nginx's `client_body_timeout`, a spell without data
+            // ends it (the whole upload may take as long as it needs). Bodiless requests,
+            // most of them, skip the wrapper and its box.
+            let idle = self.upload_idle;
+            req = req.map(|b| Body::new(BodyTimeout::new(idle, b)));
+        }
         // Once on a pooled connection, then on a new one: a pooled connection the origin
         // closed at the moment it was taken fails before anything is sent.
         for fresh in [false, true] {
@@ -221,6 +253,10 @@ impl Pool {
                     }
                     None => {
                         let e = e.into_error();
+                        // hyper's only user error with a cause is the request body's own.
+                        if e.is_user() && std::error::Error::source(&e).is_some() {
+                            return Err(OriginError::Upload(e));
+                        }
                         // Sent, and then only the connection closing is the keep-alive
                         // race; an answer the origin sent (however malformed) is not.
                         if !e.is_incomplete_message() {
@@ -505,6 +541,34 @@ mod tests {
             .expect("answered after the whole upload");
         let body = res.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], b"16");
+    }
+
+    /// An upload that stops arriving ends after the idle limit, as the client's failure
+    /// (not the origin's), instead of holding both connections for ever.
+    #[tokio::test]
+    async fn a_stalled_upload_is_given_up_on() {
+        let origin =
+            axum::Router::new().fallback(|body: Bytes| async move { body.len().to_string() });
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(l, origin).await.unwrap() });
+        let authority: axum::http::uri::Authority = addr.to_string().parse().unwrap();
+        let pool = Pool::new(&authority, 2).with_upload_idle(Duration::from_millis(300));
+        use futures_util::StreamExt as _;
+        // One part, then nothing ever again (the client went quiet mid-upload).
+        let chunks = futures_util::stream::once(async {
+            Ok::<_, std::io::Error>(Bytes::from_static(b"part"))
+        })
+        .chain(futures_util::stream::pending());
+        let req = Request::post("/upload")
+            .body(Body::from_stream(chunks))
+            .unwrap();
+        let e = tokio::time::timeout(Duration::from_secs(10), pool.send(req))
+            .await
+            .expect("the wait ends")
+            .unwrap_err();
+        assert!(matches!(e, OriginError::Upload(_)), "{e}");
+        assert!(e.to_string().contains("designated timeout"), "{e}");
     }
 
     /// Three answers read to their end at once, from three connections: a pool capped at
