@@ -638,3 +638,34 @@ async fn pause_and_resume_racing_a_delete_on_two_nodes_never_resurrect_the_event
     assert_eq!(s, StatusCode::NOT_FOUND, "{b}");
     assert_eq!(b["error"]["code"], "EVENT_NOT_FOUND");
 }
+
+/// An ACL user without the notices' channel cannot subscribe: the node says so (other nodes'
+/// changes would reach its live followers only through its replicas' polls, seconds late),
+/// rather than retrying in silence.
+#[tokio::test]
+async fn a_relay_that_cannot_subscribe_is_reported() {
+    let redis = RedisServer::start();
+    let set = raw_command(
+        redis.port,
+        "ACL SETUSER nochan on >pw ~* resetchannels +@all",
+    )
+    .unwrap();
+    assert!(set.starts_with("+OK"), "{set}");
+    let nodes = Nodes::new("adm");
+    let node = nodes.start(&format!("redis://nochan:pw@127.0.0.1:{}", redis.port));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !node.stderr().contains("notice relay cannot subscribe") {
+        assert!(
+            Instant::now() < deadline,
+            "no warning; stderr: {}",
+            node.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        node.stderr().to_lowercase().contains("noperm"),
+        "{}",
+        node.stderr()
+    );
+    node.kill();
+}

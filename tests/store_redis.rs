@@ -728,3 +728,24 @@ async fn an_event_of_the_older_layout_is_refused_and_can_be_deleted() {
     make_event(&store, ev, serde_json::json!({"max_active": 1})).await;
     assert_eq!(join(&store, ev, None, T0).await.key.seq, 1);
 }
+
+/// A Redis that may evict keys is refused (an evicted chunk loses acknowledged places
+/// silently); once the policy is `noeviction`, the same store connects.
+#[tokio::test]
+async fn a_redis_that_may_evict_keys_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = support::redis::free_port(false);
+    let redis = support::redis::RedisServer::start_with(
+        port,
+        dir.path(),
+        &["--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"],
+    );
+    let store = RedisStore::new(&redis.url(), options()).unwrap();
+    let e = store.ping().await.unwrap_err().to_string();
+    assert!(e.contains("allkeys-lru") && e.contains("noeviction"), "{e}");
+    support::redis::raw_command(port, "CONFIG SET maxmemory-policy noeviction").unwrap();
+    store
+        .ping()
+        .await
+        .expect("connects once nothing can be evicted");
+}

@@ -271,6 +271,7 @@ impl Inner {
             .query_async(&mut probe)
             .await?;
         let cluster = info.contains("cluster_enabled:1");
+        check_eviction(&mut probe).await?;
         let conn = if cluster {
             let info = client.get_connection_info().clone();
             let client = redis::cluster::ClusterClientBuilder::new(vec![info])
@@ -993,4 +994,32 @@ impl Store for RedisStore {
         }
         Ok(())
     }
+}
+
+/// Refuses a server that may evict keys: an evicted chunk of places or of the line loses
+/// acknowledged places silently, and the event's counters, kept apart, go on counting
+/// them (an evicted admitted place holds its slot for ever). With `noeviction` a full
+/// Redis refuses writes instead, which nodes answer with 503. Checked on the server
+/// connected to (the seed of a Cluster) when the connection is opened.
+async fn check_eviction(conn: &mut redis::aio::MultiplexedConnection) -> RedisResult<()> {
+    let info: String = redis::cmd("INFO").arg("memory").query_async(conn).await?;
+    match eviction_policy(&info) {
+        None | Some("noeviction") => Ok(()),
+        Some(policy) => Err(redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "redis may evict keys",
+            format!(
+                "maxmemory-policy is {policy}; an evicted key loses places silently: \
+                 set `maxmemory-policy noeviction` (a full Redis then refuses writes, \
+                 answered 503)"
+            ),
+        ))),
+    }
+}
+
+/// `maxmemory_policy` of an `INFO memory` answer.
+fn eviction_policy(info: &str) -> Option<&str> {
+    info.lines()
+        .find_map(|l| l.strip_prefix("maxmemory_policy:"))
+        .map(str::trim)
 }

@@ -39,6 +39,8 @@ const MAX_MESSAGE: usize = 64 * 1024;
 const PING_EVERY: Duration = Duration::from_secs(5);
 const BACKOFF_START: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// How often a subscription that keeps failing is logged.
+const WARN_EVERY: Duration = Duration::from_secs(60);
 
 fn reason_char(r: EndReason) -> char {
     match r {
@@ -212,6 +214,7 @@ pub(super) async fn subscribe(mut s: Subscriber) {
     let mut target = 0;
     let mut backoff = BACKOFF_START;
     let mut missed = false;
+    let mut warned: Option<std::time::Instant> = None;
     loop {
         let info = s.targets[target % s.targets.len()].clone();
         let opened = tokio::time::timeout(s.op_timeout, async {
@@ -224,6 +227,7 @@ pub(super) async fn subscribe(mut s: Subscriber) {
         match opened {
             Ok(Ok(pubsub)) => {
                 backoff = BACKOFF_START;
+                warned = None;
                 if missed {
                     tracing::info!("notice relay listening again");
                     announce_all(&mut s).await;
@@ -231,7 +235,24 @@ pub(super) async fn subscribe(mut s: Subscriber) {
                 listen(&s, pubsub).await;
                 missed = true;
             }
-            _ => {
+            failed => {
+                // Said out loud, once a minute while it lasts: without the relay, other
+                // nodes' changes reach this node's live followers only through its
+                // replicas' polls, seconds late (an ACL user without the channel, `&wr:*`,
+                // is refused here for ever).
+                if warned.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
+                    let error = match failed {
+                        Ok(Err(e)) => e.to_string(),
+                        _ => format!("no answer within {} ms", s.op_timeout.as_millis()),
+                    };
+                    tracing::warn!(
+                        channel = %s.channel,
+                        %error,
+                        "notice relay cannot subscribe: other nodes' changes reach live \
+                         followers here late"
+                    );
+                    warned = Some(std::time::Instant::now());
+                }
                 target += 1;
                 missed = true;
                 tokio::time::sleep(backoff).await;
