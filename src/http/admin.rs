@@ -225,7 +225,7 @@ pub async fn create_invites(
         None => headers
             .get(header::ACCEPT)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|a| a.contains("text/csv")),
+            .is_some_and(prefers_csv),
     };
     if !(1..=MAX_INVITES_PER_CALL).contains(&body.count) {
         return Err(AppError::invalid(format!(
@@ -345,4 +345,58 @@ pub async fn defaults() -> Json<Settings> {
 pub async fn stats(State(state): State<AppState>) -> AppResult<Json<Vec<StatsRow>>> {
     let events = state.store.list_events(state.clock.now()).await?;
     Ok(Json(events.into_iter().map(StatsRow::new).collect()))
+}
+
+/// Whether an `Accept` value asks for CSV rather than the default JSON (RFC 9110 12.5.1):
+/// `text/csv` (any case) with a `q` above 0 and at least that of `application/json`.
+/// Wildcards choose nothing: JSON is what a client that names neither gets.
+fn prefers_csv(accept: &str) -> bool {
+    let (mut csv, mut json) = (0u16, 0u16);
+    for item in accept.split(',') {
+        let mut parts = item.split(';');
+        let range = parts.next().unwrap_or("").trim();
+        // q in thousandths: "0.8" → 800; absent or unreadable counts as 1.
+        let q = parts
+            .find_map(|p| {
+                let p = p.trim();
+                p.strip_prefix("q=").or(p.strip_prefix("Q="))
+            })
+            .and_then(|q| q.trim().parse::<f32>().ok())
+            .map_or(1000, |q| (q.clamp(0.0, 1.0) * 1000.0).round() as u16);
+        if range.eq_ignore_ascii_case("text/csv") {
+            csv = csv.max(q);
+        } else if range.eq_ignore_ascii_case("application/json") {
+            json = json.max(q);
+        }
+    }
+    csv > 0 && csv >= json
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefers_csv;
+
+    #[test]
+    fn csv_is_chosen_by_what_accept_ranks() {
+        for csv in [
+            "text/csv",
+            "TEXT/CSV",
+            "text/csv; charset=utf-8",
+            "application/json;q=0.5, text/csv",
+            "text/csv, */*;q=0.1",
+        ] {
+            assert!(prefers_csv(csv), "{csv}");
+        }
+        for json in [
+            "",
+            "*/*",
+            "application/json",
+            "text/csvx",
+            "text/csv;q=0",
+            "text/csv;q=0, application/json",
+            "application/json, text/csv;q=0.1",
+        ] {
+            assert!(!prefers_csv(json), "{json}");
+        }
+    }
 }
