@@ -71,6 +71,7 @@ pub async fn run(
         )
     })?;
     let mut places = 0;
+    let mut redis_store = None;
     // Held until `run` returns: the lock file is unlocked when it is closed.
     let mut _data_dir_lock = None;
     let store: Arc<dyn Store> = match &settings.store {
@@ -90,10 +91,13 @@ pub async fn run(
                 replica: settings.redis_replica,
                 ..RedisOptions::default()
             };
-            let store = RedisStore::connect(url.expose(), options)
-                .await
-                .with_context(|| format!("opening the store at {}", settings.store))?;
-            Arc::new(store)
+            let store = Arc::new(
+                RedisStore::connect(url.expose(), options)
+                    .await
+                    .with_context(|| format!("opening the store at {}", settings.store))?,
+            );
+            redis_store = Some(store.clone());
+            store
         }
     };
     if matches!(settings.store, StoreBackend::Redis { .. }) && settings.signing_keys.is_empty() {
@@ -110,6 +114,9 @@ pub async fn run(
         places,
         settings.repair,
     )?;
+    if let Some(redis) = &redis_store {
+        check_redis_keys(redis, &keys, &settings.store, settings.repair).await?;
+    }
 
     let admin_token = match &settings.admin_token {
         Some(t) => t.expose().clone(),
@@ -910,6 +917,44 @@ async fn first_signal(handlers: Vec<(&'static str, std::io::Result<SignalFuture>
     }
     let (name, _, _) = futures_util::future::select_all(installed).await;
     tracing::info!("{name} received");
+}
+
+/// The check `tokens::load_key_for_store` makes against the data dir, made against Redis,
+/// which every node shares: a node whose keys include none of those the last node started
+/// with, while Redis holds places, would orphan every one of them (their waiting tokens
+/// invalid on this node), so it is refused unless `repair`. A rotation keeps a key.
+async fn check_redis_keys(
+    redis: &RedisStore,
+    keys: &[ed25519_dalek::SigningKey],
+    store: &impl std::fmt::Display,
+    repair: bool,
+) -> anyhow::Result<()> {
+    let current: Vec<String> = keys.iter().map(tokens::key_fingerprint).collect();
+    let recorded = redis.recorded_signing_keys().await?;
+    let old: Vec<&str> = recorded
+        .as_deref()
+        .map(|r| r.lines().map(str::trim).filter(|l| !l.is_empty()).collect())
+        .unwrap_or_default();
+    if old == current.iter().map(String::as_str).collect::<Vec<_>>() {
+        return Ok(());
+    }
+    let now = crate::clock::system_now();
+    let places: u64 = redis
+        .list_events(now)
+        .await?
+        .iter()
+        .map(|e| e.figures.waiting + e.figures.admitted + e.figures.active)
+        .sum();
+    tokens::check_key_change(
+        &old,
+        &current,
+        places,
+        repair,
+        &format!("the Redis store at {store}"),
+        recorded.is_none(),
+    )?;
+    redis.record_signing_keys(&current.join("\n")).await?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -527,6 +527,35 @@ pub fn load_key_for_store(
         .as_deref()
         .map(|r| r.lines().map(str::trim).filter(|l| !l.is_empty()).collect())
         .unwrap_or_default();
+    check_key_change(
+        &old,
+        &current,
+        places,
+        repair,
+        &format!("the store in {}", data_dir.display()),
+        recorded.is_none(),
+    )?;
+    if old != current.iter().map(String::as_str).collect::<Vec<_>>() {
+        let mut text = current.join("\n");
+        text.push('\n');
+        write_private(&record, text.as_bytes())?;
+    }
+    Ok(keys)
+}
+
+/// What a start does when the signing keys in use are not those `old` records (in
+/// `store`, for the messages): nothing is recorded yet, or a key is kept (a rotation:
+/// removed keys are logged); with no key kept while the store holds places, every waiting
+/// token would be invalid, which is refused unless `repair`. `unrecorded`: no record at
+/// all (a store from before records), where `repair` only notes the key it records.
+pub fn check_key_change(
+    old: &[&str],
+    current: &[String],
+    places: u64,
+    repair: bool,
+    store: &str,
+    unrecorded: bool,
+) -> anyhow::Result<()> {
     let kept = old.iter().any(|f| current.iter().any(|c| c == f));
     let removed: Vec<&str> = old
         .iter()
@@ -534,7 +563,7 @@ pub fn load_key_for_store(
         .filter(|f| !current.iter().any(|c| c == f))
         .collect();
     if old.is_empty() {
-        if places > 0 && recorded.is_none() && repair {
+        if places > 0 && unrecorded && repair {
             tracing::warn!(
                 places,
                 "repair: recording the signing key in use; places issued under a lost key \
@@ -546,12 +575,12 @@ pub fn load_key_for_store(
         let fingerprint = current.join(", ");
         if !repair {
             anyhow::bail!(
-                "the store in {} holds {places} places issued under the signing key with \
+                "{} holds {places} places issued under the signing key with \
                  fingerprint {old}, but the key in use has fingerprint {fingerprint}: every \
                  waiting token would be invalid. Use the original key, or start with \
                  --repair to continue with this one (the orphaned places expire after \
                  their idle period)",
-                data_dir.display()
+                store
             );
         }
         tracing::error!(
@@ -570,12 +599,7 @@ pub fn load_key_for_store(
              waiting tokens they issued expire after their idle period"
         );
     }
-    if old != current.iter().map(String::as_str).collect::<Vec<_>>() {
-        let mut text = current.join("\n");
-        text.push('\n');
-        write_private(&record, text.as_bytes())?;
-    }
-    Ok(keys)
+    Ok(())
 }
 
 /// Writes a secret file readable by its owner only, atomically (temp file + rename).

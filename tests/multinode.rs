@@ -669,3 +669,70 @@ async fn a_relay_that_cannot_subscribe_is_reported() {
     );
     node.kill();
 }
+
+/// The signing keys a Redis deployment's places come from are recorded in Redis: a node
+/// started with none of them while places exist is refused (every waiting token would be
+/// invalid on it), unless `--repair`; a rotation (old key kept) starts.
+#[tokio::test]
+async fn a_node_with_none_of_the_recorded_keys_is_refused() {
+    let redis = RedisServer::start();
+    let c = Nodes::new(ADMIN);
+    let node = c.start(&redis.url());
+    admin_put(&node, "keys", json!({"max_active": 1})).await;
+    join(&node, "keys", Some("a")).await;
+    join(&node, "keys", Some("b")).await;
+    node.kill();
+
+    let other = tempfile::tempdir().unwrap();
+    waitroom::tokens::load_or_generate_key(None, other.path()).unwrap();
+    let new_key = other.path().join("signing-key.pem");
+    let data = other.path().join("data");
+    let start = |keys: &[&std::path::Path]| {
+        let mut cmd = std::process::Command::new(support::binary::BIN);
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--no-demo"])
+            .args(["--store", &redis.url(), "--admin-token", ADMIN])
+            .arg("--data-dir")
+            .arg(&data);
+        for k in keys {
+            cmd.arg("--signing-key").arg(k);
+        }
+        cmd
+    };
+    let err_file = other.path().join("refused.log");
+    let mut child = start(&[&new_key])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err_file).unwrap())
+        .spawn()
+        .unwrap();
+    let exited = support::binary::wait_exit(&mut child, Duration::from_secs(20));
+    let _ = child.kill();
+    let err = std::fs::read_to_string(&err_file).unwrap();
+    assert!(exited.is_some_and(|s| !s.success()), "{exited:?}: {err}");
+    assert!(
+        err.contains("the Redis store at") && err.contains("holds 2 places"),
+        "{err}"
+    );
+
+    // The rotation's first step (the new key verifies, the old one still signs) starts.
+    let rotated = Server::start(
+        other.path(),
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--no-demo",
+            "--store",
+            &redis.url(),
+            "--admin-token",
+            ADMIN,
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--signing-key",
+            new_key.to_str().unwrap(),
+            "--signing-key",
+            c.key.to_str().unwrap(),
+        ],
+        &[],
+    );
+    rotated.kill();
+}

@@ -233,9 +233,40 @@ impl RedisStore {
         let conn = self.inner.connection().await?;
         Ok(matches!(conn, Conn::Cluster(_)))
     }
+
+    /// The fingerprints of the signing keys the last node to start used (one a line, oldest
+    /// first): what every node's waiting tokens and access tokens in this Redis come from.
+    /// Kept in Redis, not in a node's data dir, because nodes come and go with fresh ones.
+    pub async fn recorded_signing_keys(&self) -> StoreResult<Option<String>> {
+        let s = &self.inner;
+        let mut conn = s.connection().await?;
+        s.bounded(
+            redis::cmd("GET")
+                .arg(s.signing_keys_key())
+                .query_async(&mut conn),
+        )
+        .await
+    }
+
+    /// Records `text` as [`RedisStore::recorded_signing_keys`].
+    pub async fn record_signing_keys(&self, text: &str) -> StoreResult<()> {
+        let s = &self.inner;
+        let mut conn = s.connection().await?;
+        s.bounded(
+            redis::cmd("SET")
+                .arg(s.signing_keys_key())
+                .arg(text)
+                .query_async::<()>(&mut conn),
+        )
+        .await
+    }
 }
 
 impl Inner {
+    fn signing_keys_key(&self) -> String {
+        format!("{}:signing-keys", self.options.key_prefix)
+    }
+
     /// The connection, opened on first use (within [`OPEN_TIMEOUT`]). Once open it stays:
     /// it reconnects by itself, so later calls only clone a handle.
     async fn connection(&self) -> StoreResult<Conn> {
