@@ -112,10 +112,12 @@ impl Upstream {
     /// Parses `http://host[:port][/]`. Plain http: the origin is on the host or a private
     /// network (no TLS client is built in).
     pub fn parse(url: &str) -> Result<Self, String> {
+        // Credentials are refused below, and never echoed in an error either.
+        let shown = super::secret::redact_url(url.trim());
         let uri: axum::http::Uri = url
             .trim()
             .parse()
-            .map_err(|e| format!("`{url}` is not a URL ({e})"))?;
+            .map_err(|e| format!("`{shown}` is not a URL ({e})"))?;
         match uri.scheme_str() {
             Some("http") => {}
             Some("https") => {
@@ -124,18 +126,18 @@ impl Upstream {
                         .into(),
                 )
             }
-            _ => return Err(format!("`{url}` must start with http://")),
+            _ => return Err(format!("`{shown}` must start with http://")),
         }
         let authority = uri
             .authority()
             .filter(|a| !a.host().is_empty())
-            .ok_or_else(|| format!("`{url}` names no host"))?
+            .ok_or_else(|| format!("`{shown}` names no host"))?
             .clone();
         if authority.as_str().contains('@') {
-            return Err(format!("`{url}` must not carry credentials"));
+            return Err(format!("`{shown}` must not carry credentials"));
         }
         if uri.path() != "/" && !uri.path().is_empty() || uri.query().is_some() {
-            return Err(format!("`{url}` must have no path or query"));
+            return Err(format!("`{shown}` must have no path or query"));
         }
         Ok(Upstream { authority })
     }
@@ -168,6 +170,15 @@ mod tests {
             "http://u:p@a:1",
         ] {
             assert!(Upstream::parse(bad).is_err(), "{bad}");
+        }
+        // A refused URL's password is never echoed, whatever else is wrong with it.
+        for secret in [
+            "http://u:s3cr3t@a:1",
+            "http://u:s3/cr3t@a:1/x",
+            "ftp://u:s3cr3t@a",
+        ] {
+            let e = Upstream::parse(secret).unwrap_err();
+            assert!(!e.contains("s3cr3t") && !e.contains("cr3t"), "{e}");
         }
     }
 

@@ -115,14 +115,17 @@ pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
-    let (authority, path) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    match authority.rsplit_once('@') {
+    // The credentials end at the last `@`, wherever it is: a password may hold a `/` (one
+    // made by `openssl rand -base64` often does), so the authority cannot be cut at the
+    // first `/` before looking (that printed such a password whole). An `@` in a path
+    // redacts too much, never too little.
+    match rest.rsplit_once('@') {
         Some((cred, host)) => {
             let user = cred.split_once(':').map_or("", |(u, _)| u);
-            format!("{scheme}://{user}:{REDACTED}@{host}{path}")
+            // A user name holds no `/`; if one seems to, the `:` came after a slash of the
+            // password, and nothing of it is shown.
+            let user = if user.contains('/') { "" } else { user };
+            format!("{scheme}://{user}:{REDACTED}@{host}")
         }
         None => url.to_string(),
     }
@@ -143,6 +146,20 @@ mod tests {
             "rediss://app:<redacted>@redis.example:6379/1 rediss://app:<redacted>@redis.example:6379/1"
         );
         assert_eq!(format!("{}", SecretUrl::from("embedded")), "embedded");
+        // A password with slashes (base64) is hidden whole, and so is a user-less one.
+        assert_eq!(
+            redact_url("redis://:Ab3/xY9+PW==@127.0.0.1:1/0"),
+            "redis://:<redacted>@127.0.0.1:1/0"
+        );
+        assert_eq!(
+            redact_url("redis+sentinel://:PA/SS@127.0.0.1:1/svc"),
+            "redis+sentinel://:<redacted>@127.0.0.1:1/svc"
+        );
+        assert_eq!(
+            redact_url("redis://app:a/b:c@h:1/0"),
+            "redis://app:<redacted>@h:1/0"
+        );
+        assert_eq!(redact_url("redis://h:1/0"), "redis://h:1/0");
         assert_eq!(u.expose(), "rediss://app:hun@ter2@redis.example:6379/1");
     }
 }
