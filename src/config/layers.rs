@@ -260,9 +260,18 @@ fn paths_or_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PathBuf>, D::Err
         .unwrap_or_default())
 }
 
+/// The settings whose values are secrets: an error about one never quotes its value.
+pub const SECRET_KEYS: [&str; 2] = ["admin_token", "store"];
+
 /// Merges the TOML file `file` (which must exist when named), the environment and `flags`,
-/// in rising priority.
-pub fn merge(file: Option<&PathBuf>, flags: Layered) -> Result<Layered, ConfigError> {
+/// in rising priority. Also answers, for each lower layer (the file, the environment), the
+/// merge as if that layer came last: a value a higher layer overrides is then checked as
+/// well (`Settings::load` validates each), in the company of the settings it would run
+/// with, so it cannot stop a start only the day the override goes.
+pub fn merge(
+    file: Option<&PathBuf>,
+    flags: Layered,
+) -> Result<(Layered, Vec<Layered>), ConfigError> {
     let mut figment = Figment::new();
     if let Some(path) = file {
         // figment skips a missing file silently; a file named on purpose must exist.
@@ -294,11 +303,19 @@ pub fn merge(file: Option<&PathBuf>, flags: Layered) -> Result<Layered, ConfigEr
         alone(Figment::from(Toml::file_exact(path)))?;
     }
     alone(Figment::from(RawEnv::new()))?;
-    figment
+    let figment = figment
         .merge(RawEnv::new())
-        .merge(Serialized::defaults(flags))
-        .extract()
-        .map_err(|e| ConfigError::Layers(Box::new(e)))
+        .merge(Serialized::defaults(flags));
+    let extract = |f: Figment| {
+        f.extract::<Layered>()
+            .map_err(|e| ConfigError::Layers(Box::new(e)))
+    };
+    let mut lower_on_top = Vec::new();
+    if let Some(path) = file {
+        lower_on_top.push(extract(figment.clone().merge(Toml::file_exact(path)))?);
+    }
+    lower_on_top.push(extract(figment.clone().merge(RawEnv::new()))?);
+    Ok((extract(figment)?, lower_on_top))
 }
 
 /// `WAITROOM_*` variables taken as literal strings. figment's own `Env` provider parses

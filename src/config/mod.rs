@@ -172,10 +172,41 @@ fn describe(e: &figment::Error) -> String {
                 (false, false, Some(f)) => format!("`{key}` in {f}"),
                 (false, false, None) => format!("`{key}`"),
             };
-            format!("{place}: {}", e.kind)
+            format!("{place}: {}", shown_kind(&key, &e.kind))
         })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// What went wrong, without echoing a secret: the value of a secret setting (a type
+/// error quotes it) and the lines of a malformed file (a TOML syntax error quotes the line,
+/// which may hold the admin token or a store URL's password) are left out.
+fn shown_kind(key: &str, kind: &figment::error::Kind) -> String {
+    use figment::error::Kind;
+    if layers::SECRET_KEYS.contains(&key) {
+        return match kind {
+            Kind::InvalidType(_, expected) => {
+                format!("invalid type: expected {expected} (the value is not shown)")
+            }
+            _ => "invalid value (not shown)".into(),
+        };
+    }
+    let text = kind.to_string();
+    if !text.contains('\n') {
+        return text;
+    }
+    // `TOML parse error at line 1, column 13`, the quoted line(s) under `|`, the reason.
+    text.lines()
+        .map(str::trim)
+        .filter(|l| {
+            !l.is_empty()
+                && !l.starts_with('|')
+                && !l
+                    .split_once(" |")
+                    .is_some_and(|(n, _)| n.trim().chars().all(|c| c.is_ascii_digit()))
+        })
+        .collect::<Vec<_>>()
+        .join(": ")
 }
 
 fn invalid(setting: &'static str, reason: impl Into<String>) -> ConfigError {
@@ -200,7 +231,11 @@ impl Settings {
     /// Merges defaults, the TOML file named by `args.config`, the environment and the given
     /// flags, then validates.
     pub fn load(args: &ServeArgs) -> Result<Self, ConfigError> {
-        Self::validate(layers::merge(args.config.as_ref(), args.layer())?)
+        let (merged, lower_on_top) = layers::merge(args.config.as_ref(), args.layer())?;
+        for l in lower_on_top {
+            Self::validate(l)?;
+        }
+        Self::validate(merged)
     }
 
     /// Checks the merged layers and fills what none of them set from the defaults.
@@ -543,9 +578,42 @@ mod tests {
             jail.create_file("bad.toml", "joins_per_minute = \"many\"")?;
             let err = load(&["--config", "bad.toml", "--joins-per-minute", "5"]).unwrap_err();
             assert!(err.contains("many"), "{err}");
+            // A secret's value is never quoted, nor is a malformed file's line.
+            jail.create_file("s1.toml", "admin_token = 987654321987")?;
+            let err = load(&["--config", "s1.toml"]).unwrap_err();
+            assert!(
+                err.contains("admin_token") && !err.contains("987654321987"),
+                "{err}"
+            );
+            jail.create_file("s2.toml", "admin_token = \"Sup3rSecretTok\n")?;
+            let err = load(&["--config", "s2.toml"]).unwrap_err();
+            assert!(
+                err.contains("s2.toml") && !err.contains("Sup3rSecretTok"),
+                "{err}"
+            );
             jail.set_env("WAITROOM_DEMO", "maybe");
             let err = load(&["--no-demo"]).unwrap_err();
             assert!(err.contains("maybe"), "{err}");
+            jail.clear_env();
+            // Well-typed but out of range or malformed, under a flag: refused too.
+            jail.create_file("range.toml", "header_timeout_sec = 99")?;
+            let err = load(&["--config", "range.toml", "--header-timeout-sec", "5"]).unwrap_err();
+            assert!(err.contains("header_timeout_sec"), "{err}");
+            jail.set_env("WAITROOM_LISTEN", "garbage");
+            let err = load(&["--listen", "127.0.0.1:0"]).unwrap_err();
+            assert!(err.contains("garbage"), "{err}");
+            jail.set_env("WAITROOM_LISTEN", "127.0.0.1:0");
+            jail.set_env("WAITROOM_TRUSTED_PROXIES", "notanip");
+            let err = load(&["--trusted-proxies", "10.0.0.0/8"]).unwrap_err();
+            assert!(err.contains("notanip"), "{err}");
+            // A lower layer's value that is fine where it is starts as before.
+            jail.clear_env();
+            jail.create_file("ok.toml", "header_timeout_sec = 20")?;
+            let s = load(&["--config", "ok.toml", "--header-timeout-sec", "5"]).unwrap();
+            assert_eq!(
+                s.connections.header_timeout,
+                std::time::Duration::from_secs(5)
+            );
             Ok(())
         });
     }
