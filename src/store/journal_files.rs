@@ -10,6 +10,22 @@ pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
+        // A directory anyone may write in is shared (`/tmp`, a home's public folder): it is
+        // never narrowed (that chmod, which root may always make, broke it for every other
+        // user), and never used either, since another user could replace the key or the
+        // journal in it.
+        let mode = std::fs::metadata(dir)?.permissions().mode();
+        if mode & 0o002 != 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "{} is writable by every user (mode {:o}), a shared directory: use a \
+                     directory of its own, such as one inside it",
+                    dir.display(),
+                    mode & 0o7777
+                ),
+            ));
+        }
         narrow_dir(dir, |d| {
             std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))
         })?;
@@ -169,6 +185,25 @@ mod tests {
     use super::*;
     use std::io::{Read, Seek, SeekFrom, Write};
 
+    /// A shared directory (anyone may write in it, `/tmp`'s 1777) is refused, and left as it
+    /// was: narrowing it, as root may, broke it for every other user.
+    #[cfg(unix)]
+    #[test]
+    fn a_shared_directory_is_refused_and_left_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let e = create_private_dir(dir.path()).unwrap_err();
+        assert!(e.to_string().contains("writable by every user"), "{e}");
+        let mode = std::fs::metadata(dir.path()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o7777, 0o1777);
+        // A directory of its own inside it is made and narrowed as usual.
+        let own = dir.path().join("waitroom");
+        create_private_dir(&own).unwrap();
+        let mode = std::fs::metadata(&own).unwrap().permissions().mode();
+        assert_eq!(mode & 0o7777, 0o700);
+    }
+
     /// A directory this user may not narrow (another owner's: `set` answers `EPERM`, as
     /// `chmod` does then) is used as it is, unless every user may write in it.
     #[cfg(unix)]
@@ -190,6 +225,7 @@ mod tests {
         // Other errors are errors, and a directory that can be narrowed is.
         let eio = |_: &Path| Err(std::io::Error::from_raw_os_error(libc::EIO));
         assert!(narrow_dir(dir.path(), eio).is_err());
+        mode(0o775).unwrap();
         create_private_dir(dir.path()).unwrap();
         let m = std::fs::metadata(dir.path()).unwrap().permissions().mode();
         assert_eq!(m & 0o777, 0o700);
