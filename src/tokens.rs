@@ -444,7 +444,11 @@ pub fn load_or_generate_key(path: Option<&Path>, data_dir: &Path) -> anyhow::Res
     let pem = key
         .to_pkcs8_pem(Default::default())
         .map_err(|e| anyhow::anyhow!("encoding the signing key: {e}"))?;
-    write_private(&file, pem.as_bytes())?;
+    if !write_private_new(&file, pem.as_bytes())? {
+        // Another process (a `keygen` run at the same time) made one first: that one is the
+        // key, never replaced.
+        return load_or_generate_key(Some(&file), data_dir);
+    }
     tracing::info!(path = %file.display(), "generated a new signing key");
     Ok(key)
 }
@@ -604,8 +608,38 @@ pub fn check_key_change(
 
 /// Writes a secret file readable by its owner only, atomically (temp file + rename).
 pub fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let tmp = private_temp(path, bytes)?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })?;
+    Ok(())
+}
+
+/// [`write_private`], but only if `path` does not exist yet (a hard link, which never
+/// replaces): `false` when another process made it first.
+pub fn write_private_new(path: &Path, bytes: &[u8]) -> anyhow::Result<bool> {
+    let tmp = private_temp(path, bytes)?;
+    let linked = std::fs::hard_link(&tmp, path);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `bytes` written and synced to a new owner-only file beside `path`, named for this
+/// process and call: writers at the same time (two `keygen` runs) never share one, where a
+/// shared name let each remove the other's.
+fn private_temp(path: &Path, bytes: &[u8]) -> anyhow::Result<PathBuf> {
     use std::io::Write;
-    let tmp = path.with_extension("tmp");
+    let mut salt = [0u8; 6];
+    getrandom::fill(&mut salt).map_err(|e| anyhow::anyhow!("no OS randomness: {e}"))?;
+    let tmp = path.with_extension(format!(
+        "tmp.{}.{}",
+        std::process::id(),
+        hex_prefix(&salt, salt.len())
+    ));
     // A new file, never one found there: the mode below applies only to files it creates,
     // and an existing one (or a symlink, which `create_new` does not follow) would keep the
     // secret under someone else's permissions.
@@ -621,10 +655,12 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
         opts.mode(0o600);
     }
     let mut f = opts.open(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    Ok(())
+    let written = f.write_all(bytes).and_then(|()| f.sync_all());
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e.into());
+    }
+    Ok(tmp)
 }
 
 #[cfg(test)]
@@ -649,6 +685,33 @@ mod tests {
         // A second run (keygen again) keeps the key rather than replacing it.
         let again = load_or_generate_key(None, dir.path()).unwrap();
         assert_eq!(again.to_bytes(), key.to_bytes());
+    }
+
+    /// Generators racing on one directory (`waitroom keygen` run twice at once) all succeed
+    /// and all end with the one key that stays in the file: none removes another's
+    /// temporary file, none replaces a key another already reported.
+    #[test]
+    fn racing_generators_agree_on_one_key() {
+        for _ in 0..10 {
+            let dir = tempfile::tempdir().unwrap();
+            let keys: Vec<_> = std::thread::scope(|s| {
+                let runs: Vec<_> = (0..12)
+                    .map(|_| s.spawn(|| load_or_generate_key(None, dir.path())))
+                    .collect();
+                runs.into_iter()
+                    .map(|r| r.join().unwrap().unwrap())
+                    .collect()
+            });
+            let kept = load_or_generate_key(None, dir.path()).unwrap();
+            for k in &keys {
+                assert_eq!(k.to_bytes(), kept.to_bytes());
+            }
+            let left: Vec<_> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(left, ["signing-key.pem"], "no temporary file left behind");
+        }
     }
 
     fn key() -> PlaceKey {
