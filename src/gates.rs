@@ -328,6 +328,15 @@ pub async fn run_refresh(
             },
         };
         if stale {
+            // One rebuild covers every change queued before it: a burst of admin changes
+            // (thousands of events created) must not queue a rebuild each, each reading every
+            // event, which kept a core busy for minutes after the burst.
+            for _ in 0..notices.len() {
+                if let Err(tokio::sync::broadcast::error::TryRecvError::Closed) = notices.try_recv()
+                {
+                    return;
+                }
+            }
             gates.refresh(store.as_ref(), clock.now()).await;
         }
     }
@@ -336,6 +345,40 @@ pub async fn run_refresh(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Changes that queue while the table is being rebuilt are covered by one more rebuild,
+    /// not one each.
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_of_changes_is_one_more_rebuild() {
+        use crate::store::fault::{Fault, FaultStore, Op};
+        let store = Arc::new(FaultStore::embedded());
+        store.inject(
+            Op::ListEvents,
+            Fault::Delay(std::time::Duration::from_millis(50)),
+        );
+        let (tx, rx) = tokio::sync::broadcast::channel(1024);
+        let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(run_refresh(
+            Arc::new(Gates::default()),
+            store.clone(),
+            crate::clock::Clock::system(),
+            rx,
+            stop,
+        ));
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        store.forget_calls();
+        for i in 0..200 {
+            let id: Arc<str> = format!("e{i}").into();
+            tx.send(Notice::EventChanged { event_id: id }).unwrap();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+        let rebuilds = store.calls(Op::ListEvents);
+        assert!(
+            (1..=2).contains(&rebuilds),
+            "{rebuilds} rebuilds for 200 changes"
+        );
+        task.abort();
+    }
 
     fn renewal(at: Millis, user: Option<&str>) -> Renewal {
         let key = PlaceKey { seq: 1, nonce: 7 };

@@ -89,6 +89,16 @@ pub async fn run(
                 },
             }
         }
+        // The next pass covers every change queued before it: a burst of admin changes
+        // is one more pass, not one each (each reads every event).
+        if listening {
+            for _ in 0..notices.len() {
+                if let Err(broadcast::error::TryRecvError::Closed) = notices.try_recv() {
+                    listening = false;
+                    break;
+                }
+            }
+        }
     }
 }
 
