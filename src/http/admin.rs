@@ -323,11 +323,15 @@ pub async fn prequeue(
             "limit must be between 1 and {MAX_PREQUEUE_PAGE}"
         )));
     }
-    let ids = state
+    // One more than the page, to know whether another follows: a full last page must
+    // answer `next_after: null`, not send the caller for an empty one.
+    let mut ids = state
         .store
-        .prequeue(&id, q.after.unwrap_or(0), limit, state.clock.now())
+        .prequeue(&id, q.after.unwrap_or(0), limit + 1, state.clock.now())
         .await?;
-    let next_after = (ids.len() == limit).then(|| ids.last().copied()).flatten();
+    let more = ids.len() > limit;
+    ids.truncate(limit);
+    let next_after = more.then(|| ids.last().copied()).flatten();
     Ok(Json(Prequeue {
         event_id: id,
         place_ids: ids,
