@@ -56,7 +56,8 @@ const CHUNK: usize = 4096;
 /// only grow, so there is no hashing and no rehash. The slots live in fixed-size chunks:
 /// growing by one more chunk is one small allocation, never a copy of every place (a single
 /// deque doubled at 2^k places and held the event's lock for milliseconds per 100k places).
-/// A chunk is reclaimed once every place in it, and in every chunk before it, has ended.
+/// A chunk's slots are freed once every place in it has ended (the chunk itself, a few
+/// bytes, goes once every chunk before it is gone too).
 #[derive(Debug, Clone, Default)]
 pub(super) struct PlaceTable {
     /// Sequence number of the first slot of the first chunk: a multiple of `CHUNK`.
@@ -133,6 +134,12 @@ impl PlaceTable {
         let place = self.chunks[c].slots[s].take()?;
         self.chunks[c].live -= 1;
         self.len -= 1;
+        if self.chunks[c].live == 0 && c + 1 < self.chunks.len() {
+            // A chunk whose places all ended, behind a live older one: its slots go now.
+            // Reclaiming only from the front let one long-lived place (an extended session,
+            // a lottery entrant polling for hours) keep every later chunk of the sale.
+            self.chunks[c].slots = Vec::new();
+        }
         while self.chunks.front().is_some_and(|f| f.live == 0) {
             self.chunks.pop_front();
             self.base += CHUNK as u64;
@@ -148,13 +155,17 @@ impl PlaceTable {
         self.len
     }
 
+    /// Every slot with its sequence number, counted per chunk (an emptied chunk has none).
     fn slots(&self) -> impl Iterator<Item = (u64, &Option<Place>)> {
         let base = self.base;
-        self.chunks
-            .iter()
-            .flat_map(|c| c.slots.iter())
-            .enumerate()
-            .map(move |(i, p)| (base + i as u64, p))
+        self.chunks.iter().enumerate().flat_map(move |(c, chunk)| {
+            let first = base + (c * CHUNK) as u64;
+            chunk
+                .slots
+                .iter()
+                .enumerate()
+                .map(move |(s, p)| (first + s as u64, p))
+        })
     }
 
     pub(super) fn iter(&self) -> impl Iterator<Item = (u64, &Place)> {
@@ -165,9 +176,15 @@ impl PlaceTable {
         let base = self.base;
         self.chunks
             .iter_mut()
-            .flat_map(|c| c.slots.iter_mut())
             .enumerate()
-            .filter_map(move |(i, p)| p.as_mut().map(|p| (base + i as u64, p)))
+            .flat_map(move |(c, chunk)| {
+                let first = base + (c * CHUNK) as u64;
+                chunk
+                    .slots
+                    .iter_mut()
+                    .enumerate()
+                    .filter_map(move |(s, p)| p.as_mut().map(|p| (first + s as u64, p)))
+            })
     }
 
     /// The sequence number of the first slot and the number of chunks, for tests.
@@ -395,6 +412,39 @@ mod tests {
         }
         assert_eq!(cap(&places, 1), (CHUNK, at), "filled in place, never moved");
         assert_eq!(places.len(), 3 + CHUNK);
+    }
+
+    /// One long-lived place does not keep the chunks after it: a chunk whose places all
+    /// ended gives its slots back at once, and the table still finds and lists the rest by
+    /// their own sequence numbers.
+    #[test]
+    fn a_chunk_of_ended_places_is_freed_behind_a_live_one() {
+        let mut places = PlaceTable::default();
+        let n = 3 * CHUNK as u64 + 5;
+        for seq in 0..n {
+            places.insert(seq, place("u"));
+        }
+        for seq in 1..2 * CHUNK as u64 {
+            places.remove(&seq).unwrap();
+        }
+        assert_eq!(places.window(), (0, 4), "the first chunk holds seq 0");
+        assert_eq!(places.chunks[1].slots.capacity(), 0, "the ended chunk is freed");
+        assert!(places.get(&(CHUNK as u64 + 7)).is_none());
+        assert!(places.get(&0).is_some() && places.get(&(2 * CHUNK as u64)).is_some());
+        let seqs: Vec<u64> = places.iter().map(|(s, _)| s).collect();
+        let want: Vec<u64> = std::iter::once(0).chain(2 * CHUNK as u64..n).collect();
+        assert_eq!(seqs, want);
+        let seqs: Vec<u64> = places.iter_mut().map(|(s, _)| s).collect();
+        assert_eq!(seqs, want);
+        assert_eq!(places.len(), want.len());
+        // A restore may still put a place back into the freed chunk.
+        places.insert(CHUNK as u64 + 3, place("r"));
+        assert!(places.get(&(CHUNK as u64 + 3)).is_some());
+        assert_eq!(places.iter().nth(1).map(|(s, _)| s), Some(CHUNK as u64 + 3));
+        // Once the old place ends, the front goes too.
+        places.remove(&0).unwrap();
+        places.remove(&(CHUNK as u64 + 3)).unwrap();
+        assert_eq!(places.window(), (2 * CHUNK as u64, 2));
     }
 
     fn place(u: &str) -> Place {
