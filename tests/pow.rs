@@ -171,6 +171,20 @@ async fn a_join_needs_work_and_a_solution_joins() {
         (status, &body["error"]["code"]),
         (StatusCode::CONFLICT, &json!("EVENT_CLOSED"))
     );
+    // So does a sale that has ended (here by its closing time), with the end's reason:
+    // no work is asked for a join that cannot be made.
+    n.event(
+        "over",
+        json!({ "pow_difficulty": BITS, "closes_at": "2020-01-01T00:00:00Z" }),
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let (status, body) = n.join(json!({ "event_id": "over" })).await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (StatusCode::CONFLICT, &json!("EVENT_CLOSED")),
+        "{body}"
+    );
 }
 
 #[tokio::test]

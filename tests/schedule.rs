@@ -77,7 +77,10 @@ async fn the_prequeue_opens_by_itself_in_the_committed_order() {
     assert_eq!(rest["next_after"], Value::Null);
     // A last page that is exactly full is the last: no `next_after` to an empty one.
     let full = s
-        .admin(Method::GET, &format!("/events/sale/prequeue?after={after}&limit=2"))
+        .admin(
+            Method::GET,
+            &format!("/events/sale/prequeue?after={after}&limit=2"),
+        )
         .await;
     assert_eq!(full["place_ids"].as_array().unwrap().len(), 2, "{full}");
     assert_eq!(full["next_after"], Value::Null, "{full}");

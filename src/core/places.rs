@@ -428,7 +428,11 @@ mod tests {
             places.remove(&seq).unwrap();
         }
         assert_eq!(places.window(), (0, 4), "the first chunk holds seq 0");
-        assert_eq!(places.chunks[1].slots.capacity(), 0, "the ended chunk is freed");
+        assert_eq!(
+            places.chunks[1].slots.capacity(),
+            0,
+            "the ended chunk is freed"
+        );
         assert!(places.get(&(CHUNK as u64 + 7)).is_none());
         assert!(places.get(&0).is_some() && places.get(&(2 * CHUNK as u64)).is_some());
         let seqs: Vec<u64> = places.iter().map(|(s, _)| s).collect();

@@ -38,7 +38,9 @@ pub async fn check(
     // New challenges follow the load; a solution must meet the configured floor only, so
     // work done a moment before a surge still counts (it is single-use and expires anyway).
     let bits = crate::pow::difficulty(config.pow_difficulty, rate, config.pow_auto_above);
-    if bits == 0 || !config.accept_joins {
+    // A closed event, or a sale that has ended, answers `EVENT_CLOSED` without asking for
+    // work: the join goes on to the store, which says so (with the end's reason).
+    if bits == 0 || !config.accept_joins || config.sale_ended(now).is_some() {
         return Ok(());
     }
     let fresh = || Box::new(state.pow.issue(event_id, bits, now));
