@@ -159,14 +159,21 @@ where
     }
 }
 
+/// The access token: the first `Authorization: Bearer` credential (other schemes, such as
+/// a staging site's `Basic`, are passed over), else the query parameter the route was
+/// told of.
 fn token_of(parts: &http::request::Parts, query_param: Option<&str>) -> Option<String> {
-    if let Some(v) = parts.headers.get(header::AUTHORIZATION) {
-        let v = v.to_str().ok()?;
-        let (scheme, token) = v.split_once(' ')?;
-        return scheme
-            .eq_ignore_ascii_case("bearer")
-            .then(|| token.trim().to_string())
-            .filter(|t| !t.is_empty());
+    let bearer = parts
+        .headers
+        .get_all(header::AUTHORIZATION)
+        .iter()
+        .find_map(|v| {
+            let (scheme, token) = v.to_str().ok()?.split_once(' ')?;
+            let token = token.trim();
+            (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then(|| token.to_string())
+        });
+    if bearer.is_some() {
+        return bearer;
     }
     let name = query_param?;
     parts.uri.query()?.split('&').find_map(|pair| {

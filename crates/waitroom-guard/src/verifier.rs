@@ -312,24 +312,37 @@ impl Verifier {
     }
 
     /// The key `kid` names: from the cache while it is fresh, else after a fetch, which an
-    /// unknown `kid` also triggers (a rotated-in key) at most once per `min_interval`.
+    /// unknown `kid` also triggers (a rotated-in key) at most once per `min_interval`. A
+    /// request that finds a fetch under way waits for it, whatever the interval says: its
+    /// answer may hold the key (at a cold start, or just after a rotation).
     async fn key(&self, kid: &str) -> Result<DecodingKey, Refusal> {
         if let Some(k) = self.cached(kid, true) {
             return Ok(k);
         }
-        // Not due: answer from the cache without queueing on the fetch lock, so a flood of
-        // made-up `kid`s (or a long outage of waitroom) costs a map lookup per request.
+        let in_flight = self.inner.fetching.try_lock().is_err();
+        if in_flight {
+            drop(self.inner.fetching.lock().await);
+            if let Some(k) = self.cached(kid, true) {
+                return Ok(k);
+            }
+        }
+        // Not due: answer from the cache without fetching, so a flood of made-up `kid`s
+        // (or a long outage of waitroom) costs a map lookup per request.
         if !self.due() {
             return self.stale(kid);
         }
-        let _one = self.inner.fetching.lock().await;
-        // Someone else may have fetched while this request waited.
-        if let Some(k) = self.cached(kid, true) {
-            return Ok(k);
-        }
-        if self.due() {
-            self.fetch().await;
-        }
+        // The fetch runs as a task of its own, holding the lock: a request given up while
+        // it waits (the client gone, a timeout) does not cancel it, which had spent the
+        // interval's one attempt on nothing.
+        let me = self.clone();
+        let fetched = tokio::spawn(async move {
+            let _one = me.inner.fetching.lock().await;
+            // Someone else may have fetched while this one waited for the lock.
+            if me.due() {
+                me.fetch().await;
+            }
+        });
+        let _ = fetched.await;
         self.stale(kid)
     }
 

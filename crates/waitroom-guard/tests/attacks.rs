@@ -26,6 +26,8 @@ struct Keys {
     fetches: Arc<AtomicU64>,
     /// When set, the JWKS answers 500 (waitroom down or failing).
     failing: Arc<std::sync::atomic::AtomicBool>,
+    /// Milliseconds the JWKS takes to answer (waitroom slow).
+    delay_ms: Arc<AtomicU64>,
 }
 
 impl Keys {
@@ -58,6 +60,8 @@ impl Keys {
                 let me = me.clone();
                 async move {
                     me.fetches.fetch_add(1, Ordering::SeqCst);
+                    let delay = me.delay_ms.load(Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
                     if me.failing.load(Ordering::SeqCst) {
                         return Err(StatusCode::INTERNAL_SERVER_ERROR);
                     }
@@ -360,4 +364,85 @@ async fn the_query_parameter_is_read_only_when_configured() {
     );
     // The header wins over the query: a bad header is not rescued by a good query token.
     assert_denied(call(&with_query, &uri, Some("junk")).await, "malformed");
+}
+
+/// Requests that arrive while the keys are being fetched (a cold start, a slow waitroom)
+/// wait for that fetch instead of answering from the empty cache.
+#[tokio::test]
+async fn requests_during_a_fetch_wait_for_it() {
+    let keys = Keys::default();
+    let good = keys.add("k1", 1);
+    keys.delay_ms.store(300, Ordering::SeqCst);
+    let url = keys.serve().await;
+    let app = site(Verifier::from_url(url.parse().unwrap()));
+    let token = sign_with(&good, "k1", &claims("concert", now() + 600));
+    let calls: Vec<_> = (0..50)
+        .map(|_| {
+            let (app, token) = (app.clone(), token.clone());
+            tokio::spawn(async move { call(&app, "/book", Some(&token)).await.0 })
+        })
+        .collect();
+    for c in calls {
+        assert_eq!(c.await.unwrap(), StatusCode::OK);
+    }
+    assert_eq!(keys.fetches.load(Ordering::SeqCst), 1);
+}
+
+/// A request given up while its fetch is under way (the client gone) does not cancel the
+/// fetch: the next request finds the keys, rather than waiting out the interval.
+#[tokio::test]
+async fn a_fetch_outlives_the_request_that_started_it() {
+    let keys = Keys::default();
+    let good = keys.add("k1", 1);
+    keys.delay_ms.store(300, Ordering::SeqCst);
+    let url = keys.serve().await;
+    let app = site(Verifier::from_url(url.parse().unwrap()));
+    let token = sign_with(&good, "k1", &claims("concert", now() + 600));
+    let gone = tokio::time::timeout(Duration::from_millis(50), call(&app, "/book", Some(&token)));
+    assert!(gone.await.is_err(), "the first request is given up");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    keys.delay_ms.store(0, Ordering::SeqCst);
+    assert_eq!(call(&app, "/book", Some(&token)).await.0, StatusCode::OK);
+    assert_eq!(
+        keys.fetches.load(Ordering::SeqCst),
+        1,
+        "the first fetch counted"
+    );
+}
+
+/// Another scheme in `Authorization` (a staging site's Basic) does not hide the token:
+/// a Bearer line after it is read, and without one the query parameter is.
+#[tokio::test]
+async fn another_authorization_scheme_does_not_hide_the_token() {
+    let (_keys, good, _app, verifier) = setup().await;
+    let token = sign_with(&good, "k1", &claims("concert", now() + 600));
+    let app = Router::new()
+        .route("/book", get(|c: AccessClaims| async move { c.sub }))
+        .layer(
+            GuardLayer::new(verifier)
+                .event("concert")
+                .query_param("waitroom_token"),
+        );
+    let send = |uri: String, auth: Vec<String>| {
+        let app = app.clone();
+        async move {
+            let mut req = Request::get(uri);
+            for a in auth {
+                req = req.header("authorization", a);
+            }
+            app.oneshot(req.body(Body::empty()).unwrap())
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    let basic = "Basic dXNlcjpwYXNz".to_string();
+    assert_eq!(
+        send(format!("/book?waitroom_token={token}"), vec![basic.clone()]).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        send("/book".into(), vec![basic, format!("Bearer {token}")]).await,
+        StatusCode::OK
+    );
 }
