@@ -830,6 +830,24 @@ async fn a_real_nginx_with_the_documented_config_walks_the_flow() {
 
     // Ungated: straight to the site.
     assert!(Person::default().get(&url("/about"), &[]).await.is_origin());
+    // The waiting page's own files come from waitroom (by name); the site keeps the rest
+    // of its `/assets/`.
+    let r = Person::default().get(&url("/assets/wait.js"), &[]).await;
+    assert!(
+        r.status == 200
+            && !r.is_origin()
+            && r.headers["content-type"]
+                .to_str()
+                .unwrap()
+                .contains("javascript"),
+        "{} {}",
+        r.status,
+        r.text
+    );
+    assert!(Person::default()
+        .get(&url("/assets/site.js"), &[])
+        .await
+        .is_origin());
     // Gated, no session: to the waiting room, which admits (there is room) and sends
     // the person back to where they were going.
     let mut a = Person::default();

@@ -41,6 +41,16 @@ async fn pages_and_assets_are_served_from_the_binary() {
             let csp = h[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
             assert!(csp.contains("default-src 'self'"), "{csp}");
             assert!(csp.contains("script-src 'self'"), "{csp}");
+            // Sockets to this host only: `ws:`/`wss:` alone would allow any host.
+            let host = s
+                .url("")
+                .trim_start_matches("http://")
+                .trim_end_matches('/')
+                .to_string();
+            assert!(
+                csp.contains(&format!("connect-src 'self' ws://{host} wss://{host};")),
+                "{path}: {csp}"
+            );
             let body = r.text().await.unwrap();
             assert!(body.starts_with("<!doctype html>"), "{path}");
             assert!(!body.contains("<script>"), "no inline script in {path}");

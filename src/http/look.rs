@@ -273,7 +273,7 @@ fn html(status: StatusCode, body: String, csp: &str, request: &HeaderMap) -> Res
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
-    if let Ok(v) = HeaderValue::from_str(csp) {
+    if let Ok(v) = HeaderValue::from_str(&super::pages::own_sockets(csp, request)) {
         h.insert(header::CONTENT_SECURITY_POLICY, v);
     }
     h.insert(

@@ -76,8 +76,10 @@ static ASSETS: LazyLock<HashMap<&'static str, Asset>> = LazyLock::new(|| {
 });
 
 /// Same origin only; no inline script or style. `connect-src 'self'` covers the page's own
-/// `ws://`/`wss://` origin in current browsers; both are named for older ones. The
-/// proof-of-work solver runs as a worker from our own origin (`worker-src 'self'`).
+/// `ws://`/`wss://` origin in current browsers; for older ones (Safari before 15.4) the
+/// page's own host is named too, in place of the `ws: wss:` here ([`own_sockets`]): those
+/// scheme sources alone would let a socket reach any host. The proof-of-work solver runs
+/// as a worker from our own origin (`worker-src 'self'`).
 pub(super) const CSP: &str =
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
      connect-src 'self' ws: wss:; worker-src 'self'; frame-ancestors 'none'; base-uri 'none'; \
@@ -89,6 +91,23 @@ pub(super) const CSP: &str =
 const ADMIN_CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
      img-src 'self' data: https:; connect-src 'self' ws: wss:; worker-src 'self'; \
      frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
+
+/// `csp` with its `ws: wss:` (sockets to any host) narrowed to the host the page was asked
+/// of, `ws://HOST wss://HOST`, when the request's `Host` is a plain authority (letters,
+/// digits, `.-:[]`); otherwise dropped, leaving `'self'`.
+pub(super) fn own_sockets(csp: &str, request: &HeaderMap) -> String {
+    let host = request
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| {
+            !h.is_empty()
+                && h.len() <= 255
+                && h.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
+        });
+    let own = host.map_or_else(String::new, |h| format!(" ws://{h} wss://{h}"));
+    csp.replacen(" ws: wss:", &own, 1)
+}
 
 /// Whether `/assets/{name}` is one of the embedded files (in gateway mode every other
 /// `/assets/…` path belongs to the site behind).
@@ -117,10 +136,9 @@ fn serve(name: &str, request: &HeaderMap) -> Response {
     );
     if asset.content_type == HTML {
         let csp = if name == "admin.html" { ADMIN_CSP } else { CSP };
-        h.insert(
-            header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(csp),
-        );
+        if let Ok(v) = HeaderValue::from_str(&own_sockets(csp, request)) {
+            h.insert(header::CONTENT_SECURITY_POLICY, v);
+        }
         // The booking page's URL carries an access token; it must not leak to other sites.
         h.insert(
             header::REFERRER_POLICY,
@@ -199,5 +217,30 @@ mod tests {
                 "{name} must not load anything from outside the server"
             );
         }
+    }
+
+    /// The socket sources name the page's own host, and a `Host` that is not a plain
+    /// authority adds nothing (it could otherwise write into the policy).
+    #[test]
+    fn sockets_reach_the_pages_own_host_only() {
+        let with_host = |h: &str| {
+            let mut m = HeaderMap::new();
+            m.insert(header::HOST, HeaderValue::from_str(h).unwrap());
+            own_sockets(CSP, &m)
+        };
+        let csp = with_host("shop.example:8080");
+        assert!(
+            csp.contains("connect-src 'self' ws://shop.example:8080 wss://shop.example:8080;"),
+            "{csp}"
+        );
+        for bad in ["evil.example; connect-src *", "a b", ""] {
+            let csp = with_host(bad);
+            assert!(csp.contains("connect-src 'self'; "), "{bad}: {csp}");
+            assert!(
+                !csp.contains("ws:") && !csp.contains("evil"),
+                "{bad}: {csp}"
+            );
+        }
+        assert!(own_sockets(ADMIN_CSP, &HeaderMap::new()).contains("connect-src 'self'; "));
     }
 }

@@ -342,6 +342,11 @@ impl Verifier {
                 me.fetch().await;
             }
         });
+        // A key known already, only old, is answered at once and the refresh goes on
+        // behind it: a slow or hanging waitroom must not hold a request whose key is here.
+        if let Some(k) = self.cached(kid, false) {
+            return Ok(k);
+        }
         let _ = fetched.await;
         self.stale(kid)
     }
