@@ -683,6 +683,12 @@ async fn the_page_joins_with_a_user_token_and_an_invite_from_its_link() {
         .await;
     b.text_until("#status", |t| t == "It is your turn!" || t == "You are in")
         .await;
+    // Joined: the link's user token and invite are gone from the address bar and history.
+    let now_at = b.url().await;
+    assert!(
+        now_at.ends_with("/wait/vip") && !now_at.contains(&token) && !now_at.contains(&code),
+        "{now_at}"
+    );
     let head = s.admin(Method::GET, "/events/vip").await;
     assert_eq!(
         head["admitted"].as_u64().unwrap() + head["active"].as_u64().unwrap(),

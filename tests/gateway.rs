@@ -313,6 +313,9 @@ async fn the_second_person_waits_in_place_and_completion_hands_the_slot_on() {
     assert!(r.text.contains("waitroom-position"));
     assert!(r.headers.contains_key("retry-after"));
     assert_eq!(r.headers["cache-control"], "no-store");
+    // As the script pages: no sniffing, and the URL (where they were going) kept to us.
+    assert_eq!(r.headers["x-content-type-options"], "nosniff");
+    assert_eq!(r.headers["referrer-policy"], "no-referrer");
     assert!(b.cookie("waitroom_shop").is_some());
     // A JSON client gets its place and Retry-After, and keeps its place.
     let r = b

@@ -414,10 +414,7 @@ pub fn waiting_response(
     h.insert(header::RETRY_AFTER, HeaderValue::from(retry));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     if !json {
-        h.insert(
-            header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(super::gate_page::CSP),
-        );
+        super::gate_page::page_headers(h);
     }
     if let Some(c) = cookie {
         h.append(header::SET_COOKIE, c);
@@ -481,10 +478,7 @@ pub async fn refusal(state: &AppState, event_id: &str, e: AppError, json: bool) 
         HeaderValue::from_static("text/html; charset=utf-8"),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(super::gate_page::CSP),
-    );
+    super::gate_page::page_headers(h);
     res
 }
 

@@ -8,6 +8,24 @@ use crate::core::PlaceView;
 /// The page's Content-Security-Policy: its one inline style, nothing else.
 pub const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
+/// The headers every gate page carries, as the script pages do: its policy, no sniffing,
+/// and no referrer (the page's URL names where the person was going).
+pub fn page_headers(h: &mut axum::http::HeaderMap) {
+    use axum::http::{header, HeaderValue};
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+}
+
 /// Both pages' start, up to their own `<meta>`s.
 const HEAD: &str = r#"<!doctype html>
 <html lang="en">

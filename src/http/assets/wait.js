@@ -310,6 +310,17 @@
     endWith(r.code === 'TOKEN_EXPIRED' ? 'expired' : 'gone');
   }
 
+  // Once the place is saved, the link's user token and invite leave the address bar and
+  // the history: whoever saw the URL could otherwise take or leave the place with them
+  // until they expire. Kept until then, so a reload before the join still has them.
+  function forgetLinkSecrets() {
+    if (!params.has('user_token') && !params.has('invite')) return;
+    params.delete('user_token');
+    params.delete('invite');
+    const rest = params.toString();
+    history.replaceState(null, '', location.pathname + (rest ? '?' + rest : '') + location.hash);
+  }
+
   async function join() {
     stopLive();
     figures = null;
@@ -323,6 +334,7 @@
       const prev = place && place.token === r.data.waiting_token ? place.start : null;
       place = { token: r.data.waiting_token, start: prev || r.data.position || 1 };
       savePlace();
+      forgetLinkSecrets();
       onStatus(r.data);
       connect();
       return;
