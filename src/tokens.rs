@@ -9,11 +9,9 @@
 //! at `/.well-known/jwks.json`. Its `sid` names the place (seq and nonce), so verification
 //! can check that the session is still active.
 
-use std::path::{Path, PathBuf};
-
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine as _;
-use ed25519_dalek::pkcs8::{DecodePrivateKey, EncodePrivateKey};
+use ed25519_dalek::pkcs8::EncodePrivateKey;
 use ed25519_dalek::SigningKey;
 use hmac::{Hmac, Mac};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
@@ -24,9 +22,14 @@ use crate::core::{Millis, PlaceKey};
 
 mod cache;
 mod invite;
+mod key_files;
 mod user;
 
 pub use invite::invite_code;
+pub use key_files::{
+    check_key_change, key_fingerprint, load_key_for_store, load_or_generate_key, load_signing_keys,
+    write_private, write_private_new, KEY_FINGERPRINT_FILE,
+};
 pub use user::{verify_user_token, UserTokenError, USER_TOKEN_LEEWAY_MS};
 
 const VERSION: u8 = 1;
@@ -418,249 +421,6 @@ pub struct Jwk {
 
 fn hex_prefix(bytes: &[u8], n: usize) -> String {
     bytes[..n].iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Loads the signing key from `path` (PEM, PKCS#8), or else from `data_dir/signing-key.pem`,
-/// generating that file (mode 0600) on first start so tokens keep verifying after restarts.
-pub fn load_or_generate_key(path: Option<&Path>, data_dir: &Path) -> anyhow::Result<SigningKey> {
-    if let Some(p) = path {
-        let pem = std::fs::read_to_string(p)
-            .map_err(|e| anyhow::anyhow!("reading signing key {}: {e}", p.display()))?;
-        return SigningKey::from_pkcs8_pem(&pem).map_err(|e| {
-            anyhow::anyhow!(
-                "signing key {} is not an Ed25519 PKCS#8 PEM key: {e}",
-                p.display()
-            )
-        });
-    }
-    let file: PathBuf = data_dir.join("signing-key.pem");
-    if file.exists() {
-        return load_or_generate_key(Some(&file), data_dir);
-    }
-    std::fs::create_dir_all(data_dir)?;
-    let mut seed = [0u8; 32];
-    getrandom::fill(&mut seed).map_err(|e| anyhow::anyhow!("no OS randomness: {e}"))?;
-    let key = SigningKey::from_bytes(&seed);
-    let pem = key
-        .to_pkcs8_pem(Default::default())
-        .map_err(|e| anyhow::anyhow!("encoding the signing key: {e}"))?;
-    if !write_private_new(&file, pem.as_bytes())? {
-        // Another process (a `keygen` run at the same time) made one first: that one is the
-        // key, never replaced.
-        return load_or_generate_key(Some(&file), data_dir);
-    }
-    tracing::info!(path = %file.display(), "generated a new signing key");
-    Ok(key)
-}
-
-/// File in the data dir that records which signing key the store's places were issued
-/// under (a hash of the public key, hex): a store whose key went missing or changed would
-/// otherwise hold places that no waiting token can reach any more.
-pub const KEY_FINGERPRINT_FILE: &str = "signing-key.fingerprint";
-
-/// The fingerprint of a signing key: SHA-256 of its public key, hex.
-pub fn key_fingerprint(key: &SigningKey) -> String {
-    hex_prefix(&Sha256::digest(key.verifying_key().as_bytes()), 32)
-}
-
-/// Loads the signing keys named by `paths` (files, or directories whose `*.pem` files are
-/// taken in name order), oldest first: the last one signs (API.md "Key rotation").
-pub fn load_signing_keys(paths: &[PathBuf]) -> anyhow::Result<Vec<SigningKey>> {
-    let mut files = Vec::new();
-    for p in paths {
-        if p.is_dir() {
-            let mut pems: Vec<PathBuf> = std::fs::read_dir(p)
-                .map_err(|e| anyhow::anyhow!("reading signing key directory {}: {e}", p.display()))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|f| f.extension().is_some_and(|x| x == "pem") && f.is_file())
-                .collect();
-            if pems.is_empty() {
-                anyhow::bail!("signing key directory {} holds no *.pem file", p.display());
-            }
-            pems.sort();
-            files.extend(pems);
-        } else {
-            files.push(p.clone());
-        }
-    }
-    let mut keys: Vec<SigningKey> = Vec::with_capacity(files.len());
-    for f in &files {
-        let key = load_or_generate_key(Some(f), Path::new(""))?;
-        // The same key twice (a file named and also in a named directory) would make the
-        // order of "newest" ambiguous.
-        if keys.iter().any(|k| k.to_bytes() == key.to_bytes()) {
-            anyhow::bail!("the signing key {} is given twice", f.display());
-        }
-        keys.push(key);
-    }
-    Ok(keys)
-}
-
-/// Loads the signing keys as [`load_signing_keys`] (or, when `paths` is empty, the data
-/// dir's key as [`load_or_generate_key`]), but refuses when the store holds `places` that
-/// were issued under other keys only (or a key file that has gone missing), unless
-/// `repair`: then the places are kept (no token reaches them, so they expire after their
-/// idle period) and the new keys are recorded. Records the keys' fingerprints in the data
-/// dir. Removing one of several recorded keys is a rotation, not a loss: it is logged.
-pub fn load_key_for_store(
-    paths: &[PathBuf],
-    data_dir: &Path,
-    places: u64,
-    repair: bool,
-) -> anyhow::Result<Vec<SigningKey>> {
-    let generated = data_dir.join("signing-key.pem");
-    let record = data_dir.join(KEY_FINGERPRINT_FILE);
-    let recorded = std::fs::read_to_string(&record).ok();
-    if places > 0 && !repair && paths.is_empty() && !generated.exists() {
-        anyhow::bail!(
-            "the store in {} holds {places} places, but its signing key {} is missing: a new \
-             key would invalidate every waiting token while the orphaned places keep everyone's \
-             position inflated. Restore the key file, or start with --repair to continue with \
-             a new key (the orphaned places expire after their idle period)",
-            data_dir.display(),
-            generated.display()
-        );
-    }
-    let keys = if paths.is_empty() {
-        vec![load_or_generate_key(None, data_dir)?]
-    } else {
-        load_signing_keys(paths)?
-    };
-    let current: Vec<String> = keys.iter().map(key_fingerprint).collect();
-    let old: Vec<&str> = recorded
-        .as_deref()
-        .map(|r| r.lines().map(str::trim).filter(|l| !l.is_empty()).collect())
-        .unwrap_or_default();
-    check_key_change(
-        &old,
-        &current,
-        places,
-        repair,
-        &format!("the store in {}", data_dir.display()),
-        recorded.is_none(),
-    )?;
-    if old != current.iter().map(String::as_str).collect::<Vec<_>>() {
-        let mut text = current.join("\n");
-        text.push('\n');
-        write_private(&record, text.as_bytes())?;
-    }
-    Ok(keys)
-}
-
-/// What a start does when the signing keys in use are not those `old` records (in
-/// `store`, for the messages): nothing is recorded yet, or a key is kept (a rotation:
-/// removed keys are logged); with no key kept while the store holds places, every waiting
-/// token would be invalid, which is refused unless `repair`. `unrecorded`: no record at
-/// all (a store from before records), where `repair` only notes the key it records.
-pub fn check_key_change(
-    old: &[&str],
-    current: &[String],
-    places: u64,
-    repair: bool,
-    store: &str,
-    unrecorded: bool,
-) -> anyhow::Result<()> {
-    let kept = old.iter().any(|f| current.iter().any(|c| c == f));
-    let removed: Vec<&str> = old
-        .iter()
-        .copied()
-        .filter(|f| !current.iter().any(|c| c == f))
-        .collect();
-    if old.is_empty() {
-        if places > 0 && unrecorded && repair {
-            tracing::warn!(
-                places,
-                "repair: recording the signing key in use; places issued under a lost key \
-                 expire after their idle period"
-            );
-        }
-    } else if !kept && places > 0 {
-        let old = old.join(", ");
-        let fingerprint = current.join(", ");
-        if !repair {
-            anyhow::bail!(
-                "{} holds {places} places issued under the signing key with \
-                 fingerprint {old}, but the key in use has fingerprint {fingerprint}: every \
-                 waiting token would be invalid. Use the original key, or start with \
-                 --repair to continue with this one (the orphaned places expire after \
-                 their idle period)",
-                store
-            );
-        }
-        tracing::error!(
-            places,
-            old_fingerprint = old,
-            fingerprint,
-            "repair: the signing key changed; the store's places are orphaned and expire \
-             after their idle period"
-        );
-    } else if !removed.is_empty() && places > 0 {
-        // Key rotation's last step: the tokens the removed keys signed are retired on purpose.
-        tracing::warn!(
-            places,
-            removed = removed.join(", "),
-            "signing keys removed: access tokens they signed are refused, and places whose \
-             waiting tokens they issued expire after their idle period"
-        );
-    }
-    Ok(())
-}
-
-/// Writes a secret file readable by its owner only, atomically (temp file + rename).
-pub fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let tmp = private_temp(path, bytes)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })?;
-    Ok(())
-}
-
-/// [`write_private`], but only if `path` does not exist yet (a hard link, which never
-/// replaces): `false` when another process made it first.
-pub fn write_private_new(path: &Path, bytes: &[u8]) -> anyhow::Result<bool> {
-    let tmp = private_temp(path, bytes)?;
-    let linked = std::fs::hard_link(&tmp, path);
-    let _ = std::fs::remove_file(&tmp);
-    match linked {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// `bytes` written and synced to a new owner-only file beside `path`, named for this
-/// process and call: writers at the same time (two `keygen` runs) never share one, where a
-/// shared name let each remove the other's.
-fn private_temp(path: &Path, bytes: &[u8]) -> anyhow::Result<PathBuf> {
-    use std::io::Write;
-    let mut salt = [0u8; 6];
-    getrandom::fill(&mut salt).map_err(|e| anyhow::anyhow!("no OS randomness: {e}"))?;
-    let tmp = path.with_extension(format!(
-        "tmp.{}.{}",
-        std::process::id(),
-        hex_prefix(&salt, salt.len())
-    ));
-    // A new file, never one found there: the mode below applies only to files it creates,
-    // and an existing one (or a symlink, which `create_new` does not follow) would keep the
-    // secret under someone else's permissions.
-    match std::fs::remove_file(&tmp) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-        _ => {}
-    }
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(0o600);
-    }
-    let mut f = opts.open(&tmp)?;
-    let written = f.write_all(bytes).and_then(|()| f.sync_all());
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e.into());
-    }
-    Ok(tmp)
 }
 
 #[cfg(test)]

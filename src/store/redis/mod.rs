@@ -46,6 +46,7 @@
 
 mod batch;
 mod call;
+mod checks;
 mod conn;
 mod decode;
 mod log_meta;
@@ -233,40 +234,9 @@ impl RedisStore {
         let conn = self.inner.connection().await?;
         Ok(matches!(conn, Conn::Cluster(_)))
     }
-
-    /// The fingerprints of the signing keys the last node to start used (one a line, oldest
-    /// first): what every node's waiting tokens and access tokens in this Redis come from.
-    /// Kept in Redis, not in a node's data dir, because nodes come and go with fresh ones.
-    pub async fn recorded_signing_keys(&self) -> StoreResult<Option<String>> {
-        let s = &self.inner;
-        let mut conn = s.connection().await?;
-        s.bounded(
-            redis::cmd("GET")
-                .arg(s.signing_keys_key())
-                .query_async(&mut conn),
-        )
-        .await
-    }
-
-    /// Records `text` as [`RedisStore::recorded_signing_keys`].
-    pub async fn record_signing_keys(&self, text: &str) -> StoreResult<()> {
-        let s = &self.inner;
-        let mut conn = s.connection().await?;
-        s.bounded(
-            redis::cmd("SET")
-                .arg(s.signing_keys_key())
-                .arg(text)
-                .query_async::<()>(&mut conn),
-        )
-        .await
-    }
 }
 
 impl Inner {
-    fn signing_keys_key(&self) -> String {
-        format!("{}:signing-keys", self.options.key_prefix)
-    }
-
     /// The connection, opened on first use (within [`OPEN_TIMEOUT`]). Once open it stays:
     /// it reconnects by itself, so later calls only clone a handle.
     async fn connection(&self) -> StoreResult<Conn> {
@@ -302,7 +272,7 @@ impl Inner {
             .query_async(&mut probe)
             .await?;
         let cluster = info.contains("cluster_enabled:1");
-        check_eviction(&mut probe).await?;
+        checks::check_eviction(&mut probe).await?;
         let conn = if cluster {
             let info = client.get_connection_info().clone();
             let client = redis::cluster::ClusterClientBuilder::new(vec![info])
@@ -1025,32 +995,4 @@ impl Store for RedisStore {
         }
         Ok(())
     }
-}
-
-/// Refuses a server that may evict keys: an evicted chunk of places or of the line loses
-/// acknowledged places silently, and the event's counters, kept apart, go on counting
-/// them (an evicted admitted place holds its slot for ever). With `noeviction` a full
-/// Redis refuses writes instead, which nodes answer with 503. Checked on the server
-/// connected to (the seed of a Cluster) when the connection is opened.
-async fn check_eviction(conn: &mut redis::aio::MultiplexedConnection) -> RedisResult<()> {
-    let info: String = redis::cmd("INFO").arg("memory").query_async(conn).await?;
-    match eviction_policy(&info) {
-        None | Some("noeviction") => Ok(()),
-        Some(policy) => Err(redis::RedisError::from((
-            redis::ErrorKind::InvalidClientConfig,
-            "redis may evict keys",
-            format!(
-                "maxmemory-policy is {policy}; an evicted key loses places silently: \
-                 set `maxmemory-policy noeviction` (a full Redis then refuses writes, \
-                 answered 503)"
-            ),
-        ))),
-    }
-}
-
-/// `maxmemory_policy` of an `INFO memory` answer.
-fn eviction_policy(info: &str) -> Option<&str> {
-    info.lines()
-        .find_map(|l| l.strip_prefix("maxmemory_policy:"))
-        .map(str::trim)
 }

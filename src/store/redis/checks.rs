@@ -1,0 +1,72 @@
+//! What a node checks of, and keeps in, Redis when it starts: that Redis will not evict
+//! keys, and the record of the signing keys the places were issued under.
+
+use redis::RedisResult;
+
+use super::{Inner, RedisStore};
+use crate::store::StoreResult;
+
+/// Refuses a server that may evict keys: an evicted chunk of places or of the line loses
+/// acknowledged places silently, and the event's counters, kept apart, go on counting
+/// them (an evicted admitted place holds its slot for ever). With `noeviction` a full
+/// Redis refuses writes instead, which nodes answer with 503. Checked on the server
+/// connected to (the seed of a Cluster) when the connection is opened.
+pub(super) async fn check_eviction(
+    conn: &mut redis::aio::MultiplexedConnection,
+) -> RedisResult<()> {
+    let info: String = redis::cmd("INFO").arg("memory").query_async(conn).await?;
+    match eviction_policy(&info) {
+        None | Some("noeviction") => Ok(()),
+        Some(policy) => Err(redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "redis may evict keys",
+            format!(
+                "maxmemory-policy is {policy}; an evicted key loses places silently: \
+                 set `maxmemory-policy noeviction` (a full Redis then refuses writes, \
+                 answered 503)"
+            ),
+        ))),
+    }
+}
+
+/// `maxmemory_policy` of an `INFO memory` answer.
+fn eviction_policy(info: &str) -> Option<&str> {
+    info.lines()
+        .find_map(|l| l.strip_prefix("maxmemory_policy:"))
+        .map(str::trim)
+}
+
+impl RedisStore {
+    /// The fingerprints of the signing keys the last node to start used (one a line, oldest
+    /// first): what every node's waiting tokens and access tokens in this Redis come from.
+    /// Kept in Redis, not in a node's data dir, because nodes come and go with fresh ones.
+    pub async fn recorded_signing_keys(&self) -> StoreResult<Option<String>> {
+        let s = &self.inner;
+        let mut conn = s.connection().await?;
+        s.bounded(
+            redis::cmd("GET")
+                .arg(s.signing_keys_key())
+                .query_async(&mut conn),
+        )
+        .await
+    }
+
+    /// Records `text` as [`RedisStore::recorded_signing_keys`].
+    pub async fn record_signing_keys(&self, text: &str) -> StoreResult<()> {
+        let s = &self.inner;
+        let mut conn = s.connection().await?;
+        s.bounded(
+            redis::cmd("SET")
+                .arg(s.signing_keys_key())
+                .arg(text)
+                .query_async::<()>(&mut conn),
+        )
+        .await
+    }
+}
+
+impl Inner {
+    pub(super) fn signing_keys_key(&self) -> String {
+        format!("{}:signing-keys", self.options.key_prefix)
+    }
+}
