@@ -1867,3 +1867,52 @@ async fn an_answer_carrying_our_cookie_is_not_cached() {
     assert!(!again.headers.contains_key("set-cookie"));
     assert_eq!(again.headers["cache-control"], "public, max-age=3600");
 }
+
+/// Another site's page loading a gated URL (an `<img>`, a script, a fetch: the browser says
+/// so in `Sec-Fetch-*`) makes no place, in the waiting room and in gateway mode; a link
+/// followed from another site (a navigation) does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_sites_page_cannot_fill_the_line() {
+    let origin = origin().await;
+    let w = waitroom(Some(origin), None).await;
+    // Paused: every visit waits, so a place made shows as a 503 waiting room.
+    event(&w, "shop", gated("shop", json!({"paused": true}))).await;
+    let joins = || async {
+        let r = client()
+            .get(format!("http://{}/api/v1/admin/events/shop", w.addr))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap();
+        let v: Value = r.json().await.unwrap();
+        v["joins"].as_u64().unwrap()
+    };
+    let fetch = |path: &'static str, mode: &'static str, dest: &'static str| {
+        let url = format!("http://{}{path}", w.addr);
+        async move {
+            client()
+                .get(url)
+                .header("sec-fetch-site", "cross-site")
+                .header("sec-fetch-mode", mode)
+                .header("sec-fetch-dest", dest)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    for path in ["/wait/shop/queue?return=/checkout", "/checkout"] {
+        for (mode, dest) in [
+            ("no-cors", "image"),
+            ("cors", "empty"),
+            ("no-cors", "script"),
+        ] {
+            assert_eq!(fetch(path, mode, dest).await, 400, "{path} as {dest}");
+        }
+    }
+    assert_eq!(joins().await, 0, "no place made");
+    for path in ["/wait/shop/queue?return=/checkout", "/checkout"] {
+        assert_eq!(fetch(path, "navigate", "document").await, 503, "{path}");
+    }
+    assert_eq!(joins().await, 2, "a visit from a link joins");
+}

@@ -197,7 +197,8 @@ impl Gateway {
         let secure =
             self.state.gates.secure_cookies || gate::is_https(&self.guard, peer, req.headers());
         let place = connection::place_of(self, conn.map(|c| &c.last), &gate, req.headers());
-        let admission = gate::admit(&self.state, &self.guard, &gate, place, client, true).await;
+        let join = !gate::cross_site_subresource(req.headers());
+        let admission = gate::admit(&self.state, &self.guard, &gate, place, client, join).await;
         match admission {
             Err(e) => {
                 let json = !gate::asks_html(req.headers());
@@ -250,9 +251,12 @@ impl Gateway {
                 }
                 (outcome, res)
             }
+            // Not joined: another site's page loading this URL.
             Ok(Admission::Absent) => {
-                let e = crate::http::AppError::Internal("a join answered no place".into());
-                (Outcome::Refused, e.into_response())
+                let json = !gate::asks_html(req.headers());
+                let res =
+                    gate::refusal(&self.state, &gate.event_id, gate::not_a_visit(), json).await;
+                (Outcome::Refused, res)
             }
         }
     }

@@ -290,6 +290,31 @@ pub fn cookie_place(state: &AppState, gate: &Gate, headers: &HeaderMap) -> Optio
     read_cookie(headers, &gate.cookie).and_then(|t| state.waiting.place_for(t, &gate.event_id))
 }
 
+/// Whether the request is another site's page loading this URL as a subresource (an
+/// image, a script, a fetch), as the browser says in `Sec-Fetch-Site`/`Sec-Fetch-Mode`: it
+/// never makes a place, or any site could fill a queue with its visitors' browsers (each
+/// joining under its own address, past the per-client limits). A navigation from another
+/// site (a link followed) is a visit and joins; clients that send neither header join as
+/// before.
+pub fn cross_site_subresource(headers: &HeaderMap) -> bool {
+    let is = |name: &str, v: &str| {
+        headers
+            .get(name)
+            .is_some_and(|h| h.as_bytes() == v.as_bytes())
+    };
+    is("sec-fetch-site", "cross-site")
+        && headers
+            .get("sec-fetch-mode")
+            .is_some_and(|m| m.as_bytes() != b"navigate")
+}
+
+/// What a gated URL answers another site's page that loads it ([`cross_site_subresource`]).
+pub fn not_a_visit() -> AppError {
+    AppError::invalid(
+        "a place in line is made by visiting this page, not by another site's page loading it",
+    )
+}
+
 /// The one decision for a request to a gated path (see the module documentation), for the
 /// place its cookie names ([`cookie_place`]). With `join`, a person without a live place
 /// gets a new one.
@@ -657,7 +682,8 @@ pub async fn queue_page(
     let secure = state.gates.secure_cookies || is_https(&caller.guard, peer, &headers);
     let ret = ascii_location(safe_return(q.ret.as_deref().unwrap_or("/")));
     let place = cookie_place(&state, &gate, &headers);
-    let admission = match admit(&state, &caller.guard, &gate, place, caller.ip, true).await {
+    let join = !cross_site_subresource(&headers);
+    let admission = match admit(&state, &caller.guard, &gate, place, caller.ip, join).await {
         Ok(a) => a,
         Err(e) => return Ok(refusal(&state, &event_id, e, !asks_html(&headers)).await),
     };
@@ -682,7 +708,10 @@ pub async fn queue_page(
                 cookie.map(|c| secure_cookie(c, secure)),
             ))
         }
-        Admission::Absent => Err(AppError::Internal("a join answered no place".into())),
+        // Not joined: another site's page loading this URL.
+        Admission::Absent => {
+            Ok(refusal(&state, &event_id, not_a_visit(), !asks_html(&headers)).await)
+        }
     }
 }
 
