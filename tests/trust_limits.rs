@@ -675,6 +675,44 @@ async fn an_idle_http2_connection_is_closed() {
     );
 }
 
+/// An HTTP/2 client that stops reading cannot hold its connection: the GOAWAY that closes an
+/// idle connection can never be written to it, so after a grace the connection is dropped
+/// (the server's reset then fails the client's next write).
+#[tokio::test]
+async fn an_http2_client_that_never_reads_is_dropped() {
+    let s = start(short_timeouts).await;
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let mut c = sock.connect(s.addr).await.unwrap();
+    c.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .unwrap();
+    c.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap(); // empty SETTINGS
+                                                              // PINGs, never reading their answers, until the server's writes (and so its reads)
+                                                              // stop and this client's writes block.
+    let ping: Vec<u8> = [0, 0, 8, 6, 0, 0, 0, 0, 0]
+        .into_iter()
+        .chain([7u8; 8])
+        .cycle()
+        .take(17 * 1000)
+        .collect();
+    let blocked = async {
+        loop {
+            if c.write_all(&ping).await.is_err() {
+                return;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(5), blocked).await;
+    // Idle after 1 s, then the grace (at most 5 s): dropped, with a reset.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let after = tokio::time::timeout(Duration::from_secs(2), c.write_all(&ping)).await;
+    assert!(
+        matches!(after, Ok(Err(_))),
+        "the connection still took writes (or blocked) 8 s later: {after:?}"
+    );
+}
+
 /// An HTTP/2 string literal (no Huffman coding): its length as a 7-bit-prefix integer.
 fn hpack_string(out: &mut Vec<u8>, s: &str) {
     let mut n = s.len();
