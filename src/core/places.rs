@@ -106,10 +106,14 @@ impl PlaceTable {
         let i = (seq - self.base) as usize;
         let (c, s) = (i / CHUNK, i % CHUNK);
         while self.chunks.len() <= c {
-            // A chunk left behind is made full-length, so the flat numbering of `iter` holds.
             let slots = match self.chunks.back_mut() {
                 Some(last) => {
-                    last.slots.resize_with(CHUNK, || None);
+                    // The chunk left behind keeps its length (slots are numbered per
+                    // chunk); one whose places all ended already is freed now, as `remove`
+                    // frees the others (it keeps the last one, which joins were filling).
+                    if last.live == 0 {
+                        last.slots = Vec::new();
+                    }
                     // Past its first chunk an event is large: the new chunk is made whole
                     // at once, not doubled up to it (a dozen reallocations, each a copy of
                     // the places so far and fresh pages to fault in, inside joins).
@@ -449,6 +453,27 @@ mod tests {
         places.remove(&0).unwrap();
         places.remove(&(CHUNK as u64 + 3)).unwrap();
         assert_eq!(places.window(), (2 * CHUNK as u64, 2));
+
+        // A slow sale: the last chunk's places all end before the next join opens a new
+        // chunk; behind a live place, that chunk is freed when the new one starts.
+        let mut slow = PlaceTable::default();
+        slow.insert(0, place("kept"));
+        for seq in CHUNK as u64..2 * CHUNK as u64 {
+            slow.insert(seq, place("u"));
+            slow.remove(&seq).unwrap();
+        }
+        assert!(
+            slow.chunks[1].slots.capacity() >= CHUNK,
+            "the last chunk is kept"
+        );
+        slow.insert(2 * CHUNK as u64, place("v"));
+        assert_eq!(
+            slow.chunks[1].slots.capacity(),
+            0,
+            "freed when the next starts"
+        );
+        let seqs: Vec<u64> = slow.iter().map(|(s, _)| s).collect();
+        assert_eq!(seqs, [0, 2 * CHUNK as u64]);
     }
 
     fn place(u: &str) -> Place {

@@ -290,22 +290,25 @@ pub fn cookie_place(state: &AppState, gate: &Gate, headers: &HeaderMap) -> Optio
     read_cookie(headers, &gate.cookie).and_then(|t| state.waiting.place_for(t, &gate.event_id))
 }
 
-/// Whether the request is another site's page loading this URL as a subresource (an
-/// image, a script, a fetch), as the browser says in `Sec-Fetch-Site`/`Sec-Fetch-Mode`: it
-/// never makes a place, or any site could fill a queue with its visitors' browsers (each
-/// joining under its own address, past the per-client limits). A navigation from another
-/// site (a link followed) is a visit and joins; clients that send neither header join as
-/// before.
+/// Whether the request is another site's page loading this URL rather than a person
+/// visiting it, as the browser says in its `Sec-Fetch-*` headers: a subresource (an image,
+/// a script, a fetch), a frame (hidden or not), or a prefetch. It never makes a place, or
+/// any site could fill a queue with its visitors' browsers (each joining under its own
+/// address, past the per-client limits). A top-level navigation from another site (a link
+/// followed: `Sec-Fetch-Dest: document`) is a visit and joins; clients that send none of
+/// these headers join as before.
 pub fn cross_site_subresource(headers: &HeaderMap) -> bool {
-    let is = |name: &str, v: &str| {
-        headers
-            .get(name)
-            .is_some_and(|h| h.as_bytes() == v.as_bytes())
+    let get = |name: &str| headers.get(name).map(HeaderValue::as_bytes);
+    if get("sec-fetch-site") != Some(b"cross-site") {
+        return false;
+    }
+    let prefetch = get("sec-purpose").is_some_and(|p| p.starts_with(b"prefetch"))
+        || get("purpose") == Some(b"prefetch");
+    let visit = match get("sec-fetch-dest") {
+        Some(dest) => dest == b"document",
+        None => get("sec-fetch-mode") == Some(b"navigate"),
     };
-    is("sec-fetch-site", "cross-site")
-        && headers
-            .get("sec-fetch-mode")
-            .is_some_and(|m| m.as_bytes() != b"navigate")
+    prefetch || !visit
 }
 
 /// What a gated URL answers another site's page that loads it ([`cross_site_subresource`]).

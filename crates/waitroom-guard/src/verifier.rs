@@ -321,6 +321,11 @@ impl Verifier {
         }
         let in_flight = self.inner.fetching.try_lock().is_err();
         if in_flight {
+            // A key known already, only old, is answered at once: only a request whose key
+            // the cache lacks waits for the fetch (a slow waitroom must not stall the site).
+            if let Some(k) = self.cached(kid, false) {
+                return Ok(k);
+            }
             drop(self.inner.fetching.lock().await);
             if let Some(k) = self.cached(kid, true) {
                 return Ok(k);
