@@ -181,8 +181,12 @@ async fn a_join_needs_work_and_a_solution_joins() {
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     let (status, body) = n.join(json!({ "event_id": "over" })).await;
     assert_eq!(
-        (status, &body["error"]["code"]),
-        (StatusCode::CONFLICT, &json!("EVENT_CLOSED")),
+        (status, &body["error"]["code"], &body["error"]["reason"]),
+        (
+            StatusCode::CONFLICT,
+            &json!("EVENT_CLOSED"),
+            &json!("closed")
+        ),
         "{body}"
     );
 }

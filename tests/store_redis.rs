@@ -748,4 +748,9 @@ async fn a_redis_that_may_evict_keys_is_refused() {
         .ping()
         .await
         .expect("connects once nothing can be evicted");
+    // Without a memory limit nothing is evicted, whatever the policy.
+    support::redis::raw_command(port, "CONFIG SET maxmemory-policy allkeys-lru").unwrap();
+    support::redis::raw_command(port, "CONFIG SET maxmemory 0").unwrap();
+    let unlimited = RedisStore::new(&redis.url(), options()).unwrap();
+    unlimited.ping().await.expect("no limit, no eviction");
 }

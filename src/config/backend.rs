@@ -37,9 +37,11 @@ impl StoreBackend {
                      redis+sentinel://host:port[,host:port…]/service[/db], got `{redacted}`"
                 )
             })?;
-        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-        // Credentials come before the last `@`; a password may itself contain `@`.
-        let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        // Credentials come before the last `@`: a password may itself hold `@` or `/` (so
+        // the authority is not cut at the first `/` before: that read a password's end as
+        // the database and quoted it in the error).
+        let after_cred = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+        let (host_port, path) = after_cred.split_once('/').unwrap_or((after_cred, ""));
         let (host, port) = split_host_port(host_port);
         if host.is_empty() {
             return Err(format!("the Redis URL `{redacted}` names no host"));
@@ -171,6 +173,12 @@ mod tests {
         ] {
             assert!(Upstream::parse(bad).is_err(), "{bad}");
         }
+        // A Redis URL's password is never echoed either, even one holding `/` or `@`.
+        for secret in ["redis://u:1234/s3cr3t@h:6379/x", "redis://:p@ss/s3cr3t@h/y"] {
+            let e = StoreBackend::parse(secret).unwrap_err();
+            assert!(!e.contains("s3cr3t"), "{e}");
+        }
+        assert!(StoreBackend::parse("redis://:pa/ss@h:6379/0").is_ok());
         // A refused URL's password is never echoed, whatever else is wrong with it.
         for secret in [
             "http://u:s3cr3t@a:1",

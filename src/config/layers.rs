@@ -271,7 +271,7 @@ pub const SECRET_KEYS: [&str; 2] = ["admin_token", "store"];
 pub fn merge(
     file: Option<&PathBuf>,
     flags: Layered,
-) -> Result<(Layered, Vec<Layered>), ConfigError> {
+) -> Result<(Layered, Vec<(String, Layered)>), ConfigError> {
     let mut figment = Figment::new();
     if let Some(path) = file {
         // figment skips a missing file silently; a file named on purpose must exist.
@@ -312,9 +312,11 @@ pub fn merge(
     };
     let mut lower_on_top = Vec::new();
     if let Some(path) = file {
-        lower_on_top.push(extract(figment.clone().merge(Toml::file_exact(path)))?);
+        let on_top = extract(figment.clone().merge(Toml::file_exact(path)))?;
+        lower_on_top.push((path.display().to_string(), on_top));
     }
-    lower_on_top.push(extract(figment.clone().merge(RawEnv::new()))?);
+    let on_top = extract(figment.clone().merge(RawEnv::new()))?;
+    lower_on_top.push(("the environment".to_string(), on_top));
     Ok((extract(figment)?, lower_on_top))
 }
 

@@ -232,10 +232,18 @@ impl Settings {
     /// flags, then validates.
     pub fn load(args: &ServeArgs) -> Result<Self, ConfigError> {
         let (merged, lower_on_top) = layers::merge(args.config.as_ref(), args.layer())?;
-        for l in lower_on_top {
-            Self::validate(l)?;
+        let settings = Self::validate(merged)?;
+        // What is in effect passed: a refusal now is of a value a higher layer overrides.
+        for (layer, l) in lower_on_top {
+            Self::validate(l).map_err(|e| match e {
+                ConfigError::Invalid { setting, reason } => ConfigError::Invalid {
+                    setting,
+                    reason: format!("{reason} (the value in {layer}, which a higher layer overrides, is refused all the same)"),
+                },
+                other => other,
+            })?;
         }
-        Self::validate(merged)
+        Ok(settings)
     }
 
     /// Checks the merged layers and fills what none of them set from the defaults.
@@ -598,7 +606,11 @@ mod tests {
             // Well-typed but out of range or malformed, under a flag: refused too.
             jail.create_file("range.toml", "header_timeout_sec = 99")?;
             let err = load(&["--config", "range.toml", "--header-timeout-sec", "5"]).unwrap_err();
-            assert!(err.contains("header_timeout_sec"), "{err}");
+            assert!(
+                err.contains("header_timeout_sec")
+                    && err.contains("range.toml, which a higher layer overrides"),
+                "{err}"
+            );
             jail.set_env("WAITROOM_LISTEN", "garbage");
             let err = load(&["--listen", "127.0.0.1:0"]).unwrap_err();
             assert!(err.contains("garbage"), "{err}");

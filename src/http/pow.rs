@@ -38,10 +38,17 @@ pub async fn check(
     // New challenges follow the load; a solution must meet the configured floor only, so
     // work done a moment before a surge still counts (it is single-use and expires anyway).
     let bits = crate::pow::difficulty(config.pow_difficulty, rate, config.pow_auto_above);
-    // A closed event, or a sale that has ended, answers `EVENT_CLOSED` without asking for
-    // work: the join goes on to the store, which says so (with the end's reason).
-    if bits == 0 || !config.accept_joins || config.sale_ended(now).is_some() {
+    if bits == 0 || !config.accept_joins {
         return Ok(());
+    }
+    // A sale that has ended answers `EVENT_CLOSED` (with the end's reason) without asking
+    // for work, and from the settings in hand: without work asked, joins must not reach
+    // the store either (a flood after the end would otherwise meet no cost at all).
+    if let Some(end) = config.sale_ended(now) {
+        return Err(AppError::SaleEnded(
+            Box::new(AppError::EventClosed),
+            end.reason.as_str(),
+        ));
     }
     let fresh = || Box::new(state.pow.issue(event_id, bits, now));
     let Some(s) = solution else {

@@ -10,17 +10,19 @@ pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        // A directory anyone may write in is shared (`/tmp`, a home's public folder): it is
-        // never narrowed (that chmod, which root may always make, broke it for every other
-        // user), and never used either, since another user could replace the key or the
-        // journal in it.
+        // A shared directory (`/tmp`, `/var/tmp`: anyone may write in it, and the sticky
+        // bit keeps each user's files their own) is never narrowed: that chmod, which root
+        // may always make, broke it for every other user. Nor is it used, since the key and
+        // the journal would sit among everyone's files. A directory every user may write in
+        // without the sticky bit (a scratch volume made 0777) is this user's to narrow, as
+        // before.
         let mode = std::fs::metadata(dir)?.permissions().mode();
-        if mode & 0o002 != 0 {
+        if mode & 0o1002 == 0o1002 {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::PermissionDenied,
                 format!(
-                    "{} is writable by every user (mode {:o}), a shared directory: use a \
-                     directory of its own, such as one inside it",
+                    "{} is a shared directory (mode {:o}: every user may write in it): use \
+                     a directory of its own, such as one inside it",
                     dir.display(),
                     mode & 0o7777
                 ),
@@ -194,7 +196,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
         let e = create_private_dir(dir.path()).unwrap_err();
-        assert!(e.to_string().contains("writable by every user"), "{e}");
+        assert!(e.to_string().contains("shared directory"), "{e}");
         let mode = std::fs::metadata(dir.path()).unwrap().permissions().mode();
         assert_eq!(mode & 0o7777, 0o1777);
         // A directory of its own inside it is made and narrowed as usual.
@@ -225,7 +227,8 @@ mod tests {
         // Other errors are errors, and a directory that can be narrowed is.
         let eio = |_: &Path| Err(std::io::Error::from_raw_os_error(libc::EIO));
         assert!(narrow_dir(dir.path(), eio).is_err());
-        mode(0o775).unwrap();
+        // This user's own scratch directory, made 0777 (no sticky bit), is narrowed.
+        mode(0o777).unwrap();
         create_private_dir(dir.path()).unwrap();
         let m = std::fs::metadata(dir.path()).unwrap().permissions().mode();
         assert_eq!(m & 0o777, 0o700);

@@ -214,7 +214,26 @@ pub fn write_private_new(path: &Path, bytes: &[u8]) -> anyhow::Result<bool> {
     match linked {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
-        Err(e) => Err(e.into()),
+        // A filesystem without hard links (vfat, SMB, some FUSE mounts): the file made
+        // directly, still only if it is not there (not atomic against a crash mid-write,
+        // which the link is).
+        Err(_) => {
+            use std::io::Write;
+            let mut opts = std::fs::OpenOptions::new();
+            opts.write(true).create_new(true);
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::OpenOptionsExt;
+                opts.mode(0o600);
+            }
+            let mut f = match opts.open(path) {
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(false),
+                other => other?,
+            };
+            f.write_all(bytes)?;
+            f.sync_all()?;
+            Ok(true)
+        }
     }
 }
 

@@ -9,31 +9,46 @@ use crate::store::StoreResult;
 /// Refuses a server that may evict keys: an evicted chunk of places or of the line loses
 /// acknowledged places silently, and the event's counters, kept apart, go on counting
 /// them (an evicted admitted place holds its slot for ever). With `noeviction` a full
-/// Redis refuses writes instead, which nodes answer with 503. Checked on the server
-/// connected to (the seed of a Cluster) when the connection is opened.
+/// Redis refuses writes instead, which nodes answer with 503. Without a memory limit
+/// (`maxmemory` 0) nothing is evicted whatever the policy; a `volatile-*` policy evicts
+/// only keys with a time to live (here the scheduler's lease and spent proofs of work),
+/// which is warned about. Checked on the server connected to (the seed of a Cluster) when
+/// the connection is opened.
 pub(super) async fn check_eviction(
     conn: &mut redis::aio::MultiplexedConnection,
 ) -> RedisResult<()> {
     let info: String = redis::cmd("INFO").arg("memory").query_async(conn).await?;
-    match eviction_policy(&info) {
+    let limited = info_field(&info, "maxmemory").is_some_and(|m| m != "0");
+    match info_field(&info, "maxmemory_policy") {
+        _ if !limited => Ok(()),
         None | Some("noeviction") => Ok(()),
+        Some(policy) if policy.starts_with("volatile-") => {
+            tracing::warn!(
+                policy,
+                "redis evicts keys with a time to live under maxmemory: a spent proof of \
+                 work may be accepted again; `maxmemory-policy noeviction` is safer"
+            );
+            Ok(())
+        }
         Some(policy) => Err(redis::RedisError::from((
             redis::ErrorKind::InvalidClientConfig,
             "redis may evict keys",
             format!(
-                "maxmemory-policy is {policy}; an evicted key loses places silently: \
-                 set `maxmemory-policy noeviction` (a full Redis then refuses writes, \
-                 answered 503)"
+                "maxmemory-policy is {policy} under a maxmemory limit; an evicted key loses \
+                 places silently: set `maxmemory-policy noeviction` (a full Redis then \
+                 refuses writes, answered 503)"
             ),
         ))),
     }
 }
 
-/// `maxmemory_policy` of an `INFO memory` answer.
-fn eviction_policy(info: &str) -> Option<&str> {
-    info.lines()
-        .find_map(|l| l.strip_prefix("maxmemory_policy:"))
-        .map(str::trim)
+/// A field of an `INFO` answer.
+fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+    info.lines().find_map(|l| {
+        l.strip_prefix(name)
+            .and_then(|r| r.strip_prefix(':'))
+            .map(str::trim)
+    })
 }
 
 impl RedisStore {
