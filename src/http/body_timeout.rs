@@ -23,11 +23,14 @@ use tokio::time::{sleep, Sleep};
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 pin_project! {
-    /// `body`, failing with [`BodyTimedOut`] once a frame has been awaited for `timeout`.
+    /// `body`, failing with [`BodyTimedOut`] once a frame has been awaited for `timeout`
+    /// ([`BodyTimeout::new`]), or once the rest of the body has ([`BodyTimeout::whole`]).
     pub struct BodyTimeout<B> {
         timeout: Duration,
-        // Running only while the body is pending: made at the first read that found
-        // nothing, dropped as soon as a frame (or the end) came.
+        // The limit is the whole body's, not each frame's.
+        whole: bool,
+        // Made at the first read that found nothing; dropped as soon as a frame (or the
+        // end) came, unless the limit is the whole body's.
         #[pin]
         sleep: Option<Sleep>,
         #[pin]
@@ -36,11 +39,23 @@ pin_project! {
 }
 
 impl<B> BodyTimeout<B> {
+    /// The limit applies to each wait for a frame (an upload may take as long as it needs
+    /// while it keeps coming).
     pub fn new(timeout: Duration, body: B) -> Self {
         BodyTimeout {
             timeout,
+            whole: false,
             sleep: None,
             body,
+        }
+    }
+
+    /// The limit applies to the whole body, from the first read that found nothing: a
+    /// body trickled a byte at a time, each within a per-frame limit, is cut off too.
+    pub fn whole(timeout: Duration, body: B) -> Self {
+        BodyTimeout {
+            whole: true,
+            ..Self::new(timeout, body)
         }
     }
 }
@@ -59,7 +74,9 @@ where
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let mut this = self.project();
         if let Poll::Ready(frame) = this.body.poll_frame(cx) {
-            this.sleep.set(None);
+            if !*this.whole {
+                this.sleep.set(None);
+            }
             return Poll::Ready(frame.map(|r| r.map_err(Into::into)));
         }
         if this.sleep.is_none() {
@@ -170,6 +187,44 @@ mod tests {
             Some("data was not received within the designated timeout")
         );
         drop(tx);
+    }
+
+    /// With the whole body's limit, frames that each come in time but add up to more than
+    /// the limit fail all the same (a trickle).
+    #[tokio::test(start_paused = true)]
+    async fn a_trickle_past_the_whole_limit_fails() {
+        let limit = Duration::from_millis(100);
+        let (tx, inner) = channel_body();
+        let mut body = Box::pin(BodyTimeout::whole(limit, inner));
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            while let Some(frame) = body.frame().await {
+                match frame {
+                    Ok(f) => got.extend_from_slice(&f.into_data().unwrap()),
+                    Err(e) => return (got, Some(e.to_string())),
+                }
+            }
+            (got, None)
+        });
+        for chunk in [&b"ab"[..], b"cd", b"ef"] {
+            tokio::time::sleep(limit / 2 - Duration::from_millis(5)).await;
+            if tx
+                .send(Ok(Frame::data(Bytes::from_static(chunk))))
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+        let (got, err) = reader.await.unwrap();
+        assert_eq!(
+            got, b"abcd",
+            "two frames came in time, the third after the limit"
+        );
+        assert_eq!(
+            err.as_deref(),
+            Some("data was not received within the designated timeout")
+        );
     }
 
     /// A body that ends in time is read whole, and the timer of its last wait is gone.

@@ -174,7 +174,7 @@ where
                     inner.call(req)
                 } else {
                     let timeout = limits.body_timeout;
-                    let req = req.map(|body| Body::new(BodyTimeout::new(timeout, body)));
+                    let req = req.map(|body| Body::new(BodyTimeout::whole(timeout, body)));
                     DefaultBodyLimit::max(limits.max_body_bytes as usize)
                         .layer(inner)
                         .call(req)
