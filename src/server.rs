@@ -389,6 +389,10 @@ async fn serve(
     builder.http1().header_read_timeout(None);
     builder
         .http2()
+        // nginx's `http2_max_concurrent_streams`, where hyper's default is 200: each stream
+        // a client holds without reading its answer (a window never opened) keeps its
+        // answer, and in gateway mode a connection to the site, for as long as it likes.
+        .max_concurrent_streams(128)
         .timer(TokioTimer::new())
         .keep_alive_interval(settings.connections.header_timeout)
         .keep_alive_timeout(settings.connections.header_timeout);

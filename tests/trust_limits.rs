@@ -657,8 +657,16 @@ async fn an_idle_http2_connection_is_closed() {
             break true;
         }
         match (head[3], head[4]) {
-            // SETTINGS: acknowledge.
-            (4, 0) => c.write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0]).await.unwrap(),
+            // SETTINGS: acknowledge. The server's allows at most 128 streams at once, as
+            // nginx does (hyper's default is 200): each held stream holds its answer.
+            (4, 0) => {
+                let streams = payload
+                    .chunks(6)
+                    .find(|s| s[..2] == [0, 3])
+                    .map(|s| u32::from_be_bytes([s[2], s[3], s[4], s[5]]));
+                assert_eq!(streams, Some(128), "SETTINGS_MAX_CONCURRENT_STREAMS");
+                c.write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0]).await.unwrap()
+            }
             // PING: answer, as a live client would.
             (6, 0) => {
                 let mut ack = vec![0, 0, 8, 6, 1, 0, 0, 0, 0];
