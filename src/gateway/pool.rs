@@ -513,17 +513,24 @@ mod tests {
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
-    /// An upload is not timed: a slow client's body may take longer than the head timeout,
-    /// and the origin answers once it has all of it.
-    #[tokio::test]
-    async fn a_slow_upload_outlasts_the_head_timeout() {
+    /// A pool to an origin that answers the length of each request's body.
+    async fn counting_origin() -> std::sync::Arc<Pool> {
         let origin =
             axum::Router::new().fallback(|body: Bytes| async move { body.len().to_string() });
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(l, origin).await.unwrap() });
         let authority: axum::http::uri::Authority = addr.to_string().parse().unwrap();
-        let pool = Pool::new(&authority, 2).with_head_timeout(Duration::from_millis(200));
+        Pool::new(&authority, 2)
+    }
+
+    /// An upload is not timed: a slow client's body may take longer than the head timeout,
+    /// and the origin answers once it has all of it.
+    #[tokio::test]
+    async fn a_slow_upload_outlasts_the_head_timeout() {
+        let pool = counting_origin()
+            .await
+            .with_head_timeout(Duration::from_millis(200));
         // Four parts, 150 ms apart: 600 ms of upload against a 200 ms head timeout.
         let chunks = futures_util::stream::unfold(0, |i| async move {
             if i == 4 {
@@ -547,13 +554,9 @@ mod tests {
     /// (not the origin's), instead of holding both connections for ever.
     #[tokio::test]
     async fn a_stalled_upload_is_given_up_on() {
-        let origin =
-            axum::Router::new().fallback(|body: Bytes| async move { body.len().to_string() });
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(l, origin).await.unwrap() });
-        let authority: axum::http::uri::Authority = addr.to_string().parse().unwrap();
-        let pool = Pool::new(&authority, 2).with_upload_idle(Duration::from_millis(300));
+        let pool = counting_origin()
+            .await
+            .with_upload_idle(Duration::from_millis(300));
         use futures_util::StreamExt as _;
         // One part, then nothing ever again (the client went quiet mid-upload).
         let chunks = futures_util::stream::once(async {

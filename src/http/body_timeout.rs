@@ -154,6 +154,23 @@ mod tests {
         (tx, StreamBody::new(Box::pin(stream)))
     }
 
+    /// Reads `body` to its end or its first error: the data, and the error's words.
+    async fn read_all<B>(body: BodyTimeout<B>) -> (Vec<u8>, Option<String>)
+    where
+        B: HttpBody<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        let mut body = Box::pin(body);
+        let mut got = Vec::new();
+        while let Some(frame) = body.frame().await {
+            match frame {
+                Ok(f) => got.extend_from_slice(&f.into_data().unwrap()),
+                Err(e) => return (got, Some(e.to_string())),
+            }
+        }
+        (got, None)
+    }
+
     /// The limit runs per frame awaited, from the read that found nothing, and starts again
     /// after each frame: frames spaced under it all pass, a gap over it fails with the
     /// words the 400 answer quotes.
@@ -161,17 +178,7 @@ mod tests {
     async fn a_gap_between_frames_longer_than_the_limit_fails() {
         let limit = Duration::from_millis(100);
         let (tx, inner) = channel_body();
-        let mut body = Box::pin(BodyTimeout::new(limit, inner));
-        let reader = tokio::spawn(async move {
-            let mut got = Vec::new();
-            while let Some(frame) = body.frame().await {
-                match frame {
-                    Ok(f) => got.extend_from_slice(&f.into_data().unwrap()),
-                    Err(e) => return (got, Some(e.to_string())),
-                }
-            }
-            (got, None)
-        });
+        let reader = tokio::spawn(read_all(BodyTimeout::new(limit, inner)));
         for chunk in [&b"ab"[..], b"cd", b"ef"] {
             tokio::time::sleep(limit - Duration::from_millis(10)).await;
             tx.send(Ok(Frame::data(Bytes::from_static(chunk))))
@@ -195,17 +202,7 @@ mod tests {
     async fn a_trickle_past_the_whole_limit_fails() {
         let limit = Duration::from_millis(100);
         let (tx, inner) = channel_body();
-        let mut body = Box::pin(BodyTimeout::whole(limit, inner));
-        let reader = tokio::spawn(async move {
-            let mut got = Vec::new();
-            while let Some(frame) = body.frame().await {
-                match frame {
-                    Ok(f) => got.extend_from_slice(&f.into_data().unwrap()),
-                    Err(e) => return (got, Some(e.to_string())),
-                }
-            }
-            (got, None)
-        });
+        let reader = tokio::spawn(read_all(BodyTimeout::whole(limit, inner)));
         for chunk in [&b"ab"[..], b"cd", b"ef"] {
             tokio::time::sleep(limit / 2 - Duration::from_millis(5)).await;
             if tx

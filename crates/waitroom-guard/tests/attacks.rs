@@ -134,6 +134,19 @@ async fn call(app: &Router, path: &str, token: Option<&str>) -> (StatusCode, Str
     (status, String::from_utf8(body.to_vec()).unwrap())
 }
 
+/// `n` requests with `token` at once: every one passes.
+async fn all_pass(app: &Router, token: &str, n: usize) {
+    let calls: Vec<_> = (0..n)
+        .map(|_| {
+            let (app, token) = (app.clone(), token.to_string());
+            tokio::spawn(async move { call(&app, "/book", Some(&token)).await.0 })
+        })
+        .collect();
+    for c in calls {
+        assert_eq!(c.await.unwrap(), StatusCode::OK);
+    }
+}
+
 /// A refusal: 401 with `ACCESS_DENIED`, whose message names `what`.
 fn assert_denied((status, body): (StatusCode, String), what: &str) {
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
@@ -356,15 +369,7 @@ async fn stale_keys_keep_verifying_while_the_jwks_fails() {
     );
     // Nor the requests that come while that refresh hangs.
     let started = std::time::Instant::now();
-    let calls: Vec<_> = (0..20)
-        .map(|_| {
-            let (app, token) = (app.clone(), token.clone());
-            tokio::spawn(async move { call(&app, "/book", Some(&token)).await.0 })
-        })
-        .collect();
-    for c in calls {
-        assert_eq!(c.await.unwrap(), StatusCode::OK);
-    }
+    all_pass(&app, &token, 20).await;
     assert!(
         started.elapsed() < Duration::from_secs(2),
         "{:?}",
@@ -405,15 +410,7 @@ async fn requests_during_a_fetch_wait_for_it() {
     let url = keys.serve().await;
     let app = site(Verifier::from_url(url.parse().unwrap()));
     let token = sign_with(&good, "k1", &claims("concert", now() + 600));
-    let calls: Vec<_> = (0..50)
-        .map(|_| {
-            let (app, token) = (app.clone(), token.clone());
-            tokio::spawn(async move { call(&app, "/book", Some(&token)).await.0 })
-        })
-        .collect();
-    for c in calls {
-        assert_eq!(c.await.unwrap(), StatusCode::OK);
-    }
+    all_pass(&app, &token, 50).await;
     assert_eq!(keys.fetches.load(Ordering::SeqCst), 1);
 }
 
