@@ -197,7 +197,8 @@ impl Gateway {
         let secure =
             self.state.gates.secure_cookies || gate::is_https(&self.guard, peer, req.headers());
         let place = connection::place_of(self, conn.map(|c| &c.last), &gate, req.headers());
-        let join = !gate::cross_site_subresource(req.headers());
+        let headers = req.headers();
+        let join = || !gate::cross_site_subresource(headers);
         let admission = gate::admit(&self.state, &self.guard, &gate, place, client, join).await;
         match admission {
             Err(e) => {

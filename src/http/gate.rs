@@ -319,15 +319,15 @@ pub fn not_a_visit() -> AppError {
 }
 
 /// The one decision for a request to a gated path (see the module documentation), for the
-/// place its cookie names ([`cookie_place`]). With `join`, a person without a live place
-/// gets a new one.
+/// place its cookie names ([`cookie_place`]). A person without a live place gets a new one
+/// if `join` says so (asked only then: most requests carry a live session).
 pub async fn admit(
     state: &AppState,
     guard: &Guard,
     gate: &Gate,
     place: Option<PlaceKey>,
     client: Option<IpAddr>,
-    join: bool,
+    join: impl FnOnce() -> bool,
 ) -> AppResult<Admission> {
     let event_id = &*gate.event_id;
     let now = state.clock.now();
@@ -360,7 +360,7 @@ pub async fn admit(
             Err(e) => return Err(e.into()),
         }
     }
-    if !join {
+    if !join() {
         return Ok(Admission::Absent);
     }
     let config = state.events.config(event_id, now).await?;
@@ -588,7 +588,7 @@ pub async fn gate(
     };
     if session.is_none() {
         let place = cookie_place(&state, &gate, &headers);
-        session = match admit(&state, &caller.guard, &gate, place, caller.ip, false).await {
+        session = match admit(&state, &caller.guard, &gate, place, caller.ip, || false).await {
             Ok(Admission::Active { session, .. }) => Some(session),
             Ok(Admission::Waiting { .. } | Admission::Absent) => None,
             // A waiting place polling too fast: not let in, sent to the waiting room as any
@@ -685,7 +685,7 @@ pub async fn queue_page(
     let secure = state.gates.secure_cookies || is_https(&caller.guard, peer, &headers);
     let ret = ascii_location(safe_return(q.ret.as_deref().unwrap_or("/")));
     let place = cookie_place(&state, &gate, &headers);
-    let join = !cross_site_subresource(&headers);
+    let join = || !cross_site_subresource(&headers);
     let admission = match admit(&state, &caller.guard, &gate, place, caller.ip, join).await {
         Ok(a) => a,
         Err(e) => return Ok(refusal(&state, &event_id, e, !asks_html(&headers)).await),
