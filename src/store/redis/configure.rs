@@ -1,0 +1,134 @@
+//! `put_event` and `update_event` on Redis: the settings read, patched and validated
+//! here, then written by the script only if nobody changed them meanwhile (optimistic, no
+//! lock held), and the event listed for every node's scheduler.
+
+use std::time::Duration;
+
+use super::*;
+
+impl Inner {
+    /// Writes `patch` over the event's stored settings (over the defaults when `create` and
+    /// the event does not exist; `EventNotFound` when not `create` and it does not).
+    pub(super) async fn configure(
+        &self,
+        event_id: &str,
+        patch: &EventPatch,
+        now: Millis,
+        create: bool,
+    ) -> StoreResult<EventConfig> {
+        validate_event_id(event_id)?;
+        let s = self;
+        let meta = &s.keys(event_id)[0];
+        let mut conn = s.connection().await?;
+        for _ in 0..PUT_ATTEMPTS {
+            // Read, apply and validate here; the script then writes only if nobody changed
+            // the settings in between (optimistic: updates are rare, and no lock is held).
+            let (cfg, ver): (Option<String>, Option<u64>) = s
+                .bounded(async {
+                    redis::cmd("HMGET")
+                        .arg(meta)
+                        .arg("cfg")
+                        .arg("ver")
+                        .query_async(&mut conn)
+                        .await
+                })
+                .await?;
+            let base = match &cfg {
+                Some(json) => {
+                    serde_json::from_str(json).map_err(|_| Malformed("a config in JSON"))?
+                }
+                None if create => EventConfig::default(),
+                // Missing, or deleted since the last attempt read it: an update never
+                // creates (the script's version check refuses a write over a deletion,
+                // and this refuses to retry it as a creation).
+                None => return Err(QueueError::EventNotFound.into()),
+            };
+            let config = patch.apply(event_id, &base, now)?;
+            // The version the script must still find: 0 for "must not exist yet". Every
+            // stored config has one of at least 1, so an update can never pass for a creation.
+            let expected = match (&cfg, ver) {
+                (None, _) => 0,
+                (Some(_), Some(v)) if v > 0 => v,
+                (Some(_), _) => return Err(Malformed("a config version").into()),
+            };
+            if expected == 0 {
+                // Listed before it exists, so the scheduler of every node finds it.
+                s.bounded(
+                    redis::cmd("SADD")
+                        .arg(&s.events_key)
+                        .arg(event_id)
+                        .query_async::<i64>(&mut conn),
+                )
+                .await?;
+            }
+            let json = serde_json::to_string(&config).expect("config serialises");
+            let ms = |sec: u32| (u64::from(sec) * 1000).to_string();
+            let nums = [
+                expected.to_string(),
+                json,
+                config.capacity().to_string(),
+                config.admit_per_minute.unwrap_or(0).to_string(),
+                ms(config.ready_ttl_sec),
+                ms(config.session_idle_sec),
+                ms(config.session_max_sec),
+                ms(config.waiting_idle_sec),
+                config.max_queue_length.unwrap_or(0).to_string(),
+                u8::from(config.paused).to_string(),
+                u8::from(config.accept_joins).to_string(),
+                u8::from(config.access == Access::Invite).to_string(),
+                config.opens_at.unwrap_or(0).to_string(),
+                config.queueing_method.number().to_string(),
+            ];
+            let secrets = config
+                .event_secret
+                .map(|s| (s.shuffle_seed(), s.lottery_key()));
+            let mut args: Vec<&[u8]> = nums.iter().map(|a| a.as_bytes()).collect();
+            match &secrets {
+                Some((seed, key)) => args.extend([&seed[..], &key[..]]),
+                None => args.extend([&b""[..], &b""[..]]),
+            }
+            // The end of the sale (`core::lifecycle`): closes_at (ms, 0: none), ended.
+            let end = [
+                config.closes_at.unwrap_or(0).to_string(),
+                u8::from(config.ended.is_some()).to_string(),
+            ];
+            args.extend(end.iter().map(|a| a.as_bytes()));
+            let r = s.run(event_id, "put", now, &args, None).await?;
+            match &r.code[..] {
+                OK => {
+                    if expected == 0 {
+                        // Listed again now that it exists: a deletion of the same id whose
+                        // SREM (and its check that nothing was re-created) fell between the
+                        // listing above and this creation left it unlisted, so no node's
+                        // scheduler or list ever saw it. A listed id that is gone again is
+                        // skipped by the lists, as one listed just before it is created.
+                        s.bounded(
+                            redis::cmd("SADD")
+                                .arg(&s.events_key)
+                                .arg(event_id)
+                                .query_async::<i64>(&mut conn),
+                        )
+                        .await?;
+                    }
+                    s.tell(vec![Notice::EventChanged {
+                        event_id: event_id.into(),
+                    }]);
+                    return Ok(config);
+                }
+                CONFLICT => {
+                    // Another change won: a short random pause spreads the retries of many
+                    // racing updates, so each gets its turn within the attempts.
+                    let pause = 1 + crate::tokens::random_u128() % 4;
+                    tokio::time::sleep(Duration::from_millis(pause as u64)).await;
+                    continue;
+                }
+                SCHEDULE_LOCKED => return Err(invalid(crate::core::queue::SCHEDULE_LOCKED)),
+                REOPEN_LOCKED => return Err(invalid(crate::core::lifecycle::REOPEN_LOCKED)),
+                other => return Err(unexpected(other)),
+            }
+        }
+        Err(StoreError::Unavailable(
+            "the event's settings kept changing under concurrent updates".into(),
+        ))
+    }
+}
