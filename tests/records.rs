@@ -636,3 +636,74 @@ async fn history_and_audit_survive_a_restart_on_the_embedded_store() {
     assert_eq!(r.status(), reqwest::StatusCode::NOT_FOUND);
     node.stop().await;
 }
+
+/// Racing admin changes of one event (deletes, updates that may re-create, pauses) are
+/// recorded in the order they took effect, each labelled by the state it found: walking
+/// the list from the oldest, a `create` comes only when the event did not exist, an
+/// `update` or a `pause` only when it did, and the last entry agrees with whether the event
+/// exists now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_changes_are_recorded_in_the_order_they_took_effect() {
+    let app = app();
+    for round in 0..100 {
+        let id = format!("r{round}");
+        let base = format!("/api/v1/admin/events/{id}");
+        admin(&app, Method::PUT, &base, Some(json!({}))).await;
+        let calls: Vec<_> = (0..9)
+            .map(|i| {
+                let router = app.router.clone();
+                let (method, uri, body) = match i % 3 {
+                    0 => (Method::DELETE, base.clone(), None),
+                    1 => (Method::PUT, base.clone(), Some(json!({"max_active": 7}))),
+                    _ => (Method::POST, format!("{base}/pause"), None),
+                };
+                tokio::spawn(async move {
+                    let mut b = Request::builder()
+                        .method(method)
+                        .uri(uri)
+                        .header(header::AUTHORIZATION, format!("Bearer {ADMIN}"));
+                    let body = match body {
+                        Some(v) => {
+                            b = b.header(header::CONTENT_TYPE, "application/json");
+                            Body::from(v.to_string())
+                        }
+                        None => Body::empty(),
+                    };
+                    router
+                        .oneshot(b.body(body).unwrap())
+                        .await
+                        .unwrap()
+                        .status()
+                })
+            })
+            .collect();
+        for c in calls {
+            let status = c.await.unwrap();
+            assert!(
+                status == StatusCode::OK || status == StatusCode::NOT_FOUND,
+                "{status}"
+            );
+        }
+        let exists = call(&app, Method::GET, &base, Some(ADMIN), None)
+            .await
+            .status
+            == StatusCode::OK;
+        let entries = audit(&app, &format!("?event={id}")).await;
+        let mut live = false;
+        for e in entries.iter().rev() {
+            let action = e["action"].as_str().unwrap();
+            match action {
+                "create" => {
+                    assert!(!live, "{id}: a create over a live event: {entries:?}");
+                    live = true;
+                }
+                "delete" => {
+                    assert!(live, "{id}: a delete of no event: {entries:?}");
+                    live = false;
+                }
+                _ => assert!(live, "{id}: {action} of no event: {entries:?}"),
+            }
+        }
+        assert_eq!(live, exists, "{id}: {entries:?}");
+    }
+}

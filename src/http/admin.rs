@@ -88,6 +88,7 @@ pub async fn put_event(
 ) -> AppResult<Json<EventSettings>> {
     let id = event_id(path)?;
     let patch = patch.unwrap_or_default();
+    let _one = records::one_change_at_a_time(&id).await;
     // The settings before, for the audit's old → new. Read just before the change: an
     // update by another admin in between would show as part of this one.
     let before = match state.store.get_event(&id, state.clock.now()).await {
@@ -136,6 +137,7 @@ pub async fn delete_event(
     _: NoBody,
 ) -> AppResult<Json<Deleted>> {
     let id = event_id(path)?;
+    let _one = records::one_change_at_a_time(&id).await;
     state.store.delete_event(&id).await?;
     records::audit(&state, &caller, Action::Delete, &id, Vec::new(), None).await;
     Ok(Json(Deleted {
@@ -156,6 +158,7 @@ async fn set_paused(
         paused: Some(paused),
         ..EventPatch::default()
     };
+    let _one = records::one_change_at_a_time(id).await;
     let config = state
         .store
         .update_event(id, &patch, state.clock.now())
@@ -233,6 +236,7 @@ pub async fn create_invites(
         )));
     }
     let codes: Vec<String> = (0..body.count).map(|_| tokens::invite_code()).collect();
+    let _one = records::one_change_at_a_time(&id).await;
     state
         .store
         .add_invites(&id, &codes, state.clock.now())
@@ -267,6 +271,7 @@ pub async fn clear(
     _: NoBody,
 ) -> AppResult<Json<Cleared>> {
     let id = event_id(path)?;
+    let _one = records::one_change_at_a_time(&id).await;
     let n = state.store.clear(&id, state.clock.now()).await?;
     records::audit(&state, &caller, Action::Clear, &id, Vec::new(), Some(n)).await;
     Ok(Json(Cleared { cleared: n }))

@@ -73,6 +73,7 @@ pub async fn announce(
     AppJson(body): AppJson<AnnounceBody>,
 ) -> AppResult<Json<Announced>> {
     let id = event_id(path)?;
+    let _one = records::one_change_at_a_time(&id).await;
     let message = needed_message(&body.message)?;
     let a = Announcement {
         message,
@@ -102,6 +103,7 @@ pub async fn clear_announcement(
     _: NoBody,
 ) -> AppResult<Json<Announced>> {
     let id = event_id(path)?;
+    let _one = records::one_change_at_a_time(&id).await;
     let patch = EventPatch {
         announcement: Some(None),
         ..EventPatch::default()
@@ -130,6 +132,7 @@ pub async fn end(
     // Checked like an announcement's (API.md): given, it needs a text, so `{}` or blank
     // texts are refused rather than read as "no message" on a call that cannot be undone.
     let message = body.message.as_ref().map(needed_message).transpose()?;
+    let _one = records::one_change_at_a_time(&id).await;
     let now = state.clock.now();
     // Read before: once ended, the scheduler may remove the places at any moment.
     let before = state.store.get_event(&id, now).await?;

@@ -24,6 +24,25 @@ pub const DEFAULT_AUDIT_LIMIT: usize = 100;
 /// Longest `step` of a history, in seconds (one sample a day).
 pub const MAX_STEP_SEC: u64 = 86_400;
 
+/// Admin changes of one event, one at a time on this node: what a change reads first (the
+/// settings before, for the audit), the change itself and its audit entry happen together,
+/// so entries are listed in the order their changes took effect and a racing change cannot
+/// make an update read as a creation. Locks by a hash of the event id, 64 of them, so the
+/// table never grows; two events sharing one only wait for each other's admin calls.
+pub async fn one_change_at_a_time(event_id: &str) -> tokio::sync::MutexGuard<'static, ()> {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    static LOCKS: std::sync::LazyLock<(std::hash::RandomState, Vec<tokio::sync::Mutex<()>>)> =
+        std::sync::LazyLock::new(|| {
+            (
+                std::hash::RandomState::new(),
+                (0..64).map(|_| tokio::sync::Mutex::new(())).collect(),
+            )
+        });
+    let mut h = LOCKS.0.build_hasher();
+    event_id.hash(&mut h);
+    LOCKS.1[(h.finish() % 64) as usize].lock().await
+}
+
 /// Records a change that happened: one log line and one audit entry (see [`crate::audit`]).
 pub async fn audit(
     state: &AppState,

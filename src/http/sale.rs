@@ -108,6 +108,7 @@ pub async fn put_inventory(
 ) -> AppResult<Json<InventoryAdded>> {
     let id = event_id_of(path)?;
     validate_items(&body.items)?;
+    let _one = records::one_change_at_a_time(&id).await;
     let (added, counts) = state
         .store
         .put_inventory(&id, &body.items, state.clock.now())
