@@ -30,7 +30,7 @@ pub const MAX_STEP_SEC: u64 = 86_400;
 /// make an update read as a creation. Locks by a hash of the event id, 64 of them, so the
 /// table never grows; two events sharing one only wait for each other's admin calls.
 pub async fn one_change_at_a_time(event_id: &str) -> tokio::sync::MutexGuard<'static, ()> {
-    use std::hash::{BuildHasher, Hash, Hasher};
+    use std::hash::BuildHasher;
     static LOCKS: std::sync::LazyLock<(std::hash::RandomState, Vec<tokio::sync::Mutex<()>>)> =
         std::sync::LazyLock::new(|| {
             (
@@ -38,9 +38,9 @@ pub async fn one_change_at_a_time(event_id: &str) -> tokio::sync::MutexGuard<'st
                 (0..64).map(|_| tokio::sync::Mutex::new(())).collect(),
             )
         });
-    let mut h = LOCKS.0.build_hasher();
-    event_id.hash(&mut h);
-    LOCKS.1[(h.finish() % 64) as usize].lock().await
+    LOCKS.1[(LOCKS.0.hash_one(event_id) % 64) as usize]
+        .lock()
+        .await
 }
 
 /// Records a change that happened: one log line and one audit entry (see [`crate::audit`]).
