@@ -30,7 +30,9 @@ use crate::store::embedded::EmbeddedStore;
 use crate::store::redis::{RedisOptions, RedisStore};
 use crate::store::Store;
 use crate::tokens;
+use activity::{Activity, Closing, Tracked};
 
+mod activity;
 mod caps;
 mod threads;
 
@@ -436,13 +438,12 @@ async fn serve(
                     let busy = activity.busy();
                     async move {
                         let res: axum::response::Response = answer.await?;
-                        Ok::<_, std::convert::Infallible>(
-                            res.map(|body| Tracked { body, _busy: busy }),
-                        )
+                        Ok::<_, std::convert::Infallible>(res.map(|body| Tracked::new(body, busy)))
                     }
                 })
         };
         let header_timeout = settings.connections.header_timeout;
+        let stall_timeout = settings.connections.stall_timeout;
         let gateway = gateway.clone();
         let builder = builder.clone();
         let mut stop = stop_rx.clone();
@@ -475,7 +476,7 @@ async fn serve(
             let closer = async {
                 tokio::select! {
                     biased;
-                    () = activity.idle_for(header_timeout) => Closing::Idle,
+                    why = activity.watch(header_timeout, stall_timeout) => why,
                     _ = stop.wait_for(|s| *s) => Closing::Shutdown,
                 }
             };
@@ -504,6 +505,12 @@ async fn serve(
                 if let Poll::Ready(why) = closer_woken.poll(closer.as_mut(), cx) {
                     if why == Closing::Idle && version == Version::Http1 && !activity.had_requests()
                     {
+                        return Poll::Ready(Ok(()));
+                    }
+                    // A client that stopped reading: nothing more can be written to it, a
+                    // `GOAWAY` included, so it is dropped rather than asked to close.
+                    if why == Closing::Stalled {
+                        tracing::debug!(%peer, "connection dropped: its answers stopped moving");
                         return Poll::Ready(Ok(()));
                     }
                     closing = true;
@@ -548,82 +555,6 @@ async fn serve(
     Ok(())
 }
 
-/// Why a connection's closer fired.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Closing {
-    /// No request in flight for the header timeout.
-    Idle,
-    /// The server is shutting down.
-    Shutdown,
-}
-
-/// One connection's requests: how many are in flight, when the last one ended, and
-/// whether there ever was one.
-#[derive(Clone)]
-struct Activity(Arc<parking_lot::Mutex<Requests>>);
-
-struct Requests {
-    in_flight: usize,
-    since: tokio::time::Instant,
-    any: bool,
-}
-
-impl Activity {
-    fn new() -> Self {
-        Activity(Arc::new(parking_lot::Mutex::new(Requests {
-            in_flight: 0,
-            since: tokio::time::Instant::now(),
-            any: false,
-        })))
-    }
-
-    /// One more request in flight, until the returned value is dropped.
-    fn busy(&self) -> Busy {
-        let mut r = self.0.lock();
-        r.in_flight += 1;
-        r.any = true;
-        drop(r);
-        Busy(self.clone())
-    }
-
-    /// Whether a request was ever handed to the service on this connection.
-    fn had_requests(&self) -> bool {
-        self.0.lock().any
-    }
-
-    /// Resolves once no request has been in flight for `limit`.
-    async fn idle_for(&self, limit: Duration) {
-        loop {
-            let (in_flight, since) = {
-                let r = self.0.lock();
-                (r.in_flight, r.since)
-            };
-            let until = since + limit;
-            if in_flight == 0 && tokio::time::Instant::now() >= until {
-                return;
-            }
-            // Busy: look again a timeout later (a request ending resets `since`).
-            let wake = if in_flight == 0 {
-                until
-            } else {
-                tokio::time::Instant::now() + limit
-            };
-            tokio::time::sleep_until(wake).await;
-        }
-    }
-}
-
-/// A request in flight on its connection.
-struct Busy(Activity);
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        let mut r = (self.0).0.lock();
-        r.in_flight -= 1;
-        r.since = tokio::time::Instant::now();
-    }
-}
-
 /// A connection's service: waitroom's own routes through the API's router (`api`), and in
 /// gateway mode every other path straight to the proxy, with no router, no layer and no
 /// request extension on the way (those are the API's; the proxy has its own rules and
@@ -661,7 +592,7 @@ where
                 let (gw, peer, busy) = (gw.clone(), self.peer, self.activity.busy());
                 Either::Right(boxed_in_place(|| async move {
                     let res = gw.serve(req, peer).await;
-                    Ok(res.map(|body| Tracked { body, _busy: busy }))
+                    Ok(res.map(|body| Tracked::new(body, busy)))
                 }))
             }
             _ => Either::Left(self.api.call(req)),
@@ -680,34 +611,6 @@ fn boxed_in_place<F: Future>(make: impl FnOnce() -> F) -> std::pin::Pin<Box<F>> 
     // SAFETY: written just above. (`Box::write` does the same safely, but is newer than
     // the crate's minimum Rust version.)
     Box::into_pin(unsafe { place.assume_init() })
-}
-
-/// A response body that keeps its request counted as in flight until it is done. Handed
-/// to hyper as it is, not boxed again into a `Body`: its polls reach the inner body
-/// through one box, not two.
-pub(crate) struct Tracked {
-    body: axum::body::Body,
-    _busy: Busy,
-}
-
-impl hyper::body::Body for Tracked {
-    type Data = axum::body::Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        self.body.size_hint()
-    }
 }
 
 /// Polls a future only when its own waker fired (and at its first poll), however often the

@@ -721,6 +721,81 @@ async fn an_http2_client_that_never_reads_is_dropped() {
     );
 }
 
+/// An HTTP/2 client that never opens its window keeps an answer it does not read: the
+/// connection is dropped once no answer's body has moved for the stall timeout, though
+/// the client answers every ping (a request in flight kept it open for ever, and with it
+/// the answer, or in gateway mode a connection to the site).
+#[tokio::test]
+async fn an_http2_answer_never_read_is_dropped() {
+    let s = start(|s| {
+        short_timeouts(s);
+        s.connections.stall_timeout = Duration::from_secs(3);
+    })
+    .await;
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    c.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .unwrap();
+    // SETTINGS_INITIAL_WINDOW_SIZE = 0: no answer's DATA may be sent.
+    c.write_all(&[0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0])
+        .await
+        .unwrap();
+    let mut block = vec![0x82, 0x86, 0x04];
+    hpack_string(&mut block, "/metrics");
+    block.push(0x01);
+    hpack_string(&mut block, "localhost");
+    let len = block.len();
+    let mut frame = vec![
+        (len >> 16) as u8,
+        (len >> 8) as u8,
+        len as u8,
+        1,
+        5,
+        0,
+        0,
+        0,
+        1,
+    ];
+    frame.extend_from_slice(&block);
+    c.write_all(&frame).await.unwrap();
+    let started = Instant::now();
+    // Three looks a header timeout (1 s) apart, give or take one: well within 7 s. (Asked
+    // to close instead, it would take the closing grace of 5 s more.)
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(7);
+    let dropped = loop {
+        let mut head = [0u8; 9];
+        let Ok(read) = tokio::time::timeout_at(deadline, c.read_exact(&mut head)).await else {
+            break false;
+        };
+        if read.is_err() {
+            break true;
+        }
+        let len = (usize::from(head[0]) << 16) | (usize::from(head[1]) << 8) | usize::from(head[2]);
+        let mut payload = vec![0u8; len];
+        if c.read_exact(&mut payload).await.is_err() {
+            break true;
+        }
+        match (head[3], head[4]) {
+            (4, 0) => {
+                let _ = c.write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0]).await;
+            }
+            // PING: answered, as a live client would; its window stays shut.
+            (6, 0) => {
+                let mut ack = vec![0, 0, 8, 6, 1, 0, 0, 0, 0];
+                ack.extend_from_slice(&payload);
+                let _ = c.write_all(&ack).await;
+            }
+            _ => {}
+        }
+    };
+    assert!(dropped, "an answer never read held its connection 7 s");
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "dropped too soon: {:?}",
+        started.elapsed()
+    );
+}
+
 /// An HTTP/2 string literal (no Huffman coding): its length as a 7-bit-prefix integer.
 fn hpack_string(out: &mut Vec<u8>, s: &str) {
     let mut n = s.len();

@@ -75,6 +75,11 @@ pub struct ConnectionSettings {
     pub max_connections: Option<usize>,
     /// Most open connections from one client address (not applied to trusted proxies).
     pub max_connections_per_client: usize,
+    /// How long every answer in flight on a connection may go without its body moving on
+    /// (the client not reading it) before the connection is dropped; looked at once a
+    /// header timeout. Not a setting of its own: a minute, as nginx's `send_timeout`, and
+    /// well past the live streams' pings (15 s). Shorter in tests.
+    pub stall_timeout: Duration,
 }
 
 impl Default for ConnectionSettings {
@@ -84,6 +89,7 @@ impl Default for ConnectionSettings {
             body_timeout: Duration::from_secs(10),
             max_connections: None,
             max_connections_per_client: 256,
+            stall_timeout: Duration::from_secs(60),
         }
     }
 }

@@ -1,0 +1,164 @@
+//! What a connection's closer watches: how many of its requests are in flight, when the
+//! last one ended, and whether its answers' bodies still move.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why a connection's closer fired.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Closing {
+    /// No request in flight for the header timeout.
+    Idle,
+    /// Every request in flight was answered, and no answer's body moved on for the stall
+    /// timeout (`ConnectionSettings::stall_timeout`): the client stopped reading (an HTTP/2 window it
+    /// never opens, a socket it never reads). The connection is dropped outright: nothing
+    /// more can be written to it, a `GOAWAY` included.
+    Stalled,
+    /// The server is shutting down.
+    Shutdown,
+}
+
+/// One connection's requests.
+#[derive(Clone)]
+pub(super) struct Activity(Arc<Shared>);
+
+struct Shared {
+    requests: parking_lot::Mutex<Requests>,
+    /// Requests whose answer's head is out and whose body is being sent.
+    answered: AtomicUsize,
+    /// Frames of answer bodies handed to the connection so far: progress, without a clock.
+    frames: AtomicU64,
+}
+
+struct Requests {
+    in_flight: usize,
+    since: tokio::time::Instant,
+    any: bool,
+}
+
+impl Activity {
+    pub(super) fn new() -> Self {
+        Activity(Arc::new(Shared {
+            requests: parking_lot::Mutex::new(Requests {
+                in_flight: 0,
+                since: tokio::time::Instant::now(),
+                any: false,
+            }),
+            answered: AtomicUsize::new(0),
+            frames: AtomicU64::new(0),
+        }))
+    }
+
+    /// One more request in flight, until the returned value is dropped.
+    pub(super) fn busy(&self) -> Busy {
+        let mut r = self.0.requests.lock();
+        r.in_flight += 1;
+        r.any = true;
+        drop(r);
+        Busy(self.clone())
+    }
+
+    /// Whether a request was ever handed to the service on this connection.
+    pub(super) fn had_requests(&self) -> bool {
+        self.0.requests.lock().any
+    }
+
+    /// Resolves with [`Closing::Idle`] once no request has been in flight for `limit`, or
+    /// with [`Closing::Stalled`] once every request in flight is answered and no answer's
+    /// body has moved on for `stall` (looked at once each `limit`: a frame counter, so no
+    /// clock is read per frame). A request still in its handler (a join waiting for the
+    /// disk, a proxied one waiting for the site or still uploading) is bounded by its own
+    /// timeouts, so it is never counted as stalled. A minute (the default) is well past a
+    /// live stream's pings (15 s); a proxied answer whose site pauses longer is one nginx
+    /// would cut as well (`proxy_read_timeout`).
+    pub(super) async fn watch(&self, limit: Duration, stall: Duration) -> Closing {
+        let looks = (stall.as_millis() / limit.as_millis().max(1)).max(1);
+        let mut seen = u64::MAX;
+        let mut still = 0;
+        loop {
+            let (in_flight, since) = {
+                let r = self.0.requests.lock();
+                (r.in_flight, r.since)
+            };
+            let until = since + limit;
+            if in_flight == 0 && tokio::time::Instant::now() >= until {
+                return Closing::Idle;
+            }
+            let frames = self.0.frames.load(Ordering::Relaxed);
+            let answered = self.0.answered.load(Ordering::Relaxed);
+            if in_flight > 0 && answered >= in_flight && frames == seen {
+                still += 1;
+                if still >= looks {
+                    return Closing::Stalled;
+                }
+            } else {
+                still = 0;
+                seen = frames;
+            }
+            // Busy: look again a timeout later (a request ending resets `since`).
+            let wake = if in_flight == 0 {
+                until
+            } else {
+                tokio::time::Instant::now() + limit
+            };
+            tokio::time::sleep_until(wake).await;
+        }
+    }
+}
+
+/// A request in flight on its connection.
+pub(super) struct Busy(Activity);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let mut r = (self.0).0.requests.lock();
+        r.in_flight -= 1;
+        r.since = tokio::time::Instant::now();
+    }
+}
+
+/// A response body that keeps its request counted as in flight until it is done, and
+/// counts its frames as the connection's progress. Handed to hyper as it is, not boxed
+/// again into a `Body`: its polls reach the inner body through one box, not two.
+pub(crate) struct Tracked {
+    body: axum::body::Body,
+    busy: Busy,
+}
+
+impl Tracked {
+    pub(super) fn new(body: axum::body::Body, busy: Busy) -> Self {
+        (busy.0).0.answered.fetch_add(1, Ordering::Relaxed);
+        Tracked { body, busy }
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        (self.busy.0).0.answered.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl hyper::body::Body for Tracked {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let polled = std::pin::Pin::new(&mut self.body).poll_frame(cx);
+        if let std::task::Poll::Ready(Some(Ok(_))) = &polled {
+            (self.busy.0).0.frames.fetch_add(1, Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
