@@ -740,24 +740,7 @@ async fn an_http2_answer_never_read_is_dropped() {
     c.write_all(&[0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0])
         .await
         .unwrap();
-    let mut block = vec![0x82, 0x86, 0x04];
-    hpack_string(&mut block, "/metrics");
-    block.push(0x01);
-    hpack_string(&mut block, "localhost");
-    let len = block.len();
-    let mut frame = vec![
-        (len >> 16) as u8,
-        (len >> 8) as u8,
-        len as u8,
-        1,
-        5,
-        0,
-        0,
-        0,
-        1,
-    ];
-    frame.extend_from_slice(&block);
-    c.write_all(&frame).await.unwrap();
+    c.write_all(&h2_get("/metrics")).await.unwrap();
     let started = Instant::now();
     // Three looks a header timeout (1 s) apart, give or take one: well within 7 s. (Asked
     // to close instead, it would take the closing grace of 5 s more.)
@@ -796,6 +779,30 @@ async fn an_http2_answer_never_read_is_dropped() {
     );
 }
 
+/// An HTTP/2 `GET path` on stream 1, ending the stream: a HEADERS frame (END_STREAM |
+/// END_HEADERS) of GET, http, `:path` and `:authority` as literals with indexed names
+/// (RFC 7541).
+fn h2_get(path: &str) -> Vec<u8> {
+    let mut block = vec![0x82, 0x86, 0x04];
+    hpack_string(&mut block, path);
+    block.push(0x01);
+    hpack_string(&mut block, "localhost");
+    let len = block.len();
+    let mut frame = vec![
+        (len >> 16) as u8,
+        (len >> 8) as u8,
+        len as u8,
+        1,
+        5,
+        0,
+        0,
+        0,
+        1,
+    ];
+    frame.extend_from_slice(&block);
+    frame
+}
+
 /// An HTTP/2 string literal (no Huffman coding): its length as a 7-bit-prefix integer.
 fn hpack_string(out: &mut Vec<u8>, s: &str) {
     let mut n = s.len();
@@ -826,26 +833,9 @@ async fn an_http2_connection_with_an_open_stream_is_not_idle() {
         .await
         .unwrap();
     c.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
-    // GET, http, :path and :authority as literals with indexed names (RFC 7541).
-    let mut block = vec![0x82, 0x86, 0x04];
-    hpack_string(&mut block, &format!("/api/v1/queue/events?token={token}"));
-    block.push(0x01);
-    hpack_string(&mut block, "localhost");
-    let len = block.len();
-    // HEADERS, END_STREAM | END_HEADERS, stream 1.
-    let mut frame = vec![
-        (len >> 16) as u8,
-        (len >> 8) as u8,
-        len as u8,
-        1,
-        5,
-        0,
-        0,
-        0,
-        1,
-    ];
-    frame.extend_from_slice(&block);
-    c.write_all(&frame).await.unwrap();
+    c.write_all(&h2_get(&format!("/api/v1/queue/events?token={token}")))
+        .await
+        .unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
     let mut data = 0;
     loop {

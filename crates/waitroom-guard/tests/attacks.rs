@@ -400,16 +400,22 @@ async fn the_query_parameter_is_read_only_when_configured() {
     assert_denied(call(&with_query, &uri, Some("junk")).await, "malformed");
 }
 
-/// Requests that arrive while the keys are being fetched (a cold start, a slow waitroom)
-/// wait for that fetch instead of answering from the empty cache.
-#[tokio::test]
-async fn requests_during_a_fetch_wait_for_it() {
+/// A site whose JWKS answers in 300 ms, with a token of its key.
+async fn slow_jwks() -> (Keys, Router, String) {
     let keys = Keys::default();
     let good = keys.add("k1", 1);
     keys.delay_ms.store(300, Ordering::SeqCst);
     let url = keys.serve().await;
     let app = site(Verifier::from_url(url.parse().unwrap()));
     let token = sign_with(&good, "k1", &claims("concert", now() + 600));
+    (keys, app, token)
+}
+
+/// Requests that arrive while the keys are being fetched (a cold start, a slow waitroom)
+/// wait for that fetch instead of answering from the empty cache.
+#[tokio::test]
+async fn requests_during_a_fetch_wait_for_it() {
+    let (keys, app, token) = slow_jwks().await;
     all_pass(&app, &token, 50).await;
     assert_eq!(keys.fetches.load(Ordering::SeqCst), 1);
 }
@@ -418,12 +424,7 @@ async fn requests_during_a_fetch_wait_for_it() {
 /// fetch: the next request finds the keys, rather than waiting out the interval.
 #[tokio::test]
 async fn a_fetch_outlives_the_request_that_started_it() {
-    let keys = Keys::default();
-    let good = keys.add("k1", 1);
-    keys.delay_ms.store(300, Ordering::SeqCst);
-    let url = keys.serve().await;
-    let app = site(Verifier::from_url(url.parse().unwrap()));
-    let token = sign_with(&good, "k1", &claims("concert", now() + 600));
+    let (keys, app, token) = slow_jwks().await;
     let gone = tokio::time::timeout(Duration::from_millis(50), call(&app, "/book", Some(&token)));
     assert!(gone.await.is_err(), "the first request is given up");
     tokio::time::sleep(Duration::from_millis(500)).await;

@@ -53,13 +53,7 @@ impl Inner {
             };
             if expected == 0 {
                 // Listed before it exists, so the scheduler of every node finds it.
-                s.bounded(
-                    redis::cmd("SADD")
-                        .arg(&s.events_key)
-                        .arg(event_id)
-                        .query_async::<i64>(&mut conn),
-                )
-                .await?;
+                s.list(&mut conn, event_id).await?;
             }
             let json = serde_json::to_string(&config).expect("config serialises");
             let ms = |sec: u32| (u64::from(sec) * 1000).to_string();
@@ -102,13 +96,7 @@ impl Inner {
                         // listing above and this creation left it unlisted, so no node's
                         // scheduler or list ever saw it. A listed id that is gone again is
                         // skipped by the lists, as one listed just before it is created.
-                        s.bounded(
-                            redis::cmd("SADD")
-                                .arg(&s.events_key)
-                                .arg(event_id)
-                                .query_async::<i64>(&mut conn),
-                        )
-                        .await?;
+                        s.list(&mut conn, event_id).await?;
                     }
                     s.tell(vec![Notice::EventChanged {
                         event_id: event_id.into(),
@@ -130,5 +118,17 @@ impl Inner {
         Err(StoreError::Unavailable(
             "the event's settings kept changing under concurrent updates".into(),
         ))
+    }
+
+    /// Adds `event_id` to the events' list every node's scheduler and lists read.
+    async fn list(&self, conn: &mut super::Conn, event_id: &str) -> StoreResult<()> {
+        self.bounded(
+            redis::cmd("SADD")
+                .arg(&self.events_key)
+                .arg(event_id)
+                .query_async::<i64>(conn),
+        )
+        .await
+        .map(drop)
     }
 }
