@@ -776,3 +776,30 @@ async fn racing_updates_of_one_event_all_succeed() {
         u.await.unwrap().expect("every racing update lands");
     }
 }
+
+/// An event the events' list lost (its Cluster shard back empty, a failover to a replica
+/// that missed it) is listed again by its next change, so the lists and every node's
+/// scheduler see it again.
+#[tokio::test]
+async fn a_change_lists_an_event_the_list_lost() {
+    let options = options();
+    let events_key = format!("{}:events", options.key_prefix);
+    let store: Arc<dyn Store> = Arc::new(RedisStore::new(&shared().url(), options).unwrap());
+    make_event(&store, "kept", serde_json::json!({})).await;
+    support::redis::raw_command(shared().port, &format!("DEL {events_key}")).unwrap();
+    assert!(
+        store.list_events(T0).await.unwrap().is_empty(),
+        "the list lost it"
+    );
+    let patch: waitroom::core::EventPatch =
+        serde_json::from_value(serde_json::json!({ "max_active": 3 })).unwrap();
+    store.update_event("kept", &patch, T0).await.unwrap();
+    let ids: Vec<String> = store
+        .list_events(T0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.event_id)
+        .collect();
+    assert_eq!(ids, ["kept"]);
+}

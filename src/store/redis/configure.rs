@@ -90,14 +90,15 @@ impl Inner {
             let r = s.run(event_id, "put", now, &args, None).await?;
             match &r.code[..] {
                 OK => {
-                    if expected == 0 {
-                        // Listed again now that it exists: a deletion of the same id whose
-                        // SREM (and its check that nothing was re-created) fell between the
-                        // listing above and this creation left it unlisted, so no node's
-                        // scheduler or list ever saw it. A listed id that is gone again is
-                        // skipped by the lists, as one listed just before it is created.
-                        s.list(&mut conn, event_id).await?;
-                    }
+                    // Listed (again) now that it exists, at every change, not only a
+                    // creation: a deletion of the same id whose SREM (and its check that
+                    // nothing was re-created) fell between the listing above and this
+                    // creation left it unlisted, so no node's scheduler or list ever saw
+                    // it; and a list lost with its shard (a Cluster master back empty, a
+                    // failover to a replica that missed it) is mended by a change of each
+                    // event. A listed id that is gone again is skipped by the lists, as one
+                    // listed just before it is created.
+                    s.list(&mut conn, event_id).await?;
                     s.tell(vec![Notice::EventChanged {
                         event_id: event_id.into(),
                     }]);
