@@ -803,3 +803,23 @@ async fn a_change_lists_an_event_the_list_lost() {
         .collect();
     assert_eq!(ids, ["kept"]);
 }
+
+/// A Cluster that lost a master refuses every command while its other nodes still answer
+/// PING: the readiness check says so (`/readyz` answered 200 under `cluster_state:fail`).
+#[tokio::test]
+async fn a_cluster_that_lost_a_master_is_not_ready() {
+    let mut cluster = support::redis::RedisCluster::start();
+    let store = RedisStore::new(&cluster.url(), options()).unwrap();
+    store.ping().await.expect("a whole cluster is ready");
+    cluster.nodes.remove(1).kill();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match store.ping().await {
+            Err(e) if e.to_string().contains("cluster") => break,
+            _ if std::time::Instant::now() > deadline => {
+                panic!("still ready 20 s after a master died")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}

@@ -850,7 +850,20 @@ impl Store for RedisStore {
         let mut conn = s.connection().await?;
         s.bounded(redis::cmd("PING").query_async::<String>(&mut conn))
             .await
-            .map(|_| ())
+            .map(|_| ())?;
+        if matches!(conn, Conn::Cluster(_)) {
+            // A Cluster that lost a master refuses every command (`CLUSTERDOWN`) while its
+            // nodes still answer PING: not ready, as for an unreachable Redis.
+            let info: String = s
+                .bounded(redis::cmd("CLUSTER").arg("INFO").query_async(&mut conn))
+                .await?;
+            if !info.lines().any(|l| l.trim() == "cluster_state:ok") {
+                return Err(StoreError::Unavailable(
+                    "the redis cluster is down (cluster_state is not ok)".into(),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn subscribe(&self) -> broadcast::Receiver<Notice> {
