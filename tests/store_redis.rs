@@ -823,3 +823,85 @@ async fn a_cluster_that_lost_a_master_is_not_ready() {
         }
     }
 }
+
+/// A node started with `--store` naming a Cluster node that later leaves the Cluster
+/// (`redis-cli --cluster del-node`, the process left running): the node goes on, ready and
+/// serving, and its relay still hears the other nodes (it listened on the node that left,
+/// which no longer hears the Cluster's messages).
+#[tokio::test]
+async fn a_node_whose_seed_left_the_cluster_goes_on() {
+    let mut cluster = support::redis::RedisCluster::start();
+    let seed = cluster.add_empty_master();
+    // A master with slots when the nodes start, so they know it as one.
+    cluster.move_slots(0, seed, 100);
+    let opts = options();
+    let a: Arc<dyn Store> =
+        Arc::new(RedisStore::new(&cluster.nodes[seed].url(), opts.clone()).unwrap());
+    let b: Arc<dyn Store> = Arc::new(RedisStore::new(&cluster.url(), opts).unwrap());
+    make_event(&b, "left", serde_json::json!({"max_active": 1})).await;
+    a.ping().await.expect("ready before");
+    b.ping().await.unwrap();
+    let mut on_a = a.subscribe();
+    cluster.move_slots(seed, 0, 100);
+    let _gone = cluster.remove_node(seed);
+
+    // Ready and serving again within the client's own slot refresh, and then for good.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut ready_in_a_row = 0;
+    while ready_in_a_row < 20 {
+        match a.ping().await {
+            Ok(()) => ready_in_a_row += 1,
+            Err(e) => {
+                ready_in_a_row = 0;
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "not ready 20 s after its seed left: {e}"
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let first = join(&a, "left", None, T0).await;
+    assert_eq!(first.status, PlaceState::Admitted);
+
+    // Another node's changes reach this node's followers again (a change made while the
+    // relay was deaf is lost, as any during a gap; the relay then announces `Moved`).
+    let changed = Notice::EventChanged {
+        event_id: "left".into(),
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    'heard: for max_active in 2.. {
+        let patch: waitroom::core::EventPatch =
+            serde_json::from_value(serde_json::json!({ "max_active": max_active })).unwrap();
+        b.update_event("left", &patch, T0).await.unwrap();
+        let next = tokio::time::Instant::now() + Duration::from_millis(500);
+        while let Ok(n) = tokio::time::timeout_at(next, on_a.recv()).await {
+            if n.unwrap() == changed {
+                break 'heard;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the relay did not hear the Cluster again within 20 s"
+        );
+    }
+
+    // And every change of this node reaches the others: none is published to the node
+    // that left (a command without a key goes to any node the client knows).
+    let mut on_b = b.subscribe();
+    for max_active in 100..120 {
+        let patch: waitroom::core::EventPatch =
+            serde_json::from_value(serde_json::json!({ "max_active": max_active })).unwrap();
+        a.update_event("left", &patch, T0).await.unwrap();
+        let within = tokio::time::Instant::now() + Duration::from_secs(3);
+        loop {
+            let n = tokio::time::timeout_at(within, on_b.recv())
+                .await
+                .unwrap_or_else(|_| panic!("change {max_active} did not reach the other node"))
+                .unwrap();
+            if n == changed {
+                break;
+            }
+        }
+    }
+}

@@ -270,31 +270,59 @@ pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
 }
 
+/// A Cluster-enabled server, not yet in any Cluster.
+fn cluster_node() -> RedisServer {
+    RedisServer::launch(
+        free_port(true),
+        &tempfile::tempdir().unwrap().keep(),
+        &[],
+        &[
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "2000",
+        ],
+        true,
+    )
+}
+
+/// Runs `redis-cli --cluster ARGS`, which must succeed.
+fn cluster_cli(args: &[&str]) {
+    let out = Command::new("redis-cli")
+        .arg("--cluster")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("redis-cli runs");
+    assert!(
+        out.status.success(),
+        "redis-cli --cluster {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// Waits until every node agrees on the slots (`redis-cli --cluster check`): resharding
+/// right after a change can find them not agreeing yet and give up.
+fn wait_settled(port: u16) {
+    let node = format!("127.0.0.1:{port}");
+    wait_until("the nodes to agree", Duration::from_secs(30), || {
+        Command::new("redis-cli")
+            .args(["--cluster", "check", &node])
+            .stdin(Stdio::null())
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+}
+
 impl RedisCluster {
     pub fn start() -> RedisCluster {
-        let nodes: Vec<RedisServer> = (0..3)
-            .map(|_| {
-                let port = free_port(true);
-                RedisServer::launch(
-                    port,
-                    &tempfile::tempdir().unwrap().keep(),
-                    &[],
-                    &[
-                        "--save",
-                        "",
-                        "--appendonly",
-                        "no",
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        "nodes.conf",
-                        "--cluster-node-timeout",
-                        "2000",
-                    ],
-                    true,
-                )
-            })
-            .collect();
+        let nodes: Vec<RedisServer> = (0..3).map(|_| cluster_node()).collect();
         for n in &nodes {
             n.wait_ready();
         }
@@ -302,18 +330,10 @@ impl RedisCluster {
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        let out = Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdin(Stdio::null())
-            .output()
-            .expect("redis-cli runs");
-        assert!(
-            out.status.success(),
-            "cluster create failed: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
+        let mut args = vec!["create"];
+        args.extend(addrs.iter().map(String::as_str));
+        args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+        cluster_cli(&args);
         for n in &nodes {
             wait_until(
                 "the cluster state to be ok",
@@ -330,6 +350,60 @@ impl RedisCluster {
     /// The seed URL (any node; the client discovers the others).
     pub fn url(&self) -> String {
         self.nodes[0].url()
+    }
+
+    /// Adds a master without slots; answers its index in `nodes`.
+    pub fn add_empty_master(&mut self) -> usize {
+        let node = cluster_node();
+        node.wait_ready();
+        let new = format!("127.0.0.1:{}", node.port);
+        let existing = format!("127.0.0.1:{}", self.nodes[0].port);
+        cluster_cli(&["add-node", &new, &existing]);
+        let known = format!("cluster_known_nodes:{}", self.nodes.len() + 1);
+        self.nodes.push(node);
+        for n in &self.nodes {
+            wait_until(
+                "every node to know the new one",
+                Duration::from_secs(20),
+                || raw_command(n.port, "CLUSTER INFO").is_ok_and(|i| i.contains(&known)),
+            );
+        }
+        self.nodes.len() - 1
+    }
+
+    /// Moves `slots` slots (and their keys) from node `from` to node `to`.
+    pub fn move_slots(&self, from: usize, to: usize, slots: u32) {
+        let id = |i: usize| {
+            raw_command(self.nodes[i].port, "CLUSTER MYID")
+                .unwrap()
+                .trim()
+                .to_string()
+        };
+        let (from_id, to_id, n) = (id(from), id(to), slots.to_string());
+        let any = format!("127.0.0.1:{}", self.nodes[to].port);
+        wait_settled(self.nodes[to].port);
+        cluster_cli(&[
+            "reshard",
+            &any,
+            "--cluster-from",
+            &from_id,
+            "--cluster-to",
+            &to_id,
+            "--cluster-slots",
+            &n,
+            "--cluster-yes",
+        ]);
+    }
+
+    /// Removes the node `i` (which must hold no slots) from the Cluster, as `redis-cli
+    /// --cluster del-node` does (the others forget it, it is reset), and leaves it running.
+    pub fn remove_node(&mut self, i: usize) -> RedisServer {
+        let node = self.nodes.remove(i);
+        let id = raw_command(node.port, "CLUSTER MYID").unwrap();
+        let existing = format!("127.0.0.1:{}", self.nodes[0].port);
+        wait_settled(self.nodes[0].port);
+        cluster_cli(&["del-node", &existing, id.trim()]);
+        node
     }
 }
 

@@ -45,3 +45,28 @@ impl ConnectionLike for Conn {
         }
     }
 }
+
+impl Conn {
+    /// Runs a command that names no key. On a Cluster it goes to a master that holds
+    /// slots: the client would send such a command (`CLUSTER INFO`) to any node it has a
+    /// connection to, including a seed node that has since left the Cluster, which answers
+    /// for itself (`cluster_state:fail`).
+    pub(super) async fn on_a_master<T: redis::FromRedisValue>(
+        &mut self,
+        cmd: Cmd,
+    ) -> redis::RedisResult<T> {
+        match self {
+            Conn::Cluster(c) => {
+                use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+                let v = c
+                    .route_command(
+                        cmd,
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary),
+                    )
+                    .await?;
+                Ok(redis::from_redis_value(v)?)
+            }
+            _ => cmd.query_async(self).await,
+        }
+    }
+}

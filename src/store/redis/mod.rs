@@ -325,6 +325,7 @@ impl Inner {
             let replicas = t.replicas().await;
             targets.extend(replicas.iter().map(|r| r.get_connection_info().clone()));
         }
+        let echo = relay::Echo::new();
         let (tx, rx) = mpsc::channel(relay::OUTBOX);
         *self.outbox.lock() = Some(tx);
         let publisher = tokio::spawn(relay::publish(
@@ -333,6 +334,7 @@ impl Inner {
             self.node_id.clone(),
             rx,
             self.options.op_timeout,
+            echo.clone(),
         ));
         let subscriber = tokio::spawn(relay::subscribe(relay::Subscriber {
             targets,
@@ -342,6 +344,7 @@ impl Inner {
             conn: conn.clone(),
             events_key: self.events_key.clone(),
             op_timeout: self.options.op_timeout,
+            echo,
         }));
         *self.publisher.lock() = Some(publisher);
         self.tasks.lock().push(subscriber);
@@ -854,9 +857,9 @@ impl Store for RedisStore {
         if matches!(conn, Conn::Cluster(_)) {
             // A Cluster that lost a master refuses every command (`CLUSTERDOWN`) while its
             // nodes still answer PING: not ready, as for an unreachable Redis.
-            let info: String = s
-                .bounded(redis::cmd("CLUSTER").arg("INFO").query_async(&mut conn))
-                .await?;
+            let mut cmd = redis::cmd("CLUSTER");
+            cmd.arg("INFO");
+            let info: String = s.bounded(conn.on_a_master(cmd)).await?;
             if !info.lines().any(|l| l.trim() == "cluster_state:ok") {
                 return Err(StoreError::Unavailable(
                     "the redis cluster is down (cluster_state is not ok)".into(),

@@ -9,6 +9,12 @@
 //!   re-broadcasts the rest locally. When its connection is lost it reconnects (to the next
 //!   Cluster node, if any), and then announces `Moved` for every event, so live clients
 //!   re-read what they may have missed.
+//! - **Hearing itself**: a subscription can stay up while hearing nothing of the others: a
+//!   Cluster node removed from the Cluster (`del-node`) but left running answers pings and
+//!   keeps subscribers, but no longer hears the Cluster's messages. So an idle publisher
+//!   sends a bare message every [`ECHO_EVERY`], and a subscriber that has not heard one
+//!   of its own node's messages for [`DEAF_AFTER`] since one was sent moves on to the next
+//!   node.
 //!
 //! Pub/sub is at-most-once: a notice sent while a node is disconnected is lost. That is
 //! acceptable for notices (clients also refresh on their own, and the announcement after a
@@ -41,6 +47,63 @@ const BACKOFF_START: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// How often a subscription that keeps failing is logged.
 const WARN_EVERY: Duration = Duration::from_secs(60);
+/// An idle publisher sends its node's bare id this often, for its subscriber to hear.
+const ECHO_EVERY: Duration = Duration::from_secs(2);
+/// A subscriber that has not heard a message its node sent this long ago is deaf.
+const DEAF_AFTER: Duration = Duration::from_secs(6);
+
+/// What the publisher and the subscriber share: when the oldest of this node's messages
+/// that the subscriber has not heard yet was sent (ms since `epoch`, plus one; 0: none).
+pub(super) struct Echo {
+    epoch: std::time::Instant,
+    unheard_since: std::sync::atomic::AtomicU64,
+}
+
+impl Echo {
+    pub(super) fn new() -> Arc<Echo> {
+        Arc::new(Echo {
+            epoch: std::time::Instant::now(),
+            unheard_since: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64 + 1
+    }
+
+    /// Before a PUBLISH: notes it as unheard unless an older one is. Answers the stamp
+    /// for [`Self::not_sent`].
+    fn sending(&self) -> u64 {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.now();
+        match self.unheard_since.compare_exchange(0, now, SeqCst, SeqCst) {
+            Ok(_) => now,
+            Err(_) => 0,
+        }
+    }
+
+    /// The PUBLISH stamped `stamp` failed: nothing will be heard of it.
+    fn not_sent(&self, stamp: u64) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if stamp != 0 {
+            let _ = self
+                .unheard_since
+                .compare_exchange(stamp, 0, SeqCst, SeqCst);
+        }
+    }
+
+    /// The subscriber heard one of its node's messages (or starts afresh).
+    fn heard(&self) {
+        self.unheard_since
+            .store(0, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether a message sent more than `DEAF_AFTER` ago is still unheard.
+    fn deaf(&self) -> bool {
+        let since = self.unheard_since.load(std::sync::atomic::Ordering::SeqCst);
+        since != 0 && self.now().saturating_sub(since) > DEAF_AFTER.as_millis() as u64
+    }
+}
 
 fn reason_char(r: EndReason) -> char {
     match r {
@@ -105,6 +168,12 @@ pub(super) fn encode(node_id: &str, batch: &[Notice]) -> Vec<String> {
     out
 }
 
+/// Whether a message is one of this node's own.
+fn is_own(own_node: &str, msg: &[u8]) -> bool {
+    msg.strip_prefix(own_node.as_bytes())
+        .is_some_and(|rest| rest.is_empty() || rest[0] == b'\n')
+}
+
 /// Decodes a message from another node; answers nothing for this node's own messages or
 /// a message it cannot read.
 pub(super) fn decode(own_node: &str, msg: &[u8]) -> Vec<Notice> {
@@ -161,26 +230,37 @@ pub(super) fn decode(own_node: &str, msg: &[u8]) -> Vec<Notice> {
     out
 }
 
-/// The publisher: sends the outbox to the channel until the store closes it.
+/// The publisher: sends the outbox to the channel until the store closes it, and its
+/// node's bare id when idle (see the module's notes).
 pub(super) async fn publish(
     mut conn: Conn,
     channel: String,
     node_id: String,
     mut outbox: mpsc::Receiver<Vec<Notice>>,
     op_timeout: Duration,
+    echo: Arc<Echo>,
 ) {
     let mut batch = Vec::new();
-    while let Some(first) = outbox.recv().await {
-        batch.clear();
-        batch.extend(first);
-        // Whatever piled up while the last PUBLISH was in flight goes in this one.
-        while batch.len() < 8192 {
-            match outbox.try_recv() {
-                Ok(more) => batch.extend(more),
-                Err(_) => break,
+    loop {
+        let msgs = match tokio::time::timeout(ECHO_EVERY, outbox.recv()).await {
+            Ok(None) => return,
+            Ok(Some(first)) => {
+                batch.clear();
+                batch.extend(first);
+                // Whatever piled up while the last PUBLISH was in flight goes in this one.
+                while batch.len() < 8192 {
+                    match outbox.try_recv() {
+                        Ok(more) => batch.extend(more),
+                        Err(_) => break,
+                    }
+                }
+                encode(&node_id, &batch)
             }
-        }
-        for msg in encode(&node_id, &batch) {
+            Err(_) => vec![format!("{node_id}\n")],
+        };
+        for msg in msgs {
+            let stamp = echo.sending();
+            // Routed by the channel's slot, so to a master of the Cluster.
             let sent = tokio::time::timeout(
                 op_timeout,
                 redis::cmd("PUBLISH")
@@ -190,6 +270,7 @@ pub(super) async fn publish(
             )
             .await;
             if !matches!(sent, Ok(Ok(_))) {
+                echo.not_sent(stamp);
                 tracing::debug!("could not relay notices to the other nodes");
             }
         }
@@ -207,6 +288,7 @@ pub(super) struct Subscriber {
     pub conn: Conn,
     pub events_key: String,
     pub op_timeout: Duration,
+    pub echo: Arc<Echo>,
 }
 
 /// The subscriber: listens until the store drops it (the task is aborted).
@@ -228,11 +310,19 @@ pub(super) async fn subscribe(mut s: Subscriber) {
             Ok(Ok(pubsub)) => {
                 backoff = BACKOFF_START;
                 warned = None;
+                s.echo.heard();
                 if missed {
                     tracing::info!("notice relay listening again");
                     announce_all(&mut s).await;
                 }
-                listen(&s, pubsub).await;
+                if listen(&s, pubsub).await == Lost::Deaf {
+                    tracing::warn!(
+                        node = ?s.targets[target % s.targets.len()].addr(),
+                        "notice relay hears nothing of the other nodes there (a node that \
+                         left the Cluster?): listening on another"
+                    );
+                    target += 1;
+                }
                 missed = true;
             }
             failed => {
@@ -262,15 +352,34 @@ pub(super) async fn subscribe(mut s: Subscriber) {
     }
 }
 
-/// Relays messages until the connection is lost.
-async fn listen(s: &Subscriber, pubsub: redis::aio::PubSub) {
+/// Why [`listen`] ended.
+#[derive(PartialEq)]
+enum Lost {
+    Connection,
+    /// Connected, but not hearing this node's own messages.
+    Deaf,
+}
+
+/// Relays messages until the connection is lost or hears nothing.
+async fn listen(s: &Subscriber, pubsub: redis::aio::PubSub) -> Lost {
     let (mut sink, mut stream) = pubsub.split();
+    let mut deaf_check = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
             msg = stream.next() => {
-                let Some(msg) = msg else { return };
-                for n in decode(&s.node_id, msg.get_payload_bytes()) {
+                let Some(msg) = msg else { return Lost::Connection };
+                let payload = msg.get_payload_bytes();
+                if is_own(&s.node_id, payload) {
+                    s.echo.heard();
+                    continue;
+                }
+                for n in decode(&s.node_id, payload) {
                     let _ = s.notices.send(n);
+                }
+            }
+            _ = deaf_check.tick() => {
+                if s.echo.deaf() {
+                    return Lost::Deaf;
                 }
             }
             _ = tokio::time::sleep(PING_EVERY) => {
@@ -279,7 +388,7 @@ async fn listen(s: &Subscriber, pubsub: redis::aio::PubSub) {
                 let pong = tokio::time::timeout(s.op_timeout, sink.ping::<redis::Value>()).await;
                 if !matches!(pong, Ok(Ok(_))) {
                     tracing::debug!("notice relay connection stopped answering");
-                    return;
+                    return Lost::Connection;
                 }
             }
         }
