@@ -34,6 +34,8 @@ pub struct AppState {
     pub admin_token: Arc<str>,
     pub clock: Clock,
     pub metrics: PrometheusHandle,
+    /// The events this node's scrapes set gauges for.
+    pub gauged: Arc<crate::telemetry::Gauged>,
     /// Routes the store's notices to live connections (WebSocket, SSE); its routing task
     /// runs among the background tasks.
     pub live: Arc<Live>,
@@ -83,6 +85,7 @@ impl AppState {
             admin_token: admin_token.into(),
             clock,
             metrics: crate::telemetry::prometheus(),
+            gauged: Arc::default(),
             live: Arc::new(Live::new()),
             shutdown: Arc::new(watch::Sender::new(false)),
             branding_dir: None,

@@ -129,14 +129,31 @@ impl EffectCounters {
     }
 }
 
-/// Sets the per-event gauges from fresh figures, given as (event id, figures).
-pub fn record_gauges<'a>(events: impl IntoIterator<Item = (&'a str, &'a EventFigures)>) {
-    for (id, f) in events {
-        let id = id.to_string();
-        metrics::gauge!("waitroom_waiting", "event" => id.clone()).set(f.waiting as f64);
-        metrics::gauge!("waitroom_admitted", "event" => id.clone()).set(f.admitted as f64);
-        metrics::gauge!("waitroom_active", "event" => id.clone()).set(f.active as f64);
-        metrics::gauge!("waitroom_capacity", "event" => id).set(f.capacity as f64);
+/// The events a node's scrapes set gauges for.
+#[derive(Default)]
+pub struct Gauged(std::sync::Mutex<std::collections::HashSet<String>>);
+
+impl Gauged {
+    /// Sets the per-event gauges from fresh figures of every event that exists, given as
+    /// (event id, figures), and zeroes those of an event gauged before that no longer
+    /// exists. A deletion notice zeroes them at once ([`forget_event`]); this catches one
+    /// the node missed (on Redis, notices sent while its relay was reconnecting are lost),
+    /// and a scrape that read the event just before its deletion and set it after.
+    pub fn record<'a>(&self, events: impl IntoIterator<Item = (&'a str, &'a EventFigures)>) {
+        let mut now = std::collections::HashSet::new();
+        for (id, f) in events {
+            let id = id.to_string();
+            metrics::gauge!("waitroom_waiting", "event" => id.clone()).set(f.waiting as f64);
+            metrics::gauge!("waitroom_admitted", "event" => id.clone()).set(f.admitted as f64);
+            metrics::gauge!("waitroom_active", "event" => id.clone()).set(f.active as f64);
+            metrics::gauge!("waitroom_capacity", "event" => id.clone()).set(f.capacity as f64);
+            now.insert(id);
+        }
+        let mut before = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        for gone in before.difference(&now) {
+            forget_event(gone);
+        }
+        *before = now;
     }
 }
 

@@ -1215,6 +1215,25 @@ async fn deleting_an_event_in_the_store_zeroes_its_gauges() {
     }
 }
 
+/// A node that never hears the deletion's notice (on Redis, one sent while its relay was
+/// reconnecting is lost) still stops reporting the event at its next scrape (defect: the
+/// gauges kept the deleted event's last figures until a restart).
+#[tokio::test]
+async fn a_scrape_zeroes_an_event_deleted_unheard() {
+    let app = app(); // no background tasks: nothing hears the store's notices
+    app.put_event("unheard", json!({"max_active": 1})).await;
+    for u in ["u1", "u2", "u3"] {
+        app.join("unheard", Some(u)).await;
+    }
+    let text = app.get("/metrics").await.text;
+    assert_eq!(series(&text, "waitroom_waiting", "unheard"), Some(2.0));
+    app.state.store.delete_event("unheard").await.unwrap();
+    let text = app.get("/metrics").await.text;
+    for name in ["waitroom_waiting", "waitroom_admitted", "waitroom_capacity"] {
+        assert_eq!(series(&text, name, "unheard"), Some(0.0), "{name}");
+    }
+}
+
 /// Pause and resume racing a DELETE never bring the event back (defect: they read the
 /// event, then wrote it whole, so a DELETE in between was undone and the event came back,
 /// paused, with default settings). And pausing a missing event is a 404.

@@ -18,7 +18,6 @@ use super::body::Health;
 use super::error::{AppError, AppResult};
 use super::Shared;
 use crate::app::AppState;
-use crate::telemetry;
 
 /// How long `/readyz` waits for the store: probes run every few seconds, and an answer
 /// that takes longer than this is as bad as none.
@@ -52,7 +51,7 @@ pub async fn readyz(State(state): State<AppState>) -> AppResult<Json<Health>> {
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let up = match state.store.list_events(state.clock.now()).await {
         Ok(events) => {
-            telemetry::record_gauges(events.iter().map(|e| (e.event_id.as_str(), &e.figures)));
+            (state.gauged).record(events.iter().map(|e| (e.event_id.as_str(), &e.figures)));
             true
         }
         Err(e) => {
