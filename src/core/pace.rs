@@ -128,9 +128,20 @@ impl Pace {
         self.capacity as f64 / avg_session.max(1.0)
     }
 
+    /// Places per second up to `position`: the configured pace where it alone sets the
+    /// pace ([`Self::pace_binds`]), else [`Self::rate_per_sec`]. The admissions seen
+    /// before any hold ended measure how many came as much as how fast the line moves:
+    /// after a quiet spell they would make a binding pace look many times slower.
+    fn rate_up_to(&self, position: u64, now: Millis) -> f64 {
+        match self.configured_rate() {
+            Some(c) if self.pace_binds(position) => c,
+            _ => self.rate_per_sec(now),
+        }
+    }
+
     /// Seconds until `position` is admitted at this pace, rounded up.
     pub fn eta(&self, position: u64, now: Millis) -> u64 {
-        (position as f64 / self.rate_per_sec(now).max(1e-6)).ceil() as u64
+        (position as f64 / self.rate_up_to(position, now).max(1e-6)).ceil() as u64
     }
 
     /// The relative half-width of the range for `position`, or `None` without a basis.
@@ -151,7 +162,7 @@ impl Pace {
             RANGE_SIGMAS * var.sqrt()
         };
         if let Some(seen) = self.settled_rate(now) {
-            let r = self.rate_per_sec(now).max(1e-6);
+            let r = self.rate_up_to(position, now).max(1e-6);
             w = w.max((seen - r).abs() / r);
         }
         Some(w)
@@ -161,7 +172,7 @@ impl Pace {
     pub fn estimate(&self, position: u64, now: Millis) -> Eta {
         let sec = self.eta(position, now);
         let range = self.spread(position, now).map(|w| {
-            let exact = position as f64 / self.rate_per_sec(now).max(1e-6);
+            let exact = position as f64 / self.rate_up_to(position, now).max(1e-6);
             let low = (exact * (1.0 - w)).max(0.0).floor() as u64;
             let high = (exact * (1.0 + w)).ceil() as u64;
             (low.min(sec), high.max(sec))

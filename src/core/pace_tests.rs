@@ -404,3 +404,32 @@ fn holds_count_live_time_and_not_the_time_after_a_deadline() {
     assert_eq!(h.total(1, 5000), 4500);
     assert_eq!(h.total(1, 3000), 3500, "a clock behind adds nothing");
 }
+
+/// A configured pace that binds sets the estimate, not the admissions seen so far: after a
+/// quiet spell those measure how few came, not how fast the line moves (defect: 2
+/// admissions over 55 s told the 4th in line 111 s, with a narrow range around it, where
+/// the configured 60 a minute admitted them in 4 s).
+#[test]
+fn a_binding_configured_pace_is_not_slowed_by_a_quiet_spell() {
+    let now = 100_000;
+    let p = Pace {
+        admit_per_minute: Some(60),
+        capacity: 100,
+        session_max_sec: 600,
+        live: 2,
+        recent_admissions: 2,
+        first_admission_at: Some(now - 55_000),
+        ..Pace::default()
+    };
+    let e = p.estimate(4, now);
+    assert_eq!(e.sec, 4, "{e:?}");
+    let (lo, hi) = e.range.unwrap();
+    assert!(lo <= 4 && 4 <= hi && hi <= 5, "{e:?}");
+    // Where the slots may run out first, what was seen still counts (capped by the pace).
+    let full = Pace {
+        capacity: 2,
+        live: 2,
+        ..p
+    };
+    assert!(full.estimate(4, now).sec > 4);
+}
