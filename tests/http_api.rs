@@ -1234,6 +1234,33 @@ async fn a_scrape_zeroes_an_event_deleted_unheard() {
     }
 }
 
+/// Before the store's sweep has removed them, the waiting places of an ended sale are
+/// over already: a second `end` answers that nobody waited just before it, and `clear`
+/// clears nobody (defect: on Redis, whose sweep comes with the scheduler's ticks, both
+/// counted them, and `clear` ended them as cleared instead of closed).
+#[tokio::test]
+async fn an_ended_sales_places_are_not_counted_again() {
+    let app = app(); // no background tasks: the sweep never runs
+    app.put_event("over", json!({"max_active": 1})).await;
+    for u in ["o1", "o2", "o3"] {
+        app.join("over", Some(u)).await;
+    }
+    let end = |reason: &str| {
+        app.admin(
+            Method::POST,
+            "/events/over/end",
+            Some(json!({ "reason": reason })),
+        )
+    };
+    assert_eq!(end("sold_out").await.ok()["waiting"], 2);
+    assert_eq!(end("cancelled").await.ok()["waiting"], 0);
+    let cleared = app
+        .admin(Method::POST, "/events/over/clear", None)
+        .await
+        .ok();
+    assert_eq!(cleared["cleared"], 0, "{cleared}");
+}
+
 /// Pause and resume racing a DELETE never bring the event back (defect: they read the
 /// event, then wrote it whole, so a DELETE in between was undone and the event came back,
 /// paused, with default settings). And pausing a missing event is a 404.

@@ -819,6 +819,11 @@ impl EventQueue {
     /// Removes every waiting place; answers how many.
     pub fn clear(&mut self, now: Millis, fx: &mut Vec<Effect>) -> u64 {
         self.advance(now, fx);
+        if self.closed {
+            // The waiting places were over at the end of the sale; the sweep ends them as
+            // `closed` (`tick`), not as cleared by this call.
+            return 0;
+        }
         let mut seqs: Vec<u64> = self
             .places
             .iter()

@@ -136,8 +136,14 @@ pub async fn end(
     let now = state.clock.now();
     // Read before: once ended, the scheduler may remove the places at any moment.
     let before = state.store.get_event(&id, now).await?;
-    let waiting = before.figures.waiting;
     let old = EndedBody::of(&before.config, now);
+    // Called again, nobody waited just before: the places were over at the first end,
+    // whether or not the sweep has removed them yet.
+    let waiting = if old.is_some() {
+        0
+    } else {
+        before.figures.waiting
+    };
     let patch = EventPatch {
         end: Some(SaleEnd {
             reason: body.reason,

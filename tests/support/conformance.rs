@@ -1430,6 +1430,9 @@ pub async fn sale_end_closes_the_queue(store: Arc<dyn Store>) {
         );
         assert!(!store.leave("end", w.key, T0 + S).await.unwrap());
     }
+    // Clearing finds nobody: the waiting places were over at the end (they end `closed`,
+    // below, not cleared).
+    assert_eq!(store.clear("end", T0 + S).await.unwrap(), 0);
     // A freed slot admits nobody: the queue is over.
     store.leave("end", a.key, T0 + S).await.unwrap();
     store.complete("end", b.key, T0 + S).await.unwrap();

@@ -363,6 +363,8 @@ local function main(keys, argv)
 
   if OP == 'clear' then
     advance()
+    -- The waiting places were over at the end of the sale: the sweep ends them as closed.
+    if sale_ended() then return finish('OK', 0) end
     local seqs = rcall('ZRANGE', K_PRESEQ, 0, -1)
     -- Every chunk holding a waiting place is in K_WINDEX; the line in seq order.
     local chunks = rcall('ZRANGE', K_WINDEX, 0, -1)
