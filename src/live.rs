@@ -52,6 +52,7 @@ use serde::Serialize;
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 
+use crate::catalog::EventCatalog;
 use crate::clock::Clock;
 use crate::core::lifecycle::format_rfc3339;
 use crate::core::{
@@ -79,6 +80,8 @@ const SLOT: Duration = Duration::from_micros(COALESCE.as_micros() as u64 / SHARD
 /// Longest time without a `queue-update`: the contract's "at least every 10 s". A little
 /// under it, so that timer slack never makes it late.
 pub const REFRESH: Duration = Duration::from_millis(9_500);
+/// Shortest period of the refresh a short ready window asks for ([`refresh_period`]).
+pub const REFRESH_MIN: Duration = Duration::from_secs(1);
 /// Bounds of the heartbeat renewal period (a third of the event's `waiting_idle_sec`). The
 /// floor keeps a tiny idle setting from becoming a busy loop; the ceiling bounds how long
 /// a silently vanished WebSocket client can go unnoticed before pings stop being answered.
@@ -554,6 +557,9 @@ pub struct Step {
 /// WebSocket and SSE handlers loop on [`wait`](Follower::wait) and [`step`](Follower::step).
 pub struct Follower {
     store: Arc<dyn Store>,
+    /// This node's copy of the settings (re-read within a second whatever the notices
+    /// say): the periodic refresh compares it with what was told.
+    catalog: Arc<EventCatalog>,
     clock: Clock,
     event_id: Arc<str>,
     key: PlaceKey,
@@ -572,6 +578,8 @@ pub struct Follower {
     done: bool,
     heartbeat_every: Duration,
     next_heartbeat: Instant,
+    /// How often the place is re-read without a notice ([`refresh_period`]).
+    refresh_every: Duration,
     next_refresh: Instant,
 }
 
@@ -582,6 +590,16 @@ fn heartbeat_period(config: &EventConfig) -> Duration {
     (idle / 3).clamp(HEARTBEAT_MIN, HEARTBEAT_MAX)
 }
 
+/// How often a follower re-reads its place without a notice: [`REFRESH`], or a third of
+/// the event's ready window if that is shorter (at least [`REFRESH_MIN`]). Notices can be
+/// lost (on Redis, a node killed between its change and its `PUBLISH`); a place admitted
+/// unheard is then told at this refresh, with two thirds of its window to enter left,
+/// rather than after a window of a few seconds had lapsed.
+fn refresh_period(config: &EventConfig) -> Duration {
+    let ready = Duration::from_secs(u64::from(config.ready_ttl_sec.max(1)));
+    (ready / 3).clamp(REFRESH_MIN, REFRESH)
+}
+
 impl Follower {
     /// Starts following one place (its waiting token already checked by the caller):
     /// refuses ended places with the error `GET /queue/status` would answer, renews the
@@ -590,6 +608,7 @@ impl Follower {
     pub async fn start(
         live: &Live,
         store: Arc<dyn Store>,
+        catalog: Arc<EventCatalog>,
         clock: Clock,
         shutdown: Stop,
         event_id: &str,
@@ -602,9 +621,11 @@ impl Follower {
         let snapshot = store.get_event(event_id, now).await?;
         let view = store.status(event_id, key, now).await?;
         let heartbeat_every = heartbeat_period(&snapshot.config);
+        let refresh_every = refresh_period(&snapshot.config);
         let t = Instant::now();
         let mut f = Follower {
             store,
+            catalog,
             clock,
             event_id: Arc::from(event_id),
             key,
@@ -618,7 +639,8 @@ impl Follower {
             done: false,
             heartbeat_every,
             next_heartbeat: t + heartbeat_every,
-            next_refresh: t + REFRESH,
+            refresh_every,
+            next_refresh: t + refresh_every,
         };
         // Whatever the signals said before this point is reflected in `view`.
         f.sub.place().mark_unchanged();
@@ -712,7 +734,20 @@ impl Follower {
                     }
                 }
                 if !self.done && now >= self.next_refresh {
-                    self.refresh(true, &mut out.messages).await;
+                    // The settings as this node knows them (re-read within a second, no
+                    // store call per follower) differ from what was told: a change whose
+                    // notice was lost (a new announcement, the end of the sale). Read from
+                    // the store, as the notice would have, and tell what changed (the
+                    // copy may also be the older one, for up to a second: then nothing).
+                    let now = self.clock.now();
+                    if let Ok(config) = self.catalog.config(&self.event_id, now).await {
+                        if self.untold(&config, now) {
+                            self.event_state(&mut out.messages).await;
+                        }
+                    }
+                    if !self.done {
+                        self.refresh(true, &mut out.messages).await;
+                    }
                 }
             }
         }
@@ -744,38 +779,53 @@ impl Follower {
     /// of them changed.
     async fn event_state(&mut self, out: &mut Vec<LiveMessage>) {
         match self.store.get_event(&self.event_id, self.clock.now()).await {
-            Ok(s) => {
-                // A shorter idle time applies to the place at once, counted from its last
-                // renewal, which the old period may have left too far back: renew at the
-                // next wake-up, then at the new period.
-                let every = heartbeat_period(&s.config);
-                if every < self.heartbeat_every {
-                    self.next_heartbeat = Instant::now();
-                }
-                self.heartbeat_every = every;
-                let announced = s.config.announcement.as_ref().map(|a| a.at);
-                if announced != self.announced {
-                    self.announced = announced;
-                    out.push(LiveMessage::announcement(&s.config));
-                }
-                if let Some(end) = LiveMessage::sale_end(&s.config, self.clock.now()) {
-                    // Waiting places end with the sale; a session may finish.
-                    if self.status == PlaceState::Waiting {
-                        out.push(end);
-                        self.done = true;
-                        return;
-                    }
-                }
-                let state = (s.config.paused, s.config.accept_joins);
-                if state != self.state {
-                    self.state = state;
-                    out.push(LiveMessage::EventState {
-                        paused: state.0,
-                        accept_joins: state.1,
-                    });
-                }
-            }
+            Ok(s) => self.settings(&s.config, out),
             Err(e) => self.on_error(e, out).await,
+        }
+    }
+
+    /// Whether `config` says something a waiting page shows that was not told.
+    fn untold(&self, config: &EventConfig, now: Millis) -> bool {
+        config.announcement.as_ref().map(|a| a.at) != self.announced
+            || (config.paused, config.accept_joins) != self.state
+            || (self.status == PlaceState::Waiting && config.sale_ended(now).is_some())
+    }
+
+    /// Pushes what changed in the settings since they were last told.
+    fn settings(&mut self, config: &EventConfig, out: &mut Vec<LiveMessage>) {
+        // A shorter idle time applies to the place at once, counted from its last
+        // renewal, which the old period may have left too far back: renew at the next
+        // wake-up, then at the new period.
+        let every = heartbeat_period(config);
+        if every < self.heartbeat_every {
+            self.next_heartbeat = Instant::now();
+        }
+        self.heartbeat_every = every;
+        let refresh = refresh_period(config);
+        if refresh < self.refresh_every {
+            self.next_refresh = self.next_refresh.min(Instant::now() + refresh);
+        }
+        self.refresh_every = refresh;
+        let announced = config.announcement.as_ref().map(|a| a.at);
+        if announced != self.announced {
+            self.announced = announced;
+            out.push(LiveMessage::announcement(config));
+        }
+        if let Some(end) = LiveMessage::sale_end(config, self.clock.now()) {
+            // Waiting places end with the sale; a session may finish.
+            if self.status == PlaceState::Waiting {
+                out.push(end);
+                self.done = true;
+                return;
+            }
+        }
+        let state = (config.paused, config.accept_joins);
+        if state != self.state {
+            self.state = state;
+            out.push(LiveMessage::EventState {
+                paused: state.0,
+                accept_joins: state.1,
+            });
         }
     }
 
@@ -789,7 +839,7 @@ impl Follower {
                 out.push(LiveMessage::update(view));
             }
             self.last = Some(figures);
-            self.next_refresh = Instant::now() + REFRESH;
+            self.next_refresh = Instant::now() + self.refresh_every;
         }
         // In the pre-queue, the opening changes the place (a position, then `waiting`)
         // even when nobody is admitted at it, which moves nobody: refresh then, not up

@@ -119,6 +119,7 @@ async fn follow(
     match Follower::start(
         &state.live,
         state.store.clone(),
+        state.events.clone(),
         state.clock.clone(),
         state.shutdown.subscribe(),
         &event_id,
