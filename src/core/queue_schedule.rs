@@ -124,7 +124,13 @@ impl EventQueue {
     /// joined before both. Also refuses reopening an ended sale while places it ended
     /// still wait to be removed (`lifecycle::reopen_allowed`).
     pub fn check_config(&self, new: &EventConfig, now: Millis) -> Result<(), QueueError> {
-        schedule_change_allowed(self.config.opens_at, new.opens_at, self.waiting_len(), now)?;
+        schedule_change_allowed(
+            self.config.opens_at,
+            new.opens_at,
+            self.waiting_len(),
+            self.rank.len(),
+            now,
+        )?;
         crate::core::lifecycle::reopen_allowed(
             self.config.sale_ended(now),
             new.sale_ended(now),
@@ -153,10 +159,14 @@ pub fn schedule_change_allowed(
     old: Option<Millis>,
     new: Option<Millis>,
     waiting: u64,
+    first_come: u64,
     now: Millis,
 ) -> Result<(), QueueError> {
     let ahead = |t: Option<Millis>| t.is_some_and(|t| now < t);
-    if old == new || waiting == 0 || (ahead(old) && ahead(new)) {
+    // Both ahead, yet someone waits in the first-come line: a node whose clock runs ahead
+    // (or this one's, before it stepped back) saw the opening. The change would move that
+    // place into the pre-queue.
+    if old == new || waiting == 0 || (ahead(old) && ahead(new) && first_come == 0) {
         Ok(())
     } else {
         Err(QueueError::Invalid(SCHEDULE_LOCKED.into()))

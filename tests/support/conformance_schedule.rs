@@ -137,6 +137,24 @@ pub async fn prequeue_change_of_opens_at(store: Arc<dyn Store>) {
     let c = store.get_event("pc", T0 + 3 * S).await.unwrap().config;
     assert_eq!(c.opens_at, Some(OPENS + 50 * S));
     assert_eq!(c.event_secret, Some(EventSecret(SECRET)));
+
+    // A node whose clock is ahead took a join after the opening (the first-come line); a
+    // node still before it may not postpone the opening: the place would move into the
+    // pre-queue (it did, and the event's counts went wrong: a pre-queue of -1 places, one
+    // admission too many, a place never admitted).
+    scheduled(&store, "skew", serde_json::json!({"max_active": 1})).await;
+    join(&store, "skew", None, T0 + S).await;
+    join(&store, "skew", None, T0 + S).await;
+    let late = join(&store, "skew", None, OPENS + S).await;
+    assert_eq!(late.prequeue_rank, None, "joined after the opening");
+    let e = queue_err(
+        store
+            .put_event("skew", &moved(OPENS + 50 * S), OPENS - S)
+            .await,
+    );
+    assert!(matches!(e, QueueError::Invalid(_)), "{e:?}");
+    let c = store.get_event("skew", OPENS - S).await.unwrap().config;
+    assert_eq!(c.opens_at, Some(OPENS));
 }
 
 pub async fn queueing_methods(store: Arc<dyn Store>) {

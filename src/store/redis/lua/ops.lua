@@ -18,10 +18,12 @@ local function op_put()
   if not exists then ver = 0 end
   if ver ~= expected then return finish('CONFLICT') end
   -- queue_schedule.rs `schedule_change_allowed`: opens_at may not move a waiting place
-  -- into or out of the pre-queue.
+  -- into or out of the pre-queue (nor one of the first-come line, which a node whose clock
+  -- runs ahead may have let join).
   local opens = tonumber(ARGV[15])
   if exists and opens ~= M.opens and N_W > 0
-      and not (M.opens > 0 and NOW < M.opens and opens > 0 and NOW < opens) then
+      and not (M.opens > 0 and NOW < M.opens and opens > 0 and NOW < opens
+               and N_W == M.npre) then
     return finish('SCHEDULE_LOCKED')
   end
   -- lifecycle.rs `reopen_allowed`: an ended sale reopens only once its places are gone.
