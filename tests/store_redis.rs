@@ -905,3 +905,31 @@ async fn a_node_whose_seed_left_the_cluster_goes_on() {
         }
     }
 }
+
+/// A spent proof of work stays spent for a node whose clock is behind the spending node's
+/// (defect: the claim lived until the challenge's expiry by the spender's clock, so 45 s
+/// behind, the same solution joined again once it had lapsed).
+#[tokio::test]
+async fn a_spent_proof_stays_spent_on_a_node_whose_clock_is_behind() {
+    let opts = options();
+    let prefix = opts.key_prefix.clone();
+    let store = RedisStore::new(&shared().url(), opts).unwrap();
+    let expires = T0 + 120 * S;
+    // Spent by a node 45 s ahead: 75 s left by its clock.
+    assert!(store
+        .claim_once("pow", "c1", expires, T0 + 45 * S)
+        .await
+        .unwrap());
+    let pttl: i64 =
+        support::redis::raw_command(shared().port, &format!("PTTL {prefix}:{{pow}}:claim:c1"))
+            .unwrap()
+            .trim_start_matches(':')
+            .trim()
+            .parse()
+            .unwrap();
+    assert!(
+        pttl > 120_000 + 60_000,
+        "remembered for {pttl} ms: not past the expiry seen by a node a minute behind"
+    );
+    assert!(!store.claim_once("pow", "c1", expires, T0).await.unwrap());
+}

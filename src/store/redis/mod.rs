@@ -93,6 +93,9 @@ const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
 const PUT_ATTEMPTS: usize = 64;
 /// Largest `queue_head` page; the admin API asks for far fewer.
 const MAX_HEAD: usize = 100_000;
+/// How much longer a spent proof of work is remembered than its expiry by the spending
+/// node's clock: covers nodes whose clocks are up to this far behind.
+const CLAIM_CLOCK_MARGIN: Duration = Duration::from_secs(300);
 
 /// Settings of the Redis backend beyond its URL.
 #[derive(Debug, Clone)]
@@ -772,7 +775,9 @@ impl Store for RedisStore {
     }
 
     /// `SET NX PX` under the event's hash tag: atomic across nodes, and Redis forgets the
-    /// key at its expiry.
+    /// key [`CLAIM_CLOCK_MARGIN`] after its expiry by this node's clock: a node whose clock
+    /// is behind still takes the challenge as valid after that instant (a claim kept only
+    /// until then let one solution join twice across nodes 45 s apart).
     async fn claim_once(
         &self,
         event_id: &str,
@@ -793,7 +798,7 @@ impl Store for RedisStore {
                     .arg(1)
                     .arg("NX")
                     .arg("PX")
-                    .arg(expires_at - now)
+                    .arg(expires_at - now + CLAIM_CLOCK_MARGIN.as_millis() as u64)
                     .query_async(&mut conn),
             )
             .await?;
