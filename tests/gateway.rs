@@ -1916,3 +1916,63 @@ async fn another_sites_page_cannot_fill_the_line() {
     }
     assert_eq!(joins().await, 2, "a visit from a link joins");
 }
+
+/// An origin that answers each path with the raw bytes `answers` gives it, then closes.
+async fn raw_answer_origin(answers: fn(&str) -> &'static str) -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&buf).to_string();
+                let path = head.split(' ').nth(1).unwrap_or("");
+                let _ = s.write_all(answers(path).as_bytes()).await;
+            });
+        }
+    });
+    addr
+}
+
+/// An origin answer framed by `Transfer-Encoding` reaches the client whole whatever
+/// `Content-Length` it also carries, and one with another transfer coding than `chunked`
+/// is a `502`, as nginx answers it (defect: the stale length framed the answer, so the
+/// client got it cut short, or nothing at all; a `gzip, chunked` body came still gzipped
+/// with nothing saying so).
+#[tokio::test]
+async fn an_origins_answer_is_framed_by_its_chunks_or_refused() {
+    let origin = raw_answer_origin(|path| match path {
+        "/short" => {
+            "HTTP/1.1 200 OK\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\
+             connection: close\r\n\r\nb\r\nhello world\r\n0\r\n\r\n"
+        }
+        "/long" => {
+            "HTTP/1.1 200 OK\r\ncontent-length: 100\r\ntransfer-encoding: chunked\r\n\
+             connection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+        }
+        _ => {
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\nconnection: close\r\n\r\n\
+             3\r\nxyz\r\n0\r\n\r\n"
+        }
+    })
+    .await;
+    let w = waitroom(Some(origin), None).await;
+    let get = |path: &'static str| {
+        let url = format!("http://{}{path}", w.addr);
+        async move {
+            let r = client().get(url).send().await.expect("an answer");
+            (r.status(), r.text().await.expect("a whole body"))
+        }
+    };
+    assert_eq!(get("/short").await, (StatusCode::OK, "hello world".into()));
+    assert_eq!(get("/long").await, (StatusCode::OK, "hello".into()));
+    assert_eq!(get("/gzip").await.0, StatusCode::BAD_GATEWAY);
+}

@@ -369,8 +369,24 @@ pub fn request_headers(
 }
 
 /// The headers of the origin's answer: hop-by-hop ones removed, but an accepted upgrade's
-/// `Connection: upgrade` and `Upgrade` kept.
-pub fn response_headers(h: &mut HeaderMap, upgraded: Option<&HeaderValue>) {
+/// `Connection: upgrade` and `Upgrade` kept. Answers `false` for an answer whose framing
+/// cannot be passed on faithfully (`502`, as nginx answers it): a transfer coding other
+/// than `chunked` alone, which the client would get still encoded, with nothing saying so.
+/// A `Content-Length` beside `Transfer-Encoding` goes (RFC 9112 §6.3): the body was read by
+/// its chunks, and an answer framed by a stale length would reach the client cut short, or
+/// not at all.
+#[must_use]
+pub fn response_headers(h: &mut HeaderMap, upgraded: Option<&HeaderValue>) -> bool {
+    if let Some(te) = h.get(header::TRANSFER_ENCODING) {
+        let chunked = h.get_all(header::TRANSFER_ENCODING).iter().count() == 1
+            && te
+                .to_str()
+                .is_ok_and(|v| v.trim().eq_ignore_ascii_case("chunked"));
+        if !chunked {
+            return false;
+        }
+        h.remove(header::CONTENT_LENGTH);
+    }
     // Read before it is stripped, and only for an upgrade: a lookup costs ~80 instructions
     // on every answer, and only an accepted upgrade keeps it.
     let answer = upgraded.and_then(|_| h.get(header::UPGRADE).cloned());
@@ -381,6 +397,7 @@ pub fn response_headers(h: &mut HeaderMap, upgraded: Option<&HeaderValue>) {
             h.insert(header::UPGRADE, u);
         }
     }
+    true
 }
 
 #[cfg(test)]
@@ -672,11 +689,11 @@ mod tests {
             ("upgrade", "websocket"),
             ("keep-alive", "5"),
         ]);
-        response_headers(&mut r, u.as_ref());
+        assert!(response_headers(&mut r, u.as_ref()));
         assert_eq!(r["upgrade"], "websocket");
         assert!(!r.contains_key("keep-alive"));
         let mut plain = headers(&[("connection", "close"), ("upgrade", "h2c")]);
-        response_headers(&mut plain, None);
+        assert!(response_headers(&mut plain, None));
         assert!(plain.is_empty());
     }
 
@@ -690,7 +707,7 @@ mod tests {
             ("connection", "keep-alive"),
             ("content-length", "2"),
         ]);
-        response_headers(&mut r, None);
+        assert!(response_headers(&mut r, None));
         assert_eq!(
             r,
             headers(&[("content-type", "text/plain"), ("content-length", "2")])
@@ -701,7 +718,7 @@ mod tests {
             ("x-secret-hop", "1"),
             ("x-kept", "yes"),
         ]);
-        response_headers(&mut named, None);
+        assert!(response_headers(&mut named, None));
         assert_eq!(named, headers(&[("x-kept", "yes")]));
         let mut several = headers(&[
             ("connection", "keep-alive"),
@@ -710,7 +727,7 @@ mod tests {
             ("te", "trailers"),
             ("x-kept", "yes"),
         ]);
-        response_headers(&mut several, None);
+        assert!(response_headers(&mut several, None));
         assert_eq!(several, headers(&[("x-kept", "yes")]));
     }
 

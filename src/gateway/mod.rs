@@ -315,7 +315,9 @@ impl Gateway {
                 Err(pool::OriginError::Upload(e)) => return (Outcome::Refused, upload_failed(&e)),
                 Err(e) => return (Outcome::Unavailable, self.unanswered(e)),
             };
-            forward::response_headers(res.headers_mut(), None);
+            if !forward::response_headers(res.headers_mut(), None) {
+                return (Outcome::Unavailable, self.misframed());
+            }
             return (proxied, res);
         };
         // Boxed, as upgrades are rare: inline, its connect future would be copied with
@@ -339,8 +341,19 @@ impl Gateway {
                 }
             });
         }
-        forward::response_headers(res.headers_mut(), upgrade.as_ref().filter(|_| upgraded));
+        if !forward::response_headers(res.headers_mut(), upgrade.as_ref().filter(|_| upgraded)) {
+            return (Outcome::Unavailable, self.misframed());
+        }
         (proxied, res.map(Body::new))
+    }
+
+    #[cold]
+    fn misframed(&self) -> Response {
+        tracing::warn!(
+            upstream = %self.upstream,
+            "the origin answered with a transfer coding other than chunked"
+        );
+        bad_gateway()
     }
 
     #[cold]
