@@ -188,13 +188,22 @@ impl Pool {
         req: Request<Body>,
     ) -> Result<Response<Body>, OriginError> {
         let mut req = req;
+        // Set once the upload was sent whole: the wait for the answer is timed from then.
+        let mut uploaded = None;
         if !req.body().is_end_stream() {
             // An upload that stops arriving would hold the client's connection and the
             // origin's for ever: like nginx's `client_body_timeout`, a spell without data
             // ends it (the whole upload may take as long as it needs). Bodiless requests,
             // most of them, skip the wrapper and its box.
             let idle = self.upload_idle;
-            req = req.map(|b| Body::new(BodyTimeout::new(idle, b)));
+            let (tx, rx) = tokio::sync::watch::channel(false);
+            uploaded = Some(rx);
+            req = req.map(|b| {
+                Body::new(Uploaded {
+                    body: BodyTimeout::new(idle, b),
+                    sent: Some(tx),
+                })
+            });
         }
         // Once on a pooled connection, then on a new one: a pooled connection the origin
         // closed at the moment it was taken fails before anything is sent.
@@ -219,20 +228,36 @@ impl Pool {
                 // and held inline it would be copied with every request's future.
                 None => Box::pin(self.connect()).await?,
             };
-            // Timed only without a body: with one, the wait includes the upload, which a slow
-            // client may take minutes over (nginx buffers it first, then times the answer).
-            let limit = req.body().is_end_stream().then_some(self.head_timeout);
+            // Timed from when the request was sent whole: with a body, the wait includes the
+            // upload, which a slow client may take minutes over (nginx buffers it first,
+            // then times the answer), so the limit starts when its last byte went.
+            let d = self.head_timeout;
             let sent_at = Instant::now();
             let sent = link.send.try_send_request(req);
             let answered = drive(&mut link.conn, sent);
-            let answered = match limit {
-                None => answered.await,
-                // Stalled: the connection is dropped with the request (never sent again:
-                // the origin may be working on it).
-                Some(d) => match tokio::time::timeout(d, answered).await {
+            // Stalled: the connection is dropped with the request (never sent again: the
+            // origin may be working on it).
+            let answered = match &mut uploaded {
+                None => match tokio::time::timeout(d, answered).await {
                     Ok(a) => a,
                     Err(_) => return Err(OriginError::Timeout(d)),
                 },
+                Some(up) => {
+                    let stalled = async {
+                        // The guard `wait_for` answers is not held across the sleep.
+                        let sent = up.wait_for(|sent| *sent).await.is_ok();
+                        if sent {
+                            tokio::time::sleep(d).await;
+                        } else {
+                            // The body went unsent (the request failed first): never.
+                            std::future::pending::<()>().await;
+                        }
+                    };
+                    tokio::select! {
+                        a = answered => a,
+                        () = stalled => return Err(OriginError::Timeout(d)),
+                    }
+                }
             };
             let failed = match answered {
                 Ok(Ok(res)) => {
@@ -468,6 +493,38 @@ impl Drop for Driven {
     }
 }
 
+pin_project_lite::pin_project! {
+    /// A proxied request's body that says when it was read to its end (sent whole).
+    struct Uploaded<B> {
+        #[pin]
+        body: B,
+        sent: Option<tokio::sync::watch::Sender<bool>>,
+    }
+}
+
+impl<B: hyper::body::Body> hyper::body::Body for Uploaded<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = self.project();
+        let frame = this.body.poll_frame(cx);
+        if matches!(frame, Poll::Ready(None)) {
+            if let Some(tx) = this.sent.take() {
+                let _ = tx.send(true);
+            }
+        }
+        frame
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -572,6 +629,29 @@ mod tests {
             .unwrap_err();
         assert!(matches!(e, OriginError::Upload(_)), "{e}");
         assert!(e.to_string().contains("designated timeout"), "{e}");
+    }
+
+    /// Once the upload was sent whole, the wait for the answer is timed as a bodiless
+    /// request's is (defect: with a body, an origin that never answered held both
+    /// connections for as long as the client waited, with no `502`).
+    #[tokio::test]
+    async fn the_answer_to_a_whole_upload_is_timed() {
+        let origin = axum::Router::new().fallback(|_body: Bytes| std::future::pending::<()>());
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(l, origin).await.unwrap() });
+        let authority: axum::http::uri::Authority = addr.to_string().parse().unwrap();
+        let pool = Pool::new(&authority, 2).with_head_timeout(Duration::from_millis(300));
+        let req = Request::post("/orders")
+            .body(Body::from_stream(futures_util::stream::once(async {
+                Ok::<_, std::io::Error>(Bytes::from_static(b"x=1"))
+            })))
+            .unwrap();
+        let e = tokio::time::timeout(Duration::from_secs(10), pool.send(req))
+            .await
+            .expect("the wait ends")
+            .unwrap_err();
+        assert!(matches!(e, OriginError::Timeout(_)), "{e}");
     }
 
     /// Three answers read to their end at once, from three connections: a pool capped at
