@@ -1976,3 +1976,28 @@ async fn an_origins_answer_is_framed_by_its_chunks_or_refused() {
     assert_eq!(get("/long").await, (StatusCode::OK, "hello".into()));
     assert_eq!(get("/gzip").await.0, StatusCode::BAD_GATEWAY);
 }
+
+/// The origin's completion signal never reaches a visitor, on an ungated path or a
+/// bypassed one either (defect: there it was passed on as it was).
+#[tokio::test]
+async fn the_completion_signal_never_reaches_the_visitor() {
+    let w = waitroom(Some(origin().await), None).await;
+    let get = |w: &Waitroom| {
+        let url = format!("http://{}/checkout/done", w.addr);
+        async move { client().get(url).send().await.unwrap() }
+    };
+    let ungated = get(&w).await;
+    assert_eq!(ungated.status(), StatusCode::OK);
+    assert!(!ungated.headers().contains_key("x-waitroom-complete"));
+    event(
+        &w,
+        "shop",
+        json!({"paths": ["/checkout"], "bypass_paths": ["/checkout/done"]}),
+    )
+    .await;
+    let bypassed = get(&w).await;
+    assert_eq!(bypassed.status(), StatusCode::OK);
+    assert_eq!(bypassed.text().await.unwrap(), "purchase done");
+    let bypassed = get(&w).await;
+    assert!(!bypassed.headers().contains_key("x-waitroom-complete"));
+}

@@ -183,16 +183,18 @@ impl Gateway {
             gates.find(host, req.uri().path())
         };
         let Some(gate) = found else {
-            return self.proxy(req, host, peer, conn, None, Outcome::Pass).await;
+            let (outcome, res) = self.proxy(req, host, peer, conn, None, Outcome::Pass).await;
+            return (outcome, without_completion(res));
         };
         let secret = req
             .headers()
             .get(gate::X_WAITROOM_BYPASS)
             .map(HeaderValue::as_bytes);
         if gate.rules.bypasses(req.uri().path(), client, secret) {
-            return self
+            let (outcome, res) = self
                 .proxy(req, host, peer, conn, None, Outcome::Bypass)
                 .await;
+            return (outcome, without_completion(res));
         }
         let secure =
             self.state.gates.secure_cookies || gate::is_https(&self.guard, peer, req.headers());
@@ -361,6 +363,17 @@ impl Gateway {
         tracing::warn!(upstream = %self.upstream, error = %e, "the origin did not answer");
         bad_gateway()
     }
+}
+
+/// An answer to an ungated or bypassed request, without the origin's completion signal:
+/// no session was looked up for it, so there is none to complete, and the header is
+/// waitroom's, not the visitor's. Looked for among the answer's few names first, as most
+/// answers do not carry it.
+fn without_completion(mut res: Response) -> Response {
+    if res.headers().keys().any(|n| *n == X_WAITROOM_COMPLETE) {
+        res.headers_mut().remove(X_WAITROOM_COMPLETE);
+    }
+    res
 }
 
 /// A host (from [`forward::host_from`], text already) as text.
