@@ -383,3 +383,112 @@ async fn the_generated_signing_key_is_private_and_survives_restarts() {
     assert_eq!(s.terminate(Duration::from_secs(8)).code(), Some(0));
     assert_eq!(std::fs::read_to_string(&key).unwrap(), pem, "not rewritten");
 }
+
+/// The server's resident memory, from /proc.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// A WebSocket client that floods pings and never reads holds a bounded write buffer on
+/// the server (defect: a pong was queued for each ping, without bound: 400 MB of pings
+/// held 700 MB until the client went away).
+#[tokio::test]
+async fn a_websocket_that_floods_pings_and_never_reads_holds_little_memory() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let s = Server::start(
+        dir.path(),
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--admin-token",
+            ADMIN,
+            "--no-demo",
+            "--rate-limits",
+            "off",
+        ],
+        &[],
+    );
+    let (st, body) = call(
+        Method::PUT,
+        &s.url("/api/v1/admin/events/pings"),
+        Some(ADMIN),
+        Some(json!({"max_active": 1, "waiting_idle_sec": 600})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    let join_url = s.url("/api/v1/queue/join");
+    let join = || {
+        call(
+            Method::POST,
+            &join_url,
+            None,
+            Some(json!({"event_id": "pings"})),
+        )
+    };
+    join().await;
+    let (_, waiting) = join().await;
+    let token = waiting["waiting_token"].as_str().unwrap().to_string();
+    let addr: std::net::SocketAddr = s
+        .url("")
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()
+        .unwrap();
+    let pid = s.child.id();
+
+    let flood = std::thread::spawn(move || {
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        sock.set_recv_buffer_size(4096).unwrap();
+        sock.connect(&addr.into()).unwrap();
+        let mut tcp: std::net::TcpStream = sock.into();
+        write!(
+            tcp,
+            "GET /api/v1/queue/ws?token={token} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\n\
+             Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+             Sec-WebSocket-Version: 13\r\n\r\n"
+        )
+        .unwrap();
+        // A masked ping with a 125-byte payload (mask 0: the payload as it is).
+        let mut ping = vec![0x89, 0x80 | 125, 0, 0, 0, 0];
+        ping.extend([b'p'; 125]);
+        let batch: Vec<u8> = ping
+            .iter()
+            .copied()
+            .cycle()
+            .take(ping.len() * 1000)
+            .collect();
+        let mut sent = 0usize;
+        // 128 MB of pings, never reading the answers.
+        while sent < 128 << 20 {
+            if tcp.write_all(&batch).is_err() {
+                break;
+            }
+            sent += batch.len();
+        }
+        (tcp, sent)
+    });
+    let before = rss_kib(pid);
+    let (_tcp, sent) = flood.join().unwrap();
+    assert!(
+        sent >= 128 << 20,
+        "the server read the pings ({sent} bytes sent)"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let grown = rss_kib(pid).saturating_sub(before);
+    assert!(
+        grown < 32 * 1024,
+        "{grown} KiB more held after {} MiB of pings",
+        sent >> 20
+    );
+}

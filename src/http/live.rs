@@ -38,6 +38,11 @@ use crate::live::{Follower, LiveMessage};
 pub const WS_READ_BUFFER: usize = 4 * 1024;
 /// Largest accepted client frame or message: a heartbeat is 20 bytes.
 pub const WS_MAX_MESSAGE: usize = 16 * 1024;
+/// Most bytes a live WebSocket keeps waiting to be written. A client that sends pings and
+/// never reads would otherwise grow it by a pong each (tungstenite's default has no
+/// bound: a flood of pings held hundreds of megabytes); past it, only the latest pong is
+/// kept, and a message that does not fit ends the connection.
+pub const WS_MAX_WRITE_BUFFER: usize = 64 * 1024;
 /// Interval of SSE keep-alive comments.
 pub const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
@@ -79,6 +84,7 @@ pub async fn ws(
         .read_buffer_size(WS_READ_BUFFER)
         // Each message is written at once; live messages are small and rare per client.
         .write_buffer_size(0)
+        .max_write_buffer_size(WS_MAX_WRITE_BUFFER)
         .max_message_size(WS_MAX_MESSAGE)
         .max_frame_size(WS_MAX_MESSAGE)
         .on_upgrade(move |socket| async move {
