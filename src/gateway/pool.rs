@@ -201,7 +201,7 @@ impl Pool {
             req = req.map(|b| {
                 Body::new(Uploaded {
                     body: BodyTimeout::new(idle, b),
-                    sent: Some(tx),
+                    sent: SentWhole(Some(tx)),
                 })
             });
         }
@@ -249,7 +249,8 @@ impl Pool {
                         if sent {
                             tokio::time::sleep(d).await;
                         } else {
-                            // The body went unsent (the request failed first): never.
+                            // Unreachable in practice (the body tells at the latest when
+                            // dropped): never.
                             std::future::pending::<()>().await;
                         }
                     };
@@ -494,11 +495,31 @@ impl Drop for Driven {
 }
 
 pin_project_lite::pin_project! {
-    /// A proxied request's body that says when it was read to its end (sent whole).
+    /// A proxied request's body that says when it was sent whole: read to its end, or
+    /// dropped by hyper (which stops reading once it wrote `Content-Length` bytes, and
+    /// drops the body after a chunked upload's trailers). A body dropped because the
+    /// request failed says so too, but the failed request's answer has ended the wait.
     struct Uploaded<B> {
         #[pin]
         body: B,
-        sent: Option<tokio::sync::watch::Sender<bool>>,
+        sent: SentWhole,
+    }
+}
+
+/// Tells the request's wait that its body was sent whole, once, at the latest when dropped.
+struct SentWhole(Option<tokio::sync::watch::Sender<bool>>);
+
+impl SentWhole {
+    fn tell(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(true);
+        }
+    }
+}
+
+impl Drop for SentWhole {
+    fn drop(&mut self) {
+        self.tell();
     }
 }
 
@@ -513,9 +534,7 @@ impl<B: hyper::body::Body> hyper::body::Body for Uploaded<B> {
         let this = self.project();
         let frame = this.body.poll_frame(cx);
         if matches!(frame, Poll::Ready(None)) {
-            if let Some(tx) = this.sent.take() {
-                let _ = tx.send(true);
-            }
+            this.sent.tell();
         }
         frame
     }
@@ -650,6 +669,17 @@ mod tests {
         let e = tokio::time::timeout(Duration::from_secs(10), pool.send(req))
             .await
             .expect("the wait ends")
+            .unwrap_err();
+        assert!(matches!(e, OriginError::Timeout(_)), "{e}");
+        // With a length, as a browser's form sends it: hyper stops reading the body at its
+        // last byte and drops it, without the read that finds its end.
+        let req = Request::post("/orders")
+            .header("content-length", "3")
+            .body(Body::from("x=1"))
+            .unwrap();
+        let e = tokio::time::timeout(Duration::from_secs(10), pool.send(req))
+            .await
+            .expect("the wait with a length ends")
             .unwrap_err();
         assert!(matches!(e, OriginError::Timeout(_)), "{e}");
     }
