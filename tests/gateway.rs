@@ -1958,6 +1958,10 @@ async fn an_origins_answer_is_framed_by_its_chunks_or_refused() {
             "HTTP/1.1 200 OK\r\ncontent-length: 100\r\ntransfer-encoding: chunked\r\n\
              connection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
         }
+        "/unchanged" => {
+            "HTTP/1.1 304 Not Modified\r\ntransfer-encoding: gzip, chunked\r\n\
+             connection: close\r\n\r\n"
+        }
         _ => {
             "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\nconnection: close\r\n\r\n\
              3\r\nxyz\r\n0\r\n\r\n"
@@ -1975,6 +1979,8 @@ async fn an_origins_answer_is_framed_by_its_chunks_or_refused() {
     assert_eq!(get("/short").await, (StatusCode::OK, "hello world".into()));
     assert_eq!(get("/long").await, (StatusCode::OK, "hello".into()));
     assert_eq!(get("/gzip").await.0, StatusCode::BAD_GATEWAY);
+    // Without a body, the coding only says what a body would have had: passed on.
+    assert_eq!(get("/unchanged").await.0, StatusCode::NOT_MODIFIED);
 }
 
 /// The origin's completion signal never reaches a visitor, on an ungated path or a

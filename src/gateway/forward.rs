@@ -375,9 +375,11 @@ pub fn request_headers(
 /// A `Content-Length` beside `Transfer-Encoding` goes (RFC 9112 §6.3): the body was read by
 /// its chunks, and an answer framed by a stale length would reach the client cut short, or
 /// not at all.
+/// `bodiless`: an answer that has no body whatever its headers say (to `HEAD`, a `204`, a
+/// `304`), whose `Transfer-Encoding` only says what a body would have had.
 #[must_use]
-pub fn response_headers(h: &mut HeaderMap, upgraded: Option<&HeaderValue>) -> bool {
-    if let Some(te) = h.get(header::TRANSFER_ENCODING) {
+pub fn response_headers(h: &mut HeaderMap, upgraded: Option<&HeaderValue>, bodiless: bool) -> bool {
+    if let Some(te) = h.get(header::TRANSFER_ENCODING).filter(|_| !bodiless) {
         let chunked = h.get_all(header::TRANSFER_ENCODING).iter().count() == 1
             && te
                 .to_str()
@@ -689,11 +691,11 @@ mod tests {
             ("upgrade", "websocket"),
             ("keep-alive", "5"),
         ]);
-        assert!(response_headers(&mut r, u.as_ref()));
+        assert!(response_headers(&mut r, u.as_ref(), false));
         assert_eq!(r["upgrade"], "websocket");
         assert!(!r.contains_key("keep-alive"));
         let mut plain = headers(&[("connection", "close"), ("upgrade", "h2c")]);
-        assert!(response_headers(&mut plain, None));
+        assert!(response_headers(&mut plain, None, false));
         assert!(plain.is_empty());
     }
 
@@ -707,7 +709,7 @@ mod tests {
             ("connection", "keep-alive"),
             ("content-length", "2"),
         ]);
-        assert!(response_headers(&mut r, None));
+        assert!(response_headers(&mut r, None, false));
         assert_eq!(
             r,
             headers(&[("content-type", "text/plain"), ("content-length", "2")])
@@ -718,7 +720,7 @@ mod tests {
             ("x-secret-hop", "1"),
             ("x-kept", "yes"),
         ]);
-        assert!(response_headers(&mut named, None));
+        assert!(response_headers(&mut named, None, false));
         assert_eq!(named, headers(&[("x-kept", "yes")]));
         let mut several = headers(&[
             ("connection", "keep-alive"),
@@ -727,7 +729,7 @@ mod tests {
             ("te", "trailers"),
             ("x-kept", "yes"),
         ]);
-        assert!(response_headers(&mut several, None));
+        assert!(response_headers(&mut several, None, false));
         assert_eq!(several, headers(&[("x-kept", "yes")]));
     }
 

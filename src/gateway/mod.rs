@@ -311,13 +311,15 @@ impl Gateway {
             // The origin's spans are children of this request's.
             crate::telemetry::otel::inject(req.headers_mut());
         }
+        let head = req.method() == axum::http::Method::HEAD;
         let Some(client_side) = client_side else {
             let mut res = match self.origin.send(req).await {
                 Ok(r) => r,
                 Err(pool::OriginError::Upload(e)) => return (Outcome::Refused, upload_failed(&e)),
                 Err(e) => return (Outcome::Unavailable, self.unanswered(e)),
             };
-            if !forward::response_headers(res.headers_mut(), None) {
+            let bodiless = head || no_body(res.status());
+            if !forward::response_headers(res.headers_mut(), None, bodiless) {
                 return (Outcome::Unavailable, self.misframed());
             }
             return (proxied, res);
@@ -343,7 +345,12 @@ impl Gateway {
                 }
             });
         }
-        if !forward::response_headers(res.headers_mut(), upgrade.as_ref().filter(|_| upgraded)) {
+        let bodiless = head || no_body(res.status());
+        if !forward::response_headers(
+            res.headers_mut(),
+            upgrade.as_ref().filter(|_| upgraded),
+            bodiless,
+        ) {
             return (Outcome::Unavailable, self.misframed());
         }
         (proxied, res.map(Body::new))
@@ -374,6 +381,13 @@ fn without_completion(mut res: Response) -> Response {
         res.headers_mut().remove(X_WAITROOM_COMPLETE);
     }
     res
+}
+
+/// An answer status that has no body (RFC 9110 §6.4.1).
+fn no_body(status: StatusCode) -> bool {
+    status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
 }
 
 /// A host (from [`forward::host_from`], text already) as text.
