@@ -581,6 +581,8 @@ pub struct Follower {
     /// How often the place is re-read without a notice ([`refresh_period`]).
     refresh_every: Duration,
     next_refresh: Instant,
+    /// When the figures are next pushed even if unchanged ([`REFRESH`] after the last push).
+    next_forced: Instant,
 }
 
 /// How often a follower renews its place's heartbeat: a third of the event's idle time,
@@ -641,6 +643,7 @@ impl Follower {
             next_heartbeat: t + heartbeat_every,
             refresh_every,
             next_refresh: t + refresh_every,
+            next_forced: t + REFRESH,
         };
         // Whatever the signals said before this point is reflected in `view`.
         f.sub.place().mark_unchanged();
@@ -734,19 +737,29 @@ impl Follower {
                     }
                 }
                 if !self.done && now >= self.next_refresh {
-                    // The settings as this node knows them (re-read within a second, no
-                    // store call per follower) differ from what was told: a change whose
-                    // notice was lost (a new announcement, the end of the sale). Read from
-                    // the store, as the notice would have, and tell what changed (the
-                    // copy may also be the older one, for up to a second: then nothing).
-                    let now = self.clock.now();
-                    if let Ok(config) = self.catalog.config(&self.event_id, now).await {
-                        if self.untold(&config, now) {
-                            self.event_state(&mut out.messages).await;
-                        }
-                    }
+                    // The figures are pushed unchanged only every REFRESH (the contract's
+                    // "at least every 10 s"), however often a short ready window asks for
+                    // the place to be re-read.
+                    let force = now >= self.next_forced;
+                    // Re-read at the next period even when nothing is pushed (a push, or
+                    // an opening due sooner, moves it).
+                    self.next_refresh = now + self.refresh_every;
+                    self.refresh(force, &mut out.messages).await;
+                    // Then, with the place's state just read (an admission whose notice
+                    // was lost is seen first: a sale's end does not end an admitted
+                    // place), the settings as this node knows them (re-read within a
+                    // second, no store call per follower) against what was told: a change
+                    // whose notice was lost (a new announcement, the end of the sale).
+                    // Read from the store, as the notice would have, and tell what changed
+                    // (the copy may also be the older one, for up to a second: then
+                    // nothing).
+                    let at = self.clock.now();
                     if !self.done {
-                        self.refresh(true, &mut out.messages).await;
+                        if let Ok(config) = self.catalog.config(&self.event_id, at).await {
+                            if self.untold(&config, at) {
+                                self.event_state(&mut out.messages).await;
+                            }
+                        }
                     }
                 }
             }
@@ -839,7 +852,9 @@ impl Follower {
                 out.push(LiveMessage::update(view));
             }
             self.last = Some(figures);
-            self.next_refresh = Instant::now() + self.refresh_every;
+            let now = Instant::now();
+            self.next_refresh = now + self.refresh_every;
+            self.next_forced = now + REFRESH;
         }
         // In the pre-queue, the opening changes the place (a position, then `waiting`)
         // even when nobody is admitted at it, which moves nobody: refresh then, not up

@@ -315,3 +315,52 @@ async fn an_announcement_heard_of_by_no_notice_is_told() {
         "the announcement was never told"
     );
 }
+
+/// Both notices lost, the admission's and then the sale's end: the refresh tells the
+/// admission, and the end (which leaves admitted places be) ends nothing (defect: the
+/// settings were compared before the place was re-read, so the follower, still taking its
+/// place for waiting, pushed `ended` and closed the stream of someone who could enter).
+#[tokio::test]
+async fn an_admission_then_an_end_heard_of_by_no_notice_leaves_the_place_admitted() {
+    let (mut f, store, first, _stop) = a_follower_hearing_no_notice().await;
+    store.leave("ev", first, 1_000_000).await.unwrap();
+    let end = crate::core::EventPatch {
+        end: Some(crate::core::SaleEnd {
+            reason: crate::core::EndCause::SoldOut,
+            message: None,
+            at: 1_000_000,
+        }),
+        ..Default::default()
+    };
+    store.update_event("ev", &end, 1_000_000).await.unwrap();
+    let mut told = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_millis(2_500), async {
+        loop {
+            let wake = f.wait().await;
+            told.extend(f.step(wake, true).await.messages);
+        }
+    })
+    .await;
+    assert!(
+        told.iter()
+            .any(|m| matches!(m, LiveMessage::QueueReady { .. })),
+        "{told:?}"
+    );
+    assert!(
+        !told.iter().any(|m| matches!(m, LiveMessage::Ended { .. })),
+        "{told:?}"
+    );
+    assert!(!f.is_done());
+}
+
+/// A short ready window re-reads the place more often, but pushes unchanged figures only
+/// every REFRESH, as before (a push a second to every waiting client would be the load).
+#[tokio::test]
+async fn a_short_ready_window_pushes_no_more_unchanged_figures() {
+    let (mut f, _store, _first, _stop) = a_follower_hearing_no_notice().await;
+    let told = told_within(&mut f, Duration::from_millis(2_500), |m| {
+        matches!(m, LiveMessage::QueueUpdate { .. })
+    })
+    .await;
+    assert!(!told, "unchanged figures pushed again before REFRESH");
+}
