@@ -318,8 +318,9 @@ pub(super) async fn subscribe(mut s: Subscriber) {
                 if listen(&s, pubsub).await == Lost::Deaf {
                     tracing::warn!(
                         node = ?s.targets[target % s.targets.len()].addr(),
-                        "notice relay hears nothing of the other nodes there (a node that \
-                         left the Cluster?): listening on another"
+                        "notice relay does not hear its own messages there (a Cluster node \
+                         that left the Cluster, or a connection that broke silently): \
+                         listening again, on the next node if there is one"
                     );
                     target += 1;
                 }
@@ -364,10 +365,15 @@ enum Lost {
 async fn listen(s: &Subscriber, pubsub: redis::aio::PubSub) -> Lost {
     let (mut sink, mut stream) = pubsub.split();
     let mut deaf_check = tokio::time::interval(Duration::from_secs(1));
+    // A deadline moved by each message, not a sleep made afresh at each turn: the deafness
+    // check's tick ends a turn every second, and would keep a new 5 s sleep from ever ending.
+    let ping = tokio::time::sleep(PING_EVERY);
+    tokio::pin!(ping);
     loop {
         tokio::select! {
             msg = stream.next() => {
                 let Some(msg) = msg else { return Lost::Connection };
+                ping.as_mut().reset(tokio::time::Instant::now() + PING_EVERY);
                 let payload = msg.get_payload_bytes();
                 if is_own(&s.node_id, payload) {
                     s.echo.heard();
@@ -382,7 +388,7 @@ async fn listen(s: &Subscriber, pubsub: redis::aio::PubSub) -> Lost {
                     return Lost::Deaf;
                 }
             }
-            _ = tokio::time::sleep(PING_EVERY) => {
+            () = ping.as_mut() => {
                 // Any answer: a subscribed RESP2 connection answers `["pong", ""]`, not
                 // `PONG` (read as text, that failed, and every quiet 5 s reconnected).
                 let pong = tokio::time::timeout(s.op_timeout, sink.ping::<redis::Value>()).await;
@@ -390,6 +396,7 @@ async fn listen(s: &Subscriber, pubsub: redis::aio::PubSub) -> Lost {
                     tracing::debug!("notice relay connection stopped answering");
                     return Lost::Connection;
                 }
+                ping.as_mut().reset(tokio::time::Instant::now() + PING_EVERY);
             }
         }
     }
@@ -424,10 +431,15 @@ pub(super) async fn cluster_nodes(
     };
     let mut out = Vec::new();
     for line in nodes.lines() {
-        // `<id> <ip:port@cport[,hostname]> <flags> …`
-        let Some(addr) = line.split_whitespace().nth(1) else {
+        // `<id> <ip:port@cport[,hostname]> <flags> …`; the node asked is the seed, already
+        // the first target.
+        let mut fields = line.split_whitespace();
+        let (Some(addr), Some(flags)) = (fields.nth(1), fields.next()) else {
             continue;
         };
+        if flags.split(',').any(|f| f == "myself") {
+            continue;
+        }
         let addr = addr.split(['@', ',']).next().unwrap_or_default();
         let Some((host, port)) = addr.rsplit_once(':') else {
             continue;
