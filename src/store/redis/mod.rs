@@ -95,7 +95,7 @@ const PUT_ATTEMPTS: usize = 64;
 const MAX_HEAD: usize = 100_000;
 /// How much longer a spent proof of work is remembered than its expiry by the spending
 /// node's clock: covers nodes whose clocks are up to this far behind.
-const CLAIM_CLOCK_MARGIN: Duration = Duration::from_secs(300);
+const CLAIM_CLOCK_MARGIN: Duration = Duration::from_secs(60);
 
 /// Settings of the Redis backend beyond its URL.
 #[derive(Debug, Clone)]
