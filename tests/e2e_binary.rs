@@ -62,24 +62,28 @@ fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
 }
 
+/// `serve` on a free port with the data dir `data` under `dir`, the test's admin token, no
+/// demo event, and `extra` flags.
+fn serve(dir: &Path, extra: &[&str]) -> Server {
+    let data = dir.join("data");
+    let mut args = vec![
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--admin-token",
+        ADMIN,
+        "--no-demo",
+    ];
+    args.extend_from_slice(extra);
+    Server::start(dir, &args, &[])
+}
+
 #[tokio::test]
 async fn a_whole_journey_over_http_then_sigterm() {
     let dir = tempdir();
-    let data = dir.path().join("data");
-    let s = Server::start(
-        dir.path(),
-        &[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--admin-token",
-            ADMIN,
-            "--no-demo",
-        ],
-        &[],
-    );
+    let s = serve(dir.path(), &[]);
     assert!(s.base.starts_with("http://127.0.0.1:"), "{}", s.base);
     assert_eq!(
         s.printed_admin_token(),
@@ -400,24 +404,8 @@ fn rss_kib(pid: u32) -> u64 {
 #[tokio::test]
 async fn a_websocket_that_floods_pings_and_never_reads_holds_little_memory() {
     use std::io::Write as _;
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let s = Server::start(
-        dir.path(),
-        &[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--admin-token",
-            ADMIN,
-            "--no-demo",
-            "--rate-limits",
-            "off",
-        ],
-        &[],
-    );
+    let dir = tempdir();
+    let s = serve(dir.path(), &["--rate-limits", "off"]);
     let (st, body) = call(
         Method::PUT,
         &s.url("/api/v1/admin/events/pings"),
