@@ -214,6 +214,32 @@ impl Gates {
         self.table.load().iter().all(|g| g.rules.paths.is_empty())
     }
 
+    /// Puts one event's rules (`None`: its deletion) in the table at once, as the node
+    /// that made the change answers it: the rebuild the change's notice starts comes a few
+    /// milliseconds later (on Redis, through pub/sub), and until then a new gate was open
+    /// to anyone. The table stays in id order, as a rebuild makes it.
+    pub fn apply(&self, event_id: &str, config: Option<&crate::core::EventConfig>) {
+        let gate = config.map(|c| {
+            Arc::new(Gate::new(
+                event_id.into(),
+                c.gate.clone(),
+                u64::from(c.session_idle_sec) * 1000,
+            ))
+        });
+        self.table.rcu(|table| {
+            let mut t: Vec<Arc<Gate>> = table
+                .iter()
+                .filter(|g| &*g.event_id != event_id)
+                .cloned()
+                .collect();
+            if let Some(g) = &gate {
+                let at = t.partition_point(|x| &*x.event_id < event_id);
+                t.insert(at, g.clone());
+            }
+            t
+        });
+    }
+
     /// Rebuilds the table from every event's settings.
     pub async fn refresh(&self, store: &dyn Store, now: Millis) -> bool {
         match store.list_events(now).await {

@@ -100,6 +100,7 @@ pub async fn put_event(
         .store
         .put_event(&id, &patch, state.clock.now())
         .await?;
+    state.gates.apply(&id, Some(&config));
     let action = if before.is_some() {
         Action::Update
     } else {
@@ -139,6 +140,7 @@ pub async fn delete_event(
     let id = event_id(path)?;
     let _one = records::one_change_at_a_time(&id).await;
     state.store.delete_event(&id).await?;
+    state.gates.apply(&id, None);
     records::audit(&state, &caller, Action::Delete, &id, Vec::new(), None).await;
     Ok(Json(Deleted {
         deleted: true,
