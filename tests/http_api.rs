@@ -2106,6 +2106,16 @@ async fn sessions_extend_over_http() {
     // Admin answers name people and hold invite codes: not cached either.
     let r = app.admin(Method::GET, "/events/ev/queue", None).await;
     assert_eq!(r.headers["cache-control"], "no-store", "{}", r.text);
+    // Its refusals too, as every admin answer (defect: a 401 had no `Cache-Control`).
+    let r = app
+        .send(bearer(
+            Method::GET,
+            "/api/v1/admin/events/ev/queue",
+            "wrong",
+        ))
+        .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(r.headers["cache-control"], "no-store", "{}", r.text);
     let x = app
         .send(bearer(Method::POST, "/api/v1/session/extend", jwt))
         .await;

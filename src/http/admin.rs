@@ -57,13 +57,16 @@ pub async fn require_admin(
     req: Request,
     next: Next,
 ) -> Result<Response, AppError> {
-    if !bearer(req.headers()).is_some_and(|t| is_admin_token(&state, t)) {
-        caller.guard.check_admin_failure(caller.ip)?;
-        return Err(AppError::Unauthorized);
-    }
     // Admin answers hold people's ids, invite codes, the audit: no cache on the way may
-    // keep them.
-    let mut res = next.run(req).await;
+    // keep them. The refusals say so too, as API.md says of every admin answer.
+    let mut res = if bearer(req.headers()).is_some_and(|t| is_admin_token(&state, t)) {
+        next.run(req).await
+    } else {
+        match caller.guard.check_admin_failure(caller.ip) {
+            Ok(()) => AppError::Unauthorized.into_response(),
+            Err(e) => e.into_response(),
+        }
+    };
     res.headers_mut()
         .insert(header::CACHE_CONTROL, super::NO_STORE.clone());
     Ok(res)
