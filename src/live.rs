@@ -742,8 +742,16 @@ impl Follower {
                     // the place to be re-read.
                     let force = now >= self.next_forced;
                     // Re-read at the next period even when nothing is pushed (a push, or
-                    // an opening due sooner, moves it).
-                    self.next_refresh = now + self.refresh_every;
+                    // an opening due sooner, moves it), and when the forced push is due if
+                    // that comes first (a period that does not divide REFRESH would push
+                    // the figures up to twice as far apart). Never sooner than
+                    // REFRESH_MIN: after a failed read the forced push stays due.
+                    let period = now + self.refresh_every;
+                    self.next_refresh = if force {
+                        period
+                    } else {
+                        period.min(self.next_forced.max(now + REFRESH_MIN))
+                    };
                     self.refresh(force, &mut out.messages).await;
                     // Then, with the place's state just read (an admission whose notice
                     // was lost is seen first: a sale's end does not end an admitted

@@ -223,11 +223,24 @@ async fn a_follower_hearing_no_notice() -> (
     PlaceKey,
     tokio::sync::watch::Sender<bool>,
 ) {
+    a_follower_hearing_no_notice_with(3).await
+}
+
+/// As [`a_follower_hearing_no_notice`], with a ready window of `ready_ttl_sec`.
+async fn a_follower_hearing_no_notice_with(
+    ready_ttl_sec: u32,
+) -> (
+    Follower,
+    Arc<dyn Store>,
+    PlaceKey,
+    tokio::sync::watch::Sender<bool>,
+) {
     use crate::store::embedded::EmbeddedStore;
     use crate::store::JoinRequest;
     let store: Arc<dyn Store> = Arc::new(EmbeddedStore::new());
     let clock = Clock::manual(1_000_000);
-    let patch = serde_json::from_value(json!({"max_active": 1, "ready_ttl_sec": 3})).unwrap();
+    let patch =
+        serde_json::from_value(json!({"max_active": 1, "ready_ttl_sec": ready_ttl_sec})).unwrap();
     store.put_event("ev", &patch, clock.now()).await.unwrap();
     let req = |nonce| JoinRequest {
         user_id: None,
@@ -363,4 +376,23 @@ async fn a_short_ready_window_pushes_no_more_unchanged_figures() {
     })
     .await;
     assert!(!told, "unchanged figures pushed again before REFRESH");
+}
+
+/// Unchanged figures are pushed at least every REFRESH whatever the re-read period
+/// (defect: a period of 6.7 s, a third of a 20 s window, pushed them every 13.3 s, past
+/// the contract's "at least every 10 s").
+#[tokio::test(start_paused = true)]
+async fn unchanged_figures_are_pushed_every_refresh_whatever_the_period() {
+    let (mut f, _store, _first, _stop) = a_follower_hearing_no_notice_with(20).await;
+    let mut last = Instant::now();
+    for _ in 0..3 {
+        let pushed = told_within(&mut f, Duration::from_secs(30), |m| {
+            matches!(m, LiveMessage::QueueUpdate { .. })
+        })
+        .await;
+        assert!(pushed);
+        let gap = last.elapsed();
+        assert!(gap <= Duration::from_secs(10), "{gap:?} between two pushes");
+        last = Instant::now();
+    }
 }
