@@ -193,6 +193,12 @@ fn unavailable(e: redis::RedisError) -> StoreError {
     StoreError::Unavailable(format!("redis: {e}"))
 }
 
+/// Whether the script refused an event written before the chunked layout (its error
+/// `LAYOUT …`, `rules.lua`'s `OLD_LAYOUT_ERROR`).
+fn is_old_layout(e: &StoreError) -> bool {
+    matches!(e, StoreError::Unavailable(m) if m.contains("LAYOUT") && m.contains("older waitroom"))
+}
+
 impl RedisStore {
     /// A store for `url` (`redis://[user:password@]host:port[/db]` or `rediss://…`) that
     /// connects on first use. Fails only on a URL that redis-rs cannot read.
@@ -530,6 +536,13 @@ impl Store for RedisStore {
                 Ok(s) => out.push(s),
                 // Listed but deleted meanwhile (or listed just before being created).
                 Err(StoreError::Queue(QueueError::EventNotFound)) => {}
+                // An event of a layout this version cannot read: left out, named in the log,
+                // so that the others are still gated, scheduled and listed (one such event
+                // failed every list: the gate table then gated nothing, and a node could
+                // not start to delete it).
+                Err(e) if is_old_layout(&e) => {
+                    tracing::warn!(event = %id, error = %e, "an event this version cannot read is left out of the lists; delete it and create it again");
+                }
                 Err(e) => return Err(e),
             }
         }
