@@ -91,7 +91,19 @@ impl SettingsRec {
                 counters: Some(r.meta),
             });
         }
-        let r: LegacyEventRec = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
+        let (r, rest) =
+            postcard::take_from_bytes::<LegacyEventRec>(bytes).map_err(|e| e.to_string())?;
+        // A record of the first version ends with its counters. Bytes after them: a record
+        // of a later development build (its settings in 19 fields, from 633e25b to
+        // 1b12530) that read as this kind takes settings for counters and drops the rest
+        // (an invite-only event came back public): refused, not misread.
+        if !rest.is_empty() {
+            return Err(format!(
+                "a settings record of an unknown kind ({} bytes past its counters): written \
+                 by a development build this version cannot read",
+                rest.len()
+            ));
+        }
         let c = r.config;
         Ok(SettingsRec {
             config: EventConfig {
@@ -222,6 +234,56 @@ mod tests {
         assert_eq!(c.target_url.as_deref(), Some("https://example.com/book"));
         assert_eq!(c.pow_difficulty, 0, "a later setting reads as its default");
         assert_eq!(rec.counters, Some(meta));
+    }
+
+    /// A record of a development build between the first version and the counters'
+    /// marker (the settings in 19 fields, then the counters) is refused: read as a record
+    /// of the first version, its extra settings were taken for counters and the rest was
+    /// dropped (an invite-only event with a user-token secret came back public).
+    #[test]
+    fn a_record_with_more_settings_than_the_first_version_is_refused() {
+        #[derive(Serialize)]
+        struct Between(
+            OldConfig,
+            Option<String>,
+            Option<String>,
+            bool,
+            u32,
+            u32,
+            Option<u32>,
+            Option<u64>,
+            QueueMeta,
+        );
+        let rec = Between(
+            OldConfig(
+                "VIP".into(),
+                7,
+                1.0,
+                None,
+                60,
+                120,
+                600,
+                300,
+                None,
+                false,
+                true,
+                None,
+            ),
+            Some("s".repeat(40)),
+            None,
+            true,
+            1,
+            0,
+            None,
+            None,
+            QueueMeta {
+                next_seq: 11,
+                joins: 10,
+                ..QueueMeta::default()
+            },
+        );
+        let err = SettingsRec::decode(&enc(&rec)).err().expect("refused");
+        assert!(err.contains("unknown kind"), "{err}");
     }
 
     /// A record as the version before the counters' own records wrote it.
