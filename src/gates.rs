@@ -215,9 +215,11 @@ impl Gates {
     }
 
     /// Puts one event's rules (`None`: its deletion) in the table at once, as the node
-    /// that made the change answers it: the rebuild the change's notice starts comes a few
-    /// milliseconds later (on Redis, through pub/sub), and until then a new gate was open
-    /// to anyone. The table stays in id order, as a rebuild makes it.
+    /// that made the change answers it: the rebuild the change's notice starts reads every
+    /// event first (on Redis a script each: 5–8 ms for a few), and until then a new gate
+    /// was open to anyone. The table stays in id order, as a rebuild makes it. A rebuild
+    /// that read the events before the change and ends after this puts the old rules back
+    /// until the rebuild the change's notice started ends.
     pub fn apply(&self, event_id: &str, config: Option<&crate::core::EventConfig>) {
         let gate = config.map(|c| {
             Arc::new(Gate::new(
