@@ -171,6 +171,12 @@ pub struct Gates {
     /// before us at a proxy we do not trust to say so).
     pub secure_cookies: bool,
     table: ArcSwap<Vec<Arc<Gate>>>,
+    /// Bumped by every [`Gates::apply`]: a rebuild that read the events before one does not
+    /// store its table (it would put the old rules back).
+    applied: std::sync::atomic::AtomicU64,
+    /// Held while the table is replaced, so a rebuild's check of `applied` and its store
+    /// are one step against an apply.
+    replacing: Mutex<()>,
     renewals: Mutex<Renewals>,
 }
 
@@ -218,8 +224,7 @@ impl Gates {
     /// that made the change answers it: the rebuild the change's notice starts reads every
     /// event first (on Redis a script each: 5–8 ms for a few), and until then a new gate
     /// was open to anyone. The table stays in id order, as a rebuild makes it. A rebuild
-    /// that read the events before the change and ends after this puts the old rules back
-    /// until the rebuild the change's notice started ends.
+    /// that read the events before this keeps its table to itself (see [`Gates::refresh`]).
     pub fn apply(&self, event_id: &str, config: Option<&crate::core::EventConfig>) {
         let gate = config.map(|c| {
             Arc::new(Gate::new(
@@ -228,6 +233,9 @@ impl Gates {
                 u64::from(c.session_idle_sec) * 1000,
             ))
         });
+        let _one = self.replacing.lock();
+        self.applied
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.table.rcu(|table| {
             let mut t: Vec<Arc<Gate>> = table
                 .iter()
@@ -242,8 +250,12 @@ impl Gates {
         });
     }
 
-    /// Rebuilds the table from every event's settings.
+    /// Rebuilds the table from every event's settings. A rebuild during which a change was
+    /// applied is not stored: it may have read the events before that change, and would
+    /// put the old rules back (a new gate open again for as long as the next rebuild
+    /// takes). The change's notice starts the rebuild that follows it.
     pub async fn refresh(&self, store: &dyn Store, now: Millis) -> bool {
+        let applied = self.applied.load(std::sync::atomic::Ordering::SeqCst);
         match store.list_events(now).await {
             Ok(events) => {
                 let table = events
@@ -256,7 +268,10 @@ impl Gates {
                         ))
                     })
                     .collect();
-                self.table.store(Arc::new(table));
+                let _one = self.replacing.lock();
+                if self.applied.load(std::sync::atomic::Ordering::SeqCst) == applied {
+                    self.table.store(Arc::new(table));
+                }
                 true
             }
             Err(e) => {
@@ -373,6 +388,37 @@ pub async fn run_refresh(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A rebuild that read the events before a change applied meanwhile does not put the
+    /// old rules back (defect: a new gate, in force as its change answered, was open again
+    /// until the rebuild its notice started had read every event).
+    #[tokio::test(start_paused = true)]
+    async fn a_rebuild_that_read_before_a_change_does_not_undo_it() {
+        use crate::store::fault::{Fault, FaultStore, Op};
+        let store = Arc::new(FaultStore::embedded());
+        store.inject(
+            Op::ListEvents,
+            Fault::Late(std::time::Duration::from_millis(100)),
+        );
+        let gates = Arc::new(Gates::default());
+        let (g, s) = (gates.clone(), store.clone());
+        let rebuild = tokio::spawn(async move { g.refresh(s.as_ref(), 0).await });
+        while store.calls(Op::ListEvents) == 0 {
+            tokio::task::yield_now().await;
+        }
+        tokio::task::yield_now().await; // it read the (empty) list
+        let patch = serde_json::from_value(serde_json::json!({"paths": ["/pay"]})).unwrap();
+        let config = store.put_event("g", &patch, 0).await.unwrap();
+        gates.apply("g", Some(&config));
+        assert!(rebuild.await.unwrap());
+        assert!(
+            gates.find(None, "/pay/now").is_some(),
+            "the rebuild put the table from before the change back"
+        );
+        // The next rebuild stores what it read.
+        assert!(gates.refresh(store.as_ref(), 0).await);
+        assert!(gates.find(None, "/pay/now").is_some());
+    }
 
     /// Changes that queue while the table is being rebuilt are covered by one more rebuild,
     /// not one each.

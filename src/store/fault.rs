@@ -79,6 +79,9 @@ pub enum Fault {
     Delay(Duration),
     /// Never answers: the backend stopped responding.
     Hang,
+    /// Asks the inner store at once, then waits this long before answering: an answer read
+    /// early and delivered late (only `list_events` honours it).
+    Late(Duration),
     /// Panics with this message: a bug in a backend.
     Panic(String),
 }
@@ -210,6 +213,18 @@ impl FaultStore {
             }
             Some(Fault::Hang) => std::future::pending().await,
             Some(Fault::Panic(m)) => panic!("{m}"),
+            Some(Fault::Late(_)) => Ok(()),
+        }
+    }
+
+    /// After the inner store answered: the wait of a `Late` fault of `op`, if any.
+    async fn late(&self, op: Op) {
+        let late = match self.faults.lock().by_op.get(&op) {
+            Some(Fault::Late(d)) => Some(*d),
+            _ => None,
+        };
+        if let Some(d) = late {
+            tokio::time::sleep(d).await;
         }
     }
 }
@@ -243,7 +258,9 @@ impl Store for FaultStore {
 
     async fn list_events(&self, now: Millis) -> StoreResult<Vec<EventSnapshot>> {
         self.gate(Op::ListEvents).await?;
-        self.inner.list_events(now).await
+        let listed = self.inner.list_events(now).await;
+        self.late(Op::ListEvents).await;
+        listed
     }
 
     async fn delete_event(&self, event_id: &str) -> StoreResult<()> {
