@@ -480,6 +480,12 @@ async fn not_found() -> AppError {
     AppError::NotFound
 }
 
-async fn method_not_allowed() -> AppError {
-    AppError::MethodNotAllowed
+/// Also `no-store`: API.md says so of every admin answer, and this one is answered before
+/// the admin check (a wrong method is not an admin request). It holds nothing private, so
+/// every path's gets the same.
+async fn method_not_allowed() -> impl axum::response::IntoResponse {
+    (
+        [(axum::http::header::CACHE_CONTROL, NO_STORE.clone())],
+        AppError::MethodNotAllowed,
+    )
 }
