@@ -180,6 +180,10 @@ pub struct Gates {
     renewals: Mutex<Renewals>,
 }
 
+/// A path whose readings are gated by different events ([`Gates::find`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ambiguous;
+
 impl Gates {
     /// A table whose session cookies are always `Secure` (the `cookie_secure` setting).
     pub fn with_secure_cookies() -> Self {
@@ -192,18 +196,38 @@ impl Gates {
     /// The event that gates a request to `host` and `path`: the longest matching prefix;
     /// on a tie, an event whose `hosts` named the host (it was set up for that site, as
     /// nginx's named server wins over its default one), then the first by id.
-    pub fn find(&self, host: Option<&str>, path: &str) -> Option<Arc<Gate>> {
+    ///
+    /// Chosen per reading of the path (as sent, resolved, as Windows or C reads it: the
+    /// origin reads it one of these ways). When two readings choose different events the
+    /// request is refused ([`Ambiguous`]): taking either would let a path written for one
+    /// event's prefix (`/checkout/help/../pay`, `help` gating `/checkout/help`) reach a
+    /// page the other gates (`/checkout/pay`, `general` gating `/checkout`) under the
+    /// first's queue. A reading no event gates adds nothing: gating errs on the queue's side.
+    pub fn find(&self, host: Option<&str>, path: &str) -> Result<Option<Arc<Gate>>, Ambiguous> {
         let table = self.table.load();
-        let mut best: Option<((usize, bool), &Arc<Gate>)> = None;
-        for g in table.iter() {
-            if let Some(n) = g.rules.gates(host, path) {
-                let rank = (n, !g.rules.hosts.is_empty());
-                if best.is_none_or(|(m, _)| rank > m) {
-                    best = Some((rank, g));
+        let readings = crate::core::gate::Readings::of(path);
+        let mut chosen: Option<&Arc<Gate>> = None;
+        for reading in readings.iter() {
+            let mut best: Option<((usize, bool), &Arc<Gate>)> = None;
+            for g in table.iter() {
+                if !g.rules.gates_host(host) {
+                    continue;
+                }
+                if let Some(n) = g.rules.longest_prefix(reading) {
+                    let rank = (n, !g.rules.hosts.is_empty());
+                    if best.is_none_or(|(m, _)| rank > m) {
+                        best = Some((rank, g));
+                    }
                 }
             }
+            match (chosen, best) {
+                (_, None) => {}
+                (None, Some((_, g))) => chosen = Some(g),
+                (Some(c), Some((_, g))) if Arc::ptr_eq(c, g) => {}
+                (Some(_), Some(_)) => return Err(Ambiguous),
+            }
         }
-        best.map(|(_, g)| g.clone())
+        Ok(chosen.cloned())
     }
 
     /// The rules of one event, gated paths or not.
@@ -412,12 +436,12 @@ mod tests {
         gates.apply("g", Some(&config));
         assert!(rebuild.await.unwrap());
         assert!(
-            gates.find(None, "/pay/now").is_some(),
+            gates.find(None, "/pay/now").unwrap().is_some(),
             "the rebuild put the table from before the change back"
         );
         // The next rebuild stores what it read.
         assert!(gates.refresh(store.as_ref(), 0).await);
-        assert!(gates.find(None, "/pay/now").is_some());
+        assert!(gates.find(None, "/pay/now").unwrap().is_some());
     }
 
     /// Changes that queue while the table is being rebuilt are covered by one more rebuild,
@@ -521,12 +545,57 @@ mod tests {
             gates
                 .find(Some(host), "/checkout/pay")
                 .unwrap()
+                .unwrap()
                 .event_id
                 .clone()
         };
         assert_eq!(&*found("aa.example"), "aa-shop");
         assert_eq!(&*found("zz.example"), "zz-shop");
         assert_eq!(&*found("other.example"), "main");
+    }
+
+    /// Each reading of a path chooses its event; readings that choose different events
+    /// are refused (defect: the longest prefix of any reading won, so
+    /// `/checkout/help/../pay` passed under `help`'s queue to the page `general` gates).
+    #[test]
+    fn readings_that_choose_different_events_are_refused() {
+        let gate = |id: &str, prefix: &str| {
+            let rules = crate::core::GateRules {
+                paths: vec![prefix.into()],
+                ..Default::default()
+            };
+            Arc::new(Gate::new(id.into(), rules, 60_000))
+        };
+        let gates = Gates::default();
+        gates.table.store(Arc::new(vec![
+            gate("general", "/checkout"),
+            gate("help", "/checkout/help"),
+        ]));
+        let find = |path| {
+            gates
+                .find(None, path)
+                .map(|g| g.map(|g| g.event_id.to_string()))
+        };
+        let one = |id: &str| Ok(Some(id.to_string()));
+        assert_eq!(find("/checkout/pay"), one("general"));
+        assert_eq!(find("/checkout/help/pay"), one("help"));
+        // Readings that differ but agree on the event.
+        assert_eq!(find("/checkout/help/a%20b"), one("help"));
+        assert_eq!(find("/checkout/./pay"), one("general"));
+        assert_eq!(find("/checkout/HELP/pay"), one("help"));
+        assert_eq!(find("/about"), Ok(None));
+        for path in [
+            // As sent: `help`'s; resolved: `general`'s `/checkout/pay`.
+            "/checkout/help/../pay",
+            "/checkout/help/%2e%2e/pay",
+            "/checkout/help/..;/pay",
+            // As sent and resolved: `general`'s; as C reads it (cut at the NUL): `help`'s.
+            "/checkout/help%00/../pay",
+            // As sent: `general`'s; resolved (`%2f` a slash): `help`'s.
+            "/checkout/x%2f..%2fhelp",
+        ] {
+            assert_eq!(find(path), Err(Ambiguous), "{path}");
+        }
     }
 
     #[test]

@@ -1089,6 +1089,62 @@ async fn path_parameters_and_host_spellings_do_not_skip_the_queue() {
     );
 }
 
+/// Two events whose prefixes nest: a path written under the inner one that resolves to the
+/// outer one's page is refused, never passed under the inner one's queue (defect:
+/// `/checkout/help/../pay` was admitted at once under `help` while `general`, paused, kept
+/// everyone else from `/checkout/pay`; the origin served that page).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_cannot_borrow_another_events_queue() {
+    let o = origin().await;
+    let w = waitroom(Some(o), None).await;
+    event(
+        &w,
+        "general",
+        json!({"paths": ["/checkout"], "paused": true}),
+    )
+    .await;
+    event(
+        &w,
+        "help",
+        json!({"paths": ["/checkout/help"], "max_active": 1000}),
+    )
+    .await;
+    let get = |path: &str| {
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: shop.example\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
+        )
+    };
+    assert_eq!(
+        raw_status(w.addr, get("/checkout/pay").as_bytes()).await,
+        503
+    );
+    assert_eq!(
+        raw_status(w.addr, get("/checkout/help/faq").as_bytes()).await,
+        200
+    );
+    for sneaky in [
+        "/checkout/help/../pay",
+        "/checkout/help/%2e%2e/pay",
+        "/checkout/help%00/../pay",
+        "/checkout/x%2f..%2fhelp",
+    ] {
+        let code = raw_status(w.addr, get(sneaky).as_bytes()).await;
+        assert_eq!(code, 400, "{sneaky} was answered {code}");
+    }
+    // nginx's `auth_request` asks with the URI as sent.
+    let gate = |uri: &'static str| {
+        client()
+            .get(format!("http://{}/api/v1/gate", w.addr))
+            .header("x-original-uri", uri)
+            .send()
+    };
+    let r = gate("/checkout/help/../pay").await.unwrap();
+    assert_eq!(r.status(), 400);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "INVALID_REQUEST");
+    assert_eq!(gate("/checkout/pay").await.unwrap().status(), 401);
+}
+
 /// A bare HTTP/1.1 origin that counts its connections: `/empty` answers `204`, anything
 /// else a 2-byte body (none to `HEAD`). With `close_each`, it closes every connection after
 /// its first answer without saying so (as an origin's idle timeout does between requests).

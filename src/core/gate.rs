@@ -226,34 +226,70 @@ fn is_plain(path: &str) -> bool {
             .any(|s| s == "." || s == "..")
 }
 
+/// The readings of a request's path that gating considers, each one some origin may use:
+/// as sent; as an origin resolves it ([`normalize_path`]), when that differs; and as a
+/// Windows server or a C program reads it ([`windows_form`]), when that differs. The usual
+/// path has only the first, and costs one walk and no allocation.
+pub struct Readings<'a> {
+    raw: &'a str,
+    resolved: Option<String>,
+    windows: Option<String>,
+}
+
+impl<'a> Readings<'a> {
+    pub fn of(raw: &'a str) -> Readings<'a> {
+        let resolved = match normalized(raw) {
+            std::borrow::Cow::Owned(s) => Some(s),
+            std::borrow::Cow::Borrowed(_) => None,
+        };
+        Readings {
+            raw,
+            resolved,
+            windows: windows_form(raw),
+        }
+    }
+
+    /// Each reading, the path as sent first.
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.raw)
+            .chain(self.resolved.as_deref())
+            .chain(self.windows.as_deref())
+    }
+}
+
 impl GateRules {
-    /// How long the longest gated prefix matching `host` and `path` is; `None`: not gated.
+    /// How long the longest gated prefix matching `host` and any reading of `path` is;
+    /// `None`: not gated.
     pub fn gates(&self, host: Option<&str>, path: &str) -> Option<usize> {
-        if self.paths.is_empty() {
+        if !self.gates_host(host) {
             return None;
         }
-        if !self.hosts.is_empty() {
-            // `shop.example.` (fully qualified) is the same host to DNS and to origins
-            // such as nginx.
-            let h = host.map(strip_port).unwrap_or("").trim_end_matches('.');
-            if !self.hosts.iter().any(|x| x.eq_ignore_ascii_case(h)) {
-                return None;
-            }
+        Readings::of(path)
+            .iter()
+            .filter_map(|r| self.longest_prefix(r))
+            .max()
+    }
+
+    /// Whether the rules gate anything on `host` (their `hosts`, or any host).
+    pub fn gates_host(&self, host: Option<&str>) -> bool {
+        if self.paths.is_empty() {
+            return false;
         }
-        let norm = normalized(path);
-        // A path that is its own normal form is matched once, not twice.
-        let resolved = matches!(norm, std::borrow::Cow::Owned(_));
-        // A third reading only adds matches: each form is one some origin may use.
-        let windows = windows_form(path);
+        if self.hosts.is_empty() {
+            return true;
+        }
+        // `shop.example.` (fully qualified) is the same host to DNS and to origins such as
+        // nginx.
+        let h = host.map(strip_port).unwrap_or("").trim_end_matches('.');
+        self.hosts.iter().any(|x| x.eq_ignore_ascii_case(h))
+    }
+
+    /// How long the longest gated prefix matching one reading of a path is (the host aside:
+    /// [`GateRules::gates_host`]).
+    pub fn longest_prefix(&self, reading: &str) -> Option<usize> {
         self.paths
             .iter()
-            .filter(|p| {
-                prefix_matches(p, path, true)
-                    || (resolved && prefix_matches(p, &norm, true))
-                    || windows
-                        .as_deref()
-                        .is_some_and(|w| prefix_matches(p, w, true))
-            })
+            .filter(|p| prefix_matches(p, reading, true))
             .map(String::len)
             .max()
     }

@@ -178,9 +178,15 @@ impl Gateway {
         let host = host_text(host_value.as_ref());
         let gates = &self.state.gates;
         let found = if gates.is_empty() {
-            None
+            Ok(None)
         } else {
             gates.find(host, req.uri().path())
+        };
+        let found = match found {
+            Ok(found) => found,
+            Err(crate::gates::Ambiguous) => {
+                return (Outcome::Refused, gate::ambiguous_path().into_response());
+            }
         };
         let Some(gate) = found else {
             let (outcome, res) = self.proxy(req, host, peer, conn, None, Outcome::Pass).await;

@@ -318,6 +318,16 @@ pub fn not_a_visit() -> AppError {
     )
 }
 
+/// What a path answers whose readings two events gate ([`crate::gates::Ambiguous`]): no
+/// browser sends one (it resolves `.` and `..` itself), and passing it under either event
+/// could reach the other's pages.
+pub fn ambiguous_path() -> AppError {
+    AppError::invalid(
+        "this path is gated by different events depending on how it is resolved \
+         (percent-decoded, `.`/`..` resolved); ask for it as the site links to it",
+    )
+}
+
 /// The one decision for a request to a gated path (see the module documentation), for the
 /// place its cookie names ([`cookie_place`]). A person without a live place gets a new one
 /// if `join` says so (asked only then: most requests carry a live session).
@@ -567,9 +577,10 @@ pub async fn gate(
                 .ok_or(AppError::from(QueueError::EventNotFound))?
         }
         None => match state.gates.find(host, uri) {
-            Some(g) => g,
+            Ok(Some(g)) => g,
             // Nothing gates this URL: it passes.
-            None => return Ok(StatusCode::NO_CONTENT.into_response()),
+            Ok(None) => return Ok(StatusCode::NO_CONTENT.into_response()),
+            Err(crate::gates::Ambiguous) => return Err(ambiguous_path()),
         },
     };
     let secret = headers.get(X_WAITROOM_BYPASS).map(HeaderValue::as_bytes);
