@@ -1140,6 +1140,56 @@ async fn path_parameters_and_host_spellings_do_not_skip_the_queue() {
     );
 }
 
+/// A site's own cookie holding bytes outside ASCII (set with raw UTF-8, which browsers send
+/// back as it was) does not hide the person's place (defect: the whole `Cookie` line was
+/// skipped, so every request took a new place and never got through).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_site_cookie_outside_ascii_does_not_hide_the_place() {
+    let o = origin().await;
+    let w = waitroom(Some(o), None).await;
+    event(&w, "shop", gated("shop", json!({"max_active": 2}))).await;
+    let url = format!("http://{}/checkout", w.addr);
+    let mut a = Person::default();
+    let r = a.get(&url, &[]).await;
+    assert!(r.is_origin(), "{} {}", r.status, r.text);
+    let session = r.json()["session"].clone();
+    let (k, v) = a.cookies[0].clone();
+    for line in [
+        format!("pref=caf\u{e9}; {k}={v}"),
+        format!("{k}={v}; pref=caf\u{e9}"),
+    ] {
+        for _ in 0..3 {
+            let r = client()
+                .get(&url)
+                .header(
+                    "cookie",
+                    axum::http::HeaderValue::from_bytes(line.as_bytes()).unwrap(),
+                )
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200, "{line}");
+            assert!(
+                r.headers().get("set-cookie").is_none(),
+                "a new place: {line}"
+            );
+            let seen: Value = r.json().await.unwrap();
+            assert_eq!(seen["session"], session, "{line}");
+        }
+    }
+    let figures: Value = client()
+        .get(format!("http://{}/api/v1/admin/events/shop", w.addr))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(figures["active"], 1, "{figures}");
+    assert_eq!(figures["joins"], 1, "{figures}");
+}
+
 /// Two events whose prefixes nest: a path written under the inner one that resolves to the
 /// outer one's page is refused, never passed under the inner one's queue (defect:
 /// `/checkout/help/../pay` was admitted at once under `help` while `general`, paused, kept

@@ -72,21 +72,21 @@ pub enum Admission {
 }
 
 /// The value of cookie `name`, if the request carries it: the first `name=value` pair,
-/// the pair's surrounding blanks and the value's quotes dropped. A header that is not
-/// visible ASCII is skipped whole.
+/// the pair's surrounding blanks and the value's quotes dropped, if that value is visible
+/// ASCII. The other pairs may hold any bytes: a site's own cookie set with raw UTF-8 comes
+/// back so from browsers (and nginx joins HTTP/2's cookie fields into one line), and
+/// skipping such a header whole hid the person's place from every request, each one
+/// taking a new place.
 ///
 /// Read on every gated request (~1,000 instructions as string iterators over a ~100-byte
-/// header), so it works on the bytes: the header is checked eight bytes at a time, and
-/// each pair is compared with `name=` where it starts, only the value's end being
-/// searched for (`;` and `=` are ASCII, so every cut falls between characters).
+/// header), so it works on the bytes: each pair is compared with `name=` where it starts,
+/// only the value's end being searched for (`;` and `=` are ASCII, and no byte of a
+/// character outside ASCII is, so every cut falls between characters), and the value found
+/// is checked eight bytes at a time.
 pub fn read_cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     let name = name.as_bytes();
     for v in headers.get_all(header::COOKIE) {
-        let bytes = v.as_bytes();
-        if !visible_ascii(bytes) {
-            continue;
-        }
-        let mut rest = bytes;
+        let mut rest = v.as_bytes();
         loop {
             let start = rest
                 .iter()
@@ -105,8 +105,11 @@ pub fn read_cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
                 let value = trim_end_blanks(&pair[name.len() + 1..]);
                 let value = value.strip_prefix(b"\"").unwrap_or(value);
                 let value = value.strip_suffix(b"\"").unwrap_or(value);
-                // The whole header is visible ASCII, so any cut of it is text.
-                return std::str::from_utf8(value).ok();
+                // Ours are visible ASCII; another value is not ours (forged or mangled),
+                // and a later pair of the name may be.
+                if visible_ascii(value) {
+                    return std::str::from_utf8(value).ok();
+                }
             }
             if end == rest.len() {
                 break;
@@ -802,6 +805,7 @@ mod tests {
         for v in [
             "waitroom_e2=other; x=\"q\"",
             "\u{e9}bad=1; waitroom_e=hidden",
+            "waitroom_f=caf\u{e9}; waitroom_f=ok",
             " waitroom_ = 1 ;  waitroom_e=\"tok=2\" ; waitroom_e=late",
         ] {
             h.append(
@@ -809,10 +813,16 @@ mod tests {
                 HeaderValue::from_bytes(v.as_bytes()).unwrap(),
             );
         }
-        // A longer name, a name sharing a prefix, and a header that is not text are not it;
-        // the first pair named so is, unquoted, an `=` in its value kept.
-        assert_eq!(read_cookie(&h, "waitroom_e"), Some("tok=2"));
+        // A longer name and a name sharing a prefix are not it; the first pair named so
+        // is, unquoted, an `=` in its value kept, whatever bytes the pairs around it hold
+        // (defect: a header with a byte outside ASCII was skipped whole).
+        assert_eq!(read_cookie(&h, "waitroom_e"), Some("hidden"));
         assert_eq!(read_cookie(&h, "x"), Some("q"));
+        assert_eq!(
+            read_cookie(&h, "waitroom_f"),
+            Some("ok"),
+            "a value outside ASCII"
+        );
         assert_eq!(read_cookie(&h, "waitroom_"), None);
         assert_eq!(read_cookie(&h, "waitroom"), None);
         assert_eq!(read_cookie(&h, ""), None);
