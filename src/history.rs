@@ -88,9 +88,23 @@ pub struct Ring {
 impl Ring {
     /// Adds `s` unless it is not newer than the last sample (a repeated or late tick);
     /// drops the oldest beyond `cap`. Answers whether it was added.
+    ///
+    /// A sample whose totals are below the last one's is of another event under the same
+    /// id (deleted and created again while its deletion went unheard: a crash before the
+    /// next save, a missed notice), and starts the ring afresh: totals never fall in one
+    /// event's life, and the old sale's figures must not chart as the new one's.
     pub fn push(&mut self, s: Sample, cap: usize) -> bool {
-        if self.samples.back().is_some_and(|last| last.at >= s.at) {
-            return false;
+        if let Some(last) = self.samples.back() {
+            if last.at >= s.at {
+                return false;
+            }
+            if s.joins < last.joins
+                || s.admissions < last.admissions
+                || s.completed < last.completed
+                || s.expired < last.expired
+            {
+                self.samples.clear();
+            }
         }
         let cap = cap.max(1);
         while self.samples.len() >= cap {
@@ -274,6 +288,10 @@ pub async fn run(
 ) {
     let mut saved_at = clock.now();
     let mut next = clock.now();
+    // A deletion heard since the last save: saved at the next wake-up a second or more
+    // after the last save (within a step; a burst of deletions is one save), not a minute
+    // later, so that a crash does not bring the deleted history back.
+    let mut deleted = false;
     loop {
         let now = clock.now();
         if now >= next {
@@ -289,16 +307,21 @@ pub async fn run(
             }
             next = slot(now) + STEP_MS;
         }
-        if history.has_file() && now.saturating_sub(saved_at) >= SAVE_EVERY_MS {
+        let since = now.saturating_sub(saved_at);
+        if history.has_file() && ((deleted && since >= 1_000) || since >= SAVE_EVERY_MS) {
             save(&history).await;
             saved_at = now;
+            deleted = false;
         }
         let wait = Duration::from_millis(next.saturating_sub(clock.now()).max(1));
         tokio::select! {
             biased;
             _ = stopped(&mut stop) => break,
             r = notices.recv() => match r {
-                Ok(Notice::EventDeleted { event_id }) => history.forget(&event_id),
+                Ok(Notice::EventDeleted { event_id }) => {
+                    history.forget(&event_id);
+                    deleted = true;
+                }
                 // A missed deletion is caught by the next sample (see `History::record`).
                 Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
                 Err(broadcast::error::RecvError::Closed) => break,
@@ -424,6 +447,66 @@ mod tests {
             History::open(&path).samples("busy", 0, 0).unwrap().len(),
             SAMPLES
         );
+    }
+
+    /// An event deleted and created again under its id, the deletion unheard (a crash
+    /// before the next save): its figures start a new history (defect: the deleted sale's
+    /// samples came back after a crash and charted as the new one's).
+    #[test]
+    fn totals_that_fall_start_the_ring_afresh() {
+        let totals = |at: Millis, joins: u32, admissions: u32| Sample {
+            at,
+            joins,
+            admissions,
+            ..Sample::default()
+        };
+        let mut r = Ring::default();
+        assert!(r.push(totals(10_000, 4, 1), 10));
+        assert!(r.push(totals(20_000, 4, 2), 10));
+        assert!(r.push(totals(30_000, 0, 0), 10));
+        assert_eq!(r.since(0, 0), [totals(30_000, 0, 0)]);
+        // Totals that hold or grow keep the ring (`waiting` may fall as it likes).
+        assert!(r.push(totals(40_000, 0, 0), 10));
+        assert!(r.push(totals(50_000, 3, 0), 10));
+        assert_eq!(r.len(), 3);
+    }
+
+    /// A deletion is saved soon after it is heard, not at the next minute's save: a crash
+    /// meanwhile must not bring the deleted event's history back.
+    #[tokio::test]
+    async fn a_deletion_is_saved_within_moments() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE);
+        let store = Arc::new(crate::store::fault::FaultStore::embedded());
+        let patch = serde_json::from_value(serde_json::json!({})).unwrap();
+        store.put_event("hx", &patch, 0).await.unwrap();
+        let history = Arc::new(History::open(&path));
+        let clock = Clock::manual(20_000);
+        let (_tx, stop) = crate::tasks::stop_channel();
+        let task = tokio::spawn(run(
+            history.clone(),
+            store.clone(),
+            clock.clone(),
+            store.subscribe(),
+            stop,
+        ));
+        while history.samples("hx", 0, 0).is_none() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        history.save().unwrap();
+        assert!(History::open(&path).samples("hx", 0, 0).is_some());
+        clock.advance(1_000);
+        store.delete_event("hx").await.unwrap();
+        let mut saved = false;
+        for _ in 0..400 {
+            if History::open(&path).samples("hx", 0, 0).is_none() {
+                saved = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        task.abort();
+        assert!(saved, "the file still held the deleted event's history");
     }
 
     /// A store that hangs does not hold the shutdown, and the task writes its file as it
