@@ -199,13 +199,35 @@ fn is_old_layout(e: &StoreError) -> bool {
     matches!(e, StoreError::Unavailable(m) if m.contains("LAYOUT") && m.contains("older waitroom"))
 }
 
+/// `url` with the characters of its user and password that would end them early for a URL
+/// parser (`/`, `?`, `#`, an `@` but the last) percent-encoded: a password may hold them
+/// (base64 ones often hold `/`), and redis-rs then failed with a bare "did not parse".
+/// redis-rs decodes them back. A `%` is left alone: an encoded password stays as it was.
+pub(super) fn with_userinfo_encoded(url: &str) -> std::borrow::Cow<'_, str> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.into();
+    };
+    let Some((userinfo, hosts)) = rest.rsplit_once('@') else {
+        return url.into();
+    };
+    if !userinfo.contains(['/', '?', '#', '@']) {
+        return url.into();
+    }
+    let encoded = userinfo
+        .replace('/', "%2F")
+        .replace('?', "%3F")
+        .replace('#', "%23")
+        .replace('@', "%40");
+    format!("{scheme}://{encoded}@{hosts}").into()
+}
+
 impl RedisStore {
     /// A store for `url` (`redis://[user:password@]host:port[/db]` or `rediss://…`) that
     /// connects on first use. Fails only on a URL that redis-rs cannot read.
     pub fn new(url: &str, options: RedisOptions) -> anyhow::Result<Self> {
         let target = match sentinel::SentinelTarget::from_url(url) {
             Some(t) => Target::Sentinel(t?),
-            None => Target::Node(redis::Client::open(url)?),
+            None => Target::Node(redis::Client::open(&*with_userinfo_encoded(url))?),
         };
         let prefix = options.key_prefix.clone();
         let caller = call::Caller::new(options.functions);

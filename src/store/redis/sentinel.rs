@@ -45,8 +45,19 @@ pub fn parse(url: &str) -> Option<Result<Parsed, String>> {
     Some(parse_rest(rest))
 }
 
+/// A sentinel URL's authority (credentials and hosts) and its path. The authority ends at
+/// the first `/` after its last `@`: a password may hold a `/` (base64 ones often do), and
+/// cut there it was quoted, in part, in the "bad port" error.
+fn split_authority(rest: &str) -> (&str, &str) {
+    let from = rest.rfind('@').map_or(0, |i| i + 1);
+    match rest[from..].find('/') {
+        Some(j) => (&rest[..from + j], &rest[from + j + 1..]),
+        None => (rest, ""),
+    }
+}
+
 fn parse_rest(rest: &str) -> Result<Parsed, String> {
-    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let (authority, path) = split_authority(rest);
     let hosts = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
     let mut sentinels = Vec::new();
     for h in hosts.split(',') {
@@ -76,6 +87,27 @@ fn parse_rest(rest: &str) -> Result<Parsed, String> {
     Ok((sentinels, service.to_string(), db))
 }
 
+/// The nodes' credentials (from the authority of a sentinel URL, decoded as redis-rs
+/// decodes those of a redis:// URL) and database.
+fn node_info(authority: &str, db: Option<i64>) -> anyhow::Result<redis::RedisConnectionInfo> {
+    let mut info = redis::RedisConnectionInfo::default();
+    if let Some((creds, _)) = authority.rsplit_once('@') {
+        let url = format!("redis://{creds}@localhost/");
+        let node = Client::open(&*super::with_userinfo_encoded(&url))?;
+        let settings = node.get_connection_info().redis_settings();
+        if let Some(user) = settings.username() {
+            info = info.set_username(user);
+        }
+        if let Some(password) = settings.password() {
+            info = info.set_password(password);
+        }
+    }
+    if let Some(db) = db {
+        info = info.set_db(db);
+    }
+    Ok(info)
+}
+
 impl SentinelTarget {
     /// The target of a sentinel URL, or `None` when `url` is not one.
     pub(super) fn from_url(url: &str) -> Option<anyhow::Result<Self>> {
@@ -83,22 +115,8 @@ impl SentinelTarget {
         Some((|| {
             let (hosts, service, db) = parsed.map_err(|e| anyhow::anyhow!(e))?;
             let rest = url.strip_prefix(SCHEME).unwrap_or_default();
-            let authority = rest.split_once('/').map_or(rest, |(a, _)| a);
-            let mut info = redis::RedisConnectionInfo::default();
-            if let Some((creds, _)) = authority.rsplit_once('@') {
-                // The nodes' credentials, decoded as redis-rs decodes those of a redis:// URL.
-                let node = Client::open(format!("redis://{creds}@localhost/"))?;
-                let settings = node.get_connection_info().redis_settings();
-                if let Some(user) = settings.username() {
-                    info = info.set_username(user);
-                }
-                if let Some(password) = settings.password() {
-                    info = info.set_password(password);
-                }
-            }
-            if let Some(db) = db {
-                info = info.set_db(db);
-            }
+            let (authority, _) = split_authority(rest);
+            let info = node_info(authority, db)?;
             Ok(SentinelTarget {
                 sentinels: hosts
                     .into_iter()
@@ -235,6 +253,36 @@ mod tests {
         let (_, service, db) = parse("redis+sentinel://u:p%40ss@a:1/m").unwrap().unwrap();
         assert_eq!((service.as_str(), db), ("m", None));
         assert!(parse("redis://a:1").is_none());
+        // A `/` in the password (defect: the authority was cut there, and the error quoted
+        // the user and the password's first part as a sentinel with a bad port).
+        let (hosts, service, db) = parse("redis+sentinel://app:Xk9/AbC==@s1:26379/mymaster/1")
+            .unwrap()
+            .unwrap();
+        assert_eq!(hosts, vec![("s1".into(), 26379)]);
+        assert_eq!((service.as_str(), db), ("mymaster", Some(1)));
+        let err = parse("redis+sentinel://app:Xk9/AbC==@s1:x/m")
+            .unwrap()
+            .unwrap_err();
+        assert!(!err.contains("Xk9") && !err.contains("app"), "{err}");
+    }
+
+    /// A password holding `/`, `?`, `#` or `@` reaches Redis as written (defect: redis-rs
+    /// refused such a URL with a bare "did not parse"); an encoded one stays as it was.
+    #[test]
+    fn passwords_with_url_characters_are_read_whole() {
+        for (url, password) in [
+            ("redis://u:ab/cd?e#f@g@h:1/2", "ab/cd?e#f@g"),
+            ("redis://u:ab%2Fcd@h:1/2", "ab/cd"),
+            ("redis://:plain@h:1", "plain"),
+        ] {
+            let c = redis::Client::open(&*super::super::with_userinfo_encoded(url)).unwrap();
+            let info = c.get_connection_info().redis_settings();
+            assert_eq!(info.password(), Some(password), "{url}");
+        }
+        let (authority, _) = split_authority("app:Xk9/Ab?C@s1:26379/m/1");
+        let info = node_info(authority, Some(1)).unwrap();
+        assert_eq!(info.password(), Some("Xk9/Ab?C"));
+        assert_eq!(info.username(), Some("app"));
     }
 
     #[test]
