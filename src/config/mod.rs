@@ -317,9 +317,11 @@ impl Settings {
 /// An OTLP/HTTP collector's base URL: `http://host[:port][/path]`. Plain HTTP only: no TLS
 /// client is built in, so traces go to a collector or agent on the host or a private network.
 fn check_otlp_endpoint(url: &str) -> Result<String, String> {
+    // Quoted with any password hidden: errors go to the log.
+    let shown = secret::redact_url(url);
     let uri: axum::http::Uri = url
         .parse()
-        .map_err(|e| format!("`{url}` is not a URL ({e})"))?;
+        .map_err(|e| format!("`{shown}` is not a URL ({e})"))?;
     match uri.scheme_str() {
         Some("http") => {}
         Some("https") => {
@@ -327,13 +329,19 @@ fn check_otlp_endpoint(url: &str) -> Result<String, String> {
                 "https is not supported: send traces to a local collector over http://".into(),
             )
         }
-        _ => return Err(format!("`{url}` must start with http://")),
+        _ => return Err(format!("`{shown}` must start with http://")),
+    }
+    // Credentials would be logged with the settings at start, and are not sent.
+    if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+        return Err(format!(
+            "`{shown}` must not hold a user or password (a local collector needs none)"
+        ));
     }
     if uri.host().is_none_or(str::is_empty) {
-        return Err(format!("`{url}` names no host"));
+        return Err(format!("`{shown}` names no host"));
     }
     if uri.query().is_some() {
-        return Err(format!("`{url}` must not have a query"));
+        return Err(format!("`{shown}` must not have a query"));
     }
     Ok(url.trim_end_matches('/').to_string())
 }
@@ -714,12 +722,17 @@ mod tests {
                 ("otel:4318", "http://"),
                 ("http://", "otlp_endpoint"),
                 ("http://otel:4318/?a=b", "query"),
+                // Logged with the settings at start, and not sent (defect: accepted, and
+                // printed whole at the default log level).
+                ("http://otel:pw-SECRET@otel:4318", "user or password"),
+                ("http://otel:pw-SECRET@otel:4318/?a", "user or password"),
             ] {
                 let err = load(&["--otlp-endpoint", url]).expect_err(url);
                 assert!(
                     err.contains("otlp_endpoint") && err.contains(needle),
                     "{url}: {err}"
                 );
+                assert!(!err.contains("SECRET"), "{url}: {err}");
             }
             Ok(())
         });

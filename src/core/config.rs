@@ -523,9 +523,15 @@ fn names_a_host(u: &str) -> bool {
     let rest = u
         .strip_prefix("https://")
         .or_else(|| u.strip_prefix("http://"));
+    // No user or password: the URL is shown to everyone (the public event read, the
+    // pages).
     rest.is_some_and(|rest| !rest.starts_with('/'))
-        && url::Url::parse(u)
-            .is_ok_and(|p| p.host_str().is_some_and(|h| !h.is_empty()) && p.port() != Some(0))
+        && url::Url::parse(u).is_ok_and(|p| {
+            p.host_str().is_some_and(|h| !h.is_empty())
+                && p.port() != Some(0)
+                && p.username().is_empty()
+                && p.password().is_none()
+        })
 }
 
 impl EventPatch {
@@ -600,7 +606,7 @@ impl EventPatch {
                     .any(|c| c.is_whitespace() || c.is_control() || c == '\\');
                 if !scheme_ok || u.len() > 2048 || !clean || !(path_ok || names_a_host(u)) {
                     return Err(bad(
-                        "target_url must be an http(s) URL with a host (and a port of 1-65535, if any) or an absolute path, at most 2048 characters",
+                        "target_url must be an http(s) URL with a host (and a port of 1-65535, if any; no user or password) or an absolute path, at most 2048 characters",
                     ));
                 }
             }

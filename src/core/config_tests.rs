@@ -160,6 +160,9 @@ fn a_target_url_names_a_host() {
         "http://:80/",
         "http://?x",
         "http://#x",
+        // Shown to everyone (defect: accepted, and the public read gave the password out).
+        "https://staff:pw@tickets.example.com/book",
+        "https://staff@tickets.example.com/book",
     ] {
         let json = serde_json::json!({ "target_url": bad }).to_string();
         match patch(&json).apply("e", &base, 0) {
