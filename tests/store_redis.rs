@@ -767,6 +767,65 @@ async fn a_redis_that_may_evict_keys_is_refused() {
     unlimited.ping().await.expect("no limit, no eviction");
 }
 
+/// Sends `cmd` on a connection authenticated with `password`; answers the command's reply
+/// line.
+fn authed(port: u16, password: &str, cmd: &str) -> String {
+    use std::io::{BufRead, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    s.write_all(format!("AUTH {password}\r\n{cmd}\r\n").as_bytes())
+        .unwrap();
+    let mut r = std::io::BufReader::new(s);
+    let (mut auth, mut reply) = (String::new(), String::new());
+    r.read_line(&mut auth).unwrap();
+    assert!(auth.starts_with("+OK"), "AUTH: {auth}");
+    r.read_line(&mut reply).unwrap();
+    reply
+}
+
+/// A reconnection that Redis refused for a moment (a password changed and changed back)
+/// does not leave the node refused for good (defect: redis-rs reconnects only after an I/O
+/// error, so every call answered the refusal, `/readyz` 503, until a restart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_reconnection_is_tried_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = support::redis::free_port(false);
+    let _redis = support::redis::RedisServer::start_with(port, dir.path(), &[]);
+    support::redis::raw_command(port, "CONFIG SET requirepass pw-one").unwrap();
+    let url = format!("redis://:pw-one@127.0.0.1:{port}");
+    let store = RedisStore::new(&url, options()).unwrap();
+    store.ping().await.expect("the right password");
+    assert!(authed(port, "pw-one", "CONFIG SET requirepass pw-two").starts_with("+OK"));
+    assert!(authed(port, "pw-two", "CLIENT KILL TYPE normal").starts_with(':'));
+    // The reconnection is refused (its retries spent): the calls say so.
+    let mut refused = false;
+    for _ in 0..100 {
+        if let Err(e) = store.ping().await {
+            if e.to_string().to_lowercase().contains("auth") {
+                refused = true;
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(refused, "the connection was never refused");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        store.ping().await.is_err(),
+        "the password is still the other one"
+    );
+    assert!(authed(port, "pw-two", "CONFIG SET requirepass pw-one").starts_with("+OK"));
+    let mut back = false;
+    for _ in 0..100 {
+        if store.ping().await.is_ok() {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(back, "still refused 10 s after the password was put back");
+}
+
 /// Many updates of one event at once all succeed: each retries its optimistic write, with
 /// a short random pause, until its turn comes (at 8 attempts without a pause, 18 of 50
 /// racing updates gave up as `Unavailable` while Redis was reachable).

@@ -1,15 +1,22 @@
 //! The connection every operation uses: standalone, Cluster, or the master Sentinel names.
 
-use redis::aio::{ConnectionLike, ConnectionManager};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value};
 
 use super::sentinel;
+
+/// How often, at most, a refused connection is made again.
+const REMAKE_EVERY: Duration = Duration::from_secs(1);
 
 /// A connection to a standalone Redis or to a Cluster; both reconnect by themselves.
 #[derive(Clone)]
 pub(super) enum Conn {
-    Single(ConnectionManager),
+    Single(Healing),
     Cluster(ClusterConnection),
     /// The master the sentinels name, followed across failovers.
     Sentinel(sentinel::Following),
@@ -68,5 +75,107 @@ impl Conn {
             }
             _ => cmd.query_async(self).await,
         }
+    }
+}
+
+/// A node's connection: redis-rs's `ConnectionManager`, made again when it can no longer
+/// reconnect by itself. It reconnects only after an I/O error, so a reconnection that Redis
+/// refused (a password changed and changed back, an ACL user made again, a failover to a
+/// replica whose users lag) left it answering that refusal to every call for good: the
+/// node unready until restarted, while Redis took connections again.
+#[derive(Clone)]
+pub(super) struct Healing(Arc<HealingInner>);
+
+struct HealingInner {
+    current: ArcSwap<ConnectionManager>,
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+    /// When the manager was last made again: a refusal that lasts makes one a second.
+    remade: parking_lot::Mutex<Option<Instant>>,
+}
+
+impl Healing {
+    /// `conn`, made of `client` with `config`, which a remaking uses again.
+    pub(super) fn new(
+        client: redis::Client,
+        config: ConnectionManagerConfig,
+        conn: ConnectionManager,
+    ) -> Self {
+        Healing(Arc::new(HealingInner {
+            current: ArcSwap::from_pointee(conn),
+            client,
+            config,
+            remade: parking_lot::Mutex::new(None),
+        }))
+    }
+
+    fn conn(&self) -> ConnectionManager {
+        (**self.0.current.load()).clone()
+    }
+
+    /// After a call's error: a refused connection (the only source of an authentication
+    /// error: no command of ours authenticates) makes the manager again, in the background;
+    /// this call and those meanwhile answer the refusal.
+    fn after(&self, e: &RedisError) {
+        if e.kind() != ErrorKind::AuthenticationFailed {
+            return;
+        }
+        {
+            let mut last = self.0.remade.lock();
+            if last.is_some_and(|t| t.elapsed() < REMAKE_EVERY) {
+                return;
+            }
+            *last = Some(Instant::now());
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            let (client, config) = (me.0.client.clone(), me.0.config.clone());
+            let made = tokio::time::timeout(
+                REMAKE_EVERY * 5,
+                ConnectionManager::new_with_config(client, config),
+            )
+            .await;
+            match made {
+                Ok(Ok(c)) => {
+                    tracing::warn!("redis: connected again after a refused reconnection");
+                    me.0.current.store(Arc::new(c));
+                }
+                Ok(Err(e)) => tracing::debug!(error = %e, "redis: the connection is still refused"),
+                Err(_) => tracing::debug!("redis: no answer while connecting again"),
+            }
+        });
+    }
+}
+
+impl ConnectionLike for Healing {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let mut c = self.conn();
+        Box::pin(async move {
+            let r = c.req_packed_command(cmd).await;
+            if let Err(e) = &r {
+                self.after(e);
+            }
+            r
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        let mut c = self.conn();
+        Box::pin(async move {
+            let r = c.req_packed_commands(pipeline, offset, count).await;
+            if let Err(e) = &r {
+                self.after(e);
+            }
+            r
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.0.current.load().get_db()
     }
 }

@@ -325,6 +325,7 @@ impl Inner {
                 .set_max_delay(Duration::from_millis(500));
             let manager =
                 ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
+            let manager = conn::Healing::new(client.clone(), config.clone(), manager);
             match &self.target {
                 Target::Node(_) => Conn::Single(manager),
                 Target::Sentinel(t) => {

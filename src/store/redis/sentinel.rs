@@ -149,7 +149,7 @@ impl SentinelTarget {
 /// The master's address and connection.
 struct Master {
     addr: String,
-    conn: ConnectionManager,
+    conn: super::conn::Healing,
 }
 
 /// A connection to whichever node is master; cloning shares it.
@@ -159,7 +159,7 @@ pub(super) struct Following {
 }
 
 impl Following {
-    pub(super) fn new(client: &Client, conn: ConnectionManager) -> Self {
+    pub(super) fn new(client: &Client, conn: super::conn::Healing) -> Self {
         let addr = client.get_connection_info().addr().to_string();
         Following {
             current: Arc::new(ArcSwap::from_pointee(Master { addr, conn })),
@@ -170,7 +170,7 @@ impl Following {
         self.current.load().addr.clone()
     }
 
-    fn conn(&self) -> ConnectionManager {
+    fn conn(&self) -> super::conn::Healing {
         self.current.load().conn.clone()
     }
 }
@@ -220,11 +220,12 @@ pub(super) async fn watch(
         }
         match tokio::time::timeout(
             op_timeout,
-            ConnectionManager::new_with_config(client, config.clone()),
+            ConnectionManager::new_with_config(client.clone(), config.clone()),
         )
         .await
         {
             Ok(Ok(conn)) => {
+                let conn = super::conn::Healing::new(client, config.clone(), conn);
                 tracing::warn!(
                     from = %following.addr(),
                     to = %addr,
