@@ -44,6 +44,7 @@ async fn origin() -> SocketAddr {
                 "xfh": get("x-forwarded-host"),
                 "forwarded": get("forwarded"),
                 "cookie": get("cookie"),
+                "upgrade": get("upgrade"),
             })),
         )
     }
@@ -591,6 +592,19 @@ async fn websockets_and_streamed_bodies_pass_through() {
         .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.text().await.unwrap(), "1000000");
+    // Only a WebSocket's upgrade reaches the origin: another protocol (`h2c`) would carry
+    // the connection's later requests past the gate.
+    let r = client()
+        .get(format!("http://{}/about", w.addr))
+        .header("upgrade", "h2c")
+        .header("connection", "Upgrade, HTTP2-Settings")
+        .header("http2-settings", "AAMAAABkAARAAAAAAAIAAAAA")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let seen: Value = r.json().await.unwrap();
+    assert_eq!(seen["upgrade"], Value::Null, "{seen}");
     // Waitroom's own routes stay waitroom's.
     let r = client()
         .get(format!("http://{}/healthz", w.addr))
@@ -977,6 +991,16 @@ async fn a_real_nginx_with_the_documented_config_walks_the_flow() {
         let code = raw_status(addr, raw.as_bytes()).await;
         assert_eq!(code, 302, "{sneaky} reached the site unasked: {code}");
     }
+    // Only a WebSocket's upgrade reaches the site: another protocol (`h2c`) would carry
+    // later requests past the gate inside one connection.
+    let r = Person::default()
+        .get(
+            &url("/about"),
+            &[("upgrade", "h2c"), ("connection", "Upgrade")],
+        )
+        .await;
+    assert!(r.is_origin(), "{} {}", r.status, r.text);
+    assert_eq!(r.json()["upgrade"], Value::Null, "{}", r.text);
     // A long URI is sent to the waiting room without its return path, not refused by
     // nginx (defect: a return path of 1,400 `/` carried encoded made a header over
     // nginx's 4 KiB: its `502`, the visitor's `500`).

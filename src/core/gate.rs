@@ -109,15 +109,59 @@ fn is_normal(path: &str) -> bool {
 
 fn normalize_slow(raw: &str) -> String {
     let path = raw.split(['?', '#']).next().unwrap_or("");
-    resolve(&percent_decode(path), |seg| seg)
+    resolve(&percent_decode(path), true, |seg| seg)
+}
+
+/// [`normalize_slow`] with each segment's `;` parameters kept, as origins other than Java
+/// servlet containers read them (`/a/help;x/pay` is under `/a`, not `/a/help`).
+fn normalize_keeping_params(raw: &str) -> String {
+    let path = raw.split(['?', '#']).next().unwrap_or("");
+    resolve(&percent_decode(path), false, |seg| seg)
+}
+
+/// The path as sent with the escapes of characters that carry no structure decoded
+/// (`%C3%A9` is `é`, `%63` is `c`): every origin reads those alike, and browsers send
+/// every character outside ASCII so. Escapes of `/`, `\`, `.`, `;`, `?`, `#`, `%` and NUL
+/// stay: whether an origin decodes those before it routes is what the other readings
+/// tell apart. Borrowed when there is no `%`.
+fn as_sent(raw: &str) -> std::borrow::Cow<'_, str> {
+    if !raw.contains('%') {
+        return std::borrow::Cow::Borrowed(raw);
+    }
+    let b = raw.as_bytes();
+    let hex = |c: Option<&u8>| c.and_then(|&c| (c as char).to_digit(16)).map(|d| d as u8);
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            if let (Some(h), Some(l)) = (hex(b.get(i + 1)), hex(b.get(i + 2))) {
+                let c = h << 4 | l;
+                if !matches!(c, b'/' | b'\\' | b'.' | b';' | b'?' | b'#' | b'%' | 0) {
+                    out.push(c);
+                    i += 3;
+                    continue;
+                }
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    std::borrow::Cow::Owned(String::from_utf8_lossy(&out).into_owned())
 }
 
 /// A decoded path's segments resolved (`.`, `..` and empty ones), each read through `read`
 /// first. A backslash is a separator to some origins; Java servlet containers drop a
 /// segment's `;` parameters (`/checkout;jsessionid=1` is `/checkout`, `..;` is `..`).
-fn resolve<'a>(decoded: &'a str, read: impl Fn(&'a str) -> &'a str) -> String {
+fn resolve<'a>(decoded: &'a str, strip_params: bool, read: impl Fn(&'a str) -> &'a str) -> String {
     let mut out: Vec<&str> = Vec::new();
-    for seg in decoded.split(['/', '\\']).map(without_params).map(read) {
+    let params = |seg: &'a str| {
+        if strip_params {
+            without_params(seg)
+        } else {
+            seg
+        }
+    };
+    for seg in decoded.split(['/', '\\']).map(params).map(read) {
         match seg {
             "" | "." => {}
             ".." => {
@@ -151,7 +195,7 @@ fn windows_form(raw: &str) -> Option<String> {
 fn windows_reading(path: &str) -> String {
     let decoded = percent_decode(path);
     let decoded = decoded.split('\0').next().unwrap_or("");
-    resolve(decoded, |seg| {
+    resolve(decoded, true, |seg| {
         let seg = seg.trim_end_matches(' ');
         if seg == "." || seg == ".." {
             seg
@@ -227,12 +271,14 @@ fn is_plain(path: &str) -> bool {
 }
 
 /// The readings of a request's path that gating considers, each one some origin may use:
-/// as sent; as an origin resolves it ([`normalize_path`]), when that differs; and as a
-/// Windows server or a C program reads it ([`windows_form`]), when that differs. The usual
-/// path has only the first, and costs one walk and no allocation.
+/// as sent ([`as_sent`]: only escapes that carry no structure decoded); as an origin
+/// resolves it ([`normalize_path`]), when that differs; so with `;` parameters kept, when
+/// there are any; and as a Windows server or a C program reads it ([`windows_form`]), when
+/// that differs. The usual path has only the first, and costs one walk and no allocation.
 pub struct Readings<'a> {
-    raw: &'a str,
+    sent: std::borrow::Cow<'a, str>,
     resolved: Option<String>,
+    params_kept: Option<String>,
     windows: Option<String>,
 }
 
@@ -242,17 +288,25 @@ impl<'a> Readings<'a> {
             std::borrow::Cow::Owned(s) => Some(s),
             std::borrow::Cow::Borrowed(_) => None,
         };
+        // A normal path (no `%`, no `;`: `resolved` is `None`) has no parameters.
+        let params_kept = resolved
+            .is_some()
+            .then(|| raw.split(['?', '#']).next().unwrap_or(""))
+            .filter(|p| p.contains(';') || p.contains("%3b") || p.contains("%3B"))
+            .map(|_| normalize_keeping_params(raw));
         Readings {
-            raw,
+            sent: as_sent(raw),
             resolved,
+            params_kept,
             windows: windows_form(raw),
         }
     }
 
     /// Each reading, the path as sent first.
     pub fn iter(&self) -> impl Iterator<Item = &str> {
-        std::iter::once(self.raw)
+        std::iter::once(&*self.sent)
             .chain(self.resolved.as_deref())
+            .chain(self.params_kept.as_deref())
             .chain(self.windows.as_deref())
     }
 }

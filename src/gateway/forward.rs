@@ -92,7 +92,9 @@ pub fn host_from<B>(host: Option<&HeaderValue>, req: &Request<B>) -> Option<Head
     })
 }
 
-/// The protocol a request asks to upgrade to (`Connection: upgrade` with `Upgrade`).
+/// The protocol a request asks to upgrade to (`Connection: upgrade` with `Upgrade`), if it
+/// is a WebSocket. Another (`h2c`) is not passed on: the request goes as a plain one, since
+/// an origin that took it would carry the connection's later requests past the gate.
 pub fn upgrade_of(h: &HeaderMap) -> Option<HeaderValue> {
     let asks = h
         .get_all(header::CONNECTION)
@@ -100,7 +102,10 @@ pub fn upgrade_of(h: &HeaderMap) -> Option<HeaderValue> {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
-    asks.then(|| h.get(header::UPGRADE).cloned()).flatten()
+    asks.then(|| h.get(header::UPGRADE))
+        .flatten()
+        .filter(|u| u.as_bytes().eq_ignore_ascii_case(b"websocket"))
+        .cloned()
 }
 
 /// Removes the hop-by-hop headers, those `Connection` names included, and every header
