@@ -178,7 +178,14 @@ pub struct Gates {
     /// are one step against an apply.
     replacing: Mutex<()>,
     renewals: Mutex<Renewals>,
+    /// Events deleted in the last [`DELETED_FOR`], and when: a renewal whose store call
+    /// began before the deletion may reach [`Gates::note_renewal`] after it.
+    deleted: Mutex<Vec<(Arc<str>, std::time::Instant)>>,
 }
+
+/// How long renewals of a deleted event are not noted: longer than a store call, and than
+/// a renewal stands (10 s).
+const DELETED_FOR: Duration = Duration::from_secs(10);
 
 /// A path whose readings are gated by different events ([`Gates::find`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -331,6 +338,17 @@ impl Gates {
 
     /// Notes that the store renewed the session at `now`.
     pub fn note_renewal(&self, event_id: &str, key: PlaceKey, r: Renewal) {
+        {
+            // Its store call may have begun before the event was deleted (a renewal of the
+            // event created again under the id meanwhile goes to the store, as unnoted).
+            let deleted = self.deleted.lock();
+            if deleted
+                .iter()
+                .any(|(id, at)| **id == *event_id && at.elapsed() < DELETED_FOR)
+            {
+                return;
+            }
+        }
         let mut map = self.renewals.lock();
         if map
             .get(&key)
@@ -355,6 +373,11 @@ impl Gates {
     /// pass on this node's word, for up to [`renew_every`], the gate of an event created
     /// again under the same id (the store knows its place no more).
     pub fn forget_event(&self, event_id: &str) {
+        {
+            let mut deleted = self.deleted.lock();
+            deleted.retain(|(id, at)| at.elapsed() < DELETED_FOR && **id != *event_id);
+            deleted.push((event_id.into(), std::time::Instant::now()));
+        }
         self.renewals.lock().retain(|_, r| *r.event_id != *event_id);
     }
 
@@ -542,6 +565,14 @@ mod tests {
         gates.apply("a", None);
         assert!(!passes(&gates, "a", k1), "deleted here");
         assert!(passes(&gates, "b", k2), "another event's stays");
+        // A renewal whose store call began before the deletion, noted after it (the
+        // review's point), is not kept.
+        gates.note_renewal("a", k1, renewal(1_000, None));
+        assert!(
+            !passes(&gates, "a", k1),
+            "a renewal that raced the deletion"
+        );
+        gates.deleted.lock().clear();
         noted(&gates);
         assert!(gates.heard(&Notice::EventDeleted {
             event_id: "a".into()

@@ -1551,7 +1551,10 @@ async fn unknown_routes_and_methods_answer_json() {
         "/api/v1/admin/nope",
         "/api/v2/queue/join",
     ] {
-        app.get(uri).await.err(StatusCode::NOT_FOUND, "NOT_FOUND");
+        let r = app.get(uri).await;
+        // Unknown admin paths too are admin answers (the review's point).
+        assert_eq!(r.headers["cache-control"], "no-store", "{uri}");
+        r.err(StatusCode::NOT_FOUND, "NOT_FOUND");
     }
     let r = app.get("/api/v1/queue/join").await;
     r.err(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED");

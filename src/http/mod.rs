@@ -476,13 +476,18 @@ pub fn router_with_guard(state: AppState, limits: Limits, guard: Arc<guard::Guar
     router.with_state(shared)
 }
 
-async fn not_found() -> AppError {
-    AppError::NotFound
+/// `no-store` as the 405 below: an unknown admin path is answered here, before the admin
+/// check.
+async fn not_found() -> impl axum::response::IntoResponse {
+    (
+        [(axum::http::header::CACHE_CONTROL, NO_STORE.clone())],
+        AppError::NotFound,
+    )
 }
 
 /// Also `no-store`: API.md says so of every admin answer, and this one is answered before
 /// the admin check (a wrong method is not an admin request). It holds nothing private, so
-/// every path's gets the same.
+/// every path's gets the same (as does an unknown path's `404`).
 async fn method_not_allowed() -> impl axum::response::IntoResponse {
     (
         [(axum::http::header::CACHE_CONTROL, NO_STORE.clone())],
