@@ -203,6 +203,38 @@ async fn every_admin_change_is_one_entry_with_what_changed() {
     assert_eq!(audit(&app, "?event=sale&limit=3").await.len(), 3);
 }
 
+/// A secret replaced by another is an entry that says so, never with either value (defect:
+/// both sides read `*_set: true`, so a rotated bypass key left `changes: []`, as a change
+/// of nothing would).
+#[tokio::test]
+async fn a_replaced_secret_is_recorded_without_its_value() {
+    let app = app();
+    let ev = "/api/v1/admin/events/sale";
+    let (one, two) = ("bypass-one-0123456789", "bypass-two-0123456789");
+    let (k1, k2) = ("k".repeat(32), "q".repeat(32));
+    let put = |bypass: &str, key: &str| json!({"paths": ["/pay"], "bypass_secret": bypass, "user_token_secret": key});
+    admin(&app, Method::PUT, ev, Some(put(one, &k1))).await;
+    admin(&app, Method::PUT, ev, Some(put(one, &k1))).await;
+    assert_eq!(
+        audit(&app, "").await[0]["changes"],
+        json!([]),
+        "the same secrets"
+    );
+    admin(&app, Method::PUT, ev, Some(put(two, &k2))).await;
+    let e = audit(&app, "").await;
+    assert_eq!(
+        e[0]["changes"],
+        json!([
+            {"field": "user_token_secret", "old": "(a secret)", "new": "(another secret)"},
+            {"field": "bypass_secret", "old": "(a secret)", "new": "(another secret)"}
+        ])
+    );
+    let text = serde_json::to_string(&e).unwrap();
+    for secret in [one, two, &k1, &k2] {
+        assert!(!text.contains(secret), "{secret} in the audit");
+    }
+}
+
 /// A refused change changed nothing, so it leaves no entry: bad input, an unknown event,
 /// a bad count.
 #[tokio::test]

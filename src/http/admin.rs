@@ -82,6 +82,14 @@ fn event_id(AppPath(id): AppPath<String>) -> AppResult<String> {
     Ok(id)
 }
 
+/// The settings that are secrets, never shown: [`secrets_of`]'s order.
+const SECRET_FIELDS: [&str; 2] = ["user_token_secret", "bypass_secret"];
+
+/// An event's secrets, to tell a replaced one in the audit.
+fn secrets_of(c: &crate::core::EventConfig) -> [Option<String>; 2] {
+    [c.user_token_secret.clone(), c.gate.bypass_secret.clone()]
+}
+
 /// `PUT /events/{event_id}`: create or update. An empty body creates with the defaults.
 pub async fn put_event(
     State(state): State<AppState>,
@@ -94,9 +102,12 @@ pub async fn put_event(
     let _one = records::one_change_at_a_time(&id).await;
     // The settings before, for the audit's old → new. Read just before the change: an
     // update by another admin in between would show as part of this one.
-    let before = match state.store.get_event(&id, state.clock.now()).await {
-        Ok(snap) => Some(settings_object(snap.config)),
-        Err(StoreError::Queue(QueueError::EventNotFound)) => None,
+    let (before, old_secrets) = match state.store.get_event(&id, state.clock.now()).await {
+        Ok(snap) => {
+            let secrets = secrets_of(&snap.config);
+            (Some(settings_object(snap.config)), secrets)
+        }
+        Err(StoreError::Queue(QueueError::EventNotFound)) => (None, [None, None]),
         Err(e) => return Err(e.into()),
     };
     let config = state
@@ -109,7 +120,19 @@ pub async fn put_event(
     } else {
         Action::Create
     };
-    let changes = audit::changes(before.as_ref(), &settings_object(config.clone()));
+    let new_secrets = secrets_of(&config);
+    let mut changes = audit::changes(before.as_ref(), &settings_object(config.clone()));
+    // A secret replaced by another reads `*_set: true` on both sides, so the diff has
+    // nothing: say it was replaced, never with either value.
+    for ((field, old), new) in SECRET_FIELDS.iter().zip(old_secrets).zip(new_secrets) {
+        if old.is_some() && new.is_some() && old != new {
+            changes.push(audit::Change {
+                field: (*field).into(),
+                old: "(a secret)".into(),
+                new: "(another secret)".into(),
+            });
+        }
+    }
     records::audit(&state, &caller, action, &id, changes, None).await;
     Ok(Json(EventSettings {
         event_id: id,
