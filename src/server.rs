@@ -714,7 +714,10 @@ fn load_or_generate_admin_token(
                 path.display()
             )
         }
-        Ok(t) if !t.trim().is_empty() => return Ok((t.trim().to_string(), path)),
+        Ok(t) if !t.trim().is_empty() => {
+            crate::store::journal_files::narrow_secret_file(&path);
+            return Ok((t.trim().to_string(), path));
+        }
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => {

@@ -25,9 +25,10 @@ pub fn load_or_generate_key(path: Option<&Path>, data_dir: &Path) -> anyhow::Res
     }
     let file: PathBuf = data_dir.join("signing-key.pem");
     if file.exists() {
+        crate::store::journal_files::narrow_secret_file(&file);
         return load_or_generate_key(Some(&file), data_dir);
     }
-    std::fs::create_dir_all(data_dir)?;
+    crate::store::journal_files::create_owner_dirs(data_dir)?;
     let mut seed = [0u8; 32];
     getrandom::fill(&mut seed).map_err(|e| anyhow::anyhow!("no OS randomness: {e}"))?;
     let key = SigningKey::from_bytes(&seed);
