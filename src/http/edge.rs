@@ -25,7 +25,8 @@
 //! - **panics**: a panicking handler answers a JSON 500 instead of dropping the connection.
 //! - **failures in the log**: a 5xx answer is logged at `ERROR` as `response failed`, as
 //!   tower-http's trace layer did at the default log level (its per-request span and debug
-//!   events are added around this layer only when debug logging is on).
+//!   events are added around this layer only when debug logging is on); not one whose 5xx
+//!   is the contract ([`NotAFailure`]: a waiting place's `503`, a full queue's).
 //! - **tracing** (only when tracing export is on, see [`crate::telemetry::otel`]): the
 //!   request runs in a span that continues its `traceparent`; off, there is no span and the
 //!   `traceparent` header is not even read.
@@ -408,10 +409,21 @@ fn finish(
         s.latency.record(elapsed.as_secs_f64());
         s.count.increment(1);
     });
-    if log_failures && status.is_server_error() {
+    if log_failures && is_failure(res) {
         log_failure(status, elapsed);
     }
 }
+
+/// Whether an answer is logged as a failure: a `5xx` that is not the contract's.
+fn is_failure(res: &Response) -> bool {
+    res.status().is_server_error() && res.extensions().get::<NotAFailure>().is_none()
+}
+
+/// On an answer whose `5xx` is the contract, not a failure: a waiting place's `503` (each
+/// person refreshing the waiting room made an `ERROR` line, burying real ones in a flash
+/// crowd), a full queue's or event's. Such answers are still counted by status.
+#[derive(Clone, Copy, Debug)]
+pub struct NotAFailure;
 
 /// What tower-http's trace layer logged for a server error at the default log level.
 #[cold]
@@ -427,6 +439,46 @@ fn log_failure(status: StatusCode, latency: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A waiting place's `503` and a full queue's are the contract, not failures (defect:
+    /// every refresh of the waiting room logged an `ERROR`); a store that is down, a panic,
+    /// an internal error are.
+    #[test]
+    fn only_real_server_errors_are_failures() {
+        use crate::http::AppError;
+        let view = crate::core::PlaceView {
+            key: crate::core::PlaceKey { seq: 1, nonce: 2 },
+            status: crate::core::PlaceState::Waiting,
+            user_id: None,
+            position: Some(3),
+            queue_length: 9,
+            eta_sec: None,
+            waited_sec: 4,
+            joined_at: 0,
+            enter_within_sec: None,
+            entered_at: None,
+            session_ends_at: None,
+            session_expires_in_sec: None,
+            eta_range: None,
+            poll_after_sec: 5,
+            paused: false,
+            opens_in_sec: None,
+            prequeue_rank: None,
+        };
+        let waiting = crate::http::gate::waiting_response("t", "e", &view, true, None);
+        assert_eq!(waiting.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(!is_failure(&waiting));
+        for e in [AppError::QueueFull, AppError::EventFull] {
+            assert!(!is_failure(&e.into_response()));
+        }
+        for e in [
+            AppError::Unavailable("down".into()),
+            AppError::Internal("bug".into()),
+        ] {
+            assert!(is_failure(&e.into_response()));
+        }
+        assert!(!is_failure(&AppError::NotFound.into_response()));
+    }
     use axum::routing::{get, post};
     use axum::Router;
     use std::sync::Arc;

@@ -377,6 +377,13 @@ impl IntoResponse for AppError {
             res.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
+        let inner = match &self {
+            AppError::SaleEnded(inner, _) => inner,
+            e => e,
+        };
+        if matches!(inner, AppError::QueueFull | AppError::EventFull) {
+            res.extensions_mut().insert(super::edge::NotAFailure);
+        }
         res
     }
 }

@@ -465,6 +465,7 @@ pub fn waiting_response(
             .into_response()
     };
     *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    res.extensions_mut().insert(super::edge::NotAFailure);
     let h = res.headers_mut();
     h.insert(header::RETRY_AFTER, HeaderValue::from(retry));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
