@@ -715,7 +715,7 @@ fn load_or_generate_admin_token(
             )
         }
         Ok(t) if !t.trim().is_empty() => {
-            crate::store::journal_files::narrow_secret_file(&path);
+            crate::tokens::narrow_secret_file(&path);
             return Ok((t.trim().to_string(), path));
         }
         Ok(_) => {}

@@ -27,8 +27,8 @@ mod user;
 
 pub use invite::invite_code;
 pub use key_files::{
-    check_key_change, key_fingerprint, load_key_for_store, load_or_generate_key, load_signing_keys,
-    write_private, write_private_new, KEY_FINGERPRINT_FILE,
+    check_key_change, create_owner_dirs, key_fingerprint, load_key_for_store, load_or_generate_key,
+    load_signing_keys, narrow_secret_file, write_private, write_private_new, KEY_FINGERPRINT_FILE,
 };
 pub use user::{verify_user_token, UserTokenError, USER_TOKEN_LEEWAY_MS};
 

@@ -29,7 +29,7 @@ pub mod fault;
 mod group_commit;
 pub mod journal;
 mod journal_events;
-pub(crate) mod journal_files;
+mod journal_files;
 mod journal_places;
 mod journal_sale;
 mod journal_sync;

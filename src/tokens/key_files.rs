@@ -25,10 +25,10 @@ pub fn load_or_generate_key(path: Option<&Path>, data_dir: &Path) -> anyhow::Res
     }
     let file: PathBuf = data_dir.join("signing-key.pem");
     if file.exists() {
-        crate::store::journal_files::narrow_secret_file(&file);
+        narrow_secret_file(&file);
         return load_or_generate_key(Some(&file), data_dir);
     }
-    crate::store::journal_files::create_owner_dirs(data_dir)?;
+    create_owner_dirs(data_dir)?;
     let mut seed = [0u8; 32];
     getrandom::fill(&mut seed).map_err(|e| anyhow::anyhow!("no OS randomness: {e}"))?;
     let key = SigningKey::from_bytes(&seed);
@@ -271,4 +271,84 @@ fn private_temp(path: &Path, bytes: &[u8]) -> anyhow::Result<PathBuf> {
         return Err(e.into());
     }
     Ok(tmp)
+}
+
+/// Creates `dir` and its missing parents with mode 0700 (less what the umask takes):
+/// under a umask of 000, `create_dir_all` made them writable by every user, who could then
+/// put their own signing key or journal in place. Directories already there are left as
+/// they are.
+pub fn create_owner_dirs(dir: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+    }
+    #[cfg(not(unix))]
+    std::fs::create_dir_all(dir)
+}
+
+/// Narrows a secret file this user keeps (`signing-key.pem`, `admin-token` in the data
+/// dir) to 0600 if group or others may read it: one copied in or restored from a backup
+/// with 0644 stayed so, readable by anyone once the directory is not narrowed (another
+/// owner's). Not this user's to narrow: a warning.
+pub fn narrow_secret_file(file: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let Ok(meta) = std::fs::metadata(file) else {
+            return;
+        };
+        if meta.permissions().mode() & 0o077 == 0 {
+            return;
+        }
+        if let Err(e) = std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o600)) {
+            tracing::warn!(file = %file.display(), error = %e,
+                "a secret file is readable by other users and cannot be narrowed to 0600");
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = file;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The parents made for a data dir or a key are this user's only, whatever the umask
+    /// (defect: `keygen ./a/b/c` under a umask of 000 made all three writable by every
+    /// user; under the usual 022, readable by all). Existing ones are left alone.
+    #[cfg(unix)]
+    #[test]
+    fn made_parents_are_the_owners_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let deep = dir.path().join("a/b/c");
+        create_owner_dirs(&deep).unwrap();
+        for d in ["a", "a/b", "a/b/c"] {
+            let m = std::fs::metadata(dir.path().join(d))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(m & 0o777, 0o700, "{d}");
+        }
+        create_owner_dirs(&deep).unwrap();
+    }
+
+    /// A secret file of ours that group or others may read is narrowed to 0600.
+    #[cfg(unix)]
+    #[test]
+    fn a_loose_secret_file_is_narrowed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("admin-token");
+        std::fs::write(&f, "t").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        narrow_secret_file(&f);
+        let m = std::fs::metadata(&f).unwrap().permissions().mode();
+        assert_eq!(m & 0o777, 0o600);
+        narrow_secret_file(&dir.path().join("absent"));
+    }
 }
