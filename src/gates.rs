@@ -178,10 +178,18 @@ pub struct Gates {
     /// are one step against an apply.
     replacing: Mutex<()>,
     renewals: Mutex<Renewals>,
+    /// Whether a table read from the store is in place. Until then nobody can tell which
+    /// requests are gated, and they are refused (`503`), not passed: a node that had just
+    /// started (or whose first read failed, Redis slow at its start) let gated requests
+    /// through to the origin with no session for as long.
+    loaded: std::sync::atomic::AtomicBool,
     /// Events deleted in the last [`DELETED_FOR`], and when: a renewal whose store call
     /// began before the deletion may reach [`Gates::note_renewal`] after it.
     deleted: Mutex<Vec<(Arc<str>, std::time::Instant)>>,
 }
+
+/// How soon a failed first read of the gate table is tried again.
+const FIRST_LOAD_RETRY: Duration = Duration::from_millis(200);
 
 /// How long renewals of a deleted event are not noted: longer than a store call, and than
 /// a renewal stands (10 s).
@@ -235,6 +243,12 @@ impl Gates {
             }
         }
         Ok(chosen.cloned())
+    }
+
+    /// Whether the table was read from the store once (see the field): until then the
+    /// gateway and `GET /api/v1/gate` answer `503`, and `/readyz` too.
+    pub fn is_loaded(&self) -> bool {
+        self.loaded.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The rules of one event, gated paths or not.
@@ -305,6 +319,8 @@ impl Gates {
                 let _one = self.replacing.lock();
                 if self.applied.load(std::sync::atomic::Ordering::SeqCst) == applied {
                     self.table.store(Arc::new(table));
+                    self.loaded
+                        .store(true, std::sync::atomic::Ordering::Release);
                 }
                 true
             }
@@ -433,7 +449,19 @@ pub async fn run_refresh(
     mut stop: Stop,
 ) {
     use tokio::sync::broadcast::error::RecvError;
-    gates.refresh(store.as_ref(), clock.now()).await;
+    // Until a first table is in place everything gated is refused: read again soon, not
+    // at the next tick.
+    while !gates.is_loaded() {
+        gates.refresh(store.as_ref(), clock.now()).await;
+        if gates.is_loaded() {
+            break;
+        }
+        tokio::select! {
+            biased;
+            _ = stopped(&mut stop) => return,
+            _ = tokio::time::sleep(FIRST_LOAD_RETRY) => {}
+        }
+    }
     let mut tick = tokio::time::interval(REFRESH_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -504,6 +532,35 @@ mod tests {
         // The next rebuild stores what it read.
         assert!(gates.refresh(store.as_ref(), 0).await);
         assert!(gates.find(None, "/pay/now").unwrap().is_some());
+    }
+
+    /// A table never read is not an empty one: until the first read succeeds the node says
+    /// so (`is_loaded`), and a failed first read is tried again within moments, not at the
+    /// next tick (defect: a node whose first read failed passed every gated request for as
+    /// long as the store was slow, and one just started for its first milliseconds).
+    #[tokio::test(start_paused = true)]
+    async fn a_table_never_read_is_not_loaded_and_is_read_again_soon() {
+        use crate::store::fault::{Fault, FaultStore, Op};
+        let store = Arc::new(FaultStore::embedded());
+        store.inject(Op::ListEvents, Fault::unavailable());
+        let gates = Arc::new(Gates::default());
+        let (_tx, stop) = crate::tasks::stop_channel();
+        let task = tokio::spawn(run_refresh(
+            gates.clone(),
+            store.clone(),
+            crate::clock::Clock::manual(0),
+            store.subscribe(),
+            stop,
+        ));
+        while store.calls(Op::ListEvents) < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!gates.is_loaded(), "a failed read loaded nothing");
+        store.heal(Op::ListEvents);
+        tokio::time::sleep(FIRST_LOAD_RETRY * 2).await;
+        assert!(gates.is_loaded(), "read again within {FIRST_LOAD_RETRY:?}");
+        assert!(FIRST_LOAD_RETRY < REFRESH_EVERY);
+        task.abort();
     }
 
     /// Changes that queue while the table is being rebuilt are covered by one more rebuild,

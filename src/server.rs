@@ -44,6 +44,8 @@ use caps::{ConnectionCaps, HeldStream};
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// How long background tasks get to stop, all together, once the server is done.
 const TASK_GRACE: Duration = Duration::from_secs(2);
+/// How long a start waits for the gate table before serving (see `run`).
+const FIRST_GATES_WAIT: Duration = Duration::from_secs(2);
 /// Name of the demo crowd's task.
 const DEMO_CROWD: &str = "demo-crowd";
 
@@ -142,6 +144,11 @@ pub async fn run(
     }
 
     // Before anything can change the store, so that no notice is missed.
+    // The gate table is read before the first request is served, so that the first
+    // requests are told apart (gated or not), not refused as unknown; a store slow to
+    // answer leaves it to the background task, and gated requests answer `503` meanwhile.
+    let first = state.gates.refresh(state.store.as_ref(), state.clock.now());
+    let _ = tokio::time::timeout(FIRST_GATES_WAIT, first).await;
     let mut tasks = state.start_background();
     if settings.demo {
         demo::ensure_demo_event(state.store.as_ref(), state.clock.now())

@@ -177,6 +177,11 @@ impl Gateway {
         // Read as text once, for the gates and the origin's headers alike.
         let host = host_text(host_value.as_ref());
         let gates = &self.state.gates;
+        if !gates.is_loaded() {
+            // Which requests are gated is not known yet: none is passed unasked.
+            let e = crate::http::AppError::Unavailable("the gate rules are not read yet".into());
+            return (Outcome::Refused, e.into_response());
+        }
         let found = if gates.is_empty() {
             Ok(None)
         } else {

@@ -586,6 +586,13 @@ pub async fn gate(
     let uri = String::from_utf8_lossy(uri.as_bytes());
     let uri: &str = &uri;
     let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    if !state.gates.is_loaded() {
+        // Which URIs are gated is not known yet: none is passed unasked (nginx answers the
+        // visitor `500`, as when waitroom is down).
+        return Err(AppError::Unavailable(
+            "the gate rules are not read yet".into(),
+        ));
+    }
     let gate = match q.event_id.as_deref() {
         Some(e) => {
             crate::core::validate_event_id(e)?;

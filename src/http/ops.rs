@@ -38,6 +38,12 @@ pub async fn healthz(State(shared): State<Shared>) -> AppResult<Json<Health>> {
 
 /// `GET /readyz`: `200` only when the store answers, in time.
 pub async fn readyz(State(state): State<AppState>) -> AppResult<Json<Health>> {
+    // A node that cannot tell which requests are gated yet refuses them: not ready.
+    if !state.gates.is_loaded() {
+        return Err(AppError::Unavailable(
+            "the gate rules are not read yet".into(),
+        ));
+    }
     match tokio::time::timeout(READY_TIMEOUT, state.store.ping()).await {
         Ok(Ok(())) => Ok(Json(Health { status: "ready" })),
         Ok(Err(e)) => Err(AppError::Unavailable(e.to_string())),
