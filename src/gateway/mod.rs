@@ -166,10 +166,9 @@ impl Gateway {
         let first_host = hosts.next();
         let bad_host = first_host.is_some_and(|h| h.to_str().is_err());
         if bad_host || hosts.next().is_some() {
-            let e = crate::http::AppError::invalid(
+            return refused(crate::http::AppError::invalid(
                 "a request must have one Host header, of ASCII text",
-            );
-            return (Outcome::Refused, e.into_response());
+            ));
         }
         // The `Host` just found, not looked up again.
         let host_value = forward::host_from(first_host, &req);
@@ -179,8 +178,9 @@ impl Gateway {
         let gates = &self.state.gates;
         if !gates.is_loaded() {
             // Which requests are gated is not known yet: none is passed unasked.
-            let e = crate::http::AppError::Unavailable("the gate rules are not read yet".into());
-            return (Outcome::Refused, e.into_response());
+            return refused(crate::http::AppError::Unavailable(
+                "the gate rules are not read yet".into(),
+            ));
         }
         let found = if gates.is_empty() {
             Ok(None)
@@ -189,9 +189,7 @@ impl Gateway {
         };
         let found = match found {
             Ok(found) => found,
-            Err(crate::gates::Ambiguous) => {
-                return (Outcome::Refused, gate::ambiguous_path().into_response());
-            }
+            Err(crate::gates::Ambiguous) => return refused(gate::ambiguous_path()),
         };
         let Some(gate) = found else {
             let (outcome, res) = self.proxy(req, host, peer, conn, None, Outcome::Pass).await;
@@ -424,6 +422,14 @@ fn bad_gateway() -> Response {
         "message": "the site behind the waiting room did not answer",
     }});
     (StatusCode::BAD_GATEWAY, axum::Json(body)).into_response()
+}
+
+/// A request refused before any gate is chosen (two `Host`s, the gate rules not read yet,
+/// a path two events gate): rare, so built out of line.
+#[cold]
+#[inline(never)]
+fn refused(e: crate::http::AppError) -> (Outcome, Response) {
+    (Outcome::Refused, e.into_response())
 }
 
 #[cfg(test)]
