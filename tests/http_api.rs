@@ -1667,10 +1667,14 @@ async fn answers_around_the_handlers_are_measured_as_before() {
 
 /// An app over a store whose every call does `fault`, for the failure paths of the HTTP
 /// layer.
-fn failing_app(fault: Fault, limits: Limits) -> TestApp {
-    let store = FaultStore::embedded();
+/// An app whose store fails every call with `fault`, its gate table read before (as a
+/// node that was up when the store failed), so that `/readyz` asks the store.
+async fn failing_app(fault: Fault, limits: Limits) -> TestApp {
+    let store = Arc::new(FaultStore::embedded());
+    let app = app_with(store.clone(), Clock::manual(T0), limits);
+    app.load_gates().await;
     store.inject_all(fault);
-    app_with(Arc::new(store), Clock::manual(T0), limits)
+    app
 }
 
 /// A valid waiting token for the failing stores (the token is checked before the store).
@@ -1686,7 +1690,9 @@ fn some_token(app: &TestApp) -> String {
 async fn healthz_fails_once_the_store_stopped_for_good() {
     let store = Arc::new(FaultStore::embedded());
     let app = app_with(store.clone(), Clock::manual(T0), Limits::default());
+    app.load_gates().await;
     assert_eq!(app.get("/healthz").await.ok()["status"], "ok");
+    assert_eq!(app.get("/readyz").await.ok()["status"], "ready");
     store.fail_for_good();
     app.get("/healthz")
         .await
@@ -1716,7 +1722,7 @@ async fn the_server_stops_once_the_store_stopped_for_good() {
 
 #[tokio::test]
 async fn unreachable_store_answers_503_with_retry_after() {
-    let app = failing_app(Fault::unavailable(), Limits::default());
+    let app = failing_app(Fault::unavailable(), Limits::default()).await;
     let t = some_token(&app);
     let join = app
         .post("/api/v1/queue/join", json!({"event_id": "ev"}))
@@ -1803,7 +1809,8 @@ async fn hanging_store_times_out_as_503() {
             request_timeout: Duration::from_millis(300),
             ..Limits::default()
         },
-    );
+    )
+    .await;
     let started = std::time::Instant::now();
     let r = app
         .post("/api/v1/queue/join", json!({"event_id": "ev"}))
@@ -1818,7 +1825,7 @@ async fn hanging_store_times_out_as_503() {
 
 #[tokio::test]
 async fn a_panicking_handler_answers_json_500_and_the_router_lives_on() {
-    let app = failing_app(Fault::Panic("the store blew up".into()), Limits::default());
+    let app = failing_app(Fault::Panic("the store blew up".into()), Limits::default()).await;
     let r = app
         .post("/api/v1/queue/join", json!({"event_id": "ev"}))
         .await;

@@ -353,6 +353,32 @@ fn the_fatal_error_is_a_log_line_in_the_chosen_format() {
     drop(taken);
 }
 
+/// Under a umask of 000, the directories `keygen` and a server make are writable by their
+/// owner only (defect: `keygen ./a/b/c` made all three writable by every user, who could
+/// put their own key there), and the data dir is its owner's only.
+#[cfg(unix)]
+#[test]
+fn made_directories_are_not_writable_by_others_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("a/b/keys");
+    let script = format!("umask 000; exec {BIN} keygen {}", keys.display());
+    let out = Command::new("sh").args(["-c", &script]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    for d in ["a", "a/b", "a/b/keys"] {
+        let m = std::fs::metadata(dir.path().join(d))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(m & 0o777, 0o755, "{d}: {:o}", m & 0o777);
+    }
+    let m = std::fs::metadata(keys.join("signing-key.pem"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(m & 0o777, 0o600);
+}
+
 #[tokio::test]
 async fn keygen_writes_one_private_key_that_a_server_uses() {
     let dir = tempfile::tempdir().unwrap();

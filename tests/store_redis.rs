@@ -788,11 +788,21 @@ fn authed(port: u16, password: &str, cmd: &str) -> String {
 /// error, so every call answered the refusal, `/readyz` 503, until a restart).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_reconnection_is_tried_again() {
+    refused_reconnection_on("").await;
+}
+
+/// The same over RESP3, whose `HELLO` refusal is a plain server error (the review's point).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_reconnection_is_tried_again_over_resp3() {
+    refused_reconnection_on("?protocol=resp3").await;
+}
+
+async fn refused_reconnection_on(query: &str) {
     let dir = tempfile::tempdir().unwrap();
     let port = support::redis::free_port(false);
     let _redis = support::redis::RedisServer::start_with(port, dir.path(), &[]);
     support::redis::raw_command(port, "CONFIG SET requirepass pw-one").unwrap();
-    let url = format!("redis://:pw-one@127.0.0.1:{port}");
+    let url = format!("redis://:pw-one@127.0.0.1:{port}/{query}");
     let store = RedisStore::new(&url, options()).unwrap();
     store.ping().await.expect("the right password");
     assert!(authed(port, "pw-one", "CONFIG SET requirepass pw-two").starts_with("+OK"));
@@ -801,7 +811,8 @@ async fn a_refused_reconnection_is_tried_again() {
     let mut refused = false;
     for _ in 0..100 {
         if let Err(e) = store.ping().await {
-            if e.to_string().to_lowercase().contains("auth") {
+            let e = e.to_string().to_lowercase();
+            if e.contains("auth") || e.contains("wrongpass") {
                 refused = true;
                 break;
             }

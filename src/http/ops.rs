@@ -36,15 +36,14 @@ pub async fn healthz(State(shared): State<Shared>) -> AppResult<Json<Health>> {
     Ok(Json(Health { status: "ok" }))
 }
 
-/// `GET /readyz`: `200` only when the store answers, in time.
+/// `GET /readyz`: `200` only when the store answers, in time, and the gate rules were read.
 pub async fn readyz(State(state): State<AppState>) -> AppResult<Json<Health>> {
-    // A node that cannot tell which requests are gated yet refuses them: not ready.
-    if !state.gates.is_loaded() {
-        return Err(AppError::Unavailable(
-            "the gate rules are not read yet".into(),
-        ));
-    }
     match tokio::time::timeout(READY_TIMEOUT, state.store.ping()).await {
+        // A node that cannot tell which requests are gated yet refuses them: not ready.
+        // (Asked after the store, so that a store that is down is what `/readyz` says.)
+        Ok(Ok(())) if !state.gates.is_loaded() => Err(AppError::Unavailable(
+            "the gate rules are not read yet".into(),
+        )),
         Ok(Ok(())) => Ok(Json(Health { status: "ready" })),
         Ok(Err(e)) => Err(AppError::Unavailable(e.to_string())),
         Err(_) => Err(AppError::Unavailable("store ping timed out".into())),

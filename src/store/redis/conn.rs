@@ -115,9 +115,12 @@ impl Healing {
 
     /// After a call's error: a refused connection (the only source of an authentication
     /// error: no command of ours authenticates) makes the manager again, in the background;
-    /// this call and those meanwhile answer the refusal.
+    /// this call and those meanwhile answer the refusal. RESP3's `HELLO` refusal comes as a
+    /// plain server error: its code says it.
     fn after(&self, e: &RedisError) {
-        if e.kind() != ErrorKind::AuthenticationFailed {
+        let refused = e.kind() == ErrorKind::AuthenticationFailed
+            || matches!(e.code(), Some("WRONGPASS" | "NOAUTH"));
+        if !refused {
             return;
         }
         {
