@@ -616,33 +616,39 @@ pub struct Health {
     pub status: &'static str,
 }
 
+/// Tests: a place in `status`, third in a line of nine.
+#[cfg(test)]
+pub(crate) fn sample_view(status: PlaceState) -> PlaceView {
+    use crate::core::PlaceKey;
+    PlaceView {
+        key: PlaceKey { seq: 1, nonce: 2 },
+        status,
+        user_id: None,
+        position: Some(3),
+        queue_length: 9,
+        eta_sec: None,
+        waited_sec: 4,
+        joined_at: 0,
+        enter_within_sec: None,
+        entered_at: None,
+        session_ends_at: None,
+        session_expires_in_sec: None,
+        eta_range: None,
+        poll_after_sec: 5,
+        paused: false,
+        opens_in_sec: None,
+        prequeue_rank: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::core::PlaceKey;
 
     fn view(status: PlaceState) -> PlaceView {
-        PlaceView {
-            key: PlaceKey { seq: 1, nonce: 2 },
-            status,
-            user_id: None,
-            position: Some(3),
-            queue_length: 9,
-            eta_sec: None,
-            waited_sec: 4,
-            joined_at: 0,
-            enter_within_sec: None,
-            entered_at: None,
-            session_ends_at: None,
-            session_expires_in_sec: None,
-            eta_range: None,
-            poll_after_sec: 5,
-            paused: false,
-            opens_in_sec: None,
-            prequeue_rank: None,
-        }
+        sample_view(status)
     }
 
     /// Absent state-dependent fields are left out rather than written as `null`, and a

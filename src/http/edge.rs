@@ -446,25 +446,7 @@ mod tests {
     #[test]
     fn only_real_server_errors_are_failures() {
         use crate::http::AppError;
-        let view = crate::core::PlaceView {
-            key: crate::core::PlaceKey { seq: 1, nonce: 2 },
-            status: crate::core::PlaceState::Waiting,
-            user_id: None,
-            position: Some(3),
-            queue_length: 9,
-            eta_sec: None,
-            waited_sec: 4,
-            joined_at: 0,
-            enter_within_sec: None,
-            entered_at: None,
-            session_ends_at: None,
-            session_expires_in_sec: None,
-            eta_range: None,
-            poll_after_sec: 5,
-            paused: false,
-            opens_in_sec: None,
-            prequeue_rank: None,
-        };
+        let view = crate::http::body::sample_view(crate::core::PlaceState::Waiting);
         let waiting = crate::http::gate::waiting_response("t", "e", &view, true, None);
         assert_eq!(waiting.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert!(!is_failure(&waiting));
