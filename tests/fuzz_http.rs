@@ -65,6 +65,10 @@ async fn target() -> Target {
     let key = SigningKey::from_bytes(&[9; 32]);
     let state =
         AppState::new(Arc::new(EmbeddedStore::new()), &key, ADMIN, Clock::system()).unwrap();
+    // As a server does before it serves (no background task runs here): until then the
+    // gate and `/readyz` answer 503.
+    let now = state.clock.now();
+    assert!(state.gates.refresh(state.store.as_ref(), now).await);
     let router = waitroom::http::router(state);
     let mut tokens = vec![ADMIN.to_string()];
     for (id, cfg) in [
