@@ -797,6 +797,42 @@ async fn a_refused_reconnection_is_tried_again_over_resp3() {
     refused_reconnection_on("?protocol=resp3").await;
 }
 
+/// A reconnection whose `SELECT` was refused (a password set for a moment: the node's URL
+/// has none, and names database 1) does not leave the node refused for good either
+/// (defect: the refusal is a server error, not an authentication one, and stuck).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_database_switch_is_tried_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = support::redis::free_port(false);
+    let _redis = support::redis::RedisServer::start_with(port, dir.path(), &[]);
+    let store = RedisStore::new(&format!("redis://127.0.0.1:{port}/1"), options()).unwrap();
+    store.ping().await.expect("no password yet");
+    support::redis::raw_command(port, "CONFIG SET requirepass tmp-pw").unwrap();
+    assert!(authed(port, "tmp-pw", "CLIENT KILL TYPE normal").starts_with(':'));
+    let mut refused = false;
+    for _ in 0..100 {
+        if let Err(e) = store.ping().await {
+            if e.to_string().contains("switch database") {
+                refused = true;
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(refused, "the reconnection was never refused");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(authed(port, "tmp-pw", "CONFIG SET requirepass \"\"").starts_with("+OK"));
+    let mut back = false;
+    for _ in 0..100 {
+        if store.ping().await.is_ok() {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(back, "still refused 10 s after the password was taken off");
+}
+
 async fn refused_reconnection_on(query: &str) {
     let dir = tempfile::tempdir().unwrap();
     let port = support::redis::free_port(false);

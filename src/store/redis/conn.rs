@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value};
+use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
 
 use super::sentinel;
 
@@ -113,14 +113,15 @@ impl Healing {
         (**self.0.current.load()).clone()
     }
 
-    /// After a call's error: a refused connection (the only source of an authentication
-    /// error: no command of ours authenticates) makes the manager again, in the background;
-    /// this call and those meanwhile answer the refusal. RESP3's `HELLO` refusal comes as a
-    /// plain server error: its code says it.
+    /// After a call's error that was not an I/O error (those the manager reconnects
+    /// after by itself): if the connection itself is what fails (a `PING` through it fails
+    /// too, and not with an I/O error), the manager is made again, in the background; this
+    /// call and those meanwhile answer the failure. A command's own error (a script's, a
+    /// key's) leaves the `PING` answered, and nothing is made. The refusals that stick
+    /// otherwise: `AUTH` refused, RESP3's `HELLO` refused, `SELECT` refused (no permission,
+    /// a busy script, a database out of range) while reconnecting.
     fn after(&self, e: &RedisError) {
-        let refused = e.kind() == ErrorKind::AuthenticationFailed
-            || matches!(e.code(), Some("WRONGPASS" | "NOAUTH"));
-        if !refused {
+        if e.is_io_error() || e.is_timeout() {
             return;
         }
         {
@@ -132,6 +133,18 @@ impl Healing {
         }
         let me = self.clone();
         tokio::spawn(async move {
+            let mut conn = me.conn();
+            let ping = tokio::time::timeout(
+                REMAKE_EVERY,
+                redis::cmd("PING").query_async::<Value>(&mut conn),
+            )
+            .await;
+            match ping {
+                Ok(Err(e)) if !e.is_io_error() && !e.is_timeout() => {}
+                // It answers (the error was the command's own), it reconnects by itself
+                // (I/O), or it is slow: nothing to make.
+                _ => return,
+            }
             let (client, config) = (me.0.client.clone(), me.0.config.clone());
             let made = tokio::time::timeout(
                 REMAKE_EVERY * 5,
