@@ -218,6 +218,35 @@ async fn an_acl_user_without_fcall_gets_evalsha() {
     assert!(calls(server.port, "evalsha") >= 4);
 }
 
+/// FCALL refused for a moment (a permission withdrawn, then given back): the node goes
+/// back to FCALL once `functions_retry` has passed (defect: it stayed on EVALSHA, ~1.8 times
+/// the Redis CPU per call, until it restarted).
+#[tokio::test]
+async fn fcall_is_tried_again_after_a_refusal() {
+    let server = RedisServer::start();
+    let set = raw_command(server.port, "ACL SETUSER back on >pw ~* &* +@all -fcall").unwrap();
+    assert!(set.starts_with("+OK"), "{set}");
+    let url = format!("redis://back:pw@127.0.0.1:{}", server.port);
+    let options = RedisOptions {
+        key_prefix: unique_prefix(),
+        functions_retry: std::time::Duration::from_millis(300),
+        ..RedisOptions::default()
+    };
+    let store: Arc<dyn Store> = Arc::new(RedisStore::new(&url, options).unwrap());
+    some_calls(&store, "r1").await;
+    let before = calls(server.port, "fcall");
+    assert!(calls(server.port, "evalsha") >= 4);
+    let set = raw_command(server.port, "ACL SETUSER back +fcall").unwrap();
+    assert!(set.starts_with("+OK"), "{set}");
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    some_calls(&store, "r2").await;
+    let after = calls(server.port, "fcall");
+    assert!(
+        after >= before + 4,
+        "FCALL {before} -> {after}: not tried again"
+    );
+}
+
 /// A server that lost the library while at `maxmemory` refuses `FUNCTION LOAD` too (it is
 /// a write): the call goes as EVALSHA, which answers a read and lets a leave's deletions
 /// through, as before Functions; once memory is free the library is loaded again.

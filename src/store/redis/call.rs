@@ -14,7 +14,7 @@
 //! without Functions, or an ACL user without `FUNCTION LOAD` or `FCALL`, answers the load or
 //! the call with an error, and the node keeps to EVALSHA.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
@@ -23,9 +23,18 @@ use super::script::{LIBRARY, SCRIPT};
 
 /// Which way this node calls the script.
 pub(super) struct Caller {
-    /// EVALSHA only: set by [`RedisOptions::functions`](super::RedisOptions) off, or once
-    /// the server refused to load the library.
+    /// EVALSHA only: [`RedisOptions::functions`](super::RedisOptions) off.
     eval: AtomicBool,
+    /// When the server last refused Functions (ms since `start`, plus 1; 0: never): calls
+    /// go as EVALSHA until `retry` has passed, then FCALL is tried again. For good, a
+    /// permission withdrawn for a moment cost every later call EVALSHA's ~1.8 times the
+    /// Redis CPU until the node restarted.
+    refused_at: AtomicU64,
+    start: std::time::Instant,
+    retry: std::time::Duration,
+    /// The refusal was logged as a warning once; later ones (a server without Functions,
+    /// met again every `retry`) at debug level.
+    warned: AtomicBool,
 }
 
 /// Error codes with which Redis refuses a writing command before it runs it. A function
@@ -62,22 +71,45 @@ fn refuses_fcall(e: &RedisError) -> bool {
 }
 
 impl Caller {
-    pub(super) fn new(functions: bool) -> Caller {
+    pub(super) fn new(functions: bool, retry: std::time::Duration) -> Caller {
         Caller {
             eval: AtomicBool::new(!functions),
+            refused_at: AtomicU64::new(0),
+            start: std::time::Instant::now(),
+            retry,
+            warned: AtomicBool::new(false),
         }
     }
 
-    /// Whether calls go as EVALSHA.
+    /// Whether calls go as EVALSHA: configured so, or the server refused Functions less
+    /// than `retry` ago.
     pub(super) fn eval_only(&self) -> bool {
-        self.eval.load(Ordering::Relaxed)
+        if self.eval.load(Ordering::Relaxed) {
+            return true;
+        }
+        let at = self.refused_at.load(Ordering::Relaxed);
+        at != 0 && self.now() < at + self.retry.as_millis() as u64
+    }
+
+    fn now(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64 + 1
+    }
+
+    /// The server refused Functions: EVALSHA for `retry`.
+    fn refused(&self, e: &RedisError, what: &str) {
+        self.refused_at.store(self.now(), Ordering::Relaxed);
+        if !self.warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(error = %e, retry_in = ?self.retry, "redis refused {what}; using EVALSHA");
+        } else {
+            tracing::debug!(error = %e, "redis refused {what} again; using EVALSHA");
+        }
     }
 
     /// Loads the library (`REPLACE`: one of the same name is the same code, since the name
     /// is its hash; so a node starting beside others of its version succeeds). On a
     /// Cluster the command goes to every master. A server that refuses it (no Functions
-    /// before Redis 7, or an ACL without them) leaves this node on EVALSHA; any other
-    /// failure is an error.
+    /// before Redis 7, or an ACL without them) leaves this node on EVALSHA for `retry`;
+    /// any other failure is an error.
     pub(super) async fn load(&self, conn: &mut Conn) -> RedisResult<()> {
         if self.eval_only() {
             return Ok(());
@@ -91,11 +123,7 @@ impl Caller {
         match load {
             Ok(_) => Ok(()),
             Err(e) if refuses_functions(&e) => {
-                tracing::warn!(
-                    error = %e,
-                    "redis refused to load the script as a function library; using EVALSHA"
-                );
-                self.eval.store(true, Ordering::Relaxed);
+                self.refused(&e, "to load the script as a function library");
                 Ok(())
             }
             Err(e) => Err(e),
@@ -132,10 +160,7 @@ impl Caller {
                 }
             }
             match reply {
-                Err(e) if refuses_fcall(&e) => {
-                    tracing::warn!(error = %e, "redis refused FCALL; using EVALSHA");
-                    self.eval.store(true, Ordering::Relaxed);
-                }
+                Err(e) if refuses_fcall(&e) => self.refused(&e, "FCALL"),
                 Err(e) if missing(&e) => {}
                 Err(e) if e.code().is_some_and(|c| REFUSED_UP_FRONT.contains(&c)) => {}
                 other => return other,

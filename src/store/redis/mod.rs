@@ -116,6 +116,9 @@ pub struct RedisOptions {
     pub replica: bool,
     /// FCALL of the script's Redis Functions where the server has them; off: EVALSHA (`call.rs`).
     pub functions: bool,
+    /// After the server refused Functions (an ACL without them, a server without them),
+    /// how long calls go as EVALSHA before FCALL is tried again (`call.rs`).
+    pub functions_retry: Duration,
 }
 
 impl Default for RedisOptions {
@@ -127,6 +130,7 @@ impl Default for RedisOptions {
             wait_replicas: 0,
             replica: true,
             functions: true,
+            functions_retry: Duration::from_secs(60),
         }
     }
 }
@@ -230,7 +234,7 @@ impl RedisStore {
             None => Target::Node(redis::Client::open(&*with_userinfo_encoded(url))?),
         };
         let prefix = options.key_prefix.clone();
-        let caller = call::Caller::new(options.functions);
+        let caller = call::Caller::new(options.functions, options.functions_retry);
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 target,
