@@ -32,8 +32,9 @@ pub(super) struct Caller {
     refused_at: AtomicU64,
     start: std::time::Instant,
     retry: std::time::Duration,
-    /// The refusal was logged as a warning once; later ones (a server without Functions,
-    /// met again every `retry`) at debug level.
+    /// The refusal was logged as a warning, and not yet followed by a working FCALL:
+    /// refusals meanwhile (a server without Functions, met again every `retry`) are logged
+    /// at debug level.
     warned: AtomicBool,
 }
 
@@ -160,6 +161,14 @@ impl Caller {
                 }
             }
             match reply {
+                Ok(_) if self.refused_at.load(Ordering::Relaxed) != 0 => {
+                    // Functions work again: said once, and a later refusal is warned of.
+                    self.refused_at.store(0, Ordering::Relaxed);
+                    if self.warned.swap(false, Ordering::Relaxed) {
+                        tracing::info!("redis takes FCALL again; EVALSHA no longer used");
+                    }
+                    return reply;
+                }
                 Err(e) if refuses_fcall(&e) => self.refused(&e, "FCALL"),
                 Err(e) if missing(&e) => {}
                 Err(e) if e.code().is_some_and(|c| REFUSED_UP_FRONT.contains(&c)) => {}

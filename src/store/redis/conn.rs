@@ -140,6 +140,10 @@ impl Healing {
             )
             .await;
             match ping {
+                // A server loading its data, running a long script or without its master
+                // refuses `PING` too, on any connection: nothing to make (a new one would
+                // be refused the same, or taken and swapped in for nothing).
+                Ok(Err(e)) if matches!(e.code(), Some("LOADING" | "BUSY" | "MASTERDOWN")) => return,
                 Ok(Err(e)) if !e.is_io_error() && !e.is_timeout() => {}
                 // It answers (the error was the command's own), it reconnects by itself
                 // (I/O), or it is slow: nothing to make.
