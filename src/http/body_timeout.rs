@@ -93,6 +93,88 @@ where
     // body limit and the readers behind this layer see the same body as before.
 }
 
+impl<B: Unpin + Default> BodyTimeout<B> {
+    /// The body, leaving an empty one (and the timer) behind.
+    fn take_body(self: Pin<&mut Self>) -> B {
+        std::mem::take(self.project().body.get_mut())
+    }
+}
+
+pin_project! {
+    /// A request body under the body-read timeout that, when dropped before its end, is
+    /// read to its end by a task of its own (at most `max_bytes`, within `timeout`).
+    ///
+    /// An answer made without reading the body (an unknown path, a refused token, a rate
+    /// limit) drops it. hyper then reads what has already arrived, and if the rest has not
+    /// (a client that sends the head and the body in two writes, as Python's `requests`
+    /// does), closes the connection after the answer, without saying so in it: the
+    /// client's next request on that connection, sent meanwhile, gets no answer at all,
+    /// and a `POST` is not sent again. Read to its end, the body frees the connection for
+    /// the next request, as nginx does with a body it discards.
+    pub struct DrainOnDrop {
+        #[pin]
+        inner: BodyTimeout<axum::body::Body>,
+        ended: bool,
+        max_bytes: usize,
+        timeout: Duration,
+    }
+
+    impl PinnedDrop for DrainOnDrop {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if *this.ended {
+                return;
+            }
+            // Outside a runtime (nothing serves the connection then) there is nothing to do.
+            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                return;
+            };
+            let body = this.inner.take_body();
+            if body.is_end_stream() {
+                return;
+            }
+            let (max_bytes, timeout) = (*this.max_bytes, *this.timeout);
+            runtime.spawn(async move {
+                // Past the limit or the time the body is dropped, and the connection
+                // closed, as before.
+                let limited = http_body_util::Limited::new(body, max_bytes);
+                let _ = tokio::time::timeout(timeout, http_body_util::BodyExt::collect(limited)).await;
+            });
+        }
+    }
+}
+
+impl DrainOnDrop {
+    /// `body` under [`BodyTimeout::whole`]`(timeout)`, drained when dropped unread.
+    pub fn new(body: axum::body::Body, timeout: Duration, max_bytes: usize) -> Self {
+        DrainOnDrop {
+            inner: BodyTimeout::whole(timeout, body),
+            ended: false,
+            max_bytes,
+            timeout,
+        }
+    }
+}
+
+impl HttpBody for DrainOnDrop {
+    type Data = axum::body::Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = self.project();
+        let frame = this.inner.poll_frame(cx);
+        // The end, or an error (after which the connection is closed anyway): nothing to
+        // read when dropped.
+        if matches!(frame, Poll::Ready(None | Some(Err(_)))) {
+            *this.ended = true;
+        }
+        frame
+    }
+}
+
 /// A request body that did not arrive in time; the same words as tower-http's, which the
 /// 400 answer quotes.
 #[derive(Debug)]

@@ -21,7 +21,8 @@
 //!   [`BodyTimeout`] (a body trickled byte by byte is cut off; tower-http's `TimeoutBody`'s
 //!   limit, with a timer only while the body is pending), and gets the body size limit
 //!   (axum's `DefaultBodyLimit`, read by the body extractors); an empty one is passed as it
-//!   is.
+//!   is. Over HTTP/1, a body the answer was made without is read to its end afterwards
+//!   ([`DrainOnDrop`]), so the connection serves the client's next request.
 //! - **panics**: a panicking handler answers a JSON 500 instead of dropping the connection.
 //! - **failures in the log**: a 5xx answer is logged at `ERROR` as `response failed`, as
 //!   tower-http's trace layer did at the default log level (its per-request span and debug
@@ -50,7 +51,7 @@ use metrics::{Counter, Histogram};
 use pin_project_lite::pin_project;
 use tower::Layer as _;
 
-use super::body_timeout::BodyTimeout;
+use super::body_timeout::{BodyTimeout, DrainOnDrop};
 use super::error::AppError;
 use crate::telemetry::otel;
 
@@ -175,7 +176,14 @@ where
                     inner.call(req)
                 } else {
                     let timeout = limits.body_timeout;
-                    let req = req.map(|body| Body::new(BodyTimeout::whole(timeout, body)));
+                    let max = limits.max_body_bytes as usize;
+                    // Over HTTP/2 an unread body ends its own stream only (RST_STREAM,
+                    // NO_ERROR): the connection goes on without reading it.
+                    let req = if req.version() <= axum::http::Version::HTTP_11 {
+                        req.map(|body| Body::new(DrainOnDrop::new(body, timeout, max)))
+                    } else {
+                        req.map(|body| Body::new(BodyTimeout::whole(timeout, body)))
+                    };
                     DefaultBodyLimit::max(limits.max_body_bytes as usize)
                         .layer(inner)
                         .call(req)
