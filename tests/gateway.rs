@@ -45,6 +45,8 @@ async fn origin() -> SocketAddr {
                 "forwarded": get("forwarded"),
                 "cookie": get("cookie"),
                 "upgrade": get("upgrade"),
+                "original_url": get("x-original-url").or(get("x_original_url")),
+                "rewrite_url": get("x-rewrite-url"),
             })),
         )
     }
@@ -263,6 +265,22 @@ async fn the_second_person_waits_in_place_and_completion_hands_the_slot_on() {
     let r = anyone.get(&url("/about?x=1"), &[]).await;
     assert!(r.is_origin(), "{}", r.text);
     assert_eq!(r.json()["path"], "/about");
+    assert!(anyone.cookies.is_empty());
+    // Headers some origins serve instead of the path (IIS, older Symfony and Zend) would
+    // carry an ungated request to a gated page: they never reach the origin.
+    let r = anyone
+        .get(
+            &url("/about"),
+            &[
+                ("x-original-url", "/checkout"),
+                ("x_original_url", "/checkout"),
+                ("x-rewrite-url", "/checkout"),
+            ],
+        )
+        .await;
+    assert!(r.is_origin(), "{}", r.text);
+    assert_eq!(r.json()["original_url"], Value::Null, "{}", r.text);
+    assert_eq!(r.json()["rewrite_url"], Value::Null, "{}", r.text);
     assert!(anyone.cookies.is_empty());
 
     // Below capacity: admitted at once and proxied. The origin hears who it is, never
@@ -949,6 +967,21 @@ async fn a_real_nginx_with_the_documented_config_walks_the_flow() {
     let seen = r.json();
     assert_eq!(seen["user"], Value::Null, "{seen}");
     assert_eq!(seen["session"], Value::Null, "{seen}");
+    // Nor the headers some origins serve instead of the path (IIS, older Symfony and
+    // Zend): nginx asked waitroom about `/about`, the site would serve `/checkout`.
+    let r = Person::default()
+        .get(
+            &url("/about"),
+            &[
+                ("x-original-url", "/checkout"),
+                ("x-rewrite-url", "/checkout"),
+            ],
+        )
+        .await;
+    assert!(r.is_origin());
+    let seen = r.json();
+    assert_eq!(seen["original_url"], Value::Null, "{seen}");
+    assert_eq!(seen["rewrite_url"], Value::Null, "{seen}");
 
     // The waiting page's live updates pass through it: the WebSocket's upgrade too.
     let joined: Value = client()

@@ -29,7 +29,10 @@ enum Kind {
     HopByHop,
     /// A forwarding header, believed only from a trusted proxy.
     Forwarding,
-    /// One waitroom vouches for or reads: never from the client.
+    /// One waitroom vouches for or reads, or one that names another path for the request:
+    /// never from the client. IIS, and Symfony and Zend before 2018, serve the path in
+    /// `X-Original-URL` or `X-Rewrite-URL` instead of the request's own, so `GET /` with
+    /// `X-Original-URL: /checkout` would reach the gated page without a place.
     Own,
     Other,
 }
@@ -53,11 +56,11 @@ fn kind(n: &HeaderName) -> Kind {
 }
 
 /// Whether `name` may be one of [`named_kind`]'s names with a `-` spelled `_`: those
-/// begin with `k`, `p`, `t` or `x` and are 10 or 15–19 bytes long.
+/// begin with `k`, `p`, `t` or `x` and are 10 or 13–19 bytes long.
 #[inline]
 fn could_be_ours_with_underscores(name: &str) -> bool {
     matches!(name.as_bytes().first(), Some(b'k' | b'p' | b't' | b'x'))
-        && matches!(name.len(), 10 | 15..=19)
+        && matches!(name.len(), 10 | 13..=19)
         && name.contains('_')
 }
 
@@ -76,7 +79,8 @@ fn named_kind(name: &str) -> Kind {
         "x-forwarded-for" | "x-forwarded-proto" | "x-forwarded-host" | "forwarded" => {
             Kind::Forwarding
         }
-        "x-waitroom-user" | "x-waitroom-session" | "x-waitroom-bypass" => Kind::Own,
+        "x-waitroom-user" | "x-waitroom-session" | "x-waitroom-bypass" | "x-original-url"
+        | "x-rewrite-url" | "x-original-uri" => Kind::Own,
         _ => Kind::Other,
     }
 }
@@ -84,11 +88,14 @@ fn named_kind(name: &str) -> Kind {
 /// The host the client asked for: `Host` (its first value, which the caller has looked up
 /// already: each lookup hashes the name and probes the map, ~110 instructions) when it is
 /// text, or the authority of an HTTP/2 request. A header value, so that the usual `Host`
-/// is shared rather than copied.
+/// is shared rather than copied. An authority's `userinfo` (`user:secret@`, deprecated by
+/// RFC 9110 §4.2.4 and forbidden in HTTP/2's `:authority`) is left out: it names no host,
+/// an origin could read a host out of it, and a secret in it would reach the origin's logs.
 pub fn host_from<B>(host: Option<&HeaderValue>, req: &Request<B>) -> Option<HeaderValue> {
     host.filter(|v| v.to_str().is_ok()).cloned().or_else(|| {
-        let a = req.uri().authority()?;
-        HeaderValue::from_str(a.as_str()).ok()
+        let a = req.uri().authority()?.as_str();
+        let host_port = a.rsplit_once('@').map_or(a, |(_, h)| h);
+        HeaderValue::from_str(host_port).ok()
     })
 }
 
@@ -411,6 +418,18 @@ pub fn response_headers(h: &mut HeaderMap, upgraded: Option<&HeaderValue>, bodil
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_host_comes_from_host_or_the_authority_without_its_userinfo() {
+        let req = |uri: &str| Request::builder().uri(uri).body(()).unwrap();
+        let host = HeaderValue::from_static("shop.example");
+        let r = req("http://other.example/x");
+        assert_eq!(host_from(Some(&host), &r).unwrap(), "shop.example");
+        assert_eq!(host_from(None, &r).unwrap(), "other.example");
+        let r = req("http://user:s3cret@other.example:8080/x");
+        assert_eq!(host_from(None, &r).unwrap(), "other.example:8080");
+        assert_eq!(host_from(None, &req("/x")), None);
+    }
+
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
         for (k, v) in pairs {
@@ -451,6 +470,15 @@ mod tests {
         }
         for n in [X_WAITROOM_USER, X_WAITROOM_SESSION, X_WAITROOM_BYPASS] {
             assert!(kind(&n) == Kind::Own, "{n}");
+        }
+        for n in [
+            "x-original-url",
+            "x_original_url",
+            "x-rewrite-url",
+            "x_rewrite_url",
+            "x-original-uri",
+        ] {
+            assert!(kind(&HeaderName::from_static(n)) == Kind::Own, "{n}");
         }
         for n in [
             "host",
