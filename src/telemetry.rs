@@ -139,7 +139,12 @@ impl Gauged {
     /// exists. A deletion notice zeroes them at once ([`forget_event`]); this catches one
     /// the node missed (on Redis, notices sent while its relay was reconnecting are lost),
     /// and a scrape that read the event just before its deletion and set it after.
+    ///
+    /// An event gauged for the first time also gets every counter of [`record_effects`] at
+    /// zero: a counter that appears only at its first increment reads "no data" in
+    /// `rate()` and in alerts until then, instead of 0.
     pub fn record<'a>(&self, events: impl IntoIterator<Item = (&'a str, &'a EventFigures)>) {
+        let mut before = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let mut now = std::collections::HashSet::new();
         for (id, f) in events {
             let id = id.to_string();
@@ -147,9 +152,17 @@ impl Gauged {
             metrics::gauge!("waitroom_admitted", "event" => id.clone()).set(f.admitted as f64);
             metrics::gauge!("waitroom_active", "event" => id.clone()).set(f.active as f64);
             metrics::gauge!("waitroom_capacity", "event" => id.clone()).set(f.capacity as f64);
+            if !before.contains(&id) {
+                for (name, reason) in EFFECT_KINDS {
+                    match reason {
+                        Some(r) => counter!(name, "event" => id.clone(), "reason" => r),
+                        None => counter!(name, "event" => id.clone()),
+                    }
+                    .increment(0);
+                }
+            }
             now.insert(id);
         }
-        let mut before = self.0.lock().unwrap_or_else(|e| e.into_inner());
         for gone in before.difference(&now) {
             forget_event(gone);
         }

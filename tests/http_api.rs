@@ -1198,6 +1198,31 @@ fn series(text: &str, name: &str, event: &str) -> Option<f64> {
         .map(|v| v.trim().parse().unwrap())
 }
 
+/// Every counter of an event is reported from its first scrape, at zero until it counts
+/// something (defect: `waitroom_entries_total`, `…_expirations_total`, `…_leaves_total` and
+/// `…_completions_total` were missing until their first increment, so `rate()` and alerts
+/// over them read "no data" instead of 0).
+#[tokio::test]
+async fn an_events_counters_are_reported_from_its_first_scrape() {
+    let app = app();
+    app.put_event("counted", json!({"max_active": 5})).await;
+    app.join("counted", Some("c1")).await;
+    let text = app.get("/metrics").await.text;
+    assert_eq!(series(&text, "waitroom_joins_total", "counted"), Some(1.0));
+    for name in [
+        "waitroom_entries_total",
+        "waitroom_expirations_total",
+        "waitroom_leaves_total",
+        "waitroom_completions_total",
+    ] {
+        assert_eq!(series(&text, name, "counted"), Some(0.0), "{name}\n{text}");
+    }
+    for reason in ["cleared", "closed"] {
+        let line = format!("waitroom_leaves_total{{event=\"counted\",reason=\"{reason}\"}} 0");
+        assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+    }
+}
+
 /// A deleted event's gauges stop reporting its last figures, however it was deleted: the
 /// gauge upkeep reacts to the store's notice, not to the handler (defect: only the DELETE
 /// handler zeroed them, so a deletion it did not serve left them as they were).
