@@ -262,9 +262,11 @@ fn slot(now: Millis) -> Millis {
     now - now % STEP_MS
 }
 
-/// Samples every event into `history` at once and then at every step of wall-clock time,
-/// forgets deleted events on their notices, and saves the history every minute and when
-/// `stop` comes.
+/// Samples every event into `history` at every step of wall-clock time (from the next
+/// step's start: a sample is stamped with its step's start, so one taken mid-step would
+/// show later figures as the step's, beside another node's of that time, or a step the
+/// node was down for as sampled), forgets deleted events on their notices, and saves the
+/// history every minute and when `stop` comes.
 pub async fn run(
     history: Arc<History>,
     store: Arc<dyn Store>,
@@ -273,7 +275,14 @@ pub async fn run(
     mut stop: Stop,
 ) {
     let mut saved_at = clock.now();
-    let mut next = clock.now();
+    let mut next = {
+        let now = clock.now();
+        if now % STEP_MS == 0 {
+            now
+        } else {
+            slot(now) + STEP_MS
+        }
+    };
     // A deletion heard since the last save: saved at the next wake-up a second or more
     // after the last save (within a step; a burst of deletions is one save), not a minute
     // later, so that a crash does not bring the deleted history back.
@@ -440,6 +449,44 @@ mod tests {
             History::open(&path).samples("busy", 0, 0).unwrap().len(),
             SAMPLES
         );
+    }
+
+    /// A node's first sample waits for the next step's start (defect: a node started 2.8 s
+    /// into a step, or back from 12 s down, sampled at once and stamped its figures of then
+    /// with the step's start: beside another node's sample of that time, or in a step it was
+    /// down for).
+    #[tokio::test]
+    async fn the_first_sample_waits_for_the_next_step() {
+        let store = Arc::new(crate::store::fault::FaultStore::embedded());
+        let patch: crate::core::EventPatch = serde_json::from_value(serde_json::json!({})).unwrap();
+        store.put_event("hx", &patch, 0).await.unwrap();
+        let history = Arc::new(History::default());
+        let clock = Clock::manual(22_800);
+        let (_tx, stop) = crate::tasks::stop_channel();
+        let task = tokio::spawn(run(
+            history.clone(),
+            store.clone(),
+            clock.clone(),
+            store.subscribe(),
+            stop,
+        ));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(history.samples("hx", 0, 0).is_none(), "sampled mid-step");
+        clock.advance(7_200);
+        // A notice wakes the task before its timer (set for 7.2 s of real time).
+        store.put_event("wake", &patch, 30_000).await.unwrap();
+        let mut first = None;
+        for _ in 0..400 {
+            first = history
+                .samples("hx", 0, 0)
+                .and_then(|s| s.first().map(|s| s.at));
+            if first.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        task.abort();
+        assert_eq!(first, Some(30_000));
     }
 
     /// A deletion is saved soon after it is heard, not at the next minute's save: a crash
