@@ -86,6 +86,18 @@ async fn the_prequeue_opens_by_itself_in_the_committed_order() {
     assert_eq!(full["next_after"], Value::Null, "{full}");
     let settings = s.figures("sale").await.to_string();
     assert!(!settings.contains("event_secret"), "{settings}");
+    // The admin's head before the opening: each place with the time to the opening, as
+    // its status says (defect: each rank's estimate once admissions run, 600, 1200… s
+    // here, as if the sale were open and the order known).
+    let head = s.admin(Method::GET, "/events/sale/queue?limit=10").await;
+    let etas: Vec<u64> = head
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["eta_sec"].as_u64().unwrap())
+        .collect();
+    assert_eq!(etas.len(), 5, "{head}");
+    assert!(etas.iter().all(|e| (1..=3).contains(e)), "{head}");
 
     // Nobody polls: the scheduler opens the sale and admits the first of the shuffle.
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -323,10 +323,19 @@ pub async fn queue_head(
             "limit must be between 1 and {MAX_HEAD_LIMIT}"
         )));
     }
-    let head = state
-        .store
-        .queue_head(&id, limit, state.clock.now())
-        .await?;
+    let now = state.clock.now();
+    let mut head = state.store.queue_head(&id, limit, now).await?;
+    // Before the opening the head is the pre-queue, whose order is drawn at the opening:
+    // each place is told the time to the opening (`GET /queue/status`), not the estimate
+    // of a rank it may not get.
+    if !head.is_empty() {
+        let config = state.store.get_event(&id, now).await?.config;
+        if let Some(opens_in) = config.opens_at.and_then(|t| t.checked_sub(now)) {
+            for entry in &mut head {
+                entry.eta_sec = opens_in.div_ceil(1000);
+            }
+        }
+    }
     Ok(Json(head))
 }
 
