@@ -409,6 +409,29 @@ async fn an_answer_before_the_body_keeps_the_connection() {
         .unwrap();
     let answer = read_answer(&mut sock).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    // A client that asked `Expect: 100-continue` may send no body once answered: what it
+    // sends next is never read as the body (the connection closes, as before).
+    let mut sock = TcpStream::connect(s.addr).await.unwrap();
+    sock.write_all(
+        b"POST /api/v1/nowhere HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: 30\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let answer = read_answer(&mut sock).await;
+    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+    let _ = sock
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await;
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(3), sock.read_to_end(&mut rest))
+        .await
+        .is_ok();
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(
+        closed && rest.is_empty(),
+        "the next request was read as the body: {rest}"
+    );
 }
 
 #[tokio::test]

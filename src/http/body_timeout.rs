@@ -102,7 +102,8 @@ impl<B: Unpin + Default> BodyTimeout<B> {
 
 pin_project! {
     /// A request body under the body-read timeout that, when dropped before its end, is
-    /// read to its end by a task of its own (at most `max_bytes`, within `timeout`).
+    /// read to its end by a task of its own (at most `max_bytes` more, within `timeout`
+    /// more), and thrown away.
     ///
     /// An answer made without reading the body (an unknown path, a refused token, a rate
     /// limit) drops it. hyper then reads what has already arrived, and if the rest has not
@@ -135,10 +136,18 @@ pin_project! {
             }
             let (max_bytes, timeout) = (*this.max_bytes, *this.timeout);
             runtime.spawn(async move {
-                // Past the limit or the time the body is dropped, and the connection
-                // closed, as before.
-                let limited = http_body_util::Limited::new(body, max_bytes);
-                let _ = tokio::time::timeout(timeout, http_body_util::BodyExt::collect(limited)).await;
+                // Read and thrown away. Past the limit or the time the body is dropped, and
+                // the connection closed, as before.
+                let mut body = body;
+                let mut left = max_bytes;
+                let _ = tokio::time::timeout(timeout, async {
+                    while let Some(Ok(frame)) = http_body_util::BodyExt::frame(&mut body).await {
+                        let n = frame.data_ref().map_or(0, |d| d.len());
+                        let Some(l) = left.checked_sub(n) else { return };
+                        left = l;
+                    }
+                })
+                .await;
             });
         }
     }

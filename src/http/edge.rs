@@ -178,8 +178,13 @@ where
                     let timeout = limits.body_timeout;
                     let max = limits.max_body_bytes as usize;
                     // Over HTTP/2 an unread body ends its own stream only (RST_STREAM,
-                    // NO_ERROR): the connection goes on without reading it.
-                    let req = if req.version() <= axum::http::Version::HTTP_11 {
+                    // NO_ERROR): the connection goes on without reading it. HTTP/1.0 closes
+                    // after the answer anyway. With `Expect: 100-continue` the client may
+                    // never send the body once answered (hyper sends no `100` then), and
+                    // what it sends next would be read as the body: closed, as before.
+                    let req = if req.version() == axum::http::Version::HTTP_11
+                        && !req.headers().contains_key(header::EXPECT)
+                    {
                         req.map(|body| Body::new(DrainOnDrop::new(body, timeout, max)))
                     } else {
                         req.map(|body| Body::new(BodyTimeout::whole(timeout, body)))
