@@ -46,7 +46,8 @@ async fn origin() -> SocketAddr {
                 "cookie": get("cookie"),
                 "upgrade": get("upgrade"),
                 "original_url": get("x-original-url").or(get("x_original_url")),
-                "rewrite_url": get("x-rewrite-url"),
+                "rewrite_url": get("x-rewrite-url").or(get("x_rewrite_url")),
+                "original_uri": get("x-original-uri"),
             })),
         )
     }
@@ -275,12 +276,15 @@ async fn the_second_person_waits_in_place_and_completion_hands_the_slot_on() {
                 ("x-original-url", "/checkout"),
                 ("x_original_url", "/checkout"),
                 ("x-rewrite-url", "/checkout"),
+                ("x_rewrite_url", "/checkout"),
+                ("x-original-uri", "/checkout"),
             ],
         )
         .await;
     assert!(r.is_origin(), "{}", r.text);
     assert_eq!(r.json()["original_url"], Value::Null, "{}", r.text);
     assert_eq!(r.json()["rewrite_url"], Value::Null, "{}", r.text);
+    assert_eq!(r.json()["original_uri"], Value::Null, "{}", r.text);
     assert!(anyone.cookies.is_empty());
 
     // Below capacity: admitted at once and proxied. The origin hears who it is, never
@@ -975,6 +979,7 @@ async fn a_real_nginx_with_the_documented_config_walks_the_flow() {
             &[
                 ("x-original-url", "/checkout"),
                 ("x-rewrite-url", "/checkout"),
+                ("x-original-uri", "/checkout"),
             ],
         )
         .await;
@@ -982,6 +987,7 @@ async fn a_real_nginx_with_the_documented_config_walks_the_flow() {
     let seen = r.json();
     assert_eq!(seen["original_url"], Value::Null, "{seen}");
     assert_eq!(seen["rewrite_url"], Value::Null, "{seen}");
+    assert_eq!(seen["original_uri"], Value::Null, "{seen}");
 
     // The waiting page's live updates pass through it: the WebSocket's upgrade too.
     let joined: Value = client()
