@@ -1339,6 +1339,46 @@ async fn the_gateway_waiting_room_refreshes_in_place_until_the_site_shows() {
     b.close().await;
 }
 
+/// An event that gates a site's paths and has no `target_url`, waited for on the script
+/// page: at the turn the page hands its place over to the gate and the person lands on the
+/// gated path, through one place and one slot (defect: the page entered through the API,
+/// said there was no site to continue to, and the gated path then took a second slot).
+#[tokio::test]
+async fn the_script_page_of_a_gated_event_hands_its_place_to_the_gate() {
+    let _one = BROWSER_LOCK.lock().await;
+    let origin = shop_origin().await;
+    let s = TestServer::start_tweaked(false, |st| {
+        st.upstream = Some(waitroom::config::Upstream::parse(&format!("http://{origin}")).unwrap());
+    })
+    .await;
+    let holder = one_slot_event(&s, "shop", json!({"paths": ["/checkout"]})).await;
+    let b = Browser::start(&PHONE).await;
+    b.goto(&s.url("/wait/shop")).await;
+    b.text_until("#position", |t| t == "1").await;
+    b.text_until("#live-text", |t| t == "Live updates").await;
+
+    s.leave(&holder).await;
+    b.text_until("#site", |t| t == "The shop: /checkout").await;
+    assert!(b.url().await.ends_with("/checkout"), "{}", b.url().await);
+    let f = figures_until(&s, "shop", |f| f["active"] == 1).await;
+    assert_eq!(f["waiting"], 0, "{f}");
+    // The gated path again, and the waiting page again: still that one session.
+    b.goto(&s.url("/checkout/more")).await;
+    b.text_until("#site", |t| t == "The shop: /checkout/more")
+        .await;
+    b.goto(&s.url("/wait/shop")).await;
+    b.text_until("#status", |t| t == "You are in").await;
+    b.click("#continue").await;
+    b.text_until("#site", |t| t == "The shop: /checkout").await;
+    let f = s.figures("shop").await;
+    assert_eq!(
+        (&f["active"], &f["admitted"]),
+        (&json!(1), &json!(0)),
+        "{f}"
+    );
+    b.close().await;
+}
+
 /// The demo booking page as a seat map, in English and in Korean: a tap holds a seat (a
 /// seat another session holds is shown taken and cannot be tapped), a second tap lets it
 /// go, and buying sells exactly the seats held.

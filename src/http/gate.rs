@@ -754,6 +754,52 @@ pub async fn queue_page(
     }
 }
 
+/// `POST /wait/{event_id}/queue?return=/path` with the form field `waiting_token`: the
+/// script page (`/wait/{event_id}`) of an event that gates a site's paths and has no
+/// `target_url` hands the place it holds over to the gate when the turn comes. Entering
+/// through the API there led nowhere, and the person then took a second place (and a
+/// second slot) at the gated path: here the place becomes the session cookie instead, and
+/// the person goes on to the waiting room URL, which lets them in (`303` to `return`)
+/// through that one place. A token that is not one of this event's places is refused.
+/// Another site cannot hand its place to a visitor: a cross-site post is refused.
+pub async fn hand_over(
+    State(state): State<AppState>,
+    Path(event_id): Path<String>,
+    caller: Caller,
+    super::extract::AppQuery(q): super::extract::AppQuery<QueueQuery>,
+    extensions: axum::http::Extensions,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> AppResult<Response> {
+    crate::core::validate_event_id(&event_id)?;
+    let site = headers.get("sec-fetch-site").map(HeaderValue::as_bytes);
+    if matches!(site, Some(b"cross-site" | b"same-site")) {
+        return Err(AppError::invalid(
+            "a place is handed over by the waiting room's own page only",
+        ));
+    }
+    let token = form_urlencoded::parse(&body)
+        .find(|(k, _)| k == "waiting_token")
+        .map(|(_, v)| v.into_owned())
+        .filter(|t| state.waiting.place_for(t, &event_id).is_some())
+        .ok_or_else(|| {
+            AppError::invalid("waiting_token is missing or is not a place in this event's line")
+        })?;
+    let peer = extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    let secure = state.gates.secure_cookies || is_https(&caller.guard, peer, &headers);
+    let room = waiting_room_url(&event_id, q.ret.as_deref().unwrap_or("/"));
+    let mut res = (StatusCode::SEE_OTHER, [(header::LOCATION, room)]).into_response();
+    let h = res.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.append(
+        header::SET_COOKIE,
+        set_cookie(&event_id, Some(token.as_str()), secure),
+    );
+    Ok(res)
+}
+
 /// Adds `Secure` to a cookie made without it, when the request came over https.
 pub fn secure_cookie(c: HeaderValue, secure: bool) -> HeaderValue {
     match c.to_str() {

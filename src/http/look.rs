@@ -213,6 +213,20 @@ pub fn render_wait(event_id: &str, config: Option<&EventConfig>, lang: &str) -> 
         })
         .and_then(|c| c.gate.paths.first())
         .map(|path| escape(&super::gate::waiting_room_url(event_id, path)));
+    // An event that gates a site's paths and names no `target_url`: its turn is the gate's
+    // session cookie, not an access token handed to a site. The script hands its place
+    // over to the gate there (`POST` to this URL) instead of entering through the API,
+    // which led nowhere and made the person take a second place at the gated path.
+    let gate = config
+        .filter(|c| c.target_url.is_none())
+        .and_then(|c| c.gate.paths.first())
+        .map(|path| {
+            format!(
+                " data-gate=\"{}\"",
+                escape(&super::gate::waiting_room_url(event_id, path))
+            )
+        })
+        .unwrap_or_default();
     let noscript = match (lang, plain) {
         ("ko", Some(plain)) => format!(
             "<noscript><p class=\"notice\">이 페이지는 자바스크립트가 있어야 줄을 설 수 있습니다. \
@@ -242,6 +256,7 @@ pub fn render_wait(event_id: &str, config: Option<&EventConfig>, lang: &str) -> 
             ("headline_hidden", hidden(&headline)),
             ("note", &note),
             ("note_hidden", hidden(&note)),
+            ("gate", &gate),
         ],
     );
     (html, csp)
