@@ -521,3 +521,78 @@ async fn the_defaults_of_a_new_event_are_answered() {
     assert_eq!(d["user_token_secret_set"], false);
     assert!(d.get("user_token_secret").is_none());
 }
+
+/// The script-free waiting room of a gated event (`/wait/{id}/queue`, gateway mode's page)
+/// speaks the browser's language as the waiting page does (`?lang=`, else `Accept-Language`
+/// by `q`), with the event's title, headline and note in it, and so does its refusal once
+/// the sale ended, with the operator's message (defect: always English, no headline or
+/// note).
+#[tokio::test]
+async fn the_gate_page_speaks_the_browsers_language() {
+    let s = TestServer::start().await;
+    s.put_event(
+        "shop",
+        json!({"name": "Shop", "max_active": 1, "paths": ["/checkout"],
+               "title": {"ko": "봄 세일", "en": "Spring sale"},
+               "headline": {"ko": "10시 오픈", "en": "Opens at 10"},
+               "note": {"en": "Two per person"}}),
+    )
+    .await;
+    s.join_token("shop", "holder").await;
+    let room = "/wait/shop/queue?return=%2Fcheckout";
+    let gate = |path: String, lang: &'static str| {
+        let http = s.http.clone();
+        let url = s.url(&path);
+        async move {
+            let r = http
+                .get(url)
+                .header(header::ACCEPT, "text/html,application/xhtml+xml,*/*;q=0.8")
+                .header(header::ACCEPT_LANGUAGE, lang)
+                .send()
+                .await
+                .unwrap();
+            (r.status(), r.text().await.unwrap())
+        }
+    };
+    let (st, ko) = gate(room.to_string(), "fr;q=1, ko-KR;q=0.8, en;q=0.5").await;
+    assert_eq!(st, StatusCode::SERVICE_UNAVAILABLE, "{ko}");
+    assert!(ko.contains("<html lang=\"ko\">"), "{ko}");
+    assert!(ko.contains("<title>봄 세일: 대기실</title>"), "{ko}");
+    assert!(
+        ko.contains("<h1>봄 세일</h1>") && ko.contains("나의 대기 순서"),
+        "{ko}"
+    );
+    assert!(ko.contains(">10시 오픈</p>"), "{ko}");
+    // No Korean note: the English one stands in, as on the waiting page.
+    assert!(ko.contains(">Two per person</p>"), "{ko}");
+    assert!(!ko.contains("Your place in line"), "{ko}");
+
+    let (_, en) = gate(room.to_string(), "ko;q=0, en").await;
+    assert!(en.contains("<html lang=\"en\">") && en.contains("<h1>Spring sale</h1>"));
+    assert!(en.contains("Your place in line") && en.contains(">Opens at 10</p>"));
+    let (_, asked) = gate(format!("{room}&lang=ko"), "en-US").await;
+    assert!(asked.contains("<html lang=\"ko\">"), "?lang= wins: {asked}");
+
+    let (st, v) = s
+        .call(
+            Method::POST,
+            "/api/v1/admin/events/shop/end",
+            Some(live_support::ADMIN),
+            Some(json!({"reason": "sold_out",
+                        "message": {"ko": "환불 안내는 메일로", "en": "Refunds by mail"}})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let (_, ko) = gate(room.to_string(), "ko-KR,ko;q=0.9").await;
+    assert!(ko.contains("<html lang=\"ko\">"), "{ko}");
+    assert!(
+        ko.contains("매진되었습니다") && ko.contains("환불 안내는 메일로"),
+        "{ko}"
+    );
+    assert!(ko.contains("<h1>봄 세일</h1>"), "{ko}");
+    let (_, en) = gate(room.to_string(), "en").await;
+    assert!(
+        en.contains("Sold out") && en.contains("Refunds by mail"),
+        "{en}"
+    );
+}

@@ -211,17 +211,18 @@ impl Gateway {
         let headers = req.headers();
         let join = || !gate::cross_site_subresource(headers);
         let admission = gate::admit(&self.state, &self.guard, &gate, place, client, join).await;
+        // The gate page's language, as the waiting page's (`?lang=`, else the browser's).
+        let lang = crate::http::look::language(req.uri(), req.headers());
         match admission {
             Err(e) => {
                 let json = !gate::asks_html(req.headers());
-                let res = gate::refusal(&self.state, &gate.event_id, e, json).await;
+                let res = gate::refusal(&self.state, &gate.event_id, e, json, lang).await;
                 (Outcome::Refused, res)
             }
             Ok(Admission::Waiting { view, cookie }) => {
-                let title =
-                    crate::http::look::escape(&gate::title_of(&self.state, &gate.event_id).await);
+                let words = gate::words_of(&self.state, &gate.event_id, lang).await;
                 let res = gate::waiting_response(
-                    &title,
+                    &words,
                     &gate.event_id,
                     &view,
                     gate::wants_json(req.headers()),
@@ -267,7 +268,8 @@ impl Gateway {
             Ok(Admission::Absent) => {
                 let json = !gate::asks_html(req.headers());
                 let res =
-                    gate::refusal(&self.state, &gate.event_id, gate::not_a_visit(), json).await;
+                    gate::refusal(&self.state, &gate.event_id, gate::not_a_visit(), json, lang)
+                        .await;
                 (Outcome::Refused, res)
             }
         }

@@ -52,7 +52,7 @@ pub fn escape(s: &str) -> String {
 /// The page's language: `?lang=ko|en`, else the one of ours the browser prefers
 /// (`Accept-Language`, weighed by `q`; what the page's script picks too when nothing is
 /// remembered).
-fn language(uri: &Uri, headers: &HeaderMap) -> &'static str {
+pub(crate) fn language(uri: &Uri, headers: &HeaderMap) -> &'static str {
     let asked = uri
         .query()
         .unwrap_or("")
