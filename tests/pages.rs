@@ -596,3 +596,53 @@ async fn the_gate_page_speaks_the_browsers_language() {
         "{en}"
     );
 }
+
+/// An event's colour is drawn as text, ring and bar in an "ink" that reads on each colour
+/// scheme's page (defect: a light yellow was the position's colour on the light page,
+/// 1.16:1), while its buttons keep the colour itself.
+#[tokio::test]
+async fn the_theme_gives_a_readable_ink_per_colour_scheme() {
+    let s = TestServer::start().await;
+    s.put_event("sun", json!({"theme_color": "#ffee00"})).await;
+    s.put_event("navy", json!({"theme_color": "#1a237e"})).await;
+    let css = |id: &'static str| {
+        let http = s.http.clone();
+        let url = s.url(&format!("/wait/{id}/theme.css"));
+        async move { http.get(url).send().await.unwrap().text().await.unwrap() }
+    };
+    let ink = |css: &str, scheme: usize| {
+        let part = css.split("@media").nth(scheme).unwrap().to_string();
+        let at = part.find("--accent-ink: ").expect("an ink") + "--accent-ink: ".len();
+        part[at..at + 7].to_string()
+    };
+    let sun = css("sun").await;
+    assert!(sun.contains("--accent: #ffee00"), "{sun}");
+    assert_ne!(ink(&sun, 0), "#ffee00", "darkened on the light page: {sun}");
+    assert_eq!(ink(&sun, 1), "#ffee00", "readable on the dark page: {sun}");
+    let navy = css("navy").await;
+    assert_eq!(ink(&navy, 0), "#1a237e", "{navy}");
+    assert_ne!(
+        ink(&navy, 1),
+        "#1a237e",
+        "lightened on the dark page: {navy}"
+    );
+    // The stylesheet draws text, ring and bar in the ink, buttons in the colour.
+    let style = s
+        .http
+        .get(s.url("/assets/style.css"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for rule in [
+        "a { color: var(--accent-ink); }",
+        ":focus-visible { outline: 3px solid var(--accent-ink);",
+        "color: var(--accent-ink); font-variant-numeric: tabular-nums;",
+        "border-radius: 999px; background: var(--accent-ink);",
+        ".button.primary { background: var(--accent);",
+    ] {
+        assert!(style.contains(rule), "{rule}");
+    }
+}

@@ -366,20 +366,100 @@ pub async fn wait(
     Ok(html(StatusCode::OK, body, &csp, &headers))
 }
 
-/// The stylesheet of an event's colour: the accent of buttons, position and progress, and
-/// a text colour that stays readable on it.
+/// The stylesheet of an event's colour: the accent of buttons, a text colour that stays
+/// readable on it, and per colour scheme an "ink": the colour darkened (light scheme) or
+/// lightened (dark scheme) just enough to be read as text on that scheme's backgrounds.
+/// The brand colour itself fills buttons and the soft tint behind the position; the ink
+/// draws the position, links, the focus ring and the progress bar, which a light yellow
+/// (light scheme) or a deep blue (dark scheme) left unreadable at 1.2:1.
 pub fn theme_css(color: &str) -> String {
     let text = if luminance(color) > 0.4 {
         "#111111"
     } else {
         "#ffffff"
     };
+    let [light, dark] = [&LIGHT, &DARK].map(|scheme| {
+        let soft = mix(rgb(color), rgb(scheme.card), scheme.soft_percent);
+        let ink = ink(rgb(color), scheme, soft);
+        (ink, scheme.soft_percent)
+    });
     format!(
-        ":root {{ --accent: {color}; --accent-text: {text}; \
-         --accent-soft: color-mix(in srgb, {color} 14%, var(--card)); }}\n\
+        ":root {{ --accent: {color}; --accent-text: {text}; --accent-ink: {}; \
+         --accent-soft: color-mix(in srgb, {color} {}%, var(--card)); }}\n\
          @media (prefers-color-scheme: dark) {{ :root {{ --accent: {color}; --accent-text: {text}; \
-         --accent-soft: color-mix(in srgb, {color} 22%, var(--card)); }} }}\n"
+         --accent-ink: {}; --accent-soft: color-mix(in srgb, {color} {}%, var(--card)); }} }}\n",
+        hex(light.0),
+        light.1,
+        hex(dark.0),
+        dark.1,
     )
+}
+
+/// A colour scheme of `style.css`: the backgrounds accent-coloured text is drawn on (its
+/// `--bg` and `--card`, and the soft tint of the accent, `soft_percent` of it in the card
+/// colour), and where the ink moves to gain contrast.
+struct Scheme {
+    bg: &'static str,
+    card: &'static str,
+    soft_percent: u8,
+    toward: [f64; 3],
+}
+
+const LIGHT: Scheme = Scheme {
+    bg: "#f3f5f9",
+    card: "#ffffff",
+    soft_percent: 14,
+    toward: [0.0; 3],
+};
+
+const DARK: Scheme = Scheme {
+    bg: "#0e131b",
+    card: "#161d29",
+    soft_percent: 22,
+    toward: [255.0; 3],
+};
+
+/// Contrast the ink reaches on every background of its scheme: WCAG's 4.5:1 for text of
+/// normal size (links), so also the 3:1 of large text (the position) and of a focus ring.
+const INK_CONTRAST: f64 = 4.5;
+
+fn rgb(color: &str) -> [f64; 3] {
+    let c = |i: usize| {
+        color
+            .get(i..i + 2)
+            .and_then(|h| u8::from_str_radix(h, 16).ok())
+            .map_or(0.0, f64::from)
+    };
+    [c(1), c(3), c(5)]
+}
+
+fn hex(c: [f64; 3]) -> String {
+    let b = |v: f64| v.round().clamp(0.0, 255.0) as u8;
+    format!("#{:02x}{:02x}{:02x}", b(c[0]), b(c[1]), b(c[2]))
+}
+
+/// `percent` of `a` in `b`, as CSS `color-mix(in srgb, …)` mixes them.
+fn mix(a: [f64; 3], b: [f64; 3], percent: u8) -> [f64; 3] {
+    let p = f64::from(percent) / 100.0;
+    [0, 1, 2].map(|i| a[i] * p + b[i] * (1.0 - p))
+}
+
+/// WCAG's contrast ratio of two colours (1 to 21).
+fn contrast(a: [f64; 3], b: [f64; 3]) -> f64 {
+    let (la, lb) = (luminance(&hex(a)), luminance(&hex(b)));
+    (la.max(lb) + 0.05) / (la.min(lb) + 0.05)
+}
+
+/// `color` itself when it reads on every background of `scheme` (`soft`: the tint behind
+/// the position), else the least darkened (or lightened) step of it that does: the brand
+/// stays recognisable, and black or white is the last step, which always reads there.
+fn ink(color: [f64; 3], scheme: &Scheme, soft: [f64; 3]) -> [f64; 3] {
+    let grounds = [rgb(scheme.bg), rgb(scheme.card), soft];
+    (0..=100u8)
+        .map(|step| mix(scheme.toward, color, step))
+        .map(|c| c.map(f64::round))
+        .find(|c| grounds.iter().all(|g| contrast(*c, *g) >= INK_CONTRAST))
+        .unwrap_or(scheme.toward)
 }
 
 /// `GET /wait/{event_id}/theme.css`: the event's colours (empty without `theme_color`).
@@ -633,5 +713,56 @@ mod tests {
     fn theme_text_is_readable() {
         assert!(theme_css("#ffd400").contains("--accent-text: #111111"));
         assert!(theme_css("#3454d1").contains("--accent-text: #ffffff"));
+    }
+
+    /// The ink (position, links, focus ring, progress) reads at 4.5:1 on every background
+    /// of its scheme, whatever the brand colour (defect: the colour itself was used, 1.16:1
+    /// for `#ffee00` on the light page, 1.23:1 for `#1a237e` and 2.67:1 for the README's
+    /// `#0a7f3f` on the dark one); a colour that reads already is kept as it is.
+    #[test]
+    fn the_accent_ink_reads_on_every_background() {
+        let mut colors: Vec<String> = [
+            "#ffee00", "#ff9900", "#1a237e", "#0a7f3f", "#3454d1", "#ffffff", "#000000", "#7f7f7f",
+            "#ff0000", "#00ffff",
+        ]
+        .map(str::to_string)
+        .to_vec();
+        // And a spread of the whole cube.
+        for r in (0..=255).step_by(51) {
+            for g in (0..=255).step_by(51) {
+                for b in (0..=255).step_by(51) {
+                    colors.push(format!("#{r:02x}{g:02x}{b:02x}"));
+                }
+            }
+        }
+        let declared = |css: &str, scheme: usize, name: &str| -> String {
+            let part = css.split("@media").nth(scheme).unwrap();
+            let at = part.find(&format!("{name}: ")).unwrap() + name.len() + 2;
+            part[at..at + 7].to_string()
+        };
+        for color in &colors {
+            let css = theme_css(color);
+            for (i, scheme) in [&LIGHT, &DARK].into_iter().enumerate() {
+                let ink = rgb(&declared(&css, i, "--accent-ink"));
+                let soft = mix(rgb(color), rgb(scheme.card), scheme.soft_percent);
+                for ground in [rgb(scheme.bg), rgb(scheme.card), soft] {
+                    let c = contrast(ink, ground);
+                    assert!(c >= 4.5, "{color} scheme {i}: {c:.2} on {}", hex(ground));
+                }
+                assert_eq!(declared(&css, i, "--accent"), *color, "the brand is kept");
+            }
+        }
+        // Readable already: unchanged. Unreadable: moved toward black (light) or white (dark).
+        let css = theme_css("#3454d1");
+        assert_eq!(declared(&css, 0, "--accent-ink"), "#3454d1");
+        let css = theme_css("#ffee00");
+        assert!(luminance(&declared(&css, 0, "--accent-ink")) < luminance("#ffee00"));
+        assert_eq!(declared(&css, 1, "--accent-ink"), "#ffee00");
+        let css = theme_css("#1a237e");
+        assert!(luminance(&declared(&css, 1, "--accent-ink")) > luminance("#1a237e"));
+        assert_ne!(
+            declared(&theme_css("#0a7f3f"), 1, "--accent-ink"),
+            "#0a7f3f"
+        );
     }
 }
