@@ -1677,3 +1677,69 @@ async fn the_dashboard_announces_and_ends_the_sale_with_confirmation() {
         .await;
     b.close().await;
 }
+
+/// At 320 px nothing scrolls sideways: the gate page with a 120-character title and a URL
+/// in the operator's message (defect: 2,081 and 430 px wide), and the waiting page with a
+/// seven-digit position, which also stays on one line (defect: "1,234,5 / 67").
+#[tokio::test]
+async fn narrow_screens_keep_long_words_and_big_numbers_in_the_page() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    let long = "Supercalifragilistic".repeat(6);
+    one_slot_event(
+        &s,
+        "shop",
+        json!({"paths": ["/checkout"], "title": {"en": long}}),
+    )
+    .await;
+    let narrow = Opts {
+        lang: "en-US",
+        width: 320,
+        height: 640,
+        scale: 1.0,
+    };
+    let b = Browser::start(&narrow).await;
+    let page_width = "return document.documentElement.scrollWidth";
+    b.goto(&s.url("/wait/shop/queue?return=%2Fcheckout")).await;
+    b.text_until("#waitroom-position", |t| t == "1").await;
+    assert!(b.js(page_width).await.as_u64().unwrap() <= 320);
+
+    let (st, v) = s
+        .call(
+            Method::POST,
+            "/api/v1/admin/events/shop/end",
+            Some(ADMIN),
+            Some(json!({"reason": "sold_out",
+                        "message": {"en": "Refunds: https://tickets.example.com/refunds/spring-concert-2026"}})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    b.goto(&s.url("/wait/shop/queue?return=%2Fcheckout")).await;
+    b.text_until("#waitroom-refused", |t| t == "Sold out").await;
+    let w = b.js(page_width).await.as_u64().unwrap();
+    assert!(w <= 320, "the refusal page is {w} px wide");
+
+    one_slot_event(&s, "fest", json!({})).await;
+    b.goto(&s.url("/wait/fest")).await;
+    b.text_until("#position", |t| t == "1").await;
+    b.text_until("#live-text", |t| t == "Live updates").await;
+    // The figure as a long line shows it (a test cannot queue a million people).
+    for figure in ["1,234,567", "12,345,678"] {
+        let lines = b
+            .js(&format!(
+                "const p = document.getElementById('position'); p.textContent = '{figure}'; \
+                 const r = document.createRange(); r.selectNodeContents(p); \
+                 return [r.getClientRects().length, document.documentElement.scrollWidth, \
+                         p.getBoundingClientRect().right, \
+                         p.parentElement.getBoundingClientRect().right];"
+            ))
+            .await;
+        assert_eq!(lines[0], 1, "{figure} on one line: {lines}");
+        assert!(lines[1].as_u64().unwrap() <= 320, "{figure}: {lines}");
+        assert!(
+            lines[2].as_f64().unwrap() <= lines[3].as_f64().unwrap(),
+            "{figure} inside its box: {lines}"
+        );
+    }
+    b.close().await;
+}

@@ -65,9 +65,12 @@ fn head(lang: &str) -> String {
     )
 }
 
-/// Both pages' look: a card in the middle.
-const BOX: &str = "body { font-family: system-ui, sans-serif; margin: 0; min-height: 100vh; display: grid; place-items: center; background: #f6f7f9; color: #1d2330; }
-main { background: #fff; padding: 2rem 2.5rem; border-radius: 12px; box-shadow: 0 2px 12px rgba(0,0,0,.08); max-width: 28rem; text-align: center; }";
+/// Both pages' look: a card in the middle. A long word (a URL in the operator's message, a
+/// title without spaces) breaks anywhere rather than widening the page past a phone's
+/// screen; Korean breaks between words, as on the script page.
+const BOX: &str = "body { font-family: system-ui, sans-serif; margin: 0; min-height: 100vh; display: grid; place-items: center; background: #f6f7f9; color: #1d2330; word-break: keep-all; overflow-wrap: anywhere; }
+main { background: #fff; padding: 2rem 2.5rem; border-radius: 12px; box-shadow: 0 2px 12px rgba(0,0,0,.08); max-width: 28rem; min-width: 0; text-align: center; }
+@media (max-width: 480px) { main { padding: 1.5rem 1.25rem; margin: 0 .75rem; } }";
 
 /// The headline and note, as the script page shows them, when the event has them.
 fn extras(words: &Words) -> String {
@@ -136,7 +139,7 @@ pub fn render(words: &Words, view: &PlaceView, retry: u64) -> String {
 <title>{title}: {room}</title>
 <style>
 {BOX}
-.pos {{ font-size: 3rem; font-weight: 700; margin: .5rem 0; }}
+.pos {{ font-size: clamp(2rem, 12vw, 3rem); font-weight: 700; margin: .5rem 0; white-space: nowrap; }}
 .fine {{ color: #5b6475; font-size: .9rem; }}
 .headline {{ font-weight: 600; }}
 .note {{ white-space: pre-line; }}
