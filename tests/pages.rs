@@ -646,3 +646,48 @@ async fn the_theme_gives_a_readable_ink_per_colour_scheme() {
         assert!(style.contains(rule), "{rule}");
     }
 }
+
+/// With no basis for an estimate (`eta_low_sec`/`eta_high_sec` null: no session has ended
+/// yet), the gate page says it does not know the wait, as the waiting page does (defect:
+/// "Estimated wait: about a minute.", from `eta_sec` alone).
+#[tokio::test]
+async fn the_gate_page_says_when_it_does_not_know_the_wait() {
+    let s = TestServer::start().await;
+    s.put_event("shop", json!({"max_active": 1, "paths": ["/checkout"]}))
+        .await;
+    s.join_token("shop", "holder").await;
+    let room = s.url("/wait/shop/queue?return=%2Fcheckout");
+    let r = s
+        .http
+        .get(&room)
+        .header(header::ACCEPT, "application/json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let place: serde_json::Value = r.json().await.unwrap();
+    assert!(
+        place["eta_low_sec"].is_null() && place["eta_high_sec"].is_null(),
+        "{place}"
+    );
+    for (lang, says) in [
+        ("en", "Estimated wait: we don't know yet."),
+        ("ko", "예상 대기 시간: 아직 알 수 없습니다."),
+    ] {
+        let html = s
+            .http
+            .get(&room)
+            .header(header::ACCEPT, "text/html")
+            .header(header::ACCEPT_LANGUAGE, lang)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            html.contains(&format!("<p id=\"waitroom-wait\">{says}</p>")),
+            "{html}"
+        );
+    }
+}

@@ -96,21 +96,22 @@ pub fn render(words: &Words, view: &PlaceView, retry: u64) -> String {
     let position = view
         .position
         .map_or_else(|| "…".to_string(), |p| p.to_string());
-    let wait = match (view.paused, view.eta_range, view.eta_sec, ko) {
-        (true, _, _, false) => "Admission is paused for a moment.".to_string(),
-        (true, _, _, true) => "입장이 잠시 멈췄습니다.".to_string(),
-        (_, Some((lo, hi)), _, false) => format!(
+    let wait = match (view.paused, view.eta_range, ko) {
+        (true, _, false) => "Admission is paused for a moment.".to_string(),
+        (true, _, true) => "입장이 잠시 멈췄습니다.".to_string(),
+        (_, Some((lo, hi)), false) => format!(
             "Estimated wait: {} to {}.",
             minutes(lo, ko),
             minutes(hi, ko)
         ),
-        (_, Some((lo, hi)), _, true) => {
+        (_, Some((lo, hi)), true) => {
             format!("예상 대기 시간: {}~{}.", minutes(lo, ko), minutes(hi, ko))
         }
-        (_, None, Some(s), false) => format!("Estimated wait: {}.", minutes(s, ko)),
-        (_, None, Some(s), true) => format!("예상 대기 시간: {}.", minutes(s, ko)),
-        (_, _, _, false) => "Estimating your wait…".to_string(),
-        (_, _, _, true) => "예상 대기 시간을 계산하는 중…".to_string(),
+        // No range: the API says there is no basis for an estimate (`eta_low_sec` and
+        // `eta_high_sec` null), and so does the page, as the script page does; `eta_sec`
+        // alone is then a guess it must not pass off as one.
+        (_, None, false) => "Estimated wait: we don't know yet.".to_string(),
+        (_, None, true) => "예상 대기 시간: 아직 알 수 없습니다.".to_string(),
     };
     let (room, lead, place, fine) = if ko {
         (
