@@ -1743,3 +1743,72 @@ async fn narrow_screens_keep_long_words_and_big_numbers_in_the_page() {
     }
     b.close().await;
 }
+
+/// The operator's announcement, the pause and the end note are polite live regions that
+/// stay in the page while their content is hidden, and a render that leaves their words as
+/// they were touches nothing in them, so nothing is said again (defect: they were in no
+/// live region, and every render wrote their text anew).
+#[tokio::test]
+async fn announcements_are_live_regions_that_speak_only_on_change() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    one_slot_event(&s, "fest", json!({})).await;
+    let ahead = [
+        s.join_token("fest", "ahead-1").await,
+        s.join_token("fest", "ahead-2").await,
+    ];
+    let path = "/api/v1/admin/events/fest/announcement";
+    let (st, v) = s
+        .call(
+            Method::POST,
+            path,
+            Some(ADMIN),
+            Some(json!({"message": {"en": "Use gate 3"}})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let b = Browser::start(&PHONE).await;
+    b.goto(&s.url("/wait/fest")).await;
+    b.text_until("#position", |t| t == "3").await;
+    b.text_until("#announcement-text", |t| t == "Use gate 3")
+        .await;
+    b.text_until("#live-text", |t| t == "Live updates").await;
+    let regions = b
+        .js(
+            "return ['announcement', 'paused', 'end-note'].map((id) => { \
+               const r = document.getElementById(id).closest('[aria-live]'); \
+               return r && !r.hidden && r.getAttribute('aria-live'); })",
+        )
+        .await;
+    assert_eq!(regions, json!(["polite", "polite", "polite"]));
+    b.js("window.spoken = []; \
+          const o = new MutationObserver((m) => m.forEach((r) => \
+            window.spoken.push(r.target.id || r.target.parentElement.id))); \
+          document.querySelectorAll('[aria-live=polite]:not(#announce)').forEach((r) => \
+            o.observe(r, {childList: true, characterData: true, subtree: true})); \
+          return 0;")
+        .await;
+    // The line moves twice: the page renders, the announcement's words stay.
+    for (token, now) in ahead.iter().zip(["2", "1"]) {
+        s.leave(token).await;
+        b.text_until("#position", |t| t == now).await;
+    }
+    assert_eq!(b.js("return window.spoken").await, json!([]));
+    // New words are set, once.
+    let (st, _) = s
+        .call(
+            Method::POST,
+            path,
+            Some(ADMIN),
+            Some(json!({"message": {"en": "Use gate 4"}})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK);
+    b.text_until("#announcement-text", |t| t == "Use gate 4")
+        .await;
+    assert_eq!(
+        b.js("return window.spoken").await,
+        json!(["announcement-text"])
+    );
+    b.close().await;
+}

@@ -691,3 +691,26 @@ async fn the_gate_page_says_when_it_does_not_know_the_wait() {
         );
     }
 }
+
+/// The operator's announcement, the pause and the end of the sale sit in polite live
+/// regions that are never hidden themselves (a hidden region is not in the accessibility
+/// tree, and its change would go unheard).
+#[tokio::test]
+async fn the_waiting_page_has_live_regions_for_the_operators_words() {
+    let s = TestServer::start().await;
+    s.put_event("fest", json!({})).await;
+    let html = page(&s, "/wait/fest", "en").await.text().await.unwrap();
+    for id in ["announcement", "end-note", "paused"] {
+        // The element's parent: the last tag opened before the element's own.
+        let at = html.find(&format!("id=\"{id}\"")).unwrap();
+        let own = html[..at].rfind('<').unwrap();
+        let parent = html[..own].rfind('<').unwrap();
+        let slot = &html[parent..own];
+        assert!(
+            slot.starts_with("<div")
+                && slot.contains("aria-live=\"polite\"")
+                && !slot.contains("hidden"),
+            "#{id} in {slot}"
+        );
+    }
+}

@@ -143,7 +143,7 @@
     show('continue', phase === 'active');
     show('live-note', phase === 'waiting' || phase === 'offline');
     show('paused', phase === 'waiting' && info && info.paused);
-    el('paused').textContent = t('paused');
+    setText('paused', t('paused'));
 
     let title, lead;
     const badge = el('badge');
@@ -165,10 +165,10 @@
     renderCountdown();
     // Operator text: always set as text, never as markup.
     const said = notice && phase !== 'ended' ? WR.pick(notice.message) : '';
-    el('announcement-text').textContent = said;
+    setText('announcement-text', said);
     show('announcement', !!said);
     const endNote = phase === 'ended' && over && saleEnd ? WR.pick(saleEnd.message) : '';
-    el('end-note').textContent = endNote;
+    setText('end-note', endNote);
     show('end-note', !!endNote);
 
     const f = figures;
@@ -197,6 +197,13 @@
     document.title = phase === 'waiting' && f && f.position
       ? '(' + WR.num(f.position) + ') ' + (name || base)
       : (name ? name + ' · ' : '') + base;
+  }
+
+  // The operator's announcement, the pause and the end note are in live regions, which speak
+  // on every change of their text, even to the same words: only a text that differs is set.
+  function setText(id, text) {
+    const e = el(id);
+    if (e.textContent !== text) e.textContent = text;
   }
 
   // The event's look and words (title, headline, notes), in the page's language. The server
