@@ -714,3 +714,61 @@ async fn the_waiting_page_has_live_regions_for_the_operators_words() {
         );
     }
 }
+
+/// The waiting page's own words are in its language in the HTML itself, so a page without
+/// scripts is not half English, and the status line, which only the script keeps, is
+/// hidden without it rather than claiming to join (defect: "Waiting room", "Joining the
+/// line…" and the labels in English on the Korean page).
+#[tokio::test]
+async fn the_korean_page_reads_in_korean_without_scripts() {
+    let s = TestServer::start().await;
+    s.put_event("fest", json!({})).await;
+    let ko = page(&s, "/wait/fest", "ko-KR,ko;q=0.9")
+        .await
+        .text()
+        .await
+        .unwrap();
+    for said in [
+        "data-i18n=\"brand\">대기실<",
+        "data-i18n=\"yourPosition\">나의 대기 순서<",
+        "data-i18n=\"inLine\">대기 인원<",
+        "data-i18n=\"eta\">예상 대기 시간<",
+        "aria-label=\"대기 진행률\"",
+        "data-i18n=\"leave\">대기열 나가기<",
+        "class=\"status needs-js\" id=\"status\" role=\"status\">대기열에 들어가는 중…<",
+        ">English</button>",
+    ] {
+        assert!(ko.contains(said), "{said}");
+    }
+    for english in [
+        "Waiting room",
+        "Joining the line",
+        "Your place in line",
+        "People in line",
+    ] {
+        assert!(!ko.contains(english), "{english}");
+    }
+    let en = page(&s, "/wait/fest", "en").await.text().await.unwrap();
+    assert!(en.contains("data-i18n=\"yourPosition\">Your place in line<"));
+    assert!(en.contains("class=\"lang needs-js\"") && en.contains(">한국어</button>"));
+    let css = s
+        .http
+        .get(s.url("/assets/style.css"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(css.contains("html:not(.js) .needs-js { display: none !important; }"));
+    let js = s
+        .http
+        .get(s.url("/assets/common.js"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(js.contains("document.documentElement.classList.add('js');"));
+}

@@ -122,6 +122,26 @@ fn default_title(lang: &str) -> &'static str {
     }
 }
 
+/// The waiting page's own words as the server writes them into its HTML, by slot: English,
+/// Korean (as `wait.js` says them; the script sets them again on a language switch).
+/// Without scripts the page then reads in its language throughout, not half in English.
+const PAGE_TEXTS: &[(&str, &str, &str)] = &[
+    ("t_brand", "Waiting room", "대기실"),
+    ("t_announcement", "Announcement", "공지"),
+    ("t_joining", "Joining the line…", "대기열에 들어가는 중…"),
+    ("t_yourPosition", "Your place in line", "나의 대기 순서"),
+    ("t_progress", "Progress through the line", "대기 진행률"),
+    ("t_inLine", "People in line", "대기 인원"),
+    ("t_eta", "Estimated wait", "예상 대기 시간"),
+    ("t_continue", "Continue to the site", "사이트로 이동"),
+    ("t_joinAgain", "Join the line again", "다시 줄 서기"),
+    ("t_leave", "Leave the line", "대기열 나가기"),
+    // The language button names the other language, in that language (common.js).
+    ("other_lang", "ko", "en"),
+    ("other_name", "한국어", "English"),
+    ("switch_label", "한국어로 보기", "Switch to English"),
+];
+
 /// Fills `template`'s `{{name}}` slots. Values must already be escaped. One pass over the
 /// template: a value is never searched for slots itself, so a text that reads `{{head}}`
 /// stays that text instead of pulling the page's markup into its place.
@@ -243,22 +263,25 @@ pub fn render_wait(event_id: &str, config: Option<&EventConfig>, lang: &str) -> 
                       in line: please turn it on.</p></noscript>"
             .to_string(),
     };
-    let html = fill(
-        WAIT_HTML,
-        &[
-            ("lang", lang),
-            ("noscript", &noscript),
-            ("page_title", &page_title),
-            ("head", &head),
-            ("logo", &logo),
-            ("title", &escape(title)),
-            ("headline", &headline),
-            ("headline_hidden", hidden(&headline)),
-            ("note", &note),
-            ("note_hidden", hidden(&note)),
-            ("gate", &gate),
-        ],
-    );
+    let title_html = escape(title);
+    let mut slots: Vec<(&str, &str)> = PAGE_TEXTS
+        .iter()
+        .map(|&(slot, en, ko)| (slot, if lang == "ko" { ko } else { en }))
+        .collect();
+    slots.extend_from_slice(&[
+        ("lang", lang),
+        ("noscript", &noscript),
+        ("page_title", &page_title),
+        ("head", &head),
+        ("logo", &logo),
+        ("title", &title_html),
+        ("headline", &headline),
+        ("headline_hidden", hidden(&headline)),
+        ("note", &note),
+        ("note_hidden", hidden(&note)),
+        ("gate", &gate),
+    ]);
+    let html = fill(WAIT_HTML, &slots);
     (html, csp)
 }
 
@@ -639,6 +662,27 @@ mod tests {
         assert_eq!(csp, CSP);
         let (unknown, _) = render_wait("fest", None, "en");
         assert!(unknown.contains("<title>Waiting room</title>"));
+    }
+
+    /// The words the server writes into the page are the script's, so a language switch
+    /// or the first render changes nothing a person reads.
+    #[test]
+    fn the_server_writes_the_scripts_words() {
+        let script = include_str!("assets/wait.js");
+        for (slot, en, ko) in PAGE_TEXTS {
+            let Some(key) = slot.strip_prefix("t_") else {
+                continue;
+            };
+            for said in [en, ko] {
+                assert!(
+                    script.contains(&format!("{key}: '{said}'")),
+                    "{key}: {said}"
+                );
+            }
+        }
+        let (ko, _) = render_wait("fest", Some(&event("{}")), "ko");
+        assert!(!ko.contains("Your place in line") && ko.contains("나의 대기 순서"));
+        assert!(ko.contains(">English</button>"), "{ko}");
     }
 
     #[test]
