@@ -211,17 +211,20 @@ impl Gateway {
         let headers = req.headers();
         let join = || !gate::cross_site_subresource(headers);
         let admission = gate::admit(&self.state, &self.guard, &gate, place, client, join).await;
+        // The gate page's language, as the waiting page's (`?lang=`, else the browser's):
+        // read only for the answers made here, not for a request passed to the origin.
+        let lang = |req: &Request| crate::http::look::language(req.uri(), req.headers());
         match admission {
             Err(e) => {
-                let json = !gate::asks_html(req.headers());
-                let res = gate::refusal(&self.state, &gate.event_id, e, json).await;
+                let (json, lang) = (!gate::asks_html(req.headers()), lang(&req));
+                let res = gate::refusal(&self.state, &gate.event_id, e, json, lang).await;
                 (Outcome::Refused, res)
             }
             Ok(Admission::Waiting { view, cookie }) => {
-                let title =
-                    crate::http::look::escape(&gate::title_of(&self.state, &gate.event_id).await);
+                let lang = lang(&req);
+                let words = gate::words_of(&self.state, &gate.event_id, lang).await;
                 let res = gate::waiting_response(
-                    &title,
+                    &words,
                     &gate.event_id,
                     &view,
                     gate::wants_json(req.headers()),
@@ -265,9 +268,10 @@ impl Gateway {
             }
             // Not joined: another site's page loading this URL.
             Ok(Admission::Absent) => {
-                let json = !gate::asks_html(req.headers());
+                let (json, lang) = (!gate::asks_html(req.headers()), lang(&req));
                 let res =
-                    gate::refusal(&self.state, &gate.event_id, gate::not_a_visit(), json).await;
+                    gate::refusal(&self.state, &gate.event_id, gate::not_a_visit(), json, lang)
+                        .await;
                 (Outcome::Refused, res)
             }
         }

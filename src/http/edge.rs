@@ -460,7 +460,13 @@ mod tests {
     fn only_real_server_errors_are_failures() {
         use crate::http::AppError;
         let view = crate::http::body::sample_view(crate::core::PlaceState::Waiting);
-        let waiting = crate::http::gate::waiting_response("t", "e", &view, true, None);
+        let waiting = crate::http::gate::waiting_response(
+            &crate::http::gate_page::Words::titled("en", "t"),
+            "e",
+            &view,
+            true,
+            None,
+        );
         assert_eq!(waiting.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert!(!is_failure(&waiting));
         for e in [AppError::QueueFull, AppError::EventFull] {

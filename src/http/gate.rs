@@ -24,6 +24,7 @@ use axum::Json;
 
 use super::body::Place;
 use super::error::{AppError, AppResult};
+use super::gate_page::Words;
 use super::guard::{Caller, Guard};
 use super::look::escape;
 use crate::app::AppState;
@@ -448,7 +449,7 @@ pub async fn complete(state: &AppState, event_id: &str, key: PlaceKey) -> AppRes
 /// The waiting room's answer: the page (refreshing itself in place) or, for a client that
 /// asks for JSON, the place; `503` with `Retry-After` either way, never cached.
 pub fn waiting_response(
-    title: &str,
+    words: &Words,
     event_id: &str,
     view: &PlaceView,
     json: bool,
@@ -460,7 +461,7 @@ pub fn waiting_response(
     } else {
         (
             [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-            super::gate_page::render(title, view, retry),
+            super::gate_page::render(words, view, retry),
         )
             .into_response()
     };
@@ -481,7 +482,13 @@ pub fn waiting_response(
 /// A gated URL's refusal: the API's JSON error for a client that asks for JSON; for a
 /// browser, a page that says it (with the operator's message once the sale ended), under
 /// the same status and headers (`Retry-After`, …), never cached.
-pub async fn refusal(state: &AppState, event_id: &str, e: AppError, json: bool) -> Response {
+pub async fn refusal(
+    state: &AppState,
+    event_id: &str,
+    e: AppError,
+    json: bool,
+    lang: &'static str,
+) -> Response {
     if json {
         return e.into_response();
     }
@@ -498,34 +505,36 @@ pub async fn refusal(state: &AppState, event_id: &str, e: AppError, json: bool) 
         true => state.events.config(event_id, now).await.ok(),
         false => None,
     };
-    let title = config.as_ref().map_or_else(
-        || event_id.to_string(),
-        |c| {
-            c.look
-                .title
-                .as_ref()
-                .and_then(|t| t.pick("en"))
-                .map_or_else(|| c.name.clone(), str::to_string)
-        },
-    );
+    let words = config
+        .as_deref()
+        .map_or_else(|| Words::titled(lang, event_id), |c| words(c, lang));
+    let ko = lang == "ko";
     let (heading, text) = match reason {
         Some(r) => {
             let said = config
                 .as_ref()
                 .and_then(|c| c.sale_ended(now))
                 .and_then(|end| end.message)
-                .and_then(|m| m.pick("en"))
+                .and_then(|m| m.pick(lang))
                 .map(str::to_string);
-            let (heading, default) = match r {
-                "sold_out" => ("Sold out", "Everything has been sold."),
-                "cancelled" => ("Sale cancelled", "This sale has been called off."),
-                _ => ("This sale has ended", "The sale is over."),
+            // As the script page says them (wait.js `soldOut`, …).
+            let (heading, default) = match (r, ko) {
+                ("sold_out", false) => ("Sold out", "Everything has been sold."),
+                ("sold_out", true) => ("매진되었습니다", "모두 판매되었습니다."),
+                ("cancelled", false) => ("Sale cancelled", "This sale has been called off."),
+                ("cancelled", true) => {
+                    ("판매가 취소되었습니다", "주최 측이 이 판매를 취소했습니다.")
+                }
+                (_, false) => ("This sale has ended", "The sale is over."),
+                (_, true) => ("판매가 종료되었습니다", "이 판매는 끝났습니다."),
             };
             (heading, said.unwrap_or_else(|| default.to_string()))
         }
+        // The API's message stays as it is (English): it names what went wrong.
+        None if ko => ("지금은 대기실에 들어갈 수 없습니다", message),
         None => ("The waiting room cannot let you in right now", message),
     };
-    let page = super::gate_page::render_refused(&escape(&title), heading, &escape(&text));
+    let page = super::gate_page::render_refused(&words, heading, &escape(&text));
     let mut res = Response::from_parts(parts, axum::body::Body::from(page));
     let h = res.headers_mut();
     h.remove(header::CONTENT_LENGTH);
@@ -538,16 +547,35 @@ pub async fn refusal(state: &AppState, event_id: &str, e: AppError, json: bool) 
     res
 }
 
-/// The event's title for the waiting room: its `title` text, else its name.
-pub async fn title_of(state: &AppState, event_id: &str) -> String {
+/// The event's words for the gate page in `lang`: its `title` text (else its name), its
+/// headline and note, escaped.
+pub fn words(c: &crate::core::EventConfig, lang: &'static str) -> Words {
+    let text = |t: &Option<crate::core::Texts>| {
+        t.as_ref()
+            .and_then(|t| t.pick(lang))
+            .map(escape)
+            .unwrap_or_default()
+    };
+    Words {
+        lang,
+        title: escape(
+            c.look
+                .title
+                .as_ref()
+                .and_then(|t| t.pick(lang))
+                .unwrap_or(&c.name),
+        ),
+        headline: text(&c.look.headline),
+        note: text(&c.look.note),
+    }
+}
+
+/// The event's words for the gate page in `lang` ([`words`]); its id as the title when
+/// its settings cannot be read.
+pub async fn words_of(state: &AppState, event_id: &str, lang: &'static str) -> Words {
     match state.events.config(event_id, state.clock.now()).await {
-        Ok(c) => c
-            .look
-            .title
-            .as_ref()
-            .and_then(|t| t.pick("en"))
-            .map_or_else(|| c.name.clone(), str::to_string),
-        Err(_) => event_id.to_string(),
+        Ok(c) => words(&c, lang),
+        Err(_) => Words::titled(lang, event_id),
     }
 }
 
@@ -722,9 +750,10 @@ pub async fn queue_page(
     let ret = ascii_location(safe_return(q.ret.as_deref().unwrap_or("/")));
     let place = cookie_place(&state, &gate, &headers);
     let join = || !cross_site_subresource(&headers);
+    let lang = super::look::language(&uri, &headers);
     let admission = match admit(&state, &caller.guard, &gate, place, caller.ip, join).await {
         Ok(a) => a,
-        Err(e) => return Ok(refusal(&state, &event_id, e, !asks_html(&headers)).await),
+        Err(e) => return Ok(refusal(&state, &event_id, e, !asks_html(&headers), lang).await),
     };
     match admission {
         Admission::Active { cookie, .. } => {
@@ -737,21 +766,64 @@ pub async fn queue_page(
             }
             Ok(res)
         }
-        Admission::Waiting { view, cookie } => {
-            let title = escape(&title_of(&state, &event_id).await);
-            Ok(waiting_response(
-                &title,
-                &event_id,
-                &view,
-                wants_json(&headers),
-                cookie.map(|c| secure_cookie(c, secure)),
-            ))
-        }
+        Admission::Waiting { view, cookie } => Ok(waiting_response(
+            &words(&config, lang),
+            &event_id,
+            &view,
+            wants_json(&headers),
+            cookie.map(|c| secure_cookie(c, secure)),
+        )),
         // Not joined: another site's page loading this URL.
         Admission::Absent => {
-            Ok(refusal(&state, &event_id, not_a_visit(), !asks_html(&headers)).await)
+            Ok(refusal(&state, &event_id, not_a_visit(), !asks_html(&headers), lang).await)
         }
     }
+}
+
+/// `POST /wait/{event_id}/queue?return=/path` with the form field `waiting_token`: the
+/// script page (`/wait/{event_id}`) of an event that gates a site's paths and has no
+/// `target_url` hands the place it holds over to the gate when the turn comes. Entering
+/// through the API there led nowhere, and the person then took a second place (and a
+/// second slot) at the gated path: here the place becomes the session cookie instead, and
+/// the person goes on to the waiting room URL, which lets them in (`303` to `return`)
+/// through that one place. A token that is not one of this event's places is refused.
+/// Another site cannot hand its place to a visitor: a cross-site post is refused.
+pub async fn hand_over(
+    State(state): State<AppState>,
+    Path(event_id): Path<String>,
+    caller: Caller,
+    super::extract::AppQuery(q): super::extract::AppQuery<QueueQuery>,
+    extensions: axum::http::Extensions,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> AppResult<Response> {
+    crate::core::validate_event_id(&event_id)?;
+    let site = headers.get("sec-fetch-site").map(HeaderValue::as_bytes);
+    if matches!(site, Some(b"cross-site" | b"same-site")) {
+        return Err(AppError::invalid(
+            "a place is handed over by the waiting room's own page only",
+        ));
+    }
+    let token = form_urlencoded::parse(&body)
+        .find(|(k, _)| k == "waiting_token")
+        .map(|(_, v)| v.into_owned())
+        .filter(|t| state.waiting.place_for(t, &event_id).is_some())
+        .ok_or_else(|| {
+            AppError::invalid("waiting_token is missing or is not a place in this event's line")
+        })?;
+    let peer = extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    let secure = state.gates.secure_cookies || is_https(&caller.guard, peer, &headers);
+    let room = waiting_room_url(&event_id, q.ret.as_deref().unwrap_or("/"));
+    let mut res = (StatusCode::SEE_OTHER, [(header::LOCATION, room)]).into_response();
+    let h = res.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.append(
+        header::SET_COOKIE,
+        set_cookie(&event_id, Some(token.as_str()), secure),
+    );
+    Ok(res)
 }
 
 /// Adds `Secure` to a cookie made without it, when the request came over https.

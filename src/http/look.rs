@@ -52,7 +52,7 @@ pub fn escape(s: &str) -> String {
 /// The page's language: `?lang=ko|en`, else the one of ours the browser prefers
 /// (`Accept-Language`, weighed by `q`; what the page's script picks too when nothing is
 /// remembered).
-fn language(uri: &Uri, headers: &HeaderMap) -> &'static str {
+pub(crate) fn language(uri: &Uri, headers: &HeaderMap) -> &'static str {
     let asked = uri
         .query()
         .unwrap_or("")
@@ -121,6 +121,26 @@ fn default_title(lang: &str) -> &'static str {
         "Waiting room"
     }
 }
+
+/// The waiting page's own words as the server writes them into its HTML, by slot: English,
+/// Korean (as `wait.js` says them; the script sets them again on a language switch).
+/// Without scripts the page then reads in its language throughout, not half in English.
+const PAGE_TEXTS: &[(&str, &str, &str)] = &[
+    ("t_brand", "Waiting room", "대기실"),
+    ("t_announcement", "Announcement", "공지"),
+    ("t_joining", "Joining the line…", "대기열에 들어가는 중…"),
+    ("t_yourPosition", "Your place in line", "나의 대기 순서"),
+    ("t_progress", "Progress through the line", "대기 진행률"),
+    ("t_inLine", "People in line", "대기 인원"),
+    ("t_eta", "Estimated wait", "예상 대기 시간"),
+    ("t_continue", "Continue to the site", "사이트로 이동"),
+    ("t_joinAgain", "Join the line again", "다시 줄 서기"),
+    ("t_leave", "Leave the line", "대기열 나가기"),
+    // The language button names the other language, in that language (common.js).
+    ("other_lang", "ko", "en"),
+    ("other_name", "한국어", "English"),
+    ("switch_label", "한국어로 보기", "Switch to English"),
+];
 
 /// Fills `template`'s `{{name}}` slots. Values must already be escaped. One pass over the
 /// template: a value is never searched for slots itself, so a text that reads `{{head}}`
@@ -213,6 +233,20 @@ pub fn render_wait(event_id: &str, config: Option<&EventConfig>, lang: &str) -> 
         })
         .and_then(|c| c.gate.paths.first())
         .map(|path| escape(&super::gate::waiting_room_url(event_id, path)));
+    // An event that gates a site's paths and names no `target_url`: its turn is the gate's
+    // session cookie, not an access token handed to a site. The script hands its place
+    // over to the gate there (`POST` to this URL) instead of entering through the API,
+    // which led nowhere and made the person take a second place at the gated path.
+    let gate = config
+        .filter(|c| c.target_url.is_none())
+        .and_then(|c| c.gate.paths.first())
+        .map(|path| {
+            format!(
+                " data-gate=\"{}\"",
+                escape(&super::gate::waiting_room_url(event_id, path))
+            )
+        })
+        .unwrap_or_default();
     let noscript = match (lang, plain) {
         ("ko", Some(plain)) => format!(
             "<noscript><p class=\"notice\">이 페이지는 자바스크립트가 있어야 줄을 설 수 있습니다. \
@@ -229,21 +263,25 @@ pub fn render_wait(event_id: &str, config: Option<&EventConfig>, lang: &str) -> 
                       in line: please turn it on.</p></noscript>"
             .to_string(),
     };
-    let html = fill(
-        WAIT_HTML,
-        &[
-            ("lang", lang),
-            ("noscript", &noscript),
-            ("page_title", &page_title),
-            ("head", &head),
-            ("logo", &logo),
-            ("title", &escape(title)),
-            ("headline", &headline),
-            ("headline_hidden", hidden(&headline)),
-            ("note", &note),
-            ("note_hidden", hidden(&note)),
-        ],
-    );
+    let title_html = escape(title);
+    let mut slots: Vec<(&str, &str)> = PAGE_TEXTS
+        .iter()
+        .map(|&(slot, en, ko)| (slot, if lang == "ko" { ko } else { en }))
+        .collect();
+    slots.extend_from_slice(&[
+        ("lang", lang),
+        ("noscript", &noscript),
+        ("page_title", &page_title),
+        ("head", &head),
+        ("logo", &logo),
+        ("title", &title_html),
+        ("headline", &headline),
+        ("headline_hidden", hidden(&headline)),
+        ("note", &note),
+        ("note_hidden", hidden(&note)),
+        ("gate", &gate),
+    ]);
+    let html = fill(WAIT_HTML, &slots);
     (html, csp)
 }
 
@@ -351,20 +389,100 @@ pub async fn wait(
     Ok(html(StatusCode::OK, body, &csp, &headers))
 }
 
-/// The stylesheet of an event's colour: the accent of buttons, position and progress, and
-/// a text colour that stays readable on it.
+/// The stylesheet of an event's colour: the accent of buttons, a text colour that stays
+/// readable on it, and per colour scheme an "ink": the colour darkened (light scheme) or
+/// lightened (dark scheme) just enough to be read as text on that scheme's backgrounds.
+/// The brand colour itself fills buttons and the soft tint behind the position; the ink
+/// draws the position, links, the focus ring and the progress bar, which a light yellow
+/// (light scheme) or a deep blue (dark scheme) left unreadable at 1.2:1.
 pub fn theme_css(color: &str) -> String {
     let text = if luminance(color) > 0.4 {
         "#111111"
     } else {
         "#ffffff"
     };
+    let [light, dark] = [&LIGHT, &DARK].map(|scheme| {
+        let soft = mix(rgb(color), rgb(scheme.card), scheme.soft_percent);
+        let ink = ink(rgb(color), scheme, soft);
+        (ink, scheme.soft_percent)
+    });
     format!(
-        ":root {{ --accent: {color}; --accent-text: {text}; \
-         --accent-soft: color-mix(in srgb, {color} 14%, var(--card)); }}\n\
+        ":root {{ --accent: {color}; --accent-text: {text}; --accent-ink: {}; \
+         --accent-soft: color-mix(in srgb, {color} {}%, var(--card)); }}\n\
          @media (prefers-color-scheme: dark) {{ :root {{ --accent: {color}; --accent-text: {text}; \
-         --accent-soft: color-mix(in srgb, {color} 22%, var(--card)); }} }}\n"
+         --accent-ink: {}; --accent-soft: color-mix(in srgb, {color} {}%, var(--card)); }} }}\n",
+        hex(light.0),
+        light.1,
+        hex(dark.0),
+        dark.1,
     )
+}
+
+/// A colour scheme of `style.css`: the backgrounds accent-coloured text is drawn on (its
+/// `--bg` and `--card`, and the soft tint of the accent, `soft_percent` of it in the card
+/// colour), and where the ink moves to gain contrast.
+struct Scheme {
+    bg: &'static str,
+    card: &'static str,
+    soft_percent: u8,
+    toward: [f64; 3],
+}
+
+const LIGHT: Scheme = Scheme {
+    bg: "#f3f5f9",
+    card: "#ffffff",
+    soft_percent: 14,
+    toward: [0.0; 3],
+};
+
+const DARK: Scheme = Scheme {
+    bg: "#0e131b",
+    card: "#161d29",
+    soft_percent: 22,
+    toward: [255.0; 3],
+};
+
+/// Contrast the ink reaches on every background of its scheme: WCAG's 4.5:1 for text of
+/// normal size (links), so also the 3:1 of large text (the position) and of a focus ring.
+const INK_CONTRAST: f64 = 4.5;
+
+fn rgb(color: &str) -> [f64; 3] {
+    let c = |i: usize| {
+        color
+            .get(i..i + 2)
+            .and_then(|h| u8::from_str_radix(h, 16).ok())
+            .map_or(0.0, f64::from)
+    };
+    [c(1), c(3), c(5)]
+}
+
+fn hex(c: [f64; 3]) -> String {
+    let b = |v: f64| v.round().clamp(0.0, 255.0) as u8;
+    format!("#{:02x}{:02x}{:02x}", b(c[0]), b(c[1]), b(c[2]))
+}
+
+/// `percent` of `a` in `b`, as CSS `color-mix(in srgb, …)` mixes them.
+fn mix(a: [f64; 3], b: [f64; 3], percent: u8) -> [f64; 3] {
+    let p = f64::from(percent) / 100.0;
+    [0, 1, 2].map(|i| a[i] * p + b[i] * (1.0 - p))
+}
+
+/// WCAG's contrast ratio of two colours (1 to 21).
+fn contrast(a: [f64; 3], b: [f64; 3]) -> f64 {
+    let (la, lb) = (luminance(&hex(a)), luminance(&hex(b)));
+    (la.max(lb) + 0.05) / (la.min(lb) + 0.05)
+}
+
+/// `color` itself when it reads on every background of `scheme` (`soft`: the tint behind
+/// the position), else the least darkened (or lightened) step of it that does: the brand
+/// stays recognisable, and black or white is the last step, which always reads there.
+fn ink(color: [f64; 3], scheme: &Scheme, soft: [f64; 3]) -> [f64; 3] {
+    let grounds = [rgb(scheme.bg), rgb(scheme.card), soft];
+    (0..=100u8)
+        .map(|step| mix(scheme.toward, color, step))
+        .map(|c| c.map(f64::round))
+        .find(|c| grounds.iter().all(|g| contrast(*c, *g) >= INK_CONTRAST))
+        .unwrap_or(scheme.toward)
 }
 
 /// `GET /wait/{event_id}/theme.css`: the event's colours (empty without `theme_color`).
@@ -546,6 +664,27 @@ mod tests {
         assert!(unknown.contains("<title>Waiting room</title>"));
     }
 
+    /// The words the server writes into the page are the script's, so a language switch
+    /// or the first render changes nothing a person reads.
+    #[test]
+    fn the_server_writes_the_scripts_words() {
+        let script = include_str!("assets/wait.js");
+        for (slot, en, ko) in PAGE_TEXTS {
+            let Some(key) = slot.strip_prefix("t_") else {
+                continue;
+            };
+            for said in [en, ko] {
+                assert!(
+                    script.contains(&format!("{key}: '{said}'")),
+                    "{key}: {said}"
+                );
+            }
+        }
+        let (ko, _) = render_wait("fest", Some(&event("{}")), "ko");
+        assert!(!ko.contains("Your place in line") && ko.contains("나의 대기 순서"));
+        assert!(ko.contains(">English</button>"), "{ko}");
+    }
+
     #[test]
     fn the_templates_load_nothing_from_outside() {
         for t in [WAIT_HTML, MISSING_HTML] {
@@ -618,5 +757,56 @@ mod tests {
     fn theme_text_is_readable() {
         assert!(theme_css("#ffd400").contains("--accent-text: #111111"));
         assert!(theme_css("#3454d1").contains("--accent-text: #ffffff"));
+    }
+
+    /// The ink (position, links, focus ring, progress) reads at 4.5:1 on every background
+    /// of its scheme, whatever the brand colour (defect: the colour itself was used, 1.16:1
+    /// for `#ffee00` on the light page, 1.23:1 for `#1a237e` and 2.67:1 for the README's
+    /// `#0a7f3f` on the dark one); a colour that reads already is kept as it is.
+    #[test]
+    fn the_accent_ink_reads_on_every_background() {
+        let mut colors: Vec<String> = [
+            "#ffee00", "#ff9900", "#1a237e", "#0a7f3f", "#3454d1", "#ffffff", "#000000", "#7f7f7f",
+            "#ff0000", "#00ffff",
+        ]
+        .map(str::to_string)
+        .to_vec();
+        // And a spread of the whole cube.
+        for r in (0..=255).step_by(51) {
+            for g in (0..=255).step_by(51) {
+                for b in (0..=255).step_by(51) {
+                    colors.push(format!("#{r:02x}{g:02x}{b:02x}"));
+                }
+            }
+        }
+        let declared = |css: &str, scheme: usize, name: &str| -> String {
+            let part = css.split("@media").nth(scheme).unwrap();
+            let at = part.find(&format!("{name}: ")).unwrap() + name.len() + 2;
+            part[at..at + 7].to_string()
+        };
+        for color in &colors {
+            let css = theme_css(color);
+            for (i, scheme) in [&LIGHT, &DARK].into_iter().enumerate() {
+                let ink = rgb(&declared(&css, i, "--accent-ink"));
+                let soft = mix(rgb(color), rgb(scheme.card), scheme.soft_percent);
+                for ground in [rgb(scheme.bg), rgb(scheme.card), soft] {
+                    let c = contrast(ink, ground);
+                    assert!(c >= 4.5, "{color} scheme {i}: {c:.2} on {}", hex(ground));
+                }
+                assert_eq!(declared(&css, i, "--accent"), *color, "the brand is kept");
+            }
+        }
+        // Readable already: unchanged. Unreadable: moved toward black (light) or white (dark).
+        let css = theme_css("#3454d1");
+        assert_eq!(declared(&css, 0, "--accent-ink"), "#3454d1");
+        let css = theme_css("#ffee00");
+        assert!(luminance(&declared(&css, 0, "--accent-ink")) < luminance("#ffee00"));
+        assert_eq!(declared(&css, 1, "--accent-ink"), "#ffee00");
+        let css = theme_css("#1a237e");
+        assert!(luminance(&declared(&css, 1, "--accent-ink")) > luminance("#1a237e"));
+        assert_ne!(
+            declared(&theme_css("#0a7f3f"), 1, "--accent-ink"),
+            "#0a7f3f"
+        );
     }
 }

@@ -433,7 +433,11 @@ fn routes(around: &Around) -> Routes {
     route!(site, "/", get(pages::index));
     route!(site, "/wait/{event_id}", get(look::wait));
     route!(site, "/wait/{event_id}/theme.css", get(look::theme));
-    route!(site, "/wait/{event_id}/queue", get(gate::queue_page));
+    route!(
+        site,
+        "/wait/{event_id}/queue",
+        get(gate::queue_page).post(gate::hand_over)
+    );
     route!(site, "/branding/{file}", get(look::branding));
     route!(site, "/demo/booking", get(pages::booking));
     route!(site, "/admin", get(pages::admin));

@@ -242,6 +242,7 @@ fn bounds(doc: &mut Value) {
         index,
         wait,
         gate_queue_page,
+        gate_hand_over,
         gate,
         prequeue,
         announce,
@@ -608,6 +609,14 @@ fn extend() {}
     responses((status = 200, description = "The waiting room that nginx's `auth_request` redirects to; sends the person back once admitted", content_type = "text/html", body = String),
               (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn gate_queue_page() {}
+
+#[utoipa::path(post, path = "/wait/{event_id}/queue", tag = "pages",
+    params(("event_id" = String, Path),
+           ("return" = Option<String>, Query, description = "Where to send the person once admitted: a same-site path; anything else becomes `/`")),
+    request_body(content = String, content_type = "application/x-www-form-urlencoded", description = "`waiting_token=<the place's waiting token>`"),
+    responses((status = 303, description = "The place is now the session cookie; on to the waiting room URL (`GET` above), which lets the person in once admitted"),
+              (status = 400, description = "INVALID_REQUEST: no waiting token of this event, or a post from another site", body = ErrorBody)))]
+fn gate_hand_over() {}
 
 #[utoipa::path(get, path = "/api/v1/gate", tag = "session",
     params(("event_id" = Option<String>, Query, description = "The event (else the one whose `paths` match `X-Original-URI`)")),

@@ -262,8 +262,9 @@ mod tests {
     fn every_asset_is_embedded_and_small() {
         let total: usize = ASSETS.values().map(|a| a.body.len()).sum();
         assert_eq!(ASSETS.len(), 11);
-        // Small enough to load instantly on a phone on a poor network.
-        assert!(total < 120 * 1024, "assets grew to {total} bytes");
+        // Small enough to load instantly on a phone on a poor network. (124 KiB since the
+        // theme's readable ink, which the dashboard's preview computes as the page does.)
+        assert!(total < 124 * 1024, "assets grew to {total} bytes");
         for (name, a) in ASSETS.iter() {
             // The SVG namespace is a name, not a download; any other absolute URL would be.
             let outside = a.body.replace("http://www.w3.org/2000/svg", "");

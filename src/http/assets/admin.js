@@ -673,9 +673,10 @@
       box.style.setProperty('--accent', color);
       box.style.setProperty('--accent-text', luminance(color) > 0.4 ? '#111111' : '#ffffff');
       box.style.setProperty('--accent-soft', 'color-mix(in srgb, ' + color + ' 14%, var(--card))');
+      box.style.setProperty('--accent-ink', ink(color.toLowerCase()));
       el('f-theme_pick').value = color.toLowerCase();
     } else {
-      for (const p of ['--accent', '--accent-text', '--accent-soft']) box.style.removeProperty(p);
+      for (const p of ['--accent', '--accent-text', '--accent-soft', '--accent-ink']) box.style.removeProperty(p);
     }
     const logo = el('pv-logo');
     const url = look.logo_url;
@@ -690,6 +691,28 @@
   }
 
   // WCAG relative luminance, as the server computes it for the page's theme.
+  // The waiting page's ink for the colour in this scheme, as theme.css computes it
+  // (look.rs `ink`): the colour moved toward black (light) or white (dark) until it reads
+  // at 4.5:1 on the scheme's backgrounds and on the colour's tint behind the position.
+  function ink(hex) {
+    const dark = window.matchMedia('(prefers-color-scheme: dark)').matches;
+    const [bg, card, pct, to] = dark ? ['#0e131b', '#161d29', 22, 255] : ['#f3f5f9', '#ffffff', 14, 0];
+    const rgb = (h) => [1, 3, 5].map((i) => parseInt(h.slice(i, i + 2), 16));
+    const hx = (c) => '#' + c.map((v) => Math.round(v).toString(16).padStart(2, '0')).join('');
+    const mix = (a, b, p) => a.map((v, i) => (v * p) / 100 + b[i] * (1 - p / 100));
+    const ratio = (a, b) => {
+      const x = luminance(hx(a)), y = luminance(hx(b));
+      return (Math.max(x, y) + 0.05) / (Math.min(x, y) + 0.05);
+    };
+    const base = rgb(hex);
+    const grounds = [rgb(bg), rgb(card), mix(base, rgb(card), pct)];
+    for (let step = 0; step <= 100; step++) {
+      const c = mix([to, to, to], base, step).map(Math.round);
+      if (grounds.every((g) => ratio(c, g) >= 4.5)) return hx(c);
+    }
+    return hx([to, to, to]);
+  }
+
   function luminance(hex) {
     const c = (i) => {
       const v = parseInt(hex.slice(i, i + 2), 16) / 255;

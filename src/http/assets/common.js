@@ -3,6 +3,10 @@
 // helper that always answers {ok, status, code, data} so pages never deal with exceptions.
 'use strict';
 
+// Marks the page as scripted: what only the script makes work (the status line it keeps,
+// the language button) is hidden without it (style.css `.needs-js`).
+document.documentElement.classList.add('js');
+
 window.WR = (() => {
   const LANG_KEY = 'waitroom:lang';
   const store = {

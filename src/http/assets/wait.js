@@ -143,7 +143,7 @@
     show('continue', phase === 'active');
     show('live-note', phase === 'waiting' || phase === 'offline');
     show('paused', phase === 'waiting' && info && info.paused);
-    el('paused').textContent = t('paused');
+    setText('paused', t('paused'));
 
     let title, lead;
     const badge = el('badge');
@@ -154,7 +154,7 @@
         lead = powHashes === null ? '' : t('checkingLead', { n: WR.num(powHashes) }); break;
       case 'waiting': title = t(opensAt ? 'preQueue' : 'waiting'); lead = t(opensAt ? 'preQueueLead' : 'waitingLead'); break;
       case 'offline': title = t('offline'); lead = t('offlineLead'); break;
-      case 'ready': title = t('ready'); lead = info && info.target_url ? t('readyLead') : t('noTarget');
+      case 'ready': title = t('ready'); lead = (info && info.target_url) || gated() ? t('readyLead') : t('noTarget');
         badge.hidden = false; badge.textContent = '✓'; break;
       case 'active': title = t('active'); lead = t('activeLead'); badge.hidden = false; badge.textContent = '✓'; break;
       case 'ended': title = t(ended); lead = t(ended + 'Lead'); badge.hidden = false; badge.textContent = '–'; break;
@@ -165,10 +165,10 @@
     renderCountdown();
     // Operator text: always set as text, never as markup.
     const said = notice && phase !== 'ended' ? WR.pick(notice.message) : '';
-    el('announcement-text').textContent = said;
+    setText('announcement-text', said);
     show('announcement', !!said);
     const endNote = phase === 'ended' && over && saleEnd ? WR.pick(saleEnd.message) : '';
-    el('end-note').textContent = endNote;
+    setText('end-note', endNote);
     show('end-note', !!endNote);
 
     const f = figures;
@@ -197,6 +197,13 @@
     document.title = phase === 'waiting' && f && f.position
       ? '(' + WR.num(f.position) + ') ' + (name || base)
       : (name ? name + ' · ' : '') + base;
+  }
+
+  // The operator's announcement, the pause and the end note are in live regions, which speak
+  // on every change of their text, even to the same words: only a text that differs is set.
+  function setText(id, text) {
+    const e = el(id);
+    if (e.textContent !== text) e.textContent = text;
   }
 
   // The event's look and words (title, headline, notes), in the page's language. The server
@@ -421,11 +428,35 @@
     if (phase !== 'ready') setPhase('waiting');
   }
 
+  // A gated event without target_url (the card names the gate's URL): the turn is the
+  // gate's cookie. Entering through the API took a slot leading nowhere, then a second one.
+  const GATE = el('card').dataset.gate || null;
+  function gated() { return !!GATE && !(info && info.target_url); }
+
   function onReady() {
     if (phase === 'ready') return;
     stopLive();
     setPhase('ready');
-    enter();
+    proceed();
+  }
+
+  function proceed() { if (gated()) handOver(); else enter(); }
+
+  // Posts the place's token to the gate as a form (the answer sets the HttpOnly cookie), which
+  // lets the person in through this one place.
+  function handOver() {
+    if (!place) return;
+    const form = document.createElement('form');
+    form.method = 'post';
+    form.action = GATE;
+    form.hidden = true;
+    const field = document.createElement('input');
+    field.type = 'hidden';
+    field.name = 'waiting_token';
+    field.value = place.token;
+    form.appendChild(field);
+    document.body.appendChild(form);
+    form.submit();
   }
 
   async function enter() {
@@ -536,7 +567,7 @@
   WR.setup(TEXT, render);
   el('leave').addEventListener('click', leave);
   el('join').addEventListener('click', join);
-  el('continue').addEventListener('click', (e) => { e.preventDefault(); enter(); });
+  el('continue').addEventListener('click', (e) => { e.preventDefault(); proceed(); });
   // Back from the site through the browser's cache: the page may be stale; look again.
   window.addEventListener('pageshow', (e) => { if (e.persisted && place) { phase = 'init'; resume(); } });
   // Leaving the page (even into the back/forward cache, where the browser would keep the
