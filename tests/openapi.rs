@@ -430,16 +430,466 @@ fn the_document_describes_bodies_tokens_ranges_and_settings() {
         (&json!(1), &json!(1000))
     );
     let schemas = &doc["components"]["schemas"];
-    let settings = schemas["EventSettings"].to_string();
+    // The settings and figures are named schemas that the admin answers refer to.
+    let settings = schemas["Settings"].to_string();
     assert!(
         settings.contains("\"max_active\":{\"type\":\"integer\"}"),
         "{settings}"
     );
-    let admin = schemas["AdminEvent"].to_string();
+    assert!(schemas["EventSettings"]
+        .to_string()
+        .contains("#/components/schemas/Settings"));
+    let figures = schemas["EventFigures"].to_string();
     assert!(
-        admin.contains("\"waiting\":{\"type\":\"integer\"}"),
-        "{admin}"
+        figures.contains("\"waiting\":{\"type\":\"integer\"}"),
+        "{figures}"
     );
+    assert!(schemas["AdminEvent"]
+        .to_string()
+        .contains("#/components/schemas/EventFigures"));
     let invites = &op("post", "/api/v1/admin/events/{event_id}/invites")["responses"]["200"];
     assert!(invites["content"].get("text/csv").is_some(), "{invites}");
+}
+
+// ---------------------------------------------------------------------------------------
+// The document against real answers: every answer of a scenario that visits every state
+// (waiting, admitted, active, paused, ended, deleted, refused) must be documented by its
+// route: its status, its content type, its body's schema (with no field the schema does
+// not declare), the error code in the status's description, and the headers it carries.
+// ---------------------------------------------------------------------------------------
+
+/// The schema at a `#/components/schemas/…` reference.
+fn resolve<'a>(doc: &'a Value, schema: &'a Value) -> &'a Value {
+    match schema["$ref"].as_str() {
+        Some(r) => {
+            let name = r.strip_prefix("#/components/schemas/").expect(r);
+            let s = &doc["components"]["schemas"][name];
+            assert!(!s.is_null(), "dangling reference {r}");
+            resolve(doc, s)
+        }
+        None => schema,
+    }
+}
+
+fn type_matches(t: &str, v: &Value) -> bool {
+    match t {
+        "null" => v.is_null(),
+        "boolean" => v.is_boolean(),
+        "integer" => v.is_i64() || v.is_u64(),
+        "number" => v.is_number(),
+        "string" => v.is_string(),
+        "array" => v.is_array(),
+        "object" => v.is_object(),
+        other => panic!("unknown type {other}"),
+    }
+}
+
+/// The errors of `v` against `schema`: the part of JSON Schema 2020-12 the document uses
+/// (`$ref`, `type`, `enum`, `properties`, `required`, `items`, `allOf`, `oneOf`, `anyOf`,
+/// `minimum`, `maximum`, `additionalProperties`).
+fn schema_errors(doc: &Value, schema: &Value, v: &Value, at: &str, out: &mut Vec<String>) {
+    let s = resolve(doc, schema);
+    match &s["type"] {
+        Value::String(t) if !type_matches(t, v) => {
+            out.push(format!("{at}: {v} is not {t}"));
+            return;
+        }
+        Value::Array(ts) if !ts.iter().any(|t| type_matches(t.as_str().unwrap(), v)) => {
+            out.push(format!("{at}: {v} is none of {ts:?}"));
+            return;
+        }
+        _ => {}
+    }
+    if let Some(e) = s["enum"].as_array() {
+        if !e.contains(v) {
+            out.push(format!("{at}: {v} is not one of {e:?}"));
+        }
+    }
+    if let (Some(min), Some(n)) = (s["minimum"].as_f64(), v.as_f64()) {
+        if n < min {
+            out.push(format!("{at}: {n} < minimum {min}"));
+        }
+    }
+    if let (Some(max), Some(n)) = (s["maximum"].as_f64(), v.as_f64()) {
+        if n > max {
+            out.push(format!("{at}: {n} > maximum {max}"));
+        }
+    }
+    for part in s["allOf"].as_array().into_iter().flatten() {
+        schema_errors(doc, part, v, at, out);
+    }
+    for (key, exactly_one) in [("oneOf", true), ("anyOf", false)] {
+        if let Some(alts) = s[key].as_array() {
+            let passing = alts
+                .iter()
+                .filter(|a| {
+                    let mut e = Vec::new();
+                    schema_errors(doc, a, v, at, &mut e);
+                    e.is_empty()
+                })
+                .count();
+            if passing == 0 || (exactly_one && passing > 1) {
+                out.push(format!("{at}: {v} matches {passing} of the {key} {alts:?}"));
+            }
+        }
+    }
+    if let Some(obj) = v.as_object() {
+        for r in s["required"].as_array().into_iter().flatten() {
+            if !obj.contains_key(r.as_str().unwrap()) {
+                out.push(format!("{at}: required field {r} missing"));
+            }
+        }
+        let props = s["properties"].as_object();
+        for (k, x) in obj {
+            match props.and_then(|p| p.get(k)) {
+                Some(p) => schema_errors(doc, p, x, &format!("{at}.{k}"), out),
+                None if s["additionalProperties"].is_object() => schema_errors(
+                    doc,
+                    &s["additionalProperties"],
+                    x,
+                    &format!("{at}.{k}"),
+                    out,
+                ),
+                None if s["additionalProperties"] == false => {
+                    out.push(format!("{at}: field {k} not allowed"))
+                }
+                None => {}
+            }
+        }
+    }
+    if let (Some(items), Some(arr)) = (s.get("items"), v.as_array()) {
+        for (i, x) in arr.iter().enumerate() {
+            schema_errors(doc, items, x, &format!("{at}[{i}]"), out);
+        }
+    }
+}
+
+/// The fields of `v` (at any depth) that no schema of the match declares: a field the
+/// server sends that a generated client cannot see.
+fn undeclared(doc: &Value, schema: &Value, v: &Value, at: &str, out: &mut Vec<String>) {
+    let s = resolve(doc, schema);
+    // Of a choice, the declared fields of the alternative that matches.
+    for key in ["oneOf", "anyOf"] {
+        for alt in s[key].as_array().into_iter().flatten() {
+            let mut e = Vec::new();
+            schema_errors(doc, alt, v, at, &mut e);
+            if e.is_empty() {
+                undeclared(doc, alt, v, at, out);
+                return;
+            }
+        }
+    }
+    // The fields every part declares, and each field's schemas.
+    fn declared<'a>(doc: &'a Value, s: &'a Value, into: &mut Vec<(&'a String, &'a Value)>) -> bool {
+        let s = resolve(doc, s);
+        // Any value (`{}`, a setting's old and new value in the audit) declares any field.
+        let any = s
+            .as_object()
+            .is_some_and(|m| m.keys().all(|k| k == "description"));
+        let mut open = any || s.get("additionalProperties").is_some_and(|a| a != false);
+        for (k, p) in s["properties"].as_object().into_iter().flatten() {
+            into.push((k, p));
+        }
+        for part in s["allOf"].as_array().into_iter().flatten() {
+            open |= declared(doc, part, into);
+        }
+        open
+    }
+    let mut fields = Vec::new();
+    let open = declared(doc, s, &mut fields);
+    if let Some(obj) = v.as_object() {
+        for (k, x) in obj {
+            let of_k: Vec<&Value> = fields
+                .iter()
+                .filter(|(n, _)| *n == k)
+                .map(|f| f.1)
+                .collect();
+            if of_k.is_empty() && !open {
+                out.push(format!("{at}.{k}"));
+            }
+            for p in of_k {
+                undeclared(doc, p, x, &format!("{at}.{k}"), out);
+            }
+        }
+    }
+    if let (Some(items), Some(arr)) = (s.get("items"), v.as_array()) {
+        for (i, x) in arr.iter().enumerate() {
+            undeclared(doc, items, x, &format!("{at}[{i}]"), out);
+        }
+    }
+}
+
+/// The document's operation for a request: its path template and the operation.
+fn operation<'a>(doc: &'a Value, method: &str, path: &str) -> Option<(&'a String, &'a Value)> {
+    let segs: Vec<&str> = path.split('/').collect();
+    doc["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .find_map(|(p, item)| {
+            let t: Vec<&str> = p.split('/').collect();
+            let fits = t.len() == segs.len()
+                && t.iter()
+                    .zip(&segs)
+                    .all(|(a, b)| a == b || (a.starts_with('{') && a.ends_with('}')));
+            let op = item.get(method.to_lowercase())?;
+            fits.then_some((p, op))
+        })
+}
+
+/// One answer, as the scenario saw it.
+struct Answer {
+    status: StatusCode,
+    headers: axum::http::HeaderMap,
+    json: Value,
+}
+
+/// Sends requests to the router as a client at 192.0.2.1 and checks every answer against
+/// the document.
+struct Conformance {
+    app: Router,
+    doc: Value,
+    problems: Vec<String>,
+    /// (method, path template, status) of every answer.
+    seen: BTreeSet<(String, String, String)>,
+}
+
+impl Conformance {
+    fn new() -> Self {
+        Conformance {
+            app: router(state()),
+            doc: openapi::document(),
+            problems: Vec::new(),
+            seen: BTreeSet::new(),
+        }
+    }
+
+    async fn send(
+        &mut self,
+        method: &str,
+        uri: &str,
+        headers: &[(&str, &str)],
+        body: Option<(&str, String)>,
+    ) -> Answer {
+        let mut req = Request::builder().method(method).uri(uri);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let mut req = match body {
+            Some((ct, b)) => req.header("content-type", ct).body(Body::from(b)),
+            None => req.body(Body::empty()),
+        }
+        .unwrap();
+        req.extensions_mut()
+            .insert(axum::extract::ConnectInfo(std::net::SocketAddr::from((
+                [192, 0, 2, 1],
+                40000,
+            ))));
+        let res = self.app.clone().oneshot(req).await.unwrap();
+        let (status, headers) = (res.status(), res.headers().clone());
+        let ct = headers.get("content-type").map(|v| {
+            v.to_str()
+                .unwrap()
+                .split(';')
+                .next()
+                .unwrap()
+                .trim()
+                .to_string()
+        });
+        // A live stream does not end: its head is what is checked.
+        let bytes = if ct.as_deref() == Some("text/event-stream") {
+            Default::default()
+        } else {
+            axum::body::to_bytes(res.into_body(), 1 << 22)
+                .await
+                .unwrap()
+        };
+        let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        let path = uri.split('?').next().unwrap();
+        let tag = format!("{method} {uri} -> {}", status.as_u16());
+        let Some((template, op)) = operation(&self.doc, method, path) else {
+            self.problems.push(format!("{tag}: no such operation"));
+            return Answer {
+                status,
+                headers,
+                json,
+            };
+        };
+        let code = status.as_u16().to_string();
+        self.seen
+            .insert((method.to_lowercase(), template.clone(), code.clone()));
+        // `default` stands for what any route may answer, nothing a route answers itself.
+        let any_route = ["405", "413", "500", "503"].contains(&code.as_str());
+        let fallback = op["responses"].get("default").filter(|_| any_route);
+        let Some(doc_res) = op["responses"].get(&code).or(fallback) else {
+            let documented: Vec<&String> = op["responses"].as_object().unwrap().keys().collect();
+            self.problems.push(format!(
+                "{tag}: undocumented status (documented: {documented:?}) {json}"
+            ));
+            return Answer {
+                status,
+                headers,
+                json,
+            };
+        };
+        for h in ["retry-after", "x-waitroom-redirect"] {
+            let declared = doc_res["headers"]
+                .as_object()
+                .is_some_and(|d| d.keys().any(|k| k.eq_ignore_ascii_case(h)));
+            if headers.contains_key(h) && !declared {
+                self.problems
+                    .push(format!("{tag}: header {h} not declared"));
+            }
+        }
+        let content = doc_res["content"].as_object();
+        match (ct, content) {
+            (None, _) if bytes.is_empty() => {}
+            (Some(ct), Some(content)) => match content.get(&ct) {
+                None => self.problems.push(format!(
+                    "{tag}: content type {ct} not among {:?}",
+                    content.keys().collect::<Vec<_>>()
+                )),
+                Some(media) if ct == "application/json" => {
+                    let mut errs = Vec::new();
+                    schema_errors(&self.doc, &media["schema"], &json, "body", &mut errs);
+                    let mut extra = Vec::new();
+                    undeclared(&self.doc, &media["schema"], &json, "body", &mut extra);
+                    if !extra.is_empty() {
+                        errs.push(format!("fields the schema does not declare: {extra:?}"));
+                    }
+                    if let Some(c) = json["error"]["code"].as_str() {
+                        let d = doc_res["description"].as_str().unwrap_or("");
+                        if !d.contains(c) {
+                            errs.push(format!("code {c} not named in {d:?}"));
+                        }
+                    }
+                    for e in errs {
+                        self.problems.push(format!("{tag}: {e}\n      {json}"));
+                    }
+                }
+                Some(_) => {}
+            },
+            (ct, _) => self.problems.push(format!(
+                "{tag}: a body ({ct:?}) where the document has none"
+            )),
+        }
+        Answer {
+            status,
+            headers,
+            json,
+        }
+    }
+
+    async fn json(&mut self, method: &str, uri: &str, auth: Option<&str>, body: Value) -> Answer {
+        let h = auth.map(|a| format!("Bearer {a}"));
+        let headers: Vec<(&str, &str)> = h.iter().map(|h| ("authorization", h.as_str())).collect();
+        self.send(
+            method,
+            uri,
+            &headers,
+            Some(("application/json", body.to_string())),
+        )
+        .await
+    }
+
+    async fn get(&mut self, method: &str, uri: &str, auth: Option<&str>) -> Answer {
+        let h = auth.map(|a| format!("Bearer {a}"));
+        let headers: Vec<(&str, &str)> = h.iter().map(|h| ("authorization", h.as_str())).collect();
+        self.send(method, uri, &headers, None).await
+    }
+
+    fn assert_clean(&self) {
+        assert!(
+            self.problems.is_empty(),
+            "answers the OpenAPI document does not describe:\n  {}",
+            self.problems.join("\n  ")
+        );
+    }
+}
+
+/// Every array in the document says what its items are: a generator drops a model with an
+/// array of unknown items, and every operation that answers it (openapi-python-client).
+#[test]
+fn every_array_schema_has_items() {
+    fn walk(v: &Value, at: &str, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                let array = match m.get("type") {
+                    Some(Value::String(t)) => t == "array",
+                    Some(Value::Array(ts)) => ts.contains(&json!("array")),
+                    _ => false,
+                };
+                if array && !m.contains_key("items") {
+                    out.push(at.to_string());
+                }
+                for (k, x) in m {
+                    walk(x, &format!("{at}/{k}"), out);
+                }
+            }
+            Value::Array(a) => {
+                for (i, x) in a.iter().enumerate() {
+                    walk(x, &format!("{at}/{i}"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(&openapi::document(), "#", &mut out);
+    assert!(out.is_empty(), "arrays without items: {out:?}");
+}
+
+/// The admin reads answer the settings field for field as the schemas say, the fields an
+/// event has only once set (`closes_at`, `ended`, `announcement`) and the lists included;
+/// every settings field has a type.
+#[tokio::test]
+async fn admin_settings_answers_are_described_field_for_field() {
+    let mut c = Conformance::new();
+    let admin = Some("admin");
+    let ev = "/api/v1/admin/events/ev";
+    let a = c
+        .json(
+            "PUT",
+            ev,
+            admin,
+            json!({"name": "Ev", "closes_at": "2031-01-01T00:00:00Z",
+            "paths": ["/checkout"], "hosts": ["shop.example"], "bypass_paths": ["/checkout/s/"],
+            "bypass_cidrs": ["10.0.0.0/8"], "title": {"en": "Ev"}, "admit_per_minute": 60,
+            "rate_limits": {"joins_per_minute": 1000}, "opens_at": "2030-01-01T00:00:00Z"}),
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.json);
+    assert_eq!(a.json["closes_at"], "2031-01-01T00:00:00Z");
+    assert_eq!(a.headers["cache-control"], "no-store");
+    // (The answers of these two are checked with the typed bodies below.)
+    let message = json!({"message": {"en": "hi"}});
+    let url = format!("{ev}/announcement");
+    send(&c.app, "POST", &url, admin, Some(message)).await;
+    for uri in ["/api/v1/admin/events", ev, "/api/v1/admin/defaults"] {
+        assert_eq!(c.get("GET", uri, admin).await.status, StatusCode::OK);
+    }
+    let end = Some(json!({"reason": "closed"}));
+    send(&c.app, "POST", &format!("{ev}/end"), admin, end).await;
+    let a = c.get("GET", ev, admin).await;
+    assert_eq!(a.json["ended"]["message"], Value::Null, "{}", a.json);
+    c.get("POST", &format!("{ev}/pause"), admin).await;
+    c.get("POST", &format!("{ev}/resume"), admin).await;
+    c.assert_clean();
+    let props = &c.doc["components"]["schemas"]["Settings"]["properties"];
+    for f in [
+        "closes_at",
+        "ended",
+        "announcement",
+        "paths",
+        "opens_at",
+        "rate_limits",
+    ] {
+        assert!(props.get(f).is_some(), "{f} missing: {props}");
+    }
+    for (k, p) in props.as_object().unwrap() {
+        assert!(
+            p.get("type").is_some() || p.get("$ref").is_some(),
+            "{k} has no type: {p}"
+        );
+    }
 }

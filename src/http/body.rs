@@ -69,8 +69,6 @@ pub struct Place {
 /// An announcement as every answer shows it.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct AnnouncementBody {
-    /// `{"ko": …, "en": …}`
-    #[schema(value_type = Object)]
     pub message: Texts,
     /// When it was posted (RFC 3339).
     pub at: String,
@@ -91,7 +89,6 @@ pub struct EndedBody {
     /// `sold_out`, `closed` or `cancelled`.
     #[schema(value_type = String, example = "sold_out")]
     pub reason: EndCause,
-    #[schema(value_type = Option<Object>)]
     pub message: Option<Texts>,
     /// When it ended (RFC 3339).
     pub at: String,

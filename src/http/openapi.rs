@@ -109,41 +109,77 @@ pub fn document() -> Value {
 }
 
 /// The settings and figures objects (flattened into `EventSettings` and `AdminEvent`, which
-/// utoipa can only call objects) described by their fields as a new event answers them:
-/// each field's type from its default value (any type where the default is `null`).
+/// utoipa can only call objects), described by their fields as the server writes them. The
+/// types come from a sample where every optional field is set (so an array has its items'
+/// type and `closes_at`, `ended` and `announcement`, which a new event leaves out, are
+/// there); a field a new event answers as `null` is nullable, and the fields a new event
+/// answers are the required ones. Read from the serialization, the schema cannot drift from
+/// it: a new setting is described as soon as it exists (and `full_settings` must set it, or
+/// the contract test finds it untyped).
 fn described_settings(doc: &mut Value) {
-    fn schema_of(sample: Value, what: &str) -> Value {
-        let props: serde_json::Map<String, Value> = sample
+    fn schema_of(v: &Value) -> Value {
+        match v {
+            Value::Null => json!({}),
+            Value::Bool(_) => json!({"type": "boolean"}),
+            Value::Number(n) if n.is_f64() => json!({"type": "number"}),
+            Value::Number(_) => json!({"type": "integer"}),
+            Value::String(_) => json!({"type": "string"}),
+            // Generated clients need the items' type (openapi-python-client drops a model
+            // with an array of unknown items, and every answer that uses it).
+            Value::Array(a) => {
+                json!({"type": "array", "items": a.first().map_or(json!({}), schema_of)})
+            }
+            Value::Object(m) => json!({
+                "type": "object",
+                "properties": m.iter().map(|(k, v)| (k.clone(), schema_of(v))).collect::<serde_json::Map<_, _>>(),
+            }),
+        }
+    }
+    fn object_schema(full: &Value, new: &Value, what: &str) -> Value {
+        let new = new.as_object().cloned().unwrap_or_default();
+        let props: serde_json::Map<String, Value> = full
             .as_object()
             .into_iter()
             .flatten()
             .map(|(k, v)| {
-                let t = match v {
-                    Value::Null => json!({}),
-                    Value::Bool(_) => json!({"type": "boolean"}),
-                    Value::Number(n) if n.is_f64() => json!({"type": "number"}),
-                    Value::Number(_) => json!({"type": "integer"}),
-                    Value::String(_) => json!({"type": "string"}),
-                    Value::Array(_) => json!({"type": "array"}),
-                    Value::Object(_) => json!({"type": "object"}),
-                };
+                let mut t = schema_of(v);
+                if new.get(k).is_some_and(Value::is_null) {
+                    t["type"] = json!([t["type"].clone(), "null"]);
+                }
                 (k.clone(), t)
             })
             .collect();
-        json!({"type": "object", "description": what, "properties": props})
+        let required: Vec<&String> = new.keys().collect();
+        json!({"type": "object", "description": what, "properties": props, "required": required})
     }
-    let settings = serde_json::to_value(Settings(crate::core::EventConfig::default()))
-        .expect("settings serialize");
-    let settings = schema_of(
-        settings,
-        "The event's settings (API.md \"Admin API\"); the types are those of a new event's defaults",
+    let written = |c: crate::core::EventConfig| {
+        serde_json::to_value(Settings(c)).expect("settings serialize")
+    };
+    let mut settings = object_schema(
+        &written(full_settings()),
+        &written(crate::core::EventConfig::default()),
+        "The event's settings (API.md \"Admin API\"); `closes_at`, `ended` and `announcement` only when set",
     );
+    // These two are written by the answers' own types (`Settings::serialize`), whose
+    // schemas say what a sample cannot: `ended.message` may be `null`.
+    settings["properties"]["ended"] = json!({"$ref": "#/components/schemas/EndedBody"});
+    settings["properties"]["announcement"] =
+        json!({"$ref": "#/components/schemas/AnnouncementBody"});
     let figures =
         serde_json::to_value(crate::core::EventFigures::default()).expect("figures serialize");
-    let figures = schema_of(figures, "The event's figures (API.md \"Admin API\")");
+    let figures = object_schema(
+        &figures,
+        &figures,
+        "The event's figures (API.md \"Admin API\")",
+    );
+    // Named, so that generated clients share one model of the settings.
+    doc["components"]["schemas"]["Settings"] = settings;
+    doc["components"]["schemas"]["EventFigures"] = figures;
+    let settings = json!({"$ref": "#/components/schemas/Settings"});
+    let figures = json!({"$ref": "#/components/schemas/EventFigures"});
     for (name, parts) in [
         ("EventSettings", vec![settings.clone()]),
-        ("AdminEvent", vec![settings, figures]),
+        ("AdminEvent", vec![settings.clone(), figures]),
     ] {
         let all = doc["components"]["schemas"][name]["allOf"].as_array_mut();
         let bare = all
@@ -153,6 +189,62 @@ fn described_settings(doc: &mut Value) {
         for (slot, part) in bare.zip(parts) {
             *slot = part;
         }
+    }
+    // `GET /admin/defaults` answers the settings alone.
+    doc["paths"]["/api/v1/admin/defaults"]["get"]["responses"]["200"]["content"]
+        ["application/json"]["schema"] = settings;
+}
+
+/// Settings with every optional field set and every list non-empty: the sample the
+/// settings' schema reads its types from.
+fn full_settings() -> crate::core::EventConfig {
+    use crate::core::{
+        Announcement, EndCause, EventConfig, GateRules, Look, RateLimits, SaleEnd, Texts,
+    };
+    let texts = || Texts {
+        ko: Some("안내".into()),
+        en: Some("note".into()),
+    };
+    let s = |v: &str| Some(v.to_string());
+    EventConfig {
+        admit_per_minute: Some(60),
+        max_queue_length: Some(1000),
+        target_url: s("https://shop.example/"),
+        user_token_secret: s("secret"),
+        user_token_public_key: s("key"),
+        pow_auto_above: Some(100),
+        rate_limits: Some(Box::new(RateLimits {
+            joins_per_minute: Some(30),
+            polls_per_second: Some(2),
+        })),
+        opens_at: Some(1_800_000_000_000),
+        closes_at: Some(1_800_000_600_000),
+        ended: Some(SaleEnd {
+            reason: EndCause::SoldOut,
+            message: Some(texts()),
+            at: 1_800_000_300_000,
+        }),
+        announcement: Some(Announcement {
+            message: texts(),
+            at: 1_800_000_100_000,
+        }),
+        look: Look {
+            title: Some(texts()),
+            headline: Some(texts()),
+            note: Some(texts()),
+            turn_message: Some(texts()),
+            theme_color: s("#112233"),
+            logo_url: s("/branding/logo.png"),
+            stylesheet: s("site.css"),
+        },
+        gate: GateRules {
+            paths: vec!["/checkout".into()],
+            hosts: vec!["shop.example".into()],
+            bypass_paths: vec!["/checkout/static/".into()],
+            bypass_cidrs: vec!["10.0.0.0/8".into()],
+            bypass_secret: s("bypass"),
+        },
+        ..EventConfig::default()
     }
 }
 
@@ -260,7 +352,7 @@ fn bounds(doc: &mut Value) {
         asset,
         booking_order
     ),
-    components(schemas(ErrorBody, ErrorDetail, TokenBody))
+    components(schemas(ErrorBody, ErrorDetail, TokenBody, EndedBody, AnnouncementBody))
 )]
 struct Doc;
 
@@ -463,6 +555,7 @@ fn queue_head() {}
 fn stats() {}
 
 #[utoipa::path(get, path = "/api/v1/admin/defaults", tag = "admin",
+    // The body is the `Settings` schema, set by `described_settings`.
     responses((status = 200, description = "The settings of a field left out", body = Object)))]
 fn defaults() {}
 
