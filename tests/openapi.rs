@@ -893,3 +893,62 @@ async fn admin_settings_answers_are_described_field_for_field() {
         );
     }
 }
+
+/// The waiting room a gated URL redirects to never answers 200: admitted is a 303 to the
+/// return path, waiting a 503 (the page, or the place as JSON), a refusal its error (JSON,
+/// or a page for a browser). Each is documented as the server answers it.
+#[tokio::test]
+async fn the_gated_waiting_room_answers_are_documented() {
+    let mut c = Conformance::new();
+    let admin = Some("admin");
+    c.json(
+        "PUT",
+        "/api/v1/admin/events/gq",
+        admin,
+        json!({"max_active": 1}),
+    )
+    .await;
+    let q = "/wait/gq/queue?return=/checkout";
+    let a = c.get("GET", q, None).await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER);
+    assert_eq!(a.headers["location"], "/checkout");
+    let html = [("accept", "text/html")];
+    let a = c.send("GET", q, &html, None).await;
+    assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(a.headers.contains_key("retry-after"));
+    let a = c
+        .send("GET", q, &[("accept", "application/json")], None)
+        .await;
+    assert_eq!(
+        (a.status, &a.json["status"]),
+        (StatusCode::SERVICE_UNAVAILABLE, &json!("waiting"))
+    );
+    let cross = [
+        ("sec-fetch-site", "cross-site"),
+        ("sec-fetch-dest", "image"),
+    ];
+    assert_eq!(
+        c.send("GET", q, &cross, None).await.status,
+        StatusCode::BAD_REQUEST
+    );
+    // (The end's answer is checked with the typed bodies.)
+    let end = Some(json!({"reason": "sold_out"}));
+    send(&c.app, "POST", "/api/v1/admin/events/gq/end", admin, end).await;
+    let a = c.get("GET", q, None).await;
+    assert_eq!(
+        (a.status, &a.json["error"]["reason"]),
+        (StatusCode::CONFLICT, &json!("sold_out"))
+    );
+    assert_eq!(
+        c.send("GET", q, &html, None).await.status,
+        StatusCode::CONFLICT
+    );
+    assert_eq!(
+        c.get("GET", "/wait/nope/queue", None).await.status,
+        StatusCode::NOT_FOUND
+    );
+    c.send("GET", "/wait/nope/queue", &html, None).await;
+    c.assert_clean();
+    let documented = &c.doc["paths"]["/wait/{event_id}/queue"]["get"]["responses"];
+    assert!(documented.get("200").is_none(), "{documented}");
+}

@@ -30,6 +30,11 @@ pub struct ErrorDetail {
     /// One of the codes of API.md "Errors" (the enum is filled in from the code's list).
     code: String,
     message: String,
+    /// The challenge to solve, on `POW_REQUIRED` and `POW_INVALID`.
+    challenge: Option<crate::pow::Challenge>,
+    /// Why the sale ended, on `TOKEN_NOT_FOUND` and `EVENT_CLOSED` after its end (the
+    /// values are filled in from `EndCause`).
+    reason: Option<String>,
     /// The request's trace id, when tracing export is on.
     trace_id: Option<String>,
 }
@@ -68,7 +73,14 @@ pub async fn serve() -> impl IntoResponse {
 /// list of error codes, and the bearer schemes of the admin and session routes.
 pub fn document() -> Value {
     let mut doc = serde_json::to_value(Doc::openapi()).expect("the document serializes");
-    doc["components"]["schemas"]["ErrorDetail"]["properties"]["code"]["enum"] = json!(code::ALL);
+    let detail = &mut doc["components"]["schemas"]["ErrorDetail"]["properties"];
+    detail["code"]["enum"] = json!(code::ALL);
+    // Present only with a value, never `null`.
+    use crate::core::EndCause;
+    let reasons = [EndCause::SoldOut, EndCause::Closed, EndCause::Cancelled].map(EndCause::as_str);
+    detail["reason"] = json!({"type": "string", "enum": reasons,
+        "description": "Why the sale ended, on `TOKEN_NOT_FOUND` and `EVENT_CLOSED` after its end"});
+    detail["challenge"] = json!({"$ref": "#/components/schemas/Challenge"});
     doc["components"]["securitySchemes"] = json!({
         "admin": {"type": "http", "scheme": "bearer",
                   "description": "The admin token (`--admin-token`)."},
@@ -76,6 +88,12 @@ pub fn document() -> Value {
                    "description": "An access token from `POST /api/v1/queue/enter`."},
     });
     bounds(&mut doc);
+    // The waiting room's 503 is the place while waiting, an error when refused.
+    doc["paths"]["/wait/{event_id}/queue"]["get"]["responses"]["503"]["content"]
+        ["application/json"]["schema"] = json!({"oneOf": [
+        {"$ref": "#/components/schemas/Place"},
+        {"$ref": "#/components/schemas/ErrorBody"},
+    ]});
     described_settings(&mut doc);
     if let Some(paths) = doc["paths"].as_object_mut() {
         for (path, item) in paths.iter_mut() {
@@ -352,7 +370,14 @@ fn bounds(doc: &mut Value) {
         asset,
         booking_order
     ),
-    components(schemas(ErrorBody, ErrorDetail, TokenBody, EndedBody, AnnouncementBody))
+    components(schemas(
+        ErrorBody,
+        ErrorDetail,
+        TokenBody,
+        EndedBody,
+        AnnouncementBody,
+        crate::pow::Challenge
+    ))
 )]
 struct Doc;
 
@@ -698,8 +723,23 @@ fn extend() {}
 #[utoipa::path(get, path = "/wait/{event_id}/queue", tag = "pages",
     params(("event_id" = String, Path),
            ("return" = Option<String>, Query, description = "Where to send the person once admitted: a same-site path; anything else becomes `/`")),
-    responses((status = 200, description = "The waiting room that nginx's `auth_request` redirects to; sends the person back once admitted", content_type = "text/html", body = String),
-              (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
+    // Never 200 (API.md "GET /wait/{event_id}/queue"): admitted is a redirect, waiting a
+    // 503 (so that a proxy or a client that follows the gate never caches or mistakes the
+    // waiting page for the page it asked). A refusal is the JSON error, or for an `Accept`
+    // naming `text/html` a page with the same status and headers.
+    responses(
+        (status = 303, description = "Admitted: to `return` (checked as above), with the place's cookie",
+            headers(("Location" = String, description = "The return path, percent-encoded where not ASCII"))),
+        (status = 400, description = "INVALID_REQUEST: a malformed event id; another site's page loading this URL as a subresource, in a frame or as a prefetch (`Sec-Fetch-Site: cross-site`); an event that asks a user token, an invite or a proof of work (people join it at `/wait/{event_id}`)",
+            content((ErrorBody = "application/json"), (String = "text/html"))),
+        (status = 404, description = "EVENT_NOT_FOUND", content((ErrorBody = "application/json"), (String = "text/html"))),
+        (status = 409, description = "EVENT_CLOSED (with `reason` once the sale ended)", content((ErrorBody = "application/json"), (String = "text/html"))),
+        (status = 429, description = "RATE_LIMITED",
+            headers(("Retry-After" = u64, description = "Seconds before asking again")),
+            content((ErrorBody = "application/json"), (String = "text/html"))),
+        (status = 503, description = "Waiting: the waiting page, which refreshes itself (`text/html`), or for an `Accept` naming `application/json` and not `text/html` the place (`Place`), with the place's cookie; or a refusal: QUEUE_FULL, EVENT_FULL, UNAVAILABLE (`ErrorBody`)",
+            headers(("Retry-After" = u64, description = "Seconds before asking again (the page refreshes itself then)")),
+            content((Place = "application/json"), (String = "text/html")))))]
 fn gate_queue_page() {}
 
 #[utoipa::path(get, path = "/api/v1/gate", tag = "session",
