@@ -952,3 +952,61 @@ async fn the_gated_waiting_room_answers_are_documented() {
     let documented = &c.doc["paths"]["/wait/{event_id}/queue"]["get"]["responses"];
     assert!(documented.get("200").is_none(), "{documented}");
 }
+
+/// A route that needs a token answers `400 MISSING_TOKEN` without one, documented; the
+/// live routes take the waiting token as `Authorization: Bearer` too, so `token` is not a
+/// required parameter.
+#[tokio::test]
+async fn a_missing_token_is_a_documented_400() {
+    let mut c = Conformance::new();
+    for (m, uri) in [
+        ("POST", "/api/v1/session/heartbeat"),
+        ("POST", "/api/v1/session/complete"),
+        ("POST", "/api/v1/session/extend"),
+        ("GET", "/api/v1/session/holds"),
+        ("DELETE", "/api/v1/session/holds"),
+        ("POST", "/api/v1/queue/verify"),
+        ("GET", "/api/v1/queue/ws"),
+        ("GET", "/api/v1/queue/events"),
+        ("GET", "/api/v1/queue/status"),
+        ("POST", "/api/v1/queue/enter"),
+    ] {
+        let a = c.get(m, uri, None).await;
+        assert_eq!(a.json["error"]["code"], "MISSING_TOKEN", "{m} {uri}");
+    }
+    let a = c
+        .json(
+            "POST",
+            "/api/v1/session/holds",
+            None,
+            json!({"items": ["A-1"]}),
+        )
+        .await;
+    assert_eq!(a.json["error"]["code"], "MISSING_TOKEN");
+    // The waiting token as a bearer opens the live stream.
+    c.json("PUT", "/api/v1/admin/events/ev", Some("admin"), json!({}))
+        .await;
+    let joined = c
+        .json(
+            "POST",
+            "/api/v1/queue/join",
+            None,
+            json!({"event_id": "ev"}),
+        )
+        .await;
+    let token = joined.json["waiting_token"].as_str().unwrap().to_string();
+    let a = c.get("GET", "/api/v1/queue/events", Some(&token)).await;
+    assert_eq!(a.status, StatusCode::OK);
+    c.assert_clean();
+    for path in ["/api/v1/queue/ws", "/api/v1/queue/events"] {
+        let params = &c.doc["paths"][path]["get"]["parameters"];
+        assert!(
+            params
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|p| p["required"] != true),
+            "{path}: {params}"
+        );
+    }
+}

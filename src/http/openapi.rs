@@ -451,7 +451,7 @@ fn leave_delete() {}
     params(("event_id" = Option<String>, Query, description = "The event the token must be for")),
     responses(
         (status = 200, description = "The token is valid and its session active", body = Verified),
-        (status = 400, description = "INVALID_REQUEST (an empty event_id)", body = ErrorBody),
+        (status = 400, description = "INVALID_REQUEST (an empty or misspelt event_id), MISSING_TOKEN", body = ErrorBody),
         (status = 401, description = "ACCESS_DENIED", body = ErrorBody)))]
 fn verify() {}
 
@@ -463,17 +463,19 @@ fn verify() {}
 fn info() {}
 
 #[utoipa::path(get, path = "/api/v1/queue/ws", tag = "live",
-    params(("token" = String, Query, description = "The waiting token")),
+    params(("token" = Option<String>, Query, description = "The waiting token (or `Authorization: Bearer`)")),
     responses(
         (status = 101, description = "WebSocket of live messages (API.md)"),
+        (status = 400, description = "MISSING_TOKEN; INVALID_REQUEST: not a WebSocket upgrade", body = ErrorBody),
         (status = 401, description = "TOKEN_INVALID", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED", body = ErrorBody)))]
 fn ws() {}
 
 #[utoipa::path(get, path = "/api/v1/queue/events", tag = "live",
-    params(("token" = String, Query, description = "The waiting token")),
+    params(("token" = Option<String>, Query, description = "The waiting token (or `Authorization: Bearer`)")),
     responses(
         (status = 200, description = "Server-Sent Events of live messages", content_type = "text/event-stream", body = String),
+        (status = 400, description = "MISSING_TOKEN", body = ErrorBody),
         (status = 401, description = "TOKEN_INVALID", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED", body = ErrorBody)))]
 fn events_stream() {}
@@ -492,12 +494,14 @@ fn public_event() {}
 #[utoipa::path(post, path = "/api/v1/session/heartbeat", tag = "session",
     responses(
         (status = 204, description = "The session is kept alive"),
+        (status = 400, description = "MISSING_TOKEN: no `Authorization: Bearer`", body = ErrorBody),
         (status = 401, description = "ACCESS_DENIED", body = ErrorBody)))]
 fn session_heartbeat() {}
 
 #[utoipa::path(post, path = "/api/v1/session/complete", tag = "session",
     responses(
         (status = 200, description = "The session ended as used", body = Completed),
+        (status = 400, description = "MISSING_TOKEN: no `Authorization: Bearer`", body = ErrorBody),
         (status = 401, description = "ACCESS_DENIED", body = ErrorBody)))]
 fn session_complete() {}
 
@@ -693,6 +697,7 @@ fn get_inventory() {}
 #[utoipa::path(get, path = "/api/v1/session/holds", tag = "session",
     responses(
         (status = 200, description = "The seat map: every item's state, and this session's holds", body = Object),
+        (status = 400, description = "MISSING_TOKEN: no `Authorization: Bearer`", body = ErrorBody),
         (status = 401, description = "ACCESS_DENIED", body = ErrorBody)))]
 fn seat_map() {}
 
@@ -700,7 +705,7 @@ fn seat_map() {}
     request_body(content = Object, description = "`{\"items\": [\"A-1\", …]}`: all held or none"),
     responses(
         (status = 200, description = "This session's holds and their expiries", body = Object),
-        (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
+        (status = 400, description = "INVALID_REQUEST, MISSING_TOKEN", body = ErrorBody),
         (status = 401, description = "ACCESS_DENIED", body = ErrorBody),
         (status = 404, description = "ITEM_NOT_FOUND", body = ErrorBody),
         (status = 409, description = "HOLD_CONFLICT, TOO_MANY_HOLDS", body = ErrorBody)))]
@@ -710,12 +715,14 @@ fn hold() {}
     request_body(content = Object, description = "`{\"items\": […]}`, or no body to release every hold"),
     responses(
         (status = 200, description = "This session's holds after the release", body = Object),
+        (status = 400, description = "MISSING_TOKEN: no `Authorization: Bearer`", body = ErrorBody),
         (status = 401, description = "ACCESS_DENIED", body = ErrorBody)))]
 fn release_holds() {}
 
 #[utoipa::path(post, path = "/api/v1/session/extend", tag = "session",
     responses(
         (status = 200, description = "The session's new end and a refreshed access token", body = Object),
+        (status = 400, description = "MISSING_TOKEN: no `Authorization: Bearer`", body = ErrorBody),
         (status = 401, description = "ACCESS_DENIED", body = ErrorBody),
         (status = 409, description = "EXTENSION_LIMIT", body = ErrorBody)))]
 fn extend() {}
