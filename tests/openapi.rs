@@ -1010,3 +1010,37 @@ async fn a_missing_token_is_a_documented_400() {
         );
     }
 }
+
+/// Wrong admin tokens are limited per client (`429 RATE_LIMITED` with `Retry-After`), on
+/// every admin route: each documents it.
+#[tokio::test]
+async fn the_admin_failure_limit_is_documented_on_every_admin_route() {
+    let mut c = Conformance::new();
+    let mut limited = false;
+    for _ in 0..30 {
+        let a = c.get("GET", "/api/v1/admin/stats", Some("wrong")).await;
+        if a.status == StatusCode::TOO_MANY_REQUESTS {
+            assert!(a.headers.contains_key("retry-after"));
+            limited = true;
+            break;
+        }
+    }
+    assert!(limited, "no 429 after 30 wrong admin tokens");
+    c.get("DELETE", "/api/v1/admin/events/ev", Some("wrong"))
+        .await;
+    c.assert_clean();
+    for (path, item) in c.doc["paths"].as_object().unwrap() {
+        if path.starts_with("/api/v1/admin/") {
+            for (method, op) in item.as_object().unwrap() {
+                let r = &op["responses"]["429"];
+                assert!(
+                    r["description"]
+                        .as_str()
+                        .is_some_and(|d| d.contains("RATE_LIMITED"))
+                        && r["headers"].get("Retry-After").is_some(),
+                    "{method} {path}: {r}"
+                );
+            }
+        }
+    }
+}

@@ -113,10 +113,18 @@ pub fn document() -> Value {
                 .flat_map(|o| o.values_mut())
             {
                 op["security"] = json!([{ scheme: [] }]);
-                // Every admin route refuses a missing or wrong admin token.
-                if scheme == "admin" && op["responses"].get("401").is_none() {
-                    op["responses"]["401"] = json!({
-                        "description": "UNAUTHORIZED",
+                // Every admin route refuses a missing or wrong admin token, and a client
+                // that sent too many wrong ones (the right token is never limited).
+                if scheme == "admin" {
+                    if op["responses"].get("401").is_none() {
+                        op["responses"]["401"] = json!({
+                            "description": "UNAUTHORIZED",
+                            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+                        });
+                    }
+                    op["responses"]["429"] = json!({
+                        "description": "RATE_LIMITED: too many wrong admin tokens from this client",
+                        "headers": {"Retry-After": retry_after()},
                         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
                     });
                 }
@@ -124,6 +132,14 @@ pub fn document() -> Value {
         }
     }
     doc
+}
+
+/// The `Retry-After` header of a refusal that ends by itself (429, 503).
+fn retry_after() -> Value {
+    json!({
+        "description": "Seconds before asking again",
+        "schema": {"type": "integer", "minimum": 0},
+    })
 }
 
 /// The settings and figures objects (flattened into `EventSettings` and `AdminEvent`, which
