@@ -1044,3 +1044,53 @@ async fn the_admin_failure_limit_is_documented_on_every_admin_route() {
         }
     }
 }
+
+/// `?format=csv` answers CSV, which the document lists beside the JSON; `format` takes
+/// `json` or `csv` only.
+#[tokio::test]
+async fn csv_answers_are_documented() {
+    let mut c = Conformance::new();
+    let admin = Some("admin");
+    let ev = "/api/v1/admin/events/ev";
+    c.json("PUT", ev, admin, json!({})).await;
+    for q in [
+        "history?format=csv",
+        "history?format=json",
+        "history.csv",
+        "history.csv?step=1",
+    ] {
+        c.get("GET", &format!("{ev}/{q}"), admin).await;
+    }
+    let a = c
+        .get("GET", &format!("{ev}/history?format=csv"), admin)
+        .await;
+    assert!(a.headers["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/csv"));
+    assert_eq!(
+        c.get("GET", &format!("{ev}/history?format="), admin)
+            .await
+            .status,
+        StatusCode::BAD_REQUEST
+    );
+    c.json(
+        "POST",
+        &format!("{ev}/invites?format=csv"),
+        admin,
+        json!({"count": 1}),
+    )
+    .await;
+    c.assert_clean();
+    for (path, method) in [("history", "get"), ("invites", "post")] {
+        let params = &c.doc["paths"][format!("/api/v1/admin/events/{{event_id}}/{path}")][method]
+            ["parameters"];
+        let format = params
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "format")
+            .unwrap();
+        assert_eq!(format["schema"]["enum"], json!(["json", "csv"]), "{path}");
+    }
+}

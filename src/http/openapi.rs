@@ -283,9 +283,22 @@ fn full_settings() -> crate::core::EventConfig {
 }
 
 /// The ranges of the query parameters the handlers check, which utoipa's parameter tuples
-/// cannot state: (path, parameter, minimum, maximum).
+/// cannot state: (path, parameter, minimum, maximum); and the values of `format`.
 fn bounds(doc: &mut Value) {
     use super::{admin, records};
+    for (path, method) in [
+        ("/api/v1/admin/events/{event_id}/history", "get"),
+        ("/api/v1/admin/events/{event_id}/invites", "post"),
+    ] {
+        let params = doc["paths"][path][method]["parameters"].as_array_mut();
+        for p in params
+            .into_iter()
+            .flatten()
+            .filter(|p| p["name"] == "format")
+        {
+            p["schema"] = json!({"type": "string", "enum": ["json", "csv"]});
+        }
+    }
     let step = (crate::history::STEP_MS / 1000, records::MAX_STEP_SEC);
     let ranges = [
         ("/api/v1/admin/audit", "limit", 1, crate::audit::KEEP as u64),
@@ -608,8 +621,10 @@ fn defaults() {}
     params(("event_id" = String, Path), ("since" = Option<u64>, Query), ("step" = Option<u64>, Query),
            ("format" = Option<String>, Query, description = "`json` (default) or `csv`")),
     responses(
-        (status = 200, description = "Samples, oldest first", body = HistoryBody),
-        (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
+        (status = 200, description = "Samples, oldest first (CSV with `?format=csv`)", content(
+            (HistoryBody = "application/json"),
+            (String = "text/csv"))),
+        (status = 400, description = "INVALID_REQUEST: `step` out of range, a `format` other than `json` or `csv`, an unknown parameter", body = ErrorBody),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn history() {}
 
@@ -617,6 +632,7 @@ fn history() {}
     params(("event_id" = String, Path), ("since" = Option<u64>, Query), ("step" = Option<u64>, Query)),
     responses(
         (status = 200, description = "Samples as CSV", content_type = "text/csv", body = String),
+        (status = 400, description = "INVALID_REQUEST: `step` out of range, a `format` other than `csv`, an unknown parameter", body = ErrorBody),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn history_csv() {}
 
