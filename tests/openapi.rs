@@ -619,7 +619,9 @@ fn undeclared(doc: &Value, schema: &Value, v: &Value, at: &str, out: &mut Vec<St
     }
 }
 
-/// The document's operation for a request: its path template and the operation.
+/// The document's operation for a request: its path template and the operation. A method
+/// the path does not serve (405) is one of the path's `default` answers: any of its
+/// operations stands for it.
 fn operation<'a>(doc: &'a Value, method: &str, path: &str) -> Option<(&'a String, &'a Value)> {
     let segs: Vec<&str> = path.split('/').collect();
     doc["paths"]
@@ -632,7 +634,9 @@ fn operation<'a>(doc: &'a Value, method: &str, path: &str) -> Option<(&'a String
                 && t.iter()
                     .zip(&segs)
                     .all(|(a, b)| a == b || (a.starts_with('{') && a.ends_with('}')));
-            let op = item.get(method.to_lowercase())?;
+            let op = item
+                .get(method.to_lowercase())
+                .or_else(|| item.as_object()?.values().next())?;
             fits.then_some((p, op))
         })
 }
@@ -647,6 +651,7 @@ struct Answer {
 /// Sends requests to the router as a client at 192.0.2.1 and checks every answer against
 /// the document.
 struct Conformance {
+    state: AppState,
     app: Router,
     doc: Value,
     problems: Vec<String>,
@@ -656,8 +661,10 @@ struct Conformance {
 
 impl Conformance {
     fn new() -> Self {
+        let state = state();
         Conformance {
-            app: router(state()),
+            app: router(state.clone()),
+            state,
             doc: openapi::document(),
             problems: Vec::new(),
             seen: BTreeSet::new(),
@@ -1093,4 +1100,143 @@ async fn csv_answers_are_documented() {
             .unwrap();
         assert_eq!(format["schema"]["enum"], json!(["json", "csv"]), "{path}");
     }
+}
+
+/// Refusals name their codes in their status's description, carry declared headers
+/// (`Retry-After`, `X-Waitroom-Redirect`), and what any route may answer (405, 413) is the
+/// `default` response.
+#[tokio::test]
+async fn refusals_name_their_codes_and_headers() {
+    let mut c = Conformance::new();
+    let admin = Some("admin");
+    // A full `reject` event.
+    c.json(
+        "PUT",
+        "/api/v1/admin/events/rj",
+        admin,
+        json!({"max_active": 1, "queueing_method": "reject"}),
+    )
+    .await;
+    c.json(
+        "POST",
+        "/api/v1/queue/join",
+        None,
+        json!({"event_id": "rj"}),
+    )
+    .await;
+    let a = c
+        .json(
+            "POST",
+            "/api/v1/queue/join",
+            None,
+            json!({"event_id": "rj"}),
+        )
+        .await;
+    assert_eq!(a.json["error"]["code"], "EVENT_FULL");
+    assert!(a.headers.contains_key("retry-after"));
+    // A deleted event under a waiting place.
+    c.json(
+        "PUT",
+        "/api/v1/admin/events/dl",
+        admin,
+        json!({"max_active": 1}),
+    )
+    .await;
+    c.json(
+        "POST",
+        "/api/v1/queue/join",
+        None,
+        json!({"event_id": "dl"}),
+    )
+    .await;
+    let a = c
+        .json(
+            "POST",
+            "/api/v1/queue/join",
+            None,
+            json!({"event_id": "dl"}),
+        )
+        .await;
+    let gone = a.json["waiting_token"].as_str().unwrap().to_string();
+    c.get("DELETE", "/api/v1/admin/events/dl", admin).await;
+    for (m, uri) in [
+        ("POST", "/api/v1/queue/enter"),
+        ("POST", "/api/v1/queue/heartbeat"),
+        ("GET", "/api/v1/queue/status"),
+        ("GET", "/api/v1/queue/events"),
+    ] {
+        let a = c.get(m, &format!("{uri}?token={gone}"), None).await;
+        assert_eq!(a.json["error"]["code"], "EVENT_NOT_FOUND", "{m} {uri}");
+    }
+    // An ended sale: `reason`; proof of work: the challenge.
+    c.json("PUT", "/api/v1/admin/events/end", admin, json!({}))
+        .await;
+    // (The end's answer is checked with the typed bodies.)
+    let end = Some(json!({"reason": "cancelled"}));
+    send(&c.app, "POST", "/api/v1/admin/events/end/end", admin, end).await;
+    let a = c
+        .json(
+            "POST",
+            "/api/v1/queue/join",
+            None,
+            json!({"event_id": "end"}),
+        )
+        .await;
+    assert_eq!(a.json["error"]["reason"], "cancelled");
+    c.json(
+        "PUT",
+        "/api/v1/admin/events/pw",
+        admin,
+        json!({"pow_difficulty": 4}),
+    )
+    .await;
+    let a = c
+        .json(
+            "POST",
+            "/api/v1/queue/join",
+            None,
+            json!({"event_id": "pw"}),
+        )
+        .await;
+    assert!(a.json["error"]["challenge"].is_object(), "{}", a.json);
+    // The gate sends the visitor to the waiting room.
+    c.json(
+        "PUT",
+        "/api/v1/admin/events/gt",
+        admin,
+        json!({"paths": ["/checkout"]}),
+    )
+    .await;
+    // (The table of gate rules a server reads at its start.)
+    let s = c.state.clone();
+    assert!(s.gates.refresh(s.store.as_ref(), s.clock.now()).await);
+    let a = c
+        .send(
+            "GET",
+            "/api/v1/gate",
+            &[("x-original-uri", "/checkout/pay")],
+            None,
+        )
+        .await;
+    assert!(a.headers.contains_key("x-waitroom-redirect"), "{}", a.json);
+    // Any route: 405, 413.
+    assert_eq!(
+        c.get("PATCH", "/api/v1/queue/join", None).await.status,
+        StatusCode::METHOD_NOT_ALLOWED
+    );
+    let big = json!({"event_id": "x".repeat(1 << 21)});
+    let a = c.json("POST", "/api/v1/queue/join", None, big).await;
+    assert_eq!(a.status, StatusCode::PAYLOAD_TOO_LARGE);
+    c.assert_clean();
+    let gate = &c.doc["paths"]["/api/v1/gate"]["get"]["parameters"];
+    let uri = gate
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "X-Original-URI");
+    assert_eq!(
+        uri.map(|p| (&p["in"], &p["required"])),
+        Some((&json!("header"), &json!(true))),
+        "{gate}"
+    );
 }

@@ -95,6 +95,29 @@ pub fn document() -> Value {
         {"$ref": "#/components/schemas/ErrorBody"},
     ]});
     described_settings(&mut doc);
+    for op in doc["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|p| p.values_mut())
+        .flat_map(|item| {
+            item.as_object_mut()
+                .into_iter()
+                .flat_map(|o| o.values_mut())
+        })
+    {
+        for (status, res) in op["responses"].as_object_mut().into_iter().flatten() {
+            if status == "429" || status == "503" {
+                res["headers"]["Retry-After"] = retry_after();
+            }
+        }
+        // Any route: a method it does not serve, a body over the limit, the store
+        // unreachable, a bug (API.md "Errors").
+        op["responses"]["default"] = json!({
+            "description": "METHOD_NOT_ALLOWED (405), PAYLOAD_TOO_LARGE (413), INTERNAL (500), UNAVAILABLE (503, with `Retry-After`)",
+            "headers": {"Retry-After": retry_after()},
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+        });
+    }
     if let Some(paths) = doc["paths"].as_object_mut() {
         for (path, item) in paths.iter_mut() {
             let scheme = if path.starts_with("/api/v1/admin/") {
@@ -423,7 +446,7 @@ struct Doc;
         (status = 409, description = "EVENT_CLOSED, ALREADY_JOINED", body = ErrorBody),
         (status = 428, description = "POW_REQUIRED, POW_INVALID (with a challenge)", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED", body = ErrorBody),
-        (status = 503, description = "QUEUE_FULL, UNAVAILABLE", body = ErrorBody)))]
+        (status = 503, description = "QUEUE_FULL, EVENT_FULL (a `reject` event with no room), UNAVAILABLE", body = ErrorBody)))]
 fn join() {}
 
 #[utoipa::path(get, path = "/api/v1/queue/status", tag = "queue",
@@ -443,7 +466,7 @@ fn status() {}
         (status = 204, description = "Renewed"),
         (status = 400, description = "MISSING_TOKEN", body = ErrorBody),
         (status = 401, description = "TOKEN_INVALID", body = ErrorBody),
-        (status = 404, description = "TOKEN_EXPIRED, TOKEN_NOT_FOUND", body = ErrorBody),
+        (status = 404, description = "TOKEN_EXPIRED, TOKEN_NOT_FOUND, EVENT_NOT_FOUND", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED", body = ErrorBody)))]
 fn heartbeat() {}
 
@@ -455,7 +478,7 @@ fn heartbeat() {}
         (status = 400, description = "MISSING_TOKEN", body = ErrorBody),
         (status = 401, description = "TOKEN_INVALID", body = ErrorBody),
         (status = 403, description = "NOT_READY", body = ErrorBody),
-        (status = 404, description = "TOKEN_EXPIRED, TOKEN_NOT_FOUND", body = ErrorBody),
+        (status = 404, description = "TOKEN_EXPIRED, TOKEN_NOT_FOUND, EVENT_NOT_FOUND", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED", body = ErrorBody)))]
 fn enter() {}
 
@@ -497,7 +520,8 @@ fn info() {}
         (status = 101, description = "WebSocket of live messages (API.md)"),
         (status = 400, description = "MISSING_TOKEN; INVALID_REQUEST: not a WebSocket upgrade", body = ErrorBody),
         (status = 401, description = "TOKEN_INVALID", body = ErrorBody),
-        (status = 429, description = "RATE_LIMITED", body = ErrorBody)))]
+        (status = 404, description = "TOKEN_EXPIRED, TOKEN_NOT_FOUND, EVENT_NOT_FOUND", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED: the place's poll limit, or too many streams of one place", body = ErrorBody)))]
 fn ws() {}
 
 #[utoipa::path(get, path = "/api/v1/queue/events", tag = "live",
@@ -506,7 +530,8 @@ fn ws() {}
         (status = 200, description = "Server-Sent Events of live messages", content_type = "text/event-stream", body = String),
         (status = 400, description = "MISSING_TOKEN", body = ErrorBody),
         (status = 401, description = "TOKEN_INVALID", body = ErrorBody),
-        (status = 429, description = "RATE_LIMITED", body = ErrorBody)))]
+        (status = 404, description = "TOKEN_EXPIRED, TOKEN_NOT_FOUND, EVENT_NOT_FOUND", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED: the place's poll limit, or too many streams of one place", body = ErrorBody)))]
 fn events_stream() {}
 
 #[utoipa::path(get, path = "/api/v1/events", tag = "public",
@@ -782,11 +807,13 @@ fn extend() {}
 fn gate_queue_page() {}
 
 #[utoipa::path(get, path = "/api/v1/gate", tag = "session",
-    params(("event_id" = Option<String>, Query, description = "The event (else the one whose `paths` match `X-Original-URI`)")),
+    params(("event_id" = Option<String>, Query, description = "The event (else the one whose `paths` match `X-Original-URI`)"),
+           ("X-Original-URI" = String, Header, description = "The URI the visitor asked (nginx: `proxy_set_header X-Original-URI $request_uri`)")),
     responses(
         (status = 204, description = "An admitted session (the cookie or a Bearer access token); renewed"),
         (status = 400, description = "INVALID_REQUEST: no `X-Original-URI` (the gate fails closed)", body = ErrorBody),
-        (status = 401, description = "ACCESS_DENIED, with `X-Waitroom-Redirect: <waiting room URL with the return path>`", body = ErrorBody),
+        (status = 401, description = "ACCESS_DENIED, with `X-Waitroom-Redirect: <waiting room URL with the return path>`", body = ErrorBody,
+            headers(("X-Waitroom-Redirect" = String, description = "`/wait/{event_id}/queue?return=<the URI>`: where to send the visitor"))),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn gate() {}
 
