@@ -1240,3 +1240,76 @@ async fn refusals_name_their_codes_and_headers() {
         "{gate}"
     );
 }
+
+/// A malformed event id (API.md: 1–64 of `[A-Za-z0-9._-]`, not only dots) is refused
+/// with `400 INVALID_REQUEST` by every route that names one, and the document says so: in
+/// the parameter's schema and in a documented 400.
+#[tokio::test]
+async fn a_malformed_event_id_is_a_documented_400_on_every_route() {
+    let mut c = Conformance::new();
+    let doc = c.doc.clone();
+    let mut refused = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        if !path.contains("{event_id}") {
+            continue;
+        }
+        for (method, op) in item.as_object().unwrap() {
+            let param = op["parameters"]
+                .as_array()
+                .and_then(|ps| {
+                    ps.iter()
+                        .find(|p| p["name"] == "event_id" && p["in"] == "path")
+                })
+                .unwrap_or_else(|| panic!("{method} {path}: no event_id parameter"));
+            let s = &param["schema"];
+            assert_eq!(
+                (&s["minLength"], &s["maxLength"]),
+                (&json!(1), &json!(64)),
+                "{method} {path}"
+            );
+            assert!(s["pattern"].is_string(), "{method} {path}: {s}");
+            for bad in ["%C3%84", "..", &"e".repeat(65)] {
+                let uri = path.replace("{event_id}", bad);
+                let body = Some(("application/json", "{}".to_string()));
+                let auth = [("authorization", "Bearer admin")];
+                let a = c.send(&method.to_uppercase(), &uri, &auth, body).await;
+                assert_eq!(
+                    a.status,
+                    StatusCode::BAD_REQUEST,
+                    "{method} {uri}: {}",
+                    a.json
+                );
+                refused += 1;
+            }
+        }
+    }
+    assert!(refused > 40, "{refused}");
+    c.assert_clean();
+}
+
+/// The parameters whose rules the handlers check answer `400` when broken, documented.
+#[tokio::test]
+async fn broken_parameters_are_documented_400s() {
+    let mut c = Conformance::new();
+    let admin = Some("admin");
+    let ev = "/api/v1/admin/events/ev";
+    c.json("PUT", ev, admin, json!({})).await;
+    for (m, uri, body) in [
+        ("GET", "/api/v1/queue/info".to_string(), None),
+        ("GET", format!("{ev}/queue?limit=0"), None),
+        ("GET", format!("{ev}/prequeue?limit=0"), None),
+        ("GET", format!("{ev}/history.csv?step=1"), None),
+        ("GET", format!("{ev}/history.csv?x=1"), None),
+        ("GET", "/api/v1/admin/audit?limit=0".to_string(), None),
+        ("POST", format!("{ev}/pause"), Some(json!({"x": 1}))),
+        ("POST", format!("{ev}/resume"), Some(json!([]))),
+        ("POST", format!("{ev}/clear"), Some(json!({"x": 1}))),
+    ] {
+        let a = match body {
+            Some(b) => c.json(m, &uri, admin, b).await,
+            None => c.get(m, &uri, admin).await,
+        };
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{m} {uri}: {}", a.json);
+    }
+    c.assert_clean();
+}

@@ -95,6 +95,7 @@ pub fn document() -> Value {
         {"$ref": "#/components/schemas/ErrorBody"},
     ]});
     described_settings(&mut doc);
+    event_ids(&mut doc);
     for op in doc["paths"]
         .as_object_mut()
         .into_iter()
@@ -155,6 +156,51 @@ pub fn document() -> Value {
         }
     }
     doc
+}
+
+/// The rule of an event id (`core::validate_event_id`: 1-64 of `[A-Za-z0-9._-]`, not only
+/// dots) on every `{event_id}` parameter, and the `400` every route answers to one that
+/// breaks it (before it looks for the event).
+fn event_ids(doc: &mut Value) {
+    let rule = json!({
+        "type": "string",
+        "minLength": 1,
+        "maxLength": crate::core::config::MAX_EVENT_ID_LEN,
+        "pattern": "^(?!\\.+$)[A-Za-z0-9._-]+$",
+    });
+    for op in doc["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|p| p.values_mut())
+        .flat_map(|item| {
+            item.as_object_mut()
+                .into_iter()
+                .flat_map(|o| o.values_mut())
+        })
+    {
+        let params = op["parameters"].as_array_mut().into_iter().flatten();
+        let mut named = false;
+        for p in params.filter(|p| p["name"] == "event_id" && p["in"] == "path") {
+            p["schema"] = rule.clone();
+            named = true;
+        }
+        if !named {
+            continue;
+        }
+        let res = &mut op["responses"]["400"];
+        match res["description"].as_str() {
+            None => {
+                *res = json!({
+                    "description": "INVALID_REQUEST: a malformed `event_id`",
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+                })
+            }
+            Some(d) if !d.contains("malformed") => {
+                res["description"] = json!(format!("{d}; also a malformed `event_id`"))
+            }
+            Some(_) => {}
+        }
+    }
 }
 
 /// The `Retry-After` header of a refusal that ends by itself (429, 503).
@@ -511,6 +557,7 @@ fn verify() {}
     params(("event_id" = String, Query)),
     responses(
         (status = 200, description = "Public figures", body = QueueInfo),
+        (status = 400, description = "INVALID_REQUEST: no `event_id`, or a malformed one", body = ErrorBody),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn info() {}
 
@@ -598,6 +645,7 @@ fn delete_event() {}
     params(("event_id" = String, Path)),
     responses(
         (status = 200, description = "The stored config", body = EventSettings),
+        (status = 400, description = "INVALID_REQUEST: a body other than none or `{}`", body = ErrorBody),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn pause() {}
 
@@ -605,6 +653,7 @@ fn pause() {}
     params(("event_id" = String, Path)),
     responses(
         (status = 200, description = "The stored config", body = EventSettings),
+        (status = 400, description = "INVALID_REQUEST: a body other than none or `{}`", body = ErrorBody),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn resume() {}
 
@@ -612,6 +661,7 @@ fn resume() {}
     params(("event_id" = String, Path)),
     responses(
         (status = 200, description = "Waiting places removed", body = Cleared),
+        (status = 400, description = "INVALID_REQUEST: a body other than none or `{}`", body = ErrorBody),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn clear() {}
 
@@ -630,6 +680,7 @@ fn invites() {}
     params(("event_id" = String, Path), ("limit" = Option<u64>, Query)),
     responses(
         (status = 200, description = "The head of the queue", body = Vec<Object>),
+        (status = 400, description = "INVALID_REQUEST: `limit` out of range", body = ErrorBody),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn queue_head() {}
 
