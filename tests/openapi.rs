@@ -682,6 +682,7 @@ impl Conformance {
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
+        let sent = body.clone();
         let mut req = match body {
             Some((ct, b)) => req.header("content-type", ct).body(Body::from(b)),
             None => req.body(Body::empty()),
@@ -723,6 +724,32 @@ impl Conformance {
             };
         };
         let code = status.as_u16().to_string();
+        // A body the server took is one the document describes, field for field (its
+        // schema refuses nothing the server accepts); no body where it says one is needed.
+        let request = &op["requestBody"];
+        match &sent {
+            _ if !status.is_success() => {}
+            None if request["required"] == true => self
+                .problems
+                .push(format!("{tag}: answered without the required body")),
+            Some((ct, b)) if !(b.is_empty() || b == "{}" && request.is_null()) => {
+                match request["content"].get(*ct) {
+                    None => self
+                        .problems
+                        .push(format!("{tag}: a {ct} body is not documented")),
+                    Some(media) => {
+                        let v: Value = serde_json::from_str(b).unwrap();
+                        let mut errs = Vec::new();
+                        schema_errors(&self.doc, &media["schema"], &v, "request", &mut errs);
+                        undeclared(&self.doc, &media["schema"], &v, "request", &mut errs);
+                        for e in errs {
+                            self.problems.push(format!("{tag}: request body: {e}"));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
         self.seen
             .insert((method.to_lowercase(), template.clone(), code.clone()));
         // `default` stands for what any route may answer, nothing a route answers itself.
@@ -868,7 +895,7 @@ async fn admin_settings_answers_are_described_field_for_field() {
     assert_eq!(a.status, StatusCode::OK, "{}", a.json);
     assert_eq!(a.json["closes_at"], "2031-01-01T00:00:00Z");
     assert_eq!(a.headers["cache-control"], "no-store");
-    // (The answers of these two are checked with the typed bodies below.)
+    // (These two answers are checked in `every_answer_of_every_state_is_documented`.)
     let message = json!({"message": {"en": "hi"}});
     let url = format!("{ev}/announcement");
     send(&c.app, "POST", &url, admin, Some(message)).await;
@@ -938,7 +965,7 @@ async fn the_gated_waiting_room_answers_are_documented() {
         c.send("GET", q, &cross, None).await.status,
         StatusCode::BAD_REQUEST
     );
-    // (The end's answer is checked with the typed bodies.)
+    // (The end's answer is checked in `every_answer_of_every_state_is_documented`.)
     let end = Some(json!({"reason": "sold_out"}));
     send(&c.app, "POST", "/api/v1/admin/events/gq/end", admin, end).await;
     let a = c.get("GET", q, None).await;
@@ -1171,7 +1198,7 @@ async fn refusals_name_their_codes_and_headers() {
     // An ended sale: `reason`; proof of work: the challenge.
     c.json("PUT", "/api/v1/admin/events/end", admin, json!({}))
         .await;
-    // (The end's answer is checked with the typed bodies.)
+    // (The end's answer is checked in `every_answer_of_every_state_is_documented`.)
     let end = Some(json!({"reason": "cancelled"}));
     send(&c.app, "POST", "/api/v1/admin/events/end/end", admin, end).await;
     let a = c
@@ -1312,4 +1339,439 @@ async fn broken_parameters_are_documented_400s() {
         assert_eq!(a.status, StatusCode::BAD_REQUEST, "{m} {uri}: {}", a.json);
     }
     c.assert_clean();
+}
+
+/// Walks an event through its states and every route through its answers; each answer must
+/// be what the document says.
+#[tokio::test]
+async fn every_answer_of_every_state_is_documented() {
+    let mut c = Conformance::new();
+    let admin = Some("admin");
+    let ev = "/api/v1/admin/events/ev";
+    // Settings with every kind of field set, `closes_at` among them.
+    let a = c
+        .json(
+            "PUT",
+            ev,
+            admin,
+            json!({"name": "Ev", "max_active": 1, "max_extensions": 1,
+            "closes_at": "2031-01-01T00:00:00Z", "paths": ["/checkout"],
+            "bypass_cidrs": ["10.0.0.0/8"], "title": {"en": "Ev"}, "admit_per_minute": 60,
+            "rate_limits": {"joins_per_minute": 1000}}),
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.json);
+    for uri in [
+        "/api/v1/admin/events",
+        ev,
+        "/api/v1/admin/defaults",
+        "/api/v1/admin/stats",
+    ] {
+        assert_eq!(c.get("GET", uri, admin).await.status, StatusCode::OK);
+    }
+    let a = c
+        .json(
+            "POST",
+            &format!("{ev}/announcement"),
+            admin,
+            json!({"message": {"en": "hi"}}),
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.json);
+    c.get("GET", ev, admin).await;
+    c.get("GET", "/api/v1/queue/info?event_id=ev", None).await;
+    c.get("GET", "/api/v1/events", None).await;
+    c.get("GET", "/api/v1/events/ev", None).await;
+
+    // Two places: the first admitted at once, the second waiting.
+    let first = c
+        .json(
+            "POST",
+            "/api/v1/queue/join",
+            None,
+            json!({"event_id": "ev", "user_id": "ann"}),
+        )
+        .await;
+    let second = c
+        .json(
+            "POST",
+            "/api/v1/queue/join",
+            None,
+            json!({"event_id": "ev"}),
+        )
+        .await;
+    let (t1, t2) = (
+        first.json["waiting_token"].as_str().unwrap().to_string(),
+        second.json["waiting_token"].as_str().unwrap().to_string(),
+    );
+    c.get("GET", &format!("/api/v1/queue/status?token={t2}"), None)
+        .await;
+    c.json(
+        "POST",
+        "/api/v1/queue/heartbeat",
+        None,
+        json!({"token": t2}),
+    )
+    .await;
+    let a = c
+        .json("POST", "/api/v1/queue/enter", None, json!({"token": t2}))
+        .await;
+    assert_eq!(a.status, StatusCode::FORBIDDEN);
+    c.get("GET", "/api/v1/queue/events", Some(&t2)).await;
+    let a = c
+        .json(
+            "POST",
+            "/api/v1/queue/enter",
+            None,
+            json!({"waiting_token": t1}),
+        )
+        .await;
+    let access = a.json["access_token"].as_str().unwrap().to_string();
+    let token = Some(access.as_str());
+
+    // The sale: inventory, holds, extension, verification, completion.
+    c.json(
+        "PUT",
+        &format!("{ev}/inventory"),
+        admin,
+        json!({"items": ["A-1", "A-2"]}),
+    )
+    .await;
+    c.get("GET", &format!("{ev}/inventory"), admin).await;
+    c.get("POST", "/api/v1/session/heartbeat", token).await;
+    c.get("GET", "/api/v1/session/holds", token).await;
+    c.json(
+        "POST",
+        "/api/v1/session/holds",
+        token,
+        json!({"items": ["A-1", "A-2"]}),
+    )
+    .await;
+    c.get("GET", &format!("{ev}/inventory"), admin).await;
+    c.json(
+        "DELETE",
+        "/api/v1/session/holds",
+        token,
+        json!({"items": ["A-2"]}),
+    )
+    .await;
+    c.get("DELETE", "/api/v1/session/holds", token).await;
+    let a = c.get("POST", "/api/v1/session/extend", token).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.json);
+    let access = a.json["access_token"].as_str().unwrap().to_string();
+    let token = Some(access.as_str());
+    c.get("POST", "/api/v1/session/extend", token).await; // EXTENSION_LIMIT
+    c.get("POST", "/api/v1/queue/verify?event_id=ev", token)
+        .await;
+    c.json(
+        "POST",
+        "/demo/booking/order?event=ev",
+        token,
+        json!({"area": "balcony"}),
+    )
+    .await;
+    c.get("GET", "/api/v1/gate?event_id=ev", token).await; // no X-Original-URI
+    let s = c.state.clone();
+    assert!(s.gates.refresh(s.store.as_ref(), s.clock.now()).await);
+    let bearer = format!("Bearer {access}");
+    let pay = [
+        ("x-original-uri", "/checkout/pay"),
+        ("authorization", &bearer),
+    ];
+    assert_eq!(
+        c.send("GET", "/api/v1/gate", &pay, None).await.status,
+        StatusCode::NO_CONTENT
+    );
+    let a = c
+        .send(
+            "GET",
+            "/api/v1/gate",
+            &[("x-original-uri", "/checkout/pay")],
+            None,
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::UNAUTHORIZED);
+    c.get("POST", "/api/v1/session/complete", token).await;
+
+    // The admin's reads and changes.
+    for q in [
+        "queue",
+        "queue?limit=5",
+        "prequeue",
+        "history",
+        "history?format=csv",
+        "history.csv",
+    ] {
+        let a = c.get("GET", &format!("{ev}/{q}"), admin).await;
+        assert_eq!(a.status, StatusCode::OK, "{q}: {}", a.json);
+    }
+    c.get("GET", "/api/v1/admin/audit", admin).await;
+    c.json("POST", &format!("{ev}/invites"), admin, json!({"count": 2}))
+        .await;
+    c.json(
+        "POST",
+        &format!("{ev}/invites?format=csv"),
+        admin,
+        json!({"count": 2}),
+    )
+    .await;
+    c.json("POST", &format!("{ev}/invites"), admin, json!({"count": 0}))
+        .await;
+    c.json("POST", &format!("{ev}/pause"), admin, json!({}))
+        .await;
+    c.get("POST", &format!("{ev}/resume"), admin).await;
+    c.json("POST", &format!("{ev}/pause"), admin, json!({"x": 1}))
+        .await;
+    c.get("GET", &format!("{ev}/queue?limit=0"), admin).await;
+    c.get("GET", "/api/v1/queue/info", None).await;
+    c.get("DELETE", &format!("{ev}/announcement"), admin).await;
+    let leave = format!("{{\"token\":\"{t2}\"}}");
+    c.send(
+        "POST",
+        "/api/v1/queue/leave",
+        &[],
+        Some(("text/plain", leave)),
+    )
+    .await;
+    c.get("DELETE", &format!("/api/v1/queue/leave?token={t2}"), None)
+        .await;
+    c.get("POST", &format!("{ev}/clear"), admin).await;
+
+    // Tokens missing where one is needed.
+    for (m, uri) in [
+        ("POST", "/api/v1/session/heartbeat"),
+        ("POST", "/api/v1/session/complete"),
+        ("POST", "/api/v1/session/extend"),
+        ("GET", "/api/v1/session/holds"),
+        ("DELETE", "/api/v1/session/holds"),
+        ("GET", "/api/v1/queue/ws"),
+        ("GET", "/api/v1/queue/events"),
+        ("GET", "/api/v1/queue/status"),
+    ] {
+        let a = c.get(m, uri, None).await;
+        assert_eq!(a.json["error"]["code"], "MISSING_TOKEN", "{m} {uri}");
+    }
+
+    // The waiting room of a gated URL: admitted (303), waiting (503, a page or the place),
+    // refused (another site's image: 400; after the end: 409).
+    c.json(
+        "PUT",
+        "/api/v1/admin/events/gq",
+        admin,
+        json!({"max_active": 1}),
+    )
+    .await;
+    let q = "/wait/gq/queue?return=/checkout";
+    assert_eq!(c.get("GET", q, None).await.status, StatusCode::SEE_OTHER);
+    let html = [("accept", "text/html")];
+    assert_eq!(
+        c.send("GET", q, &html, None).await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    let a = c
+        .send("GET", q, &[("accept", "application/json")], None)
+        .await;
+    assert_eq!(
+        (a.status, &a.json["status"]),
+        (StatusCode::SERVICE_UNAVAILABLE, &json!("waiting"))
+    );
+    let cross = [
+        ("sec-fetch-site", "cross-site"),
+        ("sec-fetch-dest", "image"),
+    ];
+    assert_eq!(
+        c.send("GET", q, &cross, None).await.status,
+        StatusCode::BAD_REQUEST
+    );
+    c.json(
+        "POST",
+        "/api/v1/admin/events/gq/end",
+        admin,
+        json!({"reason": "sold_out"}),
+    )
+    .await;
+    assert_eq!(c.get("GET", q, None).await.status, StatusCode::CONFLICT);
+    assert_eq!(
+        c.send("GET", q, &html, None).await.status,
+        StatusCode::CONFLICT
+    );
+    c.get("GET", "/api/v1/admin/events/gq", admin).await;
+    c.get("GET", "/api/v1/events/gq", None).await;
+    c.json(
+        "POST",
+        "/api/v1/queue/join",
+        None,
+        json!({"event_id": "gq"}),
+    )
+    .await;
+    c.get("GET", "/wait/gq", None).await;
+    c.get("GET", "/wait/gq/theme.css", None).await;
+    c.get("GET", "/wait/nope/queue", None).await;
+    c.send("GET", "/wait/nope/queue", &html, None).await;
+
+    // A full `reject` event; a deleted event under live places.
+    c.json(
+        "PUT",
+        "/api/v1/admin/events/rj",
+        admin,
+        json!({"max_active": 1, "queueing_method": "reject"}),
+    )
+    .await;
+    c.json(
+        "POST",
+        "/api/v1/queue/join",
+        None,
+        json!({"event_id": "rj"}),
+    )
+    .await;
+    let a = c
+        .json(
+            "POST",
+            "/api/v1/queue/join",
+            None,
+            json!({"event_id": "rj"}),
+        )
+        .await;
+    assert_eq!(a.json["error"]["code"], "EVENT_FULL");
+    c.json(
+        "PUT",
+        "/api/v1/admin/events/dl",
+        admin,
+        json!({"max_active": 1}),
+    )
+    .await;
+    c.json(
+        "POST",
+        "/api/v1/queue/join",
+        None,
+        json!({"event_id": "dl"}),
+    )
+    .await;
+    let a = c
+        .json(
+            "POST",
+            "/api/v1/queue/join",
+            None,
+            json!({"event_id": "dl"}),
+        )
+        .await;
+    let gone = a.json["waiting_token"].as_str().unwrap().to_string();
+    c.get("DELETE", "/api/v1/admin/events/dl", admin).await;
+    for (m, uri) in [
+        ("POST", "/api/v1/queue/enter"),
+        ("POST", "/api/v1/queue/heartbeat"),
+        ("GET", "/api/v1/queue/status"),
+        ("GET", "/api/v1/queue/events"),
+    ] {
+        let a = c.get(m, &format!("{uri}?token={gone}"), None).await;
+        assert_eq!(a.json["error"]["code"], "EVENT_NOT_FOUND", "{m} {uri}");
+    }
+
+    // Operations, and what every route may answer (405).
+    for uri in [
+        "/.well-known/jwks.json",
+        "/healthz",
+        "/readyz",
+        "/api/v1/openapi.json",
+        "/metrics",
+    ] {
+        c.get("GET", uri, None).await;
+    }
+    assert_eq!(
+        c.get("PATCH", "/api/v1/queue/join", None).await.status,
+        StatusCode::METHOD_NOT_ALLOWED
+    );
+
+    c.assert_clean();
+    // Every JSON success the document describes was answered and checked.
+    let mut unvisited = Vec::new();
+    for (path, item) in c.doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            for (status, r) in op["responses"].as_object().unwrap() {
+                let json = r["content"].get("application/json").is_some();
+                let seen = c
+                    .seen
+                    .contains(&(method.clone(), path.clone(), status.clone()));
+                if status.starts_with('2') && json && !seen {
+                    unvisited.push(format!("{method} {path} {status}"));
+                }
+            }
+        }
+    }
+    assert!(
+        unvisited.is_empty(),
+        "successes never checked against a real answer: {unvisited:?}"
+    );
+}
+
+/// Every body has a model: no answer or request body is a bare `object` (a generated
+/// client gets nothing to read), a body that may be left out is not `required` and does
+/// not offer a JSON `null` (refused), and the bodies' rules are the handlers' own.
+#[test]
+fn bodies_are_typed_and_optional_where_the_server_takes_none() {
+    let doc = openapi::document();
+    let bare = |s: &Value| {
+        let s = resolve(&doc, s);
+        let object = s["type"] == "object"
+            || s["type"]
+                .as_array()
+                .is_some_and(|t| t.contains(&json!("object")));
+        object
+            && s.get("properties").is_none()
+            && s.get("allOf").is_none()
+            && s.get("additionalProperties").is_none()
+    };
+    let mut untyped = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let bodies = op["responses"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(status, r)| (status.as_str(), r))
+                .chain([("request", &op["requestBody"])]);
+            for (what, r) in bodies {
+                for media in r["content"]
+                    .as_object()
+                    .into_iter()
+                    .flat_map(|c| c.values())
+                {
+                    let s = &media["schema"];
+                    if bare(s) || s.get("items").is_some_and(&bare) {
+                        untyped.push(format!("{method} {path} {what}"));
+                    }
+                    if what == "request" && s["oneOf"].to_string().contains("\"null\"") {
+                        untyped.push(format!("{method} {path}: a null body offered"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(untyped.is_empty(), "bodies without a model: {untyped:?}");
+    for (path, method) in [
+        ("/api/v1/queue/enter", "post"),
+        ("/api/v1/queue/heartbeat", "post"),
+        ("/api/v1/queue/leave", "post"),
+        ("/api/v1/session/holds", "delete"),
+        ("/api/v1/admin/events/{event_id}", "put"),
+    ] {
+        let body = &doc["paths"][path][method]["requestBody"];
+        assert_eq!(body["required"], false, "{method} {path}: {body}");
+    }
+    let leave = &doc["paths"]["/api/v1/queue/leave"]["post"]["requestBody"]["content"];
+    assert!(
+        leave.get("text/plain").is_some(),
+        "sendBeacon's body: {leave}"
+    );
+    let schemas = &doc["components"]["schemas"];
+    let count = &schemas["InvitesBody"]["properties"]["count"];
+    assert_eq!(
+        (&count["minimum"], &count["maximum"]),
+        (&json!(1), &json!(10_000))
+    );
+    let pow = resolve(&doc, &schemas["PowSolution"]);
+    assert_eq!(pow["required"], json!(["prefix", "nonce"]), "{pow}");
+    assert!(schemas["JoinBody"]["properties"]["pow"]
+        .to_string()
+        .contains("PowSolution"));
 }

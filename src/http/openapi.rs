@@ -51,8 +51,7 @@ pub struct TokenBody {
 /// `GET /.well-known/jwks.json`
 #[derive(utoipa::ToSchema)]
 pub struct JwksBody {
-    #[schema(value_type = Vec<Object>)]
-    keys: Vec<Value>,
+    keys: Vec<crate::tokens::Jwk>,
 }
 
 /// The document, built once.
@@ -88,6 +87,14 @@ pub fn document() -> Value {
                    "description": "An access token from `POST /api/v1/queue/enter`."},
     });
     bounds(&mut doc);
+    optional_bodies(&mut doc);
+    // This document: any OpenAPI 3.1 document, its fields not described here.
+    doc["paths"]["/api/v1/openapi.json"]["get"]["responses"]["200"]["content"]
+        ["application/json"]["schema"] = json!({
+        "type": "object",
+        "description": "An OpenAPI 3.1 document",
+        "additionalProperties": true,
+    });
     // The waiting room's 503 is the place while waiting, an error when refused.
     doc["paths"]["/wait/{event_id}/queue"]["get"]["responses"]["503"]["content"]
         ["application/json"]["schema"] = json!({"oneOf": [
@@ -156,6 +163,40 @@ pub fn document() -> Value {
         }
     }
     doc
+}
+
+/// A body that may be left out is `required: false` with the body's own schema: utoipa
+/// writes an `Option` body as `oneOf [null, T]`, which says a JSON `null` is accepted (it is
+/// refused). `POST /queue/leave` also takes its body as `text/plain`, as `sendBeacon` sends it.
+fn optional_bodies(doc: &mut Value) {
+    for (path, method) in [
+        ("/api/v1/queue/enter", "post"),
+        ("/api/v1/queue/heartbeat", "post"),
+        ("/api/v1/queue/leave", "post"),
+        ("/api/v1/session/holds", "delete"),
+        ("/api/v1/admin/events/{event_id}", "put"),
+    ] {
+        let body = &mut doc["paths"][path][method]["requestBody"];
+        body["required"] = json!(false);
+        for media in body["content"]
+            .as_object_mut()
+            .into_iter()
+            .flat_map(|c| c.values_mut())
+        {
+            let alts = media["schema"]["oneOf"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if let Some(t) = alts.into_iter().find(|a| a["type"] != "null") {
+                media["schema"] = t;
+            }
+        }
+    }
+    let leave = &mut doc["paths"]["/api/v1/queue/leave"]["post"]["requestBody"]["content"];
+    leave["text/plain"] = leave["application/json"].clone();
+    let patch = &mut doc["paths"]["/api/v1/admin/events/{event_id}"]["put"]["requestBody"]
+        ["content"]["application/json"]["schema"];
+    *patch = json!({"$ref": "#/components/schemas/SettingsPatch"});
 }
 
 /// The rule of an event id (`core::validate_event_id`: 1-64 of `[A-Za-z0-9._-]`, not only
@@ -275,6 +316,34 @@ fn described_settings(doc: &mut Value) {
         &figures,
         "The event's figures (API.md \"Admin API\")",
     );
+    // What `PUT` takes (`core::EventPatch`, which refuses any other field): the settings
+    // as answered, each optional, without what only other routes change (`ended`,
+    // `announcement`) and with the secrets themselves rather than whether one is set;
+    // `closes_at: null` clears it.
+    let mut patch = settings.clone();
+    let props = patch["properties"]
+        .as_object_mut()
+        .expect("settings have fields");
+    for read_only in [
+        "ended",
+        "announcement",
+        "user_token_secret_set",
+        "bypass_secret_set",
+    ] {
+        props.remove(read_only);
+    }
+    let text = json!({"type": ["string", "null"]});
+    props.insert("user_token_secret".into(), text.clone());
+    props.insert("bypass_secret".into(), text.clone());
+    props.insert("closes_at".into(), text);
+    props.insert(
+        "event_id".into(),
+        json!({"type": "string", "description": "The path's, if given"}),
+    );
+    patch["required"] = json!([]);
+    patch["additionalProperties"] = json!(false);
+    patch["description"] = json!("Event settings to set, each optional (API.md \"Admin API\")");
+    doc["components"]["schemas"]["SettingsPatch"] = patch;
     // Named, so that generated clients share one model of the settings.
     doc["components"]["schemas"]["Settings"] = settings;
     doc["components"]["schemas"]["EventFigures"] = figures;
@@ -396,6 +465,9 @@ fn bounds(doc: &mut Value) {
             step.1,
         ),
     ];
+    let count = &mut doc["components"]["schemas"]["InvitesBody"]["properties"]["count"];
+    count["minimum"] = json!(1);
+    count["maximum"] = json!(admin::MAX_INVITES_PER_CALL);
     for (path, name, min, max) in ranges {
         let params = doc["paths"][path]["get"]["parameters"].as_array_mut();
         for p in params.into_iter().flatten().filter(|p| p["name"] == name) {
@@ -618,7 +690,8 @@ fn admin_events() {}
 
 #[utoipa::path(put, path = "/api/v1/admin/events/{event_id}", tag = "admin",
     params(("event_id" = String, Path)),
-    request_body(content = Object, description = "Event settings; all optional on update (API.md)"),
+    // The body is the `SettingsPatch` schema, set by `described_settings`.
+    request_body(content = Object, description = "Event settings, each optional: none, or an empty body, creates the event with the defaults or leaves it as it is (API.md)"),
     responses(
         (status = 200, description = "The stored config", body = EventSettings),
         (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
@@ -679,7 +752,7 @@ fn invites() {}
 #[utoipa::path(get, path = "/api/v1/admin/events/{event_id}/queue", tag = "admin",
     params(("event_id" = String, Path), ("limit" = Option<u64>, Query)),
     responses(
-        (status = 200, description = "The head of the queue", body = Vec<Object>),
+        (status = 200, description = "The head of the queue", body = Vec<crate::core::view::HeadEntry>),
         (status = 400, description = "INVALID_REQUEST: `limit` out of range", body = ErrorBody),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn queue_head() {}
@@ -715,7 +788,7 @@ fn history_csv() {}
 #[utoipa::path(get, path = "/api/v1/admin/audit", tag = "admin",
     params(("limit" = Option<u64>, Query), ("event" = Option<String>, Query)),
     responses(
-        (status = 200, description = "Admin changes, newest first", body = Vec<Object>),
+        (status = 200, description = "Admin changes, newest first", body = Vec<crate::audit::Entry>),
         (status = 400, description = "INVALID_REQUEST", body = ErrorBody)))]
 fn audit() {}
 
@@ -752,9 +825,9 @@ fn wait() {}
 
 #[utoipa::path(post, path = "/api/v1/admin/events/{event_id}/announcement", tag = "admin",
     params(("event_id" = String, Path)),
-    request_body(content = Object, description = "`{\"message\": {\"ko\": …, \"en\": …}}`: pushed live to everyone waiting, shown in status"),
+    request_body(content = super::lifecycle::AnnounceBody, description = "Pushed live to everyone waiting, shown in status"),
     responses(
-        (status = 200, description = "`{event_id, announcement}`", body = Object),
+        (status = 200, description = "The announcement as everyone waiting sees it", body = Announced),
         (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn announce() {}
@@ -762,15 +835,15 @@ fn announce() {}
 #[utoipa::path(delete, path = "/api/v1/admin/events/{event_id}/announcement", tag = "admin",
     params(("event_id" = String, Path)),
     responses(
-        (status = 200, description = "`{event_id, announcement: null}`", body = Object),
+        (status = 200, description = "`announcement` is `null`", body = Announced),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn clear_announcement() {}
 
 #[utoipa::path(post, path = "/api/v1/admin/events/{event_id}/end", tag = "admin",
     params(("event_id" = String, Path)),
-    request_body(content = Object, description = "`{\"reason\": \"sold_out\"|\"closed\"|\"cancelled\", \"message\"?: {\"ko\", \"en\"}}`"),
+    request_body(content = super::lifecycle::EndBody),
     responses(
-        (status = 200, description = "`{event_id, ended, waiting}`: everyone waiting is told and their places end; new joins get EVENT_CLOSED with the reason", body = Object),
+        (status = 200, description = "`{event_id, ended, waiting}`: everyone waiting is told and their places end; new joins get EVENT_CLOSED with the reason", body = SaleEnded),
         (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn end_sale() {}
@@ -780,16 +853,16 @@ fn end_sale() {}
            ("after" = Option<u64>, Query, description = "List the places after this id (the previous page's `next_after`)"),
            ("limit" = Option<usize>, Query, description = "Most ids in one page")),
     responses(
-        (status = 200, description = "`{event_id, place_ids, next_after}`: the pre-queue's waiting place ids in join order, from which and `shuffle_seed` anyone recomputes the order (API.md)", body = Object),
+        (status = 200, description = "`{event_id, place_ids, next_after}`: the pre-queue's waiting place ids in join order, from which and `shuffle_seed` anyone recomputes the order (API.md)", body = Prequeue),
         (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn prequeue() {}
 
 #[utoipa::path(put, path = "/api/v1/admin/events/{event_id}/inventory", tag = "admin",
     params(("event_id" = String, Path)),
-    request_body(content = Object, description = "`{\"items\": [\"A-1\", …]}`: items added (known ones keep their state)"),
+    request_body(content = super::sale::ItemsBody, description = "Items added (known ones keep their state)"),
     responses(
-        (status = 200, description = "How many items were new", body = Object),
+        (status = 200, description = "How many items were new, and the counts", body = super::sale::InventoryAdded),
         (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody),
         (status = 409, description = "INVENTORY_FULL", body = ErrorBody)))]
@@ -798,21 +871,21 @@ fn put_inventory() {}
 #[utoipa::path(get, path = "/api/v1/admin/events/{event_id}/inventory", tag = "admin",
     params(("event_id" = String, Path)),
     responses(
-        (status = 200, description = "Available, held and sold counts and each item's state", body = Object),
+        (status = 200, description = "Available, held and sold counts and each item's state", body = super::sale::AdminInventory),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn get_inventory() {}
 
 #[utoipa::path(get, path = "/api/v1/session/holds", tag = "session",
     responses(
-        (status = 200, description = "The seat map: every item's state, and this session's holds", body = Object),
+        (status = 200, description = "The seat map: every item's state, and this session's holds", body = super::sale::SeatMap),
         (status = 400, description = "MISSING_TOKEN: no `Authorization: Bearer`", body = ErrorBody),
         (status = 401, description = "ACCESS_DENIED", body = ErrorBody)))]
 fn seat_map() {}
 
 #[utoipa::path(post, path = "/api/v1/session/holds", tag = "session",
-    request_body(content = Object, description = "`{\"items\": [\"A-1\", …]}`: all held or none"),
+    request_body(content = super::sale::ItemsBody, description = "All held or none"),
     responses(
-        (status = 200, description = "This session's holds and their expiries", body = Object),
+        (status = 200, description = "This session's holds and their expiries", body = crate::core::SessionHolds),
         (status = 400, description = "INVALID_REQUEST, MISSING_TOKEN", body = ErrorBody),
         (status = 401, description = "ACCESS_DENIED", body = ErrorBody),
         (status = 404, description = "ITEM_NOT_FOUND", body = ErrorBody),
@@ -820,16 +893,16 @@ fn seat_map() {}
 fn hold() {}
 
 #[utoipa::path(delete, path = "/api/v1/session/holds", tag = "session",
-    request_body(content = Object, description = "`{\"items\": […]}`, or no body to release every hold"),
+    request_body(content = Option<super::sale::ItemsBody>, description = "The holds to release; no body releases every hold"),
     responses(
-        (status = 200, description = "This session's holds after the release", body = Object),
+        (status = 200, description = "This session's holds after the release", body = crate::core::SessionHolds),
         (status = 400, description = "MISSING_TOKEN: no `Authorization: Bearer`", body = ErrorBody),
         (status = 401, description = "ACCESS_DENIED", body = ErrorBody)))]
 fn release_holds() {}
 
 #[utoipa::path(post, path = "/api/v1/session/extend", tag = "session",
     responses(
-        (status = 200, description = "The session's new end and a refreshed access token", body = Object),
+        (status = 200, description = "The session's new end and a refreshed access token", body = super::sale::Extended),
         (status = 400, description = "MISSING_TOKEN: no `Authorization: Bearer`", body = ErrorBody),
         (status = 401, description = "ACCESS_DENIED", body = ErrorBody),
         (status = 409, description = "EXTENSION_LIMIT", body = ErrorBody)))]
