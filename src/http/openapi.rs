@@ -69,7 +69,10 @@ pub async fn serve() -> impl IntoResponse {
 }
 
 /// The document as JSON: utoipa's output, with what its attributes cannot say added: the
-/// list of error codes, and the bearer schemes of the admin and session routes.
+/// error codes and end reasons, the bearer schemes of the admin and session routes, the
+/// parameters' ranges and the event id's rule, the bodies that may be left out, the
+/// settings' fields, and what every route or every refusal of a kind answers (`default`,
+/// `Retry-After`, the admin routes' 401 and 429).
 pub fn document() -> Value {
     let mut doc = serde_json::to_value(Doc::openapi()).expect("the document serializes");
     let detail = &mut doc["components"]["schemas"]["ErrorDetail"]["properties"];
