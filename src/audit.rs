@@ -18,7 +18,7 @@ use crate::store::{Store, StoreResult};
 pub const KEEP: usize = 1000;
 
 /// What an admin did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Action {
     /// `PUT /events/{id}` of an event that did not exist.
@@ -57,7 +57,7 @@ impl Action {
 }
 
 /// One setting that a change set: its value before (`null` for a created event) and after.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Change {
     pub field: String,
     pub old: Value,
@@ -65,9 +65,11 @@ pub struct Change {
 }
 
 /// One entry of the audit list, as `GET /api/v1/admin/audit` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[schema(as = AuditEntry)]
 pub struct Entry {
     /// When the change was answered (ms since the epoch).
+    #[schema(value_type = u64)]
     pub at: Millis,
     /// The client's address as the per-client limits see it (behind a trusted proxy, the
     /// address it forwarded); `null` when unknown (a test without a socket).

@@ -38,8 +38,9 @@ const VERSION: &str = "1";
 const MAC_LEN: usize = 16;
 
 /// A challenge as the API answers it (inside the `POW_REQUIRED` / `POW_INVALID` error).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Challenge {
+    #[schema(value_type = String, example = "sha256")]
     pub algorithm: &'static str,
     pub prefix: String,
     pub difficulty_bits: u32,

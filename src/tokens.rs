@@ -407,12 +407,16 @@ pub struct Jwks {
 
 /// One public key (RFC 8037: an Ed25519 key is an `OKP` key whose `x` is the raw public
 /// key, base64url without padding).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Jwk {
+    #[schema(value_type = String, example = "OKP")]
     pub kty: &'static str,
+    #[schema(value_type = String, example = "Ed25519")]
     pub crv: &'static str,
+    #[schema(value_type = String, example = "EdDSA")]
     pub alg: &'static str,
     #[serde(rename = "use")]
+    #[schema(value_type = String, example = "sig")]
     pub use_: &'static str,
     /// Matches the `kid` header of the tokens it verifies.
     pub kid: String,

@@ -63,7 +63,7 @@ pub enum ItemState {
 }
 
 /// The admin's figures of an inventory.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct InventoryCounts {
     pub total: u64,
     pub available: u64,
@@ -79,14 +79,16 @@ pub struct InventoryView {
 }
 
 /// One hold of a session.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct HeldItem {
     pub item: String,
+    /// When the hold lapses (Unix ms).
+    #[schema(value_type = u64)]
     pub expires_at: Millis,
 }
 
 /// What a session holds, ordered by item id.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct SessionHolds {
     pub holds: Vec<HeldItem>,
 }

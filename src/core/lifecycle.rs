@@ -32,7 +32,7 @@ pub const END_BATCH: usize = 500;
 pub const MAX_MESSAGE_CHARS: usize = 500;
 
 /// Why a sale ended, as answered in `reason` fields.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EndCause {
     /// Everything was sold.

@@ -27,7 +27,7 @@ pub const BRANDING_PATH: &str = "/branding/";
 
 /// One text in the page's two languages; either may be absent (the page then shows the
 /// other one).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Texts {
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -91,10 +91,12 @@ pub fn poll_after_sec(position: Option<u64>, eta_low: Option<u64>, t: &Timeouts)
 }
 
 /// One row of `GET /admin/events/{id}/queue`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct HeadEntry {
     pub position: u64,
     pub user_id: Option<String>,
+    /// Unix ms.
+    #[schema(value_type = u64)]
     pub joined_at: Millis,
     pub eta_sec: u64,
 }

@@ -69,8 +69,6 @@ pub struct Place {
 /// An announcement as every answer shows it.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct AnnouncementBody {
-    /// `{"ko": …, "en": …}`
-    #[schema(value_type = Object)]
     pub message: Texts,
     /// When it was posted (RFC 3339).
     pub at: String,
@@ -91,7 +89,6 @@ pub struct EndedBody {
     /// `sold_out`, `closed` or `cancelled`.
     #[schema(value_type = String, example = "sold_out")]
     pub reason: EndCause,
-    #[schema(value_type = Option<Object>)]
     pub message: Option<Texts>,
     /// When it ended (RFC 3339).
     pub at: String,
@@ -109,7 +106,7 @@ impl EndedBody {
 }
 
 /// `POST /admin/events/{id}/announcement` and its `DELETE`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Announced {
     pub event_id: String,
     /// `null` once cleared.
@@ -117,7 +114,7 @@ pub struct Announced {
 }
 
 /// `POST /admin/events/{id}/end`
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct SaleEnded {
     pub event_id: String,
     pub ended: EndedBody,
@@ -298,7 +295,7 @@ pub struct Completed {
 }
 
 /// `GET /admin/events/{id}/prequeue`: a page of the pre-queue's place ids, in join order.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Prequeue {
     pub event_id: String,
     pub place_ids: Vec<u64>,
@@ -396,13 +393,9 @@ pub struct PublicEvent {
     /// How long a closed page keeps its place: the waiting room tells people.
     pub waiting_idle_sec: u32,
     /// The look and words of the waiting page (`core::look`), each `null` when not set.
-    #[schema(value_type = Option<Object>)]
     pub title: Option<Texts>,
-    #[schema(value_type = Option<Object>)]
     pub headline: Option<Texts>,
-    #[schema(value_type = Option<Object>)]
     pub note: Option<Texts>,
-    #[schema(value_type = Option<Object>)]
     pub turn_message: Option<Texts>,
     pub theme_color: Option<String>,
     pub logo_url: Option<String>,

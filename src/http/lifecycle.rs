@@ -21,7 +21,7 @@ use crate::core::lifecycle::check_message;
 use crate::core::{validate_event_id, Announcement, EndCause, EventPatch, SaleEnd, Texts};
 
 /// `POST /admin/events/{id}/announcement`
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AnnounceBody {
     #[serde(deserialize_with = "crate::core::config::object")]
@@ -29,7 +29,7 @@ pub struct AnnounceBody {
 }
 
 /// `POST /admin/events/{id}/end`
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EndBody {
     pub reason: EndCause,

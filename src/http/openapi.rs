@@ -30,6 +30,11 @@ pub struct ErrorDetail {
     /// One of the codes of API.md "Errors" (the enum is filled in from the code's list).
     code: String,
     message: String,
+    /// The challenge to solve, on `POW_REQUIRED` and `POW_INVALID`.
+    challenge: Option<crate::pow::Challenge>,
+    /// Why the sale ended, on `TOKEN_NOT_FOUND` and `EVENT_CLOSED` after its end (the
+    /// values are filled in from `EndCause`).
+    reason: Option<String>,
     /// The request's trace id, when tracing export is on.
     trace_id: Option<String>,
 }
@@ -46,8 +51,7 @@ pub struct TokenBody {
 /// `GET /.well-known/jwks.json`
 #[derive(utoipa::ToSchema)]
 pub struct JwksBody {
-    #[schema(value_type = Vec<Object>)]
-    keys: Vec<Value>,
+    keys: Vec<crate::tokens::Jwk>,
 }
 
 /// The document, built once.
@@ -65,10 +69,20 @@ pub async fn serve() -> impl IntoResponse {
 }
 
 /// The document as JSON: utoipa's output, with what its attributes cannot say added: the
-/// list of error codes, and the bearer schemes of the admin and session routes.
+/// error codes and end reasons, the bearer schemes of the admin and session routes, the
+/// parameters' ranges and the event id's rule, the bodies that may be left out, the
+/// settings' fields, and what every route or every refusal of a kind answers (`default`,
+/// `Retry-After`, the admin routes' 401 and 429).
 pub fn document() -> Value {
     let mut doc = serde_json::to_value(Doc::openapi()).expect("the document serializes");
-    doc["components"]["schemas"]["ErrorDetail"]["properties"]["code"]["enum"] = json!(code::ALL);
+    let detail = &mut doc["components"]["schemas"]["ErrorDetail"]["properties"];
+    detail["code"]["enum"] = json!(code::ALL);
+    // Present only with a value, never `null`.
+    use crate::core::EndCause;
+    let reasons = [EndCause::SoldOut, EndCause::Closed, EndCause::Cancelled].map(EndCause::as_str);
+    detail["reason"] = json!({"type": "string", "enum": reasons,
+        "description": "Why the sale ended, on `TOKEN_NOT_FOUND` and `EVENT_CLOSED` after its end"});
+    detail["challenge"] = json!({"$ref": "#/components/schemas/Challenge"});
     doc["components"]["securitySchemes"] = json!({
         "admin": {"type": "http", "scheme": "bearer",
                   "description": "The admin token (`--admin-token`)."},
@@ -76,7 +90,45 @@ pub fn document() -> Value {
                    "description": "An access token from `POST /api/v1/queue/enter`."},
     });
     bounds(&mut doc);
+    optional_bodies(&mut doc);
+    // This document: any OpenAPI 3.1 document, its fields not described here.
+    doc["paths"]["/api/v1/openapi.json"]["get"]["responses"]["200"]["content"]
+        ["application/json"]["schema"] = json!({
+        "type": "object",
+        "description": "An OpenAPI 3.1 document",
+        "additionalProperties": true,
+    });
+    // The waiting room's 503 is the place while waiting, an error when refused.
+    doc["paths"]["/wait/{event_id}/queue"]["get"]["responses"]["503"]["content"]
+        ["application/json"]["schema"] = json!({"oneOf": [
+        {"$ref": "#/components/schemas/Place"},
+        {"$ref": "#/components/schemas/ErrorBody"},
+    ]});
     described_settings(&mut doc);
+    event_ids(&mut doc);
+    for op in doc["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|p| p.values_mut())
+        .flat_map(|item| {
+            item.as_object_mut()
+                .into_iter()
+                .flat_map(|o| o.values_mut())
+        })
+    {
+        for (status, res) in op["responses"].as_object_mut().into_iter().flatten() {
+            if status == "429" || status == "503" {
+                res["headers"]["Retry-After"] = retry_after();
+            }
+        }
+        // Any route: a method it does not serve, a body over the limit, the store
+        // unreachable, a bug (API.md "Errors").
+        op["responses"]["default"] = json!({
+            "description": "METHOD_NOT_ALLOWED (405), PAYLOAD_TOO_LARGE (413), INTERNAL (500), UNAVAILABLE (503, with `Retry-After`)",
+            "headers": {"Retry-After": retry_after()},
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+        });
+    }
     if let Some(paths) = doc["paths"].as_object_mut() {
         for (path, item) in paths.iter_mut() {
             let scheme = if path.starts_with("/api/v1/admin/") {
@@ -95,10 +147,18 @@ pub fn document() -> Value {
                 .flat_map(|o| o.values_mut())
             {
                 op["security"] = json!([{ scheme: [] }]);
-                // Every admin route refuses a missing or wrong admin token.
-                if scheme == "admin" && op["responses"].get("401").is_none() {
-                    op["responses"]["401"] = json!({
-                        "description": "UNAUTHORIZED",
+                // Every admin route refuses a missing or wrong admin token, and a client
+                // that sent too many wrong ones (the right token is never limited).
+                if scheme == "admin" {
+                    if op["responses"].get("401").is_none() {
+                        op["responses"]["401"] = json!({
+                            "description": "UNAUTHORIZED",
+                            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+                        });
+                    }
+                    op["responses"]["429"] = json!({
+                        "description": "RATE_LIMITED: too many wrong admin tokens from this client",
+                        "headers": {"Retry-After": retry_after()},
                         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
                     });
                 }
@@ -108,42 +168,193 @@ pub fn document() -> Value {
     doc
 }
 
+/// A body that may be left out is `required: false` with the body's own schema: utoipa
+/// writes an `Option` body as `oneOf [null, T]`, which says a JSON `null` is accepted (it is
+/// refused). `POST /queue/leave` also takes its body as `text/plain`, as `sendBeacon` sends it.
+fn optional_bodies(doc: &mut Value) {
+    for (path, method) in [
+        ("/api/v1/queue/enter", "post"),
+        ("/api/v1/queue/heartbeat", "post"),
+        ("/api/v1/queue/leave", "post"),
+        ("/api/v1/session/holds", "delete"),
+        ("/api/v1/admin/events/{event_id}", "put"),
+    ] {
+        let body = &mut doc["paths"][path][method]["requestBody"];
+        body["required"] = json!(false);
+        for media in body["content"]
+            .as_object_mut()
+            .into_iter()
+            .flat_map(|c| c.values_mut())
+        {
+            let alts = media["schema"]["oneOf"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if let Some(t) = alts.into_iter().find(|a| a["type"] != "null") {
+                media["schema"] = t;
+            }
+        }
+    }
+    let leave = &mut doc["paths"]["/api/v1/queue/leave"]["post"]["requestBody"]["content"];
+    leave["text/plain"] = leave["application/json"].clone();
+    let patch = &mut doc["paths"]["/api/v1/admin/events/{event_id}"]["put"]["requestBody"]
+        ["content"]["application/json"]["schema"];
+    *patch = json!({"$ref": "#/components/schemas/SettingsPatch"});
+}
+
+/// The rule of an event id (`core::validate_event_id`: 1-64 of `[A-Za-z0-9._-]`, not only
+/// dots) on every `{event_id}` parameter, and the `400` every route answers to one that
+/// breaks it (before it looks for the event).
+fn event_ids(doc: &mut Value) {
+    let rule = json!({
+        "type": "string",
+        "minLength": 1,
+        "maxLength": crate::core::config::MAX_EVENT_ID_LEN,
+        "pattern": "^(?!\\.+$)[A-Za-z0-9._-]+$",
+    });
+    for op in doc["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|p| p.values_mut())
+        .flat_map(|item| {
+            item.as_object_mut()
+                .into_iter()
+                .flat_map(|o| o.values_mut())
+        })
+    {
+        let params = op["parameters"].as_array_mut().into_iter().flatten();
+        let mut named = false;
+        for p in params.filter(|p| p["name"] == "event_id" && p["in"] == "path") {
+            p["schema"] = rule.clone();
+            named = true;
+        }
+        if !named {
+            continue;
+        }
+        let res = &mut op["responses"]["400"];
+        match res["description"].as_str() {
+            None => {
+                *res = json!({
+                    "description": "INVALID_REQUEST: a malformed `event_id`",
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+                })
+            }
+            Some(d) if !d.contains("malformed") => {
+                res["description"] = json!(format!("{d}; also a malformed `event_id`"))
+            }
+            Some(_) => {}
+        }
+    }
+}
+
+/// The `Retry-After` header of a refusal that ends by itself (429, 503).
+fn retry_after() -> Value {
+    json!({
+        "description": "Seconds before asking again",
+        "schema": {"type": "integer", "minimum": 0},
+    })
+}
+
 /// The settings and figures objects (flattened into `EventSettings` and `AdminEvent`, which
-/// utoipa can only call objects) described by their fields as a new event answers them:
-/// each field's type from its default value (any type where the default is `null`).
+/// utoipa can only call objects), described by their fields as the server writes them. The
+/// types come from a sample where every optional field is set (so an array has its items'
+/// type and `closes_at`, `ended` and `announcement`, which a new event leaves out, are
+/// there); a field a new event answers as `null` is nullable, and the fields a new event
+/// answers are the required ones. Read from the serialization, the schema cannot drift from
+/// it: a new setting is described as soon as it exists (and `full_settings` must set it, or
+/// the contract test finds it untyped).
 fn described_settings(doc: &mut Value) {
-    fn schema_of(sample: Value, what: &str) -> Value {
-        let props: serde_json::Map<String, Value> = sample
+    fn schema_of(v: &Value) -> Value {
+        match v {
+            Value::Null => json!({}),
+            Value::Bool(_) => json!({"type": "boolean"}),
+            Value::Number(n) if n.is_f64() => json!({"type": "number"}),
+            Value::Number(_) => json!({"type": "integer"}),
+            Value::String(_) => json!({"type": "string"}),
+            // Generated clients need the items' type (openapi-python-client drops a model
+            // with an array of unknown items, and every answer that uses it).
+            Value::Array(a) => {
+                json!({"type": "array", "items": a.first().map_or(json!({}), schema_of)})
+            }
+            Value::Object(m) => json!({
+                "type": "object",
+                "properties": m.iter().map(|(k, v)| (k.clone(), schema_of(v))).collect::<serde_json::Map<_, _>>(),
+            }),
+        }
+    }
+    fn object_schema(full: &Value, new: &Value, what: &str) -> Value {
+        let new = new.as_object().cloned().unwrap_or_default();
+        let props: serde_json::Map<String, Value> = full
             .as_object()
             .into_iter()
             .flatten()
             .map(|(k, v)| {
-                let t = match v {
-                    Value::Null => json!({}),
-                    Value::Bool(_) => json!({"type": "boolean"}),
-                    Value::Number(n) if n.is_f64() => json!({"type": "number"}),
-                    Value::Number(_) => json!({"type": "integer"}),
-                    Value::String(_) => json!({"type": "string"}),
-                    Value::Array(_) => json!({"type": "array"}),
-                    Value::Object(_) => json!({"type": "object"}),
-                };
+                let mut t = schema_of(v);
+                if new.get(k).is_some_and(Value::is_null) {
+                    t["type"] = json!([t["type"].clone(), "null"]);
+                }
                 (k.clone(), t)
             })
             .collect();
-        json!({"type": "object", "description": what, "properties": props})
+        let required: Vec<&String> = new.keys().collect();
+        json!({"type": "object", "description": what, "properties": props, "required": required})
     }
-    let settings = serde_json::to_value(Settings(crate::core::EventConfig::default()))
-        .expect("settings serialize");
-    let settings = schema_of(
-        settings,
-        "The event's settings (API.md \"Admin API\"); the types are those of a new event's defaults",
+    let written = |c: crate::core::EventConfig| {
+        serde_json::to_value(Settings(c)).expect("settings serialize")
+    };
+    let mut settings = object_schema(
+        &written(full_settings()),
+        &written(crate::core::EventConfig::default()),
+        "The event's settings (API.md \"Admin API\"); `closes_at`, `ended` and `announcement` only when set",
     );
+    // These two are written by the answers' own types (`Settings::serialize`), whose
+    // schemas say what a sample cannot: `ended.message` may be `null`.
+    settings["properties"]["ended"] = json!({"$ref": "#/components/schemas/EndedBody"});
+    settings["properties"]["announcement"] =
+        json!({"$ref": "#/components/schemas/AnnouncementBody"});
     let figures =
         serde_json::to_value(crate::core::EventFigures::default()).expect("figures serialize");
-    let figures = schema_of(figures, "The event's figures (API.md \"Admin API\")");
+    let figures = object_schema(
+        &figures,
+        &figures,
+        "The event's figures (API.md \"Admin API\")",
+    );
+    // What `PUT` takes (`core::EventPatch`, which refuses any other field): the settings
+    // as answered, each optional, without what only other routes change (`ended`,
+    // `announcement`) and with the secrets themselves rather than whether one is set;
+    // `closes_at: null` clears it.
+    let mut patch = settings.clone();
+    let props = patch["properties"]
+        .as_object_mut()
+        .expect("settings have fields");
+    for read_only in [
+        "ended",
+        "announcement",
+        "user_token_secret_set",
+        "bypass_secret_set",
+    ] {
+        props.remove(read_only);
+    }
+    let text = json!({"type": ["string", "null"]});
+    props.insert("user_token_secret".into(), text.clone());
+    props.insert("bypass_secret".into(), text.clone());
+    props.insert("closes_at".into(), text);
+    props.insert(
+        "event_id".into(),
+        json!({"type": "string", "description": "The path's, if given"}),
+    );
+    patch["required"] = json!([]);
+    patch["additionalProperties"] = json!(false);
+    patch["description"] = json!("Event settings to set, each optional (API.md \"Admin API\")");
+    doc["components"]["schemas"]["SettingsPatch"] = patch;
+    // Named, so that generated clients share one model of the settings.
+    doc["components"]["schemas"]["Settings"] = settings;
+    doc["components"]["schemas"]["EventFigures"] = figures;
+    let settings = json!({"$ref": "#/components/schemas/Settings"});
+    let figures = json!({"$ref": "#/components/schemas/EventFigures"});
     for (name, parts) in [
         ("EventSettings", vec![settings.clone()]),
-        ("AdminEvent", vec![settings, figures]),
+        ("AdminEvent", vec![settings.clone(), figures]),
     ] {
         let all = doc["components"]["schemas"][name]["allOf"].as_array_mut();
         let bare = all
@@ -154,12 +365,81 @@ fn described_settings(doc: &mut Value) {
             *slot = part;
         }
     }
+    // `GET /admin/defaults` answers the settings alone.
+    doc["paths"]["/api/v1/admin/defaults"]["get"]["responses"]["200"]["content"]
+        ["application/json"]["schema"] = settings;
+}
+
+/// Settings with every optional field set and every list non-empty: the sample the
+/// settings' schema reads its types from.
+fn full_settings() -> crate::core::EventConfig {
+    use crate::core::{
+        Announcement, EndCause, EventConfig, GateRules, Look, RateLimits, SaleEnd, Texts,
+    };
+    let texts = || Texts {
+        ko: Some("안내".into()),
+        en: Some("note".into()),
+    };
+    let s = |v: &str| Some(v.to_string());
+    EventConfig {
+        admit_per_minute: Some(60),
+        max_queue_length: Some(1000),
+        target_url: s("https://shop.example/"),
+        user_token_secret: s("secret"),
+        user_token_public_key: s("key"),
+        pow_auto_above: Some(100),
+        rate_limits: Some(Box::new(RateLimits {
+            joins_per_minute: Some(30),
+            polls_per_second: Some(2),
+        })),
+        opens_at: Some(1_800_000_000_000),
+        closes_at: Some(1_800_000_600_000),
+        ended: Some(SaleEnd {
+            reason: EndCause::SoldOut,
+            message: Some(texts()),
+            at: 1_800_000_300_000,
+        }),
+        announcement: Some(Announcement {
+            message: texts(),
+            at: 1_800_000_100_000,
+        }),
+        look: Look {
+            title: Some(texts()),
+            headline: Some(texts()),
+            note: Some(texts()),
+            turn_message: Some(texts()),
+            theme_color: s("#112233"),
+            logo_url: s("/branding/logo.png"),
+            stylesheet: s("site.css"),
+        },
+        gate: GateRules {
+            paths: vec!["/checkout".into()],
+            hosts: vec!["shop.example".into()],
+            bypass_paths: vec!["/checkout/static/".into()],
+            bypass_cidrs: vec!["10.0.0.0/8".into()],
+            bypass_secret: s("bypass"),
+        },
+        ..EventConfig::default()
+    }
 }
 
 /// The ranges of the query parameters the handlers check, which utoipa's parameter tuples
-/// cannot state: (path, parameter, minimum, maximum).
+/// cannot state: (path, parameter, minimum, maximum); and the values of `format`.
 fn bounds(doc: &mut Value) {
     use super::{admin, records};
+    for (path, method) in [
+        ("/api/v1/admin/events/{event_id}/history", "get"),
+        ("/api/v1/admin/events/{event_id}/invites", "post"),
+    ] {
+        let params = doc["paths"][path][method]["parameters"].as_array_mut();
+        for p in params
+            .into_iter()
+            .flatten()
+            .filter(|p| p["name"] == "format")
+        {
+            p["schema"] = json!({"type": "string", "enum": ["json", "csv"]});
+        }
+    }
     let step = (crate::history::STEP_MS / 1000, records::MAX_STEP_SEC);
     let ranges = [
         ("/api/v1/admin/audit", "limit", 1, crate::audit::KEEP as u64),
@@ -188,6 +468,9 @@ fn bounds(doc: &mut Value) {
             step.1,
         ),
     ];
+    let count = &mut doc["components"]["schemas"]["InvitesBody"]["properties"]["count"];
+    count["minimum"] = json!(1);
+    count["maximum"] = json!(admin::MAX_INVITES_PER_CALL);
     for (path, name, min, max) in ranges {
         let params = doc["paths"][path]["get"]["parameters"].as_array_mut();
         for p in params.into_iter().flatten().filter(|p| p["name"] == name) {
@@ -261,7 +544,14 @@ fn bounds(doc: &mut Value) {
         asset,
         booking_order
     ),
-    components(schemas(ErrorBody, ErrorDetail, TokenBody))
+    components(schemas(
+        ErrorBody,
+        ErrorDetail,
+        TokenBody,
+        EndedBody,
+        AnnouncementBody,
+        crate::pow::Challenge
+    ))
 )]
 struct Doc;
 
@@ -278,7 +568,7 @@ struct Doc;
         (status = 409, description = "EVENT_CLOSED, ALREADY_JOINED", body = ErrorBody),
         (status = 428, description = "POW_REQUIRED, POW_INVALID (with a challenge)", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED", body = ErrorBody),
-        (status = 503, description = "QUEUE_FULL, UNAVAILABLE", body = ErrorBody)))]
+        (status = 503, description = "QUEUE_FULL, EVENT_FULL (a `reject` event with no room), UNAVAILABLE", body = ErrorBody)))]
 fn join() {}
 
 #[utoipa::path(get, path = "/api/v1/queue/status", tag = "queue",
@@ -298,7 +588,7 @@ fn status() {}
         (status = 204, description = "Renewed"),
         (status = 400, description = "MISSING_TOKEN", body = ErrorBody),
         (status = 401, description = "TOKEN_INVALID", body = ErrorBody),
-        (status = 404, description = "TOKEN_EXPIRED, TOKEN_NOT_FOUND", body = ErrorBody),
+        (status = 404, description = "TOKEN_EXPIRED, TOKEN_NOT_FOUND, EVENT_NOT_FOUND", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED", body = ErrorBody)))]
 fn heartbeat() {}
 
@@ -310,7 +600,7 @@ fn heartbeat() {}
         (status = 400, description = "MISSING_TOKEN", body = ErrorBody),
         (status = 401, description = "TOKEN_INVALID", body = ErrorBody),
         (status = 403, description = "NOT_READY", body = ErrorBody),
-        (status = 404, description = "TOKEN_EXPIRED, TOKEN_NOT_FOUND", body = ErrorBody),
+        (status = 404, description = "TOKEN_EXPIRED, TOKEN_NOT_FOUND, EVENT_NOT_FOUND", body = ErrorBody),
         (status = 429, description = "RATE_LIMITED", body = ErrorBody)))]
 fn enter() {}
 
@@ -335,7 +625,7 @@ fn leave_delete() {}
     params(("event_id" = Option<String>, Query, description = "The event the token must be for")),
     responses(
         (status = 200, description = "The token is valid and its session active", body = Verified),
-        (status = 400, description = "INVALID_REQUEST (an empty event_id)", body = ErrorBody),
+        (status = 400, description = "INVALID_REQUEST (an empty or misspelt event_id), MISSING_TOKEN", body = ErrorBody),
         (status = 401, description = "ACCESS_DENIED", body = ErrorBody)))]
 fn verify() {}
 
@@ -343,23 +633,28 @@ fn verify() {}
     params(("event_id" = String, Query)),
     responses(
         (status = 200, description = "Public figures", body = QueueInfo),
+        (status = 400, description = "INVALID_REQUEST: no `event_id`, or a malformed one", body = ErrorBody),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn info() {}
 
 #[utoipa::path(get, path = "/api/v1/queue/ws", tag = "live",
-    params(("token" = String, Query, description = "The waiting token")),
+    params(("token" = Option<String>, Query, description = "The waiting token (or `Authorization: Bearer`)")),
     responses(
         (status = 101, description = "WebSocket of live messages (API.md)"),
+        (status = 400, description = "MISSING_TOKEN; INVALID_REQUEST: not a WebSocket upgrade", body = ErrorBody),
         (status = 401, description = "TOKEN_INVALID", body = ErrorBody),
-        (status = 429, description = "RATE_LIMITED", body = ErrorBody)))]
+        (status = 404, description = "TOKEN_EXPIRED, TOKEN_NOT_FOUND, EVENT_NOT_FOUND", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED: the place's poll limit, or too many streams of one place", body = ErrorBody)))]
 fn ws() {}
 
 #[utoipa::path(get, path = "/api/v1/queue/events", tag = "live",
-    params(("token" = String, Query, description = "The waiting token")),
+    params(("token" = Option<String>, Query, description = "The waiting token (or `Authorization: Bearer`)")),
     responses(
         (status = 200, description = "Server-Sent Events of live messages", content_type = "text/event-stream", body = String),
+        (status = 400, description = "MISSING_TOKEN", body = ErrorBody),
         (status = 401, description = "TOKEN_INVALID", body = ErrorBody),
-        (status = 429, description = "RATE_LIMITED", body = ErrorBody)))]
+        (status = 404, description = "TOKEN_EXPIRED, TOKEN_NOT_FOUND, EVENT_NOT_FOUND", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED: the place's poll limit, or too many streams of one place", body = ErrorBody)))]
 fn events_stream() {}
 
 #[utoipa::path(get, path = "/api/v1/events", tag = "public",
@@ -376,12 +671,14 @@ fn public_event() {}
 #[utoipa::path(post, path = "/api/v1/session/heartbeat", tag = "session",
     responses(
         (status = 204, description = "The session is kept alive"),
+        (status = 400, description = "MISSING_TOKEN: no `Authorization: Bearer`", body = ErrorBody),
         (status = 401, description = "ACCESS_DENIED", body = ErrorBody)))]
 fn session_heartbeat() {}
 
 #[utoipa::path(post, path = "/api/v1/session/complete", tag = "session",
     responses(
         (status = 200, description = "The session ended as used", body = Completed),
+        (status = 400, description = "MISSING_TOKEN: no `Authorization: Bearer`", body = ErrorBody),
         (status = 401, description = "ACCESS_DENIED", body = ErrorBody)))]
 fn session_complete() {}
 
@@ -397,7 +694,8 @@ fn admin_events() {}
 
 #[utoipa::path(put, path = "/api/v1/admin/events/{event_id}", tag = "admin",
     params(("event_id" = String, Path)),
-    request_body(content = Object, description = "Event settings; all optional on update (API.md)"),
+    // The body is the `SettingsPatch` schema, set by `described_settings`.
+    request_body(content = Object, description = "Event settings, each optional: none, or an empty body, creates the event with the defaults or leaves it as it is (API.md)"),
     responses(
         (status = 200, description = "The stored config", body = EventSettings),
         (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
@@ -424,6 +722,7 @@ fn delete_event() {}
     params(("event_id" = String, Path)),
     responses(
         (status = 200, description = "The stored config", body = EventSettings),
+        (status = 400, description = "INVALID_REQUEST: a body other than none or `{}`", body = ErrorBody),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn pause() {}
 
@@ -431,6 +730,7 @@ fn pause() {}
     params(("event_id" = String, Path)),
     responses(
         (status = 200, description = "The stored config", body = EventSettings),
+        (status = 400, description = "INVALID_REQUEST: a body other than none or `{}`", body = ErrorBody),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn resume() {}
 
@@ -438,6 +738,7 @@ fn resume() {}
     params(("event_id" = String, Path)),
     responses(
         (status = 200, description = "Waiting places removed", body = Cleared),
+        (status = 400, description = "INVALID_REQUEST: a body other than none or `{}`", body = ErrorBody),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn clear() {}
 
@@ -455,7 +756,8 @@ fn invites() {}
 #[utoipa::path(get, path = "/api/v1/admin/events/{event_id}/queue", tag = "admin",
     params(("event_id" = String, Path), ("limit" = Option<u64>, Query)),
     responses(
-        (status = 200, description = "The head of the queue", body = Vec<Object>),
+        (status = 200, description = "The head of the queue", body = Vec<crate::core::view::HeadEntry>),
+        (status = 400, description = "INVALID_REQUEST: `limit` out of range", body = ErrorBody),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn queue_head() {}
 
@@ -464,6 +766,7 @@ fn queue_head() {}
 fn stats() {}
 
 #[utoipa::path(get, path = "/api/v1/admin/defaults", tag = "admin",
+    // The body is the `Settings` schema, set by `described_settings`.
     responses((status = 200, description = "The settings of a field left out", body = Object)))]
 fn defaults() {}
 
@@ -471,8 +774,10 @@ fn defaults() {}
     params(("event_id" = String, Path), ("since" = Option<u64>, Query), ("step" = Option<u64>, Query),
            ("format" = Option<String>, Query, description = "`json` (default) or `csv`")),
     responses(
-        (status = 200, description = "Samples, oldest first", body = HistoryBody),
-        (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
+        (status = 200, description = "Samples, oldest first (CSV with `?format=csv`)", content(
+            (HistoryBody = "application/json"),
+            (String = "text/csv"))),
+        (status = 400, description = "INVALID_REQUEST: `step` out of range, a `format` other than `json` or `csv`, an unknown parameter", body = ErrorBody),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn history() {}
 
@@ -480,13 +785,14 @@ fn history() {}
     params(("event_id" = String, Path), ("since" = Option<u64>, Query), ("step" = Option<u64>, Query)),
     responses(
         (status = 200, description = "Samples as CSV", content_type = "text/csv", body = String),
+        (status = 400, description = "INVALID_REQUEST: `step` out of range, a `format` other than `csv`, an unknown parameter", body = ErrorBody),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn history_csv() {}
 
 #[utoipa::path(get, path = "/api/v1/admin/audit", tag = "admin",
     params(("limit" = Option<u64>, Query), ("event" = Option<String>, Query)),
     responses(
-        (status = 200, description = "Admin changes, newest first", body = Vec<Object>),
+        (status = 200, description = "Admin changes, newest first", body = Vec<crate::audit::Entry>),
         (status = 400, description = "INVALID_REQUEST", body = ErrorBody)))]
 fn audit() {}
 
@@ -523,9 +829,9 @@ fn wait() {}
 
 #[utoipa::path(post, path = "/api/v1/admin/events/{event_id}/announcement", tag = "admin",
     params(("event_id" = String, Path)),
-    request_body(content = Object, description = "`{\"message\": {\"ko\": …, \"en\": …}}`: pushed live to everyone waiting, shown in status"),
+    request_body(content = super::lifecycle::AnnounceBody, description = "Pushed live to everyone waiting, shown in status"),
     responses(
-        (status = 200, description = "`{event_id, announcement}`", body = Object),
+        (status = 200, description = "The announcement as everyone waiting sees it", body = Announced),
         (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn announce() {}
@@ -533,15 +839,15 @@ fn announce() {}
 #[utoipa::path(delete, path = "/api/v1/admin/events/{event_id}/announcement", tag = "admin",
     params(("event_id" = String, Path)),
     responses(
-        (status = 200, description = "`{event_id, announcement: null}`", body = Object),
+        (status = 200, description = "`announcement` is `null`", body = Announced),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn clear_announcement() {}
 
 #[utoipa::path(post, path = "/api/v1/admin/events/{event_id}/end", tag = "admin",
     params(("event_id" = String, Path)),
-    request_body(content = Object, description = "`{\"reason\": \"sold_out\"|\"closed\"|\"cancelled\", \"message\"?: {\"ko\", \"en\"}}`"),
+    request_body(content = super::lifecycle::EndBody),
     responses(
-        (status = 200, description = "`{event_id, ended, waiting}`: everyone waiting is told and their places end; new joins get EVENT_CLOSED with the reason", body = Object),
+        (status = 200, description = "`{event_id, ended, waiting}`: everyone waiting is told and their places end; new joins get EVENT_CLOSED with the reason", body = SaleEnded),
         (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn end_sale() {}
@@ -551,16 +857,16 @@ fn end_sale() {}
            ("after" = Option<u64>, Query, description = "List the places after this id (the previous page's `next_after`)"),
            ("limit" = Option<usize>, Query, description = "Most ids in one page")),
     responses(
-        (status = 200, description = "`{event_id, place_ids, next_after}`: the pre-queue's waiting place ids in join order, from which and `shuffle_seed` anyone recomputes the order (API.md)", body = Object),
+        (status = 200, description = "`{event_id, place_ids, next_after}`: the pre-queue's waiting place ids in join order, from which and `shuffle_seed` anyone recomputes the order (API.md)", body = Prequeue),
         (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn prequeue() {}
 
 #[utoipa::path(put, path = "/api/v1/admin/events/{event_id}/inventory", tag = "admin",
     params(("event_id" = String, Path)),
-    request_body(content = Object, description = "`{\"items\": [\"A-1\", …]}`: items added (known ones keep their state)"),
+    request_body(content = super::sale::ItemsBody, description = "Items added (known ones keep their state)"),
     responses(
-        (status = 200, description = "How many items were new", body = Object),
+        (status = 200, description = "How many items were new, and the counts", body = super::sale::InventoryAdded),
         (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody),
         (status = 409, description = "INVENTORY_FULL", body = ErrorBody)))]
@@ -569,36 +875,39 @@ fn put_inventory() {}
 #[utoipa::path(get, path = "/api/v1/admin/events/{event_id}/inventory", tag = "admin",
     params(("event_id" = String, Path)),
     responses(
-        (status = 200, description = "Available, held and sold counts and each item's state", body = Object),
+        (status = 200, description = "Available, held and sold counts and each item's state", body = super::sale::AdminInventory),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn get_inventory() {}
 
 #[utoipa::path(get, path = "/api/v1/session/holds", tag = "session",
     responses(
-        (status = 200, description = "The seat map: every item's state, and this session's holds", body = Object),
+        (status = 200, description = "The seat map: every item's state, and this session's holds", body = super::sale::SeatMap),
+        (status = 400, description = "MISSING_TOKEN: no `Authorization: Bearer`", body = ErrorBody),
         (status = 401, description = "ACCESS_DENIED", body = ErrorBody)))]
 fn seat_map() {}
 
 #[utoipa::path(post, path = "/api/v1/session/holds", tag = "session",
-    request_body(content = Object, description = "`{\"items\": [\"A-1\", …]}`: all held or none"),
+    request_body(content = super::sale::ItemsBody, description = "All held or none"),
     responses(
-        (status = 200, description = "This session's holds and their expiries", body = Object),
-        (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
+        (status = 200, description = "This session's holds and their expiries", body = crate::core::SessionHolds),
+        (status = 400, description = "INVALID_REQUEST, MISSING_TOKEN", body = ErrorBody),
         (status = 401, description = "ACCESS_DENIED", body = ErrorBody),
         (status = 404, description = "ITEM_NOT_FOUND", body = ErrorBody),
         (status = 409, description = "HOLD_CONFLICT, TOO_MANY_HOLDS", body = ErrorBody)))]
 fn hold() {}
 
 #[utoipa::path(delete, path = "/api/v1/session/holds", tag = "session",
-    request_body(content = Object, description = "`{\"items\": […]}`, or no body to release every hold"),
+    request_body(content = Option<super::sale::ItemsBody>, description = "The holds to release; no body releases every hold"),
     responses(
-        (status = 200, description = "This session's holds after the release", body = Object),
+        (status = 200, description = "This session's holds after the release", body = crate::core::SessionHolds),
+        (status = 400, description = "MISSING_TOKEN: no `Authorization: Bearer`", body = ErrorBody),
         (status = 401, description = "ACCESS_DENIED", body = ErrorBody)))]
 fn release_holds() {}
 
 #[utoipa::path(post, path = "/api/v1/session/extend", tag = "session",
     responses(
-        (status = 200, description = "The session's new end and a refreshed access token", body = Object),
+        (status = 200, description = "The session's new end and a refreshed access token", body = super::sale::Extended),
+        (status = 400, description = "MISSING_TOKEN: no `Authorization: Bearer`", body = ErrorBody),
         (status = 401, description = "ACCESS_DENIED", body = ErrorBody),
         (status = 409, description = "EXTENSION_LIMIT", body = ErrorBody)))]
 fn extend() {}
@@ -606,8 +915,23 @@ fn extend() {}
 #[utoipa::path(get, path = "/wait/{event_id}/queue", tag = "pages",
     params(("event_id" = String, Path),
            ("return" = Option<String>, Query, description = "Where to send the person once admitted: a same-site path; anything else becomes `/`")),
-    responses((status = 200, description = "The waiting room that nginx's `auth_request` redirects to; sends the person back once admitted", content_type = "text/html", body = String),
-              (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
+    // Never 200 (API.md "GET /wait/{event_id}/queue"): admitted is a redirect, waiting a
+    // 503 (so that a proxy or a client that follows the gate never caches or mistakes the
+    // waiting page for the page it asked). A refusal is the JSON error, or for an `Accept`
+    // naming `text/html` a page with the same status and headers.
+    responses(
+        (status = 303, description = "Admitted: to `return` (checked as above), with the place's cookie",
+            headers(("Location" = String, description = "The return path, percent-encoded where not ASCII"))),
+        (status = 400, description = "INVALID_REQUEST: a malformed event id; another site's page loading this URL as a subresource, in a frame or as a prefetch (`Sec-Fetch-Site: cross-site`); an event that asks a user token, an invite or a proof of work (people join it at `/wait/{event_id}`)",
+            content((ErrorBody = "application/json"), (String = "text/html"))),
+        (status = 404, description = "EVENT_NOT_FOUND", content((ErrorBody = "application/json"), (String = "text/html"))),
+        (status = 409, description = "EVENT_CLOSED (with `reason` once the sale ended)", content((ErrorBody = "application/json"), (String = "text/html"))),
+        (status = 429, description = "RATE_LIMITED",
+            headers(("Retry-After" = u64, description = "Seconds before asking again")),
+            content((ErrorBody = "application/json"), (String = "text/html"))),
+        (status = 503, description = "Waiting: the waiting page, which refreshes itself (`text/html`), or for an `Accept` naming `application/json` and not `text/html` the place (`Place`), with the place's cookie; or a refusal: QUEUE_FULL, EVENT_FULL, UNAVAILABLE (`ErrorBody`)",
+            headers(("Retry-After" = u64, description = "Seconds before asking again (the page refreshes itself then)")),
+            content((Place = "application/json"), (String = "text/html")))))]
 fn gate_queue_page() {}
 
 #[utoipa::path(post, path = "/wait/{event_id}/queue", tag = "pages",
@@ -619,11 +943,13 @@ fn gate_queue_page() {}
 fn gate_hand_over() {}
 
 #[utoipa::path(get, path = "/api/v1/gate", tag = "session",
-    params(("event_id" = Option<String>, Query, description = "The event (else the one whose `paths` match `X-Original-URI`)")),
+    params(("event_id" = Option<String>, Query, description = "The event (else the one whose `paths` match `X-Original-URI`)"),
+           ("X-Original-URI" = String, Header, description = "The URI the visitor asked (nginx: `proxy_set_header X-Original-URI $request_uri`)")),
     responses(
         (status = 204, description = "An admitted session (the cookie or a Bearer access token); renewed"),
         (status = 400, description = "INVALID_REQUEST: no `X-Original-URI` (the gate fails closed)", body = ErrorBody),
-        (status = 401, description = "ACCESS_DENIED, with `X-Waitroom-Redirect: <waiting room URL with the return path>`", body = ErrorBody),
+        (status = 401, description = "ACCESS_DENIED, with `X-Waitroom-Redirect: <waiting room URL with the return path>`", body = ErrorBody,
+            headers(("X-Waitroom-Redirect" = String, description = "`/wait/{event_id}/queue?return=<the URI>`: where to send the visitor"))),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn gate() {}
 

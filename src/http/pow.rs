@@ -13,7 +13,7 @@ use crate::core::EventConfig;
 use crate::pow::PowError;
 
 /// `"pow": {"prefix", "nonce"}` of a join body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct PowSolution {
     pub prefix: String,
     pub nonce: String,

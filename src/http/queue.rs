@@ -47,7 +47,6 @@ pub struct JoinBody {
     /// The invite code of an invite-only event.
     pub invite: Option<String>,
     /// The solution of a proof-of-work challenge, for events that ask one.
-    #[schema(value_type = Option<Object>)]
     #[serde(default, deserialize_with = "crate::core::config::optional_object")]
     pub pow: Option<PowSolution>,
 }

@@ -21,14 +21,14 @@ use crate::store::StoreError;
 use crate::tokens::{self, AccessClaims};
 
 /// `PUT /admin/events/{id}/inventory` and `POST /session/holds`: item ids.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ItemsBody {
     pub items: Vec<String>,
 }
 
 /// `PUT /admin/events/{id}/inventory`
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct InventoryAdded {
     pub added: u64,
     #[serde(flatten)]
@@ -36,21 +36,23 @@ pub struct InventoryAdded {
 }
 
 /// One item of `GET /admin/events/{id}/inventory`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct AdminItem {
     pub id: String,
     /// `available`, `held` or `sold`.
+    #[schema(value_type = String, example = "held")]
     pub state: &'static str,
     /// The place (join sequence) holding or having bought it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub place: Option<u64>,
     /// While held: when the hold lapses (Unix ms).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>)]
     pub hold_expires_at: Option<Millis>,
 }
 
 /// `GET /admin/events/{id}/inventory`
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct AdminInventory {
     #[serde(flatten)]
     pub counts: InventoryCounts,
@@ -58,15 +60,16 @@ pub struct AdminInventory {
 }
 
 /// One item of `GET /session/holds`: what the seat map draws.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct SeatItem {
     pub id: String,
     /// `available`, `mine` (held by this session), `held` (by another) or `sold`.
+    #[schema(value_type = String, example = "mine")]
     pub state: &'static str,
 }
 
 /// `GET /session/holds`
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct SeatMap {
     #[serde(flatten)]
     pub holds: SessionHolds,
@@ -74,10 +77,11 @@ pub struct SeatMap {
 }
 
 /// `POST /session/extend`
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Extended {
     pub access_token: String,
     /// Always `"Bearer"`.
+    #[schema(value_type = String, example = "Bearer")]
     pub token_type: &'static str,
     /// Seconds until the session now ends at the latest.
     pub expires_in: u64,
