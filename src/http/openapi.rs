@@ -222,7 +222,13 @@ fn event_ids(doc: &mut Value) {
                 .flat_map(|o| o.values_mut())
         })
     {
-        let params = op["parameters"].as_array_mut().into_iter().flatten();
+        // Looked up, not indexed: indexing a missing key of a `Value` inserts `null`, and
+        // `"parameters": null` makes the document invalid.
+        let params = op
+            .get_mut("parameters")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten();
         let mut named = false;
         for p in params.filter(|p| p["name"] == "event_id" && p["in"] == "path") {
             p["schema"] = rule.clone();
