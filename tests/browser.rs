@@ -1182,6 +1182,16 @@ async fn the_korean_page_says_when_it_does_not_know_the_wait() {
     b.goto(&s.url("/wait/fest")).await;
     b.text_until("#position", |t| t == "1").await;
     b.text_until("#eta", |t| t == "아직 알 수 없습니다").await;
+    // Hours away, a range reads in hours (defect: "약 180~219분").
+    s.put_event("slow", json!({"max_active": 1000, "admit_per_minute": 1}))
+        .await;
+    for i in 0..200 {
+        s.join_token("slow", &format!("ahead-{i}")).await;
+    }
+    b.goto(&s.url("/wait/slow")).await;
+    b.text_until("#position", |t| t == "200").await;
+    let eta = b.text_until("#eta", |t| t.contains("시간")).await;
+    assert!(eta.starts_with("약 ") && eta.ends_with("시간"), "{eta}");
     b.close().await;
 }
 
@@ -1530,6 +1540,20 @@ async fn the_prequeue_page_counts_down_in_korean_and_english_then_opens() {
     b.text_until("#countdown", |t| t.starts_with("Opens in 03:1"))
         .await;
     b.screenshot("screenshot-countdown-en.png").await;
+
+    // Days ahead, in each language's words (defect: `2d` on the Korean page).
+    s.put_event(
+        "later",
+        json!({"max_active": 10, "opens_at": from_now(2 * 86400 + 3600), "target_url": "/demo/booking"}),
+    )
+    .await;
+    b.goto(&s.url("/wait/later")).await;
+    b.text_until("#countdown", |t| t.starts_with("Opens in 2d 01:"))
+        .await;
+    b.click("#lang").await;
+    b.text_until("#countdown", |t| t.starts_with("오픈까지 2일 01:"))
+        .await;
+    b.click("#lang").await;
 
     // A sale that opens in a few seconds: the countdown runs out and the place goes in.
     s.put_event(

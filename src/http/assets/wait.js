@@ -33,7 +33,7 @@
       announce: 'You are number {n} in line.', announceReady: 'It is your turn.',
       durSoon: 'under 1 min', durMin: 'about {m} min', durHour: 'about {h} h {m} min',
       durExact: '{m} minutes', durOne: '1 minute', title: 'Waiting room',
-      durRange: '{a}–{b} min', durUpTo: 'up to {b} min', etaUnknown: 'We don’t know yet', etaPaused: 'Paused',
+      durRange: '{a}–{b} min', durRangeHours: 'about {a}–{b} h', days: '{d}d ', durUpTo: 'up to {b} min', etaUnknown: 'We don’t know yet', etaPaused: 'Paused',
       checking: 'Checking your browser…', checkingLead: 'This takes a moment and keeps bots out of the line ({n} hashes so far).',
       preQueue: 'The sale opens soon', preQueueLead: 'You are in the pre-queue. At the opening everyone here gets a place in a random order, ahead of later arrivals: there is no need to hurry or reload.',
       opensIn: 'Opens in {t}', opening: 'Opening…',
@@ -66,7 +66,7 @@
       announce: '현재 대기 순서는 {n}번입니다.', announceReady: '입장 차례입니다.',
       durSoon: '1분 미만', durMin: '약 {m}분', durHour: '약 {h}시간 {m}분',
       durExact: '{m}분', durOne: '1분', title: '대기실',
-      durRange: '약 {a}~{b}분', durUpTo: '최대 {b}분', etaUnknown: '아직 알 수 없습니다', etaPaused: '일시 중지됨',
+      durRange: '약 {a}~{b}분', durRangeHours: '약 {a}~{b}시간', days: '{d}일 ', durUpTo: '최대 {b}분', etaUnknown: '아직 알 수 없습니다', etaPaused: '일시 중지됨',
       checking: '브라우저를 확인하는 중…', checkingLead: '잠시면 끝나며, 자동 프로그램이 줄을 서지 못하게 막습니다 (지금까지 {n}번 계산).',
       preQueue: '곧 예매가 시작됩니다', preQueueLead: '사전 대기열에 들어와 있습니다. 오픈 시각이 되면 이곳의 모든 분에게 무작위 순서가 정해지며, 이후에 온 분들보다 앞에 섭니다. 서두르거나 새로고침할 필요가 없습니다.',
       opensIn: '오픈까지 {t}', opening: '오픈하는 중…',
@@ -238,6 +238,11 @@
     if (hi <= 1) return t('durSoon');
     if (lo === hi) return WR.duration(f.eta_high_sec);
     if (f.eta_low_sec < 60) return t('durUpTo', { b: hi });
+    // Past two hours a range reads in hours ("7200–12960 min" said nothing at a glance).
+    if (hi > 120) {
+      const a = Math.max(1, Math.floor(lo / 60)), b = Math.ceil(hi / 60);
+      return a === b ? WR.duration(f.eta_high_sec) : t('durRangeHours', { a, b });
+    }
     return t('durRange', { a: lo, b: hi });
   }
 
@@ -407,7 +412,7 @@
     const left = Math.max(0, Math.ceil((opensAt - Date.now()) / 1000));
     const two = (n) => String(n).padStart(2, '0');
     const d = Math.floor(left / 86400), h = Math.floor(left / 3600) % 24, m = Math.floor(left / 60) % 60;
-    const text = (d > 0 ? d + 'd ' : '') + two(h) + ':' + two(m) + ':' + two(left % 60);
+    const text = (d > 0 ? t('days', { d }) : '') + two(h) + ':' + two(m) + ':' + two(left % 60);
     c.textContent = left > 0 ? t('opensIn', { t: text }) : t('opening');
   }
 
