@@ -2276,3 +2276,73 @@ async fn the_completion_signal_never_reaches_the_visitor() {
     let bypassed = get(&w).await;
     assert!(!bypassed.headers().contains_key("x-waitroom-complete"));
 }
+
+/// The gateway's own answers made before a request's body arrived (the waiting room's
+/// page, here for a paused sale) leave the connection serving the client's next request
+/// (defect: the unread body made hyper close the connection after the answer, without
+/// saying so, and the client's next request on it got no answer).
+#[tokio::test]
+async fn an_answer_before_the_body_keeps_the_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let o = origin().await;
+    let w = waitroom(Some(o), None).await;
+    event(&w, "shop", gated("shop", json!({"paused": true}))).await;
+    let mut sock = tokio::net::TcpStream::connect(w.addr).await.unwrap();
+    let body = b"seat=3&qty=1";
+    let head = format!(
+        "POST /checkout HTTP/1.1\r\nhost: x\r\naccept: text/html\r\n\
+         content-type: application/x-www-form-urlencoded\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    sock.write_all(head.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 8192];
+    // The waiting room's answer, whole (its length is in its head).
+    let answer = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let n = sock.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed before the answer");
+            got.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&got).to_string();
+            if let Some(end) = text.find("\r\n\r\n") {
+                let len: usize = text[..end]
+                    .to_ascii_lowercase()
+                    .lines()
+                    .find_map(|l| {
+                        l.strip_prefix("content-length:")
+                            .map(|v| v.trim().parse().unwrap())
+                    })
+                    .unwrap_or(0);
+                if got.len() >= end + 4 + len {
+                    return text;
+                }
+            }
+        }
+    })
+    .await
+    .expect("an answer");
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    // The body comes after its answer, as a client that wrote the head first sends it.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    sock.write_all(body).await.unwrap();
+    sock.write_all(b"GET /about HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut next = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let n = sock.read(&mut buf).await.unwrap_or(0);
+            if n == 0 {
+                return;
+            }
+            next.extend_from_slice(&buf[..n]);
+            if String::from_utf8_lossy(&next).contains("\"origin\":true") {
+                return;
+            }
+        }
+    })
+    .await;
+    let next = String::from_utf8_lossy(&next);
+    assert!(read.is_ok() && next.starts_with("HTTP/1.1 200"), "{next}");
+    assert!(next.contains("\"origin\":true"), "{next}");
+}

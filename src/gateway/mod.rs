@@ -22,7 +22,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use axum::body::Body;
+use axum::body::{Body, HttpBody as _};
 use axum::extract::Request;
 use axum::http::uri::PathAndQuery;
 use axum::http::{header, HeaderName, HeaderValue, StatusCode, Uri, Version};
@@ -32,6 +32,7 @@ use hyper_util::rt::TokioIo;
 
 use crate::app::AppState;
 pub use crate::config::Upstream;
+use crate::http::body_timeout::DrainIncoming;
 use crate::http::gate::{self, Admission, Session};
 use crate::http::guard::Guard;
 
@@ -123,7 +124,18 @@ impl Gateway {
         // `Incoming` body is larger and is moved several times (into the connection, back
         // out of a refused send); tried, its copies rose by ~650 instructions per request,
         // more than the box costs (~250).
-        let req = req.map(Body::new);
+        //
+        // A body that may still arrive, over HTTP/1.1 without `Expect`, is read to its end
+        // if dropped unread (the waiting room's page, a refusal), so the connection serves
+        // the client's next request; see `DrainOnDrop` for the API's routes.
+        let drain = req.version() == Version::HTTP_11
+            && !req.body().is_end_stream()
+            && !req.headers().contains_key(header::EXPECT);
+        let req = if drain {
+            req.map(|b| Body::new(DrainIncoming::new(b)))
+        } else {
+            req.map(Body::new)
+        };
         let peer = Some(peer.ip());
         let (outcome, res) = if self.trace {
             self.handle_traced(req, peer, conn).await

@@ -16,6 +16,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::HttpBody;
+use hyper::body::Buf as _;
 use hyper::body::Frame;
 use pin_project_lite::pin_project;
 use tokio::time::{sleep, Sleep};
@@ -134,21 +135,88 @@ pin_project! {
             if body.is_end_stream() {
                 return;
             }
-            let (max_bytes, timeout) = (*this.max_bytes, *this.timeout);
-            runtime.spawn(async move {
-                // Read and thrown away. Past the limit or the time the body is dropped, and
-                // the connection closed, as before.
-                let mut body = body;
-                let mut left = max_bytes;
-                let _ = tokio::time::timeout(timeout, async {
-                    while let Some(Ok(frame)) = http_body_util::BodyExt::frame(&mut body).await {
-                        let n = frame.data_ref().map_or(0, |d| d.len());
-                        let Some(l) = left.checked_sub(n) else { return };
-                        left = l;
-                    }
-                })
-                .await;
-            });
+            drain_later(&runtime, body, *this.max_bytes, *this.timeout);
+        }
+    }
+}
+
+/// Reads `body` to its end in a task of its own and throws it away. Past `max_bytes` or
+/// `timeout` the body is dropped, and hyper closes the connection, as without this.
+fn drain_later<B>(
+    runtime: &tokio::runtime::Handle,
+    mut body: B,
+    max_bytes: usize,
+    timeout: Duration,
+) where
+    B: HttpBody + Send + Unpin + 'static,
+    B::Data: Send,
+{
+    runtime.spawn(async move {
+        let mut left = max_bytes;
+        let _ = tokio::time::timeout(timeout, async {
+            while let Some(Ok(frame)) = http_body_util::BodyExt::frame(&mut body).await {
+                let n = frame.data_ref().map_or(0, |d| d.remaining());
+                let Some(l) = left.checked_sub(n) else { return };
+                left = l;
+            }
+        })
+        .await;
+    });
+}
+
+/// Gateway mode's request body (no timeout of its own: an upload to the site may take as
+/// long as it takes), read to its end when dropped before it (see [`DrainOnDrop`]): the
+/// waiting room's page and the refusals answer a gated request without reading its body.
+pub struct DrainIncoming {
+    body: Option<hyper::body::Incoming>,
+    ended: bool,
+}
+
+/// At most this much of a body the gateway answered without is read, within
+/// [`DRAIN_TIME`]; a longer one closes its connection.
+const DRAIN_BYTES: usize = 64 * 1024;
+const DRAIN_TIME: Duration = Duration::from_secs(10);
+
+impl DrainIncoming {
+    pub fn new(body: hyper::body::Incoming) -> Self {
+        DrainIncoming {
+            body: Some(body),
+            ended: false,
+        }
+    }
+}
+
+impl HttpBody for DrainIncoming {
+    type Data = axum::body::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let Some(body) = self.body.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let frame = Pin::new(body).poll_frame(cx);
+        if matches!(frame, Poll::Ready(None | Some(Err(_)))) {
+            self.ended = true;
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.as_ref().is_none_or(HttpBody::is_end_stream)
+    }
+}
+
+impl Drop for DrainIncoming {
+    fn drop(&mut self) {
+        let Some(body) = self.body.take() else { return };
+        if self.ended || body.is_end_stream() {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            drain_later(&runtime, body, DRAIN_BYTES, DRAIN_TIME);
         }
     }
 }
