@@ -957,8 +957,17 @@ async fn a_node_whose_seed_left_the_cluster_goes_on() {
         Arc::new(RedisStore::new(&cluster.nodes[seed].url(), opts.clone()).unwrap());
     let b: Arc<dyn Store> = Arc::new(RedisStore::new(&cluster.url(), opts).unwrap());
     make_event(&b, "left", serde_json::json!({"max_active": 1})).await;
-    a.ping().await.expect("ready before");
-    b.ping().await.unwrap();
+    // A slot move spreads by gossip: a master may say `cluster_state:fail` for a moment
+    // after it, so both nodes are asked until they are ready (a loaded machine took over a
+    // second once).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while a.ping().await.is_err() || b.ping().await.is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not ready before the seed left"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let mut on_a = a.subscribe();
     cluster.move_slots(seed, 0, 100);
     let _gone = cluster.remove_node(seed);
