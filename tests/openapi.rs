@@ -843,6 +843,39 @@ impl Conformance {
         }
     }
 
+    /// Two refusals every conformance walk needs: a join to a full `reject` event
+    /// (`EVENT_FULL`, answered), and each place route on a place whose event was deleted
+    /// (`EVENT_NOT_FOUND`).
+    async fn full_and_deleted_events(&mut self, admin: Option<&str>) -> Answer {
+        let config = json!({"max_active": 1, "queueing_method": "reject"});
+        self.json("PUT", "/api/v1/admin/events/rj", admin, config)
+            .await;
+        let join = json!({"event_id": "rj"});
+        self.json("POST", "/api/v1/queue/join", None, join.clone())
+            .await;
+        let full = self.json("POST", "/api/v1/queue/join", None, join).await;
+        assert_eq!(full.json["error"]["code"], "EVENT_FULL");
+        let config = json!({"max_active": 1});
+        self.json("PUT", "/api/v1/admin/events/dl", admin, config)
+            .await;
+        let join = json!({"event_id": "dl"});
+        self.json("POST", "/api/v1/queue/join", None, join.clone())
+            .await;
+        let waiting = self.json("POST", "/api/v1/queue/join", None, join).await;
+        let gone = waiting.json["waiting_token"].as_str().unwrap().to_string();
+        self.get("DELETE", "/api/v1/admin/events/dl", admin).await;
+        for (m, uri) in [
+            ("POST", "/api/v1/queue/enter"),
+            ("POST", "/api/v1/queue/heartbeat"),
+            ("GET", "/api/v1/queue/status"),
+            ("GET", "/api/v1/queue/events"),
+        ] {
+            let a = self.get(m, &format!("{uri}?token={gone}"), None).await;
+            assert_eq!(a.json["error"]["code"], "EVENT_NOT_FOUND", "{m} {uri}");
+        }
+        full
+    }
+
     async fn json(&mut self, method: &str, uri: &str, auth: Option<&str>, body: Value) -> Answer {
         let h = auth.map(|a| format!("Bearer {a}"));
         let headers: Vec<(&str, &str)> = h.iter().map(|h| ("authorization", h.as_str())).collect();
@@ -1165,65 +1198,8 @@ async fn csv_answers_are_documented() {
 async fn refusals_name_their_codes_and_headers() {
     let mut c = Conformance::new();
     let admin = Some("admin");
-    // A full `reject` event.
-    c.json(
-        "PUT",
-        "/api/v1/admin/events/rj",
-        admin,
-        json!({"max_active": 1, "queueing_method": "reject"}),
-    )
-    .await;
-    c.json(
-        "POST",
-        "/api/v1/queue/join",
-        None,
-        json!({"event_id": "rj"}),
-    )
-    .await;
-    let a = c
-        .json(
-            "POST",
-            "/api/v1/queue/join",
-            None,
-            json!({"event_id": "rj"}),
-        )
-        .await;
-    assert_eq!(a.json["error"]["code"], "EVENT_FULL");
-    assert!(a.headers.contains_key("retry-after"));
-    // A deleted event under a waiting place.
-    c.json(
-        "PUT",
-        "/api/v1/admin/events/dl",
-        admin,
-        json!({"max_active": 1}),
-    )
-    .await;
-    c.json(
-        "POST",
-        "/api/v1/queue/join",
-        None,
-        json!({"event_id": "dl"}),
-    )
-    .await;
-    let a = c
-        .json(
-            "POST",
-            "/api/v1/queue/join",
-            None,
-            json!({"event_id": "dl"}),
-        )
-        .await;
-    let gone = a.json["waiting_token"].as_str().unwrap().to_string();
-    c.get("DELETE", "/api/v1/admin/events/dl", admin).await;
-    for (m, uri) in [
-        ("POST", "/api/v1/queue/enter"),
-        ("POST", "/api/v1/queue/heartbeat"),
-        ("GET", "/api/v1/queue/status"),
-        ("GET", "/api/v1/queue/events"),
-    ] {
-        let a = c.get(m, &format!("{uri}?token={gone}"), None).await;
-        assert_eq!(a.json["error"]["code"], "EVENT_NOT_FOUND", "{m} {uri}");
-    }
+    let full = c.full_and_deleted_events(admin).await;
+    assert!(full.headers.contains_key("retry-after"));
     // An ended sale: `reason`; proof of work: the challenge.
     c.json("PUT", "/api/v1/admin/events/end", admin, json!({}))
         .await;
@@ -1638,63 +1614,7 @@ async fn every_answer_of_every_state_is_documented() {
     c.get("GET", "/wait/nope/queue", None).await;
     c.send("GET", "/wait/nope/queue", &html, None).await;
 
-    // A full `reject` event; a deleted event under live places.
-    c.json(
-        "PUT",
-        "/api/v1/admin/events/rj",
-        admin,
-        json!({"max_active": 1, "queueing_method": "reject"}),
-    )
-    .await;
-    c.json(
-        "POST",
-        "/api/v1/queue/join",
-        None,
-        json!({"event_id": "rj"}),
-    )
-    .await;
-    let a = c
-        .json(
-            "POST",
-            "/api/v1/queue/join",
-            None,
-            json!({"event_id": "rj"}),
-        )
-        .await;
-    assert_eq!(a.json["error"]["code"], "EVENT_FULL");
-    c.json(
-        "PUT",
-        "/api/v1/admin/events/dl",
-        admin,
-        json!({"max_active": 1}),
-    )
-    .await;
-    c.json(
-        "POST",
-        "/api/v1/queue/join",
-        None,
-        json!({"event_id": "dl"}),
-    )
-    .await;
-    let a = c
-        .json(
-            "POST",
-            "/api/v1/queue/join",
-            None,
-            json!({"event_id": "dl"}),
-        )
-        .await;
-    let gone = a.json["waiting_token"].as_str().unwrap().to_string();
-    c.get("DELETE", "/api/v1/admin/events/dl", admin).await;
-    for (m, uri) in [
-        ("POST", "/api/v1/queue/enter"),
-        ("POST", "/api/v1/queue/heartbeat"),
-        ("GET", "/api/v1/queue/status"),
-        ("GET", "/api/v1/queue/events"),
-    ] {
-        let a = c.get(m, &format!("{uri}?token={gone}"), None).await;
-        assert_eq!(a.json["error"]["code"], "EVENT_NOT_FOUND", "{m} {uri}");
-    }
+    c.full_and_deleted_events(admin).await;
 
     // Operations, and what every route may answer (405).
     for uri in [
