@@ -398,19 +398,26 @@ async fn join_from_the_page_reload_keeps_the_place_then_leave() {
     );
     assert_eq!(s.figures("fest").await["waiting"], 1, "one place, not two");
 
-    // Leave gives the place up at once (by beacon) and offers to join again.
-    b.click("#leave").await;
+    // Leave gives the place up at once (by beacon) and offers to join again. Pressed from
+    // the keyboard (focused, then activated as Enter does), the focus moves on to the
+    // button that took its place rather than falling to the page's start.
+    b.js("const l = document.getElementById('leave'); l.focus(); l.click(); return 0")
+        .await;
     b.text_until("#status", |t| t == "You left the line").await;
     assert!(b.visible("#join").await);
     assert!(!b.visible("#leave").await);
+    assert_eq!(b.js("return document.activeElement.id").await, "join");
     figures_until(&s, "fest", |f| f["waiting"] == 0 && f["left"] == 2).await;
     assert_eq!(stored_token(&b, "fest").await, None);
     let (st, _) = s.status(&token).await;
     assert_eq!(st, 404);
 
-    // And joining again puts the person at the back of the line.
-    b.click("#join").await;
+    // And joining again puts the person at the back of the line; the focus is on the
+    // status line then, which the join's button gave way to.
+    b.js("const j = document.getElementById('join'); j.focus(); j.click(); return 0")
+        .await;
     b.text_until("#position", |t| t == "1").await;
+    assert_eq!(b.js("return document.activeElement.id").await, "status");
     b.close().await;
 }
 

@@ -793,7 +793,7 @@ async fn the_korean_page_reads_in_korean_without_scripts() {
         "data-i18n=\"eta\">예상 대기 시간<",
         "aria-label=\"대기 진행률\"",
         "data-i18n=\"leave\">대기열 나가기<",
-        "class=\"status needs-js\" id=\"status\" role=\"status\">대기열에 들어가는 중…<",
+        "<div role=\"status\"><h2 class=\"status needs-js\" id=\"status\" tabindex=\"-1\">대기열에 들어가는 중…<",
         ">English</button>",
     ] {
         assert!(ko.contains(said), "{said}");
@@ -829,4 +829,56 @@ async fn the_korean_page_reads_in_korean_without_scripts() {
         .await
         .unwrap();
     assert!(js.contains("document.documentElement.classList.add('js');"));
+}
+
+/// What assistive technology reads of the served pages' markup: no heading carries a role
+/// (a role replaces the heading, and heading navigation no longer finds it: the waiting
+/// page's status line and the booking page's title were `<h2 role="status">` and
+/// `<h1 role="status">`), and the language button's accessible name holds its visible
+/// word as a word of its own (a voice-control user says what the button shows; "한국어로
+/// 보기" did not hold "한국어").
+#[tokio::test]
+async fn headings_stay_headings_and_the_language_button_says_what_it_shows() {
+    let s = TestServer::start().await;
+    s.put_event("fest", json!({})).await;
+    for (path, lang) in [
+        ("/wait/fest", "en"),
+        ("/wait/fest", "ko"),
+        ("/demo/booking?event=fest", "en"),
+        ("/admin", "en"),
+        ("/", "en"),
+    ] {
+        let r = page(&s, path, lang).await;
+        let status = r.status();
+        let body = r.text().await.unwrap();
+        assert!(status.is_success(), "{path}: {status}");
+        for level in 1..=6 {
+            for tag in body.split(&format!("<h{level}")).skip(1) {
+                let open = &tag[..tag.find('>').unwrap()];
+                assert!(!open.contains("role="), "{path}: <h{level}{open}>");
+            }
+        }
+        if let Some(at) = body.find("id=\"lang\"") {
+            let button = &body[at..body[at..].find("</button>").unwrap() + at];
+            let shown = &button[button.rfind('>').unwrap() + 1..];
+            // Without a label of its own, the button is named by what it shows.
+            let label = button.split("aria-label=\"").nth(1).unwrap_or(shown);
+            let label = label.split('"').next().unwrap();
+            assert!(
+                label.split(' ').any(|w| w == shown),
+                "{path} ({lang}): \"{shown}\" is not a word of \"{label}\""
+            );
+        }
+    }
+    // The script sets the same names after a switch.
+    let common = reqwest::get(s.url("/assets/common.js"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        common.contains("'Switch to English' : '한국어 보기'"),
+        "common.js names the button as the page does"
+    );
 }

@@ -139,7 +139,7 @@ const PAGE_TEXTS: &[(&str, &str, &str)] = &[
     // The language button names the other language, in that language (common.js).
     ("other_lang", "ko", "en"),
     ("other_name", "한국어", "English"),
-    ("switch_label", "한국어로 보기", "Switch to English"),
+    ("switch_label", "한국어 보기", "Switch to English"),
 ];
 
 /// Fills `template`'s `{{name}}` slots. Values must already be escaped. One pass over the

@@ -57,7 +57,9 @@ window.WR = (() => {
       // The button names the *other* language, in that language.
       btn.textContent = lang === 'ko' ? 'English' : '한국어';
       btn.lang = lang === 'ko' ? 'en' : 'ko';
-      btn.setAttribute('aria-label', lang === 'ko' ? 'Switch to English' : '한국어로 보기');
+      // Its accessible name holds its visible word as a word of its own: a voice-control user
+      // says what the button shows.
+      btn.setAttribute('aria-label', lang === 'ko' ? 'Switch to English' : '한국어 보기');
     }
     for (const f of listeners) f(lang);
   }

@@ -570,8 +570,22 @@
   // ---- wiring -----------------------------------------------------------------------------
 
   WR.setup(TEXT, render);
-  el('leave').addEventListener('click', leave);
-  el('join').addEventListener('click', join);
+  // A pressed button the new state hides would drop keyboard focus to the page's start:
+  // focus goes to the control that took its place, else to the status line.
+  // (Whether it had the focus is read before the action: hiding it may already have
+  // moved the focus to the page's body.)
+  function keepFocus(pressed) {
+    if (!pressed.hidden) return;
+    const next = ['continue', 'join', 'leave'].map(el).find((b) => !b.hidden);
+    (next || el('status')).focus();
+  }
+  for (const [id, action] of [['leave', leave], ['join', join]]) {
+    el(id).addEventListener('click', () => {
+      const focused = document.activeElement === el(id);
+      action();
+      if (focused) keepFocus(el(id));
+    });
+  }
   el('continue').addEventListener('click', (e) => { e.preventDefault(); proceed(); });
   // Back from the site through the browser's cache: the page may be stale; look again.
   window.addEventListener('pageshow', (e) => { if (e.persisted && place) { phase = 'init'; resume(); } });
