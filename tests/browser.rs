@@ -1754,22 +1754,27 @@ async fn narrow_screens_keep_long_words_and_big_numbers_in_the_page() {
     b.goto(&s.url("/wait/fest")).await;
     b.text_until("#position", |t| t == "1").await;
     b.text_until("#live-text", |t| t == "Live updates").await;
-    // The figure as a long line shows it (a test cannot queue a million people).
-    for figure in ["1,234,567", "12,345,678"] {
+    // The figure as a long line shows it (a test cannot queue a million people): the
+    // place, and the people in line.
+    for (id, figure) in [
+        ("position", "1,234,567"),
+        ("position", "12,345,678"),
+        ("queue-length", "12,345,678"),
+    ] {
         let lines = b
             .js(&format!(
-                "const p = document.getElementById('position'); p.textContent = '{figure}'; \
+                "const p = document.getElementById('{id}'); p.textContent = '{figure}'; \
                  const r = document.createRange(); r.selectNodeContents(p); \
                  return [r.getClientRects().length, document.documentElement.scrollWidth, \
                          p.getBoundingClientRect().right, \
                          p.parentElement.getBoundingClientRect().right];"
             ))
             .await;
-        assert_eq!(lines[0], 1, "{figure} on one line: {lines}");
-        assert!(lines[1].as_u64().unwrap() <= 320, "{figure}: {lines}");
+        assert_eq!(lines[0], 1, "{id} {figure} on one line: {lines}");
+        assert!(lines[1].as_u64().unwrap() <= 320, "{id} {figure}: {lines}");
         assert!(
             lines[2].as_f64().unwrap() <= lines[3].as_f64().unwrap(),
-            "{figure} inside its box: {lines}"
+            "{id} {figure} inside its box: {lines}"
         );
     }
     b.close().await;
