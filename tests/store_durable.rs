@@ -266,6 +266,68 @@ async fn a_store_without_its_version_file_is_refused_plainly() {
     assert!(err.contains("not its `version` file"), "{err}");
 }
 
+/// The directory of the store's own files under a data dir (the one with `version`).
+fn store_dir_of(dir: &std::path::Path) -> PathBuf {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.join("version").exists())
+        .unwrap_or_else(|| dir.to_path_buf())
+}
+
+/// A very first start stopped while the store was being created (a full disk: the
+/// `version` file left empty, an empty keyspace directory, a journal of zeros) is created
+/// again at the next start. It was refused for good ("InvalidVersion(None)"), even once
+/// the disk had room, and with `--repair` too.
+#[tokio::test]
+async fn a_first_start_cut_short_starts_again() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(EmbeddedStore::open(dir.path(), Durability::Sync, T0).unwrap());
+    let store_dir = store_dir_of(dir.path());
+    std::fs::remove_dir_all(&store_dir).unwrap();
+    std::fs::create_dir_all(store_dir.join("keyspaces")).unwrap();
+    std::fs::write(store_dir.join("version"), b"").unwrap();
+    std::fs::write(store_dir.join("0.jnl"), vec![0u8; 1 << 20]).unwrap();
+    {
+        let store: Arc<dyn Store> =
+            Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, T0).unwrap());
+        make_event(&store, "ev", serde_json::json!({"paused": true})).await;
+        assert_eq!(join(&store, "ev", Some("u"), T0).await.position, Some(1));
+    }
+    // A store like any other from then on.
+    let store: Arc<dyn Store> =
+        Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, T0).unwrap());
+    assert_eq!(join(&store, "ev", Some("u"), T0).await.position, Some(1));
+    assert_eq!(join(&store, "ev", Some("v"), T0).await.position, Some(2));
+}
+
+/// A store that holds data under a damaged `version` file is refused with a message that
+/// names the file, not fjall's "InvalidVersion", and is left as it was.
+#[tokio::test]
+async fn a_store_with_data_and_a_damaged_version_file_is_refused_plainly() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store: Arc<dyn Store> =
+            Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, T0).unwrap());
+        make_event(&store, "ev", serde_json::json!({})).await;
+        join(&store, "ev", None, T0).await;
+    }
+    let store_dir = store_dir_of(dir.path());
+    for damaged in [&b""[..], b"FJ", b"garbage"] {
+        std::fs::write(store_dir.join("version"), damaged).unwrap();
+        let err = EmbeddedStore::open(dir.path(), Durability::Sync, T0)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            err.contains("holds data") && err.contains("`version` file is damaged"),
+            "{err}"
+        );
+        assert!(store_dir.join("0.jnl").exists(), "nothing was removed");
+    }
+}
+
 fn journal(dir: &std::path::Path) -> (std::path::PathBuf, u64) {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .unwrap()

@@ -148,26 +148,6 @@ pub struct Journal {
     pub(super) syncer: Arc<Mutex<Syncer>>,
 }
 
-/// fjall writes the `version` file first when it creates a store, and reads it to tell a
-/// store from an empty directory: one with data but without it made fjall try to create
-/// a store over the old one, and fail with "File exists", naming nothing. Say what is
-/// wrong instead.
-fn refuse_without_version(dir: &Path) -> anyhow::Result<()> {
-    let has_data = dir.join("keyspaces").exists()
-        || std::fs::read_dir(dir)?
-            .flatten()
-            .any(|e| e.file_name().to_string_lossy().ends_with(".jnl"));
-    if has_data && !dir.join("version").exists() {
-        anyhow::bail!(
-            "the store in {} has its files but not its `version` file (removed or lost, or \
-             the very first start was cut short: then it holds nothing yet and the directory \
-             can be removed). Refusing to start: restore the data directory from a backup",
-            dir.display()
-        );
-    }
-    Ok(())
-}
-
 fn event_prefix(event_id: &str) -> Vec<u8> {
     let mut k = event_id.as_bytes().to_vec();
     k.push(0);
@@ -195,7 +175,7 @@ impl Journal {
         repair: bool,
     ) -> anyhow::Result<(Journal, Recovered)> {
         create_private_dir(dir)?;
-        refuse_without_version(dir)?;
+        super::journal_files::check_version(dir)?;
         if let Some(damage) = watermark::check(dir)
             .map_err(|e| anyhow::anyhow!("reading the journals in {}: {e}", dir.display()))?
         {

@@ -1,5 +1,5 @@
-//! The files of the embedded store's directory: private permissions, and where a
-//! preallocated journal's written bytes end.
+//! The files of the embedded store's directory: private permissions, its `version` file,
+//! and where a preallocated journal's written bytes end.
 
 use std::path::Path;
 
@@ -180,6 +180,59 @@ pub fn written_end(path: &Path) -> std::io::Result<u64> {
         end = start;
     }
     Ok(0)
+}
+
+/// What fjall's `version` file starts with (then the format's number).
+const VERSION_MAGIC: &[u8] = b"FJL";
+
+/// Checks the store's `version` file before fjall opens `dir`. fjall writes it first when
+/// it creates a store, and reads it to tell a store from an empty directory:
+/// - missing in a store with files, fjall tried to create a store over the old one and
+///   failed with "File exists", naming nothing;
+/// - empty or cut short (the very first start stopped by a full disk or a crash while
+///   creating the store), fjall refused every later start with "InvalidVersion(None)",
+///   even once the disk had room, with `--repair` too.
+///
+/// A store that holds nothing (no keyspace, no batch in any journal) is the remains of a
+/// first start cut short: it is created again, with a warning. One that holds data is
+/// refused with a message that names the file.
+pub(super) fn check_version(dir: &Path) -> anyhow::Result<()> {
+    let version = dir.join("version");
+    let journals: Vec<_> = std::fs::read_dir(dir)?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jnl"))
+        .collect();
+    let keyspaces = dir.join("keyspaces");
+    let has_files = keyspaces.exists() || !journals.is_empty();
+    let problem = match std::fs::read(&version) {
+        Ok(b) if b.len() > VERSION_MAGIC.len() && b.starts_with(VERSION_MAGIC) => return Ok(()),
+        Ok(b) => format!("its `version` file is damaged ({} bytes)", b.len()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !has_files => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            "it has its files but not its `version` file".to_string()
+        }
+        Err(e) => return Err(anyhow::anyhow!("reading {}: {e}", version.display())),
+    };
+    let no_keyspace = std::fs::read_dir(&keyspaces).map_or(true, |mut d| d.next().is_none());
+    let no_batch = journals
+        .iter()
+        .all(|j| super::watermark::scan_from(j, 0).is_ok_and(|m| m.len == 0));
+    if no_keyspace && no_batch {
+        tracing::warn!(
+            store = %dir.display(),
+            "the store's first start was cut short ({problem}) before it held anything: \
+             creating it again"
+        );
+        std::fs::remove_dir_all(dir)?;
+        create_private_dir(dir)?;
+        return Ok(());
+    }
+    anyhow::bail!(
+        "the store in {} holds data, but {problem} (removed, lost or overwritten). Refusing \
+         to start: restore the data directory from a backup",
+        dir.display()
+    )
 }
 
 #[cfg(test)]
