@@ -427,6 +427,13 @@ fn hex_prefix(bytes: &[u8], n: usize) -> String {
     bytes[..n].iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Whether an access token signed at `now` for a session ending at `ends_at` would be
+/// refused at once: its `exp` is `ends_at` in whole seconds, rounded down, and a token is
+/// refused from the second of its `exp` on.
+pub fn expired_on_issue(now: crate::core::Millis, ends_at: crate::core::Millis) -> bool {
+    ends_at / 1000 <= now / 1000
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -639,6 +639,37 @@ async fn lapsed_heartbeat_answers_token_expired() {
     assert_eq!(app.figures("ev").await["expired"], 3);
 }
 
+/// No access token that is dead on arrival: in a session's last second, the token's
+/// `exp` (the end in whole seconds, rounded down) has come, and `verify` would refuse it.
+/// `enter` then answers as for an ended session; a second earlier it still grants one
+/// with time left. (Defect: `200` with `expires_in: 0` and a token `verify` refused.)
+#[tokio::test]
+async fn enter_grants_no_token_in_the_sessions_last_second() {
+    let app = app();
+    app.put_event("ev", json!({"max_active": 1, "session_max_sec": 3}))
+        .await;
+    let t = token(&app.join("ev", None).await);
+    // A session that does not end on a whole second (as almost none does).
+    app.clock.advance(300);
+    let first = app.enter(&t).await.ok();
+    let ends = app.clock.now() + 3000;
+    assert_eq!(first["expires_at"].as_u64().unwrap(), ends / 1000);
+    // Two seconds before the end (whole seconds): a token with time left.
+    app.clock.advance(ends - 2000 - app.clock.now());
+    let again = app.enter(&t).await.ok();
+    assert!(again["expires_in"].as_u64().unwrap() >= 1, "{again}");
+    // (`verify` reads the system clock, which this app's does not follow: its `exp` is
+    // checked against the app's clock instead.)
+    assert!(again["expires_at"].as_u64().unwrap() > app.clock.now() / 1000);
+    // In its last 300 ms the session is still active in the store, but a token's `exp`,
+    // rounded down, has come.
+    app.clock.advance(1800);
+    assert!(app.clock.now() < ends && app.clock.now() / 1000 == ends / 1000);
+    app.enter(&t)
+        .await
+        .err(StatusCode::NOT_FOUND, "TOKEN_EXPIRED");
+}
+
 #[tokio::test]
 async fn admitted_place_that_never_enters_expires() {
     let app = app();

@@ -268,6 +268,12 @@ pub async fn enter(
     let ends_at = view
         .session_ends_at
         .ok_or_else(|| AppError::Internal("an entered place has no session end".into()))?;
+    // In a session's last second the token would be dead on arrival (its `exp` is the end
+    // in whole seconds, rounded down, and is refused from that second on): the session is
+    // over for the person, and the answer says so, as it does once the store ends it.
+    if tokens::expired_on_issue(now, ends_at) {
+        return Err(QueueError::TokenExpired.into());
+    }
     let session_id = tokens::session_id(view.key);
     // Anonymous places have no user id; the session id names them uniquely instead.
     let subject = view.user_id.as_deref().unwrap_or(&session_id);

@@ -261,6 +261,13 @@ pub async fn extend(
     let ends_at = view
         .session_ends_at
         .ok_or_else(|| AppError::Internal("an extended session has no end".into()))?;
+    // As in `enter`: no token that is dead on arrival (a session at its `session_max_sec`
+    // ends within the second).
+    if tokens::expired_on_issue(now, ends_at) {
+        return Err(AppError::from_session_error(StoreError::Queue(
+            QueueError::TokenExpired,
+        )));
+    }
     debug_assert_eq!(
         tokens::parse_session_id(&tokens::session_id(key)),
         Some(key)
