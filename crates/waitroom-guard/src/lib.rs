@@ -1,6 +1,7 @@
 //! A `tower` layer for a site behind waitroom: every request must carry a waitroom access
 //! token (`Authorization: Bearer`), verified offline against waitroom's JWKS (fetched,
-//! cached, refreshed when a token names an unknown `kid`, at most once per interval). The
+//! cached, refreshed when a token names an unknown `kid`, at most once per interval: 1 s by
+//! default, and such a token that comes sooner waits for that next fetch). The
 //! token's [`AccessClaims`] go into the request's extensions, and with the `axum` feature
 //! are an extractor. A refused request answers `401` (`503` when no key could ever be
 //! fetched) with waitroom's error shape, `{"error": {"code": "ACCESS_DENIED", "message"}}`.

@@ -61,7 +61,7 @@ pub enum Refusal {
     /// Signed with another algorithm than EdDSA (`none`, or HS256 with the public key as a
     /// secret: the classic confusion attacks).
     Algorithm,
-    /// The `kid` names no key of the JWKS, even after a refresh.
+    /// The `kid` names no key of the JWKS, even after a fetch made since the request came.
     UnknownKey,
     /// The signature does not verify with the key its `kid` names.
     BadSignature,
@@ -165,8 +165,12 @@ pub struct Refresh {
     /// Keys older than this are fetched again on the next request (a failure keeps the old
     /// ones).
     pub max_age: Duration,
-    /// At most one fetch per this long, whatever happens: a flood of tokens with made-up
-    /// `kid`s makes one fetch, not one per token.
+    /// At most one fetch per this long, failed or not: a flood of tokens with made-up
+    /// `kid`s makes one fetch per interval, not one per token. A token whose `kid` the cache
+    /// lacks, coming before the interval allows the next fetch, waits for that fetch (so at
+    /// most this long, plus the fetch itself) and is checked against its answer: waitroom
+    /// signs with a new key the moment it restarts with it, and the guard may have fetched,
+    /// or failed to, just before.
     pub min_interval: Duration,
 }
 
@@ -174,7 +178,9 @@ impl Default for Refresh {
     fn default() -> Self {
         Refresh {
             max_age: Duration::from_secs(300),
-            min_interval: Duration::from_secs(10),
+            // Short, since it is how long the first tokens of a rotated-in key may wait; a
+            // JWKS of a few keys once a second is nothing to waitroom.
+            min_interval: Duration::from_secs(1),
         }
     }
 }
@@ -314,27 +320,51 @@ impl Verifier {
     /// The key `kid` names: from the cache while it is fresh, else after a fetch, which an
     /// unknown `kid` also triggers (a rotated-in key) at most once per `min_interval`. A
     /// request that finds a fetch under way waits for it, whatever the interval says: its
-    /// answer may hold the key (at a cold start, or just after a rotation).
+    /// answer may hold the key (at a cold start, or just after a rotation). A request whose
+    /// key the cache lacks, when the interval allows no fetch yet, waits for the next one
+    /// rather than being refused at once: else the first tokens of a rotated-in key would be
+    /// refused for up to the interval whenever the guard had fetched, or failed to, just
+    /// before (waitroom signs with a new key the moment it restarts with it).
     async fn key(&self, kid: &str) -> Result<DecodingKey, Refusal> {
-        if let Some(k) = self.cached(kid, true) {
-            return Ok(k);
-        }
-        let in_flight = self.inner.fetching.try_lock().is_err();
-        if in_flight {
-            // A key known already, only old, is answered at once: only a request whose key
-            // the cache lacks waits for the fetch (a slow waitroom must not stall the site).
-            if let Some(k) = self.cached(kid, false) {
-                return Ok(k);
-            }
-            drop(self.inner.fetching.lock().await);
+        // A fetch that starts from here on reads the JWKS as it is since the token was
+        // signed: its answer is final. One that started before may predate a rotation.
+        let came = Instant::now();
+        loop {
             if let Some(k) = self.cached(kid, true) {
                 return Ok(k);
             }
-        }
-        // Not due: answer from the cache without fetching, so a flood of made-up `kid`s
-        // (or a long outage of waitroom) costs a map lookup per request.
-        if !self.due() {
-            return self.stale(kid);
+            let in_flight = self.inner.fetching.try_lock().is_err();
+            if in_flight {
+                // A key known already, only old, is answered at once: only a request whose
+                // key the cache lacks waits for the fetch (a slow waitroom must not stall
+                // the site).
+                if let Some(k) = self.cached(kid, false) {
+                    return Ok(k);
+                }
+                drop(self.inner.fetching.lock().await);
+                if let Some(k) = self.cached(kid, true) {
+                    return Ok(k);
+                }
+            }
+            let Some(wait) = self.until_due() else {
+                break;
+            };
+            // Not due. A key known already, only old, is answered from the cache at once,
+            // so a waitroom outage costs a map lookup per request.
+            if let Some(k) = self.cached(kid, false) {
+                return Ok(k);
+            }
+            // The cache lacks the key, and a fetch was tried since the request came: that
+            // fetch's answer is final. It may still be under way (begun after the look
+            // above): wait for it.
+            if self.tried_since(came) {
+                drop(self.inner.fetching.lock().await);
+                return self.stale(kid);
+            }
+            // Wait for the next fetch the interval allows. Made-up `kid`s wait too, so a
+            // flood of them still makes one fetch per interval, which all the requests
+            // waiting then share (the next turn finds it under way, or done since they came).
+            tokio::time::sleep(wait).await;
         }
         // The fetch runs as a task of its own, holding the lock: a request given up while
         // it waits (the client gone, a timeout) does not cancel it, which had spent the
@@ -358,9 +388,21 @@ impl Verifier {
 
     /// Whether the rate limit allows a fetch now.
     fn due(&self) -> bool {
+        self.until_due().is_none()
+    }
+
+    /// How long until the rate limit allows a fetch; `None`: it does now.
+    fn until_due(&self) -> Option<Duration> {
         let keys = self.inner.keys.read().expect("not poisoned");
-        keys.last_attempt
-            .is_none_or(|t| t.elapsed() >= self.inner.refresh.min_interval)
+        let elapsed = keys.last_attempt?.elapsed();
+        let left = self.inner.refresh.min_interval.saturating_sub(elapsed);
+        (!left.is_zero()).then_some(left)
+    }
+
+    /// Whether a fetch was tried (begun) at `since` or later.
+    fn tried_since(&self, since: Instant) -> bool {
+        let keys = self.inner.keys.read().expect("not poisoned");
+        keys.last_attempt.is_some_and(|t| t >= since)
     }
 
     /// The key from the cache however old: when a refresh failed or was not due, waitroom

@@ -315,6 +315,134 @@ async fn an_unknown_kid_refreshes_the_keys_once_per_interval() {
     assert_denied(call(&app, "/book", Some(&first)).await, "unknown");
 }
 
+/// waitroom restarted with a new signing key just after the guard fetched the JWKS (which
+/// listed only the old one): the first tokens naming the new key wait for the next fetch
+/// the interval allows (default 1 s) and are accepted, all of them served by that one fetch.
+#[tokio::test]
+async fn a_rotated_in_key_verifies_right_after_a_fetch_without_it() {
+    let (keys, good, app, verifier) = setup().await;
+    let old = sign_with(&good, "k1", &claims("concert", now() + 600));
+    assert_eq!(call(&app, "/book", Some(&old)).await.0, StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let next = keys.add("k2", 2);
+    let rotated = sign_with(&next, "k2", &claims("concert", now() + 600));
+    let started = std::time::Instant::now();
+    all_pass(&app, &rotated, 50).await;
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(keys.fetches.load(Ordering::SeqCst), 2);
+    assert_eq!(verifier.fetches(), 2);
+    assert_eq!(
+        call(&app, "/book", Some(&rotated)).await,
+        (StatusCode::OK, "concert u-1".into())
+    );
+}
+
+/// The guard's fetch failed (waitroom restarting with its new key, the JWKS answering
+/// 500); a moment later waitroom is back and signs with the new key: its tokens are
+/// accepted, the failed attempt holding the next fetch back by at most the interval.
+#[tokio::test]
+async fn a_rotated_in_key_verifies_right_after_a_failed_fetch() {
+    let (keys, good, app, _) = setup().await;
+    let old = sign_with(&good, "k1", &claims("concert", now() + 600));
+    assert_eq!(call(&app, "/book", Some(&old)).await.0, StatusCode::OK);
+    // Past the interval, waitroom goes down and a token the cache lacks makes a fetch.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    keys.failing.store(true, Ordering::SeqCst);
+    let made_up = sign_with(
+        &SigningKey::from_bytes(&[3; 32]),
+        "made-up",
+        &claims("concert", now() + 600),
+    );
+    assert_denied(
+        call(&app, "/book", Some(&made_up)).await,
+        "unknown signing key",
+    );
+    assert_eq!(keys.fetches.load(Ordering::SeqCst), 2, "the failed fetch");
+    // The cached key still verifies meanwhile.
+    assert_eq!(call(&app, "/book", Some(&old)).await.0, StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    keys.failing.store(false, Ordering::SeqCst);
+    let next = keys.add("k2", 2);
+    let rotated = sign_with(&next, "k2", &claims("concert", now() + 600));
+    let started = std::time::Instant::now();
+    assert_eq!(call(&app, "/book", Some(&rotated)).await.0, StatusCode::OK);
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(keys.fetches.load(Ordering::SeqCst), 3);
+
+    // The same from a cold start: the first fetch failed and nothing is cached.
+    keys.failing.store(true, Ordering::SeqCst);
+    let cold = Verifier::from_url(keys.serve().await.parse().unwrap());
+    let cold_app = site(cold.clone());
+    let (status, body) = call(&cold_app, "/book", Some(&rotated)).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    keys.failing.store(false, Ordering::SeqCst);
+    assert_eq!(
+        call(&cold_app, "/book", Some(&rotated)).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(cold.fetches(), 2);
+}
+
+/// Made-up key ids sent without pause, many at a time, with the default settings: each
+/// waits for the next fetch the interval allows and is refused after it, and there is
+/// at most one fetch per interval however many wait.
+#[tokio::test]
+async fn made_up_kids_cost_one_fetch_per_interval_however_many_wait() {
+    let (keys, good, app, verifier) = setup().await;
+    let old = sign_with(&good, "k1", &claims("concert", now() + 600));
+    // Taken before the first fetch, so the count it allows below is never too small.
+    let started = std::time::Instant::now();
+    assert_eq!(call(&app, "/book", Some(&old)).await.0, StatusCode::OK);
+    let forger = SigningKey::from_bytes(&[4; 32]);
+    let mut flood = Vec::new();
+    for wave in 0..25u32 {
+        for i in 0..20u32 {
+            let t = sign_with(
+                &forger,
+                &format!("made-up-{wave}-{i}"),
+                &claims("concert", now() + 600),
+            );
+            let app = app.clone();
+            flood.push(tokio::spawn(async move {
+                let sent = std::time::Instant::now();
+                let answer = call(&app, "/book", Some(&t)).await;
+                (answer, sent.elapsed())
+            }));
+        }
+        if wave == 12 {
+            // A real token meanwhile: its key is cached, it waits for nothing.
+            let sent = std::time::Instant::now();
+            assert_eq!(call(&app, "/book", Some(&old)).await.0, StatusCode::OK);
+            assert!(
+                sent.elapsed() < Duration::from_millis(500),
+                "{:?}",
+                sent.elapsed()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for f in flood {
+        let (answer, took) = f.await.unwrap();
+        assert_denied(answer, "unknown signing key");
+        // The rest of the interval (1 s) and one quick fetch.
+        assert!(took < Duration::from_millis(2500), "{took:?}");
+    }
+    // Sent over 2.5 s: fetches 1, 2 and 3 s after the first one, and never two within 1 s.
+    let extra = keys.fetches.load(Ordering::SeqCst) - 1;
+    let allowed = started.elapsed().as_secs();
+    assert!((1..=allowed).contains(&extra), "{extra} fetches");
+    assert_eq!(verifier.fetches(), extra + 1);
+}
+
 #[tokio::test]
 async fn no_reachable_jwks_fails_closed() {
     // A port nothing listens on.
