@@ -191,6 +191,17 @@ fn shown_kind(key: &str, kind: &figment::error::Kind) -> String {
             _ => "invalid value (not shown)".into(),
         };
     }
+    // figment quotes serde's list of variants, itself quoted: "expected ``sync` or
+    // `relaxed``". Said once here.
+    if let Kind::UnknownVariant(found, expected) = kind {
+        let quoted: Vec<String> = expected.iter().map(|v| format!("`{v}`")).collect();
+        let one_of = match quoted.as_slice() {
+            [] => "nothing".to_string(),
+            [one] => one.clone(),
+            [init @ .., last] => format!("{} or {last}", init.join(", ")),
+        };
+        return format!("unknown value `{found}`, expected {one_of}");
+    }
     let text = kind.to_string();
     if !text.contains('\n') {
         return text;
@@ -582,6 +593,15 @@ mod tests {
                 "{err}"
             );
             assert!(!err.contains("for key"), "{err}");
+            // The words allowed, each quoted once (figment quoted serde's quoted list).
+            assert!(err.ends_with("expected `sync` or `relaxed`"), "{err}");
+            jail.set_env("WAITROOM_DURABILITY", "sync");
+            jail.set_env("WAITROOM_FORWARDED_HEADER", "via");
+            let err = load(&[]).unwrap_err();
+            assert!(
+                err.ends_with("expected `x-forwarded-for` or `forwarded`"),
+                "{err}"
+            );
             Ok(())
         });
     }

@@ -6,6 +6,14 @@ use std::path::Path;
 /// Creates `dir` (and its parents) readable by its owner only, and makes it so if it was
 /// not: the store holds user ids and metadata.
 pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    // Said plainly: creating it would fail with "File exists", which reads as if the
+    // directory were the trouble.
+    if std::fs::metadata(dir).is_ok_and(|m| !m.is_dir()) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::NotADirectory,
+            format!("{} is a file, not a directory", dir.display()),
+        ));
+    }
     crate::tokens::create_owner_dirs(dir)?;
     #[cfg(unix)]
     {
@@ -239,6 +247,17 @@ pub(super) fn check_version(dir: &Path) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use std::io::{Read, Seek, SeekFrom, Write};
+
+    /// A file where the directory should be is named as such (was "File exists").
+    #[test]
+    fn a_file_in_place_of_the_directory_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("data");
+        std::fs::write(&file, b"x").unwrap();
+        let e = create_private_dir(&file).unwrap_err().to_string();
+        assert!(e.contains("is a file, not a directory"), "{e}");
+        assert_eq!(std::fs::read(&file).unwrap(), b"x");
+    }
 
     /// A shared directory (anyone may write in it, `/tmp`'s 1777) is refused, and left as it
     /// was: narrowing it, as root may, broke it for every other user.
