@@ -83,6 +83,9 @@ async fn main() -> ExitCode {
         }
     };
     telemetry::init_logging(settings.log_format.as_str());
+    for variable in waitroom::config::layers::unknown_env() {
+        tracing::warn!(%variable, "not a setting of waitroom: ignored (misspelt?)");
+    }
     // From here on, the error that stops the server is a log line in the chosen format: a
     // collector that reads JSON lines would otherwise lose the one that says why.
     let json = settings.log_format.as_str() == "json";

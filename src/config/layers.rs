@@ -320,6 +320,24 @@ pub fn merge(
     Ok((extract(figment)?, lower_on_top))
 }
 
+/// The `WAITROOM_*` variables of the environment that name no setting (nor
+/// `WAITROOM_CONFIG`), sorted. They are not refused (see [`ENV_KEYS`]), but a misspelt one
+/// (`WAITROOM_DURABILTY`) would be ignored without a word, while a misspelt key in the
+/// file is refused: the server warns of them at start.
+pub fn unknown_env() -> Vec<String> {
+    let mut unknown: Vec<String> = std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .filter(|k| {
+            k.strip_prefix(ENV_PREFIX).is_some_and(|rest| {
+                let key = rest.to_ascii_lowercase();
+                key != "config" && !ENV_KEYS.contains(&key.as_str())
+            })
+        })
+        .collect();
+    unknown.sort_unstable();
+    unknown
+}
+
 /// `WAITROOM_*` variables taken as literal strings. figment's own `Env` provider parses
 /// values (`123` becomes a number, `[a]` an array), which would make an all-digit admin
 /// token fail to load; settings here are all strings, paths or words, so nothing is lost.
@@ -406,6 +424,22 @@ impl<'de> serde::de::Visitor<'de> for LenientBool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A misspelt variable is named; settings, `WAITROOM_CONFIG` and other programs'
+    /// variables are not.
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's `Jail` closure returns its own error
+    fn misspelt_variables_are_found() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("WAITROOM_DURABILTY", "relaxed");
+            jail.set_env("WAITROOM_LISTEN", "127.0.0.1:1");
+            jail.set_env("WAITROOM_CONFIG", "w.toml");
+            jail.set_env("WAITROOMX", "1");
+            jail.set_env("OTHER_DURABILITY", "1");
+            assert_eq!(unknown_env(), vec!["WAITROOM_DURABILTY".to_string()]);
+            Ok(())
+        });
+    }
 
     /// The environment reads exactly the settings a layer has: a new setting that is not
     /// added to `ENV_KEYS` would silently be ignored in the environment.
