@@ -61,6 +61,10 @@ pub enum PowError {
     TooEasy,
     #[error("the nonce does not solve the challenge")]
     WrongNonce,
+    /// Told apart from a forgery: a client told its challenge was forged would only solve
+    /// new ones with the same nonces.
+    #[error("the nonce must be 1 to 64 bytes long")]
+    NonceLength,
     #[error("the challenge was already used")]
     Reused,
 }
@@ -115,7 +119,10 @@ impl PowChallenges {
         nonce: &str,
         now: Millis,
     ) -> Result<Solved, PowError> {
-        if prefix.len() > MAX_PREFIX_LEN || nonce.is_empty() || nonce.len() > MAX_NONCE_LEN {
+        if nonce.is_empty() || nonce.len() > MAX_NONCE_LEN {
+            return Err(PowError::NonceLength);
+        }
+        if prefix.len() > MAX_PREFIX_LEN {
             return Err(PowError::Forged);
         }
         let Some((body, mac)) = prefix.rsplit_once(':') else {
@@ -336,10 +343,13 @@ mod tests {
         for junk in ["", ":", "1:ev:8:0:x:", &"a".repeat(300)] {
             assert_eq!(check(&p, "ev", 8, junk, "1", NOW), PowError::Forged);
         }
-        assert_eq!(check(&p, "ev", 8, &c.prefix, "", NOW), PowError::Forged);
+        assert_eq!(
+            check(&p, "ev", 8, &c.prefix, "", NOW),
+            PowError::NonceLength
+        );
         assert_eq!(
             check(&p, "ev", 8, &c.prefix, &"1".repeat(65), NOW),
-            PowError::Forged
+            PowError::NonceLength
         );
     }
 }
