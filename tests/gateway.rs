@@ -839,7 +839,11 @@ async fn a_real_nginx_with_the_documented_config_walks_the_flow() {
         .unwrap()
         .replace("listen 8080;", &format!("listen 127.0.0.1:{port};"))
         .replace("127.0.0.1:8081", &w.addr.to_string())
-        .replace("127.0.0.1:3000", &o.to_string());
+        .replace("127.0.0.1:3000", &o.to_string())
+        .replace(
+            "/var/log/nginx/access.log",
+            &dir.path().join("access.log").display().to_string(),
+        );
     let d = dir.path().display();
     let conf = format!(
         "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
@@ -1076,6 +1080,26 @@ async fn a_real_nginx_with_the_documented_config_walks_the_flow() {
     let r = Person::default().get(&url("/checkout"), &[]).await;
     let to = r.headers["location"].to_str().unwrap();
     assert!(to.starts_with("/wait/shop/queue?"), "{to}");
+
+    // Tokens in query strings stay out of the access log (the page's WebSocket and a
+    // user's link carry them there): the log names the paths alone.
+    let waiting = a
+        .get(
+            &url("/api/v1/queue/status?token=waiting-token-in-a-query"),
+            &[],
+        )
+        .await;
+    assert_ne!(waiting.status, 200);
+    Person::default()
+        .get(&url("/wait/shop?user_token=user-token-in-a-query"), &[])
+        .await;
+    let log = std::fs::read_to_string(dir.path().join("access.log")).unwrap();
+    assert!(
+        log.contains("\"GET /api/v1/queue/status HTTP/1.1\""),
+        "{log}"
+    );
+    assert!(log.contains("\"GET /wait/shop HTTP/1.1\""), "{log}");
+    assert!(!log.contains("token-in-a-query"), "{log}");
 }
 
 /// Sends `raw` (a whole HTTP/1.1 request) to `addr` and answers the status line's code.

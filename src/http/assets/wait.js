@@ -314,7 +314,8 @@
   }
 
   async function resume() {
-    const r = await api('GET', '/api/v1/queue/status?token=' + encodeURIComponent(place.token));
+    // The token in a header, not the URL: a proxy's access log keeps URLs.
+    const r = await api('GET', '/api/v1/queue/status', { token: place.token });
     if (r.ok) { onStatus(r.data); connect(); return; }
     if (r.status === 0 || r.status >= 500) { setPhase('offline'); setTimeout(resume, POLL_MS); return; }
     if (await endedBy(r)) return;
@@ -547,7 +548,7 @@
     const tick = async () => {
       if (!pollTimer) return;
       if (!place || !following()) { stopPolling(); return; }
-      const r = await api('GET', '/api/v1/queue/status?token=' + encodeURIComponent(place.token));
+      const r = await api('GET', '/api/v1/queue/status', { token: place.token });
       if (r.ok) onStatus(r.data);
       else if (await endedBy(r)) { /* said why */ }
       else if (r.code === 'TOKEN_EXPIRED') { forgetPlace(); endWith('expired'); }
