@@ -22,6 +22,9 @@ pub const ISSUER: &str = "waitroom";
 const MAX_TOKEN_LEN: usize = 4096;
 /// Largest JWKS document read; a real one holds a handful of 150-byte keys.
 const MAX_JWKS_BYTES: usize = 64 * 1024;
+/// Longest a request whose `kid` the cache lacks waits for the next fetch the interval
+/// allows; past it, it is refused at once.
+const MAX_KEY_WAIT: Duration = Duration::from_secs(1);
 
 /// The claims of a waitroom access token (docs/API.md "Access token").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -167,8 +170,9 @@ pub struct Refresh {
     pub max_age: Duration,
     /// At most one fetch per this long, failed or not: a flood of tokens with made-up
     /// `kid`s makes one fetch per interval, not one per token. A token whose `kid` the cache
-    /// lacks, coming before the interval allows the next fetch, waits for that fetch (so at
-    /// most this long, plus the fetch itself) and is checked against its answer: waitroom
+    /// lacks, coming before the interval allows the next fetch, waits for that fetch (at
+    /// most a second, plus the fetch itself; refused at once when the next fetch is further
+    /// off) and is checked against its answer: waitroom
     /// signs with a new key the moment it restarts with it, and the guard may have fetched,
     /// or failed to, just before.
     pub min_interval: Duration,
@@ -345,6 +349,11 @@ impl Verifier {
                 if let Some(k) = self.cached(kid, true) {
                     return Ok(k);
                 }
+                // That fetch began after the request came: its answer is final, however
+                // long it took (past the interval, another would be due).
+                if self.tried_since(came) {
+                    return self.stale(kid);
+                }
             }
             let Some(wait) = self.until_due() else {
                 break;
@@ -364,16 +373,24 @@ impl Verifier {
             // Wait for the next fetch the interval allows. Made-up `kid`s wait too, so a
             // flood of them still makes one fetch per interval, which all the requests
             // waiting then share (the next turn finds it under way, or done since they came).
+            // Not past `MAX_KEY_WAIT`: with a long interval configured, a request would hold
+            // its connection that long (and a flood of made-up `kid`s, that many).
+            if wait > MAX_KEY_WAIT {
+                return self.stale(kid);
+            }
             tokio::time::sleep(wait).await;
         }
         // The fetch runs as a task of its own, holding the lock: a request given up while
         // it waits (the client gone, a timeout) does not cancel it, which had spent the
         // interval's one attempt on nothing.
         let me = self.clone();
+        let asked = Instant::now();
         let fetched = tokio::spawn(async move {
             let _one = me.inner.fetching.lock().await;
-            // Someone else may have fetched while this one waited for the lock.
-            if me.due() {
+            // Someone else may have fetched while this one waited for the lock: its answer
+            // serves this request too, even if it took longer than the interval (else the
+            // requests that woke together would each fetch in turn, one after the other).
+            if me.due() && !me.tried_since(asked) {
                 me.fetch().await;
             }
         });

@@ -601,3 +601,30 @@ async fn another_authorization_scheme_does_not_hide_the_token() {
         StatusCode::OK
     );
 }
+
+/// Requests that wake together for a slow JWKS (a fetch longer than the interval) share
+/// its answer: each had spawned a fetch of its own, run one after the other as each found
+/// the interval passed again (8 requests: 8 fetches, the last answered after 13 s).
+#[tokio::test]
+async fn requests_waiting_on_a_slow_jwks_share_one_fetch() {
+    let (keys, good, app, verifier) = setup().await;
+    let old = sign_with(&good, "k1", &claims("concert", now() + 600));
+    assert_eq!(call(&app, "/book", Some(&old)).await.0, StatusCode::OK);
+    let before = verifier.fetches();
+    keys.delay_ms.store(1500, Ordering::SeqCst);
+    let next = keys.add("k2", 2);
+    let rotated = sign_with(&next, "k2", &claims("concert", now() + 600));
+    let all: Vec<_> = (0..8)
+        .map(|_| {
+            let (app, t) = (app.clone(), rotated.clone());
+            tokio::spawn(async move { call(&app, "/book", Some(&t)).await.0 })
+        })
+        .collect();
+    for f in all {
+        assert_eq!(f.await.unwrap(), StatusCode::OK);
+    }
+    // One fetch for the rotated-in key; a second at most, begun by a request that found
+    // the interval passed before the first had started.
+    let fetched = verifier.fetches() - before;
+    assert!((1..=2).contains(&fetched), "{fetched} fetches");
+}
