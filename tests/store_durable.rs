@@ -252,28 +252,15 @@ async fn a_store_without_its_version_file_is_refused_plainly() {
         make_event(&store, "ev", serde_json::json!({})).await;
         join(&store, "ev", None, T0).await;
     }
-    let store_dir = std::fs::read_dir(dir.path())
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.join("version").exists())
-        .unwrap_or_else(|| dir.path().to_path_buf());
-    std::fs::remove_file(store_dir.join("version")).unwrap();
+    std::fs::remove_file(dir.path().join("version")).unwrap();
     let err = EmbeddedStore::open(dir.path(), Durability::Sync, T0)
         .err()
         .expect("refused")
         .to_string();
-    assert!(err.contains("not its `version` file"), "{err}");
-}
-
-/// The directory of the store's own files under a data dir (the one with `version`).
-fn store_dir_of(dir: &std::path::Path) -> PathBuf {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.join("version").exists())
-        .unwrap_or_else(|| dir.to_path_buf())
+    assert!(
+        err.contains("holds data") && err.contains("`version` file is missing"),
+        "{err}"
+    );
 }
 
 /// A very first start stopped while the store was being created (a full disk: the
@@ -282,22 +269,32 @@ fn store_dir_of(dir: &std::path::Path) -> PathBuf {
 /// the disk had room, and with `--repair` too.
 #[tokio::test]
 async fn a_first_start_cut_short_starts_again() {
-    let dir = tempfile::tempdir().unwrap();
-    drop(EmbeddedStore::open(dir.path(), Durability::Sync, T0).unwrap());
-    let store_dir = store_dir_of(dir.path());
-    std::fs::remove_dir_all(&store_dir).unwrap();
-    std::fs::create_dir_all(store_dir.join("keyspaces")).unwrap();
-    std::fs::write(store_dir.join("version"), b"").unwrap();
-    std::fs::write(store_dir.join("0.jnl"), vec![0u8; 1 << 20]).unwrap();
+    for version in [Some(&b""[..]), Some(b"FJ"), None] {
+        let dir = tempfile::tempdir().unwrap();
+        cut_short(dir.path(), version);
+        started_again(dir.path()).await;
+    }
+}
+
+/// What a first start stopped by a full disk leaves (`version`: its bytes, or missing).
+fn cut_short(dir: &std::path::Path, version: Option<&[u8]>) {
+    std::fs::create_dir_all(dir.join("keyspaces")).unwrap();
+    if let Some(bytes) = version {
+        std::fs::write(dir.join("version"), bytes).unwrap();
+    }
+    std::fs::write(dir.join("lock"), b"").unwrap();
+    std::fs::write(dir.join("0.jnl"), vec![0u8; 1 << 20]).unwrap();
+}
+
+async fn started_again(dir: &std::path::Path) {
     {
         let store: Arc<dyn Store> =
-            Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, T0).unwrap());
+            Arc::new(EmbeddedStore::open(dir, Durability::Sync, T0).unwrap());
         make_event(&store, "ev", serde_json::json!({"paused": true})).await;
         assert_eq!(join(&store, "ev", Some("u"), T0).await.position, Some(1));
     }
     // A store like any other from then on.
-    let store: Arc<dyn Store> =
-        Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, T0).unwrap());
+    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir, Durability::Sync, T0).unwrap());
     assert_eq!(join(&store, "ev", Some("u"), T0).await.position, Some(1));
     assert_eq!(join(&store, "ev", Some("v"), T0).await.position, Some(2));
 }
@@ -313,7 +310,7 @@ async fn a_store_with_data_and_a_damaged_version_file_is_refused_plainly() {
         make_event(&store, "ev", serde_json::json!({})).await;
         join(&store, "ev", None, T0).await;
     }
-    let store_dir = store_dir_of(dir.path());
+    let store_dir = dir.path();
     for damaged in [&b""[..], b"FJ", b"garbage"] {
         std::fs::write(store_dir.join("version"), damaged).unwrap();
         let err = EmbeddedStore::open(dir.path(), Durability::Sync, T0)
@@ -325,6 +322,53 @@ async fn a_store_with_data_and_a_damaged_version_file_is_refused_plainly() {
             "{err}"
         );
         assert!(store_dir.join("0.jnl").exists(), "nothing was removed");
+    }
+}
+
+/// What a first start cut short leaves, plus anything else: refused, naming it, and
+/// nothing removed. A journal with a byte that is not zero (a damaged first batch before
+/// intact ones reads as "no batch"), the watermark's slot, a keyspace, a link.
+#[tokio::test]
+async fn remains_of_a_first_start_with_anything_else_are_refused_and_kept() {
+    let extras: [(&str, fn(&std::path::Path)); 4] = [
+        ("0.jnl", |d| {
+            let mut j = vec![0u8; 1 << 20];
+            j[4096] = 1;
+            std::fs::write(d.join("0.jnl"), j).unwrap();
+        }),
+        ("durable.mark", |d| {
+            std::fs::write(d.join("durable.mark"), b"\x01").unwrap()
+        }),
+        ("keyspaces", |d| {
+            std::fs::create_dir(d.join("keyspaces").join("0")).unwrap()
+        }),
+        ("elsewhere", |d| {
+            std::os::unix::fs::symlink("/tmp", d.join("elsewhere")).unwrap()
+        }),
+    ];
+    for (named, extra) in extras {
+        let dir = tempfile::tempdir().unwrap();
+        cut_short(dir.path(), Some(b""));
+        extra(dir.path());
+        let listed = || {
+            let mut l: Vec<_> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            l.sort();
+            l
+        };
+        let before = listed();
+        let err = EmbeddedStore::open(dir.path(), Durability::Sync, T0)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            err.contains("holds data") && err.contains(named),
+            "{named}: {err}"
+        );
+        assert_eq!(listed(), before, "{named}: nothing removed");
+        assert!(dir.path().join("keyspaces").exists());
     }
 }
 

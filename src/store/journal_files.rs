@@ -201,46 +201,72 @@ const VERSION_MAGIC: &[u8] = b"FJL";
 ///   creating the store), fjall refused every later start with "InvalidVersion(None)",
 ///   even once the disk had room, with `--repair` too.
 ///
-/// A store that holds nothing (no keyspace, no batch in any journal) is the remains of a
-/// first start cut short: it is created again, with a warning. One that holds data is
-/// refused with a message that names the file.
+/// A store that holds only what fjall makes before it holds anything (the `version` file,
+/// its `lock`, an empty `keyspaces` directory, journals of zeros: preallocated) is the
+/// remains of a first start cut short: those entries are removed, one by one, and the
+/// store is created again, with a warning. Anything else there (a keyspace, a journal
+/// byte, the watermark's slots, a file someone put there, a link) is data or a sign of
+/// it: the start is refused with a message that names the file.
 pub(super) fn check_version(dir: &Path) -> anyhow::Result<()> {
     let version = dir.join("version");
-    let journals: Vec<_> = std::fs::read_dir(dir)?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "jnl"))
-        .collect();
-    let keyspaces = dir.join("keyspaces");
-    let has_files = keyspaces.exists() || !journals.is_empty();
     let problem = match std::fs::read(&version) {
         Ok(b) if b.len() > VERSION_MAGIC.len() && b.starts_with(VERSION_MAGIC) => return Ok(()),
         Ok(b) => format!("its `version` file is damaged ({} bytes)", b.len()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !has_files => return Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            "it has its files but not its `version` file".to_string()
+            "its `version` file is missing".to_string()
         }
         Err(e) => return Err(anyhow::anyhow!("reading {}: {e}", version.display())),
     };
-    let no_keyspace = std::fs::read_dir(&keyspaces).map_or(true, |mut d| d.next().is_none());
-    let no_batch = journals
-        .iter()
-        .all(|j| super::watermark::scan_from(j, 0).is_ok_and(|m| m.len == 0));
-    if no_keyspace && no_batch {
-        tracing::warn!(
-            store = %dir.display(),
-            "the store's first start was cut short ({problem}) before it held anything: \
-             creating it again"
-        );
-        std::fs::remove_dir_all(dir)?;
-        create_private_dir(dir)?;
-        return Ok(());
+    let mut made_by_a_first_start = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let (path, kind) = (entry.path(), entry.file_type()?);
+        let name = entry.file_name();
+        let fjalls = match &*name.to_string_lossy() {
+            "version" | "lock" => kind.is_file(),
+            "keyspaces" => kind.is_dir() && std::fs::read_dir(&path)?.next().is_none(),
+            n => kind.is_file() && n.ends_with(".jnl") && all_zeros(&path)?,
+        };
+        if !fjalls {
+            anyhow::bail!(
+                "the store in {} holds data ({}), but {problem}: removed, lost or \
+                 overwritten. Refusing to start: restore the data directory from a backup",
+                dir.display(),
+                path.display()
+            );
+        }
+        made_by_a_first_start.push((path, kind.is_dir()));
     }
-    anyhow::bail!(
-        "the store in {} holds data, but {problem} (removed, lost or overwritten). Refusing \
-         to start: restore the data directory from a backup",
-        dir.display()
-    )
+    if made_by_a_first_start.is_empty() {
+        return Ok(()); // a new store
+    }
+    tracing::warn!(
+        store = %dir.display(),
+        "the store's first start was cut short ({problem}) before it held anything: \
+         creating it again"
+    );
+    for (path, is_dir) in made_by_a_first_start {
+        if is_dir {
+            std::fs::remove_dir(&path)?;
+        } else {
+            std::fs::remove_file(&path)?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether the file holds zeros only (a preallocated journal no batch reached).
+fn all_zeros(path: &Path) -> std::io::Result<bool> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match f.read(&mut buf)? {
+            0 => return Ok(true),
+            n if buf[..n].iter().any(|&b| b != 0) => return Ok(false),
+            _ => {}
+        }
+    }
 }
 
 #[cfg(test)]
