@@ -330,7 +330,8 @@ async fn a_store_with_data_and_a_damaged_version_file_is_refused_plainly() {
 /// intact ones reads as "no batch"), the watermark's slot, a keyspace, a link.
 #[tokio::test]
 async fn remains_of_a_first_start_with_anything_else_are_refused_and_kept() {
-    let extras: [(&str, fn(&std::path::Path)); 4] = [
+    type Extra = fn(&std::path::Path);
+    let extras: [(&str, Extra); 4] = [
         ("0.jnl", |d| {
             let mut j = vec![0u8; 1 << 20];
             j[4096] = 1;
