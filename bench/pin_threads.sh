@@ -14,6 +14,8 @@ OUT=$(mktemp)
 "$B/waitroom-bench" run --bin "$B/waitroom" --scenario "$SC" --durability sync \
     --connections 64 --duration 5 > "$OUT" 2>&1 &
 BP=$!
+# Whatever happens, the generator (and the server it started) and the table go.
+trap 'kill $BP 2>/dev/null; rm -f "$OUT"' EXIT
 SP=
 for _ in $(seq 1 50); do
     SP=$(pgrep -P $BP -f waitroom | head -1)
@@ -23,7 +25,11 @@ done
 sleep 0.4
 workers() { for t in /proc/"$1"/task/*; do [ "$(cat "$t"/comm)" = tokio-rt-worker ] && basename "$t"; done; }
 mapfile -t gw < <(workers $BP)
-mapfile -t sw < <(workers "$SP")
+mapfile -t sw < <([ -n "$SP" ] && workers "$SP")
+if [ "$MODE" != none ] && { [ ${#sw[@]} -lt 2 ] || [ ${#gw[@]} -lt 2 ]; }; then
+    echo "pin_threads: did not find two runtime workers each in the generator and its server" >&2
+    exit 1
+fi
 pin() { taskset -pc "$1" "$2" > /dev/null; }
 case $MODE in
     sw) pin 0 "${sw[0]}"; pin 1 "${sw[1]}" ;;
@@ -31,4 +37,3 @@ case $MODE in
 esac
 wait $BP
 grep "^| $SC" "$OUT" | awk -F'|' '{gsub(/[ ,]/,"",$4); print $4}'
-rm "$OUT"

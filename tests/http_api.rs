@@ -644,7 +644,7 @@ async fn lapsed_heartbeat_answers_token_expired() {
 /// `enter` then answers as for an ended session; a second earlier it still grants one
 /// with time left. (Defect: `200` with `expires_in: 0` and a token `verify` refused.)
 #[tokio::test]
-async fn enter_grants_no_token_in_the_sessions_last_second() {
+async fn enter_grants_no_token_past_the_sessions_last_whole_second() {
     let app = app();
     app.put_event("ev", json!({"max_active": 1, "session_max_sec": 3}))
         .await;

@@ -193,14 +193,22 @@ fn shown_kind(key: &str, kind: &figment::error::Kind) -> String {
     }
     // figment quotes serde's list of variants, itself quoted: "expected ``sync` or
     // `relaxed``". Said once here.
-    if let Kind::UnknownVariant(found, expected) = kind {
+    let one_of = |expected: &[&str]| {
         let quoted: Vec<String> = expected.iter().map(|v| format!("`{v}`")).collect();
-        let one_of = match quoted.as_slice() {
+        match quoted.as_slice() {
             [] => "nothing".to_string(),
             [one] => one.clone(),
             [init @ .., last] => format!("{} or {last}", init.join(", ")),
-        };
-        return format!("unknown value `{found}`, expected {one_of}");
+        }
+    };
+    match kind {
+        Kind::UnknownVariant(found, expected) => {
+            return format!("unknown value `{found}`, expected {}", one_of(expected));
+        }
+        Kind::UnknownField(found, expected) => {
+            return format!("unknown setting `{found}`, expected {}", one_of(expected));
+        }
+        _ => {}
     }
     let text = kind.to_string();
     if !text.contains('\n') {
@@ -583,6 +591,11 @@ mod tests {
             jail.create_file("typo.toml", "listn = \"127.0.0.1:1\"")?;
             let err = load(&["--config", "typo.toml"]).unwrap_err();
             assert!(err.contains("listn"), "{err}");
+            // The settings, each quoted once (figment quoted serde's quoted list).
+            assert!(
+                err.contains("expected `listen`, `store`, ") && !err.contains("``"),
+                "{err}"
+            );
             jail.create_file("type.toml", "demo = \"maybe\"")?;
             let err = load(&["--config", "type.toml"]).unwrap_err();
             assert!(err.contains("demo") && err.contains("maybe"), "{err}");

@@ -268,9 +268,10 @@ pub async fn enter(
     let ends_at = view
         .session_ends_at
         .ok_or_else(|| AppError::Internal("an entered place has no session end".into()))?;
-    // In a session's last second the token would be dead on arrival (its `exp` is the end
-    // in whole seconds, rounded down, and is refused from that second on): the session is
-    // over for the person, and the answer says so, as it does once the store ends it.
+    // Past the last whole second before the session's end (its last `end % 1000` ms), the
+    // token would be dead on arrival: its `exp` is the end in whole seconds, rounded down,
+    // and it is refused from that second on. The session is over for the person, and the
+    // answer says so, as it does once the store ends it.
     if tokens::expired_on_issue(now, ends_at) {
         return Err(QueueError::TokenExpired.into());
     }

@@ -262,7 +262,8 @@ pub async fn extend(
         .session_ends_at
         .ok_or_else(|| AppError::Internal("an extended session has no end".into()))?;
     // As in `enter`: no token that is dead on arrival (a session at its `session_max_sec`
-    // ends within the second).
+    // ends within the second). Seldom reached: the token that asks was checked against the
+    // system clock first, and is refused from the same whole second on.
     if tokens::expired_on_issue(now, ends_at) {
         return Err(AppError::from_session_error(StoreError::Queue(
             QueueError::TokenExpired,
