@@ -13,6 +13,7 @@
       brand: 'waitroom dashboard', logout: 'Sign out', signin: 'Operator sign-in',
       signinLead: 'Enter the admin token. The server prints it at start (admin token: …) unless one was configured. It is kept in this tab only.',
       token: 'Admin token', signinButton: 'Sign in', refused: 'This token was refused.', unreachable: 'The server cannot be reached.',
+      tooMany: 'Too many wrong tokens from this address. Try again in {s} s.',
       events: 'Events', sumWaiting: 'Waiting', sumInside: 'Admitted + active', sumRate: 'Admitted last minute', sumEvents: 'Events',
       noEvents: 'No events yet. Create one below.', updated: 'Updated {t}', stale: 'Connection lost; retrying…',
       waiting: 'Waiting', admitted: 'Admitted', active: 'Active', capacity: 'Capacity', perMin: 'Admitted/min',
@@ -50,6 +51,7 @@
       brand: 'waitroom 대시보드', logout: '로그아웃', signin: '운영자 로그인',
       signinLead: '관리자 토큰을 입력하세요. 따로 설정하지 않았다면 서버가 시작할 때 출력합니다 (admin token: …). 이 탭에만 보관됩니다.',
       token: '관리자 토큰', signinButton: '로그인', refused: '토큰이 거부되었습니다.', unreachable: '서버에 연결할 수 없습니다.',
+      tooMany: '잘못된 토큰이 너무 많습니다. {s}초 후에 다시 시도하세요.',
       events: '이벤트', sumWaiting: '대기 중', sumInside: '입장 허용 + 이용 중', sumRate: '최근 1분 입장', sumEvents: '이벤트 수',
       noEvents: '아직 이벤트가 없습니다. 아래에서 만드세요.', updated: '{t} 갱신', stale: '연결이 끊겼습니다. 다시 시도하는 중…',
       waiting: '대기', admitted: '입장 허용', active: '이용 중', capacity: '수용 인원', perMin: '분당 입장',
@@ -153,7 +155,9 @@
       events = r.data;
       signedIn(true);
     } else {
-      el('login-error').textContent = t(r.status === 401 ? 'refused' : 'unreachable');
+      el('login-error').textContent = r.status === 401 ? t('refused')
+        : r.status === 429 ? t('tooMany', { s: r.retry || 60 })
+          : r.status === 0 ? t('unreachable') : explain(r).text;
     }
   });
 
@@ -515,14 +519,21 @@
 
   // Clearing removes every waiting person: the first click arms the button for five
   // seconds, the second one clears. No modal dialog to trap keyboard or screen reader users.
-  // With nobody waiting there is nothing to lose, so one click does it.
+  // With nobody waiting there is nothing to lose, so one click does it. Who waits is asked
+  // at the click, not taken from the last refresh (up to 1.5 s old: people who joined since
+  // were cleared without a word); a confirmation armed for fewer people than now wait asks
+  // again, with the new count.
   async function clearLine(id, button) {
     const c = cards.get(id);
-    const e = events.find((x) => x.event_id === id);
-    if (!c || !e) return;
-    if (e.waiting > 0 && (!c.armed || Date.now() > c.armed)) {
+    if (!c) return;
+    const now = await api('GET', '/api/v1/admin/events/' + encodeURIComponent(id), { token });
+    if (!now.ok) { failed(now); return; }
+    const waiting = now.data.waiting;
+    const armed = c.armed && Date.now() <= c.armed;
+    if (waiting > 0 && (!armed || waiting > c.armedFor)) {
       c.armed = Date.now() + 5000;
-      button.textContent = t('confirmClear', { n: WR.num(e.waiting) });
+      c.armedFor = waiting;
+      button.textContent = t('confirmClear', { n: WR.num(waiting) });
       button.classList.add('armed');
       return;
     }
@@ -787,7 +798,14 @@
       res = await fetch('/api/v1/admin/events/' + encodeURIComponent(id) + '/history.csv',
         { headers: { authorization: 'Bearer ' + token }, cache: 'no-store' });
     } catch (_) { toast(t('unreachable')); return; }
-    if (!res.ok) { toast(t('unreachable')); return; }
+    if (!res.ok) {
+      // The server's own words (a deleted event, a refused token, a limit), as for the
+      // other actions.
+      let data = null;
+      try { data = await res.json(); } catch (_) { /* not JSON */ }
+      failed({ ok: false, status: res.status, data });
+      return;
+    }
     const url = URL.createObjectURL(await res.blob());
     const a = node('a');
     a.href = url;
