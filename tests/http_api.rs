@@ -550,6 +550,18 @@ async fn join_input_validation() {
     app.send(json_req(Method::POST, "/api/v1/queue/join", &huge))
         .await
         .err(StatusCode::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE");
+    // On an admin route too, refused before the admin check, and like every admin answer
+    // no cache may keep it.
+    let body = huge.to_string();
+    let declared = req(Method::PUT, "/api/v1/admin/events/huge")
+        .header(header::AUTHORIZATION, format!("Bearer {ADMIN}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CONTENT_LENGTH, body.len())
+        .body(Body::from(body))
+        .unwrap();
+    let r = app.send(declared).await;
+    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(r.headers[header::CACHE_CONTROL], "no-store");
 
     // Nothing above created a place; the limits themselves are accepted.
     assert_eq!(app.figures("ev").await["joins"], 0);

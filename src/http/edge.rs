@@ -155,10 +155,9 @@ where
             .and_then(|v| v.trim().parse::<u64>().ok());
         fut.state = if declared.is_some_and(|n| n > self.limits.max_body_bytes) {
             State::Answered {
-                res: Some(
-                    AppError::PayloadTooLarge("the request body is too large".into())
-                        .into_response(),
-                ),
+                res: Some(own_answer(AppError::PayloadTooLarge(
+                    "the request body is too large".into(),
+                ))),
             }
         } else {
             // A body that may still be arriving gets the body-read timeout (a body trickled
@@ -271,7 +270,7 @@ where
                         let timer = this.timer.as_mut().as_pin_mut();
                         match timer.map(|t| t.poll(cx)) {
                             Some(Poll::Ready(())) => {
-                                AppError::Unavailable("request timed out".into()).into_response()
+                                own_answer(AppError::Unavailable("request timed out".into()))
                             }
                             _ => return Poll::Pending,
                         }
@@ -302,7 +301,17 @@ fn panic_response(err: Box<dyn Any + Send + 'static>) -> Response {
         .map(String::as_str)
         .or_else(|| err.downcast_ref::<&str>().copied())
         .unwrap_or("(no message)");
-    AppError::Internal(format!("handler panicked: {detail}")).into_response()
+    own_answer(AppError::Internal(format!("handler panicked: {detail}")))
+}
+
+/// An answer this layer makes itself, before or instead of the route's (413, 503, 500):
+/// `no-store`, since it stands in for an answer that may have been one no cache may keep
+/// (every admin answer says so, API.md), and a refusal is worth keeping by none.
+fn own_answer(e: AppError) -> Response {
+    let mut res = e.into_response();
+    res.headers_mut()
+        .insert(header::CACHE_CONTROL, super::NO_STORE.clone());
+    res
 }
 
 /// Label of a method; anything unusual is lumped together so a client inventing methods
