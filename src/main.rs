@@ -86,6 +86,13 @@ async fn main() -> ExitCode {
     for variable in waitroom::config::layers::unknown_env() {
         tracing::warn!(%variable, "not a setting of waitroom: ignored (misspelt?)");
     }
+    if let Some(characters) = settings.short_admin_token() {
+        tracing::warn!(
+            characters,
+            "the admin token is short: whoever guesses it runs the sale and proves joins; use \
+             32 random characters or more (unset, one of 64 is generated)"
+        );
+    }
     // From here on, the error that stops the server is a log line in the chosen format: a
     // collector that reads JSON lines would otherwise lose the one that says why.
     let json = settings.log_format.as_str() == "json";

@@ -235,7 +235,19 @@ fn invalid(setting: &'static str, reason: impl Into<String>) -> ConfigError {
     }
 }
 
+/// The shortest admin token started without a warning. It is the site's key for proven
+/// joins too, and guessing it is slowed only per address (`admin_failures_per_minute`); a
+/// generated one has 64 characters.
+pub const ADMIN_TOKEN_WARN_BELOW: usize = 16;
+
 impl Settings {
+    /// The configured admin token's length when it is shorter than
+    /// [`ADMIN_TOKEN_WARN_BELOW`] (the server warns at start: accepted, as it always was).
+    pub fn short_admin_token(&self) -> Option<usize> {
+        let n = self.admin_token.as_ref()?.expose().len();
+        (n < ADMIN_TOKEN_WARN_BELOW).then_some(n)
+    }
+
     /// Parses `args` (the first is the program name) as a command line, then loads. A
     /// malformed command line is an error here rather than an exit, for tests and embedding.
     pub fn from_args<I, T>(args: I) -> Result<Self, anyhow::Error>
@@ -801,6 +813,18 @@ mod tests {
             }
             Ok(())
         });
+    }
+
+    #[test]
+    fn a_short_admin_token_is_noted() {
+        let with = |t: &str| Settings {
+            admin_token: Some(t.to_string().into()),
+            ..Settings::default()
+        };
+        assert_eq!(with("a").short_admin_token(), Some(1));
+        assert_eq!(with(&"a".repeat(15)).short_admin_token(), Some(15));
+        assert_eq!(with(&"a".repeat(16)).short_admin_token(), None);
+        assert_eq!(Settings::default().short_admin_token(), None);
     }
 
     #[test]
