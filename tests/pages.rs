@@ -167,12 +167,7 @@ async fn the_public_event_list_shows_figures_but_no_admin_settings() {
 #[tokio::test]
 async fn the_booking_page_verifies_for_its_event() {
     let s = TestServer::start().await;
-    let js = reqwest::get(s.url("/assets/booking.js"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let js = text_of(&s, "/assets/booking.js").await;
     assert!(
         js.contains("'/api/v1/queue/verify?event_id=' + encodeURIComponent(EVENT)"),
         "booking.js calls verify without its event"
@@ -871,14 +866,19 @@ async fn headings_stay_headings_and_the_language_button_says_what_it_shows() {
         }
     }
     // The script sets the same names after a switch.
-    let common = reqwest::get(s.url("/assets/common.js"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let common = text_of(&s, "/assets/common.js").await;
     assert!(
         common.contains("'Switch to English' : '한국어 보기'"),
         "common.js names the button as the page does"
     );
+}
+
+/// The body of `path`, fetched as a browser would, as text.
+async fn text_of(s: &TestServer, path: &str) -> String {
+    reqwest::get(s.url(path))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }
