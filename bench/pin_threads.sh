@@ -14,8 +14,9 @@ OUT=$(mktemp)
 "$B/waitroom-bench" run --bin "$B/waitroom" --scenario "$SC" --durability sync \
     --connections 64 --duration 5 > "$OUT" 2>&1 &
 BP=$!
-# Whatever happens, the generator (and the server it started) and the table go.
-trap 'kill $BP 2>/dev/null; rm -f "$OUT"' EXIT
+# Whatever happens, the generator, the server it started (a killed generator leaves it
+# running) and the table go.
+trap 'kill $BP $SP 2>/dev/null; rm -f "$OUT"' EXIT
 SP=
 for _ in $(seq 1 50); do
     SP=$(pgrep -P $BP -f waitroom | head -1)

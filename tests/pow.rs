@@ -201,6 +201,11 @@ async fn a_wrong_nonce_is_refused() {
         .find(|x| leading_zero_bits(&digest(&p, x)) < BITS as u32)
         .unwrap();
     refused(n.join(joined("ev", &p, &wrong)).await, &p, "does not solve");
+    // A nonce of the wrong length is named as such, not as a forged challenge (the client
+    // would go on solving new ones with the same nonces).
+    for nonce in [String::new(), "1".repeat(65)] {
+        refused(n.join(joined("ev", &p, &nonce)).await, &p, "1 to 64 bytes");
+    }
 }
 
 #[tokio::test]

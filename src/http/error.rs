@@ -141,8 +141,9 @@ pub enum AppError {
     /// The event asks for proof of work and the join brought none; answers a challenge.
     #[error("this event asks for proof of work: solve the challenge and join again")]
     PowRequired(Box<Challenge>),
-    /// The proof of work was wrong, expired, for another event or already used; answers a
-    /// fresh challenge.
+    /// The proof of work was wrong, expired, for another event, forged, too easy, already
+    /// used, or its nonce empty or over 64 bytes ([`PowError`] says which); answers a fresh
+    /// challenge.
     #[error("{0}: solve the new challenge and join again")]
     PowInvalid(PowError, Box<Challenge>),
     /// A refusal of the sale's rules (holds, inventory, extensions): the queue error's own

@@ -82,6 +82,8 @@
   const PLACE_KEY = 'waitroom:place:' + eventId;
   const UID_KEY = 'waitroom:uid';
   const POLL_MS = 3000;
+  // The answers that say the saved place is over (or was never this server's).
+  const PLACE_GONE = ['TOKEN_EXPIRED', 'TOKEN_NOT_FOUND', 'TOKEN_INVALID', 'EVENT_NOT_FOUND'];
   let pollAfterSec = POLL_MS / 1000; // the server's poll_after_sec, from the last answer
   const CLIENT_HEARTBEAT_MS = 15000;
   // A booking site may link here with a signed user token and/or an invite code:
@@ -319,6 +321,14 @@
     if (r.ok) { onStatus(r.data); connect(); return; }
     if (r.status === 0 || r.status >= 500) { setPhase('offline'); setTimeout(resume, POLL_MS); return; }
     if (await endedBy(r)) return;
+    // Only an answer about the place itself ends it. A limit (429: several tabs restored
+    // at once poll one place), a proxy's own refusal, anything else: keep the place and
+    // ask again (forgetting it would lose a place a link's secrets can no longer get back).
+    if (!PLACE_GONE.includes(r.code)) {
+      setPhase('offline');
+      setTimeout(resume, r.retry ? r.retry * 1000 : POLL_MS);
+      return;
+    }
     forgetPlace();
     endWith(r.code === 'TOKEN_EXPIRED' ? 'expired' : 'gone');
   }
