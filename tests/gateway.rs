@@ -1093,7 +1093,17 @@ async fn a_real_nginx_with_the_documented_config_walks_the_flow() {
     Person::default()
         .get(&url("/wait/shop?user_token=user-token-in-a-query"), &[])
         .await;
-    let log = std::fs::read_to_string(dir.path().join("access.log")).unwrap();
+    // nginx writes a line once the answer is sent: read until both are there.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let log = loop {
+        let log = std::fs::read_to_string(dir.path().join("access.log")).unwrap_or_default();
+        let both = log.contains("\"GET /api/v1/queue/status HTTP/1.1\"")
+            && log.contains("\"GET /wait/shop HTTP/1.1\"");
+        if both || std::time::Instant::now() > deadline {
+            break log;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert!(
         log.contains("\"GET /api/v1/queue/status HTTP/1.1\""),
         "{log}"

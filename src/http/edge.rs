@@ -509,13 +509,17 @@ mod tests {
     }
 
     async fn send(app: &Router, method: &str, path: &str, body: &'static str) -> StatusCode {
+        answer(app, method, path, body).await.status()
+    }
+
+    async fn answer(app: &Router, method: &str, path: &str, body: &'static str) -> Response {
         let req = axum::http::Request::builder()
             .method(method)
             .uri(path)
             .header(header::CONTENT_LENGTH, body.len())
             .body(Body::from(body))
             .unwrap();
-        app.clone().oneshot(req).await.unwrap().status()
+        app.clone().oneshot(req).await.unwrap()
     }
 
     /// Counts the spans made while it is the thread's subscriber.
@@ -691,19 +695,27 @@ mod tests {
             send(&app, "POST", "/edge-test/b", "{}").await,
             StatusCode::OK
         );
+        // Each of the layer's own answers stands in for one a cache must not keep.
         let big = "this body is longer than 16 bytes";
-        assert_eq!(
-            send(&app, "POST", "/edge-test/c", big).await,
-            StatusCode::PAYLOAD_TOO_LARGE
-        );
-        assert_eq!(
-            send(&app, "GET", "/edge-test-panic", "").await,
-            StatusCode::INTERNAL_SERVER_ERROR
-        );
-        assert_eq!(
-            send(&app, "GET", "/edge-test-slow", "").await,
-            StatusCode::SERVICE_UNAVAILABLE
-        );
+        for (method, path, body, status) in [
+            ("POST", "/edge-test/c", big, StatusCode::PAYLOAD_TOO_LARGE),
+            (
+                "GET",
+                "/edge-test-panic",
+                "",
+                StatusCode::INTERNAL_SERVER_ERROR,
+            ),
+            (
+                "GET",
+                "/edge-test-slow",
+                "",
+                StatusCode::SERVICE_UNAVAILABLE,
+            ),
+        ] {
+            let res = answer(&app, method, path, body).await;
+            assert_eq!(res.status(), status);
+            assert_eq!(res.headers()[header::CACHE_CONTROL], "no-store", "{path}");
+        }
         assert_eq!(
             send(&app, "BREW", "/edge-test-nowhere", "").await,
             StatusCode::NOT_FOUND

@@ -203,7 +203,8 @@ const VERSION_MAGIC: &[u8] = b"FJL";
 ///
 /// A store that holds only what fjall makes before it holds anything (the `version` file,
 /// its `lock`, an empty `keyspaces` directory, journals of zeros: preallocated) is the
-/// remains of a first start cut short: those entries are removed, one by one, and the
+/// remains of a first start cut short: those entries are removed, one by one (but the
+/// `lock`, which fjall takes as it finds it, and which another opener may hold), and the
 /// store is created again, with a warning. Anything else there (a keyspace, a journal
 /// byte, the watermark's slots, a file someone put there, a link) is data or a sign of
 /// it: the start is refused with a message that names the file.
@@ -222,10 +223,19 @@ pub(super) fn check_version(dir: &Path) -> anyhow::Result<()> {
         let entry = entry?;
         let (path, kind) = (entry.path(), entry.file_type()?);
         let name = entry.file_name();
+        let named = |e: std::io::Error| anyhow::anyhow!("reading {}: {e}", path.display());
         let fjalls = match &*name.to_string_lossy() {
-            "version" | "lock" => kind.is_file(),
-            "keyspaces" => kind.is_dir() && std::fs::read_dir(&path)?.next().is_none(),
-            n => kind.is_file() && n.ends_with(".jnl") && all_zeros(&path)?,
+            "lock" => {
+                if kind.is_file() {
+                    continue;
+                }
+                false
+            }
+            "version" => kind.is_file(),
+            "keyspaces" => {
+                kind.is_dir() && std::fs::read_dir(&path).map_err(named)?.next().is_none()
+            }
+            n => kind.is_file() && n.ends_with(".jnl") && all_zeros(&path).map_err(named)?,
         };
         if !fjalls {
             anyhow::bail!(
@@ -246,11 +256,12 @@ pub(super) fn check_version(dir: &Path) -> anyhow::Result<()> {
          creating it again"
     );
     for (path, is_dir) in made_by_a_first_start {
-        if is_dir {
-            std::fs::remove_dir(&path)?;
+        let removed = if is_dir {
+            std::fs::remove_dir(&path)
         } else {
-            std::fs::remove_file(&path)?;
-        }
+            std::fs::remove_file(&path)
+        };
+        removed.map_err(|e| anyhow::anyhow!("removing {}: {e}", path.display()))?;
     }
     Ok(())
 }

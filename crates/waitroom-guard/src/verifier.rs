@@ -326,9 +326,10 @@ impl Verifier {
     /// request that finds a fetch under way waits for it, whatever the interval says: its
     /// answer may hold the key (at a cold start, or just after a rotation). A request whose
     /// key the cache lacks, when the interval allows no fetch yet, waits for the next one
-    /// rather than being refused at once: else the first tokens of a rotated-in key would be
-    /// refused for up to the interval whenever the guard had fetched, or failed to, just
-    /// before (waitroom signs with a new key the moment it restarts with it).
+    /// (if it is at most [`MAX_KEY_WAIT`] off; else it is refused at once) rather than being
+    /// refused: else the first tokens of a rotated-in key would be refused for up to the
+    /// interval whenever the guard had fetched, or failed to, just before (waitroom signs
+    /// with a new key the moment it restarts with it).
     async fn key(&self, kid: &str) -> Result<DecodingKey, Refusal> {
         // A fetch that starts from here on reads the JWKS as it is since the token was
         // signed: its answer is final. One that started before may predate a rotation.

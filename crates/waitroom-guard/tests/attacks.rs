@@ -628,3 +628,42 @@ async fn requests_waiting_on_a_slow_jwks_share_one_fetch() {
     let fetched = verifier.fetches() - before;
     assert!((1..=2).contains(&fetched), "{fetched} fetches");
 }
+
+/// With a long interval configured, a token whose `kid` the cache lacks, when the next
+/// fetch is more than a second off, is refused at once and fetches nothing: no request
+/// holds its connection for the interval (10 s here), and a flood of made-up `kid`s holds
+/// none.
+#[tokio::test]
+async fn an_unknown_kid_waits_no_longer_than_a_second() {
+    let keys = Keys::default();
+    keys.add("k1", 1);
+    let url = keys.serve().await;
+    let verifier = Verifier::from_url(url.parse().unwrap()).with_refresh(Refresh {
+        max_age: Duration::from_secs(300),
+        min_interval: Duration::from_secs(10),
+    });
+    let app = site(verifier.clone());
+    let first = sign_with(
+        &SigningKey::from_bytes(&[1; 32]),
+        "k1",
+        &claims("concert", now() + 600),
+    );
+    assert_eq!(call(&app, "/book", Some(&first)).await.0, StatusCode::OK);
+    let fetched = keys.fetches.load(Ordering::SeqCst);
+    let made_up = sign_with(
+        &SigningKey::from_bytes(&[2; 32]),
+        "made-up",
+        &claims("concert", now() + 600),
+    );
+    let asked = std::time::Instant::now();
+    assert_denied(
+        call(&app, "/book", Some(&made_up)).await,
+        "unknown signing key",
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(keys.fetches.load(Ordering::SeqCst), fetched, "no fetch");
+}
