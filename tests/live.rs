@@ -271,6 +271,40 @@ async fn ws_a_clients_close_is_answered() {
     assert_eq!(s.figures("ev").await["waiting"], 1);
 }
 
+/// A client that breaks the protocol is told how, with the close code RFC 6455 names: a
+/// message over the 16 KiB limit (1009), text that is not UTF-8 (1007). The connection was
+/// dropped without a close frame, which a client takes for a network failure (1006); the
+/// place stays, as for any client that went away.
+#[tokio::test]
+async fn ws_a_clients_breach_is_closed_with_its_code() {
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    let s = TestServer::start().await;
+    event_with_holder(&s, "ev", json!({"waiting_idle_sec": 60})).await;
+    let b = s.join_token("ev", "b").await;
+    let breaches = [
+        (Message::Text("x".repeat(20_000).into()), CloseCode::Size),
+        (
+            Message::Frame(Frame::message(
+                vec![0xc3, 0x28],
+                OpCode::Data(Data::Text),
+                true,
+            )),
+            CloseCode::Invalid,
+        ),
+    ];
+    for (breach, code) in breaches {
+        let mut ws = ws_connect(&s, &b).await;
+        msg(ws_next(&mut ws, Duration::from_secs(5)).await);
+        ws.send(breach).await.unwrap();
+        match ws_next(&mut ws, Duration::from_secs(5)).await {
+            Got::Closed(got) => assert_eq!(got, Some(code)),
+            Got::Msg(m) => panic!("a message after the breach: {m}"),
+        }
+    }
+    assert_eq!(s.figures("ev").await["waiting"], 1);
+}
+
 #[tokio::test]
 async fn ws_dropped_or_silent_socket_does_not_end_the_place_only_the_lapse_does() {
     let s = TestServer::start().await;

@@ -202,7 +202,17 @@ async fn serve_ws(mut socket: WebSocket, mut follower: Follower, first: Vec<Live
             }
             msg = socket.recv() => match msg {
                 // Gone or closed by the client: the place stays until its heartbeat lapses.
-                None | Some(Err(_)) => return,
+                None => return,
+                // The client broke the protocol (a message over the limit, text that is not
+                // UTF-8, a bad frame): said with the close code RFC 6455 names, rather than
+                // a dropped connection, which the client takes for a network failure (1006)
+                // and a page answers by reconnecting, again and again.
+                Some(Err(e)) => {
+                    if let Some((code, reason)) = violation(e) {
+                        close(&mut socket, code, reason).await;
+                    }
+                    return;
+                }
                 // The WebSocket layer queued the reply a close frame must get (RFC 6455
                 // 5.5.1); reading on sends it, then ends. Returning at once dropped it and
                 // the client saw an unclean close.
@@ -215,6 +225,19 @@ async fn serve_ws(mut socket: WebSocket, mut follower: Follower, first: Vec<Live
                 Some(Ok(_)) => alive = true,
             }
         }
+    }
+}
+
+/// The close code and reason of a read error that is the client's breach of the protocol
+/// (RFC 6455 7.4.1); `None` for the connection's own end or failure, which leaves nobody to
+/// tell.
+fn violation(e: axum::Error) -> Option<(u16, &'static str)> {
+    use tokio_tungstenite::tungstenite::Error as WsError;
+    match *e.into_inner().downcast::<WsError>().ok()? {
+        WsError::Capacity(_) => Some((1009, "message too big")),
+        WsError::Utf8(_) => Some((1007, "text that is not UTF-8")),
+        WsError::Protocol(_) => Some((1002, "protocol error")),
+        _ => None,
     }
 }
 
