@@ -615,6 +615,8 @@ impl Sse {
         assert_eq!(resp.status(), StatusCode::OK);
         let ct = resp.headers()["content-type"].to_str().unwrap().to_string();
         assert!(ct.starts_with("text/event-stream"), "{ct}");
+        // Unbuffered by any nginx in front, whatever its own settings.
+        assert_eq!(resp.headers()["x-accel-buffering"], "no");
         Sse {
             resp,
             buf: String::new(),

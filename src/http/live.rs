@@ -250,8 +250,18 @@ pub async fn events(
     let place = parse(&state, &token)?;
     let permit = admit(&state, &caller, &place).await?;
     let (follower, first) = follow(&state, place).await?;
-    Ok(Sse::new(sse_stream(follower, first, permit))
-        .keep_alive(KeepAlive::new().interval(SSE_KEEP_ALIVE)))
+    // nginx buffers a proxied answer by default, which holds a stream's events back until
+    // a buffer fills: this header turns that off for the stream (a site's own nginx in
+    // front of waitroom need not know to).
+    let unbuffered = [(
+        axum::http::HeaderName::from_static("x-accel-buffering"),
+        axum::http::HeaderValue::from_static("no"),
+    )];
+    Ok((
+        unbuffered,
+        Sse::new(sse_stream(follower, first, permit))
+            .keep_alive(KeepAlive::new().interval(SSE_KEEP_ALIVE)),
+    ))
 }
 
 fn sse_event(m: &LiveMessage) -> Result<Event, Infallible> {
