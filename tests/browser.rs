@@ -404,10 +404,6 @@ async fn join_from_the_page_reload_keeps_the_place_then_leave() {
         stored_token(&b, "fest").await.as_deref(),
         Some(token.as_str())
     );
-    assert_eq!(
-        stored_token(&b, "fest").await.as_deref(),
-        Some(token.as_str())
-    );
     assert_eq!(s.figures("fest").await["waiting"], 1, "one place, not two");
 
     // Leave gives the place up at once (by beacon) and offers to join again. Pressed from
@@ -421,7 +417,15 @@ async fn join_from_the_page_reload_keeps_the_place_then_leave() {
     assert_eq!(b.js("return document.activeElement.id").await, "join");
     figures_until(&s, "fest", |f| f["waiting"] == 0 && f["left"] == 2).await;
     assert_eq!(stored_token(&b, "fest").await, None);
-    let (st, _) = s.status(&token).await;
+    // (The place's polls may still be over their limit from above: 2 a second refill it.)
+    let deadline = Instant::now() + WAIT;
+    let st = loop {
+        let (st, _) = s.status(&token).await;
+        if st != 429 || Instant::now() > deadline {
+            break st;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
     assert_eq!(st, 404);
 
     // And joining again puts the person at the back of the line; the focus is on the
