@@ -255,14 +255,15 @@ async fn alg_none_and_hs256_with_the_public_key_are_refused() {
     }
 }
 
-#[tokio::test]
-async fn an_unknown_kid_refreshes_the_keys_once_per_interval() {
+/// A site whose verifier fetches at most once per `min_interval`, from a JWKS of one key
+/// (`k1`), after one token of that key (answered too) went through: one fetch so far.
+async fn one_key_verified(min_interval: Duration) -> (Keys, Router, Verifier, String) {
     let keys = Keys::default();
     keys.add("k1", 1);
     let url = keys.serve().await;
     let verifier = Verifier::from_url(url.parse().unwrap()).with_refresh(Refresh {
         max_age: Duration::from_secs(300),
-        min_interval: Duration::from_millis(500),
+        min_interval,
     });
     let app = site(verifier.clone());
     let first = sign_with(
@@ -271,6 +272,12 @@ async fn an_unknown_kid_refreshes_the_keys_once_per_interval() {
         &claims("concert", now() + 600),
     );
     assert_eq!(call(&app, "/book", Some(&first)).await.0, StatusCode::OK);
+    (keys, app, verifier, first)
+}
+
+#[tokio::test]
+async fn an_unknown_kid_refreshes_the_keys_once_per_interval() {
+    let (keys, app, verifier, first) = one_key_verified(Duration::from_millis(500)).await;
     assert_eq!(keys.fetches.load(Ordering::SeqCst), 1);
 
     // A flood of made-up key ids, all at once: refused, and at most one more fetch.
@@ -635,20 +642,7 @@ async fn requests_waiting_on_a_slow_jwks_share_one_fetch() {
 /// none.
 #[tokio::test]
 async fn an_unknown_kid_waits_no_longer_than_a_second() {
-    let keys = Keys::default();
-    keys.add("k1", 1);
-    let url = keys.serve().await;
-    let verifier = Verifier::from_url(url.parse().unwrap()).with_refresh(Refresh {
-        max_age: Duration::from_secs(300),
-        min_interval: Duration::from_secs(10),
-    });
-    let app = site(verifier.clone());
-    let first = sign_with(
-        &SigningKey::from_bytes(&[1; 32]),
-        "k1",
-        &claims("concert", now() + 600),
-    );
-    assert_eq!(call(&app, "/book", Some(&first)).await.0, StatusCode::OK);
+    let (keys, app, _, _) = one_key_verified(Duration::from_secs(10)).await;
     let fetched = keys.fetches.load(Ordering::SeqCst);
     let made_up = sign_with(
         &SigningKey::from_bytes(&[2; 32]),
