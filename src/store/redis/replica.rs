@@ -276,14 +276,26 @@ impl Replica {
             let [seq, rec] = pair else {
                 return Err(Malformed("seq/record pairs"));
             };
-            let seq = seq_of(seq)?;
-            self.remove(seq);
-            match bytes(rec)? {
-                Some(r) if !r.is_empty() => self.add(seq, parse_place(r)?),
-                _ => {}
+            if bytes(seq)? == Some(b"P") {
+                let mut places = bytes(rec)?.unwrap_or_default();
+                while !places.is_empty() {
+                    let (seq, rec) = next_packed(&mut places)?;
+                    self.put(seq, rec)?;
+                }
+            } else {
+                self.put(seq_of(seq)?, bytes(rec)?.unwrap_or_default())?;
             }
         }
         Ok(true)
+    }
+
+    /// A place as a step left it: its record, or none (empty) once it ended.
+    fn put(&mut self, seq: u64, rec: &[u8]) -> Result<(), Malformed> {
+        self.remove(seq);
+        if !rec.is_empty() {
+            self.add(seq, parse_place(rec)?);
+        }
+        Ok(())
     }
 
     /// The view the script would answer for `key` at `now`, if the replica can tell it.
@@ -384,6 +396,25 @@ async fn read_snapshot(inner: &Inner, event_id: &str) -> StoreResult<Option<Snap
         places,
         whole,
     }))
+}
+
+/// The next place of a step's `P` field (a step of more places than `LOG_STEP_PAIRS` in
+/// `lua/replica.lua`): `<seq>,<length>:<record>`, one after another, a record being bytes.
+fn next_packed<'a>(blob: &mut &'a [u8]) -> Result<(u64, &'a [u8]), Malformed> {
+    const BAD: Malformed = Malformed("packed places");
+    fn number(blob: &mut &[u8], end: u8) -> Result<u64, Malformed> {
+        let at = blob.iter().position(|&b| b == end).ok_or(BAD)?;
+        let n = std::str::from_utf8(&blob[..at])
+            .ok()
+            .and_then(|t| t.parse().ok());
+        *blob = &blob[at + 1..];
+        n.ok_or(BAD)
+    }
+    let seq = number(blob, b',')?;
+    let len = usize::try_from(number(blob, b':')?).map_err(|_| BAD)?;
+    let rec = blob.get(..len).ok_or(BAD)?;
+    *blob = &blob[len..];
+    Ok((seq, rec))
 }
 
 fn seq_of(v: &Value) -> Result<u64, Malformed> {

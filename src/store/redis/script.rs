@@ -309,6 +309,7 @@ mod tests {
             "SHA_K",
             "LOG_HEAD",
             "LOG_ENTRY_ARGS",
+            "LOG_STEP_PAIRS",
             "SNAPSHOT_CHUNKS",
             "SNAPSHOT_PLACES",
         ];

@@ -83,6 +83,9 @@ local LOG_LAST
 -- `a_full_batch_across_the_trim_length_keeps_the_log`. At 2,000 it did while a join's
 -- step carried its numbers, 8 values.)
 local LOG_ENTRY_ARGS = 1500
+-- Most places one step lists as seq/record pairs (beyond: one field, in log_append); with
+-- LOG_ENTRY_ARGS, an entry stays under 1,500 + 2 × 1,000 and a few values.
+local LOG_STEP_PAIRS = 1000
 -- The time of the entry's last step: a step at the same time leaves out its 't'; and its
 -- waiting count.
 local LOG_T, LOG_NW
@@ -152,7 +155,7 @@ log_append = function(whole)
       local s = fmt(sq)
       P[n + 1], P[n + 2] = s, WROTE[sq] or rcall('HGET', pkey(s), s) or ''
     end
-  else
+  elseif nfx <= 3 * LOG_STEP_PAIRS then
     local seen = {}
     for i = 1, nfx, 3 do
       local s = fmt(FX[i + 1])
@@ -162,6 +165,23 @@ log_append = function(whole)
         n = n + 2
       end
     end
+  else
+    -- A step that changed more places than that (a clear, an opening, a resume, a sweep
+    -- of thousands) puts them in one field 'P', "<seq>,<length>:<record>" after one
+    -- another: as pairs, the XADD's arguments would pass what `unpack` can give a call
+    -- (about 8,000 in Redis's Lua), and the failed XADD, coming after the step's writes,
+    -- would leave the event's meta unwritten. One field keeps the step one entry, applied
+    -- whole by the replicas.
+    local seen, parts = {}, {}
+    for i = 1, nfx, 3 do
+      local s = fmt(FX[i + 1])
+      if FX[i] ~= FX_FORGOTTEN and not seen[s] then
+        seen[s] = true
+        local rec = WROTE[FX[i + 1]] or rcall('HGET', pkey(s), s) or ''
+        parts[#parts + 1] = s .. ',' .. #rec .. ':' .. rec
+      end
+    end
+    P[n + 1], P[n + 2] = 'P', table.concat(parts)
   end
   if first then LOG_FIRST = M.lv end
   LOG_LAST = M.lv

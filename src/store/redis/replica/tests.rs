@@ -224,3 +224,35 @@ fn positions_follow_the_rank_tree_across_rebuilds() {
     r.meta.nd = 5;
     assert!(r.view(key, 5).is_none());
 }
+
+/// A step's `P` field: records are bytes (a `,` or `:` in one, or a byte that is not
+/// UTF-8, is only data); an empty record ends the place; anything cut short is refused,
+/// never read as a shorter list.
+#[test]
+fn packed_places_read_back() {
+    let a = rec(
+        u128::from_be_bytes(*b",:\xff1234567890123"),
+        b'w',
+        5,
+        "!a,b:c",
+    );
+    let mut blob = format!("12,{}:", a.len()).into_bytes();
+    blob.extend_from_slice(&a);
+    blob.extend_from_slice(b"13,0:");
+    let mut rest = blob.as_slice();
+    assert_eq!(next_packed(&mut rest).unwrap(), (12, a.as_slice()));
+    assert_eq!(next_packed(&mut rest).unwrap(), (13, &b""[..]));
+    assert!(rest.is_empty());
+    for cut in 1..blob.len() - 5 {
+        let mut rest = &blob[..cut];
+        assert!(next_packed(&mut rest).is_err(), "cut at {cut}");
+    }
+    for bad in [
+        &b"x,0:"[..],
+        b"1,x:",
+        b"1,99999999999999999999999:",
+        b"1;0:",
+    ] {
+        assert!(next_packed(&mut &bad[..]).is_err(), "{bad:?}");
+    }
+}
