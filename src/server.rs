@@ -867,7 +867,8 @@ async fn first_signal(handlers: Vec<(&'static str, std::io::Result<SignalFuture>
 /// Redis holds places. Nodes running with the recorded keys would refuse its tokens and it
 /// theirs, and "no place yet" says nothing about whether such nodes run; accepting it would
 /// also make its keys the record, against which correctly configured nodes are then
-/// refused. A rotation keeps one of the recorded keys.
+/// refused. A rotation keeps one of the recorded keys. The node then keeps its record in
+/// Redis while it runs ([`RedisStore::keep_signing_keys`]).
 async fn check_redis_keys(
     redis: &RedisStore,
     keys: &[ed25519_dalek::SigningKey],
@@ -909,6 +910,7 @@ async fn check_redis_keys(
         tokens::check_key_change(&old, &current, places, repair, &store, recorded.is_none())?;
         redis.record_signing_keys(&text).await?;
     }
+    redis.keep_signing_keys(text);
     Ok(())
 }
 

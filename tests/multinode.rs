@@ -821,3 +821,26 @@ async fn a_node_with_a_disjoint_key_is_refused_while_no_place_exists() {
     assert_eq!(record(), format!("{second}\n{first}"));
     rotated.kill();
 }
+
+/// A running node writes its signing-key record back when Redis has lost it (a restart
+/// without persistence, a flush), so that the next node to start is checked against it
+/// rather than accepted with any key.
+#[tokio::test]
+async fn a_running_node_writes_its_lost_key_record_back() {
+    let redis = RedisServer::start();
+    let c = Nodes::new(ADMIN);
+    let node = c.start(&redis.url());
+    let first = fingerprint(&c.key);
+    assert_eq!(redis_cli(redis.port, "GET wr:signing-keys"), first);
+    assert!(redis_cli(redis.port, "FLUSHALL").starts_with("+OK"));
+    eventually(
+        "the record written back",
+        Duration::from_secs(10),
+        || async { (redis_cli(redis.port, "GET wr:signing-keys") == first).then_some(()) },
+    )
+    .await;
+    let (other, new_key) = other_key();
+    let err = refused_node(other.path(), &redis.url(), &[&new_key], &[]);
+    assert!(err.contains(&first), "{err}");
+    node.kill();
+}
