@@ -862,9 +862,13 @@ async fn first_signal(handlers: Vec<(&'static str, std::io::Result<SignalFuture>
 }
 
 /// The check `tokens::load_key_for_store` makes against the data dir, made against Redis,
-/// which every node shares: a node whose keys include none of those the last node started
-/// with, while Redis holds places, would orphan every one of them (their waiting tokens
-/// invalid on this node), so it is refused unless `repair`. A rotation keeps a key.
+/// which every node shares, and stricter: a node whose keys include none of those recorded
+/// (those of the node that started last) is refused unless `repair`, whether or not
+/// Redis holds places. Nodes running with the recorded keys would refuse its tokens and it
+/// theirs, and "no place yet" says nothing about whether such nodes run; accepting it would
+/// also make its keys the record, against which correctly configured nodes are then
+/// refused. A rotation keeps one of the recorded keys. The node then keeps its record in
+/// Redis while it runs ([`RedisStore::keep_signing_keys`]).
 async fn check_redis_keys(
     redis: &RedisStore,
     keys: &[ed25519_dalek::SigningKey],
@@ -872,31 +876,69 @@ async fn check_redis_keys(
     repair: bool,
 ) -> anyhow::Result<()> {
     let current: Vec<String> = keys.iter().map(tokens::key_fingerprint).collect();
+    let text = current.join("\n");
     let recorded = redis.recorded_signing_keys().await?;
     let old: Vec<&str> = recorded
         .as_deref()
         .map(|r| r.lines().map(str::trim).filter(|l| !l.is_empty()).collect())
         .unwrap_or_default();
-    if old == current.iter().map(String::as_str).collect::<Vec<_>>() {
-        return Ok(());
+    if old != current.iter().map(String::as_str).collect::<Vec<_>>() {
+        let now = crate::clock::system_now();
+        let places: u64 = redis
+            .list_events(now)
+            .await?
+            .iter()
+            .map(|e| e.figures.waiting + e.figures.admitted + e.figures.active)
+            .sum();
+        let store = format!("the Redis store at {store}");
+        let kept = old.iter().any(|f| current.iter().any(|c| c == f));
+        if !old.is_empty() && !kept {
+            if !repair {
+                anyhow::bail!(disjoint_keys_refusal(&store, &old, &current, places));
+            }
+            if places == 0 {
+                // (With places, `check_key_change` logs their loss.)
+                tracing::warn!(
+                    old_fingerprint = old.join(", "),
+                    fingerprint = current.join(", "),
+                    "repair: recording signing keys that share none of the recorded ones; \
+                     nodes still running with those refuse this node's tokens, and it theirs, \
+                     until they are restarted with these keys"
+                );
+            }
+        }
+        tokens::check_key_change(&old, &current, places, repair, &store, recorded.is_none())?;
+        redis.record_signing_keys(&text).await?;
     }
-    let now = crate::clock::system_now();
-    let places: u64 = redis
-        .list_events(now)
-        .await?
-        .iter()
-        .map(|e| e.figures.waiting + e.figures.admitted + e.figures.active)
-        .sum();
-    tokens::check_key_change(
-        &old,
-        &current,
-        places,
-        repair,
-        &format!("the Redis store at {store}"),
-        recorded.is_none(),
-    )?;
-    redis.record_signing_keys(&current.join("\n")).await?;
+    redis.keep_signing_keys(text);
     Ok(())
+}
+
+/// Why a node whose signing keys share none of the fingerprints `old` recorded in `store`
+/// (a Redis) does not start, and what to do instead.
+fn disjoint_keys_refusal(store: &str, old: &[&str], current: &[String], places: u64) -> String {
+    let (held, orphaned) = if places > 0 {
+        (
+            format!(
+                " It holds {places} places, whose waiting tokens would all be invalid on this \
+                 node."
+            ),
+            " (its places expire after their idle period)",
+        )
+    } else {
+        (String::new(), "")
+    };
+    format!(
+        "{store} records the signing keys of the nodes sharing it (fingerprints {}), but \
+         this node's keys (fingerprints {}) include none of them: nodes running with the \
+         recorded keys would refuse the tokens this node issues, and it theirs.{held} \
+         Start this node with the same --signing-key file(s) as the other nodes. If every \
+         node is being moved to new keys on purpose, start this one with --repair: it \
+         records its keys{orphaned}, and every node still running with the old ones must \
+         then be restarted with the new",
+        old.join(", "),
+        current.join(", "),
+    )
 }
 
 #[cfg(test)]

@@ -670,6 +670,90 @@ async fn a_relay_that_cannot_subscribe_is_reported() {
     node.kill();
 }
 
+/// A node on `redis_url` with its data in `data` and the signing keys `keys` (oldest
+/// first), plus `extra` flags; its stdout and stderr are the caller's.
+fn node_command(
+    redis_url: &str,
+    data: &std::path::Path,
+    keys: &[&std::path::Path],
+    extra: &[&str],
+) -> std::process::Command {
+    // WAITROOM_TEST_BIN: another build of the binary, as `Server::start` honours it.
+    let bin = std::env::var_os("WAITROOM_TEST_BIN").unwrap_or_else(|| support::binary::BIN.into());
+    let mut cmd = std::process::Command::new(bin);
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--no-demo"])
+        .args(["--store", redis_url, "--admin-token", ADMIN])
+        .arg("--data-dir")
+        .arg(data)
+        .args(extra);
+    for k in keys {
+        cmd.arg("--signing-key").arg(k);
+    }
+    cmd
+}
+
+/// A node as [`node_command`], in `dir`, which must be refused at start: its stderr.
+fn refused_node(
+    dir: &std::path::Path,
+    redis_url: &str,
+    keys: &[&std::path::Path],
+    extra: &[&str],
+) -> String {
+    let err_file = dir.join(format!("refused-{}.log", support::binary::rand_suffix()));
+    let mut child = node_command(redis_url, &dir.join("data"), keys, extra)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err_file).unwrap())
+        .spawn()
+        .unwrap();
+    let exited = support::binary::wait_exit(&mut child, Duration::from_secs(20));
+    let _ = child.kill();
+    let _ = child.wait();
+    let err = std::fs::read_to_string(&err_file).unwrap();
+    assert!(exited.is_some_and(|s| !s.success()), "{exited:?}: {err}");
+    err
+}
+
+/// A node as [`node_command`], in `dir`, which must start.
+fn started_node(
+    dir: &std::path::Path,
+    redis_url: &str,
+    keys: &[&std::path::Path],
+    extra: &[&str],
+) -> Server {
+    let data = dir.join("data");
+    let mut args = vec![
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--no-demo",
+        "--store",
+        redis_url,
+        "--admin-token",
+        ADMIN,
+        "--data-dir",
+        data.to_str().unwrap(),
+    ];
+    for k in keys {
+        args.extend(["--signing-key", k.to_str().unwrap()]);
+    }
+    args.extend(extra);
+    Server::start(dir, &args, &[])
+}
+
+/// A key of its own in a new directory (the directory, the key file).
+fn other_key() -> (tempfile::TempDir, std::path::PathBuf) {
+    let other = tempfile::tempdir().unwrap();
+    waitroom::tokens::load_or_generate_key(None, other.path()).unwrap();
+    let key = other.path().join("signing-key.pem");
+    (other, key)
+}
+
+/// The fingerprint of the key in `file`, as the record in Redis holds it.
+fn fingerprint(file: &std::path::Path) -> String {
+    let keys = waitroom::tokens::load_signing_keys(&[file.to_path_buf()]).unwrap();
+    waitroom::tokens::key_fingerprint(&keys[0])
+}
+
 /// The signing keys a Redis deployment's places come from are recorded in Redis: a node
 /// started with none of them while places exist is refused (every waiting token would be
 /// invalid on it), unless `--repair`; a rotation (old key kept) starts.
@@ -683,56 +767,80 @@ async fn a_node_with_none_of_the_recorded_keys_is_refused() {
     join(&node, "keys", Some("b")).await;
     node.kill();
 
-    let other = tempfile::tempdir().unwrap();
-    waitroom::tokens::load_or_generate_key(None, other.path()).unwrap();
-    let new_key = other.path().join("signing-key.pem");
-    let data = other.path().join("data");
-    let start = |keys: &[&std::path::Path]| {
-        let mut cmd = std::process::Command::new(support::binary::BIN);
-        cmd.args(["serve", "--listen", "127.0.0.1:0", "--no-demo"])
-            .args(["--store", &redis.url(), "--admin-token", ADMIN])
-            .arg("--data-dir")
-            .arg(&data);
-        for k in keys {
-            cmd.arg("--signing-key").arg(k);
-        }
-        cmd
-    };
-    let err_file = other.path().join("refused.log");
-    let mut child = start(&[&new_key])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&err_file).unwrap())
-        .spawn()
-        .unwrap();
-    let exited = support::binary::wait_exit(&mut child, Duration::from_secs(20));
-    let _ = child.kill();
-    let err = std::fs::read_to_string(&err_file).unwrap();
-    assert!(exited.is_some_and(|s| !s.success()), "{exited:?}: {err}");
+    let (other, new_key) = other_key();
+    let err = refused_node(other.path(), &redis.url(), &[&new_key], &[]);
     assert!(
         err.contains("the Redis store at") && err.contains("holds 2 places"),
         "{err}"
     );
 
     // The rotation's first step (the new key verifies, the old one still signs) starts.
-    let rotated = Server::start(
-        other.path(),
-        &[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--no-demo",
-            "--store",
-            &redis.url(),
-            "--admin-token",
-            ADMIN,
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--signing-key",
-            new_key.to_str().unwrap(),
-            "--signing-key",
-            c.key.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let rotated = started_node(other.path(), &redis.url(), &[&new_key, &c.key], &[]);
     rotated.kill();
+}
+
+/// With no place in Redis, a node whose key is none of the recorded ones is refused all the
+/// same: nodes running with the recorded key would refuse its tokens, and taking its key as
+/// the record would get correctly configured nodes refused at their next restart. The
+/// message names both fingerprints and the way out; `--repair` records the new key, and a
+/// rotation from it starts without.
+#[tokio::test]
+async fn a_node_with_a_disjoint_key_is_refused_while_no_place_exists() {
+    let redis = RedisServer::start();
+    let c = Nodes::new(ADMIN);
+    let node = c.start(&redis.url());
+    let record = || redis_cli(redis.port, "GET wr:signing-keys");
+    let first = fingerprint(&c.key);
+    assert_eq!(record(), first);
+
+    let (other, new_key) = other_key();
+    let second = fingerprint(&new_key);
+    let err = refused_node(other.path(), &redis.url(), &[&new_key], &[]);
+    assert!(
+        err.contains(&first) && err.contains(&second) && err.contains("would refuse"),
+        "{err}"
+    );
+    assert!(
+        err.contains("same --signing-key") && err.contains("--repair"),
+        "{err}"
+    );
+    assert!(!err.contains("places"), "no place to speak of: {err}");
+    assert_eq!(record(), first, "the refused node left the record alone");
+    // The node that was running keeps serving, and restarts with its key.
+    admin_put(&node, "keys", json!({"max_active": 1})).await;
+    node.kill();
+    c.start(&redis.url()).kill();
+
+    // Every node moving to the new key on purpose: the first one says so.
+    let repaired = started_node(other.path(), &redis.url(), &[&new_key], &["--repair"]);
+    assert_eq!(record(), second, "{}", repaired.stderr());
+    repaired.kill();
+
+    // A rotation away from the recorded key keeps one of them: no --repair needed.
+    let rotated = started_node(other.path(), &redis.url(), &[&new_key, &c.key], &[]);
+    assert_eq!(record(), format!("{second}\n{first}"));
+    rotated.kill();
+}
+
+/// A running node writes its signing-key record back when Redis has lost it (a restart
+/// without persistence, a flush), so that the next node to start is checked against it
+/// rather than accepted with any key.
+#[tokio::test]
+async fn a_running_node_writes_its_lost_key_record_back() {
+    let redis = RedisServer::start();
+    let c = Nodes::new(ADMIN);
+    let node = c.start(&redis.url());
+    let first = fingerprint(&c.key);
+    assert_eq!(redis_cli(redis.port, "GET wr:signing-keys"), first);
+    assert!(redis_cli(redis.port, "FLUSHALL").starts_with("+OK"));
+    eventually(
+        "the record written back",
+        Duration::from_secs(10),
+        || async { (redis_cli(redis.port, "GET wr:signing-keys") == first).then_some(()) },
+    )
+    .await;
+    let (other, new_key) = other_key();
+    let err = refused_node(other.path(), &redis.url(), &[&new_key], &[]);
+    assert!(err.contains(&first), "{err}");
+    node.kill();
 }

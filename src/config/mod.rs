@@ -95,7 +95,8 @@ pub struct Settings {
     pub durability: Durability,
     pub rate_limits: RateLimitSettings,
     pub connections: ConnectionSettings,
-    /// Start on a damaged journal or a lost signing key instead of refusing (API.md "Running").
+    /// Start on a damaged journal, a lost signing key, or (Redis) signing keys sharing none
+    /// of those recorded, instead of refusing (API.md "Running", "Key rotation").
     pub repair: bool,
     /// The OpenTelemetry collector's base URL (`http://host:port`); `None`: no tracing export.
     pub otlp_endpoint: Option<String>,

@@ -1,10 +1,17 @@
 //! What a node checks of, and keeps in, Redis when it starts: that Redis will not evict
-//! keys, and the record of the signing keys the places were issued under.
+//! keys, and the record of the signing keys the places were issued under (which a running
+//! node also writes back should Redis lose it).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use redis::RedisResult;
 
-use super::{Inner, RedisStore};
+use super::{Conn, Inner, RedisStore};
 use crate::store::StoreResult;
+
+/// How often a running node looks for its signing-key record in Redis at most.
+const KEY_RECORD_EVERY: Duration = Duration::from_secs(1);
 
 /// Refuses a server that may evict keys: an evicted chunk of places or of the line loses
 /// acknowledged places silently, and the event's counters, kept apart, go on counting
@@ -78,10 +85,67 @@ impl RedisStore {
         )
         .await
     }
+
+    /// Keeps `text` (this node's record, as [`RedisStore::record_signing_keys`] wrote it or
+    /// found it) in Redis while the node runs: when Redis has lost the record (a restart
+    /// without persistence, a flush), the node writes it back, within about a second.
+    /// Otherwise the next node to start would find no record and be accepted with any key.
+    pub fn keep_signing_keys(&self, text: String) {
+        *self.inner.kept_keys.lock() = Some(KeptKeys {
+            text,
+            due: Instant::now() + KEY_RECORD_EVERY,
+        });
+    }
+}
+
+/// What [`RedisStore::keep_signing_keys`] keeps, and when it looks next.
+pub(super) struct KeptKeys {
+    text: String,
+    due: Instant,
 }
 
 impl Inner {
     pub(super) fn signing_keys_key(&self) -> String {
         format!("{}:signing-keys", self.options.key_prefix)
+    }
+
+    /// Writes the kept signing-key record back if Redis no longer has it, at most every
+    /// [`KEY_RECORD_EVERY`] (a no-op before [`RedisStore::keep_signing_keys`]). `SET NX`: a
+    /// record that is there, this node's or another's (a node started since with a
+    /// rotation), is left alone. Sent from a task of its own, so that the caller never
+    /// waits for it (on a Cluster the record's shard may be the one that is down); a
+    /// failure is left to the next look.
+    pub(super) fn restore_signing_keys(self: &Arc<Self>, conn: &Conn) {
+        let text = {
+            let mut kept = self.kept_keys.lock();
+            match kept.as_mut() {
+                Some(k) if k.due <= Instant::now() => {
+                    k.due = Instant::now() + KEY_RECORD_EVERY;
+                    k.text.clone()
+                }
+                _ => return,
+            }
+        };
+        let (s, mut conn) = (self.clone(), conn.clone());
+        tokio::spawn(async move {
+            let set = s
+                .bounded(
+                    redis::cmd("SET")
+                        .arg(s.signing_keys_key())
+                        .arg(&text)
+                        .arg("NX")
+                        .query_async::<Option<String>>(&mut conn),
+                )
+                .await;
+            match set {
+                Ok(Some(_)) => tracing::warn!(
+                    key = %s.signing_keys_key(),
+                    "the record of the signing keys was missing from Redis (did it lose its \
+                     data?); this node wrote its own back"
+                ),
+                Ok(None) => {}
+                Err(e) => tracing::debug!(error = %e, "could not look for the signing-key record"),
+            }
+        });
     }
 }

@@ -180,6 +180,8 @@ struct Inner {
     replicas: replica::Replicas, // of the events this node answers `status` for
     /// FCALL or EVALSHA (`call.rs`).
     caller: call::Caller,
+    /// This node's record of its signing keys, written back should Redis lose it (`checks.rs`).
+    kept_keys: Mutex<Option<checks::KeptKeys>>,
 }
 
 impl Drop for Inner {
@@ -252,6 +254,7 @@ impl RedisStore {
                 publisher: Mutex::new(None),
                 replicas: replica::Replicas::default(),
                 caller,
+                kept_keys: Mutex::new(None),
             }),
         })
     }
@@ -890,6 +893,9 @@ impl Store for RedisStore {
             )
             .await?;
         ids.sort();
+        // Every node's scheduler lists the events several times a second: the cheapest
+        // place to notice that Redis lost the signing-key record.
+        s.restore_signing_keys(&conn);
         Ok(ids)
     }
 
