@@ -720,8 +720,8 @@ async fn an_event_of_the_earlier_chunk_size_keeps_it() {
         serde_json::json!({"max_active": 1, "paused": true}),
     )
     .await;
-    // Made a layout-1 event: `lay` is the last number of the meta's MessagePack array (a
-    // one-byte integer).
+    // Made a layout-1 event: `lay` is the number before the last of the meta's MessagePack
+    // array (a one-byte integer; the last is `opened`, 0 without an opening: one byte too).
     let mut conn = redis::Client::open(server.url())
         .unwrap()
         .get_multiplexed_async_connection()
@@ -734,8 +734,9 @@ async fn an_event_of_the_earlier_chunk_size_keeps_it() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(n.last(), Some(&3), "the layout is the meta's last number");
-    *n.last_mut().unwrap() = 1;
+    let lay = n.len() - 2;
+    assert_eq!(n[lay..], [3, 0], "the layout, then no opening reached");
+    n[lay] = 1;
     redis::cmd("HSET")
         .arg(key("m"))
         .arg("n")
@@ -773,7 +774,8 @@ async fn an_event_of_the_earlier_chunk_size_keeps_it() {
     }
 }
 
-/// Makes `id` an event of `layout` in the meta (its last number, a one-byte integer).
+/// Makes `id` an event of `layout` in the meta (its number before the last, a one-byte
+/// integer; the last is `opened`, 0 for an event without an opening).
 async fn set_layout(server: &RedisServer, prefix: &str, id: &str, layout: u8) {
     let mut conn = redis::Client::open(server.url())
         .unwrap()
@@ -787,7 +789,9 @@ async fn set_layout(server: &RedisServer, prefix: &str, id: &str, layout: u8) {
         .query_async(&mut conn)
         .await
         .unwrap();
-    *n.last_mut().unwrap() = layout;
+    let lay = n.len() - 2;
+    assert_eq!(n[lay + 1], 0, "no opening reached");
+    n[lay] = layout;
     redis::cmd("HSET")
         .arg(&key)
         .arg("n")

@@ -145,6 +145,56 @@ async fn restart_restores_places_in_order() {
     );
 }
 
+/// An opening reached before a restart stays reached when the clock after it is behind
+/// (a step back of the system clock): even one seen only by a read (`/queue/info`, which
+/// then published the seed) of a paused sale, which changed nothing else (defect: the sale
+/// closed again: the seed withdrawn, its places back in the pre-queue, new joins put
+/// ahead of those who joined after the opening).
+#[tokio::test]
+async fn an_opening_reached_stays_reached_across_a_restart_behind_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let opens = T0 + 100 * S;
+    let (early, after);
+    {
+        let store: Arc<dyn Store> =
+            Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, T0).unwrap());
+        let settings = serde_json::json!({
+            "opens_at": waitroom::core::schedule::format_rfc3339(opens),
+            "paused": true, "waiting_idle_sec": 100_000,
+        });
+        make_event(&store, "ev", settings).await;
+        early = join(&store, "ev", None, T0 + S).await;
+        assert_eq!(early.opens_in_sec, Some(99));
+        let snap = store.get_event("ev", opens).await.unwrap();
+        assert_eq!(
+            snap.config.opening_ahead(opens),
+            None,
+            "the seed is published"
+        );
+        after = join(&store, "ev", None, opens + S).await;
+        store.close().await.unwrap();
+    }
+    let back = opens - 2 * 3600 * S;
+    let store: Arc<dyn Store> =
+        Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, back).unwrap());
+    let snap = store.get_event("ev", back).await.unwrap();
+    assert_eq!(snap.config.opening_ahead(back), None, "still published");
+    let v = store.status("ev", early.key, back).await.unwrap();
+    assert_eq!(v.opens_in_sec, None, "not back in the pre-queue");
+    assert_eq!((v.position, v.prequeue_rank), (Some(1), Some(1)));
+    let late = join(&store, "ev", None, back).await;
+    assert_eq!(late.prequeue_rank, None);
+    assert_eq!(
+        late.position,
+        Some(3),
+        "behind who joined after the opening"
+    );
+    assert_eq!(
+        store.status("ev", after.key, back).await.unwrap().position,
+        Some(2)
+    );
+}
+
 /// A place whose deadline passed long before anyone noticed keeps answering
 /// `TOKEN_EXPIRED` for the retention counted from when it was noticed (as the memory store
 /// does), and a restart does not move that moment.

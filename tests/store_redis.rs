@@ -129,6 +129,18 @@ async fn one_lease_holder_per_event_and_takeover() {
     assert_eq!(c.tick("l", T0 + 9 * S).await.unwrap(), Some(T0 + 16 * S));
 }
 
+/// Two nodes on one Redis, one's clock ahead of the other's: the opening the first
+/// reaches holds for the second, whose clock is still before it (its status answered by
+/// the script and by its replica alike), and its changes of `opens_at` are changes after
+/// the opening (`conformance_schedule.rs`).
+#[tokio::test]
+async fn an_opening_one_node_reached_holds_for_a_node_behind() {
+    let opts = options();
+    let ahead: Arc<dyn Store> = Arc::new(RedisStore::new(&shared().url(), opts.clone()).unwrap());
+    let behind: Arc<dyn Store> = Arc::new(RedisStore::new(&shared().url(), opts).unwrap());
+    support::conformance::opening_reached_holds_for_a_clock_behind(&ahead, &behind).await;
+}
+
 /// What one node changes reaches the subscribers of another node.
 #[tokio::test]
 async fn notices_reach_other_nodes() {

@@ -74,6 +74,14 @@ pub struct EventConfig {
     /// the `random` method first needs it, then kept. Stored, never answered by any read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event_secret: Option<EventSecret>,
+    /// The `opens_at` (ms) that a clock has reached: recorded by the first operation whose
+    /// `now` is at or past it, so that the opening stays reached for every node and across
+    /// restarts, even where the clock is behind it (a node whose clock lags, or this one's
+    /// after a step back). Only of the current `opens_at`: a new one is ahead until reached
+    /// in turn. Stored, never answered by any read; absent in settings stored before it
+    /// existed, which read as before (reached by the clock alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opening_reached: Option<Millis>,
     /// When the sale ends by itself (ms; `core::lifecycle`): joins refused, waiting places
     /// ended. Set in RFC 3339 through the API.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -159,6 +167,7 @@ impl Default for EventConfig {
             opens_at: None,
             queueing_method: QueueingMethod::Fifo,
             event_secret: None,
+            opening_reached: None,
             closes_at: None,
             ended: None,
             announcement: None,
@@ -215,6 +224,26 @@ impl EventConfig {
     /// Whether the sale ended by `now` (`core::lifecycle`).
     pub fn sale_ended(&self, now: Millis) -> Option<Ended<'_>> {
         lifecycle::sale_ended(self.ended.as_ref(), self.closes_at, now)
+    }
+
+    /// `opens_at` while the opening is still ahead at `now`: by this clock, and not
+    /// recorded as reached by an earlier operation (on any node). `None` once the sale is
+    /// open: then nobody joins the pre-queue, and its seed is published.
+    pub fn opening_ahead(&self, now: Millis) -> Option<Millis> {
+        self.opens_at
+            .filter(|&t| now < t && self.opening_reached != Some(t))
+    }
+
+    /// Records the opening once `now` reaches it; answers whether this recorded it (the
+    /// settings changed and must be stored).
+    pub fn note_opening(&mut self, now: Millis) -> bool {
+        match self.opens_at {
+            Some(t) if now >= t && self.opening_reached != Some(t) => {
+                self.opening_reached = Some(t);
+                true
+            }
+            _ => false,
+        }
     }
 }
 
@@ -688,8 +717,9 @@ impl EventPatch {
 
     /// `opens_at` and `queueing_method`, and the secret they need.
     fn apply_schedule(&self, c: &mut EventConfig, now: Millis) -> Result<(), QueueError> {
-        let ahead = |t: Option<Millis>| t.is_some_and(|t| now < t);
-        let was_ahead = ahead(c.opens_at);
+        // Ahead by this clock and not recorded as reached: an opening another node (or this
+        // one, before its clock stepped back) reached is no longer ahead.
+        let was_ahead = c.opening_ahead(now).is_some();
         if let Some(t) = &self.opens_at {
             c.opens_at = match t {
                 None => None,
@@ -704,13 +734,19 @@ impl EventPatch {
             c.queueing_method = m;
         }
         let needs = c.opens_at.is_some() || c.queueing_method == QueueingMethod::Random;
-        // A new pre-queue (an opening ahead where none was) gets a new secret: the old one's
-        // seed may be published already (an earlier opening reached), and with it every
-        // key of the new pre-queue could be computed before joining, so a bot could keep
-        // the place that will come first. Only with nobody waiting: otherwise such a change
-        // is refused (`schedule_change_allowed`), and a postponed opening keeps its
-        // commitment.
-        let new_prequeue = ahead(c.opens_at) && !was_ahead;
+        // The record is of one opening: a new `opens_at` is reached only by a clock (this
+        // change's, if it is already past) or a record of its own.
+        if c.opening_reached != c.opens_at {
+            c.opening_reached = None;
+        }
+        c.note_opening(now);
+        // A new pre-queue (an opening ahead where none was, or where the old one was
+        // reached, if only by another node's clock) gets a new secret: the old one's seed
+        // may be published already, and with it every key of the new pre-queue could be
+        // computed before joining, so a bot could keep the place that will come first.
+        // Only with nobody waiting: otherwise such a change is refused
+        // (`schedule_change_allowed`), and a postponed opening keeps its commitment.
+        let new_prequeue = c.opening_ahead(now).is_some() && !was_ahead;
         if (needs && c.event_secret.is_none()) || (new_prequeue && c.event_secret.is_some()) {
             c.event_secret = Some(
                 self.fresh_secret

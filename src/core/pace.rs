@@ -247,6 +247,12 @@ impl Bucket {
         (f64::from(per_minute) / 60.0).ceil().max(1.0)
     }
 
+    /// Adds the tokens earned since the last refill. A clock that went back (a step of
+    /// the system clock, here or across a restart) adds nothing, and time counts from the
+    /// new `now` on: keeping the latest time seen instead stalled every paced admission for
+    /// as long as the step. (The Redis script keeps the latest time: its bucket is shared by
+    /// nodes whose clocks disagree by a little, and counting from each one's own time
+    /// would hand out the skew's worth of tokens at every change of node.)
     pub(super) fn refill(&mut self, per_minute: u32, now: Millis) {
         let burst = Self::burst(per_minute);
         if !self.primed {
@@ -257,7 +263,7 @@ impl Bucket {
         }
         // Also caps what was saved under a faster pace when the pace is lowered.
         self.tokens = self.tokens.min(burst);
-        self.last = self.last.max(now);
+        self.last = now;
     }
 
     /// When the next whole token will be there.

@@ -433,3 +433,27 @@ fn a_binding_configured_pace_is_not_slowed_by_a_quiet_spell() {
     };
     assert!(full.estimate(4, now).sec > 4);
 }
+
+/// A clock that steps back refills nothing and the bucket goes on from the new time
+/// (defect: it kept the latest time seen, so a step of 15 s back admitted nobody for 15 s).
+#[test]
+fn a_clock_that_steps_back_refills_nothing_and_resumes_from_there() {
+    let mut b = Bucket::default();
+    b.refill(120, 100_000); // primed: a burst of 2
+    b.tokens = 0.0;
+    b.refill(120, 85_000); // 15 s back
+    assert_eq!(b.tokens, 0.0, "a clock that went back earns nothing");
+    assert_eq!(
+        b.next_token_at(120),
+        85_500,
+        "the next token half a second on"
+    );
+    b.refill(120, 85_500);
+    assert_eq!(
+        b.tokens, 1.0,
+        "half a second later, one token at 120 a minute"
+    );
+    b.tokens = 0.0;
+    b.refill(120, 86_000);
+    assert_eq!(b.tokens, 1.0);
+}

@@ -318,6 +318,7 @@ impl EventQueue {
     /// Keeping reads from admitting also lets tests see a slot that an operation failed to
     /// hand on.
     fn advance(&mut self, now: Millis, fx: &mut Vec<Effect>) {
+        self.note_opening(now);
         self.closed = self.config.sale_ended(now).is_some();
         // Past the opening, a pre-queue still waiting is the opening itself, not yet seen
         // by an operation: any operation admits it, whichever comes first after `opens_at`.
@@ -508,7 +509,7 @@ impl EventQueue {
             },
             queue_length: self.waiting_len(),
             pre_queue: in_prequeue(self.config.opens_at, p.joined_at),
-            opens_at: self.config.opens_at,
+            opens_at: self.config.opening_ahead(now),
             lottery: self.config.queueing_method == QueueingMethod::Random,
         };
         PlaceView::new(facts, &self.timeouts_of(seq), &self.pace(now), now)
@@ -575,6 +576,8 @@ impl EventQueue {
         let user_id: Option<Box<str>> = user_id.map(Into::into);
         let metadata: Option<Box<str>> = metadata.map(Into::into);
         self.insert_waiting(seq, nonce, user_id.clone(), proven, metadata.clone(), now);
+        // Dated at the opening at the earliest (`join_time`).
+        let joined_at = self.places[&seq].joined_at;
         self.joins += 1;
         // Bound to a user only when the joiner proved it is that user: a code bound to a
         // bare user id would seat anyone who claims that id once the place ends.
@@ -589,7 +592,7 @@ impl EventQueue {
             user_id,
             proven,
             metadata,
-            at: now,
+            at: joined_at,
         });
         if let Some((code, holder)) = bound {
             self.invites.insert(code.clone(), Some(holder.clone()));
@@ -654,11 +657,12 @@ impl EventQueue {
         metadata: Option<Box<str>>,
         now: Millis,
     ) {
-        if self.rank.needs_rebuild(seq) && !in_prequeue(self.config.opens_at, now) {
+        let joined_at = self.join_time(now);
+        if self.rank.needs_rebuild(seq) && !in_prequeue(self.config.opens_at, joined_at) {
             let base = self.rank.kth(1).unwrap_or(seq).min(seq);
             self.rank.rewindow(base, seq - base + 1);
         }
-        self.line_insert(seq, now);
+        self.line_insert(seq, joined_at);
         if let Some(u) = &user_id {
             self.users.insert(u, seq);
         }
@@ -667,7 +671,7 @@ impl EventQueue {
             user_id,
             proven,
             metadata,
-            joined_at: now,
+            joined_at,
             last_seen: now,
             admitted_at: 0,
             entered_at: 0,
@@ -840,6 +844,7 @@ impl EventQueue {
     /// Background work: expiries and rate-paced admissions. Answers when it next needs to
     /// run (the earliest deadline or the next rate token), if ever.
     pub fn tick(&mut self, now: Millis, fx: &mut Vec<Effect>) -> Option<Millis> {
+        self.note_opening(now);
         self.closed = self.config.sale_ended(now).is_some();
         self.expire_due(now, fx);
         self.admit(now, fx);
@@ -866,7 +871,7 @@ impl EventQueue {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
         }
-        if let Some(t) = self.config.opens_at.filter(|&t| now < t) {
+        if let Some(t) = self.config.opening_ahead(now) {
             // The opening: the pre-queue starts to be admitted. Asked for even while nobody
             // waits: a join does not re-plan the scheduler.
             next = Some(next.map_or(t, |n| n.min(t)));

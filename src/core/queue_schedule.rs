@@ -12,14 +12,33 @@ use super::super::schedule::{draw, in_prequeue, prequeue_key, QueueingMethod};
 use super::{EventConfig, EventQueue, Millis, QueueError};
 
 impl EventQueue {
-    /// The sale has not opened yet at `now`: nobody is admitted.
+    /// The sale has not opened yet at `now`: nobody is admitted. An opening once reached
+    /// stays reached (`EventConfig::opening_reached`), whatever `now` says after it.
     pub(super) fn before_opening(&self, now: Millis) -> bool {
-        self.config.opens_at.is_some_and(|t| now < t)
+        self.config.opening_ahead(now).is_some()
     }
 
     /// The sale is open and its pre-queue still waits (`advance` admits then).
     pub(super) fn opening_due(&self, now: Millis) -> bool {
-        !self.pre.is_empty() && self.config.opens_at.is_some_and(|t| now >= t)
+        !self.pre.is_empty() && self.config.opens_at.is_some() && !self.before_opening(now)
+    }
+
+    /// Records the opening when `now` reaches it (`advance`, first thing in every
+    /// operation): the store then writes the settings, so that the opening stays reached
+    /// across a restart whose clock is behind it.
+    pub(super) fn note_opening(&mut self, now: Millis) {
+        self.config.note_opening(now);
+    }
+
+    /// The time a join at `now` is recorded as made: `now`, but never before an opening
+    /// already reached. The pre-queue is who joined before the opening, and a clock behind
+    /// a recorded opening (a node whose clock lags, or this one's after a step back) must
+    /// not put a late joiner ahead of those who joined after it.
+    pub(super) fn join_time(&self, now: Millis) -> Millis {
+        match self.config.opens_at {
+            Some(t) if !self.before_opening(now) => now.max(t),
+            _ => now,
+        }
     }
 
     fn pre_key(&self, seq: u64) -> [u8; 32] {
@@ -126,6 +145,7 @@ impl EventQueue {
     pub fn check_config(&self, new: &EventConfig, now: Millis) -> Result<(), QueueError> {
         schedule_change_allowed(
             self.config.opens_at,
+            self.before_opening(now),
             new.opens_at,
             self.waiting_len(),
             self.rank.len(),
@@ -154,19 +174,22 @@ impl EventQueue {
     }
 }
 
-/// The rule of [`EventQueue::check_config`], shared with the Redis store's check.
+/// The rule of [`EventQueue::check_config`], shared with the Redis store's check (which
+/// mirrors it in `ops.lua`). `old_ahead`: the old opening is still ahead
+/// ([`EventConfig::opening_ahead`]: by this clock, and not recorded as reached).
 pub fn schedule_change_allowed(
     old: Option<Millis>,
+    old_ahead: bool,
     new: Option<Millis>,
     waiting: u64,
     first_come: u64,
     now: Millis,
 ) -> Result<(), QueueError> {
-    let ahead = |t: Option<Millis>| t.is_some_and(|t| now < t);
-    // Both ahead, yet someone waits in the first-come line: a node whose clock runs ahead
-    // (or this one's, before it stepped back) saw the opening. The change would move that
-    // place into the pre-queue.
-    if old == new || waiting == 0 || (ahead(old) && ahead(new) && first_come == 0) {
+    let new_ahead = new.is_some_and(|t| now < t);
+    // Both ahead, yet someone waits in the first-come line: a join past the opening that
+    // no record tells of (a store written before openings were recorded). The change
+    // would move that place into the pre-queue.
+    if old == new || waiting == 0 || (old_ahead && new_ahead && first_come == 0) {
         Ok(())
     } else {
         Err(QueueError::Invalid(SCHEDULE_LOCKED.into()))

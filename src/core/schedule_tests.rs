@@ -139,6 +139,110 @@ fn opens_at_may_move_only_while_it_and_the_new_time_are_ahead() {
     assert!(q.check_config(&with(Some(OPENS * 2)), OPENS).is_err());
 }
 
+/// Once an operation reached the opening, a clock behind it (a node whose clock lags, or
+/// this one's after a step back) finds the sale open all the same: no countdown, no
+/// pre-queue for a new join (it is dated at the opening, behind those who joined after
+/// it), no wake-up for the opening, and the opening may no longer move while places wait
+/// (defect: decided from each clock anew, the sale closed again).
+#[test]
+fn an_opening_once_reached_stays_reached_when_the_clock_goes_back() {
+    let mut q = scheduled(1, [3; 32], QueueingMethod::Fifo);
+    let early: Vec<_> = (1..=3).map(|i| join(&mut q, i * S).unwrap()).collect();
+    assert_eq!(q.config().opening_reached, None);
+    let mut fx = Vec::new();
+    q.tick(OPENS, &mut fx);
+    assert_eq!(admitted(&fx).len(), 1);
+    assert_eq!(q.config().opening_reached, Some(OPENS), "recorded");
+    let after = join(&mut q, OPENS + S).unwrap();
+    let back = OPENS - 10 * S;
+    let waiting: Vec<_> = early
+        .iter()
+        .filter(|v| !admitted(&fx).contains(&v.key.seq))
+        .collect();
+    assert_eq!(waiting.len(), 2);
+    for v in waiting {
+        let now = q.peek(v.key, back, &mut Vec::new()).unwrap();
+        assert_eq!(now.opens_in_sec, None, "no countdown again");
+        assert!(now.prequeue_rank.is_some() && now.position.is_some());
+    }
+    let late = join(&mut q, back).unwrap();
+    assert_eq!(late.prequeue_rank, None, "not in the pre-queue");
+    assert_eq!(late.joined_at, OPENS, "dated at the opening");
+    assert_eq!(
+        late.position,
+        Some(4),
+        "behind who joined after the opening"
+    );
+    assert_eq!(
+        q.peek(after.key, back, &mut Vec::new()).unwrap().position,
+        Some(3)
+    );
+    assert_eq!(q.prequeue(0, 10).len(), 2, "the pre-queue did not grow");
+    assert_ne!(
+        q.tick(back, &mut Vec::new()),
+        Some(OPENS),
+        "no second opening"
+    );
+    let head: Vec<u64> = q
+        .head(10, back, &mut Vec::new())
+        .iter()
+        .map(|h| h.position)
+        .collect();
+    assert_eq!(
+        head,
+        vec![1, 2, 3, 4],
+        "the order of admission, not the join order"
+    );
+    // Moving the opening ahead would put the places that joined after it into a pre-queue.
+    let moved = EventConfig {
+        opens_at: Some(OPENS + 50 * S),
+        ..q.config().clone()
+    };
+    assert!(q.check_config(&moved, back).is_err());
+    q.check_invariants().unwrap();
+}
+
+/// An opening moved ahead again after it was reached makes a new pre-queue: it gets a new
+/// secret (the old seed may be published), however the clock of the change reads the old
+/// opening; an opening still ahead keeps its secret when it moves.
+#[test]
+fn an_opening_set_ahead_again_after_it_was_reached_gets_a_new_secret() {
+    let reached = EventConfig {
+        opens_at: Some(OPENS),
+        event_secret: Some(EventSecret([1; 32])),
+        opening_reached: Some(OPENS),
+        ..EventConfig::default()
+    };
+    let mut patch: crate::core::EventPatch = serde_json::from_value(serde_json::json!({
+        "opens_at": crate::core::schedule::format_rfc3339(OPENS + 50 * S)
+    }))
+    .unwrap();
+    patch.fresh_secret = Some([2; 32]);
+    let before = OPENS - 10 * S;
+    let c = patch.apply("ev", &reached, before).unwrap();
+    assert_eq!(c.event_secret, Some(EventSecret([2; 32])), "a new secret");
+    assert_eq!(c.opening_reached, None, "the new opening is ahead");
+    assert_eq!(c.opening_ahead(before), Some(OPENS + 50 * S));
+    let ahead = EventConfig {
+        opening_reached: None,
+        ..reached.clone()
+    };
+    let c = patch.apply("ev", &ahead, before).unwrap();
+    assert_eq!(
+        c.event_secret,
+        Some(EventSecret([1; 32])),
+        "postponed: kept"
+    );
+    // Another change keeps the record; setting an opening already past records it.
+    let c = crate::core::EventPatch::default()
+        .apply("ev", &reached, before)
+        .unwrap();
+    assert_eq!(c.opening_reached, Some(OPENS));
+    assert_eq!(c.opening_ahead(before), None);
+    let past = patch.apply("ev", &ahead, OPENS + 60 * S).unwrap();
+    assert_eq!(past.opening_reached, Some(OPENS + 50 * S));
+}
+
 /// Chi-square critical values at p = 0.001 (the probability that a uniform shuffle fails
 /// the test, were the seeds random; they are fixed, so the test cannot flake): df = 119
 /// (the 120 orders of 5 places) and df = 9 (10 places). From the chi-square quantile

@@ -182,7 +182,8 @@ pub struct PlaceFacts {
     pub queue_length: u64,
     /// The place waits in the pre-queue (it joined before `opens_at`).
     pub pre_queue: bool,
-    /// The event's `opens_at`.
+    /// The event's `opens_at` while the opening is ahead (`EventConfig::opening_ahead`);
+    /// `None` once it was reached, by this clock or by a record of an earlier operation.
     pub opens_at: Option<Millis>,
     /// The event draws its admissions by lottery (`random`): no place has a position.
     pub lottery: bool,

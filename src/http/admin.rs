@@ -330,8 +330,9 @@ pub async fn queue_head(
     // of a rank it may not get.
     if !head.is_empty() {
         let config = state.store.get_event(&id, now).await?.config;
-        // At `opens_at` itself the sale is open (`before_opening` is `now < opens_at`).
-        let opens_in = config.opens_at.and_then(|t| t.checked_sub(now));
+        // At `opens_at` itself the sale is open (`before_opening` is `now < opens_at`), and
+        // so it is once an operation recorded the opening reached, whatever this clock says.
+        let opens_in = config.opening_ahead(now).and_then(|t| t.checked_sub(now));
         if let Some(opens_in) = opens_in.filter(|&ms| ms > 0) {
             for entry in &mut head {
                 entry.eta_sec = opens_in.div_ceil(1000);

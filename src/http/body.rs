@@ -344,17 +344,17 @@ impl QueueInfo {
         let (c, f) = (s.config, s.figures);
         let seed = c
             .opens_at
-            .zip(c.event_secret)
-            .map(|(at, secret)| (at, secret.shuffle_seed()));
-        let opened = |at: Millis| now >= at;
+            .and(c.event_secret)
+            .map(|secret| secret.shuffle_seed());
+        // Reached by this clock or recorded as reached (by any node's): once published,
+        // the seed is never withdrawn for a commitment again.
+        let ahead = c.opening_ahead(now).is_some();
         let ended = EndedBody::of(&c, now);
         QueueInfo {
             opens_at: c.opens_at.map(format_rfc3339),
             queueing_method: c.queueing_method,
-            shuffle_commitment: seed
-                .filter(|(at, _)| !opened(*at))
-                .map(|(_, s)| commitment(&s)),
-            shuffle_seed: seed.filter(|(at, _)| opened(*at)).map(|(_, s)| hex(&s)),
+            shuffle_commitment: seed.filter(|_| ahead).map(|s| commitment(&s)),
+            shuffle_seed: seed.filter(|_| !ahead).map(|s| hex(&s)),
             event_id: s.event_id,
             name: c.name,
             queue_length: f.waiting,
@@ -482,8 +482,10 @@ impl Serialize for Settings {
         let OrderedFields(fields) = serde_json::from_str(&json).map_err(S::Error::custom)?;
         let mut m = s.serialize_map(Some(fields.len()))?;
         for (k, v) in fields {
-            if k == "event_secret" {
-                // Behind the shuffle seed and the lottery: never shown.
+            if k == "event_secret" || k == "opening_reached" {
+                // The secret is behind the shuffle seed and the lottery: never shown. The
+                // record of the opening is the store's own (answered through the queue's
+                // `shuffle_seed` and the places' status).
                 continue;
             }
             if k == "user_token_secret" {

@@ -231,7 +231,12 @@ impl EmbeddedStore {
             if s.deleted {
                 return Err(QueueError::EventNotFound.into());
             }
+            let reached = s.queue.config().opening_reached;
             let out = f(&mut s.queue, &mut fx);
+            // An operation that reached the opening recorded it in the settings, which are
+            // written with it: the opening must stay reached after a restart whose clock is
+            // behind it.
+            let config_changed = config_changed || s.queue.config().opening_reached != reached;
             s.counters.record(&fx);
             let (mut notices, mut moved) = notices_but_moved(&s.id, &fx);
             if self.notices.receiver_count() == 0 {
@@ -360,10 +365,13 @@ impl Store for EmbeddedStore {
 
     async fn get_event(&self, event_id: &str, now: Millis) -> StoreResult<EventSnapshot> {
         self.with(event_id, |q, fx| {
+            // The figures first: they bring the event up to `now` (an opening reached is
+            // recorded in the settings answered).
+            let figures = q.figures(now, fx);
             Ok(EventSnapshot {
                 event_id: event_id.to_string(),
                 config: q.config().clone(),
-                figures: q.figures(now, fx),
+                figures,
             })
         })
         .await

@@ -54,7 +54,8 @@ macro_rules! store_conformance {
             announcement_is_kept_with_the_event);
         // The schedule and the queueing methods (conformance_schedule.rs).
         $crate::store_conformance!(@tests $make;
-            prequeue_opens_in_shuffle_order, prequeue_change_of_opens_at, queueing_methods);
+            prequeue_opens_in_shuffle_order, prequeue_change_of_opens_at, queueing_methods,
+            opening_reached_stays_reached);
         // Where a copy of the queue could drift (conformance/replica.rs).
         $crate::store_conformance!(@tests $make;
             status_sees_each_change_at_once, polls_outlive_a_later_sweep,

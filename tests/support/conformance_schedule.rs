@@ -157,6 +157,104 @@ pub async fn prequeue_change_of_opens_at(store: Arc<dyn Store>) {
     assert_eq!(c.opens_at, Some(OPENS));
 }
 
+/// The opening, once reached by one clock, holds for a clock behind it: a node whose
+/// clock lags (another store on the same data, `b`), or the same node's after a step back.
+pub async fn opening_reached_stays_reached(store: Arc<dyn Store>) {
+    opening_reached_holds_for_a_clock_behind(&store, &store).await;
+}
+
+/// `a` reaches the opening, `b` is used only at times before it. Nobody may then be put
+/// into the pre-queue again, its seed stays published, and a change of `opens_at` is one
+/// after the opening: refused while places wait, and a new secret for a new opening ahead
+/// (defect: with clocks 3 s apart, a node behind postponed an opening another had reached,
+/// keeping the published seed as the new commitment, so a bot could pick the first rank).
+pub async fn opening_reached_holds_for_a_clock_behind(a: &Arc<dyn Store>, b: &Arc<dyn Store>) {
+    const SECOND: [u8; 32] = [0x77; 32];
+    scheduled(a, "back", serde_json::json!({"max_active": 1})).await;
+    let early: Vec<PlaceKey> = {
+        let mut v = Vec::new();
+        for i in 1..=3 {
+            v.push(join(a, "back", None, T0 + i * S).await.key);
+        }
+        v
+    };
+    // `a` reaches the opening: it admits the first of the shuffle.
+    a.tick("back", OPENS).await.unwrap();
+    let after = join(a, "back", None, OPENS + S).await;
+    assert_eq!(after.position, Some(3));
+    // From here on, only times before the opening.
+    let back = OPENS - 10 * S;
+    let snap = b.get_event("back", back).await.unwrap();
+    assert_eq!(snap.figures.admitted, 1);
+    assert_eq!(
+        snap.config.opening_ahead(back),
+        None,
+        "the seed stays published (no commitment again)"
+    );
+    let mut ranks = Vec::new();
+    for &key in &early {
+        // Several reads: the first goes to the script, later ones may come from a copy.
+        for _ in 0..3 {
+            let v = b.status("back", key, back).await.unwrap();
+            assert_eq!(v.opens_in_sec, None, "no countdown again");
+            if v.status == PlaceState::Waiting {
+                assert!(v.position.is_some(), "{v:?}");
+                ranks.push(v.prequeue_rank);
+            }
+        }
+    }
+    assert_eq!(ranks.len(), 6, "two of the pre-queue wait");
+    assert!(ranks.iter().all(|r| r.is_some()));
+    let late = join(b, "back", None, back).await;
+    assert_eq!(late.opens_in_sec, None);
+    assert_eq!(
+        late.prequeue_rank, None,
+        "a join now is not in the pre-queue"
+    );
+    assert_eq!(late.joined_at, OPENS, "dated at the opening");
+    assert_eq!(
+        late.position,
+        Some(4),
+        "behind who joined after the opening"
+    );
+    assert_eq!(b.prequeue("back", 0, 10, back).await.unwrap().len(), 2);
+    assert_ne!(b.tick("back", back).await.unwrap(), Some(OPENS));
+    // Moving the opening ahead again with places waiting: refused, nothing changed.
+    let moved = |t: Millis, secret: [u8; 32]| {
+        let mut p: EventPatch =
+            serde_json::from_value(serde_json::json!({"opens_at": format_rfc3339(t)})).unwrap();
+        p.fresh_secret = Some(secret);
+        p
+    };
+    let e = queue_err(
+        b.put_event("back", &moved(OPENS + 15 * S, SECOND), back)
+            .await,
+    );
+    assert!(matches!(e, QueueError::Invalid(_)), "{e:?}");
+    let c = b.get_event("back", back).await.unwrap().config;
+    assert_eq!(c.opens_at, Some(OPENS));
+    assert_eq!(c.event_secret, Some(EventSecret(SECRET)));
+    assert_eq!(c.opening_ahead(back), None);
+    // With nobody waiting it may move ahead: a second opening, with a new secret (the old
+    // seed was published), whose pre-queue takes joins again.
+    b.clear("back", back).await.unwrap();
+    let c = b
+        .put_event("back", &moved(OPENS + 15 * S, SECOND), back)
+        .await
+        .unwrap();
+    assert_eq!(
+        c.event_secret,
+        Some(EventSecret(SECOND)),
+        "a new commitment"
+    );
+    assert_eq!(c.opening_ahead(back), Some(OPENS + 15 * S));
+    let c = a.get_event("back", back + 1).await.unwrap().config;
+    assert_eq!(c.event_secret, Some(EventSecret(SECOND)));
+    assert_eq!(c.opening_ahead(back + 1), Some(OPENS + 15 * S));
+    let pre = join(b, "back", None, back + 2).await;
+    assert_eq!(pre.opens_in_sec, Some(25), "the new pre-queue");
+}
+
 pub async fn queueing_methods(store: Arc<dyn Store>) {
     let make = |ev: &'static str, method: &str| {
         let s = store.clone();

@@ -18,24 +18,18 @@ impl Inner {
     ) -> StoreResult<EventConfig> {
         validate_event_id(event_id)?;
         let s = self;
-        let meta = &s.keys(event_id)[0];
         let mut conn = s.connection().await?;
         for _ in 0..PUT_ATTEMPTS {
             // Read, apply and validate here; the script then writes only if nobody changed
-            // the settings in between (optimistic: updates are rare, and no lock is held).
-            let (cfg, ver): (Option<String>, Option<u64>) = s
-                .bounded(async {
-                    redis::cmd("HMGET")
-                        .arg(meta)
-                        .arg("cfg")
-                        .arg("ver")
-                        .query_async(&mut conn)
-                        .await
-                })
-                .await?;
+            // the settings (nor recorded the opening reached) in between (optimistic:
+            // updates are rare, and no lock is held).
+            let (cfg, ver, reached) = s.settings(event_id, now).await?;
             let base = match &cfg {
                 Some(json) => {
-                    serde_json::from_str(json).map_err(|_| Malformed("a config in JSON"))?
+                    let mut c: EventConfig =
+                        serde_json::from_str(json).map_err(|_| Malformed("a config in JSON"))?;
+                    c.opening_reached = reached;
+                    c
                 }
                 None if create => EventConfig::default(),
                 // Missing, or deleted since the last attempt read it: an update never
@@ -55,7 +49,13 @@ impl Inner {
                 // Listed before it exists, so the scheduler of every node finds it.
                 s.list(&mut conn, event_id).await?;
             }
-            let json = serde_json::to_string(&config).expect("config serialises");
+            // The record of the opening goes into the meta's numbers, where the scripts keep
+            // it up to date; a copy in the JSON would only go stale.
+            let json = serde_json::to_string(&EventConfig {
+                opening_reached: None,
+                ..config.clone()
+            })
+            .expect("config serialises");
             let ms = |sec: u32| (u64::from(sec) * 1000).to_string();
             let nums = [
                 expected.to_string(),
@@ -81,10 +81,13 @@ impl Inner {
                 Some((seed, key)) => args.extend([&seed[..], &key[..]]),
                 None => args.extend([&b""[..], &b""[..]]),
             }
-            // The end of the sale (`core::lifecycle`): closes_at (ms, 0: none), ended.
+            // The end of the sale (`core::lifecycle`): closes_at (ms, 0: none), ended; then
+            // the record of the opening the patch was applied to, and the new one.
             let end = [
                 config.closes_at.unwrap_or(0).to_string(),
                 u8::from(config.ended.is_some()).to_string(),
+                reached.unwrap_or(0).to_string(),
+                config.opening_reached.unwrap_or(0).to_string(),
             ];
             args.extend(end.iter().map(|a| a.as_bytes()));
             let r = s.run(event_id, "put", now, &args, None).await?;
@@ -119,6 +122,29 @@ impl Inner {
         Err(StoreError::Unavailable(
             "the event's settings kept changing under concurrent updates".into(),
         ))
+    }
+
+    /// The stored settings (JSON), their version and the record of the opening reached
+    /// (`EventConfig::opening_reached`, kept in the meta's numbers); `None`s when the event
+    /// does not exist.
+    async fn settings(
+        &self,
+        event_id: &str,
+        now: Millis,
+    ) -> StoreResult<(Option<String>, Option<u64>, Option<Millis>)> {
+        let r = self.run(event_id, "settings", now, &[], None).await?;
+        if r.code != OK {
+            return match queue_error(&r.code) {
+                Some(QueueError::EventNotFound) => Ok((None, None, None)),
+                _ => Err(unexpected(&r.code)),
+            };
+        }
+        let a = array(&r.payload)?;
+        let ver = text(field(a, 1)?)?
+            .map(|v| v.parse().map_err(|_| Malformed("a config version")))
+            .transpose()?;
+        let reached = uint(field(a, 2)?)?;
+        Ok((text(field(a, 0)?)?, ver, (reached > 0).then_some(reached)))
     }
 
     /// Adds `event_id` to the events' list every node's scheduler and lists read.

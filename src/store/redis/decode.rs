@@ -234,14 +234,17 @@ fn effects(v: &Value, join: Option<&JoinRequest>, now: Millis) -> Result<Vec<Eff
 pub(super) fn snapshot(event_id: &str, payload: &Value) -> Result<EventSnapshot, Malformed> {
     let a = array(payload)?;
     let cfg = text(field(a, 0)?)?.ok_or(Malformed("a config"))?;
-    let config: EventConfig =
+    let mut config: EventConfig =
         serde_json::from_str(&cfg).map_err(|_| Malformed("a config in JSON"))?;
     let n = a[1..].iter().map(uint).collect::<Result<Vec<_>, _>>()?;
-    let [waiting, admitted, active, completed, left, expired, capacity, wait_sum_ms, admissions, recent_admissions, joins] =
+    let [waiting, admitted, active, completed, left, expired, capacity, wait_sum_ms, admissions, recent_admissions, joins, opened] =
         n[..]
     else {
-        return Err(Malformed("eleven figures"));
+        return Err(Malformed("eleven figures and the opening"));
     };
+    // The record of the opening lives in the meta's numbers (the scripts write it), not in
+    // the settings' JSON.
+    config.opening_reached = (opened > 0).then_some(opened);
     let figures: EventFigures = EventCounts {
         waiting,
         admitted,

@@ -8,11 +8,12 @@ use super::decode::{Ctx, Malformed};
 use crate::core::{Millis, Pace, Timeouts};
 
 /// The meta's numbers each log entry carries, in this order (the prelude hands the list to
-/// the Lua).
-pub(super) const LOG_FIELDS: [&str; 25] = [
+/// the Lua). `opened` came last: an entry written before it carries one number fewer and
+/// reads as no opening recorded.
+pub(super) const LOG_FIELDS: [&str; 26] = [
     "cap", "rate", "ttl", "sidle", "smax", "widle", "paused", "ssum", "scnt", "wn", "nw", "nad",
     "nac", "nd", "fadm", "hbusy", "hsince", "hends", "opens", "method", "npre", "closes", "ended",
-    "lv", "inc",
+    "lv", "inc", "opened",
 ];
 /// How many versions (steps) the log keeps at least, and at most about twice as many
 /// (`log_flush` in replica.lua): at 20,000 changes a second, half a second of history for
@@ -72,14 +73,21 @@ pub(super) struct Meta {
     pub(super) ended: bool,
     pub(super) lv: u64,
     pub(super) inc: u64,
+    /// The `opens` an operation reached (0: none): the opening stays reached whatever this
+    /// node's clock says (config.rs `opening_reached`).
+    pub(super) opened: u64,
 }
 
 impl Meta {
     /// All the numbers, comma-separated (a snapshot, a log entry's `m`).
     pub(super) fn parse(csv: &[u8]) -> Result<Meta, Malformed> {
-        let n: [i64; LOG_FIELDS.len()] = csv_numbers(csv)?
-            .try_into()
-            .map_err(|_| Malformed("the log's numbers"))?;
+        let mut n = csv_numbers(csv)?;
+        // Written before `opened` was logged: none recorded.
+        if n.len() == LOG_FIELDS.len() - 1 {
+            n.push(0);
+        }
+        let n: [i64; LOG_FIELDS.len()] =
+            n.try_into().map_err(|_| Malformed("the log's numbers"))?;
         Ok(Meta::from_numbers(&n))
     }
 
@@ -140,6 +148,7 @@ impl Meta {
             self.ended.into(),
             u(self.lv),
             u(self.inc),
+            u(self.opened),
         ]
     }
 
@@ -171,11 +180,18 @@ impl Meta {
             ended: n[22] != 0,
             lv: u(23),
             inc: u(24),
+            opened: u(25),
         }
     }
 
     pub(super) fn in_prequeue(&self, joined: Millis) -> bool {
         self.opens > 0 && joined < self.opens
+    }
+
+    /// The opening while it is still ahead at `now` (schedule.lua `before_opening`): by
+    /// this clock, and not recorded as reached.
+    pub(super) fn opening_ahead(&self, now: Millis) -> Option<Millis> {
+        (self.opens > 0 && now < self.opens && self.opened != self.opens).then_some(self.opens)
     }
 
     /// The script's `ctx()` at `now` (rules.lua): what ETAs and deadlines come from.
@@ -230,6 +246,9 @@ mod tests {
         assert_eq!(meta.numbers().to_vec(), n);
         assert_eq!(meta.fadm, None);
         assert!(Meta::parse(b"1,2,3").is_err());
+        // An entry from before `opened` was logged: none recorded.
+        let older = Meta::parse(csv[..LOG_FIELDS.len() - 1].join(",").as_bytes()).unwrap();
+        assert_eq!(older, Meta { opened: 0, ..meta });
         // Only what the entry names changes; lv is the entry's version.
         let next = meta.patch(b"10,7,14,55", 2_000).unwrap();
         assert_eq!((next.nw, next.fadm, next.lv), (7, Some(55), 2_000));
@@ -243,7 +262,7 @@ mod tests {
             meta
         );
         assert_eq!(meta.patch(b"", 9).unwrap().lv, 9);
-        for bad in [&b"10"[..], b"25,1", b"-1,1", b"x,1"] {
+        for bad in [&b"10"[..], b"26,1", b"-1,1", b"x,1"] {
             assert!(meta.patch(bad, 9).is_err(), "{:?}", bad);
         }
     }

@@ -307,7 +307,9 @@ impl Replica {
         if now >= m.nd || m.ended || (m.closes > 0 && now >= m.closes) {
             return None;
         }
-        if m.npre > 0 && m.opens > 0 && now >= m.opens {
+        // The opening is due (reached by this clock or recorded as reached) while the
+        // pre-queue waits: the script admits it.
+        if m.npre > 0 && m.opens > 0 && m.opening_ahead(now).is_none() {
             return None;
         }
         let p = self.places.get(&key.seq).filter(|p| p.nonce == key.nonce)?;
@@ -315,7 +317,7 @@ impl Replica {
         let position = match p.state {
             PlaceState::Waiting if p.ranked => m.npre + self.rank.count_below(key.seq) + 1,
             // Before the opening a pre-queue place has no position to show.
-            PlaceState::Waiting if pre && now < m.opens => 0,
+            PlaceState::Waiting if pre && m.opening_ahead(now).is_some() => 0,
             PlaceState::Admitted => 0,
             _ => return None,
         };
@@ -330,7 +332,7 @@ impl Replica {
             position,
             queue_length: m.nw,
             pre_queue: pre,
-            opens_at: Some(m.opens).filter(|&t| t > 0),
+            opens_at: m.opening_ahead(now),
             lottery: m.method == 1,
         };
         let ctx = m.ctx(now);

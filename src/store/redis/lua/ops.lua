@@ -10,20 +10,25 @@ local function op_put()
   -- (all ms), max queue length (0: none), paused, accept joins (0/1), invite-only (0/1),
   -- opens_at (ms, 0: none), queueing method (0-3), shuffle seed and lottery key (32 bytes
   -- each, empty while the event has no secret).
-  -- then closes_at (ms, 0: none), ended by the admin (0/1).
+  -- then closes_at (ms, 0: none), ended by the admin (0/1), then the record of the opening
+  -- reached (opens_at in ms, 0: none) that the settings were read with (`settings`) and the
+  -- one to write (config.rs `opening_reached`).
   local expected = tonumber(ARGV[3])
   local exists = load_meta()
   if exists and OLD_LAYOUT then return redis.error_reply(OLD_LAYOUT_ERROR) end
   local ver = tonumber(rcall('HGET', K_META, 'ver')) or 0
   if not exists then ver = 0 end
   if ver ~= expected then return finish('CONFLICT') end
+  -- An operation recorded the opening since the settings were read (a node whose clock
+  -- reached it): the patch was applied to an opening still ahead (its secret kept), so it
+  -- is read and applied again.
+  if exists and M.opened ~= tonumber(ARGV[21]) then return finish('CONFLICT') end
   -- queue_schedule.rs `schedule_change_allowed`: opens_at may not move a waiting place
   -- into or out of the pre-queue (nor one of the first-come line, which a node whose clock
-  -- runs ahead may have let join).
+  -- ran ahead may have let join before openings were recorded).
   local opens = tonumber(ARGV[15])
   if exists and opens ~= M.opens and N_W > 0
-      and not (M.opens > 0 and NOW < M.opens and opens > 0 and NOW < opens
-               and N_W == M.npre) then
+      and not (before_opening() and opens > 0 and NOW < opens and N_W == M.npre) then
     return finish('SCHEDULE_LOCKED')
   end
   -- lifecycle.rs `reopen_allowed`: an ended sale reopens only once its places are gone.
@@ -45,6 +50,7 @@ local function op_put()
   rcall('HSET', K_META, 'cfg', ARGV[4], 'ver', fmt(ver + 1), 'inv', ARGV[14])
   for i = 1, 9 do set(FIELDS[i], tonumber(ARGV[4 + i])) end
   set('opens', opens)
+  set('opened', tonumber(ARGV[22]))
   set('method', tonumber(ARGV[16]))
   if ARGV[17] ~= '' then rcall('HSET', K_META, 'sseed', ARGV[17], 'lkey', ARGV[18]) end
   set('closes', closes)
@@ -66,9 +72,11 @@ on_call(function() INV = nil end)
 local function op_join(ARGV)
   -- ARGV: nonce (16 bytes), has user (0/1), user id, has metadata (0/1), metadata, proven
   -- (0/1), has invite (0/1), invite code.
-  -- (Before nd nothing is due, and without a pre-queue advance() has nothing to do: most
-  -- joins skip the call.)
-  if NOW >= M.nd or M.npre > 0 then advance() end
+  -- (Before nd nothing is due, and without a pre-queue or an opening to record advance()
+  -- has nothing to do: most joins skip the call.)
+  if NOW >= M.nd or M.npre > 0 or (M.opens > 0 and NOW >= M.opens and M.opened ~= M.opens) then
+    advance()
+  end
   if sale_ended() then return finish('EVENT_CLOSED') end
   local user = nil
   if ARGV[4] == '1' then user = ARGV[5] end
@@ -118,8 +126,13 @@ local function op_join(ARGV)
   set('seq', seqn + 1)
   -- Its chunk, found once for the three writes into it.
   local c = chunk(seq)
-  put_place(seq, nil, encode(nil, ARGV[3], user, proven), c)
-  line_insert(seq, NOW, c)
+  -- queue_schedule.rs `join_time`: recorded at NOW, but never before an opening already
+  -- reached, so that a clock behind it puts nobody into the pre-queue. (Here rather than
+  -- in schedule.lua: the main chunk may hold 200 locals only.)
+  local joined = NOW
+  if M.opens > 0 and not before_opening() then joined = math.max(NOW, M.opens) end
+  put_place(seq, nil, encode(nil, ARGV[3], user, proven, joined), c)
+  line_insert(seq, joined, c)
   ws_set(seq, NOW, false, c)
   lower_nd(NOW + M.widle)
   N_W = N_W + 1
@@ -129,9 +142,11 @@ local function op_join(ARGV)
   -- claims that id once the place ends.
   if bind then rcall('HSET', K_INVITES, bind, proven and ('=' .. user) or ('#' .. seq)) end
   set('joins', M.joins + 1)
-  fx(FX_JOINED, seq, NOW)
+  fx(FX_JOINED, seq, joined)
   admit()
-  -- Nothing but this join happened (no expiry, no admission, no squatter): the short answer.
+  -- Nothing but this join happened (no expiry, no admission, no squatter): the short answer,
+  -- which the node rebuilds with the join's time as its joining time (so never for a join
+  -- before opens_at: it joined the pre-queue, or is dated at the opening reached).
   if BATCHED and #FX == 3 and not in_prequeue(NOW) then return finish_join(seqn) end
   -- (view reads the place back from what this script wrote: admit() may have admitted it.)
   return finish('OK', view(seq, nil, true))
@@ -153,7 +168,9 @@ local function op_tick()
   else
     return finish('LEASED', rcall('PTTL', K_LEASE))
   end
-  expire_due()
+  -- (advance admits only into the room an ending made or at the opening; the tick also
+  -- spends fresh rate budget.)
+  advance()
   admit()
   if sale_ended() then
     -- The end of the sale: one bounded batch of waiting places per tick (queue.rs `tick`),
@@ -344,7 +361,13 @@ local function main(keys, argv)
   if OP == 'get' then
     advance()
     return finish('OK', {rcall('HGET', K_META, 'cfg'), N_W, N_AD, N_AC, M.completed, M.left,
-      M.expired, M.cap, M.wsum, M.admissions, M.wn, M.joins})
+      M.expired, M.cap, M.wsum, M.admissions, M.wn, M.joins, M.opened})
+  end
+
+  if OP == 'settings' then
+    -- What `put` is applied to (configure.rs): the settings, their version and the record
+    -- of the opening, which lives in the meta's numbers rather than in the settings' JSON.
+    return finish('OK', {rcall('HGET', K_META, 'cfg'), rcall('HGET', K_META, 'ver'), M.opened})
   end
 
   if OP == 'delete' then

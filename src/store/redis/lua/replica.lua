@@ -22,7 +22,7 @@
 --       waitroom finds no numbers, refuses the entry and resyncs; it never patches it);
 --       then for each place the transition changed, its seq and its record after it ('' once
 --       ended; a seq is digits, so the next 'v' starts the next step). Trimmed by
---       versions (log_flush), so a node that falls further behind resyncs from a snapshot. Formatting all 25 numbers was most of a
+--       versions (log_flush), so a node that falls further behind resyncs from a snapshot. Formatting all the numbers was most of a
 --       join's Lua time; a join sets one or two of them.
 
 local function log_meta()

@@ -239,10 +239,14 @@ local function pkey(seq) return pchunk(chunk(seq)) end
 --   incarnation (replica.lua).
 -- - fsz, ftail, ftot: the size of the K_RANKF tree, the line's tail chunk (not in the tree)
 --   and the tree's total; lay: the layout of the keys (LAYOUT).
+-- - opened: the opens_at a script's time reached (0: none), so that the opening stays
+--   reached for every node, whatever its clock says after (`advance` below;
+--   config.rs `opening_reached`). 0 in a meta written before it: reached by the clock alone.
 local FIELDS = {'cap', 'rate', 'ttl', 'sidle', 'smax', 'widle', 'maxq', 'paused', 'accept',
   'seq', 'completed', 'left', 'expired', 'joins', 'admissions', 'wsum', 'ssum', 'scnt', 'wn',
   'btok', 'blast', 'bprimed', 'nw', 'nad', 'nac', 'nd', 'fadm', 'hbusy', 'hsince', 'hends',
-  'opens', 'method', 'npre', 'closes', 'ended', 'lv', 'inc', 'fsz', 'ftail', 'ftot', 'lay'}
+  'opens', 'method', 'npre', 'closes', 'ended', 'lv', 'inc', 'fsz', 'ftail', 'ftot', 'lay',
+  'opened'}
 local FADM_AT = 27
 local M, DIRTY
 on_call(function() M, DIRTY = {}, false end)
@@ -647,13 +651,13 @@ local function parse(rec)
     proven = string.sub(u, 1, 1) == '!'}
 end
 
--- The record of p, or (p nil) of a new place: waiting, joined NOW, nonce and user given
--- (a join writes it without a table for the place).
-local function encode(p, nonce, user, proven)
+-- The record of p, or (p nil) of a new place: waiting, joined at `joined`, nonce and user
+-- given (a join writes it without a table for the place).
+local function encode(p, nonce, user, proven, joined)
   local u = ''
   if not p then
     if user then u = (proven and '!' or '=') .. user end
-    return nonce .. 'w' .. fmt(NOW) .. ',0,0,' .. u
+    return nonce .. 'w' .. fmt(joined) .. ',0,0,' .. u
   end
   if p.user then u = (p.proven and '!' or '=') .. p.user end
   return p.nonce .. p.state .. fmt(p.joined) .. ',' .. fmt(p.adm) .. ',' .. fmt(p.ent) .. ',' .. u
@@ -895,10 +899,15 @@ end
 
 -- Ends what is due and admits into the room that made (queue.rs `advance`). Only an ending
 -- admits here: fresh rate budget is spent by the tick.
+-- Also records the opening once NOW reaches it (queue_schedule.rs `note_opening`): in the
+-- meta, so that a node whose clock is behind (or this one's after a step back) still finds
+-- the sale open: no pre-queue, the seed published. Every operation that sees the time
+-- passes here first (a join only when there is something to do: see op_join).
 local function advance()
+  if M.opens > 0 and NOW >= M.opens and M.opened ~= M.opens then set('opened', M.opens) end
   -- Past the opening, a pre-queue still waiting is the opening not yet seen by an
   -- operation: any operation admits it (queue.rs `advance`).
-  if expire_due() or (M.npre > 0 and M.opens > 0 and NOW >= M.opens) then admit() end
+  if expire_due() or (M.npre > 0 and M.opens > 0 and not before_opening()) then admit() end
 end
 
 -- The place behind a token, or the error its token answers.
@@ -943,6 +952,9 @@ local function view(seq, p, newest)
     -- What extensions added to the session's maximum (its entry score moved by as much).
     extra = tonumber(rcall('ZSCORE', K_AENT, seq)) - p.ent
   end
+  -- The opening as the view counts down to it: 0 once reached (by a clock, or recorded).
+  local opens = 0
+  if before_opening() then opens = M.opens end
   return {seq, p.nonce, p.state, p.user or false, p.joined, p.adm, p.ent, ls, pos, N_W,
-    pre and 1 or 0, M.opens, M.method, extra}
+    pre and 1 or 0, opens, M.method, extra}
 end

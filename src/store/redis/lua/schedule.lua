@@ -3,8 +3,9 @@
 -- lines a waiting place stands in, the order of admission, the lottery. Follows rules.lua,
 -- which declares the line_* names (its rules call them) and keeps these numbers in M:
 -- opens (opens_at in ms, 0: none), method (0 fifo, 1 random, 2 passthrough, 3 reject),
--- npre (how many wait in the pre-queue). Beside `n` in the meta: `sseed` (the shuffle
--- seed) and `lkey` (the lottery key), 32 raw bytes each, written by `put`.
+-- npre (how many wait in the pre-queue), opened (the opens reached, 0: none). Beside `n`
+-- in the meta: `sseed` (the shuffle seed) and `lkey` (the lottery key), 32 raw bytes each,
+-- written by `put`.
 --
 -- K_PRE    ZSET the pre-queue's waiting places, all scored 0, member "<key hex>:<seq>":
 --          equal scores sort by member, so ZRANK is the rank in shuffle order and the
@@ -88,8 +89,10 @@ in_prequeue = function(joined)
   return M.opens > 0 and joined < M.opens
 end
 
+-- config.rs `opening_ahead`: ahead by this script's time, and not recorded as reached (the
+-- meta's `opened`, written by rules.lua `advance`).
 before_opening = function()
-  return M.opens > 0 and NOW < M.opens
+  return M.opens > 0 and NOW < M.opens and M.opened ~= M.opens
 end
 
 local function pre_member(seq)
