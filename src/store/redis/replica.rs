@@ -400,7 +400,7 @@ async fn read_snapshot(inner: &Inner, event_id: &str) -> StoreResult<Option<Snap
     }))
 }
 
-/// The next place of a step's `P` field (a step of more places than `LOG_STEP_PAIRS` in
+/// The next place of a step's `P` field (a step of more than 1,000 places, `log_append` in
 /// `lua/replica.lua`): `<seq>,<length>:<record>`, one after another, a record being bytes.
 fn next_packed<'a>(blob: &mut &'a [u8]) -> Result<(u64, &'a [u8]), Malformed> {
     const BAD: Malformed = Malformed("packed places");

@@ -309,7 +309,6 @@ mod tests {
             "SHA_K",
             "LOG_HEAD",
             "LOG_ENTRY_ARGS",
-            "LOG_STEP_PAIRS",
             "SNAPSHOT_CHUNKS",
             "SNAPSHOT_PLACES",
         ];

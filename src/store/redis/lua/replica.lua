@@ -83,9 +83,6 @@ local LOG_LAST
 -- `a_full_batch_across_the_trim_length_keeps_the_log`. At 2,000 it did while a join's
 -- step carried its numbers, 8 values.)
 local LOG_ENTRY_ARGS = 1500
--- Most places one step lists as seq/record pairs (beyond: one field, in log_append); with
--- LOG_ENTRY_ARGS, an entry stays under 1,500 + 2 × 1,000 and a few values.
-local LOG_STEP_PAIRS = 1000
 -- The time of the entry's last step: a step at the same time leaves out its 't'; and its
 -- waiting count.
 local LOG_T, LOG_NW
@@ -155,7 +152,10 @@ log_append = function(whole)
       local s = fmt(sq)
       P[n + 1], P[n + 2] = s, WROTE[sq] or rcall('HGET', pkey(s), s) or ''
     end
-  elseif nfx <= 3 * LOG_STEP_PAIRS then
+  elseif nfx <= 3000 then
+    -- (At most 1,000 places a step as seq/record pairs, so that with LOG_ENTRY_ARGS an
+    -- entry stays under 1,500 + 2 × 1,000 and a few values. Not a top-level local: the
+    -- EVALSHA form of the script is at Lua's limit of 200 of them.)
     local seen = {}
     for i = 1, nfx, 3 do
       local s = fmt(FX[i + 1])
