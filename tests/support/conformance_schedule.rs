@@ -157,6 +157,49 @@ pub async fn prequeue_change_of_opens_at(store: Arc<dyn Store>) {
     assert_eq!(c.opens_at, Some(OPENS));
 }
 
+/// `opens_at` at the epoch itself (`1970-01-01T00:00:00Z`) is an opening long past, like
+/// any other, on every backend: nobody waits in a pre-queue, and with places waiting it
+/// can neither be set nor cleared (either would count as moving places into or out of
+/// the pre-queue, as for any time after the opening). (On Redis the script once read
+/// that instant as "no opening time", and took both changes.)
+pub async fn opens_at_the_epoch_has_opened(store: Arc<dyn Store>) {
+    let json = serde_json::json!({"max_active": 1, "opens_at": "1970-01-01T00:00:00Z"});
+    let c = store
+        .put_event("ep", &patch_with_secret(json), T0)
+        .await
+        .unwrap();
+    assert_eq!(c.opens_at, Some(0));
+    let first = join(&store, "ep", None, T0).await;
+    assert_eq!(first.status, PlaceState::Admitted);
+    let second = join(&store, "ep", None, T0).await;
+    assert_eq!(
+        (second.position, second.opens_in_sec, second.prequeue_rank),
+        (Some(1), None, None)
+    );
+    let cleared = patch_with_secret(serde_json::json!({"opens_at": null}));
+    let e = queue_err(store.put_event("ep", &cleared, T0 + S).await);
+    assert!(matches!(e, QueueError::Invalid(_)), "{e:?}");
+    let c = store.get_event("ep", T0 + S).await.unwrap().config;
+    assert_eq!(c.opens_at, Some(0));
+
+    // An event without an opening, places waiting: the epoch cannot be set either.
+    store
+        .put_event(
+            "none",
+            &patch_with_secret(serde_json::json!({"max_active": 1})),
+            T0,
+        )
+        .await
+        .unwrap();
+    join(&store, "none", None, T0).await;
+    join(&store, "none", None, T0).await;
+    let set = patch_with_secret(serde_json::json!({"opens_at": "1970-01-01T00:00:00Z"}));
+    let e = queue_err(store.put_event("none", &set, T0 + S).await);
+    assert!(matches!(e, QueueError::Invalid(_)), "{e:?}");
+    let c = store.get_event("none", T0 + S).await.unwrap().config;
+    assert_eq!(c.opens_at, None);
+}
+
 pub async fn queueing_methods(store: Arc<dyn Store>) {
     let make = |ev: &'static str, method: &str| {
         let s = store.clone();
