@@ -494,6 +494,25 @@ fn seconds(field: &str, v: u64) -> Result<u32, QueueError> {
     Ok(v as u32)
 }
 
+/// Refuses a sale that would end before it opens: `closes_at` at or before `opens_at`,
+/// both set (pre-queue places would be ended `closed` before the opening ever came). Only
+/// when this change moves one of them: a pair stored before the rule, sent back unchanged
+/// (the admin form sends every field), keeps the event's other settings changeable.
+fn schedule_in_order(base: &EventConfig, c: &EventConfig) -> Result<(), QueueError> {
+    match (c.opens_at, c.closes_at) {
+        (Some(opens), Some(closes))
+            if closes <= opens && (base.opens_at, base.closes_at) != (c.opens_at, c.closes_at) =>
+        {
+            Err(bad(format!(
+                "closes_at ({}) must be later than opens_at ({}): the sale would end before it opens",
+                lifecycle::format_rfc3339(closes),
+                lifecycle::format_rfc3339(opens)
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Checks an event id against `[A-Za-z0-9._-]{1,64}`, not only dots. Ids appear in URL
 /// paths (`/wait/{id}`, `/api/v1/events/{id}`), where `.` and `..` are dot segments that
 /// browsers and proxies resolve away, so such an event could not be reached (or would
@@ -647,6 +666,7 @@ impl EventPatch {
                 .map(|t| lifecycle::parse_rfc3339("closes_at", t))
                 .transpose()?;
         }
+        schedule_in_order(base, &c)?;
         if let Some(e) = &self.end {
             // A second end keeps the moment of the first: the places already ended then. So
             // does an end after `closes_at` was reached (by the settings before this patch).
