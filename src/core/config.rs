@@ -15,6 +15,11 @@ pub const MAX_EVENT_ID_LEN: usize = 64;
 /// Upper bound on every `*_sec` setting (one year): larger values are almost certainly typos
 /// and would overflow millisecond arithmetic in no useful way.
 pub const MAX_SECONDS: u64 = 365 * 24 * 3600;
+/// Least `waiting_idle_sec`: a polling client is told to come back after whole seconds,
+/// at least 1 (`view::poll_after_sec`), and at most a third of the idle period, so that a
+/// place that polls as told has three chances (room for the round trip) before it lapses.
+/// With 1 or 2 s the one-second interval plus the round trip can outlast the period.
+pub const MIN_WAITING_IDLE_SEC: u64 = 3;
 /// Upper bound on `max_active`, `admit_per_minute` and `max_queue_length`.
 pub const MAX_COUNT: u64 = 100_000_000;
 /// Highest `pow_difficulty`: 2^28 hashes is minutes for a phone's browser already.
@@ -603,6 +608,14 @@ impl EventPatch {
             c.session_max_sec = seconds("session_max_sec", v)?;
         }
         if let Some(v) = self.waiting_idle_sec {
+            // A shorter period stored before this bound is let through when sent back
+            // unchanged (the admin form sends every field), as a stored name is.
+            if v < MIN_WAITING_IDLE_SEC && v != u64::from(base.waiting_idle_sec) {
+                return Err(bad(format!(
+                    "waiting_idle_sec must be between {MIN_WAITING_IDLE_SEC} and {MAX_SECONDS} \
+                     (a waiting place is told to poll every third of it, and 1 s apart at least)"
+                )));
+            }
             c.waiting_idle_sec = seconds("waiting_idle_sec", v)?;
         }
         if let Some(v) = self.max_queue_length {

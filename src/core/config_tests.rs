@@ -435,3 +435,46 @@ fn a_sale_closes_after_it_opens() {
         .apply("e", &old, 0)
         .unwrap();
 }
+
+/// `waiting_idle_sec` starts at 3: polls come at least 1 s apart, and a place polling as
+/// told must have three of them in its idle period. A shorter period stored before that
+/// still reads, and the admin form that sends it back unchanged still saves.
+#[test]
+fn the_waiting_idle_period_holds_three_polls() {
+    let base = EventConfig::default();
+    for v in [0, 1, 2] {
+        let json = format!(r#"{{"waiting_idle_sec": {v}}}"#);
+        match patch(&json).apply("e", &base, 0) {
+            Err(QueueError::Invalid(m)) => {
+                assert!(
+                    m.starts_with("waiting_idle_sec must be between 3 and"),
+                    "{m}"
+                )
+            }
+            other => panic!("{v}: {other:?}"),
+        }
+    }
+    let c = patch(r#"{"waiting_idle_sec": 3}"#)
+        .apply("e", &base, 0)
+        .unwrap();
+    assert_eq!(c.waiting_idle_sec, 3);
+    let t = crate::core::view::Timeouts::of(&c);
+    assert_eq!(crate::core::view::poll_after_sec(Some(1000), None, &t), 1);
+
+    let old = EventConfig {
+        waiting_idle_sec: 1,
+        ..EventConfig::default()
+    };
+    let read: EventConfig = serde_json::from_str(&serde_json::to_string(&old).unwrap()).unwrap();
+    assert_eq!(read.waiting_idle_sec, 1);
+    let paused = patch(r#"{"paused": true}"#).apply("e", &read, 0).unwrap();
+    assert_eq!(paused.waiting_idle_sec, 1);
+    let resent = patch(r#"{"waiting_idle_sec": 1, "paused": true}"#)
+        .apply("e", &read, 0)
+        .unwrap();
+    assert!(resent.paused);
+    // Changed, it must meet the bound: 2 is refused there too.
+    assert!(patch(r#"{"waiting_idle_sec": 2}"#)
+        .apply("e", &read, 0)
+        .is_err());
+}
