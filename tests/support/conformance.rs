@@ -55,7 +55,7 @@ macro_rules! store_conformance {
         // The schedule and the queueing methods (conformance_schedule.rs).
         $crate::store_conformance!(@tests $make;
             prequeue_opens_in_shuffle_order, prequeue_change_of_opens_at,
-            opens_at_the_epoch_has_opened, queueing_methods);
+            opens_at_the_epoch_has_opened, queueing_methods, a_switch_to_random_draws_at_once);
         // Where a copy of the queue could drift (conformance/replica.rs).
         $crate::store_conformance!(@tests $make;
             status_sees_each_change_at_once, polls_outlive_a_later_sweep,

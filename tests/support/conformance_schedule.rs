@@ -246,6 +246,56 @@ pub async fn queueing_methods(store: Arc<dyn Store>) {
     assert_eq!(got, waiting[k as usize]);
 }
 
+/// A settings change that switches an event without a secret to `random` and makes room
+/// draws the places it admits, even when the same change first ends a lapsed admission
+/// under the old settings (whose slot goes to the head of the line, as under `fifo`).
+/// (On Redis the draws of such a change once read the secrets as they were before it,
+/// none, and took the head of the line instead.)
+pub async fn a_switch_to_random_draws_at_once(store: Arc<dyn Store>) {
+    let json = serde_json::json!({"max_active": 1, "ready_ttl_sec": 10});
+    store
+        .put_event("sw", &patch_with_secret(json), T0)
+        .await
+        .unwrap();
+    let c = store.get_event("sw", T0).await.unwrap().config;
+    assert_eq!(c.event_secret, None, "no secret before the switch");
+    let holder = join(&store, "sw", None, T0).await;
+    assert_eq!(holder.status, PlaceState::Admitted);
+    let mut line = Vec::new();
+    for _ in 0..7 {
+        line.push(join(&store, "sw", None, T0 + S).await.key);
+    }
+    // The holder's ready window lapsed at T0 + 10 s; nothing swept it yet.
+    let at = T0 + 11 * S;
+    let change = serde_json::json!({"max_active": 4, "queueing_method": "random"});
+    store
+        .put_event("sw", &patch_with_secret(change), at)
+        .await
+        .unwrap();
+    // Under the old settings: the lapse, and the head of the line in the holder's slot
+    // (the second admission). Then three draws among the rest, numbered by the admissions
+    // so far.
+    let key = EventSecret(SECRET).lottery_key();
+    let mut rest: Vec<u64> = line[1..].iter().map(|k| k.seq).collect();
+    let head: Vec<u64> = rest[..3].to_vec();
+    let mut want = vec![line[0].seq];
+    for n in 2..5 {
+        let k = draw(&key, n, rest.len() as u64);
+        want.push(rest.remove(k as usize));
+    }
+    assert_ne!(want[1..], head[..], "draws that take the head show nothing");
+    let mut got = Vec::new();
+    for k in &line {
+        if store.peek("sw", *k, at).await.unwrap().status == PlaceState::Admitted {
+            got.push(k.seq);
+        }
+    }
+    want.sort_unstable();
+    assert_eq!(got, want);
+    let f = store.get_event("sw", at).await.unwrap().figures;
+    assert_eq!((f.admitted, f.waiting, f.expired), (4, 3, 1), "{f:?}");
+}
+
 fn fresh() -> waitroom::store::JoinRequest {
     waitroom::store::JoinRequest {
         user_id: None,

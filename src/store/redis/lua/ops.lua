@@ -46,7 +46,7 @@ local function op_put()
   for i = 1, 9 do set(FIELDS[i], tonumber(ARGV[4 + i])) end
   set('opens', opens)
   set('method', tonumber(ARGV[16]))
-  if ARGV[17] ~= '' then rcall('HSET', K_META, 'sseed', ARGV[17], 'lkey', ARGV[18]) end
+  if ARGV[17] ~= '' then write_secrets(ARGV[17], ARGV[18]) end
   set('closes', closes)
   set('ended', ended)
   -- Deadlines are measured with the new settings: sweep and recompute nd now.
