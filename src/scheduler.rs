@@ -224,6 +224,7 @@ mod tests {
     use tokio::task::JoinHandle;
 
     use super::*;
+    use crate::core::config::MIN_WAITING_IDLE_SEC;
     use crate::core::EventPatch;
     use crate::store::embedded::EmbeddedStore;
     use crate::store::fault::{Fault, FaultStore, Op};
@@ -248,7 +249,7 @@ mod tests {
                 .unwrap();
             return store;
         };
-        let idle_sec = due_in.div_ceil(1000).max(1);
+        let idle_sec = due_in.div_ceil(1000).max(MIN_WAITING_IDLE_SEC);
         let joined = T + due_in - idle_sec * 1000;
         let patch = EventPatch {
             paused: Some(true),
@@ -434,12 +435,12 @@ mod tests {
             .map_or(0, |v| v.trim().parse().unwrap())
     }
 
-    /// A store with event `id` (one slot, 1 s heartbeat) holding an admitted place and a
-    /// waiting one.
+    /// A store with event `id` (one slot, 3 s heartbeat: the least) holding an admitted
+    /// place and a waiting one.
     async fn two_places(store: &Arc<dyn Store>, now: Millis, id: &str) {
         let patch = EventPatch {
             max_active: Some(1),
-            waiting_idle_sec: Some(1),
+            waiting_idle_sec: Some(MIN_WAITING_IDLE_SEC),
             ready_ttl_sec: Some(60),
             ..EventPatch::default()
         };
@@ -463,7 +464,7 @@ mod tests {
         let _tx = start_on(&store, &clock);
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(expirations("sched-paused"), 0);
-        clock.advance(1_000);
+        clock.advance(3_000);
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(expirations("sched-paused"), 1, "swept with nobody polling");
     }
@@ -479,16 +480,19 @@ mod tests {
         let _tx = start_on(&store, &clock);
         while expirations("sched-real") == 0 {
             assert!(
-                joined.elapsed() < Duration::from_secs(4),
+                joined.elapsed() < Duration::from_secs(6),
                 "the ghost was not swept"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let took = joined.elapsed();
-        assert!(took >= Duration::from_millis(990), "swept early: {took:?}");
-        // Due at 1 s, swept within one pass (≤ 250 ms) of it; the rest is slack for a
+        assert!(
+            took >= Duration::from_millis(2_990),
+            "swept early: {took:?}"
+        );
+        // Due at 3 s, swept within one pass (≤ 250 ms) of it; the rest is slack for a
         // loaded 2-core CI machine.
-        assert!(took < Duration::from_millis(2_500), "swept late: {took:?}");
+        assert!(took < Duration::from_millis(4_500), "swept late: {took:?}");
         let ev = store.get_event("sched-real", clock.now()).await;
         let f = ev.unwrap().figures;
         assert_eq!((f.waiting, f.admitted, f.expired), (0, 1, 1));

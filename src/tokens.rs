@@ -434,6 +434,14 @@ pub fn expired_on_issue(now: crate::core::Millis, ends_at: crate::core::Millis) 
     ends_at / 1000 <= now / 1000
 }
 
+/// The `expires_in` of an access token signed at `now` for a session ending at `ends_at`:
+/// the seconds until its `exp` (`ends_at` in whole seconds, rounded down), rounded up as
+/// the status's countdowns are, so that a token still valid never says 0 (which a client
+/// reads as expired). Past [`expired_on_issue`] it is at least 1.
+pub fn expires_in(now: crate::core::Millis, ends_at: crate::core::Millis) -> u64 {
+    (ends_at / 1000).saturating_sub(now / 1000)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -682,6 +682,53 @@ async fn enter_grants_no_token_past_the_sessions_last_whole_second() {
         .err(StatusCode::NOT_FOUND, "TOKEN_EXPIRED");
 }
 
+/// `expires_in` (of `enter` and of `session/extend`) counts the seconds to the token's
+/// `exp`, rounded up as the status's countdowns are: a token still valid never says 0,
+/// and `expires_in` is `expires_at` less the current whole second. (Defect: it counted to
+/// the session's end in milliseconds, rounded down, so in the last second before `exp`
+/// `enter` answered `expires_in: 0` with a token `verify` still took.)
+#[tokio::test]
+async fn expires_in_counts_to_the_tokens_exp_rounded_up() {
+    let app = live_app();
+    app.put_event(
+        "ev",
+        json!({"max_active": 1, "session_max_sec": 3, "session_extend_sec": 60,
+               "max_extensions": 1}),
+    )
+    .await;
+    // A session that does not end on a whole second: entered 300 ms into one.
+    app.clock.advance((1300 - app.clock.now() % 1000) % 1000);
+    let t = token(&app.join("ev", None).await);
+    let first = app.enter(&t).await.ok();
+    let entered = app.clock.now();
+    let exp = (entered + 3000) / 1000;
+    assert_eq!(
+        (first["expires_at"].as_u64(), first["expires_in"].as_u64()),
+        (Some(exp), Some(3)),
+        "{first}"
+    );
+    // 500 ms before `exp` (800 ms before the session's end): the token is good, and says
+    // so.
+    app.clock.advance(2200);
+    let late = app.enter(&t).await.ok();
+    assert_eq!(
+        (late["expires_at"].as_u64(), late["expires_in"].as_u64()),
+        (Some(exp), Some(1)),
+        "{late}"
+    );
+    // Extended by 60 s there: 60.5 s left to the new `exp`, 61 when rounded up.
+    let jwt = late["access_token"].as_str().unwrap();
+    let x = app
+        .send(bearer(Method::POST, "/api/v1/session/extend", jwt))
+        .await
+        .ok();
+    assert_eq!(
+        (x["expires_at"].as_u64(), x["expires_in"].as_u64()),
+        (Some(exp + 60), Some(61)),
+        "{x}"
+    );
+}
+
 #[tokio::test]
 async fn admitted_place_that_never_enters_expires() {
     let app = app();

@@ -8,8 +8,8 @@
 //! their message and a closed stream, coalescing under a burst, errors before the upgrade,
 //! and streams closing promptly when the server shuts down.
 //!
-//! Events use small time settings (`waiting_idle_sec: 2`) so that lapses happen within a
-//! test; the server's scheduler sweeps every 250 ms at most.
+//! Events use small time settings (`waiting_idle_sec: 3`, the least taken) so that lapses
+//! happen within a test; the server's scheduler sweeps every 250 ms at most.
 
 use std::time::{Duration, Instant};
 
@@ -96,7 +96,7 @@ async fn ws_until(ws: &mut Ws, within: Duration, pred: impl Fn(&Value) -> bool) 
 /// An event with one slot taken by `holder` (admitted, holding it for a minute), so that
 /// everyone joining after waits.
 async fn event_with_holder(s: &TestServer, id: &str, extra: Value) -> String {
-    let mut config = json!({"max_active": 1, "ready_ttl_sec": 60, "waiting_idle_sec": 2});
+    let mut config = json!({"max_active": 1, "ready_ttl_sec": 60, "waiting_idle_sec": 3});
     config
         .as_object_mut()
         .unwrap()
@@ -219,7 +219,7 @@ async fn ws_connect_after_admission_says_ready_at_once() {
 #[tokio::test]
 async fn ws_heartbeats_keep_a_place_past_waiting_idle_sec() {
     let s = TestServer::start().await;
-    event_with_holder(&s, "ev", json!({})).await; // waiting_idle_sec: 2
+    event_with_holder(&s, "ev", json!({})).await; // waiting_idle_sec: 3
     let b = s.join_token("ev", "b").await;
     let c = s.join_token("ev", "c").await;
     let mut ws = ws_connect(&s, &b).await;
@@ -230,9 +230,9 @@ async fn ws_heartbeats_keep_a_place_past_waiting_idle_sec() {
     );
 
     // b only reads (its client answers the server's pings while reading); c also sends
-    // `{"type": "heartbeat"}` messages. Both stay 5 s, well past the 2 s idle limit.
+    // `{"type": "heartbeat"}` messages. Both stay 6 s, twice the 3 s idle limit.
     let keep_c = tokio::spawn(async move {
-        let until = Instant::now() + Duration::from_secs(5);
+        let until = Instant::now() + Duration::from_secs(6);
         while Instant::now() < until {
             ws_c.send(Message::text(r#"{"type":"heartbeat"}"#))
                 .await
@@ -241,7 +241,7 @@ async fn ws_heartbeats_keep_a_place_past_waiting_idle_sec() {
         }
         ws_c
     });
-    ws_read_for(&mut ws, Duration::from_secs(5)).await;
+    ws_read_for(&mut ws, Duration::from_secs(6)).await;
     let _ws_c = keep_c.await.unwrap();
 
     // Admin figures renew nobody: both places are still there.
@@ -308,7 +308,7 @@ async fn ws_a_clients_breach_is_closed_with_its_code() {
 #[tokio::test]
 async fn ws_dropped_or_silent_socket_does_not_end_the_place_only_the_lapse_does() {
     let s = TestServer::start().await;
-    event_with_holder(&s, "ev", json!({})).await; // waiting_idle_sec: 2
+    event_with_holder(&s, "ev", json!({})).await; // waiting_idle_sec: 3
     let b = s.join_token("ev", "b").await;
     let c = s.join_token("ev", "c").await;
 
@@ -332,7 +332,7 @@ async fn ws_dropped_or_silent_socket_does_not_end_the_place_only_the_lapse_does(
     // that does not respond keeps nothing alive. Neither b (gone) nor c is renewed, and
     // both lapse after waiting_idle_sec.
     let _ws_c = ws_connect(&s, &c).await;
-    tokio::time::sleep(Duration::from_millis(4500)).await;
+    tokio::time::sleep(Duration::from_millis(5500)).await;
     let f = s.figures("ev").await;
     assert_eq!(f["waiting"], 0, "{f}");
     assert_eq!(f["expired"], 2, "{f}");
@@ -726,20 +726,20 @@ async fn sse_update_on_connect_position_change_ready_and_end() {
 #[tokio::test]
 async fn sse_open_stream_keeps_the_place_and_a_closed_one_does_not_end_it() {
     let s = TestServer::start().await;
-    event_with_holder(&s, "ev", json!({})).await; // waiting_idle_sec: 2
+    event_with_holder(&s, "ev", json!({})).await; // waiting_idle_sec: 3
     let b = s.join_token("ev", "b").await;
     let mut sse = sse_connect(&s, &b).await;
     sse.next(Duration::from_secs(5)).await.unwrap();
 
-    // Open for 4.5 s, past the 2 s idle limit: the place stays.
-    read_for(&mut sse, Duration::from_millis(4500)).await;
+    // Open for 5 s, past the 3 s idle limit: the place stays.
+    read_for(&mut sse, Duration::from_millis(5000)).await;
     waiting_and_expired(&s, 1, 0).await;
 
     // The client goes away: nothing ends at once; the lapse does, later.
     drop(sse);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(s.figures("ev").await["waiting"], 1);
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    tokio::time::sleep(Duration::from_millis(4500)).await;
     waiting_and_expired(&s, 0, 1).await;
 }
 
@@ -768,7 +768,7 @@ async fn waiting_and_expired(s: &TestServer, waiting: u64, expired: u64) {
 }
 
 /// The idle time shortened while a stream is open: the stream renews at the new pace (the
-/// old one, a third of 30 s, would leave the place past the new 2 s).
+/// old one, a third of 30 s, would leave the place past the new 3 s).
 #[tokio::test]
 async fn an_open_stream_keeps_the_place_when_the_idle_time_is_shortened() {
     let s = TestServer::start().await;
@@ -777,7 +777,7 @@ async fn an_open_stream_keeps_the_place_when_the_idle_time_is_shortened() {
     let mut sse = sse_connect(&s, &b).await;
     sse.next(Duration::from_secs(5)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    s.put_event("ev", json!({"waiting_idle_sec": 2})).await;
+    s.put_event("ev", json!({"waiting_idle_sec": 3})).await;
 
     read_for(&mut sse, Duration::from_millis(4500)).await;
     waiting_and_expired(&s, 1, 0).await;

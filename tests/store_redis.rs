@@ -272,7 +272,8 @@ mod same_as_embedded {
             prop_oneof![Just(1.0), Just(1.5), Just(2.5)],
             prop::bool::weighted(0.2),
             prop_oneof![2 => Just(None), 1 => (1u64..300).prop_map(Some)],
-            (1u64..8, 1u64..8, 2u64..15, 1u64..10),
+            // (`waiting_idle_sec` starts at 3.)
+            (1u64..8, 1u64..8, 2u64..15, 3u64..10),
             prop_oneof![3 => Just(None), 1 => (1u64..6).prop_map(Some)],
             prop::bool::weighted(0.9),
         )

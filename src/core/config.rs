@@ -15,6 +15,11 @@ pub const MAX_EVENT_ID_LEN: usize = 64;
 /// Upper bound on every `*_sec` setting (one year): larger values are almost certainly typos
 /// and would overflow millisecond arithmetic in no useful way.
 pub const MAX_SECONDS: u64 = 365 * 24 * 3600;
+/// Least `waiting_idle_sec`: a polling client is told to come back after whole seconds,
+/// at least 1 (`view::poll_after_sec`), and at most a third of the idle period, so that a
+/// place that polls as told has three chances (room for the round trip) before it lapses.
+/// With 1 or 2 s the one-second interval plus the round trip can outlast the period.
+pub const MIN_WAITING_IDLE_SEC: u64 = 3;
 /// Upper bound on `max_active`, `admit_per_minute` and `max_queue_length`.
 pub const MAX_COUNT: u64 = 100_000_000;
 /// Highest `pow_difficulty`: 2^28 hashes is minutes for a phone's browser already.
@@ -523,6 +528,25 @@ fn seconds(field: &str, v: u64) -> Result<u32, QueueError> {
     Ok(v as u32)
 }
 
+/// Refuses a sale that would end before it opens: `closes_at` at or before `opens_at`,
+/// both set (pre-queue places would be ended `closed` before the opening ever came). Only
+/// when this change moves one of them: a pair stored before the rule, sent back unchanged
+/// (the admin form sends every field), keeps the event's other settings changeable.
+fn schedule_in_order(base: &EventConfig, c: &EventConfig) -> Result<(), QueueError> {
+    match (c.opens_at, c.closes_at) {
+        (Some(opens), Some(closes))
+            if closes <= opens && (base.opens_at, base.closes_at) != (c.opens_at, c.closes_at) =>
+        {
+            Err(bad(format!(
+                "closes_at ({}) must be later than opens_at ({}): the sale would end before it opens",
+                lifecycle::format_rfc3339(closes),
+                lifecycle::format_rfc3339(opens)
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Checks an event id against `[A-Za-z0-9._-]{1,64}`, not only dots. Ids appear in URL
 /// paths (`/wait/{id}`, `/api/v1/events/{id}`), where `.` and `..` are dot segments that
 /// browsers and proxies resolve away, so such an event could not be reached (or would
@@ -613,6 +637,14 @@ impl EventPatch {
             c.session_max_sec = seconds("session_max_sec", v)?;
         }
         if let Some(v) = self.waiting_idle_sec {
+            // A shorter period stored before this bound is let through when sent back
+            // unchanged (the admin form sends every field), as a stored name is.
+            if v < MIN_WAITING_IDLE_SEC && v != u64::from(base.waiting_idle_sec) {
+                return Err(bad(format!(
+                    "waiting_idle_sec must be between {MIN_WAITING_IDLE_SEC} and {MAX_SECONDS} \
+                     (a waiting place is told to poll every third of it, and 1 s apart at least)"
+                )));
+            }
             c.waiting_idle_sec = seconds("waiting_idle_sec", v)?;
         }
         if let Some(v) = self.max_queue_length {
@@ -676,6 +708,7 @@ impl EventPatch {
                 .map(|t| lifecycle::parse_rfc3339("closes_at", t))
                 .transpose()?;
         }
+        schedule_in_order(base, &c)?;
         if let Some(e) = &self.end {
             // A second end keeps the moment of the first: the places already ended then. So
             // does an end after `closes_at` was reached (by the settings before this patch).

@@ -389,3 +389,92 @@ fn capacity_is_exact_for_the_written_ratio() {
         }
     }
 }
+
+/// A sale cannot end before it opens: `closes_at` at or before `opens_at` is refused,
+/// whether the change sets both or one against the other's stored value, with a message
+/// naming both. A pair stored before the rule does not block other changes.
+#[test]
+fn a_sale_closes_after_it_opens() {
+    let base = EventConfig::default();
+    let refused = |json: &str, base: &EventConfig| match patch(json).apply("e", base, 0) {
+        Err(QueueError::Invalid(m)) => {
+            assert!(m.contains("closes_at") && m.contains("opens_at"), "{m}");
+            assert!(m.contains("2026-12-01T01:00:00Z"), "{m}");
+        }
+        other => panic!("{json}: {other:?}"),
+    };
+    for json in [
+        r#"{"opens_at": "2026-12-01T10:00:00+09:00", "closes_at": "2026-12-01T00:30:00Z"}"#,
+        r#"{"opens_at": "2026-12-01T10:00:00+09:00", "closes_at": "2026-12-01T01:00:00Z"}"#,
+    ] {
+        refused(json, &base);
+    }
+    let both = patch(
+        r#"{"opens_at": "2026-12-01T10:00:00+09:00", "closes_at": "2026-12-01T01:00:00.001Z"}"#,
+    )
+    .apply("e", &base, 0)
+    .unwrap();
+    assert_eq!(both.closes_at, Some(1_796_086_800_001));
+    // One against the other's stored value, either way round.
+    refused(r#"{"closes_at": "2026-12-01T01:00:00Z"}"#, &both);
+    let closing = patch(r#"{"closes_at": "2026-12-01T01:00:00Z"}"#)
+        .apply("e", &base, 0)
+        .unwrap();
+    refused(r#"{"opens_at": "2026-12-01T10:00:00+09:00"}"#, &closing);
+    // Either one alone, or cleared, is fine.
+    patch(r#"{"opens_at": null}"#).apply("e", &both, 0).unwrap();
+    // A pair stored before the rule: other settings still change, and the admin form
+    // that sends the pair back unchanged still saves.
+    let old = EventConfig {
+        opens_at: Some(1_796_086_800_000),
+        closes_at: Some(1_796_000_000_000),
+        ..EventConfig::default()
+    };
+    patch(r#"{"paused": true}"#).apply("e", &old, 0).unwrap();
+    patch(r#"{"opens_at": "2026-12-01T01:00:00Z", "closes_at": "2026-11-30T00:53:20Z", "paused": true}"#)
+        .apply("e", &old, 0)
+        .unwrap();
+}
+
+/// `waiting_idle_sec` starts at 3: polls come at least 1 s apart, and a place polling as
+/// told must have three of them in its idle period. A shorter period stored before that
+/// still reads, and the admin form that sends it back unchanged still saves.
+#[test]
+fn the_waiting_idle_period_holds_three_polls() {
+    let base = EventConfig::default();
+    for v in [0, 1, 2] {
+        let json = format!(r#"{{"waiting_idle_sec": {v}}}"#);
+        match patch(&json).apply("e", &base, 0) {
+            Err(QueueError::Invalid(m)) => {
+                assert!(
+                    m.starts_with("waiting_idle_sec must be between 3 and"),
+                    "{m}"
+                )
+            }
+            other => panic!("{v}: {other:?}"),
+        }
+    }
+    let c = patch(r#"{"waiting_idle_sec": 3}"#)
+        .apply("e", &base, 0)
+        .unwrap();
+    assert_eq!(c.waiting_idle_sec, 3);
+    let t = crate::core::view::Timeouts::of(&c);
+    assert_eq!(crate::core::view::poll_after_sec(Some(1000), None, &t), 1);
+
+    let old = EventConfig {
+        waiting_idle_sec: 1,
+        ..EventConfig::default()
+    };
+    let read: EventConfig = serde_json::from_str(&serde_json::to_string(&old).unwrap()).unwrap();
+    assert_eq!(read.waiting_idle_sec, 1);
+    let paused = patch(r#"{"paused": true}"#).apply("e", &read, 0).unwrap();
+    assert_eq!(paused.waiting_idle_sec, 1);
+    let resent = patch(r#"{"waiting_idle_sec": 1, "paused": true}"#)
+        .apply("e", &read, 0)
+        .unwrap();
+    assert!(resent.paused);
+    // Changed, it must meet the bound: 2 is refused there too.
+    assert!(patch(r#"{"waiting_idle_sec": 2}"#)
+        .apply("e", &read, 0)
+        .is_err());
+}

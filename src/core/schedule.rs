@@ -251,8 +251,12 @@ impl PreQueue {
 pub fn parse_rfc3339(s: &str) -> Option<Millis> {
     use time::format_description::well_known::Rfc3339;
     let t = time::OffsetDateTime::parse(s, &Rfc3339).ok()?;
-    let ms = t.unix_timestamp_nanos() / 1_000_000;
-    u64::try_from(ms).ok().filter(|&ms| ms <= MAX_TIME)
+    // Checked before the cut to milliseconds: a fraction of a millisecond before 1970 is
+    // before 1970 too, though the division (toward zero) would make it the epoch itself.
+    let ns = u128::try_from(t.unix_timestamp_nanos()).ok()?;
+    u64::try_from(ns / 1_000_000)
+        .ok()
+        .filter(|&ms| ms <= MAX_TIME)
 }
 
 /// The last instant [`parse_rfc3339`] takes and [`format_rfc3339`] writes: the end of year
@@ -300,6 +304,24 @@ mod tests {
         assert_eq!(format_rfc3339(ms), "2026-11-23T01:00:00Z");
         assert_eq!(parse_rfc3339("2026-11-23T01:00:00.250Z"), Some(ms + 250));
         for bad in ["2026-11-23", "tomorrow", "1960-01-01T00:00:00Z", ""] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+    }
+
+    /// 1970 is the first year taken, to the nanosecond: the least fraction before its
+    /// first instant is refused, not cut to it.
+    #[test]
+    fn rfc3339_starts_at_the_epoch_exactly() {
+        assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(
+            parse_rfc3339("1970-01-01T01:00:00.000000001+01:00"),
+            Some(0)
+        );
+        for bad in [
+            "1969-12-31T23:59:59.9999Z",
+            "1969-12-31T23:59:59.999999999Z",
+            "1970-01-01T00:59:59.9999+01:00",
+        ] {
             assert_eq!(parse_rfc3339(bad), None, "{bad}");
         }
     }

@@ -260,9 +260,10 @@ pub struct Entered {
     #[schema(value_type = String, example = "Bearer")]
     pub token_type: &'static str,
     pub session_id: String,
-    /// Seconds until the session ends at the latest.
+    /// Seconds until the token's `exp` (the session's latest end in whole seconds), rounded
+    /// up: at least 1, as the token is valid.
     pub expires_in: u64,
-    /// The same moment in Unix seconds (the token's `exp`).
+    /// That moment in Unix seconds (the token's `exp`).
     pub expires_at: u64,
     pub event_id: String,
 }

@@ -290,7 +290,7 @@ pub async fn enter(
             access_token: jwt,
             token_type: "Bearer",
             session_id,
-            expires_in: ends_at.saturating_sub(now) / 1000,
+            expires_in: tokens::expires_in(now, ends_at),
             expires_at: ends_at / 1000,
             event_id,
         }),

@@ -83,9 +83,10 @@ pub struct Extended {
     /// Always `"Bearer"`.
     #[schema(value_type = String, example = "Bearer")]
     pub token_type: &'static str,
-    /// Seconds until the session now ends at the latest.
+    /// Seconds until the new token's `exp` (the session's new latest end in whole seconds),
+    /// rounded up: at least 1, as the token is valid.
     pub expires_in: u64,
-    /// The same moment in Unix seconds (the new token's `exp`).
+    /// That moment in Unix seconds (the new token's `exp`).
     pub expires_at: u64,
 }
 
@@ -280,7 +281,7 @@ pub async fn extend(
         Json(Extended {
             access_token,
             token_type: "Bearer",
-            expires_in: ends_at.saturating_sub(now) / 1000,
+            expires_in: tokens::expires_in(now, ends_at),
             expires_at: ends_at / 1000,
         }),
     ))

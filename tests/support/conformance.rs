@@ -50,11 +50,12 @@ macro_rules! store_conformance {
             every_session_end_releases_its_holds, holds_lapse_after_their_ttl,
             sessions_extend_up_to_the_limit, racing_holds_never_share_a_seat,
             delete_event_removes_inventory, sale_end_closes_the_queue,
-            closes_at_ends_the_sale_on_time, ending_a_long_queue_takes_bounded_batches,
-            announcement_is_kept_with_the_event);
+            closes_at_ends_the_sale_on_time, closes_at_the_epoch_has_ended_the_sale,
+            ending_a_long_queue_takes_bounded_batches, announcement_is_kept_with_the_event);
         // The schedule and the queueing methods (conformance_schedule.rs).
         $crate::store_conformance!(@tests $make;
-            prequeue_opens_in_shuffle_order, prequeue_change_of_opens_at, queueing_methods,
+            prequeue_opens_in_shuffle_order, prequeue_change_of_opens_at,
+            opens_at_the_epoch_has_opened, queueing_methods, a_switch_to_random_draws_at_once,
             opening_reached_stays_reached);
         // Where a copy of the queue could drift (conformance/replica.rs).
         $crate::store_conformance!(@tests $make;
@@ -1560,6 +1561,39 @@ pub async fn closes_at_ends_the_sale_on_time(store: Arc<dyn Store>) {
         join(&store, "cat", None, closes + S).await.position,
         Some(1)
     );
+}
+
+/// `closes_at` at the epoch itself (`1970-01-01T00:00:00Z`, the first instant taken) is a
+/// time long past, like any other: the sale has ended, on every backend. (On Redis the
+/// script once read that instant as "no closing time": the reads showed the sale ended
+/// while joins were taken and the queue kept admitting.)
+pub async fn closes_at_the_epoch_has_ended_the_sale(store: Arc<dyn Store>) {
+    make_event(&store, "epoch", serde_json::json!({"max_active": 1})).await;
+    let a = join(&store, "epoch", None, T0).await;
+    let w = join(&store, "epoch", None, T0).await;
+    assert_eq!(w.position, Some(1));
+    let c = store
+        .update_event(
+            "epoch",
+            &patch(serde_json::json!({"closes_at": "1970-01-01T00:00:00Z"})),
+            T0 + S,
+        )
+        .await
+        .unwrap();
+    assert_eq!(c.closes_at, Some(0));
+    assert_eq!(
+        queue_err(store.join("epoch", &req(None), T0 + S).await),
+        QueueError::EventClosed
+    );
+    assert_eq!(
+        queue_err(store.status("epoch", w.key, T0 + S).await),
+        QueueError::TokenNotFound
+    );
+    // The slot the admitted place frees goes to nobody: the queue is over.
+    assert!(store.leave("epoch", a.key, T0 + 2 * S).await.unwrap());
+    tick_out(&store, "epoch", T0 + 2 * S).await;
+    let f = store.get_event("epoch", T0 + 2 * S).await.unwrap().figures;
+    assert_eq!((f.waiting, f.admitted, f.active), (0, 0, 0), "{f:?}");
 }
 
 /// Ending a queue longer than [`END_BATCH`] takes several ticks of at most that many places

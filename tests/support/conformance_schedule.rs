@@ -255,6 +255,49 @@ pub async fn opening_reached_holds_for_a_clock_behind(a: &Arc<dyn Store>, b: &Ar
     assert_eq!(pre.opens_in_sec, Some(25), "the new pre-queue");
 }
 
+/// `opens_at` at the epoch itself (`1970-01-01T00:00:00Z`) is an opening long past, like
+/// any other, on every backend: nobody waits in a pre-queue, and with places waiting it
+/// can neither be set nor cleared (either would count as moving places into or out of
+/// the pre-queue, as for any time after the opening). (On Redis the script once read
+/// that instant as "no opening time", and took both changes.)
+pub async fn opens_at_the_epoch_has_opened(store: Arc<dyn Store>) {
+    let json = serde_json::json!({"max_active": 1, "opens_at": "1970-01-01T00:00:00Z"});
+    let c = store
+        .put_event("ep", &patch_with_secret(json), T0)
+        .await
+        .unwrap();
+    assert_eq!(c.opens_at, Some(0));
+    let first = join(&store, "ep", None, T0).await;
+    assert_eq!(first.status, PlaceState::Admitted);
+    let second = join(&store, "ep", None, T0).await;
+    assert_eq!(
+        (second.position, second.opens_in_sec, second.prequeue_rank),
+        (Some(1), None, None)
+    );
+    let cleared = patch_with_secret(serde_json::json!({"opens_at": null}));
+    let e = queue_err(store.put_event("ep", &cleared, T0 + S).await);
+    assert!(matches!(e, QueueError::Invalid(_)), "{e:?}");
+    let c = store.get_event("ep", T0 + S).await.unwrap().config;
+    assert_eq!(c.opens_at, Some(0));
+
+    // An event without an opening, places waiting: the epoch cannot be set either.
+    store
+        .put_event(
+            "none",
+            &patch_with_secret(serde_json::json!({"max_active": 1})),
+            T0,
+        )
+        .await
+        .unwrap();
+    join(&store, "none", None, T0).await;
+    join(&store, "none", None, T0).await;
+    let set = patch_with_secret(serde_json::json!({"opens_at": "1970-01-01T00:00:00Z"}));
+    let e = queue_err(store.put_event("none", &set, T0 + S).await);
+    assert!(matches!(e, QueueError::Invalid(_)), "{e:?}");
+    let c = store.get_event("none", T0 + S).await.unwrap().config;
+    assert_eq!(c.opens_at, None);
+}
+
 pub async fn queueing_methods(store: Arc<dyn Store>) {
     let make = |ev: &'static str, method: &str| {
         let s = store.clone();
@@ -299,6 +342,56 @@ pub async fn queueing_methods(store: Arc<dyn Store>) {
     let k = draw(&EventSecret(SECRET).lottery_key(), admissions, 7);
     let got = hand_on(&store, "lot", holder.key, T0 + 2).await;
     assert_eq!(got, waiting[k as usize]);
+}
+
+/// A settings change that switches an event without a secret to `random` and makes room
+/// draws the places it admits, even when the same change first ends a lapsed admission
+/// under the old settings (whose slot goes to the head of the line, as under `fifo`).
+/// (On Redis the draws of such a change once read the secrets as they were before it,
+/// none, and took the head of the line instead.)
+pub async fn a_switch_to_random_draws_at_once(store: Arc<dyn Store>) {
+    let json = serde_json::json!({"max_active": 1, "ready_ttl_sec": 10});
+    store
+        .put_event("sw", &patch_with_secret(json), T0)
+        .await
+        .unwrap();
+    let c = store.get_event("sw", T0).await.unwrap().config;
+    assert_eq!(c.event_secret, None, "no secret before the switch");
+    let holder = join(&store, "sw", None, T0).await;
+    assert_eq!(holder.status, PlaceState::Admitted);
+    let mut line = Vec::new();
+    for _ in 0..7 {
+        line.push(join(&store, "sw", None, T0 + S).await.key);
+    }
+    // The holder's ready window lapsed at T0 + 10 s; nothing swept it yet.
+    let at = T0 + 11 * S;
+    let change = serde_json::json!({"max_active": 4, "queueing_method": "random"});
+    store
+        .put_event("sw", &patch_with_secret(change), at)
+        .await
+        .unwrap();
+    // Under the old settings: the lapse, and the head of the line in the holder's slot
+    // (the second admission). Then three draws among the rest, numbered by the admissions
+    // so far.
+    let key = EventSecret(SECRET).lottery_key();
+    let mut rest: Vec<u64> = line[1..].iter().map(|k| k.seq).collect();
+    let head: Vec<u64> = rest[..3].to_vec();
+    let mut want = vec![line[0].seq];
+    for n in 2..5 {
+        let k = draw(&key, n, rest.len() as u64);
+        want.push(rest.remove(k as usize));
+    }
+    assert_ne!(want[1..], head[..], "draws that take the head show nothing");
+    let mut got = Vec::new();
+    for k in &line {
+        if store.peek("sw", *k, at).await.unwrap().status == PlaceState::Admitted {
+            got.push(k.seq);
+        }
+    }
+    want.sort_unstable();
+    assert_eq!(got, want);
+    let f = store.get_event("sw", at).await.unwrap().figures;
+    assert_eq!((f.admitted, f.waiting, f.expired), (4, 3, 1), "{f:?}");
 }
 
 fn fresh() -> waitroom::store::JoinRequest {

@@ -91,7 +91,8 @@ fn settings() -> impl Strategy<Value = Settings> {
         1u64..6,
         1u64..6,
         2u64..12,
-        1u64..8,
+        // `waiting_idle_sec` starts at 3 (config.rs `MIN_WAITING_IDLE_SEC`).
+        3u64..8,
         prop_oneof![3 => Just(None), 1 => (1u64..6).prop_map(Some)],
         prop::bool::weighted(0.9),
         prop_oneof![

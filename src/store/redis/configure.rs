@@ -70,7 +70,7 @@ impl Inner {
                 u8::from(config.paused).to_string(),
                 u8::from(config.accept_joins).to_string(),
                 u8::from(config.access == Access::Invite).to_string(),
-                config.opens_at.unwrap_or(0).to_string(),
+                script_instant(config.opens_at),
                 config.queueing_method.number().to_string(),
             ];
             let secrets = config
@@ -84,7 +84,7 @@ impl Inner {
             // The end of the sale (`core::lifecycle`): closes_at (ms, 0: none), ended; then
             // the record of the opening the patch was applied to, and the new one.
             let end = [
-                config.closes_at.unwrap_or(0).to_string(),
+                script_instant(config.closes_at),
                 u8::from(config.ended.is_some()).to_string(),
                 reached.unwrap_or(0).to_string(),
                 config.opening_reached.unwrap_or(0).to_string(),
@@ -158,4 +158,12 @@ impl Inner {
         .await
         .map(drop)
     }
+}
+
+/// `opens_at` or `closes_at` as the script takes it: milliseconds, 0 for none. The epoch
+/// itself (`1970-01-01T00:00:00Z`, a valid setting) would read as none there, so it is
+/// sent as the millisecond after it: both are long past for every clock the store runs
+/// on, so the sale has opened, or ended, just as the embedded store decides it.
+fn script_instant(t: Option<Millis>) -> String {
+    t.map_or(0, |t| t.max(1)).to_string()
 }

@@ -292,6 +292,8 @@ mod tests {
             "line_next",
             "limits",
             "check_reject",
+            "write_secrets",
+            "secret",
             "log_append",
             "log_flush",
             "finish_join",

@@ -52,7 +52,7 @@ local function op_put()
   set('opens', opens)
   set('opened', tonumber(ARGV[22]))
   set('method', tonumber(ARGV[16]))
-  if ARGV[17] ~= '' then rcall('HSET', K_META, 'sseed', ARGV[17], 'lkey', ARGV[18]) end
+  if ARGV[17] ~= '' then write_secrets(ARGV[17], ARGV[18]) end
   set('closes', closes)
   set('ended', ended)
   -- Deadlines are measured with the new settings: sweep and recompute nd now.

@@ -484,7 +484,7 @@ end
 
 -- The schedule's rules, defined in schedule.lua (after this file) and called below.
 local in_prequeue, before_opening, line_insert, line_remove, line_position, line_range
-local line_next, limits, check_reject
+local line_next, limits, check_reject, write_secrets
 
 -- Live counts, kept in step by the rules below and written back by finish().
 local N_W, N_AD, N_AC

@@ -74,14 +74,28 @@ local function sha256_hex(msg)
   return table.concat(out)
 end
 
-local SECRETS
-on_call(function() SECRETS = nil end)
-local function secret(field)
-  if not SECRETS then
-    local v = rcall('HMGET', K_META, 'sseed', 'lkey')
-    SECRETS = {sseed = v[1] or '', lkey = v[2] or ''}
+-- The event's secrets, read once per call. (Their cache in a block: the main chunk may
+-- hold 200 locals only.)
+local secret
+do
+  local cached
+  on_call(function() cached = nil end)
+  secret = function(field)
+    if not cached then
+      local v = rcall('HMGET', K_META, 'sseed', 'lkey')
+      cached = {sseed = v[1] or '', lkey = v[2] or ''}
+    end
+    return cached[field]
   end
-  return SECRETS[field]
+
+  -- Stores the event's new secrets (`put`), and forgets those read before in this call:
+  -- `put` runs advance() under the old settings first, and an admission there reads the
+  -- secrets (none yet, for an event switched to `random` by this change); the admissions
+  -- under the new settings must draw with the new key, not take the head of the line.
+  write_secrets = function(sseed, lkey)
+    rcall('HSET', K_META, 'sseed', sseed, 'lkey', lkey)
+    cached = nil
+  end
 end
 
 -- schedule.rs `in_prequeue`: joined before the opening.
