@@ -32,6 +32,7 @@ use hyper_util::rt::TokioIo;
 
 use crate::app::AppState;
 pub use crate::config::Upstream;
+use crate::core::gate::is_valid_host;
 use crate::http::body_timeout::DrainIncoming;
 use crate::http::gate::{self, Admission, Session};
 use crate::http::guard::Guard;
@@ -171,22 +172,28 @@ impl Gateway {
         conn: Option<&Connection>,
     ) -> (Outcome, Response) {
         // Two `Host` headers: the gate would check one and the origin might serve the other
-        // (RFC 9112 §3.2: such a request is answered 400). A `Host` that is not ASCII text
-        // cannot be matched against `hosts`, yet an origin may read a host name out of it
-        // (nginx serves `shop.example:\xff` as `shop.example`).
+        // (RFC 9112 §3.2: such a request is answered 400). A `Host` that is not a host and
+        // port cannot be matched against `hosts`, yet an origin may read a host name out of
+        // it (nginx serves `shop.example:\xff` as `shop.example`, Node's `new URL()` reads
+        // `other@shop.example` so): refused as well ([`is_valid_host`]). So is a request
+        // that names no host, or an HTTP/1.1 one without `Host` (RFC 9112 §3.2): the gate
+        // would match it against no host, and the origin serve it as its default site.
         let mut hosts = req.headers().get_all(header::HOST).iter();
         let first_host = hosts.next();
-        let bad_host = first_host.is_some_and(|h| h.to_str().is_err());
+        let bad_host = match first_host {
+            Some(h) => !is_valid_host(h.as_bytes()),
+            None => req.version() == Version::HTTP_11,
+        };
         if bad_host || hosts.next().is_some() {
-            return refused(crate::http::AppError::invalid(
-                "a request must have one Host header, of ASCII text",
-            ));
+            return refused(invalid_host());
         }
         // The `Host` just found, not looked up again.
-        let host_value = forward::host_from(first_host, &req);
+        let Some(host_value) = forward::host_from(first_host, &req) else {
+            return refused(invalid_host());
+        };
         let client = self.guard.client_ip(peer, req.headers());
         // Read as text once, for the gates and the origin's headers alike.
-        let host = host_text(host_value.as_ref());
+        let host = host_value.to_str().ok();
         let gates = &self.state.gates;
         if !gates.is_loaded() {
             // Which requests are gated is not known yet: none is passed unasked.
@@ -323,12 +330,6 @@ impl Gateway {
             upgrade.as_ref(),
             conn.map(|c| &c.forwarding),
         );
-        if !req.headers().contains_key(header::HOST) {
-            // HTTP/1.1 needs one (RFC 9112 §3.2); a client that sent none gets the origin's.
-            if let Ok(v) = HeaderValue::from_str(self.upstream.authority.as_str()) {
-                req.headers_mut().insert(header::HOST, v);
-            }
-        }
         if let Some((_, s)) = session {
             gate::session_headers(req.headers_mut(), s);
         }
@@ -415,11 +416,6 @@ fn no_body(status: StatusCode) -> bool {
         || status == StatusCode::NOT_MODIFIED
 }
 
-/// A host (from [`forward::host_from`], text already) as text.
-fn host_text(host: Option<&HeaderValue>) -> Option<&str> {
-    host.and_then(|h| h.to_str().ok())
-}
-
 /// A proxied request body that stopped arriving (or broke off): `400`, as the API answers a
 /// body cut off, and not counted against the origin.
 fn upload_failed(e: &hyper::Error) -> Response {
@@ -438,6 +434,14 @@ fn bad_gateway() -> Response {
         "message": "the site behind the waiting room did not answer",
     }});
     (StatusCode::BAD_GATEWAY, axum::Json(body)).into_response()
+}
+
+/// The refusal of a request whose host is missing, doubled or not a host.
+fn invalid_host() -> crate::http::AppError {
+    crate::http::AppError::invalid(
+        "a request must name its host in one Host header: a host name or address, and \
+         optionally a port",
+    )
 }
 
 /// A request refused before any gate is chosen (two `Host`s, the gate rules not read yet,
