@@ -2557,3 +2557,25 @@ async fn an_absolute_form_target_is_gated_and_forwarded_by_its_authority() {
     .await;
     assert_eq!(status, 400, "{text}");
 }
+
+/// The answer's status line carries the client connection's HTTP version, not the
+/// origin's (defect: an HTTP/1.0 origin's `HTTP/1.0 200 OK` reached HTTP/1.1 clients,
+/// which then take the connection as closing while the gateway keeps it open).
+#[tokio::test]
+async fn the_answer_carries_the_clients_http_version() {
+    use tokio::io::AsyncWriteExt;
+    let origin = raw_answer_origin(|_| "HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+    let w = waitroom(Some(origin), None).await;
+    let mut s = tokio::net::TcpStream::connect(w.addr).await.unwrap();
+    for _ in 0..2 {
+        s.write_all(b"GET /a HTTP/1.1\r\nHost: shop.example\r\n\r\n")
+            .await
+            .unwrap();
+        let answer = read_until_it_ends_with(&mut s, "ok").await;
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    }
+    let (status, answer) =
+        raw_exchange(w.addr, b"GET /a HTTP/1.0\r\nHost: shop.example\r\n\r\n").await;
+    assert_eq!(status, 200);
+    assert!(answer.starts_with("HTTP/1.0 200 OK\r\n"), "{answer}");
+}

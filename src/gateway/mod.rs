@@ -318,7 +318,12 @@ impl Gateway {
             .cloned()
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
         *req.uri_mut() = Uri::from(path);
-        if req.version() == Version::HTTP_2 {
+        // The answer goes back in the client's version, whatever the origin's: an HTTP/1.0
+        // origin's `HTTP/1.0` status line would tell an HTTP/1.1 client that the connection
+        // closes after it, while this side keeps it open (RFC 9110 §6.2: the version is
+        // the hop's own).
+        let version = req.version();
+        if version == Version::HTTP_2 {
             forward::join_cookies(req.headers_mut());
         }
         *req.version_mut() = Version::HTTP_11;
@@ -348,6 +353,7 @@ impl Gateway {
             if !forward::response_headers(res.headers_mut(), None, bodiless) {
                 return (Outcome::Unavailable, self.misframed());
             }
+            *res.version_mut() = version;
             return (proxied, res);
         };
         // Boxed, as upgrades are rare: inline, its connect future would be copied with
@@ -379,6 +385,7 @@ impl Gateway {
         ) {
             return (Outcome::Unavailable, self.misframed());
         }
+        *res.version_mut() = version;
         (proxied, res.map(Body::new))
     }
 
