@@ -9,7 +9,7 @@
 //! resolve (no `%`, no dot segment, no empty segment), so `/static/../checkout` or
 //! `/static/%2e%2e/checkout` never slip past the queue through a bypass.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::{Deserialize, Serialize};
 
@@ -436,6 +436,67 @@ impl GateRules {
     }
 }
 
+/// Whether `host` is a `Host` value this server reads as a host (RFC 9112 §3.2: `uri-host
+/// [":" port]`): a host name or IPv4 address ([`is_host_name`]) or a bracketed IPv6
+/// address, then optionally `:` and digits. Any other value is refused before the gate
+/// rules are asked: `hosts` compare the value's text, and an origin may read another host
+/// out of it. Node's `new URL()`, for one, reads `other@shop.example`, `shop.example/`,
+/// `shop.example?`, `shop.example#` and `shop.ex%61mple` all as `shop.example`, so any of
+/// them would reach the pages of an event limited to `shop.example` without its queue.
+/// RFC 3986's `reg-name` also allows `%` escapes and the sub-delimiters (`!$&'()*+,;=`):
+/// no host name is written with them, and parsers disagree on them (WHATWG URL decodes
+/// the escapes, Node's legacy `url.parse` ends the host at `;` or `'`), so they are
+/// refused too, as are the future address forms (`[v1.x]`) and zone ids. A scan of the
+/// bytes, without allocation: every proxied request is checked.
+pub fn is_valid_host(host: &[u8]) -> bool {
+    let (address, rest) = match host.strip_prefix(b"[") {
+        Some(literal) => {
+            let Some(end) = literal.iter().position(|&b| b == b']') else {
+                return false;
+            };
+            let v6 =
+                std::str::from_utf8(&literal[..end]).is_ok_and(|a| a.parse::<Ipv6Addr>().is_ok());
+            (v6, &literal[end + 1..])
+        }
+        None => {
+            let end = host.iter().position(|&b| b == b':').unwrap_or(host.len());
+            (is_host_name(&host[..end]), &host[end..])
+        }
+    };
+    address
+        && match rest {
+            [] => true,
+            [b':', port @ ..] => port.iter().all(u8::is_ascii_digit),
+            _ => false,
+        }
+}
+
+/// Whether `name` is a host name or an IPv4 address: labels of ASCII letters, digits, `-`
+/// and `_` between single dots, with one trailing dot allowed (`shop.example.`, fully
+/// qualified). A name whose last label is a number (digits, or `0x` and hex digits) is
+/// read as an IPv4 address by WHATWG URL parsers and `inet_aton` (`0x7f.1`, `2130706433`
+/// and `127.1` are all `127.0.0.1`): it must be one written in dotted decimal, the only
+/// way `hosts` can name one.
+fn is_host_name(name: &[u8]) -> bool {
+    let name = name.strip_suffix(b".").unwrap_or(name);
+    let mut label = 0;
+    for (i, &b) in name.iter().enumerate() {
+        match b {
+            b'.' if i == label => return false,
+            b'.' => label = i + 1,
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' => {}
+            _ => return false,
+        }
+    }
+    let last = &name[label..];
+    let number = match last {
+        [] => return false,
+        [b'0', b'x' | b'X', hex @ ..] => hex.iter().all(u8::is_ascii_hexdigit),
+        digits => digits.iter().all(u8::is_ascii_digit),
+    };
+    !number || std::str::from_utf8(name).is_ok_and(|n| n.parse::<Ipv4Addr>().is_ok())
+}
+
 /// The host of a `Host` value: up to the first `:` (a host name has none), as nginx reads
 /// it, so `shop.example:80:x` is `shop.example` here too.
 fn strip_port(host: &str) -> &str {
@@ -641,6 +702,77 @@ mod tests {
         assert!(r.gates(Some("shop.example:80:x"), "/a").is_some());
         assert!(r.gates(Some("blog.example"), "/a").is_none());
         assert!(r.gates(None, "/a").is_none());
+    }
+
+    #[test]
+    fn host_values() {
+        for good in [
+            "shop.example",
+            "SHOP.Example",
+            "shop.example.",
+            "shop.example:8080",
+            "shop.example.:443",
+            "shop.example:",
+            "localhost",
+            "my_host-1",
+            "1password.example",
+            "shop.example.0a",
+            "127.0.0.1",
+            "127.0.0.1:3000",
+            "127.0.0.1.",
+            "[::1]",
+            "[::1]:8080",
+            "[2001:DB8::8a2e:370:7334]",
+            "[::ffff:192.0.2.1]:443",
+        ] {
+            assert!(is_valid_host(good.as_bytes()), "{good}");
+        }
+        for bad in [
+            "",
+            ".",
+            ":80",
+            "other@shop.example",
+            "x:y@shop.example",
+            "shop.example/",
+            "shop.example#",
+            "shop.example?",
+            "shop%2Eexample",
+            "shop.ex%61mple",
+            "shop.example\\",
+            "shop.example;x",
+            "shop.example'",
+            "shop.example~",
+            "shop.example!",
+            "shop.example, other",
+            "shop.example other",
+            "shop.example\tx",
+            "shop.example..",
+            "shop..example",
+            ".shop.example",
+            "shop.example:80:x",
+            "shop.example:x",
+            "shop.example:-1",
+            "shop.example:\u{ff}",
+            "bücher.example",
+            "0x7f.1",
+            "127.1",
+            "2130706433",
+            "127.000.0.1",
+            "010.0.0.1",
+            "256.0.0.1",
+            "shop.0x",
+            "[::1",
+            "[::1]x",
+            "[::1]:x",
+            "[fe80::1%25eth0]",
+            "[v1.x]",
+            "[127.0.0.1]",
+            "::1",
+        ] {
+            assert!(!is_valid_host(bad.as_bytes()), "{bad:?}");
+        }
+        assert!(!is_valid_host(b"shop.example\0"));
+        assert!(!is_valid_host(b"shop.example:\xff"));
     }
 
     #[test]

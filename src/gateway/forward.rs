@@ -14,6 +14,8 @@ use std::net::IpAddr;
 use axum::http::Request;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
 
+use crate::core::gate::is_valid_host;
+
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
@@ -85,18 +87,32 @@ fn named_kind(name: &str) -> Kind {
     }
 }
 
-/// The host the client asked for: `Host` (its first value, which the caller has looked up
-/// already: each lookup hashes the name and probes the map, ~110 instructions) when it is
-/// text, or the authority of an HTTP/2 request. A header value, so that the usual `Host`
-/// is shared rather than copied. An authority's `userinfo` (`user:secret@`, deprecated by
-/// RFC 9110 §4.2.4 and forbidden in HTTP/2's `:authority`) is left out: it names no host,
-/// an origin could read a host out of it, and a secret in it would reach the origin's logs.
+/// The host the client asked for: the authority of the request's target when it has one
+/// (an absolute-form target, RFC 9112 §3.2.2, where a proxy must ignore `Host`; an HTTP/2
+/// request's `:authority`, which RFC 9113 §8.3.1 puts before `Host`), else `Host` (its
+/// first value, which the caller has looked up and checked already: each lookup hashes
+/// the name and probes the map, ~110 instructions). A header value, so that the usual
+/// `Host` is shared rather than copied. An authority's `userinfo` (`user:secret@`,
+/// deprecated by RFC 9110 §4.2.4 and forbidden in HTTP/2's `:authority`) is left out: it
+/// names no host, an origin could read a host out of it, and a secret in it would reach the
+/// origin's logs. `None`: no host, or an authority that is not a host and port
+/// ([`is_valid_host`]).
+///
+/// The gate matches this host, and the origin is sent it as `Host` ([`request_headers`]):
+/// the two never read different hosts.
 pub fn host_from<B>(host: Option<&HeaderValue>, req: &Request<B>) -> Option<HeaderValue> {
-    host.filter(|v| v.to_str().is_ok()).cloned().or_else(|| {
-        let a = req.uri().authority()?.as_str();
-        let host_port = a.rsplit_once('@').map_or(a, |(_, h)| h);
-        HeaderValue::from_str(host_port).ok()
-    })
+    let Some(a) = req.uri().authority() else {
+        return host.cloned();
+    };
+    let a = a.as_str();
+    let host_port = a.rsplit_once('@').map_or(a, |(_, h)| h);
+    if !is_valid_host(host_port.as_bytes()) {
+        return None;
+    }
+    // The same text as `Host` (HTTP/2 clients may send both): shared, not copied.
+    host.filter(|h| h.as_bytes() == host_port.as_bytes())
+        .cloned()
+        .or_else(|| HeaderValue::from_str(host_port).ok())
 }
 
 /// The protocol a request asks to upgrade to (`Connection: upgrade` with `Upgrade`), if it
@@ -356,17 +372,19 @@ pub fn request_headers(
     }
     if let Some(host) = host {
         // The client's own `Host` value when it is the host asked for: shared, not copied.
+        // Otherwise (none, or an absolute-form target naming another host) `Host` becomes
+        // the host asked for, the one the gate matched (RFC 9112 §3.2.2).
         let client_host = h.get(header::HOST);
-        let has_host = client_host.is_some();
-        let value = client_host
-            .filter(|v| v.as_bytes() == host.as_bytes())
-            .cloned()
-            .or_else(|| value_of(host));
+        let same = client_host.is_some_and(|v| v.as_bytes() == host.as_bytes());
+        let value = match client_host {
+            Some(v) if same => Some(v.clone()),
+            _ => value_of(host),
+        };
         if let Some(v) = value {
             if !(trusted && h.contains_key(X_FORWARDED_HOST)) {
                 h.insert(X_FORWARDED_HOST, v.clone());
             }
-            if !has_host {
+            if !same {
                 h.insert(header::HOST, v);
             }
         }
@@ -377,6 +395,18 @@ pub fn request_headers(
     if let Some(u) = upgrade {
         h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         h.insert(header::UPGRADE, u.clone());
+    }
+}
+
+/// Whether a message's `Transfer-Encoding` (`h` has one) is `chunked` alone, the only
+/// coding the gateway passes on: it decodes the chunks and frames the message afresh for
+/// the next hop, where any other coding (`gzip, chunked`) would arrive still applied with
+/// nothing saying so. One line only, as nginx asks.
+pub fn coded_by_chunks_alone(h: &HeaderMap) -> bool {
+    let mut lines = h.get_all(header::TRANSFER_ENCODING).iter();
+    match (lines.next(), lines.next()) {
+        (Some(te), None) => te.as_bytes().trim_ascii().eq_ignore_ascii_case(b"chunked"),
+        _ => false,
     }
 }
 
@@ -391,12 +421,8 @@ pub fn request_headers(
 /// `304`), whose `Transfer-Encoding` only says what a body would have had.
 #[must_use]
 pub fn response_headers(h: &mut HeaderMap, upgraded: Option<&HeaderValue>, bodiless: bool) -> bool {
-    if let Some(te) = h.get(header::TRANSFER_ENCODING).filter(|_| !bodiless) {
-        let chunked = h.get_all(header::TRANSFER_ENCODING).iter().count() == 1
-            && te
-                .to_str()
-                .is_ok_and(|v| v.trim().eq_ignore_ascii_case("chunked"));
-        if !chunked {
+    if !bodiless && h.contains_key(header::TRANSFER_ENCODING) {
+        if !coded_by_chunks_alone(h) {
             return false;
         }
         h.remove(header::CONTENT_LENGTH);
@@ -419,15 +445,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_host_comes_from_host_or_the_authority_without_its_userinfo() {
+    fn the_host_comes_from_the_authority_without_its_userinfo_or_host() {
         let req = |uri: &str| Request::builder().uri(uri).body(()).unwrap();
         let host = HeaderValue::from_static("shop.example");
+        assert_eq!(host_from(Some(&host), &req("/x")).unwrap(), "shop.example");
+        assert_eq!(host_from(None, &req("/x")), None);
+        // An absolute-form target's authority wins over `Host`.
         let r = req("http://other.example/x");
-        assert_eq!(host_from(Some(&host), &r).unwrap(), "shop.example");
+        assert_eq!(host_from(Some(&host), &r).unwrap(), "other.example");
         assert_eq!(host_from(None, &r).unwrap(), "other.example");
         let r = req("http://user:s3cret@other.example:8080/x");
         assert_eq!(host_from(None, &r).unwrap(), "other.example:8080");
-        assert_eq!(host_from(None, &req("/x")), None);
+        // An authority that is no host and port names no host.
+        for bad in ["http://shop.example;x/x", "http://shop..example:80/x"] {
+            assert_eq!(host_from(Some(&host), &req(bad)), None, "{bad}");
+        }
+    }
+
+    /// The origin's `Host` is the host asked for: the client's own line when it is that
+    /// host, else replaced (an absolute-form target naming another) or added.
+    #[test]
+    fn the_origin_is_sent_the_host_asked_for() {
+        for (sent, asked) in [
+            (Some("shop.example"), "shop.example"),
+            (Some("other.example"), "shop.example"),
+            (None, "shop.example"),
+        ] {
+            let mut h = headers(&sent.map(|s| ("host", s)).into_iter().collect::<Vec<_>>());
+            request_headers(&mut h, None, false, Some(asked), None, None);
+            let lines: Vec<_> = h.get_all(header::HOST).iter().collect();
+            assert_eq!(lines, [asked], "{sent:?}");
+            assert_eq!(h["x-forwarded-host"], asked);
+        }
     }
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {

@@ -32,6 +32,7 @@ use hyper_util::rt::TokioIo;
 
 use crate::app::AppState;
 pub use crate::config::Upstream;
+use crate::core::gate::is_valid_host;
 use crate::http::body_timeout::DrainIncoming;
 use crate::http::gate::{self, Admission, Session};
 use crate::http::guard::Guard;
@@ -120,6 +121,21 @@ impl Gateway {
         conn: Option<&Connection>,
     ) -> Response {
         let start = std::time::Instant::now();
+        let has_body = !req.body().is_end_stream();
+        // A body of no declared length came with `Transfer-Encoding`; one coded otherwise
+        // than by `chunked` alone (`gzip, chunked`, which hyper reads by its chunks) would
+        // reach the origin still gzipped, its coding dropped with the hop-by-hop header:
+        // `501`, as nginx answers it (RFC 9112 §6.1). A body of known length has no coding,
+        // so most requests are spared the header's lookup.
+        if has_body
+            && req.body().size_hint().exact().is_none()
+            && req.headers().contains_key(header::TRANSFER_ENCODING)
+            && !forward::coded_by_chunks_alone(req.headers())
+        {
+            let (outcome, res) = unknown_coding();
+            self.metrics.record(outcome, start);
+            return res;
+        }
         // Boxed, though the origin could be sent the `Incoming` as it is: a request with an
         // `Incoming` body is larger and is moved several times (into the connection, back
         // out of a refused send); tried, its copies rose by ~650 instructions per request,
@@ -129,7 +145,7 @@ impl Gateway {
         // if dropped unread (the waiting room's page, a refusal), so the connection serves
         // the client's next request; see `DrainOnDrop` for the API's routes.
         let drain = req.version() == Version::HTTP_11
-            && !req.body().is_end_stream()
+            && has_body
             && !req.headers().contains_key(header::EXPECT);
         let req = if drain {
             req.map(|b| Body::new(DrainIncoming::new(b)))
@@ -171,22 +187,28 @@ impl Gateway {
         conn: Option<&Connection>,
     ) -> (Outcome, Response) {
         // Two `Host` headers: the gate would check one and the origin might serve the other
-        // (RFC 9112 §3.2: such a request is answered 400). A `Host` that is not ASCII text
-        // cannot be matched against `hosts`, yet an origin may read a host name out of it
-        // (nginx serves `shop.example:\xff` as `shop.example`).
+        // (RFC 9112 §3.2: such a request is answered 400). A `Host` that is not a host and
+        // port cannot be matched against `hosts`, yet an origin may read a host name out of
+        // it (nginx serves `shop.example:\xff` as `shop.example`, Node's `new URL()` reads
+        // `other@shop.example` so): refused as well ([`is_valid_host`]). So is a request
+        // that names no host, or an HTTP/1.1 one without `Host` (RFC 9112 §3.2): the gate
+        // would match it against no host, and the origin serve it as its default site.
         let mut hosts = req.headers().get_all(header::HOST).iter();
         let first_host = hosts.next();
-        let bad_host = first_host.is_some_and(|h| h.to_str().is_err());
+        let bad_host = match first_host {
+            Some(h) => !is_valid_host(h.as_bytes()),
+            None => req.version() == Version::HTTP_11,
+        };
         if bad_host || hosts.next().is_some() {
-            return refused(crate::http::AppError::invalid(
-                "a request must have one Host header, of ASCII text",
-            ));
+            return refused(invalid_host());
         }
         // The `Host` just found, not looked up again.
-        let host_value = forward::host_from(first_host, &req);
+        let Some(host_value) = forward::host_from(first_host, &req) else {
+            return refused(invalid_host());
+        };
         let client = self.guard.client_ip(peer, req.headers());
         // Read as text once, for the gates and the origin's headers alike.
-        let host = host_text(host_value.as_ref());
+        let host = host_value.to_str().ok();
         let gates = &self.state.gates;
         if !gates.is_loaded() {
             // Which requests are gated is not known yet: none is passed unasked.
@@ -311,7 +333,12 @@ impl Gateway {
             .cloned()
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
         *req.uri_mut() = Uri::from(path);
-        if req.version() == Version::HTTP_2 {
+        // The answer goes back in the client's version, whatever the origin's: an HTTP/1.0
+        // origin's `HTTP/1.0` status line would tell an HTTP/1.1 client that the connection
+        // closes after it, while this side keeps it open (RFC 9110 §6.2: the version is
+        // the hop's own).
+        let version = req.version();
+        if version == Version::HTTP_2 {
             forward::join_cookies(req.headers_mut());
         }
         *req.version_mut() = Version::HTTP_11;
@@ -323,12 +350,6 @@ impl Gateway {
             upgrade.as_ref(),
             conn.map(|c| &c.forwarding),
         );
-        if !req.headers().contains_key(header::HOST) {
-            // HTTP/1.1 needs one (RFC 9112 §3.2); a client that sent none gets the origin's.
-            if let Ok(v) = HeaderValue::from_str(self.upstream.authority.as_str()) {
-                req.headers_mut().insert(header::HOST, v);
-            }
-        }
         if let Some((_, s)) = session {
             gate::session_headers(req.headers_mut(), s);
         }
@@ -347,6 +368,7 @@ impl Gateway {
             if !forward::response_headers(res.headers_mut(), None, bodiless) {
                 return (Outcome::Unavailable, self.misframed());
             }
+            *res.version_mut() = version;
             return (proxied, res);
         };
         // Boxed, as upgrades are rare: inline, its connect future would be copied with
@@ -378,6 +400,7 @@ impl Gateway {
         ) {
             return (Outcome::Unavailable, self.misframed());
         }
+        *res.version_mut() = version;
         (proxied, res.map(Body::new))
     }
 
@@ -415,11 +438,6 @@ fn no_body(status: StatusCode) -> bool {
         || status == StatusCode::NOT_MODIFIED
 }
 
-/// A host (from [`forward::host_from`], text already) as text.
-fn host_text(host: Option<&HeaderValue>) -> Option<&str> {
-    host.and_then(|h| h.to_str().ok())
-}
-
 /// A proxied request body that stopped arriving (or broke off): `400`, as the API answers a
 /// body cut off, and not counted against the origin.
 fn upload_failed(e: &hyper::Error) -> Response {
@@ -438,6 +456,29 @@ fn bad_gateway() -> Response {
         "message": "the site behind the waiting room did not answer",
     }});
     (StatusCode::BAD_GATEWAY, axum::Json(body)).into_response()
+}
+
+/// A request body in a transfer coding other than `chunked` alone: `501`, and the
+/// connection closed after it, as nginx closes it: the body is left unread, not drained as
+/// one the gateway understands.
+#[cold]
+#[inline(never)]
+fn unknown_coding() -> (Outcome, Response) {
+    let body = serde_json::json!({"error": {
+        "code": crate::http::error::code::NOT_IMPLEMENTED,
+        "message": "a request body may be sent with Transfer-Encoding: chunked only",
+    }});
+    let close = [(header::CONNECTION, HeaderValue::from_static("close"))];
+    let res = (StatusCode::NOT_IMPLEMENTED, close, axum::Json(body)).into_response();
+    (Outcome::Refused, res)
+}
+
+/// The refusal of a request whose host is missing, doubled or not a host.
+fn invalid_host() -> crate::http::AppError {
+    crate::http::AppError::invalid(
+        "a request must name its host in one Host header: a host name or address, and \
+         optionally a port",
+    )
 }
 
 /// A request refused before any gate is chosen (two `Host`s, the gate rules not read yet,

@@ -59,6 +59,7 @@ pub mod code {
         POW_REQUIRED = "POW_REQUIRED";
         POW_INVALID = "POW_INVALID";
         UPSTREAM_UNAVAILABLE = "UPSTREAM_UNAVAILABLE";
+        NOT_IMPLEMENTED = "NOT_IMPLEMENTED";
         HOLD_CONFLICT = QueueError::HoldConflict.code();
         ITEM_NOT_FOUND = QueueError::ItemNotFound.code();
         TOO_MANY_HOLDS = QueueError::TooManyHolds.code();

@@ -28,6 +28,7 @@ use super::gate_page::Words;
 use super::guard::{Caller, Guard};
 use super::look::escape;
 use crate::app::AppState;
+use crate::core::gate::is_valid_host;
 use crate::core::{Access, PlaceKey, PlaceState, PlaceView, QueueError};
 pub use crate::gates::cookie_name;
 use crate::gates::{Gate, Renewal, SessionIds};
@@ -613,7 +614,18 @@ pub async fn gate(
     })?;
     let uri = String::from_utf8_lossy(uri.as_bytes());
     let uri: &str = &uri;
-    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    // nginx passes its `$host`, which keeps `other@shop.example` or `shop.example?` as
+    // they came: the gateway's rule applies (see `core::gate::is_valid_host`), as the site
+    // may read `shop.example` out of either. Refused (nginx answers the visitor `500`)
+    // rather than matched as another host, which would pass the site's gated pages.
+    let mut hosts = headers.get_all(header::HOST).iter();
+    let host = hosts.next();
+    if hosts.next().is_some() || host.is_some_and(|h| !is_valid_host(h.as_bytes())) {
+        return Err(AppError::invalid(
+            "the Host header must be one host name or address, and optionally a port",
+        ));
+    }
+    let host = host.and_then(|v| v.to_str().ok());
     if !state.gates.is_loaded() {
         // Which URIs are gated is not known yet: none is passed unasked (nginx answers the
         // visitor `500`, as when waitroom is down).
