@@ -55,7 +55,7 @@ macro_rules! store_conformance {
         // The schedule and the queueing methods (conformance_schedule.rs).
         $crate::store_conformance!(@tests $make;
             prequeue_opens_in_shuffle_order, prequeue_change_of_opens_at, queueing_methods,
-            opening_reached_stays_reached);
+            opening_reached_stays_reached, prequeue_opening_before_a_join_is_refused);
         // Where a copy of the queue could drift (conformance/replica.rs).
         $crate::store_conformance!(@tests $make;
             status_sees_each_change_at_once, polls_outlive_a_later_sweep,
