@@ -720,8 +720,9 @@ async fn an_event_of_the_earlier_chunk_size_keeps_it() {
         serde_json::json!({"max_active": 1, "paused": true}),
     )
     .await;
-    // Made a layout-1 event: `lay` is the number before the last of the meta's MessagePack
-    // array (a one-byte integer; the last is `opened`, 0 without an opening: one byte too).
+    // Made a layout-1 event: `lay` is the third number from the end of the meta's
+    // MessagePack array (a one-byte integer; the last two are `opened` and `prelast`, 0
+    // without an opening: one byte each too).
     let mut conn = redis::Client::open(server.url())
         .unwrap()
         .get_multiplexed_async_connection()
@@ -734,8 +735,12 @@ async fn an_event_of_the_earlier_chunk_size_keeps_it() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    let lay = n.len() - 2;
-    assert_eq!(n[lay..], [3, 0], "the layout, then no opening reached");
+    let lay = n.len() - 3;
+    assert_eq!(
+        n[lay..],
+        [3, 0, 0],
+        "the layout, then no opening reached, no pre-queue join"
+    );
     n[lay] = 1;
     redis::cmd("HSET")
         .arg(key("m"))
@@ -774,8 +779,8 @@ async fn an_event_of_the_earlier_chunk_size_keeps_it() {
     }
 }
 
-/// Makes `id` an event of `layout` in the meta (its number before the last, a one-byte
-/// integer; the last is `opened`, 0 for an event without an opening).
+/// Makes `id` an event of `layout` in the meta (its third number from the end, a one-byte
+/// integer; the last two are `opened` and `prelast`, 0 for an event without an opening).
 async fn set_layout(server: &RedisServer, prefix: &str, id: &str, layout: u8) {
     let mut conn = redis::Client::open(server.url())
         .unwrap()
@@ -789,8 +794,12 @@ async fn set_layout(server: &RedisServer, prefix: &str, id: &str, layout: u8) {
         .query_async(&mut conn)
         .await
         .unwrap();
-    let lay = n.len() - 2;
-    assert_eq!(n[lay + 1], 0, "no opening reached");
+    let lay = n.len() - 3;
+    assert_eq!(
+        n[lay + 1..],
+        [0, 0],
+        "no opening reached, no pre-queue join"
+    );
     n[lay] = layout;
     redis::cmd("HSET")
         .arg(&key)

@@ -195,6 +195,42 @@ async fn an_opening_reached_stays_reached_across_a_restart_behind_it() {
     );
 }
 
+/// The pre-queue's latest join is not written down: a restart finds it again from the
+/// places that wait, so an opening advanced to a time at or before one of their joins is
+/// still refused after it, and one after them all is taken.
+#[tokio::test]
+async fn the_pre_queue_latest_join_is_known_again_after_a_restart() {
+    use waitroom::core::schedule::format_rfc3339;
+    let dir = tempfile::tempdir().unwrap();
+    let at =
+        |t: u64| support::conformance::patch(serde_json::json!({"opens_at": format_rfc3339(t)}));
+    {
+        let store: Arc<dyn Store> =
+            Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, T0).unwrap());
+        let settings = serde_json::json!({
+            "opens_at": format_rfc3339(T0 + 100 * S), "waiting_idle_sec": 100_000,
+        });
+        make_event(&store, "ev", settings).await;
+        join(&store, "ev", None, T0 + 40 * S).await;
+        join(&store, "ev", None, T0 + 50 * S).await;
+        store.close().await.unwrap();
+    }
+    // The clock after the restart is 10 s behind the last join.
+    let back = T0 + 40 * S;
+    let store: Arc<dyn Store> =
+        Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, back).unwrap());
+    assert!(matches!(
+        qerr(store.put_event("ev", &at(T0 + 50 * S), back).await),
+        QueueError::Invalid(_)
+    ));
+    let c = store.put_event("ev", &at(T0 + 51 * S), back).await.unwrap();
+    assert_eq!(c.opens_at, Some(T0 + 51 * S));
+    assert_eq!(
+        store.get_event("ev", back).await.unwrap().figures.waiting,
+        2
+    );
+}
+
 /// A place whose deadline passed long before anyone noticed keeps answering
 /// `TOKEN_EXPIRED` for the retention counted from when it was noticed (as the memory store
 /// does), and a restart does not move that moment.

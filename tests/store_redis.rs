@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use support::conformance::{join, make_event, S, T0};
 use support::redis::{shared, shared_cluster, unique_prefix};
-use waitroom::core::PlaceState;
+use waitroom::core::{PlaceState, QueueError};
 use waitroom::store::redis::{RedisOptions, RedisStore};
 use waitroom::store::{Notice, Store};
 
@@ -752,6 +752,64 @@ async fn an_event_of_the_older_layout_is_refused_and_can_be_deleted() {
     assert_eq!(store.memory_usage(ev).await.unwrap(), Some(0));
     make_event(&store, ev, serde_json::json!({"max_active": 1})).await;
     assert_eq!(join(&store, ev, None, T0).await.key.seq, 1);
+}
+
+/// An event whose meta was written before the pre-queue's latest join was kept (its
+/// numbers end before it) knows none of its joins: any waiting place of its pre-queue may
+/// have joined just before the opening. While that pre-queue waits, the opening may not be
+/// advanced before it, whatever joins come after: a later join behind the clock of an
+/// earlier one (a step back) must not pass for the latest.
+#[tokio::test]
+async fn a_meta_without_the_pre_queue_mark_keeps_the_opening_from_being_advanced() {
+    use waitroom::core::schedule::format_rfc3339;
+    let opts = options();
+    let prefix = opts.key_prefix.clone();
+    let store: Arc<dyn Store> = Arc::new(RedisStore::new(&shared().url(), opts).unwrap());
+    let ev = "premark";
+    let opens = T0 + 100 * S;
+    let at =
+        |t: u64| support::conformance::patch(serde_json::json!({"opens_at": format_rfc3339(t)}));
+    make_event(
+        &store,
+        ev,
+        serde_json::json!({"opens_at": format_rfc3339(opens), "waiting_idle_sec": 100_000}),
+    )
+    .await;
+    join(&store, ev, None, T0 + 50 * S).await;
+    // The meta as the script before the mark wrote it: its first 42 numbers.
+    let client = redis::Client::open(shared().url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("EVAL")
+        .arg(
+            "local v = cmsgpack.unpack(redis.call('HGET', KEYS[1], 'n')) \
+             while #v > 42 do table.remove(v) end \
+             redis.call('HSET', KEYS[1], 'n', cmsgpack.pack(v))",
+        )
+        .arg(1)
+        .arg(format!("{prefix}:{{{ev}}}:m"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // The clock steps back 10 s.
+    join(&store, ev, None, T0 + 41 * S).await;
+    let refused = store.put_event(ev, &at(T0 + 45 * S), T0 + 42 * S).await;
+    assert!(
+        matches!(
+            refused,
+            Err(waitroom::store::StoreError::Queue(QueueError::Invalid(_)))
+        ),
+        "{refused:?}"
+    );
+    let c = store
+        .put_event(ev, &at(opens + 50 * S), T0 + 42 * S)
+        .await
+        .unwrap();
+    assert_eq!(c.opens_at, Some(opens + 50 * S));
+    // Back to the first opening: after every join, as it was.
+    let c = store.put_event(ev, &at(opens), T0 + 43 * S).await.unwrap();
+    assert_eq!(c.opens_at, Some(opens));
+    let f = store.get_event(ev, T0 + 43 * S).await.unwrap().figures;
+    assert_eq!(f.waiting, 2);
 }
 
 /// A Redis that may evict keys is refused (an evicted chunk loses acknowledged places

@@ -76,6 +76,10 @@ pub struct EventQueue {
     rank: RankIndex,
     /// The waiting places of the pre-queue, in shuffle order (`queue_schedule.rs`).
     pre: PreQueue,
+    /// The latest `joined_at` of a place put in the pre-queue since it was last empty: no
+    /// waiting place of the pre-queue joined later (`check_config`). Not persisted: a
+    /// restore rebuilds it from the places that wait.
+    pre_last_join: Millis,
     admitted: u64,
     active: u64,
     completed: u64,
@@ -128,6 +132,7 @@ impl EventQueue {
             users: UserIndex::default(),
             rank: RankIndex::default(),
             pre: PreQueue::default(),
+            pre_last_join: 0,
             admitted: 0,
             active: 0,
             completed: 0,
@@ -965,6 +970,26 @@ impl EventQueue {
         let with_user = self.places.values().filter(|p| p.user_id.is_some()).count();
         if with_user != self.users.len() {
             return Err("a user holds two places".into());
+        }
+        // Which line a waiting place is in is derived from the settings: it must be the
+        // line that holds it.
+        let pre: Vec<Millis> = self
+            .places
+            .values()
+            .filter(|p| {
+                p.state == PlaceState::Waiting && in_prequeue(self.config.opens_at, p.joined_at)
+            })
+            .map(|p| p.joined_at)
+            .collect();
+        if pre.len() as u64 != self.pre.len() {
+            return Err(format!(
+                "the pre-queue holds {} places, {} waiting places joined before the opening",
+                self.pre.len(),
+                pre.len()
+            ));
+        }
+        if pre.iter().any(|&t| t > self.pre_last_join) {
+            return Err("a pre-queue place joined after the pre-queue's latest join".into());
         }
         self.inventory.check()?;
         for seq in self.inventory.holders() {

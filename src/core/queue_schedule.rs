@@ -58,6 +58,11 @@ impl EventQueue {
     /// window: the caller re-windows it first.)
     pub(super) fn line_insert(&mut self, seq: u64, joined_at: Millis) {
         if in_prequeue(self.config.opens_at, joined_at) {
+            // The pre-queue's latest join, counted afresh once it was empty: kept rather
+            // than found, and never lowered by a departure (`check_config`).
+            if self.pre.is_empty() || joined_at > self.pre_last_join {
+                self.pre_last_join = joined_at;
+            }
             let key = self.pre_key(seq);
             self.pre.insert(&key, seq);
         } else {
@@ -139,9 +144,9 @@ impl EventQueue {
 
     /// Refuses settings whose `opens_at` would move a waiting place into or out of the
     /// pre-queue: with places waiting, `opens_at` may change only while both the old and
-    /// the new time are ahead (a postponed or advanced opening), where every waiting place
-    /// joined before both. Also refuses reopening an ended sale while places it ended
-    /// still wait to be removed (`lifecycle::reopen_allowed`).
+    /// the new time are ahead (a postponed or advanced opening), and the new one is after
+    /// every join of the pre-queue. Also refuses reopening an ended sale while places it
+    /// ended still wait to be removed (`lifecycle::reopen_allowed`).
     pub fn check_config(&self, new: &EventConfig, now: Millis) -> Result<(), QueueError> {
         schedule_change_allowed(
             self.config.opens_at,
@@ -149,6 +154,7 @@ impl EventQueue {
             new.opens_at,
             self.waiting_len(),
             self.rank.len(),
+            self.pre_last_join,
             now,
         )?;
         crate::core::lifecycle::reopen_allowed(
@@ -177,19 +183,27 @@ impl EventQueue {
 /// The rule of [`EventQueue::check_config`], shared with the Redis store's check (which
 /// mirrors it in `ops.lua`). `old_ahead`: the old opening is still ahead
 /// ([`EventConfig::opening_ahead`]: by this clock, and not recorded as reached).
+/// `pre_last_join`: no waiting place of the pre-queue joined later (a high-water mark of
+/// its joins, which a departure does not lower).
 pub fn schedule_change_allowed(
     old: Option<Millis>,
     old_ahead: bool,
     new: Option<Millis>,
     waiting: u64,
     first_come: u64,
+    pre_last_join: Millis,
     now: Millis,
 ) -> Result<(), QueueError> {
     let new_ahead = new.is_some_and(|t| now < t);
     // Both ahead, yet someone waits in the first-come line: a join past the opening that
     // no record tells of (a store written before openings were recorded). The change
-    // would move that place into the pre-queue.
-    if old == new || waiting == 0 || (old_ahead && new_ahead && first_come == 0) {
+    // would move that place into the pre-queue. Or both ahead, yet a place of the
+    // pre-queue joined at or after the new time: a clock behind the joins (this one's
+    // after a step back, or another node's) takes the change. Which line a place is in
+    // comes from `joined_at < opens_at`, so the change would take the place out of the
+    // pre-queue while it is held there.
+    let keeps_prequeue = new.is_some_and(|t| t > pre_last_join);
+    if old == new || waiting == 0 || (old_ahead && new_ahead && first_come == 0 && keeps_prequeue) {
         Ok(())
     } else {
         Err(QueueError::Invalid(SCHEDULE_LOCKED.into()))
@@ -198,7 +212,7 @@ pub fn schedule_change_allowed(
 
 /// Why a change of `opens_at` was refused.
 pub const SCHEDULE_LOCKED: &str =
-    "opens_at cannot change now: places are waiting and the change would move them into or out of the pre-queue (it may move only while both times are ahead)";
+    "opens_at cannot change now: places are waiting and the change would move them into or out of the pre-queue (it may move only while both times are ahead, and only to a time after every pre-queue join)";
 
 #[cfg(test)]
 #[path = "schedule_tests.rs"]

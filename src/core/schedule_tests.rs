@@ -139,6 +139,71 @@ fn opens_at_may_move_only_while_it_and_the_new_time_are_ahead() {
     assert!(q.check_config(&with(Some(OPENS * 2)), OPENS).is_err());
 }
 
+/// A clock behind the joins (this one's after a step back, or another node's) may take a
+/// change that advances an opening still ahead to a time at or before some pre-queue
+/// place's join. Which line a place is in comes from `joined_at < opens_at`, so it would
+/// be taken out of the pre-queue while held there: such a change is refused, and one after
+/// every join keeps the pre-queue whole (defect: both times ahead and nobody in the
+/// first-come line was enough; positions came from the wrong line, and at the opening the
+/// line's counts wrapped, admitting one place again and again).
+#[test]
+fn an_opening_advanced_before_a_pre_queue_join_is_refused_whatever_the_clock() {
+    let mut q = scheduled(1, [4; 32], QueueingMethod::Fifo);
+    let a = join(&mut q, 50 * S).unwrap();
+    let b = join(&mut q, 51 * S).unwrap();
+    assert!(a.prequeue_rank.is_none() && a.opens_in_sec == Some(50));
+    // The clock steps back 30 s: both the opening and the new time are ahead of it.
+    let now = 21 * S;
+    let with = |t: Millis| EventConfig {
+        opens_at: Some(t),
+        ..q.config().clone()
+    };
+    for t in [now + 8 * S, 50 * S, 51 * S] {
+        let e = q.check_config(&with(t), now).unwrap_err();
+        assert!(matches!(e, QueueError::Invalid(_)), "{t}: {e:?}");
+    }
+    // After every join: allowed, and both places stay in the pre-queue.
+    let opens = 51 * S + 1;
+    q.check_config(&with(opens), now).unwrap();
+    let mut fx = Vec::new();
+    q.set_config(with(opens), now, &mut fx);
+    q.check_invariants().unwrap();
+    for v in [a, b] {
+        let v = q.peek(v.key, now + S, &mut Vec::new()).unwrap();
+        assert_eq!((v.position, v.queue_length), (None, 2));
+        assert!(v.prequeue_rank.is_none() && v.opens_in_sec.is_some());
+    }
+    // The opening admits one of them, once; the other waits first in line.
+    let mut fx = Vec::new();
+    q.tick(opens, &mut fx);
+    assert_eq!(admitted(&fx).len(), 1);
+    let late = join(&mut q, opens + S).unwrap();
+    assert_eq!(late.position, Some(2));
+    q.check_invariants().unwrap();
+    let f = q.figures(opens + S, &mut Vec::new());
+    assert_eq!((f.admitted, f.waiting), (1, 2));
+}
+
+/// The pre-queue's latest join is a high-water mark: a place that left does not lower it
+/// (the Redis store keeps the same mark: a scan of the pre-queue in its script would grow
+/// with it), and it starts over once the pre-queue is empty.
+#[test]
+fn the_pre_queue_latest_join_is_kept_until_it_empties() {
+    let mut q = scheduled(1, [4; 32], QueueingMethod::Fifo);
+    join(&mut q, 10 * S).unwrap();
+    let last = join(&mut q, 60 * S).unwrap();
+    let with = |q: &EventQueue, t: Millis| EventConfig {
+        opens_at: Some(t),
+        ..q.config().clone()
+    };
+    assert!(q.leave(last.key, 30 * S, &mut Vec::new()).unwrap());
+    assert!(q.check_config(&with(&q, 40 * S), 30 * S).is_err());
+    q.clear(30 * S, &mut Vec::new());
+    join(&mut q, 31 * S).unwrap();
+    assert!(q.check_config(&with(&q, 40 * S), 31 * S).is_ok());
+    q.check_invariants().unwrap();
+}
+
 /// Once an operation reached the opening, a clock behind it (a node whose clock lags, or
 /// this one's after a step back) finds the sale open all the same: no countdown, no
 /// pre-queue for a new join (it is dated at the opening, behind those who joined after

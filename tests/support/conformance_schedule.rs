@@ -157,6 +157,60 @@ pub async fn prequeue_change_of_opens_at(store: Arc<dyn Store>) {
     assert_eq!(c.opens_at, Some(OPENS));
 }
 
+/// A clock behind the joins (this node's after a step back of 30 s, or another node's)
+/// advances an opening still ahead to a time at or before a pre-queue join: refused,
+/// nothing changed, since which line a place is in comes from `joined_at < opens_at`
+/// (defect: both times ahead and nobody in the first-come line was enough; the places were
+/// taken out of the pre-queue while held there: positions past the queue's length, and at
+/// the opening one place admitted again and again, later joiners at position 2^32). A new
+/// time after every join is taken, and the pre-queue opens whole.
+pub async fn prequeue_opening_before_a_join_is_refused(store: Arc<dyn Store>) {
+    scheduled(&store, "step", serde_json::json!({"max_active": 1})).await;
+    let early = [
+        join(&store, "step", None, T0 + 40 * S).await,
+        join(&store, "step", None, T0 + 41 * S).await,
+    ];
+    let moved = |t: Millis| patch_with_secret(serde_json::json!({"opens_at": format_rfc3339(t)}));
+    // The clock steps back 30 s: both the opening and the new times are ahead of it.
+    let back = T0 + 11 * S;
+    for t in [back + 8 * S, T0 + 40 * S, T0 + 41 * S] {
+        let e = queue_err(store.put_event("step", &moved(t), back).await);
+        assert!(matches!(e, QueueError::Invalid(_)), "{t}: {e:?}");
+    }
+    let c = store.get_event("step", back).await.unwrap().config;
+    assert_eq!(c.opens_at, Some(OPENS), "nothing changed");
+    for v in &early {
+        let v = store.status("step", v.key, back + S).await.unwrap();
+        assert_eq!((v.position, v.queue_length), (None, 2));
+        assert_eq!(v.opens_in_sec, Some(88), "still in the pre-queue");
+    }
+    // After every join: taken, and the pre-queue stays whole.
+    let opens = T0 + 42 * S;
+    let c = store.put_event("step", &moved(opens), back).await.unwrap();
+    assert_eq!(c.opens_at, Some(opens));
+    assert_eq!(c.event_secret, Some(EventSecret(SECRET)), "kept");
+    for v in &early {
+        let v = store.status("step", v.key, back + S).await.unwrap();
+        assert_eq!((v.position, v.queue_length), (None, 2));
+        assert_eq!(v.opens_in_sec, Some(30));
+    }
+    // The opening admits one of them, once; the other comes first after it.
+    store.tick("step", opens).await.unwrap();
+    let late = join(&store, "step", None, opens + S).await;
+    assert_eq!((late.position, late.queue_length), (Some(2), 2));
+    let mut admitted = 0;
+    for v in &early {
+        let v = store.status("step", v.key, opens + S).await.unwrap();
+        match v.status {
+            PlaceState::Admitted => admitted += 1,
+            _ => assert_eq!((v.position, v.prequeue_rank), (Some(1), Some(1))),
+        }
+    }
+    assert_eq!(admitted, 1);
+    let f = store.get_event("step", opens + S).await.unwrap().figures;
+    assert_eq!((f.admitted, f.waiting), (1, 2));
+}
+
 /// The opening, once reached by one clock, holds for a clock behind it: a node whose
 /// clock lags (another store on the same data, `b`), or the same node's after a step back.
 pub async fn opening_reached_stays_reached(store: Arc<dyn Store>) {

@@ -25,10 +25,13 @@ local function op_put()
   if exists and M.opened ~= tonumber(ARGV[21]) then return finish('CONFLICT') end
   -- queue_schedule.rs `schedule_change_allowed`: opens_at may not move a waiting place
   -- into or out of the pre-queue (nor one of the first-come line, which a node whose clock
-  -- ran ahead may have let join before openings were recorded).
+  -- ran ahead may have let join before openings were recorded), nor to a time at or before
+  -- a pre-queue join (a clock behind the joins: a step back, or another node's), which
+  -- the meta's mark of the latest join (prelast) bounds.
   local opens = tonumber(ARGV[15])
   if exists and opens ~= M.opens and N_W > 0
-      and not (before_opening() and opens > 0 and NOW < opens and N_W == M.npre) then
+      and not (before_opening() and opens > 0 and NOW < opens and N_W == M.npre
+               and opens > M.prelast) then
     return finish('SCHEDULE_LOCKED')
   end
   -- lifecycle.rs `reopen_allowed`: an ended sale reopens only once its places are gone.

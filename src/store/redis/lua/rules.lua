@@ -242,11 +242,17 @@ local function pkey(seq) return pchunk(chunk(seq)) end
 -- - opened: the opens_at a script's time reached (0: none), so that the opening stays
 --   reached for every node, whatever its clock says after (`advance` below;
 --   config.rs `opening_reached`). 0 in a meta written before it: reached by the clock alone.
+-- - prelast: the latest joined time of a place put in the pre-queue since it was last empty
+--   (schedule.lua `line_insert`): no waiting place of the pre-queue joined later, so `put`
+--   knows which openings keep it whole without scanning it (queue_schedule.rs
+--   `schedule_change_allowed`). Never lowered by a departure. Read from a meta written
+--   before it as just before the opening (load_meta). Only `put` reads it: not in the
+--   change log.
 local FIELDS = {'cap', 'rate', 'ttl', 'sidle', 'smax', 'widle', 'maxq', 'paused', 'accept',
   'seq', 'completed', 'left', 'expired', 'joins', 'admissions', 'wsum', 'ssum', 'scnt', 'wn',
   'btok', 'blast', 'bprimed', 'nw', 'nad', 'nac', 'nd', 'fadm', 'hbusy', 'hsince', 'hends',
   'opens', 'method', 'npre', 'closes', 'ended', 'lv', 'inc', 'fsz', 'ftail', 'ftot', 'lay',
-  'opened'}
+  'opened', 'prelast'}
 local FADM_AT = 27
 local M, DIRTY
 on_call(function() M, DIRTY = {}, false end)
@@ -502,6 +508,9 @@ local function load_meta()
   local v = cmsgpack.unpack(raw)
   for i, f in ipairs(FIELDS) do M[f] = v[i] or 0 end
   if M.fadm < 0 then M.fadm = nil end -- nil until the first admission
+  -- A meta written before prelast (FIELDS' 43rd) was kept, with a pre-queue waiting: any
+  -- of its places may have joined just before the opening.
+  if v[43] == nil and M.npre > 0 then M.prelast = M.opens - 1 end
   N_W, N_AD, N_AC = M.nw, M.nad, M.nac
   OLD_LAYOUT = CHUNK_OF[M.lay] == nil
   EV_CHUNK = CHUNK_OF[M.lay] or CHUNK

@@ -3,7 +3,8 @@
 -- lines a waiting place stands in, the order of admission, the lottery. Follows rules.lua,
 -- which declares the line_* names (its rules call them) and keeps these numbers in M:
 -- opens (opens_at in ms, 0: none), method (0 fifo, 1 random, 2 passthrough, 3 reject),
--- npre (how many wait in the pre-queue), opened (the opens reached, 0: none). Beside `n`
+-- npre (how many wait in the pre-queue), opened (the opens reached, 0: none), prelast (the
+-- pre-queue's latest join since it was last empty). Beside `n`
 -- in the meta: `sseed` (the shuffle seed) and `lkey` (the lottery key), 32 raw bytes each,
 -- written by `put`.
 --
@@ -116,6 +117,9 @@ end
 -- (c: seq's chunk, when the caller has it.)
 line_insert = function(seq, joined, c)
   if in_prequeue(joined) then
+    -- Kept, never lowered by a departure, counted afresh once the pre-queue was empty:
+    -- `put` may not scan the pre-queue for its latest join (queue_schedule.rs).
+    if M.npre == 0 or joined > M.prelast then set('prelast', joined) end
     rcall('ZADD', K_PRE, 0, pre_member(seq))
     rcall('ZADD', K_PRESEQ, seq, seq)
     set('npre', M.npre + 1)
