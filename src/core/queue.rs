@@ -823,7 +823,9 @@ impl EventQueue {
             next = Some(next.map_or(t, |n| n.min(t)));
         }
         let (cap, rate) = self.limits();
-        if let Some(rate) = rate {
+        // Before the opening nobody is admitted, so no token is spent and the next one
+        // stays due: the wake for the opening below is the one that counts.
+        if let Some(rate) = rate.filter(|_| !self.before_opening(now)) {
             let room = self.admitted + self.active < cap;
             if room && !self.config.paused && self.waiting_len() > 0 {
                 let t = self.bucket.next_token_at(rate).max(now + 1);

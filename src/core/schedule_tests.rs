@@ -433,3 +433,22 @@ fn a_million_places_open_without_a_long_step() {
     );
     assert_eq!(q.waiting(), n - 10);
 }
+
+#[test]
+fn a_paced_prequeue_asks_for_the_opening_not_for_the_next_token() {
+    let mut q = scheduled(10, [7; 32], QueueingMethod::Fifo);
+    let mut c = q.config().clone();
+    c.admit_per_minute = Some(60);
+    q.set_config(c, 0, &mut Vec::new());
+    let v = join(&mut q, S).unwrap();
+    assert_eq!(v.status, PlaceState::Waiting);
+    let mut fx = Vec::new();
+    // Nobody can be admitted before the opening: the tick wakes for it (its place's idle
+    // deadline is further off), not a millisecond later on every pass.
+    for now in [2 * S, 50 * S, OPENS - 1] {
+        assert_eq!(q.tick(now, &mut fx), Some(OPENS), "tick at {now}");
+    }
+    assert!(fx.is_empty());
+    q.tick(OPENS, &mut fx);
+    assert_eq!(admitted(&fx), vec![v.key.seq]);
+}

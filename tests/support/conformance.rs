@@ -56,7 +56,8 @@ macro_rules! store_conformance {
         $crate::store_conformance!(@tests $make;
             prequeue_opens_in_shuffle_order, prequeue_change_of_opens_at,
             opens_at_the_epoch_has_opened, queueing_methods, a_switch_to_random_draws_at_once,
-            opening_reached_stays_reached, prequeue_opening_before_a_join_is_refused);
+            opening_reached_stays_reached, prequeue_opening_before_a_join_is_refused,
+            paced_prequeue_ticks_for_the_opening);
         // Where a copy of the queue could drift (conformance/replica.rs).
         $crate::store_conformance!(@tests $make;
             status_sees_each_change_at_once, polls_outlive_a_later_sweep,

@@ -208,7 +208,9 @@ local function op_tick()
   end
   local cap, rate = limits()
   if M.closes > NOW then sooner(M.closes) end
-  if rate > 0 and N_AD + N_AC < cap and M.paused ~= 1 and N_W > 0 then
+  -- Before the opening nobody is admitted, so no token is spent and the next one stays
+  -- due: the wake for the opening below is the one that counts.
+  if rate > 0 and N_AD + N_AC < cap and M.paused ~= 1 and N_W > 0 and not before_opening() then
     sooner(math.max(next_token_at(), NOW + 1))
   end
   -- The opening: the pre-queue starts to be admitted. Asked for even while nobody waits:
