@@ -564,7 +564,7 @@ impl EventQueue {
         if !self.config.accept_joins {
             return Err(QueueError::EventClosed);
         }
-        self.check_reject(now)?;
+        self.check_reject(now, squatted.map(|(_, state)| state))?;
         if let Some(max) = self.config.max_queue_length {
             // The replaced place, if waiting, makes room for the new one.
             let freed = matches!(squatted, Some((_, PlaceState::Waiting)));

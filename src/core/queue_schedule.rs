@@ -9,7 +9,7 @@
 //! opening itself moves nothing: it is only the moment `admit` starts to let people in.
 
 use super::super::schedule::{draw, in_prequeue, prequeue_key, QueueingMethod};
-use super::{EventConfig, EventQueue, Millis, QueueError};
+use super::{EventConfig, EventQueue, Millis, PlaceState, QueueError};
 
 impl EventQueue {
     /// The sale has not opened yet at `now`: nobody is admitted. An opening once reached
@@ -124,13 +124,23 @@ impl EventQueue {
 
     /// The `reject` rule: after the opening, a join that could not be admitted at once
     /// (nobody ahead, a free slot, rate budget, not paused) is refused. Before the opening
-    /// joins wait in the pre-queue whatever the method.
-    pub(super) fn check_reject(&mut self, now: Millis) -> Result<(), QueueError> {
+    /// joins wait in the pre-queue whatever the method. `replaced`: the state of the place
+    /// a proven join ends if it gets in, whose slot or spot in line it counts as free.
+    pub(super) fn check_reject(
+        &mut self,
+        now: Millis,
+        replaced: Option<PlaceState>,
+    ) -> Result<(), QueueError> {
         if self.config.queueing_method != QueueingMethod::Reject || self.before_opening(now) {
             return Ok(());
         }
-        let room = self.admitted + self.active < self.config.capacity();
-        let mut ok = !self.config.paused && self.waiting_len() == 0 && room;
+        let (waiting, held) = match replaced {
+            None => (0, 0),
+            Some(PlaceState::Waiting) => (1, 0),
+            Some(_) => (0, 1),
+        };
+        let room = self.admitted + self.active - held < self.config.capacity();
+        let mut ok = !self.config.paused && self.waiting_len() - waiting == 0 && room;
         if let (true, Some(rate)) = (ok, self.config.admit_per_minute) {
             self.bucket.refill(rate, now);
             ok = self.bucket.tokens >= 1.0;

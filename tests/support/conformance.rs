@@ -52,6 +52,8 @@ macro_rules! store_conformance {
             delete_event_removes_inventory, sale_end_closes_the_queue,
             closes_at_ends_the_sale_on_time, closes_at_the_epoch_has_ended_the_sale,
             ending_a_long_queue_takes_bounded_batches, announcement_is_kept_with_the_event);
+        $crate::store_conformance!(@tests $make;
+            proven_join_replaces_a_squatter_in_a_full_reject_event);
         // The schedule and the queueing methods (conformance_schedule.rs).
         $crate::store_conformance!(@tests $make;
             prequeue_opens_in_shuffle_order, prequeue_change_of_opens_at,
@@ -1595,6 +1597,50 @@ pub async fn closes_at_the_epoch_has_ended_the_sale(store: Arc<dyn Store>) {
     tick_out(&store, "epoch", T0 + 2 * S).await;
     let f = store.get_event("epoch", T0 + 2 * S).await.unwrap().figures;
     assert_eq!((f.waiting, f.admitted, f.active), (0, 0, 0), "{f:?}");
+}
+
+/// Under `reject`, a proven join counts the room the squatted place it replaces frees, as
+/// `QUEUE_FULL` does: the squatter's slot is the proven user's, not a reason to refuse.
+pub async fn proven_join_replaces_a_squatter_in_a_full_reject_event(store: Arc<dyn Store>) {
+    make_event(
+        &store,
+        "rjs",
+        serde_json::json!({"max_active": 1, "queueing_method": "reject"}),
+    )
+    .await;
+    let squat = store
+        .join("rjs", &claim(Some("alice"), None), T0)
+        .await
+        .unwrap();
+    assert_eq!(squat.status, PlaceState::Admitted);
+    assert_eq!(
+        queue_err(store.join("rjs", &req(Some("bob")), T0).await),
+        QueueError::EventFull
+    );
+    let mine = join(&store, "rjs", Some("alice"), T0 + S).await;
+    assert_ne!(mine.key, squat.key);
+    assert_eq!(mine.status, PlaceState::Admitted);
+    assert_eq!(
+        state(&store, "rjs", squat.key, T0 + S).await,
+        Err(QueueError::TokenNotFound)
+    );
+    // An active squatter's session is replaced as well.
+    let s2 = store.join("rjs", &claim(Some("carol"), None), T0 + S).await;
+    assert_eq!(queue_err(s2), QueueError::EventFull, "the slot is alice's");
+    assert!(store.leave("rjs", mine.key, T0 + 2 * S).await.unwrap());
+    let squat = store
+        .join("rjs", &claim(Some("carol"), None), T0 + 2 * S)
+        .await
+        .unwrap();
+    store.enter("rjs", squat.key, T0 + 2 * S).await.unwrap();
+    let carol = join(&store, "rjs", Some("carol"), T0 + 3 * S).await;
+    assert_eq!(carol.status, PlaceState::Admitted);
+    assert_eq!(
+        queue_err(store.session("rjs", squat.key, T0 + 3 * S).await),
+        QueueError::NoSession
+    );
+    let figures = store.get_event("rjs", T0 + 3 * S).await.unwrap().figures;
+    assert_eq!((figures.admitted, figures.active, figures.left), (1, 0, 3));
 }
 
 /// Ending a queue longer than [`END_BATCH`] takes several ticks of at most that many places

@@ -118,9 +118,12 @@ local function op_join(ARGV)
     end
   end
   if M.accept ~= 1 then return finish('EVENT_CLOSED') end
-  if not check_reject() then return finish('EVENT_FULL') end
-  local freed = 0
-  if squat_p and squat_p.state == 'w' then freed = 1 end
+  -- The replaced place, if any, makes room: its spot in line or its slot.
+  local freed, held = 0, 0
+  if squat_p then
+    if squat_p.state == 'w' then freed = 1 else held = 1 end
+  end
+  if not check_reject(freed, held) then return finish('EVENT_FULL') end
   if M.maxq > 0 and N_W - freed >= M.maxq then return finish('QUEUE_FULL') end
   -- Its slot, if it held one, goes to the head of the queue by the admit below.
   if squat then end_place(squat, squat_p, FX_LEFT, NOW) end
