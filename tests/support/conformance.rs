@@ -53,6 +53,7 @@ macro_rules! store_conformance {
             closes_at_ends_the_sale_on_time, closes_at_the_epoch_has_ended_the_sale,
             ending_a_long_queue_takes_bounded_batches, announcement_is_kept_with_the_event);
         $crate::store_conformance!(@tests $make;
+            a_sale_seen_over_stays_over_for_older_stamps,
             proven_join_replaces_a_squatter_in_a_full_reject_event);
         // The schedule and the queueing methods (conformance_schedule.rs).
         $crate::store_conformance!(@tests $make;
@@ -1597,6 +1598,48 @@ pub async fn closes_at_the_epoch_has_ended_the_sale(store: Arc<dyn Store>) {
     tick_out(&store, "epoch", T0 + 2 * S).await;
     let f = store.get_event("epoch", T0 + 2 * S).await.unwrap().figures;
     assert_eq!((f.waiting, f.admitted, f.active), (0, 0, 0), "{f:?}");
+}
+
+/// Operations reach an event stamped out of order (the scheduler stamps a whole pass before
+/// it ticks the events one by one; a request reads the clock before it waits; nodes' clocks
+/// differ). Once a place was told the sale is over, one stamped before `closes_at` neither
+/// admits it nor lets a join in.
+pub async fn a_sale_seen_over_stays_over_for_older_stamps(store: Arc<dyn Store>) {
+    let closes = T0 + 100 * S;
+    make_event(
+        &store,
+        "late",
+        serde_json::json!({"max_active": 10, "admit_per_minute": 60,
+            "waiting_idle_sec": 1000, "ready_ttl_sec": 1000,
+            "closes_at": format_rfc3339(closes)}),
+    )
+    .await;
+    let a = join(&store, "late", None, T0).await;
+    let b = join(&store, "late", None, T0).await;
+    assert_eq!(a.status, PlaceState::Admitted);
+    assert_eq!(b.status, PlaceState::Waiting);
+    assert_eq!(
+        queue_err(store.status("late", b.key, closes + 10).await),
+        QueueError::TokenNotFound
+    );
+    // Over for a status stamped before the end too, while the place is not yet swept (on
+    // Redis, a replica's answer as well).
+    assert_eq!(
+        queue_err(store.status("late", b.key, closes - 100).await),
+        QueueError::TokenNotFound
+    );
+    // A tick stamped 150 ms before the end, with a rate token long due: nobody admitted.
+    store.tick("late", closes - 150).await.unwrap();
+    assert_eq!(
+        queue_err(store.enter("late", b.key, closes + 200).await),
+        QueueError::TokenNotFound
+    );
+    assert_eq!(
+        queue_err(store.join("late", &req(None), closes - 50).await),
+        QueueError::EventClosed
+    );
+    let figures = store.get_event("late", closes + 300).await.unwrap().figures;
+    assert_eq!((figures.admitted, figures.waiting), (1, 0));
 }
 
 /// Under `reject`, a proven join counts the room the squatted place it replaces frees, as

@@ -36,8 +36,9 @@ local function op_put()
   end
   -- lifecycle.rs `reopen_allowed`: an ended sale reopens only once its places are gone.
   local closes, ended = tonumber(ARGV[19]), tonumber(ARGV[20])
+  -- (Both counting an end an operation already saw: sale_ended.)
   if exists and N_W > 0 and sale_ended()
-      and not (ended == 1 or (closes > 0 and NOW >= closes)) then
+      and not (ended == 1 or (closes > 0 and math.max(NOW, M.seen) >= closes)) then
     return finish('REOPEN_LOCKED')
   end
   if exists then
@@ -58,6 +59,7 @@ local function op_put()
   if ARGV[17] ~= '' then write_secrets(ARGV[17], ARGV[18]) end
   set('closes', closes)
   set('ended', ended)
+  sale_ended() -- (for its note of the end under the new settings: queue.rs `set_config`)
   -- Deadlines are measured with the new settings: sweep and recompute nd now.
   set('nd', 0)
   expire_due()
@@ -76,7 +78,7 @@ local function op_join(ARGV)
   -- ARGV: nonce (16 bytes), has user (0/1), user id, has metadata (0/1), metadata, proven
   -- (0/1), has invite (0/1), invite code.
   -- (Before nd nothing is due, and without a pre-queue or an opening to record advance()
-  -- has nothing to do: most joins skip the call.)
+  -- has nothing to do: most joins skip the call; sale_ended() below notes the end.)
   if NOW >= M.nd or M.npre > 0 or (M.opens > 0 and NOW >= M.opens and M.opened ~= M.opens) then
     advance()
   end
