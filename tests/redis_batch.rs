@@ -720,9 +720,9 @@ async fn an_event_of_the_earlier_chunk_size_keeps_it() {
         serde_json::json!({"max_active": 1, "paused": true}),
     )
     .await;
-    // Made a layout-1 event: `lay` is the third number from the end of the meta's
-    // MessagePack array (a one-byte integer; the last two are `opened` and `prelast`, 0
-    // without an opening: one byte each too).
+    // Made a layout-1 event: `lay` is the fourth number from the end of the meta's
+    // MessagePack array (a one-byte integer; the last three are `opened`, `prelast` and
+    // `seen`, 0 without an opening or an end: one byte each too).
     let mut conn = redis::Client::open(server.url())
         .unwrap()
         .get_multiplexed_async_connection()
@@ -735,11 +735,11 @@ async fn an_event_of_the_earlier_chunk_size_keeps_it() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    let lay = n.len() - 3;
+    let lay = n.len() - 4;
     assert_eq!(
         n[lay..],
-        [3, 0, 0],
-        "the layout, then no opening reached, no pre-queue join"
+        [3, 0, 0, 0],
+        "the layout, then no opening reached, no pre-queue join, no end seen"
     );
     n[lay] = 1;
     redis::cmd("HSET")
@@ -779,8 +779,9 @@ async fn an_event_of_the_earlier_chunk_size_keeps_it() {
     }
 }
 
-/// Makes `id` an event of `layout` in the meta (its third number from the end, a one-byte
-/// integer; the last two are `opened` and `prelast`, 0 for an event without an opening).
+/// Makes `id` an event of `layout` in the meta (its fourth number from the end, a one-byte
+/// integer; the last three are `opened`, `prelast` and `seen`, 0 for an event without an
+/// opening or an end).
 async fn set_layout(server: &RedisServer, prefix: &str, id: &str, layout: u8) {
     let mut conn = redis::Client::open(server.url())
         .unwrap()
@@ -794,11 +795,11 @@ async fn set_layout(server: &RedisServer, prefix: &str, id: &str, layout: u8) {
         .query_async(&mut conn)
         .await
         .unwrap();
-    let lay = n.len() - 3;
+    let lay = n.len() - 4;
     assert_eq!(
         n[lay + 1..],
-        [0, 0],
-        "no opening reached, no pre-queue join"
+        [0, 0, 0],
+        "no opening reached, no pre-queue join, no end seen"
     );
     n[lay] = layout;
     redis::cmd("HSET")

@@ -109,6 +109,9 @@ pub struct EventQueue {
     extensions: HashMap<u64, (u32, Millis)>,
     /// The sale ended (as of the last operation's `now`): waiting places are gone.
     closed: bool,
+    /// When an operation first found the sale over by `closes_at` (0: none did yet); see
+    /// [`Self::note_end`]. Not persisted: a restart reads the clock afresh.
+    end_seen_at: Millis,
 }
 
 /// What a joiner showed besides a user id.
@@ -154,6 +157,7 @@ impl EventQueue {
             inventory: Inventory::default(),
             extensions: HashMap::new(),
             closed: false,
+            end_seen_at: 0,
         }
     }
 
@@ -274,7 +278,8 @@ impl EventQueue {
         // What fell due under the old settings ends under them.
         self.advance(now, fx);
         self.config = config;
-        self.closed = self.config.sale_ended(now).is_some();
+        self.note_end(now);
+        self.closed = self.sale_over(now);
         self.deadlines.clear();
         let mut entries = Vec::with_capacity(self.places.len());
         for (seq, p) in self.places.iter_mut() {
@@ -324,7 +329,8 @@ impl EventQueue {
     /// hand on.
     fn advance(&mut self, now: Millis, fx: &mut Vec<Effect>) {
         self.note_opening(now);
-        self.closed = self.config.sale_ended(now).is_some();
+        self.note_end(now);
+        self.closed = self.sale_over(now);
         // Past the opening, a pre-queue still waiting is the opening itself, not yet seen
         // by an operation: any operation admits it, whichever comes first after `opens_at`.
         if self.expire_due(now, fx) || self.opening_due(now) {
@@ -376,7 +382,7 @@ impl EventQueue {
 
     fn admit(&mut self, now: Millis, fx: &mut Vec<Effect>) {
         // After the end of the sale nobody waiting is let in (`core::lifecycle`).
-        if self.config.paused || self.before_opening(now) || self.config.sale_ended(now).is_some() {
+        if self.config.paused || self.before_opening(now) || self.sale_over(now) {
             return;
         }
         let (cap, rate) = self.limits();
@@ -538,7 +544,7 @@ impl EventQueue {
         fx: &mut Vec<Effect>,
     ) -> Result<PlaceView, QueueError> {
         self.advance(now, fx);
-        if self.config.sale_ended(now).is_some() {
+        if self.closed {
             return Err(QueueError::EventClosed);
         }
         let proven = proof.proven && user_id.is_some();
@@ -564,7 +570,7 @@ impl EventQueue {
         if !self.config.accept_joins {
             return Err(QueueError::EventClosed);
         }
-        self.check_reject(now)?;
+        self.check_reject(now, squatted.map(|(_, state)| state))?;
         if let Some(max) = self.config.max_queue_length {
             // The replaced place, if waiting, makes room for the new one.
             let freed = matches!(squatted, Some((_, PlaceState::Waiting)));
@@ -804,7 +810,8 @@ impl EventQueue {
     /// run (the earliest deadline or the next rate token), if ever.
     pub fn tick(&mut self, now: Millis, fx: &mut Vec<Effect>) -> Option<Millis> {
         self.note_opening(now);
-        self.closed = self.config.sale_ended(now).is_some();
+        self.note_end(now);
+        self.closed = self.sale_over(now);
         self.expire_due(now, fx);
         self.admit(now, fx);
         if self.closed {
@@ -823,7 +830,9 @@ impl EventQueue {
             next = Some(next.map_or(t, |n| n.min(t)));
         }
         let (cap, rate) = self.limits();
-        if let Some(rate) = rate {
+        // Before the opening nobody is admitted, so no token is spent and the next one
+        // stays due: the wake for the opening below is the one that counts.
+        if let Some(rate) = rate.filter(|_| !self.before_opening(now)) {
             let room = self.admitted + self.active < cap;
             if room && !self.config.paused && self.waiting_len() > 0 {
                 let t = self.bucket.next_token_at(rate).max(now + 1);

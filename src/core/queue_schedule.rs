@@ -1,7 +1,8 @@
 //! The schedule's rules inside [`EventQueue`] (a child of `queue.rs`, so it reads the
 //! queue's fields): which line a waiting place stands in, the order of admission (the
-//! shuffled pre-queue, then first come first served, or a lottery), and the queueing
-//! methods' own rules. The pure pieces are in `core::schedule`.
+//! shuffled pre-queue, then first come first served, or a lottery), the queueing methods'
+//! own rules, and the opening and the end as operations reach them. The pure pieces are in
+//! `core::schedule`.
 //!
 //! Waiting places stand in one of two lines: the pre-queue (`pre`: places that joined
 //! before `opens_at`, ordered by their shuffle key) and the line behind it (`rank`: by join
@@ -9,7 +10,7 @@
 //! opening itself moves nothing: it is only the moment `admit` starts to let people in.
 
 use super::super::schedule::{draw, in_prequeue, prequeue_key, QueueingMethod};
-use super::{EventConfig, EventQueue, Millis, QueueError};
+use super::{EventConfig, EventQueue, Millis, PlaceState, QueueError};
 
 impl EventQueue {
     /// The sale has not opened yet at `now`: nobody is admitted. An opening once reached
@@ -28,6 +29,28 @@ impl EventQueue {
     /// across a restart whose clock is behind it.
     pub(super) fn note_opening(&mut self, now: Millis) {
         self.config.note_opening(now);
+    }
+
+    /// Remembers the first operation that finds the sale over by `closes_at`. Operations can
+    /// reach the event stamped out of order (the scheduler stamps a whole pass before it
+    /// ticks the events one by one, a request reads the clock before it waits, nodes'
+    /// clocks differ): once a place was told the sale is over, one stamped earlier must not
+    /// admit it or let a join in. Only the first such `now` is kept, so that (on Redis) the
+    /// end is written once, not on every later operation.
+    pub(super) fn note_end(&mut self, now: Millis) {
+        if self
+            .config
+            .closes_at
+            .is_some_and(|c| now >= c && self.end_seen_at < c)
+        {
+            self.end_seen_at = now;
+        }
+    }
+
+    /// Whether the sale is over for an operation at `now`, counting an end an operation
+    /// already saw ([`Self::note_end`]).
+    pub(super) fn sale_over(&self, now: Millis) -> bool {
+        self.config.sale_ended(now.max(self.end_seen_at)).is_some()
     }
 
     /// The time a join at `now` is recorded as made: `now`, but never before an opening
@@ -124,13 +147,23 @@ impl EventQueue {
 
     /// The `reject` rule: after the opening, a join that could not be admitted at once
     /// (nobody ahead, a free slot, rate budget, not paused) is refused. Before the opening
-    /// joins wait in the pre-queue whatever the method.
-    pub(super) fn check_reject(&mut self, now: Millis) -> Result<(), QueueError> {
+    /// joins wait in the pre-queue whatever the method. `replaced`: the state of the place
+    /// a proven join ends if it gets in, whose slot or spot in line it counts as free.
+    pub(super) fn check_reject(
+        &mut self,
+        now: Millis,
+        replaced: Option<PlaceState>,
+    ) -> Result<(), QueueError> {
         if self.config.queueing_method != QueueingMethod::Reject || self.before_opening(now) {
             return Ok(());
         }
-        let room = self.admitted + self.active < self.config.capacity();
-        let mut ok = !self.config.paused && self.waiting_len() == 0 && room;
+        let (waiting, held) = match replaced {
+            None => (0, 0),
+            Some(PlaceState::Waiting) => (1, 0),
+            Some(_) => (0, 1),
+        };
+        let room = self.admitted + self.active - held < self.config.capacity();
+        let mut ok = !self.config.paused && self.waiting_len() - waiting == 0 && room;
         if let (true, Some(rate)) = (ok, self.config.admit_per_minute) {
             self.bucket.refill(rate, now);
             ok = self.bucket.tokens >= 1.0;
@@ -157,6 +190,8 @@ impl EventQueue {
             self.pre_last_join,
             now,
         )?;
+        // Both counting an end an operation already saw (`note_end`), as every rule does.
+        let now = now.max(self.end_seen_at);
         crate::core::lifecycle::reopen_allowed(
             self.config.sale_ended(now),
             new.sale_ended(now),

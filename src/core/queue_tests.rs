@@ -229,3 +229,66 @@ fn eta_uses_configured_pace_before_any_admission() {
     let v = join(&mut q, 2, None, 0);
     assert_eq!(v.eta_sec, Some(4)); // position 2 at 0.5/s
 }
+
+#[test]
+fn an_operation_stamped_before_the_end_does_not_reopen_a_sale_seen_over() {
+    let closes = 100 * S;
+    let mut q = EventQueue::new(EventConfig {
+        max_active: 10,
+        admit_per_minute: Some(60),
+        closes_at: Some(closes),
+        ready_ttl_sec: 600,
+        ..EventConfig::default()
+    });
+    let mut fx = Vec::new();
+    let a = join(&mut q, 1, None, 0);
+    let b = join(&mut q, 2, None, 0);
+    assert_eq!(a.status, PlaceState::Admitted);
+    assert_eq!(b.status, PlaceState::Waiting);
+    // The waiting place is told the sale is over...
+    assert_eq!(
+        q.status(b.key, closes + 10, &mut fx),
+        Err(QueueError::TokenNotFound)
+    );
+    // ...and so it stays for a status stamped before the end, reaching the event after...
+    assert_eq!(
+        q.status(b.key, closes - 100, &mut fx),
+        Err(QueueError::TokenNotFound)
+    );
+    // ...then a scheduler pass stamped before the end reaches the event (the clock is read
+    // once per pass), with a rate token due: nobody is admitted, the place is swept.
+    fx.clear();
+    q.tick(closes - 150, &mut fx);
+    assert!(
+        !fx.iter().any(|e| matches!(e, Effect::Admitted { .. })),
+        "{fx:?}"
+    );
+    assert!(fx.iter().any(|e| matches!(
+        e,
+        Effect::Ended { seq, reason: EndReason::Closed, .. } if *seq == b.key.seq
+    )));
+    assert_eq!(
+        q.enter(b.key, closes + 200, &mut fx),
+        Err(QueueError::TokenNotFound)
+    );
+    // A join that read the clock before the end, and reached the event after: closed too.
+    assert_eq!(
+        q.join(3, None, None, JoinProof::default(), closes - 50, &mut fx),
+        Err(QueueError::EventClosed)
+    );
+    // The admitted place is untouched by the end.
+    assert_eq!(
+        q.enter(a.key, closes - 40, &mut fx).unwrap().status,
+        PlaceState::Active
+    );
+    // Moved later, `closes_at` reopens the sale (its places are gone) for any `now` before it.
+    let mut c = q.config().clone();
+    c.closes_at = Some(200 * S);
+    q.check_config(&c, closes + 300).unwrap();
+    q.set_config(c, closes + 300, &mut fx);
+    let v = q
+        .join(4, None, None, JoinProof::default(), closes + 250, &mut fx)
+        .unwrap();
+    assert_eq!(v.status, PlaceState::Admitted);
+    q.check_invariants().unwrap();
+}

@@ -433,3 +433,79 @@ fn a_million_places_open_without_a_long_step() {
     );
     assert_eq!(q.waiting(), n - 10);
 }
+
+#[test]
+fn a_paced_prequeue_asks_for_the_opening_not_for_the_next_token() {
+    let mut q = scheduled(10, [7; 32], QueueingMethod::Fifo);
+    let mut c = q.config().clone();
+    c.admit_per_minute = Some(60);
+    q.set_config(c, 0, &mut Vec::new());
+    let v = join(&mut q, S).unwrap();
+    assert_eq!(v.status, PlaceState::Waiting);
+    let mut fx = Vec::new();
+    // Nobody can be admitted before the opening: the tick wakes for it (its place's idle
+    // deadline is further off), not a millisecond later on every pass.
+    for now in [2 * S, 50 * S, OPENS - 1] {
+        assert_eq!(q.tick(now, &mut fx), Some(OPENS), "tick at {now}");
+    }
+    assert!(fx.is_empty());
+    q.tick(OPENS, &mut fx);
+    assert_eq!(admitted(&fx), vec![v.key.seq]);
+}
+
+#[test]
+fn a_proven_join_replaces_a_squatter_in_a_full_reject_event() {
+    let proven = JoinProof {
+        proven: true,
+        invite: None,
+    };
+    // The squatter holds the only slot (admitted, then active), or waits (paused).
+    for (enter, paused) in [(false, false), (true, false), (false, true)] {
+        let mut q = EventQueue::new(EventConfig {
+            max_active: 1,
+            queueing_method: QueueingMethod::Reject,
+            paused,
+            ..EventConfig::default()
+        });
+        let mut fx = Vec::new();
+        let squat = if paused {
+            // Paused, `reject` refuses every join: the place waits from before the switch.
+            let mut c = q.config().clone();
+            c.queueing_method = QueueingMethod::Fifo;
+            q.set_config(c, 0, &mut fx);
+            let v = q
+                .join(1, Some("alice"), None, JoinProof::default(), 0, &mut fx)
+                .unwrap();
+            let mut c = q.config().clone();
+            c.queueing_method = QueueingMethod::Reject;
+            q.set_config(c, 0, &mut fx);
+            v
+        } else {
+            q.join(1, Some("alice"), None, JoinProof::default(), 0, &mut fx)
+                .unwrap()
+        };
+        if enter {
+            q.enter(squat.key, 0, &mut fx).unwrap();
+        }
+        // Anyone else is refused: the event is full.
+        assert_eq!(
+            q.join(2, Some("bob"), None, proven, S, &mut fx),
+            Err(QueueError::EventFull)
+        );
+        let got = q.join(3, Some("alice"), None, proven, S, &mut fx);
+        if paused {
+            // Paused, nobody could be admitted at once, freed room or not.
+            assert_eq!(got, Err(QueueError::EventFull));
+            assert!(q.peek(squat.key, S, &mut fx).is_ok(), "left as it was");
+            continue;
+        }
+        let mine = got.unwrap();
+        assert_eq!(mine.status, PlaceState::Admitted, "enter: {enter}");
+        assert_ne!(mine.key, squat.key);
+        assert_eq!(
+            q.peek(squat.key, S, &mut fx),
+            Err(QueueError::TokenNotFound)
+        );
+        q.check_invariants().unwrap();
+    }
+}

@@ -52,11 +52,15 @@ macro_rules! store_conformance {
             delete_event_removes_inventory, sale_end_closes_the_queue,
             closes_at_ends_the_sale_on_time, closes_at_the_epoch_has_ended_the_sale,
             ending_a_long_queue_takes_bounded_batches, announcement_is_kept_with_the_event);
+        $crate::store_conformance!(@tests $make;
+            a_sale_seen_over_stays_over_for_older_stamps,
+            proven_join_replaces_a_squatter_in_a_full_reject_event);
         // The schedule and the queueing methods (conformance_schedule.rs).
         $crate::store_conformance!(@tests $make;
             prequeue_opens_in_shuffle_order, prequeue_change_of_opens_at,
             opens_at_the_epoch_has_opened, queueing_methods, a_switch_to_random_draws_at_once,
-            opening_reached_stays_reached, prequeue_opening_before_a_join_is_refused);
+            opening_reached_stays_reached, prequeue_opening_before_a_join_is_refused,
+            paced_prequeue_ticks_for_the_opening);
         // Where a copy of the queue could drift (conformance/replica.rs).
         $crate::store_conformance!(@tests $make;
             status_sees_each_change_at_once, polls_outlive_a_later_sweep,
@@ -1594,6 +1598,92 @@ pub async fn closes_at_the_epoch_has_ended_the_sale(store: Arc<dyn Store>) {
     tick_out(&store, "epoch", T0 + 2 * S).await;
     let f = store.get_event("epoch", T0 + 2 * S).await.unwrap().figures;
     assert_eq!((f.waiting, f.admitted, f.active), (0, 0, 0), "{f:?}");
+}
+
+/// Operations reach an event stamped out of order (the scheduler stamps a whole pass before
+/// it ticks the events one by one; a request reads the clock before it waits; nodes' clocks
+/// differ). Once a place was told the sale is over, one stamped before `closes_at` neither
+/// admits it nor lets a join in.
+pub async fn a_sale_seen_over_stays_over_for_older_stamps(store: Arc<dyn Store>) {
+    let closes = T0 + 100 * S;
+    make_event(
+        &store,
+        "late",
+        serde_json::json!({"max_active": 10, "admit_per_minute": 60,
+            "waiting_idle_sec": 1000, "ready_ttl_sec": 1000,
+            "closes_at": format_rfc3339(closes)}),
+    )
+    .await;
+    let a = join(&store, "late", None, T0).await;
+    let b = join(&store, "late", None, T0).await;
+    assert_eq!(a.status, PlaceState::Admitted);
+    assert_eq!(b.status, PlaceState::Waiting);
+    assert_eq!(
+        queue_err(store.status("late", b.key, closes + 10).await),
+        QueueError::TokenNotFound
+    );
+    // Over for a status stamped before the end too, while the place is not yet swept (on
+    // Redis, a replica's answer as well).
+    assert_eq!(
+        queue_err(store.status("late", b.key, closes - 100).await),
+        QueueError::TokenNotFound
+    );
+    // A tick stamped 150 ms before the end, with a rate token long due: nobody admitted.
+    store.tick("late", closes - 150).await.unwrap();
+    assert_eq!(
+        queue_err(store.enter("late", b.key, closes + 200).await),
+        QueueError::TokenNotFound
+    );
+    assert_eq!(
+        queue_err(store.join("late", &req(None), closes - 50).await),
+        QueueError::EventClosed
+    );
+    let figures = store.get_event("late", closes + 300).await.unwrap().figures;
+    assert_eq!((figures.admitted, figures.waiting), (1, 0));
+}
+
+/// Under `reject`, a proven join counts the room the squatted place it replaces frees, as
+/// `QUEUE_FULL` does: the squatter's slot is the proven user's, not a reason to refuse.
+pub async fn proven_join_replaces_a_squatter_in_a_full_reject_event(store: Arc<dyn Store>) {
+    make_event(
+        &store,
+        "rjs",
+        serde_json::json!({"max_active": 1, "queueing_method": "reject"}),
+    )
+    .await;
+    let squat = store
+        .join("rjs", &claim(Some("alice"), None), T0)
+        .await
+        .unwrap();
+    assert_eq!(squat.status, PlaceState::Admitted);
+    assert_eq!(
+        queue_err(store.join("rjs", &req(Some("bob")), T0).await),
+        QueueError::EventFull
+    );
+    let mine = join(&store, "rjs", Some("alice"), T0 + S).await;
+    assert_ne!(mine.key, squat.key);
+    assert_eq!(mine.status, PlaceState::Admitted);
+    assert_eq!(
+        state(&store, "rjs", squat.key, T0 + S).await,
+        Err(QueueError::TokenNotFound)
+    );
+    // An active squatter's session is replaced as well.
+    let s2 = store.join("rjs", &claim(Some("carol"), None), T0 + S).await;
+    assert_eq!(queue_err(s2), QueueError::EventFull, "the slot is alice's");
+    assert!(store.leave("rjs", mine.key, T0 + 2 * S).await.unwrap());
+    let squat = store
+        .join("rjs", &claim(Some("carol"), None), T0 + 2 * S)
+        .await
+        .unwrap();
+    store.enter("rjs", squat.key, T0 + 2 * S).await.unwrap();
+    let carol = join(&store, "rjs", Some("carol"), T0 + 3 * S).await;
+    assert_eq!(carol.status, PlaceState::Admitted);
+    assert_eq!(
+        queue_err(store.session("rjs", squat.key, T0 + 3 * S).await),
+        QueueError::NoSession
+    );
+    let figures = store.get_event("rjs", T0 + 3 * S).await.unwrap().figures;
+    assert_eq!((figures.admitted, figures.active, figures.left), (1, 0, 3));
 }
 
 /// Ending a queue longer than [`END_BATCH`] takes several ticks of at most that many places

@@ -116,6 +116,32 @@ pub async fn prequeue_opens_in_shuffle_order(store: Arc<dyn Store>) {
     }
 }
 
+/// With `admit_per_minute`, the tick before the opening asks for the opening (nobody can be
+/// admitted sooner), not for the next rate token, which stays due while nothing is spent:
+/// the scheduler would come back every few milliseconds until the opening.
+pub async fn paced_prequeue_ticks_for_the_opening(store: Arc<dyn Store>) {
+    scheduled(
+        &store,
+        "ppq",
+        serde_json::json!({"max_active": 10, "admit_per_minute": 60}),
+    )
+    .await;
+    let v = join(&store, "ppq", None, T0 + S).await;
+    assert_eq!(v.status, PlaceState::Waiting);
+    for now in [T0 + 2 * S, T0 + 50 * S, OPENS - 1] {
+        assert_eq!(
+            store.tick("ppq", now).await.unwrap(),
+            Some(OPENS),
+            "at {now}"
+        );
+    }
+    store.tick("ppq", OPENS).await.unwrap();
+    assert_eq!(
+        store.peek("ppq", v.key, OPENS).await.unwrap().status,
+        PlaceState::Admitted
+    );
+}
+
 pub async fn prequeue_change_of_opens_at(store: Arc<dyn Store>) {
     scheduled(&store, "pc", serde_json::json!({})).await;
     join(&store, "pc", None, T0 + S).await;

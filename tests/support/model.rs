@@ -429,10 +429,7 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                     m.now,
                 )));
                 let mut waiting = m.waiting_indices().len() as u64;
-                // The reject rule sees the queue before a squatted place is replaced.
-                let full = m.method() == QueueingMethod::Reject
-                    && !m.before_opening()
-                    && (m.cfg.paused || waiting > 0 || m.held() >= m.capacity());
+                let mut held = m.held();
                 let mut live = user.and_then(|u| m.live_place_of(u));
                 // A proven join does not adopt a place made without proof: it replaces it
                 // (when a new place can be made at all), at the back of the queue.
@@ -441,8 +438,14 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                     live = None;
                     if m.places[i].state == MState::Waiting {
                         waiting -= 1;
+                    } else {
+                        held -= 1;
                     }
                 }
+                // The reject rule counts the room a squatted place it replaces frees.
+                let full = m.method() == QueueingMethod::Reject
+                    && !m.before_opening()
+                    && (m.cfg.paused || waiting > 0 || held >= m.capacity());
                 if m.cfg.ended.is_some() {
                     // After the end of the sale, every join is refused.
                     prop_assert_eq!(got.map(|v| v.key), Err(QueueError::EventClosed));

@@ -8,12 +8,12 @@ use super::decode::{Ctx, Malformed};
 use crate::core::{Millis, Pace, Timeouts};
 
 /// The meta's numbers each log entry carries, in this order (the prelude hands the list to
-/// the Lua). `opened` came last: an entry written before it carries one number fewer and
-/// reads as no opening recorded.
-pub(super) const LOG_FIELDS: [&str; 26] = [
+/// the Lua). `opened`, then `seen`, came last: an entry written before them carries one
+/// or two numbers fewer and reads as no opening recorded, no end seen.
+pub(super) const LOG_FIELDS: [&str; 27] = [
     "cap", "rate", "ttl", "sidle", "smax", "widle", "paused", "ssum", "scnt", "wn", "nw", "nad",
     "nac", "nd", "fadm", "hbusy", "hsince", "hends", "opens", "method", "npre", "closes", "ended",
-    "lv", "inc", "opened",
+    "lv", "inc", "opened", "seen",
 ];
 /// How many versions (steps) the log keeps at least, and at most about twice as many
 /// (`log_flush` in replica.lua): at 20,000 changes a second, half a second of history for
@@ -76,15 +76,18 @@ pub(super) struct Meta {
     /// The `opens` an operation reached (0: none): the opening stays reached whatever this
     /// node's clock says (config.rs `opening_reached`).
     pub(super) opened: u64,
+    /// When an operation first found the sale over by `closes` (0: none did): it stays
+    /// over for this node too, whatever its clock says (queue.rs `note_end`).
+    pub(super) seen: u64,
 }
 
 impl Meta {
     /// All the numbers, comma-separated (a snapshot, a log entry's `m`).
     pub(super) fn parse(csv: &[u8]) -> Result<Meta, Malformed> {
         let mut n = csv_numbers(csv)?;
-        // Written before `opened` was logged: none recorded.
-        if n.len() == LOG_FIELDS.len() - 1 {
-            n.push(0);
+        // Written before `opened` or `seen` was logged: none recorded.
+        if n.len() + 2 >= LOG_FIELDS.len() {
+            n.resize(n.len().max(LOG_FIELDS.len()), 0);
         }
         let n: [i64; LOG_FIELDS.len()] =
             n.try_into().map_err(|_| Malformed("the log's numbers"))?;
@@ -149,6 +152,7 @@ impl Meta {
             u(self.lv),
             u(self.inc),
             u(self.opened),
+            u(self.seen),
         ]
     }
 
@@ -181,6 +185,7 @@ impl Meta {
             lv: u(23),
             inc: u(24),
             opened: u(25),
+            seen: u(26),
         }
     }
 
@@ -192,6 +197,12 @@ impl Meta {
     /// this clock, and not recorded as reached.
     pub(super) fn opening_ahead(&self, now: Millis) -> Option<Millis> {
         (self.opens > 0 && now < self.opens && self.opened != self.opens).then_some(self.opens)
+    }
+
+    /// Whether the sale is over at `now` (rules.lua `sale_ended`): ended by the call, or
+    /// `closes` reached by this clock or seen reached by an operation.
+    pub(super) fn sale_ended(&self, now: Millis) -> bool {
+        self.ended || (self.closes > 0 && now.max(self.seen) >= self.closes)
     }
 
     /// The script's `ctx()` at `now` (rules.lua): what ETAs and deadlines come from.
@@ -246,9 +257,19 @@ mod tests {
         assert_eq!(meta.numbers().to_vec(), n);
         assert_eq!(meta.fadm, None);
         assert!(Meta::parse(b"1,2,3").is_err());
-        // An entry from before `opened` was logged: none recorded.
+        // Entries from before `seen`, and `opened`, were logged: none recorded.
         let older = Meta::parse(csv[..LOG_FIELDS.len() - 1].join(",").as_bytes()).unwrap();
-        assert_eq!(older, Meta { opened: 0, ..meta });
+        assert_eq!(older, Meta { seen: 0, ..meta });
+        let oldest = Meta::parse(csv[..LOG_FIELDS.len() - 2].join(",").as_bytes()).unwrap();
+        assert_eq!(
+            oldest,
+            Meta {
+                opened: 0,
+                seen: 0,
+                ..meta
+            }
+        );
+        assert!(Meta::parse(csv[..LOG_FIELDS.len() - 3].join(",").as_bytes()).is_err());
         // Only what the entry names changes; lv is the entry's version.
         let next = meta.patch(b"10,7,14,55", 2_000).unwrap();
         assert_eq!((next.nw, next.fadm, next.lv), (7, Some(55), 2_000));
@@ -262,7 +283,7 @@ mod tests {
             meta
         );
         assert_eq!(meta.patch(b"", 9).unwrap().lv, 9);
-        for bad in [&b"10"[..], b"26,1", b"-1,1", b"x,1"] {
+        for bad in [&b"10"[..], b"27,1", b"-1,1", b"x,1"] {
             assert!(meta.patch(bad, 9).is_err(), "{:?}", bad);
         }
     }

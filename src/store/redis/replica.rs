@@ -304,7 +304,7 @@ impl Replica {
         if !self.synced || self.fresh_at.is_none_or(|t| t.elapsed() > STALE_AFTER) {
             return None;
         }
-        if now >= m.nd || m.ended || (m.closes > 0 && now >= m.closes) {
+        if now >= m.nd || m.sale_ended(now) {
             return None;
         }
         // The opening is due (reached by this clock or recorded as reached) while the

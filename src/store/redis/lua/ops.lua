@@ -36,8 +36,9 @@ local function op_put()
   end
   -- lifecycle.rs `reopen_allowed`: an ended sale reopens only once its places are gone.
   local closes, ended = tonumber(ARGV[19]), tonumber(ARGV[20])
+  -- (Both counting an end an operation already saw: sale_ended.)
   if exists and N_W > 0 and sale_ended()
-      and not (ended == 1 or (closes > 0 and NOW >= closes)) then
+      and not (ended == 1 or (closes > 0 and math.max(NOW, M.seen) >= closes)) then
     return finish('REOPEN_LOCKED')
   end
   if exists then
@@ -58,6 +59,7 @@ local function op_put()
   if ARGV[17] ~= '' then write_secrets(ARGV[17], ARGV[18]) end
   set('closes', closes)
   set('ended', ended)
+  sale_ended() -- (for its note of the end under the new settings: queue.rs `set_config`)
   -- Deadlines are measured with the new settings: sweep and recompute nd now.
   set('nd', 0)
   expire_due()
@@ -76,7 +78,7 @@ local function op_join(ARGV)
   -- ARGV: nonce (16 bytes), has user (0/1), user id, has metadata (0/1), metadata, proven
   -- (0/1), has invite (0/1), invite code.
   -- (Before nd nothing is due, and without a pre-queue or an opening to record advance()
-  -- has nothing to do: most joins skip the call.)
+  -- has nothing to do: most joins skip the call; sale_ended() below notes the end.)
   if NOW >= M.nd or M.npre > 0 or (M.opens > 0 and NOW >= M.opens and M.opened ~= M.opens) then
     advance()
   end
@@ -118,9 +120,12 @@ local function op_join(ARGV)
     end
   end
   if M.accept ~= 1 then return finish('EVENT_CLOSED') end
-  if not check_reject() then return finish('EVENT_FULL') end
-  local freed = 0
-  if squat_p and squat_p.state == 'w' then freed = 1 end
+  -- The replaced place, if any, makes room: its spot in line or its slot.
+  local freed, held = 0, 0
+  if squat_p then
+    if squat_p.state == 'w' then freed = 1 else held = 1 end
+  end
+  if not check_reject(freed, held) then return finish('EVENT_FULL') end
   if M.maxq > 0 and N_W - freed >= M.maxq then return finish('QUEUE_FULL') end
   -- Its slot, if it held one, goes to the head of the queue by the admit below.
   if squat then end_place(squat, squat_p, FX_LEFT, NOW) end
@@ -208,7 +213,9 @@ local function op_tick()
   end
   local cap, rate = limits()
   if M.closes > NOW then sooner(M.closes) end
-  if rate > 0 and N_AD + N_AC < cap and M.paused ~= 1 and N_W > 0 then
+  -- Before the opening nobody is admitted, so no token is spent and the next one stays
+  -- due: the wake for the opening below is the one that counts.
+  if rate > 0 and N_AD + N_AC < cap and M.paused ~= 1 and N_W > 0 and not before_opening() then
     sooner(math.max(next_token_at(), NOW + 1))
   end
   -- The opening: the pre-queue starts to be admitted. Asked for even while nobody waits:

@@ -248,11 +248,14 @@ local function pkey(seq) return pchunk(chunk(seq)) end
 --   `schedule_change_allowed`). Never lowered by a departure. Read from a meta written
 --   before it as just before the opening (load_meta). Only `put` reads it: not in the
 --   change log.
+-- - seen: the time an operation first found the sale over by closes_at (0: none did yet;
+--   `sale_ended` below; queue.rs `note_end`), in the change log too: a replica on a node
+--   whose clock is behind answers no waiting place after it. 0 in a meta written before it.
 local FIELDS = {'cap', 'rate', 'ttl', 'sidle', 'smax', 'widle', 'maxq', 'paused', 'accept',
   'seq', 'completed', 'left', 'expired', 'joins', 'admissions', 'wsum', 'ssum', 'scnt', 'wn',
   'btok', 'blast', 'bprimed', 'nw', 'nad', 'nac', 'nd', 'fadm', 'hbusy', 'hsince', 'hends',
   'opens', 'method', 'npre', 'closes', 'ended', 'lv', 'inc', 'fsz', 'ftail', 'ftot', 'lay',
-  'opened', 'prelast'}
+  'opened', 'prelast', 'seen'}
 local FADM_AT = 27
 local M, DIRTY
 on_call(function() M, DIRTY = {}, false end)
@@ -856,9 +859,14 @@ local function next_token_at()
   return M.blast + math.ceil(missing * 60000.0 / M.rate)
 end
 
--- Whether the sale ended (core/lifecycle.rs): by the `end` call, or closes_at reached.
+-- Whether the sale ended (core/lifecycle.rs): by the `end` call, or closes_at reached. It
+-- also notes when an operation first found it over by closes_at (`seen`, 0: none did yet;
+-- queue.rs `note_end`), so that one stamped earlier (a node whose clock runs behind, a
+-- request that waited) still finds it over. Only the first is written, not every later
+-- operation. (One function for both: the main chunk may hold 200 locals only.)
 local function sale_ended()
-  return M.ended == 1 or (M.closes > 0 and NOW >= M.closes)
+  if M.closes > 0 and NOW >= M.closes and M.seen < M.closes then set('seen', NOW) end
+  return M.ended == 1 or (M.closes > 0 and math.max(NOW, M.seen) >= M.closes)
 end
 
 -- Admits the first in line while there is room and budget (queue.rs `admit`); nobody after
@@ -914,6 +922,7 @@ end
 -- passes here first (a join only when there is something to do: see op_join).
 local function advance()
   if M.opens > 0 and NOW >= M.opens and M.opened ~= M.opens then set('opened', M.opens) end
+  sale_ended() -- (for its note of the end, as queue.rs `advance` notes it)
   -- Past the opening, a pre-queue still waiting is the opening not yet seen by an
   -- operation: any operation admits it (queue.rs `advance`).
   if expire_due() or (M.npre > 0 and M.opens > 0 and not before_opening()) then admit() end

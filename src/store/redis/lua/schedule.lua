@@ -179,10 +179,11 @@ limits = function()
   return M.cap, M.rate
 end
 
--- The reject rule (queue_schedule.rs `check_reject`).
-check_reject = function()
+-- The reject rule (queue_schedule.rs `check_reject`). freed_w, freed_h: 1 when the place a
+-- proven join replaces waits, or holds a slot (its room counts as free).
+check_reject = function(freed_w, freed_h)
   if M.method ~= 3 or before_opening() then return true end
-  local ok = M.paused ~= 1 and N_W == 0 and N_AD + N_AC < M.cap
+  local ok = M.paused ~= 1 and N_W - freed_w == 0 and N_AD + N_AC - freed_h < M.cap
   if ok and M.rate > 0 then
     refill()
     ok = M.btok >= 1.0
