@@ -696,6 +696,83 @@ async fn line_across_chunks(red: Arc<dyn Store>) {
     assert_eq!(red.memory_usage(ev).await.unwrap(), Some(0));
 }
 
+/// A step that would admit thousands (a resume, a capacity raise, an opening) admits at
+/// most `END_BATCH` places a script, and the tick, answering "at once", admits the rest:
+/// Redis runs one script at a time for every event it holds, and such a step took it
+/// 100-200 us a place (a second and more for thousands, past an operation's time bound).
+/// In between, those not yet admitted wait with exact positions.
+#[tokio::test]
+async fn a_step_admitting_thousands_is_cut_into_bounded_scripts() {
+    use support::conformance::patch;
+    use waitroom::core::schedule::format_rfc3339;
+    use waitroom::core::END_BATCH;
+    const N: usize = 1_200;
+    let s = standalone();
+    for (ev, settings, go) in [
+        (
+            "resume",
+            serde_json::json!({"max_active": 1, "paused": true}),
+            serde_json::json!({"max_active": 2_000, "paused": false}),
+        ),
+        (
+            "opening",
+            serde_json::json!({"max_active": 2_000, "opens_at": format_rfc3339(T0 + 10 * S)}),
+            serde_json::json!({}),
+        ),
+    ] {
+        // (An opening needs the event's secret, which the HTTP layer draws.)
+        let mut settings = patch(settings);
+        settings.fresh_secret = Some([7; 32]);
+        s.put_event(ev, &settings, T0).await.unwrap();
+        let mut keys = Vec::new();
+        for _ in 0..N {
+            keys.push(join(&s, ev, None, T0).await.key);
+        }
+        // The resume is a change of settings; the opening comes with the first tick past it.
+        let at = T0 + 10 * S;
+        if ev == "resume" {
+            s.put_event(ev, &patch(go), at).await.unwrap();
+        } else {
+            assert_eq!(s.tick(ev, at).await.unwrap(), Some(at + 1));
+        }
+        let figures = |s: Arc<dyn Store>| async move { s.get_event(ev, at).await.unwrap().figures };
+        if ev == "opening" {
+            // While a pre-queue is left past the opening, every operation admits from it
+            // (this read too): one batch each.
+            let f = figures(s.clone()).await;
+            assert_eq!(
+                (f.admitted, f.waiting),
+                (2 * END_BATCH as u64, (N - 2 * END_BATCH) as u64)
+            );
+            assert_ne!(s.tick(ev, at).await.unwrap(), Some(at + 1));
+            assert_eq!(figures(s.clone()).await.admitted, N as u64);
+            continue;
+        }
+        let f = figures(s.clone()).await;
+        assert_eq!(
+            (f.admitted, f.waiting),
+            (END_BATCH as u64, (N - END_BATCH) as u64)
+        );
+        // Positions are exact meanwhile: the first not yet admitted is first in line.
+        let mut views = Vec::new();
+        for k in &keys {
+            views.push(s.status(ev, *k, at).await.unwrap());
+        }
+        let first = views
+            .iter()
+            .position(|v| v.status == PlaceState::Waiting)
+            .unwrap();
+        assert_eq!((first, views[first].position), (END_BATCH, Some(1)));
+        assert_eq!(views[N - 1].position, Some((N - END_BATCH) as u64));
+        // Each tick admits one batch more, and asks to come back at once while any is left.
+        assert_eq!(s.tick(ev, at).await.unwrap(), Some(at + 1));
+        assert_eq!(figures(s.clone()).await.admitted, 2 * END_BATCH as u64);
+        assert_ne!(s.tick(ev, at).await.unwrap(), Some(at + 1));
+        let f = figures(s.clone()).await;
+        assert_eq!((f.admitted, f.waiting), (N as u64, 0));
+    }
+}
+
 /// An event written before the chunked layout (its meta without the layout's number) is
 /// refused with a clear error rather than misread, and can still be deleted and made again.
 #[tokio::test]

@@ -213,6 +213,8 @@ local function op_tick()
   end
   local cap, rate = limits()
   if M.closes > NOW then sooner(M.closes) end
+  -- Admissions left for the next tick (admit's bound): at once.
+  if M.cut then sooner(NOW + 1) end
   -- Before the opening nobody is admitted, so no token is spent and the next one stays
   -- due: the wake for the opening below is the one that counts.
   if rate > 0 and N_AD + N_AC < cap and M.paused ~= 1 and N_W > 0 and not before_opening() then

@@ -871,11 +871,22 @@ end
 
 -- Admits the first in line while there is room and budget (queue.rs `admit`); nobody after
 -- the end of the sale.
+-- At most END_BATCH admissions a script (M.nadm counts this call's; M.cut says some were
+-- left for the tick, which then comes back at once): a resume, a capacity raise or an
+-- opening that admits thousands would otherwise hold Redis, every event on it, for the
+-- whole step (some 100-200 us a place) and pass an operation's time bound. The rest wait
+-- in line, their positions exact, until the next ticks admit them. (M's two fields are
+-- not stored: the meta is written from FIELDS.)
 local function admit()
   if M.paused == 1 or before_opening() or sale_ended() then return end
   local cap, rate = limits()
   local k = 0
+  local budget = END_BATCH - (M.nadm or 0)
   while (cap < 0 or N_AD + N_AC < cap) and N_W > 0 do
+    if k >= budget then
+      M.cut = true
+      break
+    end
     if rate > 0 then
       refill()
       if M.btok < 1.0 then break end
@@ -898,6 +909,7 @@ local function admit()
     k = k + 1
     fx(FX_ADMITTED, seq, NOW)
   end
+  M.nadm = (M.nadm or 0) + k
   if k > 0 then
     -- Admissions at the same instant share one window entry.
     local tail = rcall('LINDEX', K_WINDOW, -1)
