@@ -563,7 +563,7 @@ async fn a_trusted_proxys_client_ip_headers_are_kept() {
     let seen = &r.json()["headers"];
     assert_eq!(
         seen["x-real-ip"], "203.0.113.9",
-        "one line, the proxy's: {seen}"
+        "one line, the client the chain names: {seen}"
     );
     for n in CLIENT_IP_HEADERS {
         assert_eq!(seen[n], "203.0.113.9", "{n}: {seen}");
@@ -577,6 +577,18 @@ async fn a_trusted_proxys_client_ip_headers_are_kept() {
         .get(
             &url("/pub"),
             &[("x-forwarded-for", "6.6.6.6, 198.51.100.4")],
+        )
+        .await;
+    assert_eq!(r.json()["headers"]["x-real-ip"], "198.51.100.4");
+    // A proxy that passed a client's `X-Real-IP` on untouched (one that sets only
+    // `X-Forwarded-For`): the chain's client all the same, not the client's word.
+    let r = Person::default()
+        .get(
+            &url("/pub"),
+            &[
+                ("x-forwarded-for", "198.51.100.4"),
+                ("x-real-ip", "6.6.6.6"),
+            ],
         )
         .await;
     assert_eq!(r.json()["headers"]["x-real-ip"], "198.51.100.4");

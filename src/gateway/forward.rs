@@ -397,9 +397,8 @@ pub fn request_headers(
     // `HTTP_X_REAL_IP`), and one that finds none falls back to its TCP peer, the gateway,
     // and counts every visitor as one address (one rate limit for all). It is one address,
     // never a chain, and none a client chooses: from an untrusted peer the address
-    // `X-Forwarded-For` names (the very value, shared), behind a trusted proxy the proxy's
-    // own (it stands where nginx stands, and may know the client better), else the client
-    // the guard read from its chain.
+    // `X-Forwarded-For` names (the very value, shared), behind a trusted proxy the client
+    // the guard reads from its chain.
     if let Some(v) = x_forwarded_for {
         if !trusted {
             h.insert(X_REAL_IP, v.clone());
@@ -440,20 +439,24 @@ pub fn request_headers(
     }
 }
 
-/// A trusted proxy's `X-Real-IP`, of several lines the last (the nearest proxy's, as with
-/// `X-Forwarded-Proto`); without one, `client`.
+/// Behind a trusted proxy, `X-Real-IP` is the client its chain names, whatever the proxy
+/// sent: many load balancers set only `X-Forwarded-For` and pass a client's `X-Real-IP` on
+/// untouched, and the chain is what waitroom itself reads the client from (the per-client
+/// limits, the gate's bypass ranges), so the origin and waitroom never disagree on it.
+/// Without a client (no peer address), none.
 fn real_ip_behind_a_trusted_proxy(h: &mut HeaderMap, client: Option<IpAddr>) {
-    let value = match crate::http::gate::last_line(h, &X_REAL_IP) {
-        Some(last) if h.get_all(X_REAL_IP).iter().nth(1).is_some() => Some(last.clone()),
-        Some(_) => None,
-        None => client.and_then(|ip| {
-            let mut buf = String::with_capacity(39);
-            push_ip(&mut buf, crate::config::guard::canonical(ip));
-            value_of(&buf)
-        }),
-    };
-    if let Some(v) = value {
-        h.insert(X_REAL_IP, v);
+    let value = client.and_then(|ip| {
+        let mut buf = String::with_capacity(39);
+        push_ip(&mut buf, crate::config::guard::canonical(ip));
+        value_of(&buf)
+    });
+    match value {
+        Some(v) => {
+            h.insert(X_REAL_IP, v);
+        }
+        None => {
+            h.remove(X_REAL_IP);
+        }
     }
 }
 
@@ -785,8 +788,8 @@ mod tests {
         assert_eq!(h["x-real-ip"], "203.0.113.9");
     }
 
-    /// A trusted proxy's own client headers are kept: its `X-Real-IP` (of several lines the
-    /// last, its own) over the client its chain names, and the others as they came.
+    /// A trusted proxy's own client headers are kept as they came, but `X-Real-IP`, which
+    /// is the client its chain names whatever the proxy passed on.
     #[test]
     fn a_trusted_proxys_client_headers_are_kept() {
         let mut h = headers(&[
@@ -807,7 +810,7 @@ mod tests {
             None,
         );
         let real: Vec<_> = h.get_all("x-real-ip").iter().collect();
-        assert_eq!(real, ["198.51.100.4"]);
+        assert_eq!(real, ["203.0.113.9"]);
         for n in CLIENT_IP {
             assert_eq!(h[n], "198.51.100.4", "{n}");
         }
