@@ -31,6 +31,11 @@ async fn origin() -> SocketAddr {
         };
         // A site that lets shared caches keep its pages.
         let cache = [("cache-control", "public, max-age=3600")];
+        // Every header by its name, for the names no field below reads.
+        let all: serde_json::Map<String, Value> = h
+            .keys()
+            .map(|n| (n.to_string(), json!(get(n.as_str()))))
+            .collect();
         (
             cache,
             axum::Json(json!({
@@ -49,6 +54,7 @@ async fn origin() -> SocketAddr {
                 "original_url": get("x-original-url").or(get("x_original_url")),
                 "rewrite_url": get("x-rewrite-url").or(get("x_rewrite_url")),
                 "original_uri": get("x-original-uri"),
+                "headers": all,
             })),
         )
     }
@@ -486,6 +492,106 @@ async fn a_trusted_proxys_own_header_line_is_kept_in_the_chain() {
     assert_eq!(r.json()["proto"], "https");
     let set = r.headers["set-cookie"].to_str().unwrap();
     assert!(set.contains("Secure"), "{set}");
+}
+
+/// The headers besides the forwarding ones that origins and frameworks read the client's
+/// address from (Rails and PHP `Client-IP`, nginx setups `X-Real-IP`, CDNs' own), with
+/// spellings that CGI-style origins read as the same names (`HTTP_X_REAL_IP`).
+const CLIENT_IP_HEADERS: [&str; 7] = [
+    "x-real-ip",
+    "true-client-ip",
+    "client-ip",
+    "x-client-ip",
+    "x-cluster-client-ip",
+    "cf-connecting-ip",
+    "fastly-client-ip",
+];
+const CLIENT_IP_UNDERSCORED: [&str; 4] = [
+    "x_real_ip",
+    "true_client_ip",
+    "client_ip",
+    "x-cluster_client-ip",
+];
+
+/// A client that is no trusted proxy names itself in every client-address header an
+/// origin might read (a bot against the origin's per-address limits): none reaches the
+/// origin, which gets `X-Real-IP` as the address the connection came from instead, on an
+/// ungated path and on a gated one alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_client_cannot_name_its_address_in_any_client_ip_header() {
+    let o = origin().await;
+    let w = waitroom(Some(o), None).await;
+    event(&w, "shop", gated("shop", json!({"max_active": 5}))).await;
+    let url = |p: &str| format!("http://{}{p}", w.addr);
+    let forged: Vec<(&str, &str)> = CLIENT_IP_HEADERS
+        .iter()
+        .chain(&CLIENT_IP_UNDERSCORED)
+        .map(|n| (*n, "6.6.6.6"))
+        .collect();
+    for path in ["/pub", "/checkout"] {
+        let r = Person::default().get(&url(path), &forged).await;
+        assert!(r.is_origin(), "{path}: {} {}", r.status, r.text);
+        let seen = &r.json()["headers"];
+        assert_eq!(seen["x-real-ip"], "127.0.0.1", "{path}: {seen}");
+        for n in CLIENT_IP_HEADERS
+            .iter()
+            .skip(1)
+            .chain(&CLIENT_IP_UNDERSCORED)
+        {
+            assert_eq!(seen[*n], Value::Null, "{path}: {n} reached the origin");
+        }
+        assert_eq!(r.json()["xff"], "127.0.0.1");
+    }
+}
+
+/// From a trusted proxy the client-address headers are kept: its `X-Real-IP` (of several
+/// lines only the last, its own) and the others as they came. Without an `X-Real-IP`
+/// the origin gets the client the proxy's chain names. A spelling with `_` is dropped
+/// even so: a proxy that sets `X-Real-IP` passes a client's `X_Real_IP` on untouched,
+/// and a CGI-style origin reads the two as one name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trusted_proxys_client_ip_headers_are_kept() {
+    let o = origin().await;
+    let w = waitroom(Some(o), Some("127.0.0.1")).await;
+    let url = |p: &str| format!("http://{}{p}", w.addr);
+    let mut sent: Vec<(&str, &str)> =
+        vec![("x-forwarded-for", "203.0.113.9"), ("x-real-ip", "6.6.6.6")];
+    sent.extend(CLIENT_IP_HEADERS.iter().map(|n| (*n, "203.0.113.9")));
+    sent.extend(CLIENT_IP_UNDERSCORED.iter().map(|n| (*n, "6.6.6.6")));
+    let r = Person::default().get(&url("/pub"), &sent).await;
+    assert!(r.is_origin(), "{} {}", r.status, r.text);
+    let seen = &r.json()["headers"];
+    assert_eq!(
+        seen["x-real-ip"], "203.0.113.9",
+        "one line, the client the chain names: {seen}"
+    );
+    for n in CLIENT_IP_HEADERS {
+        assert_eq!(seen[n], "203.0.113.9", "{n}: {seen}");
+    }
+    for n in CLIENT_IP_UNDERSCORED {
+        assert_eq!(seen[n], Value::Null, "{n} reached the origin");
+    }
+    assert_eq!(r.json()["xff"], "203.0.113.9, 127.0.0.1");
+    // No `X-Real-IP` from the proxy: the client its chain names.
+    let r = Person::default()
+        .get(
+            &url("/pub"),
+            &[("x-forwarded-for", "6.6.6.6, 198.51.100.4")],
+        )
+        .await;
+    assert_eq!(r.json()["headers"]["x-real-ip"], "198.51.100.4");
+    // A proxy that passed a client's `X-Real-IP` on untouched (one that sets only
+    // `X-Forwarded-For`): the chain's client all the same, not the client's word.
+    let r = Person::default()
+        .get(
+            &url("/pub"),
+            &[
+                ("x-forwarded-for", "198.51.100.4"),
+                ("x-real-ip", "6.6.6.6"),
+            ],
+        )
+        .await;
+    assert_eq!(r.json()["headers"]["x-real-ip"], "198.51.100.4");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

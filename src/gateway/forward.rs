@@ -1,12 +1,14 @@
 //! The header rules of a proxy (RFC 9110 §7.6): hop-by-hop headers end at each hop, the
 //! origin is told who the client is (`X-Forwarded-For`, `X-Forwarded-Proto`,
-//! `X-Forwarded-Host`, RFC 7239 `Forwarded`), and the headers waitroom vouches for
-//! (`X-Waitroom-User`, `X-Waitroom-Session`) or reads (`X-Waitroom-Bypass`) never come from
-//! the client.
+//! `X-Forwarded-Host`, RFC 7239 `Forwarded`, `X-Real-IP`), and the headers waitroom vouches
+//! for (`X-Waitroom-User`, `X-Waitroom-Session`) or reads (`X-Waitroom-Bypass`) never come
+//! from the client.
 //!
 //! A client's own forwarding headers are believed only from a trusted proxy
 //! (`trusted_proxies`), whose chain is kept and extended; from anyone else they are
-//! replaced, so a client cannot tell the origin it is someone else.
+//! replaced, so a client cannot tell the origin it is someone else. So are the other
+//! headers that origins read the client's address from (`True-Client-IP`, `Client-IP`,
+//! `CF-Connecting-IP`, …): kept from a trusted proxy, dropped from anyone else.
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -20,16 +22,19 @@ const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 const FORWARDED: HeaderName = HeaderName::from_static("forwarded");
+const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 
 /// What a header is to the proxy: its name's text decides, matched once per header (by
-/// its length first, then its bytes), rather than compared with each of sixteen names in
-/// turn (that cost ~130 instructions per header, twice over every answer's headers).
+/// its length first, then its bytes), rather than compared with each of its names in
+/// turn (that cost ~130 instructions per header for sixteen names, twice over every
+/// answer's headers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     /// Concerns one connection only, never forwarded.
     HopByHop,
-    /// A forwarding header, believed only from a trusted proxy.
+    /// A forwarding header, or another that names the client's address, believed only from
+    /// a trusted proxy.
     Forwarding,
     /// One waitroom vouches for or reads, or one that names another path for the request:
     /// never from the client. IIS, and Symfony and Zend before 2018, serve the path in
@@ -57,13 +62,22 @@ fn kind(n: &HeaderName) -> Kind {
     }
 }
 
-/// Whether `name` may be one of [`named_kind`]'s names with a `-` spelled `_`: those
-/// begin with `k`, `p`, `t` or `x` and are 10 or 13–19 bytes long.
+/// Whether `name` may be one of [`named_kind`]'s names with a `-` spelled `_`, by its first
+/// letter and length. Per letter, so that the usual `content-type`, `content-length` and
+/// `cache-control` of nearly every answer are not searched.
 #[inline]
 fn could_be_ours_with_underscores(name: &str) -> bool {
-    matches!(name.as_bytes().first(), Some(b'k' | b'p' | b't' | b'x'))
-        && matches!(name.len(), 10 | 13..=19)
-        && name.contains('_')
+    let len = name.len();
+    let may = match name.as_bytes().first() {
+        Some(b'c') => matches!(len, 9 | 16),
+        Some(b'f') => len == 16,
+        Some(b'k') => len == 10,
+        Some(b'p') => matches!(len, 16..=19),
+        Some(b't') => matches!(len, 14 | 17),
+        Some(b'x') => matches!(len, 9..=19),
+        _ => false,
+    };
+    may && name.contains('_')
 }
 
 #[inline(always)]
@@ -78,9 +92,20 @@ fn named_kind(name: &str) -> Kind {
         | "trailer"
         | "transfer-encoding"
         | "upgrade" => Kind::HopByHop,
-        "x-forwarded-for" | "x-forwarded-proto" | "x-forwarded-host" | "forwarded" => {
-            Kind::Forwarding
-        }
+        // The client's address as frameworks and origins read it (Rails and PHP read
+        // `Client-IP`, nginx setups `X-Real-IP`, CDNs' origins their own): from a client it
+        // would be any address it likes, for the origin's rate limits and fraud checks.
+        "x-forwarded-for"
+        | "x-forwarded-proto"
+        | "x-forwarded-host"
+        | "forwarded"
+        | "x-real-ip"
+        | "true-client-ip"
+        | "client-ip"
+        | "x-client-ip"
+        | "x-cluster-client-ip"
+        | "cf-connecting-ip"
+        | "fastly-client-ip" => Kind::Forwarding,
         "x-waitroom-user" | "x-waitroom-session" | "x-waitroom-bypass" | "x-original-url"
         | "x-rewrite-url" | "x-original-uri" => Kind::Own,
         _ => Kind::Other,
@@ -320,12 +345,15 @@ pub fn join_cookies(h: &mut HeaderMap) {
 }
 
 /// The headers of a request bound for the origin. `peer` is the connection's address,
-/// `trusted` whether it is a trusted proxy, `host` what the client asked for; `kept`, the
-/// connection's last forwarding values, when the request comes through a connection.
+/// `trusted` whether it is a trusted proxy, `client` the client's address as the guard
+/// reads it (the peer, or behind a trusted proxy the address its chain names), `host` what
+/// the client asked for; `kept`, the connection's last forwarding values, when the request
+/// comes through a connection.
 pub fn request_headers(
     h: &mut HeaderMap,
     peer: Option<IpAddr>,
     trusted: bool,
+    client: Option<IpAddr>,
     host: Option<&str>,
     upgrade: Option<&HeaderValue>,
     kept: Option<&Forwarding>,
@@ -364,8 +392,21 @@ pub fn request_headers(
         }
         (Some(ip), _) => forwarding_values(h, ip, trusted, host, proto),
     };
+    // `X-Real-IP` is written, not only dropped: origins set up behind nginx read the client
+    // from it (`proxy_set_header X-Real-IP $remote_addr`, Rails' and PHP's
+    // `HTTP_X_REAL_IP`), and one that finds none falls back to its TCP peer, the gateway,
+    // and counts every visitor as one address (one rate limit for all). It is one address,
+    // never a chain, and none a client chooses: from an untrusted peer the address
+    // `X-Forwarded-For` names (the very value, shared), behind a trusted proxy the client
+    // the guard reads from its chain.
     if let Some(v) = x_forwarded_for {
+        if !trusted {
+            h.insert(X_REAL_IP, v.clone());
+        }
         h.insert(X_FORWARDED_FOR, v);
+    }
+    if trusted {
+        real_ip_behind_a_trusted_proxy(h, client);
     }
     if add_proto {
         h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
@@ -395,6 +436,27 @@ pub fn request_headers(
     if let Some(u) = upgrade {
         h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         h.insert(header::UPGRADE, u.clone());
+    }
+}
+
+/// Behind a trusted proxy, `X-Real-IP` is the client its chain names, whatever the proxy
+/// sent: many load balancers set only `X-Forwarded-For` and pass a client's `X-Real-IP` on
+/// untouched, and the chain is what waitroom itself reads the client from (the per-client
+/// limits, the gate's bypass ranges), so the origin and waitroom never disagree on it.
+/// Without a client (no peer address), none.
+fn real_ip_behind_a_trusted_proxy(h: &mut HeaderMap, client: Option<IpAddr>) {
+    let value = client.and_then(|ip| {
+        let mut buf = String::with_capacity(39);
+        push_ip(&mut buf, crate::config::guard::canonical(ip));
+        value_of(&buf)
+    });
+    match value {
+        Some(v) => {
+            h.insert(X_REAL_IP, v);
+        }
+        None => {
+            h.remove(X_REAL_IP);
+        }
     }
 }
 
@@ -472,7 +534,7 @@ mod tests {
             (None, "shop.example"),
         ] {
             let mut h = headers(&sent.map(|s| ("host", s)).into_iter().collect::<Vec<_>>());
-            request_headers(&mut h, None, false, Some(asked), None, None);
+            request_headers(&mut h, None, false, None, Some(asked), None, None);
             let lines: Vec<_> = h.get_all(header::HOST).iter().collect();
             assert_eq!(lines, [asked], "{sent:?}");
             assert_eq!(h["x-forwarded-host"], asked);
@@ -489,6 +551,17 @@ mod tests {
         }
         h
     }
+
+    /// The headers other than the forwarding ones that origins read the client's address
+    /// from.
+    const CLIENT_IP: [&str; 6] = [
+        "true-client-ip",
+        "client-ip",
+        "x-client-ip",
+        "x-cluster-client-ip",
+        "cf-connecting-ip",
+        "fastly-client-ip",
+    ];
 
     /// Every name of the three lists gets its kind, by the constants the rest of the code
     /// uses (a typo in `kind`'s texts would let a header through), and others none.
@@ -514,8 +587,12 @@ mod tests {
             X_FORWARDED_PROTO,
             X_FORWARDED_HOST,
             FORWARDED,
+            X_REAL_IP,
         ] {
             assert!(kind(&n) == Kind::Forwarding, "{n}");
+        }
+        for n in CLIENT_IP {
+            assert!(kind(&HeaderName::from_static(n)) == Kind::Forwarding, "{n}");
         }
         for n in [X_WAITROOM_USER, X_WAITROOM_SESSION, X_WAITROOM_BYPASS] {
             assert!(kind(&n) == Kind::Own, "{n}");
@@ -536,6 +613,10 @@ mod tests {
             "x-forwarded",
             "tee",
             "upgrades",
+            "content-type",
+            "cf-ray",
+            "x-real-ips",
+            "client_id",
         ] {
             let n = HeaderName::from_static(n);
             assert!(kind(&n) == Kind::Other, "{n}");
@@ -563,8 +644,11 @@ mod tests {
             "x-waitroom-user",
             "x-waitroom-session",
             "x-waitroom-bypass",
+            "x-original-url",
+            "x-rewrite-url",
+            "x-original-uri",
         ];
-        for name in ours {
+        for name in ours.into_iter().chain(CLIENT_IP) {
             assert_ne!(named_kind(name), Kind::Other, "{name}");
             let dashes: Vec<usize> = name.match_indices('-').map(|(i, _)| i).collect();
             for mask in 1..(1u32 << dashes.len()) {
@@ -593,8 +677,12 @@ mod tests {
                 ("x_waitroom_user", "admin"),
                 ("x-waitroom_session", "forged"),
                 ("x_forwarded_for", "6.6.6.6"),
+                ("x_real_ip", "6.6.6.6"),
+                ("true_client-ip", "6.6.6.6"),
+                ("cf_connecting_ip", "6.6.6.6"),
                 ("transfer_encoding", "chunked"),
                 ("x_custom_thing", "kept"),
+                ("client_id", "kept"),
             ]);
             request_headers(
                 &mut h,
@@ -603,11 +691,15 @@ mod tests {
                 None,
                 None,
                 None,
+                None,
             );
             for gone in [
                 "x_waitroom_user",
                 "x-waitroom_session",
                 "x_forwarded_for",
+                "x_real_ip",
+                "true_client-ip",
+                "cf_connecting_ip",
                 "transfer_encoding",
             ] {
                 assert!(
@@ -616,6 +708,7 @@ mod tests {
                 );
             }
             assert_eq!(h["x_custom_thing"], "kept");
+            assert_eq!(h["client_id"], "kept");
         }
     }
 
@@ -631,11 +724,16 @@ mod tests {
             ("connection", "keep-alive, x-secret-hop"),
             ("x-secret-hop", "1"),
             ("te", "trailers"),
+            ("x-real-ip", "6.6.6.6"),
         ]);
+        for n in CLIENT_IP {
+            h.append(n, HeaderValue::from_static("6.6.6.6"));
+        }
         request_headers(
             &mut h,
             Some("10.0.0.5".parse().unwrap()),
             false,
+            Some("10.0.0.5".parse().unwrap()),
             Some("shop.example"),
             None,
             None,
@@ -647,6 +745,11 @@ mod tests {
             "for=10.0.0.5;host=\"shop.example\";proto=http"
         );
         assert_eq!(h["x-forwarded-host"], "shop.example");
+        let real: Vec<_> = h.get_all("x-real-ip").iter().collect();
+        assert_eq!(real, ["10.0.0.5"]);
+        for n in CLIENT_IP {
+            assert!(!h.contains_key(n), "{n} forwarded");
+        }
         for gone in [
             "x-waitroom-user",
             "x-waitroom-session",
@@ -670,6 +773,7 @@ mod tests {
             &mut h,
             Some("::1".parse().unwrap()),
             true,
+            Some("203.0.113.9".parse().unwrap()),
             Some("shop.example"),
             None,
             None,
@@ -680,6 +784,37 @@ mod tests {
             h["forwarded"],
             "for=203.0.113.9;proto=https, for=\"[::1]\";host=\"shop.example\";proto=https"
         );
+        // The proxy said nothing of `X-Real-IP`: the client its chain names.
+        assert_eq!(h["x-real-ip"], "203.0.113.9");
+    }
+
+    /// A trusted proxy's own client headers are kept as they came, but `X-Real-IP`, which
+    /// is the client its chain names whatever the proxy passed on.
+    #[test]
+    fn a_trusted_proxys_client_headers_are_kept() {
+        let mut h = headers(&[
+            ("x-forwarded-for", "203.0.113.9"),
+            ("x-real-ip", "6.6.6.6"),
+            ("x-real-ip", "198.51.100.4"),
+        ]);
+        for n in CLIENT_IP {
+            h.append(n, HeaderValue::from_static("198.51.100.4"));
+        }
+        request_headers(
+            &mut h,
+            Some("10.0.0.1".parse().unwrap()),
+            true,
+            Some("203.0.113.9".parse().unwrap()),
+            None,
+            None,
+            None,
+        );
+        let real: Vec<_> = h.get_all("x-real-ip").iter().collect();
+        assert_eq!(real, ["203.0.113.9"]);
+        for n in CLIENT_IP {
+            assert_eq!(h[n], "198.51.100.4", "{n}");
+        }
+        assert_eq!(h["x-forwarded-for"], "203.0.113.9, 10.0.0.1");
     }
 
     #[test]
@@ -694,7 +829,7 @@ mod tests {
             ("trailer", "x-sum"),
             ("x-custom", "kept"),
         ]);
-        request_headers(&mut h, None, false, Some("shop.example"), None, None);
+        request_headers(&mut h, None, false, None, Some("shop.example"), None, None);
         for gone in [
             "keep-alive",
             "proxy-connection",
@@ -714,6 +849,7 @@ mod tests {
             &mut plain,
             Some("192.0.2.1".parse().unwrap()),
             false,
+            Some("192.0.2.1".parse().unwrap()),
             None,
             None,
             None,
@@ -722,7 +858,8 @@ mod tests {
         assert_eq!(plain["accept"], "*/*");
         assert_eq!(plain["x-forwarded-for"], "192.0.2.1");
         assert_eq!(plain["forwarded"], "for=192.0.2.1;proto=http");
-        assert_eq!(plain.len(), 5);
+        assert_eq!(plain["x-real-ip"], "192.0.2.1");
+        assert_eq!(plain.len(), 6);
     }
 
     #[test]
@@ -765,7 +902,7 @@ mod tests {
         ]);
         let u = upgrade_of(&h);
         assert_eq!(u.as_ref().unwrap(), "websocket");
-        request_headers(&mut h, None, false, None, u.as_ref(), None);
+        request_headers(&mut h, None, false, None, None, u.as_ref(), None);
         assert_eq!(h["connection"], "upgrade");
         assert_eq!(h["upgrade"], "websocket");
         let mut r = headers(&[
@@ -825,8 +962,17 @@ mod tests {
         let send = |pairs: &[(&str, &str)], peer: &str, trusted: bool, host: Option<&str>| {
             let peer: IpAddr = peer.parse().unwrap();
             let (mut with, mut without) = (headers(pairs), headers(pairs));
-            request_headers(&mut with, Some(peer), trusted, host, None, Some(&kept));
-            request_headers(&mut without, Some(peer), trusted, host, None, None);
+            let client = Some(peer);
+            request_headers(
+                &mut with,
+                Some(peer),
+                trusted,
+                client,
+                host,
+                None,
+                Some(&kept),
+            );
+            request_headers(&mut without, Some(peer), trusted, client, host, None, None);
             assert_eq!(with, without, "{pairs:?} {peer} {trusted} {host:?}");
             with
         };

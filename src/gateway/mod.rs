@@ -226,7 +226,9 @@ impl Gateway {
             Err(crate::gates::Ambiguous) => return refused(gate::ambiguous_path()),
         };
         let Some(gate) = found else {
-            let (outcome, res) = self.proxy(req, host, peer, conn, None, Outcome::Pass).await;
+            let (outcome, res) = self
+                .proxy(req, host, (peer, client), conn, None, Outcome::Pass)
+                .await;
             return (outcome, without_completion(res));
         };
         let secret = req
@@ -235,7 +237,7 @@ impl Gateway {
             .map(HeaderValue::as_bytes);
         if gate.rules.bypasses(req.uri().path(), client, secret) {
             let (outcome, res) = self
-                .proxy(req, host, peer, conn, None, Outcome::Bypass)
+                .proxy(req, host, (peer, client), conn, None, Outcome::Bypass)
                 .await;
             return (outcome, without_completion(res));
         }
@@ -269,7 +271,14 @@ impl Gateway {
             Ok(Admission::Active { session, cookie }) => {
                 let session_of = Some((&*gate.event_id, &session));
                 let (outcome, mut res) = self
-                    .proxy(req, host, peer, conn, session_of, Outcome::Admitted)
+                    .proxy(
+                        req,
+                        host,
+                        (peer, client),
+                        conn,
+                        session_of,
+                        Outcome::Admitted,
+                    )
                     .await;
                 if let Some(c) = cookie {
                     res.headers_mut()
@@ -313,12 +322,13 @@ impl Gateway {
 
     /// Sends `req` to the origin and streams its answer back; joins the two connections
     /// when the origin accepts an upgrade. The outcome is `proxied` when the origin
-    /// answered.
+    /// answered. `(peer, client)`: the connection's address, and the client's as the guard
+    /// read it (behind a trusted proxy, the one its chain names).
     async fn proxy(
         &self,
         mut req: Request,
         host: Option<&str>,
-        peer: Option<IpAddr>,
+        (peer, client): (Option<IpAddr>, Option<IpAddr>),
         conn: Option<&Connection>,
         session: Option<(&str, &Session)>,
         proxied: Outcome,
@@ -346,6 +356,7 @@ impl Gateway {
             req.headers_mut(),
             peer,
             trusted,
+            client,
             host,
             upgrade.as_ref(),
             conn.map(|c| &c.forwarding),
