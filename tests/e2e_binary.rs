@@ -6,7 +6,6 @@
 //! `admin token: T` first. Both lines are part of the command-line contract.
 
 use std::path::Path;
-use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
@@ -14,35 +13,8 @@ use serde_json::{json, Value};
 
 mod support;
 
-use support::binary::{call, wait_exit, Server, BIN};
+use support::binary::{call, run_to_exit, Server};
 const ADMIN: &str = "e2e-admin-token";
-
-/// Runs the binary to its exit (it must not serve) and answers (status, stderr).
-fn run_to_exit(cwd: &Path, args: &[&str]) -> (ExitStatus, String) {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let status = wait_exit(&mut child, Duration::from_secs(20));
-    let Some(status) = status else {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("{args:?} did not exit");
-    };
-    let mut err = String::new();
-    use std::io::Read as _;
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    (status, err)
-}
 
 async fn get(url: &str) -> (StatusCode, Value) {
     call(Method::GET, url, None, None).await
@@ -62,22 +34,9 @@ fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
 }
 
-/// `serve` on a free port with the data dir `data` under `dir`, the test's admin token, no
-/// demo event, and `extra` flags.
+/// [`Server::serve`] in `dir` with the test's admin token and `extra` flags.
 fn serve(dir: &Path, extra: &[&str]) -> Server {
-    let data = dir.join("data");
-    let mut args = vec![
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        data.to_str().unwrap(),
-        "--admin-token",
-        ADMIN,
-        "--no-demo",
-    ];
-    args.extend_from_slice(extra);
-    Server::start(dir, &args, &[])
+    Server::serve(dir, &[&["--admin-token", ADMIN], extra].concat())
 }
 
 #[tokio::test]

@@ -143,7 +143,8 @@ fn client() -> reqwest::Client {
         .unwrap()
 }
 
-/// Creates an event and waits until the gate table knows it.
+/// Creates an event and waits until the gate table knows it (on its first host, if it
+/// names any).
 async fn event(w: &Waitroom, id: &str, settings: Value) {
     let r = client()
         .put(format!("http://{}/api/v1/admin/events/{id}", w.addr))
@@ -155,12 +156,13 @@ async fn event(w: &Waitroom, id: &str, settings: Value) {
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
     let probe = settings["paths"][0].as_str().unwrap().to_string();
     for _ in 0..200 {
-        let r = client()
+        let mut gate = client()
             .get(format!("http://{}/api/v1/gate", w.addr))
-            .header("x-original-uri", &probe)
-            .send()
-            .await
-            .unwrap();
+            .header("x-original-uri", &probe);
+        if let Some(host) = settings["hosts"][0].as_str() {
+            gate = gate.header("host", host);
+        }
+        let r = gate.send().await.unwrap();
         if r.status() == 401 {
             return;
         }
@@ -1239,37 +1241,15 @@ async fn path_parameters_and_host_spellings_do_not_skip_the_queue() {
     let w = waitroom(Some(o), None).await;
     event(&w, "shop", gated("shop", json!({}))).await;
     // A second event gated on one host only, its whole site under `/`, assets bypassed.
-    let r = client()
-        .put(format!("http://{}/api/v1/admin/events/hosted", w.addr))
-        .bearer_auth(ADMIN)
-        .json(&json!({
-            "max_active": 1,
-            "paths": ["/"],
-            "hosts": ["shop.example"],
-            "bypass_paths": ["/static/"],
-        }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let hosted = json!({
+        "max_active": 1,
+        "paths": ["/"],
+        "hosts": ["shop.example"],
+        "bypass_paths": ["/static/"],
+    });
+    event(&w, "hosted", hosted).await;
     let url = |p: &str| format!("http://{}{p}", w.addr);
     let on_shop = [("host", "shop.example"), ("accept", "application/json")];
-    let mut known = false;
-    for _ in 0..200 {
-        let r = client()
-            .get(url("/api/v1/gate"))
-            .header("x-original-uri", "/")
-            .header("host", "shop.example")
-            .send()
-            .await
-            .unwrap();
-        if r.status() == 401 {
-            known = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(known, "the gate table never learnt of hosted");
     // Both events full.
     assert!(Person::default()
         .get(&url("/checkout"), &[])
@@ -2512,27 +2492,8 @@ async fn raw_exchange(addr: SocketAddr, raw: impl AsRef<[u8]>) -> (u16, String) 
 /// a request to it on that host waits (`503`), on another host it reaches the origin.
 async fn full_on_one_host() -> Waitroom {
     let w = waitroom(Some(origin().await), None).await;
-    let r = client()
-        .put(format!("http://{}/api/v1/admin/events/hosted", w.addr))
-        .bearer_auth(ADMIN)
-        .json(&json!({
-            "max_active": 1,
-            "paths": ["/checkout"],
-            "hosts": ["shop.example"],
-        }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let mut known = false;
-    for _ in 0..200 {
-        if gate_on(&w, "shop.example").await.0 == 401 {
-            known = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(known, "the gate table never learnt of hosted");
+    let hosted = json!({"max_active": 1, "paths": ["/checkout"], "hosts": ["shop.example"]});
+    event(&w, "hosted", hosted).await;
     let (status, text) = get_on(&w, "/checkout/pay", Some("shop.example")).await;
     assert!(status == 200 && text.contains("\"origin\":true"), "{text}");
     assert_eq!(

@@ -28,7 +28,7 @@ mod journey;
 mod support;
 
 use journey::{report::Report, RunOpts, Scenario};
-use support::binary::{Nodes, Server};
+use support::binary::{serve_args, Nodes, Server};
 use support::redis::RedisServer;
 
 const ADMIN: &str = "journey-test-admin";
@@ -168,24 +168,10 @@ fn assert_promises(r: &Report, sc: &Scenario, saturated: bool) {
     }
 }
 
-fn start_embedded(dir: &std::path::Path) -> Server {
-    let data = dir.join("data");
-    let mut args = vec![
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--no-demo",
-        "--data-dir",
-        data.to_str().unwrap(),
-    ];
-    args.extend(CROWD);
-    Server::start(dir, &args, &[])
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flash_crowd_on_the_embedded_store_keeps_the_promises() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start_embedded(dir.path());
+    let server = Server::serve(dir.path(), &CROWD);
     let sc = scenario();
     let r = run(&sc, &[&server], "embedded").await;
     assert_promises(&r, &sc, true);
@@ -228,24 +214,15 @@ fn start_redis_node(redis: &RedisServer, nodes: &Nodes) -> Server {
         .path()
         .join(format!("node-{}", support::binary::rand_suffix()));
     std::fs::create_dir_all(&data).unwrap();
-    let mut args = vec![
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--no-demo",
+    let url = redis.url();
+    let mut flags = vec![
         "--store",
-        &redis.url(),
+        &url,
         "--signing-key",
         nodes.key.to_str().unwrap(),
-        "--data-dir",
-        data.to_str().unwrap(),
-    ]
-    .into_iter()
-    .map(String::from)
-    .collect::<Vec<_>>();
-    args.extend(CROWD.iter().map(|s| s.to_string()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    Server::start(nodes.dir.path(), &args, &[])
+    ];
+    flags.extend(CROWD);
+    Server::start(nodes.dir.path(), &serve_args(&data, &flags), &[])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -402,7 +379,7 @@ fn assert_sellout(r: &Report, sc: &Scenario) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sell_out_on_the_embedded_store_sells_each_seat_once_and_tells_the_line() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start_embedded(dir.path());
+    let server = Server::serve(dir.path(), &CROWD);
     let sc = sellout();
     let r = run(&sc, &[&server], "embedded sell-out").await;
     assert_sellout(&r, &sc);
@@ -467,7 +444,7 @@ fn seats_are_drawn_apart_from_the_crowd_and_set_the_hold_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_race_for_few_seats_conflicts_and_never_sells_one_twice() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start_embedded(dir.path());
+    let server = Server::serve(dir.path(), &CROWD);
     let sc = Scenario {
         users: 40,
         arrival_secs: 0.0,

@@ -27,21 +27,11 @@ fn write_key(path: &Path, seed: u8) {
 }
 
 fn start(dir: &Path, keys: &[&Path]) -> Server {
-    let data = dir.join("data");
-    let mut args = vec![
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        data.to_str().unwrap(),
-        "--admin-token",
-        ADMIN,
-        "--no-demo",
-    ];
+    let mut args = vec!["--admin-token", ADMIN];
     for k in keys {
         args.extend(["--signing-key", k.to_str().unwrap()]);
     }
-    Server::start(dir, &args, &[])
+    Server::serve(dir, &args)
 }
 
 async fn jwks_kids(s: &Server) -> Vec<String> {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use support::binary::{call, Nodes, Server};
+use support::binary::{call, run_to_exit, serve_args, Nodes, Server};
 use support::redis::{free_port, raw_command, RedisServer};
 
 const ADMIN: &str = "multinode-admin";
@@ -670,74 +670,42 @@ async fn a_relay_that_cannot_subscribe_is_reported() {
     node.kill();
 }
 
-/// A node on `redis_url` with its data in `data` and the signing keys `keys` (oldest
-/// first), plus `extra` flags; its stdout and stderr are the caller's.
-fn node_command(
-    redis_url: &str,
-    data: &std::path::Path,
-    keys: &[&std::path::Path],
-    extra: &[&str],
-) -> std::process::Command {
-    // WAITROOM_TEST_BIN: another build of the binary, as `Server::start` honours it.
-    let bin = std::env::var_os("WAITROOM_TEST_BIN").unwrap_or_else(|| support::binary::BIN.into());
-    let mut cmd = std::process::Command::new(bin);
-    cmd.args(["serve", "--listen", "127.0.0.1:0", "--no-demo"])
-        .args(["--store", redis_url, "--admin-token", ADMIN])
-        .arg("--data-dir")
-        .arg(data)
-        .args(extra);
+/// A node's flags on `redis_url` with the signing keys `keys` (oldest first), then `extra`.
+fn node_flags<'a>(
+    redis_url: &'a str,
+    keys: &[&'a std::path::Path],
+    extra: &[&'a str],
+) -> Vec<&'a str> {
+    let mut args = vec!["--store", redis_url, "--admin-token", ADMIN];
     for k in keys {
-        cmd.arg("--signing-key").arg(k);
+        args.extend(["--signing-key", k.to_str().unwrap()]);
     }
-    cmd
+    args.extend_from_slice(extra);
+    args
 }
 
-/// A node as [`node_command`], in `dir`, which must be refused at start: its stderr.
+/// A node as [`node_flags`] has it, in `dir`, which must be refused at start: its stderr.
 fn refused_node(
     dir: &std::path::Path,
     redis_url: &str,
     keys: &[&std::path::Path],
     extra: &[&str],
 ) -> String {
-    let err_file = dir.join(format!("refused-{}.log", support::binary::rand_suffix()));
-    let mut child = node_command(redis_url, &dir.join("data"), keys, extra)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&err_file).unwrap())
-        .spawn()
-        .unwrap();
-    let exited = support::binary::wait_exit(&mut child, Duration::from_secs(20));
-    let _ = child.kill();
-    let _ = child.wait();
-    let err = std::fs::read_to_string(&err_file).unwrap();
-    assert!(exited.is_some_and(|s| !s.success()), "{exited:?}: {err}");
+    let data = dir.join("data");
+    let args = serve_args(&data, &node_flags(redis_url, keys, extra));
+    let (status, err) = run_to_exit(dir, &args);
+    assert!(!status.success(), "{status:?}: {err}");
     err
 }
 
-/// A node as [`node_command`], in `dir`, which must start.
+/// A node as [`node_flags`] has it, in `dir`, which must start.
 fn started_node(
     dir: &std::path::Path,
     redis_url: &str,
     keys: &[&std::path::Path],
     extra: &[&str],
 ) -> Server {
-    let data = dir.join("data");
-    let mut args = vec![
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--no-demo",
-        "--store",
-        redis_url,
-        "--admin-token",
-        ADMIN,
-        "--data-dir",
-        data.to_str().unwrap(),
-    ];
-    for k in keys {
-        args.extend(["--signing-key", k.to_str().unwrap()]);
-    }
-    args.extend(extra);
-    Server::start(dir, &args, &[])
+    Server::serve(dir, &node_flags(redis_url, keys, extra))
 }
 
 /// A key of its own in a new directory (the directory, the key file).

@@ -3,12 +3,12 @@
 
 mod support;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use support::conformance::{join, make_event, S, T0};
-use waitroom::core::PlaceState;
 use waitroom::core::QueueError;
+use waitroom::core::{Millis, PlaceState};
 use waitroom::store::embedded::EmbeddedStore;
 use waitroom::store::fault::FaultStore;
 use waitroom::store::journal::Durability;
@@ -22,6 +22,11 @@ fn in_temp_dir() -> (FaultStore, PathBuf) {
     let path = dir.path().to_path_buf();
     let store = EmbeddedStore::open(dir.path(), Durability::Sync, T0).unwrap();
     (FaultStore::owning(Arc::new(store), dir), path)
+}
+
+/// The durable store in `dir`, opened at `now` (a first start or a restart).
+fn opened(dir: &Path, now: Millis) -> Arc<dyn Store> {
+    Arc::new(EmbeddedStore::open(dir, Durability::Sync, now).unwrap())
 }
 
 /// A durable store in a fresh directory that lives as long as the store.
@@ -60,8 +65,7 @@ async fn restart_restores_places_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let (a, b, c, d, e, gone, ghost);
     {
-        let store: Arc<dyn Store> =
-            Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, T0).unwrap());
+        let store = opened(dir.path(), T0);
         make_event(
             &store,
             "ev",
@@ -88,8 +92,7 @@ async fn restart_restores_places_in_order() {
         store.close().await.unwrap();
     }
     let t1 = T0 + 40 * S;
-    let store: Arc<dyn Store> =
-        Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, t1).unwrap());
+    let store = opened(dir.path(), t1);
     assert_eq!(
         qerr(store.get_event("doomed", t1).await),
         QueueError::EventNotFound
@@ -156,8 +159,7 @@ async fn an_opening_reached_stays_reached_across_a_restart_behind_it() {
     let opens = T0 + 100 * S;
     let (early, after);
     {
-        let store: Arc<dyn Store> =
-            Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, T0).unwrap());
+        let store = opened(dir.path(), T0);
         let settings = serde_json::json!({
             "opens_at": waitroom::core::schedule::format_rfc3339(opens),
             "paused": true, "waiting_idle_sec": 100_000,
@@ -175,8 +177,7 @@ async fn an_opening_reached_stays_reached_across_a_restart_behind_it() {
         store.close().await.unwrap();
     }
     let back = opens - 2 * 3600 * S;
-    let store: Arc<dyn Store> =
-        Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, back).unwrap());
+    let store = opened(dir.path(), back);
     let snap = store.get_event("ev", back).await.unwrap();
     assert_eq!(snap.config.opening_ahead(back), None, "still published");
     let v = store.status("ev", early.key, back).await.unwrap();
@@ -205,8 +206,7 @@ async fn the_pre_queue_latest_join_is_known_again_after_a_restart() {
     let at =
         |t: u64| support::conformance::patch(serde_json::json!({"opens_at": format_rfc3339(t)}));
     {
-        let store: Arc<dyn Store> =
-            Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, T0).unwrap());
+        let store = opened(dir.path(), T0);
         let settings = serde_json::json!({
             "opens_at": format_rfc3339(T0 + 100 * S), "waiting_idle_sec": 100_000,
         });
@@ -217,8 +217,7 @@ async fn the_pre_queue_latest_join_is_known_again_after_a_restart() {
     }
     // The clock after the restart is 10 s behind the last join.
     let back = T0 + 40 * S;
-    let store: Arc<dyn Store> =
-        Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, back).unwrap());
+    let store = opened(dir.path(), back);
     assert!(matches!(
         qerr(store.put_event("ev", &at(T0 + 50 * S), back).await),
         QueueError::Invalid(_)
@@ -243,16 +242,14 @@ async fn expired_answers_keep_their_retention_across_a_restart() {
     let noticed = deadline + 40 * 60 * S;
     let ghost;
     {
-        let store: Arc<dyn Store> =
-            Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, T0).unwrap());
+        let store = opened(dir.path(), T0);
         let settings = serde_json::json!({"waiting_idle_sec": 30, "paused": true});
         make_event(&store, "ev", settings).await;
         ghost = join(&store, "ev", None, T0).await;
         store.tick("ev", noticed).await.unwrap();
         store.close().await.unwrap();
     }
-    let store: Arc<dyn Store> =
-        Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, noticed + S).unwrap());
+    let store = opened(dir.path(), noticed + S);
     // Past an hour from the deadline, within an hour from the moment it was noticed.
     let later = deadline + retention + 10 * 60 * S;
     assert_eq!(
@@ -293,9 +290,7 @@ async fn relaxed_durability_survives_a_clean_close() {
 #[tokio::test]
 async fn a_restart_does_not_reset_the_admission_pace() {
     let dir = tempfile::tempdir().unwrap();
-    let open = |now| -> Arc<dyn Store> {
-        Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, now).unwrap())
-    };
+    let open = |now| opened(dir.path(), now);
     let admitted = |store: Arc<dyn Store>, now| async move {
         store.tick("ev", now).await.unwrap();
         let f = store.get_event("ev", now).await.unwrap().figures;
@@ -333,8 +328,7 @@ async fn a_restart_does_not_reset_the_admission_pace() {
 async fn a_store_without_its_version_file_is_refused_plainly() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let store: Arc<dyn Store> =
-            Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, T0).unwrap());
+        let store = opened(dir.path(), T0);
         make_event(&store, "ev", serde_json::json!({})).await;
         join(&store, "ev", None, T0).await;
     }
@@ -374,13 +368,12 @@ fn cut_short(dir: &std::path::Path, version: Option<&[u8]>) {
 
 async fn started_again(dir: &std::path::Path) {
     {
-        let store: Arc<dyn Store> =
-            Arc::new(EmbeddedStore::open(dir, Durability::Sync, T0).unwrap());
+        let store = opened(dir, T0);
         make_event(&store, "ev", serde_json::json!({"paused": true})).await;
         assert_eq!(join(&store, "ev", Some("u"), T0).await.position, Some(1));
     }
     // A store like any other from then on.
-    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir, Durability::Sync, T0).unwrap());
+    let store = opened(dir, T0);
     assert_eq!(join(&store, "ev", Some("u"), T0).await.position, Some(1));
     assert_eq!(join(&store, "ev", Some("v"), T0).await.position, Some(2));
 }
@@ -391,8 +384,7 @@ async fn started_again(dir: &std::path::Path) {
 async fn a_store_with_data_and_a_damaged_version_file_is_refused_plainly() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let store: Arc<dyn Store> =
-            Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, T0).unwrap());
+        let store = opened(dir.path(), T0);
         make_event(&store, "ev", serde_json::json!({})).await;
         join(&store, "ev", None, T0).await;
     }
@@ -474,7 +466,7 @@ fn journal(dir: &std::path::Path) -> (std::path::PathBuf, u64) {
 }
 
 async fn fill(dir: &std::path::Path, n: usize) -> Vec<waitroom::core::PlaceKey> {
-    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir, Durability::Sync, T0).unwrap());
+    let store = opened(dir, T0);
     make_event(&store, "t", serde_json::json!({"paused": true})).await;
     let mut keys = Vec::new();
     for _ in 0..n {
@@ -506,7 +498,7 @@ async fn check_prefix(dir: &std::path::Path, keys: &[waitroom::core::PlaceKey]) 
 
 /// Joins `n` more places to event `t` of the store in `dir` (made by [`fill`]).
 async fn more(dir: &std::path::Path, n: usize) -> Vec<waitroom::core::PlaceKey> {
-    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir, Durability::Sync, T0).unwrap());
+    let store = opened(dir, T0);
     let mut keys = Vec::new();
     for _ in 0..n {
         keys.push(join(&store, "t", None, T0).await.key);
@@ -690,9 +682,7 @@ async fn a_torn_tail_after_the_watermark_starts_normally() {
 async fn restart_keeps_invites_and_their_bindings() {
     use waitroom::store::JoinRequest;
     let dir = tempfile::tempdir().unwrap();
-    let open = |t| -> Arc<dyn Store> {
-        Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, t).unwrap())
-    };
+    let open = |t| opened(dir.path(), t);
     let with = |user: &str, code: &str| JoinRequest {
         user_id: Some(user.into()),
         invite: Some(code.into()),
@@ -734,9 +724,7 @@ async fn restart_keeps_invites_and_their_bindings() {
 async fn restart_keeps_whether_a_place_was_proven() {
     use waitroom::store::JoinRequest;
     let dir = tempfile::tempdir().unwrap();
-    let open = |t| -> Arc<dyn Store> {
-        Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, t).unwrap())
-    };
+    let open = |t| opened(dir.path(), t);
     let as_user = |user: &str, proven: bool| JoinRequest {
         user_id: Some(user.into()),
         proven,
@@ -779,9 +767,7 @@ async fn the_store_directory_and_files_are_private() {
 #[tokio::test]
 async fn restart_keeps_the_event_look() {
     let dir = tempfile::tempdir().unwrap();
-    let open = |t| -> Arc<dyn Store> {
-        Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, t).unwrap())
-    };
+    let open = |t| opened(dir.path(), t);
     let before = {
         let store = open(T0);
         make_event(
@@ -811,8 +797,7 @@ async fn holds_sales_and_extensions_survive_a_restart() {
     let seats: Vec<String> = (1..=4).map(|i| format!("A-{i}")).collect();
     let (a, b);
     {
-        let store: Arc<dyn Store> =
-            Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, T0).unwrap());
+        let store = opened(dir.path(), T0);
         let settings = serde_json::json!({"max_active": 3, "session_max_sec": 100,
             "session_idle_sec": 1000, "session_extend_sec": 50, "max_extensions": 1});
         make_event(&store, "ev", settings.clone()).await;
@@ -831,8 +816,7 @@ async fn holds_sales_and_extensions_survive_a_restart() {
         store.delete_event("gone").await.unwrap();
         store.close().await.unwrap();
     }
-    let store: Arc<dyn Store> =
-        Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, T0 + 4 * S).unwrap());
+    let store = opened(dir.path(), T0 + 4 * S);
     let view = store.inventory("ev", T0 + 4 * S).await.unwrap();
     let held = ItemState::Held {
         seq: a.key.seq,
@@ -869,8 +853,7 @@ async fn restart_keeps_the_prequeue_and_its_order() {
     let opens = T0 + 100 * S;
     let (seqs, secret);
     {
-        let store: Arc<dyn Store> =
-            Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, T0).unwrap());
+        let store = opened(dir.path(), T0);
         make_event(
             &store,
             "ev",
@@ -887,8 +870,7 @@ async fn restart_keeps_the_prequeue_and_its_order() {
         store.close().await.unwrap();
     }
     let t1 = T0 + 50 * S;
-    let store: Arc<dyn Store> =
-        Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, t1).unwrap());
+    let store = opened(dir.path(), t1);
     let snap = store.get_event("ev", t1).await.unwrap();
     assert_eq!(snap.config.event_secret, secret, "the same secret");
     assert_eq!(store.prequeue("ev", 0, 100, t1).await.unwrap(), seqs);
@@ -913,9 +895,7 @@ async fn restart_keeps_the_prequeue_and_its_order() {
 async fn restart_keeps_the_end_of_the_sale_and_the_announcement() {
     use waitroom::core::{Announcement, EndCause, EventPatch, Texts};
     let dir = tempfile::tempdir().unwrap();
-    let open = |t| -> Arc<dyn Store> {
-        Arc::new(EmbeddedStore::open(dir.path(), Durability::Sync, t).unwrap())
-    };
+    let open = |t| opened(dir.path(), t);
     let (admitted, waiting) = {
         let store = open(T0);
         make_event(&store, "ev", serde_json::json!({"max_active": 1})).await;

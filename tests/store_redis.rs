@@ -773,32 +773,45 @@ async fn a_step_admitting_thousands_is_cut_into_bounded_scripts() {
     }
 }
 
+/// A store on the shared Redis, and the prefix of its keys.
+fn standalone_and_prefix() -> (Arc<dyn Store>, String) {
+    let opts = options();
+    let prefix = opts.key_prefix.clone();
+    let store = Arc::new(RedisStore::new(&shared().url(), opts).unwrap());
+    (store, prefix)
+}
+
+/// Cuts the meta of `ev` (its keys under `prefix`) to its first `kept` numbers, as a script
+/// of an older layout wrote it.
+async fn cut_meta(prefix: &str, ev: &str, kept: usize) {
+    let client = redis::Client::open(shared().url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("EVAL")
+        .arg(
+            "local v = cmsgpack.unpack(redis.call('HGET', KEYS[1], 'n')) \
+             while #v > tonumber(ARGV[1]) do table.remove(v) end \
+             redis.call('HSET', KEYS[1], 'n', cmsgpack.pack(v))",
+        )
+        .arg(1)
+        .arg(format!("{prefix}:{{{ev}}}:m"))
+        .arg(kept)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
 /// An event written before the chunked layout (its meta without the layout's number) is
 /// refused with a clear error rather than misread, and can still be deleted and made again.
 #[tokio::test]
 async fn an_event_of_the_older_layout_is_refused_and_can_be_deleted() {
-    let opts = options();
-    let prefix = opts.key_prefix.clone();
-    let store: Arc<dyn Store> = Arc::new(RedisStore::new(&shared().url(), opts).unwrap());
+    let (store, prefix) = standalone_and_prefix();
     let ev = "old";
     make_event(&store, ev, serde_json::json!({"max_active": 1})).await;
     make_event(&store, "new", serde_json::json!({})).await;
     let held = join(&store, ev, None, T0).await;
     // The meta as the older script wrote it: its first 37 numbers, without those of the
     // chunks (the line's tree, the layout).
-    let client = redis::Client::open(shared().url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let _: () = redis::cmd("EVAL")
-        .arg(
-            "local v = cmsgpack.unpack(redis.call('HGET', KEYS[1], 'n')) \
-             while #v > 37 do table.remove(v) end \
-             redis.call('HSET', KEYS[1], 'n', cmsgpack.pack(v))",
-        )
-        .arg(1)
-        .arg(format!("{prefix}:{{{ev}}}:m"))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    cut_meta(&prefix, ev, 37).await;
     for err in [
         store.get_event(ev, T0).await.err(),
         store
@@ -839,9 +852,7 @@ async fn an_event_of_the_older_layout_is_refused_and_can_be_deleted() {
 #[tokio::test]
 async fn a_meta_without_the_pre_queue_mark_keeps_the_opening_from_being_advanced() {
     use waitroom::core::schedule::format_rfc3339;
-    let opts = options();
-    let prefix = opts.key_prefix.clone();
-    let store: Arc<dyn Store> = Arc::new(RedisStore::new(&shared().url(), opts).unwrap());
+    let (store, prefix) = standalone_and_prefix();
     let ev = "premark";
     let opens = T0 + 100 * S;
     let at =
@@ -854,19 +865,7 @@ async fn a_meta_without_the_pre_queue_mark_keeps_the_opening_from_being_advanced
     .await;
     join(&store, ev, None, T0 + 50 * S).await;
     // The meta as the script before the mark wrote it: its first 42 numbers.
-    let client = redis::Client::open(shared().url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let _: () = redis::cmd("EVAL")
-        .arg(
-            "local v = cmsgpack.unpack(redis.call('HGET', KEYS[1], 'n')) \
-             while #v > 42 do table.remove(v) end \
-             redis.call('HSET', KEYS[1], 'n', cmsgpack.pack(v))",
-        )
-        .arg(1)
-        .arg(format!("{prefix}:{{{ev}}}:m"))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    cut_meta(&prefix, ev, 42).await;
     // The clock steps back 10 s.
     join(&store, ev, None, T0 + 41 * S).await;
     let refused = store.put_event(ev, &at(T0 + 45 * S), T0 + 42 * S).await;

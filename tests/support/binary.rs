@@ -29,9 +29,7 @@ impl Server {
     /// Starts the binary in `cwd` and waits until it reports its address.
     pub fn start(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
         let stderr_file = cwd.join(format!("stderr-{}.log", rand_suffix()));
-        // WAITROOM_TEST_BIN runs the tests against another build of the binary.
-        let bin = std::env::var_os("WAITROOM_TEST_BIN").unwrap_or_else(|| BIN.into());
-        let mut cmd = Command::new(bin);
+        let mut cmd = command();
         cmd.args(args)
             .current_dir(cwd)
             .env("RUST_LOG", "warn")
@@ -81,6 +79,12 @@ impl Server {
         }
     }
 
+    /// `serve` in `dir` as [`serve_args`] has it, with its data in `dir/data`.
+    pub fn serve(dir: &Path, extra: &[&str]) -> Server {
+        let data = dir.join("data");
+        Server::start(dir, &serve_args(&data, extra), &[])
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
@@ -115,6 +119,47 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The binary under test; `WAITROOM_TEST_BIN` runs the tests against another build of it.
+pub fn command() -> Command {
+    Command::new(std::env::var_os("WAITROOM_TEST_BIN").unwrap_or_else(|| BIN.into()))
+}
+
+/// `serve` on a free port, with no demo event and its data in `data`, then `extra`.
+pub fn serve_args<'a>(data: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let data = data.to_str().unwrap();
+    let mut args = vec!["serve", "--listen", "127.0.0.1:0", "--no-demo"];
+    args.extend(["--data-dir", data]);
+    args.extend_from_slice(extra);
+    args
+}
+
+/// Runs the binary to its exit (it must not serve) and answers (status, stderr).
+pub fn run_to_exit(cwd: &Path, args: &[&str]) -> (ExitStatus, String) {
+    let mut child = command()
+        .args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait_exit(&mut child, Duration::from_secs(20));
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{args:?} did not exit");
+    };
+    let mut err = String::new();
+    use std::io::Read as _;
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (status, err)
 }
 
 pub fn wait_exit(child: &mut Child, within: Duration) -> Option<ExitStatus> {
@@ -202,26 +247,17 @@ impl Nodes {
     pub fn start_with_env(&self, redis_url: &str, env: &[(&str, &str)]) -> Server {
         let data = self.dir.path().join(format!("node-{}", rand_suffix()));
         std::fs::create_dir_all(&data).unwrap();
-        Server::start(
-            self.dir.path(),
-            &[
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--store",
-                redis_url,
-                "--signing-key",
-                self.key.to_str().unwrap(),
-                "--admin-token",
-                &self.admin,
-                "--no-demo",
-                "--data-dir",
-                data.to_str().unwrap(),
-                // Every test client shares one address: joins are not what these test.
-                "--joins-per-minute",
-                "100000",
-            ],
-            env,
-        )
+        let flags = [
+            "--store",
+            redis_url,
+            "--signing-key",
+            self.key.to_str().unwrap(),
+            "--admin-token",
+            &self.admin,
+            // Every test client shares one address: joins are not what these test.
+            "--joins-per-minute",
+            "100000",
+        ];
+        Server::start(self.dir.path(), &serve_args(&data, &flags), env)
     }
 }

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use waitroom::core::schedule::{draw, format_rfc3339, prequeue_key, EventSecret};
-use waitroom::core::{EventPatch, Millis, PlaceKey, PlaceState, QueueError};
+use waitroom::core::{EventConfig, EventPatch, Millis, PlaceKey, PlaceState, QueueError};
 use waitroom::store::{Store, StoreError};
 
 use super::conformance::{join, S, T0};
@@ -22,14 +22,19 @@ fn patch_with_secret(json: serde_json::Value) -> EventPatch {
     p
 }
 
+/// Creates `ev` at `T0` with `json` and [`SECRET`]: its settings.
+async fn created(store: &Arc<dyn Store>, ev: &str, json: serde_json::Value) -> EventConfig {
+    store
+        .put_event(ev, &patch_with_secret(json), T0)
+        .await
+        .expect("event created")
+}
+
 async fn scheduled(store: &Arc<dyn Store>, ev: &str, json: serde_json::Value) {
     let mut json = json;
     json["opens_at"] = format_rfc3339(OPENS).into();
     json["waiting_idle_sec"] = 100_000.into();
-    store
-        .put_event(ev, &patch_with_secret(json), T0)
-        .await
-        .expect("event created");
+    created(store, ev, json).await;
 }
 
 fn queue_err<T: std::fmt::Debug>(r: Result<T, StoreError>) -> QueueError {
@@ -342,10 +347,7 @@ pub async fn opening_reached_holds_for_a_clock_behind(a: &Arc<dyn Store>, b: &Ar
 /// that instant as "no opening time", and took both changes.)
 pub async fn opens_at_the_epoch_has_opened(store: Arc<dyn Store>) {
     let json = serde_json::json!({"max_active": 1, "opens_at": "1970-01-01T00:00:00Z"});
-    let c = store
-        .put_event("ep", &patch_with_secret(json), T0)
-        .await
-        .unwrap();
+    let c = created(&store, "ep", json).await;
     assert_eq!(c.opens_at, Some(0));
     let first = join(&store, "ep", None, T0).await;
     assert_eq!(first.status, PlaceState::Admitted);
@@ -361,14 +363,7 @@ pub async fn opens_at_the_epoch_has_opened(store: Arc<dyn Store>) {
     assert_eq!(c.opens_at, Some(0));
 
     // An event without an opening, places waiting: the epoch cannot be set either.
-    store
-        .put_event(
-            "none",
-            &patch_with_secret(serde_json::json!({"max_active": 1})),
-            T0,
-        )
-        .await
-        .unwrap();
+    created(&store, "none", serde_json::json!({"max_active": 1})).await;
     join(&store, "none", None, T0).await;
     join(&store, "none", None, T0).await;
     let set = patch_with_secret(serde_json::json!({"opens_at": "1970-01-01T00:00:00Z"}));
@@ -380,9 +375,8 @@ pub async fn opens_at_the_epoch_has_opened(store: Arc<dyn Store>) {
 
 pub async fn queueing_methods(store: Arc<dyn Store>) {
     let make = |ev: &'static str, method: &str| {
-        let s = store.clone();
         let json = serde_json::json!({"max_active": 1, "queueing_method": method});
-        async move { s.put_event(ev, &patch_with_secret(json), T0).await.unwrap() }
+        created(&store, ev, json)
     };
     // passthrough: no cap.
     make("pass", "passthrough").await;
@@ -431,10 +425,7 @@ pub async fn queueing_methods(store: Arc<dyn Store>) {
 /// none, and took the head of the line instead.)
 pub async fn a_switch_to_random_draws_at_once(store: Arc<dyn Store>) {
     let json = serde_json::json!({"max_active": 1, "ready_ttl_sec": 10});
-    store
-        .put_event("sw", &patch_with_secret(json), T0)
-        .await
-        .unwrap();
+    created(&store, "sw", json).await;
     let c = store.get_event("sw", T0).await.unwrap().config;
     assert_eq!(c.event_secret, None, "no secret before the switch");
     let holder = join(&store, "sw", None, T0).await;
