@@ -1784,10 +1784,7 @@ async fn proxied_requests_are_counted_by_outcome() {
     assert_eq!(r.status, 503, "the second person waits: {}", r.text);
 
     // An origin that is gone: the answer is 502, counted as such.
-    let dead = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let dead_addr = dead.local_addr().unwrap();
-    drop(dead);
-    let gone = waitroom(Some(dead_addr), None).await;
+    let gone = waitroom(Some(dead_origin().await), None).await;
     let r = client()
         .get(format!("http://{}/", gone.addr))
         .send()
@@ -2305,6 +2302,78 @@ async fn another_sites_page_cannot_fill_the_line() {
         assert_eq!(fetch(path, "navigate", "document").await, 503, "{path}");
     }
     assert_eq!(joins().await, 2, "a visit from a link joins");
+}
+
+/// The address of an origin that is gone: nothing listens there.
+async fn dead_origin() -> SocketAddr {
+    let dead = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = dead.local_addr().unwrap();
+    drop(dead);
+    addr
+}
+
+/// A site that does not answer, or answers what cannot be passed on: a browser gets a page
+/// in its language under the same `502`, which tries again by itself (`Retry-After` and a
+/// refresh of as many seconds, never cached); any other client the API's JSON error, as
+/// before (defect: a person's browser showed the raw JSON).
+#[tokio::test]
+async fn a_browser_gets_a_page_when_the_site_does_not_answer() {
+    let dead = waitroom(Some(dead_origin().await), None).await;
+    let mut anyone = Person::default();
+    let url = format!("http://{}/checkout?seat=12", dead.addr);
+    let browser = "text/html,application/xhtml+xml,*/*;q=0.8";
+    let page = |r: &Answer, lang: &str| {
+        assert_eq!(r.status, StatusCode::BAD_GATEWAY, "{}", r.text);
+        let kind = r.headers["content-type"].to_str().unwrap();
+        assert!(kind.starts_with("text/html"), "{kind}: {}", r.text);
+        let retry = r.headers["retry-after"].to_str().unwrap();
+        assert!(retry.parse::<u64>().is_ok_and(|s| (1..=30).contains(&s)));
+        assert_eq!(r.headers["cache-control"], "no-store");
+        let refresh = format!("<meta http-equiv=\"refresh\" content=\"{retry}\">");
+        assert!(r.text.contains(&refresh), "{}", r.text);
+        assert!(
+            r.text.contains(&format!("<html lang=\"{lang}\">")),
+            "{}",
+            r.text
+        );
+        assert!(!r.text.contains("UPSTREAM_UNAVAILABLE"), "{}", r.text);
+    };
+    let r = anyone.get(&url, &[("accept", browser)]).await;
+    page(&r, "en");
+    assert!(r.text.contains("not answering"), "{}", r.text);
+    let r = anyone
+        .get(&url, &[("accept", browser), ("accept-language", "ko")])
+        .await;
+    page(&r, "ko");
+    assert!(r.text.contains("응답하지 않습니다"), "{}", r.text);
+
+    // Any other client: the contract's JSON error, as it was.
+    for accept in [None, Some("*/*"), Some("application/json")] {
+        let extra: Vec<(&str, &str)> = accept.iter().map(|a| ("accept", *a)).collect();
+        let r = anyone.get(&url, &extra).await;
+        assert_eq!(r.status, StatusCode::BAD_GATEWAY, "{accept:?}");
+        assert!(!r.headers.contains_key("retry-after"), "{accept:?}");
+        assert_eq!(
+            r.json()["error"]["code"],
+            "UPSTREAM_UNAVAILABLE",
+            "{accept:?}"
+        );
+    }
+
+    // An answer the gateway cannot pass on is the same `502`, and the same page.
+    let misframed = raw_answer_origin(|_| {
+        "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\nconnection: close\r\n\r\n\
+         3\r\nxyz\r\n0\r\n\r\n"
+    })
+    .await;
+    let w = waitroom(Some(misframed), None).await;
+    let url = format!("http://{}/", w.addr);
+    let r = anyone
+        .get(&url, &[("accept", browser), ("accept-language", "ko")])
+        .await;
+    page(&r, "ko");
+    let r = anyone.get(&url, &[("accept", "application/json")]).await;
+    assert_eq!(r.json()["error"]["code"], "UPSTREAM_UNAVAILABLE");
 }
 
 /// An origin that answers each path with the raw bytes `answers` gives it, then closes.

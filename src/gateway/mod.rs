@@ -17,7 +17,9 @@
 //! once both sides agreed ([`forward`] has the header rules: hop-by-hop headers,
 //! `X-Forwarded-*`, `Forwarded`).
 //! Proxied requests skip the API's limits (body size, request timeout): a site's uploads
-//! and long responses are the site's to bound.
+//! and long responses are the site's to bound. An origin that does not answer (or answers
+//! what cannot be passed on) is a `502`: for a browser a page in its language that reloads
+//! itself, for any other client the API's JSON error.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -25,7 +27,7 @@ use std::sync::Arc;
 use axum::body::{Body, HttpBody as _};
 use axum::extract::Request;
 use axum::http::uri::PathAndQuery;
-use axum::http::{header, HeaderName, HeaderValue, StatusCode, Uri, Version};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, Version};
 use axum::response::{IntoResponse, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
@@ -342,7 +344,14 @@ impl Gateway {
             .path_and_query()
             .cloned()
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
-        *req.uri_mut() = Uri::from(path);
+        // What a `502` page is chosen by, kept before the request goes to the pool (which
+        // drops it when the origin fails); read before the headers are rewritten. Nothing
+        // is worked out of it unless the origin fails.
+        let asked = Asked {
+            uri: std::mem::replace(req.uri_mut(), Uri::from(path)),
+            accept: req.headers().get(header::ACCEPT).cloned(),
+            language: req.headers().get(header::ACCEPT_LANGUAGE).cloned(),
+        };
         // The answer goes back in the client's version, whatever the origin's: an HTTP/1.0
         // origin's `HTTP/1.0` status line would tell an HTTP/1.1 client that the connection
         // closes after it, while this side keeps it open (RFC 9110 §6.2: the version is
@@ -373,11 +382,11 @@ impl Gateway {
             let mut res = match self.origin.send(req).await {
                 Ok(r) => r,
                 Err(pool::OriginError::Upload(e)) => return (Outcome::Refused, upload_failed(&e)),
-                Err(e) => return (Outcome::Unavailable, self.unanswered(e)),
+                Err(e) => return (Outcome::Unavailable, self.unanswered(e, asked)),
             };
             let bodiless = head || no_body(res.status());
             if !forward::response_headers(res.headers_mut(), None, bodiless) {
-                return (Outcome::Unavailable, self.misframed());
+                return (Outcome::Unavailable, self.misframed(asked));
             }
             *res.version_mut() = version;
             return (proxied, res);
@@ -386,7 +395,7 @@ impl Gateway {
         // every request's future.
         let mut res = match Box::pin(self.origin.send_upgrade(req)).await {
             Ok(r) => r,
-            Err(e) => return (Outcome::Unavailable, self.unanswered(e)),
+            Err(e) => return (Outcome::Unavailable, self.unanswered(e, asked)),
         };
         let upgraded = res.status() == StatusCode::SWITCHING_PROTOCOLS;
         if upgraded {
@@ -409,25 +418,25 @@ impl Gateway {
             upgrade.as_ref().filter(|_| upgraded),
             bodiless,
         ) {
-            return (Outcome::Unavailable, self.misframed());
+            return (Outcome::Unavailable, self.misframed(asked));
         }
         *res.version_mut() = version;
         (proxied, res.map(Body::new))
     }
 
     #[cold]
-    fn misframed(&self) -> Response {
+    fn misframed(&self, asked: Asked) -> Response {
         tracing::warn!(
             upstream = %self.upstream,
             "the origin answered with a transfer coding other than chunked"
         );
-        bad_gateway()
+        bad_gateway(asked)
     }
 
     #[cold]
-    fn unanswered(&self, e: pool::OriginError) -> Response {
+    fn unanswered(&self, e: pool::OriginError, asked: Asked) -> Response {
         tracing::warn!(upstream = %self.upstream, error = %e, "the origin did not answer");
-        bad_gateway()
+        bad_gateway(asked)
     }
 }
 
@@ -460,13 +469,55 @@ fn upload_failed(e: &hyper::Error) -> Response {
     (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
 }
 
-/// The origin could not be reached: `502` in the API's error shape.
-fn bad_gateway() -> Response {
-    let body = serde_json::json!({"error": {
-        "code": crate::http::error::code::UPSTREAM_UNAVAILABLE,
-        "message": "the site behind the waiting room did not answer",
-    }});
-    (StatusCode::BAD_GATEWAY, axum::Json(body)).into_response()
+/// What the `502` of a proxied request is chosen by, kept from the request as the client
+/// sent it: its URI (`?lang=`; the one the request no longer needs once it is given the
+/// origin form, so kept rather than copied) and its `Accept` and `Accept-Language` (two
+/// lookups and two shared values a proxied request: the pool drops the request itself
+/// when the origin fails).
+struct Asked {
+    uri: Uri,
+    accept: Option<HeaderValue>,
+    language: Option<HeaderValue>,
+}
+
+/// How long the page of a site that does not answer waits before it reloads itself (and its
+/// `Retry-After`): long enough not to add much to the load of an origin that is failing
+/// under it, short enough that a person waiting on it is served soon after it is back.
+const UNANSWERED_RETRY_SEC: u64 = 5;
+
+/// The origin could not be reached, or answered what cannot be passed on: `502`. A browser
+/// (`Accept` naming `text/html`) gets a page in its language, as the gate's pages choose
+/// it, that reloads itself after [`UNANSWERED_RETRY_SEC`] (`Retry-After` says the same),
+/// never cached; any other client the API's error shape, as the contract's error table
+/// has it.
+#[cold]
+#[inline(never)]
+fn bad_gateway(asked: Asked) -> Response {
+    // The gate pages' helpers read a header map: the request's two values go back into one.
+    let mut headers = HeaderMap::new();
+    if let Some(v) = asked.accept {
+        headers.insert(header::ACCEPT, v);
+    }
+    if !gate::asks_html(&headers) {
+        let body = serde_json::json!({"error": {
+            "code": crate::http::error::code::UPSTREAM_UNAVAILABLE,
+            "message": "the site behind the waiting room did not answer",
+        }});
+        return (StatusCode::BAD_GATEWAY, axum::Json(body)).into_response();
+    }
+    if let Some(v) = asked.language {
+        headers.insert(header::ACCEPT_LANGUAGE, v);
+    }
+    let lang = crate::http::look::language(&asked.uri, &headers);
+    let retry = UNANSWERED_RETRY_SEC;
+    let page = crate::http::gate_page::render_unanswered(lang, retry);
+    let html = [(header::CONTENT_TYPE, "text/html; charset=utf-8")];
+    let mut res = (StatusCode::BAD_GATEWAY, html, page).into_response();
+    let h = res.headers_mut();
+    h.insert(header::RETRY_AFTER, HeaderValue::from(retry));
+    h.insert(header::CACHE_CONTROL, crate::http::NO_STORE.clone());
+    crate::http::gate_page::page_headers(h);
+    res
 }
 
 /// A request body in a transfer coding other than `chunked` alone: `501`, and the
@@ -503,6 +554,57 @@ fn refused(e: crate::http::AppError) -> (Outcome, Response) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn asked(uri: &str, accept: Option<&str>, language: Option<&str>) -> Asked {
+        Asked {
+            uri: uri.parse().unwrap(),
+            accept: accept.map(|v| HeaderValue::from_str(v).unwrap()),
+            language: language.map(|v| HeaderValue::from_str(v).unwrap()),
+        }
+    }
+
+    async fn text(res: Response) -> String {
+        let body = axum::body::to_bytes(res.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        String::from_utf8(body.to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_browser_gets_a_page_that_tries_again_and_others_the_json() {
+        let page = bad_gateway(asked("/checkout", Some("text/html,*/*"), None));
+        assert_eq!(page.status(), StatusCode::BAD_GATEWAY);
+        let h = page.headers();
+        assert_eq!(h[header::CONTENT_TYPE], "text/html; charset=utf-8");
+        assert_eq!(h[header::RETRY_AFTER], "5");
+        assert_eq!(h[header::CACHE_CONTROL], "no-store");
+        assert!(h.contains_key(header::CONTENT_SECURITY_POLICY));
+        let html = text(page).await;
+        assert!(html.contains("<html lang=\"en\">"), "{html}");
+        assert!(html.contains("<meta http-equiv=\"refresh\" content=\"5\">"));
+        assert!(html.contains("The site is not answering"), "{html}");
+
+        // The language as the gate's pages choose it: `?lang=`, else `Accept-Language`.
+        let ko = bad_gateway(asked(
+            "/",
+            Some("text/html"),
+            Some("ko-KR,ko;q=0.9,en;q=0.5"),
+        ));
+        assert!(text(ko).await.contains("<html lang=\"ko\">"));
+        let en = bad_gateway(asked("/?lang=en", Some("text/html"), Some("ko")));
+        assert!(text(en).await.contains("<html lang=\"en\">"));
+
+        for accept in [None, Some("*/*"), Some("application/json")] {
+            let res = bad_gateway(asked("/", accept, Some("ko")));
+            assert_eq!(res.status(), StatusCode::BAD_GATEWAY);
+            assert!(
+                !res.headers().contains_key(header::RETRY_AFTER),
+                "{accept:?}"
+            );
+            let body: serde_json::Value = serde_json::from_str(&text(res).await).unwrap();
+            assert_eq!(body["error"]["code"], "UPSTREAM_UNAVAILABLE", "{accept:?}");
+        }
+    }
 
     #[test]
     fn own_paths() {

@@ -1,7 +1,8 @@
 //! The waiting room a gated URL answers in place (gateway mode, and the `/wait/{id}/queue`
 //! page of nginx's flow): rendered on the server, with no script, and refreshed by the
 //! browser itself (`<meta http-equiv="refresh">`) at the poll interval, so the same URL
-//! serves the site as soon as the person is admitted.
+//! serves the site as soon as the person is admitted. Gateway mode's page of a site that
+//! does not answer shares its look.
 
 use crate::core::PlaceView;
 
@@ -187,6 +188,46 @@ main {{ white-space: pre-line; }}
 "#,
         head = head(words.lang),
         title = words.title,
+        BOX = BOX,
+    )
+}
+
+/// The page of a site that does not answer (gateway mode's `502`, for a browser), in
+/// `lang`, reloading the same URL after `retry` seconds. Nothing of an event's: the request
+/// may be to any page of the site.
+pub fn render_unanswered(lang: &str, retry: u64) -> String {
+    let (heading, text) = if lang == "ko" {
+        (
+            "사이트가 응답하지 않습니다",
+            format!(
+                "지금 이 사이트가 응답하지 않습니다. 방문자가 많아서일 수 있습니다. 이 페이지는 {retry}초 후에 스스로 다시 시도합니다. 페이지를 열어 두세요."
+            ),
+        )
+    } else {
+        (
+            "The site is not answering",
+            format!(
+                "The site is not answering right now, perhaps because many people are visiting at once. This page tries again by itself in {retry} s: keep it open."
+            ),
+        )
+    };
+    format!(
+        r#"{head}<meta http-equiv="refresh" content="{retry}">
+<meta name="robots" content="noindex">
+<title>{heading}</title>
+<style>
+{BOX}
+</style>
+</head>
+<body>
+<main>
+<h1 id="waitroom-unanswered">{heading}</h1>
+<p>{text}</p>
+</main>
+</body>
+</html>
+"#,
+        head = head(lang),
         BOX = BOX,
     )
 }
