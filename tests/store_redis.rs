@@ -773,6 +773,34 @@ async fn a_step_admitting_thousands_is_cut_into_bounded_scripts() {
     }
 }
 
+/// A `reject` event's join is admitted even when earlier work in the same script used up
+/// the bound on admissions: with a pre-queue of 1,000 left 500 by the opening's tick, the
+/// join's own pass admits those 500 first, then the join itself, which `reject` let in
+/// because it need not wait. Left waiting, it would have been the queue `reject` never
+/// has, and every join after it refused with room free.
+#[tokio::test]
+async fn a_reject_join_is_admitted_past_the_bound_on_admissions() {
+    use support::conformance::patch;
+    use waitroom::core::schedule::format_rfc3339;
+    use waitroom::core::END_BATCH;
+    let s = standalone();
+    let ev = "reject-cut";
+    let opens = T0 + 10 * S;
+    let mut settings = patch(serde_json::json!({
+        "max_active": 5_000, "queueing_method": "reject", "opens_at": format_rfc3339(opens)
+    }));
+    settings.fresh_secret = Some([7; 32]);
+    s.put_event(ev, &settings, T0).await.unwrap();
+    for _ in 0..2 * END_BATCH {
+        join(&s, ev, None, T0).await;
+    }
+    assert_eq!(s.tick(ev, opens).await.unwrap(), Some(opens + 1));
+    let view = join(&s, ev, None, opens).await;
+    assert_eq!(view.status, PlaceState::Admitted, "{view:?}");
+    let f = s.get_event(ev, opens).await.unwrap().figures;
+    assert_eq!((f.admitted, f.waiting), (2 * END_BATCH as u64 + 1, 0));
+}
+
 /// A store on the shared Redis, and the prefix of its keys.
 fn standalone_and_prefix() -> (Arc<dyn Store>, String) {
     let opts = options();

@@ -151,7 +151,7 @@ local function op_join(ARGV)
   if bind then rcall('HSET', K_INVITES, bind, proven and ('=' .. user) or ('#' .. seq)) end
   set('joins', M.joins + 1)
   fx(FX_JOINED, seq, joined)
-  admit()
+  if M.method == 3 then admit(1) else admit() end
   -- Nothing but this join happened (no expiry, no admission, no squatter): the short answer,
   -- which the node rebuilds with the join's time as its joining time (so never for a join
   -- before opens_at: it joined the pre-queue, or is dated at the opening reached).

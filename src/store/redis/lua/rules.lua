@@ -877,11 +877,14 @@ end
 -- whole step (some 100-200 us a place) and pass an operation's time bound. The rest wait
 -- in line, their positions exact, until the next ticks admit them. (M's two fields are
 -- not stored: the meta is written from FIELDS.)
-local function admit()
+-- `extra`: admissions allowed past the bound, for a `reject` join's own (check_reject let
+-- it in because it need not wait: it may not be left waiting by a bound that earlier work
+-- in the same script used up).
+local function admit(extra)
   if M.paused == 1 or before_opening() or sale_ended() then return end
   local cap, rate = limits()
   local k = 0
-  local budget = END_BATCH - (M.nadm or 0)
+  local budget = END_BATCH - (M.nadm or 0) + (extra or 0)
   while (cap < 0 or N_AD + N_AC < cap) and N_W > 0 do
     if k >= budget then
       M.cut = true
