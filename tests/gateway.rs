@@ -2360,6 +2360,22 @@ async fn a_browser_gets_a_page_when_the_site_does_not_answer() {
         );
     }
 
+    // A form's POST gets the JSON even from a browser: the page's reload would come back
+    // as a GET, the form's data lost.
+    let r = client()
+        .post(&url)
+        .header("accept", browser)
+        .body("seat=12")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
+    assert!(!r.headers().contains_key("retry-after"));
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"]["code"],
+        "UPSTREAM_UNAVAILABLE"
+    );
+
     // An answer the gateway cannot pass on is the same `502`, and the same page.
     let misframed = raw_answer_origin(|_| {
         "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\nconnection: close\r\n\r\n\

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use axum::body::{Body, HttpBody as _};
 use axum::extract::Request;
 use axum::http::uri::PathAndQuery;
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, Version};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, Version};
 use axum::response::{IntoResponse, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
@@ -349,7 +349,11 @@ impl Gateway {
         // is worked out of it unless the origin fails.
         let asked = Asked {
             uri: std::mem::replace(req.uri_mut(), Uri::from(path)),
-            accept: req.headers().get(header::ACCEPT).cloned(),
+            // Only a request its reload repeats gets the page that reloads itself: a
+            // form's POST would come back as a GET, its data lost. Others get the JSON.
+            accept: matches!(*req.method(), Method::GET | Method::HEAD)
+                .then(|| req.headers().get(header::ACCEPT).cloned())
+                .flatten(),
             language: req.headers().get(header::ACCEPT_LANGUAGE).cloned(),
         };
         // The answer goes back in the client's version, whatever the origin's: an HTTP/1.0
@@ -486,7 +490,7 @@ struct Asked {
 const UNANSWERED_RETRY_SEC: u64 = 5;
 
 /// The origin could not be reached, or answered what cannot be passed on: `502`. A browser
-/// (`Accept` naming `text/html`) gets a page in its language, as the gate's pages choose
+/// (`Accept` naming `text/html`, on a `GET` or `HEAD`) gets a page in its language, as the gate's pages choose
 /// it, that reloads itself after [`UNANSWERED_RETRY_SEC`] (`Retry-After` says the same),
 /// never cached; any other client the API's error shape, as the contract's error table
 /// has it.
