@@ -193,7 +193,7 @@ async fn the_same_key_twice_or_an_empty_key_directory_is_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let keys = dir.path().join("keys");
     std::fs::create_dir(&keys).unwrap();
-    let out = std::process::Command::new(support::binary::BIN)
+    let out = support::binary::command()
         .args([
             "serve",
             "--no-demo",
@@ -211,7 +211,7 @@ async fn the_same_key_twice_or_an_empty_key_directory_is_refused_at_start() {
 
     let k = keys.join("a.pem");
     write_key(&k, 5);
-    let out = std::process::Command::new(support::binary::BIN)
+    let out = support::binary::command()
         .args(["serve", "--no-demo", "--listen", "127.0.0.1:0"])
         .arg("--signing-key")
         .arg(&k)

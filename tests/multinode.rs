@@ -480,7 +480,7 @@ async fn a_node_reaches_redis_over_tls() {
     };
 
     // With only the system's roots, the test CA is unknown: the node says so and exits.
-    let out = std::process::Command::new(support::binary::BIN)
+    let out = support::binary::command()
         .args(args("untrusting"))
         .env_remove("SSL_CERT_FILE")
         .stdin(std::process::Stdio::null())

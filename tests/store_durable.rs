@@ -283,7 +283,6 @@ async fn relaxed_durability_survives_a_clean_close() {
     );
 }
 
-/// The newest journal file of a store directory and where its written bytes end.
 /// A restart does not hand out a fresh burst of `admit_per_minute`: a process restarting
 /// many times a second (a crash loop) admitted a second's worth at every start, nearly
 /// twice the cap over a minute. `admitted_last_minute` keeps the admissions it restored.
