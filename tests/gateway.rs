@@ -499,7 +499,7 @@ async fn a_trusted_proxys_own_header_line_is_kept_in_the_chain() {
 /// The headers besides the forwarding ones that origins and frameworks read the client's
 /// address from (Rails and PHP `Client-IP`, nginx setups `X-Real-IP`, CDNs' own), with
 /// spellings that CGI-style origins read as the same names (`HTTP_X_REAL_IP`).
-const CLIENT_IP_HEADERS: [&str; 7] = [
+const CLIENT_IP_HEADERS: [&str; 13] = [
     "x-real-ip",
     "true-client-ip",
     "client-ip",
@@ -507,12 +507,20 @@ const CLIENT_IP_HEADERS: [&str; 7] = [
     "x-cluster-client-ip",
     "cf-connecting-ip",
     "fastly-client-ip",
+    "fly-client-ip",
+    "x-originating-ip",
+    "x-remote-ip",
+    "x-remote-addr",
+    "x-forwarded",
+    "forwarded-for",
 ];
-const CLIENT_IP_UNDERSCORED: [&str; 4] = [
+const CLIENT_IP_UNDERSCORED: [&str; 6] = [
     "x_real_ip",
     "true_client_ip",
     "client_ip",
     "x-cluster_client-ip",
+    "x_forwarded",
+    "forwarded_for",
 ];
 
 /// A client that is no trusted proxy names itself in every client-address header an

@@ -70,7 +70,7 @@ fn could_be_ours_with_underscores(name: &str) -> bool {
     let len = name.len();
     let may = match name.as_bytes().first() {
         Some(b'c') => matches!(len, 9 | 16),
-        Some(b'f') => len == 16,
+        Some(b'f') => matches!(len, 13 | 16),
         Some(b'k') => len == 10,
         Some(b'p') => matches!(len, 16..=19),
         Some(b't') => matches!(len, 14 | 17),
@@ -105,7 +105,15 @@ fn named_kind(name: &str) -> Kind {
         | "x-client-ip"
         | "x-cluster-client-ip"
         | "cf-connecting-ip"
-        | "fastly-client-ip" => Kind::Forwarding,
+        | "fastly-client-ip"
+        | "fly-client-ip"
+        | "x-originating-ip"
+        | "x-remote-ip"
+        | "x-remote-addr"
+        // The spellings PHP's widespread client-address snippet reads besides those
+        // (`HTTP_X_FORWARDED`, `HTTP_FORWARDED_FOR`).
+        | "x-forwarded"
+        | "forwarded-for" => Kind::Forwarding,
         "x-waitroom-user" | "x-waitroom-session" | "x-waitroom-bypass" | "x-original-url"
         | "x-rewrite-url" | "x-original-uri" => Kind::Own,
         _ => Kind::Other,

@@ -51,13 +51,19 @@ fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
 
 /// The headers other than the forwarding ones that origins read the client's address
 /// from.
-const CLIENT_IP: [&str; 6] = [
+const CLIENT_IP: [&str; 12] = [
     "true-client-ip",
     "client-ip",
     "x-client-ip",
     "x-cluster-client-ip",
     "cf-connecting-ip",
     "fastly-client-ip",
+    "fly-client-ip",
+    "x-originating-ip",
+    "x-remote-ip",
+    "x-remote-addr",
+    "x-forwarded",
+    "forwarded-for",
 ];
 
 /// Every name of the three lists gets its kind, by the constants the rest of the code
@@ -107,7 +113,7 @@ fn header_kinds() {
         "host",
         "user-agent",
         "content-type",
-        "x-forwarded",
+        "x-forward",
         "tee",
         "upgrades",
         "content-type",
