@@ -125,20 +125,18 @@ pub(super) fn len_quietly(f: &std::fs::File) -> std::io::Result<u64> {
 }
 
 /// Whether `path` names a file, without a `stat` of it (see [`len_quietly`]): `access`
-/// looks the name up only.
-pub(super) fn exists_quietly(path: &Path) -> bool {
-    #[cfg(unix)]
-    {
-        use std::os::unix::ffi::OsStrExt;
-        let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-            return path.exists();
-        };
-        // SAFETY: `c` is a NUL-terminated string that outlives the call; `access` only
-        // reads it.
-        unsafe { libc::access(c.as_ptr(), libc::F_OK) == 0 }
-    }
-    #[cfg(not(unix))]
-    path.exists()
+/// looks the name up only. The name is made once by [`c_path`], not per call.
+pub(super) fn exists_quietly(path: &std::ffi::CStr) -> bool {
+    // SAFETY: `path` is NUL-terminated and outlives the call; `access` only reads it.
+    unsafe { libc::access(path.as_ptr(), libc::F_OK) == 0 }
+}
+
+/// `path` as the C string system calls take.
+pub(super) fn c_path(path: &Path) -> std::ffi::CString {
+    use std::os::unix::ffi::OsStrExt;
+    // Our directory and `N.jnl` names hold no NUL byte (a path with one could not have
+    // been opened either).
+    std::ffi::CString::new(path.as_os_str().as_bytes()).expect("a path without NUL")
 }
 
 /// Turns the kernel's readahead off for reads through `f`, a handle of a journal that is
@@ -360,10 +358,10 @@ mod tests {
         f.read_exact(&mut b).unwrap();
         assert_eq!(b, [1, 1, 1, 1, 0, 0]);
 
-        assert!(exists_quietly(&path));
-        assert!(!exists_quietly(&dir.path().join("8.jnl")));
+        assert!(exists_quietly(&c_path(&path)));
+        assert!(!exists_quietly(&c_path(&dir.path().join("8.jnl"))));
         assert!(
-            exists_quietly(dir.path()),
+            exists_quietly(&c_path(dir.path())),
             "a directory exists too, as for `exists`"
         );
     }

@@ -31,10 +31,12 @@
 //! xxh3 of the items' bytes, magic `FJL\x03`).
 
 use std::collections::BTreeMap;
-use std::io::{BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+use super::journal_files::{c_path, exists_quietly};
 
 /// The watermark's first slot, inside the store's directory (the only one before the
 /// second existed, so an older version's watermark is read as a first slot).
@@ -108,37 +110,81 @@ pub fn journals(dir: &Path) -> BTreeMap<u64, PathBuf> {
 /// Reads intact batches of the journal at `path` from byte `from` (a batch boundary) on.
 /// Answers where the last intact batch ends and what the batches read hold.
 pub fn scan_from(path: &Path, from: u64) -> std::io::Result<FileMark> {
-    let mut f = std::fs::File::open(path)?;
+    let f = std::fs::File::open(path)?;
     super::journal_files::no_readahead(&f);
     let size = f.metadata()?.len();
-    f.seek(SeekFrom::Start(from))?;
-    let mut r = BufReader::with_capacity(64 * 1024, f);
-    let mut mark = FileMark {
-        len: from,
-        tally: Tally::default(),
-    };
-    while let Some((len, batch)) = read_batch(&mut r, size - mark.len.min(size)) {
-        mark.len += len;
-        mark.tally.add(batch);
-    }
-    Ok(mark)
+    Ok(scan_file(&f, from, size, &mut Vec::new(), 64 * 1024))
 }
 
-/// [`scan_from`] on a journal that is kept open.
-fn scan_reader(r: &mut BufReader<std::fs::File>, from: u64) -> std::io::Result<FileMark> {
-    // Once per sync: no `stat` (`journal_files::len_quietly`); the seek below discards
-    // the reader's buffer and sets the offset again.
-    let size = super::journal_files::len_quietly(r.get_ref())?;
-    r.seek(SeekFrom::Start(from))?;
+/// [`scan_from`] on a journal that is kept open, reading through `buf` (kept between
+/// calls, so a sync allocates nothing here).
+fn scan_open(f: &std::fs::File, from: u64, buf: &mut Vec<u8>) -> std::io::Result<FileMark> {
+    // Once per sync: no `stat` (`journal_files::len_quietly`). Reads are positioned, so
+    // the offset that leaves at the end does not matter.
+    let size = super::journal_files::len_quietly(f)?;
+    Ok(scan_file(f, from, size, buf, ACTIVE_READ))
+}
+
+/// Reads the intact batches of `f` (`size` bytes) from `from` on, `chunk` bytes at a time
+/// (more when a batch is longer) into `buf`, and parses them where they lie: no copy per
+/// field, no allocation per batch. `buf` only grows (its bytes are overwritten, never
+/// zeroed again: zeroing a read buffer per sync would cost more than the parse). A read
+/// error ends the intact part, as the end of the file does.
+fn scan_file(f: &std::fs::File, from: u64, size: u64, buf: &mut Vec<u8>, chunk: usize) -> FileMark {
     let mut mark = FileMark {
         len: from,
         tally: Tally::default(),
     };
-    while let Some((len, batch)) = read_batch(r, size - mark.len.min(size)) {
-        mark.len += len;
-        mark.tally.add(batch);
+    // `buf[lo..hi]` holds the file from `mark.len` on, up to `read_to`.
+    let (mut lo, mut hi) = (0, 0);
+    let mut read_to = from;
+    loop {
+        let left = size.saturating_sub(mark.len);
+        match parse_batch(&buf[lo..hi], left) {
+            Parsed::Batch(len, tally) => {
+                mark.len += len as u64;
+                mark.tally.add(tally);
+                lo += len;
+            }
+            Parsed::End => break,
+            Parsed::Short(need) => {
+                if read_to >= size {
+                    break;
+                }
+                buf.copy_within(lo..hi, 0);
+                hi -= lo;
+                lo = 0;
+                let want = (need.saturating_sub(hi).max(chunk) as u64).min(size - read_to);
+                let end = hi + want as usize;
+                if buf.len() < end {
+                    buf.resize(end, 0);
+                }
+                let got = read_full_at(f, &mut buf[hi..end], read_to);
+                hi += got;
+                read_to += got as u64;
+                if got == 0 {
+                    break;
+                }
+            }
+        }
     }
-    Ok(mark)
+    mark
+}
+
+/// Fills `out` from `f` at `offset` as far as the file goes; the bytes read (fewer at
+/// the end of the file or on an error).
+fn read_full_at(f: &std::fs::File, out: &mut [u8], offset: u64) -> usize {
+    use std::os::unix::fs::FileExt;
+    let mut got = 0;
+    while got < out.len() {
+        match f.read_at(&mut out[got..], offset + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    got
 }
 
 /// A file's mark after reading `new` (from [`scan_from`] at `old.len`).
@@ -151,44 +197,79 @@ fn add(old: FileMark, new: FileMark) -> FileMark {
     }
 }
 
-/// One intact batch: its length in bytes and what it holds; `None` at the end of the
-/// intact part (end of file, the zeros of preallocation, a torn or damaged batch).
-fn read_batch(r: &mut impl Read, left: u64) -> Option<(u64, Tally)> {
-    fn take<const N: usize>(r: &mut impl Read, seen: &mut Vec<u8>) -> Option<[u8; N]> {
-        let mut b = [0u8; N];
-        r.read_exact(&mut b).ok()?;
-        seen.extend_from_slice(&b);
-        Some(b)
+/// What the bytes at a batch boundary hold.
+#[derive(Debug, PartialEq, Eq)]
+enum Parsed {
+    /// One intact batch: its length in bytes and what it holds.
+    Batch(usize, Tally),
+    /// The end of the intact part: the zeros of preallocation, a torn or damaged batch.
+    End,
+    /// Not decided before this many bytes are there (the end of the file, if they never
+    /// are).
+    Short(usize),
+}
+
+/// A start entry: tag, item count, seqno.
+const HEAD_LEN: usize = 1 + 4 + 8;
+/// An item's fixed part: tag, value type, compression, keyspace, key length, value
+/// length, length on disk.
+const ITEM_LEN: usize = 1 + 2 + 8 + 2 + 4 + 4;
+/// A cleared keyspace's entry: tag, keyspace.
+const CLEAR_LEN: usize = 1 + 8;
+/// An end entry: tag, checksum, magic.
+const TAIL_LEN: usize = 1 + 8 + 4;
+
+fn le_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+fn le_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn le_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// Parses the batch `b` starts with; `left` is how many bytes the file has from there.
+fn parse_batch(b: &[u8], left: u64) -> Parsed {
+    macro_rules! need {
+        ($n:expr) => {
+            if b.len() < $n {
+                return Parsed::Short($n);
+            }
+        };
     }
-    let mut head = Vec::new();
-    if take::<1>(r, &mut head)?[0] != TAG_START {
-        return None;
+    need!(1);
+    if b[0] != TAG_START {
+        return Parsed::End;
     }
-    let count = u32::from_le_bytes(take::<4>(r, &mut head)?);
-    take::<8>(r, &mut head)?;
-    let mut items = Vec::new();
+    need!(HEAD_LEN);
+    let count = le_u32(b, 1);
+    let mut p = HEAD_LEN;
     let mut tally = Tally {
         batches: 1,
         ..Tally::default()
     };
     for _ in 0..count {
-        match take::<1>(r, &mut items)?[0] {
+        need!(p + 1);
+        match b[p] {
             TAG_ITEM => {
-                let [value_type, _compression] = take::<2>(r, &mut items)?;
-                let keyspace = u64::from_le_bytes(take::<8>(r, &mut items)?);
-                let key_len = u16::from_le_bytes(take::<2>(r, &mut items)?) as u64;
-                take::<4>(r, &mut items)?;
-                let disk_len = u32::from_le_bytes(take::<4>(r, &mut items)?) as u64;
-                // A damaged length must not make us allocate gigabytes.
-                if (head.len() + items.len()) as u64 + key_len + disk_len > left {
-                    return None;
+                need!(p + ITEM_LEN);
+                let value_type = b[p + 1];
+                let keyspace = le_u64(b, p + 3);
+                let key_len = le_u16(b, p + 11) as usize;
+                let disk_len = le_u32(b, p + 17) as u64;
+                // A damaged length must not make us read or allocate gigabytes.
+                if (p + ITEM_LEN + key_len) as u64 + disk_len > left {
+                    return Parsed::End;
                 }
-                let start = items.len();
-                items.resize(start + (key_len + disk_len) as usize, 0);
-                r.read_exact(&mut items[start..]).ok()?;
+                let key_at = p + ITEM_LEN;
+                let end = key_at + key_len + disk_len as usize;
+                need!(end);
                 if keyspace != META_KEYSPACE {
                     tally.records += 1;
-                    let key = &items[start..start + key_len as usize];
+                    let key = &b[key_at..key_at + key_len];
                     // A place's join record: `event_id ‖ 0 ‖ seq ‖ 0` (see journal.rs),
                     // inserted (value type 0).
                     if value_type == 0
@@ -199,22 +280,25 @@ fn read_batch(r: &mut impl Read, left: u64) -> Option<(u64, Tally)> {
                         tally.joins += 1;
                     }
                 }
+                p = end;
             }
             TAG_CLEAR => {
-                take::<8>(r, &mut items)?;
+                need!(p + CLEAR_LEN);
+                p += CLEAR_LEN;
             }
-            _ => return None,
+            _ => return Parsed::End,
         }
     }
-    let mut tail = Vec::new();
-    if take::<1>(r, &mut tail)?[0] != TAG_END {
-        return None;
+    need!(p + 1);
+    if b[p] != TAG_END {
+        return Parsed::End;
     }
-    let checksum = u64::from_le_bytes(take::<8>(r, &mut tail)?);
-    if &take::<4>(r, &mut tail)? != MAGIC || xxhash_rust::xxh3::xxh3_64(&items) != checksum {
-        return None;
+    need!(p + TAIL_LEN);
+    let checksum = le_u64(b, p + 1);
+    if &b[p + 9..p + TAIL_LEN] != MAGIC || xxhash_rust::xxh3::xxh3_64(&b[HEAD_LEN..p]) != checksum {
+        return Parsed::End;
     }
-    Some(((head.len() + items.len() + tail.len()) as u64, tally))
+    Parsed::Batch(p + TAIL_LEN, tally)
 }
 
 /// Complete-looking batch ends (an end tag, 8 bytes, the magic) in `bytes`.
@@ -321,8 +405,21 @@ pub struct Marker {
     files: [Option<std::fs::File>; 2],
     /// The slot the next write goes to: never the one holding the newest whole watermark.
     next: usize,
-    /// The journal being appended to, open, with its id.
-    active: Option<(u64, BufReader<std::fs::File>)>,
+    /// The journal being appended to.
+    active: Option<Active>,
+    /// The active journal's new bytes, read at each capture (kept: no allocation per sync).
+    buf: Vec<u8>,
+}
+
+/// The journal being appended to: its id, a handle, and the names whose presence tells
+/// that fjall sealed it (made once, not per sync).
+struct Active {
+    id: u64,
+    file: std::fs::File,
+    /// Its own path.
+    name: std::ffi::CString,
+    /// The path of the journal that follows it.
+    successor: std::ffi::CString,
 }
 
 /// Read size for the active journal's new batches: a batch of a few joins is a few hundred
@@ -344,6 +441,7 @@ impl Marker {
             files: [None, None],
             next,
             active: None,
+            buf: Vec::new(),
         };
         m.synced()?;
         Ok(m)
@@ -367,21 +465,17 @@ impl Marker {
         // captures). Either way, list again: a handle of a deleted journal would be synced
         // for ever while the one appended to never is.
         let rotated = match &self.active {
-            Some((id, _)) => {
-                // Neither `stat`s the journal: see `journal_files::len_quietly`.
-                use super::journal_files::exists_quietly;
-                exists_quietly(&self.dir.join(format!("{}.jnl", id + 1)))
-                    || !exists_quietly(&self.dir.join(format!("{id}.jnl")))
-            }
+            // Neither `stat`s the journal: see `journal_files::len_quietly`.
+            Some(a) => exists_quietly(&a.successor) || !exists_quietly(&a.name),
             None => true,
         };
         if rotated {
             self.relist()?;
         } else {
-            let (id, r) = self.active.as_mut().expect("checked above");
-            let old = self.marks.get(id).copied().unwrap_or_default();
-            let new = scan_reader(r, old.len)?;
-            self.marks.insert(*id, add(old, new));
+            let a = self.active.as_ref().expect("checked above");
+            let old = self.marks.get(&a.id).copied().unwrap_or_default();
+            let new = scan_open(&a.file, old.len, &mut self.buf)?;
+            self.marks.insert(a.id, add(old, new));
         }
         Ok(self.marks.clone())
     }
@@ -394,15 +488,14 @@ impl Marker {
     /// A second handle of the journal being appended to, as of the last capture: syncing
     /// it syncs the file, whoever holds it (a sync is per file, not per handle).
     pub fn active_file(&self) -> Option<std::io::Result<std::fs::File>> {
-        let (_, r) = self.active.as_ref()?;
-        Some(r.get_ref().try_clone())
+        Some(self.active.as_ref()?.file.try_clone())
     }
 
     /// The journal being appended to and where its intact batches end, as of the last
     /// [`Marker::capture`].
     pub fn active_end(&self) -> Option<(u64, u64)> {
-        let (id, _) = self.active.as_ref()?;
-        Some((*id, self.marks.get(id)?.len))
+        let id = self.active.as_ref()?.id;
+        Some((id, self.marks.get(&id)?.len))
     }
 
     /// The path of journal `id`.
@@ -439,7 +532,12 @@ impl Marker {
         if let Some((&id, path)) = files.iter().next_back() {
             let f = std::fs::File::open(path)?;
             super::journal_files::no_readahead(&f);
-            self.active = Some((id, BufReader::with_capacity(ACTIVE_READ, f)));
+            self.active = Some(Active {
+                id,
+                file: f,
+                name: c_path(path),
+                successor: c_path(&self.journal_path(id + 1)),
+            });
         }
         Ok(())
     }
@@ -652,6 +750,103 @@ pub fn repair(dir: &Path, d: &Damage) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A batch in fjall 3's journal format: `items` are (keyspace, key, value); `clear`
+    /// adds a cleared keyspace's entry.
+    fn batch(items: &[(u64, &[u8], &[u8])], clear: bool) -> Vec<u8> {
+        let mut body = Vec::new();
+        for (keyspace, key, value) in items {
+            body.push(TAG_ITEM);
+            body.extend_from_slice(&[0, 0]); // value type (insert), compression
+            body.extend_from_slice(&keyspace.to_le_bytes());
+            body.extend_from_slice(&(key.len() as u16).to_le_bytes());
+            body.extend_from_slice(&(value.len() as u32).to_le_bytes());
+            body.extend_from_slice(&(value.len() as u32).to_le_bytes());
+            body.extend_from_slice(key);
+            body.extend_from_slice(value);
+        }
+        if clear {
+            body.push(TAG_CLEAR);
+            body.extend_from_slice(&5u64.to_le_bytes());
+        }
+        let mut b = vec![TAG_START];
+        b.extend_from_slice(&(items.len() as u32 + clear as u32).to_le_bytes());
+        b.extend_from_slice(&42u64.to_le_bytes());
+        b.extend_from_slice(&body);
+        b.push(TAG_END);
+        b.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(&body).to_le_bytes());
+        b.extend_from_slice(MAGIC);
+        b
+    }
+
+    /// Scans `bytes` as a journal file twice: with a new buffer, and with one left full of
+    /// another scan's bytes (as the active journal's kept buffer is): the same answer.
+    fn scan_bytes(bytes: &[u8], chunk: usize) -> FileMark {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("1.jnl");
+        std::fs::write(&path, bytes).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        let fresh = scan_file(&f, 0, bytes.len() as u64, &mut Vec::new(), chunk);
+        let mut stale = [bytes, bytes].concat();
+        stale.resize(stale.len() + 70_000, TAG_START);
+        let kept = scan_file(&f, 0, bytes.len() as u64, &mut stale, chunk);
+        assert_eq!(fresh, kept);
+        fresh
+    }
+
+    #[test]
+    fn batches_read_alike_whatever_the_reads_sizes() {
+        let join_key = b"ev\x00\x00\x00\x00\x00\x00\x00\x00\x07\x00";
+        let big = vec![7u8; 20_000];
+        let one = batch(&[(3, join_key, b"v"), (3, b"ev\x00m", b"counters")], false);
+        let two = batch(&[(0, b"names", b"x"), (4, b"k", &big)], true);
+        let three = batch(&[(3, join_key, b"w")], false);
+        let mut file = [one.clone(), two.clone(), three.clone()].concat();
+        let intact = file.len() as u64;
+        file.extend_from_slice(&[0; 3000]); // preallocated zeros
+        let want = FileMark {
+            len: intact,
+            tally: Tally {
+                batches: 3,
+                records: 4,
+                joins: 2,
+            },
+        };
+        for chunk in [1, 7, 100, ACTIVE_READ, 64 * 1024] {
+            assert_eq!(scan_bytes(&file, chunk), want, "chunk {chunk}");
+        }
+        // From a later boundary: only what follows it.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("1.jnl");
+        std::fs::write(&path, &file).unwrap();
+        let from = one.len() as u64;
+        assert_eq!(scan_from(&path, from).unwrap().len, intact);
+        assert_eq!(scan_from(&path, from).unwrap().tally.batches, 2);
+    }
+
+    #[test]
+    fn a_torn_or_damaged_batch_ends_the_intact_part() {
+        let one = batch(&[(3, b"a", b"1")], false);
+        let two = batch(&[(3, b"b", b"2")], false);
+        let whole = [one.clone(), two.clone()].concat();
+        for chunk in [1, 5, 64 * 1024] {
+            // Torn anywhere inside the second batch: the first one stands.
+            for cut in one.len()..whole.len() {
+                assert_eq!(scan_bytes(&whole[..cut], chunk).len, one.len() as u64);
+            }
+            // A flipped byte in the second batch's items: its checksum fails.
+            let mut flipped = whole.clone();
+            let at = one.len() + HEAD_LEN + ITEM_LEN;
+            flipped[at] ^= 1;
+            assert_eq!(scan_bytes(&flipped, chunk).len, one.len() as u64);
+            // A damaged length past the file's end: no read of gigabytes, the end.
+            let mut long = whole.clone();
+            let at = one.len() + HEAD_LEN + 17;
+            long[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+            assert_eq!(scan_bytes(&long, chunk).len, one.len() as u64);
+            assert_eq!(scan_bytes(&whole, chunk).tally.batches, 2);
+        }
+    }
 
     #[test]
     fn batch_ends_are_found_anywhere() {
