@@ -55,14 +55,26 @@ async fn pages_and_assets_are_served_from_the_binary() {
             assert!(body.starts_with("<!doctype html>"), "{path}");
             assert!(!body.contains("<script>"), "no inline script in {path}");
         }
-        // Revalidation is cheap.
-        let r = http
-            .get(s.url(path))
-            .header(header::IF_NONE_MATCH, etag)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), StatusCode::NOT_MODIFIED, "{path}");
+        // Revalidation is cheap, for every form of `If-None-Match` (RFC 9110 §13.1.2): the
+        // tag, its weak form (a proxy that changed the encoding weakens it), a list with
+        // it, and `*`. A list without it gets the page.
+        let tag = etag.to_str().unwrap();
+        for (sent, want) in [
+            (tag.to_string(), StatusCode::NOT_MODIFIED),
+            (format!("W/{tag}"), StatusCode::NOT_MODIFIED),
+            (format!("\"x\", {tag}"), StatusCode::NOT_MODIFIED),
+            (format!("W/\"x\",W/{tag}"), StatusCode::NOT_MODIFIED),
+            ("*".to_string(), StatusCode::NOT_MODIFIED),
+            ("\"x\", W/\"y\"".to_string(), StatusCode::OK),
+        ] {
+            let r = http
+                .get(s.url(path))
+                .header(header::IF_NONE_MATCH, &sent)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), want, "{path}: {sent}");
+        }
     }
 
     // The waiting page carries the stable ids of the contract.

@@ -187,21 +187,62 @@ impl Default for EventConfig {
 }
 
 /// floor(`m` × `r`), with `r` read as the shortest decimal that is this `f64` (what a JSON
-/// `1.15` was written as), in integers: the fewest fraction digits `k` whose
-/// `round(r × 10^k) / 10^k` is `r` again. Without allocating: `capacity` runs on every
-/// admission check. `None` past 15 digits (the product would not be exact in an `f64`).
+/// `1.15` was written as, and what a stored `1.2100000000000002` is sent back as), in
+/// integers. Its digits are those `{:e}` prints (up to 17 of them; the same form
+/// [`names_its_double`] accepts), formatted on the stack: `capacity` runs on every
+/// admission check. `None` only for a ratio out of any sane range.
 fn decimal_product_floor(m: u32, r: f64) -> Option<u64> {
-    let mut scale = 1.0_f64;
-    for _ in 0..=15 {
-        let digits = (r * scale).round();
-        if digits / scale == r {
-            // digits < 10^16 (r ≤ 10): exact in an f64 and, times m < 2^32, in a u128.
-            let floor = u128::from(m) * digits as u128 / scale as u128;
-            return u64::try_from(floor).ok();
+    use std::fmt::Write;
+    let mut text = StackText::default();
+    write!(text, "{r:e}").ok()?;
+    let (mantissa, exp) = text.as_str().split_once('e')?;
+    let exp: i32 = exp.parse().ok()?;
+    // r = digits × 10^(exp − fraction digits); digits < 10^17, times m < 2^32: in a u128.
+    let (mut digits, mut fraction, mut point) = (0u128, 0i32, false);
+    for b in mantissa.bytes() {
+        match b {
+            b'0'..=b'9' => {
+                digits = digits * 10 + u128::from(b - b'0');
+                fraction += i32::from(point);
+            }
+            b'.' => point = true,
+            _ => return None,
         }
-        scale *= 10.0;
     }
-    None
+    let product = u128::from(m) * digits;
+    let shift = exp - fraction;
+    let floor = if shift >= 0 {
+        product.checked_mul(10u128.checked_pow(shift.unsigned_abs())?)?
+    } else {
+        product / 10u128.checked_pow(shift.unsigned_abs())?
+    };
+    u64::try_from(floor).ok()
+}
+
+/// A float's `{:e}` text without a heap allocation: the longest, `-1.2345678901234567e-308`,
+/// is 24 bytes.
+#[derive(Default)]
+struct StackText {
+    bytes: [u8; 32],
+    len: usize,
+}
+
+impl StackText {
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Write for StackText {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let end = self.len + s.len();
+        self.bytes
+            .get_mut(self.len..end)
+            .ok_or(std::fmt::Error)?
+            .copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
 }
 
 impl EventConfig {
@@ -215,8 +256,8 @@ impl EventConfig {
         // The product in floating point is off by under 1e-4 (m < 2^32, r ≤ 10: the
         // ratio's own rounding times m, plus the product's), so its floor is the floor of
         // the exact product unless it lies that close to an integer: 100 × 1.15 is
-        // 114.99999999999999. Then (and for a whole ratio) the ratio is taken as the
-        // decimal it was written as.
+        // 114.99999999999999, and 3 × 1.3333333333333333 (3.9999999999999999) is 4.0.
+        // Then (and for a whole ratio) the ratio is taken as the decimal it was written as.
         if r == 1.0 {
             u64::from(m.max(1))
         } else if p - f < 1e-4 || f + 1.0 - p < 1e-4 {

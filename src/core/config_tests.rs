@@ -390,6 +390,76 @@ fn capacity_is_exact_for_the_written_ratio() {
     }
 }
 
+/// A ratio whose shortest form has more than 15 digits (a stored or computed one sent back
+/// as it reads) is multiplied as that decimal too, though its `f64` product rounds to the
+/// next integer: 3 × 1.3333333333333333 is 3.9999999999999999, which is 4.0 in an `f64`.
+#[test]
+fn capacity_is_exact_for_a_long_shortest_form() {
+    let cap = |json: &str| {
+        patch(json)
+            .apply("e", &EventConfig::default(), 0)
+            .unwrap()
+            .capacity()
+    };
+    for (json, want) in [
+        (
+            r#"{"max_active": 3, "overbooking_ratio": 1.3333333333333333}"#,
+            3,
+        ),
+        (
+            r#"{"max_active": 7, "overbooking_ratio": 1.1428571428571428}"#,
+            7,
+        ),
+        (
+            r#"{"max_active": 6, "overbooking_ratio": 1.1666666666666667}"#,
+            7,
+        ),
+        (
+            r#"{"max_active": 100, "overbooking_ratio": 1.2100000000000002}"#,
+            121,
+        ),
+        (r#"{"max_active": 100, "overbooking_ratio": 1.15}"#, 115),
+    ] {
+        assert_eq!(cap(json), want, "{json}");
+    }
+}
+
+/// floor(`m` × `r`) for `r` taken as its shortest decimal (`Display`), in integers.
+fn exact_capacity(m: u32, r: f64) -> u64 {
+    let text = r.to_string();
+    assert!(!text.contains('e'), "{text}");
+    let (int, frac) = text.split_once('.').unwrap_or((&text, ""));
+    let digits: u128 = format!("{int}{frac}").parse().unwrap();
+    let scale = 10u128.pow(frac.len() as u32);
+    u64::try_from(u128::from(m) * digits / scale).unwrap()
+}
+
+proptest::proptest! {
+    /// Against exact decimal arithmetic, for ratios near n / m (the `f64` product then lies
+    /// next to an integer, and the shortest form is often 16 or 17 digits), a few ulps
+    /// either side, and for any ratio in the range.
+    #[test]
+    fn capacity_is_the_floor_of_the_decimal_product(
+        m in proptest::prop_oneof![1u32..=1000, 1u32..=100_000_000, proptest::num::u32::ANY],
+        tenths in 10u64..=100,
+        nudge in -3i64..=3,
+        any_ratio in 1.0f64..=10.0,
+    ) {
+        let m = m.max(1);
+        // n / m for a whole n in [m, 10 m] close to m × tenths / 10.
+        let n = (u64::from(m) * tenths / 10).clamp(u64::from(m), 10 * u64::from(m));
+        let near = n as f64 / f64::from(m);
+        let nudged = f64::from_bits(near.to_bits().wrapping_add_signed(nudge));
+        for r in [near, nudged, any_ratio] {
+            if !(1.0..=10.0).contains(&r) {
+                continue;
+            }
+            let c = EventConfig { max_active: m, overbooking_ratio: r, ..EventConfig::default() };
+            proptest::prop_assert_eq!(c.capacity(), exact_capacity(m, r).max(1), "{} × {}", m, r);
+        }
+    }
+}
+
 /// A sale cannot end before it opens: `closes_at` at or before `opens_at` is refused,
 /// whether the change sets both or one against the other's stored value, with a message
 /// naming both. A pair stored before the rule does not block other changes.

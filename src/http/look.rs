@@ -290,10 +290,7 @@ fn html(status: StatusCode, body: String, csp: &str, request: &HeaderMap) -> Res
     let hash = Sha256::digest(body.as_bytes());
     let tag: String = hash[..8].iter().map(|b| format!("{b:02x}")).collect();
     let etag = HeaderValue::from_str(&format!("\"{tag}\"")).expect("hex is a valid header");
-    let fresh = status == StatusCode::OK
-        && request
-            .get(header::IF_NONE_MATCH)
-            .is_some_and(|v| v.as_bytes() == etag.as_bytes());
+    let fresh = status == StatusCode::OK && super::pages::none_match(request, &etag);
     let mut res = if fresh {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
@@ -573,9 +570,7 @@ pub async fn branding(
     let hash = Sha256::digest(&bytes);
     let tag: String = hash[..8].iter().map(|b| format!("{b:02x}")).collect();
     let etag = HeaderValue::from_str(&format!("\"{tag}\"")).expect("hex is a valid header");
-    let fresh = headers
-        .get(header::IF_NONE_MATCH)
-        .is_some_and(|v| v.as_bytes() == etag.as_bytes());
+    let fresh = super::pages::none_match(&headers, &etag);
     let mut res = if fresh {
         StatusCode::NOT_MODIFIED.into_response()
     } else {

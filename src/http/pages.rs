@@ -152,6 +152,50 @@ pub(super) fn own_sockets(csp: &str, request: &HeaderMap) -> String {
     csp.replacen(" ws: wss:", &own, 1)
 }
 
+/// Whether a request's `If-None-Match` names the answer's `etag` (RFC 9110 §13.1.2): `*`,
+/// or any entity tag of its list, compared weakly (`W/"x"` names `"x"`: a proxy that
+/// changed a file's encoding weakens its tag). A list that breaks off (no closing quote)
+/// names nothing past the break. The fields of several `If-None-Match` lines are one list.
+pub(super) fn none_match(request: &HeaderMap, etag: &HeaderValue) -> bool {
+    let own = etag.as_bytes();
+    let own = own.strip_prefix(b"W/").unwrap_or(own);
+    request
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .any(|field| names_tag(field.as_bytes(), own))
+}
+
+/// Whether one `If-None-Match` field is `*` or lists `own` (quoted, without `W/`).
+fn names_tag(field: &[u8], own: &[u8]) -> bool {
+    let separator = |b: &u8| matches!(b, b' ' | b'\t' | b',');
+    if field.trim_ascii() == b"*" {
+        return true;
+    }
+    let mut rest = field;
+    loop {
+        let start = rest
+            .iter()
+            .position(|b| !separator(b))
+            .unwrap_or(rest.len());
+        rest = &rest[start..];
+        if rest.is_empty() {
+            return false;
+        }
+        rest = rest.strip_prefix(b"W/").unwrap_or(rest);
+        let Some(end) = rest
+            .strip_prefix(b"\"")
+            .and_then(|inner| inner.iter().position(|&b| b == b'"'))
+        else {
+            return false;
+        };
+        let (tag, after) = rest.split_at(end + 2);
+        if tag == own {
+            return true;
+        }
+        rest = after;
+    }
+}
+
 /// Whether `/assets/{name}` is one of the embedded files (in gateway mode every other
 /// `/assets/…` path belongs to the site behind).
 pub fn is_asset(name: &str) -> bool {
@@ -164,9 +208,7 @@ fn serve(name: &str, request: &HeaderMap) -> Response {
     };
     let gzip = asset.gzip.as_ref().filter(|_| accepts_gzip(request));
     let etag = gzip.map_or(&asset.etag, |(_, tag)| tag);
-    let fresh = request
-        .get(header::IF_NONE_MATCH)
-        .is_some_and(|v| v.as_bytes() == etag.as_bytes());
+    let fresh = none_match(request, etag);
     let mut res = match gzip {
         _ if fresh => StatusCode::NOT_MODIFIED.into_response(),
         Some((body, _)) => (
@@ -257,6 +299,52 @@ pub async fn get_event(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `If-None-Match` in each form RFC 9110 §13.1.2 allows, compared weakly.
+    #[test]
+    fn if_none_match_takes_weak_tags_lists_and_any() {
+        let etag = HeaderValue::from_static("\"abc\"");
+        let sent = |fields: &[&str]| {
+            let mut h = HeaderMap::new();
+            for f in fields {
+                h.append(header::IF_NONE_MATCH, HeaderValue::from_str(f).unwrap());
+            }
+            none_match(&h, &etag)
+        };
+        for fields in [
+            &["\"abc\""][..],
+            &["W/\"abc\""],
+            &["\"x\", \"abc\""],
+            &["\"x\",W/\"abc\""],
+            &[" ,\t\"x\" ,, \"abc\" "],
+            &["\"a,b\", \"abc\""],
+            &["*"],
+            &[" * "],
+            &["\"x\"", "\"abc\""],
+        ] {
+            assert!(sent(fields), "{fields:?}");
+        }
+        for fields in [
+            &[][..],
+            &[""],
+            &["abc"],
+            &["\"ab\""],
+            &["\"abcd\""],
+            &["\"ABC\""],
+            &["w/\"abc\""],
+            &["\"x\", W/\"y\""],
+            &["\"abc"],
+            &["\"x, \"abc\""],
+            &["\"x\" junk, \"abc\""],
+            &["\"x\", *"],
+        ] {
+            assert!(!sent(fields), "{fields:?}");
+        }
+        // A weak tag of the answer's own is named by its strong form too.
+        let mut h = HeaderMap::new();
+        h.insert(header::IF_NONE_MATCH, HeaderValue::from_static("\"abc\""));
+        assert!(none_match(&h, &HeaderValue::from_static("W/\"abc\"")));
+    }
 
     #[test]
     fn every_asset_is_embedded_and_small() {
