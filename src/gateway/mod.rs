@@ -598,7 +598,13 @@ mod tests {
         let en = bad_gateway(asked("/?lang=en", Some("text/html"), Some("ko")));
         assert!(text(en).await.contains("<html lang=\"en\">"));
 
-        for accept in [None, Some("*/*"), Some("application/json")] {
+        for accept in [
+            None,
+            Some("*/*"),
+            Some("application/json"),
+            // A page refused.
+            Some("text/html;q=0,*/*;q=0.8"),
+        ] {
             let res = bad_gateway(asked("/", accept, Some("ko")));
             assert_eq!(res.status(), StatusCode::BAD_GATEWAY);
             assert!(
