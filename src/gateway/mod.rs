@@ -485,15 +485,24 @@ struct Asked {
 }
 
 /// How long the page of a site that does not answer waits before it reloads itself (and its
-/// `Retry-After`): long enough not to add much to the load of an origin that is failing
-/// under it, short enough that a person waiting on it is served soon after it is back.
-const UNANSWERED_RETRY_SEC: u64 = 5;
+/// `Retry-After`), in whole seconds: long enough not to add much to the load of an origin
+/// that is failing under it, short enough that a person waiting on it is served soon after
+/// it is back. Drawn afresh for each answer within these bounds, so that the browsers that
+/// were shown the page while the site was down do not all reload at the same instant when
+/// it comes back (and, if it is back only just, bring it down again at once).
+const UNANSWERED_RETRY_SEC: std::ops::RangeInclusive<u64> = 4..=8;
+
+/// A wait drawn from [`UNANSWERED_RETRY_SEC`], uniformly.
+fn unanswered_retry() -> u64 {
+    let (low, high) = (*UNANSWERED_RETRY_SEC.start(), *UNANSWERED_RETRY_SEC.end());
+    low + (crate::tokens::random_u128() % u128::from(high - low + 1)) as u64
+}
 
 /// The origin could not be reached, or answered what cannot be passed on: `502`. A browser
 /// (`Accept` naming `text/html`, on a `GET` or `HEAD`) gets a page in its language, as the gate's pages choose
-/// it, that reloads itself after [`UNANSWERED_RETRY_SEC`] (`Retry-After` says the same),
-/// never cached; any other client the API's error shape, as the contract's error table
-/// has it.
+/// it, that reloads itself after a wait drawn from [`UNANSWERED_RETRY_SEC`] (its
+/// `Retry-After` says the same wait), never cached; any other client the API's error
+/// shape, as the contract's error table has it.
 #[cold]
 #[inline(never)]
 fn bad_gateway(asked: Asked) -> Response {
@@ -513,7 +522,7 @@ fn bad_gateway(asked: Asked) -> Response {
         headers.insert(header::ACCEPT_LANGUAGE, v);
     }
     let lang = crate::http::look::language(&asked.uri, &headers);
-    let retry = UNANSWERED_RETRY_SEC;
+    let retry = unanswered_retry();
     let page = crate::http::gate_page::render_unanswered(lang, retry);
     let html = [(header::CONTENT_TYPE, "text/html; charset=utf-8")];
     let mut res = (StatusCode::BAD_GATEWAY, html, page).into_response();
@@ -580,12 +589,15 @@ mod tests {
         assert_eq!(page.status(), StatusCode::BAD_GATEWAY);
         let h = page.headers();
         assert_eq!(h[header::CONTENT_TYPE], "text/html; charset=utf-8");
-        assert_eq!(h[header::RETRY_AFTER], "5");
         assert_eq!(h[header::CACHE_CONTROL], "no-store");
         assert!(h.contains_key(header::CONTENT_SECURITY_POLICY));
+        let retry = h[header::RETRY_AFTER].to_str().unwrap().to_string();
         let html = text(page).await;
         assert!(html.contains("<html lang=\"en\">"), "{html}");
-        assert!(html.contains("<meta http-equiv=\"refresh\" content=\"5\">"));
+        // The page reloads after the wait its Retry-After says.
+        let refresh = format!("<meta http-equiv=\"refresh\" content=\"{retry}\">");
+        assert!(html.contains(&refresh), "{retry}: {html}");
+        assert!(html.contains(&format!("in {retry} s")), "{html}");
         assert!(html.contains("The site is not answering"), "{html}");
 
         // The language as the gate's pages choose it: `?lang=`, else `Accept-Language`.
@@ -614,6 +626,29 @@ mod tests {
             let body: serde_json::Value = serde_json::from_str(&text(res).await).unwrap();
             assert_eq!(body["error"]["code"], "UPSTREAM_UNAVAILABLE", "{accept:?}");
         }
+    }
+
+    /// Browsers shown the page while the site was down do not all come back at once: each
+    /// answer's wait is drawn within the bounds, and the page and `Retry-After` agree on it.
+    #[tokio::test]
+    async fn the_pages_reload_after_waits_spread_over_four_to_eight_seconds() {
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..200 {
+            let page = bad_gateway(asked("/", Some("text/html"), Some("ko")));
+            let retry: u64 = page.headers()[header::RETRY_AFTER]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!((4..=8).contains(&retry), "{retry}");
+            let html = text(page).await;
+            let refresh = format!("<meta http-equiv=\"refresh\" content=\"{retry}\">");
+            assert!(html.contains(&refresh), "{retry}: {html}");
+            assert!(html.contains(&format!("{retry}초 후에")), "{html}");
+            seen.insert(retry);
+        }
+        // 200 draws of 5 values: all of them come up (one is missed with odds of 2e-19).
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), [4, 5, 6, 7, 8]);
     }
 
     #[test]
