@@ -1,7 +1,10 @@
 //! The sale around the queue over HTTP (`core::lifecycle`): the admin's announcement, the
 //! end of the sale (`POST …/end` and `closes_at`), and what end users are answered after it
 //! (`EVENT_CLOSED` and `TOKEN_NOT_FOUND` with `error.reason`). Handler level: one router on
-//! the embedded store with a manual clock.
+//! the embedded store with a manual clock; and two nodes whose clocks differ, on one store
+//! (embedded, or one Redis).
+
+mod support;
 
 use std::sync::Arc;
 
@@ -13,9 +16,11 @@ use serde_json::{json, Value};
 use tower::ServiceExt;
 
 use waitroom::clock::Clock;
+use waitroom::core::lifecycle::format_rfc3339;
 use waitroom::core::Millis;
 use waitroom::http::router;
 use waitroom::store::embedded::EmbeddedStore;
+use waitroom::store::redis::{RedisOptions, RedisStore};
 use waitroom::store::Store;
 use waitroom::tasks::Tasks;
 use waitroom::AppState;
@@ -34,8 +39,11 @@ struct App {
 }
 
 fn app() -> App {
-    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::new());
-    let clock = Clock::manual(T0);
+    node(Arc::new(EmbeddedStore::new()), Clock::manual(T0))
+}
+
+/// A node on `store` (which other nodes may share) with its own clock.
+fn node(store: Arc<dyn Store>, clock: Clock) -> App {
     let state = AppState::new(
         store.clone(),
         &SigningKey::from_bytes(&[7; 32]),
@@ -531,4 +539,97 @@ async fn the_reason_is_given_before_the_catalog_learns_of_the_end() {
     let refused = app.join("ev").await;
     assert_err(&refused, StatusCode::CONFLICT, "EVENT_CLOSED");
     assert_eq!(refused.1["error"]["reason"], "sold_out", "{}", refused.1);
+}
+
+/// Two nodes on one store whose clocks read alike until the first one's moves `skew` ms
+/// ahead (a node's scheduler ticks the events with its clock: so, not before the places
+/// wait).
+async fn skewed_nodes_see_one_end(ahead: App, behind: App, skew: Millis) {
+    let t0 = behind.clock.now();
+    assert_eq!(ahead.clock.now(), t0);
+    let closes = t0 + skew / 2;
+    let put = json!({"closes_at": format_rfc3339(closes), "max_active": 1});
+    assert_eq!(
+        behind.admin(Method::PUT, "/events/ev", Some(put)).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        behind
+            .admin(Method::PUT, "/events/ev2", Some(json!({"max_active": 1})))
+            .await
+            .0,
+        StatusCode::OK
+    );
+    let mut waiting = Vec::new();
+    for ev in ["ev", "ev2"] {
+        behind.join(ev).await;
+        let (_, w) = behind.join(ev).await;
+        assert_eq!(w["status"], "waiting", "{w}");
+        waiting.push(w);
+    }
+    ahead.clock.advance(skew);
+    // The node ahead finds the sale over by closes_at: the store records that it ended.
+    let gone = ahead.status(&waiting[0]["waiting_token"]).await;
+    assert_err(&gone, StatusCode::NOT_FOUND, "TOKEN_NOT_FOUND");
+    assert_eq!(gone.1["error"]["reason"], "closed", "{}", gone.1);
+    // The node behind, whose clock has not reached closes_at, answers as the store does
+    // (the place is over, joins are refused), and so with the reason.
+    let gone = behind.status(&waiting[0]["waiting_token"]).await;
+    assert_err(&gone, StatusCode::NOT_FOUND, "TOKEN_NOT_FOUND");
+    assert_eq!(gone.1["error"]["reason"], "closed", "{}", gone.1);
+    let refused = behind.join("ev").await;
+    assert_err(&refused, StatusCode::CONFLICT, "EVENT_CLOSED");
+    assert_eq!(refused.1["error"]["reason"], "closed", "{}", refused.1);
+    // An end called there keeps the moment the places ended, not its own clock's.
+    let (s, ended) = behind
+        .admin(
+            Method::POST,
+            "/events/ev/end",
+            Some(json!({"reason": "sold_out"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{ended}");
+    assert_eq!(ended["ended"]["at"], format_rfc3339(closes), "{ended}");
+
+    // An end by the call on the node ahead: that its `at` is ahead of the other node's
+    // clock does not matter.
+    let (s, ended) = ahead
+        .admin(
+            Method::POST,
+            "/events/ev2/end",
+            Some(json!({"reason": "cancelled"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{ended}");
+    let gone = behind.status(&waiting[1]["waiting_token"]).await;
+    assert_err(&gone, StatusCode::NOT_FOUND, "TOKEN_NOT_FOUND");
+    assert_eq!(gone.1["error"]["reason"], "cancelled", "{}", gone.1);
+    let refused = behind.join("ev2").await;
+    assert_err(&refused, StatusCode::CONFLICT, "EVENT_CLOSED");
+    assert_eq!(refused.1["error"]["reason"], "cancelled", "{}", refused.1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_clock_is_behind_gives_the_reason_of_an_end_seen_elsewhere() {
+    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::new());
+    let ahead = node(store.clone(), Clock::manual(T0));
+    let behind = node(store, Clock::manual(T0));
+    skewed_nodes_see_one_end(ahead, behind, 20_000).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_clock_is_behind_gives_the_reason_of_an_end_seen_elsewhere_on_redis() {
+    let prefix = support::redis::unique_prefix();
+    let redis = || -> Arc<dyn Store> {
+        let options = RedisOptions {
+            key_prefix: prefix.clone(),
+            ..RedisOptions::default()
+        };
+        Arc::new(RedisStore::new(&support::redis::shared().url(), options).unwrap())
+    };
+    // Whole seconds, as closes_at is written.
+    let t0 = waitroom::clock::system_now() / 1000 * 1000;
+    let ahead = node(redis(), Clock::manual(t0));
+    let behind = node(redis(), Clock::manual(t0));
+    skewed_nodes_see_one_end(ahead, behind, 20_000).await;
 }

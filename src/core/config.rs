@@ -91,6 +91,17 @@ pub struct EventConfig {
     /// ended. Set in RFC 3339 through the API.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub closes_at: Option<Millis>,
+    /// When an operation first found the sale over by `closes_at` (ms; `None`: none did
+    /// yet): the store's record that the sale ended by time, kept with the event's queue
+    /// (`EventQueue::note_end`; on Redis the meta's `seen`) and answered by its reads. It
+    /// counts as a clock at least that late in [`Self::sale_ended`], so that every node
+    /// (whose clock may be behind the one that saw the end) and every rule agrees the sale
+    /// is over once one operation found it so. A record of a `closes_at` since moved later
+    /// is before it, and so ends nothing. Never stored with the settings nor answered: the
+    /// store keeps it beside them; not persisted by the embedded store (a restart reads the
+    /// clock afresh).
+    #[serde(skip)]
+    pub end_seen_at: Option<Millis>,
     /// The sale was ended by the admin's `end` call (never by a settings write).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended: Option<SaleEnd>,
@@ -174,6 +185,7 @@ impl Default for EventConfig {
             event_secret: None,
             opening_reached: None,
             closes_at: None,
+            end_seen_at: None,
             ended: None,
             announcement: None,
             look: Look::default(),
@@ -267,8 +279,10 @@ impl EventConfig {
         }
     }
 
-    /// Whether the sale ended by `now` (`core::lifecycle`).
+    /// Whether the sale ended by `now` (`core::lifecycle`), counting an end by `closes_at`
+    /// that an operation already found ([`Self::end_seen_at`]), whatever `now` says.
     pub fn sale_ended(&self, now: Millis) -> Option<Ended<'_>> {
+        let now = now.max(self.end_seen_at.unwrap_or(0));
         lifecycle::sale_ended(self.ended.as_ref(), self.closes_at, now)
     }
 
@@ -752,14 +766,9 @@ impl EventPatch {
         schedule_in_order(base, &c)?;
         if let Some(e) = &self.end {
             // A second end keeps the moment of the first: the places already ended then. So
-            // does an end after `closes_at` was reached (by the settings before this patch).
-            let closed = base.closes_at.filter(|&t| t <= now);
-            let at = c
-                .ended
-                .as_ref()
-                .map(|old| old.at)
-                .or(closed)
-                .unwrap_or(e.at);
+            // does an end after `closes_at` was reached (by the settings before this patch:
+            // by this clock, or as an operation found it, on any node).
+            let at = base.sale_ended(now).map_or(e.at, |before| before.at);
             c.ended = Some(SaleEnd { at, ..e.clone() });
         }
         if let Some(a) = &self.announcement {

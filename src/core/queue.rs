@@ -109,9 +109,6 @@ pub struct EventQueue {
     extensions: HashMap<u64, (u32, Millis)>,
     /// The sale ended (as of the last operation's `now`): waiting places are gone.
     closed: bool,
-    /// When an operation first found the sale over by `closes_at` (0: none did yet); see
-    /// [`Self::note_end`]. Not persisted: a restart reads the clock afresh.
-    end_seen_at: Millis,
 }
 
 /// What a joiner showed besides a user id.
@@ -157,7 +154,6 @@ impl EventQueue {
             inventory: Inventory::default(),
             extensions: HashMap::new(),
             closed: false,
-            end_seen_at: 0,
         }
     }
 
@@ -277,7 +273,13 @@ impl EventQueue {
     pub fn set_config(&mut self, config: EventConfig, now: Millis, fx: &mut Vec<Effect>) {
         // What fell due under the old settings ends under them.
         self.advance(now, fx);
-        self.config = config;
+        // The record of an end by `closes_at` is the queue's, not the new settings': it
+        // stays (and ends nothing if the new `closes_at` is later than it).
+        let end_seen_at = self.config.end_seen_at;
+        self.config = EventConfig {
+            end_seen_at,
+            ..config
+        };
         self.note_end(now);
         self.closed = self.sale_over(now);
         self.deadlines.clear();

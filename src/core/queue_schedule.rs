@@ -36,21 +36,20 @@ impl EventQueue {
     /// ticks the events one by one, a request reads the clock before it waits, nodes'
     /// clocks differ): once a place was told the sale is over, one stamped earlier must not
     /// admit it or let a join in. Only the first such `now` is kept, so that (on Redis) the
-    /// end is written once, not on every later operation.
+    /// end is written once, not on every later operation. Kept in the settings
+    /// (`EventConfig::end_seen_at`, never stored with them), so that their readers (a
+    /// node answering an error's `reason`) count it too.
     pub(super) fn note_end(&mut self, now: Millis) {
-        if self
-            .config
-            .closes_at
-            .is_some_and(|c| now >= c && self.end_seen_at < c)
-        {
-            self.end_seen_at = now;
+        let seen = self.config.end_seen_at.unwrap_or(0);
+        if self.config.closes_at.is_some_and(|c| now >= c && seen < c) {
+            self.config.end_seen_at = Some(now);
         }
     }
 
     /// Whether the sale is over for an operation at `now`, counting an end an operation
-    /// already saw ([`Self::note_end`]).
+    /// already saw ([`Self::note_end`]; `EventConfig::sale_ended` does).
     pub(super) fn sale_over(&self, now: Millis) -> bool {
-        self.config.sale_ended(now.max(self.end_seen_at)).is_some()
+        self.config.sale_ended(now).is_some()
     }
 
     /// The time a join at `now` is recorded as made: `now`, but never before an opening
@@ -190,11 +189,12 @@ impl EventQueue {
             self.pre_last_join,
             now,
         )?;
-        // Both counting an end an operation already saw (`note_end`), as every rule does.
-        let now = now.max(self.end_seen_at);
+        // Both counting an end an operation already saw (`note_end`), as every rule does:
+        // the new settings keep that record (`set_config`).
+        let seen = self.config.end_seen_at.unwrap_or(0);
         crate::core::lifecycle::reopen_allowed(
             self.config.sale_ended(now),
-            new.sale_ended(now),
+            new.sale_ended(now.max(seen)),
             self.waiting_len(),
         )
     }

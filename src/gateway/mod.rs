@@ -344,16 +344,13 @@ impl Gateway {
             .path_and_query()
             .cloned()
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
-        // What a `502` page is chosen by, kept before the request goes to the pool (which
-        // drops it when the origin fails); read before the headers are rewritten. Nothing
-        // is worked out of it unless the origin fails.
+        // What a `502` page (or a failed upload's) is chosen by, kept before the request
+        // goes to the pool (which drops it when the origin fails); read before the headers
+        // are rewritten. Nothing is worked out of it unless the origin fails.
         let asked = Asked {
             uri: std::mem::replace(req.uri_mut(), Uri::from(path)),
-            // Only a request its reload repeats gets the page that reloads itself: a
-            // form's POST would come back as a GET, its data lost. Others get the JSON.
-            accept: matches!(*req.method(), Method::GET | Method::HEAD)
-                .then(|| req.headers().get(header::ACCEPT).cloned())
-                .flatten(),
+            reloadable: matches!(*req.method(), Method::GET | Method::HEAD),
+            accept: req.headers().get(header::ACCEPT).cloned(),
             language: req.headers().get(header::ACCEPT_LANGUAGE).cloned(),
         };
         // The answer goes back in the client's version, whatever the origin's: an HTTP/1.0
@@ -385,7 +382,9 @@ impl Gateway {
         let Some(client_side) = client_side else {
             let mut res = match self.origin.send(req).await {
                 Ok(r) => r,
-                Err(pool::OriginError::Upload(e)) => return (Outcome::Refused, upload_failed(&e)),
+                Err(pool::OriginError::Upload(e)) => {
+                    return (Outcome::Refused, upload_failed(&e, asked))
+                }
                 Err(e) => return (Outcome::Unavailable, self.unanswered(e, asked)),
             };
             let bodiless = head || no_body(res.status());
@@ -463,64 +462,105 @@ fn no_body(status: StatusCode) -> bool {
 }
 
 /// A proxied request body that stopped arriving (or broke off): `400`, as the API answers a
-/// body cut off, and not counted against the origin.
-fn upload_failed(e: &hyper::Error) -> Response {
+/// body cut off, and not counted against the origin. A browser (`Accept` naming
+/// `text/html`, whatever the method: an upload is mostly a form's `POST`) gets a page in
+/// its language saying so, as the `502`'s, without its reload; any other client the API's
+/// error shape. `e`: the body's failure (hyper's, whose cause says what failed).
+#[cold]
+#[inline(never)]
+fn upload_failed(e: &(dyn std::error::Error + 'static), asked: Asked) -> Response {
+    let headers = asked.headers();
+    if gate::asks_html(&headers) {
+        let lang = crate::http::look::language(&asked.uri, &headers);
+        let page = crate::http::gate_page::render_upload_failed(lang);
+        return site_page(StatusCode::BAD_REQUEST, page);
+    }
     let body = serde_json::json!({"error": {
         "code": crate::http::error::code::INVALID_REQUEST,
         "message": format!("the request body did not arrive: {}",
-            std::error::Error::source(e).map_or_else(|| e.to_string(), ToString::to_string)),
+            e.source().map_or_else(|| e.to_string(), ToString::to_string)),
     }});
     (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
 }
 
-/// What the `502` of a proxied request is chosen by, kept from the request as the client
-/// sent it: its URI (`?lang=`; the one the request no longer needs once it is given the
-/// origin form, so kept rather than copied) and its `Accept` and `Accept-Language` (two
-/// lookups and two shared values a proxied request: the pool drops the request itself
-/// when the origin fails).
+/// A page of the gateway's own about a request to the site: `status`, never cached, with
+/// the gate pages' headers.
+fn site_page(status: StatusCode, page: String) -> Response {
+    let html = [(header::CONTENT_TYPE, "text/html; charset=utf-8")];
+    let mut res = (status, html, page).into_response();
+    let h = res.headers_mut();
+    h.insert(header::CACHE_CONTROL, crate::http::NO_STORE.clone());
+    crate::http::gate_page::page_headers(h);
+    res
+}
+
+/// What the gateway's own answers to a proxied request (its `502`, a failed upload's `400`)
+/// are chosen by, kept from the request as the client sent it: its URI (`?lang=`; the one
+/// the request no longer needs once it is given the origin form, so kept rather than
+/// copied), whether its method is one a page's reload repeats, and its `Accept` and
+/// `Accept-Language` (two lookups and two shared values a proxied request: the pool drops
+/// the request itself when the origin fails).
 struct Asked {
     uri: Uri,
+    reloadable: bool,
     accept: Option<HeaderValue>,
     language: Option<HeaderValue>,
 }
 
+impl Asked {
+    /// The request's two values back in a header map, as the gate pages' helpers read one.
+    fn headers(&self) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            (header::ACCEPT, &self.accept),
+            (header::ACCEPT_LANGUAGE, &self.language),
+        ] {
+            if let Some(v) = value {
+                headers.insert(name, v.clone());
+            }
+        }
+        headers
+    }
+}
+
 /// How long the page of a site that does not answer waits before it reloads itself (and its
-/// `Retry-After`): long enough not to add much to the load of an origin that is failing
-/// under it, short enough that a person waiting on it is served soon after it is back.
-const UNANSWERED_RETRY_SEC: u64 = 5;
+/// `Retry-After`), in whole seconds: long enough not to add much to the load of an origin
+/// that is failing under it, short enough that a person waiting on it is served soon after
+/// it is back. Drawn afresh for each answer within these bounds, so that the browsers that
+/// were shown the page while the site was down do not all reload at the same instant when
+/// it comes back (and, if it is back only just, bring it down again at once).
+const UNANSWERED_RETRY_SEC: std::ops::RangeInclusive<u64> = 4..=8;
+
+/// A wait drawn from [`UNANSWERED_RETRY_SEC`], uniformly.
+fn unanswered_retry() -> u64 {
+    let (low, high) = (*UNANSWERED_RETRY_SEC.start(), *UNANSWERED_RETRY_SEC.end());
+    low + (crate::tokens::random_u128() % u128::from(high - low + 1)) as u64
+}
 
 /// The origin could not be reached, or answered what cannot be passed on: `502`. A browser
 /// (`Accept` naming `text/html`, on a `GET` or `HEAD`) gets a page in its language, as the gate's pages choose
-/// it, that reloads itself after [`UNANSWERED_RETRY_SEC`] (`Retry-After` says the same),
-/// never cached; any other client the API's error shape, as the contract's error table
-/// has it.
+/// it, that reloads itself after a wait drawn from [`UNANSWERED_RETRY_SEC`] (its
+/// `Retry-After` says the same wait), never cached; any other client the API's error
+/// shape, as the contract's error table has it.
 #[cold]
 #[inline(never)]
 fn bad_gateway(asked: Asked) -> Response {
-    // The gate pages' helpers read a header map: the request's two values go back into one.
-    let mut headers = HeaderMap::new();
-    if let Some(v) = asked.accept {
-        headers.insert(header::ACCEPT, v);
-    }
-    if !gate::asks_html(&headers) {
+    let headers = asked.headers();
+    // Only a request its reload repeats gets the page that reloads itself: a form's POST
+    // would come back as a GET, its data lost. Others get the JSON.
+    if !(asked.reloadable && gate::asks_html(&headers)) {
         let body = serde_json::json!({"error": {
             "code": crate::http::error::code::UPSTREAM_UNAVAILABLE,
             "message": "the site behind the waiting room did not answer",
         }});
         return (StatusCode::BAD_GATEWAY, axum::Json(body)).into_response();
     }
-    if let Some(v) = asked.language {
-        headers.insert(header::ACCEPT_LANGUAGE, v);
-    }
     let lang = crate::http::look::language(&asked.uri, &headers);
-    let retry = UNANSWERED_RETRY_SEC;
+    let retry = unanswered_retry();
     let page = crate::http::gate_page::render_unanswered(lang, retry);
-    let html = [(header::CONTENT_TYPE, "text/html; charset=utf-8")];
-    let mut res = (StatusCode::BAD_GATEWAY, html, page).into_response();
-    let h = res.headers_mut();
-    h.insert(header::RETRY_AFTER, HeaderValue::from(retry));
-    h.insert(header::CACHE_CONTROL, crate::http::NO_STORE.clone());
-    crate::http::gate_page::page_headers(h);
+    let mut res = site_page(StatusCode::BAD_GATEWAY, page);
+    res.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(retry));
     res
 }
 
@@ -562,8 +602,17 @@ mod tests {
     fn asked(uri: &str, accept: Option<&str>, language: Option<&str>) -> Asked {
         Asked {
             uri: uri.parse().unwrap(),
+            reloadable: true,
             accept: accept.map(|v| HeaderValue::from_str(v).unwrap()),
             language: language.map(|v| HeaderValue::from_str(v).unwrap()),
+        }
+    }
+
+    /// A form's `POST`, as [`asked`] has it.
+    fn posted(uri: &str, accept: Option<&str>, language: Option<&str>) -> Asked {
+        Asked {
+            reloadable: false,
+            ..asked(uri, accept, language)
         }
     }
 
@@ -580,12 +629,15 @@ mod tests {
         assert_eq!(page.status(), StatusCode::BAD_GATEWAY);
         let h = page.headers();
         assert_eq!(h[header::CONTENT_TYPE], "text/html; charset=utf-8");
-        assert_eq!(h[header::RETRY_AFTER], "5");
         assert_eq!(h[header::CACHE_CONTROL], "no-store");
         assert!(h.contains_key(header::CONTENT_SECURITY_POLICY));
+        let retry = h[header::RETRY_AFTER].to_str().unwrap().to_string();
         let html = text(page).await;
         assert!(html.contains("<html lang=\"en\">"), "{html}");
-        assert!(html.contains("<meta http-equiv=\"refresh\" content=\"5\">"));
+        // The page reloads after the wait its Retry-After says.
+        let refresh = format!("<meta http-equiv=\"refresh\" content=\"{retry}\">");
+        assert!(html.contains(&refresh), "{retry}: {html}");
+        assert!(html.contains(&format!("in {retry} s")), "{html}");
         assert!(html.contains("The site is not answering"), "{html}");
 
         // The language as the gate's pages choose it: `?lang=`, else `Accept-Language`.
@@ -598,7 +650,13 @@ mod tests {
         let en = bad_gateway(asked("/?lang=en", Some("text/html"), Some("ko")));
         assert!(text(en).await.contains("<html lang=\"en\">"));
 
-        for accept in [None, Some("*/*"), Some("application/json")] {
+        for accept in [
+            None,
+            Some("*/*"),
+            Some("application/json"),
+            // A page refused.
+            Some("text/html;q=0,*/*;q=0.8"),
+        ] {
             let res = bad_gateway(asked("/", accept, Some("ko")));
             assert_eq!(res.status(), StatusCode::BAD_GATEWAY);
             assert!(
@@ -608,6 +666,84 @@ mod tests {
             let body: serde_json::Value = serde_json::from_str(&text(res).await).unwrap();
             assert_eq!(body["error"]["code"], "UPSTREAM_UNAVAILABLE", "{accept:?}");
         }
+    }
+
+    /// A form whose upload stopped arriving: a browser gets a page saying so in its language
+    /// (no reload: that would not send the form again), others the JSON error as before.
+    #[tokio::test]
+    async fn a_failed_upload_is_a_page_for_a_browser_and_json_for_others() {
+        let cut = std::io::Error::other("the client went away");
+        let browser = "text/html,application/xhtml+xml,*/*;q=0.8";
+        for (uri, language, lang, words) in [
+            (
+                "/orders",
+                Some("en-US,en;q=0.9"),
+                "en",
+                "did not arrive whole",
+            ),
+            (
+                "/orders",
+                Some("ko-KR,ko;q=0.9"),
+                "ko",
+                "끝까지 도착하지 않았습니다",
+            ),
+            ("/orders?lang=ko", None, "ko", "다시 보내 주세요"),
+        ] {
+            let res = upload_failed(&cut, posted(uri, Some(browser), language));
+            assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+            let h = res.headers();
+            assert_eq!(h[header::CONTENT_TYPE], "text/html; charset=utf-8");
+            assert_eq!(h[header::CACHE_CONTROL], "no-store");
+            assert!(h.contains_key(header::CONTENT_SECURITY_POLICY));
+            assert!(!h.contains_key(header::RETRY_AFTER));
+            let html = text(res).await;
+            assert!(html.contains(&format!("<html lang=\"{lang}\">")), "{html}");
+            assert!(html.contains("id=\"waitroom-upload-failed\""), "{html}");
+            assert!(html.contains(words), "{html}");
+            assert!(!html.contains("http-equiv=\"refresh\""), "{html}");
+        }
+        for accept in [
+            None,
+            Some("*/*"),
+            Some("application/json"),
+            Some("text/html;q=0"),
+        ] {
+            let res = upload_failed(&cut, posted("/orders", accept, Some("ko")));
+            assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+            let body: serde_json::Value = serde_json::from_str(&text(res).await).unwrap();
+            assert_eq!(body["error"]["code"], "INVALID_REQUEST", "{accept:?}");
+            assert_eq!(
+                body["error"]["message"],
+                "the request body did not arrive: the client went away"
+            );
+        }
+        // The 502 of a POST stays the JSON: its page's reload would lose the form.
+        let res = bad_gateway(posted("/orders", Some(browser), None));
+        let body: serde_json::Value = serde_json::from_str(&text(res).await).unwrap();
+        assert_eq!(body["error"]["code"], "UPSTREAM_UNAVAILABLE");
+    }
+
+    /// Browsers shown the page while the site was down do not all come back at once: each
+    /// answer's wait is drawn within the bounds, and the page and `Retry-After` agree on it.
+    #[tokio::test]
+    async fn the_pages_reload_after_waits_spread_over_four_to_eight_seconds() {
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..200 {
+            let page = bad_gateway(asked("/", Some("text/html"), Some("ko")));
+            let retry: u64 = page.headers()[header::RETRY_AFTER]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!((4..=8).contains(&retry), "{retry}");
+            let html = text(page).await;
+            let refresh = format!("<meta http-equiv=\"refresh\" content=\"{retry}\">");
+            assert!(html.contains(&refresh), "{retry}: {html}");
+            assert!(html.contains(&format!("{retry}초 후에")), "{html}");
+            seen.insert(retry);
+        }
+        // 200 draws of 5 values: all of them come up (one is missed with odds of 2e-19).
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), [4, 5, 6, 7, 8]);
     }
 
     #[test]

@@ -197,17 +197,46 @@ pub fn wants_json(headers: &HeaderMap) -> bool {
     headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| a.contains("application/json") && !a.contains("text/html"))
+        .is_some_and(|a| a.contains("application/json"))
+        && !asks_html(headers)
 }
 
 /// Whether the client asks for a page (`Accept` names `text/html`, as a browser's
 /// navigation does): a refusal is then a page; anything else (`fetch`'s `*/*`, no
-/// `Accept`, an API client) gets the JSON error.
+/// `Accept`, an API client, `text/html;q=0`) gets the JSON error.
 pub fn asks_html(headers: &HeaderMap) -> bool {
+    accepts_named(headers, "text/html")
+}
+
+/// Whether `Accept` names the media type `name` as acceptable: an entry of that type
+/// (whatever its other parameters) whose `q` is not 0, since `q=0` says "not this" (RFC
+/// 9110 §12.5.1). Every `Accept` line counts, as one list. A wildcard (`*/*`, `text/*`)
+/// names no type.
+fn accepts_named(headers: &HeaderMap, name: &str) -> bool {
     headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| a.contains("text/html"))
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|entry| {
+            let mut parts = entry.split(';');
+            let range = parts.next().unwrap_or_default().trim();
+            range.eq_ignore_ascii_case(name) && !parts.any(zero_q)
+        })
+}
+
+/// An `Accept` parameter `q=0` (`0`, `0.`, `0.0` to `0.000`: RFC 9110 §12.4.2). A malformed
+/// `q` is no refusal: the entry counts as named.
+fn zero_q(param: &str) -> bool {
+    let Some((key, value)) = param.split_once('=') else {
+        return false;
+    };
+    let zeros = |d: &str| d.len() <= 3 && d.bytes().all(|b| b == b'0');
+    key.trim().eq_ignore_ascii_case("q")
+        && value
+            .trim()
+            .strip_prefix('0')
+            .is_some_and(|r| r.is_empty() || r.strip_prefix('.').is_some_and(zeros))
 }
 
 /// A return path that stays on this site: an absolute path (`/…`, not `//…` or `/\…`,
@@ -851,6 +880,50 @@ pub fn secure_cookie(c: HeaderValue, secure: bool) -> HeaderValue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn accept(lines: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for l in lines {
+            h.append(header::ACCEPT, HeaderValue::from_str(l).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn a_page_is_asked_for_only_by_a_text_html_entry_above_q_0() {
+        for yes in [
+            &["text/html"][..],
+            &["text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"],
+            &["TEXT/HTML"],
+            &["application/json;q=0.9, text/html;q=0.001"],
+            &["text/html;level=1;q=0.5"],
+            &["text/html;q=1"],
+            // A malformed q refuses nothing.
+            &["text/html;q=x"],
+            &["text/html; Q = 0.01"],
+            &["application/json", "text/html"],
+        ] {
+            assert!(asks_html(&accept(yes)), "{yes:?}");
+        }
+        for no in [
+            &[][..],
+            // `fetch`'s default, and anything naming no page: the JSON, as before.
+            &["*/*"],
+            &["text/*"],
+            &["application/json"],
+            &["text/html;q=0"],
+            &["text/html; q=0.0, application/json"],
+            &["text/html;level=1;Q=0.000"],
+            &["text/html;q=0.", "*/*"],
+            &["application/xhtml+xml, text/htmlx"],
+        ] {
+            assert!(!asks_html(&accept(no)), "{no:?}");
+        }
+        // JSON asked for beside a page refused: the JSON.
+        assert!(wants_json(&accept(&["application/json, text/html;q=0"])));
+        assert!(!wants_json(&accept(&["application/json, text/html"])));
+        assert!(!wants_json(&accept(&["*/*"])));
+    }
 
     #[test]
     fn return_paths_stay_on_the_site() {

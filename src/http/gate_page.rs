@@ -211,9 +211,36 @@ pub fn render_unanswered(lang: &str, retry: u64) -> String {
             ),
         )
     };
+    site_page(lang, Some(retry), "waitroom-unanswered", heading, &text)
+}
+
+/// The page of a request whose body stopped arriving on its way to the site (gateway
+/// mode's `400`, for a browser), in `lang`. No refresh: a reload would not send the body
+/// again (a form's `POST` would come back as a `GET`); the person sends it again.
+pub fn render_upload_failed(lang: &str) -> String {
+    let (heading, text) = if lang == "ko" {
+        (
+            "요청이 끝까지 도착하지 않았습니다",
+            "보내신 내용이 사이트에 다 도착하기 전에 전송이 멈췄습니다. 이전 페이지로 돌아가 다시 보내 주세요.",
+        )
+    } else {
+        (
+            "Your request did not arrive whole",
+            "What you sent stopped arriving before the site had all of it. Go back and send it again.",
+        )
+    };
+    site_page(lang, None, "waitroom-upload-failed", heading, text)
+}
+
+/// A page of the gateway's own about a request to the site (any page of it: nothing of an
+/// event's), in `lang`, reloading itself after `refresh` seconds if given. `heading` and
+/// `text` are the page's own words, not escaped.
+fn site_page(lang: &str, refresh: Option<u64>, id: &str, heading: &str, text: &str) -> String {
+    let refresh = refresh
+        .map(|s| format!("<meta http-equiv=\"refresh\" content=\"{s}\">\n"))
+        .unwrap_or_default();
     format!(
-        r#"{head}<meta http-equiv="refresh" content="{retry}">
-<meta name="robots" content="noindex">
+        r#"{head}{refresh}<meta name="robots" content="noindex">
 <title>{heading}</title>
 <style>
 {BOX}
@@ -221,7 +248,7 @@ pub fn render_unanswered(lang: &str, retry: u64) -> String {
 </head>
 <body>
 <main>
-<h1 id="waitroom-unanswered">{heading}</h1>
+<h1 id="{id}">{heading}</h1>
 <p>{text}</p>
 </main>
 </body>

@@ -169,8 +169,11 @@ pub async fn end(
 /// this node's catalog (no store call once it knows of the end). Its copy may be older
 /// than the end, until the store's change notice reaches this node (on Redis, another
 /// node's end): when the copy says the sale runs, the store's settings decide, so every
-/// node answers the reason from the end on. That read happens only on these two errors and
-/// only while the copy says the sale runs.
+/// node answers the reason from the end on. Not this node's clock alone: the settings the
+/// store answers carry its record that an operation (on any node) found the sale over by
+/// `closes_at` (`EventConfig::end_seen_at`), the record by which the store itself refused,
+/// so a node whose clock is behind that end gives the reason too. That read happens only on
+/// these two errors and only while the copy says the sale runs.
 pub async fn explain(state: &AppState, event_id: &str, e: AppError) -> AppError {
     if !matches!(e, AppError::TokenNotFound | AppError::EventClosed) {
         return e;

@@ -23,12 +23,13 @@ impl Inner {
             // Read, apply and validate here; the script then writes only if nobody changed
             // the settings (nor recorded the opening reached) in between (optimistic:
             // updates are rare, and no lock is held).
-            let (cfg, ver, reached) = s.settings(event_id, now).await?;
+            let (cfg, ver, reached, seen) = s.settings(event_id, now).await?;
             let base = match &cfg {
                 Some(json) => {
                     let mut c: EventConfig =
                         serde_json::from_str(json).map_err(|_| Malformed("a config in JSON"))?;
                     c.opening_reached = reached;
+                    c.end_seen_at = seen;
                     c
                 }
                 None if create => EventConfig::default(),
@@ -124,18 +125,18 @@ impl Inner {
         ))
     }
 
-    /// The stored settings (JSON), their version and the record of the opening reached
-    /// (`EventConfig::opening_reached`, kept in the meta's numbers); `None`s when the event
-    /// does not exist.
+    /// The stored settings (JSON), their version and the records of the opening reached
+    /// and of the end by `closes_at` seen (`EventConfig::opening_reached` and
+    /// `end_seen_at`, kept in the meta's numbers); `None`s when the event does not exist.
     async fn settings(
         &self,
         event_id: &str,
         now: Millis,
-    ) -> StoreResult<(Option<String>, Option<u64>, Option<Millis>)> {
+    ) -> StoreResult<(Option<String>, Option<u64>, Option<Millis>, Option<Millis>)> {
         let r = self.run(event_id, "settings", now, &[], None).await?;
         if r.code != OK {
             return match queue_error(&r.code) {
-                Some(QueueError::EventNotFound) => Ok((None, None, None)),
+                Some(QueueError::EventNotFound) => Ok((None, None, None, None)),
                 _ => Err(unexpected(&r.code)),
             };
         }
@@ -144,7 +145,13 @@ impl Inner {
             .map(|v| v.parse().map_err(|_| Malformed("a config version")))
             .transpose()?;
         let reached = uint(field(a, 2)?)?;
-        Ok((text(field(a, 0)?)?, ver, (reached > 0).then_some(reached)))
+        let seen = uint(field(a, 3)?)?;
+        Ok((
+            text(field(a, 0)?)?,
+            ver,
+            (reached > 0).then_some(reached),
+            (seen > 0).then_some(seen),
+        ))
     }
 
     /// Adds `event_id` to the events' list every node's scheduler and lists read.

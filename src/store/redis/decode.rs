@@ -237,14 +237,15 @@ pub(super) fn snapshot(event_id: &str, payload: &Value) -> Result<EventSnapshot,
     let mut config: EventConfig =
         serde_json::from_str(&cfg).map_err(|_| Malformed("a config in JSON"))?;
     let n = a[1..].iter().map(uint).collect::<Result<Vec<_>, _>>()?;
-    let [waiting, admitted, active, completed, left, expired, capacity, wait_sum_ms, admissions, recent_admissions, joins, opened] =
+    let [waiting, admitted, active, completed, left, expired, capacity, wait_sum_ms, admissions, recent_admissions, joins, opened, seen] =
         n[..]
     else {
-        return Err(Malformed("eleven figures and the opening"));
+        return Err(Malformed("eleven figures, the opening and the end"));
     };
-    // The record of the opening lives in the meta's numbers (the scripts write it), not in
-    // the settings' JSON.
+    // The records of the opening and of the end by closes_at live in the meta's numbers
+    // (the scripts write them), not in the settings' JSON.
     config.opening_reached = (opened > 0).then_some(opened);
+    config.end_seen_at = (seen > 0).then_some(seen);
     let figures: EventFigures = EventCounts {
         waiting,
         admitted,

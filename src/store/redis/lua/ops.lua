@@ -373,13 +373,15 @@ local function main(keys, argv)
   if OP == 'get' then
     advance()
     return finish('OK', {rcall('HGET', K_META, 'cfg'), N_W, N_AD, N_AC, M.completed, M.left,
-      M.expired, M.cap, M.wsum, M.admissions, M.wn, M.joins, M.opened})
+      M.expired, M.cap, M.wsum, M.admissions, M.wn, M.joins, M.opened, M.seen})
   end
 
   if OP == 'settings' then
-    -- What `put` is applied to (configure.rs): the settings, their version and the record
-    -- of the opening, which lives in the meta's numbers rather than in the settings' JSON.
-    return finish('OK', {rcall('HGET', K_META, 'cfg'), rcall('HGET', K_META, 'ver'), M.opened})
+    -- What `put` is applied to (configure.rs): the settings, their version and the records
+    -- of the opening and of the end by closes_at, which live in the meta's numbers rather
+    -- than in the settings' JSON.
+    return finish('OK', {rcall('HGET', K_META, 'cfg'), rcall('HGET', K_META, 'ver'), M.opened,
+      M.seen})
   end
 
   if OP == 'delete' then

@@ -250,7 +250,9 @@ local function pkey(seq) return pchunk(chunk(seq)) end
 --   change log.
 -- - seen: the time an operation first found the sale over by closes_at (0: none did yet;
 --   `sale_ended` below; queue.rs `note_end`), in the change log too: a replica on a node
---   whose clock is behind answers no waiting place after it. 0 in a meta written before it.
+--   whose clock is behind answers no waiting place after it. Answered by `get` and
+--   `settings` (config.rs `end_seen_at`): such a node gives the end's reason too, and an
+--   end call there keeps the close's moment. 0 in a meta written before it.
 local FIELDS = {'cap', 'rate', 'ttl', 'sidle', 'smax', 'widle', 'maxq', 'paused', 'accept',
   'seq', 'completed', 'left', 'expired', 'joins', 'admissions', 'wsum', 'ssum', 'scnt', 'wn',
   'btok', 'blast', 'bprimed', 'nw', 'nad', 'nac', 'nd', 'fadm', 'hbusy', 'hsince', 'hends',
