@@ -124,19 +124,36 @@ pub(super) fn len_quietly(f: &std::fs::File) -> std::io::Result<u64> {
     f.seek(SeekFrom::End(0))
 }
 
-/// Whether `path` names a file, without a `stat` of it (see [`len_quietly`]): `access`
-/// looks the name up only. The name is made once by [`c_path`], not per call.
-pub(super) fn exists_quietly(path: &std::ffi::CStr) -> bool {
-    // SAFETY: `path` is NUL-terminated and outlives the call; `access` only reads it.
-    unsafe { libc::access(path.as_ptr(), libc::F_OK) == 0 }
+/// A path as [`exists_quietly`] takes it, made once by [`quiet_name`] rather than per call:
+/// on Unix the C string `access` takes.
+#[cfg(unix)]
+pub(super) type QuietName = std::ffi::CString;
+#[cfg(not(unix))]
+pub(super) type QuietName = std::path::PathBuf;
+
+/// `path` as [`exists_quietly`] takes it.
+pub(super) fn quiet_name(path: &Path) -> QuietName {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        // Our directory and `N.jnl` names hold no NUL byte (a path with one could not have
+        // been opened either).
+        std::ffi::CString::new(path.as_os_str().as_bytes()).expect("a path without NUL")
+    }
+    #[cfg(not(unix))]
+    path.to_path_buf()
 }
 
-/// `path` as the C string system calls take.
-pub(super) fn c_path(path: &Path) -> std::ffi::CString {
-    use std::os::unix::ffi::OsStrExt;
-    // Our directory and `N.jnl` names hold no NUL byte (a path with one could not have
-    // been opened either).
-    std::ffi::CString::new(path.as_os_str().as_bytes()).expect("a path without NUL")
+/// Whether `name` names a file, without a `stat` of it (see [`len_quietly`]): `access`
+/// looks the name up only.
+pub(super) fn exists_quietly(name: &QuietName) -> bool {
+    #[cfg(unix)]
+    {
+        // SAFETY: `name` is NUL-terminated and outlives the call; `access` only reads it.
+        unsafe { libc::access(name.as_ptr(), libc::F_OK) == 0 }
+    }
+    #[cfg(not(unix))]
+    name.exists()
 }
 
 /// Turns the kernel's readahead off for reads through `f`, a handle of a journal that is
@@ -358,10 +375,10 @@ mod tests {
         f.read_exact(&mut b).unwrap();
         assert_eq!(b, [1, 1, 1, 1, 0, 0]);
 
-        assert!(exists_quietly(&c_path(&path)));
-        assert!(!exists_quietly(&c_path(&dir.path().join("8.jnl"))));
+        assert!(exists_quietly(&quiet_name(&path)));
+        assert!(!exists_quietly(&quiet_name(&dir.path().join("8.jnl"))));
         assert!(
-            exists_quietly(&c_path(dir.path())),
+            exists_quietly(&quiet_name(dir.path())),
             "a directory exists too, as for `exists`"
         );
     }

@@ -36,7 +36,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::journal_files::{c_path, exists_quietly};
+use super::journal_files::{exists_quietly, quiet_name, QuietName};
 
 /// The watermark's first slot, inside the store's directory (the only one before the
 /// second existed, so an older version's watermark is read as a first slot).
@@ -122,8 +122,17 @@ fn scan_open(f: &std::fs::File, from: u64, buf: &mut Vec<u8>) -> std::io::Result
     // Once per sync: no `stat` (`journal_files::len_quietly`). Reads are positioned, so
     // the offset that leaves at the end does not matter.
     let size = super::journal_files::len_quietly(f)?;
-    Ok(scan_file(f, from, size, buf, ACTIVE_READ))
+    let mark = scan_file(f, from, size, buf, ACTIVE_READ);
+    // One batch far larger than usual (everything queued behind a slow sync) is no reason
+    // to keep its buffer for the life of the process.
+    if buf.len() > KEPT_READ_MAX {
+        *buf = Vec::new();
+    }
+    Ok(mark)
 }
+
+/// The most the active journal's read buffer keeps between syncs.
+const KEPT_READ_MAX: usize = 8 * ACTIVE_READ;
 
 /// Reads the intact batches of `f` (`size` bytes) from `from` on, `chunk` bytes at a time
 /// (more when a batch is longer) into `buf`, and parses them where they lie: no copy per
@@ -140,6 +149,8 @@ fn scan_file(f: &std::fs::File, from: u64, size: u64, buf: &mut Vec<u8>, chunk: 
     let mut read_to = from;
     loop {
         let left = size.saturating_sub(mark.len);
+        #[cfg(test)]
+        PARSED.with(|p| p.set(p.get() + (hi - lo)));
         match parse_batch(&buf[lo..hi], left) {
             Parsed::Batch(len, tally) => {
                 mark.len += len as u64;
@@ -154,7 +165,11 @@ fn scan_file(f: &std::fs::File, from: u64, size: u64, buf: &mut Vec<u8>, chunk: 
                 buf.copy_within(lo..hi, 0);
                 hi -= lo;
                 lo = 0;
-                let want = (need.saturating_sub(hi).max(chunk) as u64).min(size - read_to);
+                // At least as much again as is buffered: a batch longer than `chunk` is
+                // parsed again from its start after each read, so reads that double keep
+                // the work linear in its length (a 1 MiB batch in 8 KiB reads would be
+                // parsed 128 times over).
+                let want = (need.saturating_sub(hi).max(chunk).max(hi) as u64).min(size - read_to);
                 let end = hi + want as usize;
                 if buf.len() < end {
                     buf.resize(end, 0);
@@ -171,13 +186,18 @@ fn scan_file(f: &std::fs::File, from: u64, size: u64, buf: &mut Vec<u8>, chunk: 
     mark
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Bytes handed to [`parse_batch`] by this thread's scans (the work a scan does).
+    static PARSED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// Fills `out` from `f` at `offset` as far as the file goes; the bytes read (fewer at
 /// the end of the file or on an error).
 fn read_full_at(f: &std::fs::File, out: &mut [u8], offset: u64) -> usize {
-    use std::os::unix::fs::FileExt;
     let mut got = 0;
     while got < out.len() {
-        match f.read_at(&mut out[got..], offset + got as u64) {
+        match read_at(f, &mut out[got..], offset + got as u64) {
             Ok(0) => break,
             Ok(n) => got += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -185,6 +205,18 @@ fn read_full_at(f: &std::fs::File, out: &mut [u8], offset: u64) -> usize {
         }
     }
     got
+}
+
+#[cfg(unix)]
+fn read_at(f: &std::fs::File, out: &mut [u8], offset: u64) -> std::io::Result<usize> {
+    std::os::unix::fs::FileExt::read_at(f, out, offset)
+}
+
+#[cfg(not(unix))]
+fn read_at(f: &std::fs::File, out: &mut [u8], offset: u64) -> std::io::Result<usize> {
+    let mut f = f;
+    f.seek(SeekFrom::Start(offset))?;
+    f.read(out)
 }
 
 /// A file's mark after reading `new` (from [`scan_from`] at `old.len`).
@@ -260,7 +292,8 @@ fn parse_batch(b: &[u8], left: u64) -> Parsed {
                 let keyspace = le_u64(b, p + 3);
                 let key_len = le_u16(b, p + 11) as usize;
                 let disk_len = le_u32(b, p + 17) as u64;
-                // A damaged length must not make us read or allocate gigabytes.
+                // A length past the file's end is damage: the end of the intact part, known
+                // without reading the rest of the file to find out.
                 if (p + ITEM_LEN + key_len) as u64 + disk_len > left {
                     return Parsed::End;
                 }
@@ -417,9 +450,9 @@ struct Active {
     id: u64,
     file: std::fs::File,
     /// Its own path.
-    name: std::ffi::CString,
+    name: QuietName,
     /// The path of the journal that follows it.
-    successor: std::ffi::CString,
+    successor: QuietName,
 }
 
 /// Read size for the active journal's new batches: a batch of a few joins is a few hundred
@@ -535,8 +568,8 @@ impl Marker {
             self.active = Some(Active {
                 id,
                 file: f,
-                name: c_path(path),
-                successor: c_path(&self.journal_path(id + 1)),
+                name: quiet_name(path),
+                successor: quiet_name(&self.journal_path(id + 1)),
             });
         }
         Ok(())
@@ -825,6 +858,27 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_longer_than_a_read_is_parsed_in_linear_work() {
+        // One batch of 1 MiB (a sync's batch after a slow sync at a high join rate), read 8
+        // KiB at a time as the active journal is.
+        let value = vec![7u8; 1000];
+        let items: Vec<(u64, &[u8], &[u8])> =
+            (0..1000).map(|_| (3, &b"k"[..], &value[..])).collect();
+        let one = batch(&items, false);
+        assert!(one.len() > 1_000_000);
+        PARSED.with(|p| p.set(0));
+        assert_eq!(scan_bytes(&one, ACTIVE_READ).len, one.len() as u64);
+        // `scan_bytes` scans twice; each scan may parse the batch's bytes a few times over
+        // (reads that double), never once per read.
+        let parsed = PARSED.with(|p| p.get());
+        assert!(
+            parsed <= 2 * 4 * one.len(),
+            "{parsed} bytes parsed for {}",
+            one.len()
+        );
+    }
+
+    #[test]
     fn a_torn_or_damaged_batch_ends_the_intact_part() {
         let one = batch(&[(3, b"a", b"1")], false);
         let two = batch(&[(3, b"b", b"2")], false);
@@ -839,7 +893,7 @@ mod tests {
             let at = one.len() + HEAD_LEN + ITEM_LEN;
             flipped[at] ^= 1;
             assert_eq!(scan_bytes(&flipped, chunk).len, one.len() as u64);
-            // A damaged length past the file's end: no read of gigabytes, the end.
+            // A damaged length past the file's end: the end of the intact part.
             let mut long = whole.clone();
             let at = one.len() + HEAD_LEN + 17;
             long[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
