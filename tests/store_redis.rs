@@ -141,6 +141,114 @@ async fn an_opening_one_node_reached_holds_for_a_node_behind() {
     support::conformance::opening_reached_holds_for_a_clock_behind(&ahead, &behind).await;
 }
 
+/// A loopback relay to the Redis at `port` that holds the first request carrying
+/// `marker` (bytes as they travel: RESP) until `release` fires, after telling `held`; all
+/// else passes as it comes. The relay's port is answered.
+async fn holding_relay(
+    port: u16,
+    marker: &'static [u8],
+) -> (
+    u16,
+    tokio::sync::oneshot::Receiver<()>,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    let (held_tx, held) = tokio::sync::oneshot::channel();
+    let (release, release_rx) = tokio::sync::oneshot::channel::<()>();
+    let hold = Arc::new(parking_lot::Mutex::new(Some((held_tx, release_rx))));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let relay_port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let (client, _) = listener.accept().await.unwrap();
+            let server = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            let (mut from_client, mut to_client) = client.into_split();
+            let (mut from_server, mut to_server) = server.into_split();
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut from_server, &mut to_client).await;
+            });
+            let hold = hold.clone();
+            tokio::spawn(async move {
+                // The marker may straddle two reads: the end of the last one is kept.
+                let mut seen: Vec<u8> = Vec::new();
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let n = match from_client.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    seen.extend_from_slice(&buf[..n]);
+                    if seen.windows(marker.len()).any(|w| w == marker) {
+                        let taken = hold.lock().take();
+                        if let Some((held_tx, release_rx)) = taken {
+                            let _ = held_tx.send(());
+                            let _ = release_rx.await;
+                        }
+                    }
+                    let keep = seen.len().saturating_sub(marker.len());
+                    seen.drain(..keep);
+                    if to_server.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (relay_port, held, release)
+}
+
+/// An `end` applied on a node whose clock is before `closes_at` while another node finds
+/// the sale over by it (between the first node's read of the settings and its write)
+/// keeps the closes_at instant as its moment, as API.md promises: the write finds the
+/// record of the end changed, and the end is read and applied again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_racing_the_close_found_by_another_node_keeps_the_close() {
+    let opts = options();
+    let ahead: Arc<dyn Store> = Arc::new(RedisStore::new(&shared().url(), opts.clone()).unwrap());
+    // The node behind talks to Redis through a relay that holds its first settings write
+    // (the script's `put`, its operation name a RESP bulk string).
+    let (port, held, release) = holding_relay(shared().port, b"\r\n$3\r\nput\r\n").await;
+    let behind: Arc<dyn Store> =
+        Arc::new(RedisStore::new(&format!("redis://127.0.0.1:{port}"), opts).unwrap());
+    let closes = T0 + 10 * S;
+    make_event(
+        &ahead,
+        "ev",
+        serde_json::json!({
+            "max_active": 1,
+            "closes_at": waitroom::core::lifecycle::format_rfc3339(closes),
+        }),
+    )
+    .await;
+    let end = waitroom::core::EventPatch {
+        end: Some(waitroom::core::SaleEnd {
+            reason: waitroom::core::EndCause::SoldOut,
+            message: None,
+            at: closes - 5 * S,
+        }),
+        ..waitroom::core::EventPatch::default()
+    };
+    let ending = {
+        let behind = behind.clone();
+        tokio::spawn(async move { behind.update_event("ev", &end, closes - 5 * S).await })
+    };
+    // The node behind read the settings (no end seen yet) and applied the end to them.
+    held.await.unwrap();
+    // The node ahead finds the sale over by closes_at: the store records it.
+    let seen = ahead.get_event("ev", closes + S).await.unwrap();
+    assert_eq!(seen.config.end_seen_at, Some(closes + S));
+    release.send(()).unwrap();
+    let ended = ending.await.unwrap().unwrap();
+    assert_eq!(
+        ended.ended.map(|e| e.at),
+        Some(closes),
+        "the close's moment"
+    );
+    let stored = ahead.get_event("ev", closes + 2 * S).await.unwrap();
+    assert_eq!(stored.config.ended.map(|e| e.at), Some(closes));
+}
+
 /// What one node changes reaches the subscribers of another node.
 #[tokio::test]
 async fn notices_reach_other_nodes() {

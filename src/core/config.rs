@@ -198,11 +198,16 @@ impl Default for EventConfig {
     }
 }
 
+/// The scale of the ratios [`EventConfig::capacity`] multiplies without formatting them:
+/// those of at most 6 decimals.
+const RATIO_SCALE: f64 = 1e6;
+
 /// floor(`m` × `r`), with `r` read as the shortest decimal that is this `f64` (what a JSON
 /// `1.15` was written as, and what a stored `1.2100000000000002` is sent back as), in
 /// integers. Its digits are those `{:e}` prints (up to 17 of them; the same form
 /// [`names_its_double`] accepts), formatted on the stack: `capacity` runs on every
-/// admission check. `None` only for a ratio out of any sane range.
+/// admission check (and comes here only for a ratio of more than 6 decimals whose product
+/// lies next to an integer). `None` only for a ratio out of any sane range.
 fn decimal_product_floor(m: u32, r: f64) -> Option<u64> {
     use std::fmt::Write;
     let mut text = StackText::default();
@@ -262,17 +267,30 @@ impl EventConfig {
     pub fn capacity(&self) -> u64 {
         let m = self.max_active;
         let r = self.overbooking_ratio;
+        if r == 1.0 {
+            return u64::from(m.max(1));
+        }
+        // A ratio whose shortest decimal has at most 6 decimals (2, 1.15, 1.125: what an
+        // operator writes) is multiplied as that decimal without writing it out. Its
+        // decimal is d / 10^6 for the whole d nearest r × 10^6 (off by under 1e-8 there),
+        // and a ratio is one of these exactly when d / 10^6 (one correctly rounded division
+        // of two exact numbers) gives r back: distinct decimals of at most 15 digits are
+        // distinct `f64`s, so none other of them is r. Then m × d < 2^56.
+        if (1.0..=10.0).contains(&r) {
+            let d = (r * RATIO_SCALE).round();
+            if d / RATIO_SCALE == r {
+                return (u64::from(m) * d as u64 / RATIO_SCALE as u64).max(1);
+            }
+        }
         let p = f64::from(m) * r;
         let f = p.floor();
         // The ratio is validated into [1, 10], so this is within u64 and ≥ max_active.
         // The product in floating point is off by under 1e-4 (m < 2^32, r ≤ 10: the
         // ratio's own rounding times m, plus the product's), so its floor is the floor of
-        // the exact product unless it lies that close to an integer: 100 × 1.15 is
-        // 114.99999999999999, and 3 × 1.3333333333333333 (3.9999999999999999) is 4.0.
-        // Then (and for a whole ratio) the ratio is taken as the decimal it was written as.
-        if r == 1.0 {
-            u64::from(m.max(1))
-        } else if p - f < 1e-4 || f + 1.0 - p < 1e-4 {
+        // the exact product unless it lies that close to an integer: 3 × 1.3333333333333333
+        // (3.9999999999999999) is 4.0. Then the ratio is taken as the decimal it was
+        // written as.
+        if p - f < 1e-4 || f + 1.0 - p < 1e-4 {
             decimal_product_floor(m, r).unwrap_or(f as u64).max(1)
         } else {
             (f as u64).max(1)

@@ -376,6 +376,15 @@ fn capacity_is_exact_for_the_written_ratio() {
         (u32::MAX, 1.1, 4_724_464_024),
         (10, 1.0999, 10),
         (123_456, 1.234_567, 152_414),
+        // Whole ratios, and products that land on an integer.
+        (100, 2.0, 200),
+        (u32::MAX, 2.0, 8_589_934_590),
+        (u32::MAX, 9.0, 38_654_705_655),
+        (1, 10.0, 10),
+        (4, 1.25, 5),
+        (8, 1.125, 9),
+        (1_000_000, 1.000_001, 1_000_001),
+        (999_999, 1.000_001, 999_999),
     ] {
         assert_eq!(cap(m, r), want, "{m} × {r}");
     }
@@ -437,20 +446,28 @@ fn exact_capacity(m: u32, r: f64) -> u64 {
 proptest::proptest! {
     /// Against exact decimal arithmetic, for ratios near n / m (the `f64` product then lies
     /// next to an integer, and the shortest form is often 16 or 17 digits), a few ulps
-    /// either side, and for any ratio in the range.
+    /// either side, for any ratio in the range, for whole ratios, and for ratios written
+    /// with 0 to 9 decimals (to 6 they are multiplied without being formatted).
     #[test]
     fn capacity_is_the_floor_of_the_decimal_product(
         m in proptest::prop_oneof![1u32..=1000, 1u32..=100_000_000, proptest::num::u32::ANY],
         tenths in 10u64..=100,
         nudge in -3i64..=3,
         any_ratio in 1.0f64..=10.0,
+        whole in 1u32..=10,
+        decimals in 0u32..=9,
+        digits in proptest::num::u64::ANY,
     ) {
         let m = m.max(1);
         // n / m for a whole n in [m, 10 m] close to m × tenths / 10.
         let n = (u64::from(m) * tenths / 10).clamp(u64::from(m), 10 * u64::from(m));
         let near = n as f64 / f64::from(m);
         let nudged = f64::from_bits(near.to_bits().wrapping_add_signed(nudge));
-        for r in [near, nudged, any_ratio] {
+        // v / 10^decimals in [1, 10], as JSON would carry it.
+        let unit = 10u64.pow(decimals);
+        let v = unit + digits % (9 * unit + 1);
+        let written: f64 = format!("{v}e-{decimals}").parse().unwrap();
+        for r in [near, nudged, any_ratio, f64::from(whole), written] {
             if !(1.0..=10.0).contains(&r) {
                 continue;
             }

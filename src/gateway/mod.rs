@@ -350,8 +350,8 @@ impl Gateway {
         let asked = Asked {
             uri: std::mem::replace(req.uri_mut(), Uri::from(path)),
             reloadable: matches!(*req.method(), Method::GET | Method::HEAD),
-            accept: req.headers().get(header::ACCEPT).cloned(),
-            language: req.headers().get(header::ACCEPT_LANGUAGE).cloned(),
+            accept: all_lines(req.headers(), header::ACCEPT),
+            language: all_lines(req.headers(), header::ACCEPT_LANGUAGE),
         };
         // The answer goes back in the client's version, whatever the origin's: an HTTP/1.0
         // origin's `HTTP/1.0` status line would tell an HTTP/1.1 client that the connection
@@ -498,13 +498,44 @@ fn site_page(status: StatusCode, page: String) -> Response {
 /// are chosen by, kept from the request as the client sent it: its URI (`?lang=`; the one
 /// the request no longer needs once it is given the origin form, so kept rather than
 /// copied), whether its method is one a page's reload repeats, and its `Accept` and
-/// `Accept-Language` (two lookups and two shared values a proxied request: the pool drops
-/// the request itself when the origin fails).
+/// `Accept-Language`, each of all its lines ([`all_lines`]: two lookups and two shared
+/// values a proxied request: the pool drops the request itself when the origin fails).
 struct Asked {
     uri: Uri,
     reloadable: bool,
     accept: Option<HeaderValue>,
     language: Option<HeaderValue>,
+}
+
+/// Every line of header `name` as one value, so that these answers read all of them as
+/// the gate's own answers do (several lines of a list are one list: RFC 9110 §5.3). The
+/// line itself, shared rather than copied, when it is the only one, as it nearly always
+/// is; several are joined with `, ` into a value of their own.
+fn all_lines(headers: &HeaderMap, name: HeaderName) -> Option<HeaderValue> {
+    let mut lines = headers.get_all(name).iter();
+    let first = lines.next()?;
+    let Some(second) = lines.next() else {
+        return Some(first.clone());
+    };
+    Some(join_lines(first, second, lines))
+}
+
+/// The rare case of [`all_lines`]: two lines or more.
+#[cold]
+#[inline(never)]
+fn join_lines<'a>(
+    first: &HeaderValue,
+    second: &'a HeaderValue,
+    more: impl Iterator<Item = &'a HeaderValue>,
+) -> HeaderValue {
+    let mut joined = first.as_bytes().to_vec();
+    for line in std::iter::once(second).chain(more) {
+        joined.extend_from_slice(b", ");
+        joined.extend_from_slice(line.as_bytes());
+    }
+    // Lines that were values make one (no control character is added): the first alone
+    // is only a fallback that is never reached.
+    HeaderValue::from_bytes(&joined).unwrap_or_else(|_| first.clone())
 }
 
 impl Asked {

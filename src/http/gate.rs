@@ -192,13 +192,11 @@ pub fn last_line<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a He
     headers.get_all(name).iter().next_back()
 }
 
-/// Whether the client asked for JSON rather than a page.
+/// Whether the client asked for JSON rather than a page: `Accept` names
+/// `application/json` and not `text/html`, each as [`accepts_named`] reads it (every line,
+/// and an entry whose `q` is 0 names nothing).
 pub fn wants_json(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| a.contains("application/json"))
-        && !asks_html(headers)
+    accepts_named(headers, "application/json") && !asks_html(headers)
 }
 
 /// Whether the client asks for a page (`Accept` names `text/html`, as a browser's
@@ -923,6 +921,33 @@ mod tests {
         assert!(wants_json(&accept(&["application/json, text/html;q=0"])));
         assert!(!wants_json(&accept(&["application/json, text/html"])));
         assert!(!wants_json(&accept(&["*/*"])));
+    }
+
+    /// JSON is asked for by an `application/json` entry above q 0 on any `Accept` line,
+    /// without a page asked for (API.md: "names `application/json` and not `text/html`").
+    #[test]
+    fn json_is_asked_for_only_by_an_application_json_entry_above_q_0() {
+        for yes in [
+            &["text/plain", "application/json"][..],
+            &["application/json"],
+            &["Application/JSON; charset=utf-8"],
+            &["application/json;q=0.5, */*;q=0.1"],
+            &["application/json", "text/html;q=0"],
+        ] {
+            assert!(wants_json(&accept(yes)), "{yes:?}");
+        }
+        for no in [
+            &[][..],
+            &["*/*"],
+            &["application/json;q=0, text/plain"],
+            &["application/json; q=0.000"],
+            &["application/jsonx"],
+            &["application/json-seq"],
+            &["application/json", "text/html"],
+            &["text/html", "application/json"],
+        ] {
+            assert!(!wants_json(&accept(no)), "{no:?}");
+        }
     }
 
     #[test]

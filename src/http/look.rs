@@ -50,8 +50,8 @@ pub fn escape(s: &str) -> String {
 }
 
 /// The page's language: `?lang=ko|en`, else the one of ours the browser prefers
-/// (`Accept-Language`, weighed by `q`; what the page's script picks too when nothing is
-/// remembered).
+/// (`Accept-Language`, every line of it as one list, weighed by `q`; what the page's script
+/// picks too when nothing is remembered).
 pub(crate) fn language(uri: &Uri, headers: &HeaderMap) -> &'static str {
     let asked = uri
         .query()
@@ -63,20 +63,22 @@ pub(crate) fn language(uri: &Uri, headers: &HeaderMap) -> &'static str {
             _ => None,
         });
     asked.unwrap_or_else(|| {
-        headers
-            .get(header::ACCEPT_LANGUAGE)
-            .and_then(|v| v.to_str().ok())
-            .map_or("en", preferred)
+        preferred(
+            headers
+                .get_all(header::ACCEPT_LANGUAGE)
+                .iter()
+                .filter_map(|v| v.to_str().ok()),
+        )
     })
 }
 
-/// Of our two languages, the one an `Accept-Language` value ranks highest (RFC 9110
-/// 12.5.4): by `q` (1 when absent; 0 means "not this one"), the earlier on a tie; a tag
-/// counts by its primary subtag (`ko-KR`), and `*` stands for English. English when
-/// nothing of ours is acceptable.
-fn preferred(accept: &str) -> &'static str {
+/// Of our two languages, the one the lines of an `Accept-Language` rank highest (RFC 9110
+/// 12.5.4; several lines are one list, §5.3): by `q` (1 when absent; 0 means "not this
+/// one"), the earlier on a tie; a tag counts by its primary subtag (`ko-KR`), and `*` stands
+/// for English. English when nothing of ours is acceptable.
+fn preferred<'a>(lines: impl Iterator<Item = &'a str>) -> &'static str {
     let mut best: Option<(&'static str, u16)> = None;
-    for item in accept.split(',') {
+    for item in lines.flat_map(|line| line.split(',')) {
         let mut parts = item.split(';');
         let tag = parts.next().unwrap_or("").trim();
         let primary = tag.split('-').next().unwrap_or("");
@@ -609,7 +611,24 @@ mod tests {
             ("KO", "ko"),
             ("", "en"),
         ] {
-            assert_eq!(preferred(accept), want, "{accept:?}");
+            assert_eq!(preferred([accept].into_iter()), want, "{accept:?}");
+        }
+        // Several lines are one list: the best of them all, the earlier line on a tie.
+        for (lines, want) in [
+            (&["fr", "ko"][..], "ko"),
+            (&["en;q=0.5", "ko;q=0.9"][..], "ko"),
+            (&["ko;q=0.5", "en"][..], "en"),
+            (&["ko", "en"][..], "ko"),
+        ] {
+            let mut headers = HeaderMap::new();
+            for l in lines {
+                headers.append(header::ACCEPT_LANGUAGE, l.parse().unwrap());
+            }
+            assert_eq!(
+                language(&Uri::from_static("/"), &headers),
+                want,
+                "{lines:?}"
+            );
         }
     }
 

@@ -21,8 +21,8 @@ impl Inner {
         let mut conn = s.connection().await?;
         for _ in 0..PUT_ATTEMPTS {
             // Read, apply and validate here; the script then writes only if nobody changed
-            // the settings (nor recorded the opening reached) in between (optimistic:
-            // updates are rare, and no lock is held).
+            // the settings (nor recorded the opening reached, nor the end by closes_at
+            // seen) in between (optimistic: updates are rare, and no lock is held).
             let (cfg, ver, reached, seen) = s.settings(event_id, now).await?;
             let base = match &cfg {
                 Some(json) => {
@@ -83,12 +83,14 @@ impl Inner {
                 None => args.extend([&b""[..], &b""[..]]),
             }
             // The end of the sale (`core::lifecycle`): closes_at (ms, 0: none), ended; then
-            // the record of the opening the patch was applied to, and the new one.
+            // the record of the opening the patch was applied to, and the new one; then the
+            // record of the end by closes_at it was applied to (an `end` keeps that moment).
             let end = [
                 script_instant(config.closes_at),
                 u8::from(config.ended.is_some()).to_string(),
                 reached.unwrap_or(0).to_string(),
                 config.opening_reached.unwrap_or(0).to_string(),
+                seen.unwrap_or(0).to_string(),
             ];
             args.extend(end.iter().map(|a| a.as_bytes()));
             let r = s.run(event_id, "put", now, &args, None).await?;

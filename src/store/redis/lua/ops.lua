@@ -12,17 +12,21 @@ local function op_put()
   -- each, empty while the event has no secret).
   -- then closes_at (ms, 0: none), ended by the admin (0/1), then the record of the opening
   -- reached (opens_at in ms, 0: none) that the settings were read with (`settings`) and the
-  -- one to write (config.rs `opening_reached`).
+  -- one to write (config.rs `opening_reached`), then the record of the end by closes_at
+  -- seen (ms, 0: none) that they were read with (config.rs `end_seen_at`).
   local expected = tonumber(ARGV[3])
   local exists = load_meta()
   if exists and OLD_LAYOUT then return redis.error_reply(OLD_LAYOUT_ERROR) end
   local ver = tonumber(rcall('HGET', K_META, 'ver')) or 0
   if not exists then ver = 0 end
   if ver ~= expected then return finish('CONFLICT') end
-  -- An operation recorded the opening since the settings were read (a node whose clock
-  -- reached it): the patch was applied to an opening still ahead (its secret kept), so it
-  -- is read and applied again.
-  if exists and M.opened ~= tonumber(ARGV[21]) then return finish('CONFLICT') end
+  -- An operation recorded the opening, or found the sale over by closes_at, since the
+  -- settings were read (a node whose clock reached it): the patch was applied to an
+  -- opening still ahead (its secret kept), or to a sale still running (an `end` would take
+  -- this node's clock, before the close, as its moment), so it is read and applied again.
+  if exists and (M.opened ~= tonumber(ARGV[21]) or M.seen ~= tonumber(ARGV[23])) then
+    return finish('CONFLICT')
+  end
   -- queue_schedule.rs `schedule_change_allowed`: opens_at may not move a waiting place
   -- into or out of the pre-queue (nor one of the first-come line, which a node whose clock
   -- ran ahead may have let join before openings were recorded), nor to a time at or before
