@@ -520,22 +520,31 @@ fn all_lines(headers: &HeaderMap, name: HeaderName) -> Option<HeaderValue> {
     Some(join_lines(first, second, lines))
 }
 
-/// The rare case of [`all_lines`]: two lines or more.
+/// The rare case of [`all_lines`]: two lines or more. Only the lines that read as text
+/// are joined: the readers skip a line that does not (as the gate's own pages do, line by
+/// line), and one such line must not spoil the others in the joined value.
 #[cold]
 #[inline(never)]
 fn join_lines<'a>(
-    first: &HeaderValue,
+    first: &'a HeaderValue,
     second: &'a HeaderValue,
     more: impl Iterator<Item = &'a HeaderValue>,
 ) -> HeaderValue {
-    let mut joined = first.as_bytes().to_vec();
-    for line in std::iter::once(second).chain(more) {
+    let mut readable = [first, second]
+        .into_iter()
+        .chain(more)
+        .filter(|line| line.to_str().is_ok());
+    let Some(head) = readable.next() else {
+        return first.clone();
+    };
+    let mut joined = head.as_bytes().to_vec();
+    for line in readable {
         joined.extend_from_slice(b", ");
         joined.extend_from_slice(line.as_bytes());
     }
     // Lines that were values make one (no control character is added): the first alone
     // is only a fallback that is never reached.
-    HeaderValue::from_bytes(&joined).unwrap_or_else(|_| first.clone())
+    HeaderValue::from_bytes(&joined).unwrap_or_else(|_| head.clone())
 }
 
 impl Asked {
@@ -629,6 +638,32 @@ fn refused(e: crate::http::AppError) -> (Outcome, Response) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_line_that_is_not_text_does_not_spoil_the_others() {
+        let mut h = HeaderMap::new();
+        h.append(header::ACCEPT, HeaderValue::from_static("text/html"));
+        h.append(
+            header::ACCEPT,
+            HeaderValue::from_bytes(b"text/plain;x=\"\xe9\"").unwrap(),
+        );
+        h.append(header::ACCEPT, HeaderValue::from_static("application/json"));
+        let joined = all_lines(&h, header::ACCEPT).unwrap();
+        assert_eq!(joined.to_str().unwrap(), "text/html, application/json");
+        let mut h = HeaderMap::new();
+        h.append(
+            header::ACCEPT_LANGUAGE,
+            HeaderValue::from_bytes(b"\xe9").unwrap(),
+        );
+        h.append(header::ACCEPT_LANGUAGE, HeaderValue::from_static("ko"));
+        let joined = all_lines(&h, header::ACCEPT_LANGUAGE).unwrap();
+        assert_eq!(joined.to_str().unwrap(), "ko");
+        // No line reads as text: the first, as one line alone would be kept.
+        let mut h = HeaderMap::new();
+        h.append(header::ACCEPT, HeaderValue::from_bytes(b"\xe9").unwrap());
+        h.append(header::ACCEPT, HeaderValue::from_bytes(b"\xea").unwrap());
+        assert_eq!(all_lines(&h, header::ACCEPT).unwrap().as_bytes(), b"\xe9");
+    }
 
     fn asked(uri: &str, accept: Option<&str>, language: Option<&str>) -> Asked {
         Asked {
