@@ -549,6 +549,22 @@ async fn invite_codes_are_made_and_each_seats_one_person() {
         .unwrap();
     let lines: Vec<&str> = std::str::from_utf8(&csv).unwrap().lines().collect();
     assert_eq!((lines.len(), lines[0]), (3, "code"));
+    // Several `Accept` lines are one list: `text/csv` on the second line asks for CSV.
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri(uri)
+        .header(header::AUTHORIZATION, format!("Bearer {ADMIN}"))
+        .header(header::ACCEPT, "text/plain")
+        .header(header::ACCEPT, "text/csv")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(json!({"count": 1}).to_string()))
+        .unwrap();
+    let res = app.clone().oneshot(req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(res.headers()[header::CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .starts_with("text/csv"));
     let by_query = call(
         &app,
         Method::POST,

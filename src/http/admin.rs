@@ -253,10 +253,16 @@ pub async fn create_invites(
         Some("csv") => true,
         Some("json") => false,
         Some(_) => return Err(AppError::invalid("format must be json or csv")),
-        None => headers
-            .get(header::ACCEPT)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(prefers_csv),
+        // Several `Accept` lines are one list (docs/API.md); a line that is not text is
+        // skipped.
+        None => prefers_csv(
+            &headers
+                .get_all(header::ACCEPT)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
     };
     if !(1..=MAX_INVITES_PER_CALL).contains(&body.count) {
         return Err(AppError::invalid(format!(
