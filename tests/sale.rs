@@ -124,6 +124,20 @@ impl App {
         let uri = format!("/api/v1/queue/status?token={}", token.as_str().unwrap());
         self.send(Method::GET, &uri, false, None).await
     }
+
+    /// A join of `event` is refused as the sale ended, with `reason`.
+    async fn assert_join_ended(&self, event: &str, reason: &str) {
+        let refused = self.join(event).await;
+        assert_err(&refused, StatusCode::CONFLICT, "EVENT_CLOSED");
+        assert_eq!(refused.1["error"]["reason"], reason, "{}", refused.1);
+    }
+
+    /// The place of `token` is over as the sale ended, with `reason`.
+    async fn assert_place_ended(&self, token: &Value, reason: &str) {
+        let gone = self.status(token).await;
+        assert_err(&gone, StatusCode::NOT_FOUND, "TOKEN_NOT_FOUND");
+        assert_eq!(gone.1["error"]["reason"], reason, "{}", gone.1);
+    }
 }
 
 #[track_caller]
@@ -318,12 +332,9 @@ async fn the_end_call_closes_joins_and_places_with_a_reason() {
         json!({"event_id": "ev", "ended": want, "waiting": 2})
     );
 
-    let refused = app.join("ev").await;
-    assert_err(&refused, StatusCode::CONFLICT, "EVENT_CLOSED");
-    assert_eq!(refused.1["error"]["reason"], "sold_out");
-    let gone = app.status(&w["waiting_token"]).await;
-    assert_err(&gone, StatusCode::NOT_FOUND, "TOKEN_NOT_FOUND");
-    assert_eq!(gone.1["error"]["reason"], "sold_out");
+    app.assert_join_ended("ev", "sold_out").await;
+    app.assert_place_ended(&w["waiting_token"], "sold_out")
+        .await;
     // `heartbeat` and `enter` say why too (API.md: "`status`, `heartbeat`, `enter` and the
     // live endpoints").
     let body = json!({"waiting_token": w["waiting_token"]}).to_string();
@@ -423,12 +434,8 @@ async fn closes_at_is_checked_and_ends_the_sale_on_time() {
     let (_, w) = app.join("ev").await;
     assert_eq!(w["status"], "waiting");
     app.clock.advance(10_000);
-    let refused = app.join("ev").await;
-    assert_err(&refused, StatusCode::CONFLICT, "EVENT_CLOSED");
-    assert_eq!(refused.1["error"]["reason"], "closed");
-    let gone = app.status(&w["waiting_token"]).await;
-    assert_err(&gone, StatusCode::NOT_FOUND, "TOKEN_NOT_FOUND");
-    assert_eq!(gone.1["error"]["reason"], "closed");
+    app.assert_join_ended("ev", "closed").await;
+    app.assert_place_ended(&w["waiting_token"], "closed").await;
     let (_, public) = app
         .send(Method::GET, "/api/v1/events/ev", false, None)
         .await;
@@ -533,12 +540,9 @@ async fn the_reason_is_given_before_the_catalog_learns_of_the_end() {
         )
         .await;
     assert_eq!(s, StatusCode::OK);
-    let gone = app.status(&w["waiting_token"]).await;
-    assert_err(&gone, StatusCode::NOT_FOUND, "TOKEN_NOT_FOUND");
-    assert_eq!(gone.1["error"]["reason"], "sold_out", "{}", gone.1);
-    let refused = app.join("ev").await;
-    assert_err(&refused, StatusCode::CONFLICT, "EVENT_CLOSED");
-    assert_eq!(refused.1["error"]["reason"], "sold_out", "{}", refused.1);
+    app.assert_place_ended(&w["waiting_token"], "sold_out")
+        .await;
+    app.assert_join_ended("ev", "sold_out").await;
 }
 
 /// Two nodes on one store whose clocks read alike until the first one's moves `skew` ms
@@ -569,17 +573,15 @@ async fn skewed_nodes_see_one_end(ahead: App, behind: App, skew: Millis) {
     }
     ahead.clock.advance(skew);
     // The node ahead finds the sale over by closes_at: the store records that it ended.
-    let gone = ahead.status(&waiting[0]["waiting_token"]).await;
-    assert_err(&gone, StatusCode::NOT_FOUND, "TOKEN_NOT_FOUND");
-    assert_eq!(gone.1["error"]["reason"], "closed", "{}", gone.1);
+    ahead
+        .assert_place_ended(&waiting[0]["waiting_token"], "closed")
+        .await;
     // The node behind, whose clock has not reached closes_at, answers as the store does
     // (the place is over, joins are refused), and so with the reason.
-    let gone = behind.status(&waiting[0]["waiting_token"]).await;
-    assert_err(&gone, StatusCode::NOT_FOUND, "TOKEN_NOT_FOUND");
-    assert_eq!(gone.1["error"]["reason"], "closed", "{}", gone.1);
-    let refused = behind.join("ev").await;
-    assert_err(&refused, StatusCode::CONFLICT, "EVENT_CLOSED");
-    assert_eq!(refused.1["error"]["reason"], "closed", "{}", refused.1);
+    behind
+        .assert_place_ended(&waiting[0]["waiting_token"], "closed")
+        .await;
+    behind.assert_join_ended("ev", "closed").await;
     // An end called there keeps the moment the places ended, not its own clock's.
     let (s, ended) = behind
         .admin(
@@ -601,12 +603,10 @@ async fn skewed_nodes_see_one_end(ahead: App, behind: App, skew: Millis) {
         )
         .await;
     assert_eq!(s, StatusCode::OK, "{ended}");
-    let gone = behind.status(&waiting[1]["waiting_token"]).await;
-    assert_err(&gone, StatusCode::NOT_FOUND, "TOKEN_NOT_FOUND");
-    assert_eq!(gone.1["error"]["reason"], "cancelled", "{}", gone.1);
-    let refused = behind.join("ev2").await;
-    assert_err(&refused, StatusCode::CONFLICT, "EVENT_CLOSED");
-    assert_eq!(refused.1["error"]["reason"], "cancelled", "{}", refused.1);
+    behind
+        .assert_place_ended(&waiting[1]["waiting_token"], "cancelled")
+        .await;
+    behind.assert_join_ended("ev2", "cancelled").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

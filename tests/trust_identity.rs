@@ -106,6 +106,34 @@ async fn put_event(app: &Router, id: &str, settings: Value) -> Resp {
 }
 
 /// Makes one invite code for `event` through the admin API.
+/// Makes `count` invites of the event at `uri` with these `Accept` lines; the answer must be
+/// CSV.
+async fn invites_accepting(
+    app: &Router,
+    uri: &str,
+    accept: &[&str],
+    count: u32,
+) -> axum::response::Response {
+    let mut req = Request::builder()
+        .method(Method::POST)
+        .uri(uri)
+        .header(header::AUTHORIZATION, format!("Bearer {ADMIN}"))
+        .header(header::CONTENT_TYPE, "application/json");
+    for line in accept {
+        req = req.header(header::ACCEPT, *line);
+    }
+    let req = req
+        .body(Body::from(json!({"count": count}).to_string()))
+        .unwrap();
+    let res = app.clone().oneshot(req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(res.headers()[header::CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .starts_with("text/csv"));
+    res
+}
+
 async fn one_invite(app: &Router, event: &str) -> String {
     let made = call(
         app,
@@ -530,41 +558,14 @@ async fn invite_codes_are_made_and_each_seats_one_person() {
     assert!(codes[0] != codes[1] && codes[1] != codes[2] && codes[0] != codes[2]);
 
     // The CSV download, by Accept header or by query.
-    let req = Request::builder()
-        .method(Method::POST)
-        .uri(uri)
-        .header(header::AUTHORIZATION, format!("Bearer {ADMIN}"))
-        .header(header::ACCEPT, "text/csv")
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(json!({"count": 2}).to_string()))
-        .unwrap();
-    let res = app.clone().oneshot(req).await.unwrap();
-    assert_eq!(res.status(), StatusCode::OK);
-    assert!(res.headers()[header::CONTENT_TYPE]
-        .to_str()
-        .unwrap()
-        .starts_with("text/csv"));
+    let res = invites_accepting(&app, uri, &["text/csv"], 2).await;
     let csv = axum::body::to_bytes(res.into_body(), usize::MAX)
         .await
         .unwrap();
     let lines: Vec<&str> = std::str::from_utf8(&csv).unwrap().lines().collect();
     assert_eq!((lines.len(), lines[0]), (3, "code"));
     // Several `Accept` lines are one list: `text/csv` on the second line asks for CSV.
-    let req = Request::builder()
-        .method(Method::POST)
-        .uri(uri)
-        .header(header::AUTHORIZATION, format!("Bearer {ADMIN}"))
-        .header(header::ACCEPT, "text/plain")
-        .header(header::ACCEPT, "text/csv")
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(json!({"count": 1}).to_string()))
-        .unwrap();
-    let res = app.clone().oneshot(req).await.unwrap();
-    assert_eq!(res.status(), StatusCode::OK);
-    assert!(res.headers()[header::CONTENT_TYPE]
-        .to_str()
-        .unwrap()
-        .starts_with("text/csv"));
+    invites_accepting(&app, uri, &["text/plain", "text/csv"], 1).await;
     let by_query = call(
         &app,
         Method::POST,
