@@ -125,6 +125,19 @@ impl App {
         self.send(Method::GET, &uri, false, None).await
     }
 
+    /// Ends the sale of `event` by the admin call, with `reason`: its answer.
+    async fn end(&self, event: &str, reason: &str) -> Value {
+        let (s, ended) = self
+            .admin(
+                Method::POST,
+                &format!("/events/{event}/end"),
+                Some(json!({"reason": reason})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{ended}");
+        ended
+    }
+
     /// A join of `event` is refused as the sale ended, with `reason`.
     async fn assert_join_ended(&self, event: &str, reason: &str) {
         let refused = self.join(event).await;
@@ -362,14 +375,7 @@ async fn the_end_call_closes_joins_and_places_with_a_reason() {
         json!([{"field": "ended", "old": null, "new": want}])
     );
     // Called again, the entry names the end it replaced.
-    let (s, again) = app
-        .admin(
-            Method::POST,
-            "/events/ev/end",
-            Some(json!({"reason": "cancelled"})),
-        )
-        .await;
-    assert_eq!(s, StatusCode::OK, "{again}");
+    app.end("ev", "cancelled").await;
     let (_, audit) = app.admin(Method::GET, "/audit", None).await;
     assert_eq!(audit[0]["changes"][0]["old"], want);
     assert_eq!(audit[0]["changes"][0]["new"]["reason"], "cancelled");
@@ -482,14 +488,7 @@ async fn an_end_after_the_close_keeps_its_moment() {
     );
     // 2 s after the close.
     app.clock.advance(12_000);
-    let (s, ended) = app
-        .admin(
-            Method::POST,
-            "/events/ev/end",
-            Some(json!({"reason": "sold_out"})),
-        )
-        .await;
-    assert_eq!(s, StatusCode::OK, "{ended}");
+    let ended = app.end("ev", "sold_out").await;
     assert_eq!(
         ended["ended"],
         json!({"reason": "sold_out", "message": null, "at": "2023-11-14T22:13:30Z"})
@@ -532,14 +531,7 @@ async fn the_reason_is_given_before_the_catalog_learns_of_the_end() {
         .unwrap()
         .sale_ended(app.clock.now())
         .is_none());
-    let (s, _) = app
-        .admin(
-            Method::POST,
-            "/events/ev/end",
-            Some(json!({"reason": "sold_out"})),
-        )
-        .await;
-    assert_eq!(s, StatusCode::OK);
+    app.end("ev", "sold_out").await;
     app.assert_place_ended(&w["waiting_token"], "sold_out")
         .await;
     app.assert_join_ended("ev", "sold_out").await;
@@ -583,26 +575,12 @@ async fn skewed_nodes_see_one_end(ahead: App, behind: App, skew: Millis) {
         .await;
     behind.assert_join_ended("ev", "closed").await;
     // An end called there keeps the moment the places ended, not its own clock's.
-    let (s, ended) = behind
-        .admin(
-            Method::POST,
-            "/events/ev/end",
-            Some(json!({"reason": "sold_out"})),
-        )
-        .await;
-    assert_eq!(s, StatusCode::OK, "{ended}");
+    let ended = behind.end("ev", "sold_out").await;
     assert_eq!(ended["ended"]["at"], format_rfc3339(closes), "{ended}");
 
     // An end by the call on the node ahead: that its `at` is ahead of the other node's
     // clock does not matter.
-    let (s, ended) = ahead
-        .admin(
-            Method::POST,
-            "/events/ev2/end",
-            Some(json!({"reason": "cancelled"})),
-        )
-        .await;
-    assert_eq!(s, StatusCode::OK, "{ended}");
+    ahead.end("ev2", "cancelled").await;
     behind
         .assert_place_ended(&waiting[1]["waiting_token"], "cancelled")
         .await;
