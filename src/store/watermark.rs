@@ -7,10 +7,13 @@
 //! - **Torn tail** (the last batch was being written when the process or machine died):
 //!   nothing after the cut was ever known durable. fjall drops it; we start normally.
 //! - **Damage**: the cut falls inside what is known durable, or intact batches follow the
-//!   cut (a torn write leaves at most one unfinished batch, never intact ones after it), or
-//!   a sealed journal does not read to its end, or a journal known durable is missing. We
-//!   refuse to start, naming the file and the byte offset, unless asked to repair: then we
-//!   cut the journals at the damage ourselves and log how much acknowledged data went.
+//!   cut (a torn write leaves at most one unfinished batch, never intact ones after it; that
+//!   batch's own end entry may be whole, its last page written and an earlier one not), or
+//!   the batch at the cut reads whole but fails its checksum or item count (fjall refuses
+//!   to open that rather than cut it), or a sealed journal does not read to its end, or a
+//!   journal known durable is missing. We refuse to start, naming the file and the byte
+//!   offset, unless asked to repair: then we cut the journals at the damage ourselves and
+//!   log how much acknowledged data went.
 //!
 //! "Known durable" is the **watermark**: a small sidecar that the journal writer rewrites
 //! after each sync, listing each journal file with its length and the batches, records and
@@ -334,12 +337,67 @@ fn parse_batch(b: &[u8], left: u64) -> Parsed {
     Parsed::Batch(p + TAIL_LEN, tally)
 }
 
-/// Complete-looking batch ends (an end tag, 8 bytes, the magic) in `bytes`.
-fn batch_ends(bytes: &[u8]) -> u64 {
-    bytes
-        .windows(13)
-        .filter(|w| w[0] == TAG_END && &w[9..13] == MAGIC)
-        .count() as u64
+/// Intact batches in `bytes` (a journal from a batch that does not read on), wherever they
+/// start past the first byte. The unreadable batch itself is not counted, even when its
+/// end entry is whole: a write torn by a machine crash can leave a batch's last page on
+/// disk and an earlier one not, and that is still one unfinished batch, not an intact one
+/// after it (counting end entries took it for one, and refused a torn tail as damage).
+fn intact_batches_after(bytes: &[u8]) -> u64 {
+    let (mut n, mut at) = (0, 1);
+    while at < bytes.len() {
+        if bytes[at] == TAG_START {
+            if let Parsed::Batch(len, _) = parse_batch(&bytes[at..], (bytes.len() - at) as u64) {
+                n += 1;
+                at += len;
+                continue;
+            }
+        }
+        at += 1;
+    }
+    n
+}
+
+/// Whether fjall, reading the batch `b` starts with (one that does not read, up to the
+/// file's written end), refuses to open the journal rather than cut it there. fjall cuts
+/// where an entry does not decode (a bad tag, a bad magic, a start inside the batch, the
+/// end of the file), but answers an error for a batch whose entries all decode and whose
+/// item count or checksum does not match: a start then fails whatever the check said, so
+/// that is damage, which a repair cuts. Where the decoding is unsure (a compressed value
+/// fjall may fail to decompress) it answers `true`: calling a torn tail damage only asks
+/// for a repair; calling a refused batch a torn tail leaves the store unable to start.
+fn fjall_refuses(b: &[u8]) -> bool {
+    if b.len() < HEAD_LEN || b[0] != TAG_START {
+        return false;
+    }
+    let mut expected = le_u32(b, 1);
+    let mut p = HEAD_LEN;
+    loop {
+        let Some(&tag) = b.get(p) else {
+            return false;
+        };
+        let len = match tag {
+            TAG_ITEM => {
+                // The value types and compressions fjall decodes (lsm-tree's `ValueType`
+                // and `CompressionType`).
+                if b.len() < p + ITEM_LEN || !matches!(b[p + 1], 0 | 1 | 2 | 4) || b[p + 2] > 1 {
+                    return false;
+                }
+                ITEM_LEN + le_u16(b, p + 11) as usize + le_u32(b, p + 17) as usize
+            }
+            TAG_CLEAR => CLEAR_LEN,
+            // A whole end entry: its item count or checksum is wrong (else the batch read).
+            TAG_END => return b.len() >= p + TAIL_LEN && &b[p + 9..p + TAIL_LEN] == MAGIC,
+            _ => return false,
+        };
+        if b.len() < p + len {
+            return false;
+        }
+        if expected == 0 {
+            return true; // more items than the start entry counts
+        }
+        expected -= 1;
+        p += len;
+    }
 }
 
 /// What one slot of the watermark holds.
@@ -702,14 +760,14 @@ pub fn check(dir: &Path) -> std::io::Result<Option<Damage>> {
     for (&id, path) in &files {
         let scan = scan_from(path, 0)?;
         let written = super::journal::written_end(path)?;
-        let after = if written > scan.len {
+        let (after, refused) = if written > scan.len {
             let mut f = std::fs::File::open(path)?;
             f.seek(SeekFrom::Start(scan.len))?;
             let mut b = vec![0u8; (written - scan.len) as usize];
             f.read_exact(&mut b)?;
-            batch_ends(&b)
+            (intact_batches_after(&b), fjall_refuses(&b))
         } else {
-            0
+            (0, false)
         };
         let mark = marks.get(&id);
         let why = if mark.is_some_and(|m| scan.len < m.len) {
@@ -727,6 +785,10 @@ pub fn check(dir: &Path) -> std::io::Result<Option<Damage>> {
             }
         } else if after > 0 {
             format!("{after} intact-looking batches follow the unreadable one: not a torn tail")
+        } else if refused {
+            "the batch starting here reads whole but its item count or checksum does not \
+             match, which fjall refuses to open"
+                .into()
         } else if Some(id) != last && scan.len < written {
             "a sealed journal does not read to its end".into()
         } else {
@@ -751,7 +813,11 @@ pub fn check(dir: &Path) -> std::io::Result<Option<Damage>> {
         for p in &later {
             lost.add(scan_from(p, 0)?.tally);
         }
-        let covered = mark.map_or(0, |m| m.tally.batches.saturating_sub(scan.tally.batches));
+        // The watermark's batches after the unreadable one (which it counts, when it covers
+        // it, and which `after` does not).
+        let covered = mark.map_or(0, |m| {
+            m.tally.batches.saturating_sub(scan.tally.batches + 1)
+        });
         return Ok(Some(Damage {
             file: path.clone(),
             offset: scan.len,

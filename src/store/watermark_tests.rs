@@ -120,15 +120,33 @@ fn a_torn_or_damaged_batch_ends_the_intact_part() {
     }
 }
 
+/// Intact batches are found wherever they start after an unreadable one; the unreadable
+/// batch's own whole end entry is not one of them.
 #[test]
-fn batch_ends_are_found_anywhere() {
-    let mut b = vec![9u8; 5];
-    b.push(TAG_END);
-    b.extend_from_slice(&[7; 8]);
-    b.extend_from_slice(MAGIC);
-    b.extend_from_slice(&[0; 3]);
-    assert_eq!(batch_ends(&b), 1);
-    assert_eq!(batch_ends(&b[..10]), 0);
+fn intact_batches_after_the_damage_are_found_anywhere() {
+    let one = batch(&[(3, b"a", b"1")], false);
+    let two = batch(&[(3, b"b", b"2")], false);
+    let mut torn = one.clone();
+    torn[HEAD_LEN..HEAD_LEN + 5].fill(0); // its first item's entry lost, its end whole
+    assert_eq!(intact_batches_after(&torn), 0);
+    assert!(
+        !fjall_refuses(&torn),
+        "fjall cuts a batch whose entry does not decode"
+    );
+    let mut b = torn.clone();
+    b.extend_from_slice(&[9; 5]);
+    b.extend_from_slice(&two);
+    b.extend_from_slice(&two);
+    assert_eq!(intact_batches_after(&b), 2);
+    assert_eq!(intact_batches_after(&b[..b.len() - 1]), 1);
+    // Whole entries and a wrong checksum, or one item fewer than counted: fjall refuses.
+    let mut flipped = one.clone();
+    flipped[HEAD_LEN + ITEM_LEN] ^= 1;
+    assert!(fjall_refuses(&flipped));
+    let mut counted = one.clone();
+    counted[1] = 2;
+    assert!(fjall_refuses(&counted));
+    assert!(!fjall_refuses(&flipped[..flipped.len() - 1]), "cut short");
 }
 
 /// fjall deletes a flushed journal whenever it likes, so one can vanish between the
@@ -211,4 +229,114 @@ fn a_capture_after_two_rotations_follows_the_newest_journal() {
     m.capture().unwrap();
     assert_eq!(m.active_end().map(|(id, _)| id), Some(3));
     assert_eq!(m.marks.keys().copied().collect::<Vec<_>>(), [3]);
+}
+
+/// A store with one small batch known durable, then a batch of many pages written but not
+/// recorded as durable (the machine died during its sync); answers the journal's path,
+/// where that batch starts and where it ends.
+fn store_with_an_unrecorded_batch(dir: &Path) -> (PathBuf, u64, u64) {
+    let db = fjall::Database::builder(dir)
+        .manual_journal_persist(true)
+        .open()
+        .unwrap();
+    let ks = db
+        .keyspace("places", fjall::KeyspaceCreateOptions::default)
+        .unwrap();
+    ks.insert("a", "1").unwrap();
+    db.persist(fjall::PersistMode::SyncAll).unwrap();
+    let marker = Marker::new(dir).unwrap();
+    let (id, start) = marker.active_end().unwrap();
+    let mut b = db.batch();
+    for i in 0..60u32 {
+        b.insert(&ks, format!("big{i}"), vec![b'v'; 300]);
+    }
+    b.commit().unwrap();
+    db.persist(fjall::PersistMode::SyncAll).unwrap();
+    let path = marker.journal_path(id);
+    drop(marker);
+    drop(ks);
+    drop(db);
+    let end = crate::store::journal::written_end(&path).unwrap();
+    (path, start, end)
+}
+
+/// A machine crash during the sync of a batch longer than a page can leave its last page
+/// on disk (its end entry) and an earlier one not (zeros: the journal is preallocated).
+/// That is one unfinished batch, a torn tail that fjall cuts: the store starts, with
+/// everything known durable. Its own end entry is no intact batch after the cut.
+#[test]
+fn a_torn_batch_whose_end_reached_the_disk_is_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, start, end) = store_with_an_unrecorded_batch(dir.path());
+    let mut bytes = std::fs::read(&path).unwrap();
+    let page = ((end - 1) / 4096 - 1) * 4096;
+    assert!(page > start && page + 4096 < end, "a page inside the batch");
+    bytes[page as usize..page as usize + 4096].fill(0);
+    std::fs::write(&path, &bytes).unwrap();
+    let found = check(dir.path()).unwrap();
+    assert!(found.is_none(), "a torn tail refused: {}", found.unwrap());
+    // fjall cuts it and opens with what was known durable.
+    let db = fjall::Database::builder(dir.path()).open().unwrap();
+    let ks = db
+        .keyspace("places", fjall::KeyspaceCreateOptions::default)
+        .unwrap();
+    assert!(ks.get("a").unwrap().is_some());
+    assert!(ks.get("big0").unwrap().is_none());
+}
+
+/// The same batch with its entries whole and a value's byte wrong: fjall refuses to open a
+/// journal whose batch fails its checksum (it cuts only where an entry does not read), so
+/// the check calls it damage, which a repair cuts.
+#[test]
+fn an_unrecorded_batch_that_reads_whole_but_fails_its_checksum_is_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, start, end) = store_with_an_unrecorded_batch(dir.path());
+    let mut bytes = std::fs::read(&path).unwrap();
+    // A byte of the last item's value, just before the end entry.
+    bytes[end as usize - TAIL_LEN - 1] ^= 1;
+    std::fs::write(&path, &bytes).unwrap();
+    assert!(
+        fjall::Database::builder(dir.path()).open().is_err(),
+        "fjall opens it"
+    );
+    let damage = check(dir.path()).unwrap().expect("damage");
+    assert_eq!(damage.offset, start);
+    repair(dir.path(), &damage).unwrap();
+    assert!(check(dir.path()).unwrap().is_none());
+    let db = fjall::Database::builder(dir.path()).open().unwrap();
+    let ks = db
+        .keyspace("places", fjall::KeyspaceCreateOptions::default)
+        .unwrap();
+    assert!(ks.get("a").unwrap().is_some());
+}
+
+/// Damage inside what the watermark covers, with batches after it that the watermark does
+/// not cover yet (written after its last update): those are counted apart, exactly.
+#[test]
+fn batches_after_the_watermark_are_counted_apart_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches: Vec<Vec<u8>> = (0..10u8)
+        .map(|i| batch(&[(3, &[b'k', i], b"v")], false))
+        .collect();
+    let path = dir.path().join("1.jnl");
+    std::fs::write(&path, batches[..6].concat()).unwrap();
+    let m = Marker::new(dir.path()).unwrap();
+    assert_eq!(m.marks[&1].tally.batches, 6);
+    let mut file = batches.concat();
+    // A flipped byte in the third batch's item.
+    let at = batches[0].len() + batches[1].len() + HEAD_LEN + ITEM_LEN;
+    file[at] ^= 1;
+    std::fs::write(&path, &file).unwrap();
+    let d = check(dir.path()).unwrap().expect("damage");
+    assert_eq!(d.offset, (batches[0].len() + batches[1].len()) as u64);
+    assert_eq!(
+        d.lost.batches, 4,
+        "the watermark's batches from the damaged one on"
+    );
+    assert_eq!(d.uncounted_batches, 4, "batches 7 to 10");
+    // Without a watermark: the batches after the damaged one, not it too.
+    forget_marks(dir.path()).unwrap();
+    let d = check(dir.path()).unwrap().expect("damage");
+    assert_eq!(d.uncounted_batches, 7, "batches 4 to 10");
+    assert!(d.why.starts_with("7 intact-looking batches"), "{}", d.why);
 }
