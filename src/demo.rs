@@ -9,6 +9,14 @@
 //! that drifts between 10 and 20. Bots use the store directly rather than HTTP, so the
 //! driver needs no address and no admin token, and their traffic does not skew the HTTP
 //! metrics.
+//!
+//! A stopped server leaves its bots' places in a durable store, where they would hold the
+//! event's slots until their idle timeouts (a minute) with nobody driving them: the queue
+//! of a restarted demo would stand still. So the bots are named from a fixed set
+//! (`demo-bot-1` … `demo-bot-20`, a name reused once its place ends) and join with the
+//! server's own proof of identity, as a site's backend does with the server key: a proven
+//! join of a name whose proven place is live gets that place back, which lets a new crowd
+//! take over the places the previous one left.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -81,7 +89,8 @@ pub fn demo_seats() -> Vec<String> {
 
 /// One simulated person.
 struct Bot {
-    user_id: String,
+    /// Its number: its user id is [`bot_name`] of it.
+    n: u64,
     key: PlaceKey,
     /// The state it was in at the last step, and since when (by the state clock).
     state: PlaceState,
@@ -95,10 +104,14 @@ fn draw((lo, hi): (Millis, Millis)) -> Millis {
     lo + (random_u128() % u128::from(hi - lo + 1)) as Millis
 }
 
+/// The user id of bot number `n` (1 to [`DEMO_CROWD_MAX`]).
+fn bot_name(n: u64) -> String {
+    format!("demo-bot-{n}")
+}
+
 /// Drives the crowd of the demo event until `stop`.
 pub async fn run_demo_crowd(store: Arc<dyn Store>, clock: Clock, mut stop: Stop) {
-    let mut bots: Vec<Bot> = Vec::new();
-    let mut next_bot: u64 = 1;
+    let mut bots = take_over_crowd(store.as_ref(), clock.now()).await;
     let mut target = (DEMO_CROWD_MIN + DEMO_CROWD_MAX) / 2;
     let mut steps: u64 = 0;
     loop {
@@ -106,14 +119,7 @@ pub async fn run_demo_crowd(store: Arc<dyn Store>, clock: Clock, mut stop: Stop)
             target = draw((DEMO_CROWD_MIN, DEMO_CROWD_MAX));
         }
         steps += 1;
-        demo_step(
-            store.as_ref(),
-            clock.now(),
-            &mut bots,
-            &mut next_bot,
-            target,
-        )
-        .await;
+        demo_step(store.as_ref(), clock.now(), &mut bots, target).await;
         tokio::select! {
             biased;
             _ = stopped(&mut stop) => break,
@@ -122,14 +128,56 @@ pub async fn run_demo_crowd(store: Arc<dyn Store>, clock: Clock, mut stop: Stop)
     }
 }
 
+/// The bots of a previous run still in the event (a restart on a durable store), taken
+/// over: each name's proven join answers its live place, which the new crowd then drives
+/// on (an admitted bot enters and books, an active one completes), so the slots they hold
+/// free within seconds. A name without a live place gets a new one, at the back, as a
+/// top-up would. Nothing is taken over in an event with no live place (a first start):
+/// the crowd then grows in a trickle.
+async fn take_over_crowd(store: &dyn Store, now: Millis) -> Vec<Bot> {
+    let mut bots = Vec::new();
+    match store.get_event(DEMO_EVENT, now).await {
+        Ok(snap) if snap.figures.waiting + snap.figures.admitted + snap.figures.active > 0 => {}
+        _ => return bots,
+    }
+    for n in 1..=DEMO_CROWD_MAX {
+        match join_bot(store, n, now).await {
+            Ok(bot) => bots.push(bot),
+            Err(e) => {
+                tracing::debug!(error = %e, "demo crowd cannot take over its places");
+                break;
+            }
+        }
+    }
+    bots
+}
+
+/// Joins as bot number `n`, with proof of being it: a live proven place of that name is
+/// answered, not a new one.
+async fn join_bot(store: &dyn Store, n: u64, now: Millis) -> Result<Bot, StoreError> {
+    let req = JoinRequest {
+        user_id: Some(bot_name(n)),
+        metadata: None,
+        nonce: random_u128(),
+        proven: true,
+        ..JoinRequest::default()
+    };
+    let view = store.join(DEMO_EVENT, &req, now).await?;
+    Ok(Bot {
+        n,
+        key: view.key,
+        state: view.status,
+        since: now,
+        linger: match view.status {
+            PlaceState::Waiting => 0,
+            PlaceState::Admitted => draw(DEMO_THINK_MS),
+            PlaceState::Active => draw(DEMO_BOOK_MS),
+        },
+    })
+}
+
 /// Advances every bot by one step, then tops the crowd up towards `target`.
-async fn demo_step(
-    store: &dyn Store,
-    now: Millis,
-    bots: &mut Vec<Bot>,
-    next_bot: &mut u64,
-    target: u64,
-) {
+async fn demo_step(store: &dyn Store, now: Millis, bots: &mut Vec<Bot>, target: u64) {
     let mut kept = Vec::with_capacity(bots.len());
     for mut bot in bots.drain(..) {
         match store.status(DEMO_EVENT, bot.key, now).await {
@@ -156,7 +204,7 @@ async fn demo_step(
                     PlaceState::Active if due => {
                         // Done booking; its slot goes to the next in line at once.
                         if let Err(e) = store.complete(DEMO_EVENT, bot.key, now).await {
-                            tracing::debug!(bot = %bot.user_id, error = %e, "demo bot could not complete");
+                            tracing::debug!(bot = bot.n, error = %e, "demo bot could not complete");
                         }
                     }
                     _ => kept.push(bot),
@@ -172,26 +220,12 @@ async fn demo_step(
 
     let missing = target.saturating_sub(bots.len() as u64);
     for _ in 0..missing.min(DEMO_JOINS_PER_STEP) {
-        let user_id = format!("demo-bot-{next_bot}");
-        *next_bot += 1;
-        let req = JoinRequest {
-            user_id: Some(user_id.clone()),
-            metadata: None,
-            nonce: random_u128(),
-            ..JoinRequest::default()
+        // The lowest free name: the crowd is never larger than the set of names.
+        let Some(n) = (1..=DEMO_CROWD_MAX).find(|n| bots.iter().all(|b| b.n != *n)) else {
+            break;
         };
-        match store.join(DEMO_EVENT, &req, now).await {
-            Ok(view) => bots.push(Bot {
-                user_id,
-                key: view.key,
-                state: view.status,
-                since: now,
-                linger: match view.status {
-                    PlaceState::Waiting => 0,
-                    PlaceState::Admitted => draw(DEMO_THINK_MS),
-                    PlaceState::Active => draw(DEMO_BOOK_MS),
-                },
-            }),
+        match join_bot(store, n, now).await {
+            Ok(bot) => bots.push(bot),
             // Deleted, closed or full: an operator's choice; the crowd waits until it changes.
             Err(e) => {
                 tracing::debug!(error = %e, "demo crowd cannot join");
@@ -243,5 +277,74 @@ mod tests {
         let snap = store.get_event(DEMO_EVENT, clock.now()).await.unwrap();
         assert_eq!(snap.config.name, "Demo concert");
         assert_eq!(snap.config.target_url.as_deref(), Some("/demo/booking"));
+    }
+
+    /// A restart on a durable store finds the previous crowd's places holding every slot.
+    /// The new crowd takes them over, so the line moves within seconds rather than after
+    /// their idle timeouts (a minute); a person's place is left alone.
+    #[tokio::test(start_paused = true)]
+    async fn a_new_crowd_takes_over_the_places_a_stopped_one_left() {
+        let clock = Clock::manual(1_000_000);
+        let store: Arc<dyn Store> = Arc::new(EmbeddedStore::new());
+        ensure_demo_event(store.as_ref(), clock.now())
+            .await
+            .unwrap();
+        let (tx, rx) = stop_channel();
+        let first = spawn_task(
+            "demo-crowd",
+            run_demo_crowd(store.clone(), clock.clone(), rx),
+        );
+        for _ in 0..10 {
+            clock.advance(1_000);
+            tokio::time::sleep(DEMO_STEP).await;
+        }
+        tx.send(true).unwrap();
+        first.await.unwrap();
+        let f = store
+            .get_event(DEMO_EVENT, clock.now())
+            .await
+            .unwrap()
+            .figures;
+        assert_eq!(
+            f.admitted + f.active,
+            3,
+            "the old bots hold every slot: {f:?}"
+        );
+        assert!(f.waiting > 0, "{f:?}");
+
+        // A person who joined before the restart, waiting behind the bots.
+        let before = JoinRequest {
+            user_id: Some("person".into()),
+            nonce: random_u128(),
+            ..JoinRequest::default()
+        };
+        let before = store.join(DEMO_EVENT, &before, clock.now()).await.unwrap();
+        let (_tx, rx) = stop_channel();
+        let _h = spawn_task(
+            "demo-crowd",
+            run_demo_crowd(store.clone(), clock.clone(), rx),
+        );
+        let me = JoinRequest {
+            nonce: random_u128(),
+            ..JoinRequest::default()
+        };
+        let me = store.join(DEMO_EVENT, &me, clock.now()).await.unwrap();
+        let start = me.position.unwrap();
+        let mut moved = false;
+        // Well within the old places' timeouts: 30 s to enter, 60 s of idle session.
+        for _ in 0..15 {
+            clock.advance(1_000);
+            tokio::time::sleep(DEMO_STEP).await;
+            let now = store.status(DEMO_EVENT, me.key, clock.now()).await.unwrap();
+            store
+                .status(DEMO_EVENT, before.key, clock.now())
+                .await
+                .expect("the person's place is not taken over");
+            if now.status != PlaceState::Waiting || now.position < Some(start) {
+                moved = true;
+                break;
+            }
+        }
+        assert!(moved, "the line stood still at position {start}");
     }
 }

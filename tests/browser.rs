@@ -1584,6 +1584,52 @@ async fn the_seat_map_holds_and_buys_seats() {
     }
 }
 
+/// The seat map shows the seats in the order people read them, numbers by value, while
+/// the inventory keeps answering them in string order (`A-1`, `A-10`, `A-2`, …).
+#[tokio::test]
+async fn the_seat_map_shows_seats_in_reading_order() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    s.put_event(
+        "rows",
+        json!({"max_active": 1, "target_url": "/demo/booking?event=rows"}),
+    )
+    .await;
+    let rows: Vec<Vec<String>> = ["A", "B"]
+        .iter()
+        .map(|r| (1..=10).map(|n| format!("{r}-{n}")).collect())
+        .collect();
+    let (st, v) = s
+        .call(
+            Method::PUT,
+            "/api/v1/admin/events/rows/inventory",
+            Some(ADMIN),
+            Some(json!({"items": rows.concat()})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let inv = s.admin(Method::GET, "/events/rows/inventory").await;
+    let ids: Vec<&str> = inv["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids[..3], ["A-1", "A-10", "A-2"], "the API's order: {inv}");
+
+    let b = Browser::start(&PHONE).await;
+    b.goto(&s.url("/wait/rows")).await;
+    b.text_until("#booking-status", |t| t == "Choose your seats")
+        .await;
+    b.until_visible("#seatmap").await;
+    let shown = b
+        .js("return [...document.querySelectorAll('.seat-row')]\
+             .map(r => [...r.querySelectorAll('.seat')].map(e => e.dataset.seat))")
+        .await;
+    assert_eq!(shown, json!(rows));
+    b.close().await;
+}
+
 /// RFC 3339 of `secs` from now, on the server's (system) clock.
 fn from_now(secs: u64) -> String {
     let now = std::time::SystemTime::now()

@@ -215,6 +215,73 @@ async fn bare_waitroom_serves_the_demo_with_a_generated_admin_token() {
     assert_eq!(s.terminate(Duration::from_secs(8)).code(), Some(0));
 }
 
+/// The demo event's figures, from the admin API.
+async fn demo_figures(s: &Server) -> Value {
+    let (st, v) = call(
+        Method::GET,
+        &s.url("/api/v1/admin/events/demo"),
+        Some(ADMIN),
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    v
+}
+
+/// Stopped and started again on the same data dir, the demo finds the previous run's bots
+/// holding its slots. The new crowd takes their places over and drives them on, so a
+/// newcomer's place moves within seconds, not when the old places time out.
+#[tokio::test]
+async fn the_demo_queue_moves_at_once_after_a_restart() {
+    let dir = tempdir();
+    let s = serve(dir.path(), &["--demo"]);
+    // Timeouts far beyond the test's length (kept across the restart: the operator's
+    // settings of the demo event win), so that only a take-over frees the old slots.
+    let (st, v) = call(
+        Method::PUT,
+        &s.url("/api/v1/admin/events/demo"),
+        Some(ADMIN),
+        Some(json!({"ready_ttl_sec": 600, "session_idle_sec": 600,
+                    "session_max_sec": 600, "waiting_idle_sec": 600})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let f = demo_figures(&s).await;
+        let busy = f["admitted"].as_u64().unwrap() + f["active"].as_u64().unwrap();
+        if busy == 3 && f["waiting"].as_u64().unwrap() >= 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no demo crowd: {f}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(s.terminate(Duration::from_secs(8)).code(), Some(0));
+
+    let s = serve(dir.path(), &["--demo"]);
+    let (st, me) = post(&s.url("/api/v1/queue/join"), json!({"event_id": "demo"})).await;
+    assert_eq!(st, StatusCode::OK, "{me}");
+    let token = me["waiting_token"].as_str().unwrap().to_string();
+    let start = me["position"].as_u64();
+    let status = s.url(&format!("/api/v1/queue/status?token={token}"));
+    // A bot takes 3 to 9 s per slot: the line moves within a few of them.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (st, now) = get(&status).await;
+        assert_eq!(st, StatusCode::OK, "{now}");
+        if now["status"] != "waiting" || now["position"].as_u64() < start {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the line stood still at {start:?}: {now}; {}",
+            demo_figures(&s).await
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(s.terminate(Duration::from_secs(8)).code(), Some(0));
+}
+
 #[tokio::test]
 async fn a_config_file_is_read_and_env_and_flags_override_it() {
     let dir = tempdir();

@@ -91,6 +91,10 @@
     document.title = t('title');
   }
 
+  // Seat ids in the order people read them, numbers by value (A-2 before A-10): the API
+  // answers the inventory in string order (A-10 before A-2).
+  const seatOrder = new Intl.Collator(undefined, { numeric: true });
+
   // Draws the seat map, one row per letter; the person's own holds and the buy button.
   function renderSeats() {
     const map = seats && seats.length > 0;
@@ -100,7 +104,7 @@
     const box = el('seats');
     box.replaceChildren();
     const rows = new Map();
-    for (const s of seats) {
+    for (const s of [...seats].sort((a, b) => seatOrder.compare(a.id, b.id))) {
       const row = s.id.split('-')[0];
       if (!rows.has(row)) rows.set(row, []);
       rows.get(row).push(s);
