@@ -128,7 +128,7 @@ pub async fn run(
             let (t, path) = load_or_generate_admin_token(&settings.data_dir)?;
             // stdout, not the log: a newcomer reads it from the terminal, and a log
             // collector should not keep the secret. Where it is kept is no secret.
-            println!("admin token: {t}");
+            crate::telemetry::stdout_line(format_args!("admin token: {t}"));
             tracing::info!(path = %path.display(), "admin token kept in the data dir (delete the file for a new one)");
             t
         }
@@ -178,7 +178,7 @@ pub async fn run(
     tracing::info!(%addr, store = %settings.store, demo = settings.demo,
         max_connections = caps.total, max_connections_per_client = caps.per_client,
         descriptor_limit = ?descriptors, "serving");
-    println!("listening on http://{addr}");
+    crate::telemetry::stdout_line(format_args!("listening on http://{addr}"));
 
     // Gateway mode: the API's routes in front of the proxy to the site, served by one
     // thread per worker, each with its own listening socket and origin connections

@@ -443,3 +443,74 @@ async fn a_websocket_that_floods_pings_and_never_reads_holds_little_memory() {
         sent >> 20
     );
 }
+
+/// Output streams that are pipes whose readers went away (a log shipper that restarted,
+/// `| grep -m1`): writes to them fail with EPIPE, as Rust ignores SIGPIPE. stdout's reader
+/// is gone before anything is printed (the generated admin token, then `listening on`),
+/// stderr's once the server has logged that it serves; requests that log (admin changes,
+/// joins, a refusal) are still answered, and SIGTERM still exits 0.
+#[tokio::test]
+async fn output_pipes_whose_readers_went_away_change_nothing() {
+    use std::io::BufRead as _;
+    use std::process::Stdio;
+    let dir = tempdir();
+    let data = dir.path().join("data");
+    // No admin token: the generated one is printed.
+    let args = support::binary::serve_args(&data, &["--log-format", "json"]);
+    let mut child = support::binary::command()
+        .args(&args)
+        .current_dir(dir.path())
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    drop(child.stdout.take());
+    let stderr = child.stderr.take().unwrap();
+    // The address, from the log line written just before `listening on`; then the reader
+    // goes away (its end of the pipe closes with it).
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = std::io::BufReader::new(stderr).lines();
+        let addr = lines.by_ref().map_while(Result::ok).find_map(|l| {
+            let v: Value = serde_json::from_str(&l).ok()?;
+            (v["message"] == "serving").then(|| v["addr"].as_str().map(str::to_string))?
+        });
+        let _ = tx.send(addr);
+    });
+    let mut s = Server {
+        child,
+        base: String::new(),
+        banner: Vec::new(),
+        stderr_file: dir.path().join("(a pipe)"),
+    };
+    let addr = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("a `serving` log line within 30 s")
+        .unwrap_or_else(|| panic!("stderr ended before `serving`: {:?}", s.child.try_wait()));
+    s.base = format!("http://{addr}");
+    let token = std::fs::read_to_string(data.join("admin-token")).unwrap();
+    let token = token.trim();
+
+    let admin_event = s.url("/api/v1/admin/events/show");
+    let join = s.url("/api/v1/queue/join");
+    for (round, max_active) in [(0, 1), (1, 2)] {
+        let ev = json!({"name": "Show", "max_active": max_active});
+        let (st, body) = call(Method::PUT, &admin_event, Some(token), Some(ev)).await;
+        assert_eq!(st, StatusCode::OK, "{body}");
+        let user = format!("user-{round}");
+        let (st, body) = post(&join, json!({"event_id": "show", "user_id": user})).await;
+        assert_eq!(st, StatusCode::OK, "{body}");
+        let (st, _) = call(Method::GET, &admin_event, Some("wrong"), None).await;
+        assert_eq!(st, StatusCode::UNAUTHORIZED);
+    }
+    let (st, fig) = call(Method::GET, &admin_event, Some(token), None).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(
+        (fig["max_active"].as_u64(), fig["admitted"].as_u64()),
+        (Some(2), Some(2)),
+        "{fig}"
+    );
+    assert_eq!(s.terminate(Duration::from_secs(8)).code(), Some(0));
+}
