@@ -723,7 +723,17 @@ fn load_or_generate_admin_token(
         }
         Ok(t) if !t.trim().is_empty() => {
             crate::tokens::narrow_secret_file(&path);
-            return Ok((t.trim().to_string(), path));
+            let t = t.trim();
+            if let Some(characters) = crate::config::short_admin_token(t) {
+                tracing::warn!(
+                    characters,
+                    path = %path.display(),
+                    "the admin token kept in the data dir is short: whoever guesses it runs \
+                     the sale and proves joins; use 32 random characters or more (delete the \
+                     file, and one of 64 is generated)"
+                );
+            }
+            return Ok((t.to_string(), path));
         }
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -514,3 +514,33 @@ async fn output_pipes_whose_readers_went_away_change_nothing() {
     );
     assert_eq!(s.terminate(Duration::from_secs(8)).code(), Some(0));
 }
+
+/// A short admin token in `DATA_DIR/admin-token` (edited by hand) is checked as a
+/// configured one is: accepted, with the same warning.
+#[tokio::test]
+async fn a_short_admin_token_kept_in_the_data_dir_is_warned_about() {
+    let dir = tempdir();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("admin-token"), "abc\n").unwrap();
+    let s = Server::serve(dir.path(), &[]);
+    assert_eq!(s.printed_admin_token().as_deref(), Some("abc"));
+    let (st, _) = call(
+        Method::GET,
+        &s.url("/api/v1/admin/events"),
+        Some("abc"),
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK);
+    let log = s.stderr();
+    let warning = log
+        .lines()
+        .find(|l| l.contains("admin token") && l.contains("short"));
+    let warning = warning.unwrap_or_else(|| panic!("no short-token warning: {log}"));
+    assert!(
+        warning.contains("WARN") && warning.contains("characters=3"),
+        "{warning}"
+    );
+    assert!(warning.contains("admin-token"), "names the file: {warning}");
+}
