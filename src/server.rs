@@ -175,6 +175,9 @@ pub async fn run(
     let app = crate::http::router_with_guard(state.clone(), limits, guard.clone());
     let descriptors = raise_descriptor_limit();
     let caps = ConnectionCaps::new(&settings);
+    if let Some(limit) = descriptors {
+        check_descriptor_room(caps.total, limit, open_descriptors());
+    }
     tracing::info!(%addr, store = %settings.store, demo = settings.demo,
         max_connections = caps.total, max_connections_per_client = caps.per_client,
         descriptor_limit = ?descriptors, "serving");
@@ -337,6 +340,45 @@ fn raise_descriptor_limit() -> Option<usize> {
         }
     }
     None
+}
+
+/// Descriptors kept for what is not a client connection, beyond those open once the store
+/// is open: the files opened later (the audit list, the history, branding), the connections
+/// to Redis or to the site, a burst of connections accepted before they are refused.
+const DESCRIPTOR_HEADROOM: usize = 64;
+
+/// Warns when `max_connections` client connections do not fit in the descriptor limit
+/// `limit` beside the `open` descriptors and [`DESCRIPTOR_HEADROOM`] (or a quarter of the
+/// limit, when that is less: what the default cap leaves). Past the limit a connection is
+/// not refused at once as over a cap: `accept` fails (EMFILE), and the connection waits
+/// unaccepted until a descriptor frees up or its client gives up. Answers whether it
+/// warned.
+fn check_descriptor_room(max_connections: usize, limit: usize, open: usize) -> bool {
+    let reserved = (open + DESCRIPTOR_HEADROOM).min(limit / 4);
+    let short = max_connections.saturating_add(reserved) > limit;
+    if short {
+        tracing::warn!(
+            max_connections,
+            descriptor_limit = limit,
+            open_descriptors = open,
+            "--max-connections {max_connections} does not fit in the open-descriptor limit \
+             of {limit} ({reserved} are kept for the store, the logs and other connections): \
+             past the limit, new connections wait unaccepted instead of being refused; raise \
+             the limit (`ulimit -n`, systemd's `LimitNOFILE`) or lower --max-connections to \
+             {} at most",
+            limit - reserved
+        );
+    }
+    short
+}
+
+/// How many descriptors the process has open (0 where that cannot be read).
+fn open_descriptors() -> usize {
+    // Linux lists them in /proc/self/fd, the BSDs and macOS in /dev/fd.
+    ["/proc/self/fd", "/dev/fd"]
+        .iter()
+        .find_map(|dir| std::fs::read_dir(dir).ok())
+        .map_or(0, |entries| entries.count())
 }
 
 /// Three quarters of the descriptor limit: the rest is for the store's files, the Redis

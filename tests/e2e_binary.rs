@@ -544,3 +544,121 @@ async fn a_short_admin_token_kept_in_the_data_dir_is_warned_about() {
     );
     assert!(warning.contains("admin-token"), "names the file: {warning}");
 }
+
+/// Started with an open-descriptor limit of 64 (soft and hard, so the server cannot raise
+/// it) and `--max-connections 1000`: the start warns, naming both numbers. Once the
+/// descriptors run out (`accept` fails with EMFILE), an open connection is still served,
+/// and the connections left waiting are served once others close.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_cap_beyond_the_descriptor_limit_is_warned_about_and_running_out_is_survived() {
+    use std::os::unix::process::CommandExt as _;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio::net::TcpStream;
+
+    const LIMIT: u64 = 64;
+    const WAITING: usize = 2 * LIMIT as usize;
+    let dir = tempdir();
+    let data = dir.path().join("data");
+    let args = support::binary::serve_args(
+        &data,
+        &[
+            "--admin-token",
+            ADMIN,
+            "--max-connections",
+            "1000",
+            "--header-timeout-sec",
+            "30",
+        ],
+    );
+    let limited = |cmd: &mut std::process::Command| {
+        // SAFETY: `setrlimit` is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                let lim = libc::rlimit {
+                    rlim_cur: LIMIT as libc::rlim_t,
+                    rlim_max: LIMIT as libc::rlim_t,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    };
+    let s = Server::start_adjusted(dir.path(), &args, &[], limited);
+    let log = s.stderr();
+    let warning = log
+        .lines()
+        .find(|l| l.contains("WARN") && l.contains("descriptor limit"))
+        .unwrap_or_else(|| panic!("no warning about the descriptor limit: {log}"));
+    assert!(
+        warning.contains("max_connections=1000") && warning.contains("descriptor_limit=64"),
+        "{warning}"
+    );
+
+    let addr = s.base.strip_prefix("http://").unwrap().to_string();
+    const REQUEST: &[u8] = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n";
+    // Sends a request and reads its whole answer (the head, then `content-length` bytes):
+    // whether it is a 200.
+    async fn exchange(tcp: &mut TcpStream) -> bool {
+        if tcp.write_all(REQUEST).await.is_err() {
+            return false;
+        }
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 1024];
+        loop {
+            let head = buf.windows(4).position(|w| w == b"\r\n\r\n");
+            if let Some(end) = head {
+                let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|n| n.trim().parse().ok())
+                    .unwrap_or(0);
+                if buf.len() >= end + 4 + length {
+                    return head.starts_with("http/1.1 200");
+                }
+            }
+            match tcp.read(&mut chunk).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+    let mut first = TcpStream::connect(&addr).await.unwrap();
+    assert!(exchange(&mut first).await);
+
+    // Twice as many connections as there are descriptors, each with a request, held open
+    // once answered: the kernel queues them all, the server cannot accept them all.
+    let (answered_tx, mut answered) = tokio::sync::mpsc::unbounded_channel();
+    for _ in 0..WAITING {
+        let mut tcp = TcpStream::connect(&addr).await.unwrap();
+        let answered_tx = answered_tx.clone();
+        tokio::spawn(async move {
+            let ok = exchange(&mut tcp).await;
+            let _ = answered_tx.send((ok, tcp));
+        });
+    }
+    drop(answered_tx);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !s.stderr().contains("accepting a connection failed") {
+        assert!(Instant::now() < deadline, "never out of descriptors");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Out of descriptors: an open connection is still served.
+    assert!(exchange(&mut first).await, "an open connection served");
+    // Closing the connections that were answered frees descriptors for those waiting.
+    let mut served = 0;
+    while served < WAITING {
+        let next = tokio::time::timeout_at(deadline.into(), answered.recv()).await;
+        let (ok, tcp) = next
+            .unwrap_or_else(|_| panic!("{served} of {WAITING} served; log: {}", s.stderr()))
+            .expect("every connection reports");
+        assert!(ok, "connection {served} answered a 200");
+        drop(tcp);
+        served += 1;
+    }
+    assert!(exchange(&mut first).await);
+    assert_eq!(s.terminate(Duration::from_secs(8)).code(), Some(0));
+}
