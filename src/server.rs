@@ -62,6 +62,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     tracing::info!(?settings, "starting");
+    // The metrics recorder first: what the store registers as it opens is then exported.
+    crate::telemetry::prometheus();
     // Every file the process creates (the store's, the key's) is its owner's only.
     #[cfg(unix)]
     // SAFETY: umask only swaps the process's file-creation mask; it cannot fail.
@@ -447,6 +449,8 @@ async fn serve(
         .timer(TokioTimer::new())
         .keep_alive_interval(settings.connections.header_timeout)
         .keep_alive_timeout(settings.connections.header_timeout);
+    // Resolved once, which also exports it at zero before the first refusal.
+    let refused = metrics::counter!("waitroom_connections_refused_total");
     // Each connection's task holds a sender: once the last one is dropped, all are done.
     let (open_tx, mut open_rx) = tokio::sync::mpsc::channel::<()>(1);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -467,7 +471,7 @@ async fn serve(
         };
         accepted.increment(1);
         let Some(slot) = caps.admit(peer.ip()) else {
-            metrics::counter!("waitroom_connections_refused_total").increment(1);
+            refused.increment(1);
             continue; // dropped: closed at once
         };
         // No Nagle delay: live frames written back to back must not wait for ACKs.
