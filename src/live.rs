@@ -294,6 +294,9 @@ impl Hub {
     }
 }
 
+/// The gauge of the connections that follow a place on this node.
+const LIVE_CONNECTIONS: &str = "waitroom_live_connections";
+
 /// The live-update hub of one node. Cheap to share (`Arc` inside [`crate::AppState`]).
 #[derive(Default)]
 pub struct Live {
@@ -301,7 +304,10 @@ pub struct Live {
 }
 
 impl Live {
+    /// A hub with no follower; [`LIVE_CONNECTIONS`] is exported from now on (at zero until
+    /// the first follower), not only once a live connection opens.
     pub fn new() -> Self {
+        metrics::gauge!(LIVE_CONNECTIONS).increment(0.0);
         Self::default()
     }
 
@@ -342,7 +348,7 @@ impl Live {
             }),
         };
         entry.followers += 1;
-        metrics::gauge!("waitroom_live_connections").increment(1.0);
+        metrics::gauge!(LIVE_CONNECTIONS).increment(1.0);
         let moved = entry.moved[(seq % SHARDS as u64) as usize].subscribe();
         let settings = entry.settings.subscribe();
         let place = entry
@@ -508,7 +514,7 @@ impl Drop for Subscription {
     fn drop(&mut self) {
         // Under the lock, so that a connection subscribing at the same moment either sees
         // the entry (and keeps it) or makes a new one.
-        metrics::gauge!("waitroom_live_connections").decrement(1.0);
+        metrics::gauge!(LIVE_CONNECTIONS).decrement(1.0);
         let mut events = self.hub.events.lock();
         self.place = None;
         self.moved = None;

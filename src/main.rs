@@ -39,12 +39,15 @@ async fn main() -> ExitCode {
     if let Some(Command::Keygen { dir }) = &cli.command {
         return match waitroom::tokens::load_or_generate_key(None, dir) {
             Ok(_) => {
-                println!("{}", dir.join("signing-key.pem").display());
+                telemetry::stdout_line(format_args!("{}", dir.join("signing-key.pem").display()));
                 ExitCode::SUCCESS
             }
             Err(e) => {
                 // The error alone ("File exists") does not say where.
-                eprintln!("waitroom: cannot write a key into {}: {e:#}", dir.display());
+                telemetry::stderr_line(format_args!(
+                    "waitroom: cannot write a key into {}: {e:#}",
+                    dir.display()
+                ));
                 ExitCode::FAILURE
             }
         };
@@ -52,7 +55,7 @@ async fn main() -> ExitCode {
     let settings = match Settings::load(cli.serve_args()) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("waitroom: {e}");
+            telemetry::stderr_line(format_args!("waitroom: {e}"));
             return if healthcheck {
                 ExitCode::FAILURE
             } else {
@@ -64,7 +67,7 @@ async fn main() -> ExitCode {
         return match server::healthcheck(&settings.listen).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("waitroom: unhealthy: {e}");
+                telemetry::stderr_line(format_args!("waitroom: unhealthy: {e}"));
                 ExitCode::FAILURE
             }
         };
@@ -78,7 +81,7 @@ async fn main() -> ExitCode {
         None => None,
         Some(Ok(export)) => Some(export),
         Some(Err(e)) => {
-            eprintln!("waitroom: {e}");
+            telemetry::stderr_line(format_args!("waitroom: {e}"));
             return ExitCode::FAILURE;
         }
     };
@@ -100,7 +103,7 @@ async fn main() -> ExitCode {
         if json {
             tracing::error!("{message}");
         } else {
-            eprintln!("waitroom: {message}");
+            telemetry::stderr_line(format_args!("waitroom: {message}"));
         }
         ExitCode::FAILURE
     };

@@ -62,6 +62,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     tracing::info!(?settings, "starting");
+    // The metrics recorder first: what the store registers as it opens is then exported.
+    crate::telemetry::prometheus();
     // Every file the process creates (the store's, the key's) is its owner's only.
     #[cfg(unix)]
     // SAFETY: umask only swaps the process's file-creation mask; it cannot fail.
@@ -128,7 +130,7 @@ pub async fn run(
             let (t, path) = load_or_generate_admin_token(&settings.data_dir)?;
             // stdout, not the log: a newcomer reads it from the terminal, and a log
             // collector should not keep the secret. Where it is kept is no secret.
-            println!("admin token: {t}");
+            crate::telemetry::stdout_line(format_args!("admin token: {t}"));
             tracing::info!(path = %path.display(), "admin token kept in the data dir (delete the file for a new one)");
             t
         }
@@ -175,10 +177,13 @@ pub async fn run(
     let app = crate::http::router_with_guard(state.clone(), limits, guard.clone());
     let descriptors = raise_descriptor_limit();
     let caps = ConnectionCaps::new(&settings);
+    if let Some(limit) = descriptors {
+        check_descriptor_room(caps.total, limit, open_descriptors());
+    }
     tracing::info!(%addr, store = %settings.store, demo = settings.demo,
         max_connections = caps.total, max_connections_per_client = caps.per_client,
         descriptor_limit = ?descriptors, "serving");
-    println!("listening on http://{addr}");
+    crate::telemetry::stdout_line(format_args!("listening on http://{addr}"));
 
     // Gateway mode: the API's routes in front of the proxy to the site, served by one
     // thread per worker, each with its own listening socket and origin connections
@@ -339,6 +344,45 @@ fn raise_descriptor_limit() -> Option<usize> {
     None
 }
 
+/// Descriptors kept for what is not a client connection, beyond those open once the store
+/// is open: the files opened later (the audit list, the history, branding), the connections
+/// to Redis or to the site, a burst of connections accepted before they are refused.
+const DESCRIPTOR_HEADROOM: usize = 64;
+
+/// Warns when `max_connections` client connections do not fit in the descriptor limit
+/// `limit` beside the `open` descriptors and [`DESCRIPTOR_HEADROOM`] (or a quarter of the
+/// limit, when that is less: what the default cap leaves). Past the limit a connection is
+/// not refused at once as over a cap: `accept` fails (EMFILE), and the connection waits
+/// unaccepted until a descriptor frees up or its client gives up. Answers whether it
+/// warned.
+fn check_descriptor_room(max_connections: usize, limit: usize, open: usize) -> bool {
+    let reserved = (open + DESCRIPTOR_HEADROOM).min(limit / 4);
+    let short = max_connections.saturating_add(reserved) > limit;
+    if short {
+        tracing::warn!(
+            max_connections,
+            descriptor_limit = limit,
+            open_descriptors = open,
+            "--max-connections {max_connections} does not fit in the open-descriptor limit \
+             of {limit} ({reserved} are kept for the store, the logs and other connections): \
+             past the limit, new connections wait unaccepted instead of being refused; raise \
+             the limit (`ulimit -n`, systemd's `LimitNOFILE`) or lower --max-connections to \
+             {} at most",
+            limit - reserved
+        );
+    }
+    short
+}
+
+/// How many descriptors the process has open (0 where that cannot be read).
+fn open_descriptors() -> usize {
+    // Linux lists them in /proc/self/fd, the BSDs and macOS in /dev/fd.
+    ["/proc/self/fd", "/dev/fd"]
+        .iter()
+        .find_map(|dir| std::fs::read_dir(dir).ok())
+        .map_or(0, |entries| entries.count())
+}
+
 /// Three quarters of the descriptor limit: the rest is for the store's files, the Redis
 /// connections and the logs. Without a limit to read, 10,000.
 fn default_max_connections() -> usize {
@@ -405,6 +449,8 @@ async fn serve(
         .timer(TokioTimer::new())
         .keep_alive_interval(settings.connections.header_timeout)
         .keep_alive_timeout(settings.connections.header_timeout);
+    // Resolved once, which also exports it at zero before the first refusal.
+    let refused = metrics::counter!("waitroom_connections_refused_total");
     // Each connection's task holds a sender: once the last one is dropped, all are done.
     let (open_tx, mut open_rx) = tokio::sync::mpsc::channel::<()>(1);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -425,7 +471,7 @@ async fn serve(
         };
         accepted.increment(1);
         let Some(slot) = caps.admit(peer.ip()) else {
-            metrics::counter!("waitroom_connections_refused_total").increment(1);
+            refused.increment(1);
             continue; // dropped: closed at once
         };
         // No Nagle delay: live frames written back to back must not wait for ACKs.
@@ -723,7 +769,17 @@ fn load_or_generate_admin_token(
         }
         Ok(t) if !t.trim().is_empty() => {
             crate::tokens::narrow_secret_file(&path);
-            return Ok((t.trim().to_string(), path));
+            let t = t.trim();
+            if let Some(characters) = crate::config::short_admin_token(t) {
+                tracing::warn!(
+                    characters,
+                    path = %path.display(),
+                    "the admin token kept in the data dir is short: whoever guesses it runs \
+                     the sale and proves joins; use 32 random characters or more (delete the \
+                     file, and one of 64 is generated)"
+                );
+            }
+            return Ok((t.to_string(), path));
         }
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -170,6 +170,21 @@ impl Gauged {
     }
 }
 
+/// Writes `line` and a newline to stdout, or drops it if stdout cannot take it. `println!`
+/// panics then: Rust ignores SIGPIPE, so on a pipe whose reader went away (a log shipper
+/// that restarts, `| grep -m1`) the write fails with EPIPE, and a server must go on serving
+/// and exit as documented whatever became of its output streams.
+pub fn stdout_line(line: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
+}
+
+/// [`stdout_line`] for stderr, in place of `eprintln!`.
+pub fn stderr_line(line: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
 /// Sets up `tracing` output: human-readable by default, JSON lines with `json`.
 pub fn init_logging(format: &str) {
     use tracing_subscriber::layer::SubscriberExt as _;
@@ -190,7 +205,11 @@ pub fn init_logging(format: &str) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // A line stderr cannot take is dropped. By default the failure is reported with
+        // `eprintln!`, which panics on the same stderr: a pipe whose reader went away (a
+        // log shipper that restarts) then broke every request that logs, and the shutdown.
+        .log_internal_errors(false);
     // With export on, the OpenTelemetry layer turns request spans into exported spans (and
     // the log lines within them into their events).
     let _ = if format == "json" {

@@ -510,3 +510,222 @@ async fn a_websocket_that_floods_pings_and_never_reads_holds_little_memory() {
         sent >> 20
     );
 }
+
+/// Output streams that are pipes whose readers went away (a log shipper that restarted,
+/// `| grep -m1`): writes to them fail with EPIPE, as Rust ignores SIGPIPE. stdout's reader
+/// is gone before anything is printed (the generated admin token, then `listening on`),
+/// stderr's once the server has logged that it serves; requests that log (admin changes,
+/// joins, a refusal) are still answered, and SIGTERM still exits 0.
+#[tokio::test]
+async fn output_pipes_whose_readers_went_away_change_nothing() {
+    use std::io::BufRead as _;
+    use std::process::Stdio;
+    let dir = tempdir();
+    let data = dir.path().join("data");
+    // No admin token: the generated one is printed.
+    let args = support::binary::serve_args(&data, &["--log-format", "json"]);
+    let mut child = support::binary::command()
+        .args(&args)
+        .current_dir(dir.path())
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    drop(child.stdout.take());
+    let stderr = child.stderr.take().unwrap();
+    // The address, from the log line written just before `listening on`; then the reader
+    // goes away (its end of the pipe closes with it).
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = std::io::BufReader::new(stderr).lines();
+        let addr = lines.by_ref().map_while(Result::ok).find_map(|l| {
+            let v: Value = serde_json::from_str(&l).ok()?;
+            (v["message"] == "serving").then(|| v["addr"].as_str().map(str::to_string))?
+        });
+        let _ = tx.send(addr);
+    });
+    let mut s = Server {
+        child,
+        base: String::new(),
+        banner: Vec::new(),
+        stderr_file: dir.path().join("(a pipe)"),
+    };
+    let addr = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("a `serving` log line within 30 s")
+        .unwrap_or_else(|| panic!("stderr ended before `serving`: {:?}", s.child.try_wait()));
+    s.base = format!("http://{addr}");
+    let token = std::fs::read_to_string(data.join("admin-token")).unwrap();
+    let token = token.trim();
+
+    let admin_event = s.url("/api/v1/admin/events/show");
+    let join = s.url("/api/v1/queue/join");
+    for (round, max_active) in [(0, 1), (1, 2)] {
+        let ev = json!({"name": "Show", "max_active": max_active});
+        let (st, body) = call(Method::PUT, &admin_event, Some(token), Some(ev)).await;
+        assert_eq!(st, StatusCode::OK, "{body}");
+        let user = format!("user-{round}");
+        let (st, body) = post(&join, json!({"event_id": "show", "user_id": user})).await;
+        assert_eq!(st, StatusCode::OK, "{body}");
+        let (st, _) = call(Method::GET, &admin_event, Some("wrong"), None).await;
+        assert_eq!(st, StatusCode::UNAUTHORIZED);
+    }
+    let (st, fig) = call(Method::GET, &admin_event, Some(token), None).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(
+        (fig["max_active"].as_u64(), fig["admitted"].as_u64()),
+        (Some(2), Some(2)),
+        "{fig}"
+    );
+    assert_eq!(s.terminate(Duration::from_secs(8)).code(), Some(0));
+}
+
+/// A short admin token in `DATA_DIR/admin-token` (edited by hand) is checked as a
+/// configured one is: accepted, with the same warning.
+#[tokio::test]
+async fn a_short_admin_token_kept_in_the_data_dir_is_warned_about() {
+    let dir = tempdir();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("admin-token"), "abc\n").unwrap();
+    let s = Server::serve(dir.path(), &[]);
+    assert_eq!(s.printed_admin_token().as_deref(), Some("abc"));
+    let (st, _) = call(
+        Method::GET,
+        &s.url("/api/v1/admin/events"),
+        Some("abc"),
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK);
+    let log = s.stderr();
+    let warning = log
+        .lines()
+        .find(|l| l.contains("admin token") && l.contains("short"));
+    let warning = warning.unwrap_or_else(|| panic!("no short-token warning: {log}"));
+    assert!(
+        warning.contains("WARN") && warning.contains("characters=3"),
+        "{warning}"
+    );
+    assert!(warning.contains("admin-token"), "names the file: {warning}");
+}
+
+/// Started with an open-descriptor limit of 64 (soft and hard, so the server cannot raise
+/// it) and `--max-connections 1000`: the start warns, naming both numbers. Once the
+/// descriptors run out (`accept` fails with EMFILE), an open connection is still served,
+/// and the connections left waiting are served once others close.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_cap_beyond_the_descriptor_limit_is_warned_about_and_running_out_is_survived() {
+    use std::os::unix::process::CommandExt as _;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio::net::TcpStream;
+
+    const LIMIT: u64 = 64;
+    const WAITING: usize = 2 * LIMIT as usize;
+    let dir = tempdir();
+    let data = dir.path().join("data");
+    let args = support::binary::serve_args(
+        &data,
+        &[
+            "--admin-token",
+            ADMIN,
+            "--max-connections",
+            "1000",
+            "--header-timeout-sec",
+            "30",
+        ],
+    );
+    let limited = |cmd: &mut std::process::Command| {
+        // SAFETY: `setrlimit` is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                let lim = libc::rlimit {
+                    rlim_cur: LIMIT as libc::rlim_t,
+                    rlim_max: LIMIT as libc::rlim_t,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    };
+    let s = Server::start_adjusted(dir.path(), &args, &[], limited);
+    let log = s.stderr();
+    let warning = log
+        .lines()
+        .find(|l| l.contains("WARN") && l.contains("descriptor limit"))
+        .unwrap_or_else(|| panic!("no warning about the descriptor limit: {log}"));
+    assert!(
+        warning.contains("max_connections=1000") && warning.contains("descriptor_limit=64"),
+        "{warning}"
+    );
+
+    let addr = s.base.strip_prefix("http://").unwrap().to_string();
+    const REQUEST: &[u8] = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n";
+    // Sends a request and reads its whole answer (the head, then `content-length` bytes):
+    // whether it is a 200.
+    async fn exchange(tcp: &mut TcpStream) -> bool {
+        if tcp.write_all(REQUEST).await.is_err() {
+            return false;
+        }
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 1024];
+        loop {
+            let head = buf.windows(4).position(|w| w == b"\r\n\r\n");
+            if let Some(end) = head {
+                let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|n| n.trim().parse().ok())
+                    .unwrap_or(0);
+                if buf.len() >= end + 4 + length {
+                    return head.starts_with("http/1.1 200");
+                }
+            }
+            match tcp.read(&mut chunk).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+    let mut first = TcpStream::connect(&addr).await.unwrap();
+    assert!(exchange(&mut first).await);
+
+    // Twice as many connections as there are descriptors, each with a request, held open
+    // once answered: the kernel queues them all, the server cannot accept them all.
+    let (answered_tx, mut answered) = tokio::sync::mpsc::unbounded_channel();
+    for _ in 0..WAITING {
+        let mut tcp = TcpStream::connect(&addr).await.unwrap();
+        let answered_tx = answered_tx.clone();
+        tokio::spawn(async move {
+            let ok = exchange(&mut tcp).await;
+            let _ = answered_tx.send((ok, tcp));
+        });
+    }
+    drop(answered_tx);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !s.stderr().contains("accepting a connection failed") {
+        assert!(Instant::now() < deadline, "never out of descriptors");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Out of descriptors: an open connection is still served.
+    assert!(exchange(&mut first).await, "an open connection served");
+    // Closing the connections that were answered frees descriptors for those waiting.
+    let mut served = 0;
+    while served < WAITING {
+        let next = tokio::time::timeout_at(deadline.into(), answered.recv()).await;
+        let (ok, tcp) = next
+            .unwrap_or_else(|_| panic!("{served} of {WAITING} served; log: {}", s.stderr()))
+            .expect("every connection reports");
+        assert!(ok, "connection {served} answered a 200");
+        drop(tcp);
+        served += 1;
+    }
+    assert!(exchange(&mut first).await);
+    assert_eq!(s.terminate(Duration::from_secs(8)).code(), Some(0));
+}

@@ -241,12 +241,17 @@ fn invalid(setting: &'static str, reason: impl Into<String>) -> ConfigError {
 /// generated one has 64 characters.
 pub const ADMIN_TOKEN_WARN_BELOW: usize = 16;
 
+/// `token`'s length when it is shorter than [`ADMIN_TOKEN_WARN_BELOW`] (the server warns at
+/// start: accepted, as it always was), whether configured or kept in the data dir.
+pub fn short_admin_token(token: &str) -> Option<usize> {
+    let n = token.len();
+    (n < ADMIN_TOKEN_WARN_BELOW).then_some(n)
+}
+
 impl Settings {
-    /// The configured admin token's length when it is shorter than
-    /// [`ADMIN_TOKEN_WARN_BELOW`] (the server warns at start: accepted, as it always was).
+    /// [`short_admin_token`] of the configured admin token.
     pub fn short_admin_token(&self) -> Option<usize> {
-        let n = self.admin_token.as_ref()?.expose().len();
-        (n < ADMIN_TOKEN_WARN_BELOW).then_some(n)
+        short_admin_token(self.admin_token.as_ref()?.expose())
     }
 
     /// Parses `args` (the first is the program name) as a command line, then loads. A

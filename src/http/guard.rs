@@ -214,8 +214,7 @@ impl Limiter {
             self.sweep(full);
         }
         self.limiter.check_key(&key).map_err(|not_until| {
-            metrics::counter!("waitroom_rate_limited_total", "limit" => self.policy.name)
-                .increment(1);
+            metrics::counter!(RATE_LIMITED, "limit" => self.policy.name).increment(1);
             let wait = not_until.wait_time_from(clock.now());
             Refusal {
                 policy: self.policy,
@@ -251,15 +250,29 @@ enum Kind {
 }
 
 impl Kind {
-    /// (name, burst, window) for a rate `n` of this kind.
-    fn shape(self, n: u32) -> (&'static str, u32, u32) {
+    const ALL: [Kind; 3] = [Kind::Join, Kind::Poll, Kind::Admin];
+
+    /// The limit's name: the `limit` label of [`RATE_LIMITED`], and the policy's name.
+    fn name(self) -> &'static str {
         match self {
-            Kind::Join => ("join", n, 60),
-            Kind::Poll => ("poll", n.saturating_mul(5), 5),
-            Kind::Admin => ("admin", n, 60),
+            Kind::Join => "join",
+            Kind::Poll => "poll",
+            Kind::Admin => "admin",
         }
     }
+
+    /// (name, burst, window) for a rate `n` of this kind.
+    fn shape(self, n: u32) -> (&'static str, u32, u32) {
+        let (burst, window) = match self {
+            Kind::Join | Kind::Admin => (n, 60),
+            Kind::Poll => (n.saturating_mul(5), 5),
+        };
+        (self.name(), burst, window)
+    }
 }
+
+/// The counter of the requests a limit refused (label `limit`: [`Kind::name`]).
+const RATE_LIMITED: &str = "waitroom_rate_limited_total";
 
 /// The limiters of one kind: one per distinct rate (the server's, and each event override).
 struct Limiters {
@@ -284,6 +297,11 @@ pub struct Guard {
 
 impl Guard {
     pub fn new(settings: RateLimitSettings) -> Self {
+        // Every limit's counter at zero from the start: a series that appears only at its
+        // first refusal reads "no data" in `rate()` and in alerts until then.
+        for kind in Kind::ALL {
+            metrics::counter!(RATE_LIMITED, "limit" => kind.name()).increment(0);
+        }
         let limiters = |kind| Limiters {
             kind,
             by_rate: ArcSwap::default(),

@@ -97,3 +97,21 @@ fn on_wake_polls_only_when_its_future_was_woken() {
         "once more after its wake-up"
     );
 }
+
+#[test]
+fn a_cap_that_does_not_fit_in_the_descriptor_limit_is_warned_about() {
+    // The default cap (three quarters) fits, however many descriptors are open.
+    for limit in [64, 256, 1024, 65_536] {
+        for open in [0, 30, 1_000] {
+            assert!(
+                !check_descriptor_room(limit / 4 * 3, limit, open),
+                "{limit} {open}"
+            );
+        }
+    }
+    assert!(check_descriptor_room(1_000, 256, 20));
+    assert!(check_descriptor_room(256, 256, 20));
+    // Beside a large limit, the descriptors open and the headroom are what is kept.
+    assert!(!check_descriptor_room(65_000, 65_536, 30));
+    assert!(check_descriptor_room(65_500, 65_536, 30));
+}

@@ -72,7 +72,9 @@ impl Export {
             tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(FLUSH_TIMEOUT))
                 .await;
         if let Ok(Err(e)) = done {
-            eprintln!("waitroom: flushing the trace export failed: {e}");
+            super::stderr_line(format_args!(
+                "waitroom: flushing the trace export failed: {e}"
+            ));
         }
     }
 }

@@ -28,6 +28,17 @@ pub struct Server {
 impl Server {
     /// Starts the binary in `cwd` and waits until it reports its address.
     pub fn start(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+        Server::start_adjusted(cwd, args, env, |_| {})
+    }
+
+    /// [`Server::start`] with `adjust` applied to the command before it runs (e.g. a
+    /// resource limit set in `pre_exec`).
+    pub fn start_adjusted(
+        cwd: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        adjust: impl FnOnce(&mut Command),
+    ) -> Server {
         let stderr_file = cwd.join(format!("stderr-{}.log", rand_suffix()));
         let mut cmd = command();
         cmd.args(args)
@@ -39,6 +50,7 @@ impl Server {
         for (k, v) in env {
             cmd.env(k, v);
         }
+        adjust(&mut cmd);
         let mut child = cmd.spawn().expect("the binary starts");
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = mpsc::channel();

@@ -237,6 +237,9 @@ impl RedisStore {
         };
         let prefix = options.key_prefix.clone();
         let caller = call::Caller::new(options.functions, options.functions_retry);
+        if options.replica {
+            replica::register_metrics();
+        }
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 target,

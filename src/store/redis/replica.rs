@@ -441,6 +441,17 @@ struct Entry {
     set_back: std::sync::atomic::AtomicBool,
 }
 
+/// Registers the replicas' metrics at zero (every `answer` of the status counter): a node
+/// exports them before its first replica, rather than nothing (a missing series reads "no
+/// data" on a dashboard, and fires `absent()`).
+pub(super) fn register_metrics() {
+    let _ = metrics::histogram!("waitroom_replica_lag_seconds");
+    for answer in ["replica", "script"] {
+        metrics::counter!("waitroom_replica_status_total", "answer" => answer).increment(0);
+    }
+    metrics::counter!("waitroom_replica_resyncs_total").increment(0);
+}
+
 /// This node's replicas, by event.
 #[derive(Default)]
 pub(super) struct Replicas {
