@@ -34,9 +34,13 @@ use activity::{Activity, Closing, Tracked};
 
 mod activity;
 mod caps;
+mod descriptors;
 mod threads;
 
 use caps::{ConnectionCaps, HeldStream};
+use descriptors::{
+    check_descriptor_room, default_max_connections, open_descriptors, raise_descriptor_limit,
+};
 
 /// How long in-flight requests and open connections get to finish after the shutdown
 /// signal. Long-lived streams (WebSocket, SSE) would otherwise hold the process forever;
@@ -303,103 +307,6 @@ pub async fn serve_router(
         accepted,
     )
     .await
-}
-
-/// Raises the soft limit on open descriptors to the hard one and answers the soft limit
-/// now in force (`None`: unlimited or unknown). Many systems start processes with a soft
-/// limit of 1,024 under a much higher hard one, which would cap a waiting room at 768
-/// connections; raising it is what servers such as nginx and Go's runtime do at start.
-fn raise_descriptor_limit() -> Option<usize> {
-    #[cfg(unix)]
-    {
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: `getrlimit` writes into the struct we pass and reads nothing else.
-        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-            return None;
-        }
-        if lim.rlim_cur < lim.rlim_max {
-            let raised = libc::rlimit {
-                rlim_cur: lim.rlim_max,
-                rlim_max: lim.rlim_max,
-            };
-            // SAFETY: `setrlimit` only reads the struct we pass. Raising a soft limit up
-            // to the hard one needs no privilege; on failure the old limit stays.
-            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
-                lim = raised;
-            } else {
-                tracing::warn!(
-                    soft = lim.rlim_cur,
-                    hard = lim.rlim_max,
-                    "cannot raise the open-descriptor limit"
-                );
-            }
-        }
-        if lim.rlim_cur != libc::RLIM_INFINITY {
-            return Some(lim.rlim_cur as usize);
-        }
-    }
-    None
-}
-
-/// Descriptors kept for what is not a client connection, beyond those open once the store
-/// is open: the files opened later (the audit list, the history, branding), the connections
-/// to Redis or to the site, a burst of connections accepted before they are refused.
-const DESCRIPTOR_HEADROOM: usize = 64;
-
-/// Warns when `max_connections` client connections do not fit in the descriptor limit
-/// `limit` beside the `open` descriptors and [`DESCRIPTOR_HEADROOM`] (or a quarter of the
-/// limit, when that is less: what the default cap leaves). Past the limit a connection is
-/// not refused at once as over a cap: `accept` fails (EMFILE), and the connection waits
-/// unaccepted until a descriptor frees up or its client gives up. Answers whether it
-/// warned.
-fn check_descriptor_room(max_connections: usize, limit: usize, open: usize) -> bool {
-    let reserved = (open + DESCRIPTOR_HEADROOM).min(limit / 4);
-    let short = max_connections.saturating_add(reserved) > limit;
-    if short {
-        tracing::warn!(
-            max_connections,
-            descriptor_limit = limit,
-            open_descriptors = open,
-            "--max-connections {max_connections} does not fit in the open-descriptor limit \
-             of {limit} ({reserved} are kept for the store, the logs and other connections): \
-             past the limit, new connections wait unaccepted instead of being refused; raise \
-             the limit (`ulimit -n`, systemd's `LimitNOFILE`) or lower --max-connections to \
-             {} at most",
-            limit - reserved
-        );
-    }
-    short
-}
-
-/// How many descriptors the process has open (0 where that cannot be read).
-fn open_descriptors() -> usize {
-    // Linux lists them in /proc/self/fd, the BSDs and macOS in /dev/fd.
-    ["/proc/self/fd", "/dev/fd"]
-        .iter()
-        .find_map(|dir| std::fs::read_dir(dir).ok())
-        .map_or(0, |entries| entries.count())
-}
-
-/// Three quarters of the descriptor limit: the rest is for the store's files, the Redis
-/// connections and the logs. Without a limit to read, 10,000.
-fn default_max_connections() -> usize {
-    #[cfg(unix)]
-    {
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: `getrlimit` writes into the struct we pass and reads nothing else.
-        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0
-            && lim.rlim_cur != libc::RLIM_INFINITY
-        {
-            return ((lim.rlim_cur as usize) / 4 * 3).max(16);
-        }
-    }
-    10_000
 }
 
 /// Accepts connections and serves each with hyper-util's connection builder (HTTP/1 and
