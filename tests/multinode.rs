@@ -812,3 +812,60 @@ async fn a_running_node_writes_its_lost_key_record_back() {
     assert!(err.contains(&first), "{err}");
     node.kill();
 }
+
+/// `--redis-wait-replicas 1` on a Redis without a replica: every change would answer 503
+/// (its `WAIT` never reaches one), so the node says so at start and `/readyz` answers 503
+/// (the reason logged), where it used to answer 200 and keep the node in a load balancer's
+/// rotation. Once a replica is attached and in sync, the node is ready and changes go
+/// through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_few_replicas_for_redis_wait_replicas_is_not_ready() {
+    let master = RedisServer::start();
+    let c = Nodes::new(ADMIN);
+    let node = c.start_with_env(&master.url(), &[("WAITROOM_REDIS_WAIT_REPLICAS", "1")]);
+    let stderr = node.stderr();
+    let warning = stderr
+        .lines()
+        .find(|l| l.contains("WARN") && l.contains("redis_wait_replicas"))
+        .unwrap_or_else(|| panic!("no warning at start: {stderr}"));
+    assert!(warning.contains("0 replica(s) online"), "{warning}");
+    let (s, b) = call(Method::GET, &node.url("/readyz"), None, None).await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{b}");
+    assert_eq!(b["error"]["code"], "UNAVAILABLE", "{b}");
+    // The reason is logged, as for the other readiness failures (the body keeps it out).
+    let stderr = node.stderr();
+    assert!(
+        stderr.lines().any(|l| l.contains("WARN")
+            && l.contains("store unavailable")
+            && l.contains("0 replica(s) online")),
+        "{stderr}"
+    );
+    let (s, _) = call(Method::GET, &node.url("/healthz"), None, None).await;
+    assert_eq!(s, StatusCode::OK, "the process itself is fine");
+
+    let dir = tempfile::tempdir().unwrap();
+    let master_port = master.port.to_string();
+    let _replica = RedisServer::start_with(
+        free_port(false),
+        dir.path(),
+        &[
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--replicaof",
+            "127.0.0.1",
+            &master_port,
+        ],
+    );
+    eventually(
+        "ready once the replica is online",
+        Duration::from_secs(15),
+        || async {
+            let (s, _) = call(Method::GET, &node.url("/readyz"), None, None).await;
+            (s == StatusCode::OK).then_some(())
+        },
+    )
+    .await;
+    admin_put(&node, "r", json!({"max_active": 1})).await;
+}

@@ -273,6 +273,64 @@ async fn a_stuck_collector_holds_neither_requests_nor_the_exit() {
     assert!(took < Duration::from_secs(8), "exit took {took:?}");
 }
 
+/// A collector that cannot be reached (nothing listens on its port) is told to the
+/// operator: a warning that names its URL and the cause, once however many exports fail
+/// within the minute, where every span used to be lost without a word.
+#[tokio::test]
+async fn an_unreachable_collector_is_warned_about_once() {
+    // A port that was free a moment ago and is closed now: connections to it are refused.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        dir.path(),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--no-demo",
+            "--admin-token",
+            ADMIN,
+        ],
+        &[
+            ("WAITROOM_OTLP_ENDPOINT", url.as_str()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+        ],
+    );
+    let warning = "exporting traces to the OTLP collector failed";
+    let requests = || async {
+        for _ in 0..5 {
+            let (status, _) = get(&server.url("/api/v1/events/nope"), None).await;
+            assert_eq!(status, StatusCode::NOT_FOUND);
+        }
+        // Past the batch delay: the next requests are a batch (an export) of their own.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !server.stderr().contains(warning) {
+        assert!(
+            Instant::now() < deadline,
+            "no warning of the failed exports: {}",
+            server.stderr()
+        );
+        requests().await;
+    }
+    // More batches, each failing: still the one warning.
+    for _ in 0..5 {
+        requests().await;
+    }
+    let stderr = server.stderr();
+    assert_eq!(stderr.matches(warning).count(), 1, "{stderr}");
+    let line = stderr.lines().find(|l| l.contains(warning)).unwrap();
+    assert!(line.contains("WARN"), "{line}");
+    assert!(line.contains(&format!("{url}/v1/traces")), "{line}");
+    assert!(line.to_lowercase().contains("refused"), "{line}");
+    assert!(server.terminate(Duration::from_secs(10)).success());
+}
+
 /// Without `otlp_endpoint` nothing is traced: error bodies keep their old shape.
 #[tokio::test]
 async fn without_export_error_bodies_have_no_trace_id() {

@@ -8,6 +8,9 @@ use clap::{Args, Parser, Subcommand};
 
 use super::layers::Layered;
 
+/// The variable that names the TOML file when `--config` is not given.
+pub const CONFIG_ENV: &str = "WAITROOM_CONFIG";
+
 /// The command line: `waitroom [serve] [FLAGS]`. With no subcommand the flags of `serve`
 /// apply directly, so a bare `waitroom` serves.
 #[derive(Debug, Parser)]
@@ -56,8 +59,11 @@ impl Cli {
 /// only when it is given: an absent flag leaves the lower layers' value alone.
 #[derive(Debug, Clone, Default, Args)]
 pub struct ServeArgs {
-    /// TOML file with settings; environment variables and flags override it.
-    #[arg(long, value_name = "FILE", env = "WAITROOM_CONFIG")]
+    /// TOML file with settings; environment variables and flags override it. [env: WAITROOM_CONFIG]
+    // Not clap's `env`: it takes `WAITROOM_CONFIG=` (how env files and compose write an
+    // unset value) as an empty `--config` and refuses it naming the flag, where every
+    // other `WAITROOM_*` set empty counts as unset. See [`ServeArgs::config_file`].
+    #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// The settings given as flags.
     #[command(flatten)]
@@ -71,6 +77,15 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
+    /// The TOML file to read: `--config`, or else `WAITROOM_CONFIG` unless it is empty.
+    pub fn config_file(&self) -> Option<PathBuf> {
+        self.config.clone().or_else(|| {
+            std::env::var_os(CONFIG_ENV)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        })
+    }
+
     /// The flag layer: the settings given as flags, `demo` included.
     pub fn layer(&self) -> Layered {
         Layered {

@@ -100,14 +100,14 @@ pub struct Layered {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub durability: Option<Durability>,
     /// Start even if the embedded store's journal is damaged (cut back at the damage, logging how many acknowledged records were dropped) or its signing key was lost (the places are kept and expire unheard); on Redis, start with signing keys that share none of those recorded there, and record them. [env: WAITROOM_REPAIR] [default: false]
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", value_parser = parse_bool)]
     #[serde(
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient_bool"
     )]
     pub repair: Option<bool>,
     /// Per-client limits, `on` or `off` (off only for load tests). [env: WAITROOM_RATE_LIMITS] [default: on]
-    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    #[arg(long, value_name = "on|off", value_parser = parse_bool)]
     #[serde(
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient_bool"
@@ -187,7 +187,7 @@ pub struct Layered {
     )]
     pub redis_wait_replicas: Option<u64>,
     /// Redis store: answer `status` from this node's replica of the event (fed by the event's change log) and batch the renewals of its polls; off: every status is one script call on Redis. [env: WAITROOM_REDIS_REPLICA] [default: on]
-    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    #[arg(long, value_name = "on|off", value_parser = parse_bool)]
     #[serde(
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient_bool"
@@ -198,7 +198,7 @@ pub struct Layered {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream: Option<String>,
     /// Mark the session cookies of gated paths `Secure` even when requests arrive over plain http (TLS ends at a proxy not in trusted_proxies). [env: WAITROOM_COOKIE_SECURE] [default: false]
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", value_parser = parse_bool)]
     #[serde(
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient_bool"
@@ -206,13 +206,18 @@ pub struct Layered {
     pub cookie_secure: Option<bool>,
 }
 
-fn parse_on_off(s: &str) -> Result<bool, String> {
+/// A boolean flag's value: the spellings the environment and the TOML file accept
+/// ([`LenientBool`]), so `--repair=yes` is not refused where `WAITROOM_REPAIR=yes` is read.
+fn parse_bool(s: &str) -> Result<bool, String> {
     LenientBool
         .visit_str::<serde::de::value::Error>(s)
         .ok()
         .flatten()
-        .ok_or_else(|| format!("`{s}` is not on or off"))
+        .ok_or_else(|| format!("`{s}` is not a boolean ({BOOL_SPELLINGS})"))
 }
+
+/// What every layer accepts for a boolean setting (in any case).
+const BOOL_SPELLINGS: &str = "true/false, 1/0, yes/no, on/off";
 
 /// A number, or from the environment its digits.
 fn lenient_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -370,7 +375,8 @@ impl Provider for RawEnv {
     }
 }
 
-/// Accepts a boolean, or from the environment `true/false`, `1/0`, `yes/no`, `on/off`.
+/// Accepts a boolean, or (the environment, a TOML string, a flag's value) `true/false`,
+/// `1/0`, `yes/no`, `on/off`.
 fn lenient_bool<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
     d.deserialize_option(LenientBool)
 }
@@ -381,7 +387,7 @@ impl<'de> serde::de::Visitor<'de> for LenientBool {
     type Value = Option<bool>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a boolean (true/false, 1/0, yes/no, on/off)")
+        write!(f, "a boolean ({BOOL_SPELLINGS})")
     }
 
     fn visit_bool<E>(self, b: bool) -> Result<Self::Value, E> {

@@ -265,10 +265,10 @@ impl Settings {
         Ok(Self::load(cli.serve_args())?)
     }
 
-    /// Merges defaults, the TOML file named by `args.config`, the environment and the given
-    /// flags, then validates.
+    /// Merges defaults, the TOML file named by `args.config` (or `WAITROOM_CONFIG`), the
+    /// environment and the given flags, then validates.
     pub fn load(args: &ServeArgs) -> Result<Self, ConfigError> {
-        let (merged, lower_on_top) = layers::merge(args.config.as_ref(), args.layer())?;
+        let (merged, lower_on_top) = layers::merge(args.config_file().as_ref(), args.layer())?;
         let settings = Self::validate(merged)?;
         // What is in effect passed: a refusal now is of a value a higher layer overrides.
         for (layer, l) in lower_on_top {
@@ -582,6 +582,92 @@ mod tests {
             jail.set_env("WAITROOM_DEMO", "0");
             assert!(!load(&[]).unwrap().demo);
             assert!(load(&["--demo"]).unwrap().demo, "flag over env");
+            Ok(())
+        });
+    }
+
+    /// `WAITROOM_CONFIG=` (how env files and compose files write an unset value) counts as
+    /// unset, as every other `WAITROOM_*` set empty does, rather than as an empty
+    /// `--config`; `--config` and a non-empty variable still name the file.
+    #[test]
+    fn an_empty_config_variable_is_unset() {
+        Jail::expect_with(|jail| {
+            jail.set_env("WAITROOM_CONFIG", "");
+            jail.set_env("WAITROOM_DURABILITY", "");
+            assert_eq!(load(&[]).unwrap(), Settings::default());
+            assert_eq!(load(&["healthcheck"]).unwrap(), Settings::default());
+            jail.create_file("w.toml", "listen = \"127.0.0.1:1001\"")?;
+            let s = load(&["--config", "w.toml"]).unwrap();
+            assert_eq!(s.listen, "127.0.0.1:1001");
+            jail.set_env("WAITROOM_CONFIG", "w.toml");
+            assert_eq!(load(&[]).unwrap().listen, "127.0.0.1:1001");
+            jail.set_env("WAITROOM_CONFIG", "missing.toml");
+            let err = load(&[]).unwrap_err();
+            assert!(err.contains("missing.toml"), "{err}");
+            Ok(())
+        });
+    }
+
+    /// A boolean setting takes the same spellings in every layer: a flag's value, the
+    /// environment and the TOML file (`--cookie-secure=yes` and `--repair=on` were refused on
+    /// the command line while the environment read them).
+    #[test]
+    fn booleans_take_the_same_spellings_in_every_layer() {
+        let spellings = [
+            ("true", true),
+            ("1", true),
+            ("yes", true),
+            ("on", true),
+            ("Yes", true),
+            ("ON", true),
+            ("false", false),
+            ("0", false),
+            ("no", false),
+            ("off", false),
+            ("Off", false),
+            ("FALSE", false),
+        ];
+        let read = |s: &Settings, key: &str| match key {
+            "repair" => s.repair,
+            "cookie_secure" => s.cookie_secure,
+            "rate_limits" => s.rate_limits.enabled,
+            "redis_replica" => s.redis_replica,
+            _ => unreachable!(),
+        };
+        Jail::expect_with(|jail| {
+            for key in ["repair", "cookie_secure", "rate_limits", "redis_replica"] {
+                let flag = format!("--{}", key.replace('_', "-"));
+                let var = format!("WAITROOM_{}", key.to_uppercase());
+                for (word, value) in spellings {
+                    let joined = format!("{flag}={word}");
+                    let s = load(&[&joined]).unwrap_or_else(|e| panic!("{joined}: {e}"));
+                    assert_eq!(read(&s, key), value, "{joined}");
+                    let s = load(&[&flag, word]).unwrap_or_else(|e| panic!("{flag} {word}: {e}"));
+                    assert_eq!(read(&s, key), value, "{flag} {word}");
+                    jail.set_env(&var, word);
+                    let s = load(&[]).unwrap_or_else(|e| panic!("{var}={word}: {e}"));
+                    assert_eq!(read(&s, key), value, "{var}={word}");
+                    jail.set_env(&var, "");
+                    jail.create_file("b.toml", &format!("{key} = \"{word}\""))?;
+                    let s = load(&["--config", "b.toml"])
+                        .unwrap_or_else(|e| panic!("{key} = \"{word}\": {e}"));
+                    assert_eq!(read(&s, key), value, "{key} = \"{word}\"");
+                }
+                // And the same refusal everywhere, naming the spellings.
+                let joined = format!("{flag}=maybe");
+                let err = load(&[&joined]).expect_err(&joined);
+                assert!(
+                    err.contains("maybe") && err.contains("true/false, 1/0, yes/no, on/off"),
+                    "{joined}: {err}"
+                );
+                jail.set_env(&var, "maybe");
+                let err = load(&[]).expect_err(&var);
+                assert!(
+                    err.contains(&var) && err.contains("true/false, 1/0, yes/no, on/off"),
+                    "{var}: {err}"
+                );
+                jail.set_env(&var, "");
+            }
             Ok(())
         });
     }

@@ -15,7 +15,7 @@
 //! the tokio runtime, so [`OnRuntime`] runs each export on the server's runtime.
 
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use axum::http::HeaderMap;
@@ -41,6 +41,10 @@ const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 /// shutdown grace it stays under the 10 s container runtimes wait before killing, even with
 /// a collector that does not answer.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Failed exports are logged at most this often: a collector that stays unreachable fails
+/// every batch (one every few seconds), and a warning each time would flood the log.
+const FAILURE_WARNING_EVERY: Duration = Duration::from_secs(60);
 
 /// The process's tracer provider, once export is switched on.
 static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
@@ -90,6 +94,8 @@ pub fn install(endpoint: &str) -> Result<Export, String> {
         ),
         runtime: tokio::runtime::Handle::try_current()
             .map_err(|_| "tracing export must be started inside the runtime".to_string())?,
+        url: traces_url(endpoint),
+        health: Default::default(),
     };
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
@@ -186,10 +192,14 @@ pub fn inject(headers: &mut HeaderMap) {
 
 /// Runs each export on the server's runtime: the batch processor calls the client from a
 /// plain thread, where hyper's client (which needs tokio's reactor and timers) cannot run.
+/// It also tells the operator when exports fail (see [`ExportHealth`]).
 #[derive(Debug)]
 struct OnRuntime {
     client: opentelemetry_http::hyper::HyperClient,
     runtime: tokio::runtime::Handle,
+    /// The collector's traces URL, for the warnings.
+    url: String,
+    health: parking_lot::Mutex<ExportHealth>,
 }
 
 #[async_trait]
@@ -199,9 +209,96 @@ impl HttpClient for OnRuntime {
         request: axum::http::Request<Bytes>,
     ) -> Result<axum::http::Response<Bytes>, HttpError> {
         let client = self.client.clone();
-        self.runtime
+        let sent = self
+            .runtime
             .spawn(async move { client.send_bytes(request).await })
-            .await?
+            .await
+            .map_err(HttpError::from)
+            .and_then(|r| r);
+        // The exporter takes any answer but a 2xx as a failure too.
+        let failure = match &sent {
+            Ok(r) if r.status().is_success() => None,
+            Ok(r) => Some(format!("the collector answered {}", r.status())),
+            Err(e) => Some(error_chain(e.as_ref())),
+        };
+        let now = Instant::now();
+        match failure {
+            Some(error) => {
+                if let Some(failed_exports) = self.health.lock().failed(now) {
+                    tracing::warn!(
+                        url = %self.url,
+                        %error,
+                        failed_exports,
+                        "exporting traces to the OTLP collector failed: the spans of each failed \
+                         export are lost (said at most once a minute while it lasts)"
+                    );
+                }
+            }
+            None => {
+                if let Some(failed_exports) = self.health.lock().succeeded() {
+                    tracing::info!(
+                        url = %self.url,
+                        failed_exports,
+                        "exporting traces to the OTLP collector works again"
+                    );
+                }
+            }
+        }
+        sent
+    }
+}
+
+/// An error and its sources, `: `-separated: hyper's client error alone reads "client error
+/// (Connect)", its source says "Connection refused".
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// Failed exports, so they are told to the operator: the SDK reports nothing itself (its
+/// internal logs are a feature left off), and a mistyped collector address lost every span
+/// without a word. The first failure is told at once, then at most once every
+/// [`FAILURE_WARNING_EVERY`] with the count since; the first success after is told too.
+#[derive(Debug, Default)]
+struct ExportHealth {
+    /// Failed exports not yet counted in a warning.
+    untold: u64,
+    /// Failed exports since the last success.
+    since_success: u64,
+    /// When the last warning was written, during the current run of failures.
+    warned_at: Option<Instant>,
+}
+
+impl ExportHealth {
+    /// One failed export at `now`: the number of failures to report when a warning is due.
+    fn failed(&mut self, now: Instant) -> Option<u64> {
+        self.untold += 1;
+        self.since_success += 1;
+        let due = self
+            .warned_at
+            .is_none_or(|at| now.duration_since(at) >= FAILURE_WARNING_EVERY);
+        if !due {
+            return None;
+        }
+        self.warned_at = Some(now);
+        Some(std::mem::take(&mut self.untold))
+    }
+
+    /// One successful export: the failures it ends, when there were any.
+    fn succeeded(&mut self) -> Option<u64> {
+        let ended = std::mem::take(&mut self.since_success);
+        self.untold = 0;
+        self.warned_at = None;
+        (ended > 0).then_some(ended)
     }
 }
 
@@ -301,6 +398,65 @@ mod tests {
         let mut out = HeaderMap::new();
         inject(&mut out);
         assert!(out.is_empty());
+    }
+
+    /// Failed exports are told at once, then at most once a minute with the count since;
+    /// a success ends the run of failures (told once), and the next failure is told at once.
+    #[test]
+    fn failed_exports_are_told_at_most_once_a_minute() {
+        let mut h = ExportHealth::default();
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        assert_eq!(h.succeeded(), None, "nothing to tell without failures");
+        assert_eq!(
+            h.failed(at(0)),
+            Some(1),
+            "the first failure is told at once"
+        );
+        for s in [5, 10, 30, 59] {
+            assert_eq!(h.failed(at(s)), None, "at {s} s");
+        }
+        assert_eq!(
+            h.failed(at(60)),
+            Some(5),
+            "a minute on, with the count since"
+        );
+        assert_eq!(h.failed(at(70)), None);
+        assert_eq!(h.succeeded(), Some(7), "the end of the failures is told");
+        assert_eq!(h.succeeded(), None);
+        assert_eq!(
+            h.failed(at(75)),
+            Some(1),
+            "a new run of failures is told at once"
+        );
+    }
+
+    #[test]
+    fn an_error_is_shown_with_its_causes() {
+        let inner = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let outer = std::io::Error::other(inner);
+        // `other` displays as its source: said once.
+        assert_eq!(error_chain(&outer), "refused");
+        #[derive(Debug)]
+        struct Wrap(std::io::Error);
+        impl std::fmt::Display for Wrap {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("client error (Connect)")
+            }
+        }
+        impl std::error::Error for Wrap {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let e = Wrap(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "Connection refused",
+        ));
+        assert_eq!(
+            error_chain(&e),
+            "client error (Connect): Connection refused"
+        );
     }
 
     #[test]

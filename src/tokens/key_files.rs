@@ -4,23 +4,33 @@
 
 use std::path::{Path, PathBuf};
 
-use ed25519_dalek::pkcs8::{DecodePrivateKey, EncodePrivateKey};
+use ed25519_dalek::pkcs8::spki::der::{self, pem::LineEnding, zeroize::Zeroizing};
+use ed25519_dalek::pkcs8::{DecodePrivateKey, EncodePrivateKey, KeypairBytes};
 use ed25519_dalek::SigningKey;
 use sha2::{Digest, Sha256};
 
 use super::hex_prefix;
 
-/// Loads the signing key from `path` (PEM, PKCS#8), or else from `data_dir/signing-key.pem`,
-/// generating that file (mode 0600) on first start so tokens keep verifying after restarts.
+/// Loads the signing key from `path` (PEM, PKCS#8 v1 or v2), or else from
+/// `data_dir/signing-key.pem`, generating that file (mode 0600) on first start so tokens keep
+/// verifying after restarts.
 pub fn load_or_generate_key(path: Option<&Path>, data_dir: &Path) -> anyhow::Result<SigningKey> {
     if let Some(p) = path {
-        let pem = std::fs::read_to_string(p)
+        let bytes = std::fs::read(p)
             .map_err(|e| anyhow::anyhow!("reading signing key {}: {e}", p.display()))?;
-        return SigningKey::from_pkcs8_pem(&pem).map_err(|e| {
-            anyhow::anyhow!(
-                "signing key {} is not an Ed25519 PKCS#8 PEM key: {e}",
+        let error = match std::str::from_utf8(&bytes).map(SigningKey::from_pkcs8_pem) {
+            Ok(Ok(key)) => return Ok(key),
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => e.to_string(),
+        };
+        // The parser's own error names what it expected rather than what it found (an RSA
+        // key reads "unknown OID 1.3.101.112", Ed25519's), so the file is described.
+        return Err(match describe_key_file(&bytes) {
+            Some(found) => anyhow::anyhow!(
+                "signing key {} holds {found}; expected {EXPECTED_KEY}",
                 p.display()
-            )
+            ),
+            None => anyhow::anyhow!("signing key {} is not {EXPECTED_KEY}: {error}", p.display()),
         });
     }
     let file: PathBuf = data_dir.join("signing-key.pem");
@@ -32,9 +42,7 @@ pub fn load_or_generate_key(path: Option<&Path>, data_dir: &Path) -> anyhow::Res
     let mut seed = [0u8; 32];
     getrandom::fill(&mut seed).map_err(|e| anyhow::anyhow!("no OS randomness: {e}"))?;
     let key = SigningKey::from_bytes(&seed);
-    let pem = key
-        .to_pkcs8_pem(Default::default())
-        .map_err(|e| anyhow::anyhow!("encoding the signing key: {e}"))?;
+    let pem = key_pem(&key)?;
     if !write_private_new(&file, pem.as_bytes())? {
         // Another process (a `keygen` run at the same time) made one first: that one is the
         // key, never replaced.
@@ -42,6 +50,76 @@ pub fn load_or_generate_key(path: Option<&Path>, data_dir: &Path) -> anyhow::Res
     }
     tracing::info!(path = %file.display(), "generated a new signing key");
     Ok(key)
+}
+
+/// What a signing key file must hold, for the messages.
+const EXPECTED_KEY: &str =
+    "an Ed25519 private key in PKCS#8 PEM (\"-----BEGIN PRIVATE KEY-----\", \
+     as `waitroom keygen` or `openssl genpkey -algorithm ed25519` writes it)";
+
+/// `key` as the PEM file waitroom writes: PKCS#8 v1 (RFC 8410), the private key alone. The
+/// v2 form that `SigningKey::to_pkcs8_pem` writes (the public key added) is refused by
+/// OpenSSL 3.0, Python's `cryptography` and Node; both forms are read.
+fn key_pem(key: &SigningKey) -> anyhow::Result<Zeroizing<String>> {
+    let pair = KeypairBytes {
+        secret_key: key.to_bytes(),
+        public_key: None,
+    };
+    pair.to_pkcs8_pem(LineEnding::LF)
+        .map_err(|e| anyhow::anyhow!("encoding the signing key: {e}"))
+}
+
+/// What a key file that does not load holds instead of an Ed25519 PKCS#8 key ("an RSA
+/// private key", "no PEM block"), or `None` when it is such a key and the parser's own
+/// error says more (a damaged one).
+fn describe_key_file(bytes: &[u8]) -> Option<String> {
+    use ed25519_dalek::pkcs8::PrivateKeyInfo;
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return Some("binary data, not PEM text (a DER file?)".into());
+    };
+    if text.trim().is_empty() {
+        return Some("nothing (the file is empty)".into());
+    }
+    let Some(start) = text.find("-----BEGIN ") else {
+        return Some("no PEM block (no \"-----BEGIN\" line)".into());
+    };
+    let block = &text[start..];
+    let label = block["-----BEGIN ".len()..]
+        .split_once("-----")
+        .map_or("", |(l, _)| l);
+    let found = match label {
+        "PRIVATE KEY" => {
+            // Only up to its end line: what follows (another block, text) is not the key's.
+            let end = "-----END PRIVATE KEY-----";
+            let block = block.find(end).map_or(block, |i| &block[..i + end.len()]);
+            let (_, der) = der::pem::decode_vec(block.as_bytes()).ok()?;
+            let info = PrivateKeyInfo::try_from(der.as_slice()).ok()?;
+            let oid = info.algorithm.oid.to_string();
+            let curve = info.algorithm.parameters_oid().ok().map(|c| c.to_string());
+            let name = match (oid.as_str(), curve.as_deref()) {
+                // Ed25519 itself: the parser's error (a damaged key) is the better message.
+                ("1.3.101.112", _) => return None,
+                ("1.2.840.113549.1.1.1" | "1.2.840.113549.1.1.10", _) => "an RSA",
+                ("1.2.840.10045.2.1", Some("1.2.840.10045.3.1.7")) => "a P-256 (EC)",
+                ("1.2.840.10045.2.1", Some("1.3.132.0.34")) => "a P-384 (EC)",
+                ("1.2.840.10045.2.1", Some("1.3.132.0.35")) => "a P-521 (EC)",
+                ("1.2.840.10045.2.1", _) => "an EC",
+                ("1.3.101.110", _) => "an X25519",
+                ("1.3.101.111", _) => "an X448",
+                ("1.3.101.113", _) => "an Ed448",
+                _ => return Some(format!("a PKCS#8 private key of algorithm OID {oid}")),
+            };
+            return Some(format!("{name} private key"));
+        }
+        "RSA PRIVATE KEY" => "an RSA private key (PKCS#1)",
+        "EC PRIVATE KEY" | "EC PARAMETERS" => "an EC key (SEC1)",
+        "ENCRYPTED PRIVATE KEY" => "an encrypted private key (keys are read unencrypted)",
+        "OPENSSH PRIVATE KEY" => "an OpenSSH private key",
+        "PUBLIC KEY" => "a public key, not the private key",
+        "CERTIFICATE" => "a certificate, not a private key",
+        other => return Some(format!("a PEM block labelled {other:?}")),
+    };
+    Some(found.into())
 }
 
 /// File in the data dir that records which signing key the store's places were issued
@@ -337,6 +415,120 @@ mod tests {
             assert_eq!(m & 0o022, 0, "{d}");
         }
         create_owner_dirs(&deep).unwrap();
+    }
+
+    /// The DER of a PEM file's one block.
+    fn der_of(pem: &str) -> Vec<u8> {
+        der::pem::decode_vec(pem.as_bytes()).unwrap().1
+    }
+
+    /// The key file a first start (and `waitroom keygen`) writes is PKCS#8 v1 as RFC 8410
+    /// shows it, byte for byte: SEQUENCE { INTEGER 0, SEQUENCE { OID 1.3.101.112 }, OCTET
+    /// STRING { OCTET STRING (32 bytes) } } and nothing after, the form OpenSSL 3.0,
+    /// Python's `cryptography` and Node read (they refuse v2, which adds the public key).
+    #[test]
+    fn a_generated_key_file_is_pkcs8_v1() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = load_or_generate_key(None, dir.path()).unwrap();
+        let pem = std::fs::read_to_string(dir.path().join("signing-key.pem")).unwrap();
+        assert!(pem.starts_with("-----BEGIN PRIVATE KEY-----\n"), "{pem}");
+        let der = der_of(&pem);
+        let head = [
+            0x30, 0x2e, // SEQUENCE, 46 bytes
+            0x02, 0x01, 0x00, // version 0 (v1)
+            0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, // { OID 1.3.101.112 }, no parameters
+            0x04, 0x22, 0x04, 0x20, // the private key: OCTET STRING { OCTET STRING (32) }
+        ];
+        assert_eq!(der.len(), head.len() + 32, "{der:02x?}");
+        assert_eq!(der[..head.len()], head, "{der:02x?}");
+        assert_eq!(der[head.len()..], key.to_bytes());
+        // And it reads back as the same key.
+        let again = load_or_generate_key(None, dir.path()).unwrap();
+        assert_eq!(again.to_bytes(), key.to_bytes());
+    }
+
+    /// Files written before in the v2 form (the public key added) keep loading, named and
+    /// in the data dir.
+    #[test]
+    fn a_pkcs8_v2_key_file_still_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = SigningKey::from_bytes(&[7; 32]);
+        let pem = key.to_pkcs8_pem(LineEnding::LF).unwrap();
+        // The version INTEGER after the outer SEQUENCE's header is 1: v2.
+        assert_eq!(der_of(&pem)[2..5], [0x02, 0x01, 0x01], "a v2 file");
+        let file = dir.path().join("signing-key.pem");
+        std::fs::write(&file, pem.as_bytes()).unwrap();
+        let named = load_or_generate_key(Some(&file), Path::new("")).unwrap();
+        assert_eq!(named.to_bytes(), key.to_bytes());
+        let in_data_dir = load_or_generate_key(None, dir.path()).unwrap();
+        assert_eq!(in_data_dir.to_bytes(), key.to_bytes());
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            pem.as_str(),
+            "an existing file is kept as it is"
+        );
+    }
+
+    /// `openssl genpkey -algorithm rsa -pkeyopt rsa_keygen_bits:512`.
+    const RSA_PEM: &str = "-----BEGIN PRIVATE KEY-----
+MIIBVQIBADANBgkqhkiG9w0BAQEFAASCAT8wggE7AgEAAkEAsv+g9Jx6DIRh/wWJ
+c7pRuNGT8IbSp9ffLRBJeq/L5qWS+ZDIFJJW7D6C67uhGBTSd8vEC62YhN1/Fz4p
+RMH4DwIDAQABAkEAmStFgAumJK/ja2ZBiFYXOB+eiGPWPunqf5VAS0vDH0l/kY92
+7PEel3psvA3MXb2Wz0R3C07IknF8jRd/D2BNAQIhAOzPbychVW7k/F2XZRd53a4R
+v7uZlv3HF0B7O8h1chP5AiEAwYDn0QahIrZKYUO10HxaZiXLcClQubQ7xKQ+gaVR
+XkcCID7+55jHO0zmyWO0VIYsOxaFTjX/o7Ua80qJ/dtTsucxAiEAmR15UasfQipg
+fMppScm8dmudqOjoWanGSXl1hHzd/+0CIAoH1z5b092w4frx2M0BYAOHfb6MKriV
+CFkW5+aBsfPN
+-----END PRIVATE KEY-----
+";
+
+    /// `openssl genpkey -algorithm ec -pkeyopt ec_paramgen_curve:P-256`.
+    const P256_PEM: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgbeq6VA4sUekjf82O
+klSSkLL11OiLjIoUv+lJqMA8aZGhRANCAATS3mgD20P9iRqc3dDbw2GOKN+AyzJL
+Y71hx1Ddj2VnhTzl37Bgs6m/ZQXHIKWuqHMnoglVflENK/79BJ+nt7IA
+-----END PRIVATE KEY-----
+";
+
+    /// A key file that is not an Ed25519 key is refused with a message that says what it
+    /// holds and what is expected (the parser alone named Ed25519's own OID for an RSA key,
+    /// and a "NUL byte" for plain text).
+    #[test]
+    fn a_wrong_key_file_is_named_for_what_it_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let refusal = |name: &str, body: &[u8]| {
+            let f = dir.path().join(name);
+            std::fs::write(&f, body).unwrap();
+            let e = load_or_generate_key(Some(&f), Path::new(""))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&f.display().to_string()), "{e}");
+            assert!(e.contains("an Ed25519 private key in PKCS#8 PEM"), "{e}");
+            assert!(!e.contains("1.3.101.112") && !e.contains("NUL"), "{e}");
+            e
+        };
+        let e = refusal("rsa.pem", RSA_PEM.as_bytes());
+        assert!(e.contains("; expected an Ed25519"), "{e}");
+        assert!(e.contains("holds an RSA private key;"), "{e}");
+        let e = refusal("ec.pem", P256_PEM.as_bytes());
+        assert!(e.contains("holds a P-256 (EC) private key;"), "{e}");
+        let e = refusal("garbage.pem", b"garbage\n");
+        assert!(e.contains("holds no PEM block"), "{e}");
+        let e = refusal("empty.pem", b"");
+        assert!(e.contains("holds nothing"), "{e}");
+        let e = refusal("key.der", &der_of(RSA_PEM));
+        assert!(e.contains("holds binary data"), "{e}");
+        let public = "-----BEGIN PUBLIC KEY-----\n\
+                      MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=\n\
+                      -----END PUBLIC KEY-----\n";
+        let e = refusal("pub.pem", public.as_bytes());
+        assert!(e.contains("holds a public key, not the private key"), "{e}");
+        // A damaged Ed25519 key keeps the parser's own account.
+        let mut der = der_of(&key_pem(&SigningKey::from_bytes(&[3; 32])).unwrap());
+        der[15] = 0x1f; // the inner OCTET STRING says 31 bytes
+        let damaged = der::pem::encode_string("PRIVATE KEY", LineEnding::LF, &der).unwrap();
+        let e = refusal("damaged.pem", damaged.as_bytes());
+        assert!(e.contains("is not an Ed25519 private key"), "{e}");
     }
 
     /// A secret file of ours that group or others may read is narrowed to 0600.

@@ -49,6 +49,44 @@ pub(super) async fn check_eviction(
     }
 }
 
+/// The replicas of an `INFO replication` answer that are `online`: the ones that
+/// acknowledge writes, so the ones a `WAIT` can count (a replica still syncing is listed,
+/// as `connected_slaves` counts it, but acknowledges nothing).
+pub(super) fn online_replicas(info: &str) -> u32 {
+    let online = info.lines().filter(|l| {
+        l.strip_prefix("slave")
+            .and_then(|r| r.split_once(':'))
+            .is_some_and(|(n, fields)| {
+                n.bytes().all(|b| b.is_ascii_digit())
+                    && fields.split(',').any(|f| f == "state=online")
+            })
+    });
+    online.count() as u32
+}
+
+/// With `redis_wait_replicas` `want`, why the Redis at `conn` cannot acknowledge a change
+/// (fewer replicas online than that), or `None`: every change it applies would then answer
+/// 503 after the `WAIT`, so the node is not ready.
+pub(super) async fn missing_replicas(
+    conn: &mut impl redis::aio::ConnectionLike,
+    want: u32,
+) -> RedisResult<Option<String>> {
+    if want == 0 {
+        return Ok(None);
+    }
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(conn)
+        .await?;
+    let online = online_replicas(&info);
+    Ok((online < want).then(|| {
+        format!(
+            "redis has {online} replica(s) online, fewer than the {want} that \
+             redis_wait_replicas needs: every change answers 503 until enough are"
+        )
+    }))
+}
+
 /// A field of an `INFO` answer.
 fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
     info.lines().find_map(|l| {
@@ -147,5 +185,25 @@ impl Inner {
                 Err(e) => tracing::debug!(error = %e, "could not look for the signing-key record"),
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only the replicas that are `online` count: one still syncing acknowledges no write.
+    #[test]
+    fn online_replicas_are_counted_from_info() {
+        let info = "# Replication\r\nrole:master\r\nconnected_slaves:3\r\n\
+                    slave0:ip=127.0.0.1,port=6380,state=online,offset=42,lag=0\r\n\
+                    slave1:ip=127.0.0.1,port=6381,state=wait_bgsave,offset=0,lag=0\r\n\
+                    slave2:ip=127.0.0.1,port=6382,state=online,offset=42,lag=1\r\n\
+                    master_failover_state:no-failover\r\nmaster_repl_offset:42\r\n";
+        assert_eq!(online_replicas(info), 2);
+        assert_eq!(
+            online_replicas("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n"),
+            0
+        );
     }
 }

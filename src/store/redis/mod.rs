@@ -316,6 +316,15 @@ impl Inner {
             .await?;
         let cluster = info.contains("cluster_enabled:1");
         checks::check_eviction(&mut probe).await?;
+        if !cluster {
+            // Not refused: replicas may be attached after the node starts (`/readyz` answers
+            // 503 until they are), but a node that serves only 503s should say why.
+            if let Some(why) =
+                checks::missing_replicas(&mut probe, self.options.wait_replicas).await?
+            {
+                tracing::warn!("{why}");
+            }
+        }
         let conn = if cluster {
             let info = client.get_connection_info().clone();
             let client = redis::cluster::ClusterClientBuilder::new(vec![info])
@@ -919,6 +928,12 @@ impl Store for RedisStore {
                     "the redis cluster is down (cluster_state is not ok)".into(),
                 ));
             }
+        } else if let Some(why) = s
+            .bounded(checks::missing_replicas(&mut conn, s.options.wait_replicas))
+            .await?
+        {
+            // Redis answers, but no change can be acknowledged: not ready either.
+            return Err(StoreError::Unavailable(why));
         }
         Ok(())
     }
