@@ -10,12 +10,16 @@ use crate::core::{Effect, Millis, PlaceKey, QueueError};
 
 impl EventQueue {
     /// Adds items to the inventory (see [`crate::core::Inventory::add`]); answers how many
-    /// were new and the counts after.
+    /// were new and the counts after, which, like every inventory read, show no lapsed hold
+    /// and none of a session that is due to end.
     pub fn put_inventory(
         &mut self,
         ids: &[String],
+        now: Millis,
         fx: &mut Vec<Effect>,
     ) -> Result<(u64, InventoryCounts), QueueError> {
+        self.advance(now, fx);
+        self.inventory.expire(now, fx);
         let added = self.inventory.add(ids, fx)?;
         Ok((added, self.inventory.counts()))
     }

@@ -589,9 +589,9 @@ impl Store for EmbeddedStore {
         &self,
         event_id: &str,
         items: &[String],
-        _now: Millis,
+        now: Millis,
     ) -> StoreResult<(u64, InventoryCounts)> {
-        self.with(event_id, |q, fx| q.put_inventory(items, fx))
+        self.with(event_id, |q, fx| q.put_inventory(items, now, fx))
             .await
     }
 

@@ -367,7 +367,8 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// Adds items (seat ids) to the event's inventory, available; ids it knows keep their
-    /// state. Answers how many were new and the counts after. Errors: `EventNotFound`,
+    /// state. Answers how many were new and the counts after, which, as `inventory`'s, are
+    /// read after ending what is due and releasing lapsed holds. Errors: `EventNotFound`,
     /// `Invalid` (an id that is not 1-64 of `[A-Za-z0-9._:-]`), `InventoryFull` (nothing
     /// added) past `core::holds::MAX_ITEMS`. Durable before it answers.
     async fn put_inventory(

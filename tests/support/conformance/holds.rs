@@ -278,6 +278,49 @@ pub async fn holds_lapse_after_their_ttl(store: Arc<dyn Store>) {
     assert_eq!((c.held, c.sold, c.available), (1, 0, 1));
 }
 
+/// Adding items answers the counts as an inventory read does: a hold that lapsed, or whose
+/// session was due to end, is released first, not counted as held.
+pub async fn adding_items_counts_no_lapsed_hold(store: Arc<dyn Store>) {
+    let k = sale(
+        &store,
+        "hp",
+        3,
+        2,
+        serde_json::json!({"hold_ttl_sec": 10, "session_idle_sec": 5}),
+    )
+    .await;
+    store.hold("hp", k[0], &ids(&["A-1"]), T0).await.unwrap();
+    store.hold("hp", k[1], &ids(&["A-2"]), T0).await.unwrap();
+    store
+        .session_heartbeat("hp", k[0], T0 + 4 * S)
+        .await
+        .unwrap();
+    // k[1]'s session was due to end (idle) at T0 + 5 s, and its hold with it.
+    let (added, c) = store
+        .put_inventory("hp", &ids(&["B-1"]), T0 + 6 * S)
+        .await
+        .unwrap();
+    assert_eq!((added, c.total, c.available, c.held), (1, 4, 3, 1));
+    assert_eq!(c, counts(&store, "hp", T0 + 6 * S).await);
+    store
+        .session_heartbeat("hp", k[0], T0 + 8 * S)
+        .await
+        .unwrap();
+    // k[0]'s session lives on, but its hold lapsed at T0 + 10 s.
+    let (added, c) = store
+        .put_inventory("hp", &ids(&["B-1"]), T0 + 10 * S)
+        .await
+        .unwrap();
+    assert_eq!((added, c.total, c.available, c.held), (0, 4, 4, 0));
+    assert_eq!(c, counts(&store, "hp", T0 + 10 * S).await);
+    assert!(store
+        .release("hp", k[0], None, T0 + 10 * S)
+        .await
+        .unwrap()
+        .holds
+        .is_empty());
+}
+
 pub async fn sessions_extend_up_to_the_limit(store: Arc<dyn Store>) {
     make_event(
         &store,

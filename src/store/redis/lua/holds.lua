@@ -92,8 +92,11 @@ local function inventory_counts()
   return {tonumber(c[1]) or 0, tonumber(c[2]) or 0, tonumber(c[3]) or 0}
 end
 
--- ARGV[3..]: item ids (checked by the Rust side). All or none past MAX_ITEMS.
+-- ARGV[3..]: item ids (checked by the Rust side). All or none past MAX_ITEMS. The counts
+-- answered are an inventory read's: what is due ends, and lapsed holds go, first.
 local function put_inventory()
+  advance()
+  expire_holds()
   local total = inventory_counts()[1]
   local fresh, seen = {}, {}
   for i = 3, #ARGV do
