@@ -697,22 +697,25 @@ fn model_hold(m: &Model, i: usize, want: &[usize]) -> Option<QueueError> {
     if m.places[i].state != MState::Active {
         return Some(QueueError::NoSession);
     }
-    let mut fresh = std::collections::BTreeSet::new();
-    for &s in want {
-        match m.seats[s] {
-            MSeat::Free => {
-                fresh.insert(s);
-            }
-            MSeat::Held(p, _) if p == i => {}
-            _ => return Some(QueueError::HoldConflict),
-        }
-    }
     let mine = m
         .seats
         .iter()
         .filter(|s| matches!(s, MSeat::Held(p, _) if *p == i))
         .count();
-    (!fresh.is_empty() && mine + fresh.len() > MAX_HOLDS).then_some(QueueError::TooManyHolds)
+    let mut fresh = std::collections::BTreeSet::new();
+    for &s in want {
+        match m.seats[s] {
+            MSeat::Free => {
+                // The limit is checked at the new seat that breaks it.
+                if fresh.insert(s) && mine + fresh.len() > MAX_HOLDS {
+                    return Some(QueueError::TooManyHolds);
+                }
+            }
+            MSeat::Held(p, _) if p == i => {}
+            _ => return Some(QueueError::HoldConflict),
+        }
+    }
+    None
 }
 
 /// Applies the admissions the store made, after checking they are the ones the rules allow:

@@ -168,6 +168,52 @@ pub async fn holds_are_exclusive_and_all_or_nothing(store: Arc<dyn Store>) {
     );
 }
 
+/// The items of a hold are checked in the order given and the first failure answers: the
+/// limit broken by an earlier item wins over a later item that is sold, held by another
+/// session or unknown, and the other way round.
+pub async fn holds_are_checked_in_the_order_given(store: Arc<dyn Store>) {
+    let k = sale(
+        &store,
+        "hc",
+        4,
+        2,
+        serde_json::json!({"max_holds_per_session": 1}),
+    )
+    .await;
+    let (a, b) = (k[0], k[1]);
+    store.hold("hc", b, &ids(&["A-4"]), T0).await.unwrap();
+    store.complete("hc", b, T0).await.unwrap();
+    store.hold("hc", a, &ids(&["A-1"]), T0).await.unwrap();
+    // A-2 takes `a` past the limit before A-4 (sold) or Z-9 (unknown) is reached.
+    for later in ["A-4", "Z-9"] {
+        assert_eq!(
+            queue_err(store.hold("hc", a, &ids(&["A-1", "A-2", later]), T0).await),
+            QueueError::TooManyHolds,
+            "{later}"
+        );
+    }
+    assert_eq!(
+        queue_err(store.hold("hc", a, &ids(&["A-4", "A-2"]), T0).await),
+        QueueError::HoldConflict
+    );
+    assert_eq!(
+        queue_err(store.hold("hc", a, &ids(&["Z-9", "A-2"]), T0).await),
+        QueueError::ItemNotFound
+    );
+    store.release("hc", a, None, T0).await.unwrap();
+    assert_eq!(
+        queue_err(
+            store
+                .hold("hc", a, &ids(&["A-1", "A-1", "A-2", "A-4"]), T0)
+                .await
+        ),
+        QueueError::TooManyHolds,
+        "a repeated item counts once"
+    );
+    let c = counts(&store, "hc", T0).await;
+    assert_eq!((c.held, c.sold), (0, 1), "nothing changed");
+}
+
 pub async fn holds_need_an_active_session(store: Arc<dyn Store>) {
     make_event(&store, "hn", serde_json::json!({"max_active": 1})).await;
     store.put_inventory("hn", &seats(2), T0).await.unwrap();

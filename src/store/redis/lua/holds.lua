@@ -137,14 +137,15 @@ local function hold(seq)
       local st = rcall('HGET', K_ITEMS, id)
       if not st then return finish('ITEM_NOT_FOUND') end
       if st == '' then
+        -- Only a new item counts toward the limit, checked at the item that breaks it: a
+        -- pure renewal adds nothing, so it is never refused, even above a lowered limit.
         fresh = fresh + 1
+        if #mine + fresh > max then return finish('TOO_MANY_HOLDS') end
       elseif not have[id] then
         return finish('HOLD_CONFLICT')
       end
     end
   end
-  -- A pure renewal adds nothing: never refused, even above a lowered limit.
-  if fresh > 0 and #mine + fresh > max then return finish('TOO_MANY_HOLDS') end
   local mark = 'h' .. seq .. ':' .. fmt(until_)
   for _, id in ipairs(wanted) do
     if not have[id] then mine[#mine + 1] = id end
