@@ -82,9 +82,21 @@ impl App {
         admin: bool,
         body: Option<&str>,
     ) -> (StatusCode, Value) {
+        let bearer = admin.then_some(ADMIN);
+        self.send_as(method, uri, bearer, body).await
+    }
+
+    /// A request with `bearer` as its `Authorization` token, if any.
+    async fn send_as(
+        &self,
+        method: Method,
+        uri: &str,
+        bearer: Option<&str>,
+        body: Option<&str>,
+    ) -> (StatusCode, Value) {
         let mut b = Request::builder().method(method).uri(uri);
-        if admin {
-            b = b.header(header::AUTHORIZATION, format!("Bearer {ADMIN}"));
+        if let Some(token) = bearer {
+            b = b.header(header::AUTHORIZATION, format!("Bearer {token}"));
         }
         let r = match body {
             Some(text) => b
@@ -610,4 +622,66 @@ async fn a_node_whose_clock_is_behind_gives_the_reason_of_an_end_seen_elsewhere_
     let ahead = node(redis(), Clock::manual(t0));
     let behind = node(redis(), Clock::manual(t0));
     skewed_nodes_see_one_end(ahead, behind, 20_000).await;
+}
+
+/// A session busy with its seats is not idle: `POST`, `GET` and `DELETE /session/holds` each
+/// renew its idle deadline as a heartbeat does (API.md, "Seat holds and session extension"),
+/// so calls closer together than `session_idle_sec` keep it however long they go on; once
+/// they stop, it ends idle. (The clock starts at the real time: access tokens are checked
+/// against it.)
+async fn hold_calls_keep_the_session(app: App) {
+    let put = json!({"max_active": 2, "session_idle_sec": 10, "session_max_sec": 600});
+    assert_eq!(
+        app.admin(Method::PUT, "/events/hs", Some(put)).await.0,
+        StatusCode::OK
+    );
+    let items = json!({"items": ["A-1", "A-2"]});
+    assert_eq!(
+        app.admin(Method::PUT, "/events/hs/inventory", Some(items))
+            .await
+            .0,
+        StatusCode::OK
+    );
+    let (_, w) = app.join("hs").await;
+    let enter = json!({"waiting_token": w["waiting_token"]}).to_string();
+    let (s, e) = app
+        .send(Method::POST, "/api/v1/queue/enter", false, Some(&enter))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{e}");
+    let jwt = e["access_token"].as_str().unwrap();
+    let holds = "/api/v1/session/holds";
+    let one = json!({"items": ["A-1"]}).to_string();
+    let calls = [
+        (Method::POST, Some(one.as_str())),
+        (Method::GET, None),
+        (Method::DELETE, Some(one.as_str())),
+        (Method::GET, None),
+        (Method::POST, Some(one.as_str())),
+        (Method::DELETE, None),
+    ];
+    for (i, (method, body)) in calls.into_iter().enumerate() {
+        app.clock.advance(8_000);
+        let (s, b) = app.send_as(method.clone(), holds, Some(jwt), body).await;
+        assert_eq!(s, StatusCode::OK, "{method} {} s in: {b}", 8 * (i + 1));
+    }
+    app.clock.advance(10_000);
+    let gone = app.send_as(Method::GET, holds, Some(jwt), None).await;
+    assert_err(&gone, StatusCode::UNAUTHORIZED, "ACCESS_DENIED");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_calls_keep_the_session_alive() {
+    let clock = Clock::manual(waitroom::clock::system_now());
+    hold_calls_keep_the_session(node(Arc::new(EmbeddedStore::new()), clock)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_calls_keep_the_session_alive_on_redis() {
+    let options = RedisOptions {
+        key_prefix: support::redis::unique_prefix(),
+        ..RedisOptions::default()
+    };
+    let store = Arc::new(RedisStore::new(&support::redis::shared().url(), options).unwrap());
+    let clock = Clock::manual(waitroom::clock::system_now());
+    hold_calls_keep_the_session(node(store, clock)).await;
 }

@@ -384,9 +384,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// Holds `items` for the active session of `key` until `now + hold_ttl_sec`, all or
     /// none, in one atomic step: no item is ever held or sold by two sessions. Items the
-    /// session holds already are renewed. Answers everything the session holds. Errors:
-    /// `NoSession`, `ItemNotFound`, `HoldConflict` (held by another session, or sold),
-    /// `TooManyHolds` (past `max_holds_per_session`), as the first failing check says.
+    /// session holds already are renewed. The session's idle deadline is renewed as by
+    /// `session_heartbeat`, whether or not the items are held. Answers everything the
+    /// session holds. Errors: `NoSession`, `ItemNotFound`, `HoldConflict` (held by another
+    /// session, or sold), `TooManyHolds` (past `max_holds_per_session`), as the first
+    /// failing check says.
     /// Every end of the session releases its holds in the step that ends it, except
     /// `complete`, which sells them.
     async fn hold(
@@ -398,7 +400,8 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<SessionHolds>;
 
     /// Releases the session's holds of `items` (every hold with `None`); items it does not
-    /// hold are ignored. Answers what it still holds. `NoSession` unless active.
+    /// hold are ignored. Renews the session's idle deadline as `session_heartbeat` does.
+    /// Answers what it still holds. `NoSession` unless active.
     async fn release(
         &self,
         event_id: &str,

@@ -49,6 +49,7 @@ macro_rules! store_conformance {
             holds_are_exclusive_and_all_or_nothing, holds_need_an_active_session,
             every_session_end_releases_its_holds, holds_lapse_after_their_ttl,
             adding_items_counts_no_lapsed_hold, holds_are_checked_in_the_order_given,
+            hold_calls_keep_the_session_alive,
             sessions_extend_up_to_the_limit, racing_holds_never_share_a_seat,
             delete_event_removes_inventory, sale_end_closes_the_queue,
             closes_at_ends_the_sale_on_time, closes_at_the_epoch_has_ended_the_sale,

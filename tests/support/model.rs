@@ -622,6 +622,10 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                 let names: Vec<String> = want.iter().map(|&s| seat(s)).collect();
                 let got = qerr(rt.block_on(store.hold(ev, m.places[i].key, &names, m.now)));
                 let want_err = model_hold(&m, i, want);
+                // Any hold call of a session renews its idle deadline, refused or not.
+                if m.places[i].state == MState::Active {
+                    m.places[i].last_seen = m.now;
+                }
                 match want_err {
                     Some(e) => prop_assert_eq!(got.map(|_| ()), Err(e), "step {}", step),
                     None => {
@@ -650,6 +654,7 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                     prop_assert_eq!(got.map(|_| ()), Err(QueueError::NoSession), "step {}", step);
                 } else {
                     prop_assert!(got.is_ok(), "step {}: release failed", step);
+                    m.places[i].last_seen = m.now;
                     for s in 0..SEATS {
                         let chosen = which.as_ref().is_none_or(|w| w.contains(&s));
                         if chosen && matches!(m.seats[s], MSeat::Held(p, _) if p == i) {

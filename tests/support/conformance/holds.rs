@@ -256,12 +256,14 @@ pub async fn every_session_end_releases_its_holds(store: Arc<dyn Store>) {
     store.complete("he", k[1], T0 + 3 * S).await.unwrap();
     let c = counts(&store, "he", T0 + 3 * S).await;
     assert_eq!((c.held, c.sold), (4, 2));
-    // Idle: k[3] keeps its session alive, k[2] does not and lapses at T0 + 10 s.
+    // Idle: k[3] keeps its session alive, k[2] does not: its last call, the hold at
+    // T0 + 1 s, renewed it until T0 + 11 s, when it lapses.
     store
         .session_heartbeat("he", k[3], T0 + 9 * S)
         .await
         .unwrap();
-    let c = counts(&store, "he", T0 + 10 * S).await;
+    assert_eq!(counts(&store, "he", T0 + 11 * S - 1).await.held, 4);
+    let c = counts(&store, "he", T0 + 11 * S).await;
     assert_eq!((c.held, c.sold, c.available), (2, 2, 4));
     // Maximum: heartbeats cannot keep k[3] past 60 s.
     for t in (15..60).step_by(5) {
@@ -365,6 +367,56 @@ pub async fn adding_items_counts_no_lapsed_hold(store: Arc<dyn Store>) {
         .unwrap()
         .holds
         .is_empty());
+}
+
+/// A session busy holding and releasing seats is not idle: every hold call renews its idle
+/// deadline as a heartbeat does, a refused hold too, but never its maximum.
+pub async fn hold_calls_keep_the_session_alive(store: Arc<dyn Store>) {
+    let k = sale(
+        &store,
+        "hk",
+        2,
+        2,
+        serde_json::json!({"session_idle_sec": 10, "session_max_sec": 40,
+            "hold_ttl_sec": 1000}),
+    )
+    .await;
+    let (a, b) = (k[0], k[1]);
+    store
+        .hold("hk", a, &ids(&["A-1"]), T0 + 8 * S)
+        .await
+        .unwrap();
+    store
+        .hold("hk", b, &ids(&["A-2"]), T0 + 5 * S)
+        .await
+        .unwrap();
+    // Refused (b holds A-2), yet a sign of life: `a` stays past T0 + 18 s.
+    assert_eq!(
+        queue_err(store.hold("hk", a, &ids(&["A-2"]), T0 + 14 * S).await),
+        QueueError::HoldConflict
+    );
+    store
+        .release("hk", a, Some(&ids(&["A-2"])), T0 + 22 * S)
+        .await
+        .unwrap();
+    // b made no call after T0 + 5 s: it ended idle, and its hold went with it.
+    let h = store
+        .hold("hk", a, &ids(&["A-2"]), T0 + 30 * S)
+        .await
+        .unwrap();
+    assert_eq!(held(&h), ["A-1", "A-2"]);
+    assert_eq!(
+        queue_err(store.session("hk", b, T0 + 30 * S).await),
+        QueueError::NoSession
+    );
+    // The maximum stays where it was: T0 + 40 s, though the last call was at T0 + 38 s.
+    store.release("hk", a, None, T0 + 38 * S).await.unwrap();
+    let v = store.session("hk", a, T0 + 39 * S).await.unwrap();
+    assert_eq!(v.session_ends_at, Some(T0 + 40 * S));
+    assert_eq!(
+        queue_err(store.session("hk", a, T0 + 40 * S).await),
+        QueueError::NoSession
+    );
 }
 
 pub async fn sessions_extend_up_to_the_limit(store: Arc<dyn Store>) {

@@ -284,9 +284,11 @@ local function op_place(OP, ARGV)
     end_place(seq, p, FX_COMPLETED, NOW)
     admit()
     return finish('OK', 1)
-  elseif OP == 'hold' then
-    return hold(seq)
-  elseif OP == 'unhold' then
+  elseif OP == 'hold' or OP == 'unhold' then
+    -- Choosing seats is a sign of life: the idle deadline is renewed as a heartbeat renews
+    -- it, whatever the call answers (sale.rs `seen_choosing`).
+    renew(seq, p)
+    if OP == 'hold' then return hold(seq) end
     return release(seq)
   elseif OP == 'extend' then
     return extend(seq, p)
