@@ -19,7 +19,7 @@ use tokio::sync::broadcast;
 
 use crate::core::{
     Effect, EndReason, EventConfig, EventFigures, EventPatch, HeadEntry, InventoryCounts,
-    InventoryView, Millis, PlaceKey, PlaceView, QueueError, SessionHolds,
+    InventoryView, Millis, PlaceKey, PlaceView, QueueError, SaleEnd, SessionHolds,
 };
 
 pub mod audit_file;
@@ -186,6 +186,19 @@ pub struct EventSnapshot {
     pub figures: EventFigures,
 }
 
+/// What [`Store::end_sale`] found and did, all read in the one step that ended the sale.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SaleEndApplied {
+    /// The settings just before the end (what it replaced, if the sale had ended already).
+    pub before: EventConfig,
+    /// The settings with the end.
+    pub config: EventConfig,
+    /// The places the end ended: those waiting just before it (once what was due had
+    /// ended), or 0 when the sale had ended already, as its places were over then (removed
+    /// by the sweep or not).
+    pub waiting: u64,
+}
+
 /// A request to join an event's queue.
 #[derive(Debug, Clone, Default)]
 pub struct JoinRequest {
@@ -237,6 +250,18 @@ pub trait Store: Send + Sync + 'static {
         patch: &EventPatch,
         now: Millis,
     ) -> StoreResult<EventConfig>;
+
+    /// Ends the sale with `end`, as `update_event` with that patch does (never creates:
+    /// `EventNotFound`), and answers the settings before and after and how many waiting
+    /// places it ended, read in the same atomic step as the end itself: a join that lands
+    /// before it is counted (and ended), one after it is refused. Publishes
+    /// [`Notice::EventChanged`] (to every node).
+    async fn end_sale(
+        &self,
+        event_id: &str,
+        end: SaleEnd,
+        now: Millis,
+    ) -> StoreResult<SaleEndApplied>;
 
     /// Settings and figures of one event; `EventNotFound` if unknown.
     async fn get_event(&self, event_id: &str, now: Millis) -> StoreResult<EventSnapshot>;

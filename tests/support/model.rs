@@ -584,15 +584,26 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                 }
             }
             Op::End => {
-                let end = EventPatch {
-                    end: Some(SaleEnd {
-                        reason: EndCause::SoldOut,
-                        message: None,
-                        at: m.now,
-                    }),
-                    ..EventPatch::default()
+                let end = SaleEnd {
+                    reason: EndCause::SoldOut,
+                    message: None,
+                    at: m.now,
                 };
-                m.cfg = qerr(rt.block_on(store.update_event(ev, &end, m.now))).unwrap();
+                let applied = qerr(rt.block_on(store.end_sale(ev, end, m.now))).unwrap();
+                // It counts the places it ends: none when the sale had ended already.
+                let ends = if m.cfg.ended.is_some() {
+                    0
+                } else {
+                    m.waiting_indices().len() as u64
+                };
+                prop_assert_eq!(applied.waiting, ends, "step {}: places the end ended", step);
+                prop_assert_eq!(
+                    &applied.before.ended,
+                    &m.cfg.ended,
+                    "step {}: the end it replaced",
+                    step
+                );
+                m.cfg = applied.config;
                 // Waiting places end with the sale; admitted and active ones carry on.
                 for i in m.waiting_indices() {
                     m.places[i].state = MState::Gone;
