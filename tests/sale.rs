@@ -20,6 +20,7 @@ use waitroom::core::lifecycle::format_rfc3339;
 use waitroom::core::Millis;
 use waitroom::http::router;
 use waitroom::store::embedded::EmbeddedStore;
+use waitroom::store::journal::Durability;
 use waitroom::store::redis::{RedisOptions, RedisStore};
 use waitroom::store::Store;
 use waitroom::tasks::Tasks;
@@ -82,25 +83,19 @@ impl App {
         admin: bool,
         body: Option<&str>,
     ) -> (StatusCode, Value) {
-        let mut b = Request::builder().method(method).uri(uri);
-        if admin {
-            b = b.header(header::AUTHORIZATION, format!("Bearer {ADMIN}"));
-        }
-        let r = match body {
-            Some(text) => b
-                .header(header::CONTENT_TYPE, "application/json")
-                .body(Body::from(text.to_string())),
-            None => b.body(Body::empty()),
-        };
-        let res = self.router.clone().oneshot(r.unwrap()).await.unwrap();
-        let status = res.status();
-        let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
-            .await
-            .unwrap();
-        (
-            status,
-            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-        )
+        let bearer = admin.then_some(ADMIN);
+        self.send_as(method, uri, bearer, body).await
+    }
+
+    /// A request with `bearer` as its `Authorization` token, if any.
+    async fn send_as(
+        &self,
+        method: Method,
+        uri: &str,
+        bearer: Option<&str>,
+        body: Option<&str>,
+    ) -> (StatusCode, Value) {
+        send_to(self.router.clone(), method, uri, bearer, body).await
     }
 
     async fn admin(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
@@ -151,6 +146,36 @@ impl App {
         assert_err(&gone, StatusCode::NOT_FOUND, "TOKEN_NOT_FOUND");
         assert_eq!(gone.1["error"]["reason"], reason, "{}", gone.1);
     }
+}
+
+/// A request to `router` with `bearer` as its `Authorization` token, if any (apart from an
+/// [`App`], for requests sent from tasks of their own).
+async fn send_to(
+    router: Router,
+    method: Method,
+    uri: &str,
+    bearer: Option<&str>,
+    body: Option<&str>,
+) -> (StatusCode, Value) {
+    let mut b = Request::builder().method(method).uri(uri);
+    if let Some(token) = bearer {
+        b = b.header(header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let r = match body {
+        Some(text) => b
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(text.to_string())),
+        None => b.body(Body::empty()),
+    };
+    let res = router.oneshot(r.unwrap()).await.unwrap();
+    let status = res.status();
+    let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
 
 #[track_caller]
@@ -610,4 +635,166 @@ async fn a_node_whose_clock_is_behind_gives_the_reason_of_an_end_seen_elsewhere_
     let ahead = node(redis(), Clock::manual(t0));
     let behind = node(redis(), Clock::manual(t0));
     skewed_nodes_see_one_end(ahead, behind, 20_000).await;
+}
+
+/// A session busy with its seats is not idle: `POST`, `GET` and `DELETE /session/holds` each
+/// renew its idle deadline as a heartbeat does (API.md, "Seat holds and session extension"),
+/// so calls closer together than `session_idle_sec` keep it however long they go on; once
+/// they stop, it ends idle. (The clock starts at the real time: access tokens are checked
+/// against it.)
+async fn hold_calls_keep_the_session(app: App) {
+    let put = json!({"max_active": 2, "session_idle_sec": 10, "session_max_sec": 600});
+    assert_eq!(
+        app.admin(Method::PUT, "/events/hs", Some(put)).await.0,
+        StatusCode::OK
+    );
+    let items = json!({"items": ["A-1", "A-2"]});
+    assert_eq!(
+        app.admin(Method::PUT, "/events/hs/inventory", Some(items))
+            .await
+            .0,
+        StatusCode::OK
+    );
+    let (_, w) = app.join("hs").await;
+    let enter = json!({"waiting_token": w["waiting_token"]}).to_string();
+    let (s, e) = app
+        .send(Method::POST, "/api/v1/queue/enter", false, Some(&enter))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{e}");
+    let jwt = e["access_token"].as_str().unwrap();
+    let holds = "/api/v1/session/holds";
+    let one = json!({"items": ["A-1"]}).to_string();
+    let calls = [
+        (Method::POST, Some(one.as_str())),
+        (Method::GET, None),
+        (Method::DELETE, Some(one.as_str())),
+        (Method::GET, None),
+        (Method::POST, Some(one.as_str())),
+        (Method::DELETE, None),
+    ];
+    for (i, (method, body)) in calls.into_iter().enumerate() {
+        app.clock.advance(8_000);
+        let (s, b) = app.send_as(method.clone(), holds, Some(jwt), body).await;
+        assert_eq!(s, StatusCode::OK, "{method} {} s in: {b}", 8 * (i + 1));
+    }
+    app.clock.advance(10_000);
+    let gone = app.send_as(Method::GET, holds, Some(jwt), None).await;
+    assert_err(&gone, StatusCode::UNAUTHORIZED, "ACCESS_DENIED");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_calls_keep_the_session_alive() {
+    let clock = Clock::manual(waitroom::clock::system_now());
+    hold_calls_keep_the_session(node(Arc::new(EmbeddedStore::new()), clock)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_calls_keep_the_session_alive_on_redis() {
+    let options = RedisOptions {
+        key_prefix: support::redis::unique_prefix(),
+        ..RedisOptions::default()
+    };
+    let store = Arc::new(RedisStore::new(&support::redis::shared().url(), options).unwrap());
+    let clock = Clock::manual(waitroom::clock::system_now());
+    hold_calls_keep_the_session(node(store, clock)).await;
+}
+
+/// The end's `waiting` is the places the end itself ended, counted in the step that ends
+/// them (API.md: "the places waiting just before the end"): joins racing the call either
+/// got in before it, are counted and then answer the end's reason, or are refused after
+/// it. Its audit entry counts the same. Many joins around the call, over several events,
+/// so that a count read apart from the end would miss some.
+async fn the_end_counts_the_places_it_ends(app: App) {
+    const TRIALS: usize = 10;
+    const JOINS: usize = 200;
+    for trial in 0..TRIALS {
+        let ev = format!("race{trial}");
+        let put = json!({"max_active": 1});
+        assert_eq!(
+            app.admin(Method::PUT, &format!("/events/{ev}"), Some(put))
+                .await
+                .0,
+            StatusCode::OK
+        );
+        // The one slot is taken: every later join waits.
+        assert_eq!(app.join(&ev).await.1["status"], "admitted");
+        let join = json!({"event_id": ev}).to_string();
+        let mut joins = Vec::new();
+        let mut end = None;
+        for i in 0..JOINS {
+            if i == JOINS / 2 {
+                let (router, uri) = (app.router.clone(), format!("/api/v1/admin/events/{ev}/end"));
+                end = Some(tokio::spawn(async move {
+                    let body = json!({"reason": "sold_out"}).to_string();
+                    send_to(router, Method::POST, &uri, Some(ADMIN), Some(&body)).await
+                }));
+            }
+            let (router, join) = (app.router.clone(), join.clone());
+            joins.push(tokio::spawn(async move {
+                send_to(
+                    router,
+                    Method::POST,
+                    "/api/v1/queue/join",
+                    None,
+                    Some(&join),
+                )
+                .await
+            }));
+        }
+        let (s, ended) = end.unwrap().await.unwrap();
+        assert_eq!(s, StatusCode::OK, "{ended}");
+        let mut got_in = Vec::new();
+        for j in joins {
+            let (s, b) = j.await.unwrap();
+            if s == StatusCode::OK {
+                assert_eq!(b["status"], "waiting", "{b}");
+                got_in.push(b["waiting_token"].clone());
+            } else {
+                assert_err(&(s, b.clone()), StatusCode::CONFLICT, "EVENT_CLOSED");
+                assert_eq!(b["error"]["reason"], "sold_out", "{b}");
+            }
+        }
+        for token in &got_in {
+            app.assert_place_ended(token, "sold_out").await;
+        }
+        assert_eq!(
+            ended["waiting"],
+            got_in.len(),
+            "trial {trial}: the end answered {} waiting, and ended {} joins that got in",
+            ended["waiting"],
+            got_in.len()
+        );
+        let (_, audit) = app.admin(Method::GET, "/audit", None).await;
+        let entry = audit
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["action"] == "end" && e["event_id"] == ev.as_str())
+            .unwrap();
+        assert_eq!(entry["count"], got_in.len(), "trial {trial}: {entry}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_end_counts_the_joins_it_ends() {
+    the_end_counts_the_places_it_ends(app()).await;
+}
+
+/// On the durable embedded store every step waits for its sync, so joins land between any
+/// two steps of one call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_end_counts_the_joins_it_ends_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(dir.path(), Durability::Sync, T0).unwrap();
+    the_end_counts_the_places_it_ends(node(Arc::new(store), Clock::manual(T0))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_end_counts_the_joins_it_ends_on_redis() {
+    let options = RedisOptions {
+        key_prefix: support::redis::unique_prefix(),
+        ..RedisOptions::default()
+    };
+    let store = Arc::new(RedisStore::new(&support::redis::shared().url(), options).unwrap());
+    the_end_counts_the_places_it_ends(node(store, Clock::manual(T0))).await;
 }

@@ -201,11 +201,11 @@ impl Inventory {
         }
     }
 
-    /// Holds `ids` for the session `seq` until `until`, all or none: an unknown item is
-    /// `ItemNotFound`, one held by another session or sold `HoldConflict` (checked in the
-    /// order given, the first failure answers), more than `max` held at once
-    /// `TooManyHolds` (unless every item is one it holds already). Items the session holds
-    /// already are renewed.
+    /// Holds `ids` for the session `seq` until `until`, all or none, checking the items in
+    /// the order given (the first failure answers): an unknown item is `ItemNotFound`, one
+    /// held by another session or sold `HoldConflict`, one that would take the session past
+    /// `max` held at once `TooManyHolds`. Items the session holds already are renewed, and
+    /// never count against `max`.
     pub fn hold(
         &mut self,
         seq: u64,
@@ -214,7 +214,8 @@ impl Inventory {
         max: u32,
         fx: &mut Vec<Effect>,
     ) -> Result<(), QueueError> {
-        let mut fresh = BTreeSet::new();
+        let mine = self.sessions.get(&seq).map_or(0, BTreeSet::len) as u64;
+        let mut fresh = 0;
         let mut wanted = BTreeSet::new();
         for id in ids {
             if !wanted.insert(id.as_str()) {
@@ -222,18 +223,18 @@ impl Inventory {
             }
             match self.items.get(id.as_str()) {
                 None => return Err(QueueError::ItemNotFound),
+                // Renewing only what the session holds adds nothing, so it is never refused:
+                // a limit lowered while seats are held must not make them lapse at the next
+                // renewal. Only a new item can break the limit, at the item that does.
                 Some(ItemState::Available) => {
-                    fresh.insert(id.as_str());
+                    fresh += 1;
+                    if mine + fresh > u64::from(max) {
+                        return Err(QueueError::TooManyHolds);
+                    }
                 }
                 Some(ItemState::Held { seq: s, .. }) if *s == seq => {}
                 Some(_) => return Err(QueueError::HoldConflict),
             }
-        }
-        // Renewing only what the session holds adds nothing, so it is never refused: a
-        // limit lowered while seats are held must not make them lapse at the next renewal.
-        let mine = self.sessions.get(&seq).map_or(0, BTreeSet::len);
-        if !fresh.is_empty() && (mine + fresh.len()) as u64 > u64::from(max) {
-            return Err(QueueError::TooManyHolds);
         }
         for id in wanted {
             self.set(id, ItemState::Held { seq, until }, fx);
@@ -401,6 +402,18 @@ mod tests {
             inv.hold(1, &ids(&["B-9"]), 100, 2, &mut fx),
             Err(QueueError::ItemNotFound)
         );
+        // The first failure in the order given answers: here the limit, at A-3, before
+        // the unknown B-9 (and the other way round).
+        inv.release(1, Some(&ids(&["A-2"])), &mut fx);
+        assert_eq!(
+            inv.hold(1, &ids(&["A-1", "A-3", "A-2", "B-9"]), 100, 2, &mut fx),
+            Err(QueueError::TooManyHolds)
+        );
+        assert_eq!(
+            inv.hold(1, &ids(&["B-9", "A-3", "A-2"]), 100, 2, &mut fx),
+            Err(QueueError::ItemNotFound)
+        );
+        inv.hold(1, &ids(&["A-2"]), 100, 2, &mut fx).unwrap();
         inv.expire(99, &mut fx);
         assert_eq!(inv.counts().held, 2);
         inv.expire(100, &mut fx);

@@ -10,12 +10,16 @@ use crate::core::{Effect, Millis, PlaceKey, QueueError};
 
 impl EventQueue {
     /// Adds items to the inventory (see [`crate::core::Inventory::add`]); answers how many
-    /// were new and the counts after.
+    /// were new and the counts after, which, like every inventory read, show no lapsed hold
+    /// and none of a session that is due to end.
     pub fn put_inventory(
         &mut self,
         ids: &[String],
+        now: Millis,
         fx: &mut Vec<Effect>,
     ) -> Result<(u64, InventoryCounts), QueueError> {
+        self.advance(now, fx);
+        self.inventory.expire(now, fx);
         let added = self.inventory.add(ids, fx)?;
         Ok((added, self.inventory.counts()))
     }
@@ -28,7 +32,8 @@ impl EventQueue {
     }
 
     /// Holds `ids` for the active session of `key` for the event's `hold_ttl_sec`, all or
-    /// none. Errors: `NoSession`, `ItemNotFound`, `HoldConflict`, `TooManyHolds`.
+    /// none, and renews the session's idle deadline (see [`EventQueue::seen_choosing`]).
+    /// Errors: `NoSession`, `ItemNotFound`, `HoldConflict`, `TooManyHolds`.
     pub fn hold(
         &mut self,
         key: PlaceKey,
@@ -36,7 +41,7 @@ impl EventQueue {
         now: Millis,
         fx: &mut Vec<Effect>,
     ) -> Result<SessionHolds, QueueError> {
-        self.session(key, now, fx)?;
+        self.seen_choosing(key, now, fx)?;
         self.inventory.expire(now, fx);
         let until = now + Millis::from(self.config.hold_ttl_sec) * 1000;
         let max = self.config.max_holds_per_session;
@@ -44,7 +49,8 @@ impl EventQueue {
         Ok(self.inventory.of_session(key.seq))
     }
 
-    /// Releases the session's holds of `ids` (all with `None`); answers what it still holds.
+    /// Releases the session's holds of `ids` (all with `None`) and renews the session's idle
+    /// deadline (see [`EventQueue::seen_choosing`]); answers what it still holds.
     pub fn release(
         &mut self,
         key: PlaceKey,
@@ -52,10 +58,24 @@ impl EventQueue {
         now: Millis,
         fx: &mut Vec<Effect>,
     ) -> Result<SessionHolds, QueueError> {
-        self.session(key, now, fx)?;
+        self.seen_choosing(key, now, fx)?;
         self.inventory.expire(now, fx);
         self.inventory.release(key.seq, ids, fx);
         Ok(self.inventory.of_session(key.seq))
+    }
+
+    /// The active session of `key`, its idle deadline renewed as a heartbeat renews it (its
+    /// maximum stays): a person holding or releasing seats is busy on the site, not idle,
+    /// whatever the call answers (a seat someone else took is part of choosing).
+    fn seen_choosing(
+        &mut self,
+        key: PlaceKey,
+        now: Millis,
+        fx: &mut Vec<Effect>,
+    ) -> Result<(), QueueError> {
+        let p = self.session(key, now, fx)?;
+        p.last_seen = p.last_seen.max(now);
+        Ok(())
     }
 
     /// Adds `session_extend_sec` to the active session's maximum (and renews its idle

@@ -1,8 +1,9 @@
 //! The admin's calls around the sale itself (`core::lifecycle`): the announcement to everyone
 //! waiting, and the end of the sale; and the `reason` that end-user errors carry after it.
 //!
-//! Both calls are settings updates of the store (`update_event`), never creations: that is
-//! what makes them durable, shared by every node and told to every node's live followers
+//! Both calls are settings updates of the store (`update_event`; the end through
+//! `end_sale`, the same update that also counts the places it ends), never creations: that
+//! is what makes them durable, shared by every node and told to every node's live followers
 //! (the store's `EventChanged` notice). The waiting places of an ended sale answer
 //! `TOKEN_NOT_FOUND` at once and are removed by the scheduler's ticks in bounded batches.
 
@@ -134,26 +135,18 @@ pub async fn end(
     let message = body.message.as_ref().map(needed_message).transpose()?;
     let _one = records::one_change_at_a_time(&id).await;
     let now = state.clock.now();
-    // Read before: once ended, the scheduler may remove the places at any moment.
-    let before = state.store.get_event(&id, now).await?;
-    let old = EndedBody::of(&before.config, now);
-    // Called again, nobody waited just before: the places were over at the first end,
-    // whether or not the sweep has removed them yet.
-    let waiting = if old.is_some() {
-        0
-    } else {
-        before.figures.waiting
+    // What the end replaced and the places it ended are read by the step that applies it:
+    // a join landing between a separate read and the end would be ended but not counted,
+    // and once ended the scheduler may remove the places at any moment.
+    let end = SaleEnd {
+        reason: body.reason,
+        message,
+        at: now,
     };
-    let patch = EventPatch {
-        end: Some(SaleEnd {
-            reason: body.reason,
-            message,
-            at: now,
-        }),
-        ..EventPatch::default()
-    };
-    let config = state.store.update_event(&id, &patch, now).await?;
-    let ended = EndedBody::of(&config, now)
+    let applied = state.store.end_sale(&id, end, now).await?;
+    let old = EndedBody::of(&applied.before, now);
+    let waiting = applied.waiting;
+    let ended = EndedBody::of(&applied.config, now)
         .ok_or_else(|| AppError::Internal("an ended sale reads as running".into()))?;
     let changes = change("ended", &old, &ended);
     records::audit(&state, &caller, Action::End, &id, changes, Some(waiting)).await;

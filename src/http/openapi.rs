@@ -887,7 +887,7 @@ fn get_inventory() {}
 
 #[utoipa::path(get, path = "/api/v1/session/holds", tag = "session",
     responses(
-        (status = 200, description = "The seat map: every item's state, and this session's holds", body = super::sale::SeatMap),
+        (status = 200, description = "The seat map: every item's state, and this session's holds (the call counts as a session heartbeat)", body = super::sale::SeatMap),
         (status = 400, description = "MISSING_TOKEN: no `Authorization: Bearer`", body = ErrorBody),
         (status = 401, description = "ACCESS_DENIED", body = ErrorBody)))]
 fn seat_map() {}
@@ -895,7 +895,7 @@ fn seat_map() {}
 #[utoipa::path(post, path = "/api/v1/session/holds", tag = "session",
     request_body(content = super::sale::ItemsBody, description = "All held or none"),
     responses(
-        (status = 200, description = "This session's holds and their expiries", body = crate::core::SessionHolds),
+        (status = 200, description = "This session's holds and their expiries (the call, answered or refused, counts as a session heartbeat)", body = crate::core::SessionHolds),
         (status = 400, description = "INVALID_REQUEST, MISSING_TOKEN", body = ErrorBody),
         (status = 401, description = "ACCESS_DENIED", body = ErrorBody),
         (status = 404, description = "ITEM_NOT_FOUND", body = ErrorBody),
@@ -905,7 +905,7 @@ fn hold() {}
 #[utoipa::path(delete, path = "/api/v1/session/holds", tag = "session",
     request_body(content = Option<super::sale::ItemsBody>, description = "The holds to release; no body releases every hold"),
     responses(
-        (status = 200, description = "This session's holds after the release", body = crate::core::SessionHolds),
+        (status = 200, description = "This session's holds after the release (the call counts as a session heartbeat)", body = crate::core::SessionHolds),
         (status = 400, description = "MISSING_TOKEN: no `Authorization: Bearer`", body = ErrorBody),
         (status = 401, description = "ACCESS_DENIED", body = ErrorBody)))]
 fn release_holds() {}

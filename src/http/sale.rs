@@ -1,6 +1,6 @@
 //! The sale's endpoints: an event's inventory (admin), a session's seat holds and its
 //! extension (with the access token). Each handler makes one store call that is one atomic
-//! transition (the seat map's read is two reads: the session, then the inventory).
+//! transition (the seat map is two: the session's renewal, then the inventory read).
 
 use axum::extract::State;
 use axum::http::{header, HeaderName, HeaderValue};
@@ -161,7 +161,8 @@ pub async fn get_inventory(
 }
 
 /// `GET /session/holds`: the seat map (every item, this session's own marked `mine`) and
-/// this session's holds.
+/// this session's holds. Renews the session's idle deadline, as the other hold calls do: a
+/// person looking at the seat map is choosing.
 pub async fn seat_map(
     State(state): State<AppState>,
     BearerToken(jwt): BearerToken,
@@ -170,7 +171,7 @@ pub async fn seat_map(
     let now = state.clock.now();
     state
         .store
-        .session(&claims.aud, key, now)
+        .session_heartbeat(&claims.aud, key, now)
         .await
         .map_err(AppError::from_session_error)?;
     let view = state

@@ -20,12 +20,12 @@ use tokio::sync::broadcast;
 use super::audit_file::AuditFile;
 use super::journal::{Durability, Journal};
 use super::{
-    notices_but_moved, EventSnapshot, JoinRequest, MovedEvents, Notice, Store, StoreError,
-    StoreResult, NOTICE_BUFFER,
+    notices_but_moved, EventSnapshot, JoinRequest, MovedEvents, Notice, SaleEndApplied, Store,
+    StoreError, StoreResult, NOTICE_BUFFER,
 };
 use crate::core::{
     Effect, EventConfig, EventPatch, EventQueue, HeadEntry, InventoryCounts, InventoryView, Millis,
-    PlaceKey, PlaceView, QueueError, SessionHolds,
+    PlaceKey, PlaceView, QueueError, SaleEnd, SessionHolds,
 };
 use crate::telemetry;
 
@@ -279,18 +279,35 @@ impl EmbeddedStore {
         patch: &EventPatch,
         now: Millis,
     ) -> StoreResult<EventConfig> {
-        let config = self
+        let (config, ()) = self
+            .reconfigure_after(event_id, slot, patch, now, |_, _| ())
+            .await?;
+        Ok(config)
+    }
+
+    /// [`Self::reconfigure`], with `first` run on the queue just before the patch, in the
+    /// same step (under the slot's lock): what it reads is what the change was applied to.
+    async fn reconfigure_after<T: Send>(
+        &self,
+        event_id: &str,
+        slot: &Shared,
+        patch: &EventPatch,
+        now: Millis,
+        first: impl FnOnce(&mut EventQueue, &mut Vec<Effect>) -> T + Send,
+    ) -> StoreResult<(EventConfig, T)> {
+        let out = self
             .run(slot, true, |q, fx| {
+                let read = first(q, fx);
                 let config = patch.apply(event_id, q.config(), now)?;
                 q.check_config(&config, now)?;
                 q.set_config(config.clone(), now, fx);
-                Ok(config)
+                Ok((config, read))
             })
             .await?;
         self.tell_event(Notice::EventChanged {
             event_id: event_id.into(),
         });
-        Ok(config)
+        Ok(out)
     }
 
     async fn with<T: Send>(
@@ -361,6 +378,38 @@ impl Store for EmbeddedStore {
         // `run`, and the deletion is journaled after this change (it takes the same lock).
         let slot = self.slot(event_id)?;
         self.reconfigure(event_id, &slot, patch, now).await
+    }
+
+    async fn end_sale(
+        &self,
+        event_id: &str,
+        end: SaleEnd,
+        now: Millis,
+    ) -> StoreResult<SaleEndApplied> {
+        let slot = self.slot(event_id)?;
+        let patch = EventPatch {
+            end: Some(end),
+            ..EventPatch::default()
+        };
+        let (config, (before, waiting)) = self
+            .reconfigure_after(event_id, &slot, &patch, now, |q, fx| {
+                // The figures bring the event up to `now` first: a place that was due to
+                // end has ended, and is not counted.
+                let waiting = q.figures(now, fx).waiting;
+                let before = q.config().clone();
+                let waiting = if before.sale_ended(now).is_some() {
+                    0
+                } else {
+                    waiting
+                };
+                (before, waiting)
+            })
+            .await?;
+        Ok(SaleEndApplied {
+            before,
+            config,
+            waiting,
+        })
     }
 
     async fn get_event(&self, event_id: &str, now: Millis) -> StoreResult<EventSnapshot> {
@@ -589,9 +638,9 @@ impl Store for EmbeddedStore {
         &self,
         event_id: &str,
         items: &[String],
-        _now: Millis,
+        now: Millis,
     ) -> StoreResult<(u64, InventoryCounts)> {
-        self.with(event_id, |q, fx| q.put_inventory(items, fx))
+        self.with(event_id, |q, fx| q.put_inventory(items, now, fx))
             .await
     }
 

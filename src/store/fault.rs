@@ -28,10 +28,10 @@ use tokio::sync::{broadcast, Notify};
 use tokio::time::Instant;
 
 use super::embedded::EmbeddedStore;
-use super::{EventSnapshot, JoinRequest, Notice, Store, StoreError, StoreResult};
+use super::{EventSnapshot, JoinRequest, Notice, SaleEndApplied, Store, StoreError, StoreResult};
 use crate::core::{
     EventConfig, EventPatch, HeadEntry, InventoryCounts, InventoryView, Millis, PlaceKey,
-    PlaceView, SessionHolds,
+    PlaceView, SaleEnd, SessionHolds,
 };
 
 /// One operation of the [`Store`] trait (`subscribe`, which cannot fail, is not one).
@@ -39,6 +39,7 @@ use crate::core::{
 pub enum Op {
     PutEvent,
     UpdateEvent,
+    EndSale,
     GetEvent,
     ListEvents,
     DeleteEvent,
@@ -249,6 +250,16 @@ impl Store for FaultStore {
     ) -> StoreResult<EventConfig> {
         self.gate(Op::UpdateEvent).await?;
         self.inner.update_event(event_id, patch, now).await
+    }
+
+    async fn end_sale(
+        &self,
+        event_id: &str,
+        end: SaleEnd,
+        now: Millis,
+    ) -> StoreResult<SaleEndApplied> {
+        self.gate(Op::EndSale).await?;
+        self.inner.end_sale(event_id, end, now).await
     }
 
     async fn get_event(&self, event_id: &str, now: Millis) -> StoreResult<EventSnapshot> {

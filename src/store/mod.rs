@@ -19,7 +19,7 @@ use tokio::sync::broadcast;
 
 use crate::core::{
     Effect, EndReason, EventConfig, EventFigures, EventPatch, HeadEntry, InventoryCounts,
-    InventoryView, Millis, PlaceKey, PlaceView, QueueError, SessionHolds,
+    InventoryView, Millis, PlaceKey, PlaceView, QueueError, SaleEnd, SessionHolds,
 };
 
 pub mod audit_file;
@@ -186,6 +186,19 @@ pub struct EventSnapshot {
     pub figures: EventFigures,
 }
 
+/// What [`Store::end_sale`] found and did, all read in the one step that ended the sale.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SaleEndApplied {
+    /// The settings just before the end (what it replaced, if the sale had ended already).
+    pub before: EventConfig,
+    /// The settings with the end.
+    pub config: EventConfig,
+    /// The places the end ended: those waiting just before it (once what was due had
+    /// ended), or 0 when the sale had ended already, as its places were over then (removed
+    /// by the sweep or not).
+    pub waiting: u64,
+}
+
 /// A request to join an event's queue.
 #[derive(Debug, Clone, Default)]
 pub struct JoinRequest {
@@ -237,6 +250,18 @@ pub trait Store: Send + Sync + 'static {
         patch: &EventPatch,
         now: Millis,
     ) -> StoreResult<EventConfig>;
+
+    /// Ends the sale with `end`, as `update_event` with that patch does (never creates:
+    /// `EventNotFound`), and answers the settings before and after and how many waiting
+    /// places it ended, read in the same atomic step as the end itself: a join that lands
+    /// before it is counted (and ended), one after it is refused. Publishes
+    /// [`Notice::EventChanged`] (to every node).
+    async fn end_sale(
+        &self,
+        event_id: &str,
+        end: SaleEnd,
+        now: Millis,
+    ) -> StoreResult<SaleEndApplied>;
 
     /// Settings and figures of one event; `EventNotFound` if unknown.
     async fn get_event(&self, event_id: &str, now: Millis) -> StoreResult<EventSnapshot>;
@@ -367,7 +392,8 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// Adds items (seat ids) to the event's inventory, available; ids it knows keep their
-    /// state. Answers how many were new and the counts after. Errors: `EventNotFound`,
+    /// state. Answers how many were new and the counts after, which, as `inventory`'s, are
+    /// read after ending what is due and releasing lapsed holds. Errors: `EventNotFound`,
     /// `Invalid` (an id that is not 1-64 of `[A-Za-z0-9._:-]`), `InventoryFull` (nothing
     /// added) past `core::holds::MAX_ITEMS`. Durable before it answers.
     async fn put_inventory(
@@ -383,9 +409,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// Holds `items` for the active session of `key` until `now + hold_ttl_sec`, all or
     /// none, in one atomic step: no item is ever held or sold by two sessions. Items the
-    /// session holds already are renewed. Answers everything the session holds. Errors:
-    /// `NoSession`, `ItemNotFound`, `HoldConflict` (held by another session, or sold),
-    /// `TooManyHolds` (past `max_holds_per_session`), as the first failing check says.
+    /// session holds already are renewed. The session's idle deadline is renewed as by
+    /// `session_heartbeat`, whether or not the items are held. Answers everything the
+    /// session holds. Errors: `NoSession`, `ItemNotFound`, `HoldConflict` (held by another
+    /// session, or sold), `TooManyHolds` (past `max_holds_per_session`), as the first
+    /// failing check says.
     /// Every end of the session releases its holds in the step that ends it, except
     /// `complete`, which sells them.
     async fn hold(
@@ -397,7 +425,8 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<SessionHolds>;
 
     /// Releases the session's holds of `items` (every hold with `None`); items it does not
-    /// hold are ignored. Answers what it still holds. `NoSession` unless active.
+    /// hold are ignored. Renews the session's idle deadline as `session_heartbeat` does.
+    /// Answers what it still holds. `NoSession` unless active.
     async fn release(
         &self,
         event_id: &str,

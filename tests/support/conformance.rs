@@ -11,7 +11,7 @@ use waitroom::core::{
     Announcement, EndCause, EndReason, EventPatch, Millis, PlaceKey, PlaceState, QueueError,
     SaleEnd, Texts, END_BATCH,
 };
-use waitroom::store::{JoinRequest, Notice, Store, StoreError};
+use waitroom::store::{JoinRequest, Notice, SaleEndApplied, Store, StoreError};
 use waitroom::tokens::random_u128;
 
 mod holds;
@@ -48,9 +48,12 @@ macro_rules! store_conformance {
             memory_use_is_unknown_or_grows,
             holds_are_exclusive_and_all_or_nothing, holds_need_an_active_session,
             every_session_end_releases_its_holds, holds_lapse_after_their_ttl,
+            adding_items_counts_no_lapsed_hold, holds_are_checked_in_the_order_given,
+            hold_calls_keep_the_session_alive,
             sessions_extend_up_to_the_limit, racing_holds_never_share_a_seat,
             delete_event_removes_inventory, sale_end_closes_the_queue,
             closes_at_ends_the_sale_on_time, closes_at_the_epoch_has_ended_the_sale,
+            the_end_counts_the_places_it_ends,
             ending_a_long_queue_takes_bounded_batches, announcement_is_kept_with_the_event);
         $crate::store_conformance!(@tests $make;
             a_sale_seen_over_stays_over_for_older_stamps,
@@ -1384,17 +1387,19 @@ fn texts(ko: &str, en: &str) -> Texts {
     }
 }
 
-/// Ends the sale as the admin's `end` call does.
-pub async fn end_sale(store: &Arc<dyn Store>, ev: &str, reason: EndCause, now: Millis) {
-    let patch = EventPatch {
-        end: Some(SaleEnd {
-            reason,
-            message: Some(texts("매진", "Sold out")),
-            at: now,
-        }),
-        ..EventPatch::default()
+/// Ends the sale as the admin's `end` call does; answers what the end found and did.
+pub async fn end_sale(
+    store: &Arc<dyn Store>,
+    ev: &str,
+    reason: EndCause,
+    now: Millis,
+) -> SaleEndApplied {
+    let end = SaleEnd {
+        reason,
+        message: Some(texts("매진", "Sold out")),
+        at: now,
     };
-    store.update_event(ev, &patch, now).await.expect("ended");
+    store.end_sale(ev, end, now).await.expect("ended")
 }
 
 /// Ticks until the event needs no batch at once any more; answers how many ticks that took.
@@ -1419,8 +1424,11 @@ pub async fn sale_end_closes_the_queue(store: Arc<dyn Store>) {
     let w2 = join(&store, "end", None, T0).await;
     assert_eq!(w2.position, Some(2));
     let mut rx = store.subscribe();
-    end_sale(&store, "end", EndCause::SoldOut, T0 + S).await;
+    let ended = end_sale(&store, "end", EndCause::SoldOut, T0 + S).await;
+    assert_eq!(ended.waiting, 2, "the places it ended");
+    assert_eq!(ended.before.ended, None);
     let cfg = store.get_event("end", T0 + S).await.unwrap().config;
+    assert_eq!(ended.config, cfg);
     assert_eq!(
         cfg.ended.as_ref().map(|e| e.reason),
         Some(EndCause::SoldOut)
@@ -1464,8 +1472,10 @@ pub async fn sale_end_closes_the_queue(store: Arc<dyn Store>) {
     }
     closed.sort_unstable();
     assert_eq!(closed, vec![w1.key.seq, w2.key.seq]);
-    // A second end changes the reason, not the moment.
-    end_sale(&store, "end", EndCause::Cancelled, T0 + 3 * S).await;
+    // A second end changes the reason, not the moment, and ends nobody.
+    let again = end_sale(&store, "end", EndCause::Cancelled, T0 + 3 * S).await;
+    assert_eq!(again.waiting, 0);
+    assert_eq!(again.before.ended, cfg.ended);
     let e = store
         .get_event("end", T0 + 3 * S)
         .await
@@ -1475,6 +1485,74 @@ pub async fn sale_end_closes_the_queue(store: Arc<dyn Store>) {
     assert_eq!(
         e.map(|e| (e.reason, e.at)),
         Some((EndCause::Cancelled, T0 + S))
+    );
+}
+
+/// The end counts the places it ends in the step that ends them: not a place whose
+/// deadline passed before it (that one expired), and none once the sale was over already,
+/// by an earlier end or by `closes_at`; an unknown event is not created.
+pub async fn the_end_counts_the_places_it_ends(store: Arc<dyn Store>) {
+    make_event(
+        &store,
+        "ec",
+        serde_json::json!({"max_active": 1, "waiting_idle_sec": 10}),
+    )
+    .await;
+    join(&store, "ec", None, T0).await;
+    let lapsed = join(&store, "ec", None, T0).await;
+    join(&store, "ec", None, T0 + 5 * S).await;
+    join(&store, "ec", None, T0 + 5 * S).await;
+    let ended = end_sale(&store, "ec", EndCause::SoldOut, T0 + 10 * S).await;
+    assert_eq!(ended.waiting, 2, "the place idle since T0 expired first");
+    assert_eq!(
+        queue_err(store.status("ec", lapsed.key, T0 + 10 * S).await),
+        QueueError::TokenExpired
+    );
+    let again = end_sale(&store, "ec", EndCause::Cancelled, T0 + 11 * S).await;
+    assert_eq!(again.waiting, 0);
+    assert_eq!(
+        again.before.ended.map(|e| (e.reason, e.at)),
+        Some((EndCause::SoldOut, T0 + 10 * S))
+    );
+
+    let closes = T0 + 20 * S;
+    make_event(
+        &store,
+        "ec2",
+        serde_json::json!({"max_active": 1, "closes_at": format_rfc3339(closes)}),
+    )
+    .await;
+    join(&store, "ec2", None, T0).await;
+    join(&store, "ec2", None, T0).await;
+    assert_eq!(
+        end_sale(&store, "ec2", EndCause::SoldOut, closes - 1)
+            .await
+            .waiting,
+        1
+    );
+    make_event(
+        &store,
+        "ec3",
+        serde_json::json!({"max_active": 1, "closes_at": format_rfc3339(closes)}),
+    )
+    .await;
+    join(&store, "ec3", None, T0).await;
+    join(&store, "ec3", None, T0).await;
+    let closed = end_sale(&store, "ec3", EndCause::SoldOut, closes).await;
+    assert_eq!(closed.waiting, 0, "closes_at had ended them");
+    assert!(closed.before.sale_ended(closes).is_some());
+    let end = SaleEnd {
+        reason: EndCause::Closed,
+        message: None,
+        at: T0,
+    };
+    assert_eq!(
+        queue_err(store.end_sale("nope", end, T0).await),
+        QueueError::EventNotFound
+    );
+    assert_eq!(
+        queue_err(store.get_event("nope", T0).await),
+        QueueError::EventNotFound
     );
 }
 
@@ -1705,7 +1783,8 @@ pub async fn ending_a_long_queue_takes_bounded_batches(store: Arc<dyn Store>) {
     }
     let keys: Vec<PlaceKey> = set.join_all().await.into_iter().flatten().collect();
     assert_eq!(keys.len(), total + 1);
-    end_sale(&store, "long", EndCause::SoldOut, T0 + S).await;
+    let ended = end_sale(&store, "long", EndCause::SoldOut, T0 + S).await;
+    assert_eq!(ended.waiting, total as u64);
     assert_eq!(store_waiting(&store, "long", T0 + S).await, total as u64);
     for k in keys.iter().step_by(97) {
         let r = store.peek("long", *k, T0 + S).await;

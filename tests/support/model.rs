@@ -584,15 +584,26 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                 }
             }
             Op::End => {
-                let end = EventPatch {
-                    end: Some(SaleEnd {
-                        reason: EndCause::SoldOut,
-                        message: None,
-                        at: m.now,
-                    }),
-                    ..EventPatch::default()
+                let end = SaleEnd {
+                    reason: EndCause::SoldOut,
+                    message: None,
+                    at: m.now,
                 };
-                m.cfg = qerr(rt.block_on(store.update_event(ev, &end, m.now))).unwrap();
+                let applied = qerr(rt.block_on(store.end_sale(ev, end, m.now))).unwrap();
+                // It counts the places it ends: none when the sale had ended already.
+                let ends = if m.cfg.ended.is_some() {
+                    0
+                } else {
+                    m.waiting_indices().len() as u64
+                };
+                prop_assert_eq!(applied.waiting, ends, "step {}: places the end ended", step);
+                prop_assert_eq!(
+                    &applied.before.ended,
+                    &m.cfg.ended,
+                    "step {}: the end it replaced",
+                    step
+                );
+                m.cfg = applied.config;
                 // Waiting places end with the sale; admitted and active ones carry on.
                 for i in m.waiting_indices() {
                     m.places[i].state = MState::Gone;
@@ -622,6 +633,10 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                 let names: Vec<String> = want.iter().map(|&s| seat(s)).collect();
                 let got = qerr(rt.block_on(store.hold(ev, m.places[i].key, &names, m.now)));
                 let want_err = model_hold(&m, i, want);
+                // Any hold call of a session renews its idle deadline, refused or not.
+                if m.places[i].state == MState::Active {
+                    m.places[i].last_seen = m.now;
+                }
                 match want_err {
                     Some(e) => prop_assert_eq!(got.map(|_| ()), Err(e), "step {}", step),
                     None => {
@@ -650,6 +665,7 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                     prop_assert_eq!(got.map(|_| ()), Err(QueueError::NoSession), "step {}", step);
                 } else {
                     prop_assert!(got.is_ok(), "step {}: release failed", step);
+                    m.places[i].last_seen = m.now;
                     for s in 0..SEATS {
                         let chosen = which.as_ref().is_none_or(|w| w.contains(&s));
                         if chosen && matches!(m.seats[s], MSeat::Held(p, _) if p == i) {
@@ -697,22 +713,25 @@ fn model_hold(m: &Model, i: usize, want: &[usize]) -> Option<QueueError> {
     if m.places[i].state != MState::Active {
         return Some(QueueError::NoSession);
     }
-    let mut fresh = std::collections::BTreeSet::new();
-    for &s in want {
-        match m.seats[s] {
-            MSeat::Free => {
-                fresh.insert(s);
-            }
-            MSeat::Held(p, _) if p == i => {}
-            _ => return Some(QueueError::HoldConflict),
-        }
-    }
     let mine = m
         .seats
         .iter()
         .filter(|s| matches!(s, MSeat::Held(p, _) if *p == i))
         .count();
-    (!fresh.is_empty() && mine + fresh.len() > MAX_HOLDS).then_some(QueueError::TooManyHolds)
+    let mut fresh = std::collections::BTreeSet::new();
+    for &s in want {
+        match m.seats[s] {
+            MSeat::Free => {
+                // The limit is checked at the new seat that breaks it.
+                if fresh.insert(s) && mine + fresh.len() > MAX_HOLDS {
+                    return Some(QueueError::TooManyHolds);
+                }
+            }
+            MSeat::Held(p, _) if p == i => {}
+            _ => return Some(QueueError::HoldConflict),
+        }
+    }
+    None
 }
 
 /// Applies the admissions the store made, after checking they are the ones the rules allow:

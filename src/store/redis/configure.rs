@@ -6,6 +6,16 @@ use std::time::Duration;
 
 use super::*;
 
+/// What [`Inner::configure`] wrote, and what it found, read by the script that wrote it.
+pub(super) struct Configured {
+    /// The settings the patch was applied to (the defaults for an event it created).
+    pub(super) before: EventConfig,
+    pub(super) config: EventConfig,
+    /// The places waiting just before the change (`Store::end_sale`'s count): once what
+    /// was due had ended, none when the sale had ended already or the event is new.
+    pub(super) waiting: u64,
+}
+
 impl Inner {
     /// Writes `patch` over the event's stored settings (over the defaults when `create` and
     /// the event does not exist; `EventNotFound` when not `create` and it does not).
@@ -15,7 +25,7 @@ impl Inner {
         patch: &EventPatch,
         now: Millis,
         create: bool,
-    ) -> StoreResult<EventConfig> {
+    ) -> StoreResult<Configured> {
         validate_event_id(event_id)?;
         let s = self;
         let mut conn = s.connection().await?;
@@ -108,7 +118,13 @@ impl Inner {
                     s.tell(vec![Notice::EventChanged {
                         event_id: event_id.into(),
                     }]);
-                    return Ok(config);
+                    // `{version, waiting}`: the count comes from the step that wrote.
+                    let waiting = uint(field(array(&r.payload)?, 1)?)?;
+                    return Ok(Configured {
+                        before: base,
+                        config,
+                        waiting,
+                    });
                 }
                 CONFLICT => {
                     // Another change won: a short random pause spreads the retries of many

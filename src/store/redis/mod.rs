@@ -73,11 +73,12 @@ use tokio::task::JoinHandle;
 use conn::Conn;
 
 use super::{
-    notices_of, EventSnapshot, JoinRequest, Notice, Store, StoreError, StoreResult, NOTICE_BUFFER,
+    notices_of, EventSnapshot, JoinRequest, Notice, SaleEndApplied, Store, StoreError, StoreResult,
+    NOTICE_BUFFER,
 };
 use crate::core::{
     validate_event_id, Access, Effect, EventConfig, EventPatch, HeadEntry, InventoryCounts,
-    InventoryView, Millis, PlaceKey, PlaceView, QueueError, SessionHolds,
+    InventoryView, Millis, PlaceKey, PlaceView, QueueError, SaleEnd, SessionHolds,
 };
 use crate::telemetry;
 use decode::{array, field, int, invalid, queue_error, text, uint, unexpected, Malformed, Reply};
@@ -555,7 +556,11 @@ impl Store for RedisStore {
         patch: &EventPatch,
         now: Millis,
     ) -> StoreResult<EventConfig> {
-        self.inner.configure(event_id, patch, now, true).await
+        Ok(self
+            .inner
+            .configure(event_id, patch, now, true)
+            .await?
+            .config)
     }
 
     async fn update_event(
@@ -564,7 +569,29 @@ impl Store for RedisStore {
         patch: &EventPatch,
         now: Millis,
     ) -> StoreResult<EventConfig> {
-        self.inner.configure(event_id, patch, now, false).await
+        Ok(self
+            .inner
+            .configure(event_id, patch, now, false)
+            .await?
+            .config)
+    }
+
+    async fn end_sale(
+        &self,
+        event_id: &str,
+        end: SaleEnd,
+        now: Millis,
+    ) -> StoreResult<SaleEndApplied> {
+        let patch = EventPatch {
+            end: Some(end),
+            ..EventPatch::default()
+        };
+        let c = self.inner.configure(event_id, &patch, now, false).await?;
+        Ok(SaleEndApplied {
+            before: c.before,
+            config: c.config,
+            waiting: c.waiting,
+        })
     }
 
     async fn get_event(&self, event_id: &str, now: Millis) -> StoreResult<EventSnapshot> {

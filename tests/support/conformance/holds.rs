@@ -168,6 +168,52 @@ pub async fn holds_are_exclusive_and_all_or_nothing(store: Arc<dyn Store>) {
     );
 }
 
+/// The items of a hold are checked in the order given and the first failure answers: the
+/// limit broken by an earlier item wins over a later item that is sold, held by another
+/// session or unknown, and the other way round.
+pub async fn holds_are_checked_in_the_order_given(store: Arc<dyn Store>) {
+    let k = sale(
+        &store,
+        "hc",
+        4,
+        2,
+        serde_json::json!({"max_holds_per_session": 1}),
+    )
+    .await;
+    let (a, b) = (k[0], k[1]);
+    store.hold("hc", b, &ids(&["A-4"]), T0).await.unwrap();
+    store.complete("hc", b, T0).await.unwrap();
+    store.hold("hc", a, &ids(&["A-1"]), T0).await.unwrap();
+    // A-2 takes `a` past the limit before A-4 (sold) or Z-9 (unknown) is reached.
+    for later in ["A-4", "Z-9"] {
+        assert_eq!(
+            queue_err(store.hold("hc", a, &ids(&["A-1", "A-2", later]), T0).await),
+            QueueError::TooManyHolds,
+            "{later}"
+        );
+    }
+    assert_eq!(
+        queue_err(store.hold("hc", a, &ids(&["A-4", "A-2"]), T0).await),
+        QueueError::HoldConflict
+    );
+    assert_eq!(
+        queue_err(store.hold("hc", a, &ids(&["Z-9", "A-2"]), T0).await),
+        QueueError::ItemNotFound
+    );
+    store.release("hc", a, None, T0).await.unwrap();
+    assert_eq!(
+        queue_err(
+            store
+                .hold("hc", a, &ids(&["A-1", "A-1", "A-2", "A-4"]), T0)
+                .await
+        ),
+        QueueError::TooManyHolds,
+        "a repeated item counts once"
+    );
+    let c = counts(&store, "hc", T0).await;
+    assert_eq!((c.held, c.sold), (0, 1), "nothing changed");
+}
+
 pub async fn holds_need_an_active_session(store: Arc<dyn Store>) {
     make_event(&store, "hn", serde_json::json!({"max_active": 1})).await;
     store.put_inventory("hn", &seats(2), T0).await.unwrap();
@@ -210,12 +256,14 @@ pub async fn every_session_end_releases_its_holds(store: Arc<dyn Store>) {
     store.complete("he", k[1], T0 + 3 * S).await.unwrap();
     let c = counts(&store, "he", T0 + 3 * S).await;
     assert_eq!((c.held, c.sold), (4, 2));
-    // Idle: k[3] keeps its session alive, k[2] does not and lapses at T0 + 10 s.
+    // Idle: k[3] keeps its session alive, k[2] does not: its last call, the hold at
+    // T0 + 1 s, renewed it until T0 + 11 s, when it lapses.
     store
         .session_heartbeat("he", k[3], T0 + 9 * S)
         .await
         .unwrap();
-    let c = counts(&store, "he", T0 + 10 * S).await;
+    assert_eq!(counts(&store, "he", T0 + 11 * S - 1).await.held, 4);
+    let c = counts(&store, "he", T0 + 11 * S).await;
     assert_eq!((c.held, c.sold, c.available), (2, 2, 4));
     // Maximum: heartbeats cannot keep k[3] past 60 s.
     for t in (15..60).step_by(5) {
@@ -276,6 +324,99 @@ pub async fn holds_lapse_after_their_ttl(store: Arc<dyn Store>) {
     store.complete("hl", k[0], T0 + 15 * S).await.unwrap();
     let c = counts(&store, "hl", T0 + 15 * S).await;
     assert_eq!((c.held, c.sold, c.available), (1, 0, 1));
+}
+
+/// Adding items answers the counts as an inventory read does: a hold that lapsed, or whose
+/// session was due to end, is released first, not counted as held.
+pub async fn adding_items_counts_no_lapsed_hold(store: Arc<dyn Store>) {
+    let k = sale(
+        &store,
+        "hp",
+        3,
+        2,
+        serde_json::json!({"hold_ttl_sec": 10, "session_idle_sec": 5}),
+    )
+    .await;
+    store.hold("hp", k[0], &ids(&["A-1"]), T0).await.unwrap();
+    store.hold("hp", k[1], &ids(&["A-2"]), T0).await.unwrap();
+    store
+        .session_heartbeat("hp", k[0], T0 + 4 * S)
+        .await
+        .unwrap();
+    // k[1]'s session was due to end (idle) at T0 + 5 s, and its hold with it.
+    let (added, c) = store
+        .put_inventory("hp", &ids(&["B-1"]), T0 + 6 * S)
+        .await
+        .unwrap();
+    assert_eq!((added, c.total, c.available, c.held), (1, 4, 3, 1));
+    assert_eq!(c, counts(&store, "hp", T0 + 6 * S).await);
+    store
+        .session_heartbeat("hp", k[0], T0 + 8 * S)
+        .await
+        .unwrap();
+    // k[0]'s session lives on, but its hold lapsed at T0 + 10 s.
+    let (added, c) = store
+        .put_inventory("hp", &ids(&["B-1"]), T0 + 10 * S)
+        .await
+        .unwrap();
+    assert_eq!((added, c.total, c.available, c.held), (0, 4, 4, 0));
+    assert_eq!(c, counts(&store, "hp", T0 + 10 * S).await);
+    assert!(store
+        .release("hp", k[0], None, T0 + 10 * S)
+        .await
+        .unwrap()
+        .holds
+        .is_empty());
+}
+
+/// A session busy holding and releasing seats is not idle: every hold call renews its idle
+/// deadline as a heartbeat does, a refused hold too, but never its maximum.
+pub async fn hold_calls_keep_the_session_alive(store: Arc<dyn Store>) {
+    let k = sale(
+        &store,
+        "hk",
+        2,
+        2,
+        serde_json::json!({"session_idle_sec": 10, "session_max_sec": 40,
+            "hold_ttl_sec": 1000}),
+    )
+    .await;
+    let (a, b) = (k[0], k[1]);
+    store
+        .hold("hk", a, &ids(&["A-1"]), T0 + 8 * S)
+        .await
+        .unwrap();
+    store
+        .hold("hk", b, &ids(&["A-2"]), T0 + 5 * S)
+        .await
+        .unwrap();
+    // Refused (b holds A-2), yet a sign of life: `a` stays past T0 + 18 s.
+    assert_eq!(
+        queue_err(store.hold("hk", a, &ids(&["A-2"]), T0 + 14 * S).await),
+        QueueError::HoldConflict
+    );
+    store
+        .release("hk", a, Some(&ids(&["A-2"])), T0 + 22 * S)
+        .await
+        .unwrap();
+    // b made no call after T0 + 5 s: it ended idle, and its hold went with it.
+    let h = store
+        .hold("hk", a, &ids(&["A-2"]), T0 + 30 * S)
+        .await
+        .unwrap();
+    assert_eq!(held(&h), ["A-1", "A-2"]);
+    assert_eq!(
+        queue_err(store.session("hk", b, T0 + 30 * S).await),
+        QueueError::NoSession
+    );
+    // The maximum stays where it was: T0 + 40 s, though the last call was at T0 + 38 s.
+    store.release("hk", a, None, T0 + 38 * S).await.unwrap();
+    let v = store.session("hk", a, T0 + 39 * S).await.unwrap();
+    assert_eq!(v.session_ends_at, Some(T0 + 40 * S));
+    assert_eq!(
+        queue_err(store.session("hk", a, T0 + 40 * S).await),
+        QueueError::NoSession
+    );
 }
 
 pub async fn sessions_extend_up_to_the_limit(store: Arc<dyn Store>) {

@@ -92,8 +92,11 @@ local function inventory_counts()
   return {tonumber(c[1]) or 0, tonumber(c[2]) or 0, tonumber(c[3]) or 0}
 end
 
--- ARGV[3..]: item ids (checked by the Rust side). All or none past MAX_ITEMS.
+-- ARGV[3..]: item ids (checked by the Rust side). All or none past MAX_ITEMS. The counts
+-- answered are an inventory read's: what is due ends, and lapsed holds go, first.
 local function put_inventory()
+  advance()
+  expire_holds()
   local total = inventory_counts()[1]
   local fresh, seen = {}, {}
   for i = 3, #ARGV do
@@ -134,14 +137,15 @@ local function hold(seq)
       local st = rcall('HGET', K_ITEMS, id)
       if not st then return finish('ITEM_NOT_FOUND') end
       if st == '' then
+        -- Only a new item counts toward the limit, checked at the item that breaks it: a
+        -- pure renewal adds nothing, so it is never refused, even above a lowered limit.
         fresh = fresh + 1
+        if #mine + fresh > max then return finish('TOO_MANY_HOLDS') end
       elseif not have[id] then
         return finish('HOLD_CONFLICT')
       end
     end
   end
-  -- A pure renewal adds nothing: never refused, even above a lowered limit.
-  if fresh > 0 and #mine + fresh > max then return finish('TOO_MANY_HOLDS') end
   local mark = 'h' .. seq .. ':' .. fmt(until_)
   for _, id in ipairs(wanted) do
     if not have[id] then mine[#mine + 1] = id end

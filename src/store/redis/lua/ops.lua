@@ -45,9 +45,14 @@ local function op_put()
       and not (ended == 1 or (closes > 0 and math.max(NOW, M.seen) >= closes)) then
     return finish('REOPEN_LOCKED')
   end
+  -- The places waiting just before this change (the end of a sale answers them: Rust's
+  -- `Store::end_sale`): counted once what fell due has ended, none once the sale had ended
+  -- already (its places were over then, swept or not).
+  local waiting = 0
   if exists then
     -- What fell due under the old settings ends under them.
     advance()
+    if not sale_ended() then waiting = N_W end
   else
     for _, f in ipairs(FIELDS) do M[f] = 0 end
     M.fadm = nil
@@ -68,7 +73,7 @@ local function op_put()
   set('nd', 0)
   expire_due()
   admit()
-  return finish('OK', ver + 1)
+  return finish('OK', {ver + 1, waiting})
 end
 
 -- Whether the event is invite-only (the meta's `inv`), read once per script: only `put`
@@ -284,9 +289,11 @@ local function op_place(OP, ARGV)
     end_place(seq, p, FX_COMPLETED, NOW)
     admit()
     return finish('OK', 1)
-  elseif OP == 'hold' then
-    return hold(seq)
-  elseif OP == 'unhold' then
+  elseif OP == 'hold' or OP == 'unhold' then
+    -- Choosing seats is a sign of life: the idle deadline is renewed as a heartbeat renews
+    -- it, whatever the call answers (sale.rs `seen_choosing`).
+    renew(seq, p)
+    if OP == 'hold' then return hold(seq) end
     return release(seq)
   elseif OP == 'extend' then
     return extend(seq, p)
