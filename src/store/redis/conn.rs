@@ -199,3 +199,25 @@ impl ConnectionLike for Healing {
         self.0.current.load().get_db()
     }
 }
+
+/// `url` with the characters of its user and password that would end them early for a URL
+/// parser (`/`, `?`, `#`, an `@` but the last) percent-encoded: a password may hold them
+/// (base64 ones often hold `/`), and redis-rs then failed with a bare "did not parse".
+/// redis-rs decodes them back. A `%` is left alone: an encoded password stays as it was.
+pub(in crate::store) fn with_userinfo_encoded(url: &str) -> std::borrow::Cow<'_, str> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.into();
+    };
+    let Some((userinfo, hosts)) = rest.rsplit_once('@') else {
+        return url.into();
+    };
+    if !userinfo.contains(['/', '?', '#', '@']) {
+        return url.into();
+    }
+    let encoded = userinfo
+        .replace('/', "%2F")
+        .replace('?', "%3F")
+        .replace('#', "%23")
+        .replace('@', "%40");
+    format!("{scheme}://{encoded}@{hosts}").into()
+}

@@ -58,6 +58,8 @@ mod sale;
 mod script;
 pub mod sentinel;
 
+pub(super) use conn::with_userinfo_encoded;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -204,28 +206,6 @@ fn unavailable(e: redis::RedisError) -> StoreError {
 /// `LAYOUT …`, `rules.lua`'s `OLD_LAYOUT_ERROR`).
 fn is_old_layout(e: &StoreError) -> bool {
     matches!(e, StoreError::Unavailable(m) if m.contains("LAYOUT") && m.contains("older waitroom"))
-}
-
-/// `url` with the characters of its user and password that would end them early for a URL
-/// parser (`/`, `?`, `#`, an `@` but the last) percent-encoded: a password may hold them
-/// (base64 ones often hold `/`), and redis-rs then failed with a bare "did not parse".
-/// redis-rs decodes them back. A `%` is left alone: an encoded password stays as it was.
-pub(super) fn with_userinfo_encoded(url: &str) -> std::borrow::Cow<'_, str> {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.into();
-    };
-    let Some((userinfo, hosts)) = rest.rsplit_once('@') else {
-        return url.into();
-    };
-    if !userinfo.contains(['/', '?', '#', '@']) {
-        return url.into();
-    }
-    let encoded = userinfo
-        .replace('/', "%2F")
-        .replace('?', "%3F")
-        .replace('#', "%23")
-        .replace('@', "%40");
-    format!("{scheme}://{encoded}@{hosts}").into()
 }
 
 impl RedisStore {
