@@ -143,10 +143,15 @@ async fn take_over_crowd(store: &dyn Store, now: Millis) -> Vec<Bot> {
     for n in 1..=DEMO_CROWD_MAX {
         match join_bot(store, n, now).await {
             Ok(bot) => bots.push(bot),
-            Err(e) => {
+            // The store is down: the top-ups try again.
+            Err(e @ StoreError::Unavailable(_)) => {
                 tracing::debug!(error = %e, "demo crowd cannot take over its places");
                 break;
             }
+            // A name with no live place needs a new one, which a closed or full event
+            // refuses: the names that still hold places are taken over all the same (a
+            // proven join of a live place is answered before those checks).
+            Err(e) => tracing::debug!(bot = n, error = %e, "demo bot has no place to take over"),
         }
     }
     bots
@@ -346,5 +351,58 @@ mod tests {
             }
         }
         assert!(moved, "the line stood still at position {start}");
+    }
+
+    /// A name whose place ended needs a new place to be taken over, which an event closed
+    /// to joins refuses: the names that still hold places are taken over all the same, and
+    /// their slots free (bots get through) within the old places' timeouts.
+    #[tokio::test(start_paused = true)]
+    async fn a_closed_event_still_has_its_live_bots_taken_over() {
+        let clock = Clock::manual(1_000_000);
+        let store: Arc<dyn Store> = Arc::new(EmbeddedStore::new());
+        ensure_demo_event(store.as_ref(), clock.now())
+            .await
+            .unwrap();
+        let (tx, rx) = stop_channel();
+        let first = spawn_task(
+            "demo-crowd",
+            run_demo_crowd(store.clone(), clock.clone(), rx),
+        );
+        for _ in 0..10 {
+            clock.advance(1_000);
+            tokio::time::sleep(DEMO_STEP).await;
+        }
+        tx.send(true).unwrap();
+        first.await.unwrap();
+        // The first name's place ends; the others still hold the slots.
+        let one = join_bot(store.as_ref(), 1, clock.now()).await.unwrap();
+        assert!(store.leave(DEMO_EVENT, one.key, clock.now()).await.unwrap());
+        let closed = EventPatch {
+            accept_joins: Some(false),
+            ..EventPatch::default()
+        };
+        store
+            .update_event(DEMO_EVENT, &closed, clock.now())
+            .await
+            .unwrap();
+        let held = store.get_event(DEMO_EVENT, clock.now()).await.unwrap();
+        assert_eq!(held.figures.admitted + held.figures.active, 3, "{held:?}");
+        let (_tx, rx) = stop_channel();
+        let _h = spawn_task(
+            "demo-crowd",
+            run_demo_crowd(store.clone(), clock.clone(), rx),
+        );
+        let mut through = false;
+        // Well within the old places' timeouts: 30 s to enter, 60 s of idle session.
+        for _ in 0..15 {
+            clock.advance(1_000);
+            tokio::time::sleep(DEMO_STEP).await;
+            let f = store.get_event(DEMO_EVENT, clock.now()).await.unwrap();
+            if f.figures.completed > held.figures.completed {
+                through = true;
+                break;
+            }
+        }
+        assert!(through, "no bot got through after the restart: {held:?}");
     }
 }

@@ -895,7 +895,7 @@ fn seat_map() {}
 #[utoipa::path(post, path = "/api/v1/session/holds", tag = "session",
     request_body(content = super::sale::ItemsBody, description = "All held or none"),
     responses(
-        (status = 200, description = "This session's holds and their expiries (the call, answered or refused, counts as a session heartbeat)", body = crate::core::SessionHolds),
+        (status = 200, description = "This session's holds and their expiries (the call counts as a session heartbeat, whether the seats are granted or refused)", body = crate::core::SessionHolds),
         (status = 400, description = "INVALID_REQUEST, MISSING_TOKEN", body = ErrorBody),
         (status = 401, description = "ACCESS_DENIED", body = ErrorBody),
         (status = 404, description = "ITEM_NOT_FOUND", body = ErrorBody),
