@@ -844,20 +844,7 @@ async fn too_few_replicas_for_redis_wait_replicas_is_not_ready() {
     assert_eq!(s, StatusCode::OK, "the process itself is fine");
 
     let dir = tempfile::tempdir().unwrap();
-    let master_port = master.port.to_string();
-    let _replica = RedisServer::start_with(
-        free_port(false),
-        dir.path(),
-        &[
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--replicaof",
-            "127.0.0.1",
-            &master_port,
-        ],
-    );
+    let _replica = RedisServer::start_replica_of(master.port, dir.path());
     eventually(
         "ready once the replica is online",
         Duration::from_secs(15),

@@ -100,6 +100,25 @@ fn int_attr(span: &Span, key: &str) -> Option<i64> {
     }
 }
 
+/// A server (embedded, no demo) that exports its traces to the collector at `url`, in
+/// batches sent every 50 ms.
+fn start_exporting_to(dir: &std::path::Path, url: &str) -> Server {
+    Server::start(
+        dir,
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--no-demo",
+            "--admin-token",
+            ADMIN,
+        ],
+        &[
+            ("WAITROOM_OTLP_ENDPOINT", url),
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+        ],
+    )
+}
+
 async fn get(url: &str, traceparent: Option<&str>) -> (StatusCode, Value) {
     let mut req = reqwest::Client::new().get(url);
     if let Some(tp) = traceparent {
@@ -243,20 +262,7 @@ async fn a_stuck_collector_holds_neither_requests_nor_the_exit() {
         }
     });
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(
-        dir.path(),
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--no-demo",
-            "--admin-token",
-            ADMIN,
-        ],
-        &[
-            ("WAITROOM_OTLP_ENDPOINT", url.as_str()),
-            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
-        ],
-    );
+    let server = start_exporting_to(dir.path(), &url);
     for _ in 0..20 {
         let (status, body) = get(&server.url("/api/v1/events/nope"), None).await;
         assert_eq!(status, StatusCode::NOT_FOUND);
@@ -286,20 +292,7 @@ async fn an_unreachable_collector_is_warned_about_once() {
         .port();
     let url = format!("http://127.0.0.1:{port}");
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(
-        dir.path(),
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--no-demo",
-            "--admin-token",
-            ADMIN,
-        ],
-        &[
-            ("WAITROOM_OTLP_ENDPOINT", url.as_str()),
-            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
-        ],
-    );
+    let server = start_exporting_to(dir.path(), &url);
     let warning = "exporting traces to the OTLP collector failed";
     let requests = || async {
         for _ in 0..5 {

@@ -428,20 +428,7 @@ async fn a_batch_refused_for_memory_changes_nothing() {
 async fn one_wait_per_batch_and_acknowledged_joins_are_on_the_replica() {
     let master = RedisServer::start();
     let dir = tempfile::tempdir().unwrap().keep();
-    let master_port = master.port.to_string();
-    let replica = RedisServer::start_with(
-        support::redis::free_port(false),
-        &dir,
-        &[
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--replicaof",
-            "127.0.0.1",
-            &master_port,
-        ],
-    );
+    let replica = RedisServer::start_replica_of(master.port, &dir);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while !replica
         .info("replication")

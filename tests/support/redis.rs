@@ -112,6 +112,24 @@ impl RedisServer {
         s
     }
 
+    /// A replica of the master on `master_port` (nothing saved), on a free port in `dir`.
+    pub fn start_replica_of(master_port: u16, dir: &Path) -> RedisServer {
+        let master = master_port.to_string();
+        Self::start_with(
+            free_port(false),
+            dir,
+            &[
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--replicaof",
+                "127.0.0.1",
+                &master,
+            ],
+        )
+    }
+
     /// A Sentinel on a free port watching the master on `master_port` as `service`, with
     /// short timings (down after 1 s) so a test's failover takes seconds; quorum 2.
     pub fn start_sentinel(master_port: u16, service: &str) -> RedisServer {
