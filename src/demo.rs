@@ -284,11 +284,8 @@ mod tests {
         assert_eq!(snap.config.target_url.as_deref(), Some("/demo/booking"));
     }
 
-    /// A restart on a durable store finds the previous crowd's places holding every slot.
-    /// The new crowd takes them over, so the line moves within seconds rather than after
-    /// their idle timeouts (a minute); a person's place is left alone.
-    #[tokio::test(start_paused = true)]
-    async fn a_new_crowd_takes_over_the_places_a_stopped_one_left() {
+    /// The demo event after a crowd ran for ten steps and stopped, as a restart finds it.
+    async fn a_stopped_crowd() -> (Arc<dyn Store>, Clock) {
         let clock = Clock::manual(1_000_000);
         let store: Arc<dyn Store> = Arc::new(EmbeddedStore::new());
         ensure_demo_event(store.as_ref(), clock.now())
@@ -305,6 +302,15 @@ mod tests {
         }
         tx.send(true).unwrap();
         first.await.unwrap();
+        (store, clock)
+    }
+
+    /// A restart on a durable store finds the previous crowd's places holding every slot.
+    /// The new crowd takes them over, so the line moves within seconds rather than after
+    /// their idle timeouts (a minute); a person's place is left alone.
+    #[tokio::test(start_paused = true)]
+    async fn a_new_crowd_takes_over_the_places_a_stopped_one_left() {
+        let (store, clock) = a_stopped_crowd().await;
         let f = store
             .get_event(DEMO_EVENT, clock.now())
             .await
@@ -358,22 +364,7 @@ mod tests {
     /// their slots free (bots get through) within the old places' timeouts.
     #[tokio::test(start_paused = true)]
     async fn a_closed_event_still_has_its_live_bots_taken_over() {
-        let clock = Clock::manual(1_000_000);
-        let store: Arc<dyn Store> = Arc::new(EmbeddedStore::new());
-        ensure_demo_event(store.as_ref(), clock.now())
-            .await
-            .unwrap();
-        let (tx, rx) = stop_channel();
-        let first = spawn_task(
-            "demo-crowd",
-            run_demo_crowd(store.clone(), clock.clone(), rx),
-        );
-        for _ in 0..10 {
-            clock.advance(1_000);
-            tokio::time::sleep(DEMO_STEP).await;
-        }
-        tx.send(true).unwrap();
-        first.await.unwrap();
+        let (store, clock) = a_stopped_crowd().await;
         // The first name's place ends; the others still hold the slots.
         let one = join_bot(store.as_ref(), 1, clock.now()).await.unwrap();
         assert!(store.leave(DEMO_EVENT, one.key, clock.now()).await.unwrap());
