@@ -29,6 +29,7 @@ use crate::history::{self, History};
 use crate::store::embedded::EmbeddedStore;
 use crate::store::redis::{RedisOptions, RedisStore};
 use crate::store::Store;
+use crate::telemetry::budget::{log_within, LogBudget};
 use crate::tokens;
 use activity::{Activity, Closing, Tracked};
 
@@ -369,8 +370,10 @@ async fn serve(
                 Ok(a) => a,
                 Err(e) => {
                     // Out of descriptors, or a connection reset before it was accepted:
-                    // wait a little rather than spin, as `axum::serve` does.
-                    tracing::warn!(error = %e, "accepting a connection failed");
+                    // wait a little rather than spin, as `axum::serve` does. (Said once
+                    // in a while: out of descriptors, this fails at every retry.)
+                    static FAILED: LogBudget = LogBudget::new(1, Duration::from_secs(10));
+                    log_within!(FAILED, warn, error = %e, "accepting a connection failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }

@@ -11,6 +11,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::core::{Effect, EndReason, EventFigures};
 
+pub mod budget;
 pub mod otel;
 
 /// Installs the Prometheus recorder once per process and answers its handle. Later calls

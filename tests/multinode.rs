@@ -856,3 +856,56 @@ async fn too_few_replicas_for_redis_wait_replicas_is_not_ready() {
     .await;
     admin_put(&node, "r", json!({"max_active": 1})).await;
 }
+
+/// A failure that repeats per request is logged a few times a second, not once per request
+/// (defect: each of a crowd's requests during an outage wrote a `store unavailable` warning
+/// and a `response failed` error, flooding the log): 200 probes of a node that is not ready
+/// write at most the budget's lines of each kind per second, and a later line counts those
+/// left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_that_repeats_per_request_is_logged_within_a_budget() {
+    let master = RedisServer::start();
+    let c = Nodes::new(ADMIN);
+    let node = c.start_with_env(&master.url(), &[("WAITROOM_REDIS_WAIT_REPLICAS", "1")]);
+    let started = Instant::now();
+    let probes: Vec<_> = (0..200)
+        .map(|_| {
+            let url = node.url("/readyz");
+            tokio::spawn(async move { call(Method::GET, &url, None, None).await.0 })
+        })
+        .collect();
+    for p in probes {
+        assert_eq!(p.await.unwrap(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+    // Each second may begin a window of 5 lines per kind.
+    let windows = started.elapsed().as_secs() as usize + 2;
+    let stderr = node.stderr();
+    let warned = stderr
+        .lines()
+        .filter(|l| l.contains("store unavailable") && l.contains("replica(s) online"))
+        .count();
+    let failed = stderr
+        .lines()
+        .filter(|l| l.contains("response failed"))
+        .count();
+    assert!(
+        (1..=5 * windows).contains(&warned),
+        "{warned} warnings in {windows} windows"
+    );
+    assert!(
+        (1..=5 * windows).contains(&failed),
+        "{failed} errors in {windows} windows"
+    );
+    // The next window's first line says how many were left out.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (s, _) = call(Method::GET, &node.url("/readyz"), None, None).await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
+    let stderr = node.stderr();
+    let told: u64 = stderr
+        .lines()
+        .filter(|l| l.contains("store unavailable") && l.contains("replica(s) online"))
+        .filter_map(|l| l.split("suppressed=").nth(1))
+        .map(|n| n.split(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(told as usize + warned, 200, "{stderr}");
+}

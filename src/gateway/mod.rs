@@ -23,6 +23,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::{Body, HttpBody as _};
 use axum::extract::Request;
@@ -38,6 +39,7 @@ use crate::core::gate::is_valid_host;
 use crate::http::body_timeout::DrainIncoming;
 use crate::http::gate::{self, Admission, Session};
 use crate::http::guard::Guard;
+use crate::telemetry::budget::{log_within, LogBudget, PER_REQUEST_LINES};
 
 mod connection;
 pub mod forward;
@@ -429,7 +431,10 @@ impl Gateway {
 
     #[cold]
     fn misframed(&self, asked: Asked) -> Response {
-        tracing::warn!(
+        static MISFRAMED: LogBudget = LogBudget::new(PER_REQUEST_LINES, Duration::from_secs(1));
+        log_within!(
+            MISFRAMED,
+            warn,
             upstream = %self.upstream,
             "the origin answered with a transfer coding other than chunked"
         );
@@ -438,7 +443,9 @@ impl Gateway {
 
     #[cold]
     fn unanswered(&self, e: pool::OriginError, asked: Asked) -> Response {
-        tracing::warn!(upstream = %self.upstream, error = %e, "the origin did not answer");
+        // (Within a budget: an origin that is down fails every request alike.)
+        static UNANSWERED: LogBudget = LogBudget::new(PER_REQUEST_LINES, Duration::from_secs(1));
+        log_within!(UNANSWERED, warn, upstream = %self.upstream, error = %e, "the origin did not answer");
         bad_gateway(asked)
     }
 }

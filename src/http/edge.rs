@@ -53,6 +53,7 @@ use tower::Layer as _;
 
 use super::body_timeout::{BodyTimeout, DrainOnDrop};
 use super::error::AppError;
+use crate::telemetry::budget::{log_within, LogBudget, PER_REQUEST_LINES};
 use crate::telemetry::otel;
 
 /// The layer; see the module documentation.
@@ -448,9 +449,13 @@ fn is_failure(res: &Response) -> bool {
 pub struct NotAFailure;
 
 /// What tower-http's trace layer logged for a server error at the default log level.
+/// (Within a budget: in an outage every answer is a failure.)
 #[cold]
 fn log_failure(status: StatusCode, latency: Duration) {
-    tracing::error!(
+    static FAILURES: LogBudget = LogBudget::new(PER_REQUEST_LINES, Duration::from_secs(1));
+    log_within!(
+        FAILURES,
+        error,
         target: "tower_http::trace::on_failure",
         classification = %format_args!("Status code: {status}"),
         latency = %format_args!("{} ms", latency.as_millis()),

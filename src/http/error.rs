@@ -4,7 +4,10 @@
 //! Handlers and extractors return `AppError` (directly or through `?` on store and queue
 //! errors), so no response of ours can escape in axum's plain-text rejection format.
 //! Internal failures are logged in full and answered with a generic message, so a 500
-//! never leaks details of the server.
+//! never leaks details of the server; the log lines of internal errors and of a store that
+//! does not answer are within a [`LogBudget`] each.
+
+use std::time::Duration;
 
 use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection, QueryRejection};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -14,6 +17,7 @@ use serde::Serialize;
 use crate::core::QueueError;
 use crate::pow::{Challenge, PowError};
 use crate::store::StoreError;
+use crate::telemetry::budget::{log_within, LogBudget, PER_REQUEST_LINES};
 
 /// The stable error codes of the API contract, as constants so that handlers and tests
 /// cannot drift apart by a typo. Those of queue errors are the core's own
@@ -345,9 +349,14 @@ pub struct ErrorDetail<'a> {
 
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
+        // Each kind within its own budget: in an outage every request fails alike.
+        static INTERNAL: LogBudget = LogBudget::new(PER_REQUEST_LINES, Duration::from_secs(1));
+        static UNAVAILABLE: LogBudget = LogBudget::new(PER_REQUEST_LINES, Duration::from_secs(1));
         match &self {
-            AppError::Internal(detail) => tracing::error!(%detail, "internal error"),
-            AppError::Unavailable(detail) => tracing::warn!(%detail, "store unavailable"),
+            AppError::Internal(detail) => log_within!(INTERNAL, error, %detail, "internal error"),
+            AppError::Unavailable(detail) => {
+                log_within!(UNAVAILABLE, warn, %detail, "store unavailable")
+            }
             _ => {}
         }
         let status = self.status();
