@@ -337,10 +337,12 @@ pub fn unknown_env() -> Vec<String> {
 fn unknown_among(names: impl Iterator<Item = String>) -> Vec<String> {
     let mut unknown: Vec<String> = names
         .filter(|k| {
-            k.strip_prefix(ENV_PREFIX).is_some_and(|rest| {
-                let key = rest.to_ascii_lowercase();
+            // In any case, as figment matches the prefix (`waitroom_durability` is read).
+            let prefix = k.get(..ENV_PREFIX.len());
+            prefix.is_some_and(|p| p.eq_ignore_ascii_case(ENV_PREFIX)) && {
+                let key = k[ENV_PREFIX.len()..].to_ascii_lowercase();
                 key != "config" && !ENV_KEYS.contains(&key.as_str())
-            })
+            }
         })
         .collect();
     unknown.sort_unstable();
@@ -445,10 +447,16 @@ mod tests {
             "WAITROOM_CONFIG",
             "WAITROOMX",
             "OTHER_DURABILITY",
+            // Read in any case, so misspelt in any case too.
+            "waitroom_durability",
+            "waitroom_listenn",
+            "Waitroom_Demoo",
+            "waitroom_config",
+            "waitroö",
         ];
         assert_eq!(
             unknown_among(names.iter().map(|n| n.to_string())),
-            vec!["WAITROOM_DURABILTY".to_string()]
+            ["WAITROOM_DURABILTY", "Waitroom_Demoo", "waitroom_listenn"]
         );
     }
 
