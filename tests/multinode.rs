@@ -747,6 +747,42 @@ async fn a_node_with_none_of_the_recorded_keys_is_refused() {
     rotated.kill();
 }
 
+/// A Redis holding places but no record of their keys (written by a version before keys
+/// were recorded, or the record lost while no node ran) cannot check the first node to
+/// start: it records that node's keys, and says so, naming them and the way back (defect:
+/// a wrong key was recorded without a word, every waiting token then refused, and nodes
+/// started later with the right key refused at start).
+#[tokio::test]
+async fn places_without_a_key_record_are_warned_about_when_a_key_is_recorded() {
+    let redis = RedisServer::start();
+    let c = Nodes::new(ADMIN);
+    let node = c.start(&redis.url());
+    admin_put(&node, "unrecorded", json!({"max_active": 1})).await;
+    join(&node, "unrecorded", Some("a")).await;
+    join(&node, "unrecorded", Some("b")).await;
+    node.kill();
+    redis_cli(redis.port, "DEL wr:signing-keys");
+
+    let (other, new_key) = other_key();
+    let started = started_node(other.path(), &redis.url(), &[&new_key], &[]);
+    let stderr = started.stderr();
+    let warning = stderr
+        .lines()
+        .find(|l| l.contains("WARN") && l.contains("no record of the signing keys"))
+        .unwrap_or_else(|| panic!("no warning: {stderr}"));
+    assert!(
+        warning.contains("places=2")
+            && warning.contains(&fingerprint(&new_key))
+            && warning.contains("--repair"),
+        "{warning}"
+    );
+    assert_eq!(
+        redis_cli(redis.port, "GET wr:signing-keys"),
+        fingerprint(&new_key)
+    );
+    started.kill();
+}
+
 /// With no place in Redis, a node whose key is none of the recorded ones is refused all the
 /// same: nodes running with the recorded key would refuse its tokens, and taking its key as
 /// the record would get correctly configured nodes refused at their next restart. The

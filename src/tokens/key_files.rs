@@ -242,6 +242,21 @@ pub fn check_key_change(
                 "repair: recording the signing key in use; places issued under a lost key \
                  expire after their idle period"
             );
+        } else if places > 0 && unrecorded {
+            // A store written before keys were recorded (or whose record was lost): nothing
+            // says which key its places were issued under, so the first start records its
+            // own. Said out loud: with a wrong key every waiting token of those places is
+            // refused, and nodes started later with the right key are refused in turn.
+            tracing::warn!(
+                places,
+                fingerprint = current.join(", "),
+                %store,
+                "the store holds places but no record of the signing keys they were issued \
+                 under (written by an earlier version, or the record was lost): recording \
+                 the keys in use. If they are not the keys those places were issued under, \
+                 their waiting tokens are refused: stop, and start with the original key \
+                 and --repair"
+            );
         }
     } else if !kept && places > 0 {
         let old = old.join(", ");
