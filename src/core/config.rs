@@ -730,7 +730,10 @@ impl EventPatch {
             c.accept_joins = a;
         }
         if let Some(u) = &self.target_url {
-            if let Some(u) = u {
+            // One stored before a rule it breaks (a user and password in it) is let through
+            // unchanged, as a stored name is: the admin form sends every field back.
+            let stored = *u == base.target_url;
+            if let Some(u) = u.as_ref().filter(|_| !stored) {
                 // A path must stay on this host: `//host` and `/\host` are read by browsers
                 // as another host, which would hand the access token to a stranger.
                 let path_ok = u.starts_with('/') && !u.starts_with("//") && !u.starts_with("/\\");
