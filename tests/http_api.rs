@@ -2434,3 +2434,161 @@ async fn every_admin_route_requires_the_admin_token() {
         }
     }
 }
+
+/// The public event list costs one store read for all the requests of a second, however
+/// many come at once (defect: every request read and rendered every event, so a few
+/// landing pages polling it starved the server at thousands of events). A second later it
+/// is read again; a created event shows at once; figures may wait out the second.
+#[tokio::test]
+async fn the_public_list_is_read_once_for_the_requests_of_a_second() {
+    use waitroom::store::fault::Op;
+    let store = Arc::new(FaultStore::embedded());
+    let app = app_with(store.clone(), Clock::manual(T0), Limits::default());
+    for i in 0..50 {
+        app.put_event(&format!("e{i:02}"), json!({})).await;
+    }
+    // A slow read: every request below arrives while the first one still reads.
+    store.inject(Op::ListEvents, Fault::Delay(Duration::from_millis(200)));
+    let listed = || store.calls(Op::ListEvents);
+    let answers = futures_util::future::join_all((0..64).map(|_| app.get("/api/v1/events"))).await;
+    assert_eq!(listed(), 1, "one read for 64 requests at once");
+    let first = answers[0].body.clone();
+    assert_eq!(first.as_array().map(Vec::len), Some(50), "{first}");
+    for a in &answers {
+        assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+        assert_eq!(a.body, first);
+    }
+    store.heal(Op::ListEvents);
+
+    // Within the second: the same copy, also for a place that joined since.
+    app.join("e00", None).await;
+    app.clock.advance(SEC - 1);
+    let list = app.get("/api/v1/events").await.ok();
+    assert_eq!((listed(), &list[0]["admitted"]), (1, &json!(0)));
+    // A second after the read: read again.
+    app.clock.advance(1);
+    let list = app.get("/api/v1/events").await.ok();
+    assert_eq!((listed(), &list[0]["admitted"]), (2, &json!(1)));
+    // A new event (or a changed or deleted one) does not wait for the second.
+    app.put_event("new", json!({"name": "New"})).await;
+    let list = app.get("/api/v1/events").await.ok();
+    assert_eq!(listed(), 3);
+    assert!(list.as_array().unwrap().iter().any(|e| e["name"] == "New"));
+    app.admin(Method::DELETE, "/events/new", None).await.ok();
+    let list = app.get("/api/v1/events").await.ok();
+    assert_eq!((listed(), list.as_array().unwrap().len()), (4, 50));
+    // The landing page's choice (one event: straight to its waiting room) reads the same.
+    let landing = app.get("/").await;
+    assert_eq!((landing.status, listed()), (StatusCode::OK, 4));
+}
+
+/// A read of the public list that fails answers `503` to every request that waited for
+/// it, rather than each asking the unreachable store in turn (on Redis each would wait out
+/// the same timeout, one after another).
+#[tokio::test]
+async fn a_failed_read_of_the_public_list_answers_every_request_that_waited_for_it() {
+    use waitroom::store::fault::Op;
+    let unreachable = Arc::new(FaultStore::embedded());
+    unreachable.inject(Op::ListEvents, Fault::unavailable());
+    let store = Arc::new(FaultStore::new(unreachable));
+    store.inject(Op::ListEvents, Fault::Delay(Duration::from_millis(200)));
+    let app = app_with(store.clone(), Clock::manual(T0), Limits::default());
+    let answers = futures_util::future::join_all((0..16).map(|_| app.get("/api/v1/events"))).await;
+    for a in &answers {
+        a.err(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE");
+    }
+    assert_eq!(store.calls(Op::ListEvents), 1);
+    // The next request asks again.
+    app.get("/api/v1/events")
+        .await
+        .err(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE");
+    assert_eq!(store.calls(Op::ListEvents), 2);
+}
+
+/// `?after=&limit=` page through the public list, a `Link` naming the next page while one
+/// follows; other parameters are ignored as before. The whole list is gzipped for a client
+/// that takes gzip.
+#[tokio::test]
+async fn the_public_list_pages_and_is_gzipped() {
+    use std::io::Read as _;
+    let app = app();
+    let ids = ["a", "b", "c", "d", "e"];
+    for id in ids {
+        app.put_event(
+            id,
+            json!({"name": format!("Event {id} of a list long enough to gzip")}),
+        )
+        .await;
+    }
+    let ids_of = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["event_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let whole = app.get("/api/v1/events?_=123").await;
+    assert_eq!(whole.status, StatusCode::OK);
+    assert_eq!(ids_of(&whole.body), ids);
+    assert!(whole.headers.get(header::LINK).is_none());
+    assert_eq!(whole.headers[header::CONTENT_TYPE], "application/json");
+
+    let mut pages = Vec::new();
+    let mut uri = "/api/v1/events?limit=2".to_string();
+    loop {
+        let page = app.get(&uri).await;
+        assert_eq!(page.status, StatusCode::OK, "{}", page.text);
+        pages.push(ids_of(&page.body));
+        match page.headers.get(header::LINK) {
+            Some(link) => {
+                let link = link.to_str().unwrap();
+                let next = link.strip_prefix('<').unwrap().split_once(">; ").unwrap();
+                assert_eq!(next.1, "rel=\"next\"");
+                uri = next.0.to_string();
+            }
+            None => break,
+        }
+    }
+    assert_eq!(pages, [vec!["a", "b"], vec!["c", "d"], vec!["e"]]);
+    // `after` need not name an event; alone it lists the rest.
+    assert_eq!(
+        ids_of(&app.get("/api/v1/events?after=bb").await.ok()),
+        ["c", "d", "e"]
+    );
+    assert_eq!(
+        ids_of(&app.get("/api/v1/events?after=e").await.ok()),
+        Vec::<String>::new()
+    );
+    // A full last page names no next one.
+    let last = app.get("/api/v1/events?after=c&limit=2").await;
+    assert_eq!(ids_of(&last.body), ["d", "e"]);
+    assert!(last.headers.get(header::LINK).is_none());
+    for bad in ["limit=0", "limit=-1", "limit=two"] {
+        app.get(&format!("/api/v1/events?{bad}"))
+            .await
+            .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    }
+
+    let res = app
+        .router
+        .clone()
+        .oneshot(
+            req(Method::GET, "/api/v1/events")
+                .header(header::ACCEPT_ENCODING, "gzip, deflate, br")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()[header::CONTENT_ENCODING], "gzip");
+    assert_eq!(res.headers()[header::VARY], "accept-encoding");
+    let z = axum::body::to_bytes(res.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&z[..])
+        .read_to_string(&mut text)
+        .unwrap();
+    assert_eq!(text, whole.text);
+}

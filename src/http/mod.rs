@@ -7,7 +7,9 @@
 //! - [`live`]: live updates of one place, `/queue/ws` (WebSocket) and `/queue/events` (SSE).
 //! - [`records`]: the admin API's records: an event's figures over time, the audit list.
 //! - [`pages`]: the embedded pages (`/`, `/wait/{event_id}`, `/demo/booking`, `/admin`) and
-//!   the public event list they read (`/api/v1/events`).
+//!   one event's public figures (`/api/v1/events/{event_id}`).
+//! - [`public_list`]: the public event list (`/api/v1/events`), read once for the requests
+//!   of a second.
 //! - [`look`]: the waiting page rendered with an event's look and words, its colours, the
 //!   data dir's branding files, and the `404` page of an unknown event.
 //! - [`gate`]: admission at a site's own URLs: the cookie session of gateway mode and of
@@ -68,6 +70,7 @@ pub mod ops;
 pub mod pages;
 pub mod place_json;
 pub mod pow;
+pub mod public_list;
 pub mod queue;
 pub mod records;
 pub mod sale;
@@ -186,11 +189,17 @@ pub struct Shared(Arc<SharedParts>);
 struct SharedParts {
     app: AppState,
     guard: Arc<guard::Guard>,
+    public_list: public_list::PublicList,
 }
 
 impl Shared {
     fn new(app: AppState, guard: Arc<guard::Guard>) -> Shared {
-        Shared(Arc::new(SharedParts { app, guard }))
+        let public_list = public_list::PublicList::new(app.store.clone());
+        Shared(Arc::new(SharedParts {
+            app,
+            guard,
+            public_list,
+        }))
     }
 
     /// The state, borrowed: for the hottest handlers (`status`), which take
@@ -202,6 +211,11 @@ impl Shared {
     /// The per-client limits, borrowed.
     pub fn guard(&self) -> &guard::Guard {
         &self.0.guard
+    }
+
+    /// The public event list the requests of a second share.
+    pub fn public_list(&self) -> &public_list::PublicList {
+        &self.0.public_list
     }
 }
 
@@ -404,7 +418,7 @@ fn routes(around: &Around) -> Routes {
     route!(api, api!("/queue/info"), get(queue::info));
     route!(api, api!("/queue/ws"), get(live::ws));
     route!(api, api!("/queue/events"), get(live::events));
-    route!(api, api!("/events"), get(pages::list_events));
+    route!(api, api!("/events"), get(public_list::list_events));
     route!(api, api!("/events/{event_id}"), get(pages::get_event));
     route!(
         api,

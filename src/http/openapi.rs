@@ -474,6 +474,14 @@ fn bounds(doc: &mut Value) {
             step.1,
         ),
     ];
+    let params = doc["paths"]["/api/v1/events"]["get"]["parameters"].as_array_mut();
+    for p in params
+        .into_iter()
+        .flatten()
+        .filter(|p| p["name"] == "limit")
+    {
+        p["schema"]["minimum"] = json!(1);
+    }
     let count = &mut doc["components"]["schemas"]["InvitesBody"]["properties"]["count"];
     count["minimum"] = json!(1);
     count["maximum"] = json!(admin::MAX_INVITES_PER_CALL);
@@ -664,7 +672,11 @@ fn ws() {}
 fn events_stream() {}
 
 #[utoipa::path(get, path = "/api/v1/events", tag = "public",
-    responses((status = 200, description = "Every event, public figures", body = Vec<PublicEvent>)))]
+    params(("after" = Option<String>, Query, description = "A page: the events after this event id (the previous page's last)"),
+           ("limit" = Option<usize>, Query, description = "A page: at most this many events; `Link: <…>; rel=\"next\"` names the next page when one follows")),
+    responses(
+        (status = 200, description = "Every event (or a page of them), public figures, ordered by id; read at most once a second, the figures up to that old (API.md)", body = Vec<PublicEvent>),
+        (status = 400, description = "INVALID_REQUEST: `limit` not a number of at least 1", body = ErrorBody)))]
 fn public_events() {}
 
 #[utoipa::path(get, path = "/api/v1/events/{event_id}", tag = "public",

@@ -1,6 +1,7 @@
 //! The pages people see, embedded in the binary: the waiting room (`/wait/{event_id}`), the
 //! landing page (`/`), the demo event's booking page (`/demo/booking`) and the operator's
-//! dashboard (`/admin`), plus the public event list they read (`/api/v1/events`).
+//! dashboard (`/admin`), plus one event's public figures (`/api/v1/events/{event_id}`; the
+//! list of all is `public_list.rs`).
 //!
 //! Everything is plain HTML, CSS and JavaScript under `src/http/assets/`, compiled in with
 //! `include_str!`: one binary serves the whole journey, and no page loads anything from
@@ -26,6 +27,7 @@ use sha2::{Digest, Sha256};
 use super::body::PublicEvent;
 use super::error::{AppError, AppResult};
 use super::extract::AppPath;
+use super::Shared;
 use crate::app::AppState;
 use crate::core::validate_event_id;
 
@@ -51,7 +53,7 @@ fn gzipped(body: &str) -> Option<Vec<u8>> {
 
 /// Whether `Accept-Encoding` takes gzip: `gzip` (or `x-gzip`, or `*` when gzip is not
 /// named) with a weight above zero (RFC 9110 §12.5.3).
-fn accepts_gzip(request: &HeaderMap) -> bool {
+pub(super) fn accepts_gzip(request: &HeaderMap) -> bool {
     let mut star = false;
     for line in request.get_all(header::ACCEPT_ENCODING) {
         let Ok(line) = line.to_str() else { continue };
@@ -246,11 +248,12 @@ fn serve(name: &str, request: &HeaderMap) -> Response {
 }
 
 /// `GET /`: the events a person can join; straight to the waiting room when there is just
-/// one (typically the demo), so a newcomer lands in a queue at once.
-pub async fn index(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    if let Ok(events) = state.store.list_events(state.clock.now()).await {
-        if let [only] = events.as_slice() {
-            return Redirect::to(&format!("/wait/{}", only.event_id)).into_response();
+/// one (typically the demo), so a newcomer lands in a queue at once. Which events there are
+/// comes from the shared public list: a crowd at the landing page costs no store reads.
+pub async fn index(State(shared): State<Shared>, headers: HeaderMap) -> Response {
+    if let Ok(list) = shared.public_list().current(&shared.app().clock).await {
+        if let [only] = list.ids() {
+            return Redirect::to(&format!("/wait/{only}")).into_response();
         }
     }
     serve("index.html", &headers)
@@ -272,18 +275,6 @@ pub async fn asset(AppPath(name): AppPath<String>, headers: HeaderMap) -> Respon
         return AppError::NotFound.into_response();
     }
     serve(&name, &headers)
-}
-
-/// `GET /api/v1/events`: every event, public figures only, ordered by id.
-pub async fn list_events(State(state): State<AppState>) -> AppResult<Json<Vec<PublicEvent>>> {
-    let events = state.store.list_events(state.clock.now()).await?;
-    let now = state.clock.now();
-    Ok(Json(
-        events
-            .into_iter()
-            .map(|e| PublicEvent::new(e, now))
-            .collect(),
-    ))
 }
 
 /// `GET /api/v1/events/{event_id}`: one event's public figures and its `target_url`.

@@ -1,4 +1,4 @@
-// The landing page: the events a person can join, refreshed every few seconds.
+// The landing page: the events a person can join, refreshed every few seconds while shown.
 'use strict';
 
 (() => {
@@ -61,5 +61,8 @@
 
   WR.setup(TEXT, render);
   load();
-  setInterval(load, 5000);
+  // Only while the page is seen: a tab in the background (or a phone's screen off) asks
+  // nothing, and asks at once when it shows again.
+  setInterval(() => { if (!document.hidden) load(); }, 5000);
+  document.addEventListener('visibilitychange', () => { if (!document.hidden) load(); });
 })();
