@@ -474,14 +474,6 @@ fn bounds(doc: &mut Value) {
             step.1,
         ),
     ];
-    let params = doc["paths"]["/api/v1/events"]["get"]["parameters"].as_array_mut();
-    for p in params
-        .into_iter()
-        .flatten()
-        .filter(|p| p["name"] == "limit")
-    {
-        p["schema"]["minimum"] = json!(1);
-    }
     let count = &mut doc["components"]["schemas"]["InvitesBody"]["properties"]["count"];
     count["minimum"] = json!(1);
     count["maximum"] = json!(admin::MAX_INVITES_PER_CALL);
@@ -673,7 +665,7 @@ fn events_stream() {}
 
 #[utoipa::path(get, path = "/api/v1/events", tag = "public",
     params(("after" = Option<String>, Query, description = "A page: the events after this event id (the previous page's last)"),
-           ("limit" = Option<usize>, Query, description = "A page: at most this many events; `Link: <…>; rel=\"next\"` names the next page when one follows")),
+           ("limit" = Option<usize>, Query, minimum = 1, description = "A page: at most this many events; `Link: <…>; rel=\"next\"` names the next page when one follows")),
     responses(
         (status = 200, description = "Every event (or a page of them), public figures, ordered by id; read at most once a second, the figures up to that old (API.md)", body = Vec<PublicEvent>),
         (status = 400, description = "INVALID_REQUEST: `limit` not a number of at least 1", body = ErrorBody)))]
