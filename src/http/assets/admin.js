@@ -1,7 +1,8 @@
 // The operator's dashboard. Asks for the admin token (kept in sessionStorage: this tab only),
 // polls GET /api/v1/admin/events every 1.5 s, draws each event's figures as inline SVG (no
 // chart library) from the server's history (GET …/history: the charts show the past at
-// once, also after a reload) topped up by its own polls, lists the recent admin changes
+// once, also after a reload; asked for the cards in view only, a few at a time) topped up
+// by its own polls, lists the recent admin changes
 // (GET /api/v1/admin/audit), and performs the admin actions: create/update (with the
 // waiting page's look and a live preview), pause/resume, clear, delete, and the CSV export
 // of an event's history. Errors are told in the page's language, naming the form's labels.
@@ -127,11 +128,25 @@
   let HISTORY_MS = 10 * 60 * 1000;
   const SVG_NS = 'http://www.w3.org/2000/svg';
 
+  // Only the cards on screen (or within a screen of it) load their history and draw their
+  // charts, and at most this many history requests are out at once: with a thousand
+  // events the page asked for a thousand histories at once and redrew two thousand charts
+  // every poll, and stopped answering.
+  const HISTORY_AT_ONCE = 4;
+  // New cards are made this many at a time, the page answering in between: making a
+  // thousand cards at once held it for seconds.
+  const CARDS_AT_ONCE = 200;
+
   let token = store.get('sessionStorage', TOKEN_KEY);
   let events = [];
   const history = new Map();     // event id → [{t, q, a}]
   const cards = new Map();       // event id → {root, refs}
+  const onScreen = new Set();    // event ids of the cards in view
+  const historyWanted = new Set(); // event ids whose history is to be asked for, in order
+  let historyBusy = 0;
+  let moreCards = null;          // the timer that makes the next cards
   let pollTimer = null;
+  let pollEvery = POLL_MS;
   let lastOk = 0;
 
   // ---- sign-in -----------------------------------------------------------------------------
@@ -172,6 +187,7 @@
   async function poll() {
     clearTimeout(pollTimer);
     if (!token) return;
+    const started = Date.now();
     const r = await api('GET', '/api/v1/admin/events', { token });
     if (r.status === 401) {
       token = null;
@@ -187,12 +203,19 @@
       refreshAudit();
     }
     render();
-    pollTimer = setTimeout(poll, POLL_MS);
+    // A list that takes long to fetch and show (thousands of events) is asked for less
+    // often: the page spends at most a fifth of its time on it.
+    pollEvery = Math.max(POLL_MS, (Date.now() - started) * 4);
+    pollTimer = setTimeout(poll, pollEvery);
   }
 
+  // The page's own points, for the cards that were on screen once (the others' charts start
+  // from the server's history when they are first shown).
   function record() {
     const now = Date.now();
     for (const e of events) {
+      const c = cards.get(e.event_id);
+      if (!c || !c.seen) continue;
       let h = history.get(e.event_id);
       if (!h) { h = []; history.set(e.event_id, h); }
       // At most about 720 own points per window: over a wide window the newest point is
@@ -218,27 +241,74 @@
     el('sum-inside').textContent = WR.num(sum('admitted') + sum('active'));
     el('sum-rate').textContent = WR.num(sum('admitted_last_minute'));
     el('sum-events').textContent = WR.num(events.length);
-    el('updated').textContent = Date.now() - lastOk > POLL_MS * 4
+    el('updated').textContent = Date.now() - lastOk > pollEvery * 4
       ? t('stale')
       : t('updated', { t: new Date(lastOk).toLocaleTimeString(WR.locale()) });
     show('no-events', events.length === 0);
 
-    const seen = new Set();
+    const listed = new Set();
     const box = el('events');
+    let before = null;
+    let made = 0;
     for (const e of events) {
-      seen.add(e.event_id);
+      listed.add(e.event_id);
       let c = cards.get(e.event_id);
       if (!c) {
+        if (made === CARDS_AT_ONCE) {
+          if (!moreCards) moreCards = setTimeout(() => { moreCards = null; render(); }, 0);
+          continue;
+        }
+        made++;
         c = makeCard(e.event_id);
         cards.set(e.event_id, c);
         addRecordActions(c, e.event_id);
-        loadHistory(e.event_id);
+        view.observe(c.root);
       }
-      if (c.root.parentNode !== box || box.lastElementChild !== c.root) box.append(c.root);
+      // In the list's order, moving only a card that is out of place.
+      const want = before ? before.nextElementSibling : box.firstElementChild;
+      if (want !== c.root) box.insertBefore(c.root, want);
+      before = c.root;
       updateCard(c, e);
     }
     for (const [id, c] of cards) {
-      if (!seen.has(id)) { c.root.remove(); cards.delete(id); history.delete(id); }
+      if (!listed.has(id)) {
+        view.unobserve(c.root);
+        c.root.remove();
+        cards.delete(id);
+        history.delete(id);
+        onScreen.delete(id);
+        historyWanted.delete(id);
+      }
+    }
+  }
+
+  // Tells which cards are in view (a screen's height ahead either way, so that scrolling
+  // finds them drawn): a card coming into view asks for its history and is drawn.
+  const view = new IntersectionObserver((entries) => {
+    for (const en of entries) {
+      const id = en.target.dataset.event;
+      const c = cards.get(id);
+      if (!c) continue;
+      if (!en.isIntersecting) { onScreen.delete(id); continue; }
+      onScreen.add(id);
+      c.seen = true;
+      if (c.historyFor !== HISTORY_MS) historyWanted.add(id);
+      drawCharts(c, id);
+    }
+    askHistory();
+  }, { rootMargin: '100% 0px' });
+
+  // Asks for the wanted histories, at most HISTORY_AT_ONCE at a time; a card scrolled away
+  // before its turn is asked for when it shows again.
+  function askHistory() {
+    for (const id of historyWanted) {
+      if (historyBusy >= HISTORY_AT_ONCE) return;
+      historyWanted.delete(id);
+      const c = cards.get(id);
+      if (!c || !onScreen.has(id) || c.historyFor === HISTORY_MS) continue;
+      c.historyFor = HISTORY_MS;
+      historyBusy++;
+      loadHistory(id).finally(() => { historyBusy--; askHistory(); });
     }
   }
 
@@ -394,11 +464,24 @@
     return { svg, titleKey };
   }
 
+  // Writes what changed since the card was last written (the figures, its state, the
+  // language; every time while a button waits for its confirmation), and draws the charts
+  // of a card in view.
   function updateCard(c, e) {
-    const r = c.refs;
-    r.name.textContent = e.name || e.event_id;
     const over = e.ended || (e.closes_at && Date.parse(e.closes_at) <= Date.now());
     const state = over ? 'ended' : !e.accept_joins ? 'closed' : e.paused ? 'paused' : 'admitting';
+    const shown = [WR.lang(), e.name, state, e.paused, e.waiting, e.admitted, e.active, e.capacity,
+      e.admitted_last_minute, e.avg_wait_sec, e.completed, e.expired].join('\u0001');
+    if (shown !== c.shown || c.armed || c.armedEnd || c.armedDelete) {
+      c.shown = shown;
+      writeCard(c, e, state);
+    }
+    if (onScreen.has(e.event_id)) drawCharts(c, e.event_id);
+  }
+
+  function writeCard(c, e, state) {
+    const r = c.refs;
+    r.name.textContent = e.name || e.event_id;
     r.pill.className = 'pill ' + state;
     r.pill.textContent = t(state);
     r.waiting.textContent = WR.num(e.waiting);
@@ -426,9 +509,12 @@
       r.del.textContent = t('del');
       r.del.classList.remove('armed');
     }
-    const h = history.get(e.event_id) || [];
-    draw(r.chartQueue, h, (p) => p.q);
-    draw(r.chartRate, h, (p) => p.a);
+  }
+
+  function drawCharts(c, id) {
+    const h = history.get(id) || [];
+    draw(c.refs.chartQueue, h, (p) => p.q);
+    draw(c.refs.chartRate, h, (p) => p.a);
   }
 
   // A line chart with a light area under it, a zero line, a top line labelled with the
@@ -768,17 +854,24 @@
   function historyStep() { return Math.max(10, Math.ceil(HISTORY_MS / 1000 / 360 / 10) * 10); }
 
   async function loadHistory(id) {
-    const since = Date.now() - HISTORY_MS;
+    const span = HISTORY_MS;
+    const since = Date.now() - span;
     const step = historyStep();
     const r = await api('GET', '/api/v1/admin/events/' + encodeURIComponent(id) + '/history?since=' + since + '&step=' + step, { token });
-    if (!r.ok || !r.data || !Array.isArray(r.data.samples)) return;
+    const c = cards.get(id);
+    // The window changed meanwhile: the card is asked for again with the new one.
+    if (!c || span !== HISTORY_MS) return;
+    if (!r.ok || !r.data || !Array.isArray(r.data.samples)) {
+      c.historyFor = 0; // asked for again when the card next comes into view
+      return;
+    }
     const past = r.data.samples.map((s) => ({ t: s.at, q: s.waiting, a: s.admitted_last_minute }));
     const own = history.get(id) || [];
     const firstOwn = own.length ? own[0].t : Infinity;
     history.set(id, past.filter((p) => p.t < firstOwn).concat(own));
-    const c = cards.get(id);
-    const e = events.find((x) => x.event_id === id);
-    if (c && e) updateCard(c, e);
+    // For tests and tools: this card's charts hold the server's history.
+    c.root.dataset.history = 'loaded';
+    if (onScreen.has(id)) drawCharts(c, id);
   }
 
   function addRecordActions(c, id) {
@@ -818,7 +911,8 @@
 
   el('range').addEventListener('change', () => {
     HISTORY_MS = Number(el('range').value) * 60 * 1000;
-    for (const id of cards.keys()) loadHistory(id);
+    for (const id of onScreen) historyWanted.add(id);
+    askHistory();
     render();
   });
 

@@ -80,9 +80,14 @@ window.WR = (() => {
 
   function locale() { return lang === 'ko' ? 'ko-KR' : 'en-US'; }
 
+  // One formatter per language: making one is slow, and the dashboard formats thousands
+  // of figures at a time.
+  const formats = {};
   function num(n) {
     if (n === null || n === undefined || Number.isNaN(n)) return '–';
-    return new Intl.NumberFormat(locale()).format(n);
+    const l = locale();
+    if (!formats[l]) formats[l] = new Intl.NumberFormat(l);
+    return formats[l].format(n);
   }
 
   // "about 3 min" / "약 3분": waits are estimates, so they are rounded up to whole minutes.
