@@ -433,6 +433,44 @@ async fn token_comes_from_query_body_or_bearer() {
         .err(StatusCode::FORBIDDEN, "NOT_READY");
 }
 
+/// A place's answers are one person's: a shared cache in front of the server must keep
+/// none of them (one that kept a status poll gave the next person polling the first one's
+/// position, and held back the polls that renew places).
+#[tokio::test]
+async fn answers_about_a_place_are_not_kept_by_caches() {
+    let app = live_app();
+    app.put_event("ev", json!({"paused": true})).await;
+    let r = app
+        .post("/api/v1/queue/join", json!({"event_id": "ev"}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.headers[header::CACHE_CONTROL], "no-store", "join");
+    let t = token(&r.body);
+    for request in [
+        req(Method::GET, &format!("/api/v1/queue/status?token={t}"))
+            .body(Body::empty())
+            .unwrap(),
+        bearer(Method::GET, "/api/v1/queue/status", &t),
+    ] {
+        let r = app.send(request).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        assert_eq!(r.headers[header::CACHE_CONTROL], "no-store", "status");
+    }
+    // The live stream's head only: its body does not end.
+    let res = app
+        .router
+        .clone()
+        .oneshot(
+            req(Method::GET, &format!("/api/v1/queue/events?token={t}"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()[header::CACHE_CONTROL], "no-store", "events");
+}
+
 #[tokio::test]
 async fn missing_and_invalid_waiting_tokens() {
     let app = app();

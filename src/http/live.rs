@@ -253,10 +253,15 @@ pub async fn events(
     // nginx buffers a proxied answer by default, which holds a stream's events back until
     // a buffer fills: this header turns that off for the stream (a site's own nginx in
     // front of waitroom need not know to).
-    let unbuffered = [(
-        axum::http::HeaderName::from_static("x-accel-buffering"),
-        axum::http::HeaderValue::from_static("no"),
-    )];
+    // One person's messages: `no-store` rather than the `no-cache` of axum's `Sse`, as
+    // for a status poll.
+    let unbuffered = [
+        (
+            axum::http::HeaderName::from_static("x-accel-buffering"),
+            axum::http::HeaderValue::from_static("no"),
+        ),
+        (axum::http::header::CACHE_CONTROL, super::NO_STORE.clone()),
+    ];
     Ok((
         unbuffered,
         Sse::new(sse_stream(follower, first, permit))

@@ -52,13 +52,18 @@ impl IntoResponse for JoinedAnswer {
     }
 }
 
-/// The answer `JsonAnswer` gives for these JSON bytes.
+/// The answer `JsonAnswer` gives for these JSON bytes, which no cache may keep: a place's
+/// answer is one person's (a shared cache in front of the server that kept a status poll
+/// gave the next person polling within its lifetime the first one's position, or
+/// `admitted`, and held back the polls that renew their places).
 fn json_response(buf: Vec<u8>) -> Response {
     let mut r = Response::new(Body::from(buf));
-    r.headers_mut().insert(
+    let headers = r.headers_mut();
+    headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
+    headers.insert(header::CACHE_CONTROL, super::NO_STORE.clone());
     r
 }
 
