@@ -179,11 +179,13 @@ pub fn set_cookie(event_id: &str, token: Option<&str>, secure: bool) -> HeaderVa
 
 /// Whether the client reached us over https: cookies are then `Secure`. Only a trusted
 /// proxy's `X-Forwarded-Proto` is believed (`trusted_proxies`), and of several lines its
-/// own, the last (the client may have sent one before it).
+/// own, the last (the client may have sent one before it); or, where the proxies write
+/// `Forwarded`, its last element's `proto`.
 pub fn is_https(guard: &Guard, peer: Option<IpAddr>, headers: &HeaderMap) -> bool {
     peer.is_some_and(|p| guard.is_trusted_proxy(p))
-        && last_line(headers, &HeaderName::from_static("x-forwarded-proto"))
+        && (last_line(headers, &HeaderName::from_static("x-forwarded-proto"))
             .is_some_and(|v| v.as_bytes().trim_ascii().eq_ignore_ascii_case(b"https"))
+            || guard.forwarded_says_https(headers))
 }
 
 /// The last line of header `name`: the one the nearest proxy added, where a proxy adds a

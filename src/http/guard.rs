@@ -498,6 +498,32 @@ impl Guard {
         Some(last)
     }
 
+    /// Whether the nearest proxy's `Forwarded` element (the last: the client may have sent
+    /// some before it) says `proto=https`, when the trusted proxies write `Forwarded`
+    /// (`--forwarded-header forwarded`); a proxy that writes only that header would
+    /// otherwise never have its clients' cookies marked `Secure`. The caller checks that
+    /// the peer is trusted.
+    pub fn forwarded_says_https(&self, headers: &HeaderMap) -> bool {
+        if self.settings.forwarded_header != ForwardedHeader::Forwarded {
+            return false;
+        }
+        let Some(last) = headers
+            .get_all("forwarded")
+            .iter()
+            .next_back()
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.rsplit(',').next())
+        else {
+            return false;
+        };
+        last.split(';').any(|p| {
+            p.split_once('=').is_some_and(|(k, v)| {
+                k.trim().eq_ignore_ascii_case("proto")
+                    && v.trim().trim_matches('"').eq_ignore_ascii_case("https")
+            })
+        })
+    }
+
     /// Whether `ip` is one of the trusted proxies, whose forwarding headers are believed
     /// (the gateway keeps their `X-Forwarded-*` and appends to them).
     pub fn is_trusted_proxy(&self, ip: IpAddr) -> bool {
@@ -601,6 +627,61 @@ mod tests {
             h.append(*k, HeaderValue::from_str(v).unwrap());
         }
         g.client_ip(Some(ip(peer)), &h).unwrap()
+    }
+
+    /// Where the proxies write `Forwarded`, its last element's `proto=https` marks the
+    /// session cookie `Secure` (it never did: only `X-Forwarded-Proto` was read), and a
+    /// `proto=https` the client put before the proxy's element does not.
+    #[test]
+    fn forwarded_proto_https_of_the_nearest_proxy_means_https() {
+        let is_https = |g: &Guard, peer: &str, lines: &[(&'static str, &str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in lines {
+                h.append(*k, HeaderValue::from_str(v).unwrap());
+            }
+            crate::http::gate::is_https(g, Some(ip(peer)), &h)
+        };
+        let rfc = guard_reading("10.0.0.0/8", ForwardedHeader::Forwarded);
+        let proxy_https = [("forwarded", r#"for=1.2.3.4;proto="HTTPS";by=10.0.0.1"#)];
+        assert!(is_https(&rfc, "10.0.0.1", &proxy_https));
+        assert!(is_https(
+            &rfc,
+            "10.0.0.1",
+            &[(
+                "forwarded",
+                "for=6.6.6.6;proto=http, for=1.2.3.4;proto=https"
+            )]
+        ));
+        assert!(
+            !is_https(
+                &rfc,
+                "10.0.0.1",
+                &[("forwarded", "proto=https, for=1.2.3.4;proto=http")]
+            ),
+            "the client's element before the proxy's"
+        );
+        assert!(
+            !is_https(
+                &rfc,
+                "10.0.0.1",
+                &[
+                    ("forwarded", "for=6.6.6.6;proto=https"),
+                    ("forwarded", "for=1.2.3.4")
+                ]
+            ),
+            "the proxy's own line says nothing of https"
+        );
+        assert!(!is_https(&rfc, "9.9.9.9", &proxy_https), "untrusted peer");
+        let xff = guard("10.0.0.0/8");
+        assert!(
+            !is_https(&xff, "10.0.0.1", &proxy_https),
+            "`Forwarded` is not the header these proxies write"
+        );
+        assert!(is_https(
+            &xff,
+            "10.0.0.1",
+            &[("x-forwarded-proto", "https")]
+        ));
     }
 
     #[test]
