@@ -881,6 +881,156 @@ async fn a_step_admitting_thousands_is_cut_into_bounded_scripts() {
     }
 }
 
+/// A Redis store of its own (the refreshes of thousands of events would slow the other
+/// tests' server) holding `events` events with nothing to do, `idle-0`…, seen through a
+/// [`FaultStore`](waitroom::store::fault::FaultStore) that counts the scheduler's calls.
+async fn thousands_of_idle_events(
+    events: usize,
+    lease: Duration,
+) -> (
+    support::redis::RedisServer,
+    Arc<dyn Store>,
+    Arc<waitroom::store::fault::FaultStore>,
+) {
+    use futures_util::StreamExt as _;
+    let server = support::redis::RedisServer::start();
+    let opts = RedisOptions { lease, ..options() };
+    let redis: Arc<dyn Store> = Arc::new(RedisStore::new(&server.url(), opts).unwrap());
+    let store = Arc::new(waitroom::store::fault::FaultStore::new(redis.clone()));
+    let now = waitroom::clock::Clock::system().now();
+    futures_util::stream::iter(0..events)
+        .for_each_concurrent(64, |i| {
+            let store = store.clone();
+            async move {
+                let patch = support::conformance::patch(serde_json::json!({}));
+                store
+                    .put_event(&format!("idle-{i}"), &patch, now)
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
+    (server, redis, store)
+}
+
+/// Starts the scheduler over `store` on the system clock; answers its stop sender.
+fn start_scheduler(
+    store: &Arc<waitroom::store::fault::FaultStore>,
+) -> (
+    tokio::sync::watch::Sender<bool>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (stop, stopped) = waitroom::tasks::stop_channel();
+    let scheduler = waitroom::scheduler::run(
+        store.clone(),
+        waitroom::clock::Clock::system(),
+        store.subscribe_events(),
+        stopped,
+    );
+    (stop, tokio::spawn(scheduler))
+}
+
+/// Waits (60 s at most) until `done`.
+async fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The scheduler over a Redis store holding thousands of events: the rest of a resume's
+/// step comes tick after tick (500 a script), each waiting for no tick of the other events.
+/// When a pass ticked every event one after another, one script round trip each, every
+/// batch of the rest waited for a whole pass: a resume of 5,000 among 5,000 events took
+/// 12-21 s instead of half a second. Counted in the other events' ticks meanwhile (one
+/// pass between two batches is every event's), not timed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rest_of_a_step_waits_for_no_pass_over_thousands_of_events() {
+    use futures_util::StreamExt as _;
+    use support::conformance::patch;
+    use waitroom::core::END_BATCH;
+    use waitroom::store::fault::Op;
+    const EVENTS: usize = 3_000;
+    const WAITING: usize = 4 * END_BATCH;
+    let (_server, redis, store) =
+        thousands_of_idle_events(EVENTS, RedisOptions::default().lease).await;
+    let clock = waitroom::clock::Clock::system();
+    let now = clock.now();
+    let hot = patch(serde_json::json!({"max_active": WAITING, "paused": true}));
+    store.put_event("hot", &hot, now).await.unwrap();
+    let hot_store: Arc<dyn Store> = store.clone();
+    futures_util::stream::iter(0..WAITING)
+        .for_each_concurrent(64, |_| async {
+            join(&hot_store, "hot", None, now).await;
+        })
+        .await;
+
+    let (stop, scheduler) = start_scheduler(&store);
+    // Every event ticked once (its lease taken): the scheduler has its plan.
+    wait_until("every event ticked", || store.calls(Op::Tick) > EVENTS).await;
+
+    // The resume admits the first 500 in its own step, the scheduler's ticks the rest.
+    let before = (store.calls(Op::Tick), store.ticks_of("hot"));
+    let resume = patch(serde_json::json!({"paused": false}));
+    store
+        .update_event("hot", &resume, clock.now())
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let f = redis.get_event("hot", clock.now()).await.unwrap().figures;
+        if f.admitted == WAITING as u64 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "admitted {}",
+            f.admitted
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let hot_ticks = store.ticks_of("hot") - before.1;
+    let others = store.calls(Op::Tick) - before.0 - hot_ticks;
+    assert!(hot_ticks >= 3, "the rest came in {hot_ticks} ticks");
+    assert!(
+        others < EVENTS,
+        "{others} ticks of other events while the rest of the step was admitted: a pass \
+         over every event between its batches"
+    );
+    stop.send(true).unwrap();
+    scheduler.await.unwrap();
+}
+
+/// Thousands of events keep the lease their node took: the scheduler renews each in time,
+/// so none is taken again (each taking counts up the event's lease epoch, and was one
+/// `took the periodic-work lease` line in the log). When a pass ticked every event one
+/// after another, a pass over 5,000 events outlasted the lease on a busy host, and every
+/// event's lease was taken anew at each pass: 30,000 log lines a minute. Here a lease of
+/// 2 s: a pass over these events one after another outlasts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_events_keep_their_node_s_lease() {
+    use waitroom::store::fault::Op;
+    const EVENTS: usize = 3_000;
+    let lease = Duration::from_secs(2);
+    let (server, _redis, store) = thousands_of_idle_events(EVENTS, lease).await;
+    let (stop, scheduler) = start_scheduler(&store);
+    wait_until("every event ticked", || store.calls(Op::Tick) > EVENTS).await;
+    tokio::time::sleep(5 * lease).await;
+    let epochs = support::redis::raw_command(
+        server.port,
+        r#"EVAL "local n = 0 for _, k in ipairs(redis.call('keys', '*:m')) do n = n + tonumber(redis.call('hget', k, 'lepoch') or 0) end return n" 0"#,
+    )
+    .unwrap();
+    let taken: usize = epochs.trim().trim_start_matches(':').parse().unwrap();
+    assert!(
+        taken < EVENTS + EVENTS / 10,
+        "{taken} leases taken for {EVENTS} events in 5 lease lengths"
+    );
+    stop.send(true).unwrap();
+    scheduler.await.unwrap();
+}
+
 /// A `reject` event's join is admitted even when earlier work in the same script used up
 /// the bound on admissions: with a pre-queue of 1,000 left 500 by the opening's tick, the
 /// join's own pass admits those 500 first, then the join itself, which `reject` let in

@@ -102,6 +102,8 @@ pub struct FaultStore {
     faults: Mutex<Faults>,
     /// Every call, in order, with the time it was made.
     calls: Mutex<Vec<(Op, Instant)>>,
+    /// Ticks made, by event.
+    ticks: Mutex<HashMap<String, usize>>,
     /// Set by [`FaultStore::fail_for_good`]: the backend stopped for good.
     failed: AtomicBool,
     on_fail: Notify,
@@ -123,6 +125,7 @@ impl FaultStore {
             inner,
             faults: Mutex::new(Faults::default()),
             calls: Mutex::new(Vec::new()),
+            ticks: Mutex::new(HashMap::new()),
             failed: AtomicBool::new(false),
             on_fail: Notify::new(),
             _keep: None,
@@ -192,9 +195,15 @@ impl FaultStore {
             .collect()
     }
 
+    /// How many times `tick` was called for `event_id` (failed calls included).
+    pub fn ticks_of(&self, event_id: &str) -> usize {
+        self.ticks.lock().get(event_id).copied().unwrap_or(0)
+    }
+
     /// Forgets the calls made so far.
     pub fn forget_calls(&self) {
         self.calls.lock().clear();
+        self.ticks.lock().clear();
     }
 
     /// Records the call, then applies the fault of `op`, if any. `Ok` means: ask the inner
@@ -361,6 +370,7 @@ impl Store for FaultStore {
     }
 
     async fn tick(&self, event_id: &str, now: Millis) -> StoreResult<Option<Millis>> {
+        *self.ticks.lock().entry(event_id.to_string()).or_default() += 1;
         self.gate(Op::Tick).await?;
         self.inner.tick(event_id, now).await
     }
