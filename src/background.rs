@@ -121,7 +121,14 @@ pub async fn sample_store_memory(
             },
         };
         for id in ids {
-            match store.memory_usage(&id).await {
+            // One call per event: with thousands of events and the store away (each call
+            // waiting out its timeout), a round must not hold up the node's shutdown.
+            let sampled = tokio::select! {
+                biased;
+                _ = stopped(&mut stop) => return,
+                r = store.memory_usage(&id) => r,
+            };
+            match sampled {
                 Ok(Some(bytes)) => telemetry::record_store_memory(&id, bytes),
                 Ok(None) => return,
                 // Deleted meanwhile, or the store is away: the next round will tell.

@@ -377,6 +377,63 @@ async fn a_redis_outage_answers_503_fast_and_recovers() {
     drop(node);
 }
 
+/// A node holding thousands of events exits on SIGTERM when Redis freezes (SIGSTOP) during
+/// its shutdown: its scheduler stops at once, and the leases it
+/// gives back at close go out together, all within one operation timeout. One after
+/// another, each call waiting out its timeout, such a node did not exit for hours (with
+/// Redis gone, minutes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_holding_thousands_of_leases_exits_while_redis_is_frozen() {
+    use futures_util::StreamExt as _;
+    use waitroom::store::redis::{RedisOptions, RedisStore};
+    use waitroom::store::Store as _;
+    const EVENTS: usize = 2_000;
+    let redis = RedisServer::start();
+    let nodes = Nodes::new(ADMIN);
+    let node = nodes.start(&redis.url());
+    // Made straight in Redis (the node lists them, ticks them and takes their leases).
+    let store = RedisStore::new(&redis.url(), RedisOptions::default()).unwrap();
+    let now = waitroom::clock::Clock::system().now();
+    futures_util::stream::iter(0..EVENTS)
+        .for_each_concurrent(64, |i| {
+            let store = &store;
+            async move {
+                let id = format!("e{i}");
+                let patch = waitroom::core::EventPatch::default();
+                store.put_event(&id, &patch, now).await.unwrap();
+            }
+        })
+        .await;
+    store.close().await.unwrap();
+    let leases = || {
+        let r = raw_command(
+            redis.port,
+            r#"EVAL "return #redis.call('keys','wr:*:l')" 0"#,
+        );
+        r.unwrap()
+            .trim()
+            .trim_start_matches(':')
+            .parse::<usize>()
+            .unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while leases() < EVENTS {
+        assert!(
+            Instant::now() < deadline,
+            "the node took {} leases",
+            leases()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let terminated = tokio::task::spawn_blocking(move || node.terminate(Duration::from_secs(15)));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    redis.pause();
+    // Within the drain, the background tasks' grace and the close's bounds.
+    let status = terminated.await;
+    redis.resume();
+    assert_eq!(status.unwrap().code(), Some(0));
+}
+
 /// `rediss://`: a node reaches Redis over TLS, verifying its certificate against the
 /// system's roots (here a test CA given through `SSL_CERT_FILE`), and refuses to start
 /// when the certificate cannot be verified.

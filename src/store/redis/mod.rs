@@ -47,6 +47,7 @@
 mod batch;
 mod call;
 mod checks;
+mod close;
 mod configure;
 mod conn;
 mod decode;
@@ -955,33 +956,11 @@ impl Store for RedisStore {
         self.inner.memory_usage(event_id).await.map(Some)
     }
 
-    /// Gives up this node's leases (so another node takes the periodic work over at once)
-    /// and sends the notices still queued for the other nodes.
+    /// Sends the renewals still queued, gives up this node's leases (so another node takes
+    /// the periodic work over at once) and sends the notices still queued for the other
+    /// nodes, each step bounded (`close.rs`).
     async fn close(&self) -> StoreResult<()> {
-        let s = &self.inner;
-        s.close_replicas().await;
-        let held: Vec<(String, String)> = s
-            .leases
-            .lock()
-            .drain()
-            .filter_map(|(id, l)| l.held.map(|h| (id, h)))
-            .collect();
-        for (id, value) in held {
-            if let Err(e) = s.run(&id, "release", 0, &[value.as_bytes()], None).await {
-                tracing::debug!(event = %id, error = %e, "could not release the lease");
-            }
-        }
-        s.outbox.lock().take();
-        // The publisher ends once its queue is drained (its sender is gone); the others
-        // (the subscriber, a Sentinel watcher) never end by themselves.
-        let publisher = s.publisher.lock().take();
-        if let Some(publisher) = publisher {
-            let _ = tokio::time::timeout(s.options.op_timeout, publisher).await;
-        }
-        let tasks: Vec<_> = s.tasks.lock().drain(..).collect();
-        for t in tasks {
-            t.abort();
-        }
+        self.inner.close().await;
         Ok(())
     }
 }

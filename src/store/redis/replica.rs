@@ -623,14 +623,19 @@ impl Inner {
         Ok(())
     }
 
-    /// Drops every replica (their tasks end) and sends their queued renewals (at shutdown).
+    /// Drops every replica (their tasks end) and sends their queued renewals (at shutdown),
+    /// [`CLOSE_IN_FLIGHT`](super::close::CLOSE_IN_FLIGHT) events at once (`close.rs`
+    /// bounds the whole).
     pub(super) async fn close_replicas(&self) {
+        use futures_util::StreamExt as _;
         let entries: Vec<(String, Arc<Entry>)> = self.replicas.map.lock().drain().collect();
-        for (id, e) in entries {
-            if let Err(err) = self.flush_renewals(&id, &e).await {
-                tracing::debug!(event = %id, error = %err, "could not send the renewals");
-            }
-        }
+        futures_util::stream::iter(entries)
+            .for_each_concurrent(super::close::CLOSE_IN_FLIGHT, |(id, e)| async move {
+                if let Err(err) = self.flush_renewals(&id, &e).await {
+                    tracing::debug!(event = %id, error = %err, "could not send the renewals");
+                }
+            })
+            .await;
     }
 
     fn log_key(&self, event_id: &str) -> String {
