@@ -262,7 +262,17 @@ mod tests {
         }
     }
 
-    /// The whole answer (status, headers, body) is `JsonAnswer`'s, itself `axum::Json`'s.
+    /// `JsonAnswer`'s headers, and `Cache-Control: no-store`: a place's answer is one
+    /// person's.
+    fn no_store(r: Response) -> Response {
+        let mut r = r;
+        r.headers_mut()
+            .insert(header::CACHE_CONTROL, super::super::NO_STORE.clone());
+        r
+    }
+
+    /// The whole answer (status, headers, body) is `JsonAnswer`'s, itself `axum::Json`'s,
+    /// with `no-store`.
     #[tokio::test]
     async fn the_status_answer_is_what_json_answer_answers() {
         let body = |r: Response| async {
@@ -273,7 +283,7 @@ mod tests {
         for (p, again) in places().into_iter().zip(places()) {
             let (ours, theirs) = (
                 PlaceAnswer(p).into_response(),
-                JsonAnswer(again).into_response(),
+                no_store(JsonAnswer(again).into_response()),
             );
             assert_eq!(ours.status(), theirs.status());
             assert_eq!(ours.headers(), theirs.headers());
@@ -281,8 +291,8 @@ mod tests {
         }
     }
 
-    /// The join answer is `JsonAnswer(Joined)`'s (status, headers, bytes) for every place
-    /// above, with tokens as issued.
+    /// The join answer is `JsonAnswer(Joined)`'s (status, headers with `no-store`, bytes)
+    /// for every place above, with tokens as issued.
     #[tokio::test]
     async fn the_join_answer_is_what_json_answer_answers() {
         let body = |r: Response| async {
@@ -305,11 +315,13 @@ mod tests {
                     place: p,
                 })
                 .into_response(),
-                JsonAnswer(Joined {
-                    waiting_token: t.into(),
-                    place: again,
-                })
-                .into_response(),
+                no_store(
+                    JsonAnswer(Joined {
+                        waiting_token: t.into(),
+                        place: again,
+                    })
+                    .into_response(),
+                ),
             );
             assert_eq!(ours.status(), theirs.status());
             assert_eq!(ours.headers(), theirs.headers());
