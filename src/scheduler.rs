@@ -57,8 +57,10 @@ const MIN_SLEEP: Duration = Duration::from_millis(5);
 /// Ticks in flight at once for reported deadlines and noticed changes. On Redis, calls in
 /// flight together go out pipelined on the node's one multiplexed connection, and Redis
 /// runs them one after another: a request of a client waits behind at most this many
-/// ticks (each some 100 us of Redis time), not behind a whole pass.
-const DUE_IN_FLIGHT: usize = 12;
+/// ticks, not behind a whole pass. Few, since a tick that admits 500 places (events that
+/// open or resume at one instant) holds Redis some 35–115 ms: four of them stay well
+/// within the 1.5 s a client's call may wait.
+const DUE_IN_FLIGHT: usize = 4;
 /// Ticks in flight at once for refreshes. Small, so that the refreshes of thousands of
 /// idle events take a bounded share of Redis rather than all of it; several, so that a
 /// round trip's latency is not paid once per event (one at a time, 5,000 events took 0.85 s

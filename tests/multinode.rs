@@ -377,8 +377,8 @@ async fn a_redis_outage_answers_503_fast_and_recovers() {
     drop(node);
 }
 
-/// A node holding thousands of events exits on SIGTERM when Redis freezes (SIGSTOP) during
-/// its shutdown: its scheduler stops at once, and the leases it
+/// A node holding thousands of events exits on SIGTERM while Redis is frozen (SIGSTOP):
+/// its scheduler stops at once, and the leases it
 /// gives back at close go out together, all within one operation timeout. One after
 /// another, each call waiting out its timeout, such a node did not exit for hours (with
 /// Redis gone, minutes).
@@ -425,9 +425,10 @@ async fn a_node_holding_thousands_of_leases_exits_while_redis_is_frozen() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let terminated = tokio::task::spawn_blocking(move || node.terminate(Duration::from_secs(15)));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Frozen before the signal, so that the node meets it whatever it does first (ticks
+    // in flight, the lease releases of its close).
     redis.pause();
+    let terminated = tokio::task::spawn_blocking(move || node.terminate(Duration::from_secs(15)));
     // Within the drain, the background tasks' grace and the close's bounds.
     let status = terminated.await;
     redis.resume();

@@ -90,7 +90,8 @@ struct Entry {
     /// one that fails (on a Redis Cluster, its shard down) neither stops the others nor is
     /// asked at every turn, where each try may wait out the store's timeout.
     failed: Option<Backoff>,
-    /// When the plan first heard of it: a listing begun before may not hold it yet.
+    /// When the plan last heard that it exists (first known, created or changed): a
+    /// listing begun before may not hold it yet, and must not forget it.
     since: Instant,
     /// Deleted or unlisted while its tick was in flight: forgotten once that tick is over
     /// (kept until then, so that an event listed again meanwhile is never ticked twice at
@@ -201,7 +202,15 @@ impl Plan {
                     let hurry = std::mem::take(&mut self.hurry);
                     self.next_round = (!hurry).then_some(at + MAX_SLEEP);
                 }
-                if self.next_round.is_some_and(|t| t > at) || self.events.is_empty() {
+                if self.events.is_empty() {
+                    // Nothing to refresh: no round is waited for either (a time to begin
+                    // one kept in the past made `wake` answer the past at every turn, a
+                    // spin once the last event was deleted). The first event known begins
+                    // one at once.
+                    self.next_round = None;
+                    return None;
+                }
+                if self.next_round.is_some_and(|t| t > at) {
                     return None;
                 }
                 self.round = self.events.keys().cloned().collect();
@@ -251,7 +260,10 @@ impl Plan {
                 wake = wake.min(*t);
             }
         }
-        if self.running_refresh < self.refresh_bound(at) && self.round.is_empty() {
+        if self.running_refresh < self.refresh_bound(at)
+            && self.round.is_empty()
+            && !self.events.is_empty()
+        {
             if let Some(t) = self.next_round {
                 wake = wake.min(t);
             }
@@ -316,7 +328,17 @@ impl Plan {
             // holds it brings it back.
             Err(StoreError::Queue(QueueError::EventNotFound)) => {
                 e.failed = failed;
-                self.remove(&id);
+                if again {
+                    // Deleted and made again while this tick ran, which came between the
+                    // two: the new event is ticked at once, as its creation asked (not a
+                    // listing and a round later).
+                    e.reported = None;
+                    if failed.is_none() {
+                        self.set_due(&id, Some(Instant::now()));
+                    }
+                } else {
+                    self.remove(&id);
+                }
                 None
             }
             Err(err) => {
@@ -376,6 +398,9 @@ impl Plan {
             self.events.insert(Arc::from(id), Entry::new(at));
         }
         let e = self.events.get_mut(id).expect("just made");
+        // A listing begun before this notice may have missed it (deleted and made again
+        // meanwhile): it must not forget the event.
+        e.since = e.since.max(at);
         if e.running {
             e.again = true;
             e.gone = false;
@@ -421,5 +446,89 @@ impl Plan {
         if e.failed.is_some() {
             self.failed -= 1;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listed(plan: &mut Plan, started: Instant, ids: &[&str]) {
+        let result = Ok(ids.iter().map(|s| s.to_string()).collect());
+        assert!(plan.done(Done::Listed { started, result }).is_none());
+    }
+
+    fn ticked(
+        plan: &mut Plan,
+        id: &str,
+        kind: Kind,
+        at: Instant,
+        result: StoreResult<Option<Millis>>,
+    ) {
+        let done = Done::Ticked {
+            id: Arc::from(id),
+            kind,
+            started: at,
+            now: 1_000_000,
+            result,
+        };
+        plan.done(done);
+    }
+
+    /// Once its last event is gone the plan waits for nothing (defect: the time the next
+    /// round could begin stayed in the past, `wake` answered it at every turn, and the
+    /// loop spun a core until an event existed again).
+    #[test]
+    fn no_time_to_wake_in_the_past_once_the_last_event_is_gone() {
+        let t0 = Instant::now();
+        let mut plan = Plan::default();
+        listed(&mut plan, t0, &["a"]);
+        let (id, kind) = plan.take_due(t0).expect("the first round");
+        assert_eq!(&*id, "a");
+        ticked(&mut plan, "a", kind, t0, Ok(None));
+        assert!(plan.take_due(t0).is_none(), "the round is through");
+        plan.forget("a");
+        let later = t0 + Duration::from_millis(300);
+        assert!(plan.take_due(later).is_none());
+        plan.listing = true; // the list's own time aside
+        assert!(plan.wake(later) > later, "a wake-up in the past: a spin");
+        // An event known again is refreshed at once.
+        plan.listing = false;
+        listed(&mut plan, later, &["b"]);
+        assert_eq!(plan.take_due(later).map(|(id, _)| id), Some(Arc::from("b")));
+    }
+
+    /// An event deleted and made again while its tick ran, the tick between the two and so
+    /// answering that it does not exist, is ticked at once, as its creation asked (defect:
+    /// it was forgotten until a listing and a round later).
+    #[test]
+    fn an_event_made_again_while_its_tick_ran_is_ticked_at_once() {
+        let t0 = Instant::now();
+        let mut plan = Plan::default();
+        listed(&mut plan, t0, &["x"]);
+        let (_, kind) = plan.take_due(t0).expect("its refresh");
+        plan.forget("x");
+        let t1 = t0 + Duration::from_millis(1);
+        plan.changed("x", t1);
+        let gone = Err(StoreError::Queue(QueueError::EventNotFound));
+        ticked(&mut plan, "x", kind, t0, gone);
+        let now = Instant::now() + Duration::from_millis(2);
+        assert!(matches!(plan.take_due(now), Some((id, Kind::Due)) if &*id == "x"));
+    }
+
+    /// A listing begun before an event was made again (deleted meanwhile) does not hold
+    /// it: it must not forget the event its notice made due.
+    #[test]
+    fn a_listing_older_than_a_change_does_not_forget_the_event() {
+        let t0 = Instant::now();
+        let mut plan = Plan::default();
+        listed(&mut plan, t0, &["x"]);
+        let (_, kind) = plan.take_due(t0).expect("its refresh");
+        ticked(&mut plan, "x", kind, t0, Ok(None));
+        let listing_began = t0 + Duration::from_millis(10);
+        let changed = t0 + Duration::from_millis(20);
+        plan.changed("x", changed);
+        listed(&mut plan, listing_began, &[]);
+        assert!(matches!(plan.take_due(changed), Some((id, Kind::Due)) if &*id == "x"));
     }
 }
