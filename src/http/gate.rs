@@ -342,12 +342,16 @@ pub fn cookie_place(state: &AppState, gate: &Gate, headers: &HeaderMap) -> Optio
 /// visiting it, as the browser says in its `Sec-Fetch-*` headers: a subresource (an image,
 /// a script, a fetch), a frame (hidden or not), or a prefetch. It never makes a place, or
 /// any site could fill a queue with its visitors' browsers (each joining under its own
-/// address, past the per-client limits). A top-level navigation from another site (a link
-/// followed: `Sec-Fetch-Dest: document`) is a visit and joins; clients that send none of
-/// these headers join as before.
+/// address, past the per-client limits). Another site includes a sibling subdomain
+/// (`same-site`), which may serve its users' content; the hand-over refuses it too. A
+/// top-level navigation from another site (a link followed: `Sec-Fetch-Dest: document`)
+/// is a visit and joins; clients that send none of these headers join as before.
 pub fn cross_site_subresource(headers: &HeaderMap) -> bool {
     let get = |name: &str| headers.get(name).map(HeaderValue::as_bytes);
-    if get("sec-fetch-site") != Some(b"cross-site") {
+    if !matches!(
+        get("sec-fetch-site"),
+        Some(b"cross-site") | Some(b"same-site")
+    ) {
         return false;
     }
     let prefetch = get("sec-purpose").is_some_and(|p| p.starts_with(b"prefetch"))
