@@ -1178,7 +1178,11 @@ async fn csv_answers_are_documented() {
     )
     .await;
     c.assert_clean();
-    for (path, method) in [("history", "get"), ("invites", "post")] {
+    for q in ["invites", "invites?format=csv", "invites?limit=0"] {
+        c.get("GET", &format!("{ev}/{q}"), admin).await;
+    }
+    c.assert_clean();
+    for (path, method) in [("history", "get"), ("invites", "post"), ("invites", "get")] {
         let params = &c.doc["paths"][format!("/api/v1/admin/events/{{event_id}}/{path}")][method]
             ["parameters"];
         let format = params
@@ -1506,6 +1510,8 @@ async fn every_answer_of_every_state_is_documented() {
         "history",
         "history?format=csv",
         "history.csv",
+        "invites",
+        "invites?format=csv&limit=1",
     ] {
         let a = c.get("GET", &format!("{ev}/{q}"), admin).await;
         assert_eq!(a.status, StatusCode::OK, "{q}: {}", a.json);

@@ -1493,3 +1493,70 @@ async fn a_spent_proof_stays_spent_on_a_node_whose_clock_is_behind() {
     );
     assert!(!store.claim_once("pow", "c1", expires, T0).await.unwrap());
 }
+
+/// The invite codes read back from Redis's hash (Rust-side, by `HSCAN`) as the embedded
+/// store lists them: unused, bound to a proven user, bound to an unproven join's place; in
+/// code order, a page at a time; an unknown event is not found. On a standalone Redis and
+/// on the Cluster (the hash is read under the event's hash tag).
+#[tokio::test]
+async fn invite_codes_are_listed_back_like_the_embedded_store() {
+    invites_listed(standalone()).await;
+}
+
+#[tokio::test]
+async fn invite_codes_are_listed_back_on_a_cluster() {
+    invites_listed(cluster()).await;
+}
+
+async fn invites_listed(red: Arc<dyn Store>) {
+    use waitroom::core::InviteHolder;
+    use waitroom::store::embedded::EmbeddedStore;
+    use waitroom::store::JoinRequest;
+    let emb: Arc<dyn Store> = Arc::new(EmbeddedStore::new());
+    let codes: Vec<String> = ["c3", "a1", "b2", "d4"].map(String::from).to_vec();
+    let invited = |user: Option<&str>, proven: bool, code: &str| JoinRequest {
+        user_id: user.map(String::from),
+        metadata: None,
+        nonce: 7,
+        proven,
+        invite: Some(code.into()),
+    };
+    let mut lists = Vec::new();
+    for store in [&emb, &red] {
+        make_event(store, "vip", serde_json::json!({"access": "invite"})).await;
+        assert_eq!(store.add_invites("vip", &codes, T0).await.unwrap(), 4);
+        store
+            .join("vip", &invited(Some("alice"), true, "b2"), T0)
+            .await
+            .unwrap();
+        let anon = store.join("vip", &invited(None, false, "c3"), T0).await;
+        let bare = store
+            .join("vip", &invited(Some("bob"), false, "d4"), T0)
+            .await;
+        let all = store.invites("vip", "", 100, T0).await.unwrap();
+        assert_eq!(
+            all,
+            vec![
+                ("a1".to_string(), None),
+                ("b2".to_string(), Some(InviteHolder::User("alice".into()))),
+                (
+                    "c3".to_string(),
+                    Some(InviteHolder::Place(anon.unwrap().key.seq))
+                ),
+                (
+                    "d4".to_string(),
+                    Some(InviteHolder::Place(bare.unwrap().key.seq))
+                ),
+            ]
+        );
+        let page = store.invites("vip", "a1", 2, T0).await.unwrap();
+        assert_eq!(page, all[1..3].to_vec());
+        assert!(store.invites("vip", "d4", 2, T0).await.unwrap().is_empty());
+        match store.invites("nope", "", 10, T0).await {
+            Err(waitroom::store::StoreError::Queue(QueueError::EventNotFound)) => {}
+            other => panic!("expected EventNotFound, got {other:?}"),
+        }
+        lists.push(all);
+    }
+    assert_eq!(lists[0], lists[1]);
+}

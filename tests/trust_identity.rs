@@ -682,3 +682,164 @@ async fn racing_joins_with_one_code_seat_one_person() {
     }
     assert_eq!(seated, 1);
 }
+
+/// `GET /admin/events/{id}/invites` gives every code back with its state: unused, bound to
+/// the proven user who joined with it, or bound to the place an anonymous join made. In
+/// code order, a page at a time, as JSON or CSV.
+#[tokio::test]
+async fn invite_codes_are_listed_back_with_their_state() {
+    let app = app();
+    put_event(&app, "vip", json!({"access": "invite"})).await;
+    let uri = "/api/v1/admin/events/vip/invites";
+    let made = call(
+        &app,
+        Method::POST,
+        uri,
+        Some(json!({"count": 3})),
+        Some(ADMIN),
+    )
+    .await;
+    let codes: Vec<String> = made.ok()["codes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap().to_string())
+        .collect();
+    // Alice proven (joined by the site's backend), an anonymous join, one left unused.
+    call(
+        &app,
+        Method::POST,
+        "/api/v1/queue/join",
+        Some(json!({"event_id": "vip", "user_id": "alice", "invite": codes[0]})),
+        Some(ADMIN),
+    )
+    .await
+    .ok();
+    join(&app, json!({"event_id": "vip", "invite": codes[1]}))
+        .await
+        .ok();
+
+    let mut want: Vec<(String, &str, Option<&str>)> = vec![
+        (codes[0].clone(), "bound", Some("alice")),
+        (codes[1].clone(), "bound", None),
+        (codes[2].clone(), "unused", None),
+    ];
+    want.sort();
+    let listed = call(&app, Method::GET, uri, None, Some(ADMIN)).await;
+    assert_eq!(listed.headers[header::CACHE_CONTROL], "no-store");
+    let rows = listed.ok()["invites"].as_array().unwrap().clone();
+    let got: Vec<(String, &str, Option<&str>)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["code"].as_str().unwrap().to_string(),
+                r["state"].as_str().unwrap(),
+                r.get("user_id").map(|u| u.as_str().unwrap()),
+            )
+        })
+        .collect();
+    assert_eq!(got, want, "{}", listed.text);
+    assert_eq!(listed.body["next_after"], Value::Null, "{}", listed.text);
+
+    // The CSV, by query or by `Accept`, as the `POST` negotiates it.
+    let csv_want: Vec<String> = std::iter::once("code,state,user_id".to_string())
+        .chain(
+            want.iter()
+                .map(|(c, s, u)| format!("{c},{s},{}", u.unwrap_or(""))),
+        )
+        .collect();
+    let by_query = call(
+        &app,
+        Method::GET,
+        &format!("{uri}?format=csv"),
+        None,
+        Some(ADMIN),
+    )
+    .await;
+    assert_eq!(by_query.status, StatusCode::OK, "{}", by_query.text);
+    assert!(by_query.headers[header::CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .starts_with("text/csv"));
+    assert_eq!(by_query.text.lines().collect::<Vec<_>>(), csv_want);
+    let req = Request::builder()
+        .method(Method::GET)
+        .uri(uri)
+        .header(header::AUTHORIZATION, format!("Bearer {ADMIN}"))
+        .header(header::ACCEPT, "text/plain")
+        .header(header::ACCEPT, "text/csv")
+        .body(Body::empty())
+        .unwrap();
+    let res = app.clone().oneshot(req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()[header::CACHE_CONTROL], "no-store");
+    let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(
+        std::str::from_utf8(&bytes)
+            .unwrap()
+            .lines()
+            .collect::<Vec<_>>(),
+        csv_want
+    );
+
+    // A page at a time: `next_after` (JSON) or `Link` (CSV) leads to the next one.
+    let first = call(
+        &app,
+        Method::GET,
+        &format!("{uri}?limit=2"),
+        None,
+        Some(ADMIN),
+    )
+    .await;
+    assert_eq!(first.ok()["invites"].as_array().unwrap().len(), 2);
+    assert_eq!(first.body["next_after"], want[1].0.as_str());
+    let rest = call(
+        &app,
+        Method::GET,
+        &format!("{uri}?limit=2&after={}", want[1].0),
+        None,
+        Some(ADMIN),
+    )
+    .await;
+    assert_eq!(rest.ok()["invites"][0]["code"], want[2].0.as_str());
+    assert_eq!(rest.body["invites"].as_array().unwrap().len(), 1);
+    assert_eq!(rest.body["next_after"], Value::Null);
+    let csv_page = call(
+        &app,
+        Method::GET,
+        &format!("{uri}?format=csv&limit=2"),
+        None,
+        Some(ADMIN),
+    )
+    .await;
+    assert_eq!(csv_page.text.lines().count(), 3, "{}", csv_page.text);
+    assert_eq!(
+        csv_page.headers[header::LINK],
+        format!(
+            "<{uri}?format=csv&after={}&limit=2>; rel=\"next\"",
+            want[1].0
+        )
+        .as_str()
+    );
+
+    // Refusals: no admin token, an unknown event, a bad limit or format.
+    call(&app, Method::GET, uri, None, None)
+        .await
+        .err(StatusCode::UNAUTHORIZED, "UNAUTHORIZED");
+    call(
+        &app,
+        Method::GET,
+        "/api/v1/admin/events/nope/invites",
+        None,
+        Some(ADMIN),
+    )
+    .await
+    .err(StatusCode::NOT_FOUND, "EVENT_NOT_FOUND");
+    for q in ["limit=0", "limit=10001", "format=xml"] {
+        call(&app, Method::GET, &format!("{uri}?{q}"), None, Some(ADMIN))
+            .await
+            .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    }
+}

@@ -43,6 +43,21 @@ impl EventQueue {
         n
     }
 
+    /// The codes after `after` in byte order, at most `limit`, each with what it is bound
+    /// to (`None`: unused). The codes are not kept in order (a lookup per join is what
+    /// counts), so a page sorts those after `after`: an admin's read, not a join's.
+    pub fn invite_page(&self, after: &str, limit: usize) -> Vec<(Box<str>, Option<InviteHolder>)> {
+        let mut page: Vec<_> = self
+            .invites
+            .iter()
+            .filter(|(c, _)| &***c > after)
+            .map(|(c, h)| (c.clone(), h.clone()))
+            .collect();
+        page.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        page.truncate(limit);
+        page
+    }
+
     /// Puts back the invite codes read from disk (after [`Self::restore`]).
     pub fn restore_invites(
         &mut self,

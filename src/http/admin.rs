@@ -16,7 +16,8 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::body::{
-    AdminEvent, Cleared, Deleted, EventSettings, Invites, Prequeue, Settings, StatsRow,
+    AdminEvent, Cleared, Deleted, EventSettings, InviteList, InviteRow, Invites, Prequeue,
+    Settings, StatsRow,
 };
 use super::error::{AppError, AppResult};
 use super::extract::{bearer, AppJson, AppPath, AppQuery, NoBody, OptionalJson};
@@ -249,21 +250,7 @@ pub async fn create_invites(
     AppJson(body): AppJson<InvitesBody>,
 ) -> AppResult<Response> {
     let id = event_id(path)?;
-    let csv = match q.format.as_deref() {
-        Some("csv") => true,
-        Some("json") => false,
-        Some(_) => return Err(AppError::invalid("format must be json or csv")),
-        // Several `Accept` lines are one list (docs/API.md); a line that is not text is
-        // skipped.
-        None => prefers_csv(
-            &headers
-                .get_all(header::ACCEPT)
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .collect::<Vec<_>>()
-                .join(", "),
-        ),
-    };
+    let csv = wants_csv(q.format.as_deref(), &headers)?;
     if !(1..=MAX_INVITES_PER_CALL).contains(&body.count) {
         return Err(AppError::invalid(format!(
             "count must be between 1 and {MAX_INVITES_PER_CALL}"
@@ -286,15 +273,127 @@ pub async fn create_invites(
         text.push_str(c);
         text.push('\n');
     }
+    Ok(csv_download(&id, text, None))
+}
+
+/// Whether an invites answer is the CSV download: `?format=` decides, else `Accept`.
+fn wants_csv(format: Option<&str>, headers: &HeaderMap) -> AppResult<bool> {
+    Ok(match format {
+        Some("csv") => true,
+        Some("json") => false,
+        Some(_) => return Err(AppError::invalid("format must be json or csv")),
+        // Several `Accept` lines are one list (docs/API.md); a line that is not text is
+        // skipped.
+        None => prefers_csv(
+            &headers
+                .get_all(header::ACCEPT)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+    })
+}
+
+/// The invites CSV as a download; `next` is the `Link` to the page that follows, if any.
+fn csv_download(id: &str, text: String, next: Option<String>) -> Response {
     let disposition = format!("attachment; filename=\"invites-{id}.csv\"");
-    Ok((
+    let mut r = (
         [
             (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_string()),
             (header::CONTENT_DISPOSITION, disposition),
         ],
         text,
     )
-        .into_response())
+        .into_response();
+    if let Some(v) = next.and_then(|l| header::HeaderValue::try_from(l).ok()) {
+        r.headers_mut().insert(header::LINK, v);
+    }
+    r
+}
+
+/// Most codes one page of `GET /events/{id}/invites` lists (and its default): the codes
+/// of an event have no cap in total, one `POST` adds up to [`MAX_INVITES_PER_CALL`].
+pub const MAX_INVITES_PAGE: usize = 10_000;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InviteListQuery {
+    /// List the codes after this one (the previous page's `next_after`).
+    pub after: Option<String>,
+    pub limit: Option<usize>,
+    pub format: Option<String>,
+}
+
+/// `GET /events/{event_id}/invites?after=&limit=`: the event's codes in code order, each
+/// with its state, so that codes whose answer was lost can be had again; as JSON, or as a
+/// CSV download negotiated as for the `POST`.
+pub async fn list_invites(
+    State(state): State<AppState>,
+    path: AppPath<String>,
+    AppQuery(q): AppQuery<InviteListQuery>,
+    headers: HeaderMap,
+) -> AppResult<Response> {
+    let id = event_id(path)?;
+    let csv = wants_csv(q.format.as_deref(), &headers)?;
+    let limit = q.limit.unwrap_or(MAX_INVITES_PAGE);
+    if !(1..=MAX_INVITES_PAGE).contains(&limit) {
+        return Err(AppError::invalid(format!(
+            "limit must be between 1 and {MAX_INVITES_PAGE}"
+        )));
+    }
+    // One more than the page, to know whether another follows (as `prequeue`).
+    let after = q.after.unwrap_or_default();
+    let mut page = state
+        .store
+        .invites(&id, &after, limit + 1, state.clock.now())
+        .await?;
+    let more = page.len() > limit;
+    page.truncate(limit);
+    let next_after = more.then(|| page.last().map(|(c, _)| c.clone())).flatten();
+    let invites: Vec<InviteRow> = page.into_iter().map(InviteRow::from).collect();
+    if !csv {
+        return Ok(Json(InviteList {
+            invites,
+            next_after,
+        })
+        .into_response());
+    }
+    let mut text = String::with_capacity(20 + invites.len() * 24);
+    text.push_str("code,state,user_id\n");
+    for row in &invites {
+        text.push_str(&row.code);
+        text.push(',');
+        text.push_str(row.state.as_str());
+        text.push(',');
+        if let Some(u) = &row.user_id {
+            text.push_str(&csv_field(u));
+        }
+        text.push('\n');
+    }
+    // Codes are URL-safe base64, so they go into the query as they are.
+    let next = next_after.map(|a| {
+        format!(
+            "</api/v1/admin/events/{id}/invites?format=csv&after={a}&limit={limit}>; rel=\"next\""
+        )
+    });
+    Ok(csv_download(&id, text, next))
+}
+
+/// A CSV field: quoted when it holds a separator, a quote or a line break (RFC 4180); one
+/// a spreadsheet would take for a formula gets a leading `'` (user ids are the caller's
+/// own text).
+fn csv_field(v: &str) -> String {
+    let v = if v.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        format!("'{v}")
+    } else {
+        v.to_string()
+    };
+    if v.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", v.replace('"', "\"\""))
+    } else {
+        v
+    }
 }
 
 /// `POST /events/{event_id}/clear`: every waiting place ends (`TOKEN_NOT_FOUND`).

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::schedule::{commitment, format_rfc3339, hex};
 use crate::core::{
-    Announcement, EndCause, EventConfig, EventFigures, Millis, PlaceState, PlaceView,
+    Announcement, EndCause, EventConfig, EventFigures, InviteHolder, Millis, PlaceState, PlaceView,
     QueueingMethod, ShownStatus, Texts,
 };
 use crate::store::EventSnapshot;
@@ -550,6 +550,57 @@ impl AdminEvent {
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Invites {
     pub codes: Vec<String>,
+}
+
+/// `GET /events/{id}/invites`: a page of the event's codes, in code order.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct InviteList {
+    pub invites: Vec<InviteRow>,
+    /// The `after` of the next page; `null` on the last one.
+    pub next_after: Option<String>,
+}
+
+/// One invite code and its state.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct InviteRow {
+    pub code: String,
+    pub state: InviteState,
+    /// The proven user the code is bound to (who may rejoin with it); absent when it is
+    /// unused or bound to the one place an anonymous or unproven join made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+}
+
+/// `unused`: no join took the code yet; `bound`: it seats someone (nobody else can use it).
+#[derive(Debug, Clone, Copy, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum InviteState {
+    Unused,
+    Bound,
+}
+
+impl InviteState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InviteState::Unused => "unused",
+            InviteState::Bound => "bound",
+        }
+    }
+}
+
+impl From<(String, Option<InviteHolder>)> for InviteRow {
+    fn from((code, holder): (String, Option<InviteHolder>)) -> Self {
+        let (state, user_id) = match holder {
+            None => (InviteState::Unused, None),
+            Some(InviteHolder::User(u)) => (InviteState::Bound, Some(u.into())),
+            Some(InviteHolder::Place(_)) => (InviteState::Bound, None),
+        };
+        InviteRow {
+            code,
+            state,
+            user_id,
+        }
+    }
 }
 
 /// `DELETE /events/{id}`

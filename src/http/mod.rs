@@ -363,7 +363,7 @@ fn routes(around: &Around) -> Routes {
     route!(
         admin,
         admin!("/events/{event_id}/invites"),
-        post(admin::create_invites)
+        post(admin::create_invites).get(admin::list_invites)
     );
     route!(
         admin,

@@ -19,6 +19,9 @@ use super::body::*;
 use super::demo_site::{Order, OrderRequest};
 use super::error::code;
 
+#[path = "openapi_invites.rs"]
+mod invite_docs;
+
 /// The error body every failure answers (API.md "Errors").
 #[derive(utoipa::ToSchema)]
 pub struct ErrorBody {
@@ -74,7 +77,9 @@ pub async fn serve() -> impl IntoResponse {
 /// settings' fields, and what every route or every refusal of a kind answers (`default`,
 /// `Retry-After`, the admin routes' 401 and 429).
 pub fn document() -> Value {
-    let mut doc = serde_json::to_value(Doc::openapi()).expect("the document serializes");
+    let mut api = Doc::openapi();
+    api.merge(invite_docs::Doc::openapi());
+    let mut doc = serde_json::to_value(api).expect("the document serializes");
     let detail = &mut doc["components"]["schemas"]["ErrorDetail"]["properties"];
     detail["code"]["enum"] = json!(code::ALL);
     // Present only with a value, never `null`.
@@ -436,6 +441,7 @@ fn bounds(doc: &mut Value) {
     for (path, method) in [
         ("/api/v1/admin/events/{event_id}/history", "get"),
         ("/api/v1/admin/events/{event_id}/invites", "post"),
+        ("/api/v1/admin/events/{event_id}/invites", "get"),
     ] {
         let params = doc["paths"][path][method]["parameters"].as_array_mut();
         for p in params
@@ -460,6 +466,12 @@ fn bounds(doc: &mut Value) {
             "limit",
             1,
             admin::MAX_PREQUEUE_PAGE as u64,
+        ),
+        (
+            "/api/v1/admin/events/{event_id}/invites",
+            "limit",
+            1,
+            admin::MAX_INVITES_PAGE as u64,
         ),
         (
             "/api/v1/admin/events/{event_id}/history",
@@ -517,7 +529,6 @@ fn bounds(doc: &mut Value) {
         pause,
         resume,
         clear,
-        invites,
         queue_head,
         stats,
         defaults,
@@ -751,17 +762,6 @@ fn resume() {}
         (status = 400, description = "INVALID_REQUEST: a body other than none or `{}`", body = ErrorBody),
         (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
 fn clear() {}
-
-#[utoipa::path(post, path = "/api/v1/admin/events/{event_id}/invites", tag = "admin",
-    params(("event_id" = String, Path), ("format" = Option<String>, Query, description = "`csv` for a download")),
-    request_body = super::admin::InvitesBody,
-    responses(
-        (status = 200, description = "Fresh invite codes (JSON, or CSV with `?format=csv`)", content(
-            (Invites = "application/json"),
-            (String = "text/csv"))),
-        (status = 400, description = "INVALID_REQUEST", body = ErrorBody),
-        (status = 404, description = "EVENT_NOT_FOUND", body = ErrorBody)))]
-fn invites() {}
 
 #[utoipa::path(get, path = "/api/v1/admin/events/{event_id}/queue", tag = "admin",
     params(("event_id" = String, Path), ("limit" = Option<u64>, Query)),

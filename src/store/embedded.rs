@@ -24,8 +24,8 @@ use super::{
     StoreError, StoreResult, NOTICE_BUFFER,
 };
 use crate::core::{
-    Effect, EventConfig, EventPatch, EventQueue, HeadEntry, InventoryCounts, InventoryView, Millis,
-    PlaceKey, PlaceView, QueueError, SaleEnd, SessionHolds,
+    Effect, EventConfig, EventPatch, EventQueue, HeadEntry, InventoryCounts, InventoryView,
+    InviteHolder, Millis, PlaceKey, PlaceView, QueueError, SaleEnd, SessionHolds,
 };
 use crate::telemetry;
 
@@ -528,6 +528,22 @@ impl Store for EmbeddedStore {
     ) -> StoreResult<u64> {
         self.with(event_id, |q, fx| Ok(q.add_invites(codes, fx)))
             .await
+    }
+
+    async fn invites(
+        &self,
+        event_id: &str,
+        after: &str,
+        limit: usize,
+        _now: Millis,
+    ) -> StoreResult<Vec<(String, Option<InviteHolder>)>> {
+        self.with(event_id, |q, _| {
+            Ok(q.invite_page(after, limit)
+                .into_iter()
+                .map(|(c, h)| (c.into(), h))
+                .collect())
+        })
+        .await
     }
 
     async fn status(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {

@@ -30,8 +30,8 @@ use tokio::time::Instant;
 use super::embedded::EmbeddedStore;
 use super::{EventSnapshot, JoinRequest, Notice, SaleEndApplied, Store, StoreError, StoreResult};
 use crate::core::{
-    EventConfig, EventPatch, HeadEntry, InventoryCounts, InventoryView, Millis, PlaceKey,
-    PlaceView, SaleEnd, SessionHolds,
+    EventConfig, EventPatch, HeadEntry, InventoryCounts, InventoryView, InviteHolder, Millis,
+    PlaceKey, PlaceView, SaleEnd, SessionHolds,
 };
 
 /// One operation of the [`Store`] trait (`subscribe`, which cannot fail, is not one).
@@ -48,6 +48,7 @@ pub enum Op {
     Prequeue,
     Join,
     AddInvites,
+    Invites,
     Status,
     Heartbeat,
     Peek,
@@ -322,6 +323,17 @@ impl Store for FaultStore {
     async fn add_invites(&self, event_id: &str, codes: &[String], now: Millis) -> StoreResult<u64> {
         self.gate(Op::AddInvites).await?;
         self.inner.add_invites(event_id, codes, now).await
+    }
+
+    async fn invites(
+        &self,
+        event_id: &str,
+        after: &str,
+        limit: usize,
+        now: Millis,
+    ) -> StoreResult<Vec<(String, Option<InviteHolder>)>> {
+        self.gate(Op::Invites).await?;
+        self.inner.invites(event_id, after, limit, now).await
     }
 
     async fn status(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {

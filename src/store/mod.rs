@@ -19,7 +19,7 @@ use tokio::sync::broadcast;
 
 use crate::core::{
     Effect, EndReason, EventConfig, EventFigures, EventPatch, HeadEntry, InventoryCounts,
-    InventoryView, Millis, PlaceKey, PlaceView, QueueError, SaleEnd, SessionHolds,
+    InventoryView, InviteHolder, Millis, PlaceKey, PlaceView, QueueError, SaleEnd, SessionHolds,
 };
 
 pub mod audit_file;
@@ -311,6 +311,17 @@ pub trait Store: Send + Sync + 'static {
     /// Adds unused invite codes to the event (codes it already knows keep their binding).
     /// Answers how many were new. `EventNotFound` if unknown. Durable before it answers.
     async fn add_invites(&self, event_id: &str, codes: &[String], now: Millis) -> StoreResult<u64>;
+
+    /// The event's invite codes after `after` in byte order, at most `limit`, each with
+    /// what it is bound to (`None`: unused). `EventNotFound` if unknown. A read: it
+    /// changes nothing.
+    async fn invites(
+        &self,
+        event_id: &str,
+        after: &str,
+        limit: usize,
+        now: Millis,
+    ) -> StoreResult<Vec<(String, Option<InviteHolder>)>>;
 
     /// The place's status with its exact position; renews its heartbeat.
     /// Errors: `TokenExpired` (ended by a deadline), `TokenNotFound` (any other end).

@@ -51,6 +51,7 @@ mod close;
 mod configure;
 mod conn;
 mod decode;
+mod invites;
 mod log_meta;
 mod memory;
 mod relay;
@@ -81,7 +82,7 @@ use super::{
 };
 use crate::core::{
     validate_event_id, Access, Effect, EventConfig, EventPatch, HeadEntry, InventoryCounts,
-    InventoryView, Millis, PlaceKey, PlaceView, QueueError, SaleEnd, SessionHolds,
+    InventoryView, InviteHolder, Millis, PlaceKey, PlaceView, QueueError, SaleEnd, SessionHolds,
 };
 use crate::telemetry;
 use decode::{array, field, int, invalid, queue_error, text, uint, unexpected, Malformed, Reply};
@@ -682,6 +683,16 @@ impl Store for RedisStore {
         let args: Vec<&[u8]> = codes.iter().map(|c| c.as_bytes()).collect();
         let r = self.inner.op(event_id, "invite", now, &args, None).await?;
         Ok(uint(&r.payload)?)
+    }
+
+    async fn invites(
+        &self,
+        event_id: &str,
+        after: &str,
+        limit: usize,
+        now: Millis,
+    ) -> StoreResult<Vec<(String, Option<InviteHolder>)>> {
+        self.inner.invites(event_id, after, limit, now).await
     }
 
     async fn status(&self, event_id: &str, key: PlaceKey, now: Millis) -> StoreResult<PlaceView> {
