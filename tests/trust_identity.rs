@@ -134,16 +134,26 @@ async fn invites_accepting(
     res
 }
 
-async fn one_invite(app: &Router, event: &str) -> String {
+/// `n` new codes of `event`.
+async fn invites(app: &Router, event: &str, n: usize) -> Vec<String> {
     let made = call(
         app,
         Method::POST,
         &format!("/api/v1/admin/events/{event}/invites"),
-        Some(json!({"count": 1})),
+        Some(json!({ "count": n })),
         Some(ADMIN),
     )
     .await;
-    made.ok()["codes"][0].as_str().unwrap().to_string()
+    made.ok()["codes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap().to_string())
+        .collect()
+}
+
+async fn one_invite(app: &Router, event: &str) -> String {
+    invites(app, event, 1).await.remove(0)
 }
 
 async fn join(app: &Router, body: Value) -> Resp {
@@ -534,20 +544,7 @@ async fn invite_codes_are_made_and_each_seats_one_person() {
     )
     .await
     .err(StatusCode::NOT_FOUND, "EVENT_NOT_FOUND");
-    let made = call(
-        &app,
-        Method::POST,
-        uri,
-        Some(json!({"count": 3})),
-        Some(ADMIN),
-    )
-    .await;
-    let codes: Vec<String> = made.ok()["codes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c.as_str().unwrap().to_string())
-        .collect();
+    let codes = invites(&app, "vip", 3).await;
     assert_eq!(codes.len(), 3);
     for c in &codes {
         assert_eq!(c.len(), 16, "{c}");
@@ -691,20 +688,7 @@ async fn invite_codes_are_listed_back_with_their_state() {
     let app = app();
     put_event(&app, "vip", json!({"access": "invite"})).await;
     let uri = "/api/v1/admin/events/vip/invites";
-    let made = call(
-        &app,
-        Method::POST,
-        uri,
-        Some(json!({"count": 3})),
-        Some(ADMIN),
-    )
-    .await;
-    let codes: Vec<String> = made.ok()["codes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c.as_str().unwrap().to_string())
-        .collect();
+    let codes = invites(&app, "vip", 3).await;
     // Alice proven (joined by the site's backend), an anonymous join, one left unused.
     call(
         &app,
