@@ -60,6 +60,16 @@ step() { printf '\n==> %s\n' "$*"; }
 
 ensure_tools
 
+# A cold run writes about 3.5 GB into target/ (debug builds of ~30 test binaries). A disk that
+# fills mid-link shows up as an odd linker crash ("ld terminated with signal 7 [Bus error]"),
+# so say up front how much room there is.
+mkdir -p target
+avail_kb=$(df -Pk target | awk 'NR==2 {print $4}')
+step "free space for target/: $((avail_kb / 1024)) MiB"
+if [ "${avail_kb:-0}" -lt 5242880 ]; then
+    echo "test.sh: warning: less than 5 GiB free where target/ lives; the build may fail to link" >&2
+fi
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
