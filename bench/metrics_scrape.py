@@ -2,6 +2,7 @@
 """What a `/metrics` scrape of a node holding thousands of events does to the requests around it.
 
     python3 bench/metrics_scrape.py BIN_DIR [BIN_DIR...] [--events 2000] [--rate 8000]
+    python3 bench/metrics_scrape.py BIN_DIR --path /api/v1/admin/events   # what the dashboard polls
 
 For each BIN_DIR (holding `waitroom` and `waitroom-bench` of one build), on an embedded
 server in `sync` (free port, temporary directory):
@@ -10,7 +11,8 @@ server in `sync` (free port, temporary directory):
 3. an open-loop status run at RATE/s for 10 s (`waitroom-bench run --url`), without scrapes,
    then the same with a scrape every second from another thread: status p50/p99/max and the
    100 ms windows whose worst latency passed 20 ms, from the generator's own report.
-Prometheus scrapes every 15 s by default, often from two replicas; once a second makes the
+`--path` reads another page instead of `/metrics` (with the admin token). Prometheus
+scrapes every 15 s by default, often from two replicas; once a second makes the
 effect of each scrape easy to see in a 10 s window.
 Standard library only.
 """
@@ -65,9 +67,14 @@ def fill(port, events):
         raise SystemExit(f"{len(bad)} requests refused while filling: {bad[:5]}")
 
 
+PATH = "/metrics"
+
+
 def scrape(port):
     t0 = time.perf_counter()
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as r:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{PATH}")
+    req.add_header("authorization", f"Bearer {ADMIN}")
+    with urllib.request.urlopen(req, timeout=60) as r:
         body = r.read()
     return time.perf_counter() - t0, len(body)
 
@@ -97,7 +104,10 @@ def main():
     ap.add_argument("bins", nargs="+")
     ap.add_argument("--events", type=int, default=2000)
     ap.add_argument("--rate", type=int, default=8000)
+    ap.add_argument("--path", default="/metrics")
     a = ap.parse_args()
+    global PATH
+    PATH = a.path
     for bindir in a.bins:
         with tempfile.TemporaryDirectory(prefix="metrics-scrape-") as workdir:
             proc, port = start(bindir, workdir)
@@ -105,7 +115,7 @@ def main():
                 fill(port, a.events)
                 scrape(port)  # the first builds every series once
                 alone = [scrape(port) for _ in range(5)]
-                print(f"== {bindir}: {a.events} events; scrapes alone: "
+                print(f"== {bindir}: {a.events} events; {PATH} alone: "
                       + ", ".join(f"{s * 1000:.0f} ms" for s, _ in alone)
                       + f"; {alone[-1][1] / 1e6:.2f} MB", flush=True)
                 for scraping in (False, True):
