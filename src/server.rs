@@ -92,7 +92,9 @@ pub async fn run(
             _data_dir_lock = Some(lock_data_dir(&settings.data_dir)?);
             let dir = settings.data_dir.join("store");
             let now = crate::clock::system_now();
-            let store = EmbeddedStore::open_with(&dir, settings.durability, now, settings.repair)?;
+            let mut store =
+                EmbeddedStore::open_with(&dir, settings.durability, now, settings.repair)?;
+            store.watch_stalls();
             places = store.restored_places();
             Arc::new(store)
         }

@@ -729,3 +729,74 @@ async fn a_cap_beyond_the_descriptor_limit_is_warned_about_and_running_out_is_su
     assert!(exchange(&mut first).await);
     assert_eq!(s.terminate(Duration::from_secs(8)).code(), Some(0));
 }
+
+/// A node that does not run for a while (`SIGSTOP` here; `docker pause`, a paused VM)
+/// receives no polls meanwhile: the places that polled as told keep their places, and one
+/// that had stopped polling still expires, that much later. Before, the first tick after
+/// the freeze expired every one of them.
+#[tokio::test]
+async fn a_frozen_node_does_not_expire_the_places_that_polled_as_told() {
+    let dir = tempdir();
+    let s = serve(dir.path(), &[]);
+    let admin = |path: &str| s.url(&format!("/api/v1/admin/events/{path}"));
+    let ev = json!({"max_active": 1, "paused": true, "waiting_idle_sec": 4});
+    let (st, _) = call(Method::PUT, &admin("fz"), Some(ADMIN), Some(ev)).await;
+    assert_eq!(st, StatusCode::OK);
+    let mut tokens = Vec::new();
+    for _ in 0..3 {
+        let (st, body) = post(&s.url("/api/v1/queue/join"), json!({"event_id": "fz"})).await;
+        assert_eq!(st, StatusCode::OK, "{body}");
+        tokens.push(body["waiting_token"].as_str().unwrap().to_string());
+    }
+    let status = |t: &str| s.url(&format!("/api/v1/queue/status?token={t}"));
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &s.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(ok.success());
+    };
+    // The last place stops polling now; the others poll right before the freeze.
+    let abandoned_at = Instant::now();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for t in &tokens[..2] {
+        assert_eq!(get(&status(t)).await.1["status"], "waiting");
+    }
+    signal("-STOP");
+    std::thread::sleep(Duration::from_secs(7));
+    signal("-CONT");
+    for t in &tokens[..2] {
+        let (st, body) = get(&status(t)).await;
+        assert_eq!(st, StatusCode::OK, "a place that polled as told: {body}");
+        assert_eq!(body["status"], "waiting");
+    }
+    // The abandoned place's 4 s ran 1.5 s before the freeze: about 2.5 s are left after
+    // it. (Not asked for its status: that would be a poll.)
+    let line = || async {
+        let (st, body) = get(&s.url("/api/v1/queue/info?event_id=fz")).await;
+        assert_eq!(st, StatusCode::OK);
+        body["queue_length"].as_u64().unwrap()
+    };
+    assert_eq!(
+        line().await,
+        3,
+        "the freeze did not count against the abandoned place"
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while line().await == 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the abandoned place never expired"
+        );
+        for t in &tokens[..2] {
+            assert_eq!(get(&status(t)).await.1["status"], "waiting");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(line().await, 2, "only the abandoned place expired");
+    let expired_after = abandoned_at.elapsed();
+    assert!(
+        expired_after >= Duration::from_secs(10),
+        "4 s of idleness plus ~7 s of freeze: {expired_after:?}"
+    );
+}

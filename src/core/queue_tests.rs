@@ -65,6 +65,43 @@ fn ghosts_expire_without_polling_and_stop_counting() {
 }
 
 #[test]
+fn lost_time_moves_idle_deadlines_but_not_ready_windows() {
+    // Paused: only expiry moves the queue. Idle periods are 300 s.
+    let mut q = EventQueue::new(EventConfig {
+        paused: true,
+        ..EventConfig::default()
+    });
+    let b = join(&mut q, 2, None, 0);
+    let c = join(&mut q, 3, None, 0);
+    let mut fx = Vec::new();
+    q.heartbeat(b.key, 100 * S, &mut fx).unwrap();
+    // The node lost 250 s: `b` polled at 100 s, so it lasts until 650 s, not 400 s;
+    // `c` never polled: until 550 s.
+    q.forgive_idle(250 * S);
+    let waiting = |q: &mut EventQueue, key, at| q.peek(key, at, &mut Vec::new()).map(|v| v.status);
+    assert_eq!(waiting(&mut q, c.key, 549 * S), Ok(PlaceState::Waiting));
+    assert_eq!(
+        waiting(&mut q, c.key, 550 * S),
+        Err(QueueError::TokenExpired)
+    );
+    assert_eq!(waiting(&mut q, b.key, 649 * S), Ok(PlaceState::Waiting));
+    assert_eq!(
+        waiting(&mut q, b.key, 650 * S),
+        Err(QueueError::TokenExpired)
+    );
+    q.check_invariants().unwrap();
+    // A ready window keeps its deadline (60 s), as after a restart.
+    let mut q = queue(1);
+    let a = join(&mut q, 1, None, 0);
+    assert_eq!(a.status, PlaceState::Admitted);
+    q.forgive_idle(250 * S);
+    assert_eq!(
+        q.enter(a.key, 60 * S, &mut fx),
+        Err(QueueError::TokenExpired)
+    );
+}
+
+#[test]
 fn admitted_places_lapse_and_hand_on_their_slot() {
     let mut q = queue(1);
     let a = join(&mut q, 1, None, 0);

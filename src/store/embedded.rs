@@ -40,6 +40,8 @@ struct Slot {
     last_ticket: u64,
     /// This event's effect counters, resolved once (see [`telemetry::EffectCounters`]).
     counters: telemetry::EffectCounters,
+    /// The node's lost time this event has taken out of its idle periods (see `stalls`).
+    forgiven: Millis,
 }
 
 impl Slot {
@@ -51,6 +53,7 @@ impl Slot {
             queue,
             deleted: false,
             last_ticket: 0,
+            forgiven: 0,
         }
     }
 }
@@ -87,6 +90,8 @@ pub struct EmbeddedStore {
     restored: u64,
     /// The admin audit list (`audit.jsonl` in the data dir of a durable store).
     audit: Arc<Mutex<AuditFile>>,
+    /// Time the node lost, kept out of idle periods once [`Self::watch_stalls`] is called.
+    stalls: Option<Arc<super::stalls::Stalls>>,
 }
 
 /// Claimed keys with their expiry. Expired ones are swept whenever the map has doubled
@@ -128,6 +133,7 @@ impl Default for EmbeddedStore {
             claims: Mutex::default(),
             restored: 0,
             audit: Arc::new(Mutex::new(AuditFile::memory())),
+            stalls: None,
         }
     }
 }
@@ -182,7 +188,15 @@ impl EmbeddedStore {
             claims: Mutex::default(),
             restored: recovered.places,
             audit: Arc::new(Mutex::new(audit)),
+            stalls: None,
         })
+    }
+
+    /// From now on, time in which the node did not run, or its wall clock skipped, does
+    /// not count against the places' idle periods (see `stalls`). For a store on the
+    /// system clock only: a test's manual clock does not move with the system's.
+    pub fn watch_stalls(&mut self) {
+        self.stalls = Some(super::stalls::Stalls::start());
     }
 
     /// Places read back from disk when the store was opened (0 in memory).
@@ -230,6 +244,9 @@ impl EmbeddedStore {
             let s = &mut *guard;
             if s.deleted {
                 return Err(QueueError::EventNotFound.into());
+            }
+            if let Some(stalls) = &self.stalls {
+                stalls.apply(&mut s.forgiven, &mut s.queue);
             }
             let reached = s.queue.config().opening_reached;
             let out = f(&mut s.queue, &mut fx);
