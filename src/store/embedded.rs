@@ -196,7 +196,7 @@ impl EmbeddedStore {
     /// not count against the places' idle periods (see `stalls`). For a store on the
     /// system clock only: a test's manual clock does not move with the system's.
     pub fn watch_stalls(&mut self) {
-        self.stalls = Some(super::stalls::Stalls::start());
+        self.stalls = super::stalls::Stalls::start();
     }
 
     /// Places read back from disk when the store was opened (0 in memory).
