@@ -469,6 +469,37 @@ async fn answers_about_a_place_are_not_kept_by_caches() {
         .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(res.headers()[header::CACHE_CONTROL], "no-store", "events");
+
+    // Their errors too: a cache that kept one person's `TOKEN_NOT_FOUND` (or a join's
+    // refusal) would hand it to the next one asking.
+    let r = app
+        .post("/api/v1/queue/join", json!({"event_id": "nope"}))
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
+    assert_eq!(r.headers[header::CACHE_CONTROL], "no-store", "join refused");
+    let r = app
+        .send(
+            req(Method::DELETE, &format!("/api/v1/queue/leave?token={t}"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert!(r.status.is_success(), "{}", r.text);
+    for path in ["status", "events"] {
+        let r = app
+            .send(
+                req(Method::GET, &format!("/api/v1/queue/{path}?token={t}"))
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await;
+        r.err(StatusCode::NOT_FOUND, "TOKEN_NOT_FOUND");
+        assert_eq!(
+            r.headers[header::CACHE_CONTROL],
+            "no-store",
+            "{path} refused"
+        );
+    }
 }
 
 #[tokio::test]

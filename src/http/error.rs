@@ -400,3 +400,27 @@ impl IntoResponse for AppError {
 }
 
 pub type AppResult<T> = Result<T, AppError>;
+
+/// An error of a route whose answers are about one place (join, status, the live stream):
+/// sent with `Cache-Control: no-store` as their answers are, so a shared cache cannot hand
+/// one person's `TOKEN_EXPIRED` or `ALREADY_JOINED` to the next one asking (API.md, Admin
+/// API).
+pub struct PlaceError(pub AppError);
+
+impl<E: Into<AppError>> From<E> for PlaceError {
+    fn from(e: E) -> Self {
+        PlaceError(e.into())
+    }
+}
+
+impl IntoResponse for PlaceError {
+    fn into_response(self) -> Response {
+        let mut res = self.0.into_response();
+        res.headers_mut()
+            .insert(header::CACHE_CONTROL, super::NO_STORE.clone());
+        res
+    }
+}
+
+/// The result of a route whose answers are about one place ([`PlaceError`]).
+pub type PlaceResult<T> = Result<T, PlaceError>;

@@ -246,7 +246,7 @@ pub async fn events(
     State(state): State<AppState>,
     caller: Caller,
     WaitingTokenNoBody(token): WaitingTokenNoBody,
-) -> AppResult<impl IntoResponse> {
+) -> super::PlaceResult<impl IntoResponse> {
     let place = parse(&state, &token)?;
     let permit = admit(&state, &caller, &place).await?;
     let (follower, first) = follow(&state, place).await?;

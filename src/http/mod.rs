@@ -75,7 +75,7 @@ pub mod queue;
 pub mod records;
 pub mod sale;
 
-pub use error::{AppError, AppResult};
+pub use error::{AppError, AppResult, PlaceError, PlaceResult};
 
 /// Limits applied to every request.
 #[derive(Debug, Clone)]

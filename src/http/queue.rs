@@ -16,7 +16,7 @@ use super::admin::is_admin_token;
 use super::body::{
     AnnouncementBody, Completed, Entered, Joined, Place, QueueInfo, Removed, Verified,
 };
-use super::error::{AppError, AppResult};
+use super::error::{AppError, AppResult, PlaceResult};
 use super::extract::{AppJson, AppQuery, BearerToken, WaitingToken, WaitingTokenNoBody};
 use super::guard::Caller;
 use super::place_json::{JoinedAnswer, PlaceAnswer};
@@ -137,7 +137,7 @@ pub async fn join(
     bearer: Option<BearerToken>,
     caller: Caller,
     AppJson(mut body): AppJson<JoinBody>,
-) -> AppResult<JoinedAnswer> {
+) -> PlaceResult<JoinedAnswer> {
     let state = shared.app();
     validate_event_id(&body.event_id)?;
     if body
@@ -147,7 +147,8 @@ pub async fn join(
     {
         return Err(AppError::invalid(format!(
             "invite must be at most {MAX_INVITE_CHARS} characters"
-        )));
+        ))
+        .into());
     }
     let now = state.clock.now();
     let server = server_key(state, &caller, bearer.as_ref().map(|b| b.0.as_str()))?;
@@ -164,13 +165,12 @@ pub async fn join(
         if n == 0 || n > MAX_USER_ID_CHARS {
             return Err(AppError::invalid(format!(
                 "user_id must be 1-{MAX_USER_ID_CHARS} characters"
-            )));
+            ))
+            .into());
         }
         // It reaches the admin's queue list, history and CSV exports as it is.
         if u.chars().any(char::is_control) {
-            return Err(AppError::invalid(
-                "user_id must not contain control characters",
-            ));
+            return Err(AppError::invalid("user_id must not contain control characters").into());
         }
     }
     let metadata = match &body.metadata {
@@ -180,7 +180,8 @@ pub async fn join(
             if raw.len() > MAX_METADATA_BYTES {
                 return Err(AppError::invalid(format!(
                     "metadata must be at most {MAX_METADATA_BYTES} bytes of JSON"
-                )));
+                ))
+                .into());
             }
             Some(raw)
         }
@@ -195,7 +196,11 @@ pub async fn join(
     };
     let view = match state.store.join(&body.event_id, &req, now).await {
         Ok(v) => v,
-        Err(e) => return Err(super::lifecycle::explain(state, &body.event_id, e.into()).await),
+        Err(e) => {
+            return Err(super::lifecycle::explain(state, &body.event_id, e.into())
+                .await
+                .into())
+        }
     };
     let mut place = Place::new(body.event_id, &view);
     place.announcement = config.announcement.as_ref().map(AnnouncementBody::new);
@@ -212,7 +217,7 @@ pub async fn join(
 pub async fn status(
     State(shared): State<Shared>,
     WaitingTokenNoBody(token): WaitingTokenNoBody,
-) -> AppResult<PlaceAnswer> {
+) -> PlaceResult<PlaceAnswer> {
     let state = shared.app();
     let (event_id, key) = parse_waiting(state, &token)?;
     let now = state.clock.now();
@@ -223,7 +228,11 @@ pub async fn status(
         .check_poll_in(config.as_deref(), &event_id, key)?;
     let view = match state.store.status(&event_id, key, now).await {
         Ok(v) => v,
-        Err(e) => return Err(super::lifecycle::explain(state, &event_id, e.into()).await),
+        Err(e) => {
+            return Err(super::lifecycle::explain(state, &event_id, e.into())
+                .await
+                .into())
+        }
     };
     let mut place = Place::new(event_id, &view);
     // The operator's message, for clients that poll rather than follow the live stream.
