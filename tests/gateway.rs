@@ -446,7 +446,7 @@ async fn forged_and_expired_cookies_are_refused() {
 /// after the line a client invented: the origin must get the whole chain, the real client
 /// included, or the invention becomes the nearest untrusted hop and the origin's own
 /// per-address rules see the address the client chose. Of `X-Forwarded-Proto` only the
-/// proxy's line, the last, counts and goes on.
+/// proxy's line, the last, counts and goes on; `X-Forwarded-Host` is replaced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trusted_proxys_own_header_line_is_kept_in_the_chain() {
     let o = origin().await;
@@ -464,7 +464,10 @@ async fn a_trusted_proxys_own_header_line_is_kept_in_the_chain() {
         ("x-forwarded-host", "shop.example"),
     ];
     let seen = Person::default().get(&url("/pub"), &lines).await.json();
-    assert_eq!(seen["xfh"], "shop.example", "one line, the proxy's");
+    // `X-Forwarded-Host` is the host the gate matched, never one passed on: a proxy that
+    // passes a client's line on untouched would let it name a host whose gate it skipped.
+    assert_eq!(seen["xfh"], seen["host"], "the host the gate matched");
+    assert_ne!(seen["xfh"], "shop.example");
     assert_eq!(seen["xff"], "6.6.6.6, 5.5.5.5, 127.0.0.1");
     assert_eq!(seen["proto"], "http", "one line, the proxy's");
     let forwarded = seen["forwarded"].as_str().unwrap();
@@ -838,6 +841,21 @@ async fn the_gate_endpoint_answers_auth_request() {
             .as_str()
             .unwrap()
             .contains("X-Original-URI"));
+    }
+    // Two lines: a front proxy that appended its own after the client's. Taking the first
+    // let the client choose an ungated URI.
+    let r = client()
+        .get(&gate)
+        .header("x-original-uri", "/about")
+        .header("x-original-uri", "/checkout")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    // A WHATWG parser (Node's `new URL(req.url, base)`) reads `//x/checkout` as host `x`,
+    // path `/checkout`: gated.
+    for uri in ["//x/checkout", "/\\x/checkout"] {
+        assert_eq!(ask(uri, None, None).await.status(), 401, "{uri}");
     }
     let r = ask("/checkout?seat=1", None, None).await;
     assert_eq!(r.status(), 401);
@@ -2464,6 +2482,10 @@ async fn an_origins_answer_is_framed_by_its_chunks_or_refused() {
             "HTTP/1.1 304 Not Modified\r\ntransfer-encoding: gzip, chunked\r\n\
              connection: close\r\n\r\n"
         }
+        // A switch to a request that asked for none (RFC 9110 §15.2.2).
+        "/switch" => {
+            "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: upgrade\r\n\r\n"
+        }
         _ => {
             "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\nconnection: close\r\n\r\n\
              3\r\nxyz\r\n0\r\n\r\n"
@@ -2483,6 +2505,8 @@ async fn an_origins_answer_is_framed_by_its_chunks_or_refused() {
     assert_eq!(get("/gzip").await.0, StatusCode::BAD_GATEWAY);
     // Without a body, the coding only says what a body would have had: passed on.
     assert_eq!(get("/unchanged").await.0, StatusCode::NOT_MODIFIED);
+    // Passed on, it left the client a switched connection with nothing on it.
+    assert_eq!(get("/switch").await.0, StatusCode::BAD_GATEWAY);
 }
 
 /// The origin's completion signal never reaches a visitor, on an ungated path or a

@@ -280,6 +280,31 @@ pub struct Readings<'a> {
     resolved: Option<String>,
     params_kept: Option<String>,
     windows: Option<String>,
+    /// The readings of the path after a leading `//host` or `/\host` ([`after_authority`]).
+    relative: Vec<String>,
+}
+
+/// What follows the authority of a path that starts with two or more slashes or
+/// backslashes (`//shop.example/checkout` → `/checkout`), `None` for any other path. A
+/// WHATWG URL parser (Node's `new URL(req.url, base)`, which its docs recommend for
+/// routing) reads such a request target as a scheme-relative URL whose first segment is a
+/// host, as PHP's `parse_url` and Python's `urlsplit` read `//`: the page an origin built
+/// on them serves is the rest's.
+fn after_authority(raw: &str) -> Option<&str> {
+    let slashes = raw
+        .bytes()
+        .take_while(|b| matches!(b, b'/' | b'\\'))
+        .count();
+    if slashes < 2 {
+        return None;
+    }
+    let rest = &raw[slashes..];
+    let end = rest.find(['/', '\\', '?', '#']).unwrap_or(rest.len());
+    match rest.as_bytes().get(end) {
+        Some(b'/' | b'\\') => Some(&rest[end..]),
+        // No path after the host: its root.
+        _ => Some("/"),
+    }
 }
 
 impl<'a> Readings<'a> {
@@ -294,11 +319,17 @@ impl<'a> Readings<'a> {
             .then(|| raw.split(['?', '#']).next().unwrap_or(""))
             .filter(|p| p.contains(';') || p.contains("%3b") || p.contains("%3B"))
             .map(|_| normalize_keeping_params(raw));
+        // Each of the rest's readings, as an origin may resolve it further (shorter than
+        // `raw`: the recursion ends).
+        let relative = after_authority(raw)
+            .map(|rest| Readings::of(rest).iter().map(str::to_owned).collect())
+            .unwrap_or_default();
         Readings {
             sent: as_sent(raw),
             resolved,
             params_kept,
             windows: windows_form(raw),
+            relative,
         }
     }
 
@@ -308,6 +339,7 @@ impl<'a> Readings<'a> {
             .chain(self.resolved.as_deref())
             .chain(self.params_kept.as_deref())
             .chain(self.windows.as_deref())
+            .chain(self.relative.iter().map(String::as_str))
     }
 }
 
@@ -604,6 +636,37 @@ mod tests {
         ] {
             assert!(r.gates(None, p).is_some(), "{p} slipped through");
         }
+    }
+
+    /// A path that starts with `//` or `/\` is a scheme-relative URL to a WHATWG parser
+    /// (Node's `new URL(req.url, base)`): its first segment is a host, and an origin routing
+    /// on it serves the rest. Both readings are gated.
+    #[test]
+    fn a_leading_double_slash_is_also_read_as_a_host() {
+        let r = rules();
+        for p in [
+            "//shop.example/checkout",
+            "/\\shop.example/checkout",
+            "///x/checkout?a=1",
+            "//x\\checkout/pay",
+            "//x/./y/../checkout",
+            "//x//y/checkout",
+            "//x/%63heckout",
+            "//x:8080/seats/a",
+        ] {
+            assert!(r.gates(None, p).is_some(), "{p} slipped through");
+        }
+        for p in [
+            "//shop.example/other",
+            "//checkout.example/",
+            "//x",
+            "//x?/checkout",
+        ] {
+            assert!(r.gates(None, p).is_none(), "{p}");
+        }
+        assert_eq!(after_authority("/checkout"), None);
+        assert_eq!(after_authority("//h/a/b?c"), Some("/a/b?c"));
+        assert_eq!(after_authority("//h"), Some("/"));
     }
 
     /// The borrowed fast path answers exactly what the full normalization does: every path

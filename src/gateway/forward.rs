@@ -70,7 +70,7 @@ fn could_be_ours_with_underscores(name: &str) -> bool {
     let len = name.len();
     let may = match name.as_bytes().first() {
         Some(b'c') => matches!(len, 9 | 16),
-        Some(b'f') => matches!(len, 13 | 16),
+        Some(b'f') => matches!(len, 13 | 15 | 16),
         Some(b'k') => len == 10,
         Some(b'p') => matches!(len, 16..=19),
         Some(b't') => matches!(len, 14 | 17),
@@ -113,7 +113,17 @@ fn named_kind(name: &str) -> Kind {
         // The spellings PHP's widespread client-address snippet reads besides those
         // (`HTTP_X_FORWARDED`, `HTTP_FORWARDED_FOR`).
         | "x-forwarded"
-        | "forwarded-for" => Kind::Forwarding,
+        | "forwarded-for"
+        // The scheme, port and prefix as frameworks read them besides `X-Forwarded-Proto`
+        // (Rack reads `X-Forwarded-Ssl` and `X-Forwarded-Scheme` before it, ASP.NET-era
+        // origins `Front-End-Https`, Symfony `X-Forwarded-Port` and `-Prefix`): from a client
+        // a plain http request would pass as https, or name the site's redirects' port.
+        | "x-forwarded-ssl"
+        | "x-forwarded-scheme"
+        | "front-end-https"
+        | "x-url-scheme"
+        | "x-forwarded-port"
+        | "x-forwarded-prefix" => Kind::Forwarding,
         "x-waitroom-user" | "x-waitroom-session" | "x-waitroom-bypass" | "x-original-url"
         | "x-rewrite-url" | "x-original-uri" => Kind::Own,
         _ => Kind::Other,
@@ -385,12 +395,12 @@ pub fn request_headers(
     if let Some(p) = sent_proto.filter(|_| h.get_all(X_FORWARDED_PROTO).iter().nth(1).is_some()) {
         h.insert(X_FORWARDED_PROTO, p);
     }
-    // `X-Forwarded-Host` likewise: a trusted proxy's is kept, and of several lines only its
-    // own, the last.
-    if trusted && h.get_all(X_FORWARDED_HOST).iter().nth(1).is_some() {
-        if let Some(last) = crate::http::gate::last_line(h, &X_FORWARDED_HOST).cloned() {
-            h.insert(X_FORWARDED_HOST, last);
-        }
+    // `X-Forwarded-Host` is the host the gate matched (below), whoever sent one: a trusted
+    // proxy may pass a client's own on untouched (AWS's load balancers do), and a site that
+    // reads it (Express with `trust proxy`, Django's `USE_X_FORWARDED_HOST`, Rails) would
+    // serve a page of a host the gate did not match.
+    if host.is_none() {
+        h.remove(X_FORWARDED_HOST);
     }
     let (x_forwarded_for, forwarded) = match (peer, kept) {
         (None, _) => (None, None),
@@ -430,9 +440,7 @@ pub fn request_headers(
             _ => value_of(host),
         };
         if let Some(v) = value {
-            if !(trusted && h.contains_key(X_FORWARDED_HOST)) {
-                h.insert(X_FORWARDED_HOST, v.clone());
-            }
+            h.insert(X_FORWARDED_HOST, v.clone());
             if !same {
                 h.insert(header::HOST, v);
             }

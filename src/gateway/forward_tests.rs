@@ -66,6 +66,16 @@ const CLIENT_IP: [&str; 12] = [
     "forwarded-for",
 ];
 
+/// The scheme, port and prefix as frameworks read them besides `X-Forwarded-Proto`.
+const SCHEME: [&str; 6] = [
+    "x-forwarded-ssl",
+    "x-forwarded-scheme",
+    "front-end-https",
+    "x-url-scheme",
+    "x-forwarded-port",
+    "x-forwarded-prefix",
+];
+
 /// Every name of the three lists gets its kind, by the constants the rest of the code
 /// uses (a typo in `kind`'s texts would let a header through), and others none.
 #[test]
@@ -94,7 +104,7 @@ fn header_kinds() {
     ] {
         assert!(kind(&n) == Kind::Forwarding, "{n}");
     }
-    for n in CLIENT_IP {
+    for n in CLIENT_IP.into_iter().chain(SCHEME) {
         assert!(kind(&HeaderName::from_static(n)) == Kind::Forwarding, "{n}");
     }
     for n in [X_WAITROOM_USER, X_WAITROOM_SESSION, X_WAITROOM_BYPASS] {
@@ -151,7 +161,7 @@ fn every_underscore_spelling_passes_the_filter() {
         "x-rewrite-url",
         "x-original-uri",
     ];
-    for name in ours.into_iter().chain(CLIENT_IP) {
+    for name in ours.into_iter().chain(CLIENT_IP).chain(SCHEME) {
         assert_ne!(named_kind(name), Kind::Other, "{name}");
         let dashes: Vec<usize> = name.match_indices('-').map(|(i, _)| i).collect();
         for mask in 1..(1u32 << dashes.len()) {
@@ -229,7 +239,7 @@ fn an_untrusted_client_cannot_forge_who_it_is() {
         ("te", "trailers"),
         ("x-real-ip", "6.6.6.6"),
     ]);
-    for n in CLIENT_IP {
+    for n in CLIENT_IP.into_iter().chain(SCHEME) {
         h.append(n, HeaderValue::from_static("6.6.6.6"));
     }
     request_headers(
@@ -250,7 +260,7 @@ fn an_untrusted_client_cannot_forge_who_it_is() {
     assert_eq!(h["x-forwarded-host"], "shop.example");
     let real: Vec<_> = h.get_all("x-real-ip").iter().collect();
     assert_eq!(real, ["10.0.0.5"]);
-    for n in CLIENT_IP {
+    for n in CLIENT_IP.into_iter().chain(SCHEME) {
         assert!(!h.contains_key(n), "{n} forwarded");
     }
     for gone in [
@@ -300,7 +310,7 @@ fn a_trusted_proxys_client_headers_are_kept() {
         ("x-real-ip", "6.6.6.6"),
         ("x-real-ip", "198.51.100.4"),
     ]);
-    for n in CLIENT_IP {
+    for n in CLIENT_IP.into_iter().chain(SCHEME) {
         h.append(n, HeaderValue::from_static("198.51.100.4"));
     }
     request_headers(
@@ -314,7 +324,7 @@ fn a_trusted_proxys_client_headers_are_kept() {
     );
     let real: Vec<_> = h.get_all("x-real-ip").iter().collect();
     assert_eq!(real, ["203.0.113.9"]);
-    for n in CLIENT_IP {
+    for n in CLIENT_IP.into_iter().chain(SCHEME) {
         assert_eq!(h[n], "198.51.100.4", "{n}");
     }
     assert_eq!(h["x-forwarded-for"], "203.0.113.9, 10.0.0.1");

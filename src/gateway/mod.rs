@@ -389,9 +389,17 @@ impl Gateway {
                 }
                 Err(e) => return (Outcome::Unavailable, self.unanswered(e, asked)),
             };
+            // A switch to a request that asked for none (RFC 9110 §15.2.2) cannot be
+            // passed on: the client would be left a switched connection with nothing on it.
+            if res.status() == StatusCode::SWITCHING_PROTOCOLS {
+                return (
+                    Outcome::Unavailable,
+                    self.misframed(asked, "an unasked 101"),
+                );
+            }
             let bodiless = head || no_body(res.status());
             if !forward::response_headers(res.headers_mut(), None, bodiless) {
-                return (Outcome::Unavailable, self.misframed(asked));
+                return (Outcome::Unavailable, self.misframed(asked, OTHER_CODING));
             }
             *res.version_mut() = version;
             return (proxied, res);
@@ -423,20 +431,22 @@ impl Gateway {
             upgrade.as_ref().filter(|_| upgraded),
             bodiless,
         ) {
-            return (Outcome::Unavailable, self.misframed(asked));
+            return (Outcome::Unavailable, self.misframed(asked, OTHER_CODING));
         }
         *res.version_mut() = version;
         (proxied, res.map(Body::new))
     }
 
+    /// An origin answer that cannot be passed on (`what` it was): a `502`.
     #[cold]
-    fn misframed(&self, asked: Asked) -> Response {
+    fn misframed(&self, asked: Asked, what: &'static str) -> Response {
         static MISFRAMED: LogBudget = LogBudget::new(PER_REQUEST_LINES, Duration::from_secs(1));
         log_within!(
             MISFRAMED,
             warn,
             upstream = %self.upstream,
-            "the origin answered with a transfer coding other than chunked"
+            answer = what,
+            "the origin answered what cannot be passed on"
         );
         bad_gateway(asked)
     }
@@ -576,6 +586,10 @@ impl Asked {
 /// it is back. Drawn afresh for each answer within these bounds, so that the browsers that
 /// were shown the page while the site was down do not all reload at the same instant when
 /// it comes back (and, if it is back only just, bring it down again at once).
+/// An origin answer with a transfer coding other than chunked, as [`Gateway::misframed`]
+/// logs it.
+const OTHER_CODING: &str = "a transfer coding other than chunked";
+
 const UNANSWERED_RETRY_SEC: std::ops::RangeInclusive<u64> = 4..=8;
 
 /// A wait drawn from [`UNANSWERED_RETRY_SEC`], uniformly.

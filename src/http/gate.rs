@@ -638,13 +638,22 @@ pub async fn gate(
     // instead, so the mistake shows at once. (A client can still send its own header
     // through such an nginx: only `proxy_set_header` makes the gate safe.) Bytes that are
     // not ASCII are read leniently, as nginx passes a raw request line on.
-    let uri = headers.get(X_ORIGINAL_URI).ok_or_else(|| {
+    let mut uris = headers.get_all(X_ORIGINAL_URI).iter();
+    let uri = uris.next().ok_or_else(|| {
         AppError::InvalidRequest(
             "X-Original-URI is missing: nginx must pass the request's URI \
              (proxy_set_header X-Original-URI $request_uri)"
                 .into(),
         )
     })?;
+    // Two lines are a front proxy that appended its own after the client's (rather than
+    // set it): which one the site serves is not known, so neither is taken (as two
+    // `Host` lines below).
+    if uris.next().is_some() {
+        return Err(AppError::invalid(
+            "X-Original-URI must be sent once (proxy_set_header, not add_header)",
+        ));
+    }
     let uri = String::from_utf8_lossy(uri.as_bytes());
     let uri: &str = &uri;
     // nginx passes its `$host`, which keeps `other@shop.example` or `shop.example?` as
