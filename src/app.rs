@@ -79,7 +79,7 @@ impl AppState {
             events: Arc::new(EventCatalog::new(store.clone())),
             store,
             waiting: access.waiting_tokens(),
-            pow: PowChallenges::new(access.pow_secret()),
+            pow: PowChallenges::with_older(access.pow_secrets()),
             join_rates: Arc::default(),
             access: Arc::new(access),
             admin_token: admin_token.into(),

@@ -77,19 +77,28 @@ pub struct Solved {
     pub expires_at: Millis,
 }
 
-/// Issues and checks challenges with one secret.
+/// Issues challenges with one secret, and checks them with it or any older one.
 #[derive(Clone)]
 pub struct PowChallenges {
-    key: [u8; 32],
+    /// Newest first: the first issues.
+    keys: Vec<[u8; 32]>,
 }
 
 impl PowChallenges {
     pub fn new(key: [u8; 32]) -> Self {
-        PowChallenges { key }
+        PowChallenges { keys: vec![key] }
     }
 
-    fn mac(&self, body: &str) -> String {
-        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.key).expect("any key length");
+    /// Issues with `keys[0]`, accepts any of `keys` (a key rotation's older ones).
+    pub fn with_older(keys: &[[u8; 32]]) -> Self {
+        assert!(!keys.is_empty(), "at least one key");
+        PowChallenges {
+            keys: keys.to_vec(),
+        }
+    }
+
+    fn mac(key: &[u8; 32], body: &str) -> String {
+        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("any key length");
         m.update(body.as_bytes());
         B64.encode(&m.finalize().into_bytes()[..MAC_LEN])
     }
@@ -99,7 +108,7 @@ impl PowChallenges {
         let expires_at = now + CHALLENGE_TTL_MS;
         let random = B64.encode(crate::tokens::random_u128().to_le_bytes());
         let body = format!("{VERSION}:{event_id}:{bits}:{expires_at}:{random}:");
-        let mac = self.mac(&body);
+        let mac = Self::mac(&self.keys[0], &body);
         Challenge {
             algorithm: ALGORITHM,
             prefix: body + &mac,
@@ -129,14 +138,17 @@ impl PowChallenges {
             return Err(PowError::Forged);
         };
         let body = &prefix[..body.len() + 1]; // the MAC covers the trailing ':'
-        let expected = self.mac(body);
-        // Constant-time comparison so timing does not leak how much of a forgery matched.
-        let diff = expected.len() ^ mac.len()
-            | expected
-                .bytes()
-                .zip(mac.bytes())
-                .fold(0, |acc, (a, b)| acc | usize::from(a ^ b));
-        if diff != 0 {
+                                              // Constant-time comparison so timing does not leak how much of a forgery matched.
+        let matches = |key: &[u8; 32]| {
+            let expected = Self::mac(key, body);
+            let diff = expected.len() ^ mac.len()
+                | expected
+                    .bytes()
+                    .zip(mac.bytes())
+                    .fold(0, |acc, (a, b)| acc | usize::from(a ^ b));
+            diff == 0
+        };
+        if !self.keys.iter().any(matches) {
             return Err(PowError::Forged);
         }
         let parts: Vec<&str> = body.trim_end_matches(':').split(':').collect();
@@ -335,6 +347,25 @@ mod tests {
         let other = PowChallenges::new([8; 32]);
         assert_eq!(
             check(&other, "ev", 8, &c.prefix, &nonce, NOW),
+            PowError::Forged
+        );
+        // After a rotation (a newer key issuing, this one older) it still counts, and so
+        // does one the newer key issued; a key neither holds does not.
+        let rotated = PowChallenges::with_older(&[[8; 32], [7; 32]]);
+        assert!(rotated.check("ev", 8, &c.prefix, &nonce, NOW).is_ok());
+        let c2 = rotated.issue("ev", 8, NOW);
+        let n2 = solve(&c2.prefix, 8);
+        assert!(rotated.check("ev", 8, &c2.prefix, &n2, NOW).is_ok());
+        assert_eq!(check(&p, "ev", 8, &c2.prefix, &n2, NOW), PowError::Forged);
+        assert_eq!(
+            check(
+                &PowChallenges::with_older(&[[9; 32], [8; 32]]),
+                "ev",
+                8,
+                &c.prefix,
+                &nonce,
+                NOW
+            ),
             PowError::Forged
         );
         let easier = c.prefix.replacen(":8:", ":1:", 1);

@@ -219,6 +219,12 @@ pub struct AccessClaims {
     pub iat: u64,
     pub exp: u64,
     pub jti: String,
+    /// `sub` is a user id the join proved (a user token or the site's server key). `false`
+    /// for a bare `user_id`, which anyone knowing the id may send, and for anonymous
+    /// places: a site must not take such a `sub` as its signed-in user. Absent from tokens
+    /// signed before it existed: read as `false`.
+    #[serde(default)]
+    pub user_verified: bool,
 }
 
 /// One Ed25519 key and what signing and verification need of it.
@@ -237,9 +243,18 @@ struct KeyEntry {
 pub struct AccessTokens {
     /// Every key, oldest first; the last one signs.
     keys: Vec<KeyEntry>,
-    /// Secret for proof-of-work challenge MACs, derived from the newest key. Challenges live
-    /// for minutes, so one issued under a retired key is simply answered with a fresh one.
-    pow_secret: [u8; 32],
+    /// Secrets for proof-of-work challenge MACs, one derived from each key, newest first:
+    /// the newest issues, every one checks, so a challenge solved across a rotation's
+    /// restart (or handed out by a node a rollout has not reached yet) still counts.
+    pow_secrets: Vec<[u8; 32]>,
+}
+
+/// The proof-of-work MAC secret derived from one signing key.
+fn pow_secret_of(key: &SigningKey) -> [u8; 32] {
+    let mut p = Sha256::new();
+    p.update(b"waitroom pow-challenge key v1");
+    p.update(key.to_bytes());
+    p.finalize().into()
 }
 
 impl AccessTokens {
@@ -249,9 +264,9 @@ impl AccessTokens {
 
     /// Several keys, oldest first: the last one signs new tokens (see API.md "Key rotation").
     pub fn from_signing_keys(keys: &[SigningKey]) -> anyhow::Result<Self> {
-        let Some(newest) = keys.last() else {
+        if keys.is_empty() {
             anyhow::bail!("no signing key");
-        };
+        }
         let mut entries: Vec<KeyEntry> = Vec::with_capacity(keys.len());
         for key in keys {
             let entry = KeyEntry::new(key)?;
@@ -263,12 +278,9 @@ impl AccessTokens {
             }
             entries.push(entry);
         }
-        let mut p = Sha256::new();
-        p.update(b"waitroom pow-challenge key v1");
-        p.update(newest.to_bytes());
         Ok(AccessTokens {
             keys: entries,
-            pow_secret: p.finalize().into(),
+            pow_secrets: keys.iter().rev().map(pow_secret_of).collect(),
         })
     }
 
@@ -288,9 +300,10 @@ impl AccessTokens {
         WaitingTokens::with_older(self.newest().waiting_secret, &older)
     }
 
-    /// The secret of proof-of-work challenges (see `crate::pow`).
-    pub fn pow_secret(&self) -> [u8; 32] {
-        self.pow_secret
+    /// The secrets of proof-of-work challenges, newest (the issuing one) first (see
+    /// `crate::pow`).
+    pub fn pow_secrets(&self) -> &[[u8; 32]] {
+        &self.pow_secrets
     }
 
     /// The key id of the key that signs new tokens.
@@ -308,6 +321,7 @@ impl AccessTokens {
         &self,
         event_id: &str,
         subject: &str,
+        user_verified: bool,
         key: PlaceKey,
         now: Millis,
         expires_at: Millis,
@@ -320,6 +334,7 @@ impl AccessTokens {
             iat: now / 1000,
             exp: expires_at / 1000,
             jti: format!("{:032x}", random_u128()),
+            user_verified,
         };
         let key = self.newest();
         let mut header = Header::new(Algorithm::EdDSA);
@@ -668,14 +683,15 @@ mod tests {
         let a = AccessTokens::from_signing_key(&sk).unwrap();
         let now = 1_700_000_000_000;
         let k = key();
-        let jwt = a.sign("ev", "u1", k, now, now + 600_000);
+        let jwt = a.sign("ev", "u1", true, k, now, now + 600_000);
         // The clock here is real, so sign far in the future to stay valid.
         let far = crate::clock::system_now() + 600_000;
-        let jwt_valid = a.sign("ev", "u1", k, far - 1000, far);
+        let jwt_valid = a.sign("ev", "u1", true, k, far - 1000, far);
         assert!(a.verify(&jwt).is_err(), "expired tokens are refused");
         let ending = crate::clock::system_now() / 1000 * 1000;
         assert!(
-            a.verify(&a.sign("ev", "u1", k, ending, ending)).is_err(),
+            a.verify(&a.sign("ev", "u1", true, k, ending, ending))
+                .is_err(),
             "in exp's second"
         );
         let c = a.verify(&jwt_valid).unwrap();
@@ -699,8 +715,8 @@ mod tests {
         let after = AccessTokens::from_signing_key(&new).unwrap();
         let far = crate::clock::system_now() + 600_000;
         let k = key();
-        let old_jwt = before.sign("ev", "u", k, far - 1000, far);
-        let new_jwt = both.sign("ev", "u", k, far - 1000, far);
+        let old_jwt = before.sign("ev", "u", true, k, far - 1000, far);
+        let new_jwt = both.sign("ev", "u", true, k, far - 1000, far);
         assert_eq!(both.kid(), after.kid());
         assert_eq!(both.kids(), vec![before.kid(), after.kid()]);
         let jwks: Vec<String> = both.jwks().keys.into_iter().map(|k| k.kid).collect();
@@ -729,7 +745,7 @@ mod tests {
         assert_eq!(staged.kid(), before.kid());
         assert!(staged.verify(&new_jwt).is_ok());
         assert!(before
-            .verify(&staged.sign("ev", "u", k, far - 1000, far))
+            .verify(&staged.sign("ev", "u", true, k, far - 1000, far))
             .is_ok());
         assert!(AccessTokens::from_signing_keys(&[old.clone(), old]).is_err());
         assert!(AccessTokens::from_signing_keys(&[]).is_err());

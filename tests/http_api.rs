@@ -1000,6 +1000,11 @@ async fn enter_verify_heartbeat_complete_hands_slot_on() {
     assert_eq!(v["valid"], true);
     assert_eq!(v["event_id"], "ev");
     assert_eq!(v["user_id"], "alice");
+    // A bare user id: anyone may have typed it.
+    assert_eq!(
+        (claims.user_verified, &v["user_verified"]),
+        (false, &json!(false))
+    );
     assert_eq!(v["session_id"], sid);
     assert_eq!(v["expires_at"], claims.exp);
     let v = app
@@ -1076,6 +1081,28 @@ async fn anonymous_session_and_idle_lapse() {
         .ok();
     // and stands in for the user id the contract always answers.
     assert_eq!(v["user_id"], granted["session_id"]);
+    assert_eq!(v["user_verified"], false);
+    // A join by the site's server key proves its user id: verify says so.
+    let body = json!({"event_id": "ev", "user_id": "carol"});
+    let r = app
+        .send(bearer_json(
+            Method::POST,
+            "/api/v1/queue/join",
+            ADMIN,
+            &body,
+        ))
+        .await;
+    let carol = token(&r.body);
+    let proven = app.enter(&carol).await.ok();
+    let carol_jwt = proven["access_token"].as_str().unwrap();
+    let v = app
+        .send(bearer(Method::POST, "/api/v1/queue/verify", carol_jwt))
+        .await
+        .ok();
+    assert_eq!(
+        (&v["user_id"], &v["user_verified"]),
+        (&json!("carol"), &json!(true))
+    );
 
     // No heartbeat for longer than session_idle_sec: the session is over.
     app.clock.advance(31 * SEC);
@@ -1101,12 +1128,12 @@ async fn forged_expired_and_missing_access_tokens() {
 
     // Same claims, another key: a forgery.
     let forger = AccessTokens::from_signing_key(&SigningKey::from_bytes(&[3; 32])).unwrap();
-    let forged = forger.sign("ev", "u", key, now, now + 600 * SEC);
+    let forged = forger.sign("ev", "u", false, key, now, now + 600 * SEC);
     // Our key, but already expired.
     let expired = app
         .state
         .access
-        .sign("ev", "u", key, now - 700 * SEC, now - 100 * SEC);
+        .sign("ev", "u", false, key, now - 700 * SEC, now - 100 * SEC);
     // A flipped signature character.
     let mut tampered = jwt.clone().into_bytes();
     let i = tampered.len() - 5;
@@ -1937,6 +1964,7 @@ async fn unreachable_store_answers_503_with_retry_after() {
     let jwt = app.state.access.sign(
         "ev",
         "u",
+        false,
         PlaceKey { seq: 1, nonce: 99 },
         now,
         now + 60 * SEC,

@@ -426,6 +426,65 @@ async fn user_tokens_prove_the_user_and_nothing_else_does() {
     .err(StatusCode::UNAUTHORIZED, "USER_TOKEN_INVALID");
 }
 
+/// Whoever joins with a bare `user_id` gets a signed access token whose `sub` is that id:
+/// the token must say the id was not proven, or a site taking `sub` as its signed-in user
+/// acts for whoever typed the id. A user token or the server key proves it.
+#[tokio::test]
+async fn an_access_token_says_whether_its_user_was_proven() {
+    let app = app();
+    put_event(&app, "show", json!({"user_token_secret": SECRET})).await;
+    let later = T0 + 600_000;
+    let proven_token = hs256(SECRET, "bob", "show", later);
+    let cases = [
+        (
+            json!({"event_id": "show", "user_id": "alice"}),
+            None,
+            false,
+            "alice",
+        ),
+        (
+            json!({"event_id": "show", "user_token": proven_token}),
+            None,
+            true,
+            "bob",
+        ),
+        (
+            json!({"event_id": "show", "user_id": "carol"}),
+            Some(ADMIN),
+            true,
+            "carol",
+        ),
+        (json!({"event_id": "show"}), None, false, ""),
+    ];
+    for (body, auth, verified, user) in cases {
+        let joined = call(&app, Method::POST, "/api/v1/queue/join", Some(body), auth).await;
+        let wt = joined.ok()["waiting_token"].as_str().unwrap().to_string();
+        let entered = call(
+            &app,
+            Method::POST,
+            "/api/v1/queue/enter",
+            Some(json!({"waiting_token": wt})),
+            None,
+        )
+        .await;
+        let jwt = entered.ok()["access_token"].as_str().unwrap().to_string();
+        let payload = jwt.split('.').nth(1).unwrap();
+        use base64::Engine as _;
+        let claims: Value = serde_json::from_slice(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(payload)
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(claims["user_verified"], verified, "{user}: {claims}");
+        if !user.is_empty() {
+            assert_eq!(claims["sub"], user);
+        }
+        // (`/queue/verify`, which says the same, checks expiry by the system clock: this
+        // app's is manual; tests/http_api.rs asks it.)
+    }
+}
+
 fn b64(s: &str) -> String {
     b64_bytes(s.as_bytes())
 }

@@ -512,6 +512,7 @@ impl EventQueue {
             },
             state: p.state,
             user_id: p.user_id.as_deref().map(str::to_string),
+            user_proven: p.proven,
             joined_at: p.joined_at,
             admitted_at: p.admitted_at,
             entered_at: p.entered_at,

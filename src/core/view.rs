@@ -33,6 +33,10 @@ pub struct PlaceView {
     pub key: PlaceKey,
     pub status: PlaceState,
     pub user_id: Option<String>,
+    /// The join proved `user_id` (a user token or the server key): an access token says
+    /// so (`user_verified`), since anyone may make a place with a bare id.
+    #[serde(skip)]
+    pub user_proven: bool,
     pub position: Option<u64>,
     pub queue_length: u64,
     pub eta_sec: Option<u64>,
@@ -169,6 +173,8 @@ pub struct PlaceFacts {
     pub key: PlaceKey,
     pub state: PlaceState,
     pub user_id: Option<String>,
+    /// The join proved `user_id` (never for a place without one).
+    pub user_proven: bool,
     pub joined_at: Millis,
     /// Meaningful once admitted.
     pub admitted_at: Millis,
@@ -246,6 +252,7 @@ impl PlaceView {
             entered_at: active.then_some(f.entered_at),
             session_ends_at: active.then_some(f.entered_at + t.session_max_ms),
             session_expires_in_sec: active.then(left_sec),
+            user_proven: f.user_proven && f.user_id.is_some(),
             user_id: f.user_id,
         }
     }

@@ -283,6 +283,9 @@ pub struct Verified {
     pub event_id: String,
     /// The user id, or for an anonymous place its subject (the session), never null.
     pub user_id: String,
+    /// `user_id` was proven by the join (a user token or the server key); `false` for a
+    /// bare id anyone may have sent, and for an anonymous place.
+    pub user_verified: bool,
     pub sub: String,
     pub session_id: String,
     pub expires_at: u64,
@@ -669,6 +672,7 @@ pub(crate) fn sample_view(status: PlaceState) -> PlaceView {
     use crate::core::PlaceKey;
     PlaceView {
         key: PlaceKey { seq: 1, nonce: 2 },
+        user_proven: false,
         status,
         user_id: None,
         position: Some(3),

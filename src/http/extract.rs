@@ -235,13 +235,16 @@ fn parse_naming_the_field<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, AppErr
     Ok(v)
 }
 
-/// The token of an `Authorization: Bearer …` header, if there is one. Other schemes are
-/// ignored rather than refused: a site may sit behind a proxy that adds its own.
+/// The token of the first `Authorization: Bearer …` line, if there is one. Other schemes
+/// are passed over rather than refused: a site may sit behind a proxy that adds its own
+/// (a staging site's `Basic`, sent before the bearer line), and `waitroom-guard` reads the
+/// same line, so the two never disagree about a request.
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(AUTHORIZATION)?.to_str().ok()?.trim();
-    let (scheme, token) = value.split_once(' ')?;
-    let token = token.trim();
-    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+    headers.get_all(AUTHORIZATION).iter().find_map(|v| {
+        let (scheme, token) = v.to_str().ok()?.trim().split_once(' ')?;
+        let token = token.trim();
+        (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+    })
 }
 
 /// The bearer token of a request, or `MISSING_TOKEN`.
@@ -389,6 +392,21 @@ impl<S: Send + Sync> FromRequestParts<S> for WaitingTokenNoBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A staging site's `Basic` line before the bearer one: the bearer is read, as
+    /// `waitroom-guard` reads it (reading only the first line answered `MISSING_TOKEN`).
+    #[test]
+    fn the_first_bearer_line_is_read_past_other_schemes() {
+        let mut h = HeaderMap::new();
+        h.append(AUTHORIZATION, "Basic dXNlcjpwYXNz".parse().unwrap());
+        h.append(AUTHORIZATION, "Bearer one".parse().unwrap());
+        h.append(AUTHORIZATION, "bearer two".parse().unwrap());
+        assert_eq!(bearer(&h), Some("one"));
+        let mut h = HeaderMap::new();
+        h.append(AUTHORIZATION, "Basic dXNlcjpwYXNz".parse().unwrap());
+        h.append(AUTHORIZATION, "Bearer ".parse().unwrap());
+        assert_eq!(bearer(&h), None);
+    }
 
     #[derive(Debug, PartialEq, Deserialize)]
     struct Sample {

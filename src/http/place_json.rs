@@ -169,6 +169,7 @@ mod tests {
         let opt = |x: u64| all.then_some(x);
         PlaceView {
             key: PlaceKey { seq: 1, nonce: 2 },
+            user_proven: false,
             status,
             user_id: None,
             position: opt(n),

@@ -289,7 +289,7 @@ pub async fn enter(
     let subject = view.user_id.as_deref().unwrap_or(&session_id);
     let jwt = state
         .access
-        .sign(&event_id, subject, view.key, now, ends_at);
+        .sign(&event_id, subject, view.user_proven, view.key, now, ends_at);
     // The answer carries the access token: no cache may keep it (RFC 6749 5.1).
     let no_store = [(header::CACHE_CONTROL, super::NO_STORE.clone())];
     Ok((
@@ -391,6 +391,7 @@ pub async fn verify(
         // Anonymous places have no user id; their subject (the session) stands in.
         user_id: view.user_id.unwrap_or_else(|| claims.sub.clone()),
         event_id: claims.aud,
+        user_verified: claims.user_verified,
         sub: claims.sub,
         session_id: claims.sid,
         expires_at: claims.exp,

@@ -275,7 +275,9 @@ pub async fn extend(
         tokens::parse_session_id(&tokens::session_id(key)),
         Some(key)
     );
-    let access_token = state.access.sign(&aud, &sub, key, now, ends_at);
+    let access_token = state
+        .access
+        .sign(&aud, &sub, view.user_proven, key, now, ends_at);
     // A new access token: no cache may keep it (RFC 6749 5.1).
     Ok((
         [(header::CACHE_CONTROL, super::NO_STORE.clone())],

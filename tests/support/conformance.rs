@@ -57,7 +57,8 @@ macro_rules! store_conformance {
             ending_a_long_queue_takes_bounded_batches, announcement_is_kept_with_the_event);
         $crate::store_conformance!(@tests $make;
             a_sale_seen_over_stays_over_for_older_stamps,
-            proven_join_replaces_a_squatter_in_a_full_reject_event);
+            proven_join_replaces_a_squatter_in_a_full_reject_event,
+            views_say_whether_the_user_was_proven);
         // The schedule and the queueing methods (conformance_schedule.rs).
         $crate::store_conformance!(@tests $make;
             prequeue_opens_in_shuffle_order, prequeue_change_of_opens_at,
@@ -221,6 +222,22 @@ pub async fn join_is_idempotent_per_user(store: Arc<dyn Store>) {
     assert!(store.leave("i", first.key, T0 + S).await.unwrap());
     let third = join(&store, "i", Some("u"), T0 + S).await;
     assert_ne!(third.key, first.key);
+}
+
+/// A place's views say whether its join proved the user id (what an access token's
+/// `user_verified` says): a bare id is anyone's to type.
+pub async fn views_say_whether_the_user_was_proven(store: Arc<dyn Store>) {
+    make_event(&store, "pv", serde_json::json!({"max_active": 10})).await;
+    let proven = join(&store, "pv", Some("p"), T0).await;
+    let bare = store.join("pv", &claim(Some("b"), None), T0).await.unwrap();
+    let anonymous = store.join("pv", &claim(None, None), T0).await.unwrap();
+    for (v, want) in [(&proven, true), (&bare, false), (&anonymous, false)] {
+        assert_eq!(v.user_proven, want, "{:?}", v.user_id);
+        let entered = store.enter("pv", v.key, T0 + S).await.unwrap();
+        assert_eq!(entered.user_proven, want, "enter {:?}", v.user_id);
+        let session = store.session("pv", v.key, T0 + S).await.unwrap();
+        assert_eq!(session.user_proven, want, "session {:?}", v.user_id);
+    }
 }
 
 pub async fn concurrent_joins_of_one_user(store: Arc<dyn Store>) {

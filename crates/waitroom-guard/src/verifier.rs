@@ -41,6 +41,11 @@ pub struct AccessClaims {
     /// Seconds since the epoch after which the session is over.
     pub exp: u64,
     pub jti: String,
+    /// `sub` is a user id the join proved (a user token or the site's server key); `false`
+    /// for a bare user id, which anyone knowing it may have sent, and for anonymous places.
+    /// Take `sub` as your signed-in user only when this is `true`.
+    #[serde(default)]
+    pub user_verified: bool,
 }
 
 impl AccessClaims {

@@ -347,6 +347,8 @@ fn expand_join(
         (Some(flag), Some(id)) if flag[..] == b"1"[..] => Value::BulkString(id.clone()),
         _ => Value::Nil,
     };
+    // `proven` in `join` (ops.lua): a user id, and the proof flag after the metadata.
+    let proven = !matches!(user, Value::Nil) && p.args.get(5).is_some_and(|f| f[..] == b"1"[..]);
     let now = Value::Int(p.now as i64);
     let zero = Value::Int(0);
     let view = vec![
@@ -364,6 +366,7 @@ fn expand_join(
         Value::Int(opens),
         Value::Int(method),
         zero,
+        Value::Int(i64::from(proven)),
     ];
     Ok(Value::Array(vec![
         Value::BulkString(OK.to_vec()),

@@ -147,6 +147,8 @@ pub(super) fn place_view(payload: &Value, ctx: &Ctx, now: Millis) -> Result<Plac
         key: PlaceKey { seq, nonce },
         state,
         user_id: text(field(a, 3)?)?,
+        // Absent from older scripts: unproven, the cautious reading.
+        user_proven: a.get(14).map(uint).transpose()?.unwrap_or(0) == 1,
         joined_at: uint(field(a, 4)?)?,
         admitted_at: uint(field(a, 5)?)?,
         entered_at: uint(field(a, 6)?)?,

@@ -87,6 +87,8 @@ struct Place {
     adm: Millis,
     ent: Millis,
     user: Option<String>,
+    /// A proven join made it (`!` before the user id; `=` for a bare one).
+    proven: bool,
     /// Waits in the main line (not the pre-queue): counted in the rank tree.
     ranked: bool,
 }
@@ -116,6 +118,7 @@ fn parse_place(rec: &[u8]) -> Result<Place, Malformed> {
         adm,
         ent,
         user: (!user.is_empty()).then(|| user[1..].to_string()),
+        proven: user.starts_with('!'),
         ranked: false,
     })
 }
@@ -325,6 +328,7 @@ impl Replica {
             key,
             state: p.state,
             user_id: p.user.clone(),
+            user_proven: p.proven,
             joined_at: p.joined,
             admitted_at: p.adm,
             entered_at: p.ent,

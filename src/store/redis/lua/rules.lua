@@ -991,5 +991,5 @@ local function view(seq, p, newest)
   local opens = 0
   if before_opening() then opens = M.opens end
   return {seq, p.nonce, p.state, p.user or false, p.joined, p.adm, p.ent, ls, pos, N_W,
-    pre and 1 or 0, opens, M.method, extra}
+    pre and 1 or 0, opens, M.method, extra, p.proven and 1 or 0}
 end
