@@ -196,6 +196,38 @@ async fn an_opening_reached_stays_reached_across_a_restart_behind_it() {
     );
 }
 
+/// A sale found over by `closes_at` stays over across a restart whose clock is behind the
+/// end (a step back): joins refused, the ended places not back (defect: the restart read the
+/// clock afresh, took new joins into the ended sale and lost the end's `reason`).
+#[tokio::test]
+async fn a_sale_found_over_stays_over_across_a_restart_behind_its_end() {
+    use waitroom::store::JoinRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let closes = T0 + 10 * S;
+    let waiting;
+    {
+        let store = opened(dir.path(), T0);
+        let settings = serde_json::json!({
+            "closes_at": waitroom::core::schedule::format_rfc3339(closes),
+            "max_active": 1, "waiting_idle_sec": 100_000,
+        });
+        make_event(&store, "ev", settings).await;
+        join(&store, "ev", None, T0 + S).await;
+        waiting = join(&store, "ev", None, T0 + S).await;
+        assert_eq!(waiting.position, Some(1));
+        let late = store.join("ev", &JoinRequest::default(), closes + S).await;
+        assert_eq!(qerr(late), QueueError::EventClosed);
+        store.close().await.unwrap();
+    }
+    let back = closes - 5 * S;
+    let store = opened(dir.path(), back);
+    let snap = store.get_event("ev", back).await.unwrap();
+    assert!(snap.config.sale_ended(back).is_some(), "still over");
+    let again = store.join("ev", &JoinRequest::default(), back).await;
+    assert_eq!(qerr(again), QueueError::EventClosed);
+    assert!(store.status("ev", waiting.key, back).await.is_err());
+}
+
 /// The pre-queue's latest join is not written down: a restart finds it again from the
 /// places that wait, so an opening advanced to a time at or before one of their joins is
 /// still refused after it, and one after them all is taken.

@@ -97,10 +97,11 @@ pub struct EventConfig {
     /// counts as a clock at least that late in [`Self::sale_ended`], so that every node
     /// (whose clock may be behind the one that saw the end) and every rule agrees the sale
     /// is over once one operation found it so. A record of a `closes_at` since moved later
-    /// is before it, and so ends nothing. Never stored with the settings nor answered: the
-    /// store keeps it beside them; not persisted by the embedded store (a restart reads the
-    /// clock afresh).
-    #[serde(skip)]
+    /// is before it, and so ends nothing. Never answered by a read. The embedded store
+    /// keeps it with the settings, so that the sale stays over across a restart whose clock
+    /// is behind the end (as `opening_reached`); Redis keeps it in the meta's `seen`, which
+    /// its reads put here whatever the stored settings say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_seen_at: Option<Millis>,
     /// The sale was ended by the admin's `end` call (never by a settings write).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -310,6 +311,13 @@ impl EventConfig {
     pub fn opening_ahead(&self, now: Millis) -> Option<Millis> {
         self.opens_at
             .filter(|&t| now < t && self.opening_reached != Some(t))
+    }
+
+    /// The store's records kept with the settings: the opening reached and the end by
+    /// `closes_at` found (`opening_reached`, `end_seen_at`). An operation that changed them
+    /// has the settings written.
+    pub fn records(&self) -> (Option<Millis>, Option<Millis>) {
+        (self.opening_reached, self.end_seen_at)
     }
 
     /// Records the opening once `now` reaches it; answers whether this recorded it (the

@@ -486,10 +486,10 @@ impl Serialize for Settings {
         let OrderedFields(fields) = serde_json::from_str(&json).map_err(S::Error::custom)?;
         let mut m = s.serialize_map(Some(fields.len()))?;
         for (k, v) in fields {
-            if k == "event_secret" || k == "opening_reached" {
+            if k == "event_secret" || k == "opening_reached" || k == "end_seen_at" {
                 // The secret is behind the shuffle seed and the lottery: never shown. The
-                // record of the opening is the store's own (answered through the queue's
-                // `shuffle_seed` and the places' status).
+                // records of the opening and of the end are the store's own (answered
+                // through the queue's `shuffle_seed`, `ended` and the places' status).
                 continue;
             }
             if k == "user_token_secret" {

@@ -248,12 +248,11 @@ impl EmbeddedStore {
             if let Some(stalls) = &self.stalls {
                 stalls.apply(&mut s.forgiven, &mut s.queue);
             }
-            let reached = s.queue.config().opening_reached;
+            let records = s.queue.config().records();
             let out = f(&mut s.queue, &mut fx);
-            // An operation that reached the opening recorded it in the settings, which are
-            // written with it: the opening must stay reached after a restart whose clock is
-            // behind it.
-            let config_changed = config_changed || s.queue.config().opening_reached != reached;
+            // The opening reached, or the end by `closes_at` found, is in the settings: written
+            // now, so that both hold after a restart whose clock is behind them.
+            let config_changed = config_changed || s.queue.config().records() != records;
             s.counters.record(&fx);
             let (mut notices, mut moved) = notices_but_moved(&s.id, &fx);
             if self.notices.receiver_count() == 0 {
