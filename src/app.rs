@@ -53,6 +53,8 @@ pub struct AppState {
     /// Which event gates which requests in front of a site (gateway mode and
     /// `GET /api/v1/gate`), and the throttle of session renewals.
     pub gates: Arc<Gates>,
+    /// Seat-map reads shared by the requests that ask for one event's at once.
+    pub seat_reads: Arc<crate::http::seat_reads::SeatReads>,
 }
 
 impl AppState {
@@ -91,6 +93,7 @@ impl AppState {
             branding_dir: None,
             history: Arc::new(History::default()),
             gates: Arc::default(),
+            seat_reads: Arc::default(),
         })
     }
 

@@ -798,3 +798,83 @@ async fn the_end_counts_the_joins_it_ends_on_redis() {
     let store = Arc::new(RedisStore::new(&support::redis::shared().url(), options).unwrap());
     the_end_counts_the_places_it_ends(node(store, Clock::manual(T0))).await;
 }
+
+/// Shoppers opening the seat map at once share reads of the inventory: a burst of 24 made
+/// 24 whole reads back to back (on Redis, one script each that held every event, whose
+/// operations then timed out: `503`). Each still sees its own holds as `mine`, and a hold
+/// made before a map was asked for is in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_seat_maps_shares_inventory_reads() {
+    use waitroom::store::fault::{Fault, FaultStore, Op};
+    let faults = Arc::new(FaultStore::embedded());
+    let clock = Clock::manual(waitroom::clock::system_now());
+    let app = node(faults.clone(), clock);
+    let put = json!({"max_active": 30, "session_max_sec": 600});
+    assert_eq!(
+        app.admin(Method::PUT, "/events/hall", Some(put)).await.0,
+        StatusCode::OK
+    );
+    let ids: Vec<String> = (0..24).map(|i| format!("A-{i}")).collect();
+    let items = json!({ "items": ids });
+    let put = app
+        .admin(Method::PUT, "/events/hall/inventory", Some(items))
+        .await;
+    assert_eq!(put.0, StatusCode::OK, "{}", put.1);
+    let mut jwts = Vec::new();
+    for i in 0..24 {
+        let (_, w) = app.join("hall").await;
+        let enter = json!({"waiting_token": w["waiting_token"]}).to_string();
+        let (s, e) = app
+            .send(Method::POST, "/api/v1/queue/enter", false, Some(&enter))
+            .await;
+        assert_eq!(s, StatusCode::OK, "{e}");
+        let jwt = e["access_token"].as_str().unwrap().to_string();
+        let hold = json!({ "items": [format!("A-{i}")] }).to_string();
+        let (s, h) = app
+            .send_as(
+                Method::POST,
+                "/api/v1/session/holds",
+                Some(&jwt),
+                Some(&hold),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{h}");
+        jwts.push(jwt);
+    }
+    faults.inject(
+        Op::Inventory,
+        Fault::Delay(std::time::Duration::from_millis(200)),
+    );
+    faults.forget_calls();
+    let maps: Vec<_> = jwts
+        .iter()
+        .map(|jwt| {
+            let (router, jwt) = (app.router.clone(), jwt.clone());
+            tokio::spawn(async move {
+                send_to(
+                    router,
+                    Method::GET,
+                    "/api/v1/session/holds",
+                    Some(&jwt),
+                    None,
+                )
+                .await
+            })
+        })
+        .collect();
+    for (i, m) in maps.into_iter().enumerate() {
+        let (s, map) = m.await.unwrap();
+        assert_eq!(s, StatusCode::OK, "{map}");
+        let mine: Vec<&Value> = map["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|it| it["state"] == "mine")
+            .collect();
+        assert_eq!(mine.len(), 1, "{map}");
+        assert_eq!(mine[0]["id"], format!("A-{i}"));
+        assert_eq!(map["holds"][0]["item"], format!("A-{i}"));
+    }
+    let reads = faults.calls(Op::Inventory);
+    assert!(reads <= 3, "{reads} reads for 24 maps asked at once");
+}

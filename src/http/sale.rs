@@ -174,17 +174,22 @@ pub async fn seat_map(
         .session_heartbeat(&claims.aud, key, now)
         .await
         .map_err(AppError::from_session_error)?;
+    // Shared with the requests for this event's map that arrived meanwhile, read from a
+    // clock taken when the read starts (`seat_reads`).
+    let store = &state.store;
     let view = state
-        .store
-        .inventory(&claims.aud, now)
+        .seat_reads
+        .inventory(&claims.aud, || {
+            store.inventory(&claims.aud, state.clock.now())
+        })
         .await
         .map_err(AppError::from_session_error)?;
     let mut holds = SessionHolds::default();
     let items = view
         .items
-        .into_iter()
+        .iter()
         .map(|(id, s)| {
-            let state = match s {
+            let state = match *s {
                 ItemState::Available => "available",
                 ItemState::Held { seq, until } if seq == key.seq => {
                     holds.holds.push(crate::core::HeldItem {
@@ -196,7 +201,10 @@ pub async fn seat_map(
                 ItemState::Held { .. } => "held",
                 ItemState::Sold { .. } => "sold",
             };
-            SeatItem { id, state }
+            SeatItem {
+                id: id.clone(),
+                state,
+            }
         })
         .collect();
     Ok(Json(SeatMap { holds, items }))

@@ -1,0 +1,151 @@
+//! Seat-map reads shared between the requests of one node that ask for the same event's at
+//! once. A seat map is the event's whole inventory (up to 100,000 items): on Redis one
+//! script that holds every event for tens of milliseconds, on the embedded store a copy
+//! made under the event's lock. Two dozen shoppers opening the map at the same moment made
+//! two dozen such reads back to back, and the other events' operations waited behind them
+//! past their bound (`503`).
+//!
+//! A request shares only a read that **started after it arrived**, so its answer is as
+//! fresh as one of its own would be (no hold made before it asked is missing, no session
+//! that ended before it asked shows a hold): the requests that arrive while a read is under
+//! way wait for it to end, and then one of them reads for all of them. Two reads serve any
+//! burst, however large.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+
+use crate::core::InventoryView;
+use crate::store::StoreResult;
+
+/// Per event: how many reads started, how many requests wait for one, and the last read's
+/// view while any of them may take it.
+#[derive(Default)]
+struct EventReads {
+    started: AtomicU64,
+    waiting: AtomicUsize,
+    /// Held by the reading request while it reads: the others queue on it (in order).
+    last: tokio::sync::Mutex<Option<(u64, Arc<InventoryView>)>>,
+}
+
+/// The node's shared seat-map reads, by event.
+#[derive(Default)]
+pub struct SeatReads {
+    events: parking_lot::Mutex<HashMap<Arc<str>, Arc<EventReads>>>,
+}
+
+impl SeatReads {
+    /// The event's inventory, from a read that started after this call: this caller's own
+    /// (`read`), or one another caller made meanwhile.
+    pub async fn inventory<F, Fut>(
+        &self,
+        event_id: &str,
+        read: F,
+    ) -> StoreResult<Arc<InventoryView>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = StoreResult<InventoryView>>,
+    {
+        let reads = self
+            .events
+            .lock()
+            .entry(event_id.into())
+            .or_default()
+            .clone();
+        let arrived = reads.started.load(SeqCst);
+        reads.waiting.fetch_add(1, SeqCst);
+        let mut last = reads.last.lock().await;
+        reads.waiting.fetch_sub(1, SeqCst);
+        // A read numbered past `arrived` started after this call did.
+        let shared = last
+            .as_ref()
+            .filter(|(n, _)| *n > arrived)
+            .map(|(_, v)| v.clone());
+        let answer = match shared {
+            Some(view) => Ok(view),
+            None => {
+                let n = reads.started.fetch_add(1, SeqCst) + 1;
+                // A failed read is not shared: each waiter tries its own.
+                read().await.map(|v| {
+                    let view = Arc::new(v);
+                    *last = Some((n, view.clone()));
+                    view
+                })
+            }
+        };
+        // Kept only while someone waits who may take it, not for as long as the event.
+        if reads.waiting.load(SeqCst) == 0 {
+            *last = None;
+        }
+        drop(last);
+        // The table keeps no event nobody reads (a deleted one, say).
+        let mut events = self.events.lock();
+        if Arc::strong_count(&reads) == 2 {
+            events.remove(event_id);
+        }
+        answer
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A burst of callers shares two reads; each read started after every caller it
+    /// serves arrived.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_burst_shares_reads_that_started_after_it_arrived() {
+        let shared = Arc::new(SeatReads::default());
+        let reads = Arc::new(AtomicUsize::new(0));
+        let read = |reads: Arc<AtomicUsize>| async move {
+            let n = reads.fetch_add(1, SeqCst) + 1;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let mut v = InventoryView::default();
+            v.counts.total = n as u64;
+            Ok(v)
+        };
+        // The first read is under way when the burst arrives.
+        let first = {
+            let (s, r) = (shared.clone(), reads.clone());
+            tokio::spawn(async move { s.inventory("ev", || read(r)).await.unwrap() })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let burst: Vec<_> = (0..24)
+            .map(|_| {
+                let (s, r) = (shared.clone(), reads.clone());
+                tokio::spawn(async move { s.inventory("ev", || read(r)).await.unwrap() })
+            })
+            .collect();
+        assert_eq!(first.await.unwrap().counts.total, 1);
+        for b in burst {
+            // Never the read that was under way when it arrived.
+            assert_eq!(b.await.unwrap().counts.total, 2);
+        }
+        assert_eq!(reads.load(SeqCst), 2);
+        // Nothing is kept once answered: a later caller reads afresh.
+        let later = shared
+            .inventory("ev", || read(reads.clone()))
+            .await
+            .unwrap();
+        assert_eq!(later.counts.total, 3);
+        assert!(shared.events.lock().is_empty());
+    }
+
+    /// A failed read is nobody else's answer.
+    #[tokio::test]
+    async fn a_failed_read_is_not_shared() {
+        let shared = SeatReads::default();
+        let failed = shared
+            .inventory("ev", || async {
+                Err(crate::store::StoreError::Unavailable("down".into()))
+            })
+            .await;
+        assert!(failed.is_err());
+        let ok = shared
+            .inventory("ev", || async { Ok(InventoryView::default()) })
+            .await;
+        assert!(ok.is_ok());
+    }
+}
