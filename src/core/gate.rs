@@ -307,8 +307,46 @@ fn after_authority(raw: &str) -> Option<&str> {
     }
 }
 
+/// The readings of what follows a leading authority ([`after_authority`]): of the rest
+/// after the first one, and after every leading one (`//a//b/checkout`: `//b/checkout`,
+/// then `/checkout`), each without going a level further, so that the work stays linear in
+/// the path (a reading per level recursed once a level and copied every level below it: a
+/// path of thousands of `//a` took gigabytes, or the stack). Of the percent-decoded path
+/// too, when it has an escape (`/%2fx/checkout`, for an origin behind a proxy that decodes
+/// first).
+fn relative_readings(raw: &str) -> Vec<String> {
+    fn add(path: &str, out: &mut Vec<String>) {
+        let Some(first) = after_authority(path) else {
+            return;
+        };
+        let mut last = first;
+        while let Some(next) = after_authority(last) {
+            last = next;
+        }
+        out.extend(Readings::plain(first).iter().map(str::to_owned));
+        if last.len() < first.len() {
+            out.extend(Readings::plain(last).iter().map(str::to_owned));
+        }
+    }
+    let mut out = Vec::new();
+    add(raw, &mut out);
+    let path = raw.split(['?', '#']).next().unwrap_or("");
+    if path.contains('%') {
+        add(&percent_decode(path), &mut out);
+    }
+    out
+}
+
 impl<'a> Readings<'a> {
     pub fn of(raw: &'a str) -> Readings<'a> {
+        Readings {
+            relative: relative_readings(raw),
+            ..Self::plain(raw)
+        }
+    }
+
+    /// The readings of `raw` but those after a leading authority.
+    fn plain(raw: &'a str) -> Readings<'a> {
         let resolved = match normalized(raw) {
             std::borrow::Cow::Owned(s) => Some(s),
             std::borrow::Cow::Borrowed(_) => None,
@@ -319,17 +357,12 @@ impl<'a> Readings<'a> {
             .then(|| raw.split(['?', '#']).next().unwrap_or(""))
             .filter(|p| p.contains(';') || p.contains("%3b") || p.contains("%3B"))
             .map(|_| normalize_keeping_params(raw));
-        // Each of the rest's readings, as an origin may resolve it further (shorter than
-        // `raw`: the recursion ends).
-        let relative = after_authority(raw)
-            .map(|rest| Readings::of(rest).iter().map(str::to_owned).collect())
-            .unwrap_or_default();
         Readings {
             sent: as_sent(raw),
             resolved,
             params_kept,
             windows: windows_form(raw),
-            relative,
+            relative: Vec::new(),
         }
     }
 
@@ -664,6 +697,14 @@ mod tests {
         ] {
             assert!(r.gates(None, p).is_none(), "{p}");
         }
+        // Decoded first, by a proxy in front of such an origin.
+        assert!(r.gates(None, "/%2fx/checkout").is_some());
+        assert!(r.gates(None, "/%5Cx/checkout").is_some());
+        // Many authorities: their last rest is read, in linear work (a reading per level
+        // took gigabytes, or overflowed the stack, for a path of thousands).
+        let many = "//a".repeat(20_000) + "/checkout";
+        assert!(r.gates(None, &many).is_some());
+        assert!(Readings::of(&many).iter().count() <= 12);
         assert_eq!(after_authority("/checkout"), None);
         assert_eq!(after_authority("//h/a/b?c"), Some("/a/b?c"));
         assert_eq!(after_authority("//h"), Some("/"));
