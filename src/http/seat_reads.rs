@@ -9,7 +9,8 @@
 //! fresh as one of its own would be (no hold made before it asked is missing, no session
 //! that ended before it asked shows a hold): the requests that arrive while a read is under
 //! way wait for it to end, and then one of them reads for all of them. Two reads serve any
-//! burst, however large.
+//! burst, however large. A failed read is shared the same way: a store that is down fails
+//! the waiting requests together, not one after another, each its own wait.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -20,13 +21,27 @@ use crate::core::InventoryView;
 use crate::store::StoreResult;
 
 /// Per event: how many reads started, how many requests wait for one, and the last read's
-/// view while any of them may take it.
+/// answer while any of them may take it.
 #[derive(Default)]
 struct EventReads {
     started: AtomicU64,
     waiting: AtomicUsize,
     /// Held by the reading request while it reads: the others queue on it (in order).
-    last: tokio::sync::Mutex<Option<(u64, Arc<InventoryView>)>>,
+    last: tokio::sync::Mutex<Option<(u64, Answer)>>,
+}
+
+/// A read's answer, as its sharers take it: a failure too, so that a store that is down
+/// fails the waiting requests together rather than one after another, each its own wait.
+type Answer = StoreResult<Arc<InventoryView>>;
+
+/// Counts a request among an event's waiting ones until dropped: a request dropped while it
+/// waits (its deadline passed) is no longer counted, so the last answer is not kept for it.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, SeqCst);
+    }
 }
 
 /// The node's shared seat-map reads, by event.
@@ -38,11 +53,7 @@ pub struct SeatReads {
 impl SeatReads {
     /// The event's inventory, from a read that started after this call: this caller's own
     /// (`read`), or one another caller made meanwhile.
-    pub async fn inventory<F, Fut>(
-        &self,
-        event_id: &str,
-        read: F,
-    ) -> StoreResult<Arc<InventoryView>>
+    pub async fn inventory<F, Fut>(&self, event_id: &str, read: F) -> Answer
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = StoreResult<InventoryView>>,
@@ -53,36 +64,45 @@ impl SeatReads {
             .entry(event_id.into())
             .or_default()
             .clone();
+        let answer = Self::read_of(&reads, read).await;
+        // The table keeps no event nobody reads (a deleted one, say). Counted and dropped
+        // under the table's lock, so that of two callers ending together one removes it.
+        let mut events = self.events.lock();
+        let last_one = Arc::strong_count(&reads) == 2;
+        drop(reads);
+        if last_one {
+            events.remove(event_id);
+        }
+        answer
+    }
+
+    async fn read_of<F, Fut>(reads: &EventReads, read: F) -> Answer
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = StoreResult<InventoryView>>,
+    {
         let arrived = reads.started.load(SeqCst);
         reads.waiting.fetch_add(1, SeqCst);
+        let waiting = Waiting(&reads.waiting);
         let mut last = reads.last.lock().await;
-        reads.waiting.fetch_sub(1, SeqCst);
+        drop(waiting);
         // A read numbered past `arrived` started after this call did.
         let shared = last
             .as_ref()
             .filter(|(n, _)| *n > arrived)
-            .map(|(_, v)| v.clone());
+            .map(|(_, a)| a.clone());
         let answer = match shared {
-            Some(view) => Ok(view),
+            Some(a) => a,
             None => {
                 let n = reads.started.fetch_add(1, SeqCst) + 1;
-                // A failed read is not shared: each waiter tries its own.
-                read().await.map(|v| {
-                    let view = Arc::new(v);
-                    *last = Some((n, view.clone()));
-                    view
-                })
+                let a = read().await.map(Arc::new);
+                *last = Some((n, a.clone()));
+                a
             }
         };
         // Kept only while someone waits who may take it, not for as long as the event.
         if reads.waiting.load(SeqCst) == 0 {
             *last = None;
-        }
-        drop(last);
-        // The table keeps no event nobody reads (a deleted one, say).
-        let mut events = self.events.lock();
-        if Arc::strong_count(&reads) == 2 {
-            events.remove(event_id);
         }
         answer
     }
@@ -133,19 +153,63 @@ mod tests {
         assert!(shared.events.lock().is_empty());
     }
 
-    /// A failed read is nobody else's answer.
-    #[tokio::test]
-    async fn a_failed_read_is_not_shared() {
-        let shared = SeatReads::default();
-        let failed = shared
-            .inventory("ev", || async {
-                Err(crate::store::StoreError::Unavailable("down".into()))
+    /// A failed read fails the requests that waited for it together (each retrying in turn
+    /// made the k-th wait k reads' time), and is nobody's answer after them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_read_fails_its_waiters_together_and_no_later_one() {
+        let shared = Arc::new(SeatReads::default());
+        let reads = Arc::new(AtomicUsize::new(0));
+        let failing = |reads: Arc<AtomicUsize>| async move {
+            reads.fetch_add(1, SeqCst);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Err(crate::store::StoreError::Unavailable("down".into()))
+        };
+        let first = {
+            let (s, r) = (shared.clone(), reads.clone());
+            tokio::spawn(async move { s.inventory("ev", || failing(r)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let burst: Vec<_> = (0..8)
+            .map(|_| {
+                let (s, r) = (shared.clone(), reads.clone());
+                tokio::spawn(async move { s.inventory("ev", || failing(r)).await })
             })
-            .await;
-        assert!(failed.is_err());
+            .collect();
+        assert!(first.await.unwrap().is_err());
+        for b in burst {
+            assert!(b.await.unwrap().is_err());
+        }
+        assert_eq!(reads.load(SeqCst), 2);
         let ok = shared
             .inventory("ev", || async { Ok(InventoryView::default()) })
             .await;
         assert!(ok.is_ok());
+        assert!(shared.events.lock().is_empty());
+    }
+
+    /// A request dropped while it waits (its deadline passed) is not counted as waiting:
+    /// the answer is not kept for it.
+    #[tokio::test]
+    async fn a_dropped_waiter_keeps_nothing_alive() {
+        let shared = Arc::new(SeatReads::default());
+        let slow = {
+            let s = shared.clone();
+            tokio::spawn(async move {
+                s.inventory("ev", || async {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    Ok(InventoryView::default())
+                })
+                .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let dropped = tokio::time::timeout(
+            Duration::from_millis(10),
+            shared.inventory("ev", || async { Ok(InventoryView::default()) }),
+        )
+        .await;
+        assert!(dropped.is_err(), "it timed out waiting");
+        assert!(slow.await.unwrap().is_ok());
+        assert!(shared.events.lock().is_empty(), "nothing kept");
     }
 }

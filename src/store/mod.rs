@@ -40,7 +40,7 @@ pub mod watermark;
 mod zero_ahead;
 
 /// Why a store operation failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The request was refused by the queue rules.
     #[error(transparent)]
