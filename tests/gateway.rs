@@ -904,6 +904,38 @@ async fn the_gate_endpoint_answers_auth_request() {
     event(&w, "other", gated("other", json!({"paths": ["/other"]}))).await;
     let (_, jwt) = api_session(&w, "other").await;
     assert_eq!(ask("/other/x", None, Some(jwt.clone())).await.status(), 204);
+    // `X-Waitroom-User` is a user id only when the join proved it: a bare one is anyone's
+    // to type (defect: a site reading the header acted for whoever typed "victim").
+    let room = json!({"paths": ["/ids"], "max_active": 10});
+    event(&w, "ids", gated("ids", room)).await;
+    for (user, server_key, told) in [("victim", false, false), ("carol", true, true)] {
+        let url = |p: &str| format!("http://{}/api/v1{p}", w.addr);
+        let mut join = client()
+            .post(url("/queue/join"))
+            .json(&json!({"event_id": "ids", "user_id": user}));
+        if server_key {
+            join = join.bearer_auth(ADMIN);
+        }
+        let joined: Value = join.send().await.unwrap().json().await.unwrap();
+        let entered: Value = client()
+            .post(url("/queue/enter"))
+            .json(&json!({"waiting_token": joined["waiting_token"]}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let token = entered["access_token"].as_str().unwrap().to_string();
+        let r = ask("/ids/x", None, Some(token)).await;
+        assert_eq!(r.status(), 204);
+        let named = &r.headers()["x-waitroom-user"];
+        if told {
+            assert_eq!(named, user);
+        } else {
+            assert_eq!(named, &r.headers()["x-waitroom-session"], "{user}");
+        }
+    }
     // …for its own event only; and a Bearer token that is not the event's (the site's own
     // API auth, say) hides neither the cookie nor the way to the waiting room.
     let r = ask("/checkout", None, Some(jwt.clone())).await;

@@ -306,7 +306,12 @@ async fn activate(
     } else {
         state.store.enter(event_id, key, now).await?
     };
-    let ids = SessionIds::new(key, view.user_id.as_deref());
+    // The user id only when the join proved it: a bare one is anyone's to type, and a site
+    // reading `X-Waitroom-User` as its signed-in user would act for whoever typed it (the
+    // access token says the same with `user_verified`). Otherwise the session id, as for an
+    // anonymous place.
+    let user = view.user_id.as_deref().filter(|_| view.user_proven);
+    let ids = SessionIds::new(key, user);
     state.gates.note_renewal(
         event_id,
         key,
