@@ -137,8 +137,9 @@ impl PowChallenges {
         let Some((body, mac)) = prefix.rsplit_once(':') else {
             return Err(PowError::Forged);
         };
-        let body = &prefix[..body.len() + 1]; // the MAC covers the trailing ':'
-                                              // Constant-time comparison so timing does not leak how much of a forgery matched.
+        // The MAC covers the trailing ':'.
+        let body = &prefix[..body.len() + 1];
+        // Constant-time comparison so timing does not leak how much of a forgery matched.
         let matches = |key: &[u8; 32]| {
             let expected = Self::mac(key, body);
             let diff = expected.len() ^ mac.len()

@@ -500,6 +500,16 @@ async fn answers_about_a_place_are_not_kept_by_caches() {
             "{path} refused"
         );
     }
+    // The WebSocket's refusal (here of a request that is no upgrade) likewise.
+    let r = app
+        .send(
+            req(Method::GET, &format!("/api/v1/queue/ws?token={t}"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert!(r.status.is_client_error(), "{}", r.text);
+    assert_eq!(r.headers[header::CACHE_CONTROL], "no-store", "ws refused");
 }
 
 #[tokio::test]

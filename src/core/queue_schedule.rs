@@ -37,8 +37,9 @@ impl EventQueue {
     /// clocks differ): once a place was told the sale is over, one stamped earlier must not
     /// admit it or let a join in. Only the first such `now` is kept, so that (on Redis) the
     /// end is written once, not on every later operation. Kept in the settings
-    /// (`EventConfig::end_seen_at`, never stored with them), so that their readers (a
-    /// node answering an error's `reason`) count it too.
+    /// (`EventConfig::end_seen_at`: the embedded store writes it with them, Redis in the
+    /// meta's numbers), so that their readers (a node answering an error's `reason`) count
+    /// it too.
     pub(super) fn note_end(&mut self, now: Millis) {
         let seen = self.config.end_seen_at.unwrap_or(0);
         if self.config.closes_at.is_some_and(|c| now >= c && seen < c) {

@@ -74,7 +74,7 @@ pub async fn ws(
     caller: Caller,
     WaitingTokenNoBody(token): WaitingTokenNoBody,
     upgrade: Result<Upgrade, AppError>,
-) -> AppResult<Response> {
+) -> super::PlaceResult<Response> {
     // The token first, as on every end-user endpoint; then whether this is an upgrade.
     let place = parse(&state, &token)?;
     let permit = admit(&state, &caller, &place).await?;

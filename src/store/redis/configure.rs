@@ -60,10 +60,11 @@ impl Inner {
                 // Listed before it exists, so the scheduler of every node finds it.
                 s.list(&mut conn, event_id).await?;
             }
-            // The record of the opening goes into the meta's numbers, where the scripts keep
-            // it up to date; a copy in the JSON would only go stale.
+            // The records of the opening and of the end go into the meta's numbers, where
+            // the scripts keep them up to date; a copy in the JSON would only go stale.
             let json = serde_json::to_string(&EventConfig {
                 opening_reached: None,
+                end_seen_at: None,
                 ..config.clone()
             })
             .expect("config serialises");
