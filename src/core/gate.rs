@@ -330,8 +330,10 @@ fn relative_readings(raw: &str) -> Vec<String> {
     }
     let mut out = Vec::new();
     add(raw, &mut out);
-    let path = raw.split(['?', '#']).next().unwrap_or("");
-    if path.contains('%') {
+    // Decoded, it starts with two separators only if one of its first two is an escape:
+    // a `%` among the first four bytes. The usual path is not walked again.
+    if raw.bytes().take(4).any(|b| b == b'%') {
+        let path = raw.split(['?', '#']).next().unwrap_or("");
         add(&percent_decode(path), &mut out);
     }
     out
