@@ -306,6 +306,50 @@ fn push_lines(buf: &mut String, h: &HeaderMap, name: &HeaderName) {
     }
 }
 
+/// A trusted proxy's `Forwarded` lines, each element's `host=` set to `host` (the one the
+/// gate matched): a proxy that passes a client's own element on (many do, as they do
+/// `X-Forwarded-Host`) would let it name the host a site reading the chain's first element
+/// serves (Spring's `ForwardedHeaderFilter`), another than the gate matched. The rest of
+/// each element is kept as sent; quoted values may hold `;` and `,`.
+fn push_forwarded_lines(buf: &mut String, h: &HeaderMap, host: Option<&str>) {
+    let Some(host) = host else {
+        return push_lines(buf, h, &FORWARDED);
+    };
+    // One pair of an element, `host=` rewritten.
+    let pair = |buf: &mut String, pair: &str| {
+        let name = pair.trim_start().split('=').next().unwrap_or("");
+        if name.trim().eq_ignore_ascii_case("host") {
+            buf.push_str(&pair[..pair.len() - pair.trim_start().len()]);
+            buf.push_str("host=\"");
+            buf.push_str(host);
+            buf.push('"');
+        } else {
+            buf.push_str(pair);
+        }
+    };
+    for line in h.get_all(FORWARDED).iter().filter_map(|v| v.to_str().ok()) {
+        // (Visible ASCII: `to_str` refused anything else, so every index is a boundary.)
+        let b = line.as_bytes();
+        let (mut start, mut quoted, mut i) = (0, false, 0);
+        while i < b.len() {
+            match b[i] {
+                // An escaped character inside quotes: skipped with its backslash.
+                b'\\' if quoted => i += 1,
+                b'"' => quoted = !quoted,
+                sep @ (b';' | b',') if !quoted => {
+                    pair(buf, &line[start..i]);
+                    buf.push(char::from(sep));
+                    start = i + 1;
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        pair(buf, &line[start.min(b.len())..]);
+        buf.push_str(", ");
+    }
+}
+
 /// `X-Forwarded-For` and `Forwarded` for a request from `ip` (canonical), each extending
 /// the chain the request carries when `trusted`; `proto` is the protocol the request came
 /// by. One buffer for both, each part written into it in place (the value copies it
@@ -324,15 +368,16 @@ fn forwarding_values(
     push_ip(&mut buf, ip);
     let x_forwarded_for = value_of(&buf);
     buf.clear();
+    let host = host.filter(|h| !h.contains(['"', '\\']));
     if trusted {
-        push_lines(&mut buf, h, &FORWARDED);
+        push_forwarded_lines(&mut buf, h, host);
     }
     buf.push_str(if ip.is_ipv4() { "for=" } else { "for=\"[" });
     push_ip(&mut buf, ip);
     if ip.is_ipv6() {
         buf.push_str("]\"");
     }
-    if let Some(host) = host.filter(|h| !h.contains(['"', '\\'])) {
+    if let Some(host) = host {
         buf.push_str(";host=\"");
         buf.push_str(host);
         buf.push('"');

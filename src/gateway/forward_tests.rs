@@ -301,6 +301,37 @@ fn a_trusted_proxy_chain_is_extended() {
     assert_eq!(h["x-real-ip"], "203.0.113.9");
 }
 
+/// A `host=` in a trusted proxy's `Forwarded` chain (a client's own element it passed on)
+/// is the host the gate matched, as `X-Forwarded-Host` is: a site reading the chain's
+/// first element served the host the client named. The rest is kept as sent, quoted
+/// values with `;` and `,` in them too.
+#[test]
+fn a_forwarded_chain_names_the_host_the_gate_matched() {
+    let mut h = headers(&[
+        ("x-forwarded-for", "203.0.113.9"),
+        (
+            "forwarded",
+            "for=6.6.6.6;Host=evil.example;proto=https, for=\"[2001:db8::1]\";host=\"a;b,c\"",
+        ),
+        ("forwarded", "for=203.0.113.9; host=\"e\\\"x\";by=x"),
+    ]);
+    request_headers(
+        &mut h,
+        Some("10.0.0.1".parse().unwrap()),
+        true,
+        Some("203.0.113.9".parse().unwrap()),
+        Some("shop.example"),
+        None,
+        None,
+    );
+    assert_eq!(
+        h["forwarded"],
+        "for=6.6.6.6;host=\"shop.example\";proto=https, for=\"[2001:db8::1]\";\
+         host=\"shop.example\", for=203.0.113.9; host=\"shop.example\";by=x, \
+         for=10.0.0.1;host=\"shop.example\";proto=http"
+    );
+}
+
 /// A trusted proxy's own client headers are kept as they came, but `X-Real-IP`, which
 /// is the client its chain names whatever the proxy passed on.
 #[test]
