@@ -35,12 +35,38 @@ struct EventReads {
 type Answer = StoreResult<Arc<InventoryView>>;
 
 /// Counts a request among an event's waiting ones until dropped: a request dropped while it
-/// waits (its deadline passed) is no longer counted, so the last answer is not kept for it.
-struct Waiting<'a>(&'a AtomicUsize);
+/// waits (its deadline passed, its client gone) is no longer counted, and when it was the
+/// last one, the answer kept for it goes (unless a reader holds the lock: that one looks
+/// at the count as it ends).
+struct Waiting<'a>(&'a EventReads);
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, SeqCst);
+        if self.0.waiting.fetch_sub(1, SeqCst) == 1 {
+            if let Ok(mut last) = self.0.last.try_lock() {
+                *last = None;
+            }
+        }
+    }
+}
+
+/// An event's entry in use by one call; when dropped (the call ended, or was dropped
+/// itself), the table keeps the entry only if another call holds it too. Counted and
+/// dropped under the table's lock, so that of two calls ending together one removes it.
+struct InUse<'a> {
+    table: &'a SeatReads,
+    event_id: &'a str,
+    reads: Option<Arc<EventReads>>,
+}
+
+impl Drop for InUse<'_> {
+    fn drop(&mut self) {
+        let mut events = self.table.events.lock();
+        if let Some(reads) = self.reads.take() {
+            if Arc::strong_count(&reads) == 2 {
+                events.remove(self.event_id);
+            }
+        }
     }
 }
 
@@ -64,16 +90,16 @@ impl SeatReads {
             .entry(event_id.into())
             .or_default()
             .clone();
-        let answer = Self::read_of(&reads, read).await;
-        // The table keeps no event nobody reads (a deleted one, say). Counted and dropped
-        // under the table's lock, so that of two callers ending together one removes it.
-        let mut events = self.events.lock();
-        let last_one = Arc::strong_count(&reads) == 2;
+        // The table keeps no event nobody reads (a deleted one, say), whether this call
+        // ends or is dropped.
+        let in_use = InUse {
+            table: self,
+            event_id,
+            reads: Some(reads.clone()),
+        };
         drop(reads);
-        if last_one {
-            events.remove(event_id);
-        }
-        answer
+        let reads = in_use.reads.as_deref().expect("set above");
+        Self::read_of(reads, read).await
     }
 
     async fn read_of<F, Fut>(reads: &EventReads, read: F) -> Answer
@@ -83,7 +109,7 @@ impl SeatReads {
     {
         let arrived = reads.started.load(SeqCst);
         reads.waiting.fetch_add(1, SeqCst);
-        let waiting = Waiting(&reads.waiting);
+        let waiting = Waiting(reads);
         let mut last = reads.last.lock().await;
         drop(waiting);
         // A read numbered past `arrived` started after this call did.
