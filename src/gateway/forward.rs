@@ -306,46 +306,56 @@ fn push_lines(buf: &mut String, h: &HeaderMap, name: &HeaderName) {
     }
 }
 
-/// A trusted proxy's `Forwarded` lines, each element's `host=` set to `host` (the one the
-/// gate matched): a proxy that passes a client's own element on (many do, as they do
-/// `X-Forwarded-Host`) would let it name the host a site reading the chain's first element
-/// serves (Spring's `ForwardedHeaderFilter`), another than the gate matched. The rest of
-/// each element is kept as sent; quoted values may hold `;` and `,`.
-fn push_forwarded_lines(buf: &mut String, h: &HeaderMap, host: Option<&str>) {
-    let Some(host) = host else {
-        return push_lines(buf, h, &FORWARDED);
-    };
-    // One pair of an element, `host=` rewritten.
-    let pair = |buf: &mut String, pair: &str| {
-        let name = pair.trim_start().split('=').next().unwrap_or("");
-        if name.trim().eq_ignore_ascii_case("host") {
-            buf.push_str(&pair[..pair.len() - pair.trim_start().len()]);
-            buf.push_str("host=\"");
-            buf.push_str(host);
-            buf.push('"');
-        } else {
-            buf.push_str(pair);
-        }
-    };
-    for line in h.get_all(FORWARDED).iter().filter_map(|v| v.to_str().ok()) {
-        // (Visible ASCII: `to_str` refused anything else, so every index is a boundary.)
-        let b = line.as_bytes();
-        let (mut start, mut quoted, mut i) = (0, false, 0);
-        while i < b.len() {
-            match b[i] {
-                // An escaped character inside quotes: skipped with its backslash.
-                b'\\' if quoted => i += 1,
-                b'"' => quoted = !quoted,
-                sep @ (b';' | b',') if !quoted => {
-                    pair(buf, &line[start..i]);
-                    buf.push(char::from(sep));
-                    start = i + 1;
-                }
-                _ => {}
+/// A trusted proxy's `Forwarded` chain, rebuilt from what the guard reads of it: each
+/// element's `for=` (as `Guard::client_ip` finds it: the chain split at every `,`, an
+/// element at every `;`) and its `proto=`, nothing else. A proxy may pass a client's own
+/// elements on (many do, as they do `X-Forwarded-Host`), and a site may read the first
+/// `host=` anywhere in the header (Spring's `ForwardedHeaderFilter` does): a client's
+/// `host=`, even inside a quoted value or another pair's, named the host that site served,
+/// another than the gate matched, and an unbalanced quote could hide the hops after it
+/// from a site parsing quotes. So no `host=` but the gateway's own goes on, and a value
+/// that is not an address, `unknown` or an obfuscated name is `unknown`.
+fn push_forwarded_chain(buf: &mut String, h: &HeaderMap) {
+    let lines = h.get_all(FORWARDED);
+    for element in lines
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+    {
+        let value = |name: &str| {
+            element.split(';').find_map(|p| {
+                let (k, v) = p.split_once('=')?;
+                k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+            })
+        };
+        let Some(hop) = value("for") else {
+            continue;
+        };
+        let bare = hop
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .unwrap_or(hop);
+        let plain = !bare.is_empty()
+            && bare
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b".:_-[]".contains(&b));
+        buf.push_str("for=");
+        match (plain, bare.contains([':', '['])) {
+            (false, _) => buf.push_str("unknown"),
+            (true, false) => buf.push_str(bare),
+            (true, true) => {
+                buf.push('"');
+                buf.push_str(bare);
+                buf.push('"');
             }
-            i += 1;
         }
-        pair(buf, &line[start.min(b.len())..]);
+        let proto = value("proto").map(|v| v.trim_matches('"'));
+        if let Some(p) =
+            proto.filter(|p| p.eq_ignore_ascii_case("http") || p.eq_ignore_ascii_case("https"))
+        {
+            buf.push_str(";proto=");
+            buf.push_str(p);
+        }
         buf.push_str(", ");
     }
 }
@@ -368,16 +378,15 @@ fn forwarding_values(
     push_ip(&mut buf, ip);
     let x_forwarded_for = value_of(&buf);
     buf.clear();
-    let host = host.filter(|h| !h.contains(['"', '\\']));
     if trusted {
-        push_forwarded_lines(&mut buf, h, host);
+        push_forwarded_chain(&mut buf, h);
     }
     buf.push_str(if ip.is_ipv4() { "for=" } else { "for=\"[" });
     push_ip(&mut buf, ip);
     if ip.is_ipv6() {
         buf.push_str("]\"");
     }
-    if let Some(host) = host {
+    if let Some(host) = host.filter(|h| !h.contains(['"', '\\'])) {
         buf.push_str(";host=\"");
         buf.push_str(host);
         buf.push('"');
