@@ -196,6 +196,9 @@ fn windows_reading(path: &str) -> String {
     let decoded = percent_decode(path);
     let decoded = decoded.split('\0').next().unwrap_or("");
     resolve(decoded, true, |seg| {
+        // An NTFS stream name (`checkout::$DATA`, `checkout:$INDEX_ALLOCATION`): IIS serves
+        // the file itself.
+        let seg = seg.split(':').next().unwrap_or(seg);
         let seg = seg.trim_end_matches(' ');
         if seg == "." || seg == ".." {
             seg
@@ -216,7 +219,7 @@ fn differs_on_windows(raw: &str) -> Option<usize> {
     let mut differs = false;
     for i in 0..=b.len() {
         match b.get(i) {
-            Some(b'%' | b' ' | 0 | b';') => differs = true,
+            Some(b'%' | b' ' | 0 | b';' | b':') => differs = true,
             Some(b'/' | b'\\' | b'?' | b'#') | None => {
                 let seg = &b[start..i];
                 differs |= seg.last() == Some(&b'.') && seg != b"." && seg != b"..";
@@ -330,9 +333,11 @@ fn relative_readings(raw: &str) -> Vec<String> {
     }
     let mut out = Vec::new();
     add(raw, &mut out);
-    // Decoded, it starts with two separators only if one of its first two is an escape:
-    // a `%` among the first four bytes. The usual path is not walked again.
-    if raw.bytes().take(4).any(|b| b == b'%') {
+    // Decoded, it starts with two separators only if one of its first two is an escape (a
+    // `%` among the first four bytes) or it starts with two already, and then an escape
+    // may end its authority (`//shop%2fcheckout`). The usual path is not walked again.
+    let escaped_authority = || after_authority(raw).is_some() && raw.contains('%');
+    if raw.bytes().take(4).any(|b| b == b'%') || escaped_authority() {
         let path = raw.split(['?', '#']).next().unwrap_or("");
         add(&percent_decode(path), &mut out);
     }
@@ -663,6 +668,12 @@ mod tests {
             "/checkout%00",
             "/checkout%00.png",
             "/x/..%20/checkout",
+            // An NTFS stream of the file, as IIS serves it.
+            "/checkout::$DATA",
+            "/checkout:$DATA",
+            "/checkout.::$DATA",
+            "/checkout%3a%3a$DATA",
+            "/checkout::$INDEX_ALLOCATION/pay",
             // Read as RFC 3986 does, whatever the other forms make of them.
             "/x/../checkout/.../..",
             "/x/../checkout/%20/..",
@@ -702,6 +713,8 @@ mod tests {
         // Decoded first, by a proxy in front of such an origin.
         assert!(r.gates(None, "/%2fx/checkout").is_some());
         assert!(r.gates(None, "/%5Cx/checkout").is_some());
+        assert!(r.gates(None, "//shop%2fcheckout").is_some());
+        assert!(r.gates(None, "//ab%5ccheckout/pay").is_some());
         // Many authorities: their last rest is read, in linear work (a reading per level
         // took gigabytes, or overflowed the stack, for a path of thousands).
         let many = "//a".repeat(20_000) + "/checkout";
