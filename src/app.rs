@@ -54,7 +54,7 @@ pub struct AppState {
     /// `GET /api/v1/gate`), and the throttle of session renewals.
     pub gates: Arc<Gates>,
     /// Seat-map reads shared by the requests that ask for one event's at once.
-    pub seat_reads: Arc<crate::http::seat_reads::SeatReads>,
+    pub seat_reads: Arc<crate::store::seat_reads::SeatReads>,
 }
 
 impl AppState {

@@ -74,7 +74,6 @@ pub mod public_list;
 pub mod queue;
 pub mod records;
 pub mod sale;
-pub mod seat_reads;
 
 pub use error::{AppError, AppResult, PlaceError, PlaceResult};
 

@@ -34,6 +34,7 @@ mod journal_places;
 mod journal_sale;
 mod journal_sync;
 pub mod redis;
+pub mod seat_reads;
 pub mod stalls;
 mod synced;
 pub mod watermark;

@@ -17,8 +17,8 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 
+use super::StoreResult;
 use crate::core::InventoryView;
-use crate::store::StoreResult;
 
 /// Per event: how many reads started, how many requests wait for one, and the last read's
 /// answer while any of them may take it.
