@@ -57,7 +57,9 @@ fn prefix_matches(prefix: &str, path: &str, fold_case: bool) -> bool {
     } else {
         head == p
     };
-    same && (p.ends_with(b"/") || s.len() == p.len() || matches!(s[p.len()], b'/' | b'?'))
+    // A `#` ends the path as `?` does: a reading decoded `%23` into one, and an origin
+    // that decodes before it parses reads `/checkout%23x` as `/checkout`.
+    same && (p.ends_with(b"/") || s.len() == p.len() || matches!(s[p.len()], b'/' | b'?' | b'#'))
 }
 
 /// The path as an origin would read it: percent-decoded (lossy), `//` collapsed, `;`
@@ -668,6 +670,10 @@ mod tests {
             "/checkout%00",
             "/checkout%00.png",
             "/x/..%20/checkout",
+            // The path ended by an encoded `?` or `#`, for an origin that decodes first.
+            "/checkout%3fx",
+            "/checkout%23x",
+            "/checkout%23",
             // An NTFS stream of the file, as IIS serves it.
             "/checkout::$DATA",
             "/checkout:$DATA",
