@@ -10,7 +10,8 @@
 //! Bounded: memory holds at most `keep` entries; the file grows to at most twice that many
 //! lines and is then rewritten with the newest `keep` (a temporary file renamed over it, so
 //! a crash leaves the old file or the new one, never half of one). A last line torn by a
-//! crash (no final newline) was never acknowledged and is dropped on open.
+//! crash or a full disk (no final newline, perhaps cut inside a character) was never
+//! acknowledged as written and is dropped on open; an append that fails is cut back off.
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -42,11 +43,14 @@ impl AuditFile {
     pub fn open(path: &Path) -> std::io::Result<Self> {
         let mut entries = VecDeque::new();
         let mut lines = 0;
-        match std::fs::read_to_string(path) {
-            Ok(text) => {
-                let complete = match text.rfind('\n') {
-                    Some(i) => &text[..i],
-                    None => "",
+        match std::fs::read(path) {
+            Ok(bytes) => {
+                // Read as bytes: a tail torn inside a multi-byte character (a disk that
+                // filled mid-append cuts at a page, not at a character) is not UTF-8, and
+                // refusing the file would refuse every start after it.
+                let complete = match bytes.iter().rposition(|&b| b == b'\n') {
+                    Some(i) => &bytes[..i],
+                    None => &[][..],
                 };
                 // Cut a torn tail off, or the next append would glue onto it.
                 let kept = if complete.is_empty() {
@@ -54,15 +58,17 @@ impl AuditFile {
                 } else {
                     complete.len() + 1
                 };
-                if kept < text.len() {
+                if kept < bytes.len() {
                     OpenOptions::new()
                         .write(true)
                         .open(path)?
                         .set_len(kept as u64)?;
                 }
-                for line in complete.split('\n').filter(|l| !l.is_empty()) {
+                // A damaged line is kept, its bad bytes replaced: the listing skips what
+                // it cannot read, and the lines after it are still the record.
+                for line in complete.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
                     lines += 1;
-                    entries.push_back(line.to_string());
+                    entries.push_back(String::from_utf8_lossy(line).into_owned());
                     if entries.len() > OPEN_KEEP {
                         entries.pop_front();
                     }
@@ -81,6 +87,20 @@ impl AuditFile {
     /// Appends `entry` (newlines are replaced: one entry is one line) and keeps the newest
     /// `keep`. On disk before it answers.
     pub fn append(&mut self, entry: &str, keep: usize) -> std::io::Result<()> {
+        self.append_with(entry, keep, |f, line| {
+            f.write_all(line)?;
+            f.sync_data()
+        })
+    }
+
+    /// [`Self::append`], with the line's write and sync done by `write` (a test's failing
+    /// disk).
+    fn append_with(
+        &mut self,
+        entry: &str,
+        keep: usize,
+        write: impl FnOnce(&mut File, &[u8]) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
         let entry = entry.replace(['\n', '\r'], " ");
         if let Some(path) = &self.path {
             if self.lines + 1 > keep.max(1) * 2 {
@@ -95,8 +115,14 @@ impl AuditFile {
                 self.lines = newest.len();
             } else {
                 let mut f = OpenOptions::new().create(true).append(true).open(path)?;
-                f.write_all(format!("{entry}\n").as_bytes())?;
-                f.sync_data()?;
+                let before = f.metadata()?.len();
+                if let Err(e) = write(&mut f, format!("{entry}\n").as_bytes()) {
+                    // A write cut short (a full disk) leaves part of the line: the next
+                    // append would glue onto it and neither entry could be read back.
+                    // The error is answered either way; this only tries to undo.
+                    let _ = f.set_len(before);
+                    return Err(e);
+                }
                 self.lines += 1;
             }
         }
@@ -167,5 +193,45 @@ mod tests {
         b.append("three", 10).unwrap();
         let c = AuditFile::open(&path).unwrap();
         assert_eq!(c.newest(10), ["three", "one two"]);
+    }
+
+    #[test]
+    fn a_tail_torn_inside_a_character_does_not_stop_the_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let mut a = AuditFile::open(&path).unwrap();
+        a.append("{\"event_id\":\"k\"}", 10).unwrap();
+        // A disk that filled mid-append: the line cut two bytes into a three-byte
+        // character (콘 is EC BD 98).
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"{\"event_id\":\"\xec\xbd").unwrap();
+        let mut b = AuditFile::open(&path).unwrap();
+        assert_eq!(b.newest(10), ["{\"event_id\":\"k\"}"]);
+        b.append("next", 10).unwrap();
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            b"{\"event_id\":\"k\"}\nnext\n"
+        );
+        // A damaged complete line does not stop it either, nor hide the lines after it.
+        std::fs::write(&path, b"a\n\xff\xfe\nb\n").unwrap();
+        let c = AuditFile::open(&path).unwrap();
+        assert_eq!(c.newest(10), ["b", "\u{fffd}\u{fffd}", "a"]);
+    }
+
+    #[test]
+    fn an_append_cut_short_leaves_nothing_for_the_next_to_glue_onto() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let mut a = AuditFile::open(&path).unwrap();
+        a.append("one", 10).unwrap();
+        let failed = a.append_with("two-that-fails", 10, |f, line| {
+            f.write_all(&line[..5])?;
+            Err(std::io::Error::other("no space left on device"))
+        });
+        assert!(failed.is_err());
+        a.append("three", 10).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"one\nthree\n");
+        let b = AuditFile::open(&path).unwrap();
+        assert_eq!(b.newest(10), ["three", "one"]);
     }
 }
