@@ -48,12 +48,14 @@ async fn the_prequeue_opens_by_itself_in_the_committed_order() {
     )
     .await;
     let mut tokens = Vec::new();
+    let mut place_ids = Vec::new();
     for i in 0..5 {
         let v = s.join("sale", &format!("u{i}")).await;
         assert_eq!(v["status"], "pre-queue", "{v}");
         assert!(v.get("position").is_none(), "{v}");
         assert!(v["opens_in_sec"].as_u64().unwrap() <= 3, "{v}");
         tokens.push(v["waiting_token"].as_str().unwrap().to_string());
+        place_ids.push(v["place_id"].as_u64().expect("a place id"));
     }
     let before = info(&s, "sale").await;
     let commitment = before["shuffle_commitment"]
@@ -74,6 +76,9 @@ async fn the_prequeue_opens_by_itself_in_the_committed_order() {
     ids.extend(serde_json::from_value::<Vec<u64>>(rest["place_ids"].clone()).unwrap());
     assert_eq!(ids.len(), 5);
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "join order: {ids:?}");
+    // Each holder finds its own place in the published list (defect: no answer gave the
+    // id, so nobody could check a rank against the list).
+    assert_eq!(ids, place_ids);
     assert_eq!(rest["next_after"], Value::Null);
     // A last page that is exactly full is the last: no `next_after` to an empty one.
     let full = s
@@ -119,10 +124,15 @@ async fn the_prequeue_opens_by_itself_in_the_committed_order() {
     let mut order = ids.clone();
     order.sort_by_key(|&id| prequeue_key(&seed, id));
     // Each place's rank is its index in the recomputed order; the first was admitted.
+    // Each holder checks it from its own answer: its `place_id`'s index in the order.
     let mut seen = Vec::new();
-    for t in &tokens {
+    for (t, id) in tokens.iter().zip(&place_ids) {
         let (st, v) = s.status(t).await;
         assert_eq!(st, StatusCode::OK);
+        assert_eq!(v["place_id"], *id, "{v}");
+        let index = order.iter().position(|o| o == id).unwrap() as u64;
+        let rank = v["prequeue_rank"].as_u64().unwrap_or(0);
+        assert_eq!(index, rank, "{id} in {order:?}: {v}");
         match v["status"].as_str().unwrap() {
             "admitted" => seen.push((0, v)),
             "waiting" => {

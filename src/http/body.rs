@@ -35,6 +35,9 @@ pub struct Place {
     #[schema(value_type = String, example = "waiting")]
     pub status: ShownStatus,
     pub event_id: String,
+    /// The place's id: the number `GET /admin/events/{id}/prequeue` lists, so that its
+    /// holder can check its rank against the published shuffle ("Auditing the shuffle").
+    pub place_id: u64,
     /// Present while `waiting` (not under the `random` method: a lottery has no order).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub position: Option<u64>,
@@ -128,6 +131,7 @@ impl Place {
         Place {
             status: v.shown_status(),
             event_id,
+            place_id: v.key.seq,
             position: v.position,
             opens_in_sec: v.opens_in_sec,
             prequeue_rank: v.prequeue_rank,
@@ -166,7 +170,7 @@ impl Place {
             self.session_expires_in_sec.is_some(),
             self.announcement.is_some(),
         ];
-        10 + optional.iter().filter(|&&b| b).count()
+        11 + optional.iter().filter(|&&b| b).count()
     }
 
     /// Writes the fields in the contract's order, leaving out the absent ones that the
@@ -184,6 +188,7 @@ impl Place {
         }
         s.serialize_field("status", &self.status)?;
         s.serialize_field("event_id", &self.event_id)?;
+        s.serialize_field("place_id", &self.place_id)?;
         some(s, "position", &self.position)?;
         some(s, "opens_in_sec", &self.opens_in_sec)?;
         some(s, "prequeue_rank", &self.prequeue_rank)?;
@@ -709,7 +714,8 @@ mod tests {
         let v = serde_json::to_value(Place::new("ev".into(), &view(PlaceState::Waiting))).unwrap();
         assert_eq!(
             v,
-            json!({"status": "waiting", "event_id": "ev", "position": 3, "queue_length": 9,
+            json!({"status": "waiting", "event_id": "ev", "place_id": 1, "position": 3,
+                   "queue_length": 9,
                    "eta_sec": 0, "eta_low_sec": null, "eta_high_sec": null,
                    "poll_after_sec": 5, "paused": false, "waited_sec": 4,
                    "ready_for_entry": false})
@@ -725,7 +731,7 @@ mod tests {
         assert_eq!(
             serde_json::to_value(joined).unwrap(),
             json!({"waiting_token": "t", "status": "admitted", "event_id": "ev",
-                   "queue_length": 9, "eta_sec": 0, "eta_low_sec": 0, "eta_high_sec": 0,
+                   "place_id": 1, "queue_length": 9, "eta_sec": 0, "eta_low_sec": 0, "eta_high_sec": 0,
                    "poll_after_sec": 5, "paused": false, "waited_sec": 4,
                    "ready_for_entry": true, "enter_within_sec": 60})
         );
@@ -747,7 +753,7 @@ mod tests {
             at: "2026-11-23T00:00:00Z".into(),
         });
         let fields = concat!(
-            r#""status":"pre-queue","event_id":"ev","position":3,"opens_in_sec":11,"#,
+            r#""status":"pre-queue","event_id":"ev","place_id":1,"position":3,"opens_in_sec":11,"#,
             r#""prequeue_rank":12,"queue_length":9,"eta_sec":0,"eta_low_sec":1,"#,
             r#""eta_high_sec":2,"poll_after_sec":5,"paused":false,"waited_sec":4,"#,
             r#""ready_for_entry":false,"enter_within_sec":13,"session_expires_in_sec":14,"#,

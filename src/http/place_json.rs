@@ -82,6 +82,8 @@ impl Place {
         out.extend_from_slice(shown(self.status).as_bytes());
         out.extend_from_slice(b"\",\"event_id\":");
         string(out, &self.event_id);
+        out.extend_from_slice(b",\"place_id\":");
+        number(out, self.place_id);
         some(out, b",\"position\":", self.position);
         some(out, b",\"opens_in_sec\":", self.opens_in_sec);
         some(out, b",\"prequeue_rank\":", self.prequeue_rank);
@@ -168,7 +170,7 @@ mod tests {
     fn view(status: PlaceState, n: u64, all: bool) -> PlaceView {
         let opt = |x: u64| all.then_some(x);
         PlaceView {
-            key: PlaceKey { seq: 1, nonce: 2 },
+            key: PlaceKey { seq: n, nonce: 2 },
             user_proven: false,
             status,
             user_id: None,
