@@ -45,6 +45,7 @@ use super::journal_events::{
     config_json, decode_counters, encode_counters, encode_settings, SettingsRec,
 };
 use super::journal_files::restrict_tree;
+use super::journal_files::store_failure;
 pub use super::journal_files::{create_private_dir, written_end};
 use super::journal_places::{
     apply_effect, JoinRec, PlaceOps, KIND_ADMITTED, KIND_ENTERED, KIND_EXPIRED, KIND_JOINED,
@@ -208,7 +209,7 @@ impl Journal {
                 .max_journaling_size(64 * 1024 * 1024)
                 .open()
         })
-        .map_err(|e| anyhow::anyhow!("opening the store in {}: {e}", dir.display()))?;
+        .map_err(|e| store_failure(dir, "opening", &e))?;
         // Small memtables: everything live is in memory already (the queues), so the store
         // only needs enough buffer to batch its flushes, not 64 MiB per keyspace.
         // Except `counters`, which every batch writes again for its event, and `events`
@@ -220,21 +221,30 @@ impl Journal {
         // 0.6-1.5 s at 10,000 joins/s; at ~30 bytes a 32 MiB one lasts minutes. Only the
         // latest version survives a flush, so this is memory for superseded versions,
         // used only while events change.
-        let events = db.keyspace("events", || {
-            KeyspaceCreateOptions::default().max_memtable_size(EVENTS_MEMTABLE)
-        })?;
-        let counters = db.keyspace("counters", || {
-            KeyspaceCreateOptions::default().max_memtable_size(EVENTS_MEMTABLE)
-        })?;
-        let places = db.keyspace("places", || {
-            KeyspaceCreateOptions::default().max_memtable_size(16 * 1024 * 1024)
-        })?;
-        let invites = db.keyspace("invites", KeyspaceCreateOptions::default)?;
-        let items = db.keyspace("items", KeyspaceCreateOptions::default)?;
+        let keyspaces = || -> fjall::Result<_> {
+            let events = db.keyspace("events", || {
+                KeyspaceCreateOptions::default().max_memtable_size(EVENTS_MEMTABLE)
+            })?;
+            let counters = db.keyspace("counters", || {
+                KeyspaceCreateOptions::default().max_memtable_size(EVENTS_MEMTABLE)
+            })?;
+            let places = db.keyspace("places", || {
+                KeyspaceCreateOptions::default().max_memtable_size(16 * 1024 * 1024)
+            })?;
+            let invites = db.keyspace("invites", KeyspaceCreateOptions::default)?;
+            let items = db.keyspace("items", KeyspaceCreateOptions::default)?;
+            Ok((events, counters, places, invites, items))
+        };
+        let (events, counters, places, invites, items) =
+            keyspaces().map_err(|e| store_failure(dir, "opening", &e))?;
         // Deleted events whose keys were still being removed when the process stopped.
         let purges = db.keyspace("purges", KeyspaceCreateOptions::default)?;
         purge::finish_at_open(&db, &purges, [&places, &invites, &items])?;
-        let (recovered, older) = recover(&events, &counters, &places, &invites, &items, now)?;
+        let (recovered, older) = recover(&events, &counters, &places, &invites, &items, now)
+            .map_err(|e| match e.downcast_ref::<fjall::Error>() {
+                Some(f) => store_failure(dir, "reading", f),
+                None => e,
+            })?;
         rewrite_older_records(&db, &events, &counters, older)?;
         restrict_tree(dir)?;
         // What the open itself wrote (keyspaces made, a purge finished) is made durable

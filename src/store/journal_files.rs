@@ -295,6 +295,38 @@ fn all_zeros(path: &Path) -> std::io::Result<bool> {
     }
 }
 
+/// Why the store's files could not be opened or read, for the operator: fjall's own
+/// message is its error's debug form (`FjallError: Storage(ChecksumMismatch { … })`),
+/// which names neither the cause in words nor a way out, and `--repair` cannot help with
+/// anything but a journal's tail.
+pub(super) fn store_failure(dir: &Path, doing: &str, e: &fjall::Error) -> anyhow::Error {
+    use fjall::Error as F;
+    let advice = match e {
+        F::Locked => "another process holds it (two servers on one data directory?)",
+        F::Storage(_)
+        | F::Unrecoverable
+        | F::Decompress(_)
+        | F::InvalidTag(_)
+        | F::InvalidTrailer
+        | F::InvalidVersion(_)
+        | F::JournalRecovery(_) => {
+            "a file of the store's tables is damaged or missing (its keyspaces under \
+             keyspaces/). Refusing to start: restore the data directory from a backup \
+             (--repair mends only a journal's torn or damaged tail, not the tables)"
+        }
+        F::Io(io) if io.kind() == std::io::ErrorKind::NotFound => {
+            "a file of the store is missing. Refusing to start: restore the data directory \
+             from a backup (--repair mends only a journal's tail)"
+        }
+        _ => "",
+    };
+    if advice.is_empty() {
+        anyhow::anyhow!("{doing} the store in {}: {e}", dir.display())
+    } else {
+        anyhow::anyhow!("{doing} the store in {}: {advice} ({e})", dir.display())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -381,5 +413,26 @@ mod tests {
             exists_quietly(&quiet_name(dir.path())),
             "a directory exists too, as for `exists`"
         );
+    }
+
+    #[test]
+    fn a_damaged_table_is_named_with_a_way_out() {
+        let dir = Path::new("/data/store");
+        let damaged = store_failure(dir, "opening", &fjall::Error::Unrecoverable).to_string();
+        assert!(
+            damaged.starts_with("opening the store in /data/store: "),
+            "{damaged}"
+        );
+        assert!(damaged.contains("damaged or missing"), "{damaged}");
+        assert!(
+            damaged.contains("restore the data directory from a backup"),
+            "{damaged}"
+        );
+        assert!(damaged.contains("Unrecoverable"), "{damaged}");
+        let missing = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let gone = store_failure(dir, "reading", &fjall::Error::Io(missing)).to_string();
+        assert!(gone.contains("a file of the store is missing"), "{gone}");
+        let locked = store_failure(dir, "opening", &fjall::Error::Locked).to_string();
+        assert!(locked.contains("another process holds it"), "{locked}");
     }
 }
