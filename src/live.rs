@@ -39,8 +39,9 @@
 //! `queue-cleared` when the place ends, after which the stream is closed. While the client
 //! shows it is there, the follower renews the place's heartbeat every third of the event's
 //! `waiting_idle_sec` (at most every [`HEARTBEAT_MAX`]), on a timer rather than per
-//! message, so a message storm never turns into a heartbeat storm. A connection that drops
-//! does nothing to the place: only the lapse of its heartbeat ends it.
+//! message, so a message storm never turns into a heartbeat storm, and once more when a
+//! live client's connection drops. A connection that drops does not end the place: only
+//! the lapse of its heartbeat ends it.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -582,6 +583,9 @@ pub struct Follower {
     /// When the announcement last told was posted (`None`: none).
     announced: Option<Millis>,
     done: bool,
+    /// The client showed a sign of life since the last renewal (a WebSocket's answers;
+    /// always, for an open SSE stream): a stream that ends so is renewed once at its end.
+    alive: bool,
     heartbeat_every: Duration,
     next_heartbeat: Instant,
     /// How often the place is re-read without a notice ([`refresh_period`]).
@@ -589,6 +593,29 @@ pub struct Follower {
     next_refresh: Instant,
     /// When the figures are next pushed even if unchanged ([`REFRESH`] after the last push).
     next_forced: Instant,
+}
+
+/// A stream that ends while its client was still there (it dropped, or went away)
+/// renews the place once more, at its end: the open stream counted as a heartbeat until
+/// then, and a renewal only every third of `waiting_idle_sec` would otherwise date the
+/// place's last sign of life up to a third of it before the drop, and end it that much
+/// sooner than the same client's last poll would have. Not at the stream's own end (the
+/// place ended, the node stops), nor for a socket that stopped answering.
+impl Drop for Follower {
+    fn drop(&mut self) {
+        if self.done || !self.alive || self.status != PlaceState::Waiting {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (store, event_id, key) = (self.store.clone(), self.event_id.clone(), self.key);
+        let at = self.clock.now();
+        // An ended place refuses it (`TOKEN_EXPIRED`): nothing is revived.
+        runtime.spawn(async move {
+            let _ = store.heartbeat(&event_id, key, at).await;
+        });
+    }
 }
 
 /// How often a follower renews its place's heartbeat: a third of the event's idle time,
@@ -645,6 +672,7 @@ impl Follower {
             state: (snapshot.config.paused, snapshot.config.accept_joins),
             announced: snapshot.config.announcement.as_ref().map(|a| a.at),
             done: false,
+            alive: true,
             heartbeat_every,
             next_heartbeat: t + heartbeat_every,
             refresh_every,
@@ -661,6 +689,12 @@ impl Follower {
             first.push(LiveMessage::announcement(&snapshot.config));
         }
         Ok((f, first))
+    }
+
+    /// Whether the client has shown a sign of life since the last renewal (a WebSocket
+    /// transport's view; an SSE stream is alive while open).
+    pub fn set_alive(&mut self, alive: bool) {
+        self.alive = alive;
     }
 
     /// The place's event id.

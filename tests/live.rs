@@ -743,6 +743,42 @@ async fn sse_open_stream_keeps_the_place_and_a_closed_one_does_not_end_it() {
     waiting_and_expired(&s, 0, 1).await;
 }
 
+/// A stream the client drops counts as a heartbeat until the drop, as a poll would at
+/// that moment (defect: renewed only every third of `waiting_idle_sec`, a stream dropped
+/// just before a renewal lost its place that much before a poll's place would lapse).
+#[tokio::test]
+async fn a_dropped_stream_renews_its_place_at_the_drop() {
+    let s = TestServer::start().await;
+    // Renewals every 3 s; a drop at 2.3 s comes just before the second.
+    event_with_holder(&s, "ev", json!({"waiting_idle_sec": 9})).await;
+    let (b, c, d) = (
+        s.join_token("ev", "b").await,
+        s.join_token("ev", "c").await,
+        s.join_token("ev", "d").await,
+    );
+    let t0 = Instant::now();
+    let mut sse = sse_connect(&s, &b).await;
+    sse.next(Duration::from_secs(5)).await.unwrap();
+    let mut ws = ws_connect(&s, &c).await;
+    msg(ws_next(&mut ws, Duration::from_secs(5)).await);
+    read_for(
+        &mut sse,
+        Duration::from_millis(2300).saturating_sub(t0.elapsed()),
+    )
+    .await;
+    drop(sse);
+    drop(ws);
+    // d, for comparison, polls once at the same moment.
+    assert_eq!(s.status(&d).await.0, StatusCode::OK);
+    let dropped = Instant::now();
+    // Past the idle limit from the stream's last periodic renewal (at the connect), short
+    // of it from the drop.
+    tokio::time::sleep(Duration::from_millis(7900).saturating_sub(dropped.elapsed())).await;
+    waiting_and_expired(&s, 3, 0).await;
+    tokio::time::sleep(Duration::from_millis(10_500).saturating_sub(dropped.elapsed())).await;
+    waiting_and_expired(&s, 0, 3).await;
+}
+
 /// Reads the stream for `d` (or until it ends).
 async fn read_for(sse: &mut Sse, d: Duration) {
     let until = Instant::now() + d;

@@ -181,6 +181,7 @@ async fn serve_ws(mut socket: WebSocket, mut follower: Follower, first: Vec<Live
                 let step = follower.step(wake, alive).await;
                 if step.liveness_used {
                     alive = false;
+                    follower.set_alive(false);
                 }
                 for m in &step.messages {
                     if !send(&mut socket, m).await {
@@ -222,7 +223,10 @@ async fn serve_ws(mut socket: WebSocket, mut follower: Follower, first: Vec<Live
                 }
                 // Pongs, `{"type": "heartbeat"}`, anything: the client is there. (Pings are
                 // answered by the WebSocket layer itself.)
-                Some(Ok(_)) => alive = true,
+                Some(Ok(_)) => {
+                    alive = true;
+                    follower.set_alive(true);
+                }
             }
         }
     }
