@@ -9,7 +9,7 @@
 mod support;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use support::conformance::{join, make_event, S, T0};
 use support::redis::{shared, shared_cluster, unique_prefix};
@@ -127,6 +127,42 @@ async fn one_lease_holder_per_event_and_takeover() {
     let c: Arc<dyn Store> = Arc::new(RedisStore::new(&url, opts).unwrap());
     join(&c, "l", None, T0 + 9 * S).await;
     assert_eq!(c.tick("l", T0 + 9 * S).await.unwrap(), Some(T0 + 16 * S));
+}
+
+/// A node that closes gives its leases back and says so: a node standing by for one
+/// takes the periodic work over at once (defect: it stood by until the lease would have
+/// lapsed, up to 3 s in which paced admissions and expiries of the event stopped).
+#[tokio::test]
+async fn a_closing_node_hands_its_leases_to_a_node_standing_by() {
+    let (url, opts) = (shared().url(), options());
+    let a: Arc<dyn Store> = Arc::new(RedisStore::new(&url, opts.clone()).unwrap());
+    let b: Arc<dyn Store> = Arc::new(RedisStore::new(&url, opts).unwrap());
+    make_event(
+        &a,
+        "handover",
+        serde_json::json!({"max_active": 1, "ready_ttl_sec": 7}),
+    )
+    .await;
+    join(&a, "handover", None, T0).await;
+    // b's relay listens before anything is said.
+    b.ping().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(a.tick("handover", T0).await.unwrap(), Some(T0 + 7 * S));
+    assert_eq!(b.tick("handover", T0).await.unwrap(), None, "a holds it");
+    a.close().await.unwrap();
+    let asked = Instant::now();
+    // The lease is 3 s; b takes it well before it would have lapsed.
+    loop {
+        if let Some(next) = b.tick("handover", T0 + S).await.unwrap() {
+            assert_eq!(next, T0 + 7 * S);
+            break;
+        }
+        assert!(
+            asked.elapsed() < Duration::from_millis(1500),
+            "b still stands by"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Two nodes on one Redis, one's clock ahead of the other's: the opening the first

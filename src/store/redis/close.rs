@@ -1,6 +1,7 @@
 //! What a node does as it closes the store: the renewals of its replicas still queued are
-//! sent, its leases given back (so another node takes their periodic work over at once),
-//! and the notices still queued for the other nodes published.
+//! sent, its leases given back (so another node takes their periodic work over at once:
+//! the other nodes are told that those events changed, which ends their standing by), and
+//! the notices still queued for the other nodes published.
 //!
 //! Each step has one `op_timeout` for all its calls, made [`CLOSE_IN_FLIGHT`] at once. One
 //! call after another, each waiting out its own timeout, a node holding 5,000 leases took
@@ -10,6 +11,7 @@
 use futures_util::StreamExt as _;
 
 use super::Inner;
+use crate::store::Notice;
 
 /// Calls in flight at once while closing.
 pub(super) const CLOSE_IN_FLIGHT: usize = 32;
@@ -29,6 +31,12 @@ impl Inner {
             .drain()
             .filter_map(|(id, l)| l.held.map(|h| (id, h)))
             .collect();
+        let released: Vec<Notice> = held
+            .iter()
+            .map(|(id, _)| Notice::EventChanged {
+                event_id: id.as_str().into(),
+            })
+            .collect();
         let release = futures_util::stream::iter(held).for_each_concurrent(
             CLOSE_IN_FLIGHT,
             |(id, value)| async move {
@@ -40,6 +48,11 @@ impl Inner {
         if tokio::time::timeout(bound, release).await.is_err() {
             tracing::debug!("redis did not take the lease releases in time");
         }
+        // The other nodes stand by for these leases until they would lapse (up to the
+        // lease's 3 s, in which paced admissions and expiries of those events stop): told
+        // that the events changed, their schedulers tick them at once and take them over.
+        // Sent with the notices still queued, below.
+        self.tell(released);
         self.outbox.lock().take();
         // The publisher ends once its queue is drained (its sender is gone); the others
         // (the subscriber, a Sentinel watcher) never end by themselves.

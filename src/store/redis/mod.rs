@@ -142,13 +142,17 @@ impl Default for RedisOptions {
 
 /// What this node knows of one event's periodic-work lease.
 #[derive(Default)]
-struct Lease {
+pub(super) struct Lease {
     /// The lease value (`node:epoch`) this node holds, if it believes it holds one.
     held: Option<String>,
     /// Another node holds the lease: no point asking Redis again before this instant, when
-    /// that lease would lapse unless renewed.
-    idle_until: Option<Instant>,
+    /// that lease would lapse unless renewed (or until another node says the event changed:
+    /// a node that closes gives its leases back and says so, see `close.rs`).
+    pub(super) idle_until: Option<Instant>,
 }
+
+/// The leases this node knows of, by event; shared with the notice relay's subscriber.
+pub(super) type Leases = Arc<Mutex<HashMap<String, Lease>>>;
 
 pub struct RedisStore {
     inner: Arc<Inner>,
@@ -176,7 +180,7 @@ struct Inner {
     notices: broadcast::Sender<Notice>,
     /// Notices for the other nodes, to the relay's publisher; taken at `close`.
     outbox: Mutex<Option<mpsc::Sender<Vec<Notice>>>>,
-    leases: Mutex<HashMap<String, Lease>>,
+    leases: Leases,
     /// Joins, leaves and enters waiting to go to Redis together (`batch.rs`).
     lanes: batch::Lanes,
     tasks: Mutex<Vec<JoinHandle<()>>>,
@@ -234,7 +238,7 @@ impl RedisStore {
                 conn: OnceCell::new(),
                 notices: broadcast::channel(NOTICE_BUFFER).0,
                 outbox: Mutex::new(None),
-                leases: Mutex::new(HashMap::new()),
+                leases: Leases::default(),
                 lanes: batch::Lanes::default(),
                 tasks: Mutex::new(Vec::new()),
                 publisher: Mutex::new(None),
@@ -379,6 +383,7 @@ impl Inner {
             events_key: self.events_key.clone(),
             op_timeout: self.options.op_timeout,
             echo,
+            leases: self.leases.clone(),
         }));
         *self.publisher.lock() = Some(publisher);
         self.tasks.lock().push(subscriber);

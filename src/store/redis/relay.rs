@@ -289,6 +289,9 @@ pub(super) struct Subscriber {
     pub events_key: String,
     pub op_timeout: Duration,
     pub echo: Arc<Echo>,
+    /// This node's leases: another node's change of an event ends this node's standing by
+    /// for its lease (a closing node gives its leases back and tells every event changed).
+    pub leases: super::Leases,
 }
 
 /// The subscriber: listens until the store drops it (the task is aborted).
@@ -380,6 +383,11 @@ async fn listen(s: &Subscriber, pubsub: redis::aio::PubSub) -> Lost {
                     continue;
                 }
                 for n in decode(&s.node_id, payload) {
+                    if let Notice::EventChanged { event_id } = &n {
+                        if let Some(lease) = s.leases.lock().get_mut(&**event_id) {
+                            lease.idle_until = None;
+                        }
+                    }
                     let _ = s.notices.send(n);
                 }
             }
