@@ -262,7 +262,22 @@ async fn a_stuck_collector_holds_neither_requests_nor_the_exit() {
         }
     });
     let dir = tempfile::tempdir().unwrap();
-    let server = start_exporting_to(dir.path(), &url);
+    let server = Server::start(
+        dir.path(),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--no-demo",
+            "--admin-token",
+            ADMIN,
+            "--log-format",
+            "json",
+        ],
+        &[
+            ("WAITROOM_OTLP_ENDPOINT", &url),
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+        ],
+    );
     for _ in 0..20 {
         let (status, body) = get(&server.url("/api/v1/events/nope"), None).await;
         assert_eq!(status, StatusCode::NOT_FOUND);
@@ -274,9 +289,23 @@ async fn a_stuck_collector_holds_neither_requests_nor_the_exit() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let started = Instant::now();
+    let log = server.stderr_file.clone();
     assert!(server.terminate(Duration::from_secs(10)).success());
     let took = started.elapsed();
     assert!(took < Duration::from_secs(8), "exit took {took:?}");
+    // The flush that timed out is said in the log's own format: every line is JSON
+    // (defect: this one line was plain text).
+    let stderr = std::fs::read_to_string(log).unwrap();
+    assert!(
+        stderr.contains("flushing the trace export failed"),
+        "{stderr}"
+    );
+    for line in stderr.lines() {
+        assert!(
+            serde_json::from_str::<Value>(line).is_ok(),
+            "not JSON: {line}"
+        );
+    }
 }
 
 /// A collector that cannot be reached (nothing listens on its port) is told to the

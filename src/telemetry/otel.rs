@@ -76,9 +76,8 @@ impl Export {
             tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(FLUSH_TIMEOUT))
                 .await;
         if let Ok(Err(e)) = done {
-            super::stderr_line(format_args!(
-                "waitroom: flushing the trace export failed: {e}"
-            ));
+            // Through the log, so that `--log-format json` keeps one JSON object a line.
+            tracing::warn!(error = %e, "flushing the trace export failed");
         }
     }
 }
