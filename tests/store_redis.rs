@@ -129,6 +129,30 @@ async fn one_lease_holder_per_event_and_takeover() {
     assert_eq!(c.tick("l", T0 + 9 * S).await.unwrap(), Some(T0 + 16 * S));
 }
 
+/// `wait_replicas` on a Cluster is refused at the start (defect: ignored without a word,
+/// every change acknowledged at once while the operator believed replicas were waited
+/// for).
+#[tokio::test]
+async fn waiting_for_replicas_is_refused_on_a_cluster() {
+    let opts = RedisOptions {
+        wait_replicas: 1,
+        ..options()
+    };
+    let refused = RedisStore::connect(&shared_cluster().url(), opts)
+        .await
+        .err()
+        .expect("refused on a Cluster")
+        .to_string();
+    assert!(
+        refused.contains("redis_wait_replicas (1) is not supported on a Redis Cluster"),
+        "{refused}"
+    );
+    // Without it, the same Cluster is taken.
+    RedisStore::connect(&shared_cluster().url(), options())
+        .await
+        .unwrap();
+}
+
 /// A node that closes gives its leases back and says so: a node standing by for one
 /// takes the periodic work over at once (defect: it stood by until the lease would have
 /// lapsed, up to 3 s in which paced admissions and expiries of the event stopped).

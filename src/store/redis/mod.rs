@@ -254,6 +254,16 @@ impl RedisStore {
     pub async fn connect(url: &str, options: RedisOptions) -> anyhow::Result<Self> {
         let store = Self::new(url, options)?;
         match store.inner.connection().await {
+            // Refused rather than ignored: an operator who asked for it believes that a
+            // failover loses nothing acknowledged, and on a Cluster nothing waits for a
+            // shard's replicas (`WAIT` is not sent there).
+            Ok(Conn::Cluster(_)) if store.inner.options.wait_replicas > 0 => Err(anyhow::anyhow!(
+                "redis_wait_replicas ({}) is not supported on a Redis Cluster: no change \
+                     would wait for a shard's replicas, and a failover could lose \
+                     acknowledged changes. Set it to 0, or use a standalone Redis with \
+                     replicas (under Sentinel)",
+                store.inner.options.wait_replicas
+            )),
             Ok(_) => Ok(store),
             Err(e) => Err(anyhow::anyhow!("cannot connect to Redis: {e}")),
         }
