@@ -1049,6 +1049,59 @@ async fn the_gated_waiting_room_answers_are_documented() {
     assert!(documented.get("200").is_none(), "{documented}");
 }
 
+/// The pages' revalidations (`304`), the files' types and a browser's `404` page are
+/// documented (defect: none of it was; a `304` fell to `default`, an error body).
+#[tokio::test]
+async fn page_revalidations_and_html_refusals_are_documented() {
+    let mut c = Conformance::new();
+    c.json(
+        "PUT",
+        "/api/v1/admin/events/pg",
+        Some("admin"),
+        json!({"max_active": 1}),
+    )
+    .await;
+    c.json(
+        "PUT",
+        "/api/v1/admin/events/pg2",
+        Some("admin"),
+        json!({"max_active": 1}),
+    )
+    .await;
+    let html = [("accept", "text/html")];
+    for page in [
+        "/",
+        "/admin",
+        "/demo/booking",
+        "/wait/pg",
+        "/assets/style.css",
+        "/assets/icon.svg",
+    ] {
+        let first = c.send("GET", page, &html, None).await;
+        assert_eq!(first.status, StatusCode::OK, "{page}");
+        let tag = first.headers["etag"].to_str().unwrap().to_string();
+        let again = c
+            .send("GET", page, &[("if-none-match", tag.as_str())], None)
+            .await;
+        assert_eq!(again.status, StatusCode::NOT_MODIFIED, "{page}");
+    }
+    let scripts = c.doc["paths"]["/assets/{file}"]["get"]["responses"]["200"]["content"].clone();
+    assert!(scripts.get("text/javascript").is_some(), "{scripts}");
+    assert_eq!(
+        c.send("GET", "/wait/nope", &html, None).await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        c.get("GET", "/wait/nope", None).await.status,
+        StatusCode::NOT_FOUND
+    );
+    let params = c.doc["paths"]["/wait/{event_id}"]["get"]["parameters"].to_string();
+    for p in ["lang", "invite", "user_token"] {
+        assert!(params.contains(&format!("\"name\":\"{p}\"")), "{params}");
+    }
+    c.assert_clean();
+}
+
 /// A route that needs a token answers `400 MISSING_TOKEN` without one, documented; the
 /// live routes take the waiting token as `Authorization: Bearer` too, so `token` is not a
 /// required parameter.

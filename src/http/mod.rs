@@ -66,6 +66,7 @@ pub mod lifecycle;
 pub mod live;
 pub mod look;
 pub mod openapi;
+mod openapi_pages;
 pub mod ops;
 pub mod pages;
 pub mod place_json;

@@ -111,6 +111,7 @@ pub fn document() -> Value {
     ]});
     described_settings(&mut doc);
     event_ids(&mut doc);
+    super::openapi_pages::pages(&mut doc);
     for op in doc["paths"]
         .as_object_mut()
         .into_iter()
