@@ -863,7 +863,11 @@ async fn the_gate_endpoint_answers_auth_request() {
         r.headers()["x-waitroom-redirect"],
         "/wait/shop/queue?return=%2Fcheckout%3Fseat%3D1"
     );
-    for evil in ["//evil.example/checkout", "http://evil.example/checkout"] {
+    for (evil, back) in [
+        ("//evil.example/checkout", "%2F"),
+        // An absolute URL's path is the return, never its host.
+        ("http://evil.example/checkout", "%2Fcheckout"),
+    ] {
         let r = client()
             .get(&gate)
             .query(&[("event_id", "shop")])
@@ -874,8 +878,31 @@ async fn the_gate_endpoint_answers_auth_request() {
         assert_eq!(r.status(), 401);
         assert_eq!(
             r.headers()["x-waitroom-redirect"],
-            "/wait/shop/queue?return=%2F"
+            format!("/wait/shop/queue?return={back}").as_str()
         );
+    }
+    // A proxy that passes the full URL (forward-auth recipes): its path is gated as the
+    // gateway gates an absolute-form target (defect: an absolute URL passed every gated
+    // path). A target that is neither a path nor a URL is refused (fail closed).
+    for uri in [
+        "http://shop.example/checkout/x",
+        "https://evil.example/checkout",
+        "HTTP://user@shop.example:8080/checkout?seat=1",
+    ] {
+        assert_eq!(ask(uri, None, None).await.status(), 401, "{uri}");
+    }
+    assert_eq!(
+        ask("http://shop.example/about", None, None).await.status(),
+        204
+    );
+    for uri in [
+        "*",
+        "checkout/x",
+        "http://",
+        "1http://x/checkout",
+        "http://a b/checkout",
+    ] {
+        assert_eq!(ask(uri, None, None).await.status(), 400, "{uri}");
     }
     // The waiting room joins (room: admitted at once) and sends the person back, but
     // never to another site.

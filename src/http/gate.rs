@@ -631,6 +631,48 @@ pub struct GateQuery {
     pub event_id: Option<String>,
 }
 
+/// The host and path that `X-Original-URI` names: a path as it is (nginx's
+/// `$request_uri`); an absolute URL (a proxy that passes the request's full URL, as
+/// forward-auth recipes do) read as the gateway reads an absolute-form target, its
+/// authority for the host and its path (matched as it was, an absolute URL passed every
+/// gated path); anything else (`*`, `checkout/x`) refused, as a missing header is, since
+/// what the site will serve for it is not known.
+fn original_target<'a>(
+    host: Option<&'a str>,
+    uri: &'a str,
+) -> AppResult<(Option<&'a str>, std::borrow::Cow<'a, str>)> {
+    use std::borrow::Cow;
+    if uri.starts_with('/') {
+        return Ok((host, Cow::Borrowed(uri)));
+    }
+    let refused = || {
+        AppError::invalid(
+            "X-Original-URI must be the request's path (nginx: $request_uri) or its absolute URL",
+        )
+    };
+    let (scheme, rest) = uri.split_once("://").ok_or_else(refused)?;
+    let scheme_ok = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b));
+    if !scheme_ok {
+        return Err(refused());
+    }
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    // A `userinfo` names no host (as in the gateway's `host_from`).
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if !is_valid_host(authority.as_bytes()) {
+        return Err(refused());
+    }
+    let path = if path.starts_with('/') {
+        Cow::Borrowed(path)
+    } else {
+        Cow::Owned(format!("/{path}"))
+    };
+    Ok((Some(authority), path))
+}
+
 /// `GET /api/v1/gate`: nginx's `auth_request` (see the module documentation).
 pub async fn gate(
     State(state): State<AppState>,
@@ -673,6 +715,8 @@ pub async fn gate(
         ));
     }
     let host = host.and_then(|v| v.to_str().ok());
+    let (host, uri) = original_target(host, uri)?;
+    let uri: &str = &uri;
     if !state.gates.is_loaded() {
         // Which URIs are gated is not known yet: none is passed unasked (nginx answers the
         // visitor `500`, as when waitroom is down).
