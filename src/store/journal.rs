@@ -233,12 +233,12 @@ impl Journal {
             })?;
             let invites = db.keyspace("invites", KeyspaceCreateOptions::default)?;
             let items = db.keyspace("items", KeyspaceCreateOptions::default)?;
-            Ok((events, counters, places, invites, items))
+            // Deleted events whose keys were still being removed when the process stopped.
+            let purges = db.keyspace("purges", KeyspaceCreateOptions::default)?;
+            Ok((events, counters, places, invites, items, purges))
         };
-        let (events, counters, places, invites, items) =
+        let (events, counters, places, invites, items, purges) =
             keyspaces().map_err(|e| store_failure(dir, "opening", &e))?;
-        // Deleted events whose keys were still being removed when the process stopped.
-        let purges = db.keyspace("purges", KeyspaceCreateOptions::default)?;
         purge::finish_at_open(&db, &purges, [&places, &invites, &items])?;
         let (recovered, older) = recover(&events, &counters, &places, &invites, &items, now)
             .map_err(|e| match e.downcast_ref::<fjall::Error>() {

@@ -298,26 +298,36 @@ fn all_zeros(path: &Path) -> std::io::Result<bool> {
 /// Why the store's files could not be opened or read, for the operator: fjall's own
 /// message is its error's debug form (`FjallError: Storage(ChecksumMismatch { … })`),
 /// which names neither the cause in words nor a way out, and `--repair` cannot help with
-/// anything but a journal's tail.
+/// anything but a journal's tail. Only what is damage is called damage: an I/O error
+/// (too many open files, no permission, a full disk) says what it is, since restoring a
+/// backup over a healthy directory would lose what was acknowledged since.
 pub(super) fn store_failure(dir: &Path, doing: &str, e: &fjall::Error) -> anyhow::Error {
     use fjall::Error as F;
+    use fjall::LsmError as L;
+    const DAMAGED: &str = "a file of the store's tables is damaged (its keyspaces under \
+         keyspaces/). Refusing to start: restore the data directory from a backup \
+         (--repair mends only a journal's torn or damaged tail, not the tables)";
+    let io = |io: &std::io::Error| match io.kind() {
+        std::io::ErrorKind::NotFound => {
+            "a file of the store is missing. Refusing to start: restore the data directory \
+             from a backup (--repair mends only a journal's tail)"
+        }
+        std::io::ErrorKind::PermissionDenied => {
+            "a file of the store cannot be read or written by this user (its owner or \
+             permissions changed?)"
+        }
+        _ => "",
+    };
     let advice = match e {
         F::Locked => "another process holds it (two servers on one data directory?)",
+        F::Io(e) | F::Storage(L::Io(e)) => io(e),
         F::Storage(_)
         | F::Unrecoverable
         | F::Decompress(_)
         | F::InvalidTag(_)
         | F::InvalidTrailer
         | F::InvalidVersion(_)
-        | F::JournalRecovery(_) => {
-            "a file of the store's tables is damaged or missing (its keyspaces under \
-             keyspaces/). Refusing to start: restore the data directory from a backup \
-             (--repair mends only a journal's torn or damaged tail, not the tables)"
-        }
-        F::Io(io) if io.kind() == std::io::ErrorKind::NotFound => {
-            "a file of the store is missing. Refusing to start: restore the data directory \
-             from a backup (--repair mends only a journal's tail)"
-        }
+        | F::JournalRecovery(_) => DAMAGED,
         _ => "",
     };
     if advice.is_empty() {
@@ -423,7 +433,7 @@ mod tests {
             damaged.starts_with("opening the store in /data/store: "),
             "{damaged}"
         );
-        assert!(damaged.contains("damaged or missing"), "{damaged}");
+        assert!(damaged.contains("damaged"), "{damaged}");
         assert!(
             damaged.contains("restore the data directory from a backup"),
             "{damaged}"
@@ -434,5 +444,18 @@ mod tests {
         assert!(gone.contains("a file of the store is missing"), "{gone}");
         let locked = store_failure(dir, "opening", &fjall::Error::Locked).to_string();
         assert!(locked.contains("another process holds it"), "{locked}");
+        // An I/O failure is not damage: no advice to restore a backup over it.
+        for kind in [
+            std::io::ErrorKind::PermissionDenied,
+            std::io::ErrorKind::StorageFull,
+            std::io::ErrorKind::Other,
+        ] {
+            let io = fjall::Error::Storage(fjall::LsmError::Io(kind.into()));
+            let said = store_failure(dir, "opening", &io).to_string();
+            assert!(!said.contains("backup"), "{said}");
+        }
+        let tables = fjall::Error::Storage(fjall::LsmError::InvalidTrailer);
+        let said = store_failure(dir, "reading", &tables).to_string();
+        assert!(said.contains("damaged"), "{said}");
     }
 }
