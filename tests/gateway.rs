@@ -780,6 +780,19 @@ async fn the_waiting_room_of_an_unknown_event_is_a_page_for_a_browser() {
     }
 }
 
+/// A gated event that asks what a visitor at a gated path cannot bring (an invite here)
+/// says where people join it, its own id filled in (defect: `/wait/{event_id}` as is).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gated_invite_event_names_its_own_waiting_page() {
+    let w = waitroom(None, None).await;
+    event(&w, "club", gated("club", json!({"access": "invite"}))).await;
+    let room = format!("http://{}/wait/club/queue?return=/checkout", w.addr);
+    let r = Person::default().get(&room, &[]).await;
+    assert_eq!(r.status, 400);
+    let said = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(said.contains("people join it at /wait/club,"), "{said}");
+}
+
 /// A waiting person who reloads faster than the poll limit is still sent to the waiting
 /// room: nginx's `auth_request` takes only 2xx, 401 and 403, and answered a 429 with 500.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -433,9 +433,9 @@ pub async fn admit(
     let config = state.events.config(event_id, now).await?;
     if config.require_user_token || config.access == Access::Invite || config.pow_difficulty > 0 {
         // A person at a gated URL has no user token, invite or solved challenge to bring.
-        return Err(AppError::invalid(
+        return Err(AppError::InvalidRequest(format!(
             "this event asks a user token, an invite or a proof of work: people join it at /wait/{event_id}, not at a gated path",
-        ));
+        )));
     }
     guard
         .check_join(&state.events, now, client, event_id)
@@ -447,9 +447,9 @@ pub async fn admit(
     if config.accept_joins && config.pow_auto_above.is_some() {
         let rate = state.join_rates.hit(event_id, now);
         if crate::pow::difficulty(config.pow_difficulty, rate, config.pow_auto_above) > 0 {
-            return Err(AppError::invalid(
+            return Err(AppError::InvalidRequest(format!(
                 "this event asks a proof of work of every join now (joins come faster than pow_auto_above): people join it at /wait/{event_id}, not at a gated path",
-            ));
+            )));
         }
     }
     let req = JoinRequest {
