@@ -464,6 +464,8 @@ async fn route(
                 Ok(Notice::EventDeleted { event_id }) => {
                     hub.signal_all(&event_id, |s| s.ended = Some(EndReason::Cleared));
                 }
+                // Another node's lease: nothing for the followers.
+                Ok(Notice::LeaseFreed { .. }) => {}
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
                     tracing::warn!(missed, "live hub lagged behind the store's notices; refreshing every follower");
                     everything = true;

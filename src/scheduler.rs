@@ -137,6 +137,8 @@ pub async fn run(
                 // New settings may mean new room, a new pace or new deadlines.
                 Ok(Notice::EventChanged { event_id }) => plan.changed(&event_id, Instant::now()),
                 Ok(Notice::EventDeleted { event_id }) => plan.forget(&event_id),
+                // A lease another node gave back: this node may take it now.
+                Ok(Notice::LeaseFreed { event_id }) => plan.changed(&event_id, Instant::now()),
                 // Places come and go all the time; the store already acted on them.
                 Ok(_) => {}
                 // Missed notices may have held a change: every event, and the list, again.

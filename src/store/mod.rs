@@ -85,6 +85,10 @@ pub enum Notice {
     /// The event and every place in it were removed (`delete_event`). Every node forgets
     /// the event's gauges and ends its live followers.
     EventDeleted { event_id: Arc<str> },
+    /// Another node gave back the event's periodic-work lease as it closed (Redis): a node
+    /// standing by for it takes it at its next tick, which its scheduler makes at once,
+    /// rather than when the lease would have lapsed.
+    LeaseFreed { event_id: Arc<str> },
 }
 
 /// How many notices may queue for a slow subscriber before it is told it lagged (and then

@@ -1,7 +1,7 @@
 //! What a node does as it closes the store: the renewals of its replicas still queued are
 //! sent, its leases given back (so another node takes their periodic work over at once:
-//! the other nodes are told that those events changed, which ends their standing by), and
-//! the notices still queued for the other nodes published.
+//! the other nodes are told, which ends their standing by), and the notices still queued
+//! for the other nodes published.
 //!
 //! Each step has one `op_timeout` for all its calls, made [`CLOSE_IN_FLIGHT`] at once. One
 //! call after another, each waiting out its own timeout, a node holding 5,000 leases took
@@ -31,28 +31,29 @@ impl Inner {
             .drain()
             .filter_map(|(id, l)| l.held.map(|h| (id, h)))
             .collect();
-        let released: Vec<Notice> = held
-            .iter()
-            .map(|(id, _)| Notice::EventChanged {
-                event_id: id.as_str().into(),
-            })
-            .collect();
-        let release = futures_util::stream::iter(held).for_each_concurrent(
-            CLOSE_IN_FLIGHT,
-            |(id, value)| async move {
-                if let Err(e) = self.run(&id, "release", 0, &[value.as_bytes()], None).await {
-                    tracing::debug!(event = %id, error = %e, "could not release the lease");
+        // Each lease given back is said to the other nodes: they stand by for it until it
+        // would lapse (up to the lease's 3 s, in which paced admissions and expiries of
+        // the event stop); told, their schedulers tick it at once and take it over. Sent
+        // with the notices still queued, below.
+        let freed = parking_lot::Mutex::new(Vec::new());
+        let release =
+            futures_util::stream::iter(held).for_each_concurrent(CLOSE_IN_FLIGHT, |(id, value)| {
+                let freed = &freed;
+                async move {
+                    match self.run(&id, "release", 0, &[value.as_bytes()], None).await {
+                        Ok(_) => freed.lock().push(Notice::LeaseFreed {
+                            event_id: id.as_str().into(),
+                        }),
+                        Err(e) => {
+                            tracing::debug!(event = %id, error = %e, "could not release the lease")
+                        }
+                    }
                 }
-            },
-        );
+            });
         if tokio::time::timeout(bound, release).await.is_err() {
             tracing::debug!("redis did not take the lease releases in time");
         }
-        // The other nodes stand by for these leases until they would lapse (up to the
-        // lease's 3 s, in which paced admissions and expiries of those events stop): told
-        // that the events changed, their schedulers tick them at once and take them over.
-        // Sent with the notices still queued, below.
-        self.tell(released);
+        self.tell(freed.into_inner());
         self.outbox.lock().take();
         // The publisher ends once its queue is drained (its sender is gone); the others
         // (the subscriber, a Sentinel watcher) never end by themselves.

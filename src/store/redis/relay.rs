@@ -142,6 +142,7 @@ pub(super) fn encode(node_id: &str, batch: &[Notice]) -> Vec<String> {
             Notice::Moved { event_id } => (event_id, None),
             Notice::EventChanged { event_id } => (event_id, Some("C".to_string())),
             Notice::EventDeleted { event_id } => (event_id, Some("D".to_string())),
+            Notice::LeaseFreed { event_id } => (event_id, Some("L".to_string())),
         };
         if msg.len() > MAX_MESSAGE {
             out.push(std::mem::take(&mut msg));
@@ -211,6 +212,7 @@ pub(super) fn decode(own_node: &str, msg: &[u8]) -> Vec<Notice> {
             }
             "C" => out.push(Notice::EventChanged { event_id }),
             "D" => out.push(Notice::EventDeleted { event_id }),
+            "L" => out.push(Notice::LeaseFreed { event_id }),
             "E" if rest.len() > 1 => {
                 let (seq, r) = rest.split_at(rest.len() - 1);
                 if let (Ok(seq), Some(reason)) = (seq.parse(), reason_of(r.as_bytes()[0])) {
@@ -289,8 +291,8 @@ pub(super) struct Subscriber {
     pub events_key: String,
     pub op_timeout: Duration,
     pub echo: Arc<Echo>,
-    /// This node's leases: another node's change of an event ends this node's standing by
-    /// for its lease (a closing node gives its leases back and tells every event changed).
+    /// This node's leases: a lease another node gave back (it closed) ends this node's
+    /// standing by for it.
     pub leases: super::Leases,
 }
 
@@ -383,7 +385,7 @@ async fn listen(s: &Subscriber, pubsub: redis::aio::PubSub) -> Lost {
                     continue;
                 }
                 for n in decode(&s.node_id, payload) {
-                    if let Notice::EventChanged { event_id } = &n {
+                    if let Notice::LeaseFreed { event_id } = &n {
                         if let Some(lease) = s.leases.lock().get_mut(&**event_id) {
                             lease.idle_until = None;
                         }
@@ -498,6 +500,9 @@ mod tests {
                 event_id: a.clone(),
             },
             Notice::EventDeleted {
+                event_id: b.clone(),
+            },
+            Notice::LeaseFreed {
                 event_id: b.clone(),
             },
             Notice::Moved {
