@@ -64,14 +64,26 @@ impl AuditFile {
                         .open(path)?
                         .set_len(kept as u64)?;
                 }
-                // A damaged line is kept, its bad bytes replaced: the listing skips what
-                // it cannot read, and the lines after it are still the record.
+                // A damaged line (not UTF-8) is left out, not mended: a replaced byte would
+                // show an entry with another event id or actor than recorded. The lines
+                // after it are still the record.
+                let mut damaged = 0;
                 for line in complete.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
                     lines += 1;
-                    entries.push_back(String::from_utf8_lossy(line).into_owned());
+                    match std::str::from_utf8(line) {
+                        Ok(line) => entries.push_back(line.to_string()),
+                        Err(_) => damaged += 1,
+                    }
                     if entries.len() > OPEN_KEEP {
                         entries.pop_front();
                     }
+                }
+                if damaged > 0 {
+                    tracing::warn!(
+                        file = %path.display(),
+                        damaged,
+                        "lines of the audit list that are not UTF-8 are left out"
+                    );
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -120,7 +132,9 @@ impl AuditFile {
                     // A write cut short (a full disk) leaves part of the line: the next
                     // append would glue onto it and neither entry could be read back.
                     // The error is answered either way; this only tries to undo.
-                    let _ = f.set_len(before);
+                    if f.set_len(before).is_ok() {
+                        let _ = f.sync_data();
+                    }
                     return Err(e);
                 }
                 self.lines += 1;
@@ -212,10 +226,11 @@ mod tests {
             std::fs::read(&path).unwrap(),
             b"{\"event_id\":\"k\"}\nnext\n"
         );
-        // A damaged complete line does not stop it either, nor hide the lines after it.
+        // A damaged complete line does not stop it either, nor hide the lines after it;
+        // it is left out rather than shown mended.
         std::fs::write(&path, b"a\n\xff\xfe\nb\n").unwrap();
         let c = AuditFile::open(&path).unwrap();
-        assert_eq!(c.newest(10), ["b", "\u{fffd}\u{fffd}", "a"]);
+        assert_eq!(c.newest(10), ["b", "a"]);
     }
 
     #[test]
