@@ -934,6 +934,10 @@ async fn the_gate_endpoint_answers_auth_request() {
     let cookie = a.cookie("waitroom_shop").unwrap();
     let r = ask("/checkout", Some(cookie.clone()), None).await;
     assert_eq!(r.status(), 204);
+    // A sibling subdomain's cookie of the same name, sent first (a longer `Path`), does
+    // not hide the place's (defect: only the first pair was read).
+    let tossed = format!("forged-by-a-sibling; waitroom_shop={cookie}");
+    assert_eq!(ask("/checkout", Some(tossed), None).await.status(), 204);
     assert!(r.headers().contains_key("x-waitroom-session"));
     assert_eq!(
         ask("/checkout", Some("forged".into()), None).await.status(),

@@ -89,6 +89,17 @@ pub enum Admission {
 /// character outside ASCII is, so every cut falls between characters), and the value found
 /// is checked eight bytes at a time.
 pub fn read_cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    read_cookie_with(headers, name, Some)
+}
+
+/// The first value of the cookie `name` (as [`read_cookie`] reads each) that `accept`
+/// takes: of several pairs of one name (a sibling subdomain's cookie of the same name,
+/// with a longer `Path`, comes first), one that is not ours does not hide the one that is.
+pub fn read_cookie_with<'h, T>(
+    headers: &'h HeaderMap,
+    name: &str,
+    mut accept: impl FnMut(&'h str) -> Option<T>,
+) -> Option<T> {
     let name = name.as_bytes();
     for v in headers.get_all(header::COOKIE) {
         let mut rest = v.as_bytes();
@@ -113,7 +124,9 @@ pub fn read_cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
                 // Ours are visible ASCII; another value is not ours (forged or mangled),
                 // and a later pair of the name may be.
                 if visible_ascii(value) {
-                    return std::str::from_utf8(value).ok();
+                    if let Some(t) = std::str::from_utf8(value).ok().and_then(&mut accept) {
+                        return Some(t);
+                    }
                 }
             }
             if end == rest.len() {
@@ -340,7 +353,9 @@ fn place_gone(e: &StoreError) -> bool {
 /// The place that the request's session cookie for `gate` names, if it carries one we
 /// issued for that event (its MAC checked, or found in the cache of verified tokens).
 pub fn cookie_place(state: &AppState, gate: &Gate, headers: &HeaderMap) -> Option<PlaceKey> {
-    read_cookie(headers, &gate.cookie).and_then(|t| state.waiting.place_for(t, &gate.event_id))
+    read_cookie_with(headers, &gate.cookie, |t| {
+        state.waiting.place_for(t, &gate.event_id)
+    })
 }
 
 /// Whether the request is another site's page loading this URL rather than a person
