@@ -9,7 +9,8 @@
 //! (errors naming the form's labels), its defaults, Delete and Clear, with hundreds of events
 //! (the history of the cards in view only); the thanks after a
 //! completed booking is reloaded; gateway mode's waiting room at a gated URL of a real
-//! origin, refreshing in place until the origin's page shows at the same URL. The tests also take the screenshots shown in the README,
+//! origin, refreshing in place until the origin's page shows at the same URL; a live socket
+//! the network lost without closing it, given up for polling. The tests also take the screenshots shown in the README,
 //! into `target/screenshots/`; `UPDATE_SCREENSHOTS=1` also writes them over the copies in
 //! `docs/` (otherwise tests never change tracked files).
 //!
@@ -2095,4 +2096,104 @@ async fn announcements_are_live_regions_that_speak_only_on_change() {
         json!(["announcement-text"])
     );
     b.close().await;
+}
+
+/// A TCP proxy to `to` whose connections, once [`Blackhole::cut`] is called, go silent
+/// without closing (their bytes are read and dropped, nothing is written): what a network
+/// hand-over leaves of a socket. Connections made after the cut pass as before.
+struct Blackhole {
+    addr: std::net::SocketAddr,
+    epoch: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Blackhole {
+    async fn start(to: std::net::SocketAddr) -> Blackhole {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::Arc;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let epoch = Arc::new(AtomicU64::new(0));
+        let cut = epoch.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(to).await else {
+                    continue;
+                };
+                let born = cut.load(Ordering::SeqCst);
+                let (cr, cw) = client.into_split();
+                let (sr, sw) = server.into_split();
+                for (mut from, mut into) in [
+                    (
+                        Box::new(cr) as Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+                        Box::new(sw) as Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+                    ),
+                    (Box::new(sr), Box::new(cw)),
+                ] {
+                    let cut = cut.clone();
+                    tokio::spawn(async move {
+                        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                        let mut buf = vec![0; 16 * 1024];
+                        loop {
+                            let n = match from.read(&mut buf).await {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => n,
+                            };
+                            // Silent from the cut on: read and dropped, the socket kept.
+                            if cut.load(Ordering::SeqCst) != born {
+                                continue;
+                            }
+                            if into.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                        // Keep the writing half open too (no FIN): a lost network says nothing.
+                        if cut.load(Ordering::SeqCst) != born {
+                            std::future::pending::<()>().await;
+                        }
+                    });
+                }
+            }
+        });
+        Blackhole { addr, epoch }
+    }
+
+    fn cut(&self) {
+        self.epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A live socket the network lost without closing it (half-open after a hand-over) is
+/// given up for polling, so the place is kept (defect: the page went on showing "Live
+/// updates", its heartbeats reaching nobody, until the server ended the place).
+#[tokio::test]
+async fn a_silently_lost_socket_falls_back_to_polling_and_keeps_the_place() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    // Renewed every 10 s by an answering socket; lapses 30 s after the last sign.
+    one_slot_event(&s, "lost", json!({"waiting_idle_sec": 30})).await;
+    let server: std::net::SocketAddr = s.base.trim_start_matches("http://").parse().unwrap();
+    let proxy = Blackhole::start(server).await;
+    let b = Browser::start(&PHONE).await;
+    b.goto(&format!("http://{}/wait/lost", proxy.addr)).await;
+    b.text_until("#position", |t| t == "1").await;
+    b.text_until("#live-text", |t| t == "Live updates").await;
+    proxy.cut();
+    let cut = Instant::now();
+    // The page notices the silence and polls (over new connections, which pass).
+    b.text_until("#live-text", |t| t != "Live updates").await;
+    assert!(
+        cut.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        cut.elapsed()
+    );
+    // Past the idle limit from the cut: the place is still there, renewed by the polls
+    // (and by a new socket).
+    tokio::time::sleep(Duration::from_secs(35).saturating_sub(cut.elapsed())).await;
+    let f = s.figures("lost").await;
+    assert_eq!(
+        (f["waiting"].as_u64(), f["expired"].as_u64()),
+        (Some(1), Some(0)),
+        "{f}"
+    );
+    b.text_until("#position", |t| t == "1").await;
 }

@@ -86,6 +86,10 @@
   const PLACE_GONE = ['TOKEN_EXPIRED', 'TOKEN_NOT_FOUND', 'TOKEN_INVALID', 'EVENT_NOT_FOUND'];
   let pollAfterSec = POLL_MS / 1000; // the server's poll_after_sec, from the last answer
   const CLIENT_HEARTBEAT_MS = 15000;
+  // The server pushes the figures at least every 9.5 s: a socket silent for longer is one
+  // the network lost without closing it (a Wi-Fi or mobile hand-over leaves it half-open,
+  // for minutes), whose heartbeats reach nobody. It is given up for polling and a new one.
+  const SILENT_MS = 15000;
   // A booking site may link here with a signed user token and/or an invite code:
   // /wait/{event}?user_token=…&invite=…
   const params = new URLSearchParams(location.search);
@@ -532,15 +536,9 @@
     const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
     const sock = new WebSocket(proto + '//' + location.host + '/api/v1/queue/ws?token=' + encodeURIComponent(place.token));
     ws = sock;
-    sock.onopen = () => {
-      backoff = 1000;
-      stopPolling();
-      setLive('live');
-      // The browser answers the server's pings by itself; this is a second, visible sign.
-      wsTimer = setInterval(() => { if (sock.readyState === 1) sock.send('{"type":"heartbeat"}'); }, CLIENT_HEARTBEAT_MS);
-    };
-    sock.onmessage = (e) => { try { handle(JSON.parse(e.data)); } catch (_) { /* not ours */ } };
-    sock.onclose = () => {
+    let heard = Date.now();
+    let beat = Date.now();
+    const lost = () => {
       clearInterval(wsTimer);
       if (ws === sock) ws = null;
       if (!following()) return;
@@ -548,6 +546,33 @@
       reconnectTimer = setTimeout(connect, backoff);
       backoff = Math.min(backoff * 2, 30000);
     };
+    sock.onopen = () => {
+      backoff = 1000;
+      stopPolling();
+      setLive('live');
+      heard = Date.now();
+      wsTimer = setInterval(() => {
+        if (sock.readyState !== 1) return;
+        if (Date.now() - heard > SILENT_MS) {
+          // Given up without waiting for its close, which a lost network never brings.
+          sock.onclose = null;
+          sock.onmessage = null;
+          sock.close();
+          lost();
+          return;
+        }
+        // The browser answers the server's pings by itself; this is a second, visible sign.
+        if (Date.now() - beat >= CLIENT_HEARTBEAT_MS) {
+          beat = Date.now();
+          sock.send('{"type":"heartbeat"}');
+        }
+      }, 1000);
+    };
+    sock.onmessage = (e) => {
+      heard = Date.now();
+      try { handle(JSON.parse(e.data)); } catch (_) { /* not ours */ }
+    };
+    sock.onclose = lost;
   }
 
   // Polls status as often as the server asks (poll_after_sec: seldom far back in the line,
