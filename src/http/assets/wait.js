@@ -414,9 +414,17 @@
 
   // The pre-queue's countdown: the opening as a time on this device's clock (from the
   // server's opens_in_sec, so a wrong device clock does not matter), ticking each second.
+  // `opens_in_sec` is rounded up: the opening is within the second before `now + sec`.
+  // The middle of that second is taken, and of the answers since, the earliest (each one
+  // narrows it), unless the opening moved (an answer over a second and a half away).
+  // Drawn four times a second: a display a second stale ran a second slow.
   function setOpening(sec) {
-    opensAt = sec === undefined || sec === null ? null : Date.now() + sec * 1000;
-    if (opensAt && !countdownTimer) countdownTimer = setInterval(renderCountdown, 1000);
+    if (sec === undefined || sec === null) opensAt = null;
+    else {
+      const est = Date.now() + sec * 1000 - 500;
+      opensAt = opensAt && Math.abs(est - opensAt) <= 1500 ? Math.min(opensAt, est) : est;
+    }
+    if (opensAt && !countdownTimer) countdownTimer = setInterval(renderCountdown, 250);
     if (!opensAt && countdownTimer) { clearInterval(countdownTimer); countdownTimer = null; }
   }
   function renderCountdown() {
