@@ -90,7 +90,9 @@ pub fn poll_after_sec(position: Option<u64>, eta_low: Option<u64>, t: &Timeouts)
     let Some(pos) = position else {
         return POLL_MIN_SEC.min(ceiling);
     };
-    let want = eta_low.map_or(pos, |low| low / 4);
+    // Without a range, the earliest is taken as a second per place ahead (a quarter of
+    // it, as of a range's low end).
+    let want = eta_low.unwrap_or(pos) / 4;
     want.clamp(POLL_MIN_SEC.min(ceiling), ceiling)
 }
 
@@ -295,5 +297,33 @@ impl From<EventCounts> for EventFigures {
             joins: c.joins,
             admissions: c.admissions,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A quarter of the earliest the turn could come: of the range's low end, or, without
+    /// a range, of a second per place ahead (defect: without one, the second per place
+    /// itself, four times as long as API.md says).
+    #[test]
+    fn polls_come_a_quarter_of_the_earliest_turn_apart() {
+        let t = Timeouts {
+            waiting_idle_ms: 300_000,
+            ready_ttl_ms: 600_000,
+            ..Timeouts::default()
+        };
+        assert_eq!(poll_after_sec(Some(20), None, &t), 5);
+        assert_eq!(poll_after_sec(Some(100), None, &t), 25);
+        assert_eq!(poll_after_sec(Some(100), Some(40), &t), 10);
+        // At least 2, at most 60 and a third of the idle time.
+        assert_eq!(poll_after_sec(Some(3), None, &t), 2);
+        assert_eq!(poll_after_sec(Some(1000), None, &t), 60);
+        let short = Timeouts {
+            waiting_idle_ms: 30_000,
+            ..t
+        };
+        assert_eq!(poll_after_sec(Some(1000), None, &short), 10);
     }
 }

@@ -86,9 +86,8 @@
   const PLACE_GONE = ['TOKEN_EXPIRED', 'TOKEN_NOT_FOUND', 'TOKEN_INVALID', 'EVENT_NOT_FOUND'];
   let pollAfterSec = POLL_MS / 1000; // the server's poll_after_sec, from the last answer
   const CLIENT_HEARTBEAT_MS = 15000;
-  // The server pushes the figures at least every 9.5 s: a socket silent for longer is one
-  // the network lost without closing it (a Wi-Fi or mobile hand-over leaves it half-open,
-  // for minutes), whose heartbeats reach nobody. It is given up for polling and a new one.
+  // The server pushes at least every 9.5 s: a socket silent for longer was lost without a
+  // close (half-open after a network hand-over). It is given up for polling and a new one.
   const SILENT_MS = 15000;
   // A booking site may link here with a signed user token and/or an invite code:
   // /wait/{event}?user_token=…&invite=…
@@ -414,10 +413,8 @@
 
   // The pre-queue's countdown: the opening as a time on this device's clock (from the
   // server's opens_in_sec, so a wrong device clock does not matter), ticking each second.
-  // `opens_in_sec` is rounded up: the opening is within the second before `now + sec`.
-  // The middle of that second is taken, and of the answers since, the earliest (each one
-  // narrows it), unless the opening moved (an answer over a second and a half away).
-  // Drawn four times a second: a display a second stale ran a second slow.
+  // `opens_in_sec` is rounded up: the middle of that second is taken, narrowed by each
+  // answer unless the opening moved; drawn four times a second (once ran a second slow).
   function setOpening(sec) {
     if (sec === undefined || sec === null) opensAt = null;
     else {
@@ -562,7 +559,6 @@
       wsTimer = setInterval(() => {
         if (sock.readyState !== 1) return;
         if (Date.now() - heard > SILENT_MS) {
-          // Given up without waiting for its close, which a lost network never brings.
           sock.onclose = null;
           sock.onmessage = null;
           sock.close();
