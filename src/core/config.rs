@@ -476,7 +476,11 @@ fn written_ratio<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Erro
     let text = raw.get();
     let unexpected = match serde_json::from_str::<Value>(text).map_err(D::Error::custom)? {
         Value::Number(n) => {
-            let names_a_double = n.as_f64().is_some_and(|f| names_its_double(text, f));
+            // Read by the standard library, which rounds correctly: serde_json's own reading
+            // of a long decimal may land a unit off, and then a double's own shortest form
+            // (`1.9999999999999998`) did not name the double read and was refused.
+            let exact = text.trim().parse::<f64>().ok().or(n.as_f64());
+            let names_a_double = exact.is_some_and(|f| names_its_double(text, f));
             if significant_digits(text) > MAX_RATIO_DIGITS && !names_a_double {
                 let expected = format!("a number of at most {MAX_RATIO_DIGITS} significant digits");
                 return Err(D::Error::invalid_value(
@@ -484,8 +488,7 @@ fn written_ratio<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Erro
                     &expected.as_str(),
                 ));
             }
-            return n
-                .as_f64()
+            return exact
                 .map(Some)
                 .ok_or_else(|| D::Error::invalid_type(Unexpected::Other(text), &"a number"));
         }
