@@ -62,7 +62,7 @@ pub struct Layered {
     #[arg(long, value_name = "ADDR")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<String>,
-    /// `embedded` (in-process, durable under --data-dir), redis://host:port[/db], or redis+sentinel://host:port[,host:port…]/service[/db]. [env: WAITROOM_STORE] [default: embedded]
+    /// `embedded` (in-process, durable under --data-dir), redis://host:port[/db] (rediss://… for TLS), or redis+sentinel://host:port[,host:port…]/service[/db]. [env: WAITROOM_STORE] [default: embedded]
     #[arg(long, value_name = "URL")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub store: Option<SecretUrl>,
