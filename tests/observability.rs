@@ -103,15 +103,22 @@ fn int_attr(span: &Span, key: &str) -> Option<i64> {
 /// A server (embedded, no demo) that exports its traces to the collector at `url`, in
 /// batches sent every 50 ms.
 fn start_exporting_to(dir: &std::path::Path, url: &str) -> Server {
+    start_exporting_with(dir, url, &[])
+}
+
+/// [`start_exporting_to`] with more arguments.
+fn start_exporting_with(dir: &std::path::Path, url: &str, more: &[&str]) -> Server {
+    let mut args = vec![
+        "--listen",
+        "127.0.0.1:0",
+        "--no-demo",
+        "--admin-token",
+        ADMIN,
+    ];
+    args.extend_from_slice(more);
     Server::start(
         dir,
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--no-demo",
-            "--admin-token",
-            ADMIN,
-        ],
+        &args,
         &[
             ("WAITROOM_OTLP_ENDPOINT", url),
             ("OTEL_BSP_SCHEDULE_DELAY", "50"),
@@ -262,22 +269,7 @@ async fn a_stuck_collector_holds_neither_requests_nor_the_exit() {
         }
     });
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(
-        dir.path(),
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--no-demo",
-            "--admin-token",
-            ADMIN,
-            "--log-format",
-            "json",
-        ],
-        &[
-            ("WAITROOM_OTLP_ENDPOINT", &url),
-            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
-        ],
-    );
+    let server = start_exporting_with(dir.path(), &url, &["--log-format", "json"]);
     for _ in 0..20 {
         let (status, body) = get(&server.url("/api/v1/events/nope"), None).await;
         assert_eq!(status, StatusCode::NOT_FOUND);

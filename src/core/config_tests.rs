@@ -281,9 +281,18 @@ fn a_ratio_is_taken_as_written() {
         (r#"{"overbooking_ratio": 1.2100000000000002}"#, 1.1 * 1.1),
         (r#"{"overbooking_ratio": 12100000000000002e-16}"#, 1.1 * 1.1),
         // Shortest forms a fast decimal reader lands a unit off (they were refused).
-        (r#"{"overbooking_ratio": 1.9999999999999998}"#, 2.0 - f64::EPSILON),
-        (r#"{"overbooking_ratio": 1.0999999999999999}"#, 1.1 - f64::EPSILON),
-        (r#"{"overbooking_ratio": 1.0000000000000007}"#, 1.0 + 3.0 * f64::EPSILON),
+        (
+            r#"{"overbooking_ratio": 1.9999999999999998}"#,
+            2.0 - f64::EPSILON,
+        ),
+        (
+            r#"{"overbooking_ratio": 1.0999999999999999}"#,
+            1.1 - f64::EPSILON,
+        ),
+        (
+            r#"{"overbooking_ratio": 1.0000000000000007}"#,
+            1.0 + 3.0 * f64::EPSILON,
+        ),
     ] {
         let c = patch(json).apply("e", &base, 0).unwrap();
         assert_eq!(c.overbooking_ratio.to_bits(), f64::to_bits(want), "{json}");
