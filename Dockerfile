@@ -34,9 +34,12 @@ COPY --from=build /out/bin/ /usr/local/bin/
 COPY --from=build --chown=65532:65532 /out/data /var/lib/waitroom
 COPY --from=build --chown=65532:65532 /out/keys /keys
 USER 65532:65532
+# No demo event: its simulated crowd and booking page are for trying waitroom out, not for
+# a site's visitors (`-e WAITROOM_DEMO=true` to try it).
 ENV WAITROOM_LISTEN=0.0.0.0:8080 \
     WAITROOM_DATA_DIR=/var/lib/waitroom \
-    WAITROOM_LOG_FORMAT=json
+    WAITROOM_LOG_FORMAT=json \
+    WAITROOM_DEMO=false
 EXPOSE 8080
 VOLUME ["/var/lib/waitroom"]
 # No curl in the image: the binary asks its own /healthz, on the address the same settings
