@@ -172,8 +172,18 @@ impl Pace {
     pub fn estimate(&self, position: u64, now: Millis) -> Eta {
         let sec = self.eta(position, now);
         let range = self.spread(position, now).map(|w| {
-            let exact = position as f64 / self.rate_up_to(position, now).max(1e-6);
-            let low = (exact * (1.0 - w)).max(0.0).floor() as u64;
+            let rate = self.rate_up_to(position, now).max(1e-6);
+            let exact = position as f64 / rate;
+            let mut low = (exact * (1.0 - w)).max(0.0).floor() as u64;
+            // Under a binding pace the bucket may already hold up to a burst's worth of
+            // the admissions ahead (earned since the last one, which the estimate does
+            // not know): the turn can come that many intervals sooner. Without this, the
+            // range of a place near the front of a slow line missed most waits (position
+            // 1 at 6 a minute was told 9–11 s and came up anywhere within 10).
+            if let Some(per_minute) = self.admit_per_minute.filter(|_| self.pace_binds(position)) {
+                let ahead = position as f64 - Bucket::burst(per_minute);
+                low = low.min((ahead / rate).max(0.0).floor() as u64);
+            }
             let high = (exact * (1.0 + w)).ceil() as u64;
             (low.min(sec), high.max(sec))
         });
