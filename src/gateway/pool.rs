@@ -255,6 +255,7 @@ impl Pool {
                             link: Some(link),
                             pool: self.clone(),
                             ended: false,
+                            failed: None,
                         })
                     }))
                 }
@@ -406,6 +407,8 @@ struct Driven {
     link: Option<Box<Link>>,
     pool: std::sync::Arc<Pool>,
     ended: bool,
+    /// The body's error, held back for one poll (see `poll_frame`).
+    failed: Option<hyper::Error>,
 }
 
 impl Driven {
@@ -447,15 +450,29 @@ impl hyper::body::Body for Driven {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = self.get_mut();
+        if let Some(e) = this.failed.take() {
+            return Poll::Ready(Some(Err(e)));
+        }
         // What the connection already read first; then let it read more, and look again.
         let mut got = Pin::new(&mut this.body).poll_frame(cx);
         if got.is_pending() {
             this.poll_conn(cx);
             got = Pin::new(&mut this.body).poll_frame(cx);
         }
+        if let Poll::Ready(Some(Err(e))) = got {
+            this.link = None;
+            // An origin cut mid-body. The serving connection aborts the moment it sees
+            // the error, and drops what it holds unwritten: the head, and the part of
+            // the body that came, often all in one go. Held back for one poll, the
+            // error lets it write those first (it writes out whenever the body is
+            // pending), so the client gets the head and a cut body, as from nginx,
+            // and not an empty reply.
+            this.failed = Some(e);
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
         match &got {
             Poll::Ready(None) => this.finished(Some(cx)),
-            Poll::Ready(Some(Err(_))) => this.link = None,
             _ if this.body.is_end_stream() => this.finished(Some(cx)),
             _ => {}
         }
