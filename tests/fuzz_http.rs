@@ -887,3 +887,66 @@ fn every_complete_request_reaches_the_router() {
         }
     }
 }
+
+/// Every documented route with a path parameter answers a parameter that is not UTF-8
+/// (`%ff`) with the JSON error shape, whatever the method (defect: the waiting room URL
+/// nginx redirects to, `/wait/{event_id}/queue`, answered axum's plain-text rejection).
+#[test]
+fn a_path_parameter_that_is_not_utf8_is_a_json_error_on_every_route() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let t = target().await;
+        let doc = call(
+            &t.router,
+            Method::GET,
+            "/api/v1/openapi.json",
+            Value::Null,
+            false,
+        )
+        .await;
+        let mut checked = 0;
+        for (path, ops) in doc["paths"].as_object().expect("paths") {
+            if !path.contains('{') {
+                continue;
+            }
+            let uri: String = path
+                .split('/')
+                .map(|seg| if seg.starts_with('{') { "%ff" } else { seg })
+                .collect::<Vec<_>>()
+                .join("/");
+            for method in ops.as_object().unwrap().keys() {
+                let Ok(m) = method.to_uppercase().parse::<Method>() else {
+                    continue;
+                };
+                let req = Request::builder()
+                    .method(m.clone())
+                    .uri(&uri)
+                    .header("authorization", format!("Bearer {ADMIN}"))
+                    .header("accept", "application/json")
+                    .header("content-type", "application/json")
+                    .body(Body::from("{}"))
+                    .unwrap();
+                let res = t.router.clone().oneshot(req).await.unwrap();
+                let status = res.status();
+                let ct = res
+                    .headers()
+                    .get("content-type")
+                    .map(|v| v.to_str().unwrap().to_string())
+                    .unwrap_or_default();
+                let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
+                    .await
+                    .unwrap();
+                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                assert!(
+                    status.is_client_error()
+                        && ct.starts_with("application/json")
+                        && body["error"]["code"].is_string(),
+                    "{m} {uri}: {status} {ct} {}",
+                    String::from_utf8_lossy(&bytes)
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked >= 20, "only {checked} routes with a parameter");
+    });
+}

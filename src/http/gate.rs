@@ -17,7 +17,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -830,7 +830,7 @@ pub struct QueueQuery {
 /// names (see the module documentation).
 pub async fn queue_page(
     State(state): State<AppState>,
-    Path(event_id): Path<String>,
+    super::extract::AppPath(event_id): super::extract::AppPath<String>,
     caller: Caller,
     super::extract::AppQuery(q): super::extract::AppQuery<QueueQuery>,
     extensions: axum::http::Extensions,
@@ -908,7 +908,7 @@ pub async fn queue_page(
 /// Another site cannot hand its place to a visitor: a cross-site post is refused.
 pub async fn hand_over(
     State(state): State<AppState>,
-    Path(event_id): Path<String>,
+    super::extract::AppPath(event_id): super::extract::AppPath<String>,
     caller: Caller,
     super::extract::AppQuery(q): super::extract::AppQuery<QueueQuery>,
     extensions: axum::http::Extensions,
