@@ -1045,6 +1045,35 @@ async fn enter_verify_heartbeat_complete_hands_slot_on() {
         .await
         .ok();
 
+    // A body these actions do not take (a client that meant to buy only some seats, say)
+    // is refused and nothing is done (defect: `complete` ended the session and sold every
+    // seat it held, whatever the body said).
+    for body in [json!({"items": ["A-1"]}), json!([1, 2])] {
+        for uri in ["/api/v1/session/complete", "/api/v1/session/heartbeat"] {
+            app.send(bearer_json(Method::POST, uri, &jwt, &body))
+                .await
+                .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+        }
+    }
+    let garbage = req(Method::POST, "/api/v1/session/complete")
+        .header(header::AUTHORIZATION, format!("Bearer {jwt}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from("garbage"))
+        .unwrap();
+    app.send(garbage)
+        .await
+        .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+    // `{}` is no body.
+    let hb = app
+        .send(bearer_json(
+            Method::POST,
+            "/api/v1/session/heartbeat",
+            &jwt,
+            &json!({}),
+        ))
+        .await;
+    assert_eq!(hb.status, StatusCode::NO_CONTENT, "{}", hb.text);
+
     // Complete: the slot goes to bob at once.
     assert_eq!(
         app.status(&b).await.ok()["status"],

@@ -693,14 +693,14 @@ fn public_event() {}
 #[utoipa::path(post, path = "/api/v1/session/heartbeat", tag = "session",
     responses(
         (status = 204, description = "The session is kept alive"),
-        (status = 400, description = "MISSING_TOKEN: no `Authorization: Bearer`", body = ErrorBody),
+        (status = 400, description = "MISSING_TOKEN: no `Authorization: Bearer`; INVALID_REQUEST: a body other than none or `{}`", body = ErrorBody),
         (status = 401, description = "ACCESS_DENIED", body = ErrorBody)))]
 fn session_heartbeat() {}
 
 #[utoipa::path(post, path = "/api/v1/session/complete", tag = "session",
     responses(
         (status = 200, description = "The session ended as used", body = Completed),
-        (status = 400, description = "MISSING_TOKEN: no `Authorization: Bearer`", body = ErrorBody),
+        (status = 400, description = "MISSING_TOKEN: no `Authorization: Bearer`; INVALID_REQUEST: a body other than none or `{}`", body = ErrorBody),
         (status = 401, description = "ACCESS_DENIED", body = ErrorBody)))]
 fn session_complete() {}
 
@@ -918,7 +918,7 @@ fn release_holds() {}
 #[utoipa::path(post, path = "/api/v1/session/extend", tag = "session",
     responses(
         (status = 200, description = "The session's new end and a refreshed access token", body = super::sale::Extended),
-        (status = 400, description = "MISSING_TOKEN: no `Authorization: Bearer`", body = ErrorBody),
+        (status = 400, description = "MISSING_TOKEN: no `Authorization: Bearer`; INVALID_REQUEST: a body other than none or `{}`", body = ErrorBody),
         (status = 401, description = "ACCESS_DENIED", body = ErrorBody),
         (status = 409, description = "EXTENSION_LIMIT", body = ErrorBody)))]
 fn extend() {}

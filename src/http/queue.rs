@@ -17,7 +17,7 @@ use super::body::{
     AnnouncementBody, Completed, Entered, Joined, Place, QueueInfo, Removed, Verified,
 };
 use super::error::{AppError, AppResult, PlaceResult};
-use super::extract::{AppJson, AppQuery, BearerToken, WaitingToken, WaitingTokenNoBody};
+use super::extract::{AppJson, AppQuery, BearerToken, NoBody, WaitingToken, WaitingTokenNoBody};
 use super::guard::Caller;
 use super::place_json::{JoinedAnswer, PlaceAnswer};
 use super::pow::{check as check_pow, PowSolution};
@@ -403,6 +403,7 @@ pub async fn verify(
 pub async fn session_heartbeat(
     State(state): State<AppState>,
     BearerToken(jwt): BearerToken,
+    _: NoBody,
 ) -> AppResult<StatusCode> {
     let (claims, key) = access_claims(&state, &jwt)?;
     state
@@ -417,6 +418,7 @@ pub async fn session_heartbeat(
 pub async fn session_complete(
     State(state): State<AppState>,
     BearerToken(jwt): BearerToken,
+    _: NoBody,
 ) -> AppResult<Json<Completed>> {
     let (claims, key) = access_claims(&state, &jwt)?;
     let done = state
