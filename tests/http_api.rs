@@ -1104,6 +1104,40 @@ async fn enter_verify_heartbeat_complete_hands_slot_on() {
         .err(StatusCode::NOT_FOUND, "TOKEN_NOT_FOUND");
 }
 
+/// A place made with a bare `user_id` before the event required user tokens can still
+/// enter, and its access token says the id is unproven: on such an event too, `sub` is the
+/// signed-in user only with `user_verified` (API.md, "Access token").
+#[tokio::test]
+async fn a_bare_place_from_before_require_user_token_enters_unverified() {
+    let app = live_app();
+    app.put_event(
+        "ev",
+        json!({"user_token_secret": "ssssssssssssssssssssssssssssssss"}),
+    )
+    .await;
+    let t = token(&app.join("ev", Some("ceo")).await);
+    app.put_event("ev", json!({"require_user_token": true}))
+        .await;
+    app.post(
+        "/api/v1/queue/join",
+        json!({"event_id": "ev", "user_id": "x"}),
+    )
+    .await
+    .err(StatusCode::UNAUTHORIZED, "USER_TOKEN_REQUIRED");
+    let jwt = app.enter(&t).await.ok()["access_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let v = app
+        .send(bearer(Method::POST, "/api/v1/queue/verify", &jwt))
+        .await
+        .ok();
+    assert_eq!(
+        (&v["user_id"], &v["user_verified"]),
+        (&json!("ceo"), &json!(false))
+    );
+}
+
 #[tokio::test]
 async fn anonymous_session_and_idle_lapse() {
     let app = live_app();

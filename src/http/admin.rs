@@ -116,6 +116,10 @@ pub async fn put_event(
         .put_event(&id, &patch, state.clock.now())
         .await?;
     state.gates.apply(&id, Some(&config));
+    // This node's next join reads the new settings, not a copy the change's notice has not
+    // reached yet (an operator who turns `require_user_token` on and then joins to check
+    // must see it refused).
+    state.events.forget(&id);
     let action = if before.is_some() {
         Action::Update
     } else {
@@ -178,6 +182,7 @@ pub async fn delete_event(
     let _one = records::one_change_at_a_time(&id).await;
     state.store.delete_event(&id).await?;
     state.gates.apply(&id, None);
+    state.events.forget(&id);
     records::audit(&state, &caller, Action::Delete, &id, Vec::new(), None).await;
     Ok(Json(Deleted {
         deleted: true,
