@@ -239,13 +239,33 @@ fn parse_naming_the_field<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, AppErr
 /// are passed over rather than refused: a site may sit behind a proxy that adds its own
 /// (a staging site's `Basic`, sent before the bearer line), and `waitroom-guard` reads the
 /// same line, so the two never disagree about a request.
+///
+/// A bearer line whose token is not text (bytes past ASCII: `Bearer café`, a key with a
+/// stray byte) is a wrong token, not no token: passed over, it let a `join` through as an
+/// anonymous one, where a wrong server key answers `401` and counts against the caller.
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {
     headers.get_all(AUTHORIZATION).iter().find_map(|v| {
-        let (scheme, token) = v.to_str().ok()?.trim().split_once(' ')?;
-        let token = token.trim();
-        (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+        let line = v.as_bytes().trim_ascii();
+        let at = line.iter().position(|&b| b == b' ')?;
+        let (scheme, token) = (&line[..at], line[at..].trim_ascii());
+        if !scheme.eq_ignore_ascii_case(b"bearer") || token.is_empty() {
+            return None;
+        }
+        // Visible ASCII (and spaces) only, as `HeaderValue::to_str` reads a line.
+        let text = token
+            .iter()
+            .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b));
+        Some(if text {
+            std::str::from_utf8(token).ok()?
+        } else {
+            NOT_A_TOKEN
+        })
     })
 }
+
+/// What [`bearer`] answers for a token that is not text: no token, key or session id has
+/// this form, so every check refuses it.
+const NOT_A_TOKEN: &str = "\u{fffd}";
 
 /// The bearer token of a request, or `MISSING_TOKEN`.
 pub struct BearerToken(pub String);
@@ -405,6 +425,20 @@ mod tests {
         let mut h = HeaderMap::new();
         h.append(AUTHORIZATION, "Basic dXNlcjpwYXNz".parse().unwrap());
         h.append(AUTHORIZATION, "Bearer ".parse().unwrap());
+        assert_eq!(bearer(&h), None);
+        // A bearer that is not text is a wrong one, not none.
+        let mut h = HeaderMap::new();
+        use axum::http::HeaderValue;
+        h.append(
+            AUTHORIZATION,
+            HeaderValue::from_bytes(b"Bearer caf\xc3\xa9").unwrap(),
+        );
+        assert_eq!(bearer(&h), Some(NOT_A_TOKEN));
+        let mut h = HeaderMap::new();
+        h.append(
+            AUTHORIZATION,
+            HeaderValue::from_bytes(b"Basic \xff").unwrap(),
+        );
         assert_eq!(bearer(&h), None);
     }
 

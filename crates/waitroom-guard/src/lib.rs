@@ -169,9 +169,15 @@ fn token_of(parts: &http::request::Parts, query_param: Option<&str>) -> Option<S
         .get_all(header::AUTHORIZATION)
         .iter()
         .find_map(|v| {
-            let (scheme, token) = v.to_str().ok()?.split_once(' ')?;
-            let token = token.trim();
-            (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then(|| token.to_string())
+            let line = v.as_bytes().trim_ascii();
+            let at = line.iter().position(|&b| b == b' ')?;
+            let (scheme, token) = (&line[..at], line[at..].trim_ascii());
+            if !scheme.eq_ignore_ascii_case(b"bearer") || token.is_empty() {
+                return None;
+            }
+            // A token that is not text is a wrong one (refused), as waitroom reads it,
+            // not none (which would fall through to the query parameter).
+            Some(String::from_utf8_lossy(token).into_owned())
         });
     if bearer.is_some() {
         return bearer;
