@@ -78,6 +78,15 @@ const CATCH_UP: Duration = Duration::from_millis(50);
 const FLUSH: Duration = Duration::from_millis(400);
 /// Most renewals per `renew` call, so one call stays short.
 const FLUSH_BATCH: usize = 4_000;
+/// A poll this close to the event's earliest deadline (`nd`) may be its place's last
+/// chance: its renewal goes out at once (within [`URGENT_GAP`]) rather than within
+/// [`FLUSH`]. The node that sweeps would otherwise end the place before the flush came,
+/// though the poll was answered in time; on that node itself the sweep sends the queued
+/// renewals first, so the same poll kept or lost the place depending on the node. Longer
+/// than a flush's worst lateness (`FLUSH`, a pause of the loop and a round trip).
+const URGENT_MS: Millis = 600;
+/// The least time between two flushes of one event, however many polls are urgent.
+const URGENT_GAP: Duration = Duration::from_millis(20);
 /// A replica nobody asked for this long is dropped (its task ends).
 const IDLE: Duration = Duration::from_secs(60);
 /// How often a replica checks that its log still exists (a deleted event's log is gone).
@@ -445,6 +454,8 @@ struct Entry {
     used_at: Mutex<Instant>,
     /// Waiting places whose polls the replica answered: seq -> time of the latest poll.
     renewals: Mutex<HashMap<u64, Millis>>,
+    /// A queued renewal is due at once (see [`URGENT_MS`]).
+    urgent: std::sync::atomic::AtomicBool,
     /// The log ended before what the replica applied (a failover lost writes): the next
     /// snapshot lowers `written` to what Redis holds.
     set_back: std::sync::atomic::AtomicBool,
@@ -523,6 +534,7 @@ pub(super) async fn status(
                     wake: Notify::new(),
                     used_at: Mutex::new(Instant::now()),
                     renewals: Mutex::new(HashMap::new()),
+                    urgent: std::sync::atomic::AtomicBool::new(false),
                     set_back: std::sync::atomic::AtomicBool::new(false),
                 });
                 map.insert(event_id.to_string(), e.clone());
@@ -547,13 +559,24 @@ pub(super) async fn status(
             return None;
         }
     }
-    let view = entry.replica.lock().view(key, now);
+    let (view, nd) = {
+        let r = entry.replica.lock();
+        (r.view(key, now), r.meta.nd)
+    };
     match &view {
         Some(v) => {
             if v.status == PlaceState::Waiting {
-                let mut r = entry.renewals.lock();
-                let at = r.entry(key.seq).or_insert(now);
-                *at = (*at).max(now);
+                {
+                    let mut r = entry.renewals.lock();
+                    let at = r.entry(key.seq).or_insert(now);
+                    *at = (*at).max(now);
+                }
+                if now.saturating_add(URGENT_MS) >= nd {
+                    entry
+                        .urgent
+                        .store(true, std::sync::atomic::Ordering::SeqCst);
+                    entry.wake.notify_one();
+                }
             }
             metrics::counter!("waitroom_replica_status_total", "answer" => "replica").increment(1);
         }
@@ -736,7 +759,13 @@ async fn follow(inner: Weak<Inner>, event_id: String, entry: Arc<Entry>) {
                 Err(_) => break,
             }
         }
-        if flushed_at.elapsed() >= FLUSH {
+        let since = flushed_at.elapsed();
+        if since >= FLUSH
+            || (since >= URGENT_GAP && entry.urgent.load(std::sync::atomic::Ordering::SeqCst))
+        {
+            entry
+                .urgent
+                .store(false, std::sync::atomic::Ordering::SeqCst);
             flushed_at = Instant::now();
             if let Err(e) = inner.flush_renewals(&event_id, &entry).await {
                 tracing::debug!(event = %event_id, error = %e, "could not send the renewals");
