@@ -336,6 +336,8 @@ async fn the_audit_list_is_bounded() {
     )
     .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    // Empty parameters are the defaults: the newest 100, of every event.
+    assert_eq!(audit(&app, "?limit=&event=").await.len(), 100);
 }
 
 /// Attack: the records are the admin's. Without the token, or with a wrong one, nothing
@@ -438,9 +440,13 @@ async fn history_answers_json_and_csv_with_since_and_step() {
     let per_min = h["samples"].as_array().unwrap();
     assert!((2..=3).contains(&per_min.len()), "{per_min:?}");
 
+    // Empty parameters, as API.md writes the URL (and a form sends them), are defaults
+    // (defect: `since: cannot parse integer from empty string`).
     for uri in [
         "/api/v1/admin/events/sale/history?format=csv",
         "/api/v1/admin/events/sale/history.csv",
+        "/api/v1/admin/events/sale/history.csv?since=&step=",
+        "/api/v1/admin/events/sale/history?since=&step=&format=csv",
     ] {
         let r = call(&app, Method::GET, uri, Some(ADMIN), None).await;
         assert_eq!(r.status, StatusCode::OK, "{}", r.text);
@@ -463,6 +469,10 @@ async fn history_answers_json_and_csv_with_since_and_step() {
         ),
         (
             "/api/v1/admin/events/sale/history?step=x",
+            "INVALID_REQUEST",
+        ),
+        (
+            "/api/v1/admin/events/sale/history?since=1.5",
             "INVALID_REQUEST",
         ),
         (

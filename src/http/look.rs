@@ -395,11 +395,7 @@ pub async fn wait(
 /// draws the position, links, the focus ring and the progress bar, which a light yellow
 /// (light scheme) or a deep blue (dark scheme) left unreadable at 1.2:1.
 pub fn theme_css(color: &str) -> String {
-    let text = if luminance(color) > 0.4 {
-        "#111111"
-    } else {
-        "#ffffff"
-    };
+    let text = accent_text(color);
     let [light, dark] = [&LIGHT, &DARK].map(|scheme| {
         let soft = mix(rgb(color), rgb(scheme.card), scheme.soft_percent);
         let ink = ink(rgb(color), scheme, soft);
@@ -467,6 +463,19 @@ fn mix(a: [f64; 3], b: [f64; 3], percent: u8) -> [f64; 3] {
 }
 
 /// WCAG's contrast ratio of two colours (1 to 21).
+/// The text colour of buttons filled with `color`: near-black or white, whichever
+/// contrasts more with it. (A fixed luminance cut at 0.4 gave common brand colours, an
+/// orange `#ff8800` or a sky blue `#33aaff`, white text at 2.4:1 where near-black reads at
+/// 7.9:1; the two contrasts cross at a luminance of about 0.19.)
+fn accent_text(color: &str) -> &'static str {
+    let c = rgb(color);
+    if contrast(c, rgb("#111111")) >= contrast(c, rgb("#ffffff")) {
+        "#111111"
+    } else {
+        "#ffffff"
+    }
+}
+
 fn contrast(a: [f64; 3], b: [f64; 3]) -> f64 {
     let (la, lb) = (luminance(&hex(a)), luminance(&hex(b)));
     (la.max(lb) + 0.05) / (la.min(lb) + 0.05)
@@ -771,6 +780,24 @@ mod tests {
     fn theme_text_is_readable() {
         assert!(theme_css("#ffd400").contains("--accent-text: #111111"));
         assert!(theme_css("#3454d1").contains("--accent-text: #ffffff"));
+        // Whichever reads better: these got white at 2.4–2.9:1.
+        for c in ["#ff8800", "#33aaff", "#ff6699", "#00b000"] {
+            assert!(theme_css(c).contains("--accent-text: #111111"), "{c}");
+        }
+        for c in [
+            "#000000", "#3454d1", "#cc0000", "#6a1b9a", "#ffffff", "#ffd400",
+        ] {
+            let text = accent_text(c);
+            let other = if text == "#111111" {
+                "#ffffff"
+            } else {
+                "#111111"
+            };
+            assert!(
+                contrast(rgb(c), rgb(text)) >= contrast(rgb(c), rgb(other)),
+                "{c}"
+            );
+        }
     }
 
     /// The ink (position, links, focus ring, progress) reads at 4.5:1 on every background

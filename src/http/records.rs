@@ -76,10 +76,27 @@ pub fn settings_object(config: EventConfig) -> Map<String, Value> {
 #[serde(deny_unknown_fields)]
 pub struct HistoryQuery {
     /// Only samples at or after this time (ms since the epoch).
+    #[serde(default, deserialize_with = "blank_is_none")]
     pub since: Option<u64>,
     /// Seconds between the samples answered: the last sample of each span (at least 10).
+    #[serde(default, deserialize_with = "blank_is_none")]
     pub step: Option<u64>,
+    #[serde(default, deserialize_with = "blank_is_none")]
     pub format: Option<String>,
+}
+
+/// A query parameter given empty (`?since=&step=`, as API.md writes these URLs and as a
+/// form sends an empty field) is the parameter left out: its default, not a `400`.
+fn blank_is_none<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
+    match Option::<String>::deserialize(d)?.as_deref() {
+        None | Some("") => Ok(None),
+        Some(v) => v.parse().map(Some).map_err(serde::de::Error::custom),
+    }
 }
 
 /// `GET /events/{event_id}/history?since=&step=&format=json|csv`
@@ -197,8 +214,10 @@ fn utc(ms: u64) -> String {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuditQuery {
+    #[serde(default, deserialize_with = "blank_is_none")]
     pub limit: Option<usize>,
     /// Only this event's entries.
+    #[serde(default, deserialize_with = "blank_is_none")]
     pub event: Option<String>,
 }
 

@@ -768,7 +768,9 @@
     const color = look.theme_color;
     if (color && /^#[0-9a-fA-F]{6}$/.test(color)) {
       box.style.setProperty('--accent', color);
-      box.style.setProperty('--accent-text', luminance(color) > 0.4 ? '#111111' : '#ffffff');
+      // Whichever of near-black and white contrasts more, as the server picks it.
+      const l = luminance(color);
+      box.style.setProperty('--accent-text', (l + 0.05) / (luminance('#111111') + 0.05) >= 1.05 / (l + 0.05) ? '#111111' : '#ffffff');
       box.style.setProperty('--accent-soft', 'color-mix(in srgb, ' + color + ' 14%, var(--card))');
       box.style.setProperty('--accent-ink', ink(color.toLowerCase()));
       el('f-theme_pick').value = color.toLowerCase();
