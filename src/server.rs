@@ -770,7 +770,10 @@ pub async fn healthcheck(listen: &str) -> Result<(), String> {
     }
 }
 
-/// Resolves on SIGTERM or SIGINT (Ctrl-C).
+/// Resolves on SIGTERM, SIGINT (Ctrl-C) or SIGHUP (the terminal closed, or a supervisor's
+/// `reload` where the process has nothing to reload): each stops the server gracefully.
+/// SIGHUP's default action killed the process on the spot, with requests in flight and
+/// the history's last minute unwritten.
 ///
 /// Not an `async fn`: the handlers are installed when this is called, not when the future
 /// is first polled. A signal that arrives after startup but before the server polls its
@@ -790,6 +793,7 @@ pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
         first_signal(vec![
             ("SIGTERM", handler(SignalKind::terminate())),
             ("SIGINT", handler(SignalKind::interrupt())),
+            ("SIGHUP", handler(SignalKind::hangup())),
         ])
     }
     #[cfg(not(unix))]

@@ -157,6 +157,29 @@ async fn a_whole_journey_over_http_then_sigterm() {
     );
 }
 
+/// SIGHUP and SIGINT stop the server as SIGTERM does, with exit 0, keeping what it
+/// acknowledged (defect: SIGHUP's default action killed it on the spot, exit 129).
+#[tokio::test]
+async fn sighup_and_sigint_stop_gracefully() {
+    for sig in ["HUP", "INT"] {
+        let dir = tempdir();
+        let s = serve(dir.path(), &[]);
+        let (st, _) = call(
+            Method::PUT,
+            &s.url("/api/v1/admin/events/ev"),
+            Some(ADMIN),
+            Some(json!({"max_active": 1})),
+        )
+        .await;
+        assert_eq!(st, StatusCode::OK);
+        let status = s.signal(sig, Duration::from_secs(8));
+        assert_eq!(status.code(), Some(0), "SIG{sig}: {status:?}");
+        let s = serve(dir.path(), &[]);
+        let (st, _) = get(&s.url("/api/v1/events/ev")).await;
+        assert_eq!(st, StatusCode::OK, "SIG{sig}: the event was kept");
+    }
+}
+
 #[tokio::test]
 async fn bare_waitroom_serves_the_demo_with_a_generated_admin_token() {
     let dir = tempdir();

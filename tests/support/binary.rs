@@ -110,15 +110,20 @@ impl Server {
     }
 
     /// Sends SIGTERM and waits for the exit.
-    pub fn terminate(mut self, within: Duration) -> ExitStatus {
+    pub fn terminate(self, within: Duration) -> ExitStatus {
+        self.signal("TERM", within)
+    }
+
+    /// Sends `SIG<name>` and waits for the exit, within `within`.
+    pub fn signal(mut self, name: &str, within: Duration) -> ExitStatus {
         let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args([&format!("-{name}"), &self.child.id().to_string()])
             .status()
             .expect("kill runs");
         assert!(status.success());
         wait_exit(&mut self.child, within).unwrap_or_else(|| {
             panic!(
-                "still running {within:?} after SIGTERM; stderr: {}",
+                "still running {within:?} after SIG{name}; stderr: {}",
                 std::fs::read_to_string(&self.stderr_file).unwrap_or_default()
             )
         })
