@@ -1218,10 +1218,17 @@ async fn csv_answers_are_documented() {
         .unwrap()
         .starts_with("text/csv"));
     assert_eq!(
-        c.get("GET", &format!("{ev}/history?format="), admin)
+        c.get("GET", &format!("{ev}/history?format=xml"), admin)
             .await
             .status,
         StatusCode::BAD_REQUEST
+    );
+    // Empty, the parameter is its default (JSON), as `?since=&step=` are.
+    assert_eq!(
+        c.get("GET", &format!("{ev}/history?format="), admin)
+            .await
+            .status,
+        StatusCode::OK
     );
     c.json(
         "POST",
