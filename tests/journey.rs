@@ -474,3 +474,153 @@ async fn a_race_for_few_seats_conflicts_and_never_sells_one_twice() {
     assert_eq!(h.people_without_seats, 38, "{summary}");
     assert!(h.sold_out_at_sec.is_some(), "{summary}");
 }
+
+/// People still waiting when `max_run_secs` ends keep what they did: their joins,
+/// latencies and cost are in the report, and they count as not admitted (the run used to
+/// replace their whole log with an empty one). The event is paused, kept as it is
+/// (`--keep-settings`): nobody is admitted, so the report must say so, and shows the
+/// event's own settings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn people_still_waiting_at_max_run_secs_keep_their_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::serve(dir.path(), &CROWD);
+    let target = common::Target::from_url(&server.base).unwrap();
+    let settings = serde_json::json!({
+        "name": "frozen", "max_active": 5, "paused": true, "waiting_idle_sec": 600,
+        "ready_ttl_sec": 5,
+        "rate_limits": {"joins_per_minute": 100_000_000, "polls_per_second": 100},
+    });
+    common::put_event(&target, ADMIN, "frozen", &settings.to_string())
+        .await
+        .unwrap();
+    let sc = Scenario {
+        users: 30,
+        arrival_secs: 0.5,
+        spike_share: 1.0,
+        tail_secs: 0.0,
+        abandon_share: 0.2,
+        reload_share: 0.0,
+        netloss_share: 0.0,
+        strike_secs: [0.2, 0.5],
+        max_run_secs: 3.0,
+        ..scenario()
+    };
+    let r = journey::run_scenario(
+        &sc,
+        RunOpts {
+            targets: &[target],
+            admin: ADMIN,
+            event: "frozen",
+            keep_settings: true,
+            label: "frozen".into(),
+            verbose: false,
+        },
+    )
+    .await
+    .unwrap();
+    let summary = r.summary();
+    let u = &r.users;
+    assert_eq!(u.joined, sc.users, "{summary}\n{:?}", r.errors);
+    assert_eq!(u.admitted, 0, "{summary}");
+    assert!(u.abandoned > 0, "{summary}");
+    assert_eq!(u.still_waiting, sc.users - u.abandoned, "{summary}");
+    assert_eq!(u.unfinished, u.still_waiting, "{summary}");
+    assert_eq!(u.failed, 0, "{summary}\n{:?}", r.errors);
+    assert_eq!(r.latency_ms[&journey::user::Step::Join].count, sc.users);
+    let cost_users: usize = r.client_cost.values().map(|c| c.users).sum();
+    assert_eq!(cost_users, sc.users, "{:?}", r.client_cost);
+    assert!(r.client_cost.values().all(|c| c.requests > 0));
+    // The event's own grace (600 s), not the scenario's (5 s).
+    assert_eq!(r.ghosts.waiting_idle_sec, 600, "{summary}");
+    // The ghosts are not due yet: no verdict, and certainly no ✓.
+    assert_eq!(r.ghosts.unseen, r.ghosts.silent, "{summary}");
+    assert_eq!(r.ghost_check().ok, None, "{summary}");
+    assert_eq!(r.people_check().ok, Some(false), "{summary}");
+    assert!(
+        summary.contains("checks: ✗ people (nobody admitted"),
+        "{summary}"
+    );
+}
+
+/// SIGTERM to the simulator (a CI timeout, `kill`) ends it as a normal end does: the node
+/// it started stopped, its temp dir removed. Its default action left both behind.
+#[test]
+fn sigterm_stops_the_started_server_and_removes_the_temp_dir() {
+    use std::io::{BufRead as _, BufReader};
+    use std::process::{Command, Stdio};
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_waitroom-bench"))
+        .args(["journey", "--bin", support::binary::BIN, "--threads", "1"])
+        .args(["--users", "40", "--arrival-secs", "5", "--tail-secs", "0"])
+        .args(["--hold-secs", "3,5"])
+        // Its temp dir (and the node's data dir, on the node's command line) go here.
+        .env("TMPDIR", tmp.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // `journey: N people …` is printed once the node serves.
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    loop {
+        let line = lines
+            .next()
+            .expect("the simulator ended before it started its node")
+            .unwrap();
+        if line.starts_with("journey:") {
+            break;
+        }
+    }
+    let out = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    let tag = tmp.path().to_string_lossy().into_owned();
+    // Processes whose command line names our temp dir: the started node.
+    let leftovers = || -> Vec<u32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&tag))
+            })
+            .collect()
+    };
+    assert!(!leftovers().is_empty(), "no node running under {tag}");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if std::time::Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let stderr = out.join().unwrap().join("\n");
+    // Whatever was left behind is stopped here, before the asserts.
+    let left = leftovers();
+    for pid in &left {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    let dirs: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "processes left running: {left:?}\n{stderr}"
+    );
+    assert!(dirs.is_empty(), "left in the temp dir: {dirs:?}\n{stderr}");
+    let status = status.expect("the simulator did not exit within 30 s of SIGTERM");
+    assert_eq!(status.code(), Some(143), "{status:?}\n{stderr}");
+}

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::report::{opt, Report};
+use super::report::{ghost_goals, opt, Report, ETA_GOAL};
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -384,7 +384,7 @@ th:first-child,td:first-child{{text-align:left}} code{{font-size:12px}}
     let u = &r.users;
     let _ = write!(
         o,
-        r#"<h1>Flash crowd: {}</h1><div class="sub">event <code>{}</code>, {} node(s), {:.0} s run; {} people ({} % in a {} s spike, the rest over {} s), {} % polling, {} % abandon, {} % reload, {} % lose the network; capacity {} ({}), sessions {}–{} s, <code>waiting_idle_sec</code> {}.</div>"#,
+        r#"<h1>Flash crowd: {}</h1><div class="sub">event <code>{}</code>, {} node(s), {:.0} s run; {} people ({} % in a {} s spike, the rest over {} s), {} % polling, {} % abandon, {} % reload, {} % lose the network; capacity {} ({}), sessions {}–{} s, <code>waiting_idle_sec</code> {}{}.</div>"#,
         esc(&r.label),
         esc(&r.event),
         r.nodes,
@@ -404,16 +404,39 @@ th:first-child,td:first-child{{text-align:left}} code{{font-size:12px}}
             )),
         sc.hold_secs[0],
         sc.hold_secs[1],
-        sc.waiting_idle_sec
+        sc.waiting_idle_sec,
+        if r.settings_kept {
+            " (the event's own settings: <code>--keep-settings</code>)"
+        } else {
+            ""
+        }
     );
 
     o.push_str(r#"<h2>The promises</h2><div class="cards">"#);
+    // Without it, an event that admits nobody showed only ✓ marks (every other promise
+    // holds vacuously then).
+    let people = r.people_check();
+    card(
+        &mut o,
+        "People admitted",
+        format!("{} of {}", u.admitted, u.joined),
+        &format!(
+            "goal: everyone who stays is admitted (or told the sale ended); {}",
+            people.why
+        ),
+        people.ok,
+    );
+    let fifo = r.fifo_check();
     card(
         &mut o,
         "FIFO inversions (certain)",
         r.fifo_inversions.to_string(),
-        "goal 0",
-        Some(r.fifo_inversions == 0),
+        &if fifo.ok.is_some() {
+            "goal 0".to_string()
+        } else {
+            format!("goal 0; {}", fifo.why)
+        },
+        fifo.ok,
     );
     card(
         &mut o,
@@ -441,9 +464,17 @@ th:first-child,td:first-child{{text-align:left}} code{{font-size:12px}}
         None,
     );
     // A ghost ends when its heartbeat lapses, or, if its turn came first, when its ready
-    // window closes.
-    let ghost_goal = f64::from(sc.waiting_idle_sec) + 5.0;
-    let ghost_late = ghost_goal + f64::from(sc.ready_ttl_sec);
+    // window closes. The verdict counts the ghosts never seen removed too.
+    let (ghost_goal, ghost_late) = ghost_goals(sc);
+    let ghosts = r.ghost_check();
+    let unseen = if r.ghosts.unseen > 0 {
+        format!(
+            "; {} of {} never seen removed, {} of them past {ghost_late} s",
+            r.ghosts.unseen, r.ghosts.silent, r.ghosts.overdue
+        )
+    } else {
+        String::new()
+    };
     card(
         &mut o,
         "Ghost removal p50 / p99",
@@ -453,17 +484,21 @@ th:first-child,td:first-child{{text-align:left}} code{{font-size:12px}}
             opt(r.ghost_removal_p99_sec, 1)
         ),
         &format!(
-            "goal ≤ waiting_idle_sec + 5 = {ghost_goal} s (+ ready_ttl_sec = {ghost_late} s if its turn came)"
+            "goal ≤ waiting_idle_sec + 5 = {ghost_goal} s (+ ready_ttl_sec = {ghost_late} s if its turn came){unseen}"
         ),
-        r.ghost_removal_p99_sec
-            .and_then(|p| (p <= ghost_goal || p > ghost_late).then_some(p <= ghost_goal)),
+        ghosts.ok,
     );
+    let eta = r.eta_check();
     card(
         &mut o,
         "ETA mean abs. % error",
         pc(r.eta_mape),
-        "goal ≤ 15 % under steady admission",
-        r.eta_mape.map(|m| m <= 0.15),
+        &format!(
+            "goal ≤ {:.0} % under steady admission; {}",
+            ETA_GOAL * 100.0,
+            eta.why
+        ),
+        eta.ok,
     );
     card(
         &mut o,
@@ -663,9 +698,9 @@ th:first-child,td:first-child{{text-align:left}} code{{font-size:12px}}
 
     let _ = write!(
         o,
-        "<h2>People</h2><table><tr><th>joined</th><th>admitted</th><th>direct entries</th><th>completed</th><th>abandoned</th><th>expired</th><th>gone</th><th>failed</th><th>resumed with place</th><th>resumed without</th></tr>\
-         <tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr></table>",
-        u.joined, u.admitted, u.direct_entries, u.completed, u.abandoned, u.expired, u.gone, u.failed, u.resumed_kept, u.resumed_lost
+        "<h2>People</h2><table><tr><th>joined</th><th>admitted</th><th>direct entries</th><th>completed</th><th>abandoned</th><th>expired</th><th>gone</th><th>failed</th><th>cut off at max_run_secs (still waiting)</th><th>resumed with place</th><th>resumed without</th></tr>\
+         <tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} ({})</td><td>{}</td><td>{}</td></tr></table>",
+        u.joined, u.admitted, u.direct_entries, u.completed, u.abandoned, u.expired, u.gone, u.failed, u.unfinished, u.still_waiting, u.resumed_kept, u.resumed_lost
     );
     if r.seats.is_some() {
         let _ = write!(

@@ -201,13 +201,15 @@ pub fn idle_slot_gaps(frees: &[f64], admissions: &[f64], end: f64) -> Vec<f64> {
 
 /// Matches silent departures with the removals the server reported, in order (every
 /// place idles the same `waiting_idle_sec`, so the first silent is the first removed):
-/// the delays, and how many departures saw no removal.
-pub fn ghost_delays(silent_at: &[f64], removed_at: &[f64]) -> (Vec<f64>, usize) {
+/// the delays, and the departures that saw no removal (their instants: whether each one was
+/// overdue depends on how long the run watched after it).
+pub fn ghost_delays(silent_at: &[f64], removed_at: &[f64]) -> (Vec<f64>, Vec<f64>) {
     let mut s = silent_at.to_vec();
     s.sort_by(f64::total_cmp);
     let mut r = removed_at.to_vec();
     r.sort_by(f64::total_cmp);
     let mut delays = Vec::with_capacity(s.len());
+    let mut missing = Vec::new();
     let mut j = 0;
     for &t in &s {
         // A removal before the departure cannot be its own.
@@ -217,9 +219,10 @@ pub fn ghost_delays(silent_at: &[f64], removed_at: &[f64]) -> (Vec<f64>, usize) 
         if j < r.len() {
             delays.push(r[j] - t);
             j += 1;
+        } else {
+            missing.push(t);
         }
     }
-    let missing = s.len() - delays.len();
     (delays, missing)
 }
 
@@ -502,7 +505,7 @@ mod tests {
     fn ghosts_match_in_order_and_unseen_ones_are_counted() {
         let (d, missing) = ghost_delays(&[1.0, 2.0, 5.0], &[0.5, 11.0, 12.5]);
         assert_eq!(d, vec![10.0, 10.5]);
-        assert_eq!(missing, 1);
+        assert_eq!(missing, vec![5.0]);
     }
 
     #[test]

@@ -197,6 +197,40 @@ impl Scenario {
             .collect()
     }
 
+    /// The scenario with the event's settings as the server answered them (`GET
+    /// /api/v1/admin/events/{id}`, the report's `event_config`). With `--keep-settings`
+    /// they are the event's own, which the scenario's (file or defaults) know nothing of:
+    /// the people's heartbeats, the wait for ghosts and every goal of the report must go by
+    /// what the server applies. Fields the answer lacks keep the scenario's.
+    pub fn with_event_settings(&self, event: &Value) -> Scenario {
+        let mut sc = self.clone();
+        let secs = |k: &str| event[k].as_u64().and_then(|v| u32::try_from(v).ok());
+        if let Some(v) = event["max_active"].as_u64() {
+            sc.max_active = v;
+        }
+        // `null` is no pace at all; an absent field says nothing.
+        if let Some(v) = event.get("admit_per_minute") {
+            sc.admit_per_minute = v.as_u64().and_then(|v| u32::try_from(v).ok());
+        }
+        for (k, f) in [
+            ("waiting_idle_sec", &mut sc.waiting_idle_sec),
+            ("ready_ttl_sec", &mut sc.ready_ttl_sec),
+            ("session_idle_sec", &mut sc.session_idle_sec),
+            ("session_max_sec", &mut sc.session_max_sec),
+        ] {
+            if let Some(v) = secs(k) {
+                *f = v;
+            }
+        }
+        sc
+    }
+
+    /// How long the run waits, after the last person went silent, for the server to remove
+    /// the ghosts: a lapsed heartbeat, then perhaps a ready window, and a sweep's slack.
+    pub fn ghost_wait_deadline(&self, last_silent: f64) -> f64 {
+        last_silent + f64::from(self.waiting_idle_sec) + f64::from(self.ready_ttl_sec) + 10.0
+    }
+
     /// The event's settings as the admin API takes them.
     pub fn event_settings(&self) -> Value {
         let mut v = serde_json::json!({
@@ -232,7 +266,9 @@ pub struct JourneyArgs {
     /// The event: created (or updated) with the scenario's settings, unless --keep-settings.
     #[arg(long, default_value = "journey")]
     pub event: String,
-    /// Use the event as it is configured (it must exist).
+    /// Use the event as it is configured (it must exist): the report shows and judges
+    /// against the event's own settings, whatever the scenario file says of them;
+    /// --max-active, --admit-per-minute and --waiting-idle-sec are refused with it.
     #[arg(long)]
     pub keep_settings: bool,
     /// A TOML scenario file (the fields of the scenario; flags below override it).
@@ -304,6 +340,26 @@ pub struct JourneyArgs {
 /// Defaults, then the TOML file, then the flags.
 pub fn scenario_of(a: &JourneyArgs) -> Result<Scenario> {
     use figment::providers::{Format as _, Serialized, Toml};
+    if a.keep_settings {
+        // These flags only set the event, which --keep-settings leaves alone: taking them
+        // silently would let the command line claim settings the run never had.
+        let given: Vec<&str> = [
+            ("--max-active", a.max_active.is_some()),
+            ("--admit-per-minute", a.admit_per_minute.is_some()),
+            ("--waiting-idle-sec", a.waiting_idle_sec.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(f, set)| set.then_some(f))
+        .collect();
+        if !given.is_empty() {
+            bail!(
+                "{} cannot apply with --keep-settings (the event keeps its own settings): \
+                 drop {}, or drop --keep-settings",
+                given.join(", "),
+                if given.len() == 1 { "it" } else { "them" }
+            );
+        }
+    }
     let mut fig = figment::Figment::from(Serialized::defaults(Scenario::default()));
     if let Some(f) = &a.scenario {
         if !f.exists() {
@@ -354,6 +410,11 @@ pub fn scenario_of(a: &JourneyArgs) -> Result<Scenario> {
     Ok(sc)
 }
 
+/// The longest duration a scenario may give, in seconds (a day): beyond it (or `inf`) a
+/// figure is a typo, and it would panic turning into a `Duration` or keep the run waiting
+/// for `max_run_secs`.
+const MAX_SECS: f64 = 86_400.0;
+
 fn check(sc: &Scenario) -> Result<()> {
     let share = |name: &str, v: f64| {
         if !(0.0..=1.0).contains(&v) {
@@ -363,24 +424,48 @@ fn check(sc: &Scenario) -> Result<()> {
     };
     share("spike_share", sc.spike_share)?;
     share("poll_share", sc.poll_share)?;
+    // Each share on its own too: a negative one passes the sum and silently takes the
+    // room of another (the behaviours are drawn from consecutive intervals).
+    share("abandon_share", sc.abandon_share)?;
+    share("reload_share", sc.reload_share)?;
+    share("netloss_share", sc.netloss_share)?;
     share(
         "abandon_share + reload_share + netloss_share",
         sc.abandon_share + sc.reload_share + sc.netloss_share,
     )?;
+    for (name, v) in [
+        ("arrival_secs", sc.arrival_secs),
+        ("tail_secs", sc.tail_secs),
+        ("poll_secs", sc.poll_secs),
+        ("eta_every_sec", sc.eta_every_sec),
+        ("eta_min_wait_sec", sc.eta_min_wait_sec),
+        ("order_slack_sec", sc.order_slack_sec),
+        ("max_run_secs", sc.max_run_secs),
+    ] {
+        // Written so that NaN fails too.
+        if !(0.0..=MAX_SECS).contains(&v) {
+            bail!("{name} must be a number of seconds within 0..={MAX_SECS}, not {v}");
+        }
+    }
     for (name, [lo, hi]) in [
         ("strike_secs", sc.strike_secs),
         ("netloss_secs", sc.netloss_secs),
         ("hold_secs", sc.hold_secs),
     ] {
-        if !(lo >= 0.0 && hi >= lo) {
-            bail!("{name} must be [min, max] with 0 <= min <= max");
+        if !(lo >= 0.0 && hi >= lo && hi <= MAX_SECS) {
+            bail!("{name} must be [min, max] with 0 <= min <= max <= {MAX_SECS} seconds, not [{lo}, {hi}]");
         }
     }
-    if sc.poll_secs >= f64::from(sc.waiting_idle_sec) {
-        eprintln!(
-            "warning: poll_secs {} >= waiting_idle_sec {}: polling places will lapse between polls",
-            sc.poll_secs, sc.waiting_idle_sec
+    if sc.arrival_secs + sc.tail_secs >= sc.max_run_secs {
+        bail!(
+            "arrival_secs + tail_secs ({} s) must end before max_run_secs ({} s): \
+             later people would never arrive",
+            sc.arrival_secs + sc.tail_secs,
+            sc.max_run_secs
         );
+    }
+    if sc.sample_ms > 60_000 {
+        bail!("sample_ms must be at most 60000, not {}", sc.sample_ms);
     }
     let [lo, hi] = sc.seats_per_person;
     if sc.seats > 0 && !(1 <= lo && lo <= hi && u64::from(hi) <= 100) {
@@ -418,11 +503,48 @@ impl Drop for RedisProc {
     }
 }
 
-struct TempDir(PathBuf);
+/// The run's directory (signing key, node data, server logs), removed with the run.
+struct TempDir {
+    path: PathBuf,
+    /// A server failed to start: its log (`*.server.log`, named by the error) is kept,
+    /// and everything else (the signing key, the data) removed.
+    keep_logs: bool,
+}
 
 impl Drop for TempDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        if !self.keep_logs {
+            let _ = std::fs::remove_dir_all(&self.path);
+            return;
+        }
+        for e in std::fs::read_dir(&self.path)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let p = e.path();
+            if p.to_string_lossy().ends_with(".server.log") {
+                continue;
+            }
+            let _ = if p.is_dir() {
+                std::fs::remove_dir_all(&p)
+            } else {
+                std::fs::remove_file(&p)
+            };
+        }
+    }
+}
+
+/// The error of a node that did not start, with the end of its log: the log is kept
+/// (`TempDir::keep_logs`), but a CI job's temp dir may be gone before anyone reads it.
+fn node_failed(e: anyhow::Error, log: &Path) -> anyhow::Error {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+    if tail.is_empty() {
+        e.context(format!("{} is empty (kept)", log.display()))
+    } else {
+        e.context(format!("the end of {} (kept):\n{tail}", log.display()))
     }
 }
 
@@ -488,7 +610,10 @@ impl Setup {
             Some(b) => b.clone(),
             None => common::default_server_bin()?,
         };
-        let dir = TempDir(common::fresh_temp_dir("journey")?);
+        let mut dir = TempDir {
+            path: common::fresh_temp_dir("journey")?,
+            keep_logs: false,
+        };
         let admin = format!("journey-{}", random_tag());
         let (redis, store) = match a.store.as_str() {
             "embedded" => {
@@ -501,18 +626,18 @@ impl Setup {
                 (None, "embedded".to_string())
             }
             "redis" => {
-                let (p, url) = start_redis(&dir.0)?;
+                let (p, url) = start_redis(&dir.path)?;
                 (Some(p), url)
             }
             url if url.starts_with("redis://") => (None, url.to_string()),
             other => bail!("--store must be embedded, redis or redis://…, not {other}"),
         };
-        waitroom::tokens::load_or_generate_key(None, &dir.0)?;
-        let key = dir.0.join("signing-key.pem");
+        waitroom::tokens::load_or_generate_key(None, &dir.path)?;
+        let key = dir.path.join("signing-key.pem");
         let key = key.to_str().context("temp dir path")?.to_string();
         let mut nodes = Vec::new();
         for i in 0..a.nodes.max(1) {
-            let data = dir.0.join(format!("node-{i}"));
+            let data = dir.path.join(format!("node-{i}"));
             std::fs::create_dir_all(&data)?;
             let mut extra = vec![
                 "--rate-limits",
@@ -525,9 +650,20 @@ impl Setup {
             if store != "embedded" {
                 extra.extend(["--store", store.as_str()]);
             }
-            let p = ServerProc::start_with(&bin, Some(&data), &a.durability, &admin, &extra)?;
-            p.wait_ready(Duration::from_secs(60)).await?;
-            nodes.push(p);
+            // `ServerProc` logs next to the data dir; the error names that file.
+            let log = data.with_extension("server.log");
+            let started =
+                match ServerProc::start_with(&bin, Some(&data), &a.durability, &admin, &extra) {
+                    Ok(p) => p.wait_ready(Duration::from_secs(60)).await.map(|_| p),
+                    Err(e) => Err(e),
+                };
+            match started {
+                Ok(p) => nodes.push(p),
+                Err(e) => {
+                    dir.keep_logs = true;
+                    return Err(node_failed(e, &log));
+                }
+            }
         }
         let label = if store == "embedded" {
             "embedded".to_string()
@@ -657,6 +793,23 @@ pub async fn run_scenario(sc: &Scenario, o: RunOpts<'_>) -> Result<report::Repor
         }
     }
     let config = before.clone();
+    // From here on the settings are the event's as the server answered them (the same as
+    // the scenario's after the PUT above; the event's own with --keep-settings).
+    let sc = &sc.with_event_settings(&config);
+    if o.verbose {
+        if o.keep_settings {
+            eprintln!(
+                "event {} as configured: max_active {}, admit_per_minute {:?}, waiting_idle_sec {}, ready_ttl_sec {}",
+                o.event, sc.max_active, sc.admit_per_minute, sc.waiting_idle_sec, sc.ready_ttl_sec
+            );
+        }
+        if sc.poll_secs >= f64::from(sc.waiting_idle_sec) {
+            eprintln!(
+                "warning: poll_secs {} >= waiting_idle_sec {}: polling places will lapse between polls",
+                sc.poll_secs, sc.waiting_idle_sec
+            );
+        }
+    }
     let plans = sc.plans(o.targets.len());
     let ctx = Arc::new(Ctx {
         t0: Instant::now() + Duration::from_millis(300),
@@ -713,25 +866,10 @@ pub async fn run_scenario(sc: &Scenario, o: RunOpts<'_>) -> Result<report::Repor
             (samples, inv_samples)
         })
     };
-    let limit = Duration::from_secs_f64(sc.max_run_secs.max(1.0));
+    let limit = sc.max_run_secs.max(1.0);
     let handles: Vec<_> = plans
         .iter()
-        .map(|&plan| {
-            let ctx = ctx.clone();
-            tokio::spawn(async move {
-                let arrival = Duration::from_secs_f64(plan.arrival);
-                match tokio::time::timeout(limit.saturating_sub(arrival), user::run(ctx, plan))
-                    .await
-                {
-                    Ok(log) => log,
-                    Err(_) => {
-                        let mut log = user::Log::new(plan);
-                        log.outcome = user::Outcome::Failed("still running at max_run_secs".into());
-                        log
-                    }
-                }
-            })
-        })
+        .map(|&plan| tokio::spawn(user::run(ctx.clone(), plan, limit)))
         .collect();
     let mut logs = Vec::with_capacity(handles.len());
     for h in handles {
@@ -741,8 +879,7 @@ pub async fn run_scenario(sc: &Scenario, o: RunOpts<'_>) -> Result<report::Repor
     let base_expired = sample_of(0.0, &before).expired;
     let silent = logs.iter().filter(|l| l.silent_at.is_some()).count() as u64;
     let last_silent = logs.iter().filter_map(|l| l.silent_at).fold(0.0, f64::max);
-    let deadline =
-        last_silent + f64::from(sc.waiting_idle_sec) + f64::from(sc.ready_ttl_sec) + 10.0;
+    let deadline = sc.ghost_wait_deadline(last_silent);
     loop {
         let now = ctx.now();
         if now >= deadline || now >= sc.max_run_secs {
@@ -776,6 +913,7 @@ pub async fn run_scenario(sc: &Scenario, o: RunOpts<'_>) -> Result<report::Repor
     Ok(report::build(report::Inputs {
         label: o.label,
         scenario: sc.clone(),
+        settings_kept: o.keep_settings,
         event: o.event.to_string(),
         nodes: o.targets.len(),
         started_unix,
@@ -813,8 +951,31 @@ async fn operator_ends(
     }
 }
 
-/// The `journey` command.
+/// The `journey` command. SIGTERM and SIGINT (a CI timeout, `kill`, Ctrl-C) end it as a
+/// normal end does: their default action would kill this process at once, leaving the
+/// nodes it started, its private `redis-server` and its temp dir behind (the nodes with
+/// the admin token on their command line).
 pub async fn run(a: JourneyArgs) -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    // Before anything is started, so no instant is left uncovered.
+    let mut term = signal(SignalKind::terminate()).context("catching SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("catching SIGINT")?;
+    let mut work = Box::pin(run_command(a));
+    let (name, code) = tokio::select! {
+        r = &mut work => return r,
+        _ = term.recv() => ("SIGTERM", 143),
+        _ = int.recv() => ("SIGINT", 130),
+    };
+    eprintln!("journey: {name}: stopping the started servers and removing the temp dir");
+    // Dropping the run drops its `Setup`: nodes stopped (SIGTERM, then SIGKILL), the
+    // private redis-server killed, the temp dir removed. The people's tasks only hold the
+    // clock and the addresses; the exit ends them.
+    drop(work);
+    // The shell's convention for a death by that signal, so a caller still sees it.
+    std::process::exit(code);
+}
+
+async fn run_command(a: JourneyArgs) -> Result<()> {
     let sc = scenario_of(&a)?;
     let setup = Setup::new(&a).await?;
     let label = a.label.clone().unwrap_or_else(|| {
@@ -826,15 +987,19 @@ pub async fn run(a: JourneyArgs) -> Result<()> {
             if setup.targets.len() == 1 { "" } else { "s" }
         )
     });
+    // With --keep-settings the scenario's event settings are not the event's: those are
+    // read (and printed) by the run.
+    let settings = if a.keep_settings {
+        "its settings kept".to_string()
+    } else {
+        format!(
+            "max_active {}, admit_per_minute {:?}",
+            sc.max_active, sc.admit_per_minute
+        )
+    };
     eprintln!(
-        "journey: {} people over {} s (+{} s tail) on {}; event {} (max_active {}, admit_per_minute {:?})",
-        sc.users,
-        sc.arrival_secs,
-        sc.tail_secs,
-        setup.store,
-        a.event,
-        sc.max_active,
-        sc.admit_per_minute
+        "journey: {} people over {} s (+{} s tail) on {}; event {} ({settings})",
+        sc.users, sc.arrival_secs, sc.tail_secs, setup.store, a.event,
     );
     let report = run_scenario(
         &sc,
@@ -849,6 +1014,20 @@ pub async fn run(a: JourneyArgs) -> Result<()> {
     )
     .await?;
     println!("{}", report.summary());
+    // A ✗ does not change the exit code (the command fails only when the run cannot be
+    // made, as ever), but it is never silent: the summary's `checks:` line, and this.
+    let failed = report.failed_checks();
+    if !failed.is_empty() {
+        eprintln!(
+            "journey: warning: {} promise(s) not kept: {}",
+            failed.len(),
+            failed
+                .iter()
+                .map(|c| format!("{} ({})", c.name, c.why))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
     if let Some(dir) = &a.report {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let json = serde_json::to_string_pretty(&report)?;
@@ -858,3 +1037,6 @@ pub async fn run(a: JourneyArgs) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

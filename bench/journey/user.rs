@@ -111,6 +111,9 @@ pub enum Outcome {
     SaleEnded,
     /// Came after the sale ended: the join answered `EVENT_CLOSED` with a `reason`.
     Closed,
+    /// Still waiting (or on the site) when `max_run_secs` ended the run: what the person
+    /// saw until then is kept, and they count as not admitted unless they were.
+    Unfinished,
     Failed(String),
 }
 
@@ -631,9 +634,12 @@ impl<'a> Page<'a> {
     }
 }
 
-/// Runs one person from arrival to the end of their session (or of their patience).
-pub async fn run(ctx: Arc<Ctx>, plan: Plan) -> Log {
-    tokio::time::sleep_until(ctx.at(plan.arrival)).await;
+/// Runs one person from arrival to the end of their session (or of their patience), or
+/// until `until` (seconds since the opening; the run's `max_run_secs`), when the person is
+/// cut off as `Unfinished`. The log is the page's own, so a person cut off keeps what they
+/// did until then: their join, latencies, estimates and cost count in the report (a
+/// timeout around the whole person would drop all of it with the future).
+pub async fn run(ctx: Arc<Ctx>, plan: Plan, until: f64) -> Log {
     let mut page = Page {
         ctx: &ctx,
         node: plan.node,
@@ -648,13 +654,20 @@ pub async fn run(ctx: Arc<Ctx>, plan: Plan) -> Log {
             ..Watch::default()
         },
     };
-    let outcome = match page.join().await {
-        Err(o) => o,
-        Ok(seen) => match follow(&mut page, seen).await {
+    let journey = async {
+        tokio::time::sleep_until(ctx.at(plan.arrival)).await;
+        match page.join().await {
             Err(o) => o,
-            Ok(()) => session(&mut page).await,
-        },
+            Ok(seen) => match follow(&mut page, seen).await {
+                Err(o) => o,
+                Ok(()) => session(&mut page).await,
+            },
+        }
     };
+    let outcome = tokio::time::timeout_at(ctx.at(until), journey)
+        .await
+        .unwrap_or(Outcome::Unfinished);
+    // Also settles a WebSocket's byte counts of a person cut off.
     page.drop_connections();
     page.log.outcome = outcome;
     page.log
