@@ -1883,6 +1883,12 @@ async fn the_page_shows_the_announcement_and_the_end_of_the_sale() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
 
+        // The end hides the focused Leave button: the focus goes to the status line
+        // (defect: to the page's body, the start of the page for the keyboard).
+        let focused = b
+            .js("document.getElementById('leave').focus(); return document.activeElement.id")
+            .await;
+        assert_eq!(focused, json!("leave"));
         let (st, v) = s
             .call(
                 Method::POST,
@@ -1893,6 +1899,10 @@ async fn the_page_shows_the_announcement_and_the_end_of_the_sale() {
             .await;
         assert_eq!(st, reqwest::StatusCode::OK, "{v}");
         b.text_until("#status", |t| t == sold_out).await;
+        assert_eq!(
+            b.js("return document.activeElement.id").await,
+            json!("status")
+        );
         let note = end[lang].as_str().unwrap();
         b.text_until("#end-note", |t| t == note).await;
         assert!(
@@ -2032,7 +2042,8 @@ async fn narrow_screens_keep_long_words_and_big_numbers_in_the_page() {
 /// The operator's announcement, the pause and the end note are polite live regions that
 /// stay in the page while their content is hidden, and a render that leaves their words as
 /// they were touches nothing in them, so nothing is said again (defect: they were in no
-/// live region, and every render wrote their text anew).
+/// live region, and every render wrote their text anew; so did it the status line's, in
+/// its `role="status"`, on every update).
 #[tokio::test]
 async fn announcements_are_live_regions_that_speak_only_on_change() {
     let _one = BROWSER_LOCK.lock().await;
@@ -2069,7 +2080,7 @@ async fn announcements_are_live_regions_that_speak_only_on_change() {
     b.js("window.spoken = []; \
           const o = new MutationObserver((m) => m.forEach((r) => \
             window.spoken.push(r.target.id || r.target.parentElement.id))); \
-          document.querySelectorAll('[aria-live=polite]:not(#announce)').forEach((r) => \
+          document.querySelectorAll('[aria-live=polite]:not(#announce), [role=status]').forEach((r) => \
             o.observe(r, {childList: true, characterData: true, subtree: true})); \
           return 0;")
         .await;
@@ -2196,4 +2207,129 @@ async fn a_silently_lost_socket_falls_back_to_polling_and_keeps_the_place() {
         "{f}"
     );
     b.text_until("#position", |t| t == "1").await;
+}
+
+/// The fine print never promises a longer absence than the place survives (defect: 90 s
+/// read "more than 2 minutes", and a place closed for 96 s was gone), and a long window
+/// reads in hours (defect: "1440 minutes"), in English and in Korean.
+#[tokio::test]
+async fn the_fine_print_never_overstates_how_long_the_page_may_stay_closed() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    let b = Browser::start(&PHONE).await;
+    for (idle, en, ko) in [
+        (90, "more than 1 minute,", "1분 넘게"),
+        (119, "more than 1 minute,", "1분 넘게"),
+        (150, "more than 2 minutes,", "2분 넘게"),
+        (5400, "more than 90 minutes,", "90분 넘게"),
+        (86400, "more than 24 hours,", "24시간 넘게"),
+    ] {
+        let id = format!("idle-{idle}");
+        one_slot_event(&s, &id, json!({"waiting_idle_sec": idle})).await;
+        b.goto(&s.url(&format!("/wait/{id}?lang=en"))).await;
+        b.text_until("#fineprint", |t| t.contains(en)).await;
+        b.click("#lang").await;
+        b.text_until("#fineprint", |t| t.contains(ko)).await;
+    }
+    b.close().await;
+}
+
+/// The landing page's refresh changes only what changed: the focused link keeps the
+/// focus, and the list is not a live region that reads itself out again (defect: the list
+/// was made anew every 5 s in `aria-live`, the focus fell to the page's body). Its tab
+/// title follows the language (defect: "Waiting room" on the Korean page).
+#[tokio::test]
+async fn the_landing_page_refresh_keeps_the_focus() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    one_slot_event(&s, "a-fest", json!({})).await;
+    s.put_event("b-fest", json!({})).await;
+    s.put_event("c-fest", json!({})).await;
+    let b = Browser::start(&PHONE).await;
+    b.goto(&s.url("/")).await;
+    js_until(
+        &b,
+        "return document.querySelectorAll('#events a').length === 3",
+    )
+    .await;
+    b.js(
+        "window.made = 0; new MutationObserver((m) => window.made += m.length)\
+          .observe(document.getElementById('events'), {childList: true}); \
+          document.querySelector('#events a[href=\"/wait/b-fest\"]').focus(); return 0;",
+    )
+    .await;
+    // A real change meanwhile: the first event's line grows.
+    s.join("a-fest", "someone").await;
+    b.text_until("#events li:first-child .meta", |t| t == "1 in line")
+        .await;
+    assert_eq!(
+        b.js("return [document.activeElement.getAttribute('href'), window.made]")
+            .await,
+        json!(["/wait/b-fest", 0])
+    );
+    assert_eq!(
+        b.js("return document.getElementById('events').closest('[aria-live]')")
+            .await,
+        Value::Null
+    );
+    b.click("#lang").await;
+    js_until(&b, "return document.title === '대기실'").await;
+    b.close().await;
+}
+
+/// The seat map's countdown runs without making the seats again: the focused seat keeps
+/// the focus, nothing in a live region is said again each second, and the held seats'
+/// countdown is no live region (defect: the map was made anew every second, so a keyboard
+/// never got past the third seat, and two status regions spoke every second).
+#[tokio::test]
+async fn the_seat_map_keeps_the_focus_while_its_countdown_runs() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    s.put_event(
+        "hall",
+        json!({"max_active": 1, "target_url": "/demo/booking?event=hall"}),
+    )
+    .await;
+    let (st, v) = s
+        .call(
+            Method::PUT,
+            "/api/v1/admin/events/hall/inventory",
+            Some(ADMIN),
+            Some(json!({"items": ["A-1", "A-2", "A-3", "A-4"]})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let b = Browser::start(&PHONE).await;
+    b.goto(&s.url("/wait/hall")).await;
+    b.until_visible("#seatmap").await;
+    b.click("[data-seat=\"A-2\"]").await;
+    b.text_until("#held-line", |t| t.contains("A-2")).await;
+    b.js(
+        "window.said = 0; const o = new MutationObserver((m) => window.said += m.length); \
+          document.querySelectorAll('[role=status],[aria-live]').forEach((r) => \
+            o.observe(r, {childList: true, characterData: true, subtree: true})); \
+          document.querySelector('[data-seat=\"A-3\"]').focus(); return 0;",
+    )
+    .await;
+    // Past a few ticks of the countdown and one reading of the map (every 5 s).
+    let held = b.text_until("#held-line", |_| true).await;
+    tokio::time::sleep(Duration::from_millis(6000)).await;
+    assert_ne!(
+        b.text_until("#held-line", |_| true).await,
+        held,
+        "it counts"
+    );
+    assert_eq!(
+        b.js("return [document.activeElement.dataset.seat, window.said]")
+            .await,
+        json!(["A-3", 0])
+    );
+    assert_eq!(
+        b.js("return document.getElementById('held-line').closest('[role=status],[aria-live]')")
+            .await,
+        Value::Null
+    );
+    // One seat: singular (defect: "Buy 1 seats").
+    b.text_until("#complete", |t| t == "Buy 1 seat").await;
+    b.close().await;
 }

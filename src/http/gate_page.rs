@@ -78,13 +78,13 @@ fn extras(words: &Words) -> String {
     let mut out = String::new();
     if !words.headline.is_empty() {
         out.push_str(&format!(
-            "<p class=\"headline\" id=\"waitroom-headline\">{}</p>\n",
+            "<p class=\"headline\" id=\"waitroom-headline\" dir=\"auto\">{}</p>\n",
             words.headline
         ));
     }
     if !words.note.is_empty() {
         out.push_str(&format!(
-            "<p class=\"note\" id=\"waitroom-note\">{}</p>\n",
+            "<p class=\"note\" id=\"waitroom-note\" dir=\"auto\">{}</p>\n",
             words.note
         ));
     }
@@ -94,45 +94,44 @@ fn extras(words: &Words) -> String {
 /// The page, with the event's `words`, refreshing after `retry` seconds.
 pub fn render(words: &Words, view: &PlaceView, retry: u64) -> String {
     let ko = words.ko();
-    let position = view
-        .position
-        .map_or_else(|| "…".to_string(), |p| p.to_string());
-    let wait = match (view.paused, view.eta_range, ko) {
-        (true, _, false) => "Admission is paused for a moment.".to_string(),
-        (true, _, true) => "입장이 잠시 멈췄습니다.".to_string(),
-        (_, Some((lo, hi)), false) => format!(
-            "Estimated wait: {} to {}.",
-            minutes(lo, ko),
-            minutes(hi, ko)
-        ),
-        (_, Some((lo, hi)), true) => {
-            format!("예상 대기 시간: {}~{}.", minutes(lo, ko), minutes(hi, ko))
-        }
+    let position = view.position.map_or_else(|| "…".to_string(), grouped);
+    let wait = match (view.opens_in_sec, view.paused, view.eta_range, ko) {
+        // The pre-queue: when the line opens, as the script page's countdown says.
+        (Some(sec), _, _, false) => format!("The line opens in {}.", span(sec, ko)),
+        (Some(sec), _, _, true) => format!("{} 후에 대기열이 열립니다.", span(sec, ko)),
+        (_, true, _, false) => "Admission is paused for a moment.".to_string(),
+        (_, true, _, true) => "입장이 잠시 멈췄습니다.".to_string(),
+        (_, _, Some((lo, hi)), false) => format!("Estimated wait: {}.", range(lo, hi, ko)),
+        (_, _, Some((lo, hi)), true) => format!("예상 대기 시간: {}.", range(lo, hi, ko)),
         // No range: the API says there is no basis for an estimate (`eta_low_sec` and
         // `eta_high_sec` null), and so does the page, as the script page does; `eta_sec`
         // alone is then a guess it must not pass off as one.
-        (_, None, false) => "Estimated wait: we don't know yet.".to_string(),
-        (_, None, true) => "예상 대기 시간: 아직 알 수 없습니다.".to_string(),
+        (_, _, None, false) => "Estimated wait: we don't know yet.".to_string(),
+        (_, _, None, true) => "예상 대기 시간: 아직 알 수 없습니다.".to_string(),
     };
+    let pre = view.opens_in_sec.is_some();
+    let in_line = grouped(view.queue_length);
     let (room, lead, place, fine) = if ko {
         (
             "대기실",
-            "대기 중입니다. 이 페이지를 열어 두세요. 스스로 새로고침되며, 차례가 되면 입장합니다.",
+            if pre {
+                "곧 예매가 시작됩니다. 사전 대기열에 들어와 있으며, 오픈 시각이 되면 이곳의 모든 분에게 무작위 순서가 정해집니다. 이 페이지를 열어 두세요. 스스로 새로고침됩니다."
+            } else {
+                "대기 중입니다. 이 페이지를 열어 두세요. 스스로 새로고침되며, 차례가 되면 입장합니다."
+            },
             "나의 대기 순서",
-            format!(
-                "지금 대기 인원: {}명. 이 페이지는 {retry}초마다 새로고침됩니다.",
-                view.queue_length
-            ),
+            format!("지금 대기 인원: {in_line}명. 이 페이지는 {retry}초마다 새로고침됩니다."),
         )
     } else {
         (
             "waiting room",
-            "You are in line. Keep this page open: it refreshes by itself and lets you in when it is your turn.",
+            if pre {
+                "The sale opens soon. You are in the pre-queue: at the opening everyone here gets a place in a random order. Keep this page open: it refreshes by itself."
+            } else {
+                "You are in line. Keep this page open: it refreshes by itself and lets you in when it is your turn."
+            },
             "Your place in line",
-            format!(
-                "In line now: {}. This page refreshes every {retry} s.",
-                view.queue_length
-            ),
+            format!("In line now: {in_line}. This page refreshes every {retry} s."),
         )
     };
     format!(
@@ -149,7 +148,7 @@ pub fn render(words: &Words, view: &PlaceView, retry: u64) -> String {
 </head>
 <body>
 <main>
-<h1>{title}</h1>
+<h1 dir="auto">{title}</h1>
 {extras}<p>{lead}</p>
 <p>{place}</p>
 <p class="pos" id="waitroom-position">{position}</p>
@@ -179,7 +178,7 @@ main {{ white-space: pre-line; }}
 </head>
 <body>
 <main>
-<h1>{title}</h1>
+<h1 dir="auto">{title}</h1>
 <h2 id="waitroom-refused">{heading}</h2>
 <p id="waitroom-message">{text}</p>
 </main>
@@ -259,11 +258,73 @@ fn site_page(lang: &str, refresh: Option<u64>, id: &str, heading: &str, text: &s
     )
 }
 
-fn minutes(sec: u64, ko: bool) -> String {
-    match (sec < 90, ko) {
-        (true, false) => "about a minute".to_string(),
-        (true, true) => "약 1분".to_string(),
-        (false, false) => format!("{} minutes", sec.div_ceil(60)),
-        (false, true) => format!("{}분", sec.div_ceil(60)),
+/// `n` with its thousands grouped, as the script page shows figures ("1,198"; so in Korean).
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A time to wait, rounded up to minutes, in hours and minutes past an hour.
+fn span(sec: u64, ko: bool) -> String {
+    let m = sec.div_ceil(60).max(1);
+    match (m < 60, ko) {
+        (true, false) => format!("{m} min"),
+        (true, true) => format!("{m}분"),
+        (false, false) => format!("{} h {} min", m / 60, m % 60),
+        (false, true) => format!("{}시간 {}분", m / 60, m % 60),
+    }
+}
+
+/// The estimate's range as the script page says it (`etaText` in `wait.js`): one figure when
+/// both ends round alike, hours past two hours ("270 minutes to 330 minutes" said little).
+fn range(lo: u64, hi: u64, ko: bool) -> String {
+    let (a, b) = (lo.div_ceil(60), hi.div_ceil(60));
+    let (a, b, hours) = if b > 120 {
+        ((a / 60).max(1), b.div_ceil(60), true)
+    } else {
+        (a, b, false)
+    };
+    match (b <= 1, a == b, hours, ko) {
+        (true, _, _, false) => "about a minute".to_string(),
+        (true, _, _, true) => "약 1분".to_string(),
+        (_, true, false, false) => format!("about {b} minutes"),
+        (_, true, false, true) => format!("약 {b}분"),
+        (_, true, true, false) => format!("about {b} hours"),
+        (_, true, true, true) => format!("약 {b}시간"),
+        (_, false, false, false) => format!("{a} to {b} minutes"),
+        (_, false, false, true) => format!("{a}~{b}분"),
+        (_, false, true, false) => format!("about {a} to {b} hours"),
+        (_, false, true, true) => format!("약 {a}~{b}시간"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_and_durations_read_as_on_the_script_page() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1198), "1,198");
+        assert_eq!(grouped(12_345_678), "12,345,678");
+        // Defects: "about a minute to about a minute", "270 minutes to 330 minutes".
+        assert_eq!(range(10, 50, false), "about a minute");
+        assert_eq!(range(10, 50, true), "약 1분");
+        assert_eq!(range(240, 300, false), "4 to 5 minutes");
+        assert_eq!(range(290, 300, true), "약 5분");
+        assert_eq!(range(270 * 60, 330 * 60, false), "about 4 to 6 hours");
+        assert_eq!(range(270 * 60, 330 * 60, true), "약 4~6시간");
+        assert_eq!(range(0, 30, false), "about a minute");
+        assert_eq!(span(30, false), "1 min");
+        assert_eq!(span(6928, false), "1 h 56 min");
+        assert_eq!(span(6928, true), "1시간 56분");
     }
 }

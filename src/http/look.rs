@@ -115,6 +115,17 @@ fn pick<'a>(t: &'a Option<Texts>, lang: &str) -> Option<&'a str> {
     t.as_ref().and_then(|t| t.pick(lang))
 }
 
+/// ` lang="…"` when `t` is shown in the other language than the page's `lang` (it has none
+/// of the page's own), so a screen reader's voice reads it in its language; else nothing.
+pub(crate) fn lang_mark(t: &Option<Texts>, lang: &str) -> &'static str {
+    let Some(t) = t else { return "" };
+    match (lang == "ko", &t.ko, &t.en) {
+        (true, None, Some(_)) => " lang=\"en\"",
+        (false, Some(_), None) => " lang=\"ko\"",
+        _ => "",
+    }
+}
+
 /// The built-in page's title per language (as `wait.js` calls it).
 fn default_title(lang: &str) -> &'static str {
     if lang == "ko" {
@@ -177,6 +188,7 @@ pub fn render_wait(event_id: &str, config: Option<&EventConfig>, lang: &str) -> 
     let look = config.map(|c| &c.look);
     let name = config.map_or(event_id, |c| c.name.as_str());
     let title = look.and_then(|l| pick(&l.title, lang)).unwrap_or(name);
+    let mark = |t: Option<&Option<Texts>>| t.map_or("", |t| lang_mark(t, lang));
     let mut head = String::new();
     let mut csp = CSP.to_string();
     let mut logo = String::new();
@@ -279,6 +291,9 @@ pub fn render_wait(event_id: &str, config: Option<&EventConfig>, lang: &str) -> 
         ("title", &title_html),
         ("headline", &headline),
         ("headline_hidden", hidden(&headline)),
+        ("title_lang", mark(look.map(|l| &l.title))),
+        ("headline_lang", mark(look.map(|l| &l.headline))),
+        ("note_lang", mark(look.map(|l| &l.note))),
         ("note", &note),
         ("note_hidden", hidden(&note)),
         ("gate", &gate),
@@ -339,6 +354,7 @@ pub fn render_missing(event_id: &str, lang: &str) -> String {
         MISSING_HTML,
         &[
             ("lang", lang),
+            ("brand", default_title(lang)),
             ("title", title),
             ("lead", lead),
             ("back", back),
@@ -681,7 +697,7 @@ mod tests {
         // Without a look: the built-in page, its policy unchanged.
         let (plain, csp) = render_wait("fest", Some(&event("{}")), "en");
         assert!(!plain.contains("{{") && !plain.contains("theme.css"));
-        assert!(plain.contains("id=\"headline\" hidden"));
+        assert!(plain.contains("id=\"headline\" dir=\"auto\" hidden"));
         assert_eq!(csp, CSP);
         let (unknown, _) = render_wait("fest", None, "en");
         assert!(unknown.contains("<title>Waiting room</title>"));

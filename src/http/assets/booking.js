@@ -19,7 +19,7 @@
       demoNote: 'This is the built-in demo site: nothing is charged.', title: 'Demo booking',
       alreadyTitle: 'You have already booked', alreadyLead: 'Thank you! This booking is complete and your seats are yours. There is nothing more to do here.',
       seatHelp: 'Tap a seat to hold it; tap it again to let it go.', free: 'Free', yours: 'Held for you', taken: 'Taken',
-      held: 'Held for you: {s} (for {t})', noneHeld: 'No seats held yet.', buy: 'Buy {n} seats', seatTaken: 'Someone else has just taken that seat.',
+      held: 'Held for you: {s} (for {t})', noneHeld: 'No seats held yet.', buy: 'Buy {n} seat{p}', seatTaken: 'Someone else has just taken that seat.',
       tooMany: 'You cannot hold more seats.', seat: 'Seat {s}',
     },
     ko: {
@@ -37,7 +37,7 @@
       tooMany: '더 이상 좌석을 확보할 수 없습니다.', seat: '{s} 좌석',
     },
   };
-  const { t, api, el, show, store } = WR;
+  const { t, api, el, show, store, setText } = WR;
   const KEY = 'waitroom:access';
   // Set when a booking completes in this tab, so that a reload (the token is spent by then)
   // thanks the person instead of calling their link invalid.
@@ -74,7 +74,7 @@
   function render() {
     const titles = { checking: 'checking', booking: 'welcome', done: 'doneTitle', invalid: 'invalid', booked: 'alreadyTitle' };
     const leads = { checking: '', booking: 'welcomeLead', done: 'doneLead', invalid: 'invalidLead', booked: 'alreadyLead' };
-    el('booking-status').textContent = t(titles[phase]);
+    setText('booking-status', t(titles[phase]));
     el('booking-lead').textContent = leads[phase] ? t(leads[phase]) : '';
     show('booking-form', phase === 'booking');
     show('done', phase === 'done' || phase === 'booked');
@@ -95,44 +95,50 @@
   // answers the inventory in string order (A-10 before A-2).
   const seatOrder = new Intl.Collator(undefined, { numeric: true });
 
-  // Draws the seat map, one row per letter; the person's own holds and the buy button.
+  // Draws the seat map, one row per letter; the person's own holds and the buy button. The
+  // buttons are made again only when the seats change (made each second, they lost the
+  // keyboard focus); their states are set in place.
   function renderSeats() {
     const map = seats && seats.length > 0;
     show('seatmap', !!map && phase === 'booking');
     show('areas', !map);
     if (!map) { el('complete').textContent = t('complete'); return; }
     const box = el('seats');
-    box.replaceChildren();
-    const rows = new Map();
-    for (const s of [...seats].sort((a, b) => seatOrder.compare(a.id, b.id))) {
-      const row = s.id.split('-')[0];
-      if (!rows.has(row)) rows.set(row, []);
-      rows.get(row).push(s);
-    }
-    for (const [name, list] of rows) {
-      const line = document.createElement('div');
-      line.className = 'seat-row';
-      const label = document.createElement('span');
-      label.className = 'row-name';
-      label.textContent = name;
-      line.append(label);
-      for (const s of list) {
+    const sorted = [...seats].sort((a, b) => seatOrder.compare(a.id, b.id));
+    const ids = sorted.map((s) => s.id).join();
+    let line;
+    if (box.dataset.ids !== ids) {
+      box.dataset.ids = ids;
+      box.replaceChildren();
+      for (const s of sorted) {
+        const [row, ...n] = s.id.split('-');
+        if (!line || line.id !== 'row-' + row) {
+          line = document.createElement('div');
+          line.className = 'seat-row';
+          line.id = 'row-' + row;
+          line.innerHTML = '<span class="row-name"></span>';
+          line.firstChild.textContent = row;
+          box.append(line);
+        }
         const b = document.createElement('button');
         b.type = 'button';
-        b.className = 'seat ' + (s.state === 'mine' ? 'mine' : s.state === 'available' ? 'available' : 'taken');
         b.dataset.seat = s.id;
-        b.textContent = s.id.split('-').slice(1).join('-') || s.id;
-        b.disabled = s.state === 'held' || s.state === 'sold';
-        b.setAttribute('aria-pressed', s.state === 'mine' ? 'true' : 'false');
-        b.setAttribute('aria-label', t('seat', { s: s.id }));
+        b.textContent = n.join('-') || s.id;
         line.append(b);
       }
-      box.append(line);
     }
-    const mine = holds.map((h) => h.item);
-    const left = holds.length ? Math.min(...holds.map((h) => h.expires_at)) / 1000 - Date.now() / 1000 : 0;
-    el('held-line').textContent = mine.length ? t('held', { s: mine.join(', '), t: mmss(left) }) : t('noneHeld');
-    el('complete').textContent = mine.length ? t('buy', { n: mine.length }) : t('complete');
+    const buttons = box.getElementsByTagName('button');
+    sorted.forEach((s, i) => {
+      const b = buttons[i];
+      b.className = 'seat ' + (s.state === 'mine' ? 'mine' : s.state === 'available' ? 'available' : 'taken');
+      b.disabled = s.state === 'held' || s.state === 'sold';
+      b.setAttribute('aria-pressed', s.state === 'mine');
+      b.setAttribute('aria-label', t('seat', { s: s.id }));
+    });
+    const mine = holds.map((h) => h.item), n = mine.length;
+    const left = n ? Math.min(...holds.map((h) => h.expires_at)) / 1000 - Date.now() / 1000 : 0;
+    setText('held-line', n ? t('held', { s: mine.join(', '), t: mmss(left) }) : t('noneHeld'));
+    setText('complete', n ? t('buy', { n, p: n > 1 ? 's' : '' }) : t('complete'));
   }
 
   async function loadSeats() {
@@ -178,7 +184,7 @@
     claims = r.data;
     phase = 'booking';
     const ev = await api('GET', '/api/v1/events/' + encodeURIComponent(claims.event_id));
-    if (ev.ok) el('event-name').textContent = WR.pick(ev.data.title) || ev.data.name || ev.data.event_id;
+    if (ev.ok) el('event-name').textContent = WR.pick(ev.data.title, el('event-name')) || ev.data.name || ev.data.event_id;
     render();
     await loadSeats();
     // Countdown each second; a session heartbeat every 20 s keeps an idle session open; the

@@ -122,15 +122,23 @@ window.WR = (() => {
   }
 
   // One of an event's texts ({ko, en}, either may be missing) in the page's language, else
-  // the other one; '' when there is none.
-  function pick(texts) {
-    if (!texts) return '';
-    return texts[lang] || texts[lang === 'ko' ? 'en' : 'ko'] || '';
+  // the other one; '' when there is none. Element `e` showing it gets its language.
+  function pick(texts, e) {
+    const o = lang === 'ko' ? 'en' : 'ko', l = texts && !texts[lang] && texts[o] ? o : lang;
+    if (e) e.lang = l;
+    return (texts && texts[l]) || '';
   }
 
   function el(id) { return document.getElementById(id); }
 
+  // Sets a text only when it differs: a live region speaks on every change, even to the same
+  // words.
+  function setText(e, text) {
+    if (typeof e === 'string') e = el(e);
+    if (e.textContent !== text) e.textContent = text;
+  }
+
   function show(id, visible) { const e = el(id); if (e) e.hidden = !visible; }
 
-  return { t, setup, apply, num, duration, api, el, show, store, pick, lang: () => lang, locale };
+  return { t, setup, apply, num, duration, api, el, show, store, pick, setText, lang: () => lang, locale };
 })();

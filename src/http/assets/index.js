@@ -19,39 +19,39 @@
   const { t, api, el } = WR;
   let events = [];
 
+  // Items are kept, only changed words set: an item made again lost the keyboard focus. (An
+  // ended sale's item, keyed apart, has no link.)
   function render() {
     const list = el('events');
-    list.replaceChildren();
-    for (const e of events) {
-      const li = document.createElement('li');
-      const text = document.createElement('div');
-      const name = document.createElement('strong');
-      name.textContent = WR.pick(e.title) || e.name || e.event_id;
-      const meta = document.createElement('span');
-      meta.className = 'meta';
-      // An ended sale (sold out, over, cancelled) takes nobody: said so, and no way to join.
-      if (e.ended) {
-        const why = { sold_out: 'sold_out', cancelled: 'cancelled' }[e.ended.reason] || 'over';
-        meta.textContent = t(why);
-        li.dataset.ended = e.ended.reason;
-        text.append(name, meta);
-        li.append(text);
-        list.append(li);
-        continue;
+    const old = new Map([...list.children].map((li) => [li.dataset.key, li]));
+    events.forEach((e, i) => {
+      const key = e.event_id + (e.ended ? ' ' : '');
+      let li = old.get(key);
+      old.delete(key);
+      if (!li) {
+        li = document.createElement('li');
+        li.dataset.key = key;
+        li.innerHTML = '<div><strong dir="auto"></strong><span class="meta"></span></div>' + (e.ended ? '' : '<a class="button primary small"></a>');
       }
-      const bits = [t('inLine', { n: WR.num(e.queue_length) })];
+      const [name, meta, a] = li.querySelectorAll('strong,span,a');
+      WR.setText(name, WR.pick(e.title, name) || e.name || e.event_id);
+      let bits = [t('inLine', { n: WR.num(e.queue_length) })];
       if (e.paused) bits.push(t('paused'));
       if (!e.accept_joins) bits.push(t('closed'));
-      meta.textContent = bits.join(' · ');
-      text.append(name, meta);
-      const a = document.createElement('a');
-      a.className = 'button primary small';
-      a.href = '/wait/' + encodeURIComponent(e.event_id);
-      a.textContent = t('join');
-      li.append(text, a);
-      list.append(li);
-    }
+      // An ended sale (sold out, over, cancelled) takes nobody: said so, and no way to join.
+      if (e.ended) {
+        bits = [t({ sold_out: 'sold_out', cancelled: 'cancelled' }[e.ended.reason] || 'over')];
+        li.dataset.ended = e.ended.reason;
+      } else {
+        a.href = '/wait/' + encodeURIComponent(e.event_id);
+        WR.setText(a, t('join'));
+      }
+      WR.setText(meta, bits.join(' · '));
+      if (list.children[i] !== li) list.insertBefore(li, list.children[i]);
+    });
+    for (const li of old.values()) li.remove();
     el('empty').hidden = events.length > 0;
+    document.title = t('brand');
   }
 
   async function load() {

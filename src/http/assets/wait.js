@@ -32,7 +32,7 @@
       fineprint: 'Reloading this page keeps your place. If it stays closed for more than {d}, your place is given up.',
       announce: 'You are number {n} in line.', announceReady: 'It is your turn.',
       durSoon: 'under 1 min', durMin: 'about {m} min', durHour: 'about {h} h {m} min',
-      durExact: '{m} minutes', durOne: '1 minute', title: 'Waiting room',
+      durExact: '{m} minutes', durHours: '{h} hours', durOne: '1 minute', title: 'Waiting room',
       durRange: '{a}–{b} min', durRangeHours: 'about {a}–{b} h', days: '{d}d ', durUpTo: 'up to {b} min', etaUnknown: 'We don’t know yet', etaPaused: 'Paused',
       checking: 'Checking your browser…', checkingLead: 'This takes a moment and keeps bots out of the line ({n} hashes so far).',
       preQueue: 'The sale opens soon', preQueueLead: 'You are in the pre-queue. At the opening everyone here gets a place in a random order, ahead of later arrivals: there is no need to hurry or reload.',
@@ -65,7 +65,7 @@
       fineprint: '새로고침해도 대기 순서는 유지됩니다. 페이지를 {d} 넘게 닫아 두면 순서가 취소됩니다.',
       announce: '현재 대기 순서는 {n}번입니다.', announceReady: '입장 차례입니다.',
       durSoon: '1분 미만', durMin: '약 {m}분', durHour: '약 {h}시간 {m}분',
-      durExact: '{m}분', durOne: '1분', title: '대기실',
+      durExact: '{m}분', durHours: '{h}시간', durOne: '1분', title: '대기실',
       durRange: '약 {a}~{b}분', durRangeHours: '약 {a}~{b}시간', days: '{d}일 ', durUpTo: '최대 {b}분', etaUnknown: '아직 알 수 없습니다', etaPaused: '일시 중지됨',
       checking: '브라우저를 확인하는 중…', checkingLead: '잠시면 끝나며, 자동 프로그램이 줄을 서지 못하게 막습니다 (지금까지 {n}번 계산).',
       preQueue: '곧 예매가 시작됩니다', preQueueLead: '사전 대기열에 들어와 있습니다. 오픈 시각이 되면 이곳의 모든 분에게 무작위 순서가 정해지며, 이후에 온 분들보다 앞에 섭니다. 서두르거나 새로고침할 필요가 없습니다.',
@@ -77,7 +77,7 @@
     },
   };
 
-  const { t, api, el, show, store } = WR;
+  const { t, api, el, show, store, setText } = WR;
   const eventId = decodeURIComponent(location.pathname.replace(/^\/wait\//, '').replace(/\/+$/, ''));
   const PLACE_KEY = 'waitroom:place:' + eventId;
   const UID_KEY = 'waitroom:uid';
@@ -137,6 +137,7 @@
   // ---- rendering --------------------------------------------------------------------------
 
   function render() {
+    const focused = document.activeElement; // for keepFocus
     const card = el('card');
     card.classList.toggle('state-ended', phase === 'ended');
     renderLook();
@@ -165,14 +166,14 @@
       case 'ended': title = t(ended); lead = t(ended + 'Lead'); badge.hidden = false; badge.textContent = '–'; break;
       default: title = ''; lead = '';
     }
-    el('status').textContent = title;
+    setText('status', title); // a live region, as are the next three
     el('message').textContent = lead;
     renderCountdown();
     // Operator text: always set as text, never as markup.
-    const said = notice && phase !== 'ended' ? WR.pick(notice.message) : '';
+    const said = notice && phase !== 'ended' ? WR.pick(notice.message, el('announcement-text')) : '';
     setText('announcement-text', said);
     show('announcement', !!said);
-    const endNote = phase === 'ended' && over && saleEnd ? WR.pick(saleEnd.message) : '';
+    const endNote = phase === 'ended' && over && saleEnd ? WR.pick(saleEnd.message, el('end-note')) : '';
     setText('end-note', endNote);
     show('end-note', !!endNote);
 
@@ -202,31 +203,25 @@
     document.title = phase === 'waiting' && f && f.position
       ? '(' + WR.num(f.position) + ') ' + (name || base)
       : (name ? name + ' · ' : '') + base;
-  }
-
-  // The operator's announcement, the pause and the end note are in live regions, which speak
-  // on every change of their text, even to the same words: only a text that differs is set.
-  function setText(id, text) {
-    const e = el(id);
-    if (e.textContent !== text) e.textContent = text;
+    keepFocus(focused);
   }
 
   // The event's look and words (title, headline, notes), in the page's language. The server
   // rendered them already; this follows a language switch and a change of settings.
   function eventTitle() {
     if (!info) return el('event-name').textContent || eventId;
-    return WR.pick(info.title) || info.name || info.event_id;
+    return WR.pick(info.title, el('event-name')) || info.name || info.event_id;
   }
 
   function renderLook() {
     el('event-name').textContent = eventTitle();
     if (!info) return;
-    const headline = WR.pick(info.headline);
+    const headline = WR.pick(info.headline, el('headline'));
     el('headline').textContent = headline;
     show('headline', !!headline);
     // Once it is the person's turn, the note says what happens next.
     const turn = phase === 'ready' || phase === 'active';
-    const note = WR.pick(turn ? info.turn_message : info.note);
+    const note = WR.pick(turn ? info.turn_message : info.note, el('note'));
     el('note').textContent = note;
     show('note', !!note && phase !== 'ended');
   }
@@ -259,10 +254,11 @@
     render();
   }
 
+  // How long the page may stay closed, rounded down: never more than the real window.
   function idleText(sec) {
     if (sec < 60) return sec + (WR.lang() === 'ko' ? '초' : ' seconds');
-    const m = Math.round(sec / 60);
-    return m === 1 ? t('durOne') : t('durExact', { m });
+    const m = Math.floor(sec / 60);
+    return m === 1 ? t('durOne') : m < 120 ? t('durExact', { m }) : t('durHours', { h: Math.floor(m / 60) });
   }
 
   // Screen readers hear the position when it changes, but not more than every 15 s (a
@@ -610,22 +606,16 @@
   // ---- wiring -----------------------------------------------------------------------------
 
   WR.setup(TEXT, render);
-  // A pressed button the new state hides would drop keyboard focus to the page's start:
-  // focus goes to the control that took its place, else to the status line.
-  // (Whether it had the focus is read before the action: hiding it may already have
-  // moved the focus to the page's body.)
-  function keepFocus(pressed) {
-    if (!pressed.hidden) return;
+  // A focused control the new state hid (a click on it, or a pushed end of the place):
+  // focus goes to the control that took its place, else to the status line. (The focus is
+  // read before the render: hiding may already have moved it to the page's body.)
+  function keepFocus(had) {
+    if (!had || !had.hidden) return;
     const next = ['continue', 'join', 'leave'].map(el).find((b) => !b.hidden);
     (next || el('status')).focus();
   }
-  for (const [id, action] of [['leave', leave], ['join', join]]) {
-    el(id).addEventListener('click', () => {
-      const focused = document.activeElement === el(id);
-      action();
-      if (focused) keepFocus(el(id));
-    });
-  }
+  el('leave').addEventListener('click', leave);
+  el('join').addEventListener('click', join);
   el('continue').addEventListener('click', (e) => { e.preventDefault(); proceed(); });
   // Back from the site through the browser's cache: the page may be stale; look again.
   window.addEventListener('pageshow', (e) => { if (e.persisted && place) { phase = 'init'; resume(); } });
