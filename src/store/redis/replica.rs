@@ -38,7 +38,8 @@
 //! the latest poll time of each place per event and sends them in one `renew` script call at least every
 //! [`FLUSH`], and before any other script call of the event from this node that could
 //! sweep (`now` ≥ the replica's `nd`), so that on one node nothing expires a place whose
-//! renewal is still queued. The script renews a place only if it was still alive at the
+//! renewal is still queued; a poll of a place whose deadline may be near is sent at once
+//! (see [`URGENT_MS`]), so that the node that sweeps does not expire it first. The script renews a place only if it was still alive at the
 //! poll's time, so a late flush never revives one.
 
 use std::collections::HashMap;
@@ -78,15 +79,21 @@ const CATCH_UP: Duration = Duration::from_millis(50);
 const FLUSH: Duration = Duration::from_millis(400);
 /// Most renewals per `renew` call, so one call stays short.
 const FLUSH_BATCH: usize = 4_000;
-/// A poll this close to the event's earliest deadline (`nd`) may be its place's last
-/// chance: its renewal goes out at once (within [`URGENT_GAP`]) rather than within
-/// [`FLUSH`]. The node that sweeps would otherwise end the place before the flush came,
-/// though the poll was answered in time; on that node itself the sweep sends the queued
-/// renewals first, so the same poll kept or lost the place depending on the node. Longer
-/// than a flush's worst lateness (`FLUSH`, a pause of the loop and a round trip).
+/// A poll of a place whose deadline may be this close is urgent: its renewal goes out
+/// within [`URGENT_GAP`] rather than [`FLUSH`]. The node that sweeps would otherwise end
+/// the place before the flush came, though the poll was answered in time; on that node
+/// itself the sweep sends the queued renewals first, so the same poll kept or lost the
+/// place depending on the node. Longer than a flush's worst lateness (`FLUSH`, a pause of
+/// the loop and a round trip). The deadline is judged from what this node knows of the
+/// place (its join, and this node's own previous poll of it): renewals through other nodes
+/// only make it later, so the judgement errs towards urgency. (The event's `nd` is no
+/// guide: it is also the admission window's slide and the tombstones' expiry, which in a
+/// busy sale are always near, and made every poll urgent.)
 const URGENT_MS: Millis = 600;
 /// The least time between two flushes of one event, however many polls are urgent.
 const URGENT_GAP: Duration = Duration::from_millis(20);
+/// How often the record of this node's polls drops the places that are gone.
+const PRUNE_POLLED: Duration = Duration::from_secs(10);
 /// A replica nobody asked for this long is dropped (its task ends).
 const IDLE: Duration = Duration::from_secs(60);
 /// How often a replica checks that its log still exists (a deleted event's log is gone).
@@ -456,6 +463,9 @@ struct Entry {
     renewals: Mutex<HashMap<u64, Millis>>,
     /// A queued renewal is due at once (see [`URGENT_MS`]).
     urgent: std::sync::atomic::AtomicBool,
+    /// Waiting places this node answered a poll of: seq -> time of the latest (kept after
+    /// the flush, unlike `renewals`), what [`URGENT_MS`] judges a deadline from.
+    polled: Mutex<HashMap<u64, Millis>>,
     /// The log ended before what the replica applied (a failover lost writes): the next
     /// snapshot lowers `written` to what Redis holds.
     set_back: std::sync::atomic::AtomicBool,
@@ -535,6 +545,7 @@ pub(super) async fn status(
                     used_at: Mutex::new(Instant::now()),
                     renewals: Mutex::new(HashMap::new()),
                     urgent: std::sync::atomic::AtomicBool::new(false),
+                    polled: Mutex::new(HashMap::new()),
                     set_back: std::sync::atomic::AtomicBool::new(false),
                 });
                 map.insert(event_id.to_string(), e.clone());
@@ -559,9 +570,9 @@ pub(super) async fn status(
             return None;
         }
     }
-    let (view, nd) = {
+    let (view, widle) = {
         let r = entry.replica.lock();
-        (r.view(key, now), r.meta.nd)
+        (r.view(key, now), r.meta.widle)
     };
     match &view {
         Some(v) => {
@@ -571,10 +582,14 @@ pub(super) async fn status(
                     let at = r.entry(key.seq).or_insert(now);
                     *at = (*at).max(now);
                 }
-                if now.saturating_add(URGENT_MS) >= nd {
-                    entry
-                        .urgent
-                        .store(true, std::sync::atomic::Ordering::SeqCst);
+                // The latest renewal this node knows of: the join, or its own last poll.
+                let before = entry.polled.lock().insert(key.seq, now).unwrap_or(0);
+                let known = before.max(v.joined_at);
+                if known.saturating_add(widle) < now.saturating_add(URGENT_MS)
+                    && !entry.urgent.swap(true, std::sync::atomic::Ordering::SeqCst)
+                {
+                    // Once per flush: a wake-up per urgent poll would keep the loop from
+                    // ever pausing between its reads.
                     entry.wake.notify_one();
                 }
             }
@@ -724,6 +739,7 @@ fn log_entries(reply: &Value) -> Result<Vec<(String, Vec<Value>)>, Malformed> {
 /// store is gone, the event deleted or nobody asked for [`IDLE`].
 async fn follow(inner: Weak<Inner>, event_id: String, entry: Arc<Entry>) {
     let mut flushed_at = Instant::now();
+    let mut pruned_at = Instant::now();
     let mut pause = POLL;
     let mut checked_at = Instant::now();
     let mut notices = match inner.upgrade() {
@@ -771,6 +787,15 @@ async fn follow(inner: Weak<Inner>, event_id: String, entry: Arc<Entry>) {
                 tracing::debug!(event = %event_id, error = %e, "could not send the renewals");
             }
         }
+        if pruned_at.elapsed() >= PRUNE_POLLED {
+            pruned_at = Instant::now();
+            let r = entry.replica.lock();
+            entry.polled.lock().retain(|seq, _| {
+                r.places
+                    .get(seq)
+                    .is_some_and(|p| p.state == PlaceState::Waiting)
+            });
+        }
         let synced = entry.replica.lock().synced;
         let progressed = if synced {
             read(&inner, &event_id, &entry, &mut checked_at).await
@@ -781,9 +806,15 @@ async fn follow(inner: Weak<Inner>, event_id: String, entry: Arc<Entry>) {
         if progressed {
             pause = POLL;
         } else {
+            // An urgent renewal waiting out the gap: back when it may go, not later.
+            let nap = if entry.urgent.load(std::sync::atomic::Ordering::SeqCst) {
+                pause.min(URGENT_GAP.saturating_sub(flushed_at.elapsed()))
+            } else {
+                pause
+            };
             tokio::select! {
                 _ = entry.wake.notified() => pause = POLL,
-                _ = tokio::time::sleep(pause) => pause = (pause * 2).min(POLL_IDLE),
+                _ = tokio::time::sleep(nap) => pause = (pause * 2).min(POLL_IDLE),
             }
         }
     }
