@@ -790,11 +790,16 @@ pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
                 })
             })
         };
-        first_signal(vec![
+        let mut handlers = vec![
             ("SIGTERM", handler(SignalKind::terminate())),
             ("SIGINT", handler(SignalKind::interrupt())),
-            ("SIGHUP", handler(SignalKind::hangup())),
-        ])
+        ];
+        // A server started under `nohup` (or with SIGHUP ignored by its supervisor) was
+        // asked to outlive its terminal: catching SIGHUP would undo that.
+        if !hangup_ignored() {
+            handlers.push(("SIGHUP", handler(SignalKind::hangup())));
+        }
+        first_signal(handlers)
     }
     #[cfg(not(unix))]
     {
@@ -815,6 +820,18 @@ type SignalFuture = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 /// installed is logged and left out, and the others still count; with none at all it never
 /// resolves (the signals' default actions still end the process: only the graceful part is
 /// lost).
+/// Whether this process was started with SIGHUP ignored (`nohup`).
+#[cfg(unix)]
+fn hangup_ignored() -> bool {
+    // SAFETY: reads the current action only (a null new action changes nothing), into a
+    // zeroed `sigaction` this function owns.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(libc::SIGHUP, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == libc::SIG_IGN
+    }
+}
+
 async fn first_signal(handlers: Vec<(&'static str, std::io::Result<SignalFuture>)>) {
     let mut installed = Vec::new();
     for (name, handler) in handlers {

@@ -178,6 +178,31 @@ async fn sighup_and_sigint_stop_gracefully() {
         let (st, _) = get(&s.url("/api/v1/events/ev")).await;
         assert_eq!(st, StatusCode::OK, "SIG{sig}: the event was kept");
     }
+    // Started under `nohup` (SIGHUP ignored), it keeps serving through a hangup.
+    let dir = tempdir();
+    let data = dir.path().join("data");
+    let args = support::binary::serve_args(&data, &["--admin-token", ADMIN]);
+    let nohup = |cmd: &mut std::process::Command| {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: `signal` is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::signal(libc::SIGHUP, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+    };
+    let s = Server::start_adjusted(dir.path(), &args, &[], nohup);
+    let pid = s.child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (st, _) = get(&s.url("/healthz")).await;
+    assert_eq!(st, StatusCode::OK, "a hangup under nohup stopped it");
+    assert_eq!(s.terminate(Duration::from_secs(8)).code(), Some(0));
 }
 
 #[tokio::test]
