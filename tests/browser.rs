@@ -2272,6 +2272,27 @@ async fn the_landing_page_refresh_keeps_the_focus() {
             .await,
         Value::Null
     );
+    // An item ahead of the focused one goes away: the focus stays (a review's find: the
+    // gone item was removed after the others were placed, which moved the focused one).
+    let (st, v) = s
+        .call(
+            Method::DELETE,
+            "/api/v1/admin/events/a-fest",
+            Some(ADMIN),
+            None,
+        )
+        .await;
+    assert!(st.is_success(), "{v}");
+    js_until(
+        &b,
+        "return document.querySelectorAll('#events a').length === 2",
+    )
+    .await;
+    assert_eq!(
+        b.js("return document.activeElement.getAttribute('href')")
+            .await,
+        json!("/wait/b-fest")
+    );
     b.click("#lang").await;
     js_until(&b, "return document.title === '대기실'").await;
     b.close().await;

@@ -23,11 +23,14 @@
   // ended sale's item, keyed apart, has no link.)
   function render() {
     const list = el('events');
+    const keyOf = (e) => e.event_id + (e.ended ? ' ' : '');
+    const keys = new Set(events.map(keyOf));
+    // Gone items first: one left ahead of a kept item would make placing it move it.
+    for (const li of [...list.children]) if (!keys.has(li.dataset.key)) li.remove();
     const old = new Map([...list.children].map((li) => [li.dataset.key, li]));
     events.forEach((e, i) => {
-      const key = e.event_id + (e.ended ? ' ' : '');
+      const key = keyOf(e);
       let li = old.get(key);
-      old.delete(key);
       if (!li) {
         li = document.createElement('li');
         li.dataset.key = key;
@@ -49,7 +52,6 @@
       WR.setText(meta, bits.join(' · '));
       if (list.children[i] !== li) list.insertBefore(li, list.children[i]);
     });
-    for (const li of old.values()) li.remove();
     el('empty').hidden = events.length > 0;
     document.title = t('brand');
   }
