@@ -207,6 +207,8 @@ async fn set_paused(
         .store
         .update_event(id, &patch, state.clock.now())
         .await?;
+    // As after a `PUT`: this node's next join reads the change.
+    state.events.forget(id);
     let action = if paused {
         Action::Pause
     } else {

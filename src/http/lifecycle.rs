@@ -86,6 +86,8 @@ pub async fn announce(
         ..EventPatch::default()
     };
     state.store.update_event(&id, &patch, a.at).await?;
+    // As after a `PUT`: this node's next read of the event has the announcement.
+    state.events.forget(&id);
     let body = AnnouncementBody::new(&a);
     let changes = change("announcement", &old, &body.message);
     records::audit(&state, &caller, Action::Announce, &id, changes, None).await;
@@ -112,6 +114,7 @@ pub async fn clear_announcement(
     let now = state.clock.now();
     let old = announced_before(&state, &id, now).await?;
     state.store.update_event(&id, &patch, now).await?;
+    state.events.forget(&id);
     let changes = change("announcement", &old, &serde_json::Value::Null);
     records::audit(&state, &caller, Action::Announce, &id, changes, None).await;
     Ok(Json(Announced {
@@ -144,6 +147,7 @@ pub async fn end(
         at: now,
     };
     let applied = state.store.end_sale(&id, end, now).await?;
+    state.events.forget(&id);
     let old = EndedBody::of(&applied.before, now);
     let waiting = applied.waiting;
     let ended = EndedBody::of(&applied.config, now)
