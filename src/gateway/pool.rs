@@ -465,8 +465,8 @@ impl hyper::body::Body for Driven {
             // the error, and drops what it holds unwritten: the head, and the part of
             // the body that came, often all in one go. Held back for one poll, the
             // error lets it write those first (it writes out whenever the body is
-            // pending), so the client gets the head and a cut body, as from nginx,
-            // and not an empty reply.
+            // pending), so the client usually gets the head and a cut body, as from
+            // nginx, and not an empty reply (a slow reader's unwritten tail still goes).
             this.failed = Some(e);
             cx.waker().wake_by_ref();
             return Poll::Pending;

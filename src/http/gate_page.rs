@@ -294,12 +294,15 @@ fn range(lo: u64, hi: u64, ko: bool) -> String {
     match (b <= 1, a == b, hours, ko) {
         (true, _, _, false) => "about a minute".to_string(),
         (true, _, _, true) => "약 1분".to_string(),
+        // It may come within the minute (`durUpTo`).
+        (_, false, false, false) if lo < 60 => format!("up to {b} minutes"),
+        (_, false, false, true) if lo < 60 => format!("최대 {b}분"),
         (_, true, false, false) => format!("about {b} minutes"),
         (_, true, false, true) => format!("약 {b}분"),
         (_, true, true, false) => format!("about {b} hours"),
         (_, true, true, true) => format!("약 {b}시간"),
         (_, false, false, false) => format!("{a} to {b} minutes"),
-        (_, false, false, true) => format!("{a}~{b}분"),
+        (_, false, false, true) => format!("약 {a}~{b}분"),
         (_, false, true, false) => format!("about {a} to {b} hours"),
         (_, false, true, true) => format!("약 {a}~{b}시간"),
     }
@@ -323,6 +326,10 @@ mod tests {
         assert_eq!(range(270 * 60, 330 * 60, false), "about 4 to 6 hours");
         assert_eq!(range(270 * 60, 330 * 60, true), "약 4~6시간");
         assert_eq!(range(0, 30, false), "about a minute");
+        // A low end within the minute, as the script says it (a review's find: "0 to 5").
+        assert_eq!(range(0, 300, false), "up to 5 minutes");
+        assert_eq!(range(30, 300, true), "최대 5분");
+        assert_eq!(range(240, 400, true), "약 4~7분");
         assert_eq!(span(30, false), "1 min");
         assert_eq!(span(6928, false), "1 h 56 min");
         assert_eq!(span(6928, true), "1시간 56분");

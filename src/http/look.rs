@@ -478,7 +478,6 @@ fn mix(a: [f64; 3], b: [f64; 3], percent: u8) -> [f64; 3] {
     [0, 1, 2].map(|i| a[i] * p + b[i] * (1.0 - p))
 }
 
-/// WCAG's contrast ratio of two colours (1 to 21).
 /// The text colour of buttons filled with `color`: near-black or white, whichever
 /// contrasts more with it. (A fixed luminance cut at 0.4 gave common brand colours, an
 /// orange `#ff8800` or a sky blue `#33aaff`, white text at 2.4:1 where near-black reads at
@@ -492,6 +491,7 @@ fn accent_text(color: &str) -> &'static str {
     }
 }
 
+/// WCAG's contrast ratio of two colours (1 to 21).
 fn contrast(a: [f64; 3], b: [f64; 3]) -> f64 {
     let (la, lb) = (luminance(&hex(a)), luminance(&hex(b)));
     (la.max(lb) + 0.05) / (la.min(lb) + 0.05)
