@@ -735,7 +735,8 @@ async fn the_gate_page_says_when_it_does_not_know_the_wait() {
     s.put_event("shop", json!({"max_active": 1, "paths": ["/checkout"]}))
         .await;
     s.join_token("shop", "holder").await;
-    let room = s.url("/wait/shop/queue?return=%2Fcheckout");
+    let path = "/wait/shop/queue?return=%2Fcheckout";
+    let room = s.url(path);
     let r = s
         .http
         .get(&room)
@@ -753,17 +754,7 @@ async fn the_gate_page_says_when_it_does_not_know_the_wait() {
         ("en", "Estimated wait: we don't know yet."),
         ("ko", "예상 대기 시간: 아직 알 수 없습니다."),
     ] {
-        let html = s
-            .http
-            .get(&room)
-            .header(header::ACCEPT, "text/html")
-            .header(header::ACCEPT_LANGUAGE, lang)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let html = page(&s, path, lang).await.text().await.unwrap();
         assert!(
             html.contains(&format!("<p id=\"waitroom-wait\">{says}</p>")),
             "{html}"
@@ -921,7 +912,7 @@ async fn the_gate_page_says_when_the_line_opens() {
     let opens = waitroom::core::schedule::format_rfc3339(now + 2 * 3600 * 1000 + 30_000);
     s.put_event("pre", json!({"paths": ["/pre"], "opens_at": opens}))
         .await;
-    let room = s.url("/wait/pre/queue?return=%2Fpre");
+    let path = "/wait/pre/queue?return=%2Fpre";
     for (lang, says) in [
         (
             "en",
@@ -932,17 +923,7 @@ async fn the_gate_page_says_when_the_line_opens() {
             "<p id=\"waitroom-wait\">2시간 1분 후에 대기열이 열립니다.</p>",
         ),
     ] {
-        let html = s
-            .http
-            .get(&room)
-            .header(header::ACCEPT, "text/html")
-            .header(header::ACCEPT_LANGUAGE, lang)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let html = page(&s, path, lang).await.text().await.unwrap();
         assert!(html.contains(says), "{html}");
         assert!(
             html.contains("The sale opens soon") || html.contains("곧 예매가 시작됩니다"),
