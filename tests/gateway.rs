@@ -2415,6 +2415,58 @@ async fn another_sites_page_cannot_fill_the_line() {
     assert_eq!(joins().await, 4, "a visit from a link joins");
 }
 
+/// `HEAD` is a safe method: a link checker or an uptime monitor asking it at a gated URL
+/// makes no place, in the waiting room and in gateway mode (defect: each made one, holding
+/// a position until it lapsed). It gets the head of a waiting page, with no cookie; a `GET`
+/// then joins as usual, and a `HEAD` with a live place reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_request_makes_no_place() {
+    let origin = origin().await;
+    let w = waitroom(Some(origin), None).await;
+    event(&w, "shop", gated("shop", json!({"paused": true}))).await;
+    let joins = || async {
+        let r = client()
+            .get(format!("http://{}/api/v1/admin/events/shop", w.addr))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap();
+        let v: Value = r.json().await.unwrap();
+        v["joins"].as_u64().unwrap()
+    };
+    for path in ["/wait/shop/queue?return=/checkout", "/checkout"] {
+        for accept in ["text/html", "application/json", "*/*"] {
+            let r = client()
+                .head(format!("http://{}{path}", w.addr))
+                .header("accept", accept)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 503, "{path} {accept}");
+            assert!(r.headers().contains_key("retry-after"), "{path}");
+            assert_eq!(r.headers()["cache-control"], "no-store", "{path}");
+            assert!(!r.headers().contains_key("set-cookie"), "{path} {accept}");
+        }
+    }
+    assert_eq!(joins().await, 0, "no place made by a HEAD");
+    let mut a = Person::default();
+    let url = format!("http://{}/checkout", w.addr);
+    let first = a.get(&url, &[]).await;
+    assert_eq!(first.status, 503, "{}", first.text);
+    assert!(first.headers.contains_key("set-cookie"));
+    assert_eq!(joins().await, 1, "a GET joins");
+    let cookie = first.headers["set-cookie"].to_str().unwrap();
+    let cookie = cookie.split(';').next().unwrap().to_string();
+    let head = client()
+        .head(&url)
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.status(), 503);
+    assert_eq!(joins().await, 1, "a HEAD with its place reads it");
+}
+
 /// The address of an origin that is gone: nothing listens there.
 async fn dead_origin() -> SocketAddr {
     let dead = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -249,7 +249,8 @@ impl Gateway {
             self.state.gates.secure_cookies || gate::is_https(&self.guard, peer, req.headers());
         let place = connection::place_of(self, conn.map(|c| &c.last), &gate, req.headers());
         let headers = req.headers();
-        let join = || !gate::cross_site_subresource(headers);
+        let method = req.method().clone();
+        let join = || gate::may_join(&method, headers);
         let admission = gate::admit(&self.state, &self.guard, &gate, place, client, join).await;
         // The gate page's language, as the waiting page's (`?lang=`, else the browser's):
         // read only for the answers made here, not for a request passed to the origin.
@@ -313,12 +314,11 @@ impl Gateway {
                 }
                 (outcome, res)
             }
-            // Not joined: another site's page loading this URL.
+            // Not joined: a `HEAD`, or another site's page loading this URL.
             Ok(Admission::Absent) => {
-                let (json, lang) = (!gate::asks_html(req.headers()), lang(&req));
-                let res =
-                    gate::refusal(&self.state, &gate.event_id, gate::not_a_visit(), json, lang)
-                        .await;
+                let lang = lang(&req);
+                let headers = req.headers();
+                let res = gate::no_place(&self.state, &gate.event_id, &method, headers, lang).await;
                 (Outcome::Refused, res)
             }
         }

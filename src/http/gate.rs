@@ -18,7 +18,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use axum::extract::{ConnectInfo, State};
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
@@ -381,6 +381,35 @@ pub fn cross_site_subresource(headers: &HeaderMap) -> bool {
         None => get("sec-fetch-mode") == Some(b"navigate"),
     };
     prefetch || !visit
+}
+
+/// Whether a request at a gated URL without a live place may make one: a visit (not
+/// [`cross_site_subresource`]) that is not a `HEAD`. `HEAD` is a safe method: a link
+/// checker or an uptime monitor asking it must not fill the line with places nobody polls,
+/// each holding a position until it lapses after `waiting_idle_sec`.
+pub fn may_join(method: &Method, headers: &HeaderMap) -> bool {
+    method != Method::HEAD && !cross_site_subresource(headers)
+}
+
+/// What a gated URL answers a request that made no place ([`may_join`]): a `HEAD`, the
+/// head of a waiting page (`503`, `Retry-After`, never cached) with no cookie; another
+/// site's page loading it, the refusal of [`not_a_visit`].
+pub async fn no_place(
+    state: &AppState,
+    event_id: &str,
+    method: &Method,
+    headers: &HeaderMap,
+    lang: &'static str,
+) -> Response {
+    if method == Method::HEAD {
+        let mut res = StatusCode::SERVICE_UNAVAILABLE.into_response();
+        res.extensions_mut().insert(super::edge::NotAFailure);
+        let h = res.headers_mut();
+        h.insert(header::RETRY_AFTER, HeaderValue::from(1));
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        return res;
+    }
+    refusal(state, event_id, not_a_visit(), !asks_html(headers), lang).await
 }
 
 /// What a gated URL answers another site's page that loads it ([`cross_site_subresource`]).
@@ -833,10 +862,15 @@ pub async fn queue_page(
     super::extract::AppPath(event_id): super::extract::AppPath<String>,
     caller: Caller,
     super::extract::AppQuery(q): super::extract::AppQuery<QueueQuery>,
-    extensions: axum::http::Extensions,
-    uri: axum::http::Uri,
-    headers: HeaderMap,
+    parts: axum::http::request::Parts,
 ) -> AppResult<Response> {
+    let axum::http::request::Parts {
+        method,
+        uri,
+        headers,
+        extensions,
+        ..
+    } = parts;
     let peer = extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip());
@@ -867,7 +901,7 @@ pub async fn queue_page(
     let secure = state.gates.secure_cookies || is_https(&caller.guard, peer, &headers);
     let ret = ascii_location(safe_return(q.ret.as_deref().unwrap_or("/")));
     let place = cookie_place(&state, &gate, &headers);
-    let join = || !cross_site_subresource(&headers);
+    let join = || may_join(&method, &headers);
     let lang = super::look::language(&uri, &headers);
     let admission = match admit(&state, &caller.guard, &gate, place, caller.ip, join).await {
         Ok(a) => a,
@@ -891,10 +925,8 @@ pub async fn queue_page(
             wants_json(&headers),
             cookie.map(|c| secure_cookie(c, secure)),
         )),
-        // Not joined: another site's page loading this URL.
-        Admission::Absent => {
-            Ok(refusal(&state, &event_id, not_a_visit(), !asks_html(&headers), lang).await)
-        }
+        // Not joined: a `HEAD`, or another site's page loading this URL.
+        Admission::Absent => Ok(no_place(&state, &event_id, &method, &headers, lang).await),
     }
 }
 
