@@ -43,7 +43,10 @@ pub type EventOf = dyn Fn(&http::request::Parts) -> Option<String> + Send + Sync
 /// Which event a request's token must be for.
 #[derive(Clone)]
 pub enum EventRule {
-    /// Any event (the claims still name it: the handler decides).
+    /// None chosen yet: [`GuardLayer::new`]'s, which the layer refuses to be built with.
+    Unset,
+    /// Any event (the claims still name it: the handler decides), chosen explicitly with
+    /// [`GuardLayer::any_event`].
     Any,
     /// This event.
     Is(Arc<str>),
@@ -60,13 +63,23 @@ pub struct GuardLayer {
 }
 
 impl GuardLayer {
-    /// Tokens of any event; narrow with [`event`](Self::event) or [`event_from`](Self::event_from).
+    /// A layer that must still be told which event's tokens it takes: [`event`](Self::event),
+    /// [`event_from`](Self::event_from) or, explicitly, [`any_event`](Self::any_event).
+    /// Building a service without one panics: taking any event's token by default let a
+    /// token of a quiet event with no line (handed out at once) pass a busy event's site.
     pub fn new(verifier: Verifier) -> Self {
         GuardLayer {
             verifier,
-            event: EventRule::Any,
+            event: EventRule::Unset,
             query_param: None,
         }
+    }
+
+    /// Tokens of any event on the server: the handler reads [`AccessClaims::event_id`] and
+    /// decides. Only for a site that serves every event itself.
+    pub fn any_event(mut self) -> Self {
+        self.event = EventRule::Any;
+        self
     }
 
     /// Only tokens issued for `event_id`.
@@ -96,6 +109,11 @@ impl<S> tower_layer::Layer<S> for GuardLayer {
     type Service = Guard<S>;
 
     fn layer(&self, inner: S) -> Guard<S> {
+        assert!(
+            !matches!(self.event, EventRule::Unset),
+            "waitroom_guard::GuardLayer needs the event whose tokens it takes: \
+             .event(id), .event_from(f), or .any_event() for a site serving every event"
+        );
         Guard {
             inner,
             layer: self.clone(),
@@ -139,7 +157,8 @@ where
                 None => Err(Refusal::Missing),
                 Some(token) => {
                     let event = match &layer.event {
-                        EventRule::Any => Ok(None),
+                        // `layer` refuses to build with `Unset`.
+                        EventRule::Any | EventRule::Unset => Ok(None),
                         EventRule::Is(e) => Ok(Some(e.to_string())),
                         EventRule::From(f) => f(&parts).map(Some).ok_or(Refusal::WrongEvent),
                     };

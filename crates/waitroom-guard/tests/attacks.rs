@@ -661,3 +661,34 @@ async fn an_unknown_kid_waits_no_longer_than_a_second() {
     );
     assert_eq!(keys.fetches.load(Ordering::SeqCst), fetched, "no fetch");
 }
+
+/// A layer that was not told which event's tokens it takes is never built (defect: it took
+/// any event's token, so a token of a quiet event with no line, handed out at once, passed
+/// a busy event's site).
+#[tokio::test]
+#[should_panic(expected = "needs the event whose tokens it takes")]
+async fn a_layer_without_its_event_is_not_built() {
+    let (_keys, _good, _app, verifier) = setup().await;
+    let _ = Router::<()>::new()
+        .route("/book", get(|| async { "booked" }))
+        .layer(GuardLayer::new(verifier));
+}
+
+/// Another event's token is refused by a layer for one event, and taken only by a layer
+/// told explicitly to take any event's (whose handler reads the event from the claims).
+#[tokio::test]
+async fn another_events_token_passes_only_a_layer_for_any_event() {
+    let (_keys, good, app, verifier) = setup().await;
+    let other = sign_with(&good, "k1", &claims("free-webinar", now() + 600));
+    assert_denied(call(&app, "/book", Some(&other)).await, "event");
+    let any = Router::new()
+        .route(
+            "/book",
+            get(|c: AccessClaims| async move { c.event_id().to_string() }),
+        )
+        .layer(GuardLayer::new(verifier).any_event());
+    assert_eq!(
+        call(&any, "/book", Some(&other)).await,
+        (StatusCode::OK, "free-webinar".into())
+    );
+}
