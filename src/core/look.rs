@@ -46,6 +46,18 @@ impl Texts {
         };
         first.as_deref().or(second.as_deref())
     }
+
+    /// [`Texts::pick`], with the language of the text picked (`"ko"` or `"en"`): a page
+    /// marks a stand-in in the other language, so a screen reader speaks it in its own.
+    pub fn pick_lang(&self, lang: &str) -> Option<(&str, &'static str)> {
+        let ko = self.ko.as_deref().map(|t| (t, "ko"));
+        let en = self.en.as_deref().map(|t| (t, "en"));
+        if lang == "ko" {
+            ko.or(en)
+        } else {
+            en.or(ko)
+        }
+    }
 }
 
 /// The look and words of an event's waiting page. Every field is optional: an event without

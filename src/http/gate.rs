@@ -633,23 +633,26 @@ pub async fn refusal(
 /// The event's words for the gate page in `lang`: its `title` text (else its name), its
 /// headline and note, escaped.
 pub fn words(c: &crate::core::EventConfig, lang: &'static str) -> Words {
-    let text = |t: &Option<crate::core::Texts>| {
-        t.as_ref()
-            .and_then(|t| t.pick(lang))
-            .map(escape)
-            .unwrap_or_default()
+    use super::gate_page::lang_attr;
+    let text = |t: &Option<crate::core::Texts>| match t.as_ref().and_then(|t| t.pick_lang(lang)) {
+        Some((t, l)) => (escape(t), lang_attr(lang, l)),
+        None => (String::new(), ""),
     };
+    // The event's name has no language of its own: it stands unmarked.
+    let (title, title_lang) = match c.look.title.as_ref().and_then(|t| t.pick_lang(lang)) {
+        Some((t, l)) => (escape(t), lang_attr(lang, l)),
+        None => (escape(&c.name), ""),
+    };
+    let (headline, headline_lang) = text(&c.look.headline);
+    let (note, note_lang) = text(&c.look.note);
     Words {
         lang,
-        title: escape(
-            c.look
-                .title
-                .as_ref()
-                .and_then(|t| t.pick(lang))
-                .unwrap_or(&c.name),
-        ),
-        headline: text(&c.look.headline),
-        note: text(&c.look.note),
+        title,
+        headline,
+        note,
+        title_lang,
+        headline_lang,
+        note_lang,
     }
 }
 

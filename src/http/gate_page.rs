@@ -36,6 +36,21 @@ pub struct Words {
     pub title: String,
     pub headline: String,
     pub note: String,
+    /// The `lang` attribute of the title, headline and note (` lang="ko"`), for a text that
+    /// stands in from the other language; empty otherwise.
+    pub title_lang: &'static str,
+    pub headline_lang: &'static str,
+    pub note_lang: &'static str,
+}
+
+/// The ` lang="…"` attribute of a text in `text_lang` on a page in `page_lang`: empty when
+/// they agree.
+pub fn lang_attr(page_lang: &str, text_lang: &'static str) -> &'static str {
+    match text_lang {
+        l if l == page_lang => "",
+        "ko" => " lang=\"ko\"",
+        _ => " lang=\"en\"",
+    }
 }
 
 impl Words {
@@ -78,14 +93,14 @@ fn extras(words: &Words) -> String {
     let mut out = String::new();
     if !words.headline.is_empty() {
         out.push_str(&format!(
-            "<p class=\"headline\" id=\"waitroom-headline\" dir=\"auto\">{}</p>\n",
-            words.headline
+            "<p class=\"headline\" id=\"waitroom-headline\" dir=\"auto\"{}>{}</p>\n",
+            words.headline_lang, words.headline
         ));
     }
     if !words.note.is_empty() {
         out.push_str(&format!(
-            "<p class=\"note\" id=\"waitroom-note\" dir=\"auto\">{}</p>\n",
-            words.note
+            "<p class=\"note\" id=\"waitroom-note\" dir=\"auto\"{}>{}</p>\n",
+            words.note_lang, words.note
         ));
     }
     out
@@ -148,7 +163,7 @@ pub fn render(words: &Words, view: &PlaceView, retry: u64) -> String {
 </head>
 <body>
 <main>
-<h1 dir="auto">{title}</h1>
+<h1 dir="auto"{title_lang}>{title}</h1>
 {extras}<p>{lead}</p>
 <p>{place}</p>
 <p class="pos" id="waitroom-position">{position}</p>
@@ -160,6 +175,7 @@ pub fn render(words: &Words, view: &PlaceView, retry: u64) -> String {
 "#,
         head = head(words.lang),
         title = words.title,
+        title_lang = words.title_lang,
         extras = extras(words),
         BOX = BOX,
     )
@@ -178,7 +194,7 @@ main {{ white-space: pre-line; }}
 </head>
 <body>
 <main>
-<h1 dir="auto">{title}</h1>
+<h1 dir="auto"{title_lang}>{title}</h1>
 <h2 id="waitroom-refused">{heading}</h2>
 <p id="waitroom-message">{text}</p>
 </main>
@@ -187,6 +203,7 @@ main {{ white-space: pre-line; }}
 "#,
         head = head(words.lang),
         title = words.title,
+        title_lang = words.title_lang,
         BOX = BOX,
     )
 }
