@@ -4,7 +4,7 @@
 //!
 //! Matching errs on the side of the queue. A gated prefix matches the path as sent, the
 //! path as an origin would read it (percent-decoded, `.`/`..` and `//` resolved) and, when
-//! it differs, as a Windows server or a C program would (each segment's trailing dots and
+//! it differs, as a Windows server or a C program would (IIS's `%uNNNN` decoded, each segment's trailing dots and
 //! spaces dropped, cut at a NUL), ignoring ASCII case (some origins do); a bypass prefix matches only a path that has nothing to
 //! resolve (no `%`, no dot segment, no empty segment), so `/static/../checkout` or
 //! `/static/%2e%2e/checkout` never slip past the queue through a bypass.
@@ -195,7 +195,7 @@ fn windows_form(raw: &str) -> Option<String> {
 
 /// [`windows_form`] of a path without its query, whether or not it differs.
 fn windows_reading(path: &str) -> String {
-    let decoded = percent_decode(path);
+    let decoded = percent_u_decode(path);
     let decoded = decoded.split('\0').next().unwrap_or("");
     resolve(decoded, true, |seg| {
         // An NTFS stream name (`checkout::$DATA`, `checkout:$INDEX_ALLOCATION`): IIS serves
@@ -234,6 +234,37 @@ fn differs_on_windows(raw: &str) -> Option<usize> {
         }
     }
     None
+}
+
+/// [`percent_decode`] that also reads IIS's `%uNNNN` (a UTF-16 code unit, `%u0063` is `c`),
+/// as Windows' HTTP.sys does by default: an IIS origin serves `/%u0063heckout` as
+/// `/checkout`. A lone surrogate reads as U+FFFD.
+fn percent_u_decode(s: &str) -> String {
+    if !s.contains("%u") && !s.contains("%U") {
+        return percent_decode(s);
+    }
+    let b = s.as_bytes();
+    let mut plain = String::with_capacity(s.len());
+    let mut i = 0;
+    let mut from = 0;
+    while i < b.len() {
+        let unit = (b[i] == b'%' && matches!(b.get(i + 1), Some(b'u' | b'U')))
+            .then(|| s.get(i + 2..i + 6))
+            .flatten()
+            .filter(|h| h.bytes().all(|c| c.is_ascii_hexdigit()))
+            .and_then(|h| u32::from_str_radix(h, 16).ok());
+        match unit {
+            Some(u) => {
+                plain.push_str(&percent_decode(&s[from..i]));
+                plain.push(char::from_u32(u).unwrap_or(char::REPLACEMENT_CHARACTER));
+                i += 6;
+                from = i;
+            }
+            None => i += 1,
+        }
+    }
+    plain.push_str(&percent_decode(&s[from..]));
+    plain
 }
 
 fn percent_decode(s: &str) -> String {
@@ -680,6 +711,12 @@ mod tests {
             "/checkout.::$DATA",
             "/checkout%3a%3a$DATA",
             "/checkout::$INDEX_ALLOCATION/pay",
+            // IIS's `%uNNNN`, which HTTP.sys decodes by default.
+            "/%u0063heckout/",
+            "/check%u006fut",
+            "/CHECK%U004FUT",
+            "/x/%u002e%u002e/checkout",
+            "/x%u002f..%u002fcheckout",
             // Read as RFC 3986 does, whatever the other forms make of them.
             "/x/../checkout/.../..",
             "/x/../checkout/%20/..",
