@@ -669,6 +669,8 @@ async fn the_gate_page_speaks_the_browsers_language() {
         "{ko}"
     );
     assert!(ko.contains("<h1 dir=\"auto\">봄 세일</h1>"), "{ko}");
+    // Reloading an ended sale changes nothing: its page does not reload itself.
+    assert!(!ko.contains("http-equiv=\"refresh\""), "{ko}");
     let (_, en) = gate(room.to_string(), "en").await;
     assert!(
         en.contains("Sold out") && en.contains("Refunds by mail"),

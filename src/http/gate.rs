@@ -617,7 +617,13 @@ pub async fn refusal(
         None if ko => ("지금은 대기실에 들어갈 수 없습니다", message),
         None => ("The waiting room cannot let you in right now", message),
     };
-    let page = super::gate_page::render_refused(&words, heading, &escape(&text));
+    // A refusal that passes says when to try again; the end of a sale never passes.
+    let retry = parts
+        .headers
+        .get(header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .filter(|_| reason.is_none());
+    let page = super::gate_page::render_refused(&words, heading, &escape(&text), retry);
     let mut res = Response::from_parts(parts, axum::body::Body::from(page));
     let h = res.headers_mut();
     h.remove(header::CONTENT_LENGTH);
@@ -673,7 +679,11 @@ pub fn session_headers(h: &mut HeaderMap, s: &Session) {
     h.insert(X_WAITROOM_SESSION, s.ids.session.clone());
 }
 
+/// `deny_unknown_fields`: a misspelt `?eventId=` in nginx's configuration is refused (`400`,
+/// which `auth_request` makes a `500`: closed) rather than ignored, which would have matched
+/// the URI by `paths` and let through every request to a location pinned to that event.
 #[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct GateQuery {
     pub event_id: Option<String>,
 }

@@ -182,14 +182,36 @@ pub fn render(words: &Words, view: &PlaceView, retry: u64) -> String {
 }
 
 /// The page of a refusal at a gated URL (the sale ended, the event is closed, a limit):
-/// `heading` and `text` already escaped. No refresh: reloading changes nothing soon.
-pub fn render_refused(words: &Words, heading: &str, text: &str) -> String {
+/// `heading` and `text` already escaped. A refusal that passes (a rate limit, a full line,
+/// the store unreachable: `retry`, its `Retry-After`) reloads itself after it, as the
+/// waiting page does: a person told to keep the tab open must not lose the place by
+/// leaving a refused reload on screen. The end of a sale does not: reloading changes
+/// nothing.
+pub fn render_refused(words: &Words, heading: &str, text: &str, retry: Option<u64>) -> String {
+    let (refresh, again) = match retry {
+        Some(sec) => {
+            let sec = sec.max(1);
+            let again = if words.ko() {
+                format!("이 페이지는 {sec}초 후 저절로 다시 시도합니다.")
+            } else if sec == 1 {
+                "This page tries again by itself in a second.".to_string()
+            } else {
+                format!("This page tries again by itself in {sec} seconds.")
+            };
+            (
+                format!("<meta http-equiv=\"refresh\" content=\"{sec}\">\n"),
+                format!("<p class=\"fine\" id=\"waitroom-again\">{again}</p>\n"),
+            )
+        }
+        None => (String::new(), String::new()),
+    };
     format!(
         r#"{head}<meta name="robots" content="noindex">
-<title>{title}: {heading}</title>
+{refresh}<title>{title}: {heading}</title>
 <style>
 {BOX}
 main {{ white-space: pre-line; }}
+.fine {{ color: #5b6475; font-size: .9rem; }}
 </style>
 </head>
 <body>
@@ -197,7 +219,7 @@ main {{ white-space: pre-line; }}
 <h1 dir="auto"{title_lang}>{title}</h1>
 <h2 id="waitroom-refused">{heading}</h2>
 <p id="waitroom-message">{text}</p>
-</main>
+{again}</main>
 </body>
 </html>
 "#,
