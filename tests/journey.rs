@@ -542,6 +542,55 @@ async fn people_still_waiting_at_max_run_secs_keep_their_record() {
     );
 }
 
+/// `--strict` fails a run whose promises were not kept (exit status 1, after the summary),
+/// for a job that runs the simulator as a check; without it the same run exits 0 with a
+/// warning. The run: a paused event used as it is, so nobody is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_fails_a_run_whose_promises_were_not_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::serve(dir.path(), &CROWD);
+    let target = common::Target::from_url(&server.base).unwrap();
+    let settings = serde_json::json!({
+        "name": "frozen", "max_active": 5, "paused": true, "waiting_idle_sec": 600,
+        "rate_limits": {"joins_per_minute": 100_000_000, "polls_per_second": 100},
+    });
+    common::put_event(&target, ADMIN, "frozen", &settings.to_string())
+        .await
+        .unwrap();
+    let scenario = dir.path().join("frozen.toml");
+    std::fs::write(
+        &scenario,
+        "users = 10\narrival_secs = 0.3\ntail_secs = 0.0\nspike_share = 1.0\n\
+         abandon_share = 0.0\nreload_share = 0.0\nnetloss_share = 0.0\nmax_run_secs = 2.0\n",
+    )
+    .unwrap();
+    for strict in [false, true] {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_waitroom-bench"));
+        cmd.args(["journey", "--url", &server.base, "--admin-token", ADMIN])
+            .args(["--event", "frozen", "--keep-settings", "--threads", "1"])
+            .arg("--scenario")
+            .arg(&scenario);
+        if strict {
+            cmd.arg("--strict");
+        }
+        let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+            .await
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(
+            stdout.contains("checks: ✗ people (nobody admitted"),
+            "{stdout}\n{stderr}"
+        );
+        assert!(stderr.contains("promise(s) not kept"), "{stderr}");
+        let expected = if strict { 1 } else { 0 };
+        assert_eq!(out.status.code(), Some(expected), "{stdout}\n{stderr}");
+        assert_eq!(stderr.contains("(--strict)"), strict, "{stderr}");
+    }
+}
+
 /// SIGTERM to the simulator (a CI timeout, `kill`) ends it as a normal end does: the node
 /// it started stopped, its temp dir removed. Its default action left both behind.
 #[test]

@@ -271,6 +271,11 @@ pub struct JourneyArgs {
     /// --max-active, --admit-per-minute and --waiting-idle-sec are refused with it.
     #[arg(long)]
     pub keep_settings: bool,
+    /// Fail (exit status 1) when a promise was not kept (a ✗ among the checks), after the
+    /// summary and the report are written: for a job that runs the simulator as a check.
+    /// Without it a ✗ is a warning and the exit status says only whether the run was made.
+    #[arg(long)]
+    pub strict: bool,
     /// A TOML scenario file (the fields of the scenario; flags below override it).
     #[arg(long)]
     pub scenario: Option<PathBuf>,
@@ -1014,9 +1019,10 @@ async fn run_command(a: JourneyArgs) -> Result<()> {
     )
     .await?;
     println!("{}", report.summary());
-    // A ✗ does not change the exit code (the command fails only when the run cannot be
-    // made, as ever), but it is never silent: the summary's `checks:` line, and this.
+    // Without --strict a ✗ does not change the exit code (the command fails only when the
+    // run cannot be made), but it is never silent: the summary's `checks:` line, and this.
     let failed = report.failed_checks();
+    let not_kept = failed.len();
     if !failed.is_empty() {
         eprintln!(
             "journey: warning: {} promise(s) not kept: {}",
@@ -1034,6 +1040,9 @@ async fn run_command(a: JourneyArgs) -> Result<()> {
         std::fs::write(dir.join("report.json"), json)?;
         std::fs::write(dir.join("report.html"), report::html(&report))?;
         println!("wrote {0}/report.json and {0}/report.html", dir.display());
+    }
+    if a.strict && not_kept > 0 {
+        anyhow::bail!("{not_kept} promise(s) not kept (--strict)");
     }
     Ok(())
 }
