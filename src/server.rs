@@ -258,7 +258,8 @@ pub async fn run(
         anyhow::bail!(
             "the store in {} stopped writing (the error is logged above: a full or failing \
              disk?); restart the server once the disk is fixed: it recovers every \
-             acknowledged change from the journal",
+             acknowledged change the journal holds (in `relaxed`, what the OS had not yet \
+             written when the disk failed may be lost, as in a machine crash)",
             settings.data_dir.join("store").display()
         );
     }

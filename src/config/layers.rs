@@ -99,7 +99,7 @@ pub struct Layered {
     #[arg(long, value_enum, value_name = "MODE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub durability: Option<Durability>,
-    /// Start even if the embedded store's journal is damaged (cut back at the damage, logging how many acknowledged records were dropped) or its signing key was lost (the places are kept and expire unheard); on Redis, start with signing keys that share none of those recorded there, and record them. [env: WAITROOM_REPAIR] [default: false]
+    /// Start even if the embedded store's journal is damaged (cut back at the damage, logging how many acknowledged records came after it) or its signing key was lost (the places are kept and expire unheard); on Redis, start with signing keys that share none of those recorded there, and record them. [env: WAITROOM_REPAIR] [default: false]
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", value_parser = parse_bool)]
     #[serde(
         skip_serializing_if = "Option::is_none",

@@ -230,7 +230,11 @@ impl<S: Sink> GroupCommit<S> {
         // changes meanwhile, and the first of them back writes them all as one batch (one
         // fjall batch and one `write(2)` for many joins, as the `sync` thread's batches).
         tokio::task::yield_now().await;
-        let mut deadline = None;
+        // The bound counts from here, not from after this request's own write: a request
+        // that became the writer and met a stalled disk is held inside `write` (it cannot
+        // answer sooner), and once it is out, its answer is late, not a `Yes` after a sync
+        // that came seconds after the bound.
+        let deadline = tokio::time::Instant::now() + bound;
         loop {
             if self.answerable.load(SeqCst) >= ticket {
                 return Handed::Yes;
@@ -245,15 +249,18 @@ impl<S: Sink> GroupCommit<S> {
             // Taking the flag fails only while another writes: it then writes our change
             // too (see `write_queued`), and tells `progress` after.
             self.write_queued();
+            // Past the bound (this request was the writer, held in `write` by a stalled
+            // disk): late, even if a sync covered the change meanwhile.
+            if tokio::time::Instant::now() >= deadline {
+                return Handed::Late;
+            }
             if self.answerable.load(SeqCst) >= ticket {
                 return Handed::Yes;
             }
             if self.stopped.load(SeqCst) {
                 return Handed::Failed;
             }
-            // The clock is read only here: the usual answer needs no timer.
-            let at = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + bound);
-            if tokio::time::timeout_at(at, notified).await.is_err() {
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
                 return Handed::Late;
             }
         }
@@ -838,6 +845,42 @@ mod tests {
             covered.lock().iter().any(|&upto| upto >= 3),
             "answered once a sync covered the late change"
         );
+        gc.close();
+        thread.join().unwrap();
+    }
+
+    /// A request that became the writer and was held inside `write` past its bound (a
+    /// stalled disk) answers `Late` once it is out, even though the thread's sync would
+    /// cover its change at once (defect: the bound counted from after its write, so it
+    /// answered `Yes` seconds past it).
+    #[test]
+    fn a_writer_held_in_its_write_past_the_bound_answers_late() {
+        let sink = Recorder::default();
+        let hold = sink.hold.clone();
+        let bound = Duration::from_millis(300);
+        let gc = GroupCommit::new(sink, Durability::Relaxed, bound);
+        let thread = gc.spawn().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        // Another thread holds the writer inside `write` for 700 ms (a stalled disk).
+        let (taken, is_taken) = std::sync::mpsc::channel();
+        let release = std::thread::spawn(move || {
+            let held = hold.lock();
+            taken.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(700));
+            drop(held);
+        });
+        is_taken.recv().unwrap();
+        let ticket = gc.submit((0, 0)).ok().unwrap();
+        let started = Instant::now();
+        assert_eq!(rt.block_on(gc.handed_over(ticket, bound)), Handed::Late);
+        assert!(started.elapsed() >= Duration::from_millis(600));
+        release.join().unwrap();
+        // Written all the same, and answered once a sync covered it.
+        let wait = Duration::from_secs(30);
+        assert_eq!(rt.block_on(gc.handed_over(ticket, wait)), Handed::Yes);
         gc.close();
         thread.join().unwrap();
     }

@@ -183,7 +183,8 @@ impl Journal {
             if !repair {
                 anyhow::bail!(
                     "{damage}. Refusing to start: restore the data directory from a backup, or \
-                     start with --repair to drop everything from that offset on"
+                     start with --repair to cut the journal at that offset (what it holds from \
+                     there on is dropped)"
                 );
             }
             watermark::repair(dir, &damage)?;
@@ -195,9 +196,11 @@ impl Journal {
                 dropped_batches = damage.lost.batches,
                 exact = damage.exact,
                 uncounted_batches = damage.uncounted_batches,
-                "repair: {damage}; they were dropped. The counts are exact for what the \
-                 durability watermark recorded (exact = false: no watermark, a lower bound); \
-                 batches written after its last update cannot be counted"
+                "repair: {damage}; the journal was cut there. The counts are exact for what \
+                 the durability watermark recorded (exact = false: no watermark, a lower \
+                 bound); batches written after its last update cannot be counted. Of those \
+                 changes, any the store had already moved into a keyspace's table files are \
+                 kept: read the figures, and restore a backup when exactness matters"
             );
         }
         // Opened so that fjall's flushes and compactions run below the requests' priority.
