@@ -200,8 +200,8 @@ async fn a_snapshot_read_in_pieces_answers_exact_positions() {
 }
 
 /// A poll answered by the replica renews its place later; a settings change that shortens
-/// `waiting_idle_sec` sweeps with the new timeout, so it must send the queued renewals
-/// first, even while no deadline is due under the old settings: the polled place stays,
+/// `waiting_idle_sec` counts it from the change at the earliest (neither place goes at
+/// once), then sweeps with the new timeout: the place polled through the replica stays,
 /// the silent one goes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_settings_change_sends_the_queued_renewals_before_it_sweeps() {
@@ -229,6 +229,18 @@ async fn a_settings_change_sends_the_queued_renewals_before_it_sweeps() {
     // was polled since.
     let patch: EventPatch = serde_json::from_value(settings(3)).unwrap();
     a.put_event(ev, &patch, system_now()).await.unwrap();
+    let now = system_now();
+    for k in [polled, silent] {
+        assert_eq!(
+            a.peek(ev, k, now).await.unwrap().status,
+            PlaceState::Waiting,
+            "not ended at the change"
+        );
+    }
+    for _ in 0..7 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        a.status(ev, polled, system_now()).await.unwrap();
+    }
     let now = system_now();
     assert_eq!(
         a.peek(ev, polled, now).await.unwrap().status,

@@ -276,6 +276,12 @@ impl EventQueue {
         // The record of an end by `closes_at` is the queue's, not the new settings': it
         // stays (and ends nothing if the new `closes_at` is later than it).
         let end_seen_at = self.config.end_seen_at;
+        // A shorter `waiting_idle_sec` counts, for the places waiting now, from the change
+        // at the earliest: a live stream renews its place at the change (live.rs
+        // `settings`), and its last renewal, made at the old period, may be older than the
+        // new value. Ending those places before the renewal came lost every follower.
+        // (The Redis rules keep the same floor: rules.lua `wfloor`.)
+        let shorter_idle = config.waiting_idle_sec < self.config.waiting_idle_sec;
         self.config = EventConfig {
             end_seen_at,
             ..config
@@ -285,6 +291,9 @@ impl EventQueue {
         self.deadlines.clear();
         let mut entries = Vec::with_capacity(self.places.len());
         for (seq, p) in self.places.iter_mut() {
+            if shorter_idle && p.state == PlaceState::Waiting {
+                p.last_seen = p.last_seen.max(now);
+            }
             let extra = self.extensions.get(&seq).map_or(0, |e| e.1);
             let d = Self::deadline_of(&self.config, p, extra);
             p.sched = d;

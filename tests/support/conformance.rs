@@ -35,6 +35,7 @@ macro_rules! store_conformance {
             event_lifecycle, validation_is_atomic, direct_entry_and_positions,
             join_is_idempotent_per_user, concurrent_joins_of_one_user, concurrent_joins_are_exact,
             heartbeat_keeps_and_lapse_expires, ghosts_expire_without_polling, enter_rules,
+            a_shorter_idle_counts_from_the_change,
             leave_hands_slot_on, complete_hands_slot_on, session_deadlines, clear_removes_waiting,
             pause_and_resume, rate_budget_paces, queue_full_and_closed, capacity_growth_admits,
             queue_head_in_order, delete_event_removes_places, figures_count_outcomes,
@@ -324,6 +325,59 @@ pub async fn heartbeat_keeps_and_lapse_expires(store: Arc<dyn Store>) {
         QueueError::TokenExpired
     );
     assert!(!store.leave("h", w.key, T0 + 51 * S).await.unwrap());
+}
+
+/// A lowered `waiting_idle_sec` counts, for the places waiting then, from the change at
+/// the earliest: a live stream renews its place at the change, and its last renewal, made
+/// at the old period, may be older than the new value (defect: every such follower was
+/// ended at the change, before its renewal came). A place renewed after the change lapses
+/// the new value after that renewal; one never renewed, the new value after the change.
+/// A longer one applies at once (nothing lapses sooner for it).
+pub async fn a_shorter_idle_counts_from_the_change(store: Arc<dyn Store>) {
+    make_event(
+        &store,
+        "shrink",
+        serde_json::json!({"max_active": 1, "waiting_idle_sec": 30}),
+    )
+    .await;
+    join(&store, "shrink", None, T0).await;
+    let silent = join(&store, "shrink", None, T0).await;
+    let renewed = join(&store, "shrink", None, T0).await;
+    // 10 s after their last sign of life, the idle time goes from 30 s to 5 s.
+    let lowered = patch(serde_json::json!({"waiting_idle_sec": 5}));
+    store
+        .update_event("shrink", &lowered, T0 + 10 * S)
+        .await
+        .unwrap();
+    for p in [&silent, &renewed] {
+        assert_eq!(
+            state(&store, "shrink", p.key, T0 + 10 * S + 1).await,
+            Ok(PlaceState::Waiting),
+            "not ended at the change"
+        );
+    }
+    store
+        .heartbeat("shrink", renewed.key, T0 + 12 * S)
+        .await
+        .unwrap();
+    assert_eq!(
+        state(&store, "shrink", silent.key, T0 + 14 * S + 900).await,
+        Ok(PlaceState::Waiting)
+    );
+    assert_eq!(
+        queue_err(store.status("shrink", silent.key, T0 + 15 * S).await),
+        QueueError::TokenExpired,
+        "the new value after the change"
+    );
+    assert_eq!(
+        state(&store, "shrink", renewed.key, T0 + 16 * S + 900).await,
+        Ok(PlaceState::Waiting)
+    );
+    assert_eq!(
+        queue_err(store.status("shrink", renewed.key, T0 + 17 * S).await),
+        QueueError::TokenExpired,
+        "the new value after its renewal"
+    );
 }
 
 pub async fn ghosts_expire_without_polling(store: Arc<dyn Store>) {

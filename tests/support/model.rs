@@ -624,7 +624,14 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                     m.paced_admissions = 0;
                     m.pace_since = m.now;
                 }
-                // New timeouts apply at once: what they put behind `now` ends now.
+                // New timeouts apply at once: what they put behind `now` ends now. But a
+                // shorter waiting idle counts from the change at the earliest (queue.rs
+                // `set_config`).
+                if cfg.waiting_idle_sec < m.cfg.waiting_idle_sec {
+                    for p in m.places.iter_mut().filter(|p| p.state == MState::Waiting) {
+                        p.last_seen = p.last_seen.max(m.now);
+                    }
+                }
                 m.cfg = cfg;
                 m.expire();
             }

@@ -61,7 +61,10 @@ local function op_put()
     set('lay', LAYOUT)
   end
   rcall('HSET', K_META, 'cfg', ARGV[4], 'ver', fmt(ver + 1), 'inv', ARGV[14])
+  local old_widle = M.widle
   for i = 1, 9 do set(FIELDS[i], tonumber(ARGV[4 + i])) end
+  -- A shorter waiting idle counts from now at the earliest (rules.lua `wfloor`).
+  if exists and M.widle < old_widle then set('wfloor', NOW) end
   set('opens', opens)
   set('opened', tonumber(ARGV[22]))
   set('method', tonumber(ARGV[16]))

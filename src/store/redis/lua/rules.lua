@@ -253,11 +253,16 @@ local function pkey(seq) return pchunk(chunk(seq)) end
 --   whose clock is behind answers no waiting place after it. Answered by `get` and
 --   `settings` (config.rs `end_seen_at`): such a node gives the end's reason too, and an
 --   end call there keeps the close's moment. 0 in a meta written before it.
+-- - wfloor: when `widle` was last lowered (0: never). A waiting place's deadline is
+--   max(seen, wfloor) + widle: a shorter idle counts from the change at the earliest, as
+--   queue.rs `set_config` does (a live stream renews its place at the change, and its
+--   last renewal, at the old period, may be older than the new value). 0 in a meta written
+--   before it.
 local FIELDS = {'cap', 'rate', 'ttl', 'sidle', 'smax', 'widle', 'maxq', 'paused', 'accept',
   'seq', 'completed', 'left', 'expired', 'joins', 'admissions', 'wsum', 'ssum', 'scnt', 'wn',
   'btok', 'blast', 'bprimed', 'nw', 'nad', 'nac', 'nd', 'fadm', 'hbusy', 'hsince', 'hends',
   'opens', 'method', 'npre', 'closes', 'ended', 'lv', 'inc', 'fsz', 'ftail', 'ftot', 'lay',
-  'opened', 'prelast', 'seen'}
+  'opened', 'prelast', 'seen', 'wfloor'}
 local FADM_AT = 27
 local M, DIRTY
 on_call(function() M, DIRTY = {}, false end)
@@ -778,8 +783,9 @@ end
 -- The earliest deadline of any live place (a session's is min(seen + idle, entered + max),
 -- so the minimum over sessions is the smaller of the two ZSET fronts), or NEVER.
 local function next_deadline()
-  return math.min(ws_front(M.widle), zfront(K_ADM, M.ttl), zfront(K_ASEEN, M.sidle),
-    zfront(K_AENT, M.smax))
+  local w = ws_front(0)
+  if w ~= NEVER then w = math.max(w, M.wfloor) + M.widle end
+  return math.min(w, zfront(K_ADM, M.ttl), zfront(K_ASEEN, M.sidle), zfront(K_AENT, M.smax))
 end
 
 -- Ends every place whose deadline is at or before NOW; answers whether anything ended.
@@ -789,10 +795,16 @@ local function expire_due()
   local due = {}
   local seen = {}
   -- Waiting places: the chunks whose lower bound is due, then the due places in each.
-  local visited = rcall('ZRANGEBYSCORE', K_WINDEX, '-inf', fmt(NOW - M.widle))
+  -- None is due before wfloor + widle (a deadline is max(seen, wfloor) + widle).
+  local visited = {}
+  if NOW - M.widle >= M.wfloor then
+    visited = rcall('ZRANGEBYSCORE', K_WINDEX, '-inf', fmt(NOW - M.widle))
+  end
   for _, c in ipairs(visited) do
     local w = rcall('ZRANGEBYSCORE', wkey(c), '-inf', fmt(NOW - M.widle), 'WITHSCORES')
-    for i = 1, #w, 2 do due[#due + 1] = {tonumber(w[i + 1]) + M.widle, w[i]} end
+    for i = 1, #w, 2 do
+      due[#due + 1] = {math.max(tonumber(w[i + 1]), M.wfloor) + M.widle, w[i]}
+    end
   end
   local r = rcall('ZRANGEBYSCORE', K_ADM, '-inf', fmt(NOW - M.ttl), 'WITHSCORES')
   for i = 1, #r, 2 do due[#due + 1] = {tonumber(r[i + 1]) + M.ttl, r[i]} end
