@@ -24,7 +24,7 @@ use axum::Json;
 
 use super::body::Place;
 use super::error::{AppError, AppResult};
-use super::gate_page::Words;
+use super::gate_page::{words, Words};
 use super::guard::{Caller, Guard};
 use super::look::escape;
 use crate::app::AppState;
@@ -634,41 +634,6 @@ pub async fn refusal(
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     super::gate_page::page_headers(h);
     res
-}
-
-/// The event's words for the gate page in `lang`: its `title` text (else its name), its
-/// headline and note, escaped.
-pub fn words(c: &crate::core::EventConfig, lang: &'static str) -> Words {
-    use super::gate_page::lang_attr;
-    let text = |t: &Option<crate::core::Texts>| match t.as_ref().and_then(|t| t.pick_lang(lang)) {
-        Some((t, l)) => (escape(t), lang_attr(lang, l)),
-        None => (String::new(), ""),
-    };
-    // The event's name has no language of its own: it stands unmarked.
-    let (title, title_lang) = match c.look.title.as_ref().and_then(|t| t.pick_lang(lang)) {
-        Some((t, l)) => (escape(t), lang_attr(lang, l)),
-        None => (escape(&c.name), ""),
-    };
-    let (headline, headline_lang) = text(&c.look.headline);
-    let (note, note_lang) = text(&c.look.note);
-    Words {
-        lang,
-        title,
-        headline,
-        note,
-        title_lang,
-        headline_lang,
-        note_lang,
-    }
-}
-
-/// The event's words for the gate page in `lang` ([`words`]); its id as the title when
-/// its settings cannot be read.
-pub async fn words_of(state: &AppState, event_id: &str, lang: &'static str) -> Words {
-    match state.events.config(event_id, state.clock.now()).await {
-        Ok(c) => words(&c, lang),
-        Err(_) => Words::titled(lang, event_id),
-    }
 }
 
 /// The session headers the origin (or nginx, through `auth_request_set`) is given.

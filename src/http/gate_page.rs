@@ -347,6 +347,40 @@ fn range(lo: u64, hi: u64, ko: bool) -> String {
     }
 }
 
+/// The event's words for the gate page in `lang`: its `title` text (else its name), its
+/// headline and note, escaped.
+pub fn words(c: &crate::core::EventConfig, lang: &'static str) -> Words {
+    let text = |t: &Option<crate::core::Texts>| match t.as_ref().and_then(|t| t.pick_lang(lang)) {
+        Some((t, l)) => (super::look::escape(t), lang_attr(lang, l)),
+        None => (String::new(), ""),
+    };
+    // The event's name has no language of its own: it stands unmarked.
+    let (title, title_lang) = match c.look.title.as_ref().and_then(|t| t.pick_lang(lang)) {
+        Some((t, l)) => (super::look::escape(t), lang_attr(lang, l)),
+        None => (super::look::escape(&c.name), ""),
+    };
+    let (headline, headline_lang) = text(&c.look.headline);
+    let (note, note_lang) = text(&c.look.note);
+    Words {
+        lang,
+        title,
+        headline,
+        note,
+        title_lang,
+        headline_lang,
+        note_lang,
+    }
+}
+
+/// The event's words for the gate page in `lang` ([`words`]); its id as the title when
+/// its settings cannot be read.
+pub async fn words_of(state: &crate::app::AppState, event_id: &str, lang: &'static str) -> Words {
+    match state.events.config(event_id, state.clock.now()).await {
+        Ok(c) => words(&c, lang),
+        Err(_) => Words::titled(lang, event_id),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
