@@ -510,6 +510,50 @@ async fn answers_about_a_place_are_not_kept_by_caches() {
         .await;
     assert!(r.status.is_client_error(), "{}", r.text);
     assert_eq!(r.headers[header::CACHE_CONTROL], "no-store", "ws refused");
+    // The place's other calls refused likewise (defect: `enter` and `heartbeat` answered
+    // their `404` without it).
+    for path in ["enter", "heartbeat"] {
+        let r = app
+            .send(
+                req(Method::POST, &format!("/api/v1/queue/{path}?token={t}"))
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await;
+        assert!(r.status.is_client_error(), "{path}: {}", r.text);
+        assert_eq!(r.headers[header::CACHE_CONTROL], "no-store", "{path}");
+    }
+    // And the refusals made before the handler runs: a join body that is no JSON or of
+    // the wrong shape, a poll with no token (defect: these carried no `Cache-Control`).
+    for (body, kind) in [
+        ("{", "application/json"),
+        ("[1]", "application/json"),
+        ("{\"event_id\": 5}", "application/json"),
+        ("{}", "application/json"),
+        ("{\"event_id\": \"ev\"}", "text/plain"),
+    ] {
+        let r = app
+            .send(
+                req(Method::POST, "/api/v1/queue/join")
+                    .header(header::CONTENT_TYPE, kind)
+                    .body(Body::from(body))
+                    .unwrap(),
+            )
+            .await;
+        assert!(r.status.is_client_error(), "{body}: {}", r.text);
+        assert_eq!(r.headers[header::CACHE_CONTROL], "no-store", "join {body}");
+    }
+    for path in ["status", "events", "ws"] {
+        let r = app
+            .send(
+                req(Method::GET, &format!("/api/v1/queue/{path}"))
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await;
+        r.err(StatusCode::BAD_REQUEST, "MISSING_TOKEN");
+        assert_eq!(r.headers[header::CACHE_CONTROL], "no-store", "{path}");
+    }
 }
 
 #[tokio::test]

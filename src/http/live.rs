@@ -72,10 +72,12 @@ impl<S: Send + Sync> FromRequestParts<S> for Upgrade {
 pub async fn ws(
     State(state): State<AppState>,
     caller: Caller,
-    WaitingTokenNoBody(token): WaitingTokenNoBody,
+    // As `Result`s: their refusals are answers about one place (`no-store`, PlaceError).
+    token: Result<WaitingTokenNoBody, AppError>,
     upgrade: Result<Upgrade, AppError>,
 ) -> super::PlaceResult<Response> {
     // The token first, as on every end-user endpoint; then whether this is an upgrade.
+    let WaitingTokenNoBody(token) = token?;
     let place = parse(&state, &token)?;
     let permit = admit(&state, &caller, &place).await?;
     let Upgrade(upgrade) = upgrade?;
@@ -249,8 +251,10 @@ fn violation(e: axum::Error) -> Option<(u16, &'static str)> {
 pub async fn events(
     State(state): State<AppState>,
     caller: Caller,
-    WaitingTokenNoBody(token): WaitingTokenNoBody,
+    // A `Result`: its refusal is an answer about one place (`no-store`, PlaceError).
+    token: Result<WaitingTokenNoBody, AppError>,
 ) -> super::PlaceResult<impl IntoResponse> {
+    let WaitingTokenNoBody(token) = token?;
     let place = parse(&state, &token)?;
     let permit = admit(&state, &caller, &place).await?;
     let (follower, first) = follow(&state, place).await?;

@@ -136,8 +136,10 @@ pub async fn join(
     State(shared): State<Shared>,
     bearer: Option<BearerToken>,
     caller: Caller,
-    AppJson(mut body): AppJson<JoinBody>,
+    // A `Result`: a body refused is an answer about one place too (`no-store`, PlaceError).
+    body: Result<AppJson<JoinBody>, AppError>,
 ) -> PlaceResult<JoinedAnswer> {
+    let AppJson(mut body) = body?;
     let state = shared.app();
     validate_event_id(&body.event_id)?;
     if body
@@ -216,8 +218,10 @@ pub async fn join(
 /// limit and the announcement.
 pub async fn status(
     State(shared): State<Shared>,
-    WaitingTokenNoBody(token): WaitingTokenNoBody,
+    // A `Result`: its refusal is an answer about one place (`no-store`, PlaceError).
+    token: Result<WaitingTokenNoBody, AppError>,
 ) -> PlaceResult<PlaceAnswer> {
+    let WaitingTokenNoBody(token) = token?;
     let state = shared.app();
     let (event_id, key) = parse_waiting(state, &token)?;
     let now = state.clock.now();
@@ -247,8 +251,10 @@ pub async fn status(
 pub async fn heartbeat(
     State(state): State<AppState>,
     caller: Caller,
-    WaitingToken(token): WaitingToken,
-) -> AppResult<StatusCode> {
+    // A `Result`: its refusal is an answer about one place (`no-store`, PlaceError).
+    token: Result<WaitingToken, AppError>,
+) -> PlaceResult<StatusCode> {
+    let WaitingToken(token) = token?;
     let (event_id, key) = parse_polling(&state, &caller, &token).await?;
     // After the end of the sale the place is gone: say why, as `status` does.
     if let Err(e) = state
@@ -256,7 +262,9 @@ pub async fn heartbeat(
         .heartbeat(&event_id, key, state.clock.now())
         .await
     {
-        return Err(super::lifecycle::explain(&state, &event_id, e.into()).await);
+        return Err(super::lifecycle::explain(&state, &event_id, e.into())
+            .await
+            .into());
     }
     Ok(StatusCode::NO_CONTENT)
 }
@@ -266,13 +274,19 @@ pub async fn heartbeat(
 pub async fn enter(
     State(state): State<AppState>,
     caller: Caller,
-    WaitingToken(token): WaitingToken,
-) -> AppResult<([(header::HeaderName, HeaderValue); 1], Json<Entered>)> {
+    // A `Result`: its refusal is an answer about one place (`no-store`, PlaceError).
+    token: Result<WaitingToken, AppError>,
+) -> PlaceResult<([(header::HeaderName, HeaderValue); 1], Json<Entered>)> {
+    let WaitingToken(token) = token?;
     let (event_id, key) = parse_polling(&state, &caller, &token).await?;
     let now = state.clock.now();
     let view = match state.store.enter(&event_id, key, now).await {
         Ok(v) => v,
-        Err(e) => return Err(super::lifecycle::explain(&state, &event_id, e.into()).await),
+        Err(e) => {
+            return Err(super::lifecycle::explain(&state, &event_id, e.into())
+                .await
+                .into())
+        }
     };
     let ends_at = view
         .session_ends_at
@@ -310,8 +324,10 @@ pub async fn enter(
 /// its whole event, is simply not removed: a beacon sent on page unload must not error.
 pub async fn leave(
     State(state): State<AppState>,
-    WaitingToken(token): WaitingToken,
-) -> AppResult<Json<Removed>> {
+    // A `Result`: its refusal is an answer about one place (`no-store`, PlaceError).
+    token: Result<WaitingToken, AppError>,
+) -> PlaceResult<Json<Removed>> {
+    let WaitingToken(token) = token?;
     let (event_id, key) = parse_waiting(&state, &token)?;
     let left = state.store.leave(&event_id, key, state.clock.now()).await;
     // As at `complete`: the gate must not let a session that left pass on its word.
