@@ -345,6 +345,52 @@ async fn an_unreachable_collector_is_warned_about_once() {
     assert!(server.terminate(Duration::from_secs(10)).success());
 }
 
+/// In gateway mode, the errors the gateway answers itself (a site that does not answer,
+/// a transfer coding it does not pass on) carry the request's trace id as every other
+/// error does (defect: they were written by hand, without it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateways_own_errors_carry_the_trace_id() {
+    let collector = Collector::start().await;
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let origin = format!("http://{}", dead.local_addr().unwrap());
+    drop(dead);
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_exporting_with(dir.path(), &collector.url, &["--upstream", &origin]);
+    let tp = format!("00-{TRACE}-{CALLER_SPAN}-01");
+    let (status, body) = get(&server.url("/anything"), Some(&tp)).await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY);
+    assert_eq!(body["error"]["code"], "UPSTREAM_UNAVAILABLE", "{body}");
+    assert_eq!(body["error"]["trace_id"], TRACE, "{body}");
+    // A body in a coding other than `chunked` alone, sent by hand (clients refuse to).
+    let addr = server
+        .url("")
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    conn.write_all(
+        format!(
+            "POST /upload HTTP/1.1\r\nhost: {addr}\r\ntraceparent: {tp}\r\n\
+             transfer-encoding: gzip, chunked\r\n\r\n0\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), conn.read_to_end(&mut answer))
+        .await
+        .expect("the connection is closed after the answer")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 501"), "{answer}");
+    assert!(
+        answer.contains(&format!("\"trace_id\":\"{TRACE}\"")),
+        "{answer}"
+    );
+}
+
 /// Without `otlp_endpoint` nothing is traced: error bodies keep their old shape.
 #[tokio::test]
 async fn without_export_error_bodies_have_no_trace_id() {
