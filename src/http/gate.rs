@@ -644,11 +644,10 @@ pub fn session_headers(h: &mut HeaderMap, s: &Session) {
     h.insert(X_WAITROOM_SESSION, s.ids.session.clone());
 }
 
-/// `deny_unknown_fields`: a misspelt `?eventId=` in nginx's configuration is refused (`400`,
-/// which `auth_request` makes a `500`: closed) rather than ignored, which would have matched
-/// the URI by `paths` and let through every request to a location pinned to that event.
+/// Other parameters are ignored, not refused: a proxy whose auth request keeps the
+/// visitor's query string (Caddy's `forward_auth` rewrites only the path) would have every
+/// URL with a query refused. API.md says a misspelt `event_id` is ignored too.
 #[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct GateQuery {
     pub event_id: Option<String>,
 }
