@@ -49,6 +49,7 @@
   // The seat map (GET /session/holds): null until read, or when the event sells no seats.
   let seats = null;
   let holds = [];
+  let busy = false;             // a booking is being sent
 
   // Take the token out of the address bar (it should not linger in history or be shared by
   // copying the URL); keep it for reloads of this tab only.
@@ -139,6 +140,9 @@
     const left = n ? Math.min(...holds.map((h) => h.expires_at)) / 1000 - Date.now() / 1000 : 0;
     setText('held-line', n ? t('held', { s: mine.join(', '), t: mmss(left) }) : t('noneHeld'));
     setText('complete', n ? t('buy', { n, p: n > 1 ? 's' : '' }) : t('complete'));
+    // On a seat map, completing buys the seats held: with none, it would end the turn
+    // with nothing bought.
+    el('complete').disabled = busy || n === 0;
   }
 
   async function loadSeats() {
@@ -200,6 +204,8 @@
 
   async function complete(e) {
     e.preventDefault();
+    if (busy || (seats && seats.length > 0 && holds.length === 0)) return;
+    busy = true;
     el('complete').disabled = true;
     el('booking-error').textContent = '';
     // The site's own route, guarded by waitroom-guard (the token is verified offline from
@@ -207,11 +213,13 @@
     const area = (document.querySelector('input[name="area"]:checked') || {}).value || 'floor';
     const order = await api('POST', '/demo/booking/order?event=' + encodeURIComponent(EVENT), { token, body: { area } });
     if (!order.ok) {
+      busy = false;
       el('complete').disabled = false;
       if (order.status === 401) { phase = 'invalid'; render(); } else el('booking-error').textContent = t('failed');
       return;
     }
     const r = await api('POST', '/api/v1/session/complete', { token });
+    busy = false;
     el('complete').disabled = false;
     if (!r.ok) {
       if (r.status === 401) { phase = 'invalid'; render(); } else el('booking-error').textContent = t('failed');

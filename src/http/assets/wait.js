@@ -119,7 +119,14 @@
     try { return JSON.parse(store.get('localStorage', PLACE_KEY)) || null; } catch (_) { return null; }
   }
   function savePlace() { store.set('localStorage', PLACE_KEY, JSON.stringify(place)); }
-  function forgetPlace() { place = null; store.del('localStorage', PLACE_KEY); }
+  // Only this tab's place is removed from storage: another tab of the same browser may have
+  // saved a newer one since (left and joined again), which this tab's ended place must not
+  // take with it (the next reload there would make a second place).
+  function forgetPlace() {
+    const saved = loadPlace();
+    if (!saved || !place || saved.token === place.token) store.del('localStorage', PLACE_KEY);
+    place = null;
+  }
 
   // One anonymous id per browser, so that two tabs share one place (joins are idempotent per
   // user) instead of queueing twice.
@@ -617,8 +624,15 @@
   el('leave').addEventListener('click', leave);
   el('join').addEventListener('click', join);
   el('continue').addEventListener('click', (e) => { e.preventDefault(); proceed(); });
-  // Back from the site through the browser's cache: the page may be stale; look again.
-  window.addEventListener('pageshow', (e) => { if (e.persisted && place) { phase = 'init'; resume(); } });
+  // Back from the site through the browser's cache: the page may be stale; look again, at
+  // the place saved now (another tab may have replaced this one's meanwhile).
+  window.addEventListener('pageshow', (e) => {
+    if (!e.persisted || !place) return;
+    const saved = loadPlace();
+    if (saved && saved.token) place = saved;
+    phase = 'init';
+    resume();
+  });
   // Leaving the page (even into the back/forward cache, where the browser would keep the
   // socket open and answer its pings) stops following: the place then lapses as for a
   // closed tab, unless the person comes back in time (`pageshow` above).
