@@ -828,7 +828,7 @@ async fn the_gate_sends_a_fast_reloading_waiter_to_the_waiting_room() {
 /// `waiting_idle_sec`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_limited_browser_gets_a_page_that_tries_again() {
-    let w = waitroom(None, None).await;
+    let w = waitroom(Some(origin().await), None).await;
     event(&w, "shop", gated("shop", json!({}))).await;
     let room = format!("http://{}/wait/shop/queue?return=/checkout", w.addr);
     let mut first = Person::default();
@@ -850,6 +850,27 @@ async fn a_rate_limited_browser_gets_a_page_that_tries_again() {
     let refresh = format!("<meta http-equiv=\"refresh\" content=\"{retry}\">");
     assert!(r.text.contains(&refresh), "{}", r.text);
     assert!(r.text.contains("tries again by itself"), "{}", r.text);
+    // A form's `POST` refused so in gateway mode keeps its page: a reload would send it
+    // again as a `GET`, its data lost.
+    let cookie = format!("waitroom_shop={}", second.cookie("waitroom_shop").unwrap());
+    let mut posted = None;
+    for _ in 0..30 {
+        let r = client()
+            .post(format!("http://{}/checkout", w.addr))
+            .header("accept", html[0].1)
+            .header("cookie", &cookie)
+            .form(&[("seat", "12")])
+            .send()
+            .await
+            .unwrap();
+        if r.status() == StatusCode::TOO_MANY_REQUESTS {
+            posted = Some(r.text().await.unwrap());
+            break;
+        }
+    }
+    let page = posted.expect("fast posts are limited");
+    assert!(page.contains("id=\"waitroom-refused\""), "{page}");
+    assert!(!page.contains("http-equiv=\"refresh\""), "{page}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -2445,8 +2466,8 @@ async fn another_sites_page_cannot_fill_the_line() {
     assert_eq!(joins().await, 4, "a visit from a link joins");
 }
 
-/// `HEAD` is a safe method: a link checker or an uptime monitor asking it at a gated URL
-/// makes no place, in the waiting room and in gateway mode (defect: each made one, holding
+/// `HEAD` (and `OPTIONS`) are safe methods: a link checker or an uptime monitor asking one
+/// at a gated URL makes no place, in the waiting room and in gateway mode (defect: each made one, holding
 /// a position until it lapsed). It gets the head of a waiting page, with no cookie; a `GET`
 /// then joins as usual, and a `HEAD` with a live place reads it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -2464,10 +2485,16 @@ async fn a_head_request_makes_no_place() {
         let v: Value = r.json().await.unwrap();
         v["joins"].as_u64().unwrap()
     };
-    for path in ["/wait/shop/queue?return=/checkout", "/checkout"] {
+    let (head, options) = (reqwest::Method::HEAD, reqwest::Method::OPTIONS);
+    for (method, path) in [
+        (&head, "/wait/shop/queue?return=/checkout"),
+        (&head, "/checkout"),
+        // An `OPTIONS` too, in gateway mode (the waiting room's own route has none).
+        (&options, "/checkout"),
+    ] {
         for accept in ["text/html", "application/json", "*/*"] {
             let r = client()
-                .head(format!("http://{}{path}", w.addr))
+                .request(method.clone(), format!("http://{}{path}", w.addr))
                 .header("accept", accept)
                 .send()
                 .await

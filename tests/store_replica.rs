@@ -204,7 +204,7 @@ async fn a_snapshot_read_in_pieces_answers_exact_positions() {
 /// once), then sweeps with the new timeout: the place polled through the replica stays,
 /// the silent one goes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_settings_change_sends_the_queued_renewals_before_it_sweeps() {
+async fn a_shorter_idle_time_keeps_the_places_polled_through_the_replica() {
     let server = RedisServer::start();
     let mut conn = raw(&server).await;
     let prefix = unique_prefix();

@@ -269,7 +269,9 @@ impl Gateway {
         match admission {
             Err(e) => {
                 let (json, lang) = (!gate::asks_html(req.headers()), lang(&req));
-                let res = gate::refusal(&self.state, &gate.event_id, e, json, lang).await;
+                let reload = method == axum::http::Method::GET;
+                let state = &self.state;
+                let res = gate::refusal(state, &gate.event_id, e, json, lang, reload).await;
                 (Outcome::Refused, res)
             }
             Ok(Admission::Waiting { view, cookie }) => {

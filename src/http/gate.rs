@@ -384,16 +384,22 @@ pub fn cross_site_subresource(headers: &HeaderMap) -> bool {
 }
 
 /// Whether a request at a gated URL without a live place may make one: a visit (not
-/// [`cross_site_subresource`]) that is not a `HEAD`. `HEAD` is a safe method: a link
-/// checker or an uptime monitor asking it must not fill the line with places nobody polls,
-/// each holding a position until it lapses after `waiting_idle_sec`.
+/// [`cross_site_subresource`]) that is not a `HEAD` or an `OPTIONS`. Those are safe
+/// methods that a link checker, an uptime monitor or a client asking what a URL allows
+/// send: they must not fill the line with places nobody polls, each holding a position
+/// until it lapses after `waiting_idle_sec`.
 pub fn may_join(method: &Method, headers: &HeaderMap) -> bool {
-    method != Method::HEAD && !cross_site_subresource(headers)
+    !asks_only(method) && !cross_site_subresource(headers)
 }
 
-/// What a gated URL answers a request that made no place ([`may_join`]): a `HEAD`, the
-/// head of a waiting page (`503`, `Retry-After`, never cached) with no cookie; another
-/// site's page loading it, the refusal of [`not_a_visit`].
+/// `HEAD` or `OPTIONS`: no place is made for them ([`may_join`]).
+fn asks_only(method: &Method) -> bool {
+    *method == Method::HEAD || *method == Method::OPTIONS
+}
+
+/// What a gated URL answers a request that made no place ([`may_join`]): a `HEAD` or an
+/// `OPTIONS`, the head of a waiting page (`503`, `Retry-After`, never cached) with no
+/// cookie; another site's page loading it, the refusal of [`not_a_visit`].
 pub async fn no_place(
     state: &AppState,
     event_id: &str,
@@ -401,7 +407,7 @@ pub async fn no_place(
     headers: &HeaderMap,
     lang: &'static str,
 ) -> Response {
-    if method == Method::HEAD {
+    if asks_only(method) {
         let mut res = StatusCode::SERVICE_UNAVAILABLE.into_response();
         res.extensions_mut().insert(super::edge::NotAFailure);
         let h = res.headers_mut();
@@ -409,7 +415,16 @@ pub async fn no_place(
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         return res;
     }
-    refusal(state, event_id, not_a_visit(), !asks_html(headers), lang).await
+    let reload = method == Method::GET;
+    refusal(
+        state,
+        event_id,
+        not_a_visit(),
+        !asks_html(headers),
+        lang,
+        reload,
+    )
+    .await
 }
 
 /// What a gated URL answers another site's page that loads it ([`cross_site_subresource`]).
@@ -571,6 +586,7 @@ pub async fn refusal(
     e: AppError,
     json: bool,
     lang: &'static str,
+    reload: bool,
 ) -> Response {
     if json {
         return e.into_response();
@@ -617,12 +633,14 @@ pub async fn refusal(
         None if ko => ("지금은 대기실에 들어갈 수 없습니다", message),
         None => ("The waiting room cannot let you in right now", message),
     };
-    // A refusal that passes says when to try again; the end of a sale never passes.
+    // A refusal that passes says when to try again; the end of a sale never passes. Only
+    // a request its reload repeats (`reload`: a `GET`) reloads itself: a form's `POST`
+    // would come back as a `GET`, its data lost.
     let retry = parts
         .headers
         .get(header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-        .filter(|_| reason.is_none());
+        .filter(|_| reload && reason.is_none());
     let page = super::gate_page::render_refused(&words, heading, &escape(&text), retry);
     let mut res = Response::from_parts(parts, axum::body::Body::from(page));
     let h = res.headers_mut();
@@ -882,7 +900,10 @@ pub async fn queue_page(
     let lang = super::look::language(&uri, &headers);
     let admission = match admit(&state, &caller.guard, &gate, place, caller.ip, join).await {
         Ok(a) => a,
-        Err(e) => return Ok(refusal(&state, &event_id, e, !asks_html(&headers), lang).await),
+        Err(e) => {
+            let json = !asks_html(&headers);
+            return Ok(refusal(&state, &event_id, e, json, lang, true).await);
+        }
     };
     match admission {
         Admission::Active { cookie, .. } => {

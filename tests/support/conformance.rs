@@ -332,7 +332,6 @@ pub async fn heartbeat_keeps_and_lapse_expires(store: Arc<dyn Store>) {
 /// at the old period, may be older than the new value (defect: every such follower was
 /// ended at the change, before its renewal came). A place renewed after the change lapses
 /// the new value after that renewal; one never renewed, the new value after the change.
-/// A longer one applies at once (nothing lapses sooner for it).
 pub async fn a_shorter_idle_counts_from_the_change(store: Arc<dyn Store>) {
     make_event(
         &store,

@@ -157,8 +157,9 @@ where
                 None => Err(Refusal::Missing),
                 Some(token) => {
                     let event = match &layer.event {
-                        // `layer` refuses to build with `Unset`.
-                        EventRule::Any | EventRule::Unset => Ok(None),
+                        EventRule::Any => Ok(None),
+                        // `layer` refuses to build with it; were it reached, refused.
+                        EventRule::Unset => Err(Refusal::WrongEvent),
                         EventRule::Is(e) => Ok(Some(e.to_string())),
                         EventRule::From(f) => f(&parts).map(Some).ok_or(Refusal::WrongEvent),
                     };

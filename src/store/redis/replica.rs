@@ -629,8 +629,10 @@ impl Inner {
         let Some(entry) = self.replicas.get(event_id) else {
             return Ok(());
         };
-        // A `put` may shorten the timeouts, and so bring a deadline before `nd`: its
-        // sweep must see every renewal first.
+        // A `put` sweeps with the new settings, which may bring a deadline before `nd`: it
+        // sees every renewal first, as the embedded store sees every poll. (A shorter
+        // waiting idle counts from the change at the earliest, rules.lua `wfloor`, so no
+        // renewal queued at the change decides a place's fate.)
         let safe = op != "put" && {
             let r = entry.replica.lock();
             r.synced && now < r.meta.nd

@@ -64,7 +64,8 @@ local function op_put()
   local old_widle = M.widle
   for i = 1, 9 do set(FIELDS[i], tonumber(ARGV[4 + i])) end
   -- A shorter waiting idle counts from now at the earliest (rules.lua `wfloor`).
-  if exists and M.widle < old_widle then set('wfloor', NOW) end
+  -- (Never moved back: a node whose clock is behind may make the next change.)
+  if exists and M.widle < old_widle then set('wfloor', math.max(M.wfloor, NOW)) end
   set('opens', opens)
   set('opened', tonumber(ARGV[22]))
   set('method', tonumber(ARGV[16]))
