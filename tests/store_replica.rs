@@ -211,7 +211,9 @@ async fn a_shorter_idle_time_keeps_the_places_polled_through_the_replica() {
     let a = store(&server.url(), &prefix, true);
     let ev = "shorter";
     let settings = |idle: u64| serde_json::json!({"max_active": 1, "ready_ttl_sec": 60, "waiting_idle_sec": idle});
-    event(&a, ev, settings(30)).await;
+    // 6 s, then 3: the old settings told pollers to come back within 2 s, so the lowered
+    // idle time counts from the change (view.rs `lowered_idle_floor`).
+    event(&a, ev, settings(6)).await;
     let _holder = join(&a, ev).await;
     let polled = join(&a, ev).await;
     let silent = join(&a, ev).await;
@@ -225,8 +227,8 @@ async fn a_shorter_idle_time_keeps_the_places_polled_through_the_replica() {
         before,
         "answered by the replica"
     );
-    // Three seconds of idleness (the least): both joined over three seconds ago, only one
-    // was polled since.
+    // Three seconds of idleness (the least): both joined over three seconds ago (alive
+    // under the old 6 s), only one was polled since.
     let patch: EventPatch = serde_json::from_value(settings(3)).unwrap();
     a.put_event(ev, &patch, system_now()).await.unwrap();
     let now = system_now();

@@ -109,6 +109,10 @@ pub struct EventQueue {
     extensions: HashMap<u64, (u32, Millis)>,
     /// The sale ended (as of the last operation's `now`): waiting places are gone.
     closed: bool,
+    /// The earliest last sign of life a waiting place's deadline counts from, set when
+    /// `waiting_idle_sec` is lowered (`set_config`; 0: never). The Redis rules keep the
+    /// same (rules.lua `wfloor`). Not persisted: a restart starts every idle period afresh.
+    idle_floor: Millis,
 }
 
 /// What a joiner showed besides a user id.
@@ -154,6 +158,7 @@ impl EventQueue {
             inventory: Inventory::default(),
             extensions: HashMap::new(),
             closed: false,
+            idle_floor: 0,
         }
     }
 
@@ -233,7 +238,7 @@ impl EventQueue {
                 state,
                 sched: 0,
             };
-            p.sched = Self::deadline_of(&q.config, &p, 0);
+            p.sched = Self::deadline_of(&q.config, &p, 0, q.idle_floor);
             if state == PlaceState::Waiting && in_prequeue(q.config.opens_at, p.joined_at) {
                 q.line_insert(r.seq, p.joined_at);
             }
@@ -277,25 +282,29 @@ impl EventQueue {
         // stays (and ends nothing if the new `closes_at` is later than it).
         let end_seen_at = self.config.end_seen_at;
         // A shorter `waiting_idle_sec` counts, for the places waiting now, from the change
-        // at the earliest: a live stream renews its place at the change (live.rs
-        // `settings`), and its last renewal, made at the old period, may be older than the
-        // new value. Ending those places before the renewal came lost every follower.
-        // (The Redis rules keep the same floor: rules.lua `wfloor`.)
-        let shorter_idle = config.waiting_idle_sec < self.config.waiting_idle_sec;
+        // at the earliest, and not before a poller told the old interval could be back
+        // (view.rs `lowered_idle_floor`): a live stream renews its place at the change
+        // (live.rs `settings`), a poller when it comes back as told, and their last sign
+        // of life, at the old period, may be older than the new value. Ending those places
+        // at once lost every follower. (The Redis rules keep the same floor: `wfloor`.)
+        let floor = (config.waiting_idle_sec < self.config.waiting_idle_sec).then(|| {
+            let new_idle = Millis::from(config.waiting_idle_sec) * 1000;
+            super::view::lowered_idle_floor(&Timeouts::of(&self.config), new_idle, now)
+        });
         self.config = EventConfig {
             end_seen_at,
             ..config
         };
         self.note_end(now);
         self.closed = self.sale_over(now);
+        if let Some(floor) = floor {
+            self.idle_floor = self.idle_floor.max(floor);
+        }
         self.deadlines.clear();
         let mut entries = Vec::with_capacity(self.places.len());
         for (seq, p) in self.places.iter_mut() {
-            if shorter_idle && p.state == PlaceState::Waiting {
-                p.last_seen = p.last_seen.max(now);
-            }
             let extra = self.extensions.get(&seq).map_or(0, |e| e.1);
-            let d = Self::deadline_of(&self.config, p, extra);
+            let d = Self::deadline_of(&self.config, p, extra, self.idle_floor);
             p.sched = d;
             entries.push((d, seq));
         }
@@ -304,11 +313,16 @@ impl EventQueue {
         self.admit(now, fx);
     }
 
-    /// `extra`: what extensions added to the session's maximum.
-    fn deadline_of(c: &EventConfig, p: &Place, extra: Millis) -> Millis {
+    /// `extra`: what extensions added to the session's maximum; `floor`: the earliest last
+    /// sign of life a waiting place counts from (`idle_floor`).
+    fn deadline_of(c: &EventConfig, p: &Place, extra: Millis, floor: Millis) -> Millis {
         let mut t = Timeouts::of(c);
         t.session_max_ms += extra;
-        t.deadline(p.state, p.last_seen, p.admitted_at, p.entered_at)
+        let seen = match p.state {
+            PlaceState::Waiting => p.last_seen.max(floor),
+            _ => p.last_seen,
+        };
+        t.deadline(p.state, seen, p.admitted_at, p.entered_at)
     }
 
     /// The place's timeouts: the event's, with its session's extensions.
@@ -322,7 +336,7 @@ impl EventQueue {
     fn schedule(&mut self, seq: u64) {
         let extra = self.extensions.get(&seq).map_or(0, |e| e.1);
         if let Some(p) = self.places.get_mut(&seq) {
-            let d = Self::deadline_of(&self.config, p, extra);
+            let d = Self::deadline_of(&self.config, p, extra, self.idle_floor);
             if d < p.sched {
                 p.sched = d;
                 self.deadlines.push((d, seq));
@@ -364,7 +378,7 @@ impl EventQueue {
                 continue; // superseded by an earlier entry that was already handled
             }
             let extra = self.extensions.get(&seq).map_or(0, |e| e.1);
-            let d = Self::deadline_of(&self.config, p, extra);
+            let d = Self::deadline_of(&self.config, p, extra, self.idle_floor);
             if d <= now {
                 self.end(seq, EndReason::Expired, d, now, fx);
                 ended = true;
@@ -655,7 +669,7 @@ impl EventQueue {
             state: PlaceState::Waiting,
             sched: Millis::MAX,
         };
-        p.sched = Self::deadline_of(&self.config, &p, 0);
+        p.sched = Self::deadline_of(&self.config, &p, 0, self.idle_floor);
         self.deadlines.push((p.sched, seq));
         self.places.insert(seq, p);
     }

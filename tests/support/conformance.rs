@@ -328,54 +328,61 @@ pub async fn heartbeat_keeps_and_lapse_expires(store: Arc<dyn Store>) {
 }
 
 /// A lowered `waiting_idle_sec` counts, for the places waiting then, from the change at
-/// the earliest: a live stream renews its place at the change, and its last renewal, made
-/// at the old period, may be older than the new value (defect: every such follower was
-/// ended at the change, before its renewal came). A place renewed after the change lapses
-/// the new value after that renewal; one never renewed, the new value after the change.
+/// the earliest, and not before a poller told the old settings' longest interval (a third
+/// of 30 s here) could be back, with a second to spare: a live stream renews its place at
+/// the change, a poller when it comes back as told, and their last sign of life, made at
+/// the old period, may be older than the new value (defect: every such follower was ended
+/// at the change). A place that came back lapses the new value after that; one never
+/// heard from, the new value after the floor.
 pub async fn a_shorter_idle_counts_from_the_change(store: Arc<dyn Store>) {
     make_event(
         &store,
         "shrink",
-        serde_json::json!({"max_active": 1, "waiting_idle_sec": 30}),
+        serde_json::json!({"max_active": 1, "waiting_idle_sec": 30, "ready_ttl_sec": 60}),
     )
     .await;
     join(&store, "shrink", None, T0).await;
     let silent = join(&store, "shrink", None, T0).await;
-    let renewed = join(&store, "shrink", None, T0).await;
-    // 10 s after their last sign of life, the idle time goes from 30 s to 5 s.
+    let poller = join(&store, "shrink", None, T0).await;
+    store
+        .heartbeat("shrink", poller.key, T0 + 9 * S)
+        .await
+        .unwrap();
+    // At 10 s the idle time goes from 30 s to 5 s: the floor is 10 + (10 + 1 - 5) = 16 s.
     let lowered = patch(serde_json::json!({"waiting_idle_sec": 5}));
     store
         .update_event("shrink", &lowered, T0 + 10 * S)
         .await
         .unwrap();
-    for p in [&silent, &renewed] {
+    for p in [&silent, &poller] {
         assert_eq!(
             state(&store, "shrink", p.key, T0 + 10 * S + 1).await,
             Ok(PlaceState::Waiting),
             "not ended at the change"
         );
     }
+    // The poller comes back as it was told (10 s after its poll), a little late.
     store
-        .heartbeat("shrink", renewed.key, T0 + 12 * S)
+        .status("shrink", poller.key, T0 + 19 * S + 900)
         .await
         .unwrap();
     assert_eq!(
-        state(&store, "shrink", silent.key, T0 + 14 * S + 900).await,
+        state(&store, "shrink", silent.key, T0 + 20 * S + 900).await,
         Ok(PlaceState::Waiting)
     );
     assert_eq!(
-        queue_err(store.status("shrink", silent.key, T0 + 15 * S).await),
+        queue_err(store.status("shrink", silent.key, T0 + 21 * S).await),
         QueueError::TokenExpired,
-        "the new value after the change"
+        "the new value after the floor"
     );
     assert_eq!(
-        state(&store, "shrink", renewed.key, T0 + 16 * S + 900).await,
+        state(&store, "shrink", poller.key, T0 + 24 * S + 800).await,
         Ok(PlaceState::Waiting)
     );
     assert_eq!(
-        queue_err(store.status("shrink", renewed.key, T0 + 17 * S).await),
+        queue_err(store.status("shrink", poller.key, T0 + 24 * S + 900).await),
         QueueError::TokenExpired,
-        "the new value after its renewal"
+        "the new value after its poll"
     );
 }
 

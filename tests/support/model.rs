@@ -190,6 +190,20 @@ struct Model {
     seats: Vec<MSeat>,
     /// Admissions so far: numbers the lottery's draws.
     admissions: u64,
+    /// The earliest last sign of life a waiting place counts from (queue.rs `idle_floor`).
+    wfloor: Millis,
+}
+
+/// The floor a lowering of the waiting idle time from `old` to `new`, at `now`, sets
+/// (queue.rs `set_config`): not before a poller told the old interval (a third of the
+/// shorter of the idle time and the ready window, 1–60 s) could be back, with a second to
+/// spare. `None` when it is not lowered.
+fn lowered_floor(old: &EventConfig, new: &EventConfig, now: Millis) -> Option<Millis> {
+    (new.waiting_idle_sec < old.waiting_idle_sec).then(|| {
+        let shorter = u64::from(old.waiting_idle_sec.min(old.ready_ttl_sec));
+        let told = (shorter / 3).clamp(1, 60) * 1000;
+        now + (told + 1000).saturating_sub(Millis::from(new.waiting_idle_sec) * 1000)
+    })
 }
 
 impl Model {
@@ -208,7 +222,7 @@ impl Model {
         let s = |v: u32| Millis::from(v) * 1000;
         let c = &self.cfg;
         match p.state {
-            MState::Waiting => Some(p.last_seen + s(c.waiting_idle_sec)),
+            MState::Waiting => Some(p.last_seen.max(self.wfloor) + s(c.waiting_idle_sec)),
             MState::Admitted => Some(p.admitted_at + s(c.ready_ttl_sec)),
             MState::Active => Some(
                 (p.last_seen + s(c.session_idle_sec))
@@ -370,7 +384,7 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
         "session_extend_sec": EXTEND_SEC, "max_extensions": MAX_EXTENSIONS,
     }))
     .unwrap();
-    rt.block_on(store.put_event(ev, &sale, T0)).unwrap();
+    let created = rt.block_on(store.put_event(ev, &sale, T0)).unwrap();
     let seats: Vec<String> = (0..SEATS).map(seat).collect();
     rt.block_on(store.put_inventory(ev, &seats, T0)).unwrap();
     let initial = Settings {
@@ -397,7 +411,9 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
         pace_since: T0,
         seats: vec![MSeat::Free; SEATS],
         admissions: 0,
+        wfloor: 0,
     };
+    m.wfloor = lowered_floor(&created, &m.cfg, T0).unwrap_or(0);
     let mut nonce = 0u128;
     for (step, op) in ops.into_iter().enumerate() {
         if let Op::Advance(ms) = op {
@@ -626,11 +642,9 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                 }
                 // New timeouts apply at once: what they put behind `now` ends now. But a
                 // shorter waiting idle counts from the change at the earliest (queue.rs
-                // `set_config`).
-                if cfg.waiting_idle_sec < m.cfg.waiting_idle_sec {
-                    for p in m.places.iter_mut().filter(|p| p.state == MState::Waiting) {
-                        p.last_seen = p.last_seen.max(m.now);
-                    }
+                // `set_config`), and not before a poller told the old interval could be back.
+                if let Some(floor) = lowered_floor(&m.cfg, &cfg, m.now) {
+                    m.wfloor = m.wfloor.max(floor);
                 }
                 m.cfg = cfg;
                 m.expire();

@@ -274,6 +274,17 @@ mod tests {
         }
     }
 
+    /// ops.lua writes out the bounds of the floor of a lowered idle time (view.rs
+    /// `lowered_idle_floor`), as the EVAL's main chunk has no room for more locals.
+    #[test]
+    fn the_lowered_idle_floor_uses_view_rs_bounds() {
+        let ops = include_str!("lua/ops.lua");
+        assert_eq!(crate::core::POLL_MAX_SEC, 60);
+        assert_eq!(crate::core::view::POLL_SLACK_MS, 1000);
+        assert!(ops.contains("math.floor(math.min(old_widle, old_ttl) / 3000), 1), 60)"));
+        assert!(ops.contains("told + 1000 - M.widle"));
+    }
+
     /// A library of Redis Functions keeps its top level's variables from one call to the
     /// next: each one must be set afresh by an `on_call` hook, or be set once at load and
     /// never changed by a call (listed here), or one call's state would leak into the next.

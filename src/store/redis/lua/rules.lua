@@ -253,11 +253,12 @@ local function pkey(seq) return pchunk(chunk(seq)) end
 --   whose clock is behind answers no waiting place after it. Answered by `get` and
 --   `settings` (config.rs `end_seen_at`): such a node gives the end's reason too, and an
 --   end call there keeps the close's moment. 0 in a meta written before it.
--- - wfloor: when `widle` was last lowered (0: never). A waiting place's deadline is
---   max(seen, wfloor) + widle: a shorter idle counts from the change at the earliest, as
---   queue.rs `set_config` does (a live stream renews its place at the change, and its
---   last renewal, at the old period, may be older than the new value). 0 in a meta written
---   before it.
+-- - wfloor: the earliest last sign of life of the places waiting when `widle` was last
+--   lowered (0: never): the change, plus what a poller told the old interval needs to be
+--   back (ops.lua `op_put`). A waiting place's deadline is max(seen, wfloor) + widle, as
+--   queue.rs `set_config` has it (a live stream renews its place at the change, a poller
+--   when it comes back as told, and their last renewal, at the old period, may be older
+--   than the new value). 0 in a meta written before it.
 local FIELDS = {'cap', 'rate', 'ttl', 'sidle', 'smax', 'widle', 'maxq', 'paused', 'accept',
   'seq', 'completed', 'left', 'expired', 'joins', 'admissions', 'wsum', 'ssum', 'scnt', 'wn',
   'btok', 'blast', 'bprimed', 'nw', 'nad', 'nac', 'nd', 'fadm', 'hbusy', 'hsince', 'hends',
