@@ -2408,6 +2408,18 @@ async fn an_answer_carrying_our_cookie_is_not_cached() {
     assert_eq!(again.headers["cache-control"], "public, max-age=3600");
 }
 
+/// How many joins event `id` counted (its figures).
+async fn joins_of(w: &Waitroom, id: &str) -> u64 {
+    let r = client()
+        .get(format!("http://{}/api/v1/admin/events/{id}", w.addr))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    let v: Value = r.json().await.unwrap();
+    v["joins"].as_u64().unwrap()
+}
+
 /// Another site's page loading a gated URL (an `<img>`, a script, a fetch: the browser says
 /// so in `Sec-Fetch-*`) makes no place, in the waiting room and in gateway mode; a link
 /// followed from another site (a navigation) does. A sibling subdomain's page
@@ -2419,16 +2431,7 @@ async fn another_sites_page_cannot_fill_the_line() {
     let w = waitroom(Some(origin), None).await;
     // Paused: every visit waits, so a place made shows as a 503 waiting room.
     event(&w, "shop", gated("shop", json!({"paused": true}))).await;
-    let joins = || async {
-        let r = client()
-            .get(format!("http://{}/api/v1/admin/events/shop", w.addr))
-            .bearer_auth(ADMIN)
-            .send()
-            .await
-            .unwrap();
-        let v: Value = r.json().await.unwrap();
-        v["joins"].as_u64().unwrap()
-    };
+    let joins = || joins_of(&w, "shop");
     let fetch = |site: &'static str, path: &'static str, mode: &'static str, dest: &'static str| {
         let url = format!("http://{}{path}", w.addr);
         async move {
@@ -2467,24 +2470,15 @@ async fn another_sites_page_cannot_fill_the_line() {
 }
 
 /// `HEAD` (and `OPTIONS`) are safe methods: a link checker or an uptime monitor asking one
-/// at a gated URL makes no place, in the waiting room and in gateway mode (defect: each made one, holding
-/// a position until it lapsed). It gets the head of a waiting page, with no cookie; a `GET`
+/// at a gated URL makes no place, in the waiting room and in gateway mode (defect: each
+/// made one, holding a position until it lapsed). It gets the head of a waiting page, with no cookie; a `GET`
 /// then joins as usual, and a `HEAD` with a live place reads it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_head_request_makes_no_place() {
     let origin = origin().await;
     let w = waitroom(Some(origin), None).await;
     event(&w, "shop", gated("shop", json!({"paused": true}))).await;
-    let joins = || async {
-        let r = client()
-            .get(format!("http://{}/api/v1/admin/events/shop", w.addr))
-            .bearer_auth(ADMIN)
-            .send()
-            .await
-            .unwrap();
-        let v: Value = r.json().await.unwrap();
-        v["joins"].as_u64().unwrap()
-    };
+    let joins = || joins_of(&w, "shop");
     let (head, options) = (reqwest::Method::HEAD, reqwest::Method::OPTIONS);
     for (method, path) in [
         (&head, "/wait/shop/queue?return=/checkout"),
