@@ -109,8 +109,8 @@ pub struct EventQueue {
     extensions: HashMap<u64, (u32, Millis)>,
     /// The sale ended (as of the last operation's `now`): waiting places are gone.
     closed: bool,
-    /// The earliest last sign of life a waiting place's deadline counts from, set when
-    /// `waiting_idle_sec` is lowered (`set_config`; 0: never). The Redis rules keep the
+    /// The earliest deadline of a waiting place, set when `waiting_idle_sec` is lowered
+    /// (`set_config`, view.rs `lowered_idle_floor`; 0: never). The Redis rules keep the
     /// same (rules.lua `wfloor`). Not persisted: a restart starts every idle period afresh.
     idle_floor: Millis,
 }
@@ -281,16 +281,14 @@ impl EventQueue {
         // The record of an end by `closes_at` is the queue's, not the new settings': it
         // stays (and ends nothing if the new `closes_at` is later than it).
         let end_seen_at = self.config.end_seen_at;
-        // A shorter `waiting_idle_sec` counts, for the places waiting now, from the change
-        // at the earliest, and not before a poller told the old interval could be back
-        // (view.rs `lowered_idle_floor`): a live stream renews its place at the change
-        // (live.rs `settings`), a poller when it comes back as told, and their last sign
-        // of life, at the old period, may be older than the new value. Ending those places
-        // at once lost every follower. (The Redis rules keep the same floor: `wfloor`.)
-        let floor = (config.waiting_idle_sec < self.config.waiting_idle_sec).then(|| {
-            let new_idle = Millis::from(config.waiting_idle_sec) * 1000;
-            super::view::lowered_idle_floor(&Timeouts::of(&self.config), new_idle, now)
-        });
+        // A shorter `waiting_idle_sec` ends no waiting place before a poller told the old
+        // interval could be back (view.rs `lowered_idle_floor`): a live stream renews its
+        // place at the change (live.rs `settings`), a poller when it comes back as told,
+        // and their last sign of life, at the old period, may be older than the new value.
+        // Ending those places at once lost every follower. (The Redis rules keep the same
+        // floor: `wfloor`.)
+        let floor = (config.waiting_idle_sec < self.config.waiting_idle_sec)
+            .then(|| super::view::lowered_idle_floor(&Timeouts::of(&self.config), now));
         self.config = EventConfig {
             end_seen_at,
             ..config
@@ -313,16 +311,16 @@ impl EventQueue {
         self.admit(now, fx);
     }
 
-    /// `extra`: what extensions added to the session's maximum; `floor`: the earliest last
-    /// sign of life a waiting place counts from (`idle_floor`).
+    /// `extra`: what extensions added to the session's maximum; `floor`: the earliest
+    /// deadline of a waiting place (`idle_floor`).
     fn deadline_of(c: &EventConfig, p: &Place, extra: Millis, floor: Millis) -> Millis {
         let mut t = Timeouts::of(c);
         t.session_max_ms += extra;
-        let seen = match p.state {
-            PlaceState::Waiting => p.last_seen.max(floor),
-            _ => p.last_seen,
-        };
-        t.deadline(p.state, seen, p.admitted_at, p.entered_at)
+        let d = t.deadline(p.state, p.last_seen, p.admitted_at, p.entered_at);
+        match p.state {
+            PlaceState::Waiting => d.max(floor),
+            _ => d,
+        }
     }
 
     /// The place's timeouts: the event's, with its session's extensions.

@@ -100,16 +100,16 @@ pub fn poll_after_sec(position: Option<u64>, eta_low: Option<u64>, t: &Timeouts)
 /// after `waiting_idle_sec` was lowered ([`lowered_idle_floor`]).
 pub const POLL_SLACK_MS: Millis = 1000;
 
-/// From when a lowered waiting idle time (`new_idle_ms`, set at `now`) counts for the
-/// places waiting then: their last sign of life is taken as this at the earliest. Not
-/// before a poller told the longest interval the old settings (`old`) gave
-/// ([`poll_after_sec`]'s ceiling) could come back, with [`POLL_SLACK_MS`] to spare: a
+/// The earliest a waiting place may end after the waiting idle time was lowered at `now`
+/// from the settings `old`: not before a poller told the longest interval they gave
+/// ([`poll_after_sec`]'s ceiling) could come back, with [`POLL_SLACK_MS`] to spare. A
 /// client far back in line was told to come back in up to a minute, and a page without
-/// script reloads after it. (A live stream renews its place at the change.) The Redis
-/// rules compute the same (ops.lua `op_put`, rules.lua `wfloor`).
-pub fn lowered_idle_floor(old: &Timeouts, new_idle_ms: Millis, now: Millis) -> Millis {
+/// script reloads after it; a live stream renews its place at the change. A floor of the
+/// deadline, not of the last sign of life: a second lowering soon after keeps the first
+/// one's promise. The Redis rules compute the same (ops.lua `op_put`, rules.lua `wfloor`).
+pub fn lowered_idle_floor(old: &Timeouts, now: Millis) -> Millis {
     let told = (old.waiting_idle_ms.min(old.ready_ttl_ms) / 3000).clamp(1, POLL_MAX_SEC) * 1000;
-    now + (told + POLL_SLACK_MS).saturating_sub(new_idle_ms)
+    now + told + POLL_SLACK_MS
 }
 
 /// One row of `GET /admin/events/{id}/queue`.

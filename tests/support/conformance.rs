@@ -384,6 +384,33 @@ pub async fn a_shorter_idle_counts_from_the_change(store: Arc<dyn Store>) {
         QueueError::TokenExpired,
         "the new value after its poll"
     );
+    // Lowered twice: 60 s (pollers told 20 s) to 30 s at 5 s, to 3 s at 10 s. The second
+    // keeps the first one's promise, 5 + 20 + 1 = 26 s (defect of the first version of the
+    // floor: the second lowering's floor replaced it, 10 + 10 + 1 = 21 s).
+    make_event(
+        &store,
+        "twice",
+        serde_json::json!({"max_active": 1, "waiting_idle_sec": 60, "ready_ttl_sec": 60}),
+    )
+    .await;
+    join(&store, "twice", None, T0).await;
+    let told = join(&store, "twice", None, T0 + 5 * S).await;
+    for (idle, at) in [(30, 5), (3, 10)] {
+        let lowered = patch(serde_json::json!({"waiting_idle_sec": idle}));
+        store
+            .update_event("twice", &lowered, T0 + at * S)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        state(&store, "twice", told.key, T0 + 25 * S + 900).await,
+        Ok(PlaceState::Waiting)
+    );
+    assert_eq!(
+        queue_err(store.status("twice", told.key, T0 + 26 * S).await),
+        QueueError::TokenExpired,
+        "the first lowering's promise"
+    );
 }
 
 pub async fn ghosts_expire_without_polling(store: Arc<dyn Store>) {

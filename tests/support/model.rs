@@ -190,7 +190,7 @@ struct Model {
     seats: Vec<MSeat>,
     /// Admissions so far: numbers the lottery's draws.
     admissions: u64,
-    /// The earliest last sign of life a waiting place counts from (queue.rs `idle_floor`).
+    /// The earliest deadline of a waiting place (queue.rs `idle_floor`).
     wfloor: Millis,
 }
 
@@ -202,7 +202,7 @@ fn lowered_floor(old: &EventConfig, new: &EventConfig, now: Millis) -> Option<Mi
     (new.waiting_idle_sec < old.waiting_idle_sec).then(|| {
         let shorter = u64::from(old.waiting_idle_sec.min(old.ready_ttl_sec));
         let told = (shorter / 3).clamp(1, 60) * 1000;
-        now + (told + 1000).saturating_sub(Millis::from(new.waiting_idle_sec) * 1000)
+        now + told + 1000
     })
 }
 
@@ -222,7 +222,7 @@ impl Model {
         let s = |v: u32| Millis::from(v) * 1000;
         let c = &self.cfg;
         match p.state {
-            MState::Waiting => Some(p.last_seen.max(self.wfloor) + s(c.waiting_idle_sec)),
+            MState::Waiting => Some((p.last_seen + s(c.waiting_idle_sec)).max(self.wfloor)),
             MState::Admitted => Some(p.admitted_at + s(c.ready_ttl_sec)),
             MState::Active => Some(
                 (p.last_seen + s(c.session_idle_sec))

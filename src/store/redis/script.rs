@@ -282,7 +282,7 @@ mod tests {
         assert_eq!(crate::core::POLL_MAX_SEC, 60);
         assert_eq!(crate::core::view::POLL_SLACK_MS, 1000);
         assert!(ops.contains("math.floor(math.min(old_widle, old_ttl) / 3000), 1), 60)"));
-        assert!(ops.contains("told + 1000 - M.widle"));
+        assert!(ops.contains("NOW + told + 1000"));
     }
 
     /// A library of Redis Functions keeps its top level's variables from one call to the

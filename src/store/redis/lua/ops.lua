@@ -63,16 +63,16 @@ local function op_put()
   rcall('HSET', K_META, 'cfg', ARGV[4], 'ver', fmt(ver + 1), 'inv', ARGV[14])
   local old_widle, old_ttl = M.widle, M.ttl
   for i = 1, 9 do set(FIELDS[i], tonumber(ARGV[4 + i])) end
-  -- A shorter waiting idle counts from now at the earliest, and not before a poller told
-  -- the old settings' longest interval could be back (rules.lua `wfloor`; view.rs
-  -- `lowered_idle_floor`). Never moved back: a node whose clock is behind may make the
-  -- next change.
+  -- A shorter waiting idle ends no waiting place before a poller told the old settings'
+  -- longest interval could be back (rules.lua `wfloor`; view.rs `lowered_idle_floor`).
+  -- Never moved back: a second lowering keeps the first one's promise, and a node whose
+  -- clock is behind may make the next change.
   -- (60: POLL_MAX_SEC, 1000: POLL_SLACK_MS, written out: the main chunk of an EVAL may
   -- hold 200 locals only, and a test checks them against view.rs.)
   if exists and M.widle < old_widle then
     local told = math.min(math.max(math.floor(math.min(old_widle, old_ttl) / 3000), 1), 60)
       * 1000
-    set('wfloor', math.max(M.wfloor, NOW + math.max(0, told + 1000 - M.widle)))
+    set('wfloor', math.max(M.wfloor, NOW + told + 1000))
   end
   set('opens', opens)
   set('opened', tonumber(ARGV[22]))

@@ -235,7 +235,7 @@ local function renew_batch()
     local alive = t < M.nd
     if not alive then
       local seen = rcall('ZSCORE', wkey(chunk(s)), s)
-      alive = seen and math.max(tonumber(seen), M.wfloor) + M.widle > t
+      alive = seen and math.max(tonumber(seen) + M.widle, M.wfloor) > t
     end
     if alive then rcall('ZADD', wkey(chunk(s)), 'XX', 'GT', fmt(t), s) end
   end

@@ -253,12 +253,12 @@ local function pkey(seq) return pchunk(chunk(seq)) end
 --   whose clock is behind answers no waiting place after it. Answered by `get` and
 --   `settings` (config.rs `end_seen_at`): such a node gives the end's reason too, and an
 --   end call there keeps the close's moment. 0 in a meta written before it.
--- - wfloor: the earliest last sign of life of the places waiting when `widle` was last
---   lowered (0: never): the change, plus what a poller told the old interval needs to be
---   back (ops.lua `op_put`). A waiting place's deadline is max(seen, wfloor) + widle, as
---   queue.rs `set_config` has it (a live stream renews its place at the change, a poller
---   when it comes back as told, and their last renewal, at the old period, may be older
---   than the new value). 0 in a meta written before it.
+-- - wfloor: the earliest deadline of a waiting place, set when `widle` is lowered (0:
+--   never): the change, plus what a poller told the old interval needs to be back (ops.lua
+--   `op_put`). A waiting place's deadline is max(seen + widle, wfloor), as queue.rs
+--   `deadline_of` has it (a live stream renews its place at the change, a poller when it
+--   comes back as told, and their last renewal, at the old period, may be older than the
+--   new value). 0 in a meta written before it.
 local FIELDS = {'cap', 'rate', 'ttl', 'sidle', 'smax', 'widle', 'maxq', 'paused', 'accept',
   'seq', 'completed', 'left', 'expired', 'joins', 'admissions', 'wsum', 'ssum', 'scnt', 'wn',
   'btok', 'blast', 'bprimed', 'nw', 'nad', 'nac', 'nd', 'fadm', 'hbusy', 'hsince', 'hends',
@@ -785,7 +785,7 @@ end
 -- so the minimum over sessions is the smaller of the two ZSET fronts), or NEVER.
 local function next_deadline()
   local w = ws_front(0)
-  if w ~= NEVER then w = math.max(w, M.wfloor) + M.widle end
+  if w ~= NEVER then w = math.max(w + M.widle, M.wfloor) end
   return math.min(w, zfront(K_ADM, M.ttl), zfront(K_ASEEN, M.sidle), zfront(K_AENT, M.smax))
 end
 
@@ -796,15 +796,15 @@ local function expire_due()
   local due = {}
   local seen = {}
   -- Waiting places: the chunks whose lower bound is due, then the due places in each.
-  -- None is due before wfloor + widle (a deadline is max(seen, wfloor) + widle).
+  -- None is due before wfloor (a deadline is max(seen + widle, wfloor)).
   local visited = {}
-  if NOW - M.widle >= M.wfloor then
+  if NOW >= M.wfloor then
     visited = rcall('ZRANGEBYSCORE', K_WINDEX, '-inf', fmt(NOW - M.widle))
   end
   for _, c in ipairs(visited) do
     local w = rcall('ZRANGEBYSCORE', wkey(c), '-inf', fmt(NOW - M.widle), 'WITHSCORES')
     for i = 1, #w, 2 do
-      due[#due + 1] = {math.max(tonumber(w[i + 1]), M.wfloor) + M.widle, w[i]}
+      due[#due + 1] = {math.max(tonumber(w[i + 1]) + M.widle, M.wfloor), w[i]}
     end
   end
   local r = rcall('ZRANGEBYSCORE', K_ADM, '-inf', fmt(NOW - M.ttl), 'WITHSCORES')
