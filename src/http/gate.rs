@@ -26,7 +26,6 @@ use super::body::Place;
 use super::error::{AppError, AppResult};
 use super::gate_page::{words, Words};
 use super::guard::{Caller, Guard};
-use super::look::escape;
 use crate::app::AppState;
 use crate::core::gate::is_valid_host;
 use crate::core::{Access, PlaceKey, PlaceState, PlaceView, QueueError};
@@ -577,82 +576,7 @@ pub fn waiting_response(
     res
 }
 
-/// A gated URL's refusal: the API's JSON error for a client that asks for JSON; for a
-/// browser, a page that says it (with the operator's message once the sale ended), under
-/// the same status and headers (`Retry-After`, …), never cached.
-pub async fn refusal(
-    state: &AppState,
-    event_id: &str,
-    e: AppError,
-    json: bool,
-    lang: &'static str,
-    reload: bool,
-) -> Response {
-    if json {
-        return e.into_response();
-    }
-    let reason = match &e {
-        AppError::SaleEnded(_, r) => Some(*r),
-        _ => None,
-    };
-    // The store unreachable: its settings would wait out the timeout a second time.
-    let reachable = !matches!(e, AppError::Unavailable(_));
-    let message = e.to_string();
-    let (parts, _) = e.into_response().into_parts();
-    let now = state.clock.now();
-    let config = match reachable {
-        true => state.events.config(event_id, now).await.ok(),
-        false => None,
-    };
-    let words = config
-        .as_deref()
-        .map_or_else(|| Words::titled(lang, event_id), |c| words(c, lang));
-    let ko = lang == "ko";
-    let (heading, text) = match reason {
-        Some(r) => {
-            let said = config
-                .as_ref()
-                .and_then(|c| c.sale_ended(now))
-                .and_then(|end| end.message)
-                .and_then(|m| m.pick(lang))
-                .map(str::to_string);
-            // As the script page says them (wait.js `soldOut`, …).
-            let (heading, default) = match (r, ko) {
-                ("sold_out", false) => ("Sold out", "Everything has been sold."),
-                ("sold_out", true) => ("매진되었습니다", "모두 판매되었습니다."),
-                ("cancelled", false) => ("Sale cancelled", "This sale has been called off."),
-                ("cancelled", true) => {
-                    ("판매가 취소되었습니다", "주최 측이 이 판매를 취소했습니다.")
-                }
-                (_, false) => ("This sale has ended", "The sale is over."),
-                (_, true) => ("판매가 종료되었습니다", "이 판매는 끝났습니다."),
-            };
-            (heading, said.unwrap_or_else(|| default.to_string()))
-        }
-        // The API's message stays as it is (English): it names what went wrong.
-        None if ko => ("지금은 대기실에 들어갈 수 없습니다", message),
-        None => ("The waiting room cannot let you in right now", message),
-    };
-    // A refusal that passes says when to try again; the end of a sale never passes. Only
-    // a request its reload repeats (`reload`: a `GET`) reloads itself: a form's `POST`
-    // would come back as a `GET`, its data lost.
-    let retry = parts
-        .headers
-        .get(header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-        .filter(|_| reload && reason.is_none());
-    let page = super::gate_page::render_refused(&words, heading, &escape(&text), retry);
-    let mut res = Response::from_parts(parts, axum::body::Body::from(page));
-    let h = res.headers_mut();
-    h.remove(header::CONTENT_LENGTH);
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    super::gate_page::page_headers(h);
-    res
-}
+pub use super::gate_page::refusal;
 
 /// The session headers the origin (or nginx, through `auth_request_set`) is given.
 pub fn session_headers(h: &mut HeaderMap, s: &Session) {

@@ -187,7 +187,14 @@ pub fn render(words: &Words, view: &PlaceView, retry: u64) -> String {
 /// waiting page does: a person told to keep the tab open must not lose the place by
 /// leaving a refused reload on screen. The end of a sale does not: reloading changes
 /// nothing.
-pub fn render_refused(words: &Words, heading: &str, text: &str, retry: Option<u64>) -> String {
+/// `attrs`: the message paragraph's own attributes (its `dir` and `lang`), or empty.
+pub fn render_refused(
+    words: &Words,
+    heading: &str,
+    text: &str,
+    attrs: &str,
+    retry: Option<u64>,
+) -> String {
     let (refresh, again) = match retry {
         Some(sec) => {
             let sec = sec.max(1);
@@ -218,7 +225,7 @@ main {{ white-space: pre-line; }}
 <main>
 <h1 dir="auto"{title_lang}>{title}</h1>
 <h2 id="waitroom-refused">{heading}</h2>
-<p id="waitroom-message">{text}</p>
+<p id="waitroom-message"{attrs}>{text}</p>
 {again}</main>
 </body>
 </html>
@@ -379,6 +386,104 @@ pub async fn words_of(state: &crate::app::AppState, event_id: &str, lang: &'stat
         Ok(c) => words(&c, lang),
         Err(_) => Words::titled(lang, event_id),
     }
+}
+
+/// The heading of a refusal that is not the end of a sale, in English.
+const NOT_NOW: &str = "The waiting room cannot let you in right now";
+
+/// A gated URL's refusal: the API's JSON error for a client that asks for JSON; for a
+/// browser, a page that says it (with the operator's message once the sale ended), under
+/// the same status and headers (`Retry-After`, …), never cached.
+pub async fn refusal(
+    state: &crate::app::AppState,
+    event_id: &str,
+    e: super::AppError,
+    json: bool,
+    lang: &'static str,
+    reload: bool,
+) -> axum::response::Response {
+    use super::look::escape;
+    use super::AppError;
+    use axum::http::{header, HeaderValue};
+    use axum::response::{IntoResponse as _, Response};
+    if json {
+        return e.into_response();
+    }
+    let reason = match &e {
+        AppError::SaleEnded(_, r) => Some(*r),
+        _ => None,
+    };
+    // The store unreachable: its settings would wait out the timeout a second time.
+    let reachable = !matches!(e, AppError::Unavailable(_));
+    let message = e.to_string();
+    let (parts, _) = e.into_response().into_parts();
+    let now = state.clock.now();
+    let config = match reachable {
+        true => state.events.config(event_id, now).await.ok(),
+        false => None,
+    };
+    let words = config
+        .as_deref()
+        .map_or_else(|| Words::titled(lang, event_id), |c| words(c, lang));
+    let ko = lang == "ko";
+    // `attrs`: the message's. The operator's words marked as the title is (`dir`, and `lang`
+    // when they stand in from the other language); the API's message is English.
+    let (heading, text, attrs) = match reason {
+        Some(r) => {
+            let said = config
+                .as_ref()
+                .and_then(|c| c.sale_ended(now))
+                .and_then(|end| end.message)
+                .and_then(|m| m.pick_lang(lang).map(|(t, l)| (t.to_string(), l)));
+            // As the script page says them (wait.js `soldOut`, …).
+            let (heading, default) = match (r, ko) {
+                ("sold_out", false) => ("Sold out", "Everything has been sold."),
+                ("sold_out", true) => ("매진되었습니다", "모두 판매되었습니다."),
+                ("cancelled", false) => ("Sale cancelled", "This sale has been called off."),
+                ("cancelled", true) => {
+                    ("판매가 취소되었습니다", "주최 측이 이 판매를 취소했습니다.")
+                }
+                (_, false) => ("This sale has ended", "The sale is over."),
+                (_, true) => ("판매가 종료되었습니다", "이 판매는 끝났습니다."),
+            };
+            match said {
+                Some((text, l)) => {
+                    let attrs = format!(" dir=\"auto\"{}", lang_attr(lang, l));
+                    (heading, text, attrs)
+                }
+                None => (heading, default.to_string(), String::new()),
+            }
+        }
+        // The API's message stays as it is (English): it names what went wrong.
+        None => {
+            let attrs = if ko { " lang=\"en\"" } else { "" }.to_string();
+            let heading = if ko {
+                "지금은 대기실에 들어갈 수 없습니다"
+            } else {
+                NOT_NOW
+            };
+            (heading, message, attrs)
+        }
+    };
+    // A refusal that passes says when to try again; the end of a sale never passes. Only
+    // a request its reload repeats (`reload`: a `GET`) reloads itself: a form's `POST`
+    // would come back as a `GET`, its data lost.
+    let retry = parts
+        .headers
+        .get(header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .filter(|_| reload && reason.is_none());
+    let page = render_refused(&words, heading, &escape(&text), &attrs, retry);
+    let mut res = Response::from_parts(parts, axum::body::Body::from(page));
+    let h = res.headers_mut();
+    h.remove(header::CONTENT_LENGTH);
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    page_headers(h);
+    res
 }
 
 #[cfg(test)]
