@@ -556,6 +556,51 @@ async fn answers_about_a_place_are_not_kept_by_caches() {
     }
 }
 
+/// An admitted person's session answers (`verify`, `session/*`), errors included, are
+/// one person's too (defect: they carried no `Cache-Control`, so a shared cache could keep
+/// one person's seat map or `verify` answer and hand it to the next one asking).
+#[tokio::test]
+async fn a_sessions_answers_are_not_kept_by_caches() {
+    let app = live_app();
+    app.put_event("ev", json!({"max_active": 1})).await;
+    let t = token(&app.join("ev", Some("alice")).await);
+    let jwt = app.enter(&t).await.ok()["access_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let calls = [
+        (Method::POST, "/api/v1/queue/verify"),
+        (Method::POST, "/api/v1/session/heartbeat"),
+        (Method::GET, "/api/v1/session/holds"),
+        (Method::POST, "/api/v1/session/holds"),
+        (Method::DELETE, "/api/v1/session/holds"),
+        (Method::POST, "/api/v1/session/extend"),
+        (Method::POST, "/api/v1/session/complete"),
+    ];
+    // With the session's token (whatever each answers: the event has no seats), then again
+    // once it is complete, then with no token at all.
+    for round in ["live", "complete", "no token"] {
+        for (method, path) in &calls {
+            let request = if round == "no token" {
+                req(method.clone(), path).body(Body::empty()).unwrap()
+            } else {
+                bearer(method.clone(), path, &jwt)
+            };
+            let r = app.send(request).await;
+            if round == "no token" {
+                assert!(r.status.is_client_error(), "{path}: {}", r.text);
+            }
+            assert_eq!(
+                r.headers.get(header::CACHE_CONTROL).map(|v| v.as_bytes()),
+                Some(&b"no-store"[..]),
+                "{round} {method} {path}: {} {}",
+                r.status,
+                r.text
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn missing_and_invalid_waiting_tokens() {
     let app = app();

@@ -323,6 +323,13 @@ impl<L> Routes<L> {
 pub(crate) static NO_STORE: axum::http::HeaderValue =
     axum::http::HeaderValue::from_static("no-store");
 
+/// `Cache-Control: no-store` on an answer (the session routes' `inner` layer).
+async fn no_store(mut res: axum::response::Response) -> axum::response::Response {
+    res.headers_mut()
+        .insert(axum::http::header::CACHE_CONTROL, NO_STORE.clone());
+    res
+}
+
 /// Every route the server answers, as (method in lower case, path), in axum's path syntax
 /// (`/api/v1/events/{event_id}`).
 pub fn route_list(state: &AppState) -> Vec<(&'static str, &'static str)> {
@@ -415,30 +422,35 @@ fn routes(around: &Around) -> Routes {
         api!("/queue/leave"),
         post(queue::leave).delete(queue::leave)
     );
-    route!(api, api!("/queue/verify"), post(queue::verify));
     route!(api, api!("/queue/info"), get(queue::info));
     route!(api, api!("/queue/ws"), get(live::ws));
     route!(api, api!("/queue/events"), get(live::events));
     route!(api, api!("/events"), get(public_list::list_events));
     route!(api, api!("/events/{event_id}"), get(pages::get_event));
+    route!(api, api!("/openapi.json"), get(openapi::serve));
+    route!(api, api!("/gate"), get(gate::gate));
+
+    // The admitted person's routes: each answer, errors included, is about one session and
+    // answers a request carrying its access token, so no shared cache may keep it (a kept
+    // seat map or `verify` would hand one person's session to the next one asking).
+    let mut session = Routes::new(around).inner(middleware::map_response(no_store));
+    route!(session, api!("/queue/verify"), post(queue::verify));
     route!(
-        api,
+        session,
         api!("/session/heartbeat"),
         post(queue::session_heartbeat)
     );
     route!(
-        api,
+        session,
         api!("/session/complete"),
         post(queue::session_complete)
     );
-    route!(api, api!("/openapi.json"), get(openapi::serve));
-    route!(api, api!("/gate"), get(gate::gate));
     route!(
-        api,
+        session,
         api!("/session/holds"),
         get(sale::seat_map).post(sale::hold).delete(sale::release)
     );
-    route!(api, api!("/session/extend"), post(sale::extend));
+    route!(session, api!("/session/extend"), post(sale::extend));
 
     let mut site = Routes::new(around);
     route!(site, "/.well-known/jwks.json", get(queue::jwks));
@@ -458,7 +470,8 @@ fn routes(around: &Around) -> Routes {
     route!(site, "/admin", get(pages::admin));
     route!(site, "/assets/{file}", get(pages::asset));
 
-    api.merge(admin)
+    api.merge(session)
+        .merge(admin)
         .merge(site)
         .merge(demo_site::routes(&shared.0.app, around))
 }
