@@ -761,6 +761,75 @@ async fn the_page_joins_with_a_user_token_and_an_invite_from_its_link() {
     other.close().await;
 }
 
+/// A signed user token for `event` naming `sub`, as a booking site links with.
+fn user_token(secret: &str, event: &str, sub: &str) -> String {
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 600;
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &json!({"sub": sub, "aud": event, "exp": exp}),
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .unwrap()
+}
+
+/// A second person's link in a browser that holds the first one's place (a shared
+/// computer) joins as that person (defect: the page resumed the saved place and ignored
+/// the link, so the second person's turn carried the first one's verified identity).
+#[tokio::test]
+async fn another_persons_link_in_the_same_browser_joins_as_that_person() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    let secret = "the-booking-site-secret-of-32-bytes-at-least";
+    one_slot_event(&s, "shared", json!({"user_token_secret": secret})).await;
+    let b = Browser::start(&PHONE).await;
+    let alice = user_token(secret, "shared", "alice");
+    b.goto(&s.url(&format!("/wait/shared?user_token={alice}")))
+        .await;
+    b.text_until("#position", |t| t == "1").await;
+    let hers = stored_token(&b, "shared").await.expect("saved");
+    let bob = user_token(secret, "shared", "bob");
+    b.goto(&s.url(&format!("/wait/shared?user_token={bob}")))
+        .await;
+    b.text_until("#position", |t| t == "2").await;
+    let his = stored_token(&b, "shared").await.expect("saved");
+    assert_ne!(his, hers);
+    let users = |q: &Value| -> Vec<String> {
+        q.as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["user_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let q = s.admin(Method::GET, "/events/shared/queue").await;
+    assert_eq!(users(&q), ["alice", "bob"], "{q}");
+    assert!(
+        !b.url().await.contains(&bob),
+        "the link's token left the address bar"
+    );
+    // Reloaded without the link: Bob's place is resumed, no third one made.
+    b.goto(&s.url("/wait/shared")).await;
+    b.text_until("#position", |t| t == "2").await;
+    assert_eq!(
+        stored_token(&b, "shared").await.as_deref(),
+        Some(his.as_str())
+    );
+    // Bob's link followed again: his own place back, not a new one.
+    b.goto(&s.url(&format!("/wait/shared?user_token={bob}")))
+        .await;
+    b.text_until("#position", |t| t == "2").await;
+    assert_eq!(
+        stored_token(&b, "shared").await.as_deref(),
+        Some(his.as_str())
+    );
+    let q = s.admin(Method::GET, "/events/shared/queue").await;
+    assert_eq!(users(&q), ["alice", "bob"], "{q}");
+    b.close().await;
+}
+
 #[tokio::test]
 async fn the_page_does_the_proof_of_work_and_gets_a_place() {
     let _one = BROWSER_LOCK.lock().await;

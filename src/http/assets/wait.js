@@ -94,6 +94,9 @@
   const params = new URLSearchParams(location.search);
   const userToken = params.get('user_token');
   const invite = params.get('invite');
+  // The link a place came from: another person's link must not resume it (shared browser).
+  const via = userToken || invite ? JSON.stringify([userToken, invite]) : null;
+  const ours = (p) => !!(p && p.token) && (!via || p.via === via);
   const REFUSED = ['USER_TOKEN_INVALID', 'USER_TOKEN_EXPIRED', 'USER_TOKEN_REQUIRED', 'INVITE_REQUIRED', 'INVITE_INVALID'];
 
   let info = null;              // the public event (name, target_url, paused)
@@ -119,9 +122,8 @@
     try { return JSON.parse(store.get('localStorage', PLACE_KEY)) || null; } catch (_) { return null; }
   }
   function savePlace() { store.set('localStorage', PLACE_KEY, JSON.stringify(place)); }
-  // Only this tab's place is removed from storage: another tab of the same browser may have
-  // saved a newer one since (left and joined again), which this tab's ended place must not
-  // take with it (the next reload there would make a second place).
+  // Only this tab's place is removed: another tab may have saved a newer one since (left
+  // and joined again), which must stay (a reload there would make a second place).
   function forgetPlace() {
     const saved = loadPlace();
     if (!saved || !place || saved.token === place.token) store.del('localStorage', PLACE_KEY);
@@ -316,15 +318,15 @@
     const r = await loadInfo();
     if (r.code === 'EVENT_NOT_FOUND' || r.code === 'INVALID_REQUEST') { endWith('notFound'); return; }
     render();
-    if (place && place.token) await resume();
-    else await join();
+    if (ours(place)) await resume();
+    else { place = null; await join(); }
     infoTimer = setInterval(async () => { if (phase === 'waiting') { await loadInfo(); render(); } }, 15000);
   }
 
   async function resume() {
     // The token in a header, not the URL: a proxy's access log keeps URLs.
     const r = await api('GET', '/api/v1/queue/status', { token: place.token });
-    if (r.ok) { onStatus(r.data); connect(); return; }
+    if (r.ok) { forgetLinkSecrets(); onStatus(r.data); connect(); return; }
     if (r.status === 0 || r.status >= 500) { setPhase('offline'); setTimeout(resume, POLL_MS); return; }
     if (await endedBy(r)) return;
     // Only an answer about the place itself ends it. A limit (429: several tabs restored
@@ -362,6 +364,7 @@
     if (r.ok) {
       const prev = place && place.token === r.data.waiting_token ? place.start : null;
       place = { token: r.data.waiting_token, start: prev || r.data.position || 1 };
+      if (via) place.via = via;
       savePlace();
       forgetLinkSecrets();
       onStatus(r.data);
@@ -373,7 +376,8 @@
       // the answer to an earlier join was lost): use the saved one, else start afresh
       // under a new id and let the lost place lapse.
       place = loadPlace();
-      if (place && place.token) { await resume(); return; }
+      if (ours(place)) { await resume(); return; }
+      place = null;
       store.del('localStorage', UID_KEY);
       setTimeout(join, 0);
       return;
@@ -629,7 +633,7 @@
   window.addEventListener('pageshow', (e) => {
     if (!e.persisted || !place) return;
     const saved = loadPlace();
-    if (saved && saved.token) place = saved;
+    if (ours(saved)) place = saved;
     phase = 'init';
     resume();
   });
