@@ -3013,3 +3013,99 @@ async fn an_origin_cut_mid_body_passes_on_its_head_and_what_came() {
         }
     }
 }
+
+/// `POST /wait/{id}/queue` (the script page handing its place to the gate) refuses what is
+/// no live place of the event and another site's form, and tells a browser so on a page.
+/// Defects: the place of a token whose place had ended (left) was handed over (`303` and
+/// its cookie, then a new place made at the gate without a word); a browser that sends no
+/// `Sec-Fetch-Site` (Safari before 16.4) had another site's form accepted; the refusals
+/// were JSON to a browser; and the JSON refusals at gated URLs carried no `no-store`.
+#[tokio::test]
+async fn the_hand_over_takes_only_a_live_place_from_the_waiting_rooms_own_page() {
+    let w = waitroom(None, None).await;
+    event(&w, "ho", gated("ho", json!({"max_active": 5}))).await;
+    let url = format!("http://{}/wait/ho/queue?return=%2Fcheckout", w.addr);
+    let post = |token: String, extra: Vec<(&'static str, String)>| {
+        let url = url.clone();
+        async move {
+            let mut req = client()
+                .post(url)
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(format!("waiting_token={token}"));
+            for (k, v) in extra {
+                req = req.header(k, v);
+            }
+            let r = req.send().await.unwrap();
+            let status = r.status();
+            let headers = r.headers().clone();
+            (status, headers, r.text().await.unwrap())
+        }
+    };
+    let (live, _) = api_session(&w, "ho").await;
+    let (gone, _) = api_session(&w, "ho").await;
+    let r = client()
+        .delete(format!("http://{}/api/v1/queue/leave?token={gone}", w.addr))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+
+    // A live place is handed over: its cookie.
+    let (st, h, body) = post(live.clone(), vec![]).await;
+    assert_eq!(st, StatusCode::SEE_OTHER, "{body}");
+    assert!(h["set-cookie"].to_str().unwrap().contains(&live));
+    // So is one posted by the page itself from a browser without `Sec-Fetch-Site`: its
+    // own origin, or `null` (the page sends no referrer).
+    let own = format!("http://{}", w.addr);
+    for origin in [own.clone(), "null".to_string()] {
+        let (st, _, body) = post(live.clone(), vec![("origin", origin.clone())]).await;
+        assert_eq!(st, StatusCode::SEE_OTHER, "{origin}: {body}");
+    }
+    // A place that ended, another site's form (by `Sec-Fetch-Site` or, without it, by
+    // `Origin`): refused, no cookie, never cached.
+    let refused = [
+        (gone.clone(), vec![]),
+        (
+            live.clone(),
+            vec![("sec-fetch-site", "cross-site".to_string())],
+        ),
+        (
+            live.clone(),
+            vec![("origin", "https://evil.example".to_string())],
+        ),
+        (
+            live.clone(),
+            vec![("origin", format!("http://localhost:{}", w.addr.port()))],
+        ),
+    ];
+    for (token, extra) in refused.clone() {
+        let (st, h, body) = post(token, extra.clone()).await;
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{extra:?}: {body}");
+        assert!(h.get("set-cookie").is_none(), "{extra:?}");
+        assert_eq!(h["cache-control"], "no-store", "{extra:?}");
+        assert!(body.contains("INVALID_REQUEST"), "{extra:?}: {body}");
+    }
+    // A browser is told on a page, which does not post the form again.
+    for (token, mut extra) in refused {
+        extra.push(("accept", "text/html,application/xhtml+xml".to_string()));
+        let (st, h, body) = post(token, extra.clone()).await;
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{extra:?}");
+        assert!(h["content-type"].to_str().unwrap().starts_with("text/html"));
+        assert_eq!(h["cache-control"], "no-store", "{extra:?}");
+        assert!(!body.contains("http-equiv=\"refresh\""), "{body}");
+    }
+    // The refusal of a gated URL's visit as JSON carries `no-store` as its page does.
+    let mut p = Person::default();
+    let r = p
+        .get(
+            &url,
+            &[
+                ("sec-fetch-site", "cross-site"),
+                ("sec-fetch-dest", "image"),
+                ("accept", "application/json"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    assert_eq!(r.headers["cache-control"], "no-store");
+}

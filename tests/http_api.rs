@@ -2848,9 +2848,15 @@ async fn the_public_list_pages_and_is_gzipped() {
     assert_eq!(ids_of(&last.body), ["d", "e"]);
     assert!(last.headers.get(header::LINK).is_none());
     for bad in ["limit=0", "limit=-1", "limit=two"] {
-        app.get(&format!("/api/v1/events?{bad}"))
-            .await
-            .err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+        let r = app.get(&format!("/api/v1/events?{bad}")).await;
+        r.err(StatusCode::BAD_REQUEST, "INVALID_REQUEST");
+        assert_eq!(r.headers[header::VARY], "accept-encoding", "{bad}");
+    }
+    // Every answer carries `Vary`, pages too (defect: only the whole list did).
+    for page in ["after=c", "limit=2", "after=a&limit=1"] {
+        let r = app.get(&format!("/api/v1/events?{page}")).await;
+        assert_eq!(r.status, StatusCode::OK, "{page}");
+        assert_eq!(r.headers[header::VARY], "accept-encoding", "{page}");
     }
 
     let res = app

@@ -865,37 +865,94 @@ pub async fn hand_over(
     super::extract::AppPath(event_id): super::extract::AppPath<String>,
     caller: Caller,
     super::extract::AppQuery(q): super::extract::AppQuery<QueueQuery>,
-    extensions: axum::http::Extensions,
-    headers: HeaderMap,
+    head: axum::http::request::Parts,
+    body: axum::body::Bytes,
+) -> Response {
+    let (headers, extensions) = (&head.headers, &head.extensions);
+    let handed = hand_over_place(&state, &event_id, caller, q, extensions, headers, body);
+    match handed.await {
+        Ok(res) => res,
+        // A browser (the waiting page's own form) is told on a page, as at the gated URL;
+        // a form's `POST` is not sent again, so the page does not reload.
+        Err(e) => {
+            let lang = super::look::language(&head.uri, headers);
+            refusal(&state, &event_id, e, !asks_html(headers), lang, false).await
+        }
+    }
+}
+
+async fn hand_over_place(
+    state: &AppState,
+    event_id: &str,
+    caller: Caller,
+    q: QueueQuery,
+    extensions: &axum::http::Extensions,
+    headers: &HeaderMap,
     body: axum::body::Bytes,
 ) -> AppResult<Response> {
-    crate::core::validate_event_id(&event_id)?;
+    crate::core::validate_event_id(event_id)?;
     let site = headers.get("sec-fetch-site").map(HeaderValue::as_bytes);
-    if matches!(site, Some(b"cross-site" | b"same-site")) {
+    if matches!(site, Some(b"cross-site" | b"same-site")) || (site.is_none() && foreign(headers)) {
         return Err(AppError::invalid(
             "a place is handed over by the waiting room's own page only",
         ));
     }
-    let token = form_urlencoded::parse(&body)
+    let not_a_place =
+        || AppError::invalid("waiting_token is missing or is not a place in this event's line");
+    let (token, key) = form_urlencoded::parse(&body)
         .find(|(k, _)| k == "waiting_token")
-        .map(|(_, v)| v.into_owned())
-        .filter(|t| state.waiting.place_for(t, &event_id).is_some())
-        .ok_or_else(|| {
-            AppError::invalid("waiting_token is missing or is not a place in this event's line")
-        })?;
+        .and_then(|(_, v)| Some((state.waiting.place_for(&v, event_id)?, v)))
+        .map(|(key, v)| (v.into_owned(), key))
+        .ok_or_else(not_a_place)?;
+    // A place that ended (left, cleared, expired) is no place either: its cookie would be
+    // read as none at the gate, which would make a new place without telling the person
+    // that theirs ended. Looked at without renewing it.
+    match state.store.peek(event_id, key, state.clock.now()).await {
+        Ok(_) => {}
+        Err(e) if place_gone(&e) => return Err(not_a_place()),
+        Err(e) => return Err(e.into()),
+    }
     let peer = extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip());
-    let secure = state.gates.secure_cookies || is_https(&caller.guard, peer, &headers);
-    let room = waiting_room_url(&event_id, q.ret.as_deref().unwrap_or("/"));
+    let secure = state.gates.secure_cookies || is_https(&caller.guard, peer, headers);
+    let room = waiting_room_url(event_id, q.ret.as_deref().unwrap_or("/"));
     let mut res = (StatusCode::SEE_OTHER, [(header::LOCATION, room)]).into_response();
     let h = res.headers_mut();
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.append(
         header::SET_COOKIE,
-        set_cookie(&event_id, Some(token.as_str()), secure),
+        set_cookie(event_id, Some(token.as_str()), secure),
     );
     Ok(res)
+}
+
+/// A post whose `Origin` names another host than the one it was sent to. Read only when
+/// the browser sends no `Sec-Fetch-Site` (Safari before 16.4): `Origin` is then the only
+/// word on where a form came from. `null` passes: the waiting page sends no referrer, and
+/// a browser then says `null` for its own form too.
+fn foreign(headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN).map(HeaderValue::as_bytes) else {
+        return false;
+    };
+    if origin == b"null" {
+        return false;
+    }
+    let (authority, default) = if let Some(a) = origin.strip_prefix(b"https://") {
+        (a, &b":443"[..])
+    } else if let Some(a) = origin.strip_prefix(b"http://") {
+        (a, &b":80"[..])
+    } else {
+        return true;
+    };
+    let bare = |a: &'_ [u8]| -> Vec<u8> {
+        let a = a.strip_suffix(default).unwrap_or(a);
+        a.to_ascii_lowercase()
+    };
+    // No `Host` (HTTP/2 names it in the URI, and only a proxy in front speaks it to an
+    // old browser): nothing to compare, so as before.
+    let host = headers.get(header::HOST).map(HeaderValue::as_bytes);
+    host.is_some_and(|h| bare(h) != bare(authority))
 }
 
 /// Adds `Secure` to a cookie made without it, when the request came over https.

@@ -407,7 +407,11 @@ pub async fn refusal(
     use axum::http::{header, HeaderValue};
     use axum::response::{IntoResponse as _, Response};
     if json {
-        return e.into_response();
+        // The same headers as the page's below: an answer about one place (or one visit).
+        let mut res = e.into_response();
+        res.headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        return res;
     }
     let reason = match &e {
         AppError::SaleEnded(_, r) => Some(*r),

@@ -238,17 +238,32 @@ pub struct ListQuery {
 /// with `after` or `limit`, with a `Link` to the next page when one follows.
 pub async fn list_events(
     State(shared): State<Shared>,
-    AppQuery(q): AppQuery<ListQuery>,
+    // A `Result`: a query refused is an answer of this URL too (`Vary` below).
+    q: Result<AppQuery<ListQuery>, AppError>,
     headers: HeaderMap,
-) -> AppResult<Response> {
+) -> Response {
+    // Every answer, a page or a refusal too (API.md): a cache keying this URL by
+    // `Accept-Encoding` then does so for all of them.
+    let answer = match q {
+        Ok(AppQuery(q)) => list_answer(&shared, q, &headers).await,
+        Err(e) => Err(e),
+    };
+    let mut res = answer.into_response();
+    res.headers_mut()
+        .insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+    res
+}
+
+async fn list_answer(shared: &Shared, q: ListQuery, headers: &HeaderMap) -> AppResult<Response> {
     if q.limit == Some(0) {
         return Err(AppError::invalid("limit must be at least 1"));
     }
     let list = shared.public_list().current(&shared.app().clock).await?;
     let json = HeaderValue::from_static("application/json");
     if q.after.is_none() && q.limit.is_none() {
-        let gzip = list.gzip.as_ref().filter(|_| accepts_gzip(&headers));
-        let mut res = match gzip {
+        let gzip = list.gzip.as_ref().filter(|_| accepts_gzip(headers));
+        // Gzipped or not by the request's `Accept-Encoding` (hence `Vary`, set above).
+        let res = match gzip {
             Some(body) => (
                 [
                     (header::CONTENT_TYPE, json),
@@ -259,10 +274,6 @@ pub async fn list_events(
                 .into_response(),
             None => ([(header::CONTENT_TYPE, json)], list.json.clone()).into_response(),
         };
-        // Gzipped or not by the request's `Accept-Encoding`: a shared cache must not hand
-        // the gzipped list to a client that did not ask for it.
-        res.headers_mut()
-            .insert(header::VARY, HeaderValue::from_static("accept-encoding"));
         return Ok(res);
     }
     let from = match &q.after {
