@@ -42,11 +42,14 @@ pub struct Gate {
     /// The name of the event's session cookie ([`cookie_name`]), made once rather than at
     /// every gated request.
     pub cookie: Box<str>,
+    /// Whether a gated path has a character outside ASCII ([`Gates::find`]).
+    pub non_ascii: bool,
 }
 
 impl Gate {
     pub fn new(event_id: Arc<str>, rules: GateRules, session_idle_ms: Millis) -> Self {
         Gate {
+            non_ascii: rules.paths.iter().any(|p| !p.is_ascii()),
             cookie: cookie_name(&event_id).into(),
             event_id,
             rules,
@@ -218,8 +221,21 @@ impl Gates {
     /// event's prefix (`/checkout/help/../pay`, `help` gating `/checkout/help`) reach a
     /// page the other gates (`/checkout/pay`, `general` gating `/checkout`) under the
     /// first's queue. A reading no event gates adds nothing: gating errs on the queue's side.
+    ///
+    /// A path whose escapes are not UTF-8 (`/caf%E9`), or that came with bytes that are
+    /// not (read as U+FFFD), has no reading the rules can compare with a gated path
+    /// outside ASCII: a Windows server reads it in its code page (HTTP.sys's default),
+    /// where `/caf%E9` is `/café` and `/%BF%B9%B8%C5` is `/예매` (CP949). Where such a
+    /// path is gated on the host, it is refused ([`Ambiguous`]) rather than passed.
     pub fn find(&self, host: Option<&str>, path: &str) -> Result<Option<Arc<Gate>>, Ambiguous> {
         let table = self.table.load();
+        if crate::core::gate::undecodable(path)
+            && table
+                .iter()
+                .any(|g| g.non_ascii && g.rules.gates_host(host))
+        {
+            return Err(Ambiguous);
+        }
         let readings = crate::core::gate::Readings::of(path);
         let mut chosen: Option<&Arc<Gate>> = None;
         for reading in readings.iter() {
@@ -824,6 +840,29 @@ mod tests {
         ] {
             assert_eq!(find(path), Err(Ambiguous), "{path}");
         }
+        // Escapes that are not UTF-8, or bytes read as U+FFFD, where a gated path is
+        // outside ASCII: a Windows server may read them as `/boutique/été` in its code page
+        // (defect: they passed ungated). A query's are the site's business.
+        for path in [
+            "/boutique/%E9t%E9",
+            "/caf%E9",
+            "/%BF%B9%B8%C5",
+            "/boutique/\u{fffd}t\u{fffd}",
+        ] {
+            assert_eq!(find(path), Err(Ambiguous), "{path}");
+        }
+        assert_eq!(find("/about?q=%E9"), Ok(None));
+        assert_eq!(find("/boutique/%C3%A9t%C3%A9?q=%E9"), one("ete"));
+        // Where every gated path is ASCII, such a path is read as before.
+        let ascii = Gates::default();
+        ascii
+            .table
+            .store(Arc::new(vec![gate("general", "/checkout")]));
+        assert_eq!(ascii.find(None, "/caf%E9").map(|g| g.is_some()), Ok(false));
+        assert_eq!(
+            ascii.find(None, "/checkout/%E9").map(|g| g.is_some()),
+            Ok(true)
+        );
     }
 
     #[test]

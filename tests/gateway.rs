@@ -30,7 +30,12 @@ async fn origin() -> SocketAddr {
             (!lines.is_empty()).then(|| lines.join(" | "))
         };
         // A site that lets shared caches keep its pages.
-        let cache = [("cache-control", "public, max-age=3600")];
+        let cache = [
+            ("cache-control", "public, max-age=3600"),
+            ("cdn-cache-control", "max-age=3600"),
+            ("surrogate-control", "max-age=3600"),
+            ("expires", "Wed, 21 Oct 2037 07:28:00 GMT"),
+        ];
         // Every header by its name, for the names no field below reads.
         let all: serde_json::Map<String, Value> = h
             .keys()
@@ -2402,10 +2407,16 @@ async fn an_answer_carrying_our_cookie_is_not_cached() {
     assert!(first.is_origin(), "admitted at once: {}", first.text);
     assert!(first.headers.contains_key("set-cookie"));
     assert_eq!(first.headers["cache-control"], "no-store");
+    // Nor the words a CDN reads instead of `Cache-Control`, or beside it (defect: they
+    // went out with the cookie).
+    for name in ["cdn-cache-control", "surrogate-control", "expires"] {
+        assert!(!first.headers.contains_key(name), "{name}");
+    }
     let again = a.get(&url, &[]).await;
     assert!(again.is_origin());
     assert!(!again.headers.contains_key("set-cookie"));
     assert_eq!(again.headers["cache-control"], "public, max-age=3600");
+    assert_eq!(again.headers["cdn-cache-control"], "max-age=3600");
 }
 
 /// How many joins event `id` counted (its figures).

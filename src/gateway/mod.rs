@@ -305,8 +305,7 @@ impl Gateway {
                     // The origin's answer now carries this person's session: whatever the
                     // origin said of caching it, no shared cache may keep it (and hand the
                     // cookie to the next visitor).
-                    res.headers_mut()
-                        .insert(header::CACHE_CONTROL, crate::http::NO_STORE.clone());
+                    never_stored(res.headers_mut());
                 }
                 // Looked for among the answer's few names before it is removed: a removal
                 // hashes the name (~200 instructions) and most answers do not carry it.
@@ -323,8 +322,7 @@ impl Gateway {
                         header::SET_COOKIE,
                         gate::set_cookie(&gate.event_id, None, secure),
                     );
-                    res.headers_mut()
-                        .insert(header::CACHE_CONTROL, crate::http::NO_STORE.clone());
+                    never_stored(res.headers_mut());
                 }
                 (outcome, res)
             }
@@ -676,6 +674,18 @@ fn unknown_coding() -> (Outcome, Response) {
 }
 
 /// The refusal of a request whose host is missing, doubled or not a host.
+/// An origin's answer that now sets or clears a session cookie: `no-store` whatever the
+/// origin said, and without the other words a cache reads instead of `Cache-Control`
+/// (`CDN-Cache-Control`, RFC 9213; `Surrogate-Control`, Fastly's and Akamai's) or beside it
+/// (`Expires`), so that no CDN in front keeps the cookie for the next visitor.
+fn never_stored(h: &mut HeaderMap) {
+    h.insert(header::CACHE_CONTROL, crate::http::NO_STORE.clone());
+    for name in ["cdn-cache-control", "surrogate-control"] {
+        h.remove(name);
+    }
+    h.remove(header::EXPIRES);
+}
+
 fn invalid_host() -> crate::http::AppError {
     crate::http::AppError::invalid(
         "a request must name its host in one Host header: a host name or address, and \

@@ -439,7 +439,8 @@ pub fn not_a_visit() -> AppError {
 pub fn ambiguous_path() -> AppError {
     AppError::invalid(
         "this path is gated by different events depending on how it is resolved \
-         (percent-decoded, `.`/`..` resolved); ask for it as the site links to it",
+         (percent-decoded, `.`/`..` resolved), or its escapes are not UTF-8 where paths \
+         outside ASCII are gated; ask for it as the site links to it",
     )
 }
 
