@@ -890,6 +890,8 @@ impl EventQueue {
         // Before the opening the shuffle order is secret, even from the admin: the
         // pre-queue is listed in join order.
         let early = self.before_opening(now).then(|| self.prequeue(0, limit));
+        // The sale ended: every waiting place is over, removed or not yet (`tick`'s batches).
+        let limit = if self.closed { 0 } else { limit };
         (1..=limit as u64)
             .map_while(|k| match &early {
                 Some(seqs) => seqs.get(k as usize - 1).map(|&seq| (k, seq)),

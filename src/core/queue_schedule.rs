@@ -200,6 +200,23 @@ impl EventQueue {
         )
     }
 
+    /// [`Self::prequeue`] as the admin reads it: what is due ended first, as every read
+    /// does, and nothing once the sale ended (every waiting place is over then, removed or
+    /// not yet by `tick`'s batches).
+    pub fn prequeue_now(
+        &mut self,
+        after: u64,
+        limit: usize,
+        now: Millis,
+        fx: &mut Vec<super::Effect>,
+    ) -> Vec<u64> {
+        let _ = self.figures(now, fx);
+        if self.closed {
+            return Vec::new();
+        }
+        self.prequeue(after, limit)
+    }
+
     /// The pre-queue's waiting places in join order, after `after`, at most `limit`.
     pub fn prequeue(&self, after: u64, limit: usize) -> Vec<u64> {
         // The table iterates in sequence order.

@@ -515,11 +515,8 @@ impl Store for EmbeddedStore {
         limit: usize,
         now: Millis,
     ) -> StoreResult<Vec<u64>> {
-        self.with(event_id, |q, fx| {
-            q.figures(now, fx); // ends what is due first, as every read does
-            Ok(q.prequeue(after, limit))
-        })
-        .await
+        self.with(event_id, |q, fx| Ok(q.prequeue_now(after, limit, now, fx)))
+            .await
     }
 
     async fn join(&self, event_id: &str, req: &JoinRequest, now: Millis) -> StoreResult<PlaceView> {

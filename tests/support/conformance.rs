@@ -65,7 +65,7 @@ macro_rules! store_conformance {
             prequeue_opens_in_shuffle_order, prequeue_change_of_opens_at,
             opens_at_the_epoch_has_opened, queueing_methods, a_switch_to_random_draws_at_once,
             opening_reached_stays_reached, prequeue_opening_before_a_join_is_refused,
-            paced_prequeue_ticks_for_the_opening);
+            paced_prequeue_ticks_for_the_opening, an_ended_prequeue_lists_nobody);
         // Where a copy of the queue could drift (conformance/replica.rs).
         $crate::store_conformance!(@tests $make;
             status_sees_each_change_at_once, polls_outlive_a_later_sweep,
@@ -1890,6 +1890,10 @@ pub async fn ending_a_long_queue_takes_bounded_batches(store: Arc<dyn Store>) {
     let ended = end_sale(&store, "long", EndCause::SoldOut, T0 + S).await;
     assert_eq!(ended.waiting, total as u64);
     assert_eq!(store_waiting(&store, "long", T0 + S).await, total as u64);
+    // The admin's list of waiting places lists none of these ended places, removed or not
+    // (defect, embedded: it listed them with positions and estimates until their batch).
+    let head = store.queue_head("long", 10, T0 + S).await.unwrap();
+    assert!(head.is_empty(), "{head:?}");
     for k in keys.iter().step_by(97) {
         let r = store.peek("long", *k, T0 + S).await;
         assert!(

@@ -55,6 +55,34 @@ async fn hand_on(store: &Arc<dyn Store>, ev: &str, key: PlaceKey, now: Millis) -
     }
 }
 
+/// Once the sale ended, the admin's lists of waiting places (the pre-queue's, the queue's
+/// head) name none, though the tick has not removed them yet (defect: both listed the
+/// ended places until their batch came).
+pub async fn an_ended_prequeue_lists_nobody(store: Arc<dyn Store>) {
+    scheduled(&store, "pqe", serde_json::json!({"max_active": 1})).await;
+    for i in 1..=3 {
+        join(&store, "pqe", None, T0 + i * S).await;
+    }
+    assert_eq!(
+        store
+            .prequeue("pqe", 0, 10, T0 + 4 * S)
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+    let ended =
+        super::conformance::end_sale(&store, "pqe", waitroom::core::EndCause::SoldOut, T0 + 5 * S)
+            .await;
+    assert_eq!(ended.waiting, 3);
+    let now = T0 + 5 * S;
+    assert_eq!(
+        store.prequeue("pqe", 0, 10, now).await.unwrap(),
+        Vec::<u64>::new()
+    );
+    assert!(store.queue_head("pqe", 10, now).await.unwrap().is_empty());
+}
+
 pub async fn prequeue_opens_in_shuffle_order(store: Arc<dyn Store>) {
     scheduled(&store, "pq", serde_json::json!({"max_active": 1})).await;
     let mut early = Vec::new();

@@ -447,7 +447,8 @@ local function main(keys, argv)
     advance()
     local limit = tonumber(ARGV[3])
     local out = {}
-    if limit > 0 then
+    -- After the end of the sale no place waits, removed or not yet (queue.rs `head`).
+    if limit > 0 and not sale_ended() then
       -- Before the opening the shuffle order is secret, even from the admin: the pre-queue
       -- is listed in join order.
       local seqs
@@ -470,6 +471,7 @@ local function main(keys, argv)
   if OP == 'prequeue' then
     -- ARGV: after this seq, at most this many: the pre-queue's waiting places in join order.
     advance()
+    if sale_ended() then return finish('OK', {}) end
     return finish('OK', rcall('ZRANGEBYSCORE', K_PRESEQ, '(' .. ARGV[3], '+inf', 'LIMIT', 0,
       tonumber(ARGV[4])))
   end
