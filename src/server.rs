@@ -897,7 +897,7 @@ async fn check_redis_keys(
                 );
             }
         }
-        tokens::check_key_change(&old, &current, places, repair, &store, recorded.is_none())?;
+        tokens::check_key_change(&old, &current, places, repair, &store, old.is_empty())?;
         redis.record_signing_keys(&text).await?;
     }
     redis.keep_signing_keys(text);

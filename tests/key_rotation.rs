@@ -224,3 +224,40 @@ async fn the_same_key_twice_or_an_empty_key_directory_is_refused_at_start() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("given twice"), "{err}");
 }
+
+/// An empty record of the signing keys (as a power cut can leave one) is no record: a start
+/// with another key says out loud that the store's places may have been issued under other
+/// keys, as it does when the record is missing (defect: it started without a word, every
+/// waiting token then refused).
+#[tokio::test]
+async fn an_empty_key_record_is_warned_about_as_a_missing_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.pem"), dir.path().join("b.pem"));
+    write_key(&a, 31);
+    write_key(&b, 32);
+    let s = start(dir.path(), &[&a]);
+    let (st, _) = call(
+        Method::PUT,
+        &s.url("/api/v1/admin/events/show"),
+        Some(ADMIN),
+        Some(json!({"max_active": 1})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK);
+    join(&s, "u1").await;
+    join(&s, "u2").await;
+    assert!(s.terminate(Duration::from_secs(20)).success());
+    let record = dir.path().join("data").join("signing-key.fingerprint");
+    assert!(!std::fs::read_to_string(&record).unwrap().is_empty());
+    std::fs::write(&record, b"").unwrap();
+
+    let s = start(dir.path(), &[&b]);
+    let stderr = s.stderr();
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("WARN") && l.contains("no record of the signing keys")),
+        "{stderr}"
+    );
+    s.kill();
+}

@@ -206,7 +206,9 @@ pub fn load_key_for_store(
         places,
         repair,
         &format!("the store in {}", data_dir.display()),
-        recorded.is_none(),
+        // An empty record is as good as none (a crash can leave one): said out loud as a
+        // missing one is, not taken as "nothing to check".
+        old.is_empty(),
     )?;
     if old != current.iter().map(String::as_str).collect::<Vec<_>>() {
         let mut text = current.join("\n");
@@ -296,6 +298,11 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     std::fs::rename(&tmp, path).inspect_err(|_| {
         let _ = std::fs::remove_file(&tmp);
     })?;
+    // The rename itself made durable: without it a power cut may lose the new name (or
+    // leave the file empty), and the next start finds no record.
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
     Ok(())
 }
 
