@@ -326,8 +326,14 @@ pub(super) fn store_failure(dir: &Path, doing: &str, e: &fjall::Error) -> anyhow
         | F::Decompress(_)
         | F::InvalidTag(_)
         | F::InvalidTrailer
-        | F::InvalidVersion(_)
         | F::JournalRecovery(_) => DAMAGED,
+        // What `check_version` lets pass (the magic right, the format's number not one
+        // this build reads): the `version` file, not the tables, is what to look at.
+        F::InvalidVersion(_) => {
+            "its `version` file names a format this build does not read (damaged, or written \
+             by another version). Refusing to start: restore the data directory from a \
+             backup, or run the version that wrote it"
+        }
         _ => "",
     };
     if advice.is_empty() {
@@ -442,6 +448,11 @@ mod tests {
         let missing = std::io::Error::from(std::io::ErrorKind::NotFound);
         let gone = store_failure(dir, "reading", &fjall::Error::Io(missing)).to_string();
         assert!(gone.contains("a file of the store is missing"), "{gone}");
+        // A `version` file fjall does not read names that file, not the tables.
+        let version = store_failure(dir, "opening", &fjall::Error::InvalidVersion(None));
+        let version = version.to_string();
+        assert!(version.contains("`version` file"), "{version}");
+        assert!(!version.contains("keyspaces"), "{version}");
         let locked = store_failure(dir, "opening", &fjall::Error::Locked).to_string();
         assert!(locked.contains("another process holds it"), "{locked}");
         // An I/O failure is not damage: no advice to restore a backup over it.
