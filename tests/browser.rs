@@ -763,11 +763,16 @@ async fn the_page_joins_with_a_user_token_and_an_invite_from_its_link() {
 
 /// A signed user token for `event` naming `sub`, as a booking site links with.
 fn user_token(secret: &str, event: &str, sub: &str) -> String {
-    let exp = std::time::SystemTime::now()
+    user_token_until(secret, event, sub, 600)
+}
+
+/// [`user_token`] expiring `secs` from now (in the past when negative).
+fn user_token_until(secret: &str, event: &str, sub: &str, secs: i64) -> String {
+    let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
-        .as_secs()
-        + 600;
+        .as_secs();
+    let exp = now.checked_add_signed(secs).unwrap();
     jsonwebtoken::encode(
         &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
         &json!({"sub": sub, "aud": event, "exp": exp}),
@@ -825,6 +830,24 @@ async fn another_persons_link_in_the_same_browser_joins_as_that_person() {
         stored_token(&b, "shared").await.as_deref(),
         Some(his.as_str())
     );
+    let q = s.admin(Method::GET, "/events/shared/queue").await;
+    assert_eq!(users(&q), ["alice", "bob"], "{q}");
+    // Alice's link again, even one that expired since: her own place, not Bob's (the
+    // fix-check found a first version treating another token of the same person as a
+    // stranger, and a tab of hers resuming Bob's place after he joined).
+    let stale = user_token_until(secret, "shared", "alice", -3600);
+    b.goto(&s.url(&format!("/wait/shared?user_token={stale}")))
+        .await;
+    b.text_until("#position", |t| t == "1").await;
+    assert_eq!(
+        stored_token(&b, "shared").await.as_deref(),
+        Some(hers.as_str())
+    );
+    // Her tab reloaded (the link gone from its address bar): still hers.
+    let at = b.url().await;
+    assert!(at.ends_with("/wait/shared"), "{at}");
+    b.goto(&at).await;
+    b.text_until("#position", |t| t == "1").await;
     let q = s.admin(Method::GET, "/events/shared/queue").await;
     assert_eq!(users(&q), ["alice", "bob"], "{q}");
     b.close().await;

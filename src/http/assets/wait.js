@@ -94,9 +94,17 @@
   const params = new URLSearchParams(location.search);
   const userToken = params.get('user_token');
   const invite = params.get('invite');
-  // The link a place came from: another person's link must not resume it (shared browser).
-  const via = userToken || invite ? JSON.stringify([userToken, invite]) : null;
-  const ours = (p) => !!(p && p.token) && (!via || p.via === via);
+  // Who the link names (a user token's subject, read unchecked, else the invite), kept by
+  // the tab over reloads: in a shared browser each person's place has its own slot.
+  const VIA_KEY = PLACE_KEY + ':via';
+  const via = linkWho() || store.get('sessionStorage', VIA_KEY);
+  if (via) store.set('sessionStorage', VIA_KEY, via);
+  function linkWho() {
+    if (userToken) {
+      try { return 'u:' + JSON.parse(atob(userToken.split('.')[1].replace(/-/g, '+').replace(/_/g, '/'))).sub; } catch (_) { return 'u:' + userToken; }
+    }
+    return invite ? 'i:' + invite : null;
+  }
   const REFUSED = ['USER_TOKEN_INVALID', 'USER_TOKEN_EXPIRED', 'USER_TOKEN_REQUIRED', 'INVITE_REQUIRED', 'INVITE_INVALID'];
 
   let info = null;              // the public event (name, target_url, paused)
@@ -118,15 +126,29 @@
   const SALE_ENDS = { sold_out: 'soldOut', closed: 'saleClosed', cancelled: 'cancelled' };
   let liveMode = 'connecting';
 
-  function loadPlace() {
-    try { return JSON.parse(store.get('localStorage', PLACE_KEY)) || null; } catch (_) { return null; }
+  // The event's slot holds the last place saved, for a tab without a link.
+  function slot(v) { return v ? PLACE_KEY + '|' + v : PLACE_KEY; }
+  function read(k) {
+    try { return JSON.parse(store.get('localStorage', k)) || null; } catch (_) { return null; }
   }
-  function savePlace() { store.set('localStorage', PLACE_KEY, JSON.stringify(place)); }
+  function loadPlace() {
+    const p = read(slot(via));
+    if (p && p.token) return p;
+    // An invite's place saved before the slots: its own, as then.
+    const old = invite && !userToken && read(PLACE_KEY);
+    return old && old.token && !old.via ? old : null;
+  }
+  function savePlace() {
+    store.set('localStorage', PLACE_KEY, JSON.stringify(place));
+    if (via) store.set('localStorage', slot(via), JSON.stringify(place));
+  }
   // Only this tab's place is removed: another tab may have saved a newer one since (left
   // and joined again), which must stay (a reload there would make a second place).
   function forgetPlace() {
-    const saved = loadPlace();
-    if (!saved || !place || saved.token === place.token) store.del('localStorage', PLACE_KEY);
+    for (const k of [PLACE_KEY, slot(via)]) {
+      const saved = read(k);
+      if (!saved || !place || saved.token === place.token) store.del('localStorage', k);
+    }
     place = null;
   }
 
@@ -318,15 +340,15 @@
     const r = await loadInfo();
     if (r.code === 'EVENT_NOT_FOUND' || r.code === 'INVALID_REQUEST') { endWith('notFound'); return; }
     render();
-    if (ours(place)) await resume();
-    else { place = null; await join(); }
+    if (place && place.token) await resume();
+    else await join();
     infoTimer = setInterval(async () => { if (phase === 'waiting') { await loadInfo(); render(); } }, 15000);
   }
 
   async function resume() {
     // The token in a header, not the URL: a proxy's access log keeps URLs.
     const r = await api('GET', '/api/v1/queue/status', { token: place.token });
-    if (r.ok) { forgetLinkSecrets(); onStatus(r.data); connect(); return; }
+    if (r.ok) { savePlace(); forgetLinkSecrets(); onStatus(r.data); connect(); return; }
     if (r.status === 0 || r.status >= 500) { setPhase('offline'); setTimeout(resume, POLL_MS); return; }
     if (await endedBy(r)) return;
     // Only an answer about the place itself ends it. A limit (429: several tabs restored
@@ -376,8 +398,7 @@
       // the answer to an earlier join was lost): use the saved one, else start afresh
       // under a new id and let the lost place lapse.
       place = loadPlace();
-      if (ours(place)) { await resume(); return; }
-      place = null;
+      if (place && place.token) { await resume(); return; }
       store.del('localStorage', UID_KEY);
       setTimeout(join, 0);
       return;
@@ -633,7 +654,7 @@
   window.addEventListener('pageshow', (e) => {
     if (!e.persisted || !place) return;
     const saved = loadPlace();
-    if (ours(saved)) place = saved;
+    if (saved && saved.token) place = saved;
     phase = 'init';
     resume();
   });
