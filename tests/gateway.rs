@@ -34,6 +34,10 @@ async fn origin() -> SocketAddr {
             ("cache-control", "public, max-age=3600"),
             ("cdn-cache-control", "max-age=3600"),
             ("surrogate-control", "max-age=3600"),
+            ("cloudflare-cdn-cache-control", "max-age=3600"),
+            ("edge-control", "cache-maxage=3600"),
+            ("akamai-cache-control", "max-age=3600"),
+            ("x-accel-expires", "3600"),
             ("expires", "Wed, 21 Oct 2037 07:28:00 GMT"),
         ];
         // Every header by its name, for the names no field below reads.
@@ -2409,7 +2413,15 @@ async fn an_answer_carrying_our_cookie_is_not_cached() {
     assert_eq!(first.headers["cache-control"], "no-store");
     // Nor the words a CDN reads instead of `Cache-Control`, or beside it (defect: they
     // went out with the cookie).
-    for name in ["cdn-cache-control", "surrogate-control", "expires"] {
+    for name in [
+        "cdn-cache-control",
+        "cloudflare-cdn-cache-control",
+        "surrogate-control",
+        "edge-control",
+        "akamai-cache-control",
+        "x-accel-expires",
+        "expires",
+    ] {
         assert!(!first.headers.contains_key(name), "{name}");
     }
     let again = a.get(&url, &[]).await;
@@ -2417,6 +2429,16 @@ async fn an_answer_carrying_our_cookie_is_not_cached() {
     assert!(!again.headers.contains_key("set-cookie"));
     assert_eq!(again.headers["cache-control"], "public, max-age=3600");
     assert_eq!(again.headers["cdn-cache-control"], "max-age=3600");
+    // A request refused before any gate is chosen (here a `Host` that is no host) is not
+    // kept either (the fix-check found it without `Cache-Control`).
+    let r = client()
+        .get(&url)
+        .header("host", "other@shop.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(r.headers()["cache-control"], "no-store");
 }
 
 /// How many joins event `id` counted (its figures).
@@ -3119,4 +3141,18 @@ async fn the_hand_over_takes_only_a_live_place_from_the_waiting_rooms_own_page()
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
     assert_eq!(r.headers["cache-control"], "no-store");
+    // So does the JSON answer for an event that does not exist, or an id that is none.
+    for (path, status) in [
+        ("/wait/nope/queue", StatusCode::NOT_FOUND),
+        ("/wait/bad%20id/queue", StatusCode::BAD_REQUEST),
+    ] {
+        let r = p
+            .get(
+                &format!("http://{}{path}", w.addr),
+                &[("accept", "application/json")],
+            )
+            .await;
+        assert_eq!(r.status, status, "{path}: {}", r.text);
+        assert_eq!(r.headers["cache-control"], "no-store", "{path}");
+    }
 }

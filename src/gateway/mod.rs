@@ -680,7 +680,15 @@ fn unknown_coding() -> (Outcome, Response) {
 /// (`Expires`), so that no CDN in front keeps the cookie for the next visitor.
 fn never_stored(h: &mut HeaderMap) {
     h.insert(header::CACHE_CONTROL, crate::http::NO_STORE.clone());
-    for name in ["cdn-cache-control", "surrogate-control"] {
+    // (Cloudflare's and Akamai's own spellings, and nginx's `X-Accel-Expires`, too.)
+    for name in [
+        "cdn-cache-control",
+        "cloudflare-cdn-cache-control",
+        "surrogate-control",
+        "edge-control",
+        "akamai-cache-control",
+        "x-accel-expires",
+    ] {
         h.remove(name);
     }
     h.remove(header::EXPIRES);
@@ -698,7 +706,12 @@ fn invalid_host() -> crate::http::AppError {
 #[cold]
 #[inline(never)]
 fn refused(e: crate::http::AppError) -> (Outcome, Response) {
-    (Outcome::Refused, e.into_response())
+    // `no-store` as every refusal at a gated URL: a `503` while the rules are read, or a
+    // path refused under these rules, must not be kept past them.
+    let mut res = e.into_response();
+    res.headers_mut()
+        .insert(header::CACHE_CONTROL, crate::http::NO_STORE.clone());
+    (Outcome::Refused, res)
 }
 
 #[cfg(test)]

@@ -577,7 +577,7 @@ pub fn waiting_response(
     res
 }
 
-pub use super::gate_page::refusal;
+pub use super::gate_page::{refusal, refusal_json};
 
 /// The session headers the origin (or nginx, through `auth_request_set`) is given.
 pub fn session_headers(h: &mut HeaderMap, s: &Session) {
@@ -800,7 +800,8 @@ pub async fn queue_page(
         AppError::EventNotFound | AppError::InvalidRequest(_) if asks_html(&headers) => {
             Ok(super::look::missing_page(&event_id, &uri, &headers))
         }
-        e => Err(e),
+        // With the headers of every refusal here (`no-store`), as its page has them.
+        e => Ok(refusal_json(e)),
     };
     if let Err(e) = crate::core::validate_event_id(&event_id) {
         return missing(e.into());

@@ -391,6 +391,18 @@ pub async fn words_of(state: &crate::app::AppState, event_id: &str, lang: &'stat
 /// The heading of a refusal that is not the end of a sale, in English.
 const NOT_NOW: &str = "The waiting room cannot let you in right now";
 
+/// A refusal at a gated URL as the API's JSON error, with the page's headers
+/// (`no-store`): an answer about one place (or one visit).
+pub fn refusal_json(e: super::AppError) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    let mut res = e.into_response();
+    res.headers_mut().insert(
+        axum::http::header::CACHE_CONTROL,
+        axum::http::HeaderValue::from_static("no-store"),
+    );
+    res
+}
+
 /// A gated URL's refusal: the API's JSON error for a client that asks for JSON; for a
 /// browser, a page that says it (with the operator's message once the sale ended), under
 /// the same status and headers (`Retry-After`, …), never cached.
@@ -407,11 +419,7 @@ pub async fn refusal(
     use axum::http::{header, HeaderValue};
     use axum::response::{IntoResponse as _, Response};
     if json {
-        // The same headers as the page's below: an answer about one place (or one visit).
-        let mut res = e.into_response();
-        res.headers_mut()
-            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        return res;
+        return refusal_json(e);
     }
     let reason = match &e {
         AppError::SaleEnded(_, r) => Some(*r),
