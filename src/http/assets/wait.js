@@ -94,16 +94,26 @@
   const params = new URLSearchParams(location.search);
   const userToken = params.get('user_token');
   const invite = params.get('invite');
-  // Who the link names (a user token's subject, read unchecked, else the invite), kept by
-  // the tab over reloads: in a shared browser each person's place has its own slot.
+  // Who a link names (its user token's subject, read unchecked, else its invite), hashed:
+  // in a shared browser each person's place has a slot of its own, and a tab remembers over
+  // reloads whose place it shows. Places joined without a link keep the event's slot.
   const VIA_KEY = PLACE_KEY + ':via';
-  const via = linkWho() || store.get('sessionStorage', VIA_KEY);
-  if (via) store.set('sessionStorage', VIA_KEY, via);
+  const linkVia = linkWho();
+  let placeVia = linkVia || store.get('sessionStorage', VIA_KEY);
   function linkWho() {
+    let who = invite && 'i:' + invite;
     if (userToken) {
-      try { return 'u:' + JSON.parse(atob(userToken.split('.')[1].replace(/-/g, '+').replace(/_/g, '/'))).sub; } catch (_) { return 'u:' + userToken; }
+      try { who = 'u:' + JSON.parse(atob(userToken.split('.')[1].replace(/-/g, '+').replace(/_/g, '/'))).sub; } catch (_) { who = 'u:' + userToken; }
     }
-    return invite ? 'i:' + invite : null;
+    if (!who) return null;
+    let a = 0x811c9dc5, b = 5381;
+    for (const c of who) { const n = c.codePointAt(0); a = Math.imul(a ^ n, 16777619) >>> 0; b = (Math.imul(b, 33) + n) >>> 0; }
+    return a.toString(16) + b.toString(16);
+  }
+  // The tab shows `v`'s place (null: one joined without a link) from now on.
+  function keepTab(v) {
+    placeVia = v;
+    if (v) store.set('sessionStorage', VIA_KEY, v); else store.del('sessionStorage', VIA_KEY);
   }
   const REFUSED = ['USER_TOKEN_INVALID', 'USER_TOKEN_EXPIRED', 'USER_TOKEN_REQUIRED', 'INVITE_REQUIRED', 'INVITE_INVALID'];
 
@@ -126,29 +136,21 @@
   const SALE_ENDS = { sold_out: 'soldOut', closed: 'saleClosed', cancelled: 'cancelled' };
   let liveMode = 'connecting';
 
-  // The event's slot holds the last place saved, for a tab without a link.
   function slot(v) { return v ? PLACE_KEY + '|' + v : PLACE_KEY; }
   function read(k) {
     try { return JSON.parse(store.get('localStorage', k)) || null; } catch (_) { return null; }
   }
   function loadPlace() {
-    const p = read(slot(via));
-    if (p && p.token) return p;
-    // An invite's place saved before the slots: its own, as then.
-    const old = invite && !userToken && read(PLACE_KEY);
-    return old && old.token && !old.via ? old : null;
+    const p = read(slot(placeVia));
+    // (A place a linked join saved in the event's slot, before the slots, says `via`.)
+    return p && p.token && (placeVia || !p.via) ? p : null;
   }
-  function savePlace() {
-    store.set('localStorage', PLACE_KEY, JSON.stringify(place));
-    if (via) store.set('localStorage', slot(via), JSON.stringify(place));
-  }
+  function savePlace() { store.set('localStorage', slot(placeVia), JSON.stringify(place)); }
   // Only this tab's place is removed: another tab may have saved a newer one since (left
   // and joined again), which must stay (a reload there would make a second place).
   function forgetPlace() {
-    for (const k of [PLACE_KEY, slot(via)]) {
-      const saved = read(k);
-      if (!saved || !place || saved.token === place.token) store.del('localStorage', k);
-    }
+    const saved = read(slot(placeVia));
+    if (!saved || !place || saved.token === place.token) store.del('localStorage', slot(placeVia));
     place = null;
   }
 
@@ -348,7 +350,7 @@
   async function resume() {
     // The token in a header, not the URL: a proxy's access log keeps URLs.
     const r = await api('GET', '/api/v1/queue/status', { token: place.token });
-    if (r.ok) { savePlace(); forgetLinkSecrets(); onStatus(r.data); connect(); return; }
+    if (r.ok) { keepTab(placeVia); forgetLinkSecrets(); onStatus(r.data); connect(); return; }
     if (r.status === 0 || r.status >= 500) { setPhase('offline'); setTimeout(resume, POLL_MS); return; }
     if (await endedBy(r)) return;
     // Only an answer about the place itself ends it. A limit (429: several tabs restored
@@ -378,6 +380,7 @@
     stopLive();
     figures = null;
     setPhase('joining');
+    placeVia = linkVia;
     // With a user token, its subject is the user id; otherwise this browser's own id.
     const body = userToken ? { event_id: eventId, user_token: userToken } : { event_id: eventId, user_id: userId() };
     if (invite) body.invite = invite;
@@ -386,9 +389,11 @@
     if (r.ok) {
       const prev = place && place.token === r.data.waiting_token ? place.start : null;
       place = { token: r.data.waiting_token, start: prev || r.data.position || 1 };
-      if (via) place.via = via;
+      keepTab(linkVia);
       savePlace();
-      forgetLinkSecrets();
+      // The link stays while storage cannot keep the place (a reload must find it).
+      const kept = loadPlace();
+      if (kept && kept.token === place.token) forgetLinkSecrets();
       onStatus(r.data);
       connect();
       return;
@@ -405,7 +410,12 @@
     }
     if (await endedBy(r)) return;
     if (r.code === 'EVENT_NOT_FOUND') endWith('notFound');
-    else if (REFUSED.includes(r.code)) endWith('refused');
+    else if (REFUSED.includes(r.code)) {
+      // An invite's place saved before the slots (in the event's slot): its own, as then.
+      const old = invite && !userToken && read(PLACE_KEY);
+      if (old && old.token && !old.via) { placeVia = null; place = old; await resume(); return; }
+      endWith('refused');
+    }
     else if (r.code === 'EVENT_CLOSED') endWith('closed');
     else if (r.code === 'QUEUE_FULL') { endWith('full'); setTimeout(join, (r.retry || 10) * 1000); }
     else if (r.data && r.data.error && r.data.error.challenge) solvePow(r.data.error.challenge);
