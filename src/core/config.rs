@@ -814,6 +814,7 @@ impl EventPatch {
 
     /// The gate rules, checked as a whole.
     fn apply_gate(&self, g: &mut GateRules) -> Result<(), QueueError> {
+        let stored = g.hosts.clone();
         for (to, from) in [
             (&mut g.paths, &self.paths),
             (&mut g.hosts, &self.hosts),
@@ -827,7 +828,7 @@ impl EventPatch {
         if let Some(s) = &self.bypass_secret {
             g.bypass_secret = s.clone();
         }
-        g.validate()
+        g.validate_keeping(&stored)
     }
 
     /// `opens_at` and `queueing_method`, and the secret they need.

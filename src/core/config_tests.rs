@@ -610,3 +610,22 @@ fn the_waiting_idle_period_holds_three_polls() {
         .apply("e", &read, 0)
         .is_err());
 }
+
+/// A `hosts` entry no request can carry, stored before such entries were refused, does not
+/// block other changes (pause, the admin form sending every field back); a new one is
+/// refused.
+#[test]
+fn hosts_stored_before_their_check_do_not_block_other_changes() {
+    let mut base = EventConfig::default();
+    base.gate.paths = vec!["/buy".into()];
+    base.gate.hosts = vec![".shop.example".into()];
+    let paused = patch(r#"{"paused": true}"#).apply("e", &base, 0).unwrap();
+    assert!(paused.paused);
+    let resent = patch(r#"{"hosts": [".shop.example"], "paused": false}"#)
+        .apply("e", &base, 0)
+        .unwrap();
+    assert_eq!(resent.gate.hosts, [".shop.example"]);
+    assert!(patch(r#"{"hosts": [".shop.example", "..x"]}"#)
+        .apply("e", &base, 0)
+        .is_err());
+}

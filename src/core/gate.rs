@@ -536,6 +536,13 @@ impl GateRules {
 
     /// Checks the rules as a whole.
     pub fn validate(&self) -> Result<(), QueueError> {
+        self.validate_keeping(&[])
+    }
+
+    /// [`Self::validate`], letting through the `hosts` entries of `stored` (an event saved
+    /// before their check: the admin form sends every field back, and a pause must still
+    /// save).
+    pub fn validate_keeping(&self, stored: &[String]) -> Result<(), QueueError> {
         let bad = |m: String| Err(QueueError::Invalid(m));
         for (field, list) in [
             ("paths", &self.paths),
@@ -570,7 +577,7 @@ impl GateRules {
         // no request can carry (`.shop.example`, `shop..example`, `0x7f.1`) would leave
         // the event's paths open on every host.
         for h in &self.hosts {
-            if !is_host_name(h.as_bytes()) {
+            if !is_host_name(h.as_bytes()) && !stored.contains(h) {
                 return bad(format!(
                     "`{h}`: hosts must be host names without a port (letters, digits, - and _ between single dots; an IPv4 address in dotted decimal)"
                 ));
