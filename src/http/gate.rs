@@ -929,32 +929,35 @@ async fn hand_over_place(
     Ok(res)
 }
 
-/// A post whose `Origin` names another host than the one it was sent to. Read only when
-/// the browser sends no `Sec-Fetch-Site` (Safari before 16.4): `Origin` is then the only
-/// word on where a form came from. `null` passes: the waiting page sends no referrer, and
-/// a browser then says `null` for its own form too.
+/// A post whose `Origin` names another host than the one it was sent to, or is `null`
+/// (any page can make its forms say so). Read only when the browser sends no
+/// `Sec-Fetch-Site` (Safari before 16.4): `Origin` is then the only word on where a form
+/// came from. The waiting page's own form says its origin (its referrer policy is
+/// `same-origin`).
 fn foreign(headers: &HeaderMap) -> bool {
     let Some(origin) = headers.get(header::ORIGIN).map(HeaderValue::as_bytes) else {
         return false;
     };
-    if origin == b"null" {
-        return false;
-    }
-    let (authority, default) = if let Some(a) = origin.strip_prefix(b"https://") {
-        (a, &b":443"[..])
-    } else if let Some(a) = origin.strip_prefix(b"http://") {
-        (a, &b":80"[..])
-    } else {
+    let Some(authority) = origin
+        .strip_prefix(b"https://")
+        .or_else(|| origin.strip_prefix(b"http://"))
+    else {
         return true;
     };
-    let bare = |a: &'_ [u8]| -> Vec<u8> {
-        let a = a.strip_suffix(default).unwrap_or(a);
-        a.to_ascii_lowercase()
+    // Host names only: a proxy in front may pass its `$host` (nginx's has no port) while
+    // the browser's origin names one.
+    let name = |a: &'_ [u8]| -> Vec<u8> {
+        let end = match a.first() {
+            Some(b'[') => a.iter().position(|&b| b == b']').map_or(a.len(), |i| i + 1),
+            _ => a.iter().position(|&b| b == b':').unwrap_or(a.len()),
+        };
+        let n = &a[..end];
+        n.strip_suffix(b".").unwrap_or(n).to_ascii_lowercase()
     };
     // No `Host` (HTTP/2 names it in the URI, and only a proxy in front speaks it to an
     // old browser): nothing to compare, so as before.
     let host = headers.get(header::HOST).map(HeaderValue::as_bytes);
-    host.is_some_and(|h| bare(h) != bare(authority))
+    host.is_some_and(|h| name(h) != name(authority))
 }
 
 /// Adds `Secure` to a cookie made without it, when the request came over https.
