@@ -66,14 +66,19 @@ impl Activity {
 
     /// Resolves with [`Closing::Idle`] once no request has been in flight for `limit`, or
     /// with [`Closing::Stalled`] once every request in flight is answered and no answer's
-    /// body has moved on for `stall` (looked at once each `limit`: a frame counter, so no
-    /// clock is read per frame). A request still in its handler (a join waiting for the
+    /// body has moved on for `stall` (looked at every `stall` / ⌈`stall` / `limit`⌉, at
+    /// most `limit`: a frame counter, so no clock is read per frame; an answer is then cut
+    /// between `stall` and `stall` plus one look after its last byte, never sooner). A
+    /// request still in its handler (a join waiting for the
     /// disk, a proxied one waiting for the site or still uploading) is bounded by its own
     /// timeouts, so it is never counted as stalled. A minute (the default) is well past a
     /// live stream's pings (15 s); a proxied answer whose site pauses longer is one nginx
     /// would cut as well (`proxy_read_timeout`).
     pub(super) async fn watch(&self, limit: Duration, stall: Duration) -> Closing {
-        let looks = (stall.as_millis() / limit.as_millis().max(1)).max(1);
+        // Looks that divide `stall` evenly: with a `limit` that does not (21 s into a
+        // minute), counting whole limits cut pauses of 42 s.
+        let looks = stall.as_millis().div_ceil(limit.as_millis().max(1)).max(1);
+        let every = stall / u32::try_from(looks).unwrap_or(u32::MAX);
         let mut seen = u64::MAX;
         let mut still = 0;
         loop {
@@ -100,7 +105,7 @@ impl Activity {
             let wake = if in_flight == 0 {
                 until
             } else {
-                tokio::time::Instant::now() + limit
+                tokio::time::Instant::now() + every
             };
             tokio::time::sleep_until(wake).await;
         }
@@ -160,5 +165,50 @@ impl hyper::body::Body for Tracked {
 
     fn size_hint(&self) -> hyper::body::SizeHint {
         self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// How long after an answer's last frame the watcher says it stalled, for a header
+    /// timeout `limit` and a stall timeout `stall` (paused time: exact).
+    async fn cut_after(limit: Duration, stall: Duration, moving_for: Duration) -> Duration {
+        let a = Activity::new();
+        let busy = a.busy();
+        let body = Tracked::new(axum::body::Body::empty(), busy);
+        let watcher = {
+            let a = a.clone();
+            tokio::spawn(async move { a.watch(limit, stall).await })
+        };
+        // Frames keep coming for a while, then stop.
+        let start = tokio::time::Instant::now();
+        while start.elapsed() < moving_for {
+            a.0.frames.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let last = tokio::time::Instant::now();
+        assert!(Closing::Stalled == watcher.await.unwrap());
+        drop(body);
+        last.elapsed()
+    }
+
+    /// An answer is cut no sooner than the stall timeout after its last frame, and at most
+    /// one look later, whatever the header timeout (docs probe: with 21 s, counting whole
+    /// header timeouts into the minute cut a pause of 43 s).
+    #[tokio::test(start_paused = true)]
+    async fn a_stall_is_cut_between_the_stall_timeout_and_one_look_later() {
+        let minute = Duration::from_secs(60);
+        for limit in [10, 16, 21, 30] {
+            let limit = Duration::from_secs(limit);
+            for moving in [0, 7, 33] {
+                let cut = cut_after(limit, minute, Duration::from_secs(moving)).await;
+                assert!(
+                    cut >= minute && cut <= minute + limit,
+                    "limit {limit:?}, moving {moving} s: cut {cut:?} after the last frame"
+                );
+            }
+        }
     }
 }
