@@ -577,9 +577,10 @@ impl GateRules {
         // no request can carry (`.shop.example`, `shop..example`, `0x7f.1`) would leave
         // the event's paths open on every host.
         for h in &self.hosts {
-            if !is_host_name(h.as_bytes()) && !stored.contains(h) {
+            let a_host = is_valid_host(h.as_bytes()) && strip_port(h) == h;
+            if !a_host && !stored.contains(h) {
                 return bad(format!(
-                    "`{h}`: hosts must be host names without a port (letters, digits, - and _ between single dots; an IPv4 address in dotted decimal)"
+                    "`{h}`: hosts must be host names without a port (letters, digits, - and _ between single dots; an IPv4 address in dotted decimal, an IPv6 one in brackets)"
                 ));
             }
         }

@@ -264,6 +264,9 @@ fn hosts_are_names_a_request_can_carry() {
         "shop_x.example",
         "127.0.0.1",
         "localhost",
+        // As a request names an IPv6 address (a docs probe found them refused).
+        "[2001:db8::1]",
+        "[::1]",
     ] {
         assert!(rules(good).validate().is_ok(), "{good}");
     }
@@ -280,7 +283,10 @@ fn hosts_are_names_a_request_can_carry() {
         "01.2.3.4",
         "*.shop.example",
         "shop.example:8080",
-        "[::1]",
+        "shop.example:",
+        "[::1]:8080",
+        "::1",
+        "2001:db8::1",
     ] {
         assert!(rules(bad).validate().is_err(), "{bad}");
     }

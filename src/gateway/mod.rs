@@ -529,7 +529,9 @@ fn own_error(status: StatusCode, code: &'static str, message: String) -> Respons
             trace_id: crate::telemetry::otel::current_trace_id(),
         },
     };
-    (status, axum::Json(body)).into_response()
+    // Never cached, as the page form of the same answer (`site_page`).
+    let no_store = [(header::CACHE_CONTROL, crate::http::NO_STORE.clone())];
+    (status, no_store, axum::Json(body)).into_response()
 }
 
 /// A page of the gateway's own about a request to the site: `status`, never cached, with
@@ -673,7 +675,6 @@ fn unknown_coding() -> (Outcome, Response) {
     (Outcome::Refused, res)
 }
 
-/// The refusal of a request whose host is missing, doubled or not a host.
 /// An origin's answer that now sets or clears a session cookie: `no-store` whatever the
 /// origin said, and without the other words a cache reads instead of `Cache-Control`
 /// (`CDN-Cache-Control`, RFC 9213; `Surrogate-Control`, Fastly's and Akamai's) or beside it
@@ -694,6 +695,7 @@ fn never_stored(h: &mut HeaderMap) {
     h.remove(header::EXPIRES);
 }
 
+/// The refusal of a request whose host is missing, doubled or not a host.
 fn invalid_host() -> crate::http::AppError {
     crate::http::AppError::invalid(
         "a request must name its host in one Host header: a host name or address, and \

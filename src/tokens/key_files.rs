@@ -300,6 +300,8 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     })?;
     // The rename itself made durable: without it a power cut may lose the new name (or
     // leave the file empty), and the next start finds no record.
+    // (A directory cannot be opened so on Windows, whose renames need no such sync.)
+    #[cfg(unix)]
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::File::open(dir)?.sync_all()?;
     }
