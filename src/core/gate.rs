@@ -288,25 +288,15 @@ pub fn undecodable(path: &str) -> bool {
     if path.contains(char::REPLACEMENT_CHARACTER) {
         return true;
     }
-    let b = path.as_bytes();
-    let hex = |c: Option<&u8>| c.and_then(|&c| (c as char).to_digit(16)).map(|d| d as u8);
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            if let (Some(h), Some(l)) = (hex(b.get(i + 1)), hex(b.get(i + 2))) {
-                out.push(h << 4 | l);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    std::str::from_utf8(&out).is_err()
+    std::str::from_utf8(&percent_decode_bytes(path)).is_err()
 }
 
 fn percent_decode(s: &str) -> String {
+    String::from_utf8_lossy(&percent_decode_bytes(s)).into_owned()
+}
+
+/// `s` with every `%XX` escape decoded, as bytes (a `%` without two hex digits stays).
+fn percent_decode_bytes(s: &str) -> Vec<u8> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -325,7 +315,7 @@ fn percent_decode(s: &str) -> String {
         out.push(b[i]);
         i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 /// A path segment without its `;` parameters.
