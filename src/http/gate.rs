@@ -929,15 +929,18 @@ async fn hand_over_place(
     Ok(res)
 }
 
-/// A post whose `Origin` names another host than the one it was sent to, or is `null`
-/// (any page can make its forms say so). Read only when the browser sends no
-/// `Sec-Fetch-Site` (Safari before 16.4): `Origin` is then the only word on where a form
-/// came from. The waiting page's own form says its origin (its referrer policy is
-/// `same-origin`).
+/// A post whose `Origin` names another host than the one it was sent to. Read only when
+/// the browser sends no `Sec-Fetch-Site` (Safari before 16.4): `Origin` is then the only
+/// word on where a form came from. `null` passes: the waiting page sends no referrer, so
+/// such a browser says `null` for its own form too (and so can another site's form: the
+/// gap API.md names).
 fn foreign(headers: &HeaderMap) -> bool {
     let Some(origin) = headers.get(header::ORIGIN).map(HeaderValue::as_bytes) else {
         return false;
     };
+    if origin == b"null" {
+        return false;
+    }
     let Some(authority) = origin
         .strip_prefix(b"https://")
         .or_else(|| origin.strip_prefix(b"http://"))

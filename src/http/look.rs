@@ -328,13 +328,13 @@ fn html(status: StatusCode, body: String, csp: &str, request: &HeaderMap) -> Res
     if let Ok(v) = HeaderValue::from_str(&super::pages::own_sockets(csp, request)) {
         h.insert(header::CONTENT_SECURITY_POLICY, v);
     }
-    // No other site learns the page's URL (where the person was going, a link's token);
-    // the page's own requests carry their origin, which the hand-over's form needs in
-    // browsers without `Sec-Fetch-Site` (`no-referrer` made it `Origin: null`, which any
-    // site can send too).
+    // No request of the page names its URL (where the person was going, a link's token
+    // until the page drops it): not to other sites, nor in the `Referer` of its own
+    // requests, which a proxy's access log keeps (`same-origin` was tried for the
+    // hand-over's `Origin`, and a check found the link's token in those logs).
     h.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("same-origin"),
+        HeaderValue::from_static("no-referrer"),
     );
     res
 }
