@@ -133,7 +133,11 @@ pub(crate) struct Tracked {
 
 impl Tracked {
     pub(super) fn new(body: axum::body::Body, busy: Busy) -> Self {
-        (busy.0).0.answered.fetch_add(1, Ordering::Relaxed);
+        let shared = &(busy.0).0;
+        shared.answered.fetch_add(1, Ordering::Relaxed);
+        // The head going out is progress too: a stall counts from it, not from the last
+        // look before it (a fix-check saw a long poll cut 40 s after its head).
+        shared.frames.fetch_add(1, Ordering::Relaxed);
         Tracked { body, busy }
     }
 }
@@ -192,6 +196,32 @@ mod tests {
         assert!(Closing::Stalled == watcher.await.unwrap());
         drop(body);
         last.elapsed()
+    }
+
+    /// An answer whose head goes out while its request is watched, and then nothing, is cut
+    /// no sooner than the stall timeout after the head.
+    #[tokio::test(start_paused = true)]
+    async fn a_stall_counts_from_the_head_when_no_body_follows() {
+        let minute = Duration::from_secs(60);
+        for (limit, head_at) in [(21, 39), (10, 25), (30, 59)] {
+            let limit = Duration::from_secs(limit);
+            let a = Activity::new();
+            let busy = a.busy();
+            let watcher = {
+                let a = a.clone();
+                tokio::spawn(async move { a.watch(limit, minute).await })
+            };
+            tokio::time::sleep(Duration::from_secs(head_at)).await;
+            let body = Tracked::new(axum::body::Body::empty(), busy);
+            let head = tokio::time::Instant::now();
+            assert!(Closing::Stalled == watcher.await.unwrap());
+            let cut = head.elapsed();
+            drop(body);
+            assert!(
+                cut >= minute && cut <= minute + limit,
+                "limit {limit:?}, head at {head_at} s: cut {cut:?} after the head"
+            );
+        }
     }
 
     /// An answer is cut no sooner than the stall timeout after its last frame, and at most
