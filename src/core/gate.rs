@@ -481,9 +481,18 @@ impl GateRules {
         // `shop.example.` (fully qualified) is the same host to DNS and to origins such as
         // nginx.
         let h = host.map(strip_port).unwrap_or("").trim_end_matches('.');
-        self.hosts
-            .iter()
-            .any(|x| x.strip_suffix('.').unwrap_or(x).eq_ignore_ascii_case(h))
+        // An IPv6 address has many spellings (`[2001:db8::1]`, `[2001:0db8:0::1]`): it is
+        // compared as an address, or another spelling would pass the queue.
+        let v6 = |s: &str| {
+            s.strip_prefix('[')
+                .and_then(|s| s.strip_suffix(']'))
+                .and_then(|a| a.parse::<Ipv6Addr>().ok())
+        };
+        let address = if h.starts_with('[') { v6(h) } else { None };
+        self.hosts.iter().any(|x| {
+            x.strip_suffix('.').unwrap_or(x).eq_ignore_ascii_case(h)
+                || address.is_some_and(|a| v6(x) == Some(a))
+        })
     }
 
     /// How long the longest gated prefix matching one reading of a path is (the host aside:

@@ -293,6 +293,22 @@ fn hosts_are_names_a_request_can_carry() {
     // An entry stored before the check is let through (the review: an event saved with
     // one could no longer be paused, since every change checks the rules whole); a new one
     // is not.
+    // An IPv6 entry gates every spelling of its address (a fix-check passed the queue
+    // with `[2001:0db8::1]` against `[2001:db8::1]`), and only it.
+    let v6 = GateRules {
+        paths: vec!["/buy".into()],
+        hosts: vec!["[2001:db8::1]".into(), "[::ffff:127.0.0.1]".into()],
+        ..GateRules::default()
+    };
+    for host in [
+        "[2001:db8::1]",
+        "[2001:0db8::1]:8080",
+        "[2001:DB8:0:0:0:0:0:1]",
+        "[::ffff:7f00:1]",
+    ] {
+        assert!(v6.gates(Some(host), "/buy").is_some(), "{host}");
+    }
+    assert!(v6.gates(Some("[2001:db8::2]"), "/buy").is_none());
     let stored = vec![".shop.example".to_string()];
     assert!(rules(".shop.example").validate_keeping(&stored).is_ok());
     assert!(rules("shop..example").validate_keeping(&stored).is_err());
