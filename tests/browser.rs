@@ -864,6 +864,36 @@ async fn people_sharing_a_browser_each_keep_their_own_place() {
     b.close().await;
 }
 
+/// The page opened again in a new tab without its link (the link left the address bar
+/// and the history once the place was saved) resumes the place the link made, when it is
+/// the only person's place the browser holds (a fix-check found a first version of the
+/// slots making a second place, or refusing a person whose link was used).
+#[tokio::test]
+async fn a_new_tab_without_the_link_resumes_the_linked_place() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    let secret = "the-booking-site-secret-of-32-bytes-at-least";
+    one_slot_event(
+        &s,
+        "only",
+        json!({"user_token_secret": secret, "require_user_token": true}),
+    )
+    .await;
+    let b = Browser::start(&PHONE).await;
+    let alice = user_token(secret, "only", "alice");
+    b.goto(&s.url(&format!("/wait/only?user_token={alice}")))
+        .await;
+    b.text_until("#position", |t| t == "1").await;
+    let hers = shown_token(&b, "only").await.expect("saved");
+    b.js("sessionStorage.clear(); return 0").await;
+    b.goto(&s.url("/wait/only")).await;
+    b.text_until("#position", |t| t == "1").await;
+    assert_eq!(shown_token(&b, "only").await, Some(hers));
+    let f = s.figures("only").await;
+    assert_eq!(f["waiting"], 1, "{f}");
+    b.close().await;
+}
+
 #[tokio::test]
 async fn the_page_does_the_proof_of_work_and_gets_a_place() {
     let _one = BROWSER_LOCK.lock().await;

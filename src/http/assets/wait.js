@@ -118,7 +118,7 @@
   const REFUSED = ['USER_TOKEN_INVALID', 'USER_TOKEN_EXPIRED', 'USER_TOKEN_REQUIRED', 'INVITE_REQUIRED', 'INVITE_INVALID'];
 
   let info = null;              // the public event (name, target_url, paused)
-  let place = loadPlace();      // {token, start}
+  let place = loadPlace(true);  // {token, start}
   let phase = 'init';           // init | joining | waiting | ready | active | ended | offline
   let ended = null;             // which ended screen
   let powHashes = null;         // proof of work: hashes tried so far while solving, else null
@@ -140,10 +140,22 @@
   function read(k) {
     try { return JSON.parse(store.get('localStorage', k)) || null; } catch (_) { return null; }
   }
-  function loadPlace() {
+  function loadPlace(any) {
     const p = read(slot(placeVia));
     // (A place a linked join saved in the event's slot, before the slots, says `via`.)
-    return p && p.token && (placeVia || !p.via) ? p : null;
+    if (p && p.token && (placeVia || !p.via)) return p;
+    // `any`: a tab of nobody yet (a new tab) takes the browser's one person's place.
+    const keys = [];
+    try {
+      for (let i = 0; any && !placeVia && i < localStorage.length; i++) {
+        const k = localStorage.key(i);
+        if (k.startsWith(PLACE_KEY + '|')) keys.push(k);
+      }
+    } catch (_) { /* no storage */ }
+    const only = keys.length === 1 && read(keys[0]);
+    if (!only || !only.token) return null;
+    placeVia = keys[0].slice(PLACE_KEY.length + 1);
+    return only;
   }
   function savePlace() { store.set('localStorage', slot(placeVia), JSON.stringify(place)); }
   // Only this tab's place is removed: another tab may have saved a newer one since (left
