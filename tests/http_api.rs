@@ -1783,7 +1783,7 @@ async fn admin_reads_events_queue_head_and_stats() {
     app.join("a-ev", Some("first")).await;
     app.clock.advance(SEC);
     app.join("a-ev", Some("second")).await;
-    app.join("a-ev", None).await;
+    let anonymous = app.join("a-ev", None).await;
     app.join("a-ev", Some("fourth")).await;
 
     let one = app.figures("a-ev").await;
@@ -1833,6 +1833,8 @@ async fn admin_reads_events_queue_head_and_stats() {
     assert_eq!(head[0]["joined_at"], T0 + SEC);
     assert!(head[0]["eta_sec"].as_u64().is_some());
     assert_eq!(head[1]["user_id"], Value::Null);
+    // The anonymous place is named by its number, as its join answered it.
+    assert_eq!(head[1]["place_id"], anonymous["place_id"]);
     assert_eq!(head[2]["position"], 3);
     let two = app
         .admin(Method::GET, "/events/a-ev/queue?limit=2", None)

@@ -901,6 +901,7 @@ impl EventQueue {
                 let p = &self.places[&seq];
                 HeadEntry {
                     position: k,
+                    place_id: seq,
                     user_id: p.user_id.as_deref().map(str::to_string),
                     joined_at: p.joined_at,
                     eta_sec: self.eta(k, now),

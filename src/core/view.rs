@@ -116,6 +116,9 @@ pub fn lowered_idle_floor(old: &Timeouts, now: Millis) -> Millis {
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct HeadEntry {
     pub position: u64,
+    /// The place's number, as its join and every `status` answer it: an anonymous place
+    /// has no `user_id`, and this is how an operator names it.
+    pub place_id: u64,
     pub user_id: Option<String>,
     /// Unix ms.
     #[schema(value_type = u64)]

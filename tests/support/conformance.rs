@@ -763,12 +763,23 @@ pub async fn capacity_growth_admits(store: Arc<dyn Store>) {
 pub async fn queue_head_in_order(store: Arc<dyn Store>) {
     make_event(&store, "qh", serde_json::json!({"max_active": 1})).await;
     join(&store, "qh", Some("admitted"), T0).await;
+    let mut ids = Vec::new();
     for i in 0..5 {
-        join(&store, "qh", Some(&format!("w{i}")), T0 + i * S).await;
+        ids.push(
+            join(&store, "qh", Some(&format!("w{i}")), T0 + i * S)
+                .await
+                .key
+                .seq,
+        );
     }
     let head = store.queue_head("qh", 3, T0 + 5 * S).await.unwrap();
     let users: Vec<_> = head.iter().map(|h| h.user_id.clone().unwrap()).collect();
     assert_eq!(users, ["w0", "w1", "w2"]);
+    // Each row names its place as the join answered it (an anonymous place has no user).
+    assert_eq!(
+        head.iter().map(|h| h.place_id).collect::<Vec<_>>(),
+        ids[..3]
+    );
     assert_eq!(
         head.iter().map(|h| h.position).collect::<Vec<_>>(),
         [1, 2, 3]

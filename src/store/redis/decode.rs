@@ -269,17 +269,18 @@ pub(super) fn snapshot(event_id: &str, payload: &Value) -> Result<EventSnapshot,
     })
 }
 
-/// The answer of `head`: (user id, joined at) pairs in queue order.
+/// The answer of `head`: (user id, joined at, seq) triples in queue order.
 pub(super) fn head(payload: &Value, ctx: &Ctx, now: Millis) -> Result<Vec<HeadEntry>, Malformed> {
     let a = array(payload)?;
-    let mut out = Vec::with_capacity(a.len() / 2);
-    for (i, pair) in a.chunks(2).enumerate() {
-        let [user, joined] = pair else {
-            return Err(Malformed("head pairs"));
+    let mut out = Vec::with_capacity(a.len() / 3);
+    for (i, row) in a.chunks(3).enumerate() {
+        let [user, joined, seq] = row else {
+            return Err(Malformed("head triples"));
         };
         let position = i as u64 + 1;
         out.push(HeadEntry {
             position,
+            place_id: uint(seq)?,
             user_id: text(user)?,
             joined_at: uint(joined)?,
             eta_sec: ctx.eta(position, now),

@@ -461,6 +461,7 @@ local function main(keys, argv)
         local p = place(seq)
         out[#out + 1] = p.user or false
         out[#out + 1] = p.joined
+        out[#out + 1] = tonumber(seq)
       end
     end
     return finish('OK', out)
