@@ -2395,6 +2395,45 @@ async fn a_session_ended_here_stops_passing_the_gate_at_once() {
         assert_eq!(r.status(), 200, "{end}");
         assert_eq!(gate(jwt).await, 401, "{end}");
     }
+
+    // Replaced: a proven join of the user ends the place made with the bare id, as a
+    // `leave` would (defect: its session passed the gate until the next renewal, while its
+    // slot went to the new place).
+    let post = |path: &str, body: Value, auth: Option<&str>| {
+        let mut r = client().post(api(path)).json(&body);
+        if let Some(a) = auth {
+            r = r.bearer_auth(a);
+        }
+        async move { r.send().await.unwrap() }
+    };
+    let bare = post(
+        "/queue/join",
+        json!({"event_id": "shop", "user_id": "bob"}),
+        None,
+    )
+    .await;
+    let bare: Value = bare.json().await.unwrap();
+    let waiting = bare["waiting_token"].as_str().unwrap();
+    let entered = post("/queue/enter", json!({ "waiting_token": waiting }), None).await;
+    let jwt = entered.json::<Value>().await.unwrap()["access_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        gate(jwt.clone()).await,
+        204,
+        "the bare place's session passes"
+    );
+    let proven = post(
+        "/queue/join",
+        json!({"event_id": "shop", "user_id": "bob"}),
+        Some(ADMIN),
+    )
+    .await;
+    assert_eq!(proven.status(), 200);
+    let proven: Value = proven.json().await.unwrap();
+    assert_ne!(proven["place_id"], bare["place_id"], "a new place");
+    assert_eq!(gate(jwt).await, 401, "replaced");
 }
 
 /// The origin's answer that also carries the session cookie waitroom set is never kept by

@@ -589,20 +589,20 @@ impl EventQueue {
                 }
                 return Ok(self.view(seq, now));
             }
-            squatted = Some((seq, p.state));
+            squatted = Some((seq, p.state, p.nonce));
         }
         if !self.config.accept_joins {
             return Err(QueueError::EventClosed);
         }
-        self.check_reject(now, squatted.map(|(_, state)| state))?;
+        self.check_reject(now, squatted.map(|(_, state, _)| state))?;
         if let Some(max) = self.config.max_queue_length {
             // The replaced place, if waiting, makes room for the new one.
-            let freed = matches!(squatted, Some((_, PlaceState::Waiting)));
+            let freed = matches!(squatted, Some((_, PlaceState::Waiting, _)));
             if self.waiting_len() - u64::from(freed) >= u64::from(max) {
                 return Err(QueueError::QueueFull);
             }
         }
-        if let Some((seq, _)) = squatted {
+        if let Some((seq, _, _)) = squatted {
             // Its slot, if it held one, goes to the head of the queue by the `admit` below.
             self.end(seq, EndReason::Left, now, now, fx);
         }
@@ -634,7 +634,9 @@ impl EventQueue {
             fx.push(Effect::InviteBound { code, holder });
         }
         self.admit(now, fx);
-        Ok(self.view(seq, now))
+        let mut view = self.view(seq, now);
+        view.replaced = squatted.map(|(seq, _, nonce)| PlaceKey { seq, nonce });
+        Ok(view)
     }
 
     fn insert_waiting(

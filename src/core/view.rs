@@ -60,6 +60,10 @@ pub struct PlaceView {
     /// The place's rank in the shuffled pre-queue (among those of it still waiting), once
     /// the sale has opened.
     pub prequeue_rank: Option<u64>,
+    /// `join` only: the unproven place of the same user this proven join ended, so that
+    /// the node's gate stops passing its session at once, as after a `leave`.
+    #[serde(skip)]
+    pub replaced: Option<PlaceKey>,
 }
 
 impl PlaceView {
@@ -275,6 +279,7 @@ impl PlaceView {
             session_expires_in_sec: active.then(left_sec),
             user_proven: f.user_proven && f.user_id.is_some(),
             user_id: f.user_id,
+            replaced: None,
         }
     }
 }

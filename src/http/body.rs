@@ -694,6 +694,7 @@ pub(crate) fn sample_view(status: PlaceState) -> PlaceView {
         paused: false,
         opens_in_sec: None,
         prequeue_rank: None,
+        replaced: None,
     }
 }
 

@@ -188,6 +188,7 @@ mod tests {
             paused: all,
             opens_in_sec: opt(n / 19),
             prequeue_rank: opt(n / 23),
+            replaced: None,
         }
     }
 

@@ -204,6 +204,11 @@ pub async fn join(
                 .into())
         }
     };
+    if let Some(old) = view.replaced {
+        // The unproven place this join replaced ended as at a `leave`: its session must not
+        // pass this node's gate on a renewal noted before (`leave` does the same).
+        state.gates.forget(&body.event_id, old, now);
+    }
     let mut place = Place::new(body.event_id, &view);
     place.announcement = config.announcement.as_ref().map(AnnouncementBody::new);
     Ok(JoinedAnswer(Joined {

@@ -1101,11 +1101,14 @@ pub async fn proven_join_replaces_a_squatted_place(store: Arc<dyn Store>) {
     assert_eq!(entered.status, PlaceState::Active);
     let bob = join(&store, "sq", Some("bob"), T0).await;
     assert_eq!(bob.position, Some(1));
+    assert_eq!(bob.replaced, None);
     let mine = join(&store, "sq", Some("alice"), T0 + S).await;
     assert_ne!(
         mine.key, squat.key,
         "a proven join adopted an unproven place"
     );
+    // The join names the place it ended, so the node's gate can stop its session at once.
+    assert_eq!(mine.replaced, Some(squat.key));
     assert_eq!(
         state(&store, "sq", squat.key, T0 + S).await,
         Err(QueueError::TokenNotFound)
@@ -1124,10 +1127,8 @@ pub async fn proven_join_replaces_a_squatted_place(store: Arc<dyn Store>) {
     let figures = store.get_event("sq", T0 + S).await.unwrap().figures;
     assert_eq!((figures.left, figures.joins), (1, 3));
     // Now proven: a proven repeat gets it back, a bare id is refused.
-    assert_eq!(
-        join(&store, "sq", Some("alice"), T0 + S).await.key,
-        mine.key
-    );
+    let again = join(&store, "sq", Some("alice"), T0 + S).await;
+    assert_eq!((again.key, again.replaced), (mine.key, None));
     assert_eq!(
         queue_err(store.join("sq", &claim(Some("alice"), None), T0 + S).await),
         QueueError::AlreadyJoined

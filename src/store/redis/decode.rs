@@ -162,7 +162,18 @@ pub(super) fn place_view(payload: &Value, ctx: &Ctx, now: Millis) -> Result<Plac
     // What the session's extensions added to its maximum (absent from older scripts).
     let mut t = ctx.timeouts;
     t.session_max_ms += a.get(13).map(uint).transpose()?.unwrap_or(0);
-    Ok(PlaceView::new(facts, &t, &ctx.pace, now))
+    let mut view = PlaceView::new(facts, &t, &ctx.pace, now);
+    // `join`: the place of the same user it replaced (seq, nonce), when it did.
+    if let (Some(seq), Some(nonce)) = (a.get(15), a.get(16)) {
+        view.replaced = Some(PlaceKey {
+            seq: uint(seq)?,
+            nonce: bytes(nonce)?
+                .and_then(|b| <[u8; 16]>::try_from(b).ok())
+                .map(u128::from_be_bytes)
+                .ok_or(Malformed("a replaced nonce"))?,
+        });
+    }
+    Ok(view)
 }
 
 /// The context `ctx` in `rules.lua` answers.

@@ -178,7 +178,10 @@ local function op_join(ARGV)
   -- before opens_at: it joined the pre-queue, or is dated at the opening reached).
   if BATCHED and #FX == 3 and not in_prequeue(NOW) then return finish_join(seqn) end
   -- (view reads the place back from what this script wrote: admit() may have admitted it.)
-  return finish('OK', view(seq, nil, true))
+  local v = view(seq, nil, true)
+  -- The replaced place's key: the node's gate stops passing its session at once.
+  if squat then v[#v + 1] = tonumber(squat); v[#v + 1] = squat_p.nonce end
+  return finish('OK', v)
 end
 
 local function op_tick()
