@@ -901,11 +901,14 @@ async fn hand_over_place(
     }
     let not_a_place =
         || AppError::invalid("waiting_token is missing or is not a place in this event's line");
-    let (token, key) = form_urlencoded::parse(&body)
+    let key = form_urlencoded::parse(&body)
         .find(|(k, _)| k == "waiting_token")
-        .and_then(|(_, v)| Some((state.waiting.place_for(&v, event_id)?, v)))
-        .map(|(key, v)| (v.into_owned(), key))
+        .and_then(|(_, v)| state.waiting.place_for(&v, event_id))
         .ok_or_else(not_a_place)?;
+    // The cookie gets the token as we issue it, not as it was posted: the check reads past
+    // surrounding spaces, which a cookie cannot carry (a line break made the header
+    // invalid, a no-break space a cookie the gate could not read).
+    let token = state.waiting.issue(event_id, key);
     // A place that ended (left, cleared, expired) is no place either: its cookie would be
     // read as none at the gate, which would make a new place without telling the person
     // that theirs ended. Looked at without renewing it.
