@@ -540,6 +540,56 @@ async fn require_user_token_refuses_bare_joins() {
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
 }
 
+/// After the end of the sale a join is refused as closed, with the end's reason, whatever
+/// its user token says (defect: a missing, expired or other event's token was refused on
+/// the token, and the waiting page told the visitor to ask for a new link instead of
+/// showing that the sale is over).
+#[tokio::test]
+async fn after_the_end_a_join_is_closed_whatever_its_user_token() {
+    let app = app();
+    put_event(
+        &app,
+        "strict",
+        json!({"user_token_secret": SECRET, "require_user_token": true}),
+    )
+    .await;
+    put_event(&app, "open", json!({"user_token_secret": SECRET})).await;
+    put_event(&app, "other", json!({"user_token_secret": SECRET})).await;
+    // Before the end these are the token's refusals.
+    join(&app, json!({"event_id": "strict", "user_id": "bob"}))
+        .await
+        .err(StatusCode::UNAUTHORIZED, "USER_TOKEN_REQUIRED");
+    for ev in ["strict", "open"] {
+        let r = call(
+            &app,
+            Method::POST,
+            &format!("/api/v1/admin/events/{ev}/end"),
+            Some(json!({"reason": "sold_out"})),
+            Some(ADMIN),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    }
+    let expired = |ev: &str| hs256(SECRET, "bob", ev, T0 - 120_000);
+    for body in [
+        json!({"event_id": "strict", "user_id": "bob"}),
+        json!({"event_id": "strict", "user_token": expired("strict")}),
+        json!({"event_id": "strict", "user_token": hs256(SECRET, "bob", "other", T0 + 60_000)}),
+        json!({"event_id": "open", "user_token": expired("open")}),
+    ] {
+        let r = join(&app, body.clone()).await;
+        r.err(StatusCode::CONFLICT, "EVENT_CLOSED");
+        assert_eq!(r.body["error"]["reason"], "sold_out", "{body}: {}", r.text);
+    }
+    // An event still selling refuses the token as before.
+    join(
+        &app,
+        json!({"event_id": "other", "user_token": expired("other")}),
+    )
+    .await
+    .err(StatusCode::UNAUTHORIZED, "USER_TOKEN_EXPIRED");
+}
+
 /// The HS256 secret is stored but no read shows it.
 #[tokio::test]
 async fn no_read_shows_the_user_token_secret() {

@@ -161,7 +161,21 @@ pub async fn join(
     if !server {
         (caller.guard).check_join_in(&config, caller.ip, &body.event_id)?;
     }
-    let (user_id, proven) = identity(&config, server, &mut body, now)?;
+    let (user_id, proven) = match identity(&config, server, &mut body, now) {
+        Ok(who) => who,
+        // After the end a join is refused as closed whatever its proof of identity (as a
+        // proof of work or an invite is): a visitor with an old link, or none, is told the
+        // sale is over, not to ask the organiser for a new link.
+        Err(e) => {
+            return Err(match config.sale_ended(now) {
+                Some(end) => {
+                    AppError::SaleEnded(Box::new(AppError::EventClosed), end.reason.as_str())
+                }
+                None => e,
+            }
+            .into())
+        }
+    };
     if let Some(u) = &user_id {
         let n = u.chars().count();
         if n == 0 || n > MAX_USER_ID_CHARS {
