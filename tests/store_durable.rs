@@ -374,6 +374,25 @@ async fn a_store_without_its_version_file_is_refused_plainly() {
     );
 }
 
+/// A store whose `lock` file was deleted by hand opens with what it held: the file holds
+/// nothing (defect: the start was refused as if a file of data were missing, with the
+/// advice to restore a backup).
+#[tokio::test]
+async fn a_store_without_its_lock_file_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = opened(dir.path(), T0);
+        make_event(&store, "ev", serde_json::json!({"max_active": 1})).await;
+        join(&store, "ev", None, T0).await;
+        join(&store, "ev", None, T0).await;
+    }
+    std::fs::remove_file(dir.path().join("lock")).unwrap();
+    let store = opened(dir.path(), T0);
+    let figures = store.get_event("ev", T0).await.unwrap().figures;
+    assert_eq!(figures.waiting, 1);
+    assert!(dir.path().join("lock").is_file());
+}
+
 /// A very first start stopped while the store was being created (a full disk: the
 /// `version` file left empty, an empty keyspace directory, a journal of zeros) is created
 /// again at the next start. It was refused for good ("InvalidVersion(None)"), even once

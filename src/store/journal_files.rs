@@ -208,6 +208,29 @@ pub fn written_end(path: &Path) -> std::io::Result<u64> {
 /// What fjall's `version` file starts with (then the format's number).
 const VERSION_MAGIC: &[u8] = b"FJL";
 
+/// fjall's `lock` file holds nothing: it is only locked while the store is open, and the
+/// data dir's own lock keeps a second server out anyway. One deleted by hand is made again
+/// (fjall refuses to open without it, and that refusal read as a missing file of the
+/// store, with the advice to restore a backup).
+fn restore_lock(dir: &Path) -> anyhow::Result<()> {
+    let lock = dir.join("lock");
+    if std::fs::symlink_metadata(&lock).is_ok() {
+        return Ok(());
+    }
+    let mut open = std::fs::OpenOptions::new();
+    open.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
+    match open.open(&lock) {
+        Ok(_) => {
+            tracing::warn!(path = %lock.display(), "the store's lock file was missing: made again (it holds nothing)");
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(anyhow::anyhow!("making {} again: {e}", lock.display())),
+    }
+}
+
 /// Checks the store's `version` file before fjall opens `dir`. fjall writes it first when
 /// it creates a store, and reads it to tell a store from an empty directory:
 /// - missing in a store with files, fjall tried to create a store over the old one and
@@ -222,11 +245,14 @@ const VERSION_MAGIC: &[u8] = b"FJL";
 /// `lock`, which fjall takes as it finds it, and which another opener may hold), and the
 /// store is created again, with a warning. Anything else there (a keyspace, a journal
 /// byte, the watermark's slots, a file someone put there, a link) is data or a sign of
-/// it: the start is refused with a message that names the file.
+/// it: the start is refused with a message that names the file. A missing `lock` file is
+/// made again ([`restore_lock`]).
 pub(super) fn check_version(dir: &Path) -> anyhow::Result<()> {
     let version = dir.join("version");
     let problem = match std::fs::read(&version) {
-        Ok(b) if b.len() > VERSION_MAGIC.len() && b.starts_with(VERSION_MAGIC) => return Ok(()),
+        Ok(b) if b.len() > VERSION_MAGIC.len() && b.starts_with(VERSION_MAGIC) => {
+            return restore_lock(dir)
+        }
         Ok(b) => format!("its `version` file is damaged ({} bytes)", b.len()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             "its `version` file is missing".to_string()
