@@ -694,7 +694,13 @@ fn load_or_generate_admin_token(
             }
             return Ok((t.to_string(), path));
         }
-        Ok(_) => {}
+        // Empty (a power cut while it was written, or emptied by hand): every dashboard and
+        // script holding the old token is logged out, which deserves a word.
+        Ok(_) => tracing::warn!(
+            path = %path.display(),
+            "the admin token kept in the data dir was empty: a new one is generated (scripts \
+             and dashboards holding the old one must be given it)"
+        ),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => {
             return Err(e)
