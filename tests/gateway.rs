@@ -2936,6 +2936,25 @@ async fn a_host_that_is_not_a_host_and_port_is_refused_before_the_gate() {
         assert_eq!(status, 400, "Host: {bad:?} was answered {text}");
         assert!(text.contains("INVALID_REQUEST"), "{text}");
     }
+    // A browser is told on a page, in its language, never cached (defect: it was shown the
+    // JSON); a form's `POST` gets no page that reloads itself.
+    for (method, lang, words) in [
+        ("GET", "ko", "지금은 대기실에 들어갈 수 없습니다"),
+        ("POST", "en", "The waiting room cannot let you in right now"),
+    ] {
+        let raw = format!(
+            "{method} /checkout/pay HTTP/1.1\r\nHost: other@shop.example\r\n\
+             Accept: text/html,application/xhtml+xml\r\nAccept-Language: {lang}\r\n\
+             Content-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        let (status, text) = raw_exchange(w.addr, raw).await;
+        assert_eq!(status, 400, "{text}");
+        let head = text.split("\r\n\r\n").next().unwrap().to_ascii_lowercase();
+        assert!(head.contains("content-type: text/html"), "{text}");
+        assert!(head.contains("cache-control: no-store"), "{text}");
+        assert!(text.contains(words), "{text}");
+        assert!(!text.contains("http-equiv=\"refresh\""), "{text}");
+    }
     for same in ["SHOP.example:8080", "shop.example.", "Shop.Example.:443"] {
         let (status, text) = get_on(&w, "/checkout/pay", Some(same)).await;
         assert_eq!(status, 503, "Host: {same} skipped the queue: {text}");

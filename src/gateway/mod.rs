@@ -215,11 +215,11 @@ impl Gateway {
             None => req.version() == Version::HTTP_11,
         };
         if bad_host || hosts.next().is_some() {
-            return refused(invalid_host());
+            return refused(invalid_host(), &req);
         }
         // The `Host` just found, not looked up again.
         let Some(host_value) = forward::host_from(first_host, &req) else {
-            return refused(invalid_host());
+            return refused(invalid_host(), &req);
         };
         let client = self.guard.client_ip(peer, req.headers());
         // Read as text once, for the gates and the origin's headers alike.
@@ -227,9 +227,10 @@ impl Gateway {
         let gates = &self.state.gates;
         if !gates.is_loaded() {
             // Which requests are gated is not known yet: none is passed unasked.
-            return refused(crate::http::AppError::Unavailable(
-                "the gate rules are not read yet".into(),
-            ));
+            return refused(
+                crate::http::AppError::Unavailable("the gate rules are not read yet".into()),
+                &req,
+            );
         }
         let found = if gates.is_empty() {
             Ok(None)
@@ -238,7 +239,7 @@ impl Gateway {
         };
         let found = match found {
             Ok(found) => found,
-            Err(crate::gates::Ambiguous) => return refused(gate::ambiguous_path()),
+            Err(crate::gates::Ambiguous) => return refused(gate::ambiguous_path(), &req),
         };
         let Some(gate) = found else {
             let (outcome, res) = self
@@ -707,12 +708,15 @@ fn invalid_host() -> crate::http::AppError {
 /// a path two events gate): rare, so built out of line.
 #[cold]
 #[inline(never)]
-fn refused(e: crate::http::AppError) -> (Outcome, Response) {
+fn refused(e: crate::http::AppError, req: &Request) -> (Outcome, Response) {
     // `no-store` as every refusal at a gated URL: a `503` while the rules are read, or a
-    // path refused under these rules, must not be kept past them.
-    let mut res = e.into_response();
-    res.headers_mut()
-        .insert(header::CACHE_CONTROL, crate::http::NO_STORE.clone());
+    // path refused under these rules, must not be kept past them. A browser is told on a
+    // page, as at a gated URL (defect: it was shown the JSON).
+    let h = req.headers();
+    let lang = crate::http::look::language(req.uri(), h);
+    let reload = matches!(*req.method(), Method::GET | Method::HEAD);
+    let json = !gate::asks_html(h);
+    let res = crate::http::gate_page::refusal_of_no_event(e, json, lang, reload);
     (Outcome::Refused, res)
 }
 

@@ -416,8 +416,7 @@ pub async fn refusal(
 ) -> axum::response::Response {
     use super::look::escape;
     use super::AppError;
-    use axum::http::{header, HeaderValue};
-    use axum::response::{IntoResponse as _, Response};
+    use axum::response::IntoResponse as _;
     if json {
         return refusal_json(e);
     }
@@ -477,15 +476,58 @@ pub async fn refusal(
             (heading, message, attrs)
         }
     };
-    // A refusal that passes says when to try again; the end of a sale never passes. Only
-    // a request its reload repeats (`reload`: a `GET`) reloads itself: a form's `POST`
-    // would come back as a `GET`, its data lost.
+    // The end of a sale never passes: no reload.
+    let reload = reload && reason.is_none();
+    refusal_page(parts, &words, heading, &escape(&text), &attrs, reload)
+}
+
+/// A refusal before any event is chosen (gateway mode: a `Host` that is no host, a path
+/// whose readings choose different events, the rules not read yet): to a browser, a page
+/// as [`refusal`]'s, without an event's words; to any other client the API's JSON.
+pub fn refusal_of_no_event(
+    e: super::AppError,
+    json: bool,
+    lang: &'static str,
+    reload: bool,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    if json {
+        return refusal_json(e);
+    }
+    let ko = lang == "ko";
+    let (title, heading, attrs) = match ko {
+        true => (
+            "대기실",
+            "지금은 대기실에 들어갈 수 없습니다",
+            " lang=\"en\"",
+        ),
+        false => ("Waiting room", NOT_NOW, ""),
+    };
+    let message = super::look::escape(&e.to_string());
+    let (parts, _) = e.into_response().into_parts();
+    let words = Words::titled(lang, title);
+    refusal_page(parts, &words, heading, &message, attrs, reload)
+}
+
+/// A refusal's page under the error's status and headers, never cached. One that passes
+/// says when to try again (its `Retry-After`); only a request its reload repeats (`reload`:
+/// a `GET`) reloads itself: a form's `POST` would come back as a `GET`, its data lost.
+fn refusal_page(
+    parts: axum::http::response::Parts,
+    words: &Words,
+    heading: &str,
+    text: &str,
+    attrs: &str,
+    reload: bool,
+) -> axum::response::Response {
+    use axum::http::{header, HeaderValue};
+    use axum::response::Response;
     let retry = parts
         .headers
         .get(header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-        .filter(|_| reload && reason.is_none());
-    let page = render_refused(&words, heading, &escape(&text), &attrs, retry);
+        .filter(|_| reload);
+    let page = render_refused(words, heading, text, attrs, retry);
     let mut res = Response::from_parts(parts, axum::body::Body::from(page));
     let h = res.headers_mut();
     h.remove(header::CONTENT_LENGTH);
