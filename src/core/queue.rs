@@ -109,10 +109,21 @@ pub struct EventQueue {
     extensions: HashMap<u64, (u32, Millis)>,
     /// The sale ended (as of the last operation's `now`): waiting places are gone.
     closed: bool,
-    /// The earliest deadline of a waiting place, set when `waiting_idle_sec` is lowered
-    /// (`set_config`, view.rs `lowered_idle_floor`; 0: never). The Redis rules keep the
-    /// same (rules.lua `wfloor`). Not persisted: a restart starts every idle period afresh.
-    idle_floor: Millis,
+    /// The earliest deadlines after a lowered timeout ([`Floors`]).
+    floors: Floors,
+}
+
+/// The earliest deadlines a lowered timeout leaves places, so that none ends before what
+/// it was told (0: never lowered). The Redis rules keep the same (rules.lua `wfloor`,
+/// `afloor`). Not persisted: a restart starts every idle period afresh.
+#[derive(Debug, Clone, Copy, Default)]
+struct Floors {
+    /// A waiting place's, set when `waiting_idle_sec` is lowered (view.rs
+    /// `lowered_idle_floor`).
+    waiting: Millis,
+    /// An admitted place's, set when `ready_ttl_sec` is lowered (view.rs
+    /// `lowered_ready_floor`).
+    admitted: Millis,
 }
 
 /// What a joiner showed besides a user id.
@@ -158,7 +169,7 @@ impl EventQueue {
             inventory: Inventory::default(),
             extensions: HashMap::new(),
             closed: false,
-            idle_floor: 0,
+            floors: Floors::default(),
         }
     }
 
@@ -238,7 +249,7 @@ impl EventQueue {
                 state,
                 sched: 0,
             };
-            p.sched = Self::deadline_of(&q.config, &p, 0, q.idle_floor);
+            p.sched = Self::deadline_of(&q.config, &p, 0, q.floors);
             if state == PlaceState::Waiting && in_prequeue(q.config.opens_at, p.joined_at) {
                 q.line_insert(r.seq, p.joined_at);
             }
@@ -287,8 +298,14 @@ impl EventQueue {
         // and their last sign of life, at the old period, may be older than the new value.
         // Ending those places at once lost every follower. (The Redis rules keep the same
         // floor: `wfloor`.)
+        let old = Timeouts::of(&self.config);
         let floor = (config.waiting_idle_sec < self.config.waiting_idle_sec)
-            .then(|| super::view::lowered_idle_floor(&Timeouts::of(&self.config), now));
+            .then(|| super::view::lowered_idle_floor(&old, now));
+        // So does a shorter `ready_ttl_sec` end no admitted place before the window it was
+        // told, nor before a poller told the old interval could be back to learn of its
+        // turn (view.rs `lowered_ready_floor`; rules.lua `afloor`).
+        let ready_floor = (config.ready_ttl_sec < self.config.ready_ttl_sec)
+            .then(|| super::view::lowered_ready_floor(&old, now));
         self.config = EventConfig {
             end_seen_at,
             ..config
@@ -296,13 +313,16 @@ impl EventQueue {
         self.note_end(now);
         self.closed = self.sale_over(now);
         if let Some(floor) = floor {
-            self.idle_floor = self.idle_floor.max(floor);
+            self.floors.waiting = self.floors.waiting.max(floor);
+        }
+        if let Some(floor) = ready_floor {
+            self.floors.admitted = self.floors.admitted.max(floor);
         }
         self.deadlines.clear();
         let mut entries = Vec::with_capacity(self.places.len());
         for (seq, p) in self.places.iter_mut() {
             let extra = self.extensions.get(&seq).map_or(0, |e| e.1);
-            let d = Self::deadline_of(&self.config, p, extra, self.idle_floor);
+            let d = Self::deadline_of(&self.config, p, extra, self.floors);
             p.sched = d;
             entries.push((d, seq));
         }
@@ -311,15 +331,16 @@ impl EventQueue {
         self.admit(now, fx);
     }
 
-    /// `extra`: what extensions added to the session's maximum; `floor`: the earliest
-    /// deadline of a waiting place (`idle_floor`).
-    fn deadline_of(c: &EventConfig, p: &Place, extra: Millis, floor: Millis) -> Millis {
+    /// `extra`: what extensions added to the session's maximum; `floors`: the earliest
+    /// deadlines after a lowered timeout.
+    fn deadline_of(c: &EventConfig, p: &Place, extra: Millis, floors: Floors) -> Millis {
         let mut t = Timeouts::of(c);
         t.session_max_ms += extra;
         let d = t.deadline(p.state, p.last_seen, p.admitted_at, p.entered_at);
         match p.state {
-            PlaceState::Waiting => d.max(floor),
-            _ => d,
+            PlaceState::Waiting => d.max(floors.waiting),
+            PlaceState::Admitted => d.max(floors.admitted),
+            PlaceState::Active => d,
         }
     }
 
@@ -334,7 +355,7 @@ impl EventQueue {
     fn schedule(&mut self, seq: u64) {
         let extra = self.extensions.get(&seq).map_or(0, |e| e.1);
         if let Some(p) = self.places.get_mut(&seq) {
-            let d = Self::deadline_of(&self.config, p, extra, self.idle_floor);
+            let d = Self::deadline_of(&self.config, p, extra, self.floors);
             if d < p.sched {
                 p.sched = d;
                 self.deadlines.push((d, seq));
@@ -376,7 +397,7 @@ impl EventQueue {
                 continue; // superseded by an earlier entry that was already handled
             }
             let extra = self.extensions.get(&seq).map_or(0, |e| e.1);
-            let d = Self::deadline_of(&self.config, p, extra, self.idle_floor);
+            let d = Self::deadline_of(&self.config, p, extra, self.floors);
             if d <= now {
                 self.end(seq, EndReason::Expired, d, now, fx);
                 ended = true;
@@ -669,7 +690,7 @@ impl EventQueue {
             state: PlaceState::Waiting,
             sched: Millis::MAX,
         };
-        p.sched = Self::deadline_of(&self.config, &p, 0, self.idle_floor);
+        p.sched = Self::deadline_of(&self.config, &p, 0, self.floors);
         self.deadlines.push((p.sched, seq));
         self.places.insert(seq, p);
     }

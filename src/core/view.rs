@@ -116,6 +116,16 @@ pub fn lowered_idle_floor(old: &Timeouts, now: Millis) -> Millis {
     now + told + POLL_SLACK_MS
 }
 
+/// The earliest an admitted place may end after the ready window was lowered at `now` from
+/// the settings `old`: not before the old window counted from the change (a place admitted
+/// before it was told that window: `enter_within_sec`), nor before a poller told the old
+/// interval could be back to learn it was admitted ([`lowered_idle_floor`]). A place
+/// admitted after the change thus keeps at least the old window from the change until that
+/// passes. The Redis rules compute the same (ops.lua `op_put`, rules.lua `afloor`).
+pub fn lowered_ready_floor(old: &Timeouts, now: Millis) -> Millis {
+    (now + old.ready_ttl_ms).max(lowered_idle_floor(old, now))
+}
+
 /// One row of `GET /admin/events/{id}/queue`.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct HeadEntry {

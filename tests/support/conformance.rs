@@ -35,7 +35,7 @@ macro_rules! store_conformance {
             event_lifecycle, validation_is_atomic, direct_entry_and_positions,
             join_is_idempotent_per_user, concurrent_joins_of_one_user, concurrent_joins_are_exact,
             heartbeat_keeps_and_lapse_expires, ghosts_expire_without_polling, enter_rules,
-            a_shorter_idle_counts_from_the_change,
+            a_shorter_idle_counts_from_the_change, a_shorter_ready_window_keeps_what_was_told,
             leave_hands_slot_on, complete_hands_slot_on, session_deadlines, clear_removes_waiting,
             pause_and_resume, rate_budget_paces, queue_full_and_closed, capacity_growth_admits,
             queue_head_in_order, delete_event_removes_places, figures_count_outcomes,
@@ -410,6 +410,68 @@ pub async fn a_shorter_idle_counts_from_the_change(store: Arc<dyn Store>) {
         queue_err(store.status("twice", told.key, T0 + 26 * S).await),
         QueueError::TokenExpired,
         "the first lowering's promise"
+    );
+}
+
+/// A lowered `ready_ttl_sec` ends no admitted place before the window it was told, counted
+/// from the change, nor before a poller told the old interval could be back to learn of
+/// its turn (defect: a place admitted just before or after the change, by a client that
+/// did as it was told, found its turn gone). Places admitted once that has passed get the
+/// new window.
+pub async fn a_shorter_ready_window_keeps_what_was_told(store: Arc<dyn Store>) {
+    make_event(
+        &store,
+        "ready",
+        serde_json::json!({"max_active": 2, "waiting_idle_sec": 60, "ready_ttl_sec": 60}),
+    )
+    .await;
+    let before = join(&store, "ready", None, T0).await;
+    let other = join(&store, "ready", None, T0).await;
+    let after = join(&store, "ready", None, T0).await;
+    assert_eq!(before.status, PlaceState::Admitted);
+    assert_eq!(after.status, PlaceState::Waiting);
+    // At 6 s the window goes from 60 s to 5 s: the floor is 6 + 60 = 66 s (pollers were
+    // told 20 s at most, 6 + 20 + 1 = 27 s).
+    let lowered = patch(serde_json::json!({"ready_ttl_sec": 5}));
+    store
+        .update_event("ready", &lowered, T0 + 6 * S)
+        .await
+        .unwrap();
+    // A slot frees at 7 s: `after` is admitted under the new window.
+    assert!(store.leave("ready", other.key, T0 + 7 * S).await.unwrap());
+    assert_eq!(
+        state(&store, "ready", after.key, T0 + 7 * S).await,
+        Ok(PlaceState::Admitted)
+    );
+    // `before` was told 60 s at its admission, `after` polls 20 s after its last poll.
+    for p in [&before, &after] {
+        assert_eq!(
+            state(&store, "ready", p.key, T0 + 27 * S).await,
+            Ok(PlaceState::Admitted),
+            "not ended before the floor"
+        );
+    }
+    let entered = store.enter("ready", before.key, T0 + 59 * S).await.unwrap();
+    assert_eq!(entered.status, PlaceState::Active);
+    assert_eq!(
+        state(&store, "ready", after.key, T0 + 65 * S + 900).await,
+        Ok(PlaceState::Admitted)
+    );
+    assert_eq!(
+        queue_err(store.status("ready", after.key, T0 + 66 * S).await),
+        QueueError::TokenExpired,
+        "the new window after the floor"
+    );
+    // Admitted after the floor: the new window.
+    let late = join(&store, "ready", None, T0 + 67 * S).await;
+    assert_eq!(late.status, PlaceState::Admitted);
+    assert_eq!(
+        state(&store, "ready", late.key, T0 + 71 * S + 900).await,
+        Ok(PlaceState::Admitted)
+    );
+    assert_eq!(
+        queue_err(store.status("ready", late.key, T0 + 72 * S).await),
+        QueueError::TokenExpired
     );
 }
 

@@ -74,6 +74,14 @@ local function op_put()
       * 1000
     set('wfloor', math.max(M.wfloor, NOW + told + 1000))
   end
+  -- A shorter ready window ends no admitted place before the old window counted from the
+  -- change, nor before a poller told the old interval could be back (rules.lua `afloor`;
+  -- view.rs `lowered_ready_floor`).
+  if exists and M.ttl < old_ttl then
+    local told = math.min(math.max(math.floor(math.min(old_widle, old_ttl) / 3000), 1), 60)
+      * 1000
+    set('afloor', math.max(M.afloor, NOW + old_ttl, NOW + told + 1000))
+  end
   set('opens', opens)
   set('opened', tonumber(ARGV[22]))
   set('method', tonumber(ARGV[16]))

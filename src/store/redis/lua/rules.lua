@@ -259,11 +259,16 @@ local function pkey(seq) return pchunk(chunk(seq)) end
 --   `deadline_of` has it (a live stream renews its place at the change, a poller when it
 --   comes back as told, and their last renewal, at the old period, may be older than the
 --   new value). 0 in a meta written before it.
+-- - afloor: the earliest deadline of an admitted place, set when `ttl` is lowered (0:
+--   never): the change plus the old window, or plus what a poller told the old interval
+--   needs to be back, whichever is later (ops.lua `op_put`; view.rs
+--   `lowered_ready_floor`). An admitted place's deadline is max(adm + ttl, afloor). 0 in a
+--   meta written before it.
 local FIELDS = {'cap', 'rate', 'ttl', 'sidle', 'smax', 'widle', 'maxq', 'paused', 'accept',
   'seq', 'completed', 'left', 'expired', 'joins', 'admissions', 'wsum', 'ssum', 'scnt', 'wn',
   'btok', 'blast', 'bprimed', 'nw', 'nad', 'nac', 'nd', 'fadm', 'hbusy', 'hsince', 'hends',
   'opens', 'method', 'npre', 'closes', 'ended', 'lv', 'inc', 'fsz', 'ftail', 'ftot', 'lay',
-  'opened', 'prelast', 'seen', 'wfloor'}
+  'opened', 'prelast', 'seen', 'wfloor', 'afloor'}
 local FADM_AT = 27
 local M, DIRTY
 on_call(function() M, DIRTY = {}, false end)
@@ -786,7 +791,9 @@ end
 local function next_deadline()
   local w = ws_front(0)
   if w ~= NEVER then w = math.max(w + M.widle, M.wfloor) end
-  return math.min(w, zfront(K_ADM, M.ttl), zfront(K_ASEEN, M.sidle), zfront(K_AENT, M.smax))
+  local a = zfront(K_ADM, M.ttl)
+  if a ~= NEVER then a = math.max(a, M.afloor) end
+  return math.min(w, a, zfront(K_ASEEN, M.sidle), zfront(K_AENT, M.smax))
 end
 
 -- Ends every place whose deadline is at or before NOW; answers whether anything ended.
@@ -807,8 +814,12 @@ local function expire_due()
       due[#due + 1] = {math.max(tonumber(w[i + 1]) + M.widle, M.wfloor), w[i]}
     end
   end
-  local r = rcall('ZRANGEBYSCORE', K_ADM, '-inf', fmt(NOW - M.ttl), 'WITHSCORES')
-  for i = 1, #r, 2 do due[#due + 1] = {tonumber(r[i + 1]) + M.ttl, r[i]} end
+  -- Admitted places: none is due before afloor (a deadline is max(adm + ttl, afloor)).
+  local r = {}
+  if NOW >= M.afloor then
+    r = rcall('ZRANGEBYSCORE', K_ADM, '-inf', fmt(NOW - M.ttl), 'WITHSCORES')
+  end
+  for i = 1, #r, 2 do due[#due + 1] = {math.max(tonumber(r[i + 1]) + M.ttl, M.afloor), r[i]} end
   -- A session ends at min(last heartbeat + idle, entry + max): due when either is.
   local function session_due(seq)
     if seen[seq] then return end
