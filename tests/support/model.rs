@@ -190,8 +190,10 @@ struct Model {
     seats: Vec<MSeat>,
     /// Admissions so far: numbers the lottery's draws.
     admissions: u64,
-    /// The earliest deadline of a waiting place (queue.rs `idle_floor`).
+    /// The earliest deadline of a waiting place (queue.rs `Floors::waiting`).
     wfloor: Millis,
+    /// The earliest deadline of an admitted place (queue.rs `Floors::admitted`).
+    afloor: Millis,
 }
 
 /// The floor a lowering of the waiting idle time from `old` to `new`, at `now`, sets
@@ -203,6 +205,17 @@ fn lowered_floor(old: &EventConfig, new: &EventConfig, now: Millis) -> Option<Mi
         let shorter = u64::from(old.waiting_idle_sec.min(old.ready_ttl_sec));
         let told = (shorter / 3).clamp(1, 60) * 1000;
         now + told + 1000
+    })
+}
+
+/// The floor a lowering of the ready window from `old` to `new`, at `now`, sets (queue.rs
+/// `set_config`): not before the old window has passed since the change, nor before a
+/// poller told the old interval could be back. `None` when it is not lowered.
+fn lowered_ready_floor(old: &EventConfig, new: &EventConfig, now: Millis) -> Option<Millis> {
+    (new.ready_ttl_sec < old.ready_ttl_sec).then(|| {
+        let shorter = u64::from(old.waiting_idle_sec.min(old.ready_ttl_sec));
+        let told = (shorter / 3).clamp(1, 60) * 1000;
+        (now + Millis::from(old.ready_ttl_sec) * 1000).max(now + told + 1000)
     })
 }
 
@@ -223,7 +236,7 @@ impl Model {
         let c = &self.cfg;
         match p.state {
             MState::Waiting => Some((p.last_seen + s(c.waiting_idle_sec)).max(self.wfloor)),
-            MState::Admitted => Some(p.admitted_at + s(c.ready_ttl_sec)),
+            MState::Admitted => Some((p.admitted_at + s(c.ready_ttl_sec)).max(self.afloor)),
             MState::Active => Some(
                 (p.last_seen + s(c.session_idle_sec))
                     .min(p.entered_at + s(c.session_max_sec) + p.extra),
@@ -412,8 +425,10 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
         seats: vec![MSeat::Free; SEATS],
         admissions: 0,
         wfloor: 0,
+        afloor: 0,
     };
     m.wfloor = lowered_floor(&created, &m.cfg, T0).unwrap_or(0);
+    m.afloor = lowered_ready_floor(&created, &m.cfg, T0).unwrap_or(0);
     let mut nonce = 0u128;
     for (step, op) in ops.into_iter().enumerate() {
         if let Op::Advance(ms) = op {
@@ -645,6 +660,10 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                 // `set_config`), and not before a poller told the old interval could be back.
                 if let Some(floor) = lowered_floor(&m.cfg, &cfg, m.now) {
                     m.wfloor = m.wfloor.max(floor);
+                }
+                // So does a shorter ready window, from the old window counted from it.
+                if let Some(floor) = lowered_ready_floor(&m.cfg, &cfg, m.now) {
+                    m.afloor = m.afloor.max(floor);
                 }
                 m.cfg = cfg;
                 m.expire();
