@@ -189,6 +189,29 @@ pub struct Gates {
     /// Events deleted in the last [`DELETED_FOR`], and when: a renewal whose store call
     /// began before the deletion may reach [`Gates::note_renewal`] after it.
     deleted: Mutex<Vec<(Arc<str>, std::time::Instant)>>,
+    /// Places whose store call at the gate is in flight ([`Gates::one_at_a_time`]).
+    flights: Mutex<HashMap<PlaceKey, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// The turn of one request to ask the store about its place ([`Gates::one_at_a_time`]).
+pub struct Flight<'a> {
+    gates: &'a Gates,
+    key: PlaceKey,
+    lock: Option<Arc<tokio::sync::Mutex<()>>>,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        self.guard.take();
+        let Some(lock) = self.lock.take() else { return };
+        let mut map = self.gates.flights.lock();
+        // Only the map and this turn hold it: nobody waits, the entry goes. (A request
+        // that took it since holds a count too, taken under this lock.)
+        if Arc::strong_count(&lock) == 2 {
+            map.remove(&self.key);
+        }
+    }
 }
 
 /// How soon a failed first read of the gate table is tried again.
@@ -345,6 +368,24 @@ impl Gates {
                 false
             }
         }
+    }
+
+    /// Waits until no other request of this node asks the store about `key` at the gate,
+    /// and holds that turn until the answer is dropped. A page's parallel requests whose
+    /// session's renewal is due (or, on another node, not yet made) then make one store
+    /// call and one poll of the place between them, the others finding the renewal it
+    /// noted (defect: each asked, and the poll limit refused most of them, `429` from an
+    /// admitted session).
+    pub async fn one_at_a_time(&self, key: PlaceKey) -> Flight<'_> {
+        let lock = self.flights.lock().entry(key).or_default().clone();
+        let mut flight = Flight {
+            gates: self,
+            key,
+            lock: Some(lock.clone()),
+            guard: None,
+        };
+        flight.guard = Some(lock.lock_owned().await);
+        flight
     }
 
     /// What the origin is told of the session, if a renewal of it still stands at `now`.
@@ -540,6 +581,25 @@ pub async fn run_refresh(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One turn at a time per place, any number of places at once, and nothing kept once
+    /// every turn is over.
+    #[tokio::test]
+    async fn one_store_call_at_a_time_per_place() {
+        let gates = Gates::default();
+        let (a, b) = (PlaceKey { seq: 1, nonce: 1 }, PlaceKey { seq: 2, nonce: 2 });
+        let first = gates.one_at_a_time(a).await;
+        let other = gates.one_at_a_time(b).await;
+        let second = gates.one_at_a_time(a);
+        tokio::pin!(second);
+        let waited = tokio::time::timeout(Duration::from_millis(50), &mut second).await;
+        assert!(waited.is_err(), "the second turn waits for the first");
+        drop(first);
+        let second = second.await;
+        assert_eq!(gates.flights.lock().len(), 2);
+        drop((second, other));
+        assert!(gates.flights.lock().is_empty());
+    }
 
     /// A rebuild that read the events before a change applied meanwhile does not put the
     /// old rules back (defect: a new gate, in force as its change answered, was open again

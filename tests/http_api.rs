@@ -18,7 +18,7 @@ use waitroom::clock::{system_now, Clock};
 use waitroom::core::{Millis, PlaceKey};
 use waitroom::http::{router, router_with_limits, Limits};
 use waitroom::store::embedded::EmbeddedStore;
-use waitroom::store::fault::{Fault, FaultStore};
+use waitroom::store::fault::{Fault, FaultStore, Op};
 use waitroom::store::{Notice, Store};
 use waitroom::tokens::AccessTokens;
 use waitroom::AppState;
@@ -1749,6 +1749,37 @@ async fn gate_rules_are_in_force_when_the_change_answers() {
         app.send(gate("/checkout")).await.status,
         StatusCode::NO_CONTENT
     );
+}
+
+/// A page's parallel requests from an admitted session whose renewal at the gate is due
+/// all pass: one asks the store, the others find the renewal it noted (defect: each asked,
+/// each took a poll of the place, and past the poll limit's burst they were refused, an
+/// admitted buyer sent back to the waiting room).
+#[tokio::test]
+async fn parallel_requests_of_a_session_due_for_renewal_all_pass_the_gate() {
+    let store = Arc::new(FaultStore::embedded());
+    let app = app_with(store.clone(), Clock::manual(T0), Limits::default());
+    app.load_gates().await;
+    app.put_event(
+        "g",
+        json!({"max_active": 1, "paths": ["/pay"], "session_idle_sec": 600}),
+    )
+    .await;
+    let token = token(&app.join("g", None).await);
+    let gate = || {
+        req(Method::GET, "/api/v1/gate")
+            .header("x-original-uri", "/pay/now")
+            .header(header::COOKIE, format!("waitroom_g={token}"))
+            .body(Body::empty())
+            .unwrap()
+    };
+    assert_eq!(app.send(gate()).await.status, StatusCode::NO_CONTENT);
+    // The renewal stands 10 s; past it, a burst of 30 with the store taking its time.
+    app.clock.advance(11 * SEC);
+    store.inject(Op::Status, Fault::Delay(Duration::from_millis(50)));
+    let burst = futures_util::future::join_all((0..30).map(|_| app.send(gate()))).await;
+    let statuses: Vec<u16> = burst.iter().map(|r| r.status.as_u16()).collect();
+    assert!(statuses.iter().all(|&s| s == 204), "{statuses:?}");
 }
 
 /// Pause and resume racing a DELETE never bring the event back (defect: they read the
