@@ -576,9 +576,9 @@ pub struct Follower {
     shutdown: Stop,
     /// The last state seen; heartbeats are renewed only while waiting.
     status: PlaceState,
-    /// What the last `queue-update` said (position, queue length): unchanged figures are
+    /// What the last `queue-update` said (position, queue length, status): unchanged ones are
     /// not pushed again before the refresh is due.
-    last: Option<(Option<u64>, u64)>,
+    last: Option<(Option<u64>, u64, ShownStatus)>,
     ready_sent: bool,
     /// The event state last told (or known at connect): paused, accepting joins.
     state: (bool, bool),
@@ -894,7 +894,10 @@ impl Follower {
 
     fn observe(&mut self, view: &PlaceView, force: bool, out: &mut Vec<LiveMessage>) {
         self.status = view.status;
-        let figures = (view.position, view.queue_length);
+        // The status shown too: under `random` the opening gives no position, and when it
+        // admits nobody the figures stay as they were (defect: followers learnt of it up
+        // to REFRESH late, while `status` said `waiting` at once).
+        let figures = (view.position, view.queue_length, view.shown_status());
         if force || self.last != Some(figures) {
             // After the turn came, only the first update (on connect) is worth sending:
             // the figures of others no longer concern this place.
