@@ -707,10 +707,10 @@ async fn an_event_of_the_earlier_chunk_size_keeps_it() {
         serde_json::json!({"max_active": 1, "paused": true}),
     )
     .await;
-    // Made a layout-1 event: `lay` is the sixth number from the end of the meta's
-    // MessagePack array (a one-byte integer; the last five are `opened`, `prelast`, `seen`,
-    // `wfloor` and `afloor`, 0 without an opening, an end or a lowered timeout: one byte
-    // each too).
+    // Made a layout-1 event: `lay` is the eighth number from the end of the meta's
+    // MessagePack array (a one-byte integer; the last seven are `opened`, `prelast`, `seen`,
+    // `wfloor`, `rkb`, `rkept` and `rfloor`, 0 without an opening, an end or a lowered
+    // timeout: one byte each too).
     let mut conn = redis::Client::open(server.url())
         .unwrap()
         .get_multiplexed_async_connection()
@@ -723,10 +723,10 @@ async fn an_event_of_the_earlier_chunk_size_keeps_it() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    let lay = n.len() - 6;
+    let lay = n.len() - 8;
     assert_eq!(
         n[lay..],
-        [3, 0, 0, 0, 0, 0],
+        [3, 0, 0, 0, 0, 0, 0, 0],
         "the layout, then no opening reached, no pre-queue join, no end seen, no floors"
     );
     n[lay] = 1;
@@ -767,9 +767,9 @@ async fn an_event_of_the_earlier_chunk_size_keeps_it() {
     }
 }
 
-/// Makes `id` an event of `layout` in the meta (its sixth number from the end, a one-byte
-/// integer; the last five are `opened`, `prelast`, `seen`, `wfloor` and `afloor`, 0 for an
-/// event without an opening, an end or a lowered timeout).
+/// Makes `id` an event of `layout` in the meta (its eighth number from the end, a one-byte
+/// integer; the last seven are `opened`, `prelast`, `seen`, `wfloor`, `rkb`, `rkept` and
+/// `rfloor`, 0 for an event without an opening, an end or a lowered timeout).
 async fn set_layout(server: &RedisServer, prefix: &str, id: &str, layout: u8) {
     let mut conn = redis::Client::open(server.url())
         .unwrap()
@@ -783,10 +783,10 @@ async fn set_layout(server: &RedisServer, prefix: &str, id: &str, layout: u8) {
         .query_async(&mut conn)
         .await
         .unwrap();
-    let lay = n.len() - 6;
+    let lay = n.len() - 8;
     assert_eq!(
         n[lay + 1..],
-        [0, 0, 0, 0, 0],
+        [0, 0, 0, 0, 0, 0, 0],
         "no opening reached, no pre-queue join, no end seen, no floors"
     );
     n[lay] = layout;

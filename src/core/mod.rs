@@ -39,7 +39,7 @@ pub use queue::{EventQueue, JoinProof, QueueMeta, RestoredPlace, EXPIRED_RETENTI
 pub use schedule::{EventSecret, QueueingMethod};
 pub use view::{
     poll_after_sec, EventCounts, EventFigures, HeadEntry, PlaceFacts, PlaceState, PlaceView,
-    ShownStatus, Timeouts, POLL_MAX_SEC, POLL_MIN_SEC,
+    ReadyKept, ShownStatus, Timeouts, POLL_MAX_SEC, POLL_MIN_SEC,
 };
 
 /// Milliseconds since the Unix epoch. Wall-clock time, because deadlines must survive a

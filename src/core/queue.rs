@@ -115,15 +115,16 @@ pub struct EventQueue {
 
 /// The earliest deadlines a lowered timeout leaves places, so that none ends before what
 /// it was told (0: never lowered). The Redis rules keep the same (rules.lua `wfloor`,
-/// `afloor`). Not persisted: a restart starts every idle period afresh.
+/// `rkb`, `rkept`, `rfloor`). Not persisted: a restart starts every idle period afresh, and
+/// applies a lowered ready window at once.
 #[derive(Debug, Clone, Copy, Default)]
 struct Floors {
     /// A waiting place's, set when `waiting_idle_sec` is lowered (view.rs
     /// `lowered_idle_floor`).
     waiting: Millis,
-    /// An admitted place's, set when `ready_ttl_sec` is lowered (view.rs
-    /// `lowered_ready_floor`).
-    admitted: Millis,
+    /// What lowerings of `ready_ttl_sec` promised the admitted places (view.rs
+    /// `ReadyKept`).
+    ready: super::view::ReadyKept,
 }
 
 /// What a joiner showed besides a user id.
@@ -303,9 +304,8 @@ impl EventQueue {
             .then(|| super::view::lowered_idle_floor(&old, now));
         // So does a shorter `ready_ttl_sec` end no admitted place before the window it was
         // told, nor before a poller told the old interval could be back to learn of its
-        // turn (view.rs `lowered_ready_floor`; rules.lua `afloor`).
-        let ready_floor = (config.ready_ttl_sec < self.config.ready_ttl_sec)
-            .then(|| super::view::lowered_ready_floor(&old, now));
+        // turn (view.rs `ReadyKept`; rules.lua `rkb`).
+        let ready_lowered = config.ready_ttl_sec < self.config.ready_ttl_sec;
         self.config = EventConfig {
             end_seen_at,
             ..config
@@ -315,8 +315,8 @@ impl EventQueue {
         if let Some(floor) = floor {
             self.floors.waiting = self.floors.waiting.max(floor);
         }
-        if let Some(floor) = ready_floor {
-            self.floors.admitted = self.floors.admitted.max(floor);
+        if ready_lowered {
+            self.floors.ready = self.floors.ready.lowered(&old, now);
         }
         self.deadlines.clear();
         let mut entries = Vec::with_capacity(self.places.len());
@@ -336,11 +336,11 @@ impl EventQueue {
     fn deadline_of(c: &EventConfig, p: &Place, extra: Millis, floors: Floors) -> Millis {
         let mut t = Timeouts::of(c);
         t.session_max_ms += extra;
+        t.ready_kept = floors.ready;
         let d = t.deadline(p.state, p.last_seen, p.admitted_at, p.entered_at);
         match p.state {
             PlaceState::Waiting => d.max(floors.waiting),
-            PlaceState::Admitted => d.max(floors.admitted),
-            PlaceState::Active => d,
+            _ => d,
         }
     }
 
@@ -348,6 +348,8 @@ impl EventQueue {
     fn timeouts_of(&self, seq: u64) -> Timeouts {
         let mut t = Timeouts::of(&self.config);
         t.session_max_ms += self.extensions.get(&seq).map_or(0, |e| e.1);
+        // The view's `enter_within_sec` counts down to the deadline kept.
+        t.ready_kept = self.floors.ready;
         t
     }
 

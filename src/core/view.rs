@@ -116,16 +116,6 @@ pub fn lowered_idle_floor(old: &Timeouts, now: Millis) -> Millis {
     now + told + POLL_SLACK_MS
 }
 
-/// The earliest an admitted place may end after the ready window was lowered at `now` from
-/// the settings `old`: not before the old window counted from the change (a place admitted
-/// before it was told that window: `enter_within_sec`), nor before a poller told the old
-/// interval could be back to learn it was admitted ([`lowered_idle_floor`]). A place
-/// admitted after the change thus keeps at least the old window from the change until that
-/// passes. The Redis rules compute the same (ops.lua `op_put`, rules.lua `afloor`).
-pub fn lowered_ready_floor(old: &Timeouts, now: Millis) -> Millis {
-    (now + old.ready_ttl_ms).max(lowered_idle_floor(old, now))
-}
-
 /// One row of `GET /admin/events/{id}/queue`.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct HeadEntry {
@@ -168,6 +158,53 @@ pub struct Timeouts {
     pub ready_ttl_ms: Millis,
     pub session_idle_ms: Millis,
     pub session_max_ms: Millis,
+    /// What lowerings of `ready_ttl_ms` promised the places they found ([`ReadyKept`]).
+    pub ready_kept: ReadyKept,
+}
+
+/// What a lowered ready window leaves the admitted places (all 0: never lowered), so that
+/// none ends before what it was told: a place admitted before the lowering keeps the
+/// window of its admission (`enter_within_sec`), and none ends before a poller told the
+/// old interval could be back to learn of its turn ([`lowered_idle_floor`]). Places
+/// admitted later get the new window. The Redis rules keep the same (rules.lua `rkb`,
+/// `rkept`, `rfloor`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ReadyKept {
+    /// The last lowering: places admitted before it keep at least...
+    pub before: Millis,
+    /// ...this window (the window before it, or a longer one an earlier lowering kept
+    /// that some place may still hold).
+    pub window_ms: Millis,
+    /// No admitted place ends before this.
+    pub floor: Millis,
+}
+
+impl ReadyKept {
+    /// After the window was lowered at `now` from the settings `old`.
+    pub fn lowered(self, old: &Timeouts, now: Millis) -> ReadyKept {
+        // An earlier lowering's promise still held by some place is kept too.
+        let held = self.before + self.window_ms > now;
+        ReadyKept {
+            before: now,
+            window_ms: if held {
+                self.window_ms.max(old.ready_ttl_ms)
+            } else {
+                old.ready_ttl_ms
+            },
+            floor: self.floor.max(lowered_idle_floor(old, now)),
+        }
+    }
+
+    /// The deadline of a place admitted at `admitted_at` whose window by the settings ends
+    /// at `by_settings`.
+    fn deadline(&self, admitted_at: Millis, by_settings: Millis) -> Millis {
+        let kept = if admitted_at < self.before {
+            admitted_at + self.window_ms
+        } else {
+            0
+        };
+        by_settings.max(kept).max(self.floor)
+    }
 }
 
 impl Timeouts {
@@ -178,6 +215,7 @@ impl Timeouts {
             ready_ttl_ms: ms(c.ready_ttl_sec),
             session_idle_ms: ms(c.session_idle_sec),
             session_max_ms: ms(c.session_max_sec),
+            ready_kept: ReadyKept::default(),
         }
     }
 
@@ -194,7 +232,9 @@ impl Timeouts {
     ) -> Millis {
         match state {
             PlaceState::Waiting => last_seen + self.waiting_idle_ms,
-            PlaceState::Admitted => admitted_at + self.ready_ttl_ms,
+            PlaceState::Admitted => self
+                .ready_kept
+                .deadline(admitted_at, admitted_at + self.ready_ttl_ms),
             PlaceState::Active => {
                 (last_seen + self.session_idle_ms).min(entered_at + self.session_max_ms)
             }

@@ -413,11 +413,12 @@ pub async fn a_shorter_idle_counts_from_the_change(store: Arc<dyn Store>) {
     );
 }
 
-/// A lowered `ready_ttl_sec` ends no admitted place before the window it was told, counted
-/// from the change, nor before a poller told the old interval could be back to learn of
-/// its turn (defect: a place admitted just before or after the change, by a client that
-/// did as it was told, found its turn gone). Places admitted once that has passed get the
-/// new window.
+/// A lowered `ready_ttl_sec` ends no admitted place before the window it was told at its
+/// admission, nor before a poller told the old interval could be back to learn of its
+/// turn (defect: a place admitted just before or after the change, by a client that did
+/// as it was told, found its turn gone). Places admitted later get the new window (defect
+/// of the first fix: every place kept the old window from the change, a too long window
+/// could not be corrected), and each is told its own (`enter_within_sec`).
 pub async fn a_shorter_ready_window_keeps_what_was_told(store: Arc<dyn Store>) {
     make_event(
         &store,
@@ -430,47 +431,53 @@ pub async fn a_shorter_ready_window_keeps_what_was_told(store: Arc<dyn Store>) {
     let after = join(&store, "ready", None, T0).await;
     assert_eq!(before.status, PlaceState::Admitted);
     assert_eq!(after.status, PlaceState::Waiting);
-    // At 6 s the window goes from 60 s to 5 s: the floor is 6 + 60 = 66 s (pollers were
-    // told 20 s at most, 6 + 20 + 1 = 27 s).
+    // At 6 s the window goes from 60 s to 5 s. `before` keeps the 60 s it was told; a
+    // poller told 20 s (a third of 60) is back by 6 + 20 + 1 = 27 s.
     let lowered = patch(serde_json::json!({"ready_ttl_sec": 5}));
     store
         .update_event("ready", &lowered, T0 + 6 * S)
         .await
         .unwrap();
+    let told = store.status("ready", before.key, T0 + 6 * S).await.unwrap();
+    assert_eq!(told.enter_within_sec, Some(54), "the window it was told");
     // A slot frees at 7 s: `after` is admitted under the new window.
     assert!(store.leave("ready", other.key, T0 + 7 * S).await.unwrap());
     assert_eq!(
         state(&store, "ready", after.key, T0 + 7 * S).await,
         Ok(PlaceState::Admitted)
     );
-    // `before` was told 60 s at its admission, `after` polls 20 s after its last poll.
-    for p in [&before, &after] {
-        assert_eq!(
-            state(&store, "ready", p.key, T0 + 27 * S).await,
-            Ok(PlaceState::Admitted),
-            "not ended before the floor"
-        );
-    }
-    let entered = store.enter("ready", before.key, T0 + 59 * S).await.unwrap();
-    assert_eq!(entered.status, PlaceState::Active);
+    // It polls 20 s after its last poll (at 6 s), and is told what is left.
+    let back = store.status("ready", after.key, T0 + 26 * S).await.unwrap();
     assert_eq!(
-        state(&store, "ready", after.key, T0 + 65 * S + 900).await,
-        Ok(PlaceState::Admitted)
+        back.status,
+        PlaceState::Admitted,
+        "not ended before the floor"
     );
+    assert_eq!(back.enter_within_sec, Some(1));
     assert_eq!(
-        queue_err(store.status("ready", after.key, T0 + 66 * S).await),
+        queue_err(store.status("ready", after.key, T0 + 27 * S).await),
         QueueError::TokenExpired,
-        "the new window after the floor"
+        "the new window past the floor"
     );
-    // Admitted after the floor: the new window.
-    let late = join(&store, "ready", None, T0 + 67 * S).await;
-    assert_eq!(late.status, PlaceState::Admitted);
     assert_eq!(
-        state(&store, "ready", late.key, T0 + 71 * S + 900).await,
+        state(&store, "ready", before.key, T0 + 59 * S + 900).await,
         Ok(PlaceState::Admitted)
     );
     assert_eq!(
-        queue_err(store.status("ready", late.key, T0 + 72 * S).await),
+        queue_err(store.status("ready", before.key, T0 + 60 * S).await),
+        QueueError::TokenExpired,
+        "its own window, no more"
+    );
+    // Admitted after the floor: the new window, and told it.
+    let late = join(&store, "ready", None, T0 + 61 * S).await;
+    assert_eq!(late.status, PlaceState::Admitted);
+    assert_eq!(late.enter_within_sec, Some(5));
+    assert_eq!(
+        state(&store, "ready", late.key, T0 + 65 * S + 900).await,
+        Ok(PlaceState::Admitted)
+    );
+    assert_eq!(
+        queue_err(store.status("ready", late.key, T0 + 66 * S).await),
         QueueError::TokenExpired
     );
 }

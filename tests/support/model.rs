@@ -192,8 +192,9 @@ struct Model {
     admissions: u64,
     /// The earliest deadline of a waiting place (queue.rs `Floors::waiting`).
     wfloor: Millis,
-    /// The earliest deadline of an admitted place (queue.rs `Floors::admitted`).
-    afloor: Millis,
+    /// What lowerings of the ready window kept (view.rs `ReadyKept`): places admitted before
+    /// `.0` keep at least the window `.1`, and none ends before `.2`.
+    kept: (Millis, Millis, Millis),
 }
 
 /// The floor a lowering of the waiting idle time from `old` to `new`, at `now`, sets
@@ -208,15 +209,28 @@ fn lowered_floor(old: &EventConfig, new: &EventConfig, now: Millis) -> Option<Mi
     })
 }
 
-/// The floor a lowering of the ready window from `old` to `new`, at `now`, sets (queue.rs
-/// `set_config`): not before the old window has passed since the change, nor before a
-/// poller told the old interval could be back. `None` when it is not lowered.
-fn lowered_ready_floor(old: &EventConfig, new: &EventConfig, now: Millis) -> Option<Millis> {
-    (new.ready_ttl_sec < old.ready_ttl_sec).then(|| {
-        let shorter = u64::from(old.waiting_idle_sec.min(old.ready_ttl_sec));
-        let told = (shorter / 3).clamp(1, 60) * 1000;
-        (now + Millis::from(old.ready_ttl_sec) * 1000).max(now + told + 1000)
-    })
+/// What a lowering of the ready window from `old` to `new`, at `now`, keeps (queue.rs
+/// `set_config`): places admitted before it keep the old window (or a longer one an
+/// earlier lowering kept, while some place may hold it), and none ends before a poller
+/// told the old interval could be back.
+fn lowered_ready(
+    kept: (Millis, Millis, Millis),
+    old: &EventConfig,
+    new: &EventConfig,
+    now: Millis,
+) -> (Millis, Millis, Millis) {
+    if new.ready_ttl_sec >= old.ready_ttl_sec {
+        return kept;
+    }
+    let old_ms = Millis::from(old.ready_ttl_sec) * 1000;
+    let window = if kept.0 + kept.1 > now {
+        kept.1.max(old_ms)
+    } else {
+        old_ms
+    };
+    let shorter = u64::from(old.waiting_idle_sec.min(old.ready_ttl_sec));
+    let told = (shorter / 3).clamp(1, 60) * 1000;
+    (now, window, kept.2.max(now + told + 1000))
 }
 
 impl Model {
@@ -236,7 +250,14 @@ impl Model {
         let c = &self.cfg;
         match p.state {
             MState::Waiting => Some((p.last_seen + s(c.waiting_idle_sec)).max(self.wfloor)),
-            MState::Admitted => Some((p.admitted_at + s(c.ready_ttl_sec)).max(self.afloor)),
+            MState::Admitted => {
+                let (before, window, floor) = self.kept;
+                let mut d = p.admitted_at + s(c.ready_ttl_sec);
+                if p.admitted_at < before {
+                    d = d.max(p.admitted_at + window);
+                }
+                Some(d.max(floor))
+            }
             MState::Active => Some(
                 (p.last_seen + s(c.session_idle_sec))
                     .min(p.entered_at + s(c.session_max_sec) + p.extra),
@@ -425,10 +446,10 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
         seats: vec![MSeat::Free; SEATS],
         admissions: 0,
         wfloor: 0,
-        afloor: 0,
+        kept: (0, 0, 0),
     };
     m.wfloor = lowered_floor(&created, &m.cfg, T0).unwrap_or(0);
-    m.afloor = lowered_ready_floor(&created, &m.cfg, T0).unwrap_or(0);
+    m.kept = lowered_ready((0, 0, 0), &created, &m.cfg, T0);
     let mut nonce = 0u128;
     for (step, op) in ops.into_iter().enumerate() {
         if let Op::Advance(ms) = op {
@@ -661,10 +682,8 @@ pub fn run_history(store: Arc<dyn Store>, ops: Vec<Op>) -> Result<(), TestCaseEr
                 if let Some(floor) = lowered_floor(&m.cfg, &cfg, m.now) {
                     m.wfloor = m.wfloor.max(floor);
                 }
-                // So does a shorter ready window, from the old window counted from it.
-                if let Some(floor) = lowered_ready_floor(&m.cfg, &cfg, m.now) {
-                    m.afloor = m.afloor.max(floor);
-                }
+                // A shorter ready window keeps what admitted places were told.
+                m.kept = lowered_ready(m.kept, &m.cfg, &cfg, m.now);
                 m.cfg = cfg;
                 m.expire();
             }

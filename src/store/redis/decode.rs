@@ -8,7 +8,7 @@ use redis::Value;
 use super::script::FxKind;
 use crate::core::{
     Effect, EventConfig, EventCounts, EventFigures, HeadEntry, Millis, Pace, PlaceFacts, PlaceKey,
-    PlaceState, PlaceView, QueueError, Timeouts,
+    PlaceState, PlaceView, QueueError, ReadyKept, Timeouts,
 };
 use crate::store::{EventSnapshot, JoinRequest, StoreError};
 
@@ -162,9 +162,14 @@ pub(super) fn place_view(payload: &Value, ctx: &Ctx, now: Millis) -> Result<Plac
     // What the session's extensions added to its maximum (absent from older scripts).
     let mut t = ctx.timeouts;
     t.session_max_ms += a.get(13).map(uint).transpose()?.unwrap_or(0);
+    // An admitted place's deadline that a lowered window kept later (rules.lua `view`;
+    // absent from older scripts, 0 when none): its `enter_within_sec` counts down to it.
+    if let Some(kept) = a.get(15).map(uint).transpose()?.filter(|&d| d > 0) {
+        t.ready_kept.floor = kept;
+    }
     let mut view = PlaceView::new(facts, &t, &ctx.pace, now);
     // `join`: the place of the same user it replaced (seq, nonce), when it did.
-    if let (Some(seq), Some(nonce)) = (a.get(15), a.get(16)) {
+    if let (Some(seq), Some(nonce)) = (a.get(16), a.get(17)) {
         view.replaced = Some(PlaceKey {
             seq: uint(seq)?,
             nonce: bytes(nonce)?
@@ -202,6 +207,8 @@ fn ctx(v: &Value) -> Result<Ctx, Malformed> {
             session_idle_ms: n(7)?,
             session_max_ms,
             waiting_idle_ms: n(9)?,
+            // A place's own view carries what a lowered ready window kept of it.
+            ready_kept: ReadyKept::default(),
         },
     })
 }

@@ -5,15 +5,16 @@
 use std::fmt::Write;
 
 use super::decode::{Ctx, Malformed};
-use crate::core::{Millis, Pace, Timeouts};
+use crate::core::{Millis, Pace, ReadyKept, Timeouts};
 
 /// The meta's numbers each log entry carries, in this order (the prelude hands the list to
-/// the Lua). `opened`, then `seen`, came last: an entry written before them carries one
-/// or two numbers fewer and reads as no opening recorded, no end seen.
-pub(super) const LOG_FIELDS: [&str; 27] = [
+/// the Lua). `opened`, then `seen`, then the lowered ready window's `rkb`, `rkept` and
+/// `rfloor` came last: an entry written before them carries fewer numbers and reads as no
+/// opening recorded, no end seen, no window lowered.
+pub(super) const LOG_FIELDS: [&str; 30] = [
     "cap", "rate", "ttl", "sidle", "smax", "widle", "paused", "ssum", "scnt", "wn", "nw", "nad",
     "nac", "nd", "fadm", "hbusy", "hsince", "hends", "opens", "method", "npre", "closes", "ended",
-    "lv", "inc", "opened", "seen",
+    "lv", "inc", "opened", "seen", "rkb", "rkept", "rfloor",
 ];
 /// How many versions (steps) the log keeps at least, and at most about twice as many
 /// (`log_flush` in replica.lua): at 20,000 changes a second, half a second of history for
@@ -79,14 +80,19 @@ pub(super) struct Meta {
     /// When an operation first found the sale over by `closes` (0: none did): it stays
     /// over for this node too, whatever its clock says (queue.rs `note_end`).
     pub(super) seen: u64,
+    /// What a lowered ready window kept (rules.lua `rkb`, `rkept`, `rfloor`).
+    pub(super) rkb: u64,
+    pub(super) rkept: u64,
+    pub(super) rfloor: u64,
 }
 
 impl Meta {
     /// All the numbers, comma-separated (a snapshot, a log entry's `m`).
     pub(super) fn parse(csv: &[u8]) -> Result<Meta, Malformed> {
         let mut n = csv_numbers(csv)?;
-        // Written before `opened` or `seen` was logged: none recorded.
-        if n.len() + 2 >= LOG_FIELDS.len() {
+        // Written before `opened`, `seen` or the ready window's numbers were logged: none
+        // recorded.
+        if n.len() + 5 >= LOG_FIELDS.len() {
             n.resize(n.len().max(LOG_FIELDS.len()), 0);
         }
         let n: [i64; LOG_FIELDS.len()] =
@@ -153,6 +159,9 @@ impl Meta {
             u(self.inc),
             u(self.opened),
             u(self.seen),
+            u(self.rkb),
+            u(self.rkept),
+            u(self.rfloor),
         ]
     }
 
@@ -186,6 +195,9 @@ impl Meta {
             inc: u(24),
             opened: u(25),
             seen: u(26),
+            rkb: u(27),
+            rkept: u(28),
+            rfloor: u(29),
         }
     }
 
@@ -232,6 +244,11 @@ impl Meta {
                 session_idle_ms: self.sidle,
                 session_max_ms: self.smax,
                 waiting_idle_ms: self.widle,
+                ready_kept: ReadyKept {
+                    before: self.rkb,
+                    window_ms: self.rkept,
+                    floor: self.rfloor,
+                },
             },
         }
     }
@@ -257,19 +274,28 @@ mod tests {
         assert_eq!(meta.numbers().to_vec(), n);
         assert_eq!(meta.fadm, None);
         assert!(Meta::parse(b"1,2,3").is_err());
-        // Entries from before `seen`, and `opened`, were logged: none recorded.
-        let older = Meta::parse(csv[..LOG_FIELDS.len() - 1].join(",").as_bytes()).unwrap();
-        assert_eq!(older, Meta { seen: 0, ..meta });
-        let oldest = Meta::parse(csv[..LOG_FIELDS.len() - 2].join(",").as_bytes()).unwrap();
+        // Entries from before the ready window's numbers, `seen`, and `opened`, were
+        // logged: none recorded.
+        let unkept = Meta {
+            rkb: 0,
+            rkept: 0,
+            rfloor: 0,
+            ..meta
+        };
+        let older = Meta::parse(csv[..LOG_FIELDS.len() - 3].join(",").as_bytes()).unwrap();
+        assert_eq!(older, unkept);
+        let older = Meta::parse(csv[..LOG_FIELDS.len() - 4].join(",").as_bytes()).unwrap();
+        assert_eq!(older, Meta { seen: 0, ..unkept });
+        let oldest = Meta::parse(csv[..LOG_FIELDS.len() - 5].join(",").as_bytes()).unwrap();
         assert_eq!(
             oldest,
             Meta {
                 opened: 0,
                 seen: 0,
-                ..meta
+                ..unkept
             }
         );
-        assert!(Meta::parse(csv[..LOG_FIELDS.len() - 3].join(",").as_bytes()).is_err());
+        assert!(Meta::parse(csv[..LOG_FIELDS.len() - 6].join(",").as_bytes()).is_err());
         // Only what the entry names changes; lv is the entry's version.
         let next = meta.patch(b"10,7,14,55", 2_000).unwrap();
         assert_eq!((next.nw, next.fadm, next.lv), (7, Some(55), 2_000));
@@ -283,7 +309,7 @@ mod tests {
             meta
         );
         assert_eq!(meta.patch(b"", 9).unwrap().lv, 9);
-        for bad in [&b"10"[..], b"27,1", b"-1,1", b"x,1"] {
+        for bad in [&b"10"[..], b"30,1", b"-1,1", b"x,1"] {
             assert!(meta.patch(bad, 9).is_err(), "{:?}", bad);
         }
     }

@@ -74,13 +74,17 @@ local function op_put()
       * 1000
     set('wfloor', math.max(M.wfloor, NOW + told + 1000))
   end
-  -- A shorter ready window ends no admitted place before the old window counted from the
-  -- change, nor before a poller told the old interval could be back (rules.lua `afloor`;
-  -- view.rs `lowered_ready_floor`).
+  -- A shorter ready window ends no admitted place before what it was told: one admitted
+  -- before the change keeps its window, and none ends before a poller told the old
+  -- interval could be back (rules.lua `rkb`; view.rs `ReadyKept::lowered`, an earlier
+  -- lowering's window kept while some place may hold it).
   if exists and M.ttl < old_ttl then
+    if M.rkb + M.rkept > NOW then set('rkept', math.max(M.rkept, old_ttl))
+    else set('rkept', old_ttl) end
+    set('rkb', NOW)
     local told = math.min(math.max(math.floor(math.min(old_widle, old_ttl) / 3000), 1), 60)
       * 1000
-    set('afloor', math.max(M.afloor, NOW + old_ttl, NOW + told + 1000))
+    set('rfloor', math.max(M.rfloor, NOW + told + 1000))
   end
   set('opens', opens)
   set('opened', tonumber(ARGV[22]))

@@ -259,16 +259,16 @@ local function pkey(seq) return pchunk(chunk(seq)) end
 --   `deadline_of` has it (a live stream renews its place at the change, a poller when it
 --   comes back as told, and their last renewal, at the old period, may be older than the
 --   new value). 0 in a meta written before it.
--- - afloor: the earliest deadline of an admitted place, set when `ttl` is lowered (0:
---   never): the change plus the old window, or plus what a poller told the old interval
---   needs to be back, whichever is later (ops.lua `op_put`; view.rs
---   `lowered_ready_floor`). An admitted place's deadline is max(adm + ttl, afloor). 0 in a
---   meta written before it.
+-- - rkb, rkept, rfloor: what a lowered `ttl` kept (view.rs `ReadyKept`; 0: never lowered;
+--   ops.lua `op_put`): a place admitted before rkb keeps at least the window rkept, and
+--   none ends before rfloor (a poller told the old interval is back by then). An admitted
+--   place's deadline is max(adm + ttl, adm + rkept if adm < rkb, rfloor). 0 in a meta
+--   written before them.
 local FIELDS = {'cap', 'rate', 'ttl', 'sidle', 'smax', 'widle', 'maxq', 'paused', 'accept',
   'seq', 'completed', 'left', 'expired', 'joins', 'admissions', 'wsum', 'ssum', 'scnt', 'wn',
   'btok', 'blast', 'bprimed', 'nw', 'nad', 'nac', 'nd', 'fadm', 'hbusy', 'hsince', 'hends',
   'opens', 'method', 'npre', 'closes', 'ended', 'lv', 'inc', 'fsz', 'ftail', 'ftot', 'lay',
-  'opened', 'prelast', 'seen', 'wfloor', 'afloor'}
+  'opened', 'prelast', 'seen', 'wfloor', 'rkb', 'rkept', 'rfloor'}
 local FADM_AT = 27
 local M, DIRTY
 on_call(function() M, DIRTY = {}, false end)
@@ -791,8 +791,17 @@ end
 local function next_deadline()
   local w = ws_front(0)
   if w ~= NEVER then w = math.max(w + M.widle, M.wfloor) end
-  local a = zfront(K_ADM, M.ttl)
-  if a ~= NEVER then a = math.max(a, M.afloor) end
+  -- An admitted place's deadline is at least: for those admitted before rkb, the earliest
+  -- admission plus the longer window; for the others, rkb plus ttl; and rfloor.
+  local a = zfront(K_ADM, 0)
+  if a ~= NEVER then
+    if a < M.rkb then
+      a = math.min(a + math.max(M.ttl, M.rkept), M.rkb + M.ttl)
+    else
+      a = a + M.ttl
+    end
+    a = math.max(a, M.rfloor)
+  end
   return math.min(w, a, zfront(K_ASEEN, M.sidle), zfront(K_AENT, M.smax))
 end
 
@@ -814,12 +823,16 @@ local function expire_due()
       due[#due + 1] = {math.max(tonumber(w[i + 1]) + M.widle, M.wfloor), w[i]}
     end
   end
-  -- Admitted places: none is due before afloor (a deadline is max(adm + ttl, afloor)).
-  local r = {}
-  if NOW >= M.afloor then
-    r = rcall('ZRANGEBYSCORE', K_ADM, '-inf', fmt(NOW - M.ttl), 'WITHSCORES')
+  -- Admitted places past their window by the settings, then due by what a lowered window
+  -- kept (rkb, rkept, rfloor).
+  local r = rcall('ZRANGEBYSCORE', K_ADM, '-inf', fmt(NOW - M.ttl), 'WITHSCORES')
+  for i = 1, #r, 2 do
+    local adm = tonumber(r[i + 1])
+    local d = adm + M.ttl
+    if adm < M.rkb then d = math.max(d, adm + M.rkept) end
+    d = math.max(d, M.rfloor)
+    if d <= NOW then due[#due + 1] = {d, r[i]} end
   end
-  for i = 1, #r, 2 do due[#due + 1] = {math.max(tonumber(r[i + 1]) + M.ttl, M.afloor), r[i]} end
   -- A session ends at min(last heartbeat + idle, entry + max): due when either is.
   local function session_due(seq)
     if seen[seq] then return end
@@ -1014,6 +1027,15 @@ local function view(seq, p, newest)
   -- The opening as the view counts down to it: 0 once reached (by a clock, or recorded).
   local opens = 0
   if before_opening() then opens = M.opens end
+  -- An admitted place's deadline where a lowered window kept it later than its admission
+  -- plus the window (rkb: its `enter_within_sec` counts down to it), else 0.
+  local kept = 0
+  if p.state == 'a' then
+    local d = p.adm + M.ttl
+    if p.adm < M.rkb then d = math.max(d, p.adm + M.rkept) end
+    d = math.max(d, M.rfloor)
+    if d > p.adm + M.ttl then kept = d end
+  end
   return {seq, p.nonce, p.state, p.user or false, p.joined, p.adm, p.ent, ls, pos, N_W,
-    pre and 1 or 0, opens, M.method, extra, p.proven and 1 or 0}
+    pre and 1 or 0, opens, M.method, extra, p.proven and 1 or 0, kept}
 end
