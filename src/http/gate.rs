@@ -458,27 +458,24 @@ pub async fn admit(
     let event_id = &*gate.event_id;
     let now = state.clock.now();
     if let Some(key) = place {
-        if let Some(ids) = state
-            .gates
-            .renewed(event_id, key, gate.session_idle_ms, now)
-        {
-            return Ok(Admission::Active {
+        let renewed = |now| {
+            let ids = state
+                .gates
+                .renewed(event_id, key, gate.session_idle_ms, now)?;
+            Some(Admission::Active {
                 session: Session { key, ids },
                 cookie: None,
-            });
+            })
+        };
+        if let Some(passed) = renewed(now) {
+            return Ok(passed);
         }
         // One store call at a time per place: the requests that waited meanwhile find the
         // renewal it noted.
         let _turn = state.gates.one_at_a_time(key).await;
         let now = state.clock.now();
-        if let Some(ids) = state
-            .gates
-            .renewed(event_id, key, gate.session_idle_ms, now)
-        {
-            return Ok(Admission::Active {
-                session: Session { key, ids },
-                cookie: None,
-            });
+        if let Some(passed) = renewed(now) {
+            return Ok(passed);
         }
         guard.check_poll(&state.events, now, event_id, key).await?;
         match state.store.status(event_id, key, now).await {
