@@ -193,6 +193,9 @@ pub struct Gates {
     flights: Mutex<HashMap<PlaceKey, Arc<tokio::sync::Mutex<()>>>>,
 }
 
+/// Longest a request at the gate waits for another's store call about the same place.
+const TURN_WAIT: Duration = Duration::from_secs(1);
+
 /// The turn of one request to ask the store about its place ([`Gates::one_at_a_time`]).
 pub struct Flight<'a> {
     gates: &'a Gates,
@@ -375,7 +378,9 @@ impl Gates {
     /// session's renewal is due (or, on another node, not yet made) then make one store
     /// call and one poll of the place between them, the others finding the renewal it
     /// noted (defect: each asked, and the poll limit refused most of them, `429` from an
-    /// admitted session).
+    /// admitted session). Not waited for longer than [`TURN_WAIT`]: behind a store call
+    /// that does not answer (the store unreachable), each request goes on with its own, so
+    /// all fail within their own store timeouts rather than one after the other.
     pub async fn one_at_a_time(&self, key: PlaceKey) -> Flight<'_> {
         let lock = self.flights.lock().entry(key).or_default().clone();
         let mut flight = Flight {
@@ -384,7 +389,9 @@ impl Gates {
             lock: Some(lock.clone()),
             guard: None,
         };
-        flight.guard = Some(lock.lock_owned().await);
+        flight.guard = tokio::time::timeout(TURN_WAIT, lock.lock_owned())
+            .await
+            .ok();
         flight
     }
 
@@ -582,9 +589,9 @@ pub async fn run_refresh(
 mod tests {
     use super::*;
 
-    /// One turn at a time per place, any number of places at once, and nothing kept once
-    /// every turn is over.
-    #[tokio::test]
+    /// One turn at a time per place, any number of places at once, not waited for past
+    /// TURN_WAIT, and nothing kept once every turn is over.
+    #[tokio::test(start_paused = true)]
     async fn one_store_call_at_a_time_per_place() {
         let gates = Gates::default();
         let (a, b) = (PlaceKey { seq: 1, nonce: 1 }, PlaceKey { seq: 2, nonce: 2 });
@@ -596,8 +603,14 @@ mod tests {
         assert!(waited.is_err(), "the second turn waits for the first");
         drop(first);
         let second = second.await;
+        assert!(second.guard.is_some());
         assert_eq!(gates.flights.lock().len(), 2);
-        drop((second, other));
+        // Behind a turn that lasts, one goes on without it after TURN_WAIT.
+        let started = tokio::time::Instant::now();
+        let third = gates.one_at_a_time(a).await;
+        assert!(third.guard.is_none());
+        assert!(started.elapsed() >= TURN_WAIT);
+        drop((second, other, third));
         assert!(gates.flights.lock().is_empty());
     }
 

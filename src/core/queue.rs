@@ -115,8 +115,10 @@ pub struct EventQueue {
 
 /// The earliest deadlines a lowered timeout leaves places, so that none ends before what
 /// it was told (0: never lowered). The Redis rules keep the same (rules.lua `wfloor`,
-/// `rkb`, `rkept`, `rfloor`). Not persisted: a restart starts every idle period afresh, and
-/// applies a lowered ready window at once.
+/// `rkb`, `rkept`, `rfloor`). Not persisted (kept small on purpose: they matter for a
+/// minute or a window after a change): a restart starts every idle period afresh, which
+/// covers the waiting floor, but applies a lowered ready window at once to the places
+/// admitted before it (API.md says so).
 #[derive(Debug, Clone, Copy, Default)]
 struct Floors {
     /// A waiting place's, set when `waiting_idle_sec` is lowered (view.rs

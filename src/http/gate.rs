@@ -500,6 +500,13 @@ pub async fn admit(
         return Ok(Admission::Absent);
     }
     let config = state.events.config(event_id, now).await?;
+    // After the end, closed as the API's join is, whatever the event asks of a join.
+    if let Some(end) = config.sale_ended(now) {
+        return Err(AppError::SaleEnded(
+            Box::new(AppError::EventClosed),
+            end.reason.as_str(),
+        ));
+    }
     if config.require_user_token || config.access == Access::Invite || config.pow_difficulty > 0 {
         // A person at a gated URL has no user token, invite or solved challenge to bring.
         return Err(AppError::InvalidRequest(format!(
