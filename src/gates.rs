@@ -193,8 +193,10 @@ pub struct Gates {
     flights: Mutex<HashMap<PlaceKey, Arc<tokio::sync::Mutex<()>>>>,
 }
 
-/// Longest a request at the gate waits for another's store call about the same place.
-const TURN_WAIT: Duration = Duration::from_secs(1);
+/// Longest a request at the gate waits for another's store call about the same place:
+/// longer than a call that answers takes (Redis's operation timeout is 1.5 s), so a slow
+/// store's answer is still shared.
+const TURN_WAIT: Duration = Duration::from_secs(2);
 
 /// The turn of one request to ask the store about its place ([`Gates::one_at_a_time`]).
 pub struct Flight<'a> {

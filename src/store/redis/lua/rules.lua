@@ -791,12 +791,15 @@ end
 local function next_deadline()
   local w = ws_front(0)
   if w ~= NEVER then w = math.max(w + M.widle, M.wfloor) end
-  -- An admitted place's deadline is at least: for those admitted before rkb, the earliest
-  -- admission plus the longer window; for the others, rkb plus ttl; and rfloor.
+  -- The earliest admitted place's deadline, exactly (as queue.rs files it): of those
+  -- admitted before rkb, the first plus the longer window; of the others, the first from
+  -- rkb on plus ttl; and not before rfloor.
   local a = zfront(K_ADM, 0)
   if a ~= NEVER then
     if a < M.rkb then
-      a = math.min(a + math.max(M.ttl, M.rkept), M.rkb + M.ttl)
+      a = a + math.max(M.ttl, M.rkept)
+      local r = rcall('ZRANGEBYSCORE', K_ADM, fmt(M.rkb), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      if r[2] then a = math.min(a, tonumber(r[2]) + M.ttl) end
     else
       a = a + M.ttl
     end
@@ -943,7 +946,7 @@ local function admit(extra)
     p.adm = NOW
     put_place(seq, p)
     rcall('ZADD', K_ADM, fmt(NOW), seq)
-    lower_nd(NOW + M.ttl)
+    lower_nd(math.max(NOW + M.ttl, M.rfloor))
     set('wsum', M.wsum + math.max(NOW - p.joined, 0))
     set('admissions', M.admissions + 1)
     N_W = N_W - 1
