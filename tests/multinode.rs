@@ -951,6 +951,42 @@ async fn too_few_replicas_for_redis_wait_replicas_is_not_ready() {
     admin_put(&node, "r", json!({"max_active": 1})).await;
 }
 
+/// A Redis that answers pings but refuses writes fails every change with 503, so the node
+/// is not ready (defect: `/readyz` sent `PING` and answered 200 while every join failed):
+/// `min-replicas-to-write` unmet (`NOREPLICAS`), and over `maxmemory` under `noeviction`
+/// (`OOM`). Ready again once Redis takes writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_refuses_writes_is_not_ready() {
+    let master = RedisServer::start();
+    let c = Nodes::new(ADMIN);
+    let node = c.start(&master.url());
+    admin_put(&node, "w", json!({"max_active": 1})).await;
+    let ready = || async { call(Method::GET, &node.url("/readyz"), None, None).await };
+    assert_eq!(ready().await.0, StatusCode::OK);
+    for (refuse, accept) in [
+        (
+            "CONFIG SET min-replicas-to-write 1",
+            "CONFIG SET min-replicas-to-write 0",
+        ),
+        ("CONFIG SET maxmemory 1", "CONFIG SET maxmemory 0"),
+    ] {
+        redis_cli(master.port, refuse);
+        let (s, b) = call(
+            Method::POST,
+            &node.url("/api/v1/queue/join"),
+            None,
+            Some(json!({"event_id": "w"})),
+        )
+        .await;
+        assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{refuse}: the join {b}");
+        let (s, b) = ready().await;
+        assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{refuse}: {b}");
+        assert_eq!(b["error"]["code"], "UNAVAILABLE", "{b}");
+        redis_cli(master.port, accept);
+        assert_eq!(ready().await.0, StatusCode::OK, "after {accept}");
+    }
+}
+
 /// A failure that repeats per request is logged a few times a second, not once per request
 /// (defect: each of a crowd's requests during an outage wrote a `store unavailable` warning
 /// and a `response failed` error, flooding the log): 200 probes of a node that is not ready

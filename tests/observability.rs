@@ -529,6 +529,7 @@ async fn assert_exported_from_the_start(s: &Server, other_stores: &[&str]) {
         "waitroom_rate_limited_total{limit=\"join\"} 0",
         "waitroom_rate_limited_total{limit=\"poll\"} 0",
         "waitroom_rate_limited_total{limit=\"admin\"} 0",
+        "waitroom_rate_limited_total{limit=\"streams\"} 0",
         "waitroom_gateway_requests_total{outcome=\"unavailable\"} 0",
     ] {
         assert!(text.lines().any(|l| l == series), "no `{series}`:\n{text}");

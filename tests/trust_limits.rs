@@ -535,11 +535,24 @@ async fn the_seventeenth_stream_of_a_place_is_refused() {
         assert_eq!(r.status(), StatusCode::OK);
         streams.push(r);
     }
+    let refused = || async {
+        let text = s.http.get(s.url("/metrics")).send().await.unwrap();
+        let text = text.text().await.unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("waitroom_rate_limited_total{limit=\"streams\"} "))
+            .unwrap_or_else(|| panic!("no streams series:\n{text}"))
+            .parse::<f64>()
+            .unwrap()
+    };
+    let before = refused().await;
     let r = s.http.get(&url).send().await.unwrap();
     assert_eq!(
         code(r).await,
         (StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED".into())
     );
+    // Counted with the limits' other refusals (it was not: a dashboard on the counter
+    // never saw a place's 17th stream).
+    assert!(refused().await >= before + 1.0, "the refusal is counted");
     drop(streams.pop());
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(

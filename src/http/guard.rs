@@ -273,6 +273,8 @@ impl Kind {
 
 /// The counter of the requests a limit refused (label `limit`: [`Kind::name`]).
 const RATE_LIMITED: &str = "waitroom_rate_limited_total";
+/// That counter's label for a live stream past [`MAX_STREAMS_PER_PLACE`].
+const STREAMS: &str = "streams";
 
 /// The limiters of one kind: one per distinct rate (the server's, and each event override).
 struct Limiters {
@@ -302,6 +304,7 @@ impl Guard {
         for kind in Kind::ALL {
             metrics::counter!(RATE_LIMITED, "limit" => kind.name()).increment(0);
         }
+        metrics::counter!(RATE_LIMITED, "limit" => STREAMS).increment(0);
         let limiters = |kind| Limiters {
             kind,
             by_rate: ArcSwap::default(),
@@ -452,6 +455,9 @@ impl Guard {
         let mut streams = self.streams.lock();
         let n = streams.entry(key).or_insert(0);
         if *n >= MAX_STREAMS_PER_PLACE {
+            // Counted with the other limits' refusals: it answers the same `429
+            // RATE_LIMITED`, and a dashboard or alert on the counter must see it too.
+            metrics::counter!(RATE_LIMITED, "limit" => STREAMS).increment(1);
             return None;
         }
         *n += 1;

@@ -635,6 +635,11 @@ impl Store for EmbeddedStore {
             Some(j) if !j.is_healthy() => Err(StoreError::Unavailable(
                 "the store cannot write to disk".into(),
             )),
+            // A stalled disk: every change answers 503 until it confirms again, so a load
+            // balancer should send the node nothing meanwhile.
+            Some(j) if j.is_stalled() => Err(StoreError::Unavailable(
+                "the disk has not confirmed a write for over 3 s".into(),
+            )),
             _ => Ok(()),
         }
     }

@@ -286,6 +286,16 @@ impl<S: Sink> GroupCommit<S> {
         self.sync_wanted.store(false, SeqCst);
     }
 
+    /// `relaxed`: whether the oldest write not yet synced is older than `bound` at `now`.
+    /// The thread syncs about every 100 ms, so only a sync that hangs gets there.
+    pub(super) fn unsynced_longer_than(&self, bound: Duration, now: Instant) -> bool {
+        let oldest = match self.syncing_since.load(SeqCst) {
+            0 => self.unsynced_since.load(SeqCst),
+            s => s,
+        };
+        oldest != 0 && self.micros(now).saturating_sub(oldest) > bound.as_micros() as u64
+    }
+
     /// `at` in µs since `epoch`, plus one (0 stands for "none").
     fn micros(&self, at: Instant) -> u64 {
         at.saturating_duration_since(self.epoch).as_micros() as u64 + 1

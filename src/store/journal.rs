@@ -397,6 +397,19 @@ impl Journal {
         ))
     }
 
+    /// Whether the disk stopped confirming writes for now: in `sync`, a change the watchdog
+    /// gave up on is still not synced; in `relaxed`, a write has waited longer than
+    /// [`MAX_DURABLE_WAIT`] for its sync. Changes answer `503` meanwhile, so the node is not
+    /// ready (`/readyz`); unlike [`Journal::is_healthy`] it mends once the disk catches up.
+    pub fn is_stalled(&self) -> bool {
+        match self.mode {
+            Durability::Sync => self.synced.stalled(),
+            Durability::Relaxed => self
+                .commit
+                .unsynced_longer_than(MAX_DURABLE_WAIT, std::time::Instant::now()),
+        }
+    }
+
     pub fn is_healthy(&self) -> bool {
         !self.synced.failed()
     }

@@ -355,6 +355,7 @@ mod tests {
             .wait(young)
             .await
             .expect("answered while the sync is young");
+        assert!(!journal.is_stalled(), "a young sync is not a stall");
         tokio::time::sleep(RELAXED_UNSYNCED_BOUND + Duration::from_millis(200)).await;
         let old = change();
         let asked = Instant::now();
@@ -368,6 +369,10 @@ mod tests {
             asked.elapsed() >= Duration::from_secs(3),
             "waited its bound"
         );
+        assert!(
+            journal.is_stalled(),
+            "stalled once a write waited the bound"
+        );
         assert_eq!(stall.reached.load(SeqCst), 1, "the same sync still hangs");
         // Requests that are waiting when the sync ends are answered.
         let waiting = s.wait_on_a_task(change());
@@ -380,6 +385,7 @@ mod tests {
         let after = change();
         journal.wait(after).await.expect("answered again");
         assert!(stall.reached.load(SeqCst) >= 2, "a later sync covered them");
+        assert!(!journal.is_stalled(), "ready again once the disk confirmed");
     }
 
     /// A disk that stalls in `sync`: a waiting change answers `503` once it has waited the
@@ -405,11 +411,17 @@ mod tests {
             assert!(Instant::now() < deadline, "the thread never synced");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        assert!(!journal.is_stalled(), "not stalled before the bound");
         let answer = tokio::time::timeout(Duration::from_secs(20), first)
             .await
             .expect("a stalled sync hung the request")
             .unwrap();
         let waited = asked.elapsed();
+        // What `/readyz` asks: the node is not ready while changes answer 503.
+        assert!(
+            journal.is_stalled(),
+            "stalled once a change was given up on"
+        );
         assert!(
             matches!(&answer, Err(StoreError::Unavailable(m)) if m.contains("in time")),
             "{answer:?}"
@@ -429,6 +441,7 @@ mod tests {
             .unwrap()
             .expect("answered once the sync ended");
         journal.wait(change()).await.expect("answered again");
+        assert!(!journal.is_stalled(), "ready again once the disk confirmed");
         journal
             .wait(stalled)
             .await

@@ -113,6 +113,12 @@ impl Synced {
         self.late.load(SeqCst) >= ticket && self.upto.load(SeqCst) < ticket
     }
 
+    /// Whether a change given up on is still not synced: the disk has confirmed nothing for
+    /// the watchdog's bound, and changes answer `503` until it catches up.
+    pub(super) fn stalled(&self) -> bool {
+        self.late.load(SeqCst) > self.upto.load(SeqCst)
+    }
+
     fn ready(&self, ticket: u64) -> bool {
         self.upto.load(SeqCst) >= ticket
             || self.failed.load(SeqCst)
