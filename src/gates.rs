@@ -418,6 +418,19 @@ impl Gates {
             .then(|| r.ids.clone())
     }
 
+    /// Whether this node renewed the session of `key` for `event_id` before, and by that
+    /// record it has not ended at `now`: its renewal is only due again. Such a request is
+    /// not a waiting place's poll (its renewals come once a renewal interval, one store
+    /// call at a time: [`Gates::one_at_a_time`]), so the poll limit is not asked.
+    pub fn renewal_due(&self, event_id: &str, key: PlaceKey, now: Millis) -> bool {
+        let map = self.renewals.lock();
+        matches!(
+            map.get(&key),
+            Some(Renewed { event_id: of, renewal: Some(r), .. })
+                if **of == *event_id && now < r.ends_at
+        )
+    }
+
     /// Notes that the store renewed the session at `now`.
     pub fn note_renewal(&self, event_id: &str, key: PlaceKey, r: Renewal) {
         {

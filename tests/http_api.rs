@@ -1782,6 +1782,37 @@ async fn parallel_requests_of_a_session_due_for_renewal_all_pass_the_gate() {
     assert!(statuses.iter().all(|&s| s == 204), "{statuses:?}");
 }
 
+/// A session's renewals at the gate are not polls (defect: with `session_idle_sec: 1` a
+/// renewal is due every 250 ms, faster than the default poll limit refills, and an admitted
+/// person's requests got `429`, or `401` from this check, sending nginx's visitor back to the
+/// waiting room): forty requests, each after the renewal came due, all pass at once.
+#[tokio::test]
+async fn a_sessions_renewals_at_the_gate_do_not_spend_the_poll_limit() {
+    let app = app_with(
+        Arc::new(FaultStore::embedded()),
+        Clock::manual(T0),
+        Limits::default(),
+    );
+    app.load_gates().await;
+    app.put_event(
+        "g",
+        json!({"max_active": 1, "paths": ["/pay"], "session_idle_sec": 1}),
+    )
+    .await;
+    let token = token(&app.join("g", None).await);
+    let mut statuses = Vec::new();
+    for _ in 0..40 {
+        let r = req(Method::GET, "/api/v1/gate")
+            .header("x-original-uri", "/pay/now")
+            .header(header::COOKIE, format!("waitroom_g={token}"))
+            .body(Body::empty())
+            .unwrap();
+        statuses.push(app.send(r).await.status.as_u16());
+        app.clock.advance(300);
+    }
+    assert!(statuses.iter().all(|&s| s == 204), "{statuses:?}");
+}
+
 /// Pause and resume racing a DELETE never bring the event back (defect: they read the
 /// event, then wrote it whole, so a DELETE in between was undone and the event came back,
 /// paused, with default settings). And pausing a missing event is a 404.

@@ -1027,6 +1027,18 @@ async fn the_gated_waiting_room_answers_are_documented() {
         c.send("GET", q, &cross, None).await.status,
         StatusCode::BAD_REQUEST
     );
+    // The hand-over's refusal: the JSON error, or a browser's page (which the document
+    // left out).
+    let form = || {
+        Some((
+            "application/x-www-form-urlencoded",
+            "waiting_token=x".to_string(),
+        ))
+    };
+    for headers in [&[][..], &html[..]] {
+        let a = c.send("POST", q, headers, form()).await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST);
+    }
     // (The end's answer is checked in `every_answer_of_every_state_is_documented`.)
     let end = Some(json!({"reason": "sold_out"}));
     send(&c.app, "POST", "/api/v1/admin/events/gq/end", admin, end).await;

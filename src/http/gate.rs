@@ -2,8 +2,8 @@
 //! `auth_request` share, and the two routes that serve it.
 //!
 //! - [`admit`]: the one decision for a request to a gated path: the session its cookie
-//!   names (renewed, throttled by [`crate::gates`]), its place in line, or (when asked) a
-//!   new place, admitted at once when there is room and nobody waits.
+//!   names (renewed, throttled by [`crate::gates`], no poll), its place in line, or (when
+//!   asked) a new place, admitted at once when there is room and nobody waits.
 //! - `GET /api/v1/gate` ([`gate`]): nginx's `auth_request` endpoint: `204` for an admitted
 //!   session (renewed), `401` with `X-Waitroom-Redirect` otherwise.
 //! - `GET /wait/{event_id}/queue?return=/path` ([`queue_page`]): the waiting room that
@@ -477,7 +477,9 @@ pub async fn admit(
         if let Some(passed) = renewed(now) {
             return Ok(passed);
         }
-        guard.check_poll(&state.events, now, event_id, key).await?;
+        if !state.gates.renewal_due(event_id, key, now) {
+            guard.check_poll(&state.events, now, event_id, key).await?;
+        }
         match state.store.status(event_id, key, now).await {
             Ok(view) if view.status == PlaceState::Waiting => {
                 return Ok(Admission::Waiting { view, cookie: None })

@@ -950,7 +950,7 @@ fn gate_queue_page() {}
            ("return" = Option<String>, Query, description = "Where to send the person once admitted: a same-site path; anything else becomes `/`")),
     request_body(content = String, content_type = "application/x-www-form-urlencoded", description = "`waiting_token=<the place's waiting token>`"),
     responses((status = 303, description = "The place is now the session cookie; on to the waiting room URL (`GET` above), which lets the person in once admitted"),
-              (status = 400, description = "INVALID_REQUEST: no waiting token of this event, or a post from another site", body = ErrorBody)))]
+              (status = 400, description = "INVALID_REQUEST: no waiting token of this event, or a post from another site; a page for an `Accept` naming `text/html`", content((ErrorBody = "application/json"), (String = "text/html")))))]
 fn gate_hand_over() {}
 
 #[utoipa::path(get, path = "/api/v1/gate", tag = "session",
