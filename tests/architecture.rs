@@ -36,11 +36,15 @@ const LAYERS: &[&str] = &[
 const ROOTS: &[&str] = &["lib.rs", "main.rs"];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    files_ending(dir, "rs", out);
+}
+
+fn files_ending(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
+            files_ending(&path, ext, out);
+        } else if path.extension().is_some_and(|e| e == ext) {
             out.push(path);
         }
     }
@@ -144,6 +148,8 @@ fn no_source_file_is_over_1000_lines() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
+    // The Redis store's Lua is source too (its rules run there).
+    files_ending(&src, "lua", &mut files);
     let long: Vec<String> = files
         .iter()
         .filter_map(|f| {

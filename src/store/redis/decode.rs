@@ -129,7 +129,7 @@ pub(super) fn reply(
     Ok((reply, fx))
 }
 
-/// The raw facts of a place as `view` in `rules.lua` answers them, as the core's view.
+/// The raw facts of a place as `view` in `places.lua` answers them, as the core's view.
 pub(super) fn place_view(payload: &Value, ctx: &Ctx, now: Millis) -> Result<PlaceView, Malformed> {
     let a = array(payload)?;
     let seq = uint(field(a, 0)?)?;
@@ -162,7 +162,7 @@ pub(super) fn place_view(payload: &Value, ctx: &Ctx, now: Millis) -> Result<Plac
     // What the session's extensions added to its maximum (absent from older scripts).
     let mut t = ctx.timeouts;
     t.session_max_ms += a.get(13).map(uint).transpose()?.unwrap_or(0);
-    // An admitted place's deadline that a lowered window kept later (rules.lua `view`;
+    // An admitted place's deadline that a lowered window kept later (places.lua `view`;
     // absent from older scripts, 0 when none): its `enter_within_sec` counts down to it.
     if let Some(kept) = a.get(15).map(uint).transpose()?.filter(|&d| d > 0) {
         t.ready_kept.floor = kept;

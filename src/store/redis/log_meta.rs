@@ -211,7 +211,7 @@ impl Meta {
         (self.opens > 0 && now < self.opens && self.opened != self.opens).then_some(self.opens)
     }
 
-    /// Whether the sale is over at `now` (rules.lua `sale_ended`): ended by the call, or
+    /// Whether the sale is over at `now` (places.lua `sale_ended`): ended by the call, or
     /// `closes` reached by this clock or seen reached by an operation.
     pub(super) fn sale_ended(&self, now: Millis) -> bool {
         self.ended || (self.closes > 0 && now.max(self.seen) >= self.closes)

@@ -99,7 +99,7 @@ const IDLE: Duration = Duration::from_secs(60);
 /// How often a replica checks that its log still exists (a deleted event's log is gone).
 const CHECK_EVERY: Duration = Duration::from_secs(1);
 
-/// A place record as `encode` in rules.lua writes it.
+/// A place record as `encode` in places.lua writes it.
 #[derive(Debug, Clone)]
 struct Place {
     nonce: u128,

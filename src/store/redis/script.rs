@@ -1,6 +1,6 @@
 //! The one Lua script of the Redis store, and the facts it shares with the Rust side.
 //!
-//! The rules live in `lua/rules.lua` and `lua/ops.lua`. Everything both sides must agree
+//! The rules live in `lua/rules.lua`, `lua/places.lua` and `lua/ops.lua`. Everything both sides must agree
 //! on is written once, here, and handed to the Lua as a generated prelude: the order of
 //! an event's keys (the same table builds `KEYS`), the effect kinds (the same table
 //! decodes them), the retention of expired tokens and the admission window (the core's
@@ -164,15 +164,21 @@ fn prelude() -> String {
 }
 
 const RULES: &str = include_str!("lua/rules.lua");
+const PLACES: &str = include_str!("lua/places.lua");
 const HOLDS: &str = include_str!("lua/holds.lua");
 const SCHEDULE: &str = include_str!("lua/schedule.lua");
 const REPLICA: &str = include_str!("lua/replica.lua");
 const OPS: &str = include_str!("lua/ops.lua");
 
-/// The Lua every operation runs: the prelude, the rules, the holds, the schedule, the
-/// change log of the replicas, then the entry points; it defines `main(keys, argv)`.
+/// The Lua every operation runs: the prelude, the rules (the keys, the meta and the line,
+/// then the places), the holds, the schedule, the change log of the replicas, then the
+/// entry points; it defines `main(keys, argv)`. One chunk: each file uses the locals of
+/// the files before it.
 fn body() -> String {
-    format!("{}{RULES}{HOLDS}{SCHEDULE}{REPLICA}{OPS}", prelude())
+    format!(
+        "{}{RULES}{PLACES}{HOLDS}{SCHEDULE}{REPLICA}{OPS}",
+        prelude()
+    )
 }
 
 /// The body as one script for EVALSHA: its top level (every function definition, about

@@ -1,5 +1,5 @@
 
--- Seat and inventory holds (src/core/holds.rs, src/core/sale.rs), after rules.lua and
+-- Seat and inventory holds (src/core/holds.rs, src/core/sale.rs), after rules.lua (and places.lua) and
 -- before ops.lua. Keys (bound by the prelude, all in the event's hash slot):
 -- K_ITEMS  HASH item id -> '' available, 'h' .. seq .. ':' .. until (held by the session
 --          of place seq until that time), 's' .. seq (sold to it)
