@@ -2539,3 +2539,48 @@ async fn the_seat_map_keeps_the_focus_while_its_countdown_runs() {
     b.text_until("#complete", |t| t == "Buy 1 seat").await;
     b.close().await;
 }
+
+/// A number field the browser cannot read ("30e", a typo of 30) is an error naming its
+/// label, with the focus on it, and nothing is saved (defect: such a field reads as empty,
+/// so a cap was sent as null and removed, another field was left out, and the page said
+/// "Saved").
+#[tokio::test]
+async fn the_dashboard_refuses_a_number_it_cannot_read() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    s.put_event("nf", json!({"admit_per_minute": 60, "max_active": 7}))
+        .await;
+    let b = Browser::start(&DESKTOP).await;
+    sign_in(&b, &s).await;
+    b.click("[data-event=\"nf\"] button.edit").await;
+    js_until(
+        &b,
+        "return document.getElementById('f-event_id').value === 'nf'",
+    )
+    .await;
+    type_into(&b, "#f-admit_per_minute", "30e").await;
+    type_into(&b, "#f-max_active", "12e").await;
+    b.click("#save").await;
+    let err = b.text_until("#form-error", |t| !t.is_empty()).await;
+    assert_eq!(err, "Max active: enter a number.");
+    assert_eq!(
+        b.js("return [document.activeElement.id, \
+              document.activeElement.getAttribute('aria-invalid')]")
+            .await,
+        json!(["f-max_active", "true"])
+    );
+    // The other one, once the first is right; in Korean too.
+    type_into(&b, "#f-max_active", "12").await;
+    b.click("#lang").await;
+    b.click("#save").await;
+    b.text_until("#form-error", |t| t == "분당 입장 수: 숫자를 입력하세요.")
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let e = s.admin(Method::GET, "/events/nf").await;
+    assert_eq!(
+        (&e["admit_per_minute"], &e["max_active"]),
+        (&json!(60), &json!(7)),
+        "nothing saved: {e}"
+    );
+    b.close().await;
+}

@@ -720,7 +720,10 @@
     if (!/^[A-Za-z0-9._-]{1,64}$/.test(id) || /^\.+$/.test(id)) { formError(t('badId'), 'event_id'); return; }
     const body = { paused: el('f-paused').checked, accept_joins: el('f-accept_joins').checked };
     for (const f of FIELDS) {
-      const raw = el('f-' + f).value.trim();
+      const input = el('f-' + f);
+      // A number the browser cannot read ("30e") reads as '': that must not clear a cap.
+      if (input.validity.badInput) { formError(t('eNumber', { label: t(LABELS[f]) }), f); return; }
+      const raw = input.value.trim();
       if (raw === '') { if (NULLABLE.has(f)) body[f] = null; continue; }
       if (f === 'name' || f === 'target_url') { body[f] = raw; continue; }
       const n = Number(raw);
