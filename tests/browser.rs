@@ -1870,6 +1870,8 @@ async fn the_seat_map_holds_and_buys_seats() {
         b.click("#complete").await;
         b.text_until("#booking-status", |t| t != title).await;
         assert!(b.visible("#done").await);
+        // The focus goes on to the link that replaced the button (defect: to the body).
+        assert_eq!(b.js("return document.activeElement.id").await, "back");
         let inv = s
             .admin(Method::GET, &format!("/events/{ev}/inventory"))
             .await;
@@ -2582,5 +2584,67 @@ async fn the_dashboard_refuses_a_number_it_cannot_read() {
         (&json!(60), &json!(7)),
         "nothing saved: {e}"
     );
+    b.close().await;
+}
+
+/// Opens the demo booking page of `event` in a new session of `user`, holds seat A-2 and
+/// answers the session's access token.
+async fn hold_a_seat(b: &Browser, s: &TestServer, event: &str, user: &str) -> String {
+    let access = s.enter(&s.join_token(event, user).await).await;
+    b.goto(&s.url(&format!(
+        "/demo/booking?event={event}&waitroom_token={access}"
+    )))
+    .await;
+    b.until_visible("#seatmap").await;
+    b.click("[data-seat=\"A-2\"]").await;
+    b.text_until("#held-line", |t| t.contains("A-2")).await;
+    access
+}
+
+/// The seat map's session ends, by its time running out or on the server: the page says
+/// the link is no longer valid, shows no seat held and nothing to buy, and the focus goes
+/// to the link that replaced the form (defect: the page ignored the seat map's and the
+/// heartbeat's 401 and stopped its countdown at 0:00, showing seats "held for you" that
+/// were already free for others, and an enabled Buy button).
+#[tokio::test]
+async fn the_seat_map_ends_with_its_session() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    for (ev, max) in [("short", 5), ("long", 600)] {
+        s.put_event(
+            ev,
+            json!({"max_active": 5, "session_max_sec": max,
+                "target_url": format!("/demo/booking?event={ev}")}),
+        )
+        .await;
+        let (st, v) = s
+            .call(
+                Method::PUT,
+                &format!("/api/v1/admin/events/{ev}/inventory"),
+                Some(ADMIN),
+                Some(json!({"items": ["A-1", "A-2", "A-3"]})),
+            )
+            .await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+    }
+    let b = Browser::start(&PHONE).await;
+    let ended = "return [document.getElementById('booking-form').hidden, \
+                 document.querySelectorAll('.seat[aria-pressed=true]').length, \
+                 document.activeElement.id]";
+    // Its time runs out (the countdown reaches 0).
+    hold_a_seat(&b, &s, "short", "p1").await;
+    b.js("document.querySelector('[data-seat=\"A-3\"]').focus(); return 0")
+        .await;
+    b.text_until("#booking-status", |t| t == "This link is not valid")
+        .await;
+    assert_eq!(b.js(ended).await, json!([true, 0, "rejoin"]));
+    // Ended on the server: the next reading of the seat map is refused.
+    let access = hold_a_seat(&b, &s, "long", "p2").await;
+    b.js("document.getElementById('complete').focus(); return 0")
+        .await;
+    s.complete(&access).await;
+    b.text_until("#booking-status", |t| t == "This link is not valid")
+        .await;
+    assert_eq!(b.js(ended).await, json!([true, 0, "rejoin"]));
     b.close().await;
 }

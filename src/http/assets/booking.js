@@ -72,7 +72,10 @@
     return Math.floor(sec / 60) + ':' + String(sec % 60).padStart(2, '0');
   }
 
+  let shown = phase;             // the phase rendered last
+
   function render() {
+    const had = document.activeElement;
     const titles = { checking: 'checking', booking: 'welcome', done: 'doneTitle', invalid: 'invalid', booked: 'alreadyTitle' };
     const leads = { checking: '', booking: 'welcomeLead', done: 'doneLead', invalid: 'invalidLead', booked: 'alreadyLead' };
     setText('booking-status', t(titles[phase]));
@@ -90,6 +93,24 @@
     el('rejoin').href = waitUrl;
     el('back').href = waitUrl;
     document.title = t('title');
+    // Leaving the form (Buy, an ended session) hides or removes the focused control: the
+    // focus goes to the link that replaced it, else the status line, as on the waiting page.
+    if (shown === 'booking' && phase !== 'booking' && (!had || had === document.body || !had.isConnected || had.closest('[hidden]'))) {
+      (['back', 'rejoin'].map(el).find((a) => !a.closest('[hidden]')) || el('booking-status')).focus();
+    }
+    shown = phase;
+  }
+
+  // The session is over (its time ran out, or the server refuses the token): its holds
+  // ended with it, so nothing is shown as held or buyable any more.
+  function ended() {
+    if (phase !== 'booking') return;
+    clearInterval(timer);
+    store.del('sessionStorage', KEY);
+    seats = null;
+    holds = [];
+    phase = 'invalid';
+    render();
   }
 
   // Seat ids in the order people read them, numbers by value (A-2 before A-10): the API
@@ -103,8 +124,8 @@
     const map = seats && seats.length > 0;
     show('seatmap', !!map && phase === 'booking');
     show('areas', !map);
-    if (!map) { el('complete').textContent = t('complete'); return; }
     const box = el('seats');
+    if (!map) { box.replaceChildren(); box.dataset.ids = ''; el('complete').textContent = t('complete'); return; }
     const sorted = [...seats].sort((a, b) => seatOrder.compare(a.id, b.id));
     const ids = sorted.map((s) => s.id).join();
     let line;
@@ -147,6 +168,7 @@
 
   async function loadSeats() {
     const r = await api('GET', '/api/v1/session/holds', { token });
+    if (r.status === 401) ended();
     if (!r.ok) return;
     seats = r.data.items;
     holds = r.data.holds;
@@ -164,7 +186,7 @@
     if (!r.ok) {
       if (r.code === 'HOLD_CONFLICT') el('booking-error').textContent = t('seatTaken');
       else if (r.code === 'TOO_MANY_HOLDS') el('booking-error').textContent = t('tooMany');
-      else if (r.status === 401) { phase = 'invalid'; render(); return; }
+      else if (r.status === 401) { ended(); return; }
     }
     await loadSeats();
   }
@@ -194,9 +216,11 @@
     // Countdown each second; a session heartbeat every 20 s keeps an idle session open; the
     // seat map is read again every 5 s (others hold and buy meanwhile).
     let n = 0;
+    if (phase !== 'booking') return;
     timer = setInterval(() => {
       n += 1;
-      if (n % 20 === 0) api('POST', '/api/v1/session/heartbeat', { token });
+      if (claims.expires_at <= Date.now() / 1000) { ended(); return; }
+      if (n % 20 === 0) api('POST', '/api/v1/session/heartbeat', { token }).then((r) => { if (r.status === 401) ended(); });
       if (n % 5 === 0 && seats && seats.length) loadSeats();
       render();
     }, 1000);
@@ -215,14 +239,14 @@
     if (!order.ok) {
       busy = false;
       el('complete').disabled = false;
-      if (order.status === 401) { phase = 'invalid'; render(); } else el('booking-error').textContent = t('failed');
+      if (order.status === 401) ended(); else el('booking-error').textContent = t('failed');
       return;
     }
     const r = await api('POST', '/api/v1/session/complete', { token });
     busy = false;
     el('complete').disabled = false;
     if (!r.ok) {
-      if (r.status === 401) { phase = 'invalid'; render(); } else el('booking-error').textContent = t('failed');
+      if (r.status === 401) ended(); else el('booking-error').textContent = t('failed');
       return;
     }
     clearInterval(timer);
