@@ -959,3 +959,50 @@ async fn the_gate_page_says_when_the_line_opens() {
         );
     }
 }
+
+/// WCAG contrast of two `#rrggbb` colours.
+fn contrast(a: &str, b: &str) -> f64 {
+    let lum = |h: &str| {
+        let c: Vec<f64> = [1, 3, 5]
+            .iter()
+            .map(|&i| {
+                let v = f64::from(u8::from_str_radix(&h[i..i + 2], 16).unwrap()) / 255.0;
+                if v <= 0.03928 {
+                    v / 12.92
+                } else {
+                    ((v + 0.055) / 1.055).powf(2.4)
+                }
+            })
+            .collect();
+        0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2]
+    };
+    let (x, y) = (lum(a), lum(b));
+    (x.max(y) + 0.05) / (x.min(y) + 0.05)
+}
+
+/// The dashboard's status pills (small text on their tint) read at 4.5:1 in both colour
+/// schemes (defect: "Admitting" was 4.39:1 in the light one).
+#[tokio::test]
+async fn the_status_pills_read_in_both_colour_schemes() {
+    let s = TestServer::start().await;
+    let style = text_of(&s, "/assets/style.css").await;
+    for (scheme, part) in style
+        .split("@media (prefers-color-scheme: dark)")
+        .take(2)
+        .enumerate()
+    {
+        let var = |name: &str| {
+            let at = part.find(&format!("{name}: #")).expect(name) + name.len() + 2;
+            part[at..at + 7].to_string()
+        };
+        for (fg, bg) in [
+            ("--ok", "--ok-soft"),
+            ("--warn", "--warn-soft"),
+            ("--danger", "--danger-soft"),
+            ("--muted", "--line"),
+        ] {
+            let c = contrast(&var(fg), &var(bg));
+            assert!(c >= 4.5, "scheme {scheme}: {fg} on {bg} is {c:.2}:1");
+        }
+    }
+}
