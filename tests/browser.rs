@@ -2648,3 +2648,35 @@ async fn the_seat_map_ends_with_its_session() {
     assert_eq!(b.js(ended).await, json!([true, 0, "rejoin"]));
     b.close().await;
 }
+
+/// The dashboard's language switch reaches the end-of-sale reason menu and the tab title
+/// (defect: both stayed in the language the page was opened in).
+#[tokio::test]
+async fn the_dashboard_switches_its_menus_and_title_with_the_language() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    s.put_event("lang", json!({})).await;
+    let b = Browser::start(&DESKTOP).await;
+    sign_in(&b, &s).await;
+    b.until_visible("[data-event=\"lang\"]").await;
+    let words = "const r = document.querySelector('.end-reason'); \
+                 return [document.title, r.getAttribute('aria-label'), \
+                 [...r.options].map(o => o.textContent)]";
+    b.click("#lang").await;
+    b.text_until("#logout", |t| t == "로그아웃").await;
+    assert_eq!(
+        b.js(words).await,
+        json!(["waitroom 대시보드", "사유", ["매진", "종료", "취소"]])
+    );
+    b.click("#lang").await;
+    b.text_until("#logout", |t| t == "Sign out").await;
+    assert_eq!(
+        b.js(words).await,
+        json!([
+            "waitroom dashboard",
+            "Reason",
+            ["Sold out", "Closed", "Cancelled"]
+        ])
+    );
+    b.close().await;
+}

@@ -423,11 +423,14 @@
     });
     const reason = node('select', 'end-reason');
     for (const v of ['sold_out', 'closed', 'cancelled']) {
-      const o = node('option', '', t('r' + v[0].toUpperCase() + v.slice(1)));
+      const k = 'r' + v[0].toUpperCase() + v.slice(1);
+      const o = node('option', '', t(k));
+      o.dataset.i18n = k; // (and the label below) follow a language switch
       o.value = v;
       reason.append(o);
     }
     reason.setAttribute('aria-label', t('endReason'));
+    reason.dataset.i18nLabel = 'endReason';
     row.append(reason);
     refs.end = button('endSale', 'danger end', async (b) => {
       const c = cards.get(id);
@@ -962,6 +965,6 @@
     return li;
   }
 
-  WR.setup(TEXT, () => { if (token) { render(); refreshAudit(); } showDefaults(); preview(); });
+  WR.setup(TEXT, () => { document.title = t('brand'); if (token) { render(); refreshAudit(); } showDefaults(); preview(); });
   signedIn(!!token);
 })();
