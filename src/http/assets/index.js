@@ -23,6 +23,8 @@
   // ended sale's item, keyed apart, has no link.)
   function render() {
     const list = el('events');
+    const had = document.activeElement, item = had && had.closest('#events li');
+    const at = item ? [...list.children].indexOf(item) : -1;
     const keyOf = (e) => e.event_id + (e.ended ? ' ' : '');
     const keys = new Set(events.map(keyOf));
     // Gone items first: one left ahead of a kept item would make placing it move it.
@@ -53,6 +55,14 @@
       if (list.children[i] !== li) list.insertBefore(li, list.children[i]);
     });
     el('empty').hidden = events.length > 0;
+    // The focused link went with its item (its sale ended, or the event is gone): the focus
+    // goes to what is in its place now, not to the page's body.
+    if (at >= 0 && !had.isConnected) {
+      const li = list.children[Math.min(at, list.children.length - 1)];
+      const to = (li && li.querySelector('a')) || li || el('empty');
+      if (to.tagName !== 'A') to.tabIndex = -1;
+      to.focus();
+    }
     document.title = t('brand');
   }
 
