@@ -711,7 +711,8 @@
     el('f-paused').checked = !!e.paused;
     el('f-accept_joins').checked = e.accept_joins !== false;
     el('editor').open = true;
-    el('editor').scrollIntoView({ behavior: 'smooth', block: 'start' });
+    const still = matchMedia('(prefers-reduced-motion: reduce)').matches;
+    el('editor').scrollIntoView({ behavior: still ? 'auto' : 'smooth', block: 'start' });
     el('f-name').focus({ preventScroll: true });
     preview();
   }

@@ -308,14 +308,17 @@
 
   // Screen readers hear the position when it changes, but not more than every 15 s (a
   // fast-moving line would otherwise talk over everything); the last few places always.
+  // The sentence keeps the language it was said in: after a switch it must not be read in
+  // the other language's voice.
+  function say(text) { const a = el('announce'); a.textContent = text; a.lang = WR.lang(); }
   function announce() {
-    if (phase === 'ready') { el('announce').textContent = t('announceReady'); return; }
+    if (phase === 'ready') { say(t('announceReady')); return; }
     if (phase !== 'waiting' || !figures || !figures.position) return;
     const n = figures.position;
     const now = Date.now();
     if (n !== lastAnnounced.n && (now - lastAnnounced.at > 15000 || n <= 3)) {
       lastAnnounced = { n, at: now };
-      el('announce').textContent = t('announce', { n: WR.num(n) });
+      say(t('announce', { n: WR.num(n) }));
     }
   }
 
