@@ -1006,3 +1006,23 @@ async fn the_status_pills_read_in_both_colour_schemes() {
         }
     }
 }
+
+/// Without scripts, the landing page, the booking page and the dashboard say they need
+/// them, and hide the language button that only the script makes work, as the waiting page
+/// does (defect: they showed an empty list, "Checking your access…" forever, or a bare
+/// header, and an inert button).
+#[tokio::test]
+async fn the_other_pages_without_scripts_say_so() {
+    let s = TestServer::start().await;
+    for path in ["/", "/demo/booking", "/admin"] {
+        let html = text_of(&s, path).await;
+        assert!(
+            html.contains("<noscript><p class=\"notice\">This page needs JavaScript"),
+            "{path}"
+        );
+        assert!(
+            html.contains("id=\"lang\" class=\"lang needs-js\""),
+            "{path}"
+        );
+    }
+}
