@@ -2744,3 +2744,55 @@ async fn the_dashboard_edit_jumps_under_reduced_motion() {
     assert!(ys.2 > 0.0 && ys.1 == ys.2, "one jump, no animation: {ys:?}");
     b.close().await;
 }
+
+/// On a narrow screen (320 px, as 400 % zoom) the seats stay at least 24 px each way with
+/// their numbers on one line, and a long row wraps rather than shrinking its seats or
+/// scrolling the page sideways (defect: 16.8 px seats with "10" broken over two lines, and
+/// 10.7 px seats in a row of 20 that scrolled).
+#[tokio::test]
+async fn the_seat_map_keeps_its_seats_tappable_on_a_narrow_screen() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    let b = Browser::start(&Opts {
+        width: 320,
+        height: 640,
+        scale: 1.0,
+        ..PHONE
+    })
+    .await;
+    for (ev, rows, per_row) in [("grid", "ABCD", 10), ("wide", "AB", 20)] {
+        s.put_event(
+            ev,
+            json!({"max_active": 5, "target_url": format!("/demo/booking?event={ev}")}),
+        )
+        .await;
+        let seats: Vec<String> = rows
+            .chars()
+            .flat_map(|r| (1..=per_row).map(move |n| format!("{r}-{n}")))
+            .collect();
+        let (st, v) = s
+            .call(
+                Method::PUT,
+                &format!("/api/v1/admin/events/{ev}/inventory"),
+                Some(ADMIN),
+                Some(json!({"items": seats})),
+            )
+            .await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        let access = s.enter(&s.join_token(ev, "p").await).await;
+        b.goto(&s.url(&format!("/demo/booking?event={ev}&waitroom_token={access}")))
+            .await;
+        b.until_visible("#seatmap").await;
+        let m = b
+            .js("const r = [...document.querySelectorAll('.seat')].map(e => e.getBoundingClientRect()); \
+                 return [Math.min(...r.map(x => x.width)), Math.min(...r.map(x => x.height)), \
+                 Math.max(...r.map(x => x.height)), document.documentElement.scrollWidth]")
+            .await;
+        let m: (f64, f64, f64, f64) = serde_json::from_value(m).unwrap();
+        assert!(m.0 >= 24.0 && m.1 >= 24.0, "{ev}: at least 24 px: {m:?}");
+        assert!(m.2 - m.1 < 1.0, "{ev}: every number on one line: {m:?}");
+        assert!(m.3 <= 320.0, "{ev}: no sideways scrolling: {m:?}");
+        b.screenshot(&format!("seatmap-320-{ev}.png")).await;
+    }
+    b.close().await;
+}

@@ -353,8 +353,9 @@ mod tests {
         // tab remembers whose place it shows; 136 KiB since the dashboard refuses a number
         // the browser cannot read; 137 KiB since the seat map ends with its session and
         // hands the focus on; 138 KiB since the landing page hands on the focus of a link
-        // that went.)
-        assert!(total < 138 * 1024, "assets grew to {total} bytes");
+        // that went; 139 KiB since the pages without scripts say they need them and the
+        // seats keep a size to tap, wrapping a long row.)
+        assert!(total < 139 * 1024, "assets grew to {total} bytes");
         for (name, a) in ASSETS.iter() {
             // The SVG namespace is a name, not a download; any other absolute URL would be.
             let outside = a.body.replace("http://www.w3.org/2000/svg", "");
