@@ -10,7 +10,9 @@
 //! (the history of the cards in view only); the thanks after a
 //! completed booking is reloaded; gateway mode's waiting room at a gated URL of a real
 //! origin, refreshing in place until the origin's page shows at the same URL; a live socket
-//! the network lost without closing it, given up for polling. The tests also take the screenshots shown in the README,
+//! the network lost without closing it, given up for polling; the seat map ending with its
+//! session and keeping seats big enough to tap; the focus handed on when its control goes;
+//! the dashboard refusing a number it cannot read, and reduced motion. The tests also take the screenshots shown in the README,
 //! into `target/screenshots/`; `UPDATE_SCREENSHOTS=1` also writes them over the copies in
 //! `docs/` (otherwise tests never change tracked files).
 //!
