@@ -175,10 +175,12 @@ const OPS: &str = include_str!("lua/ops.lua");
 /// entry points; it defines `main(keys, argv)`. One chunk: each file uses the locals of
 /// the files before it.
 fn body() -> String {
-    format!(
-        "{}{RULES}{PLACES}{HOLDS}{SCHEDULE}{REPLICA}{OPS}",
-        prelude()
-    )
+    format!("{}{}", prelude(), lua_files())
+}
+
+/// Every Lua file, in the script's order (the tests scan the same text the script holds).
+fn lua_files() -> String {
+    format!("{RULES}{PLACES}{HOLDS}{SCHEDULE}{REPLICA}{OPS}")
 }
 
 /// The body as one script for EVALSHA: its top level (every function definition, about
@@ -221,7 +223,7 @@ mod tests {
     /// a returned table (`return {'OK', …}`) or an error return (`return nil, '…'`)
     /// starts with.
     fn lua_codes() -> Vec<String> {
-        let src = format!("{RULES}{HOLDS}{SCHEDULE}{REPLICA}{OPS}");
+        let src = lua_files();
         let mut out = Vec::new();
         for lead in ["finish(", "return {", "return nil, "] {
             for (i, _) in src.match_indices(lead) {
@@ -261,7 +263,7 @@ mod tests {
     #[test]
     fn every_shared_name_in_the_lua_comes_from_the_prelude() {
         let prelude = prelude();
-        let src = format!("{RULES}{HOLDS}{SCHEDULE}{REPLICA}{OPS}");
+        let src = lua_files();
         let defined = |name: &str| {
             prelude.contains(&format!("local {name} = ")) || KEYS.iter().any(|(_, k)| *k == name)
         };
@@ -331,7 +333,7 @@ mod tests {
             "SNAPSHOT_CHUNKS",
             "SNAPSHOT_PLACES",
         ];
-        let src = format!("{RULES}{HOLDS}{SCHEDULE}{REPLICA}{OPS}");
+        let src = lua_files();
         let mut hooks = String::new();
         let mut lines = src.lines();
         while let Some(line) = lines.next() {
