@@ -723,6 +723,9 @@ fn lock_data_dir(data_dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
         .write(true)
         .open(&path)
         .with_context(|| format!("cannot create the lock file {}", path.display()))?;
+    // An existing store's files are its owner's only, this one too (made before that rule,
+    // or copied in, it kept its mode).
+    crate::tokens::narrow_secret_file(&path);
     #[cfg(unix)]
     {
         use std::os::fd::AsRawFd;

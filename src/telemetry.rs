@@ -191,7 +191,14 @@ pub fn init_logging(format: &str) {
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::EnvFilter;
-    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // An empty `RUST_LOG` (what an env file or a compose file writes for "unset") is the
+    // default: read as a filter it turned every line off, the error that stops the server
+    // included.
+    let mut filter = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .and_then(|v| EnvFilter::try_new(v).ok())
+        .unwrap_or_else(|| EnvFilter::new("info"));
     if otel::enabled() {
         // Request spans are what tracing export sends: a quieter log level keeps them.
         filter = filter.add_directive(

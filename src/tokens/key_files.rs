@@ -179,6 +179,9 @@ pub fn load_key_for_store(
 ) -> anyhow::Result<Vec<SigningKey>> {
     let generated = data_dir.join("signing-key.pem");
     let record = data_dir.join(KEY_FINGERPRINT_FILE);
+    // Whoever may write it could block the next start, or clear it to have a new key
+    // recorded with only a warning: its owner's only, as the store's other files.
+    narrow_secret_file(&record);
     let recorded = std::fs::read_to_string(&record).ok();
     if places > 0 && !repair && paths.is_empty() && !generated.exists() {
         anyhow::bail!(
