@@ -41,6 +41,28 @@ const WAIT: Duration = Duration::from_secs(20);
 static BROWSER_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A chromedriver process and one browser session; both end on drop.
+/// A DevTools command and its parameters, sent through chromedriver's `goog/cdp/execute`.
+#[derive(Debug)]
+struct Cdp(&'static str, Value);
+
+impl fantoccini::wd::WebDriverCompatibleCommand for Cdp {
+    fn endpoint(
+        &self,
+        base: &url::Url,
+        session: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        base.join(&format!(
+            "session/{}/goog/cdp/execute",
+            session.unwrap_or_default()
+        ))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (axum::http::Method, Option<String>) {
+        let body = json!({ "cmd": self.0, "params": self.1 });
+        (axum::http::Method::POST, Some(body.to_string()))
+    }
+}
+
 struct Browser {
     client: Option<Client>,
     _driver: Driver,
@@ -259,6 +281,16 @@ impl Browser {
 
     async fn js(&self, script: &str) -> Value {
         self.c().execute(script, vec![]).await.unwrap()
+    }
+
+    /// Runs `source` in every page this browser opens from now on, before the page's own
+    /// scripts (a DevTools command, through chromedriver).
+    async fn before_every_page(&self, source: &str) {
+        let cmd = Cdp(
+            "Page.addScriptToEvaluateOnNewDocument",
+            json!({ "source": source }),
+        );
+        self.c().issue_cmd(cmd).await.unwrap();
     }
 
     async fn url(&self) -> String {
@@ -2681,6 +2713,43 @@ async fn the_seat_map_ends_with_its_session() {
     b.text_until("#booking-status", |t| t == "This link is not valid")
         .await;
     assert_eq!(b.js(ended).await, json!([true, 0, "rejoin"]));
+    b.close().await;
+}
+
+/// The seat map counts down on the server's clock (defect: it compared the session's end,
+/// the server's absolute time, with the browser's clock, and a browser 15 minutes fast
+/// ended a 10-minute session on its first tick, its seats still held on the server).
+#[tokio::test]
+async fn the_seat_map_counts_down_on_the_servers_clock() {
+    let _one = BROWSER_LOCK.lock().await;
+    let s = TestServer::start().await;
+    s.put_event(
+        "fast",
+        json!({"max_active": 5, "session_max_sec": 600,
+            "target_url": "/demo/booking?event=fast"}),
+    )
+    .await;
+    let (st, v) = s
+        .call(
+            Method::PUT,
+            "/api/v1/admin/events/fast/inventory",
+            Some(ADMIN),
+            Some(json!({"items": ["A-1", "A-2", "A-3"]})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let b = Browser::start(&PHONE).await;
+    b.before_every_page("const real = Date.now; Date.now = () => real() + 900000;")
+        .await;
+    hold_a_seat(&b, &s, "fast", "p1").await;
+    // A few ticks of the countdown.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let state = "return [document.getElementById('booking-form').hidden, \
+                 document.getElementById('session-left').textContent]";
+    let v = b.js(state).await;
+    assert_eq!(v[0], json!(false), "{v}");
+    let left = v[1].as_str().unwrap();
+    assert!(left.contains("9:5") || left.contains("10:0"), "{left}");
     b.close().await;
 }
 

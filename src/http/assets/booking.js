@@ -46,6 +46,9 @@
   let claims = null;
   let phase = 'checking';
   let timer = null;
+  // How far the browser's clock is ahead of the server's, in ms (see `verify`).
+  let skew = 0;
+  const now = () => (Date.now() - skew) / 1000;
   // The seat map (GET /session/holds): null until read, or when the event sells no seats.
   let seats = null;
   let holds = [];
@@ -85,7 +88,7 @@
     show('invalid', phase === 'invalid');
     show('badge', phase === 'done' || phase === 'booked');
     if (claims && phase === 'booking') {
-      el('session-left').textContent = t('left', { t: mmss(claims.expires_at - Date.now() / 1000) });
+      el('session-left').textContent = t('left', { t: mmss(claims.expires_at - now()) });
     }
     renderSeats();
     const eventId = claims ? claims.event_id : booked();
@@ -158,7 +161,7 @@
       b.setAttribute('aria-label', t('seat', { s: s.id }));
     });
     const mine = holds.map((h) => h.item), n = mine.length;
-    const left = n ? Math.min(...holds.map((h) => h.expires_at)) / 1000 - Date.now() / 1000 : 0;
+    const left = n ? Math.min(...holds.map((h) => h.expires_at)) / 1000 - now() : 0;
     setText('held-line', n ? t('held', { s: mine.join(', '), t: mmss(left) }) : t('noneHeld'));
     setText('complete', n ? t('buy', { n, p: n > 1 ? 's' : '' }) : t('complete'));
     // On a seat map, completing buys the seats held: with none, it would end the turn
@@ -207,6 +210,10 @@
       return;
     }
     store.del('sessionStorage', DONE_KEY);
+    // The session's end is the server's time: a browser clock minutes fast ended a live
+    // session at once. Its `Date` is whole seconds, so the count may end up to 1 s late
+    // (then the server's 401 says so), never early.
+    if (r.date) skew = Date.now() - r.date;
     claims = r.data;
     phase = 'booking';
     const ev = await api('GET', '/api/v1/events/' + encodeURIComponent(claims.event_id));
@@ -219,7 +226,7 @@
     if (phase !== 'booking') return;
     timer = setInterval(() => {
       n += 1;
-      if (claims.expires_at <= Date.now() / 1000) { ended(); return; }
+      if (claims.expires_at <= now()) { ended(); return; }
       if (n % 20 === 0) api('POST', '/api/v1/session/heartbeat', { token }).then((r) => { if (r.status === 401) ended(); });
       if (n % 5 === 0 && seats && seats.length) loadSeats();
       render();

@@ -118,7 +118,9 @@ window.WR = (() => {
     try { data = await res.json(); } catch (_) { /* empty body */ }
     const code = !res.ok && data && data.error ? data.error.code : null;
     const retry = Number(res.headers.get('retry-after')) || null;
-    return { ok: res.ok, status: res.status, code, data, retry };
+    // The server's clock (to the second), for countdowns to its absolute times.
+    const date = Date.parse(res.headers.get('date')) || null;
+    return { ok: res.ok, status: res.status, code, data, retry, date };
   }
 
   // One of an event's texts ({ko, en}, either may be missing) in the page's language, else
