@@ -39,6 +39,8 @@ mod descriptors;
 mod threads;
 
 use caps::{ConnectionCaps, HeldStream};
+#[cfg(test)]
+use descriptors::default_for;
 use descriptors::{
     check_descriptor_room, default_max_connections, open_descriptors, raise_descriptor_limit,
 };

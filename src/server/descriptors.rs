@@ -51,7 +51,7 @@ pub(super) const DESCRIPTOR_HEADROOM: usize = 64;
 /// unaccepted until a descriptor frees up or its client gives up. Answers whether it
 /// warned.
 pub(super) fn check_descriptor_room(max_connections: usize, limit: usize, open: usize) -> bool {
-    let reserved = (open + DESCRIPTOR_HEADROOM).min(limit / 4);
+    let reserved = open + DESCRIPTOR_HEADROOM.min(limit / 4);
     let short = max_connections.saturating_add(reserved) > limit;
     if short {
         tracing::warn!(
@@ -78,8 +78,9 @@ pub(super) fn open_descriptors() -> usize {
         .map_or(0, |entries| entries.count())
 }
 
-/// Three quarters of the descriptor limit: the rest is for the store's files, the Redis
-/// connections and the logs. Without a limit to read, 10,000.
+/// Three quarters of the descriptor limit, the rest being for the store's files, the
+/// Redis connections and the logs; less where that does not fit beside the descriptors
+/// open now ([`default_for`]). Without a limit to read, 10,000.
 pub(super) fn default_max_connections() -> usize {
     #[cfg(unix)]
     {
@@ -91,8 +92,18 @@ pub(super) fn default_max_connections() -> usize {
         if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0
             && lim.rlim_cur != libc::RLIM_INFINITY
         {
-            return ((lim.rlim_cur as usize) / 4 * 3).max(16);
+            return default_for(lim.rlim_cur as usize, open_descriptors());
         }
     }
     10_000
+}
+
+/// The default cap under the descriptor limit `limit` with `open` descriptors open: three
+/// quarters of the limit, or what [`check_descriptor_room`] finds room for when that is
+/// less (at a limit of 64, the default of 48 beside the ~15 open at start ran the process
+/// out of descriptors: connections went unaccepted and audit entries were lost), and at
+/// least 16.
+pub(super) fn default_for(limit: usize, open: usize) -> usize {
+    let room = limit.saturating_sub(open + DESCRIPTOR_HEADROOM.min(limit / 4));
+    (limit / 4 * 3).min(room).max(16)
 }
