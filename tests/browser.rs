@@ -1861,15 +1861,7 @@ async fn the_seat_map_holds_and_buys_seats() {
         let seats: Vec<String> = ('A'..='C')
             .flat_map(|r| (1..=8).map(move |n| format!("{r}-{n}")))
             .collect();
-        let (st, v) = s
-            .call(
-                Method::PUT,
-                &format!("/api/v1/admin/events/{ev}/inventory"),
-                Some(ADMIN),
-                Some(json!({"items": seats})),
-            )
-            .await;
-        assert_eq!(st, StatusCode::OK, "{v}");
+        put_seats(&s, &ev, json!(seats)).await;
         // Someone ahead holds B-4 and B-5 and stays in session while the person books.
         let rival = s.join_token(&ev, "rival").await;
         let rival = s.enter(&rival).await;
@@ -1952,15 +1944,7 @@ async fn the_seat_map_shows_seats_in_reading_order() {
         .iter()
         .map(|r| (1..=10).map(|n| format!("{r}-{n}")).collect())
         .collect();
-    let (st, v) = s
-        .call(
-            Method::PUT,
-            "/api/v1/admin/events/rows/inventory",
-            Some(ADMIN),
-            Some(json!({"items": rows.concat()})),
-        )
-        .await;
-    assert_eq!(st, StatusCode::OK, "{v}");
+    put_seats(&s, "rows", json!(rows.concat())).await;
     let inv = s.admin(Method::GET, "/events/rows/inventory").await;
     let ids: Vec<&str> = inv["items"]
         .as_array()
@@ -2565,15 +2549,7 @@ async fn the_seat_map_keeps_the_focus_while_its_countdown_runs() {
         json!({"max_active": 1, "target_url": "/demo/booking?event=hall"}),
     )
     .await;
-    let (st, v) = s
-        .call(
-            Method::PUT,
-            "/api/v1/admin/events/hall/inventory",
-            Some(ADMIN),
-            Some(json!({"items": ["A-1", "A-2", "A-3", "A-4"]})),
-        )
-        .await;
-    assert_eq!(st, StatusCode::OK, "{v}");
+    put_seats(&s, "hall", json!(["A-1", "A-2", "A-3", "A-4"])).await;
     let b = Browser::start(&PHONE).await;
     b.goto(&s.url("/wait/hall")).await;
     b.until_visible("#seatmap").await;
@@ -2654,6 +2630,19 @@ async fn the_dashboard_refuses_a_number_it_cannot_read() {
     b.close().await;
 }
 
+/// Puts `items` (seat ids) into the event's inventory.
+async fn put_seats(s: &TestServer, event: &str, items: Value) {
+    let (st, v) = s
+        .call(
+            Method::PUT,
+            &format!("/api/v1/admin/events/{event}/inventory"),
+            Some(ADMIN),
+            Some(json!({ "items": items })),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+}
+
 /// Opens the demo booking page of `event` in a new session of `user`, holds seat A-2 and
 /// answers the session's access token.
 async fn hold_a_seat(b: &Browser, s: &TestServer, event: &str, user: &str) -> String {
@@ -2684,15 +2673,7 @@ async fn the_seat_map_ends_with_its_session() {
                 "target_url": format!("/demo/booking?event={ev}")}),
         )
         .await;
-        let (st, v) = s
-            .call(
-                Method::PUT,
-                &format!("/api/v1/admin/events/{ev}/inventory"),
-                Some(ADMIN),
-                Some(json!({"items": ["A-1", "A-2", "A-3"]})),
-            )
-            .await;
-        assert_eq!(st, StatusCode::OK, "{v}");
+        put_seats(&s, ev, json!(["A-1", "A-2", "A-3"])).await;
     }
     let b = Browser::start(&PHONE).await;
     let ended = "return [document.getElementById('booking-form').hidden, \
@@ -2729,15 +2710,7 @@ async fn the_seat_map_counts_down_on_the_servers_clock() {
             "target_url": "/demo/booking?event=fast"}),
     )
     .await;
-    let (st, v) = s
-        .call(
-            Method::PUT,
-            "/api/v1/admin/events/fast/inventory",
-            Some(ADMIN),
-            Some(json!({"items": ["A-1", "A-2", "A-3"]})),
-        )
-        .await;
-    assert_eq!(st, StatusCode::OK, "{v}");
+    put_seats(&s, "fast", json!(["A-1", "A-2", "A-3"])).await;
     let b = Browser::start(&PHONE).await;
     b.before_every_page("const real = Date.now; Date.now = () => real() + 900000;")
         .await;
@@ -2841,15 +2814,7 @@ async fn the_seat_map_keeps_its_seats_tappable_on_a_narrow_screen() {
             .chars()
             .flat_map(|r| (1..=per_row).map(move |n| format!("{r}-{n}")))
             .collect();
-        let (st, v) = s
-            .call(
-                Method::PUT,
-                &format!("/api/v1/admin/events/{ev}/inventory"),
-                Some(ADMIN),
-                Some(json!({"items": seats})),
-            )
-            .await;
-        assert_eq!(st, StatusCode::OK, "{v}");
+        put_seats(&s, ev, json!(seats)).await;
         let access = s.enter(&s.join_token(ev, "p").await).await;
         b.goto(&s.url(&format!("/demo/booking?event={ev}&waitroom_token={access}")))
             .await;

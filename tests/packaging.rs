@@ -370,15 +370,7 @@ fn an_existing_data_dirs_lock_and_key_record_are_narrowed() {
     use std::os::unix::fs::PermissionsExt as _;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let args = [
-        "--listen",
-        "127.0.0.1:0",
-        "--no-demo",
-        "--admin-token",
-        "t",
-        "--data-dir",
-        data.to_str().unwrap(),
-    ];
+    let args = support::binary::serve_args(&data, &["--admin-token", "t"]);
     Server::start(dir.path(), &args, &[]).kill();
     let files = ["waitroom.lock", "signing-key.fingerprint"].map(|f| data.join(f));
     for f in &files {
