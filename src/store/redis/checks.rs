@@ -1,6 +1,6 @@
 //! What a node checks of, and keeps in, Redis when it starts: that Redis will not evict
 //! keys, and the record of the signing keys the places were issued under (which a running
-//! node also writes back should Redis lose it).
+//! node also writes back should Redis lose it); and what `/readyz` asks of it ([`ready`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use redis::RedisResult;
 
 use super::{Conn, Inner, RedisStore};
-use crate::store::StoreResult;
+use crate::store::{StoreError, StoreResult};
 
 /// How often a running node looks for its signing-key record in Redis at most.
 const KEY_RECORD_EVERY: Duration = Duration::from_secs(1);
@@ -186,6 +186,51 @@ impl Inner {
             }
         });
     }
+}
+
+/// `/readyz`'s look at Redis through `conn` (`Store::ping`): it answers, it takes writes
+/// (outside a Cluster), a Cluster is `ok`, and the replicas `--redis-wait-replicas` asks
+/// for are online.
+pub(super) async fn ready(s: &Inner, conn: &mut Conn) -> StoreResult<()> {
+    if matches!(conn, Conn::Cluster(_)) {
+        // A keyless `PING`: the probe's key lives on one shard, and a node whose seed
+        // left the Cluster reaches it only after its client's next slot refresh
+        // (`a_node_whose_seed_left_the_cluster_goes_on`), which the state check below
+        // does not wait for.
+        s.bounded(redis::cmd("PING").query_async::<String>(conn))
+            .await?;
+    } else {
+        // A write, not a `PING`: a Redis that answers but refuses writes (over
+        // `maxmemory` under `noeviction`, a demoted master's `READONLY`,
+        // `min-replicas-to-write` unmet, a failed save's `MISCONF`) fails every change
+        // with 503, so the node is not ready.
+        let mut probe = redis::cmd("SET");
+        probe
+            .arg(format!("{}:ready", s.options.key_prefix))
+            .arg(1)
+            .arg("PX")
+            .arg(60_000);
+        s.bounded(probe.query_async::<()>(conn)).await?;
+    }
+    if matches!(conn, Conn::Cluster(_)) {
+        // A Cluster that lost a master refuses every command (`CLUSTERDOWN`) while its
+        // nodes still answer PING: not ready, as for an unreachable Redis.
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("INFO");
+        let info: String = s.bounded(conn.on_a_master(cmd)).await?;
+        if !info.lines().any(|l| l.trim() == "cluster_state:ok") {
+            return Err(StoreError::Unavailable(
+                "the redis cluster is down (cluster_state is not ok)".into(),
+            ));
+        }
+    } else if let Some(why) = s
+        .bounded(missing_replicas(conn, s.options.wait_replicas))
+        .await?
+    {
+        // Redis answers, but no change can be acknowledged: not ready either.
+        return Err(StoreError::Unavailable(why));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -946,47 +946,8 @@ impl Store for RedisStore {
     }
 
     async fn ping(&self) -> StoreResult<()> {
-        let s = &self.inner;
-        let mut conn = s.connection().await?;
-        if matches!(conn, Conn::Cluster(_)) {
-            // A keyless `PING`: the probe's key lives on one shard, and a node whose seed
-            // left the Cluster reaches it only after its client's next slot refresh
-            // (`a_node_whose_seed_left_the_cluster_goes_on`), which the state check below
-            // does not wait for.
-            s.bounded(redis::cmd("PING").query_async::<String>(&mut conn))
-                .await?;
-        } else {
-            // A write, not a `PING`: a Redis that answers but refuses writes (over
-            // `maxmemory` under `noeviction`, a demoted master's `READONLY`,
-            // `min-replicas-to-write` unmet, a failed save's `MISCONF`) fails every change
-            // with 503, so the node is not ready.
-            let mut probe = redis::cmd("SET");
-            probe
-                .arg(format!("{}:ready", s.options.key_prefix))
-                .arg(1)
-                .arg("PX")
-                .arg(60_000);
-            s.bounded(probe.query_async::<()>(&mut conn)).await?;
-        }
-        if matches!(conn, Conn::Cluster(_)) {
-            // A Cluster that lost a master refuses every command (`CLUSTERDOWN`) while its
-            // nodes still answer PING: not ready, as for an unreachable Redis.
-            let mut cmd = redis::cmd("CLUSTER");
-            cmd.arg("INFO");
-            let info: String = s.bounded(conn.on_a_master(cmd)).await?;
-            if !info.lines().any(|l| l.trim() == "cluster_state:ok") {
-                return Err(StoreError::Unavailable(
-                    "the redis cluster is down (cluster_state is not ok)".into(),
-                ));
-            }
-        } else if let Some(why) = s
-            .bounded(checks::missing_replicas(&mut conn, s.options.wait_replicas))
-            .await?
-        {
-            // Redis answers, but no change can be acknowledged: not ready either.
-            return Err(StoreError::Unavailable(why));
-        }
-        Ok(())
+        let mut conn = self.inner.connection().await?;
+        checks::ready(&self.inner, &mut conn).await
     }
 
     fn subscribe(&self) -> broadcast::Receiver<Notice> {
